@@ -1,0 +1,290 @@
+// The MPI communicator's collectives against the raw MPI calls they wrap: same
+// communicator, same buffers, same sizes, run as adjacent pairs in one job.
+//
+//   mpiexec -n 2 bench_collectives --benchmark_format=json
+//
+// Each iteration is timed as the slowest rank's time (barrier, MPI_Wtime around the
+// call, MPI_Allreduce MAX), so every rank sees the same times and takes the same
+// decisions about iteration counts. Besides the mean time the library reports, each
+// benchmark reports the median and the fastest iteration (counters median_us,
+// min_us): on a shared machine a few preempted iterations move the mean by tens of
+// percent. Only rank 0 reports; at the end it prints to stderr the ratios wrapper /
+// raw for every collective and size.
+//
+// Extra flag: --rounds=N registers the whole list N times, alternating the order of
+// each pair (wrapper first, then raw first), to spread slow drifts of a shared machine
+// evenly over both sides; the table then uses every round.
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+#include <tessera/comm/mpi.hpp>
+
+namespace {
+
+using tessera::mpi_communicator;
+using tessera::reduce_op;
+
+constexpr std::size_t min_bytes = std::size_t(4) << 10;   // 4 KiB
+constexpr std::size_t max_bytes = std::size_t(64) << 20;  // 64 MiB
+
+/// Buffers shared by every benchmark (so wrapper and raw use the same memory), touched
+/// once up front so that no run pays for first-touch page faults.
+struct buffers {
+  std::vector<float> in, out;
+  explicit buffers(std::size_t floats) : in(floats, 1.0f), out(floats, 0.0f) {}
+};
+
+/// One measured collective on `n` floats of payload.
+using op_fn = std::function<void(mpi_communicator&, buffers&, std::size_t n)>;
+
+struct collective {
+  const char* name;
+  op_fn wrapper;
+  op_fn raw;
+};
+
+// Payload = the largest buffer of the call: all_reduce, all_to_all and broadcast move
+// n floats per rank; all_gather gathers n floats (n / g from each rank); reduce_scatter
+// reduces n floats (n / g land on each rank).
+std::vector<collective> collectives() {
+  return {
+      {"all_reduce",
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         c.all_reduce(std::span<const float>(b.in.data(), n), std::span<float>(b.out.data(), n),
+                      reduce_op::sum);
+       },
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         MPI_Allreduce(b.in.data(), b.out.data(), int(n), MPI_FLOAT, MPI_SUM, c.native());
+       }},
+      {"all_gather",
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         const std::size_t part = n / std::size_t(c.size());
+         c.all_gather(std::span<const float>(b.in.data(), part),
+                      std::span<float>(b.out.data(), part * std::size_t(c.size())));
+       },
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         const int part = int(n / std::size_t(c.size()));
+         MPI_Allgather(b.in.data(), part, MPI_FLOAT, b.out.data(), part, MPI_FLOAT, c.native());
+       }},
+      {"reduce_scatter",
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         const std::size_t part = n / std::size_t(c.size());
+         c.reduce_scatter(std::span<const float>(b.in.data(), part * std::size_t(c.size())),
+                          std::span<float>(b.out.data(), part), reduce_op::sum);
+       },
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         const int part = int(n / std::size_t(c.size()));
+         MPI_Reduce_scatter_block(b.in.data(), b.out.data(), part, MPI_FLOAT, MPI_SUM, c.native());
+       }},
+      {"all_to_all",
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         const std::size_t part = n / std::size_t(c.size());
+         c.all_to_all(std::span<const float>(b.in.data(), part * std::size_t(c.size())),
+                      std::span<float>(b.out.data(), part * std::size_t(c.size())));
+       },
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         const int part = int(n / std::size_t(c.size()));
+         MPI_Alltoall(b.in.data(), part, MPI_FLOAT, b.out.data(), part, MPI_FLOAT, c.native());
+       }},
+      {"broadcast",
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         c.broadcast(std::span<float>(b.out.data(), n), 0);
+       },
+       [](mpi_communicator& c, buffers& b, std::size_t n) {
+         MPI_Bcast(b.out.data(), int(n), MPI_FLOAT, 0, c.native());
+       }},
+  };
+}
+
+/// Runs `op` once per iteration; the iteration's time is the slowest rank's.
+void run_timed(benchmark::State& state, mpi_communicator& c, buffers& b, const op_fn& op,
+               std::size_t bytes) {
+  const std::size_t n = bytes / sizeof(float);
+  const MPI_Comm comm = c.native();
+  op(c, b, n);  // warm-up: connections, algorithm selection, caches
+  std::vector<double> samples;
+  samples.reserve(std::size_t(state.max_iterations));
+  for (auto _ : state) {
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    op(c, b, n);
+    const double mine = MPI_Wtime() - t0;
+    double slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    state.SetIterationTime(slowest);
+    samples.push_back(slowest);
+  }
+  // The mean time (what the library reports) is at the mercy of a few preempted
+  // iterations on a shared machine; the median and the minimum are robust.
+  if (!samples.empty()) {
+    std::sort(samples.begin(), samples.end());
+    state.counters["median_us"] = samples[samples.size() / 2] * 1e6;
+    state.counters["min_us"] = samples.front() * 1e6;
+  }
+  state.counters["bytes"] =
+      benchmark::Counter(double(bytes), benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+  state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(bytes));
+}
+
+/// Discards everything: the reporter of ranks other than 0.
+class null_reporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+/// Forwards to the display reporter chosen by --benchmark_format and keeps the times
+/// per benchmark name for the ratio table.
+class capture_reporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit capture_reporter(std::unique_ptr<benchmark::BenchmarkReporter> inner)
+      : inner_(std::move(inner)) {}
+  bool ReportContext(const Context& ctx) override { return inner_->ReportContext(ctx); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.error_occurred) continue;
+      const std::string name = r.run_name.function_name;
+      if (r.run_type != Run::RT_Iteration) continue;
+      sample& s = samples_[name];
+      s.mean.push_back(r.GetAdjustedRealTime());
+      if (auto it = r.counters.find("median_us"); it != r.counters.end())
+        s.median.push_back(it->second.value);
+      if (auto it = r.counters.find("min_us"); it != r.counters.end())
+        s.min.push_back(it->second.value);
+    }
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+  /// Per run of a benchmark (all rounds and repetitions), in microseconds: the mean
+  /// iteration time, the median iteration time and the fastest iteration.
+  struct sample {
+    std::vector<double> mean, median, min;
+  };
+
+  const sample* find(const std::string& name) const {
+    auto it = samples_.find(name);
+    return it == samples_.end() || it->second.median.empty() ? nullptr : &it->second;
+  }
+
+ private:
+  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+  std::map<std::string, sample> samples_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t k = v.size() / 2;
+  return v.size() % 2 ? v[k] : 0.5 * (v[k - 1] + v[k]);
+}
+
+std::string arg_value(int argc, char** argv, const char* flag) {
+  const std::size_t len = std::strlen(flag);
+  std::string value;
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], flag, len) == 0 && argv[i][len] == '=') value = argv[i] + len + 1;
+  return value;
+}
+
+std::string size_name(std::size_t bytes) {
+  if (bytes >= (std::size_t(1) << 20)) return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string(bytes >> 10) + " KiB";
+}
+
+double smallest(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+// Ratios wrapper / raw of: the median iteration time (median over runs), the fastest
+// iteration, and the mean iteration time the library reports (median over runs).
+void print_ratio_table(const capture_reporter& rep, const std::vector<collective>& ops) {
+  std::fprintf(stderr,
+               "\nwrapper / raw (1.000 = same cost), per collective and payload size\n"
+               "%-15s %7s %5s %8s %8s %8s %12s %12s\n",
+               "collective", "size", "runs", "median", "min", "mean", "raw median", "wrap median");
+  for (const collective& c : ops)
+    for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const std::string suffix = std::string(1, '/').append(std::to_string(bytes));
+      const auto* w = rep.find(std::string(c.name) + "/wrapper" + suffix);
+      const auto* r = rep.find(std::string(c.name) + "/raw" + suffix);
+      if (!w || !r) continue;
+      const double wmed = median(w->median), rmed = median(r->median);
+      std::fprintf(stderr, "%-15s %7s %5zu %8.3f %8.3f %8.3f %10.1fus %10.1fus\n", c.name,
+                   size_name(bytes).c_str(), std::min(w->median.size(), r->median.size()),
+                   wmed / rmed, smallest(w->min) / smallest(r->min),
+                   median(w->mean) / median(r->mean), rmed, wmed);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::run_mpi(argc, argv, [&](mpi_communicator& world) -> int {
+    const bool root = world.rank() == 0;
+    // Other ranks must not open the --benchmark_out file that rank 0 writes.
+    std::vector<char*> args;
+    int rounds = 1;
+    for (int i = 0; i < argc; ++i) {
+      if (i > 0 && std::strncmp(argv[i], "--rounds=", 9) == 0) {
+        rounds = std::max(1, std::atoi(argv[i] + 9));
+        continue;
+      }
+      if (!root && i > 0 && std::strncmp(argv[i], "--benchmark_out", 15) == 0) continue;
+      if (std::strncmp(argv[i], "--benchmark_enable_random_interleaving", 38) == 0)
+        throw tessera::error(
+            "bench_collectives: --benchmark_enable_random_interleaving would run the benchmarks "
+            "in a different order on each rank; use --rounds=N");
+      args.push_back(argv[i]);
+    }
+    int nargs = int(args.size());
+    args.push_back(nullptr);
+    benchmark::Initialize(&nargs, args.data());
+    if (benchmark::ReportUnrecognizedArguments(nargs, args.data())) return 1;
+
+    auto ops = collectives();
+    buffers buf(max_bytes / sizeof(float));
+    for (int round = 0; round < rounds; ++round)
+      for (const collective& c : ops)
+        for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+          const std::string suffix = std::string(1, '/').append(std::to_string(bytes));
+          auto add = [&](const char* side, const op_fn* op) {
+            benchmark::RegisterBenchmark(
+                (std::string(c.name) + "/" + side + suffix).c_str(),
+                [&world, &buf, op, bytes](benchmark::State& st) { run_timed(st, world, buf, *op, bytes); })
+                ->UseManualTime()
+                ->Unit(benchmark::kMicrosecond);
+          };
+          if (round % 2 == 0) {
+            add("wrapper", &c.wrapper);
+            add("raw", &c.raw);
+          } else {
+            add("raw", &c.raw);
+            add("wrapper", &c.wrapper);
+          }
+        }
+
+    if (root) {
+      const std::string format = arg_value(argc, argv, "--benchmark_format");
+      std::unique_ptr<benchmark::BenchmarkReporter> display;
+      if (format == "json") display = std::make_unique<benchmark::JSONReporter>();
+      else display = std::make_unique<benchmark::ConsoleReporter>(benchmark::ConsoleReporter::OO_Tabular);
+      capture_reporter rep(std::move(display));
+      benchmark::RunSpecifiedBenchmarks(&rep);
+      print_ratio_table(rep, ops);
+    } else {
+      null_reporter rep;
+      benchmark::RunSpecifiedBenchmarks(&rep);
+    }
+    benchmark::Shutdown();
+    return 0;
+  });
+}

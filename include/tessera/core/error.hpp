@@ -1,0 +1,166 @@
+// Error codes of the layout algebra, their text (written once), and how they
+// surface: a static_assert at compile time, a tessera::error at run time.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+// X(code, what must hold, numbers) -- the first text is the static_assert
+// message; a run-time error appends the second with the numbers filled in
+// ({dim}, {axis}, {a}, {b}).
+#define TESSERA_ERRORS(X)                                                                           \
+  X(mesh_ndim, "mesh: the number of mesh axes must be between 1 and max_mesh_ndim",                 \
+    "mesh has {a} axes, limit {b}")                                                                 \
+  X(mesh_axis_size, "mesh: every mesh axis size must be positive", "mesh axis {axis} has size {a}") \
+  X(layout_ndim, "layout: the tensor rank must be between 0 and max_tensor_ndim",                   \
+    "tensor rank {a}, limit {b}")                                                                   \
+  X(axis_out_of_range, "layout: a mesh axis index is out of range",                                 \
+    "dim {dim} names mesh axis {axis}, mesh has {a} axes")                                          \
+  X(axis_used_twice, "layout: a mesh axis splits more than one tensor dim, or one dim twice",       \
+    "mesh axis {axis} is used again at dim {dim}")                                                  \
+  X(partial_axis_splits, "layout: a partial mesh axis cannot also split a tensor dim",              \
+    "mesh axis {axis} is partial and splits dim {dim}")                                             \
+  X(partial_op, "layout: a partial layout reduces with sum, max or min", "")                        \
+  X(shape_ndim, "layout: the shape's rank must equal the layout's tensor rank",                     \
+    "shape has rank {a}, layout has rank {b}")                                                      \
+  X(negative_extent, "layout: a tensor extent must not be negative", "dim {dim} has extent {a}")    \
+  X(dim_not_divisible, "layout: a tensor dim must be divisible by the product of its splits",       \
+    "dim {dim} has extent {a}, split into {b} pieces")                                              \
+  X(mesh_size_mismatch, "mesh: the mesh size must equal the number of ranks",                       \
+    "mesh size {a}, communicator size {b}")                                                         \
+  X(rank_out_of_range, "mesh: a rank must lie in [0, mesh size)", "rank {a}, mesh size {b}")        \
+  X(strategy_ndim, "strategy: each input's split tuple must have between 0 and max_tensor_ndim "    \
+                   "entries", "input {dim} has {a} entries")                                        \
+  X(strategy_split, "strategy: every split must be positive", "input {dim}, dim {axis}: split {a}") \
+  X(strategy_device_num, "strategy: the product of an input's splits must divide the device count",\
+    "input {dim}: product of splits {a}, device count {b}")                                         \
+  X(tensor_map_value, "tensor_map: each entry must be -1 or name a device-matrix axis",            \
+    "dim {dim} maps to {a}, device matrix has {b} axes")                                            \
+  X(plan_mesh_mismatch, "redistribute: both layouts must be on the same mesh", "")                  \
+  X(plan_ndim_mismatch, "redistribute: both layouts must have the same tensor rank",                \
+    "tensor ranks {a} and {b}")                                                                     \
+  X(plan_partial_op, "redistribute: partial layouts must reduce with the same operation", "")       \
+  X(static_shape_mismatch, "dist_tensor: a run-time shape must agree with the static shape",      \
+    "dim {dim} has extent {a}, the static shape says {b}")                                          \
+  X(static_layout_mismatch, "dist_tensor: a run-time layout must equal the static layout", "")     \
+  X(buffer_size, "tensor: the local buffer size must equal the layout's local shard size",          \
+    "buffer holds {a} elements, the shard needs {b}")
+
+/// What went wrong, as plain values (a structural type: usable as a template argument).
+enum class errc : int {
+  ok = 0,
+#define TESSERA_X(code, text, detail) code,
+  TESSERA_ERRORS(TESSERA_X)
+#undef TESSERA_X
+};
+
+/// A check's outcome with the numbers involved (-1 where a field does not apply).
+struct status {
+  errc code = errc::ok;
+  int dim = -1;
+  int axis = -1;
+  std::int64_t a = -1;
+  std::int64_t b = -1;
+
+  constexpr bool ok() const { return code == errc::ok; }
+  friend constexpr bool operator==(const status&, const status&) = default;
+};
+
+constexpr status fail(errc code, int dim = -1, int axis = -1, std::int64_t a = -1,
+                      std::int64_t b = -1) {
+  return status{code, dim, axis, a, b};
+}
+
+/// The rule that `code` states (also the static_assert message).
+constexpr std::string_view what_must_hold(errc code) {
+  switch (code) {
+    case errc::ok: return "ok";
+#define TESSERA_X(code, text, detail) \
+  case errc::code: return text;
+    TESSERA_ERRORS(TESSERA_X)
+#undef TESSERA_X
+  }
+  return "unknown error";
+}
+
+namespace detail {
+
+constexpr std::string_view detail_format(errc code) {
+  switch (code) {
+    case errc::ok: return "";
+#define TESSERA_X(code, text, detail) \
+  case errc::code: return detail;
+    TESSERA_ERRORS(TESSERA_X)
+#undef TESSERA_X
+  }
+  return "";
+}
+
+inline std::string format_status(const status& s) {
+  std::string out(what_must_hold(s.code));
+  std::string_view fmt = detail_format(s.code);
+  if (fmt.empty()) return out;
+  out += ": ";
+  for (std::size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] == '{') {
+      std::size_t close = fmt.find('}', i);
+      std::string_view key = fmt.substr(i + 1, close - i - 1);
+      if (key == "dim") out += std::to_string(s.dim);
+      else if (key == "axis") out += std::to_string(s.axis);
+      else if (key == "a") out += std::to_string(s.a);
+      else if (key == "b") out += std::to_string(s.b);
+      i = close;
+    } else {
+      out += fmt[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// The exception every run-time check throws. `what()` is the rule followed by the
+/// numbers, optionally prefixed by a context (the operator or function name):
+/// "layout: a tensor dim must be divisible by the product of its splits: dim 1 has
+/// extent 10, split into 4 pieces".
+class error : public std::runtime_error {
+ public:
+  explicit error(const status& s, std::string_view context = {})
+      : std::runtime_error(context.empty() ? detail::format_status(s)
+                                           : std::string(context) + ": " + detail::format_status(s)),
+        status_(s) {}
+  explicit error(const std::string& message) : std::runtime_error(message) {}
+
+  /// The failed check (code ok for errors raised with a plain message).
+  const status& why() const noexcept { return status_; }
+
+ private:
+  status status_{};
+};
+
+/// Throws tessera::error when `s` is a failure. Evaluated during constant evaluation,
+/// a failure makes the expression non-constant, which is a compile error.
+constexpr void require(const status& s, std::string_view context = {}) {
+  if (!s.ok()) throw error(s, context);
+}
+
+namespace detail {
+/// Turns a failed status known at compile time into a static_assert whose message is
+/// the rule; the compiler's "required from" note shows the numbers (the template
+/// argument S).
+template <status S>
+constexpr bool static_require() {
+#define TESSERA_X(name, text, detail) static_assert(S.code != errc::name, text);
+  TESSERA_ERRORS(TESSERA_X)
+#undef TESSERA_X
+  return true;
+}
+}  // namespace detail
+
+}  // namespace tessera
+
+#undef TESSERA_ERRORS

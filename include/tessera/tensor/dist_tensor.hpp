@@ -1,0 +1,198 @@
+// dist_tensor: a global shape, a layout over a mesh, and this rank's shard in an
+// xtensor container. The layout (and optionally the shape) can be template
+// arguments, checked by the compiler, or run-time values, checked on construction.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/extents.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
+#include <tessera/core/layout.hpp>
+
+namespace tessera {
+
+/// Marks a layout or shape argument of dist_tensor as known only at run time.
+struct dynamic_t {
+  friend constexpr bool operator==(dynamic_t, dynamic_t) = default;
+};
+inline constexpr dynamic_t dynamic{};
+
+namespace detail {
+template <auto L>
+inline constexpr bool is_static_layout = std::is_same_v<std::remove_cv_t<decltype(L)>, layout>;
+template <auto G>
+inline constexpr bool is_static_shape = std::is_same_v<std::remove_cv_t<decltype(G)>, extents>;
+/// A static shape none of whose extents is dynamic_extent.
+template <auto G>
+inline constexpr bool is_fully_static_shape = [] {
+  if constexpr (is_static_shape<G>) return G.is_static();
+  else return false;
+}();
+
+template <auto L, auto G>
+constexpr bool check_static_arguments() {
+  static_assert(is_static_layout<L> || std::is_same_v<std::remove_cv_t<decltype(L)>, dynamic_t>,
+                "dist_tensor: the layout argument must be a tessera::layout or tessera::dynamic");
+  static_assert(is_static_shape<G> || std::is_same_v<std::remove_cv_t<decltype(G)>, dynamic_t>,
+                "dist_tensor: the shape argument must be a tessera::extents or tessera::dynamic");
+  if constexpr (is_static_layout<L> && is_static_shape<G>) {
+    return static_require<check(L, G)>();
+  } else if constexpr (is_static_layout<L>) {
+    return static_require<check(L)>();
+  } else {
+    static_assert(!is_static_shape<G>, "dist_tensor: a static shape needs a static layout");
+    return true;
+  }
+}
+
+// Multi-index iteration over a row-major box, calling f(index array, linear offset).
+template <class F>
+void for_each_index(const extents& shape, F&& f) {
+  const index_t n = shape.size();
+  std::array<index_t, max_tensor_ndim> idx{};
+  for (index_t lin = 0; lin < n; ++lin) {
+    f(idx, lin);
+    for (int d = shape.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < shape.v[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+}  // namespace detail
+
+/// A distributed tensor of element type T on this rank.
+///
+/// - `dist_tensor<float, L, extents{16, 32}>`: layout and shape static; an invalid
+///   pair fails to compile, and `static_local_shape()` is a constant.
+/// - `dist_tensor<float, L>`: static layout, shape given at run time (its extents
+///   are checked against L on construction).
+/// - `dist_tensor<float>`: layout and shape given at run time.
+///
+/// The local shard is an `xt::xarray<T>` of shape local_shape(layout, global),
+/// row-major. For a partial layout it holds this rank's partial values.
+template <class T, auto L = dynamic, auto Global = dynamic>
+class dist_tensor {
+  static_assert(detail::check_static_arguments<L, Global>());
+
+ public:
+  using value_type = T;
+  static constexpr bool static_layout = detail::is_static_layout<L>;
+  static constexpr bool static_shape = detail::is_static_shape<Global>;
+
+  /// Fully static: shape and layout from the template arguments (every extent known).
+  explicit dist_tensor(int rank)
+    requires(static_layout && detail::is_fully_static_shape<Global>)
+      : dist_tensor(L, Global, rank) {}
+  /// Static layout, run-time shape.
+  dist_tensor(const extents& global, int rank)
+    requires(static_layout)
+      : dist_tensor(L, global, rank) {}
+  /// Run-time layout (must equal L when L is static).
+  dist_tensor(const tessera::layout& l, const extents& global, int rank)
+      : layout_(store_layout(l)), global_(global), rank_(rank) {
+    if constexpr (static_layout) {
+      if (!(l == L))
+        throw error(fail(errc::static_layout_mismatch),
+                    "dist_tensor " + to_string(l) + " vs " + to_string(L));
+    }
+    if constexpr (static_shape) {
+      // static_shape_mismatch's rule already names dist_tensor.
+      const status s = check_matches_static(global);
+      require(s, s.code == errc::static_shape_mismatch ? "" : "dist_tensor");
+    }
+    require(check(l, global), "dist_tensor");
+    for (int d = 0; d < global.ndim; ++d)  // a shard needs every extent known
+      if (global.v[d] == dynamic_extent)
+        throw error(fail(errc::negative_extent, d, -1, global.v[d]), "dist_tensor");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
+    const extents ls = tessera::local_shape(l, global);
+    std::vector<std::size_t> shape(ls.v.begin(), ls.v.begin() + ls.ndim);
+    local_ = xt::xarray<T>::from_shape(shape);
+    local_.fill(T(0));
+  }
+
+  /// The layout (a constant for a static layout).
+  constexpr const tessera::layout& layout() const {
+    if constexpr (static_layout) return static_layout_value;
+    else return layout_;
+  }
+  constexpr const extents& global_shape() const { return global_; }
+  constexpr int rank() const { return rank_; }
+  constexpr int ndim() const { return global_.ndim; }
+  constexpr const mesh& dev() const { return layout().dev; }
+
+  /// The shard's shape, known to the compiler when layout and shape are static.
+  static constexpr extents static_local_shape()
+    requires(static_layout && detail::is_fully_static_shape<Global>)
+  {
+    return tessera::local_shape(L, Global);
+  }
+  extents local_shape() const { return tessera::local_shape(layout(), global_); }
+  extents local_offset() const { return tessera::local_offset(layout(), global_, rank_); }
+
+  xt::xarray<T>& local() { return local_; }
+  const xt::xarray<T>& local() const { return local_; }
+  std::span<T> data() { return {local_.data(), local_.size()}; }
+  std::span<const T> data() const { return {local_.data(), local_.size()}; }
+
+  /// Sets every local element to f(global index), index an array of max_tensor_ndim
+  /// entries of which the first ndim() are used. For a partial layout the caller
+  /// decides what each rank's share is.
+  template <class F>
+  void fill_global(F&& f) {
+    const extents off = local_offset();
+    detail::for_each_index(local_shape(), [&](const auto& idx, index_t lin) {
+      std::array<index_t, max_tensor_ndim> g{};
+      for (int d = 0; d < global_.ndim; ++d) g[d] = off.v[d] + idx[d];
+      local_.data()[lin] = f(g);
+    });
+  }
+
+  /// Replaces the shard with `local`, whose size must match the layout's shard; it
+  /// takes the shard's shape (row-major), whatever shape it had.
+  void assign_local(xt::xarray<T>&& local) {
+    const index_t need = tessera::local_size(layout(), global_);
+    if (index_t(local.size()) != need)
+      throw error(fail(errc::buffer_size, -1, -1, index_t(local.size()), need), "dist_tensor");
+    const extents ls = local_shape();
+    local_ = std::move(local);
+    local_.reshape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
+  }
+
+ private:
+  static constexpr tessera::layout static_layout_value = [] {
+    if constexpr (static_layout) return L;
+    else return tessera::layout{};
+  }();
+
+  static constexpr status check_matches_static(const extents& global) {
+    if constexpr (static_shape) {
+      if (global.ndim != Global.ndim) return fail(errc::shape_ndim, -1, -1, global.ndim, Global.ndim);
+      for (int d = 0; d < global.ndim; ++d)
+        if (Global.v[d] != dynamic_extent && Global.v[d] != global.v[d])
+          return fail(errc::static_shape_mismatch, d, -1, global.v[d], Global.v[d]);
+    }
+    return {};
+  }
+
+  using layout_storage = std::conditional_t<static_layout, dynamic_t, tessera::layout>;
+  static constexpr layout_storage store_layout(const tessera::layout& l) {
+    if constexpr (static_layout) return dynamic;
+    else return l;
+  }
+
+  [[no_unique_address]] std::conditional_t<static_layout, dynamic_t, tessera::layout> layout_{};
+  extents global_;
+  int rank_ = 0;
+  xt::xarray<T> local_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,43 @@
+// The umbrella header: includes all of tessera. Only includes.
+//
+// Order: the standard-library-only headers first, unconditionally, then the
+// headers that need xtensor or MPI inside __has_include blocks. tools/amalgamate.py
+// inlines each header where it is first included, so a header first included
+// inside a conditional block must not be needed unconditionally later.
+#pragma once
+
+// core/: the layout algebra (standard library only)
+#include <tessera/core/config.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/reduce_op.hpp>
+#include <tessera/core/mesh.hpp>
+#include <tessera/core/extents.hpp>
+#include <tessera/core/layout.hpp>
+#include <tessera/core/geometry.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/core/enumerate.hpp>
+#include <tessera/core/format.hpp>
+
+// plan/: the redistribution planner and its cost (standard library only)
+#include <tessera/plan/cost.hpp>
+#include <tessera/plan/step.hpp>
+#include <tessera/plan/planner.hpp>
+#include <tessera/plan/format.hpp>
+
+// comm/: the communicator concept, the one-rank communicator and the mesh's
+// communicators (standard library only)
+#include <tessera/comm/communicator.hpp>
+#include <tessera/comm/local.hpp>
+#include <tessera/comm/mesh_comm.hpp>
+
+// tensor/ and exec/: shards in xtensor containers
+#if __has_include(<xtensor/xarray.hpp>)
+#include <tessera/tensor/dist_tensor.hpp>
+#include <tessera/exec/pack.hpp>
+#include <tessera/exec/redistribute.hpp>
+#endif
+
+// comm/mpi.hpp: the MPI communicator
+#if __has_include(<mpi.h>)
+#include <tessera/comm/mpi.hpp>
+#endif

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test command: installs the dependencies, builds tessera with its tests,
+# benchmarks and examples into build/, and runs the whole test suite with ctest.
+# Extra arguments go to ctest (e.g. `scripts/test.sh -R core -L mpi`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+
+if [[ $(id -u) -eq 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+
+build_dir=build
+if [[ -f $build_dir/CMakeCache.txt ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$build_dir/CMakeCache.txt"; then
+  echo "test.sh: $build_dir/ was configured with another generator; remove it and run again" >&2
+  exit 1
+fi
+
+echo "test.sh: configuring $build_dir/"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=ON -DTESSERA_BUILD_EXAMPLES=ON
+echo "test.sh: building"
+cmake --build "$build_dir" -j2
+echo "test.sh: running the tests"
+ctest --test-dir "$build_dir" --output-on-failure -j1 "$@"

@@ -1,0 +1,21 @@
+// A consumer of tessera: the mesh algebra through the package's include path, and
+// mpi.h through tessera::mpi (no MPI call: the program runs without a launcher).
+#include <mpi.h>
+#include <tessera/core/mesh.hpp>
+
+#include <cstdio>
+
+static_assert(MPI_VERSION >= 3, "tessera::mpi must bring in an MPI-3 mpi.h");
+
+int main() {
+  constexpr tessera::mesh m{2, 4};
+  static_assert(m.size() == 8);
+  // Mesh rank order is row-major: rank 5 of a (2, 4) mesh has coordinates (1, 1).
+  const auto c = m.coords(5);
+  if (c[0] != 1 || c[1] != 1 || m.rank_of(c) != 5) {
+    std::puts("tessera consumer: wrong mesh coordinates");
+    return 1;
+  }
+  std::puts("tessera consumer: ok");
+  return 0;
+}
