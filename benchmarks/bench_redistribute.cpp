@@ -111,6 +111,8 @@ void register_all(int nranks) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool to_file = false;  // --benchmark_out: only rank 0 writes the file
+  for (int i = 1; i < argc; ++i) to_file |= std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
     world_ptr = &world;
     benchmark::Initialize(&argc, argv);
@@ -119,7 +121,8 @@ int main(int argc, char** argv) {
       benchmark::RunSpecifiedBenchmarks();
     } else {
       null_reporter quiet;
-      benchmark::RunSpecifiedBenchmarks(&quiet, &quiet);
+      if (to_file) benchmark::RunSpecifiedBenchmarks(&quiet, &quiet);
+      else benchmark::RunSpecifiedBenchmarks(&quiet);
     }
     benchmark::Shutdown();
   });

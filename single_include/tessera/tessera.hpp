@@ -48,6 +48,8 @@ namespace tessera {
     "tensor rank {a}, limit {b}")                                                                   \
   X(axis_out_of_range, "layout: a mesh axis index is out of range",                                 \
     "dim {dim} names mesh axis {axis}, mesh has {a} axes")                                          \
+  X(partial_axis_out_of_range, "layout: a partial mesh axis is out of range",                        \
+    "partial mesh axis {axis}, mesh has {a} axes")                                                  \
   X(axis_used_twice, "layout: a mesh axis splits more than one tensor dim, or one dim twice",       \
     "mesh axis {axis} is used again at dim {dim}")                                                  \
   X(partial_axis_splits, "layout: a partial mesh axis cannot also split a tensor dim",              \
@@ -63,6 +65,8 @@ namespace tessera {
   X(rank_out_of_range, "mesh: a rank must lie in [0, mesh size)", "rank {a}, mesh size {b}")        \
   X(strategy_ndim, "strategy: each input's split tuple must have between 0 and max_tensor_ndim "    \
                    "entries", "input {dim} has {a} entries")                                        \
+  X(strategy_inputs, "strategy: a strategy has at most max_strategy_inputs inputs",                \
+    "{a} inputs, limit {b}")                                                                        \
   X(strategy_split, "strategy: every split must be positive", "input {dim}, dim {axis}: split {a}") \
   X(strategy_device_num, "strategy: the product of an input's splits must divide the device count",\
     "input {dim}: product of splits {a}, device count {b}")                                         \
@@ -556,7 +560,7 @@ constexpr status check(const layout& l) {
   if (l.dev.ndim < 32 && (l.partial >> l.dev.ndim) != 0) {
     int a = l.dev.ndim;
     while (!(l.partial >> a & 1u)) ++a;
-    return fail(errc::axis_out_of_range, -1, a, l.dev.ndim);
+    return fail(errc::partial_axis_out_of_range, -1, a, l.dev.ndim);
   }
   if (l.op == reduce_op::mean) return fail(errc::partial_op);
   return {};
@@ -710,7 +714,7 @@ constexpr status check(const split_tuple& s, int device_num, int input = 0) {
 
 /// Checks every input of a strategy against a device count.
 constexpr status check(const strategy& st, int device_num) {
-  if (st.n > max_strategy_inputs) return fail(errc::strategy_ndim, st.n);
+  if (st.n > max_strategy_inputs) return fail(errc::strategy_inputs, -1, -1, st.n, max_strategy_inputs);
   for (int i = 0; i < st.n; ++i)
     if (status s = check(st.in[i], device_num, i); !s.ok()) return s;
   return {};
@@ -751,8 +755,10 @@ constexpr layout strategy_layout(const split_tuple& s, int device_num) {
 /// fails to compile with the rule as the message (and the numbers in the note).
 template <split_tuple S, int DeviceNum>
 inline constexpr layout shard_layout = [] {
-  detail::static_require<check(S, DeviceNum)>();
-  return strategy_layout(S, DeviceNum);
+  constexpr status s = check(S, DeviceNum);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return strategy_layout(S, DeviceNum);
+  else return layout{};
 }();
 
 // ---- tensor maps ------------------------------------------------------------------
@@ -764,24 +770,26 @@ inline constexpr layout shard_layout = [] {
 // also list several values (the dim is split by several axes, major first).
 // tessera's axis index is counted from the left: axis = ndim - 1 - value.
 
-/// A tensor map in MindSpore's right-to-left numbering.
+/// One entry of a tensor map: a single map value (-1 = not split), or a braced list of
+/// values for a dim split by several axes ({} = not split).
+struct map_entry {
+  axis_list values;
+  constexpr map_entry(int value) {  // NOLINT: implicit, so tensor_map{2, 1} reads naturally
+    if (value != -1) values.push_back(value);
+  }
+  constexpr map_entry(std::initializer_list<int> list) : values(list) {}
+};
+
+/// A tensor map in MindSpore's right-to-left numbering: tensor_map{2, 1},
+/// tensor_map{{2, 1}, -1} (dim 0 split by two axes), tensor_map{{}, 0}.
 struct tensor_map {
   int ndim = 0;
   std::array<axis_list, max_tensor_ndim> v{};  // map values per dim; empty = -1
 
   constexpr tensor_map() = default;
-  /// One value per dim, -1 for an unsplit dim: tensor_map{2, 1}.
-  constexpr tensor_map(std::initializer_list<int> values) {
-    for (int x : values) {
-      if (ndim < max_tensor_ndim && x != -1) v[ndim] = axis_list{x};
-      if (ndim < max_tensor_ndim && x == -1) v[ndim] = axis_list{};
-      ++ndim;
-    }
-  }
-  /// Several values per dim: tensor_map{{2, 1}, {}}.
-  constexpr tensor_map(std::initializer_list<axis_list> values) {
-    for (const axis_list& x : values) {
-      if (ndim < max_tensor_ndim) v[ndim] = x;
+  constexpr tensor_map(std::initializer_list<map_entry> entries) {
+    for (const map_entry& e : entries) {
+      if (ndim < max_tensor_ndim) v[ndim] = e.values;
       ++ndim;
     }
   }
@@ -1482,8 +1490,10 @@ constexpr plan plan_redistribution(const layout& from, const layout& to, const e
 /// to compile with the rule as the message and the numbers in the instantiation note.
 template <layout From, layout To, extents Global, class T>
 inline constexpr plan static_plan = [] {
-  detail::static_require<check_redistribution(From, To, Global)>();
-  return plan_redistribution(From, To, Global, index_t(sizeof(T)));
+  constexpr status s = check_redistribution(From, To, Global);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return plan_redistribution(From, To, Global, index_t(sizeof(T)));
+  else return plan{};  // not reached: the static_assert above has failed
 }();
 
 }  // namespace tessera
@@ -2458,19 +2468,24 @@ void run_exchange(const layout& from, const layout& to, const extents& global,
 
 }  // namespace detail
 
-/// Runs `p` on this rank's shard `in` (laid out as p.from) and returns the shard of
-/// p.to. Every rank of the mesh must call it with the same plan. The bytes the
-/// communicators count equal p.bytes_for_rank(rank).
+namespace detail {
+
+// Runs the plan's steps on the shard laid out as p.from, which either `borrowed`
+// points to (read in place; the first in-place step copies it) or `owned` holds (then
+// in-place steps reuse its storage).
 template <class T, class C>
-xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) {
+xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xarray<T> owned,
+                            mesh_comm<C>& mc) {
+  xt::xarray<T> cur = std::move(owned);
+  const xt::xarray<T>* src = borrowed ? borrowed : &cur;
   if (!(mc.mesh() == p.from.dev))
     throw error(fail(errc::plan_mesh_mismatch), "execute: plan mesh " + to_string(p.from.dev) +
                                                     ", communicator mesh " + to_string(mc.mesh()));
   const index_t need = local_size(p.from, p.global);
-  if (index_t(in.size()) != need)
-    throw error(fail(errc::buffer_size, -1, -1, index_t(in.size()), need), "execute");
+  if (index_t(src->size()) != need)
+    throw error(fail(errc::buffer_size, -1, -1, index_t(src->size()), need), "execute");
+  if (p.empty()) return borrowed ? *borrowed : std::move(cur);
   const int me = mc.rank();
-  xt::xarray<T> cur = in;
   layout l = p.from;
   for (const plan_step& st : p) {
     const extents ls = local_shape(l, p.global);
@@ -2485,27 +2500,27 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         next = detail::empty_local<T>(ns);
         extents off = detail::origin(n);
         off.v[st.dim] = idx * ns.v[st.dim];
-        detail::copy_box(cur.data(), ls, off, next.data(), ns, detail::origin(n), ns);
+        detail::copy_box(src->data(), ls, off, next.data(), ns, detail::origin(n), ns);
         break;
       }
       case step_kind::all_gather: {
         next = detail::empty_local<T>(ns);
         C& c = mc.group(group);
         if (detail::leading_dims_trivial(ls, st.dim)) {
-          c.all_gather(std::span<const T>(cur.data(), cur.size()), std::span<T>(next.data(), next.size()));
+          c.all_gather(std::span<const T>(src->data(), src->size()), std::span<T>(next.data(), next.size()));
         } else {
           std::vector<T> recv(next.size());
-          c.all_gather(std::span<const T>(cur.data(), cur.size()), std::span<T>(recv));
+          c.all_gather(std::span<const T>(src->data(), src->size()), std::span<T>(recv));
           for (int j = 0; j < g; ++j) {
             extents off = detail::origin(n);
             off.v[st.dim] = j * ls.v[st.dim];
-            detail::copy_box(recv.data() + j * cur.size(), ls, detail::origin(n), next.data(), ns, off, ls);
+            detail::copy_box(recv.data() + j * src->size(), ls, detail::origin(n), next.data(), ns, off, ls);
           }
         }
         break;
       }
       case step_kind::all_reduce: {
-        next = std::move(cur);
+        next = src == &cur ? std::move(cur) : *src;
         mc.group(group).all_reduce(std::span<T>(next.data(), next.size()), st.op);
         break;
       }
@@ -2513,13 +2528,13 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         next = detail::empty_local<T>(ns);
         C& c = mc.group(group);
         if (detail::leading_dims_trivial(ls, st.dim)) {
-          c.reduce_scatter(std::span<const T>(cur.data(), cur.size()), std::span<T>(next.data(), next.size()), st.op);
+          c.reduce_scatter(std::span<const T>(src->data(), src->size()), std::span<T>(next.data(), next.size()), st.op);
         } else {
-          std::vector<T> send(cur.size());
+          std::vector<T> send(src->size());
           for (int j = 0; j < g; ++j) {
             extents off = detail::origin(n);
             off.v[st.dim] = j * ns.v[st.dim];
-            detail::copy_box(cur.data(), ls, off, send.data() + j * next.size(), ns, detail::origin(n), ns);
+            detail::copy_box(src->data(), ls, off, send.data() + j * next.size(), ns, detail::origin(n), ns);
           }
           c.reduce_scatter(std::span<const T>(send), std::span<T>(next.data(), next.size()), st.op);
         }
@@ -2530,11 +2545,11 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         extents bs = ls;  // one block: ls with dim2 cut g ways
         bs.v[st.dim2] /= g;
         const index_t bsize = bs.size();
-        std::vector<T> send(cur.size()), recv(cur.size());
+        std::vector<T> send(src->size()), recv(src->size());
         for (int k = 0; k < g; ++k) {
           extents off = detail::origin(n);
           off.v[st.dim2] = k * bs.v[st.dim2];
-          detail::copy_box(cur.data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
+          detail::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
         }
         mc.group(group).all_to_all(std::span<const T>(send), std::span<T>(recv));
         for (int k = 0; k < g; ++k) {
@@ -2545,7 +2560,7 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         break;
       }
       case step_kind::mask: {
-        next = std::move(cur);
+        next = src == &cur ? std::move(cur) : *src;
         if (idx != 0) next.fill(reduce_identity<T>(st.op));
         break;
       }
@@ -2554,19 +2569,37 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         next.fill(reduce_identity<T>(st.op));
         extents off = detail::origin(n);
         off.v[st.dim] = idx * ls.v[st.dim];
-        detail::copy_box(cur.data(), ls, detail::origin(n), next.data(), ns, off, ls);
+        detail::copy_box(src->data(), ls, detail::origin(n), next.data(), ns, off, ls);
         break;
       }
       case step_kind::exchange: {
         next = detail::empty_local<T>(ns);
-        detail::run_exchange(l, st.after, p.global, cur, next, mc);
+        detail::run_exchange(l, st.after, p.global, *src, next, mc);
         break;
       }
     }
     cur = std::move(next);
+    src = &cur;
     l = st.after;
   }
   return cur;
+}
+
+}  // namespace detail
+
+/// Runs `p` on this rank's shard `in` (laid out as p.from) and returns the shard of
+/// p.to. Every rank of the mesh must call it with the same plan. The bytes the
+/// communicators count equal p.bytes_for_rank(rank). `in` is read in place; only a
+/// first step that works in place (all_reduce, mask) copies it.
+template <class T, class C>
+xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) {
+  return detail::execute_steps(p, &in, xt::xarray<T>{}, mc);
+}
+
+/// As above, taking over `in`'s storage (no copy even for in-place steps).
+template <class T, class C>
+xt::xarray<T> execute(const plan& p, xt::xarray<T>&& in, mesh_comm<C>& mc) {
+  return detail::execute_steps(p, static_cast<const xt::xarray<T>*>(nullptr), std::move(in), mc);
 }
 
 /// Redistributes `x` to the static layout `To`. With a static layout and shape on both

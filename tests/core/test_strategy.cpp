@@ -194,7 +194,9 @@ TEST_CASE("tensor_map: unsplit and multi-value entries") {
   const mesh dm{2, 4};
   CHECK(from_tensor_map(dm, tensor_map{-1, 0}) == layout(dm, {{}, {1}}));
   CHECK(to_tensor_map(layout(dm, {{}, {1}})) == tensor_map{-1, 0});
-  CHECK(tensor_map{-1, 0} == tensor_map{axis_list{}, axis_list{0}});
+  CHECK(tensor_map{-1, 0} == tensor_map{{}, {0}});
+  CHECK(tensor_map{{}, {1}} == tensor_map{-1, 1});  // {} is "not split", never the value 0
+  CHECK(tensor_map{{2, 1}, -1}.v[0] == axis_list{2, 1});
   CHECK(tensor_map{-1, -1}.v[0].empty());
 
   // Several values per dim: the dim is split by several axes, major first.

@@ -20,6 +20,8 @@ namespace tessera {
     "tensor rank {a}, limit {b}")                                                                   \
   X(axis_out_of_range, "layout: a mesh axis index is out of range",                                 \
     "dim {dim} names mesh axis {axis}, mesh has {a} axes")                                          \
+  X(partial_axis_out_of_range, "layout: a partial mesh axis is out of range",                        \
+    "partial mesh axis {axis}, mesh has {a} axes")                                                  \
   X(axis_used_twice, "layout: a mesh axis splits more than one tensor dim, or one dim twice",       \
     "mesh axis {axis} is used again at dim {dim}")                                                  \
   X(partial_axis_splits, "layout: a partial mesh axis cannot also split a tensor dim",              \
@@ -35,6 +37,8 @@ namespace tessera {
   X(rank_out_of_range, "mesh: a rank must lie in [0, mesh size)", "rank {a}, mesh size {b}")        \
   X(strategy_ndim, "strategy: each input's split tuple must have between 0 and max_tensor_ndim "    \
                    "entries", "input {dim} has {a} entries")                                        \
+  X(strategy_inputs, "strategy: a strategy has at most max_strategy_inputs inputs",                \
+    "{a} inputs, limit {b}")                                                                        \
   X(strategy_split, "strategy: every split must be positive", "input {dim}, dim {axis}: split {a}") \
   X(strategy_device_num, "strategy: the product of an input's splits must divide the device count",\
     "input {dim}: product of splits {a}, device count {b}")                                         \

@@ -120,7 +120,7 @@ constexpr status check(const layout& l) {
   if (l.dev.ndim < 32 && (l.partial >> l.dev.ndim) != 0) {
     int a = l.dev.ndim;
     while (!(l.partial >> a & 1u)) ++a;
-    return fail(errc::axis_out_of_range, -1, a, l.dev.ndim);
+    return fail(errc::partial_axis_out_of_range, -1, a, l.dev.ndim);
   }
   if (l.op == reduce_op::mean) return fail(errc::partial_op);
   return {};

@@ -69,7 +69,7 @@ constexpr status check(const split_tuple& s, int device_num, int input = 0) {
 
 /// Checks every input of a strategy against a device count.
 constexpr status check(const strategy& st, int device_num) {
-  if (st.n > max_strategy_inputs) return fail(errc::strategy_ndim, st.n);
+  if (st.n > max_strategy_inputs) return fail(errc::strategy_inputs, -1, -1, st.n, max_strategy_inputs);
   for (int i = 0; i < st.n; ++i)
     if (status s = check(st.in[i], device_num, i); !s.ok()) return s;
   return {};
@@ -110,8 +110,10 @@ constexpr layout strategy_layout(const split_tuple& s, int device_num) {
 /// fails to compile with the rule as the message (and the numbers in the note).
 template <split_tuple S, int DeviceNum>
 inline constexpr layout shard_layout = [] {
-  detail::static_require<check(S, DeviceNum)>();
-  return strategy_layout(S, DeviceNum);
+  constexpr status s = check(S, DeviceNum);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return strategy_layout(S, DeviceNum);
+  else return layout{};
 }();
 
 // ---- tensor maps ------------------------------------------------------------------
@@ -123,24 +125,26 @@ inline constexpr layout shard_layout = [] {
 // also list several values (the dim is split by several axes, major first).
 // tessera's axis index is counted from the left: axis = ndim - 1 - value.
 
-/// A tensor map in MindSpore's right-to-left numbering.
+/// One entry of a tensor map: a single map value (-1 = not split), or a braced list of
+/// values for a dim split by several axes ({} = not split).
+struct map_entry {
+  axis_list values;
+  constexpr map_entry(int value) {  // NOLINT: implicit, so tensor_map{2, 1} reads naturally
+    if (value != -1) values.push_back(value);
+  }
+  constexpr map_entry(std::initializer_list<int> list) : values(list) {}
+};
+
+/// A tensor map in MindSpore's right-to-left numbering: tensor_map{2, 1},
+/// tensor_map{{2, 1}, -1} (dim 0 split by two axes), tensor_map{{}, 0}.
 struct tensor_map {
   int ndim = 0;
   std::array<axis_list, max_tensor_ndim> v{};  // map values per dim; empty = -1
 
   constexpr tensor_map() = default;
-  /// One value per dim, -1 for an unsplit dim: tensor_map{2, 1}.
-  constexpr tensor_map(std::initializer_list<int> values) {
-    for (int x : values) {
-      if (ndim < max_tensor_ndim && x != -1) v[ndim] = axis_list{x};
-      if (ndim < max_tensor_ndim && x == -1) v[ndim] = axis_list{};
-      ++ndim;
-    }
-  }
-  /// Several values per dim: tensor_map{{2, 1}, {}}.
-  constexpr tensor_map(std::initializer_list<axis_list> values) {
-    for (const axis_list& x : values) {
-      if (ndim < max_tensor_ndim) v[ndim] = x;
+  constexpr tensor_map(std::initializer_list<map_entry> entries) {
+    for (const map_entry& e : entries) {
+      if (ndim < max_tensor_ndim) v[ndim] = e.values;
       ++ndim;
     }
   }

@@ -88,19 +88,24 @@ void run_exchange(const layout& from, const layout& to, const extents& global,
 
 }  // namespace detail
 
-/// Runs `p` on this rank's shard `in` (laid out as p.from) and returns the shard of
-/// p.to. Every rank of the mesh must call it with the same plan. The bytes the
-/// communicators count equal p.bytes_for_rank(rank).
+namespace detail {
+
+// Runs the plan's steps on the shard laid out as p.from, which either `borrowed`
+// points to (read in place; the first in-place step copies it) or `owned` holds (then
+// in-place steps reuse its storage).
 template <class T, class C>
-xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) {
+xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xarray<T> owned,
+                            mesh_comm<C>& mc) {
+  xt::xarray<T> cur = std::move(owned);
+  const xt::xarray<T>* src = borrowed ? borrowed : &cur;
   if (!(mc.mesh() == p.from.dev))
     throw error(fail(errc::plan_mesh_mismatch), "execute: plan mesh " + to_string(p.from.dev) +
                                                     ", communicator mesh " + to_string(mc.mesh()));
   const index_t need = local_size(p.from, p.global);
-  if (index_t(in.size()) != need)
-    throw error(fail(errc::buffer_size, -1, -1, index_t(in.size()), need), "execute");
+  if (index_t(src->size()) != need)
+    throw error(fail(errc::buffer_size, -1, -1, index_t(src->size()), need), "execute");
+  if (p.empty()) return borrowed ? *borrowed : std::move(cur);
   const int me = mc.rank();
-  xt::xarray<T> cur = in;
   layout l = p.from;
   for (const plan_step& st : p) {
     const extents ls = local_shape(l, p.global);
@@ -115,27 +120,27 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         next = detail::empty_local<T>(ns);
         extents off = detail::origin(n);
         off.v[st.dim] = idx * ns.v[st.dim];
-        detail::copy_box(cur.data(), ls, off, next.data(), ns, detail::origin(n), ns);
+        detail::copy_box(src->data(), ls, off, next.data(), ns, detail::origin(n), ns);
         break;
       }
       case step_kind::all_gather: {
         next = detail::empty_local<T>(ns);
         C& c = mc.group(group);
         if (detail::leading_dims_trivial(ls, st.dim)) {
-          c.all_gather(std::span<const T>(cur.data(), cur.size()), std::span<T>(next.data(), next.size()));
+          c.all_gather(std::span<const T>(src->data(), src->size()), std::span<T>(next.data(), next.size()));
         } else {
           std::vector<T> recv(next.size());
-          c.all_gather(std::span<const T>(cur.data(), cur.size()), std::span<T>(recv));
+          c.all_gather(std::span<const T>(src->data(), src->size()), std::span<T>(recv));
           for (int j = 0; j < g; ++j) {
             extents off = detail::origin(n);
             off.v[st.dim] = j * ls.v[st.dim];
-            detail::copy_box(recv.data() + j * cur.size(), ls, detail::origin(n), next.data(), ns, off, ls);
+            detail::copy_box(recv.data() + j * src->size(), ls, detail::origin(n), next.data(), ns, off, ls);
           }
         }
         break;
       }
       case step_kind::all_reduce: {
-        next = std::move(cur);
+        next = src == &cur ? std::move(cur) : *src;
         mc.group(group).all_reduce(std::span<T>(next.data(), next.size()), st.op);
         break;
       }
@@ -143,13 +148,13 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         next = detail::empty_local<T>(ns);
         C& c = mc.group(group);
         if (detail::leading_dims_trivial(ls, st.dim)) {
-          c.reduce_scatter(std::span<const T>(cur.data(), cur.size()), std::span<T>(next.data(), next.size()), st.op);
+          c.reduce_scatter(std::span<const T>(src->data(), src->size()), std::span<T>(next.data(), next.size()), st.op);
         } else {
-          std::vector<T> send(cur.size());
+          std::vector<T> send(src->size());
           for (int j = 0; j < g; ++j) {
             extents off = detail::origin(n);
             off.v[st.dim] = j * ns.v[st.dim];
-            detail::copy_box(cur.data(), ls, off, send.data() + j * next.size(), ns, detail::origin(n), ns);
+            detail::copy_box(src->data(), ls, off, send.data() + j * next.size(), ns, detail::origin(n), ns);
           }
           c.reduce_scatter(std::span<const T>(send), std::span<T>(next.data(), next.size()), st.op);
         }
@@ -160,11 +165,11 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         extents bs = ls;  // one block: ls with dim2 cut g ways
         bs.v[st.dim2] /= g;
         const index_t bsize = bs.size();
-        std::vector<T> send(cur.size()), recv(cur.size());
+        std::vector<T> send(src->size()), recv(src->size());
         for (int k = 0; k < g; ++k) {
           extents off = detail::origin(n);
           off.v[st.dim2] = k * bs.v[st.dim2];
-          detail::copy_box(cur.data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
+          detail::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
         }
         mc.group(group).all_to_all(std::span<const T>(send), std::span<T>(recv));
         for (int k = 0; k < g; ++k) {
@@ -175,7 +180,7 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         break;
       }
       case step_kind::mask: {
-        next = std::move(cur);
+        next = src == &cur ? std::move(cur) : *src;
         if (idx != 0) next.fill(reduce_identity<T>(st.op));
         break;
       }
@@ -184,19 +189,37 @@ xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) 
         next.fill(reduce_identity<T>(st.op));
         extents off = detail::origin(n);
         off.v[st.dim] = idx * ls.v[st.dim];
-        detail::copy_box(cur.data(), ls, detail::origin(n), next.data(), ns, off, ls);
+        detail::copy_box(src->data(), ls, detail::origin(n), next.data(), ns, off, ls);
         break;
       }
       case step_kind::exchange: {
         next = detail::empty_local<T>(ns);
-        detail::run_exchange(l, st.after, p.global, cur, next, mc);
+        detail::run_exchange(l, st.after, p.global, *src, next, mc);
         break;
       }
     }
     cur = std::move(next);
+    src = &cur;
     l = st.after;
   }
   return cur;
+}
+
+}  // namespace detail
+
+/// Runs `p` on this rank's shard `in` (laid out as p.from) and returns the shard of
+/// p.to. Every rank of the mesh must call it with the same plan. The bytes the
+/// communicators count equal p.bytes_for_rank(rank). `in` is read in place; only a
+/// first step that works in place (all_reduce, mask) copies it.
+template <class T, class C>
+xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) {
+  return detail::execute_steps(p, &in, xt::xarray<T>{}, mc);
+}
+
+/// As above, taking over `in`'s storage (no copy even for in-place steps).
+template <class T, class C>
+xt::xarray<T> execute(const plan& p, xt::xarray<T>&& in, mesh_comm<C>& mc) {
+  return detail::execute_steps(p, static_cast<const xt::xarray<T>*>(nullptr), std::move(in), mc);
 }
 
 /// Redistributes `x` to the static layout `To`. With a static layout and shape on both

@@ -286,8 +286,10 @@ constexpr plan plan_redistribution(const layout& from, const layout& to, const e
 /// to compile with the rule as the message and the numbers in the instantiation note.
 template <layout From, layout To, extents Global, class T>
 inline constexpr plan static_plan = [] {
-  detail::static_require<check_redistribution(From, To, Global)>();
-  return plan_redistribution(From, To, Global, index_t(sizeof(T)));
+  constexpr status s = check_redistribution(From, To, Global);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return plan_redistribution(From, To, Global, index_t(sizeof(T)));
+  else return plan{};  // not reached: the static_assert above has failed
 }();
 
 }  // namespace tessera
