@@ -1636,7 +1636,7 @@ concept comm_request = std::movable<R> && !std::copyable<R> && requires(R& r) { 
 ///                       std::span<const int> send_displs, std::span<T> out,
 ///                       std::span<const int> recv_counts, std::span<const int> recv_displs);
 ///     void broadcast(std::span<T> buf, int root);
-///     void send(std::span<const T> buf, int dest, int tag = 0);
+///     void send(std::span<const T> buf, int dest, int tag = 0);        // also std::span<T>
 ///     void recv(std::span<T> buf, int source, int tag = 0);
 ///     void barrier();
 ///     request iall_reduce(std::span<T> inout, reduce_op op);            // comm_request
@@ -1791,14 +1791,15 @@ inline void check_v_side(const char* fn, const char* dir, const char* buf, std::
     fail_entries(fn, counts_name, counts.size(), g);
   if (displs.size() != std::size_t(g)) [[unlikely]]
     fail_entries(fn, displs_name, displs.size(), g);
-  for (int i = 0; i < g; ++i) {
-    if (counts[i] < 0) [[unlikely]]
-      fail_negative(fn, counts_name, i, counts[i]);
-    if (displs[i] < 0) [[unlikely]]
-      fail_negative(fn, displs_name, i, displs[i]);
-    const std::int64_t end = std::int64_t(displs[i]) + counts[i];
-    if (counts[i] > 0 && end > std::int64_t(n)) [[unlikely]]
-      fail_block_range(fn, dir, i, buf, displs[i], end, n);
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const int c = counts[i], d = displs[i];
+    if (c < 0) [[unlikely]]
+      fail_negative(fn, counts_name, int(i), c);
+    if (d < 0) [[unlikely]]
+      fail_negative(fn, displs_name, int(i), d);
+    const std::int64_t end = std::int64_t(d) + c;
+    if (c > 0 && end > std::int64_t(n)) [[unlikely]]
+      fail_block_range(fn, dir, int(i), buf, d, end, n);
   }
 }
 
@@ -1817,8 +1818,8 @@ inline std::int64_t check_all_to_all_v(std::span<const T> in, std::span<const in
                recv_displs, g);
   check_disjoint(fn, in, out);
   std::int64_t received = 0;
-  for (int i = 0; i < g; ++i)
-    if (i != rank) received += recv_counts[i];
+  for (std::size_t i = 0; i < recv_counts.size(); ++i)
+    if (int(i) != rank) received += recv_counts[i];
   return received;
 }
 
@@ -1994,7 +1995,7 @@ class local_communicator {
 
   /// Completes at once; wait() is a no-op.
   template <comm_element T>
-  request iall_reduce(std::span<T> inout, reduce_op) {
+  [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op) {
     detail::count(stats_, cost::all_reduce(detail::byte_size(inout), 1));
     return request{};
   }
@@ -2109,12 +2110,12 @@ class mesh_comm {
       throw error("mesh_comm::group: " + std::to_string(axes.n) + " axes listed, limit " +
                   std::to_string(max_mesh_ndim));
     for (int i = 0; i < axes.n; ++i) {
-      if (axes.v[i] < 0 || axes.v[i] >= mesh_.ndim)
-        throw error("mesh_comm::group: axis " + std::to_string(axes.v[i]) +
+      if (axes[i] < 0 || axes[i] >= mesh_.ndim)
+        throw error("mesh_comm::group: axis " + std::to_string(axes[i]) +
                     " is out of range for a mesh with " + std::to_string(mesh_.ndim) + " axes");
       for (int j = 0; j < i; ++j)
-        if (axes.v[j] == axes.v[i])
-          throw error("mesh_comm::group: axis " + std::to_string(axes.v[i]) + " is listed twice");
+        if (axes[j] == axes[i])
+          throw error("mesh_comm::group: axis " + std::to_string(axes[i]) + " is listed twice");
     }
   }
 
@@ -2313,7 +2314,7 @@ class dist_tensor {
     else return l;
   }
 
-  [[no_unique_address]] std::conditional_t<static_layout, dynamic_t, tessera::layout> layout_{};
+  [[no_unique_address]] layout_storage layout_{};
   extents global_;
   int rank_ = 0;
   xt::xarray<T> local_;
@@ -2771,11 +2772,6 @@ inline int mpi_world_rank() noexcept {
   std::fflush(stderr);
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
-}
-
-inline std::terminate_handler& previous_terminate() {
-  static std::terminate_handler h = nullptr;
-  return h;
 }
 
 [[noreturn]] inline void mpi_terminate_handler() noexcept {

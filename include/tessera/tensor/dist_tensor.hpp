@@ -189,7 +189,7 @@ class dist_tensor {
     else return l;
   }
 
-  [[no_unique_address]] std::conditional_t<static_layout, dynamic_t, tessera::layout> layout_{};
+  [[no_unique_address]] layout_storage layout_{};
   extents global_;
   int rank_ = 0;
   xt::xarray<T> local_;
