@@ -11,9 +11,14 @@
 // percent. Only rank 0 reports; at the end it prints to stderr the ratios wrapper /
 // raw for every collective and size.
 //
-// Extra flag: --rounds=N registers the whole list N times, alternating the order of
-// each pair (wrapper first, then raw first), to spread slow drifts of a shared machine
-// evenly over both sides; the table then uses every round.
+// Extra flags:
+//   --rounds=N       registers the whole list N times, alternating the order of each
+//                    pair (wrapper first, then raw first), to spread slow drifts of a
+//                    shared machine evenly over both sides; the table uses every round.
+//   --interleaved=S  after the benchmarks, times wrapper and raw alternately call by
+//                    call (about 20 S pairs at 64 MiB, more for smaller sizes) and
+//                    prints a second ratio table: the most precise comparison on a
+//                    noisy machine. S = 0 skips it; default 1.
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
@@ -225,6 +230,50 @@ void print_ratio_table(const capture_reporter& rep, const std::vector<collective
     }
 }
 
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, std::size_t(q * double(v.size())))];
+}
+
+// The finest comparison: wrapper and raw alternate call by call (which goes first
+// alternates too), each call timed as in run_timed, so that both sides see the same
+// machine. Prints the ratios of the medians and of the 10th and 90th percentiles.
+// All ranks run it; rank 0 prints.
+void print_interleaved_table(mpi_communicator& world, buffers& b,
+                             const std::vector<collective>& ops, double scale) {
+  const MPI_Comm comm = world.native();
+  if (world.rank() == 0)
+    std::fprintf(stderr,
+                 "\nwrapper / raw, interleaved call by call\n"
+                 "%-15s %7s %6s %8s %8s %8s %12s\n",
+                 "collective", "size", "pairs", "median", "p10", "p90", "raw median");
+  for (const collective& c : ops)
+    for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const std::size_t n = bytes / sizeof(float);
+      // about 20 pairs at 64 MiB, up to 2000 for small sizes
+      const auto pairs = std::size_t(std::clamp(scale * 20.0 * double(max_bytes / bytes), 4.0, 2000.0 * std::max(scale, 0.01)));
+      std::vector<double> tw, tr;
+      c.wrapper(world, b, n);
+      c.raw(world, b, n);
+      for (std::size_t i = 0; i < pairs; ++i)
+        for (int side = 0; side < 2; ++side) {
+          const bool wrapper = side == int(i % 2);
+          MPI_Barrier(comm);
+          const double t0 = MPI_Wtime();
+          (wrapper ? c.wrapper : c.raw)(world, b, n);
+          const double mine = MPI_Wtime() - t0;
+          double slowest = 0;
+          MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+          (wrapper ? tw : tr).push_back(slowest);
+        }
+      if (world.rank() == 0)
+        std::fprintf(stderr, "%-15s %7s %6zu %8.4f %8.4f %8.4f %10.1fus\n", c.name,
+                     size_name(bytes).c_str(), pairs, quantile(tw, 0.5) / quantile(tr, 0.5),
+                     quantile(tw, 0.1) / quantile(tr, 0.1), quantile(tw, 0.9) / quantile(tr, 0.9),
+                     quantile(tr, 0.5) * 1e6);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -233,9 +282,14 @@ int main(int argc, char** argv) {
     // Other ranks must not open the --benchmark_out file that rank 0 writes.
     std::vector<char*> args;
     int rounds = 1;
+    double interleaved = 1.0;
     for (int i = 0; i < argc; ++i) {
       if (i > 0 && std::strncmp(argv[i], "--rounds=", 9) == 0) {
         rounds = std::max(1, std::atoi(argv[i] + 9));
+        continue;
+      }
+      if (i > 0 && std::strncmp(argv[i], "--interleaved=", 14) == 0) {
+        interleaved = std::atof(argv[i] + 14);
         continue;
       }
       if (!root && i > 0 && std::strncmp(argv[i], "--benchmark_out", 15) == 0) continue;
@@ -284,6 +338,7 @@ int main(int argc, char** argv) {
       null_reporter rep;
       benchmark::RunSpecifiedBenchmarks(&rep);
     }
+    if (interleaved > 0) print_interleaved_table(world, buf, ops, interleaved);
     benchmark::Shutdown();
     return 0;
   });

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
+#include <type_traits>
 #include <vector>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mesh_comm.hpp>
@@ -170,6 +171,10 @@ TEST_CASE("mesh_comm over local_communicator") {
   mc.reset_stats();
   CHECK(mc.total_stats() == traffic{});
   CHECK(g0.stats() == traffic{});
+
+  mesh_comm deduced(mesh{1, 1}, c);  // C deduced from the communicator
+  static_assert(std::is_same_v<decltype(deduced), mesh_comm<local_communicator>>);
+  CHECK(deduced.group({1, 0}).size() == 1);
 
   CHECK_THROWS_WITH_AS(mc.group({1}), "mesh_comm::group: axis 1 is out of range for a mesh with 1 axes",
                        error);

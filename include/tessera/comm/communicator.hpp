@@ -78,7 +78,7 @@ concept comm_request = std::movable<R> && !std::copyable<R> && requires(R& r) { 
 ///                       std::span<const int> send_displs, std::span<T> out,
 ///                       std::span<const int> recv_counts, std::span<const int> recv_displs);
 ///     void broadcast(std::span<T> buf, int root);
-///     void send(std::span<const T> buf, int dest, int tag = 0);
+///     void send(std::span<const T> buf, int dest, int tag = 0);        // also std::span<T>
 ///     void recv(std::span<T> buf, int source, int tag = 0);
 ///     void barrier();
 ///     request iall_reduce(std::span<T> inout, reduce_op op);            // comm_request
@@ -233,14 +233,15 @@ inline void check_v_side(const char* fn, const char* dir, const char* buf, std::
     fail_entries(fn, counts_name, counts.size(), g);
   if (displs.size() != std::size_t(g)) [[unlikely]]
     fail_entries(fn, displs_name, displs.size(), g);
-  for (int i = 0; i < g; ++i) {
-    if (counts[i] < 0) [[unlikely]]
-      fail_negative(fn, counts_name, i, counts[i]);
-    if (displs[i] < 0) [[unlikely]]
-      fail_negative(fn, displs_name, i, displs[i]);
-    const std::int64_t end = std::int64_t(displs[i]) + counts[i];
-    if (counts[i] > 0 && end > std::int64_t(n)) [[unlikely]]
-      fail_block_range(fn, dir, i, buf, displs[i], end, n);
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const int c = counts[i], d = displs[i];
+    if (c < 0) [[unlikely]]
+      fail_negative(fn, counts_name, int(i), c);
+    if (d < 0) [[unlikely]]
+      fail_negative(fn, displs_name, int(i), d);
+    const std::int64_t end = std::int64_t(d) + c;
+    if (c > 0 && end > std::int64_t(n)) [[unlikely]]
+      fail_block_range(fn, dir, int(i), buf, d, end, n);
   }
 }
 
@@ -259,8 +260,8 @@ inline std::int64_t check_all_to_all_v(std::span<const T> in, std::span<const in
                recv_displs, g);
   check_disjoint(fn, in, out);
   std::int64_t received = 0;
-  for (int i = 0; i < g; ++i)
-    if (i != rank) received += recv_counts[i];
+  for (std::size_t i = 0; i < recv_counts.size(); ++i)
+    if (int(i) != rank) received += recv_counts[i];
   return received;
 }
 

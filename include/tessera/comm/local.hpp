@@ -108,7 +108,7 @@ class local_communicator {
 
   /// Completes at once; wait() is a no-op.
   template <comm_element T>
-  request iall_reduce(std::span<T> inout, reduce_op) {
+  [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op) {
     detail::count(stats_, cost::all_reduce(detail::byte_size(inout), 1));
     return request{};
   }

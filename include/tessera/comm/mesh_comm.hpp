@@ -82,12 +82,12 @@ class mesh_comm {
       throw error("mesh_comm::group: " + std::to_string(axes.n) + " axes listed, limit " +
                   std::to_string(max_mesh_ndim));
     for (int i = 0; i < axes.n; ++i) {
-      if (axes.v[i] < 0 || axes.v[i] >= mesh_.ndim)
-        throw error("mesh_comm::group: axis " + std::to_string(axes.v[i]) +
+      if (axes[i] < 0 || axes[i] >= mesh_.ndim)
+        throw error("mesh_comm::group: axis " + std::to_string(axes[i]) +
                     " is out of range for a mesh with " + std::to_string(mesh_.ndim) + " axes");
       for (int j = 0; j < i; ++j)
-        if (axes.v[j] == axes.v[i])
-          throw error("mesh_comm::group: axis " + std::to_string(axes.v[i]) + " is listed twice");
+        if (axes[j] == axes[i])
+          throw error("mesh_comm::group: axis " + std::to_string(axes[i]) + " is listed twice");
     }
   }
 

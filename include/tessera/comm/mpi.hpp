@@ -137,11 +137,6 @@ inline int mpi_world_rank() noexcept {
   std::abort();
 }
 
-inline std::terminate_handler& previous_terminate() {
-  static std::terminate_handler h = nullptr;
-  return h;
-}
-
 [[noreturn]] inline void mpi_terminate_handler() noexcept {
   if (std::exception_ptr e = std::current_exception()) {
     try {
