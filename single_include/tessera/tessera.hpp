@@ -1860,6 +1860,22 @@ inline void check_color(int color) {
 
 /// Finishes reduce_op::mean: divides every element by g (integer division for
 /// integer types).
+/// out[i] = a[i] op b[i] for sum, max and min (mean sums; the caller divides).
+template <class T>
+void combine(T* out, const T* a, const T* b, std::size_t n, reduce_op op) {
+  switch (op) {
+    case reduce_op::max:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
+      break;
+    case reduce_op::min:
+      for (std::size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+    default:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+      break;
+  }
+}
+
 template <class T>
 void divide_by(std::span<T> v, int g) {
   if (g == 1) return;
@@ -2546,18 +2562,26 @@ xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xa
         extents bs = ls;  // one block: ls with dim2 cut g ways
         bs.v[st.dim2] /= g;
         const index_t bsize = bs.size();
-        std::vector<T> send(src->size()), recv(src->size());
-        for (int k = 0; k < g; ++k) {
-          extents off = detail::origin(n);
-          off.v[st.dim2] = k * bs.v[st.dim2];
-          detail::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
-        }
-        mc.group(group).all_to_all(std::span<const T>(send), std::span<T>(recv));
-        for (int k = 0; k < g; ++k) {
-          extents off = detail::origin(n);
-          off.v[st.dim] = k * bs.v[st.dim];
-          detail::copy_box(recv.data() + k * bsize, bs, detail::origin(n), next.data(), ns, off, bs);
-        }
+        // Blocks along a dim are contiguous when every dim before it has extent 1:
+        // then the send side needs no packing, or the receive side no unpacking.
+        const bool packed_in = detail::leading_dims_trivial(ls, st.dim2);
+        const bool packed_out = detail::leading_dims_trivial(ns, st.dim);
+        std::vector<T> send(packed_in ? 0 : src->size()), recv(packed_out ? 0 : src->size());
+        if (!packed_in)
+          for (int k = 0; k < g; ++k) {
+            extents off = detail::origin(n);
+            off.v[st.dim2] = k * bs.v[st.dim2];
+            detail::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
+          }
+        mc.group(group).all_to_all(
+            std::span<const T>(packed_in ? src->data() : send.data(), src->size()),
+            std::span<T>(packed_out ? next.data() : recv.data(), src->size()));
+        if (!packed_out)
+          for (int k = 0; k < g; ++k) {
+            extents off = detail::origin(n);
+            off.v[st.dim] = k * bs.v[st.dim];
+            detail::copy_box(recv.data() + k * bsize, bs, detail::origin(n), next.data(), ns, off, bs);
+          }
         break;
       }
       case step_kind::mask: {
@@ -2644,6 +2668,7 @@ dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, mes
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -2652,6 +2677,7 @@ dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, mes
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -2948,7 +2974,8 @@ class mpi_communicator {
         owned_(std::exchange(o.owned_, false)),
         rank_(std::exchange(o.rank_, -1)),
         size_(std::exchange(o.size_, 0)),
-        stats_(std::exchange(o.stats_, traffic{})) {}
+        stats_(std::exchange(o.stats_, traffic{})),
+        scratch_(std::move(o.scratch_)) {}
   mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -2957,6 +2984,7 @@ class mpi_communicator {
       rank_ = std::exchange(o.rank_, -1);
       size_ = std::exchange(o.size_, 0);
       stats_ = std::exchange(o.stats_, traffic{});
+      scratch_ = std::move(o.scratch_);
     }
     return *this;
   }
@@ -3012,9 +3040,13 @@ class mpi_communicator {
                       reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size_);
     const int n = detail::mpi_count("reduce_scatter", "out", out.size());
-    detail::mpi_call(MPI_Reduce_scatter_block(in.data(), out.data(), n, detail::mpi_datatype<T>(),
-                                              detail::mpi_op(op), comm_),
-                     "MPI_Reduce_scatter_block");
+    if (size_ > 1 && detail::byte_size(out) >= ring_min_block_bytes) {
+      ring_reduce_scatter(in.data(), out.data(), n, op);
+    } else {
+      detail::mpi_call(MPI_Reduce_scatter_block(in.data(), out.data(), n, detail::mpi_datatype<T>(),
+                                                detail::mpi_op(op), comm_),
+                       "MPI_Reduce_scatter_block");
+    }
     detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
     if (op == reduce_op::mean) detail::divide_by(out, size_);
   }
@@ -3121,7 +3153,35 @@ class mpi_communicator {
   const traffic& stats() const noexcept { return stats_; }
   void reset_stats() noexcept { stats_ = {}; }
 
+  /// Blocks of at least this many bytes are reduce-scattered by the ring below.
+  static constexpr std::int64_t ring_min_block_bytes = std::int64_t(64) << 10;
+
  private:
+  // Ring reduce-scatter: g - 1 steps; at step s rank r sends its partial sum of block
+  // (r - s) mod g to rank r + 1 and receives block (r - s - 1) mod g from rank r - 1,
+  // adding its own contribution. After g - 1 steps it holds block r, complete. Each
+  // rank receives (g - 1) blocks, the cost model's (g - 1) / g of the buffer. Open MPI's
+  // MPI_Reduce_scatter_block is slower than MPI_Allreduce on large buffers (it moves
+  // more data than this), so the wrapper uses the ring there.
+  template <class T>
+  void ring_reduce_scatter(const T* in, T* out, int n, reduce_op op) {
+    const int g = size_, r = rank_;
+    const int right = (r + 1) % g, left = (r - 1 + g) % g;
+    const std::size_t b = std::size_t(n);
+    if (scratch_.size() < b * sizeof(T)) scratch_.resize(b * sizeof(T));
+    T* recv = reinterpret_cast<T*>(scratch_.data());
+    const MPI_Datatype t = detail::mpi_datatype<T>();
+    auto block = [&](int j) { return in + std::size_t((j % g + g) % g) * b; };
+    for (int s = 1; s < g; ++s) {
+      const T* send = s == 1 ? block(r - 1) : out;
+      detail::mpi_call(MPI_Sendrecv(send, n, t, right, ring_tag, recv, n, t, left, ring_tag, comm_,
+                                    MPI_STATUS_IGNORE),
+                       "MPI_Sendrecv");
+      detail::combine(out, recv, block(r - s - 1), b, op);
+    }
+  }
+
+  static constexpr int ring_tag = 0x7e55;
   mpi_communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
     // Own the handle first so that a failure below still frees it.
     try {
@@ -3155,6 +3215,7 @@ class mpi_communicator {
   int rank_ = -1;
   int size_ = 0;
   traffic stats_{};
+  std::vector<unsigned char> scratch_;  // ring_reduce_scatter's receive block, reused
 };
 
 static_assert(communicator<mpi_communicator>);

@@ -120,7 +120,11 @@ TEST_CASE_TEMPLATE("mpi: all_gather in rank order", T, float, double, std::int64
 TEST_CASE_TEMPLATE("mpi: reduce_scatter block r onto rank r", T, float, double, std::int64_t) {
   mpi_communicator c = mpi_communicator::world();
   const int g = c.size(), r = c.rank();
-  const int n = 3;
+  // Small blocks go through MPI_Reduce_scatter_block, large ones (>= 64 KiB) through
+  // the wrapper's ring: both must give the same blocks.
+  for (const int n : {3, 20011}) {
+  CAPTURE(n);
+  static_assert(20011 * sizeof(float) >= std::size_t(mpi_communicator::ring_min_block_bytes));
   std::vector<T> in(std::size_t(g * n));
   for (int j = 0; j < g; ++j)
     for (int i = 0; i < n; ++i) in[j * n + i] = T((r + 1) * 1000 + j * 10 + i);
@@ -140,6 +144,7 @@ TEST_CASE_TEMPLATE("mpi: reduce_scatter block r onto rank r", T, float, double, 
       c.reduce_scatter(std::span<const T>(in), std::span<T>(out), op);
     });
     CHECK(out == expect);
+  }
   }
 }
 

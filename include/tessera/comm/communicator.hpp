@@ -302,6 +302,22 @@ inline void check_color(int color) {
 
 /// Finishes reduce_op::mean: divides every element by g (integer division for
 /// integer types).
+/// out[i] = a[i] op b[i] for sum, max and min (mean sums; the caller divides).
+template <class T>
+void combine(T* out, const T* a, const T* b, std::size_t n, reduce_op op) {
+  switch (op) {
+    case reduce_op::max:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
+      break;
+    case reduce_op::min:
+      for (std::size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+    default:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+      break;
+  }
+}
+
 template <class T>
 void divide_by(std::span<T> v, int g) {
   if (g == 1) return;

@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -14,6 +15,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 #include <tessera/comm/communicator.hpp>
 
 namespace tessera {
@@ -311,7 +313,8 @@ class mpi_communicator {
         owned_(std::exchange(o.owned_, false)),
         rank_(std::exchange(o.rank_, -1)),
         size_(std::exchange(o.size_, 0)),
-        stats_(std::exchange(o.stats_, traffic{})) {}
+        stats_(std::exchange(o.stats_, traffic{})),
+        scratch_(std::move(o.scratch_)) {}
   mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -320,6 +323,7 @@ class mpi_communicator {
       rank_ = std::exchange(o.rank_, -1);
       size_ = std::exchange(o.size_, 0);
       stats_ = std::exchange(o.stats_, traffic{});
+      scratch_ = std::move(o.scratch_);
     }
     return *this;
   }
@@ -375,9 +379,13 @@ class mpi_communicator {
                       reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size_);
     const int n = detail::mpi_count("reduce_scatter", "out", out.size());
-    detail::mpi_call(MPI_Reduce_scatter_block(in.data(), out.data(), n, detail::mpi_datatype<T>(),
-                                              detail::mpi_op(op), comm_),
-                     "MPI_Reduce_scatter_block");
+    if (size_ > 1 && detail::byte_size(out) >= ring_min_block_bytes) {
+      ring_reduce_scatter(in.data(), out.data(), n, op);
+    } else {
+      detail::mpi_call(MPI_Reduce_scatter_block(in.data(), out.data(), n, detail::mpi_datatype<T>(),
+                                                detail::mpi_op(op), comm_),
+                       "MPI_Reduce_scatter_block");
+    }
     detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
     if (op == reduce_op::mean) detail::divide_by(out, size_);
   }
@@ -484,7 +492,35 @@ class mpi_communicator {
   const traffic& stats() const noexcept { return stats_; }
   void reset_stats() noexcept { stats_ = {}; }
 
+  /// Blocks of at least this many bytes are reduce-scattered by the ring below.
+  static constexpr std::int64_t ring_min_block_bytes = std::int64_t(64) << 10;
+
  private:
+  // Ring reduce-scatter: g - 1 steps; at step s rank r sends its partial sum of block
+  // (r - s) mod g to rank r + 1 and receives block (r - s - 1) mod g from rank r - 1,
+  // adding its own contribution. After g - 1 steps it holds block r, complete. Each
+  // rank receives (g - 1) blocks, the cost model's (g - 1) / g of the buffer. Open MPI's
+  // MPI_Reduce_scatter_block is slower than MPI_Allreduce on large buffers (it moves
+  // more data than this), so the wrapper uses the ring there.
+  template <class T>
+  void ring_reduce_scatter(const T* in, T* out, int n, reduce_op op) {
+    const int g = size_, r = rank_;
+    const int right = (r + 1) % g, left = (r - 1 + g) % g;
+    const std::size_t b = std::size_t(n);
+    if (scratch_.size() < b * sizeof(T)) scratch_.resize(b * sizeof(T));
+    T* recv = reinterpret_cast<T*>(scratch_.data());
+    const MPI_Datatype t = detail::mpi_datatype<T>();
+    auto block = [&](int j) { return in + std::size_t((j % g + g) % g) * b; };
+    for (int s = 1; s < g; ++s) {
+      const T* send = s == 1 ? block(r - 1) : out;
+      detail::mpi_call(MPI_Sendrecv(send, n, t, right, ring_tag, recv, n, t, left, ring_tag, comm_,
+                                    MPI_STATUS_IGNORE),
+                       "MPI_Sendrecv");
+      detail::combine(out, recv, block(r - s - 1), b, op);
+    }
+  }
+
+  static constexpr int ring_tag = 0x7e55;
   mpi_communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
     // Own the handle first so that a failure below still frees it.
     try {
@@ -518,6 +554,7 @@ class mpi_communicator {
   int rank_ = -1;
   int size_ = 0;
   traffic stats_{};
+  std::vector<unsigned char> scratch_;  // ring_reduce_scatter's receive block, reused
 };
 
 static_assert(communicator<mpi_communicator>);

@@ -165,18 +165,26 @@ xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xa
         extents bs = ls;  // one block: ls with dim2 cut g ways
         bs.v[st.dim2] /= g;
         const index_t bsize = bs.size();
-        std::vector<T> send(src->size()), recv(src->size());
-        for (int k = 0; k < g; ++k) {
-          extents off = detail::origin(n);
-          off.v[st.dim2] = k * bs.v[st.dim2];
-          detail::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
-        }
-        mc.group(group).all_to_all(std::span<const T>(send), std::span<T>(recv));
-        for (int k = 0; k < g; ++k) {
-          extents off = detail::origin(n);
-          off.v[st.dim] = k * bs.v[st.dim];
-          detail::copy_box(recv.data() + k * bsize, bs, detail::origin(n), next.data(), ns, off, bs);
-        }
+        // Blocks along a dim are contiguous when every dim before it has extent 1:
+        // then the send side needs no packing, or the receive side no unpacking.
+        const bool packed_in = detail::leading_dims_trivial(ls, st.dim2);
+        const bool packed_out = detail::leading_dims_trivial(ns, st.dim);
+        std::vector<T> send(packed_in ? 0 : src->size()), recv(packed_out ? 0 : src->size());
+        if (!packed_in)
+          for (int k = 0; k < g; ++k) {
+            extents off = detail::origin(n);
+            off.v[st.dim2] = k * bs.v[st.dim2];
+            detail::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
+          }
+        mc.group(group).all_to_all(
+            std::span<const T>(packed_in ? src->data() : send.data(), src->size()),
+            std::span<T>(packed_out ? next.data() : recv.data(), src->size()));
+        if (!packed_out)
+          for (int k = 0; k < g; ++k) {
+            extents off = detail::origin(n);
+            off.v[st.dim] = k * bs.v[st.dim];
+            detail::copy_box(recv.data() + k * bsize, bs, detail::origin(n), next.data(), ns, off, bs);
+          }
         break;
       }
       case step_kind::mask: {
