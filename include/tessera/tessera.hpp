@@ -17,6 +17,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/core/enumerate.hpp>
 #include <tessera/core/format.hpp>
+#include <tessera/core/refine.hpp>
 
 // plan/: the redistribution planner and its cost (standard library only)
 #include <tessera/plan/cost.hpp>
@@ -30,11 +31,20 @@
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mesh_comm.hpp>
 
+// ops/: operators' sharding rules (standard library only)
+#include <tessera/ops/matmul_rule.hpp>
+
 // tensor/ and exec/: shards in xtensor containers
 #if __has_include(<xtensor/xarray.hpp>)
 #include <tessera/tensor/dist_tensor.hpp>
 #include <tessera/exec/pack.hpp>
 #include <tessera/exec/redistribute.hpp>
+
+// kernels/cpu/ and the sharded operators: local math through CBLAS
+#if __has_include(<cblas.h>)
+#include <tessera/kernels/cpu.hpp>
+#include <tessera/ops/matmul.hpp>
+#endif
 #endif
 
 // comm/mpi.hpp: the MPI communicator

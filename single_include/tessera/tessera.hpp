@@ -72,6 +72,16 @@ namespace tessera {
     "input {dim}: product of splits {a}, device count {b}")                                         \
   X(tensor_map_value, "tensor_map: each entry must be -1 or name a device-matrix axis",            \
     "dim {dim} maps to {a}, device matrix has {b} axes")                                            \
+  X(mesh_no_refinement, "mesh: two device matrices of one rank list must nest to share a refinement", \
+    "suffix products {a} and {b} do not divide")                                                    \
+  X(op_inputs, "operator: a strategy has one split tuple per operator input",                     \
+    "{a} split tuples for {b} inputs")                                                              \
+  X(op_input_ndim, "operator: each split tuple has one entry per dim of its input",                 \
+    "input {dim} has {a} entries, the input has rank {b}")                                          \
+  X(matmul_contraction, "matmul: both inputs must split the contraction dim into the same number "  \
+                        "of pieces", "input 0 splits it {a} ways, input 1 {b} ways")                \
+  X(op_device_num, "operator: the device matrix of a strategy must divide the device count",        \
+    "device matrix size {a}, device count {b}")                                                     \
   X(plan_mesh_mismatch, "redistribute: both layouts must be on the same mesh", "")                  \
   X(plan_ndim_mismatch, "redistribute: both layouts must have the same tensor rank",                \
     "tensor ranks {a} and {b}")                                                                     \
@@ -166,6 +176,11 @@ class error : public std::runtime_error {
                                            : std::string(context) + ": " + detail::format_status(s)),
         status_(s) {}
   explicit error(const std::string& message) : std::runtime_error(message) {}
+  /// The rule and numbers of `s`, followed by "; " and `where` (e.g. the strategy).
+  error(const status& s, std::string_view context, std::string_view where)
+      : std::runtime_error((context.empty() ? std::string() : std::string(context) + ": ") +
+                           detail::format_status(s) + "; " + std::string(where)),
+        status_(s) {}
 
   /// The failed check (code ok for errors raised with a plain message).
   const status& why() const noexcept { return status_; }
@@ -1013,6 +1028,91 @@ inline std::string to_string(const layout& l) {
     s += "}";
   }
   return s;
+}
+
+}  // namespace tessera
+// ---- tessera/core/refine.hpp ----
+// Device matrices of one rank list, and layouts moved between them. Each operator
+// has its own device matrix (MatMul ((2, 4), (4, 1)) uses (2, 4, 1); a data-parallel
+// op uses (8,)); all factor the same ranks row-major, so two of them usually share
+// a common refinement on which both layouts can be written and a plan computed.
+
+#include <array>
+
+namespace tessera {
+
+namespace detail {
+// The strides of a mesh's axes, plus the total: for (2, 4) -> {8, 4, 1}.
+constexpr std::array<int, max_mesh_ndim + 1> suffix_products(const mesh& m) {
+  std::array<int, max_mesh_ndim + 1> s{};
+  s[m.ndim] = 1;
+  for (int a = m.ndim - 1; a >= 0; --a) s[a] = s[a + 1] * m.dims[a];
+  return s;
+}
+}  // namespace detail
+
+/// Checks that `a` and `b` (of equal size) have a common refinement: every stride
+/// of one divides or is divided by every stride of the other. (2, 3) and (3, 2) do
+/// not: their axes cut the 6 ranks in incompatible ways.
+constexpr status check_refinement(const mesh& a, const mesh& b) {
+  if (status s = check(a); !s.ok()) return s;
+  if (status s = check(b); !s.ok()) return s;
+  if (a.size() != b.size()) return fail(errc::mesh_size_mismatch, -1, -1, a.size(), b.size());
+  const auto sa = detail::suffix_products(a), sb = detail::suffix_products(b);
+  for (int i = 0; i <= a.ndim; ++i)
+    for (int j = 0; j <= b.ndim; ++j)
+      if (sa[i] % sb[j] != 0 && sb[j] % sa[i] != 0)
+        return fail(errc::mesh_no_refinement, -1, -1, sa[i], sb[j]);
+  return {};
+}
+
+/// The coarsest mesh that refines both `a` and `b`: its strides are the union of
+/// theirs. (2, 4) and (4, 2) -> (2, 2, 2); (2, 4, 1) and (8,) -> (2, 4). Axes of size
+/// 1 disappear unless the mesh is (1,).
+/// @pre check_refinement(a, b).ok()
+constexpr mesh common_refinement(const mesh& a, const mesh& b) {
+  const auto sa = detail::suffix_products(a), sb = detail::suffix_products(b);
+  // Merge the two descending stride lists, dropping repeats.
+  std::array<int, 2 * max_mesh_ndim + 2> s{};
+  int n = 0, i = 0, j = 0;
+  while (i <= a.ndim || j <= b.ndim) {
+    int next;
+    if (j > b.ndim || (i <= a.ndim && sa[i] >= sb[j])) next = sa[i++];
+    else next = sb[j++];
+    if (n == 0 || s[n - 1] != next) s[n++] = next;
+  }
+  mesh m;
+  for (int k = 0; k + 1 < n; ++k) m.dims[m.ndim++] = s[k] / s[k + 1];
+  if (m.ndim == 0) m = mesh{1};
+  return m;
+}
+
+/// The axes of `fine` that mesh axis `axis` of `coarse` spans (major to minor).
+/// @pre fine refines coarse
+constexpr axis_list refined_axes(const mesh& coarse, int axis, const mesh& fine) {
+  const auto sc = detail::suffix_products(coarse), sf = detail::suffix_products(fine);
+  axis_list out;
+  for (int f = 0; f < fine.ndim; ++f)
+    if (sf[f] <= sc[axis] && sf[f + 1] >= sc[axis + 1] && fine.dims[f] > 1) out.push_back(f);
+  return out;
+}
+
+/// The same distribution written on a finer mesh: each mesh axis becomes the fine axes
+/// it spans, in order, wherever it split a dim or held partial values. The slice
+/// geometry is unchanged: every rank holds the same shard.
+/// @pre fine refines l.dev
+constexpr layout refine(const layout& l, const mesh& fine) {
+  layout out = layout::replicated(fine, l.ndim);
+  out.op = l.op;
+  for (int d = 0; d < l.ndim; ++d)
+    for (int i = 0; i < l.split[d].n; ++i) {
+      const axis_list f = refined_axes(l.dev, l.split[d].v[i], fine);
+      for (int k = 0; k < f.n; ++k) out.split[d].push_back(f.v[k]);
+    }
+  for (int a = 0; a < l.dev.ndim; ++a)
+    if (l.is_partial(a)) out.partial |= refined_axes(l.dev, a, fine).mask();
+  if (!out.partial) out.op = reduce_op::sum;
+  return out;
 }
 
 }  // namespace tessera
@@ -2140,6 +2240,121 @@ class mesh_comm {
   std::vector<std::pair<axis_list, std::unique_ptr<C>>> groups_;
 };
 
+/// The communicators of one world for every device matrix a program uses: operators
+/// with different strategies have different device matrices over the same ranks
+/// (MatMul ((2, 4), (4, 1)) uses (2, 4, 1), a data-parallel op (8,)). Each mesh's
+/// mesh_comm, and so its groups, is created on first use (collectively) and kept.
+template <communicator C>
+class device_context {
+ public:
+  explicit device_context(C& world) : world_(&world) {}
+  device_context(const device_context&) = delete;
+  device_context& operator=(const device_context&) = delete;
+
+  C& world() noexcept { return *world_; }
+  int rank() const { return world_->rank(); }
+  int size() const { return world_->size(); }
+
+  /// The mesh_comm of `m`; throws unless m spans the world's ranks.
+  mesh_comm<C>& on(const tessera::mesh& m) {
+    for (auto& mc : meshes_)
+      if (mc->mesh() == m) return *mc;
+    meshes_.push_back(std::make_unique<mesh_comm<C>>(m, *world_));
+    return *meshes_.back();
+  }
+
+  /// Traffic of the world and of every group of every mesh.
+  traffic total_stats() const {
+    traffic t = world_->stats();
+    for (const auto& mc : meshes_) t += mc->total_stats() - world_->stats();
+    return t;
+  }
+  void reset_stats() {
+    for (auto& mc : meshes_) mc->reset_stats();
+    world_->reset_stats();
+  }
+
+ private:
+  C* world_;
+  std::vector<std::unique_ptr<mesh_comm<C>>> meshes_;
+};
+
+}  // namespace tessera
+
+// ops/: operators' sharding rules (standard library only)
+// ---- tessera/ops/matmul_rule.hpp ----
+// MatMul's sharding rule: from a shard strategy such as ((2, 4), (4, 1)) to the
+// operator's device matrix and the layouts of its inputs, output and gradients.
+// Standard library only and constexpr, so a static strategy is checked and turned
+// into layouts by the compiler.
+
+
+namespace tessera {
+
+/// The layouts of C = op(A) op(B), where op transposes when the flag is set.
+struct matmul_layouts {
+  mesh dev;       ///< the operator's device matrix
+  layout a, b;    ///< the inputs as the local product needs them
+  layout c;       ///< the output: partial sums over the contraction axis when it is split
+  layout grad_a;  ///< dA = dC op(B)^T locally: A's layout, partial over the n axis
+  layout grad_b;  ///< dB = op(A)^T dC locally: B's layout, partial over the m axis
+  friend constexpr bool operator==(const matmul_layouts&, const matmul_layouts&) = default;
+};
+
+/// Checks a MatMul strategy on `device_num` devices: two inputs of rank 2, positive
+/// splits, the contraction dim split alike in both ((2, 4), (4, 1) splits it 4 ways),
+/// and a device matrix (m, k, n) whose size divides the device count.
+constexpr status check_matmul(const strategy& st, int device_num, bool trans_a = false,
+                              bool trans_b = false) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  for (int i = 0; i < 2; ++i)
+    if (st.in[i].n != 2) return fail(errc::op_input_ndim, i, -1, st.in[i].n, 2);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  const int ka = trans_a ? st.in[0].v[0] : st.in[0].v[1];
+  const int kb = trans_b ? st.in[1].v[1] : st.in[1].v[0];
+  if (ka != kb) return fail(errc::matmul_contraction, -1, -1, ka, kb);
+  const int m = trans_a ? st.in[0].v[1] : st.in[0].v[0];
+  const int n = trans_b ? st.in[1].v[0] : st.in[1].v[1];
+  if (device_num % (m * ka * n) != 0) return fail(errc::op_device_num, -1, -1, m * ka * n, device_num);
+  return {};
+}
+
+/// MatMul's rule, as MindSpore's: the device matrix is (m, k, n), the pieces of C's
+/// rows, the contraction and C's columns, preceded by a replica axis when it uses
+/// fewer devices than there are. A is split (m, k), B (k, n) (swapped for a transposed
+/// operand), C (m, n) with partial sums over the k axis. Example: ((2, 4), (4, 1)) on
+/// 8 devices -> device matrix (2, 4, 1); A (16, 32) has (8, 8) shards, B (32, 16) has
+/// (8, 16) shards, C's (8, 16) shards are partial over the 4 ranks of each mesh row.
+/// @pre check_matmul(st, device_num, trans_a, trans_b).ok()
+constexpr matmul_layouts matmul_rule(const strategy& st, int device_num, bool trans_a = false,
+                                     bool trans_b = false) {
+  const int m = trans_a ? st.in[0].v[1] : st.in[0].v[0];
+  const int k = trans_a ? st.in[0].v[0] : st.in[0].v[1];
+  const int n = trans_b ? st.in[1].v[0] : st.in[1].v[1];
+  const int replicas = device_num / (m * k * n);
+  matmul_layouts r;
+  const int first = replicas > 1 ? 1 : 0;
+  r.dev = replicas > 1 ? mesh{replicas, m, k, n} : mesh{m, k, n};
+  const int am = first, ak = first + 1, an = first + 2;
+  r.a = trans_a ? layout(r.dev, {{ak}, {am}}) : layout(r.dev, {{am}, {ak}});
+  r.b = trans_b ? layout(r.dev, {{an}, {ak}}) : layout(r.dev, {{ak}, {an}});
+  r.c = layout(r.dev, {{am}, {an}});
+  if (k > 1) r.c = r.c.with_partial(ak);
+  r.grad_a = n > 1 ? r.a.with_partial(an) : r.a;
+  r.grad_b = m > 1 ? r.b.with_partial(am) : r.b;
+  return r;
+}
+
+/// The rule for a static strategy; an invalid one fails to compile with the rule it
+/// breaks as the message.
+template <strategy St, int DeviceNum, bool TransA = false, bool TransB = false>
+inline constexpr matmul_layouts static_matmul_rule = [] {
+  constexpr status s = check_matmul(St, DeviceNum, TransA, TransB);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return matmul_rule(St, DeviceNum, TransA, TransB);
+  else return matmul_layouts{};
+}();
+
 }  // namespace tessera
 
 // tensor/ and exec/: shards in xtensor containers
@@ -2655,7 +2870,1694 @@ dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, mes
   return out;
 }
 
+/// Redistributes `x` to `to`, which may be on another device matrix of the same ranks
+/// (each operator has its own): both layouts are written on the two meshes' common
+/// refinement (core/refine.hpp), which leaves every shard where it is, and planned
+/// there.
+template <class T, auto L, auto G, class C>
+dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, device_context<C>& ctx) {
+  const layout& from = x.layout();
+  xt::xarray<T> local;
+  if (from.dev == to.dev) {
+    const plan p = plan_redistribution(from, to, x.global_shape(), index_t(sizeof(T)));
+    local = execute(p, x.local(), ctx.on(from.dev));
+  } else {
+    require(check_refinement(from.dev, to.dev), "redistribute");
+    const mesh fine = common_refinement(from.dev, to.dev);
+    const plan p =
+        plan_redistribution(refine(from, fine), refine(to, fine), x.global_shape(), index_t(sizeof(T)));
+    local = execute(p, x.local(), ctx.on(fine));
+  }
+  dist_tensor<T> out(to, x.global_shape(), x.rank());
+  out.assign_local(std::move(local));
+  return out;
+}
+
 }  // namespace tessera
+
+// kernels/cpu/ and the sharded operators: local math through CBLAS
+#if __has_include(<cblas.h>)
+// ---- tessera/kernels/cpu.hpp ----
+// The CPU kernels: local math on xt::xarray shards (xtensor + BLAS), no
+// communication. Only includes. Needs tessera::blas (CBLAS) for matmul.
+
+// ---- tessera/kernels/cpu/common.hpp ----
+// What the CPU kernels share: the shape argument type, shape text for errors, axis
+// normalisation, and the one strided loop that every broadcasting, reducing,
+// transposing and slicing kernel runs on.
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <ranges>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+/// The element types BLAS multiplies: matmul and its gradients take these.
+template <class T>
+concept blas_scalar = std::same_as<T, float> || std::same_as<T, double>;
+
+/// A tensor shape passed to a kernel (not owned): `x.shape()`, a
+/// `std::vector<std::size_t>`, or a braced list `{3, 4}` (`{}` is the 0-D shape).
+/// Use it only as a parameter: it refers to the caller's storage.
+class shape_arg {
+ public:
+  shape_arg(std::initializer_list<std::size_t> dims) : dims_(dims.begin(), dims.size()) {}
+  template <std::ranges::contiguous_range R>
+    requires std::same_as<std::ranges::range_value_t<R>, std::size_t>
+  shape_arg(const R& dims) : dims_(std::ranges::data(dims), std::ranges::size(dims)) {}
+
+  std::size_t size() const { return dims_.size(); }
+  std::size_t operator[](std::size_t i) const { return dims_[i]; }
+  const std::size_t* begin() const { return dims_.data(); }
+  const std::size_t* end() const { return dims_.data() + dims_.size(); }
+  std::span<const std::size_t> span() const { return dims_; }
+
+ private:
+  std::span<const std::size_t> dims_;
+};
+
+namespace detail {
+
+/// The shape type of every xt::xarray (a small vector of std::size_t).
+using shape_type = xt::xarray<double>::shape_type;
+/// Element strides, signed: a slice with a negative step walks backwards.
+using stride_type = xt::svector<std::int64_t, 4>;
+
+/// "(8, 8)", "(5,)" for one dim, "()" for a 0-D shape (the form core/format.hpp uses).
+inline std::string shape_text(shape_arg s) {
+  std::string out = "(";
+  for (std::size_t d = 0; d < s.size(); ++d) {
+    out += d ? ", " : "";
+    out += std::to_string(s[d]);
+  }
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+template <class T>
+std::string shape_text(const xt::xarray<T>& x) {
+  return shape_text(shape_arg(x.shape()));
+}
+
+/// "[0, -1]": an axis or index list as the caller wrote it.
+template <class I>
+std::string list_text(const std::vector<I>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    out += i ? ", " : "";
+    out += std::to_string(v[i]);
+  }
+  return out + "]";
+}
+
+inline const char* bool_text(bool b) { return b ? "true" : "false"; }
+
+inline bool same_shape(shape_arg a, shape_arg b) {
+  return std::ranges::equal(a, b);
+}
+template <class T, class U>
+bool same_shape(const xt::xarray<T>& a, const xt::xarray<U>& b) {
+  return std::ranges::equal(a.shape(), b.shape());
+}
+
+inline std::size_t element_count(shape_arg s) {
+  std::size_t n = 1;
+  for (std::size_t e : s) n *= e;
+  return n;
+}
+
+inline shape_type to_shape(shape_arg s) { return shape_type(s.begin(), s.end()); }
+
+/// Row-major element strides of `shape` (the innermost dim has stride 1).
+inline stride_type row_major_strides(shape_arg shape) {
+  stride_type st(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;)
+    st[d - 1] = st[d] * std::int64_t(shape[d]);
+  return st;
+}
+
+/// `axis` in [-ndim, ndim) as an index in [0, ndim); throws otherwise:
+/// "softmax: axis 2 is out of range for a tensor of rank 2".
+inline std::size_t normalize_axis(int axis, std::size_t ndim, std::string_view fn) {
+  const std::int64_t r = std::int64_t(ndim);
+  if (axis < -r || axis >= r)
+    throw error(std::string(fn) + ": axis " + std::to_string(axis) +
+                " is out of range for a tensor of rank " + std::to_string(ndim));
+  return std::size_t(axis < 0 ? axis + r : axis);
+}
+
+/// Which dims a reduction removes: `axes` (negative counts from the end; empty means
+/// every dim, as in MindSpore's ReduceSum with axis=()). Throws on a repeated axis.
+inline std::vector<bool> axes_mask(const std::vector<int>& axes, std::size_t ndim,
+                                   std::string_view fn) {
+  std::vector<bool> mask(ndim, axes.empty());
+  for (int a : axes) {
+    const std::size_t d = normalize_axis(a, ndim, fn);
+    if (mask[d])
+      throw error(std::string(fn) + ": axes " + list_text(axes) + " name dim " + std::to_string(d) +
+                  " twice");
+    mask[d] = true;
+  }
+  return mask;
+}
+
+/// Strides that read an array of shape `in` broadcast (NumPy rules) to the shape
+/// `out`: 0 on the dims `in` lacks or has as 1. The caller has checked that `in`
+/// broadcasts to `out`.
+inline stride_type broadcast_strides(shape_arg in, shape_arg out) {
+  stride_type st(out.size(), 0);
+  const stride_type own = row_major_strides(in);
+  const std::size_t lead = out.size() - in.size();
+  for (std::size_t d = 0; d < in.size(); ++d)
+    st[lead + d] = in[d] == 1 ? 0 : own[d];
+  return st;
+}
+
+/// Whether `in` broadcasts to `out` (NumPy rules: align on the right; each dim of
+/// `in` equals the one of `out` or is 1).
+inline bool broadcasts_to(shape_arg in, shape_arg out) {
+  if (in.size() > out.size()) return false;
+  const std::size_t lead = out.size() - in.size();
+  for (std::size_t d = 0; d < in.size(); ++d)
+    if (in[d] != 1 && in[d] != out[lead + d]) return false;
+  return true;
+}
+
+/// Visits every element of a row-major box of shape `shape`, in order, calling
+/// `f(lin, off)`: `lin` is the element's row-major index in the box and `off[k]` is
+/// `base[k] + sum_d idx[d] * strides[k][d]`, the element's offset in operand k.
+///
+/// Every index-mapping kernel is this loop with its own strides:
+///   broadcast read  strides = broadcast_strides(in, out)      (0 on broadcast dims)
+///   reduction       strides = kept-dims strides, 0 on reduced dims
+///   transpose       strides[d] = in_strides[perm[d]]
+///   strided slice   strides[d] = step[d] * in_strides[d], base = sum start[d] * in_strides[d]
+/// Example: shape (2, 3), strides {(0, 1)}, base {0} visits offsets 0 1 2 0 1 2 (a
+/// row of 3 broadcast over 2 rows).
+template <std::size_t K, class F>
+void strided_loop(shape_arg shape, const std::array<const stride_type*, K>& strides,
+                  std::array<std::int64_t, K> base, F&& f) {
+  const std::size_t r = shape.size();
+  if (element_count(shape) == 0) return;
+  if (r == 0) {
+    f(std::size_t(0), base);
+    return;
+  }
+  std::array<std::int64_t, K> inner_step{};
+  for (std::size_t k = 0; k < K; ++k) inner_step[k] = (*strides[k])[r - 1];
+  const std::size_t inner = shape[r - 1];
+  shape_type idx(r, 0);
+  std::size_t lin = 0;
+  for (;;) {
+    std::array<std::int64_t, K> off = base;
+    for (std::size_t i = 0; i < inner; ++i) {
+      f(lin++, off);
+      for (std::size_t k = 0; k < K; ++k) off[k] += inner_step[k];
+    }
+    std::size_t d = r - 1;
+    for (;;) {
+      if (d == 0) return;
+      --d;
+      if (++idx[d] < shape[d]) {
+        for (std::size_t k = 0; k < K; ++k) base[k] += (*strides[k])[d];
+        break;
+      }
+      for (std::size_t k = 0; k < K; ++k) base[k] -= std::int64_t(shape[d] - 1) * (*strides[k])[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// An uninitialised array of the given shape (every kernel writes all of it).
+template <class T, class S>
+xt::xarray<T> empty_array(const S& shape) {
+  return xt::xarray<T>::from_shape(shape);
+}
+
+/// An array of the given shape filled with `value`.
+template <class T, class S>
+xt::xarray<T> filled_array(const S& shape, T value) {
+  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  std::fill(out.data(), out.data() + out.size(), value);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/blas.hpp ----
+// gemm on raw row-major buffers: a thin wrapper over CBLAS sgemm/dgemm. Transposed
+// operands are flags, never copies. Link tessera::blas.
+
+#include <algorithm>
+#include <cblas.h>
+#include <string>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+// Throws unless the BLAS arguments describe valid row-major matrices:
+// "gemm: lda must be at least max(1, k) = 4 (trans_a false): lda 3".
+inline void check_gemm_args(bool trans_a, bool trans_b, int m, int n, int k, int lda, int ldb,
+                            int ldc) {
+  if (m < 0 || n < 0 || k < 0)
+    throw error("gemm: m, n and k must not be negative: m " + std::to_string(m) + ", n " +
+                std::to_string(n) + ", k " + std::to_string(k));
+  // flag: "trans_a" or "trans_b", named in the message with its value; null for C.
+  auto check_ld = [](const char* name, int ld, const char* dim_name, int dim, const char* flag,
+                     bool trans) {
+    if (ld >= std::max(1, dim)) return;
+    std::string msg = std::string("gemm: ") + name + " must be at least max(1, " + dim_name +
+                      ") = " + std::to_string(std::max(1, dim));
+    if (flag) msg += std::string(" (") + flag + (trans ? " true)" : " false)");
+    throw error(msg + ": " + name + " " + std::to_string(ld));
+  };
+  // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k), C is m x n.
+  check_ld("lda", lda, trans_a ? "m" : "k", trans_a ? m : k, "trans_a", trans_a);
+  check_ld("ldb", ldb, trans_b ? "k" : "n", trans_b ? k : n, "trans_b", trans_b);
+  check_ld("ldc", ldc, "n", n, nullptr, false);
+}
+
+// C = beta * C without BLAS (k == 0: the product adds nothing). beta == 0 writes
+// zeros, whatever C held (NaN included), as BLAS does.
+template <class T>
+void scale_rows(int m, int n, T beta, T* c, int ldc) {
+  for (int i = 0; i < m; ++i) {
+    T* row = c + std::ptrdiff_t(i) * ldc;
+    if (beta == T(0)) std::fill(row, row + n, T(0));
+    else if (beta != T(1)) std::transform(row, row + n, row, [beta](T v) { return beta * v; });
+  }
+}
+
+inline CBLAS_TRANSPOSE cblas_trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+}  // namespace detail
+
+/// C = alpha * op(A) op(B) + beta * C on row-major buffers, op(X) = X^T when its flag
+/// is set. op(A) is m x k, op(B) is k x n, C is m x n; lda, ldb, ldc are the row
+/// strides of the stored A (m x k, or k x m when trans_a), B (k x n, or n x k) and C.
+/// With beta == 0, C is only written. C must not overlap A or B.
+/// Throws tessera::error on a negative dim or a leading dim that is too small.
+///
+/// Example: A stored 3 x 2 (k = 3, m = 2), B 3 x 4 (k x n):
+///   gemm(true, false, 2, 4, 3, 1.f, a, 2, b, 4, 0.f, c, 4);   // C = A^T B, 2 x 4
+inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                 int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  detail::check_gemm_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return detail::scale_rows(m, n, beta, c, ldc);
+  cblas_sgemm(CblasRowMajor, detail::cblas_trans(trans_a), detail::cblas_trans(trans_b), m, n, k,
+              alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/// The double-precision gemm (cblas_dgemm); see the float overload.
+inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
+                 int lda, const double* b, int ldb, double beta, double* c, int ldc) {
+  detail::check_gemm_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return detail::scale_rows(m, n, beta, c, ldc);
+  cblas_dgemm(CblasRowMajor, detail::cblas_trans(trans_a), detail::cblas_trans(trans_b), m, n, k,
+              alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/matmul.hpp ----
+// Matrix products of row-major xt::xarray operands and their gradients, each one
+// gemm call (or one per batch entry) with transposes passed as flags, never copied.
+//
+// Notation: C = op(A) op(B) with op(X) = X^T when X's flag is set; op(A) is m x k,
+// op(B) is k x n, C is m x n. A is stored m x k (k x m when trans_a), B k x n (n x k
+// when trans_b).
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+struct gemm_dims {
+  int m = 0, n = 0, k = 0;
+};
+
+inline int blas_int(std::size_t v, std::string_view fn) {
+  if (v > std::size_t(INT_MAX))
+    throw error(std::string(fn) + ": a matrix dim exceeds the BLAS int range: " +
+                std::to_string(v));
+  return int(v);
+}
+
+/// m, n, k of op(A) op(B) for the matrices in the last two dims of `a` and `b`
+/// (whose ranks the caller has checked). Throws with both shapes:
+/// "matmul: contraction dims differ: a is (8, 8) with trans_a false, b is (4, 16) with
+/// trans_b false".
+inline gemm_dims product_dims(std::string_view fn, shape_arg a, bool trans_a, shape_arg b,
+                              bool trans_b) {
+  const std::size_t ar = a.size(), br = b.size();
+  const std::size_t a_rows = a[ar - 2], a_cols = a[ar - 1];
+  const std::size_t b_rows = b[br - 2], b_cols = b[br - 1];
+  const std::size_t ka = trans_a ? a_rows : a_cols, kb = trans_b ? b_cols : b_rows;
+  if (ka != kb)
+    throw error(std::string(fn) + ": contraction dims differ: a is " + shape_text(a) +
+                " with trans_a " + bool_text(trans_a) + ", b is " + shape_text(b) +
+                " with trans_b " + bool_text(trans_b));
+  return {blas_int(trans_a ? a_cols : a_rows, fn), blas_int(trans_b ? b_rows : b_cols, fn),
+          blas_int(ka, fn)};
+}
+
+template <class T>
+void require_ndim(std::string_view fn, const char* name, const xt::xarray<T>& x, std::size_t lo,
+                  std::size_t hi) {
+  if (x.dimension() < lo || x.dimension() > hi)
+    throw error(std::string(fn) + ": " + name + " must be " + std::to_string(lo) + "-D" +
+                (lo == hi ? "" : " or " + std::to_string(hi) + "-D") + ", " + name + " is " +
+                shape_text(x));
+}
+
+// Leading dims of the stored operands (at least 1, as BLAS requires).
+inline int ld_a(const gemm_dims& d, bool trans_a) { return std::max(1, trans_a ? d.m : d.k); }
+inline int ld_b(const gemm_dims& d, bool trans_b) { return std::max(1, trans_b ? d.k : d.n); }
+
+/// C (m x n) = op(A) op(B) + beta C.
+template <class T>
+void product_gemm(const gemm_dims& d, bool trans_a, bool trans_b, const T* a, const T* b, T beta,
+                  T* c) {
+  gemm(trans_a, trans_b, d.m, d.n, d.k, T(1), a, ld_a(d, trans_a), b, ld_b(d, trans_b), beta, c,
+       std::max(1, d.n));
+}
+
+/// dA (stored shape of A) = d(op(A))/dA applied to dop(A) = dC op(B)^T, plus beta dA:
+///   trans_a false: dA (m x k) = dC op(B)^T  -> gemm(false, !trans_b, dC, B)
+///   trans_a true:  dA (k x m) = op(B) dC^T  -> gemm(trans_b, true, B, dC)
+template <class T>
+void grad_a_gemm(const gemm_dims& d, bool trans_a, bool trans_b, const T* dc, const T* b, T beta,
+                 T* da) {
+  const int ldc = std::max(1, d.n), ldb = ld_b(d, trans_b);
+  if (!trans_a)
+    gemm(false, !trans_b, d.m, d.k, d.n, T(1), dc, ldc, b, ldb, beta, da, std::max(1, d.k));
+  else
+    gemm(trans_b, true, d.k, d.m, d.n, T(1), b, ldb, dc, ldc, beta, da, std::max(1, d.m));
+}
+
+/// dB (stored shape of B) from dop(B) = op(A)^T dC, plus beta dB:
+///   trans_b false: dB (k x n) = op(A)^T dC  -> gemm(!trans_a, false, A, dC)
+///   trans_b true:  dB (n x k) = dC^T op(A)  -> gemm(true, trans_a, dC, A)
+template <class T>
+void grad_b_gemm(const gemm_dims& d, bool trans_a, bool trans_b, const T* a, const T* dc, T beta,
+                 T* db) {
+  const int ldc = std::max(1, d.n), lda = ld_a(d, trans_a);
+  if (!trans_b)
+    gemm(!trans_a, false, d.k, d.n, d.m, T(1), a, lda, dc, ldc, beta, db, std::max(1, d.n));
+  else
+    gemm(true, trans_a, d.n, d.k, d.m, T(1), dc, ldc, a, lda, beta, db, std::max(1, d.k));
+}
+
+template <class T>
+void require_shape(std::string_view fn, const char* name, const xt::xarray<T>& x,
+                   const shape_type& expected) {
+  if (!same_shape(x.shape(), expected))
+    throw error(std::string(fn) + ": " + name + " is " + shape_text(x) + ", expected " +
+                shape_text(expected));
+}
+
+}  // namespace detail
+
+/// C = op(A) op(B) for 2-D a and b. Throws tessera::error when a or b is not 2-D or
+/// the contraction dims differ.
+/// Example: a (3, 5), b (4, 5): matmul(a, b, false, true) is (3, 4).
+template <blas_scalar T>
+xt::xarray<T> matmul(const xt::xarray<T>& a, const xt::xarray<T>& b, bool trans_a = false,
+                     bool trans_b = false) {
+  detail::require_ndim("matmul", "a", a, 2, 2);
+  detail::require_ndim("matmul", "b", b, 2, 2);
+  const auto d = detail::product_dims("matmul", a.shape(), trans_a, b.shape(), trans_b);
+  auto c = detail::empty_array<T>(detail::shape_type{std::size_t(d.m), std::size_t(d.n)});
+  detail::product_gemm(d, trans_a, trans_b, a.data(), b.data(), T(0), c.data());
+  return c;
+}
+
+/// c = op(A) op(B) + beta * c (default beta = 1: accumulate). c must already have
+/// shape (m, n) and must not be a or b. beta = 0 overwrites c (NaN included).
+template <blas_scalar T>
+void matmul_into(xt::xarray<T>& c, const xt::xarray<T>& a, const xt::xarray<T>& b,
+                 bool trans_a = false, bool trans_b = false, T beta = T(1)) {
+  detail::require_ndim("matmul_into", "a", a, 2, 2);
+  detail::require_ndim("matmul_into", "b", b, 2, 2);
+  const auto d = detail::product_dims("matmul_into", a.shape(), trans_a, b.shape(), trans_b);
+  detail::require_shape("matmul_into", "c", c,
+                        detail::shape_type{std::size_t(d.m), std::size_t(d.n)});
+  if (&c == &a || &c == &b) throw error("matmul_into: c must not be a or b");
+  detail::product_gemm(d, trans_a, trans_b, a.data(), b.data(), beta, c.data());
+}
+
+/// For C = op(A) op(B) and dc = dL/dC: dL/dA, shaped like a. One gemm.
+template <blas_scalar T>
+xt::xarray<T> matmul_grad_a(const xt::xarray<T>& dc, const xt::xarray<T>& a, const xt::xarray<T>& b,
+                            bool trans_a = false, bool trans_b = false) {
+  detail::require_ndim("matmul_grad_a", "a", a, 2, 2);
+  detail::require_ndim("matmul_grad_a", "b", b, 2, 2);
+  const auto d = detail::product_dims("matmul_grad_a", a.shape(), trans_a, b.shape(), trans_b);
+  detail::require_shape("matmul_grad_a", "dc", dc,
+                        detail::shape_type{std::size_t(d.m), std::size_t(d.n)});
+  auto da = detail::empty_array<T>(a.shape());
+  detail::grad_a_gemm(d, trans_a, trans_b, dc.data(), b.data(), T(0), da.data());
+  return da;
+}
+
+/// For C = op(A) op(B) and dc = dL/dC: dL/dB, shaped like b. One gemm.
+template <blas_scalar T>
+xt::xarray<T> matmul_grad_b(const xt::xarray<T>& dc, const xt::xarray<T>& a, const xt::xarray<T>& b,
+                            bool trans_a = false, bool trans_b = false) {
+  detail::require_ndim("matmul_grad_b", "a", a, 2, 2);
+  detail::require_ndim("matmul_grad_b", "b", b, 2, 2);
+  const auto d = detail::product_dims("matmul_grad_b", a.shape(), trans_a, b.shape(), trans_b);
+  detail::require_shape("matmul_grad_b", "dc", dc,
+                        detail::shape_type{std::size_t(d.m), std::size_t(d.n)});
+  auto db = detail::empty_array<T>(b.shape());
+  detail::grad_b_gemm(d, trans_a, trans_b, a.data(), dc.data(), T(0), db.data());
+  return db;
+}
+
+namespace detail {
+
+/// The batch geometry of batch_matmul: which operand is batched, the batch size and
+/// the per-entry product dims. Throws on ranks or batch sizes that do not fit.
+struct batch_geometry {
+  gemm_dims d;
+  std::size_t batch = 0;
+  bool a_batched = false, b_batched = false;
+  std::size_t a_step = 0, b_step = 0, c_step = 0;  // elements between batch entries
+  /// A batched and not transposed, B shared: the batch folds into m, and the
+  /// product (or a gradient) is one (batch*m, k) x (k, n) gemm.
+  bool folds(bool trans_a) const { return a_batched && !b_batched && !trans_a; }
+};
+
+template <class T>
+batch_geometry batch_dims(std::string_view fn, const xt::xarray<T>& a, bool trans_a,
+                          const xt::xarray<T>& b, bool trans_b) {
+  require_ndim(fn, "a", a, 2, 3);
+  require_ndim(fn, "b", b, 2, 3);
+  batch_geometry g;
+  g.a_batched = a.dimension() == 3;
+  g.b_batched = b.dimension() == 3;
+  if (!g.a_batched && !g.b_batched)
+    throw error(std::string(fn) + ": a or b must be 3-D (batch, rows, cols): a is " +
+                shape_text(a) + ", b is " + shape_text(b));
+  if (g.a_batched && g.b_batched && a.shape()[0] != b.shape()[0])
+    throw error(std::string(fn) + ": batch dims differ: a is " + shape_text(a) + ", b is " +
+                shape_text(b));
+  g.batch = g.a_batched ? a.shape()[0] : b.shape()[0];
+  g.d = product_dims(fn, a.shape(), trans_a, b.shape(), trans_b);
+  g.a_step = g.a_batched ? std::size_t(g.d.m) * std::size_t(g.d.k) : 0;
+  g.b_step = g.b_batched ? std::size_t(g.d.k) * std::size_t(g.d.n) : 0;
+  g.c_step = std::size_t(g.d.m) * std::size_t(g.d.n);
+  return g;
+}
+
+/// The dims of the single gemm that covers the whole batch when it folds into m.
+inline gemm_dims folded(const batch_geometry& g, std::string_view fn) {
+  return {blas_int(g.batch * std::size_t(g.d.m), fn), g.d.n, g.d.k};
+}
+
+}  // namespace detail
+
+/// C[i] = op(A[i]) op(B[i]) for a (batch, m, k) and b (batch, k, n) (the flags
+/// transpose the last two dims of each entry). Either operand may instead be 2-D,
+/// shared by every batch entry. Result: (batch, m, n). With a 3-D, trans_a false
+/// and b 2-D the batch folds into one (batch*m, k) x (k, n) gemm.
+/// Throws on ranks other than 2 or 3 (and not both 2), differing batch sizes or
+/// contraction dims: "batch_matmul: batch dims differ: a is (2, 3, 4), b is (3, 4, 5)".
+template <blas_scalar T>
+xt::xarray<T> batch_matmul(const xt::xarray<T>& a, const xt::xarray<T>& b, bool trans_a = false,
+                           bool trans_b = false) {
+  const auto g = detail::batch_dims("batch_matmul", a, trans_a, b, trans_b);
+  auto c = detail::empty_array<T>(
+      detail::shape_type{g.batch, std::size_t(g.d.m), std::size_t(g.d.n)});
+  if (g.folds(trans_a)) {
+    detail::product_gemm(detail::folded(g, "batch_matmul"), false, trans_b, a.data(), b.data(),
+                         T(0), c.data());
+    return c;
+  }
+  for (std::size_t i = 0; i < g.batch; ++i)
+    detail::product_gemm(g.d, trans_a, trans_b, a.data() + i * g.a_step, b.data() + i * g.b_step,
+                         T(0), c.data() + i * g.c_step);
+  return c;
+}
+
+/// For C = batch_matmul(a, b, trans_a, trans_b) and dc = dL/dC (batch, m, n): dL/dA,
+/// shaped like a. A 2-D (shared) a gets the sum over the batch.
+template <blas_scalar T>
+xt::xarray<T> batch_matmul_grad_a(const xt::xarray<T>& dc, const xt::xarray<T>& a,
+                                  const xt::xarray<T>& b, bool trans_a = false,
+                                  bool trans_b = false) {
+  const auto g = detail::batch_dims("batch_matmul_grad_a", a, trans_a, b, trans_b);
+  detail::require_shape("batch_matmul_grad_a", "dc", dc,
+                        detail::shape_type{g.batch, std::size_t(g.d.m), std::size_t(g.d.n)});
+  auto da = detail::empty_array<T>(a.shape());
+  if (g.folds(trans_a)) {
+    detail::grad_a_gemm(detail::folded(g, "batch_matmul_grad_a"), false, trans_b, dc.data(),
+                        b.data(), T(0), da.data());
+    return da;
+  }
+  if (g.batch == 0) std::fill(da.data(), da.data() + da.size(), T(0));
+  for (std::size_t i = 0; i < g.batch; ++i) {
+    // A shared a accumulates: the first entry overwrites, the others add.
+    const T beta = g.a_batched || i == 0 ? T(0) : T(1);
+    detail::grad_a_gemm(g.d, trans_a, trans_b, dc.data() + i * g.c_step, b.data() + i * g.b_step,
+                        beta, da.data() + i * g.a_step);
+  }
+  return da;
+}
+
+/// For C = batch_matmul(a, b, trans_a, trans_b) and dc = dL/dC (batch, m, n): dL/dB,
+/// shaped like b. A 2-D (shared) b gets the sum over the batch (one gemm when the
+/// batch folds).
+template <blas_scalar T>
+xt::xarray<T> batch_matmul_grad_b(const xt::xarray<T>& dc, const xt::xarray<T>& a,
+                                  const xt::xarray<T>& b, bool trans_a = false,
+                                  bool trans_b = false) {
+  const auto g = detail::batch_dims("batch_matmul_grad_b", a, trans_a, b, trans_b);
+  detail::require_shape("batch_matmul_grad_b", "dc", dc,
+                        detail::shape_type{g.batch, std::size_t(g.d.m), std::size_t(g.d.n)});
+  auto db = detail::empty_array<T>(b.shape());
+  if (g.folds(trans_a)) {
+    detail::grad_b_gemm(detail::folded(g, "batch_matmul_grad_b"), false, trans_b, a.data(),
+                        dc.data(), T(0), db.data());
+    return db;
+  }
+  if (g.batch == 0) std::fill(db.data(), db.data() + db.size(), T(0));
+  for (std::size_t i = 0; i < g.batch; ++i) {
+    const T beta = g.b_batched || i == 0 ? T(0) : T(1);
+    detail::grad_b_gemm(g.d, trans_a, trans_b, a.data() + i * g.a_step, dc.data() + i * g.c_step,
+                        beta, db.data() + i * g.b_step);
+  }
+  return db;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/elementwise.hpp ----
+// Elementwise kernels: binary arithmetic with NumPy broadcasting, unary maps, their
+// gradients, reduce_to_shape (the backward of a broadcast), and bias_add.
+//
+// Broadcasting (NumPy): shapes align on the right; a missing dim or a dim of 1
+// stretches to the other operand's extent. (3, 1) and (1, 4) give (3, 4); a 0-D
+// array (a scalar) broadcasts to anything. The backward of a broadcasting op sums
+// the output gradient back to each operand's shape: reduce_to_shape.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// The broadcast shape of a and b, or a tessera::error naming both:
+/// "add: shapes do not broadcast: a is (3, 2), b is (4,)".
+inline shape_type broadcast_shape(std::string_view fn, shape_arg a, shape_arg b) {
+  const std::size_t r = std::max(a.size(), b.size());
+  shape_type out(r, 1);
+  for (std::size_t i = 0; i < r; ++i) {  // i counts from the right
+    const std::size_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const std::size_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw error(std::string(fn) + ": shapes do not broadcast: a is " + shape_text(a) +
+                  ", b is " + shape_text(b));
+    out[r - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+/// out = op(a, b) elementwise with broadcasting.
+template <class T, class Op>
+xt::xarray<T> broadcast_binary(std::string_view fn, const xt::xarray<T>& a, const xt::xarray<T>& b,
+                               Op op) {
+  const shape_type shape = broadcast_shape(fn, a.shape(), b.shape());
+  auto out = empty_array<T>(shape);
+  T* o = out.data();
+  const T* pa = a.data();
+  const T* pb = b.data();
+  const std::size_t n = out.size();
+  if (same_shape(a.shape(), shape) && same_shape(b.shape(), shape)) {
+    for (std::size_t i = 0; i < n; ++i) o[i] = op(pa[i], pb[i]);
+  } else if (b.size() == 1 && same_shape(a.shape(), shape)) {
+    const T vb = pb[0];
+    for (std::size_t i = 0; i < n; ++i) o[i] = op(pa[i], vb);
+  } else if (a.size() == 1 && same_shape(b.shape(), shape)) {
+    const T va = pa[0];
+    for (std::size_t i = 0; i < n; ++i) o[i] = op(va, pb[i]);
+  } else {
+    const stride_type sa = broadcast_strides(a.shape(), shape);
+    const stride_type sb = broadcast_strides(b.shape(), shape);
+    strided_loop<2>(shape, {&sa, &sb}, {0, 0},
+                    [&](std::size_t i, const auto& off) { o[i] = op(pa[off[0]], pb[off[1]]); });
+  }
+  return out;
+}
+
+template <class T, class F>
+xt::xarray<T> map(const xt::xarray<T>& x, F f) {
+  auto out = empty_array<T>(x.shape());
+  std::transform(x.data(), x.data() + x.size(), out.data(), f);
+  return out;
+}
+
+template <class T, class U>
+void require_same_shape(std::string_view fn, const char* na, const xt::xarray<T>& a,
+                        const char* nb, const xt::xarray<U>& b) {
+  if (!same_shape(a, b))
+    throw error(std::string(fn) + ": shapes differ: " + na + " is " + shape_text(a) + ", " + nb +
+                " is " + shape_text(b));
+}
+
+}  // namespace detail
+
+/// a + b with broadcasting. Throws tessera::error when the shapes do not broadcast.
+template <class T>
+xt::xarray<T> add(const xt::xarray<T>& a, const xt::xarray<T>& b) {
+  return detail::broadcast_binary("add", a, b, [](T x, T y) { return x + y; });
+}
+
+/// a - b with broadcasting.
+template <class T>
+xt::xarray<T> sub(const xt::xarray<T>& a, const xt::xarray<T>& b) {
+  return detail::broadcast_binary("sub", a, b, [](T x, T y) { return x - y; });
+}
+
+/// a * b with broadcasting.
+template <class T>
+xt::xarray<T> mul(const xt::xarray<T>& a, const xt::xarray<T>& b) {
+  return detail::broadcast_binary("mul", a, b, [](T x, T y) { return x * y; });
+}
+
+/// a / b with broadcasting (IEEE division for floating point: x / 0 is inf or NaN).
+template <class T>
+xt::xarray<T> div(const xt::xarray<T>& a, const xt::xarray<T>& b) {
+  return detail::broadcast_binary("div", a, b, [](T x, T y) { return x / y; });
+}
+
+/// max(x, 0).
+template <class T>
+xt::xarray<T> relu(const xt::xarray<T>& x) {
+  return detail::map(x, [](T v) { return v > T(0) ? v : T(0); });
+}
+
+/// e^x.
+template <class T>
+xt::xarray<T> exp(const xt::xarray<T>& x) {
+  return detail::map(x, [](T v) { return T(std::exp(v)); });
+}
+
+/// The natural log (log 0 = -inf, log of a negative number = NaN).
+template <class T>
+xt::xarray<T> log(const xt::xarray<T>& x) {
+  return detail::map(x, [](T v) { return T(std::log(v)); });
+}
+
+/// -x.
+template <class T>
+xt::xarray<T> neg(const xt::xarray<T>& x) {
+  return detail::map(x, [](T v) { return -v; });
+}
+
+/// The gradient of relu: dy where x > 0, else 0 (the subgradient at x = 0 is 0).
+/// dy and x must have the same shape.
+template <class T>
+xt::xarray<T> relu_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x) {
+  detail::require_same_shape("relu_grad", "dy", dy, "x", x);
+  auto dx = detail::empty_array<T>(x.shape());
+  const T* g = dy.data();
+  const T* v = x.data();
+  T* o = dx.data();
+  for (std::size_t i = 0; i < dx.size(); ++i) o[i] = v[i] > T(0) ? g[i] : T(0);
+  return dx;
+}
+
+/// Sums `grad` (the gradient of a broadcast result) back to `shape`, the shape of the
+/// operand that was broadcast: over the leading dims `shape` lacks and over the dims
+/// where `shape` has 1 and grad does not. `shape` must broadcast to grad's shape.
+/// Example: y = add(a (3, 1), b (1, 4)) is (3, 4); dL/da = reduce_to_shape(dy, {3, 1})
+/// (the row sums), dL/db = reduce_to_shape(dy, {1, 4}); for b 0-D, reduce_to_shape(dy, {})
+/// is the sum of every element.
+/// Throws: "reduce_to_shape: shape (3, 2) does not broadcast to the gradient's shape (3, 4)".
+template <class T>
+xt::xarray<T> reduce_to_shape(const xt::xarray<T>& grad, shape_arg shape) {
+  if (!detail::broadcasts_to(shape, grad.shape()))
+    throw error("reduce_to_shape: shape " + detail::shape_text(shape) +
+                " does not broadcast to the gradient's shape " + detail::shape_text(grad));
+  const detail::shape_type out_shape = detail::to_shape(shape);
+  if (detail::same_shape(shape, grad.shape())) {
+    auto out = detail::empty_array<T>(out_shape);
+    std::copy(grad.data(), grad.data() + grad.size(), out.data());
+    return out;
+  }
+  auto out = detail::filled_array<T>(out_shape, T(0));
+  const detail::stride_type so = detail::broadcast_strides(shape, grad.shape());
+  const T* g = grad.data();
+  T* o = out.data();
+  detail::strided_loop<1>(grad.shape(), {&so}, {0},
+                          [&](std::size_t i, const auto& off) { o[off[0]] += g[i]; });
+  return out;
+}
+
+/// x + bias along x's last dim: x (..., c), bias (c,). Throws when bias is not 1-D or
+/// its size differs from x's last dim:
+/// "bias_add: bias is (5,), expected (4,) for x (2, 4)".
+template <class T>
+xt::xarray<T> bias_add(const xt::xarray<T>& x, const xt::xarray<T>& bias) {
+  if (x.dimension() == 0) throw error("bias_add: x must have at least one dim, x is ()");
+  const std::size_t c = x.shape()[x.dimension() - 1];
+  if (bias.dimension() != 1 || bias.shape()[0] != c)
+    throw error("bias_add: bias is " + detail::shape_text(bias) + ", expected (" +
+                std::to_string(c) + ",) for x " + detail::shape_text(x));
+  auto out = detail::empty_array<T>(x.shape());
+  const T* px = x.data();
+  const T* pb = bias.data();
+  T* o = out.data();
+  const std::size_t rows = c == 0 ? 0 : x.size() / c;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < c; ++j) o[r * c + j] = px[r * c + j] + pb[j];
+  return out;
+}
+
+/// The gradient of bias_add wrt bias: dy (..., c) summed over every dim but the last,
+/// shape (c,). (The gradient wrt x is dy itself.)
+template <class T>
+xt::xarray<T> bias_add_grad_bias(const xt::xarray<T>& dy) {
+  if (dy.dimension() == 0)
+    throw error("bias_add_grad_bias: dy must have at least one dim, dy is ()");
+  const std::size_t c = dy.shape()[dy.dimension() - 1];
+  auto db = detail::filled_array<T>(detail::shape_type{c}, T(0));
+  const T* g = dy.data();
+  T* o = db.data();
+  const std::size_t rows = c == 0 ? 0 : dy.size() / c;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < c; ++j) o[j] += g[r * c + j];
+  return db;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/reduce.hpp ----
+// Reductions over a list of axes (sum, mean, max, min) and their gradients.
+//
+// Axes: negative values count from the end; an empty list reduces every dim (as
+// MindSpore's ReduceSum with axis=()); naming a dim twice is an error. keep_dims
+// keeps each reduced dim as extent 1: (2, 3, 4) over axes [1] is (2, 4), or (2, 1, 4)
+// with keep_dims. Each gradient takes dy in the shape of the forward result (the same
+// keep_dims) and returns the input's shape.
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// Where each input element lands in the result: `strides` (over the input's dims)
+/// are the kept-dims result's row-major strides with 0 on the reduced dims.
+struct reduction {
+  shape_type out_shape;   // the result's shape (keep_dims or not)
+  stride_type strides;    // input dim -> result offset step
+  std::size_t count = 1;  // input elements per result element
+};
+
+inline reduction plan_reduction(std::string_view fn, shape_arg in, const std::vector<int>& axes,
+                                bool keep_dims) {
+  const std::vector<bool> mask = axes_mask(axes, in.size(), fn);
+  reduction r;
+  shape_type kept(in.begin(), in.end());
+  for (std::size_t d = 0; d < in.size(); ++d)
+    if (mask[d]) {
+      r.count *= in[d];
+      kept[d] = 1;
+      if (keep_dims) r.out_shape.push_back(1);
+    } else {
+      r.out_shape.push_back(in[d]);
+    }
+  r.strides = row_major_strides(kept);
+  for (std::size_t d = 0; d < in.size(); ++d)
+    if (mask[d]) r.strides[d] = 0;
+  return r;
+}
+
+template <class T>
+void require_dy_shape(std::string_view fn, const xt::xarray<T>& dy, const reduction& r,
+                      shape_arg in, const std::vector<int>& axes, bool keep_dims) {
+  if (!same_shape(dy.shape(), r.out_shape))
+    throw error(std::string(fn) + ": dy is " + shape_text(dy) + ", expected " +
+                shape_text(r.out_shape) + " (the reduction of " + shape_text(in) + " over axes " +
+                list_text(axes) + " with keep_dims " + bool_text(keep_dims) + ")");
+}
+
+/// out[r(i)] = combine(out[r(i)], x[i]) over every input element i, out starting at init.
+template <class T, class Combine>
+xt::xarray<T> reduce_with(const xt::xarray<T>& x, const reduction& r, T init, Combine combine) {
+  auto out = filled_array<T>(r.out_shape, init);
+  const T* px = x.data();
+  T* o = out.data();
+  strided_loop<1>(x.shape(), {&r.strides}, {0},
+                  [&](std::size_t i, const auto& off) { o[off[0]] = combine(o[off[0]], px[i]); });
+  return out;
+}
+
+/// dx[i] = scale * dy[r(i)]: the gradient of a sum, broadcast back.
+template <class T>
+xt::xarray<T> spread(const xt::xarray<T>& dy, shape_arg in, const reduction& r, T scale) {
+  auto dx = empty_array<T>(to_shape(in));
+  const T* g = dy.data();
+  T* o = dx.data();
+  strided_loop<1>(in, {&r.strides}, {0},
+                  [&](std::size_t i, const auto& off) { o[i] = scale * g[off[0]]; });
+  return dx;
+}
+
+template <class T>
+constexpr T lowest_value() {
+  if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+  else return std::numeric_limits<T>::lowest();
+}
+template <class T>
+constexpr T highest_value() {
+  if constexpr (std::numeric_limits<T>::has_infinity) return std::numeric_limits<T>::infinity();
+  else return std::numeric_limits<T>::max();
+}
+
+// A NaN wins a max or min (v != v only for NaN), as in NumPy.
+template <class T>
+T max_of(T acc, T v) {
+  return (v > acc || v != v) ? v : acc;
+}
+template <class T>
+T min_of(T acc, T v) {
+  return (v < acc || v != v) ? v : acc;
+}
+
+template <class T>
+void require_nonempty(std::string_view fn, const xt::xarray<T>& x, const std::vector<int>& axes) {
+  const std::vector<bool> mask = axes_mask(axes, x.dimension(), fn);
+  for (std::size_t d = 0; d < x.dimension(); ++d)
+    if (mask[d] && x.shape()[d] == 0)
+      throw error(std::string(fn) + ": cannot reduce over an empty dim: dim " + std::to_string(d) +
+                  " of x " + shape_text(x) + " has extent 0");
+}
+
+/// Gradient of a max or min: dy goes to the positions where x equals the result,
+/// split equally among ties.
+template <class T>
+xt::xarray<T> extremum_grad(std::string_view fn, const xt::xarray<T>& dy, const xt::xarray<T>& x,
+                            const xt::xarray<T>& y, const std::vector<int>& axes, bool keep_dims) {
+  const reduction r = plan_reduction(fn, x.shape(), axes, keep_dims);
+  require_dy_shape(fn, dy, r, x.shape(), axes, keep_dims);
+  if (!same_shape(y.shape(), r.out_shape))
+    throw error(std::string(fn) + ": y is " + shape_text(y) + ", expected " +
+                shape_text(r.out_shape) + ", the shape of dy");
+  const T* px = x.data();
+  const T* py = y.data();
+  const T* g = dy.data();
+  auto ties = filled_array<T>(r.out_shape, T(0));
+  T* nt = ties.data();
+  strided_loop<1>(x.shape(), {&r.strides}, {0}, [&](std::size_t i, const auto& off) {
+    if (px[i] == py[off[0]]) nt[off[0]] += T(1);
+  });
+  auto dx = empty_array<T>(x.shape());
+  T* o = dx.data();
+  strided_loop<1>(x.shape(), {&r.strides}, {0}, [&](std::size_t i, const auto& off) {
+    o[i] = px[i] == py[off[0]] ? g[off[0]] / nt[off[0]] : T(0);
+  });
+  return dx;
+}
+
+}  // namespace detail
+
+/// The sum over `axes` (empty: every dim). Example: x (2, 3, 4), axes [0, -1] gives
+/// (3,), or (1, 3, 1) with keep_dims. Throws on an axis out of range or named twice:
+/// "reduce_sum: axis 3 is out of range for a tensor of rank 3".
+template <class T>
+xt::xarray<T> reduce_sum(const xt::xarray<T>& x, const std::vector<int>& axes = {},
+                         bool keep_dims = false) {
+  const auto r = detail::plan_reduction("reduce_sum", x.shape(), axes, keep_dims);
+  return detail::reduce_with(x, r, T(0), [](T acc, T v) { return acc + v; });
+}
+
+/// The mean over `axes`: the sum divided by the number of reduced elements (an empty
+/// reduction gives 0 / 0, NaN for floating point).
+template <class T>
+xt::xarray<T> reduce_mean(const xt::xarray<T>& x, const std::vector<int>& axes = {},
+                          bool keep_dims = false) {
+  const auto r = detail::plan_reduction("reduce_mean", x.shape(), axes, keep_dims);
+  auto out = detail::reduce_with(x, r, T(0), [](T acc, T v) { return acc + v; });
+  const T n = T(r.count);
+  for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] /= n;
+  return out;
+}
+
+/// The maximum over `axes` (a NaN in a reduced slice gives NaN). Throws when a
+/// reduced dim is empty: "reduce_max: cannot reduce over an empty dim: dim 1 of x
+/// (2, 0) has extent 0".
+template <class T>
+xt::xarray<T> reduce_max(const xt::xarray<T>& x, const std::vector<int>& axes = {},
+                         bool keep_dims = false) {
+  const auto r = detail::plan_reduction("reduce_max", x.shape(), axes, keep_dims);
+  detail::require_nonempty("reduce_max", x, axes);
+  return detail::reduce_with(x, r, detail::lowest_value<T>(), detail::max_of<T>);
+}
+
+/// The minimum over `axes`; see reduce_max.
+template <class T>
+xt::xarray<T> reduce_min(const xt::xarray<T>& x, const std::vector<int>& axes = {},
+                         bool keep_dims = false) {
+  const auto r = detail::plan_reduction("reduce_min", x.shape(), axes, keep_dims);
+  detail::require_nonempty("reduce_min", x, axes);
+  return detail::reduce_with(x, r, detail::highest_value<T>(), detail::min_of<T>);
+}
+
+/// The gradient of reduce_sum: dy (the result's shape, same axes and keep_dims)
+/// broadcast back to `input_shape`. Throws when dy's shape is not the result's:
+/// "reduce_sum_grad: dy is (4,), expected (3,) (the reduction of (3, 4) over axes [1]
+/// with keep_dims false)".
+template <class T>
+xt::xarray<T> reduce_sum_grad(const xt::xarray<T>& dy, shape_arg input_shape,
+                              const std::vector<int>& axes = {}, bool keep_dims = false) {
+  const auto r = detail::plan_reduction("reduce_sum_grad", input_shape, axes, keep_dims);
+  detail::require_dy_shape("reduce_sum_grad", dy, r, input_shape, axes, keep_dims);
+  return detail::spread(dy, input_shape, r, T(1));
+}
+
+/// The gradient of reduce_mean: dy broadcast back to `input_shape`, divided by the
+/// number of reduced elements.
+template <class T>
+xt::xarray<T> reduce_mean_grad(const xt::xarray<T>& dy, shape_arg input_shape,
+                               const std::vector<int>& axes = {}, bool keep_dims = false) {
+  const auto r = detail::plan_reduction("reduce_mean_grad", input_shape, axes, keep_dims);
+  detail::require_dy_shape("reduce_mean_grad", dy, r, input_shape, axes, keep_dims);
+  return detail::spread(dy, input_shape, r, T(1) / T(r.count));
+}
+
+/// The gradient of y = reduce_max(x, axes, keep_dims): each dy element goes to the
+/// positions of its slice where x equals the maximum y. Ties split it equally (k
+/// positions at the maximum get dy / k each), as MindSpore's and TensorFlow's
+/// ReduceMax gradients do; the result sums back to dy, and is the true gradient
+/// wherever the maximum is unique.
+template <class T>
+xt::xarray<T> reduce_max_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x,
+                              const xt::xarray<T>& y, const std::vector<int>& axes = {},
+                              bool keep_dims = false) {
+  return detail::extremum_grad("reduce_max_grad", dy, x, y, axes, keep_dims);
+}
+
+/// The gradient of y = reduce_min(x, axes, keep_dims); ties split as in reduce_max_grad.
+template <class T>
+xt::xarray<T> reduce_min_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x,
+                              const xt::xarray<T>& y, const std::vector<int>& axes = {},
+                              bool keep_dims = false) {
+  return detail::extremum_grad("reduce_min_grad", dy, x, y, axes, keep_dims);
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/softmax.hpp ----
+// Softmax along one axis (numerically stable), log-softmax, their gradients, one_hot,
+// and the softmax cross-entropy losses with their gradient wrt the logits.
+//
+// Stability: every exponent is taken of x - max(x) over the axis, so no exp
+// overflows; log_softmax is x - max - log(sum exp(x - max)), never log(softmax).
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// A tensor seen as (outer, n, inner) around one axis: the axis' vectors start at
+/// o * n * inner + i (o < outer, i < inner) and step by `inner`.
+struct axis_view {
+  std::size_t outer = 1, n = 1, inner = 1;
+};
+
+inline axis_view view_around(std::string_view fn, shape_arg shape, int axis) {
+  const std::size_t ax = normalize_axis(axis, shape.size(), fn);
+  axis_view v;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (d < ax) v.outer *= shape[d];
+    else if (d == ax) v.n = shape[d];
+    else v.inner *= shape[d];
+  }
+  return v;
+}
+
+/// Calls f(base) for the first element of every vector along the axis.
+template <class F>
+void for_each_vector(const axis_view& v, F&& f) {
+  for (std::size_t o = 0; o < v.outer; ++o)
+    for (std::size_t i = 0; i < v.inner; ++i) f(o * v.n * v.inner + i);
+}
+
+/// max over the vector at p with the given stride (n > 0).
+template <class T>
+T vector_max(const T* p, std::size_t n, std::size_t stride) {
+  T m = p[0];
+  for (std::size_t j = 1; j < n; ++j) m = std::max(m, p[j * stride]);
+  return m;
+}
+
+/// Writes the softmax of the vector at x to y; returns log(sum exp(x - max)) + max,
+/// the vector's log-sum-exp.
+template <class T>
+T softmax_vector(const T* x, T* y, std::size_t n, std::size_t stride) {
+  const T m = vector_max(x, n, stride);
+  T sum = T(0);
+  for (std::size_t j = 0; j < n; ++j) {
+    const T e = std::exp(x[j * stride] - m);
+    y[j * stride] = e;
+    sum += e;
+  }
+  const T inv = T(1) / sum;
+  for (std::size_t j = 0; j < n; ++j) y[j * stride] *= inv;
+  return m + std::log(sum);
+}
+
+/// The rows of a (..., classes) tensor: count and length (classes on the last axis).
+template <class T>
+axis_view class_rows(std::string_view fn, const xt::xarray<T>& logits) {
+  if (logits.dimension() == 0)
+    throw error(std::string(fn) + ": logits must have a class dim, logits is ()");
+  return view_around(fn, logits.shape(), -1);
+}
+
+template <class T, class U>
+void require_same(std::string_view fn, const char* na, const xt::xarray<T>& a, const char* nb,
+                  const xt::xarray<U>& b) {
+  if (!same_shape(a, b))
+    throw error(std::string(fn) + ": shapes differ: " + na + " is " + shape_text(a) + ", " + nb +
+                " is " + shape_text(b));
+}
+
+/// The shape of a (..., classes) tensor without its class dim.
+template <class T>
+shape_type row_shape(const xt::xarray<T>& logits) {
+  return shape_type(logits.shape().begin(), logits.shape().end() - 1);
+}
+
+}  // namespace detail
+
+/// exp(x) / sum(exp(x)) along `axis` (negative counts from the end), computed as
+/// exp(x - max) / sum(exp(x - max)): no overflow for any finite input. Throws on an
+/// axis out of range: "softmax: axis 2 is out of range for a tensor of rank 2".
+template <std::floating_point T>
+xt::xarray<T> softmax(const xt::xarray<T>& x, int axis = -1) {
+  const auto v = detail::view_around("softmax", x.shape(), axis);
+  auto y = detail::empty_array<T>(x.shape());
+  if (v.n == 0) return y;
+  detail::for_each_vector(
+      v, [&](std::size_t b) { detail::softmax_vector(x.data() + b, y.data() + b, v.n, v.inner); });
+  return y;
+}
+
+/// log(softmax(x)) along `axis`, computed as x - logsumexp(x) (accurate where softmax
+/// underflows to 0).
+template <std::floating_point T>
+xt::xarray<T> log_softmax(const xt::xarray<T>& x, int axis = -1) {
+  const auto v = detail::view_around("log_softmax", x.shape(), axis);
+  auto y = detail::empty_array<T>(x.shape());
+  if (v.n == 0) return y;
+  detail::for_each_vector(v, [&](std::size_t b) {
+    const T* px = x.data() + b;
+    T* py = y.data() + b;
+    const T m = detail::vector_max(px, v.n, v.inner);
+    T sum = T(0);
+    for (std::size_t j = 0; j < v.n; ++j) sum += std::exp(px[j * v.inner] - m);
+    const T lse = m + std::log(sum);
+    for (std::size_t j = 0; j < v.n; ++j) py[j * v.inner] = px[j * v.inner] - lse;
+  });
+  return y;
+}
+
+/// The gradient of y = softmax(x, axis) given y: dx = y * (dy - sum(dy * y, axis)).
+template <std::floating_point T>
+xt::xarray<T> softmax_grad(const xt::xarray<T>& dy, const xt::xarray<T>& y, int axis = -1) {
+  detail::require_same("softmax_grad", "dy", dy, "y", y);
+  const auto v = detail::view_around("softmax_grad", y.shape(), axis);
+  auto dx = detail::empty_array<T>(y.shape());
+  detail::for_each_vector(v, [&](std::size_t b) {
+    const T* g = dy.data() + b;
+    const T* p = y.data() + b;
+    T* o = dx.data() + b;
+    T dot = T(0);
+    for (std::size_t j = 0; j < v.n; ++j) dot += g[j * v.inner] * p[j * v.inner];
+    for (std::size_t j = 0; j < v.n; ++j) o[j * v.inner] = p[j * v.inner] * (g[j * v.inner] - dot);
+  });
+  return dx;
+}
+
+/// The gradient of y = log_softmax(x, axis) given y: dx = dy - exp(y) * sum(dy, axis).
+template <std::floating_point T>
+xt::xarray<T> log_softmax_grad(const xt::xarray<T>& dy, const xt::xarray<T>& y, int axis = -1) {
+  detail::require_same("log_softmax_grad", "dy", dy, "y", y);
+  const auto v = detail::view_around("log_softmax_grad", y.shape(), axis);
+  auto dx = detail::empty_array<T>(y.shape());
+  detail::for_each_vector(v, [&](std::size_t b) {
+    const T* g = dy.data() + b;
+    const T* p = y.data() + b;
+    T* o = dx.data() + b;
+    T sum = T(0);
+    for (std::size_t j = 0; j < v.n; ++j) sum += g[j * v.inner];
+    for (std::size_t j = 0; j < v.n; ++j)
+      o[j * v.inner] = g[j * v.inner] - std::exp(p[j * v.inner]) * sum;
+  });
+  return dx;
+}
+
+/// indices (any shape, int32 or int64) -> indices.shape + (depth,): `on` at each
+/// index, `off` elsewhere. An index outside [0, depth) gives a row of `off` (as
+/// MindSpore's and TensorFlow's OneHot do, so -1 marks padding). Throws on a negative
+/// depth. Example: indices (2, -1) and depth 3 give ((0, 0, 1), (0, 0, 0)).
+template <class T = float, std::integral I>
+xt::xarray<T> one_hot(const xt::xarray<I>& indices, index_t depth, T on = T(1), T off = T(0)) {
+  if (depth < 0) throw error("one_hot: depth must not be negative: depth " + std::to_string(depth));
+  detail::shape_type shape(indices.shape().begin(), indices.shape().end());
+  shape.push_back(std::size_t(depth));
+  auto out = detail::filled_array<T>(shape, off);
+  const I* idx = indices.data();
+  T* o = out.data();
+  for (std::size_t r = 0; r < indices.size(); ++r) {
+    const auto k = std::int64_t(idx[r]);
+    if (k >= 0 && k < depth) o[r * std::size_t(depth) + std::size_t(k)] = on;
+  }
+  return out;
+}
+
+/// A per-row loss and its gradient wrt the logits.
+template <class T>
+struct cross_entropy_result {
+  xt::xarray<T> loss;  ///< logits' shape without the class dim (0-D for 1-D logits)
+  xt::xarray<T> grad;  ///< d loss[row] / d logits[row, :], logits' shape
+};
+
+/// Cross-entropy of softmax(logits) against `labels`, both (..., classes), per row:
+///   loss = sum_j labels_j * (logsumexp(logits) - logits_j)
+///   grad = softmax(logits) * sum_j labels_j - labels
+/// which is softmax - labels when each label row sums to 1 (one-hot or a
+/// distribution); a row of zeros (an ignored sample) gets loss 0 and gradient 0.
+/// `grad` is the gradient of each row's own loss: scale row r by dL/dloss[r] for a
+/// weighted or mean loss. Throws when the shapes differ.
+template <std::floating_point T>
+cross_entropy_result<T> softmax_cross_entropy(const xt::xarray<T>& logits,
+                                              const xt::xarray<T>& labels) {
+  const auto v = detail::class_rows("softmax_cross_entropy", logits);
+  detail::require_same("softmax_cross_entropy", "logits", logits, "labels", labels);
+  cross_entropy_result<T> r{detail::empty_array<T>(detail::row_shape(logits)),
+                            detail::empty_array<T>(logits.shape())};
+  for (std::size_t row = 0; row < v.outer; ++row) {
+    const T* x = logits.data() + row * v.n;
+    const T* t = labels.data() + row * v.n;
+    T* g = r.grad.data() + row * v.n;
+    if (v.n == 0) {
+      r.loss.data()[row] = T(0);
+      continue;
+    }
+    const T lse = detail::softmax_vector(x, g, v.n, 1);  // g = softmax
+    T loss = T(0), mass = T(0);
+    for (std::size_t j = 0; j < v.n; ++j) {
+      loss += t[j] * (lse - x[j]);
+      mass += t[j];
+    }
+    for (std::size_t j = 0; j < v.n; ++j) g[j] = g[j] * mass - t[j];
+    r.loss.data()[row] = loss;
+  }
+  return r;
+}
+
+/// softmax_cross_entropy with integer class labels: labels has logits' shape without
+/// the class dim; loss = logsumexp(logits) - logits[label], grad = softmax - one_hot.
+/// Throws on a shape mismatch or a label outside [0, classes):
+/// "sparse_softmax_cross_entropy: label 7 at row 3 is out of range [0, 5)".
+template <std::floating_point T, std::integral I>
+cross_entropy_result<T> sparse_softmax_cross_entropy(const xt::xarray<T>& logits,
+                                                     const xt::xarray<I>& labels) {
+  constexpr std::string_view fn = "sparse_softmax_cross_entropy";
+  const auto v = detail::class_rows(fn, logits);
+  const auto rows = detail::row_shape(logits);
+  if (!detail::same_shape(labels.shape(), rows))
+    throw error(std::string(fn) + ": labels is " + detail::shape_text(labels) + ", expected " +
+                detail::shape_text(rows) + " for logits " + detail::shape_text(logits));
+  for (std::size_t row = 0; row < v.outer; ++row) {
+    const auto k = std::int64_t(labels.data()[row]);
+    if (k < 0 || k >= std::int64_t(v.n))
+      throw error(std::string(fn) + ": label " + std::to_string(k) + " at row " +
+                  std::to_string(row) + " is out of range [0, " + std::to_string(v.n) + ")");
+  }
+  cross_entropy_result<T> r{detail::empty_array<T>(rows), detail::empty_array<T>(logits.shape())};
+  for (std::size_t row = 0; row < v.outer; ++row) {
+    const T* x = logits.data() + row * v.n;
+    T* g = r.grad.data() + row * v.n;
+    const auto k = std::size_t(labels.data()[row]);
+    const T lse = detail::softmax_vector(x, g, v.n, 1);
+    r.loss.data()[row] = lse - x[k];
+    g[k] -= T(1);
+  }
+  return r;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/shape.hpp ----
+// Data-movement kernels, materialised row-major: transpose, strided_slice, concat,
+// split, reshape, and the backward of each (transpose_grad, strided_slice_grad;
+// split is concat's backward and concat is split's).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// perm normalised (negative entries count from the end); throws unless it is a
+/// permutation of the rank's dims.
+inline std::vector<std::size_t> check_perm(std::string_view fn, const std::vector<int>& perm,
+                                           shape_arg shape) {
+  auto bad = [&] {
+    return error(std::string(fn) + ": perm " + list_text(perm) + " is not a permutation of the " +
+                 std::to_string(shape.size()) + " dims of " + shape_text(shape));
+  };
+  if (perm.size() != shape.size()) throw bad();
+  std::vector<std::size_t> p(perm.size());
+  std::vector<bool> seen(perm.size(), false);
+  const int r = int(perm.size());
+  for (std::size_t d = 0; d < perm.size(); ++d) {
+    if (perm[d] < -r || perm[d] >= r) throw bad();
+    p[d] = std::size_t(perm[d] < 0 ? perm[d] + r : perm[d]);
+    if (seen[p[d]]) throw bad();
+    seen[p[d]] = true;
+  }
+  return p;
+}
+
+/// One sliced dim: `count` elements from `start`, `step` apart (step may be negative).
+struct slice_dim {
+  std::int64_t start = 0, step = 1;
+  std::size_t count = 0;
+};
+
+/// Python slice semantics per dim, for begin/end/strides covering the leading dims
+/// (the rest are taken whole). A negative begin or end counts from the end; both are
+/// then clamped to the dim, so end = INT64_MAX (INT64_MIN with a negative stride)
+/// means "to the end". Example: extent 6, begin 4, end -7, stride -2 gives 4, 2, 0.
+inline std::vector<slice_dim> plan_slice(std::string_view fn, shape_arg shape,
+                                         const std::vector<index_t>& begin,
+                                         const std::vector<index_t>& end,
+                                         const std::vector<index_t>& strides) {
+  if (begin.size() != end.size() || (!strides.empty() && strides.size() != begin.size()))
+    throw error(std::string(fn) + ": begin, end and strides must have the same length: begin " +
+                list_text(begin) + ", end " + list_text(end) + ", strides " + list_text(strides));
+  if (begin.size() > shape.size())
+    throw error(std::string(fn) + ": begin " + list_text(begin) + " slices " +
+                std::to_string(begin.size()) + " dims, x " + shape_text(shape) + " has rank " +
+                std::to_string(shape.size()));
+  std::vector<slice_dim> dims(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const std::int64_t n = std::int64_t(shape[d]);
+    if (d >= begin.size()) {
+      dims[d] = {0, 1, shape[d]};
+      continue;
+    }
+    const std::int64_t s = strides.empty() ? 1 : strides[d];
+    if (s == 0)
+      throw error(std::string(fn) + ": strides " + list_text(strides) + " has 0 at dim " +
+                  std::to_string(d));
+    const std::int64_t lo = s > 0 ? 0 : -1, hi = s > 0 ? n : n - 1;
+    auto place = [&](std::int64_t i) { return std::clamp(i < 0 ? i + n : i, lo, hi); };
+    const std::int64_t b = place(begin[d]), e = place(end[d]);
+    const std::int64_t span = s > 0 ? e - b : b - e, step = s > 0 ? s : -s;
+    dims[d] = {b, s, span > 0 ? std::size_t((span + step - 1) / step) : 0};
+  }
+  return dims;
+}
+
+inline shape_type slice_shape(const std::vector<slice_dim>& dims) {
+  shape_type out(dims.size());
+  for (std::size_t d = 0; d < dims.size(); ++d) out[d] = dims[d].count;
+  return out;
+}
+
+/// The slice's walk through the sliced array: its base offset and per-dim strides.
+inline std::pair<std::int64_t, stride_type> slice_walk(shape_arg shape,
+                                                       const std::vector<slice_dim>& dims) {
+  const stride_type own = row_major_strides(shape);
+  stride_type st(dims.size());
+  std::int64_t base = 0;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    base += dims[d].start * own[d];
+    st[d] = dims[d].step * own[d];
+  }
+  return {base, st};
+}
+
+/// (outer, inner) around an axis: elements before it and after it, row-major.
+inline std::pair<std::size_t, std::size_t> outer_inner(shape_arg shape, std::size_t axis) {
+  std::size_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  return {outer, inner};
+}
+
+template <class T>
+xt::xarray<T> concat_impl(const std::vector<const xt::xarray<T>*>& in, int axis) {
+  if (in.empty()) throw error("concat: needs at least one input");
+  const xt::xarray<T>& first = *in[0];
+  const std::size_t ax = normalize_axis(axis, first.dimension(), "concat");
+  shape_type shape = first.shape();
+  shape[ax] = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const auto& s = in[i]->shape();
+    bool agree = s.size() == first.dimension();
+    for (std::size_t d = 0; agree && d < s.size(); ++d)
+      agree = d == ax || s[d] == first.shape()[d];
+    if (!agree)
+      throw error("concat: input " + std::to_string(i) + " is " + shape_text(*in[i]) +
+                  ", input 0 is " + shape_text(first) + ": the dims other than axis " +
+                  std::to_string(ax) + " must agree");
+    shape[ax] += s[ax];
+  }
+  auto out = empty_array<T>(shape);
+  const auto [outer, inner] = outer_inner(shape, ax);
+  const std::size_t row = shape[ax] * inner;  // output elements per outer index
+  std::size_t at = 0;                         // offset of input i's block in a row
+  for (const xt::xarray<T>* x : in) {
+    const std::size_t chunk = x->shape()[ax] * inner;
+    for (std::size_t o = 0; o < outer; ++o)
+      std::copy_n(x->data() + o * chunk, chunk, out.data() + o * row + at);
+    at += chunk;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// y with y.shape[d] = x.shape[perm[d]] and y[i_0, ..., i_n] = x at index j with
+/// j[perm[d]] = i_d, materialised row-major (NumPy's transpose(x, perm)). Throws
+/// unless perm is a permutation of x's dims:
+/// "transpose: perm [0, 0] is not a permutation of the 2 dims of (3, 4)".
+template <class T>
+xt::xarray<T> transpose(const xt::xarray<T>& x, const std::vector<int>& perm) {
+  const auto p = detail::check_perm("transpose", perm, x.shape());
+  const detail::stride_type own = detail::row_major_strides(x.shape());
+  detail::shape_type shape(p.size());
+  detail::stride_type st(p.size());
+  for (std::size_t d = 0; d < p.size(); ++d) {
+    shape[d] = x.shape()[p[d]];
+    st[d] = own[p[d]];
+  }
+  auto y = detail::empty_array<T>(shape);
+  const T* px = x.data();
+  T* o = y.data();
+  detail::strided_loop<1>(shape, {&st}, {0},
+                          [&](std::size_t i, const auto& off) { o[i] = px[off[0]]; });
+  return y;
+}
+
+/// The gradient of y = transpose(x, perm): dy transposed by the inverse permutation.
+template <class T>
+xt::xarray<T> transpose_grad(const xt::xarray<T>& dy, const std::vector<int>& perm) {
+  const auto p = detail::check_perm("transpose_grad", perm, dy.shape());
+  std::vector<int> inverse(p.size());
+  for (std::size_t d = 0; d < p.size(); ++d) inverse[p[d]] = int(d);
+  return transpose(dy, inverse);
+}
+
+/// x[begin_0:end_0:strides_0, begin_1:end_1:strides_1, ...] with Python slice
+/// semantics: begin, end and strides name the leading dims (later dims are taken
+/// whole; empty strides mean all 1); negative begin or end count from the end and
+/// both are clamped, so INT64_MAX (INT64_MIN for a negative stride) means "to the
+/// end"; a negative stride walks backwards. Example: x (6,) = 0..5, begin [4], end
+/// [-7], strides [-2] gives (4, 2, 0). Throws on a 0 stride, differing lengths, or more
+/// dims than x has.
+template <class T>
+xt::xarray<T> strided_slice(const xt::xarray<T>& x, const std::vector<index_t>& begin,
+                            const std::vector<index_t>& end,
+                            const std::vector<index_t>& strides = {}) {
+  const auto dims = detail::plan_slice("strided_slice", x.shape(), begin, end, strides);
+  const auto shape = detail::slice_shape(dims);
+  const auto [base, st] = detail::slice_walk(x.shape(), dims);
+  auto y = detail::empty_array<T>(shape);
+  const T* px = x.data();
+  T* o = y.data();
+  detail::strided_loop<1>(shape, {&st}, {base},
+                          [&](std::size_t i, const auto& off) { o[i] = px[off[0]]; });
+  return y;
+}
+
+/// The gradient of y = strided_slice(x, begin, end, strides) for x of shape
+/// `input_shape`: dy scattered into zeros at the sliced positions. Throws when dy's
+/// shape is not the slice's.
+template <class T>
+xt::xarray<T> strided_slice_grad(const xt::xarray<T>& dy, shape_arg input_shape,
+                                 const std::vector<index_t>& begin,
+                                 const std::vector<index_t>& end,
+                                 const std::vector<index_t>& strides = {}) {
+  const auto dims = detail::plan_slice("strided_slice_grad", input_shape, begin, end, strides);
+  const auto shape = detail::slice_shape(dims);
+  if (!detail::same_shape(dy.shape(), shape))
+    throw error("strided_slice_grad: dy is " + detail::shape_text(dy) + ", expected " +
+                detail::shape_text(shape) + ", the slice's shape for input " +
+                detail::shape_text(input_shape));
+  const auto [base, st] = detail::slice_walk(input_shape, dims);
+  auto dx = detail::filled_array<T>(detail::to_shape(input_shape), T(0));
+  const T* g = dy.data();
+  T* o = dx.data();
+  detail::strided_loop<1>(shape, {&st}, {base},
+                          [&](std::size_t i, const auto& off) { o[off[0]] = g[i]; });
+  return dx;
+}
+
+/// The inputs joined along `axis`; every other dim must agree. Throws on no input,
+/// an axis out of range, or disagreeing dims: "concat: input 1 is (2, 5), input 0 is
+/// (3, 4): the dims other than axis 0 must agree". The backward is split(dy, sizes,
+/// axis) with sizes the inputs' extents along the axis.
+template <class T>
+xt::xarray<T> concat(const std::vector<xt::xarray<T>>& inputs, int axis = 0) {
+  std::vector<const xt::xarray<T>*> in;
+  for (const auto& x : inputs) in.push_back(&x);
+  return detail::concat_impl(in, axis);
+}
+
+/// concat of a braced list: concat({a, b}, 1) (the list holds copies of a and b).
+template <class T>
+xt::xarray<T> concat(std::initializer_list<xt::xarray<T>> inputs, int axis = 0) {
+  std::vector<const xt::xarray<T>*> in;
+  for (const auto& x : inputs) in.push_back(&x);
+  return detail::concat_impl(in, axis);
+}
+
+/// x cut along `axis` into pieces of the given extents, in order (concat's inverse).
+/// Throws unless the sizes add up to x's extent:
+/// "split: sizes [2, 3] add up to 5, x (4, 6) has extent 4 at axis 0".
+template <class T>
+std::vector<xt::xarray<T>> split(const xt::xarray<T>& x, const std::vector<std::size_t>& sizes,
+                                 int axis = 0) {
+  const std::size_t ax = detail::normalize_axis(axis, x.dimension(), "split");
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  if (total != x.shape()[ax])
+    throw error("split: sizes " + detail::list_text(sizes) + " add up to " + std::to_string(total) +
+                ", x " + detail::shape_text(x) + " has extent " + std::to_string(x.shape()[ax]) +
+                " at axis " + std::to_string(ax));
+  const auto [outer, inner] = detail::outer_inner(x.shape(), ax);
+  const std::size_t row = x.shape()[ax] * inner;
+  std::vector<xt::xarray<T>> out;
+  out.reserve(sizes.size());
+  std::size_t at = 0;
+  for (std::size_t s : sizes) {
+    detail::shape_type shape = x.shape();
+    shape[ax] = s;
+    auto piece = detail::empty_array<T>(shape);
+    const std::size_t chunk = s * inner;
+    for (std::size_t o = 0; o < outer; ++o)
+      std::copy_n(x.data() + o * row + at, chunk, piece.data() + o * chunk);
+    at += chunk;
+    out.push_back(std::move(piece));
+  }
+  return out;
+}
+
+/// x cut along `axis` into `num` equal pieces (MindSpore's Split(axis, output_num)).
+/// Throws unless num > 0 divides the extent:
+/// "split_equal: extent 6 at axis 1 of x (4, 6) does not split into 4 equal pieces".
+template <class T>
+std::vector<xt::xarray<T>> split_equal(const xt::xarray<T>& x, std::size_t num, int axis = 0) {
+  const std::size_t ax = detail::normalize_axis(axis, x.dimension(), "split_equal");
+  const std::size_t n = x.shape()[ax];
+  if (num == 0 || n % num != 0)
+    throw error("split_equal: extent " + std::to_string(n) + " at axis " + std::to_string(ax) +
+                " of x " + detail::shape_text(x) + " does not split into " + std::to_string(num) +
+                " equal pieces");
+  return split(x, std::vector<std::size_t>(num, n / num), axis);
+}
+
+namespace detail {
+
+/// The target of a reshape of `from` to `to`, where one entry of `to` may be -1
+/// (inferred). Throws unless the element counts agree:
+/// "reshape: cannot reshape (2, 3) (6 elements) to [4, 2] (8 elements)".
+inline shape_type reshape_target(shape_arg from, const std::vector<index_t>& to) {
+  const std::size_t n = element_count(from);
+  auto fail_with = [&](const std::string& why) {
+    return error("reshape: cannot reshape " + shape_text(from) + " (" + std::to_string(n) +
+                 " elements) to " + list_text(to) + why);
+  };
+  shape_type out(to.size());
+  std::size_t known = 1, infer = to.size();
+  for (std::size_t d = 0; d < to.size(); ++d) {
+    if (to[d] == -1) {
+      if (infer != to.size()) throw fail_with(": at most one dim may be -1");
+      infer = d;
+    } else if (to[d] < 0) {
+      throw fail_with(": a dim is negative");
+    } else {
+      out[d] = std::size_t(to[d]);
+      known *= out[d];
+    }
+  }
+  if (infer != to.size()) {
+    if (known == 0 || n % known != 0)
+      throw fail_with(": no extent for the -1 dim gives " + std::to_string(n) + " elements");
+    out[infer] = n / known;
+    known = n;
+  }
+  if (known != n) throw fail_with(" (" + std::to_string(known) + " elements)");
+  return out;
+}
+
+}  // namespace detail
+
+/// x's elements, in row-major order, in a new shape; one dim may be -1 (inferred).
+/// Example: reshape(x (2, 3, 4), {6, -1}) is (6, 4). Returns a copy.
+template <class T>
+xt::xarray<T> reshape(const xt::xarray<T>& x, const std::vector<index_t>& shape) {
+  auto y = detail::empty_array<T>(detail::reshape_target(x.shape(), shape));
+  std::copy(x.data(), x.data() + x.size(), y.data());
+  return y;
+}
+
+/// reshape of an rvalue: reuses x's buffer (no copy).
+template <class T>
+xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
+  x.reshape(detail::reshape_target(x.shape(), shape));
+  return std::move(x);
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/ops/matmul.hpp ----
+// Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product
+// (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
+// redistributed first, by the cheapest plan.
+
+#include <string>
+#include <utility>
+
+namespace tessera::ops {
+
+/// MatMul with a shard strategy, as `MatMul(transpose_a, transpose_b).shard(st)`.
+struct matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  /// The rule on `device_num` devices; throws tessera::error naming the rule broken,
+  /// the numbers and the strategy.
+  matmul_layouts rule(int device_num) const {
+    const status s = check_matmul(st, device_num, trans_a, trans_b);
+    if (!s.ok()) throw error(s, "", "strategy " + to_string(st));
+    return matmul_rule(st, device_num, trans_a, trans_b);
+  }
+};
+
+namespace detail {
+inline extents matmul_output_shape(const extents& a, const extents& b, bool trans_a, bool trans_b,
+                                   const strategy& st) {
+  const index_t m = trans_a ? a[1] : a[0], ka = trans_a ? a[0] : a[1];
+  const index_t kb = trans_b ? b[1] : b[0], n = trans_b ? b[0] : b[1];
+  if (a.ndim != 2 || b.ndim != 2 || ka != kb)
+    throw error("matmul: shapes " + to_string(a) + " and " + to_string(b) +
+                " do not multiply (transpose_a " + (trans_a ? "true" : "false") + ", transpose_b " +
+                (trans_b ? "true" : "false") + "); strategy " + to_string(st));
+  return extents{m, n};
+}
+
+template <class T, class C>
+dist_tensor<T> as_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  return x.layout() == l ? x : redistribute(x, l, ctx);
+}
+}  // namespace detail
+
+/// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
+/// layouts if they are not in them; C comes back in the rule's output layout, with
+/// partial sums over the contraction axis when the strategy splits it (the next
+/// operator decides how they are resolved: a ReduceScatter when it wants C split).
+template <class T, class C>
+dist_tensor<T> matmul(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                      device_context<C>& ctx) {
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
+                                                 op.trans_b, op.st);
+  const dist_tensor<T> la = detail::as_layout(a, r.a, ctx);
+  const dist_tensor<T> lb = detail::as_layout(b, r.b, ctx);
+  dist_tensor<T> c(r.c, cs, ctx.rank());
+  c.assign_local(kernels::cpu::matmul(la.local(), lb.local(), op.trans_a, op.trans_b));
+  return c;
+}
+
+/// The gradients of C = op(A) op(B) given dC: dA in the rule's grad_a layout (A's, partial
+/// over the n axis) and dB in grad_b (B's, partial over the m axis). dC is first brought
+/// to C's layout without partial sums (the gradient of a sum reaches every partial term).
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, const dist_tensor<T>& dc,
+                                                          const dist_tensor<T>& a,
+                                                          const dist_tensor<T>& b,
+                                                          device_context<C>& ctx) {
+  const matmul_layouts r = op.rule(ctx.size());
+  const dist_tensor<T> ldc = detail::as_layout(dc, r.c.without_partial(), ctx);
+  const dist_tensor<T> la = detail::as_layout(a, r.a, ctx);
+  const dist_tensor<T> lb = detail::as_layout(b, r.b, ctx);
+  dist_tensor<T> da(r.grad_a, a.global_shape(), ctx.rank());
+  dist_tensor<T> db(r.grad_b, b.global_shape(), ctx.rank());
+  da.assign_local(kernels::cpu::matmul_grad_a(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b));
+  db.assign_local(kernels::cpu::matmul_grad_b(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b));
+  return {std::move(da), std::move(db)};
+}
+
+}  // namespace tessera::ops
+#endif
 #endif
 
 // comm/mpi.hpp: the MPI communicator

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 #include <vector>
+#include <tessera/core/format.hpp>
 #include <tessera/core/mesh.hpp>
 
 using namespace tessera;
@@ -15,15 +16,14 @@ std::vector<mesh> test_meshes() {
   return {mesh{1}, mesh{2}, mesh{8}, mesh{2, 4}, mesh{4, 2}, mesh{2, 2, 2}, mesh{3, 1, 2}};
 }
 
-std::string name(const mesh& m) {
-  std::string s = "(";
-  for (int a = 0; a < m.ndim; ++a) s += (a ? "," : "") + std::to_string(m.dims[a]);
-  return s + ")";
-}
+std::string name(const mesh& m) { return to_string(m); }
 
 std::string name(const axis_list& axes) {
   std::string s = "{";
-  for (int i = 0; i < axes.n; ++i) s += (i ? "," : "") + std::to_string(axes.v[i]);
+  for (int i = 0; i < axes.n; ++i) {
+    if (i) s += ",";
+    s += std::to_string(axes.v[i]);
+  }
   return s + "}";
 }
 

@@ -160,7 +160,8 @@ TEST_CASE("every plan between every pair of layouts is valid and optimal") {
   const std::vector<config> configs = {
       {mesh{2}, extents{8}},          {mesh{4}, extents{8, 4}},     {mesh{2, 2}, extents{8, 8}},
       {mesh{2, 2}, extents{4, 2, 8}}, {mesh{2, 4}, extents{8, 8}},  {mesh{4, 2}, extents{16, 2}},
-      {mesh{2, 2, 2}, extents{8, 8}}, {mesh{2, 3}, extents{6, 12}},
+      {mesh{2, 2, 2}, extents{8, 8}}, {mesh{2, 3}, extents{6, 12}}, {mesh{2, 2}, extents{4, 2, 2, 4}},
+      {mesh{4}, extents{4, 1, 2, 8}},
   };
   int pairs = 0, exchanges = 0;
   for (const config& c : configs) {

@@ -96,4 +96,43 @@ class mesh_comm {
   std::vector<std::pair<axis_list, std::unique_ptr<C>>> groups_;
 };
 
+/// The communicators of one world for every device matrix a program uses: operators
+/// with different strategies have different device matrices over the same ranks
+/// (MatMul ((2, 4), (4, 1)) uses (2, 4, 1), a data-parallel op (8,)). Each mesh's
+/// mesh_comm, and so its groups, is created on first use (collectively) and kept.
+template <communicator C>
+class device_context {
+ public:
+  explicit device_context(C& world) : world_(&world) {}
+  device_context(const device_context&) = delete;
+  device_context& operator=(const device_context&) = delete;
+
+  C& world() noexcept { return *world_; }
+  int rank() const { return world_->rank(); }
+  int size() const { return world_->size(); }
+
+  /// The mesh_comm of `m`; throws unless m spans the world's ranks.
+  mesh_comm<C>& on(const tessera::mesh& m) {
+    for (auto& mc : meshes_)
+      if (mc->mesh() == m) return *mc;
+    meshes_.push_back(std::make_unique<mesh_comm<C>>(m, *world_));
+    return *meshes_.back();
+  }
+
+  /// Traffic of the world and of every group of every mesh.
+  traffic total_stats() const {
+    traffic t = world_->stats();
+    for (const auto& mc : meshes_) t += mc->total_stats() - world_->stats();
+    return t;
+  }
+  void reset_stats() {
+    for (auto& mc : meshes_) mc->reset_stats();
+    world_->reset_stats();
+  }
+
+ private:
+  C* world_;
+  std::vector<std::unique_ptr<mesh_comm<C>>> meshes_;
+};
+
 }  // namespace tessera

@@ -44,6 +44,16 @@ namespace tessera {
     "input {dim}: product of splits {a}, device count {b}")                                         \
   X(tensor_map_value, "tensor_map: each entry must be -1 or name a device-matrix axis",            \
     "dim {dim} maps to {a}, device matrix has {b} axes")                                            \
+  X(mesh_no_refinement, "mesh: two device matrices of one rank list must nest to share a refinement", \
+    "suffix products {a} and {b} do not divide")                                                    \
+  X(op_inputs, "operator: a strategy has one split tuple per operator input",                     \
+    "{a} split tuples for {b} inputs")                                                              \
+  X(op_input_ndim, "operator: each split tuple has one entry per dim of its input",                 \
+    "input {dim} has {a} entries, the input has rank {b}")                                          \
+  X(matmul_contraction, "matmul: both inputs must split the contraction dim into the same number "  \
+                        "of pieces", "input 0 splits it {a} ways, input 1 {b} ways")                \
+  X(op_device_num, "operator: the device matrix of a strategy must divide the device count",        \
+    "device matrix size {a}, device count {b}")                                                     \
   X(plan_mesh_mismatch, "redistribute: both layouts must be on the same mesh", "")                  \
   X(plan_ndim_mismatch, "redistribute: both layouts must have the same tensor rank",                \
     "tensor ranks {a} and {b}")                                                                     \
@@ -138,6 +148,11 @@ class error : public std::runtime_error {
                                            : std::string(context) + ": " + detail::format_status(s)),
         status_(s) {}
   explicit error(const std::string& message) : std::runtime_error(message) {}
+  /// The rule and numbers of `s`, followed by "; " and `where` (e.g. the strategy).
+  error(const status& s, std::string_view context, std::string_view where)
+      : std::runtime_error((context.empty() ? std::string() : std::string(context) + ": ") +
+                           detail::format_status(s) + "; " + std::string(where)),
+        status_(s) {}
 
   /// The failed check (code ok for errors raised with a plain message).
   const status& why() const noexcept { return status_; }

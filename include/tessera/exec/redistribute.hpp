@@ -9,6 +9,7 @@
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/geometry.hpp>
+#include <tessera/core/refine.hpp>
 #include <tessera/exec/pack.hpp>
 #include <tessera/plan/planner.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
@@ -255,6 +256,29 @@ dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, mes
   const plan p = plan_redistribution(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
   dist_tensor<T> out(to, x.global_shape(), x.rank());
   out.assign_local(execute(p, x.local(), mc));
+  return out;
+}
+
+/// Redistributes `x` to `to`, which may be on another device matrix of the same ranks
+/// (each operator has its own): both layouts are written on the two meshes' common
+/// refinement (core/refine.hpp), which leaves every shard where it is, and planned
+/// there.
+template <class T, auto L, auto G, class C>
+dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, device_context<C>& ctx) {
+  const layout& from = x.layout();
+  xt::xarray<T> local;
+  if (from.dev == to.dev) {
+    const plan p = plan_redistribution(from, to, x.global_shape(), index_t(sizeof(T)));
+    local = execute(p, x.local(), ctx.on(from.dev));
+  } else {
+    require(check_refinement(from.dev, to.dev), "redistribute");
+    const mesh fine = common_refinement(from.dev, to.dev);
+    const plan p =
+        plan_redistribution(refine(from, fine), refine(to, fine), x.global_shape(), index_t(sizeof(T)));
+    local = execute(p, x.local(), ctx.on(fine));
+  }
+  dist_tensor<T> out(to, x.global_shape(), x.rank());
+  out.assign_local(std::move(local));
   return out;
 }
 

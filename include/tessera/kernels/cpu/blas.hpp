@@ -18,21 +18,19 @@ inline void check_gemm_args(bool trans_a, bool trans_b, int m, int n, int k, int
   if (m < 0 || n < 0 || k < 0)
     throw error("gemm: m, n and k must not be negative: m " + std::to_string(m) + ", n " +
                 std::to_string(n) + ", k " + std::to_string(k));
-  // note: " (trans_a false)" for A and B, empty for C.
-  auto check_ld = [](const char* name, int ld, const char* dim_name, int dim,
-                     const std::string& note) {
-    if (ld < std::max(1, dim))
-      throw error(std::string("gemm: ") + name + " must be at least max(1, " + dim_name +
-                  ") = " + std::to_string(std::max(1, dim)) + note + ": " + name + " " +
-                  std::to_string(ld));
-  };
-  auto flag = [](const char* name, bool t) {
-    return std::string(" (") + name + (t ? " true)" : " false)");
+  // flag: "trans_a" or "trans_b", named in the message with its value; null for C.
+  auto check_ld = [](const char* name, int ld, const char* dim_name, int dim, const char* flag,
+                     bool trans) {
+    if (ld >= std::max(1, dim)) return;
+    std::string msg = std::string("gemm: ") + name + " must be at least max(1, " + dim_name +
+                      ") = " + std::to_string(std::max(1, dim));
+    if (flag) msg += std::string(" (") + flag + (trans ? " true)" : " false)");
+    throw error(msg + ": " + name + " " + std::to_string(ld));
   };
   // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k), C is m x n.
-  check_ld("lda", lda, trans_a ? "m" : "k", trans_a ? m : k, flag("trans_a", trans_a));
-  check_ld("ldb", ldb, trans_b ? "k" : "n", trans_b ? k : n, flag("trans_b", trans_b));
-  check_ld("ldc", ldc, "n", n, "");
+  check_ld("lda", lda, trans_a ? "m" : "k", trans_a ? m : k, "trans_a", trans_a);
+  check_ld("ldb", ldb, trans_b ? "k" : "n", trans_b ? k : n, "trans_b", trans_b);
+  check_ld("ldc", ldc, "n", n, nullptr, false);
 }
 
 // C = beta * C without BLAS (k == 0: the product adds nothing). beta == 0 writes

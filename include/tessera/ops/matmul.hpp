@@ -1,0 +1,87 @@
+// Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product
+// (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
+// redistributed first, by the cheapest plan.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/cpu/matmul.hpp>
+#include <tessera/ops/matmul_rule.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::ops {
+
+/// MatMul with a shard strategy, as `MatMul(transpose_a, transpose_b).shard(st)`.
+struct matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  /// The rule on `device_num` devices; throws tessera::error naming the rule broken,
+  /// the numbers and the strategy.
+  matmul_layouts rule(int device_num) const {
+    const status s = check_matmul(st, device_num, trans_a, trans_b);
+    if (!s.ok()) throw error(s, "", "strategy " + to_string(st));
+    return matmul_rule(st, device_num, trans_a, trans_b);
+  }
+};
+
+namespace detail {
+inline extents matmul_output_shape(const extents& a, const extents& b, bool trans_a, bool trans_b,
+                                   const strategy& st) {
+  const index_t m = trans_a ? a[1] : a[0], ka = trans_a ? a[0] : a[1];
+  const index_t kb = trans_b ? b[1] : b[0], n = trans_b ? b[0] : b[1];
+  if (a.ndim != 2 || b.ndim != 2 || ka != kb)
+    throw error("matmul: shapes " + to_string(a) + " and " + to_string(b) +
+                " do not multiply (transpose_a " + (trans_a ? "true" : "false") + ", transpose_b " +
+                (trans_b ? "true" : "false") + "); strategy " + to_string(st));
+  return extents{m, n};
+}
+
+template <class T, class C>
+dist_tensor<T> as_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  return x.layout() == l ? x : redistribute(x, l, ctx);
+}
+}  // namespace detail
+
+/// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
+/// layouts if they are not in them; C comes back in the rule's output layout, with
+/// partial sums over the contraction axis when the strategy splits it (the next
+/// operator decides how they are resolved: a ReduceScatter when it wants C split).
+template <class T, class C>
+dist_tensor<T> matmul(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                      device_context<C>& ctx) {
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
+                                                 op.trans_b, op.st);
+  const dist_tensor<T> la = detail::as_layout(a, r.a, ctx);
+  const dist_tensor<T> lb = detail::as_layout(b, r.b, ctx);
+  dist_tensor<T> c(r.c, cs, ctx.rank());
+  c.assign_local(kernels::cpu::matmul(la.local(), lb.local(), op.trans_a, op.trans_b));
+  return c;
+}
+
+/// The gradients of C = op(A) op(B) given dC: dA in the rule's grad_a layout (A's, partial
+/// over the n axis) and dB in grad_b (B's, partial over the m axis). dC is first brought
+/// to C's layout without partial sums (the gradient of a sum reaches every partial term).
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, const dist_tensor<T>& dc,
+                                                          const dist_tensor<T>& a,
+                                                          const dist_tensor<T>& b,
+                                                          device_context<C>& ctx) {
+  const matmul_layouts r = op.rule(ctx.size());
+  const dist_tensor<T> ldc = detail::as_layout(dc, r.c.without_partial(), ctx);
+  const dist_tensor<T> la = detail::as_layout(a, r.a, ctx);
+  const dist_tensor<T> lb = detail::as_layout(b, r.b, ctx);
+  dist_tensor<T> da(r.grad_a, a.global_shape(), ctx.rank());
+  dist_tensor<T> db(r.grad_b, b.global_shape(), ctx.rank());
+  da.assign_local(kernels::cpu::matmul_grad_a(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b));
+  db.assign_local(kernels::cpu::matmul_grad_b(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b));
+  return {std::move(da), std::move(db)};
+}
+
+}  // namespace tessera::ops
