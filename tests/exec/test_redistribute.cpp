@@ -1,5 +1,5 @@
 // Exhaustive redistribution test, run under mpiexec: for every mesh that spans the
-// ranks, every tensor rank 1-3 (and 4 on meshes of up to 4 ranks) and every pair of
+// ranks, every tensor rank 0-3 (and 4 on meshes of up to 4 ranks) and every pair of
 // layouts (partial states included),
 // redistributing a tensor leaves on every rank exactly the shard that the slice
 // geometry names, and the communicators count exactly the bytes the plan priced.
@@ -35,6 +35,7 @@ std::vector<mesh> meshes_for(int p) {
 // (so steps that would split unevenly must be avoided).
 std::vector<extents> shapes_for(int ndim) {
   switch (ndim) {
+    case 0: return {extents{}};  // a scalar, such as a loss: replicated or partial only
     case 1: return {extents{8}, extents{16}};
     case 2: return {extents{8, 8}, extents{4, 16}};
     case 3: return {extents{8, 8, 8}, extents{2, 8, 4}};
@@ -130,7 +131,7 @@ void exhaustive(bool with_partial, reduce_op op, int max_ndim) {
     mesh_comm<mpi_communicator> mc(m, world);
     // Rank-4 tensors on the meshes of up to 4 ranks (on 8 ranks the pairs number 10^5).
     const int top = max_ndim == 3 && m.size() <= 4 ? 4 : max_ndim;
-    for (int nd = 1; nd <= top; ++nd)
+    for (int nd = 0; nd <= top; ++nd)
       for (const extents& g : shapes_for(nd)) {
         std::vector<layout> all;
         for_each_layout(m, nd, with_partial, [&](const layout& l) {
