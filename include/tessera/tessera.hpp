@@ -33,6 +33,8 @@
 
 // ops/: operators' sharding rules (standard library only)
 #include <tessera/ops/matmul_rule.hpp>
+#include <tessera/ops/elementwise_rule.hpp>
+#include <tessera/ops/reduce_rule.hpp>
 
 // tensor/ and exec/: shards in xtensor containers
 #if __has_include(<xtensor/xarray.hpp>)
@@ -44,6 +46,10 @@
 #if __has_include(<cblas.h>)
 #include <tessera/kernels/cpu.hpp>
 #include <tessera/ops/matmul.hpp>
+#include <tessera/ops/elementwise.hpp>
+#include <tessera/ops/reduce.hpp>
+#include <tessera/autodiff/tape.hpp>
+#include <tessera/autodiff/ops.hpp>
 #endif
 #endif
 

@@ -90,7 +90,16 @@ namespace tessera {
     "dim {dim} has extent {a}, the static shape says {b}")                                          \
   X(static_layout_mismatch, "dist_tensor: a run-time layout must equal the static layout", "")     \
   X(buffer_size, "tensor: the local buffer size must equal the layout's local shard size",          \
-    "buffer holds {a} elements, the shard needs {b}")
+    "buffer holds {a} elements, the shard needs {b}")                                               \
+  X(elementwise_shapes, "elementwise: the input shapes must broadcast",                             \
+    "input {dim}, output dim {axis}: extent {a}, an earlier input has {b}")                         \
+  X(elementwise_split_mismatch, "elementwise: inputs must split a shared dim alike",                \
+    "input {dim} splits output dim {axis} {a} ways, an earlier input {b} ways")                     \
+  X(broadcast_dim_split, "elementwise: a broadcast dim cannot be split",                            \
+    "input {dim}, dim {axis} has extent 1 and split {a}")                                           \
+  X(reduce_axis_range, "reduce: each axis must name a dim of the input",                            \
+    "axis {a}, input rank {b}")                                                                     \
+  X(reduce_axis_twice, "reduce: an axis must not name a dim twice", "dim {dim} is named twice")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {
@@ -2200,7 +2209,6 @@ class mesh_comm {
     return ref;
   }
 
-  const tessera::mesh& layout_mesh() const noexcept { return mesh_; }
   const tessera::mesh& mesh() const noexcept { return mesh_; }
   C& world() noexcept { return *world_; }
   const C& world() const noexcept { return *world_; }
@@ -2353,6 +2361,321 @@ inline constexpr matmul_layouts static_matmul_rule = [] {
   detail::static_require<s>();
   if constexpr (s.ok()) return matmul_rule(St, DeviceNum, TransA, TransB);
   else return matmul_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/elementwise_rule.hpp ----
+// The sharding rule of element-wise operators (Add, Sub, Mul, Div, ReLU, Exp, ...,
+// BiasAdd) with NumPy broadcasting: from a shard strategy such as ((2, 4), (1, 4)) and
+// the inputs' shapes to the operator's device matrix and the layouts of its inputs,
+// output and gradients. Standard library only and constexpr.
+
+#include <array>
+#include <initializer_list>
+
+namespace tessera {
+
+/// The global shapes of an operator's inputs, one per input, e.g.
+/// shape_list{extents{16, 32}, extents{32}}. A structural type (a template argument).
+struct shape_list {
+  int n = 0;
+  std::array<extents, max_strategy_inputs> v{};
+
+  constexpr shape_list() = default;
+  constexpr shape_list(std::initializer_list<extents> shapes) {
+    for (const extents& e : shapes) {
+      if (n < max_strategy_inputs) v[n] = e;
+      ++n;
+    }
+  }
+  constexpr int size() const { return n; }
+  constexpr const extents& operator[](int i) const { return v[i]; }
+  friend constexpr bool operator==(const shape_list&, const shape_list&) = default;
+};
+
+/// The layouts of y = f(x0, x1, ...) applied element by element with broadcasting.
+struct elementwise_layouts {
+  mesh dev;                                          ///< the operator's device matrix
+  int n = 0;                                         ///< number of inputs
+  std::array<layout, max_strategy_inputs> in{};      ///< the inputs as the local op needs them
+  layout out;                                        ///< the output
+  std::array<layout, max_strategy_inputs> grad{};    ///< dx_i: in[i], partial over the output
+                                                     ///< axes along which x_i is broadcast
+  extents shape;                                     ///< the output's global shape
+  friend constexpr bool operator==(const elementwise_layouts&, const elementwise_layouts&) = default;
+};
+
+namespace detail {
+
+// Input i's dim that lines up with output dim j of an output of rank r (inputs align on
+// the right), or -1 when the input is too short to have it.
+constexpr int elementwise_input_dim(const extents& in, int r, int j) {
+  const int d = j - (r - in.ndim);
+  return d >= 0 ? d : -1;
+}
+
+// The output rank: the largest input rank.
+constexpr int elementwise_rank(const shape_list& shapes) {
+  int r = 0;
+  for (int i = 0; i < shapes.n; ++i) r = shapes.v[i].ndim > r ? shapes.v[i].ndim : r;
+  return r;
+}
+
+// True when input i is stretched along output dim j: it lacks the dim, or has extent 1
+// where the output does not.
+constexpr bool elementwise_broadcasts(const extents& in, const extents& out, int j) {
+  const int d = elementwise_input_dim(in, out.ndim, j);
+  return d < 0 || (in.v[d] == 1 && out.v[j] != 1);
+}
+
+}  // namespace detail
+
+/// The broadcast shape of the inputs (NumPy's rule: align on the right; a missing dim or
+/// an extent of 1 stretches). A dynamic extent stands for a full dim.
+/// @pre check_elementwise(...) passed the shape checks
+constexpr extents elementwise_shape(const shape_list& shapes) {
+  extents out;
+  out.ndim = detail::elementwise_rank(shapes);
+  for (int j = 0; j < out.ndim; ++j) {
+    index_t e = 1;
+    for (int i = 0; i < shapes.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], out.ndim, j);
+      if (d < 0) continue;
+      const index_t x = shapes.v[i].v[d];
+      if (x != 1 && (e == 1 || e == dynamic_extent)) e = x;
+    }
+    out.v[j] = e;
+  }
+  return out;
+}
+
+/// Checks an element-wise strategy on `device_num` devices for inputs of the given
+/// shapes: one split tuple per input with one entry per input dim, positive splits whose
+/// product divides the device count, shapes that broadcast, a dim that an input
+/// broadcasts (extent 1) unsplit in that input, every input that has an output dim (not
+/// broadcast) splitting it alike, and an output split tuple whose product divides the
+/// device count. Example: Add of (16, 32) and (1, 32): ((2, 4), (1, 4)) is valid;
+/// ((2, 4), (2, 4)) splits a broadcast dim; ((2, 4), (1, 2)) splits dim 1 unlike input 0.
+constexpr status check_elementwise(const strategy& st, int device_num, const shape_list& shapes) {
+  if (st.n != shapes.n) return fail(errc::op_inputs, -1, -1, st.n, shapes.n);
+  for (int i = 0; i < st.n; ++i)
+    if (st.in[i].n != shapes.v[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, shapes.v[i].ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  for (int i = 0; i < shapes.n; ++i)
+    for (int d = 0; d < shapes.v[i].ndim; ++d)
+      if (shapes.v[i].v[d] < 0 && shapes.v[i].v[d] != dynamic_extent)
+        return fail(errc::negative_extent, d, -1, shapes.v[i].v[d]);
+  const int r = detail::elementwise_rank(shapes);
+  for (int j = 0; j < r; ++j) {
+    index_t extent = 1;  // the first extent other than 1 along output dim j
+    for (int i = 0; i < shapes.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], r, j);
+      if (d < 0) continue;
+      const index_t x = shapes.v[i].v[d];
+      if (x == 1) continue;
+      if (extent == 1 || extent == dynamic_extent) extent = x;
+      else if (x != dynamic_extent && x != extent)
+        return fail(errc::elementwise_shapes, i, j, x, extent);
+    }
+  }
+  const extents out = elementwise_shape(shapes);
+  int out_product = 1;
+  for (int j = 0; j < r; ++j) {
+    int split = 0;  // 0: no input has dim j unbroadcast yet
+    for (int i = 0; i < st.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], r, j);
+      if (d < 0) continue;
+      const int s = st.in[i].v[d];
+      if (detail::elementwise_broadcasts(shapes.v[i], out, j) || shapes.v[i].v[d] == 1) {
+        if (s != 1) return fail(errc::broadcast_dim_split, i, d, s);
+        continue;
+      }
+      if (split == 0) split = s;
+      else if (s != split) return fail(errc::elementwise_split_mismatch, i, j, s, split);
+    }
+    out_product *= split == 0 ? 1 : split;
+  }
+  if (device_num % out_product != 0) return fail(errc::op_device_num, -1, -1, out_product, device_num);
+  return {};
+}
+
+/// The element-wise rule, as MindSpore's: the device matrix is the output's split tuple
+/// (per output dim, the split of the inputs that have that dim), preceded by a replica
+/// axis when it uses fewer devices than there are (strategy_layout's convention). The
+/// output's dim j is split by its own device-matrix axis; each input's dims by the
+/// axes of the output dims they line up with, except the dims it broadcasts (unsplit,
+/// so the input is replicated over those axes). The gradient of an input is summed
+/// over the dims it broadcasts; where such a dim's axis splits the output, the local
+/// sums are partial over that axis.
+/// Example: Add (16, 32) + (32,) with ((2, 4), (4,)) on 16 devices -> device matrix
+/// (2, 2, 4); the output and x0 are split rows by axis 1, columns by axis 2; x1 is
+/// split by axis 2 and replicated over axes 0 and 1; dx1 is partial over axis 1.
+/// @pre check_elementwise(st, device_num, shapes).ok()
+constexpr elementwise_layouts elementwise_rule(const strategy& st, int device_num,
+                                               const shape_list& shapes) {
+  elementwise_layouts r;
+  r.n = st.n;
+  r.shape = elementwise_shape(shapes);
+  const int rank = r.shape.ndim;
+  split_tuple out_split;
+  out_split.n = rank;
+  for (int j = 0; j < rank; ++j) {
+    out_split.v[j] = 1;
+    for (int i = 0; i < st.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], rank, j);
+      if (d >= 0 && !detail::elementwise_broadcasts(shapes.v[i], r.shape, j) && st.in[i].v[d] > 1)
+        out_split.v[j] = st.in[i].v[d];
+    }
+  }
+  r.out = strategy_layout(out_split, device_num);
+  r.dev = r.out.dev;
+  const int first = r.dev.ndim - rank;
+  for (int i = 0; i < st.n; ++i) {
+    const extents& x = shapes.v[i];
+    layout l = layout::replicated(r.dev, x.ndim);
+    layout g = l;
+    for (int j = 0; j < rank; ++j) {
+      const int d = detail::elementwise_input_dim(x, rank, j);
+      if (d >= 0 && !detail::elementwise_broadcasts(x, r.shape, j)) {
+        l.split[d] = axis_list{first + j};
+      } else if (out_split.v[j] > 1) {
+        g = g.with_partial(first + j);
+      }
+    }
+    for (int d = 0; d < x.ndim; ++d) g.split[d] = l.split[d];
+    r.in[i] = l;
+    r.grad[i] = g;
+  }
+  return r;
+}
+
+/// The rule for a static strategy and static shapes; an invalid one fails to compile
+/// with the rule it breaks as the message.
+template <strategy St, int DeviceNum, shape_list Shapes>
+inline constexpr elementwise_layouts static_elementwise_rule = [] {
+  constexpr status s = check_elementwise(St, DeviceNum, Shapes);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return elementwise_rule(St, DeviceNum, Shapes);
+  else return elementwise_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/reduce_rule.hpp ----
+// The sharding rule of reductions over a list of dims (ReduceSum, ReduceMean,
+// ReduceMax, ReduceMin, with keep_dims): from the input's split tuple to the layouts
+// of input and output. Standard library only and constexpr.
+
+#include <array>
+#include <initializer_list>
+
+namespace tessera {
+
+/// The tensor dims a reduction runs over, e.g. dim_list{0, -1}: negative entries count
+/// from the end; an empty list means every dim (MindSpore's axis=()). A structural type.
+struct dim_list {
+  int n = 0;
+  std::array<int, max_tensor_ndim> v{};
+
+  constexpr dim_list() = default;
+  constexpr dim_list(std::initializer_list<int> dims) {
+    for (int d : dims) {
+      if (n < max_tensor_ndim) v[n] = d;
+      ++n;
+    }
+  }
+  constexpr int size() const { return n; }
+  constexpr int operator[](int i) const { return v[i]; }
+  friend constexpr bool operator==(const dim_list&, const dim_list&) = default;
+};
+
+/// The layouts of y = reduce(x, dims, keep_dims).
+struct reduce_layouts {
+  mesh dev;        ///< the operator's device matrix: the input's (strategy_layout)
+  layout in;       ///< the input, split by the strategy
+  layout out;      ///< kept dims keep their axes; partial over the axes of split reduced dims
+  extents shape;   ///< the output's global shape
+  unsigned reduced = 0;  ///< bit d set: input dim d is reduced
+  index_t count = 1;     ///< global number of input elements per output element
+  friend constexpr bool operator==(const reduce_layouts&, const reduce_layouts&) = default;
+};
+
+namespace detail {
+// Bit d set for every input dim that `dims` names, or a failed status.
+constexpr status reduced_dims(const dim_list& dims, int ndim, unsigned& mask) {
+  mask = 0;
+  if (dims.n == 0) {
+    mask = ndim >= 32 ? ~0u : (1u << ndim) - 1u;
+    return {};
+  }
+  if (dims.n > max_tensor_ndim) return fail(errc::reduce_axis_range, -1, -1, dims.n, ndim);
+  for (int i = 0; i < dims.n; ++i) {
+    const int a = dims.v[i];
+    if (a < -ndim || a >= ndim) return fail(errc::reduce_axis_range, -1, -1, a, ndim);
+    const int d = a < 0 ? a + ndim : a;
+    if (mask >> d & 1u) return fail(errc::reduce_axis_twice, d);
+    mask |= 1u << d;
+  }
+  return {};
+}
+}  // namespace detail
+
+/// Checks a reduction's strategy on `device_num` devices for an input of shape `shape`:
+/// one split tuple with one entry per input dim, positive splits whose product divides
+/// the device count, and every named dim in range and named once.
+constexpr status check_reduce(const strategy& st, int device_num, const extents& shape,
+                              const dim_list& dims) {
+  if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
+  if (st.in[0].n != shape.ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, shape.ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  unsigned mask = 0;
+  return detail::reduced_dims(dims, shape.ndim, mask);
+}
+
+/// The reduction rule: the device matrix and the input's layout are strategy_layout's
+/// for the input's split tuple. The output keeps the split axes of the kept dims
+/// (a kept reduced dim of extent 1 is unsplit); a reduced dim that was split leaves
+/// the local results partial over its mesh axis, combined with `how`: sum for
+/// ReduceSum and ReduceMean (each rank divides its local sum by the global count, so
+/// the partial terms add up to the mean), max for ReduceMax, min for ReduceMin.
+/// Example: ReduceSum over dim 1 of (16, 32) with (2, 4) on 8 devices -> device matrix
+/// (2, 4); x split rows by axis 0, columns by axis 1; y (16,) split by axis 0 and
+/// partial (sum) over axis 1.
+/// @pre check_reduce(st, device_num, shape, dims).ok()
+constexpr reduce_layouts reduce_rule(const strategy& st, int device_num, const extents& shape,
+                                     const dim_list& dims, bool keep_dims, reduce_op how) {
+  reduce_layouts r;
+  r.in = strategy_layout(st.in[0], device_num);
+  r.dev = r.in.dev;
+  detail::reduced_dims(dims, shape.ndim, r.reduced);
+  r.out = layout::replicated(r.dev, 0);
+  axis_list partial;
+  for (int d = 0; d < shape.ndim; ++d) {
+    const bool reduced = (r.reduced >> d & 1u) != 0;
+    if (reduced) {
+      if (shape.v[d] != dynamic_extent) r.count *= shape.v[d];
+      if (st.in[0].v[d] > 1)
+        for (int i = 0; i < r.in.split[d].n; ++i) partial.push_back(r.in.split[d].v[i]);
+      if (!keep_dims) continue;
+    }
+    r.out.split[r.out.ndim] = reduced ? axis_list{} : r.in.split[d];
+    r.shape.v[r.out.ndim] = reduced ? 1 : shape.v[d];
+    ++r.out.ndim;
+    ++r.shape.ndim;
+  }
+  const reduce_op op = how == reduce_op::mean ? reduce_op::sum : how;
+  if (!partial.empty()) r.out = r.out.with_partial(partial, op);
+  return r;
+}
+
+/// The rule for a static strategy, shape and dims; an invalid one fails to compile with
+/// the rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Shape, dim_list Dims, bool KeepDims = false,
+          reduce_op How = reduce_op::sum>
+inline constexpr reduce_layouts static_reduce_rule = [] {
+  constexpr status s = check_reduce(St, DeviceNum, Shape, Dims);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return reduce_rule(St, DeviceNum, Shape, Dims, KeepDims, How);
+  else return reduce_layouts{};
 }();
 
 }  // namespace tessera
@@ -4557,6 +4880,711 @@ std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, c
 }
 
 }  // namespace tessera::ops
+// ---- tessera/ops/elementwise.hpp ----
+// Sharded element-wise operators with broadcasting: Add, Sub, Mul, Div, ReLU, Exp,
+// Log, Neg and BiasAdd. The sharding rule is ops/elementwise_rule.hpp, the local math
+// kernels/cpu/elementwise.hpp. Inputs in other layouts are redistributed first.
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace tessera::ops {
+
+/// Which element-wise operator.
+enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
+
+constexpr std::string_view name(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add: return "add";
+    case elementwise_kind::sub: return "sub";
+    case elementwise_kind::mul: return "mul";
+    case elementwise_kind::div: return "div";
+    case elementwise_kind::relu: return "relu";
+    case elementwise_kind::exp: return "exp";
+    case elementwise_kind::log: return "log";
+    case elementwise_kind::neg: return "neg";
+    case elementwise_kind::bias_add: return "bias_add";
+  }
+  return "?";
+}
+
+/// Number of inputs of an element-wise operator.
+constexpr int arity(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::mul:
+    case elementwise_kind::div:
+    case elementwise_kind::bias_add: return 2;
+    default: return 1;
+  }
+}
+
+/// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
+/// one split tuple per input (a binary operator broadcasts its inputs as NumPy does;
+/// BiasAdd's strategy is ((..., c), (c,)) with c the split of the last dim).
+template <elementwise_kind K>
+struct elementwise_op {
+  strategy st;
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "add: elementwise: a broadcast dim cannot be split: input 1, dim 0 has extent 1 and
+  /// split 2; strategy ((2, 4), (2, 4))".
+  elementwise_layouts rule(int device_num, const shape_list& shapes) const {
+    if constexpr (K == elementwise_kind::bias_add) {
+      const extents& x = shapes[0];
+      const extents& b = shapes[1];
+      if (shapes.n != 2 || x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
+        throw error("bias_add: bias is " + (shapes.n > 1 ? to_string(b) : std::string("missing")) +
+                    ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
+                    ",) for x " + to_string(x));
+    }
+    const status s = check_elementwise(st, device_num, shapes);
+    if (!s.ok()) throw error(s, name(K), "strategy " + to_string(st));
+    return elementwise_rule(st, device_num, shapes);
+  }
+};
+
+using add_op = elementwise_op<elementwise_kind::add>;
+using sub_op = elementwise_op<elementwise_kind::sub>;
+using mul_op = elementwise_op<elementwise_kind::mul>;
+using div_op = elementwise_op<elementwise_kind::div>;
+using relu_op = elementwise_op<elementwise_kind::relu>;
+using exp_op = elementwise_op<elementwise_kind::exp>;
+using log_op = elementwise_op<elementwise_kind::log>;
+using neg_op = elementwise_op<elementwise_kind::neg>;
+using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
+
+namespace detail {
+
+template <class T, class C>
+dist_tensor<T> to_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  return x.layout() == l ? x : redistribute(x, l, ctx);
+}
+
+// The inputs in the rule's layouts, with the rule.
+template <class T, std::size_t N>
+struct elementwise_inputs {
+  elementwise_layouts r;
+  std::array<dist_tensor<T>, N> x;
+};
+
+template <elementwise_kind K, class T, class C, class... X>
+elementwise_inputs<T, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
+                                                        device_context<C>& ctx, const X&... x) {
+  static_assert(sizeof...(X) == std::size_t(arity(K)));
+  const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
+  int i = 0;
+  auto place = [&](const dist_tensor<T>& t) { return to_layout(t, r.in[i++], ctx); };
+  return {r, {place(x)...}};
+}
+
+// The local forward of operator K on shards already in the rule's layouts.
+template <elementwise_kind K, class T, std::size_t N>
+xt::xarray<T> elementwise_local(const std::array<dist_tensor<T>, N>& x) {
+  namespace k = kernels::cpu;
+  using enum elementwise_kind;
+  if constexpr (K == add) return k::add(x[0].local(), x[1].local());
+  else if constexpr (K == sub) return k::sub(x[0].local(), x[1].local());
+  else if constexpr (K == mul) return k::mul(x[0].local(), x[1].local());
+  else if constexpr (K == div) return k::div(x[0].local(), x[1].local());
+  else if constexpr (K == bias_add) return k::bias_add(x[0].local(), x[1].local());
+  else if constexpr (K == relu) return k::relu(x[0].local());
+  else if constexpr (K == exp) return k::exp(x[0].local());
+  else if constexpr (K == log) return k::log(x[0].local());
+  else return k::neg(x[0].local());
+}
+
+// The local gradient of input `i` before it is summed back to the input's shard shape
+// (the output's shard shape where the input broadcasts).
+template <elementwise_kind K, class T, std::size_t N>
+xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<dist_tensor<T>, N>& x,
+                                     int i) {
+  namespace k = kernels::cpu;
+  using enum elementwise_kind;
+  if constexpr (K == add || K == bias_add) return dy;
+  else if constexpr (K == sub) return i == 0 ? dy : k::neg(dy);
+  else if constexpr (K == mul) return k::mul(dy, x[1 - i].local());
+  else if constexpr (K == div) {
+    const xt::xarray<T>& a = x[0].local();
+    const xt::xarray<T>& b = x[1].local();
+    if (i == 0) return k::div(dy, b);
+    return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
+  } else if constexpr (K == relu) return k::relu_grad(dy, x[0].local());
+  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0].local()));
+  else if constexpr (K == log) return k::div(dy, x[0].local());
+  else return k::neg(dy);
+}
+
+template <elementwise_kind K, class T, class C, class... X>
+dist_tensor<T> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
+  dist_tensor<T> y(in.r.out, in.r.shape, ctx.rank());
+  y.assign_local(elementwise_local<K>(in.x));
+  return y;
+}
+
+// dy is brought to the output's layout (its partial sums resolved: the gradient reaches
+// every term); input i's gradient is the local gradient summed over the dims the input
+// broadcasts, in the rule's grad layout (partial where the output is split along them).
+template <elementwise_kind K, class T, class C, class... X>
+std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
+                                                              const dist_tensor<T>& dy,
+                                                              device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
+  if (!(dy.global_shape() == in.r.shape))
+    throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
+                ", expected " + to_string(in.r.shape));
+  const dist_tensor<T> ldy = to_layout(dy, in.r.out, ctx);
+  int i = 0;
+  auto grad = [&](const dist_tensor<T>& xi) {
+    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank());
+    const xt::xarray<T>& shard = in.x[i].local();
+    g.assign_local(kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy.local(), in.x, i),
+                                                 shard.shape()));
+    ++i;
+    return g;
+  };
+  return {grad(x)...};
+}
+
+}  // namespace detail
+
+/// a + b with broadcasting, on this rank's shards. a and b are redistributed to the
+/// rule's layouts if they are not in them; the result is in the rule's output layout.
+template <class T, class C>
+dist_tensor<T> add(const add_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::add, T>(op, ctx, a, b);
+}
+/// a - b with broadcasting (see add).
+template <class T, class C>
+dist_tensor<T> sub(const sub_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::sub, T>(op, ctx, a, b);
+}
+/// a * b with broadcasting (see add).
+template <class T, class C>
+dist_tensor<T> mul(const mul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::mul, T>(op, ctx, a, b);
+}
+/// a / b with broadcasting (see add).
+template <class T, class C>
+dist_tensor<T> div(const div_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::div, T>(op, ctx, a, b);
+}
+/// x + bias along x's last dim: x (..., c), bias (c,); strategy ((..., s), (s,)).
+template <class T, class C>
+dist_tensor<T> bias_add(const bias_add_op& op, const dist_tensor<T>& x, const dist_tensor<T>& bias,
+                        device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::bias_add, T>(op, ctx, x, bias);
+}
+/// max(x, 0) on this rank's shard, in the strategy's layout.
+template <class T, class C>
+dist_tensor<T> relu(const relu_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::relu, T>(op, ctx, x);
+}
+/// e^x (see relu).
+template <class T, class C>
+dist_tensor<T> exp(const exp_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::exp, T>(op, ctx, x);
+}
+/// The natural log (see relu).
+template <class T, class C>
+dist_tensor<T> log(const log_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::log, T>(op, ctx, x);
+}
+/// -x (see relu).
+template <class T, class C>
+dist_tensor<T> neg(const neg_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::neg, T>(op, ctx, x);
+}
+
+// ---- backward: the inputs' gradients in the rule's grad layouts ---------------------
+//
+// Each takes dy (any layout of the output's shape) and the forward inputs, and returns
+// dx_i in rule.grad[i]: x_i's layout, partial sums over the mesh axes that split an
+// output dim x_i broadcasts. Example: bias_add ((2, 4), (4,)) on 8 devices: dbias is
+// split 4 ways over axis 1 and partial over axis 0, the rows' axis.
+
+/// (da, db) of y = a + b: dy summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> add_backward(const add_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::add, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (da, db) of y = a - b: dy and -dy, summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> sub_backward(const sub_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::sub, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (da, db) of y = a * b: dy b and dy a, summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> mul_backward(const mul_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::mul, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (da, db) of y = a / b: dy / b and -dy a / b^2, summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> div_backward(const div_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::div, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (dx, dbias) of y = bias_add(x, bias): dy, and dy summed over every dim but the last
+/// (partial over the mesh axes that split those dims).
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> bias_add_backward(const bias_add_op& op,
+                                                            const dist_tensor<T>& dy,
+                                                            const dist_tensor<T>& x,
+                                                            const dist_tensor<T>& bias,
+                                                            device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::bias_add, T>(op, dy, ctx, x, bias);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// dx of y = relu(x): dy where x > 0, else 0.
+template <class T, class C>
+dist_tensor<T> relu_backward(const relu_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                             device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::relu, T>(op, dy, ctx, x)[0]);
+}
+/// dx of y = exp(x): dy e^x.
+template <class T, class C>
+dist_tensor<T> exp_backward(const exp_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                            device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::exp, T>(op, dy, ctx, x)[0]);
+}
+/// dx of y = log(x): dy / x.
+template <class T, class C>
+dist_tensor<T> log_backward(const log_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                            device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::log, T>(op, dy, ctx, x)[0]);
+}
+/// dx of y = -x: -dy.
+template <class T, class C>
+dist_tensor<T> neg_backward(const neg_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                            device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::neg, T>(op, dy, ctx, x)[0]);
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/reduce.hpp ----
+// Sharded reductions: ReduceSum, ReduceMean and ReduceMax over a list of dims, with
+// keep_dims, and their backward. The sharding rule is ops/reduce_rule.hpp, the local
+// math kernels/cpu/reduce.hpp. A split reduced dim leaves the output partial.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))`
+/// applied over `dims`. How is sum, mean or max.
+template <reduce_op How>
+struct reduction_op {
+  strategy st;
+  dim_list dims;  ///< the reduced dims ({} = every dim; negative counts from the end)
+  bool keep_dims = false;
+
+  static constexpr std::string_view name() {
+    switch (How) {
+      case reduce_op::sum: return "reduce_sum";
+      case reduce_op::mean: return "reduce_mean";
+      case reduce_op::max: return "reduce_max";
+      case reduce_op::min: return "reduce_min";
+    }
+    return "reduce";
+  }
+
+  /// The rule on `device_num` devices for an input of global shape `shape`; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
+  /// strategy ((2, 4),)".
+  reduce_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_reduce(st, device_num, shape, dims);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return reduce_rule(st, device_num, shape, dims, keep_dims, How);
+  }
+};
+
+using reduce_sum_op = reduction_op<reduce_op::sum>;
+using reduce_mean_op = reduction_op<reduce_op::mean>;
+using reduce_max_op = reduction_op<reduce_op::max>;
+
+namespace detail {
+
+// The reduced dims as the kernels take them (non-negative, ascending).
+inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
+  std::vector<int> axes;
+  for (int d = 0; d < ndim; ++d)
+    if (r.reduced >> d & 1u) axes.push_back(d);
+  return axes;
+}
+
+template <class T, class C>
+dist_tensor<T> in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  return x.layout() == l ? x : redistribute(x, l, ctx);
+}
+
+template <reduce_op How, class T, class C>
+dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>& x,
+                              device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> lx = in_layout(x, r.in, ctx);
+  const std::vector<int> axes = reduced_axes(r, x.ndim());
+  dist_tensor<T> y(r.out, r.shape, ctx.rank());
+  if constexpr (How == reduce_op::max) {
+    y.assign_local(kernels::cpu::reduce_max(lx.local(), axes, op.keep_dims));
+  } else {
+    xt::xarray<T> s = kernels::cpu::reduce_sum(lx.local(), axes, op.keep_dims);
+    if constexpr (How == reduce_op::mean) {
+      const T n = T(r.count);  // the global count: the partial terms add up to the mean
+      for (std::size_t i = 0; i < s.size(); ++i) s.data()[i] /= n;
+    }
+    y.assign_local(std::move(s));
+  }
+  return y;
+}
+
+// dy in the output's layout without partial sums, checked against the output's shape.
+template <class T, class C>
+dist_tensor<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
+                         device_context<C>& ctx) {
+  if (!(dy.global_shape() == r.shape))
+    throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
+                to_string(r.shape));
+  return in_layout(dy, r.out.without_partial(), ctx);
+}
+
+}  // namespace detail
+
+/// The sum of x over op.dims on this rank's shard: the output keeps the kept dims'
+/// splits and is partial (sum) over the mesh axes of split reduced dims.
+template <class T, class C>
+dist_tensor<T> reduce_sum(const reduce_sum_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// The mean of x over op.dims: each rank divides its local sum by the global number of
+/// reduced elements, so the output's partial sums (as in reduce_sum) add up to the mean.
+template <class T, class C>
+dist_tensor<T> reduce_mean(const reduce_mean_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// The maximum of x over op.dims: the output is partial (max) over the mesh axes of
+/// split reduced dims.
+template <class T, class C>
+dist_tensor<T> reduce_max(const reduce_max_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// dx of y = reduce_sum(x): dy (any layout of y's shape; partial sums are resolved
+/// first) broadcast back, in x's rule layout.
+template <class T, class C>
+dist_tensor<T> reduce_sum_backward(const reduce_sum_op& op, const dist_tensor<T>& dy,
+                                   const dist_tensor<T>& x, device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const extents ls = local_shape(r.in, x.global_shape());
+  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
+  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
+  dx.assign_local(
+      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
+  return dx;
+}
+
+/// dx of y = reduce_mean(x): dy broadcast back and divided by the GLOBAL number of
+/// reduced elements, in x's rule layout.
+template <class T, class C>
+dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<T>& dy,
+                                    const dist_tensor<T>& x, device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const extents ls = local_shape(r.in, x.global_shape());
+  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
+  xt::xarray<T> g =
+      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
+  const T scale = T(1) / T(r.count);  // as kernels::cpu::reduce_mean_grad, with the global count
+  for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = scale * g.data()[i];
+  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
+  dx.assign_local(std::move(g));
+  return dx;
+}
+
+/// dx of y = reduce_max(x), given dy and the forward output y (any layouts; y's
+/// partial maxima are resolved first, so every rank compares its shard with the GLOBAL
+/// maximum). Each dy element goes to the positions of its slice where x equals the
+/// maximum. Ties split it equally among ALL tied positions of the global slice, on
+/// whichever ranks they lie (the local tie counts are summed over the reduced dims'
+/// mesh axes), exactly as the single-process kernels::cpu::reduce_max_grad does. A NaN
+/// maximum gets no gradient (NaN equals nothing).
+template <class T, class C>
+dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>& dy,
+                                   const dist_tensor<T>& x, const dist_tensor<T>& y,
+                                   device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const dist_tensor<T> ly = detail::reduce_dy(op.name(), r, y, ctx);
+  const dist_tensor<T> lx = detail::in_layout(x, r.in, ctx);
+  const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
+  namespace kd = kernels::cpu::detail;
+  const xt::xarray<T>& px = lx.local();
+  const kd::reduction red = kd::plan_reduction("reduce_max_backward", px.shape(), axes, op.keep_dims);
+  const T* vx = px.data();
+  const T* vy = ly.local().data();
+  // Local tie counts, partial sums over the reduced dims' axes, then resolved.
+  layout count_layout = r.out;
+  count_layout.op = reduce_op::sum;
+  dist_tensor<T> ties(count_layout, r.shape, ctx.rank());
+  T* nt = ties.local().data();
+  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
+    if (vx[i] == vy[off[0]]) nt[off[0]] += T(1);
+  });
+  const dist_tensor<T> all_ties = detail::in_layout(ties, r.out.without_partial(), ctx);
+  const T* n = all_ties.local().data();
+  const T* g = ldy.local().data();
+  auto dx_local = kd::empty_array<T>(px.shape());
+  T* o = dx_local.data();
+  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
+    o[i] = vx[i] == vy[off[0]] ? g[off[0]] / n[off[0]] : T(0);
+  });
+  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
+  dx.assign_local(std::move(dx_local));
+  return dx;
+}
+
+}  // namespace tessera::ops
+// ---- tessera/autodiff/tape.hpp ----
+// Reverse-mode automatic differentiation over sharded operators. A tape records each
+// operator's output and a function that turns the output's gradient into its inputs'
+// gradients. Gradients carry layouts like values do: a gradient may hold partial sums
+// (dA of a MatMul whose columns are split is partial over that axis), gradients of one
+// value that arrive in different layouts are redistributed into one before they are
+// added, and asking for a parameter's gradient redistributes it to the parameter's
+// layout, which resolves what is still partial: for a data-parallel parameter, that
+// is the all-reduce over the data-parallel ranks.
+
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace tessera::autodiff {
+
+template <class T, class C>
+class tape;
+
+/// A value recorded on a tape: the handle operators take and return.
+template <class T, class C>
+struct var {
+  tape<T, C>* t = nullptr;
+  int id = -1;
+  const dist_tensor<T>& value() const { return t->value(id); }
+};
+
+/// The record of one computation. Not thread-safe; one per forward pass.
+template <class T, class C>
+class tape {
+ public:
+  /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
+  using backward_fn = std::function<void(tape&, const dist_tensor<T>& grad)>;
+
+  explicit tape(device_context<C>& ctx) : ctx_(&ctx) {}
+  tape(const tape&) = delete;
+  tape& operator=(const tape&) = delete;
+
+  device_context<C>& ctx() { return *ctx_; }
+
+  /// A value with no inputs: a parameter (requires_grad) or data.
+  var<T, C> leaf(dist_tensor<T> value, bool requires_grad = true) {
+    nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
+    return {this, int(nodes_.size()) - 1};
+  }
+  /// An operator's output and its backward function.
+  var<T, C> record(dist_tensor<T> value, backward_fn backward) {
+    nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
+    return {this, int(nodes_.size()) - 1};
+  }
+
+  const dist_tensor<T>& value(int id) const { return at(id).value; }
+
+  /// Adds `g` to the gradient of node `id`. The first gradient's layout is kept; later
+  /// ones are redistributed to it (partial layouts included) and added shard by shard.
+  void add_grad(int id, dist_tensor<T> g) {
+    node& n = at(id);
+    if (!n.requires_grad) return;
+    if (!(g.global_shape() == n.value.global_shape()))
+      throw error("autodiff: a gradient of shape " + to_string(g.global_shape()) +
+                  " for a value of shape " + to_string(n.value.global_shape()));
+    if (!n.grad) {
+      n.grad = std::move(g);
+      return;
+    }
+    if (!(g.layout() == n.grad->layout())) g = redistribute(g, n.grad->layout(), *ctx_);
+    n.grad->local() += g.local();
+  }
+
+  /// Runs the backward pass from `loss`, a scalar (rank-0) value: its gradient is 1.
+  void backward(var<T, C> loss) {
+    const dist_tensor<T>& l = value(loss.id);
+    if (l.ndim() != 0)
+      throw error("autodiff: backward starts from a scalar loss, got shape " + to_string(l.global_shape()));
+    dist_tensor<T> seed(l.layout().without_partial(), l.global_shape(), l.rank());
+    seed.local().fill(T(1));
+    add_grad(loss.id, std::move(seed));
+    for (int id = loss.id; id >= 0; --id) {
+      node& n = nodes_[std::size_t(id)];
+      if (n.grad && n.backward) {
+        const dist_tensor<T> g = *n.grad;  // the backward may add to earlier nodes only
+        n.backward(*this, g);
+      }
+    }
+  }
+
+  /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
+  /// reached it.
+  dist_tensor<T> grad(var<T, C> v) {
+    node& n = at(v.id);
+    if (!n.grad) {
+      dist_tensor<T> z(n.value.layout(), n.value.global_shape(), n.value.rank());
+      return z;
+    }
+    if (n.grad->layout() == n.value.layout()) return *n.grad;
+    return redistribute(*n.grad, n.value.layout(), *ctx_);
+  }
+
+ private:
+  struct node {
+    dist_tensor<T> value;
+    backward_fn backward;
+    std::optional<dist_tensor<T>> grad;
+    bool requires_grad = true;
+  };
+  node& at(int id) {
+    if (id < 0 || id >= int(nodes_.size()))
+      throw error("autodiff: no value " + std::to_string(id) + " on this tape");
+    return nodes_[std::size_t(id)];
+  }
+  const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
+
+  device_context<C>* ctx_;
+  std::vector<node> nodes_;
+};
+
+/// Runs f on the tape with `params` as leaves, then the backward pass from the scalar
+/// it returns: the loss value and the gradient of each parameter, in its layout.
+template <class T, class C, class F>
+std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>> value_and_grad(
+    F&& f, const std::vector<dist_tensor<T>>& params, device_context<C>& ctx) {
+  tape<T, C> t(ctx);
+  std::vector<var<T, C>> vars;
+  vars.reserve(params.size());
+  for (const dist_tensor<T>& p : params) vars.push_back(t.leaf(p));
+  const var<T, C> loss = f(t, vars);
+  t.backward(loss);
+  std::vector<dist_tensor<T>> grads;
+  grads.reserve(vars.size());
+  for (const var<T, C>& v : vars) grads.push_back(t.grad(v));
+  return {loss.value(), std::move(grads)};
+}
+
+}  // namespace tessera::autodiff
+// ---- tessera/autodiff/ops.hpp ----
+// Differentiable sharded operators: each runs the operator of ops/ on the tape's values
+// and records its backward.
+
+#include <utility>
+
+namespace tessera::autodiff {
+
+/// C = op(A) op(B) with MatMul's strategy; dA and dB in the rule's gradient layouts.
+template <class T, class C>
+var<T, C> matmul(const ops::matmul_op& op, var<T, C> a, var<T, C> b) {
+  tape<T, C>& t = *a.t;
+  dist_tensor<T> c = ops::matmul(op, a.value(), b.value(), t.ctx());
+  return t.record(std::move(c), [op, ia = a.id, ib = b.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
+    tp.add_grad(ia, std::move(da));
+    tp.add_grad(ib, std::move(db));
+  });
+}
+
+namespace detail {
+// Records a binary operator whose backward returns the pair (da, db).
+template <class T, class C, class Op, class Fwd, class Bwd>
+var<T, C> binary(const Op& op, var<T, C> a, var<T, C> b, Fwd fwd, Bwd bwd) {
+  tape<T, C>& t = *a.t;
+  dist_tensor<T> y = fwd(op, a.value(), b.value(), t.ctx());
+  return t.record(std::move(y), [op, bwd, ia = a.id, ib = b.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    auto [da, db] = bwd(op, g, tp.value(ia), tp.value(ib), tp.ctx());
+    tp.add_grad(ia, std::move(da));
+    tp.add_grad(ib, std::move(db));
+  });
+}
+// Records a unary operator whose backward returns dx.
+template <class T, class C, class Op, class Fwd, class Bwd>
+var<T, C> unary(const Op& op, var<T, C> x, Fwd fwd, Bwd bwd) {
+  tape<T, C>& t = *x.t;
+  dist_tensor<T> y = fwd(op, x.value(), t.ctx());
+  return t.record(std::move(y), [op, bwd, ix = x.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.ctx()));
+  });
+}
+}  // namespace detail
+
+template <class T, class C>
+var<T, C> add(const ops::add_op& op, var<T, C> a, var<T, C> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::add(x...); },
+                        [](auto&&... x) { return ops::add_backward(x...); });
+}
+template <class T, class C>
+var<T, C> sub(const ops::sub_op& op, var<T, C> a, var<T, C> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::sub(x...); },
+                        [](auto&&... x) { return ops::sub_backward(x...); });
+}
+template <class T, class C>
+var<T, C> mul(const ops::mul_op& op, var<T, C> a, var<T, C> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::mul(x...); },
+                        [](auto&&... x) { return ops::mul_backward(x...); });
+}
+template <class T, class C>
+var<T, C> bias_add(const ops::bias_add_op& op, var<T, C> x, var<T, C> bias) {
+  return detail::binary(op, x, bias, [](auto&&... a) { return ops::bias_add(a...); },
+                        [](auto&&... a) { return ops::bias_add_backward(a...); });
+}
+template <class T, class C>
+var<T, C> relu(const ops::relu_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::relu(a...); },
+                       [](auto&&... a) { return ops::relu_backward(a...); });
+}
+template <class T, class C>
+var<T, C> reduce_sum(const ops::reduce_sum_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::reduce_sum(a...); },
+                       [](auto&&... a) { return ops::reduce_sum_backward(a...); });
+}
+template <class T, class C>
+var<T, C> reduce_mean(const ops::reduce_mean_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::reduce_mean(a...); },
+                       [](auto&&... a) { return ops::reduce_mean_backward(a...); });
+}
+
+}  // namespace tessera::autodiff
 #endif
 #endif
 

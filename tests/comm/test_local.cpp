@@ -157,7 +157,6 @@ TEST_CASE("mesh_comm over local_communicator") {
   mesh_comm<local_communicator> mc(mesh{1}, c);
   CHECK(mc.rank() == 0);
   CHECK(mc.mesh() == mesh{1});
-  CHECK(&mc.layout_mesh() == &mc.mesh());
   CHECK(&mc.world() == &c);
   local_communicator& g0 = mc.group({0});
   local_communicator& ge = mc.group({});

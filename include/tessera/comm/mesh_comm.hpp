@@ -56,7 +56,6 @@ class mesh_comm {
     return ref;
   }
 
-  const tessera::mesh& layout_mesh() const noexcept { return mesh_; }
   const tessera::mesh& mesh() const noexcept { return mesh_; }
   C& world() noexcept { return *world_; }
   const C& world() const noexcept { return *world_; }

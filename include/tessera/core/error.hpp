@@ -62,7 +62,16 @@ namespace tessera {
     "dim {dim} has extent {a}, the static shape says {b}")                                          \
   X(static_layout_mismatch, "dist_tensor: a run-time layout must equal the static layout", "")     \
   X(buffer_size, "tensor: the local buffer size must equal the layout's local shard size",          \
-    "buffer holds {a} elements, the shard needs {b}")
+    "buffer holds {a} elements, the shard needs {b}")                                               \
+  X(elementwise_shapes, "elementwise: the input shapes must broadcast",                             \
+    "input {dim}, output dim {axis}: extent {a}, an earlier input has {b}")                         \
+  X(elementwise_split_mismatch, "elementwise: inputs must split a shared dim alike",                \
+    "input {dim} splits output dim {axis} {a} ways, an earlier input {b} ways")                     \
+  X(broadcast_dim_split, "elementwise: a broadcast dim cannot be split",                            \
+    "input {dim}, dim {axis} has extent 1 and split {a}")                                           \
+  X(reduce_axis_range, "reduce: each axis must name a dim of the input",                            \
+    "axis {a}, input rank {b}")                                                                     \
+  X(reduce_axis_twice, "reduce: an axis must not name a dim twice", "dim {dim} is named twice")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {

@@ -1,0 +1,310 @@
+// Sharded element-wise operators with broadcasting: Add, Sub, Mul, Div, ReLU, Exp,
+// Log, Neg and BiasAdd. The sharding rule is ops/elementwise_rule.hpp, the local math
+// kernels/cpu/elementwise.hpp. Inputs in other layouts are redistributed first.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/cpu/elementwise.hpp>
+#include <tessera/ops/elementwise_rule.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::ops {
+
+/// Which element-wise operator.
+enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
+
+constexpr std::string_view name(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add: return "add";
+    case elementwise_kind::sub: return "sub";
+    case elementwise_kind::mul: return "mul";
+    case elementwise_kind::div: return "div";
+    case elementwise_kind::relu: return "relu";
+    case elementwise_kind::exp: return "exp";
+    case elementwise_kind::log: return "log";
+    case elementwise_kind::neg: return "neg";
+    case elementwise_kind::bias_add: return "bias_add";
+  }
+  return "?";
+}
+
+/// Number of inputs of an element-wise operator.
+constexpr int arity(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::mul:
+    case elementwise_kind::div:
+    case elementwise_kind::bias_add: return 2;
+    default: return 1;
+  }
+}
+
+/// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
+/// one split tuple per input (a binary operator broadcasts its inputs as NumPy does;
+/// BiasAdd's strategy is ((..., c), (c,)) with c the split of the last dim).
+template <elementwise_kind K>
+struct elementwise_op {
+  strategy st;
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "add: elementwise: a broadcast dim cannot be split: input 1, dim 0 has extent 1 and
+  /// split 2; strategy ((2, 4), (2, 4))".
+  elementwise_layouts rule(int device_num, const shape_list& shapes) const {
+    if constexpr (K == elementwise_kind::bias_add) {
+      const extents& x = shapes[0];
+      const extents& b = shapes[1];
+      if (shapes.n != 2 || x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
+        throw error("bias_add: bias is " + (shapes.n > 1 ? to_string(b) : std::string("missing")) +
+                    ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
+                    ",) for x " + to_string(x));
+    }
+    const status s = check_elementwise(st, device_num, shapes);
+    if (!s.ok()) throw error(s, name(K), "strategy " + to_string(st));
+    return elementwise_rule(st, device_num, shapes);
+  }
+};
+
+using add_op = elementwise_op<elementwise_kind::add>;
+using sub_op = elementwise_op<elementwise_kind::sub>;
+using mul_op = elementwise_op<elementwise_kind::mul>;
+using div_op = elementwise_op<elementwise_kind::div>;
+using relu_op = elementwise_op<elementwise_kind::relu>;
+using exp_op = elementwise_op<elementwise_kind::exp>;
+using log_op = elementwise_op<elementwise_kind::log>;
+using neg_op = elementwise_op<elementwise_kind::neg>;
+using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
+
+namespace detail {
+
+template <class T, class C>
+dist_tensor<T> to_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  return x.layout() == l ? x : redistribute(x, l, ctx);
+}
+
+// The inputs in the rule's layouts, with the rule.
+template <class T, std::size_t N>
+struct elementwise_inputs {
+  elementwise_layouts r;
+  std::array<dist_tensor<T>, N> x;
+};
+
+template <elementwise_kind K, class T, class C, class... X>
+elementwise_inputs<T, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
+                                                        device_context<C>& ctx, const X&... x) {
+  static_assert(sizeof...(X) == std::size_t(arity(K)));
+  const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
+  int i = 0;
+  auto place = [&](const dist_tensor<T>& t) { return to_layout(t, r.in[i++], ctx); };
+  return {r, {place(x)...}};
+}
+
+// The local forward of operator K on shards already in the rule's layouts.
+template <elementwise_kind K, class T, std::size_t N>
+xt::xarray<T> elementwise_local(const std::array<dist_tensor<T>, N>& x) {
+  namespace k = kernels::cpu;
+  using enum elementwise_kind;
+  if constexpr (K == add) return k::add(x[0].local(), x[1].local());
+  else if constexpr (K == sub) return k::sub(x[0].local(), x[1].local());
+  else if constexpr (K == mul) return k::mul(x[0].local(), x[1].local());
+  else if constexpr (K == div) return k::div(x[0].local(), x[1].local());
+  else if constexpr (K == bias_add) return k::bias_add(x[0].local(), x[1].local());
+  else if constexpr (K == relu) return k::relu(x[0].local());
+  else if constexpr (K == exp) return k::exp(x[0].local());
+  else if constexpr (K == log) return k::log(x[0].local());
+  else return k::neg(x[0].local());
+}
+
+// The local gradient of input `i` before it is summed back to the input's shard shape
+// (the output's shard shape where the input broadcasts).
+template <elementwise_kind K, class T, std::size_t N>
+xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<dist_tensor<T>, N>& x,
+                                     int i) {
+  namespace k = kernels::cpu;
+  using enum elementwise_kind;
+  if constexpr (K == add || K == bias_add) return dy;
+  else if constexpr (K == sub) return i == 0 ? dy : k::neg(dy);
+  else if constexpr (K == mul) return k::mul(dy, x[1 - i].local());
+  else if constexpr (K == div) {
+    const xt::xarray<T>& a = x[0].local();
+    const xt::xarray<T>& b = x[1].local();
+    if (i == 0) return k::div(dy, b);
+    return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
+  } else if constexpr (K == relu) return k::relu_grad(dy, x[0].local());
+  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0].local()));
+  else if constexpr (K == log) return k::div(dy, x[0].local());
+  else return k::neg(dy);
+}
+
+template <elementwise_kind K, class T, class C, class... X>
+dist_tensor<T> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
+  dist_tensor<T> y(in.r.out, in.r.shape, ctx.rank());
+  y.assign_local(elementwise_local<K>(in.x));
+  return y;
+}
+
+// dy is brought to the output's layout (its partial sums resolved: the gradient reaches
+// every term); input i's gradient is the local gradient summed over the dims the input
+// broadcasts, in the rule's grad layout (partial where the output is split along them).
+template <elementwise_kind K, class T, class C, class... X>
+std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
+                                                              const dist_tensor<T>& dy,
+                                                              device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
+  if (!(dy.global_shape() == in.r.shape))
+    throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
+                ", expected " + to_string(in.r.shape));
+  const dist_tensor<T> ldy = to_layout(dy, in.r.out, ctx);
+  int i = 0;
+  auto grad = [&](const dist_tensor<T>& xi) {
+    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank());
+    const xt::xarray<T>& shard = in.x[i].local();
+    g.assign_local(kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy.local(), in.x, i),
+                                                 shard.shape()));
+    ++i;
+    return g;
+  };
+  return {grad(x)...};
+}
+
+}  // namespace detail
+
+/// a + b with broadcasting, on this rank's shards. a and b are redistributed to the
+/// rule's layouts if they are not in them; the result is in the rule's output layout.
+template <class T, class C>
+dist_tensor<T> add(const add_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::add, T>(op, ctx, a, b);
+}
+/// a - b with broadcasting (see add).
+template <class T, class C>
+dist_tensor<T> sub(const sub_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::sub, T>(op, ctx, a, b);
+}
+/// a * b with broadcasting (see add).
+template <class T, class C>
+dist_tensor<T> mul(const mul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::mul, T>(op, ctx, a, b);
+}
+/// a / b with broadcasting (see add).
+template <class T, class C>
+dist_tensor<T> div(const div_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                   device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::div, T>(op, ctx, a, b);
+}
+/// x + bias along x's last dim: x (..., c), bias (c,); strategy ((..., s), (s,)).
+template <class T, class C>
+dist_tensor<T> bias_add(const bias_add_op& op, const dist_tensor<T>& x, const dist_tensor<T>& bias,
+                        device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::bias_add, T>(op, ctx, x, bias);
+}
+/// max(x, 0) on this rank's shard, in the strategy's layout.
+template <class T, class C>
+dist_tensor<T> relu(const relu_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::relu, T>(op, ctx, x);
+}
+/// e^x (see relu).
+template <class T, class C>
+dist_tensor<T> exp(const exp_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::exp, T>(op, ctx, x);
+}
+/// The natural log (see relu).
+template <class T, class C>
+dist_tensor<T> log(const log_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::log, T>(op, ctx, x);
+}
+/// -x (see relu).
+template <class T, class C>
+dist_tensor<T> neg(const neg_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::neg, T>(op, ctx, x);
+}
+
+// ---- backward: the inputs' gradients in the rule's grad layouts ---------------------
+//
+// Each takes dy (any layout of the output's shape) and the forward inputs, and returns
+// dx_i in rule.grad[i]: x_i's layout, partial sums over the mesh axes that split an
+// output dim x_i broadcasts. Example: bias_add ((2, 4), (4,)) on 8 devices: dbias is
+// split 4 ways over axis 1 and partial over axis 0, the rows' axis.
+
+/// (da, db) of y = a + b: dy summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> add_backward(const add_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::add, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (da, db) of y = a - b: dy and -dy, summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> sub_backward(const sub_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::sub, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (da, db) of y = a * b: dy b and dy a, summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> mul_backward(const mul_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::mul, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (da, db) of y = a / b: dy / b and -dy a / b^2, summed back to each input's shape.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> div_backward(const div_op& op, const dist_tensor<T>& dy,
+                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                                       device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::div, T>(op, dy, ctx, a, b);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// (dx, dbias) of y = bias_add(x, bias): dy, and dy summed over every dim but the last
+/// (partial over the mesh axes that split those dims).
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> bias_add_backward(const bias_add_op& op,
+                                                            const dist_tensor<T>& dy,
+                                                            const dist_tensor<T>& x,
+                                                            const dist_tensor<T>& bias,
+                                                            device_context<C>& ctx) {
+  auto g = detail::elementwise_backward<elementwise_kind::bias_add, T>(op, dy, ctx, x, bias);
+  return {std::move(g[0]), std::move(g[1])};
+}
+/// dx of y = relu(x): dy where x > 0, else 0.
+template <class T, class C>
+dist_tensor<T> relu_backward(const relu_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                             device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::relu, T>(op, dy, ctx, x)[0]);
+}
+/// dx of y = exp(x): dy e^x.
+template <class T, class C>
+dist_tensor<T> exp_backward(const exp_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                            device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::exp, T>(op, dy, ctx, x)[0]);
+}
+/// dx of y = log(x): dy / x.
+template <class T, class C>
+dist_tensor<T> log_backward(const log_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                            device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::log, T>(op, dy, ctx, x)[0]);
+}
+/// dx of y = -x: -dy.
+template <class T, class C>
+dist_tensor<T> neg_backward(const neg_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                            device_context<C>& ctx) {
+  return std::move(detail::elementwise_backward<elementwise_kind::neg, T>(op, dy, ctx, x)[0]);
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,197 @@
+// Sharded reductions: ReduceSum, ReduceMean and ReduceMax over a list of dims, with
+// keep_dims, and their backward. The sharding rule is ops/reduce_rule.hpp, the local
+// math kernels/cpu/reduce.hpp. A split reduced dim leaves the output partial.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/reduce_op.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/cpu/reduce.hpp>
+#include <tessera/ops/reduce_rule.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::ops {
+
+/// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))`
+/// applied over `dims`. How is sum, mean or max.
+template <reduce_op How>
+struct reduction_op {
+  strategy st;
+  dim_list dims;  ///< the reduced dims ({} = every dim; negative counts from the end)
+  bool keep_dims = false;
+
+  static constexpr std::string_view name() {
+    switch (How) {
+      case reduce_op::sum: return "reduce_sum";
+      case reduce_op::mean: return "reduce_mean";
+      case reduce_op::max: return "reduce_max";
+      case reduce_op::min: return "reduce_min";
+    }
+    return "reduce";
+  }
+
+  /// The rule on `device_num` devices for an input of global shape `shape`; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
+  /// strategy ((2, 4),)".
+  reduce_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_reduce(st, device_num, shape, dims);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return reduce_rule(st, device_num, shape, dims, keep_dims, How);
+  }
+};
+
+using reduce_sum_op = reduction_op<reduce_op::sum>;
+using reduce_mean_op = reduction_op<reduce_op::mean>;
+using reduce_max_op = reduction_op<reduce_op::max>;
+
+namespace detail {
+
+// The reduced dims as the kernels take them (non-negative, ascending).
+inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
+  std::vector<int> axes;
+  for (int d = 0; d < ndim; ++d)
+    if (r.reduced >> d & 1u) axes.push_back(d);
+  return axes;
+}
+
+template <class T, class C>
+dist_tensor<T> in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  return x.layout() == l ? x : redistribute(x, l, ctx);
+}
+
+template <reduce_op How, class T, class C>
+dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>& x,
+                              device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> lx = in_layout(x, r.in, ctx);
+  const std::vector<int> axes = reduced_axes(r, x.ndim());
+  dist_tensor<T> y(r.out, r.shape, ctx.rank());
+  if constexpr (How == reduce_op::max) {
+    y.assign_local(kernels::cpu::reduce_max(lx.local(), axes, op.keep_dims));
+  } else {
+    xt::xarray<T> s = kernels::cpu::reduce_sum(lx.local(), axes, op.keep_dims);
+    if constexpr (How == reduce_op::mean) {
+      const T n = T(r.count);  // the global count: the partial terms add up to the mean
+      for (std::size_t i = 0; i < s.size(); ++i) s.data()[i] /= n;
+    }
+    y.assign_local(std::move(s));
+  }
+  return y;
+}
+
+// dy in the output's layout without partial sums, checked against the output's shape.
+template <class T, class C>
+dist_tensor<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
+                         device_context<C>& ctx) {
+  if (!(dy.global_shape() == r.shape))
+    throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
+                to_string(r.shape));
+  return in_layout(dy, r.out.without_partial(), ctx);
+}
+
+}  // namespace detail
+
+/// The sum of x over op.dims on this rank's shard: the output keeps the kept dims'
+/// splits and is partial (sum) over the mesh axes of split reduced dims.
+template <class T, class C>
+dist_tensor<T> reduce_sum(const reduce_sum_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// The mean of x over op.dims: each rank divides its local sum by the global number of
+/// reduced elements, so the output's partial sums (as in reduce_sum) add up to the mean.
+template <class T, class C>
+dist_tensor<T> reduce_mean(const reduce_mean_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// The maximum of x over op.dims: the output is partial (max) over the mesh axes of
+/// split reduced dims.
+template <class T, class C>
+dist_tensor<T> reduce_max(const reduce_max_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// dx of y = reduce_sum(x): dy (any layout of y's shape; partial sums are resolved
+/// first) broadcast back, in x's rule layout.
+template <class T, class C>
+dist_tensor<T> reduce_sum_backward(const reduce_sum_op& op, const dist_tensor<T>& dy,
+                                   const dist_tensor<T>& x, device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const extents ls = local_shape(r.in, x.global_shape());
+  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
+  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
+  dx.assign_local(
+      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
+  return dx;
+}
+
+/// dx of y = reduce_mean(x): dy broadcast back and divided by the GLOBAL number of
+/// reduced elements, in x's rule layout.
+template <class T, class C>
+dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<T>& dy,
+                                    const dist_tensor<T>& x, device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const extents ls = local_shape(r.in, x.global_shape());
+  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
+  xt::xarray<T> g =
+      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
+  const T scale = T(1) / T(r.count);  // as kernels::cpu::reduce_mean_grad, with the global count
+  for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = scale * g.data()[i];
+  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
+  dx.assign_local(std::move(g));
+  return dx;
+}
+
+/// dx of y = reduce_max(x), given dy and the forward output y (any layouts; y's
+/// partial maxima are resolved first, so every rank compares its shard with the GLOBAL
+/// maximum). Each dy element goes to the positions of its slice where x equals the
+/// maximum. Ties split it equally among ALL tied positions of the global slice, on
+/// whichever ranks they lie (the local tie counts are summed over the reduced dims'
+/// mesh axes), exactly as the single-process kernels::cpu::reduce_max_grad does. A NaN
+/// maximum gets no gradient (NaN equals nothing).
+template <class T, class C>
+dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>& dy,
+                                   const dist_tensor<T>& x, const dist_tensor<T>& y,
+                                   device_context<C>& ctx) {
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const dist_tensor<T> ly = detail::reduce_dy(op.name(), r, y, ctx);
+  const dist_tensor<T> lx = detail::in_layout(x, r.in, ctx);
+  const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
+  namespace kd = kernels::cpu::detail;
+  const xt::xarray<T>& px = lx.local();
+  const kd::reduction red = kd::plan_reduction("reduce_max_backward", px.shape(), axes, op.keep_dims);
+  const T* vx = px.data();
+  const T* vy = ly.local().data();
+  // Local tie counts, partial sums over the reduced dims' axes, then resolved.
+  layout count_layout = r.out;
+  count_layout.op = reduce_op::sum;
+  dist_tensor<T> ties(count_layout, r.shape, ctx.rank());
+  T* nt = ties.local().data();
+  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
+    if (vx[i] == vy[off[0]]) nt[off[0]] += T(1);
+  });
+  const dist_tensor<T> all_ties = detail::in_layout(ties, r.out.without_partial(), ctx);
+  const T* n = all_ties.local().data();
+  const T* g = ldy.local().data();
+  auto dx_local = kd::empty_array<T>(px.shape());
+  T* o = dx_local.data();
+  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
+    o[i] = vx[i] == vy[off[0]] ? g[off[0]] / n[off[0]] : T(0);
+  });
+  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
+  dx.assign_local(std::move(dx_local));
+  return dx;
+}
+
+}  // namespace tessera::ops
