@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The demo command: installs the dependencies, builds the redistribution demo and
-# runs it on 4 local ranks. Extra arguments go to the demo.
+# The demo command: installs the dependencies, builds the quickstart and trains the
+# seeds' network on 8 local ranks with the seed's MatMul strategy ((2, 4), (4, 1)),
+# then checks the losses against the same training on one rank. Extra arguments go
+# to the quickstart (replacing --verify).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -19,6 +21,8 @@ fi
 # Same configuration as scripts/test.sh, so that both share build/.
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=ON -DTESSERA_BUILD_EXAMPLES=ON
-cmake --build "$build_dir" -j2 --target redistribute_demo
-echo "demo.sh: mpiexec -n 4 --oversubscribe $build_dir/examples/redistribute_demo $*"
-mpiexec -n 4 --oversubscribe "$build_dir/examples/redistribute_demo" "$@"
+cmake --build "$build_dir" -j2 --target quickstart
+args=("$@")
+[[ ${#args[@]} -gt 0 ]] || args=(--verify)
+echo "demo.sh: mpiexec -n 8 --oversubscribe $build_dir/examples/quickstart ${args[*]}"
+mpiexec -n 8 --oversubscribe "$build_dir/examples/quickstart" "${args[@]}"
