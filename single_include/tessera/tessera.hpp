@@ -2798,6 +2798,13 @@ class dist_tensor {
     local_.fill(T(0));
   }
 
+  /// A run-time tensor from any tensor of the same element type: the static layout and
+  /// shape become values (the shard is copied).
+  template <auto L2, auto G2>
+    requires(!static_layout && !static_shape && (detail::is_static_layout<L2> || detail::is_static_shape<G2>))
+  explicit dist_tensor(const dist_tensor<T, L2, G2>& other)
+      : layout_(other.layout()), global_(other.global_shape()), rank_(other.rank()), local_(other.local()) {}
+
   /// The layout (a constant for a static layout).
   constexpr const tessera::layout& layout() const {
     if constexpr (static_layout) return static_layout_value;
