@@ -8,6 +8,7 @@ packages=(
   xtensor-dev libxtensor-blas-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
   doctest-dev libbenchmark-dev nlohmann-json3-dev
+  libscalapack-openmpi-dev
 )
 
 missing=()

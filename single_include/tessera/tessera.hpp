@@ -99,7 +99,13 @@ namespace tessera {
     "input {dim}, dim {axis} has extent 1 and split {a}")                                           \
   X(reduce_axis_range, "reduce: each axis must name a dim of the input",                            \
     "axis {a}, input rank {b}")                                                                     \
-  X(reduce_axis_twice, "reduce: an axis must not name a dim twice", "dim {dim} is named twice")
+  X(reduce_axis_twice, "reduce: an axis must not name a dim twice", "dim {dim} is named twice")    \
+  X(cross_entropy_rank, "softmax_cross_entropy: logits must have rank 2 (batch, classes)",         \
+    "input {dim} has rank {a}")                                                                     \
+  X(cross_entropy_shapes, "softmax_cross_entropy: logits and labels must have the same shape",      \
+    "dim {dim}: labels has extent {a}, logits {b}")                                                 \
+  X(cross_entropy_split, "softmax_cross_entropy: logits and labels must be split alike",            \
+    "dim {dim}: labels split {a} ways, logits {b} ways")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {
@@ -2679,6 +2685,83 @@ inline constexpr reduce_layouts static_reduce_rule = [] {
 }();
 
 }  // namespace tessera
+// ---- tessera/ops/softmax_rule.hpp ----
+// The sharding rule of SoftmaxCrossEntropyWithLogits: logits (B, C) and one-hot (or
+// distribution) labels (B, C) split alike by ((b, c), (b, c)), the class dim possibly
+// split; the output is the per-sample loss (B,). Standard library only and constexpr.
+
+
+namespace tessera {
+
+/// The layouts of loss = softmax_cross_entropy(logits, labels).
+struct cross_entropy_layouts {
+  mesh dev;             ///< the device matrix: (b, c), or (replicas, b, c)
+  layout logits;        ///< rows split by the batch axis, classes by the class axis
+  layout labels;        ///< as logits
+  layout out;           ///< the loss (B,): split by the batch axis, replicated elsewhere
+  extents shape;        ///< the loss' global shape (B,)
+  int batch_axis = 0;   ///< the device-matrix axis that splits the rows
+  int class_axis = 1;   ///< the device-matrix axis that splits the classes
+  int class_split = 1;  ///< c: > 1 when row max and row sums combine across class_axis
+  friend constexpr bool operator==(const cross_entropy_layouts&, const cross_entropy_layouts&) = default;
+};
+
+/// Checks a SoftmaxCrossEntropyWithLogits strategy on `device_num` devices for logits
+/// and labels of the given shapes: two split tuples of two entries, positive splits
+/// whose product divides the device count, both inputs of rank 2 and the same shape,
+/// and labels split exactly as logits. Example on 8 devices with (16, 8) inputs:
+/// ((2, 4), (2, 4)) is valid; ((2, 4), (2, 2)) splits the labels unlike the logits.
+constexpr status check_softmax_cross_entropy(const strategy& st, int device_num, const extents& logits,
+                                             const extents& labels) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  if (logits.ndim != 2) return fail(errc::cross_entropy_rank, 0, -1, logits.ndim);
+  if (labels.ndim != 2) return fail(errc::cross_entropy_rank, 1, -1, labels.ndim);
+  for (int i = 0; i < 2; ++i)
+    if (st.in[i].n != 2) return fail(errc::op_input_ndim, i, -1, st.in[i].n, 2);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  for (int d = 0; d < 2; ++d)
+    if (labels.v[d] != logits.v[d] && labels.v[d] != dynamic_extent && logits.v[d] != dynamic_extent)
+      return fail(errc::cross_entropy_shapes, d, -1, labels.v[d], logits.v[d]);
+  for (int d = 0; d < 2; ++d)
+    if (st.in[1].v[d] != st.in[0].v[d])
+      return fail(errc::cross_entropy_split, d, -1, st.in[1].v[d], st.in[0].v[d]);
+  return {};
+}
+
+/// The rule: the device matrix and the inputs' layouts are strategy_layout's for the
+/// logits' split tuple (b, c), so a replica axis leads when b * c uses fewer devices.
+/// The loss (B,) is split by the batch axis and replicated over the class axis: the
+/// class group's row max and row sums are combined (all_reduce) so that every rank of
+/// it holds the full per-sample loss, never a partial one.
+/// Example: ((2, 2), (2, 2)) on 8 devices -> device matrix (2, 2, 2); logits and
+/// labels split rows by axis 1 and classes by axis 2; the loss split by axis 1.
+/// @pre check_softmax_cross_entropy(st, device_num, logits, labels).ok()
+constexpr cross_entropy_layouts softmax_cross_entropy_rule(const strategy& st, int device_num,
+                                                           const extents& logits) {
+  cross_entropy_layouts r;
+  r.logits = strategy_layout(st.in[0], device_num);
+  r.labels = r.logits;
+  r.dev = r.logits.dev;
+  r.batch_axis = r.dev.ndim - 2;
+  r.class_axis = r.dev.ndim - 1;
+  r.class_split = st.in[0].v[1];
+  r.out = layout::replicated(r.dev, 1);
+  r.out.split[0] = axis_list{r.batch_axis};
+  r.shape = extents{logits.v[0]};
+  return r;
+}
+
+/// The rule for a static strategy and shapes; an invalid one fails to compile with the
+/// rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Logits, extents Labels = Logits>
+inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
+  constexpr status s = check_softmax_cross_entropy(St, DeviceNum, Logits, Labels);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return softmax_cross_entropy_rule(St, DeviceNum, Logits);
+  else return cross_entropy_layouts{};
+}();
+
+}  // namespace tessera
 
 // tensor/ and exec/: shards in xtensor containers
 #if __has_include(<xtensor/xarray.hpp>)
@@ -2796,6 +2879,17 @@ class dist_tensor {
     std::vector<std::size_t> shape(ls.v.begin(), ls.v.begin() + ls.ndim);
     local_ = xt::xarray<T>::from_shape(shape);
     local_.fill(T(0));
+  }
+
+  /// A tensor whose shard is `local` (its size must be the layout's shard size; it takes
+  /// the shard's shape): adopts the buffer, no fill, no copy.
+  dist_tensor(const tessera::layout& l, const extents& global, int rank, xt::xarray<T>&& local)
+    requires(!static_layout)
+      : layout_(store_layout(l)), global_(global), rank_(rank) {
+    require(check(l, global), "dist_tensor");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
+    assign_local(std::move(local));
   }
 
   /// A run-time tensor from any tensor of the same element type: the static layout and
@@ -4812,6 +4906,7 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 // (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
 // redistributed first, by the cheapest plan.
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -4844,9 +4939,14 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
   return extents{m, n};
 }
 
+// x itself when it is already laid out as l (no copy), else its redistribution, kept
+// in `holder`.
 template <class T, class C>
-dist_tensor<T> as_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  return x.layout() == l ? x : redistribute(x, l, ctx);
+const dist_tensor<T>& as_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx,
+                                std::optional<dist_tensor<T>>& holder) {
+  if (x.layout() == l) return x;
+  holder.emplace(redistribute(x, l, ctx));
+  return *holder;
 }
 }  // namespace detail
 
@@ -4860,11 +4960,10 @@ dist_tensor<T> matmul(const matmul_op& op, const dist_tensor<T>& a, const dist_t
   const matmul_layouts r = op.rule(ctx.size());
   const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
                                                  op.trans_b, op.st);
-  const dist_tensor<T> la = detail::as_layout(a, r.a, ctx);
-  const dist_tensor<T> lb = detail::as_layout(b, r.b, ctx);
-  dist_tensor<T> c(r.c, cs, ctx.rank());
-  c.assign_local(kernels::cpu::matmul(la.local(), lb.local(), op.trans_a, op.trans_b));
-  return c;
+  std::optional<dist_tensor<T>> ha, hb;
+  const dist_tensor<T>& la = detail::as_layout(a, r.a, ctx, ha);
+  const dist_tensor<T>& lb = detail::as_layout(b, r.b, ctx, hb);
+  return dist_tensor<T>(r.c, cs, ctx.rank(), kernels::cpu::matmul(la.local(), lb.local(), op.trans_a, op.trans_b));
 }
 
 /// The gradients of C = op(A) op(B) given dC: dA in the rule's grad_a layout (A's, partial
@@ -4876,14 +4975,14 @@ std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, c
                                                           const dist_tensor<T>& b,
                                                           device_context<C>& ctx) {
   const matmul_layouts r = op.rule(ctx.size());
-  const dist_tensor<T> ldc = detail::as_layout(dc, r.c.without_partial(), ctx);
-  const dist_tensor<T> la = detail::as_layout(a, r.a, ctx);
-  const dist_tensor<T> lb = detail::as_layout(b, r.b, ctx);
-  dist_tensor<T> da(r.grad_a, a.global_shape(), ctx.rank());
-  dist_tensor<T> db(r.grad_b, b.global_shape(), ctx.rank());
-  da.assign_local(kernels::cpu::matmul_grad_a(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b));
-  db.assign_local(kernels::cpu::matmul_grad_b(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b));
-  return {std::move(da), std::move(db)};
+  std::optional<dist_tensor<T>> hdc, ha, hb;
+  const dist_tensor<T>& ldc = detail::as_layout(dc, r.c.without_partial(), ctx, hdc);
+  const dist_tensor<T>& la = detail::as_layout(a, r.a, ctx, ha);
+  const dist_tensor<T>& lb = detail::as_layout(b, r.b, ctx, hb);
+  return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
+                         kernels::cpu::matmul_grad_a(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b)),
+          dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
+                         kernels::cpu::matmul_grad_b(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b))};
 }
 
 }  // namespace tessera::ops
@@ -5377,6 +5476,147 @@ dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>
 }
 
 }  // namespace tessera::ops
+// ---- tessera/ops/softmax.hpp ----
+// Sharded SoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C) against
+// labels (B, C) and its gradient wrt the logits. The sharding rule is
+// ops/softmax_rule.hpp; the single-process reference kernels/cpu/softmax.hpp. With the
+// class dim split, the row max and the row sums are combined across the class axis.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// SoftmaxCrossEntropyWithLogits with a shard strategy, as
+/// `SoftmaxCrossEntropyWithLogits().shard(((2, 4), (2, 4)))`: logits and labels split
+/// alike, rows b ways and classes c ways.
+struct softmax_cross_entropy_op {
+  strategy st;
+
+  static constexpr std::string_view name() { return "softmax_cross_entropy"; }
+
+  /// The rule on `device_num` devices for logits and labels of the given global
+  /// shapes; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "softmax_cross_entropy: logits and labels must be split alike: dim 1: labels split
+  /// 2 ways, logits 4 ways; strategy ((2, 4), (2, 2))".
+  cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
+    const status s = check_softmax_cross_entropy(st, device_num, logits, labels);
+    if (!s.ok()) {
+      // The operator's own rules already start with its name.
+      const bool own = s.code == errc::cross_entropy_rank || s.code == errc::cross_entropy_shapes ||
+                       s.code == errc::cross_entropy_split;
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return softmax_cross_entropy_rule(st, device_num, logits);
+  }
+};
+
+namespace detail {
+
+template <class T, class C>
+dist_tensor<T> ce_in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  return x.layout() == l ? x : redistribute(x, l, ctx);
+}
+
+// Per local row: the GLOBAL row max, the global sum of exp(x - max), the global label
+// mass sum_j t_j, and the global sum_j t_j * (max - x_j) (all over the class group).
+template <class T>
+struct ce_rows {
+  std::size_t rows = 0, cols = 0;
+  std::vector<T> max, sum, mass, term;
+};
+
+template <class T, class C>
+ce_rows<T> ce_row_stats(const cross_entropy_layouts& r, const dist_tensor<T>& x, const dist_tensor<T>& t,
+                        device_context<C>& ctx) {
+  const auto& px = x.local();
+  const auto& pt = t.local();
+  ce_rows<T> s;
+  s.rows = px.shape()[0];
+  s.cols = px.shape()[1];
+  s.max.assign(s.rows, -std::numeric_limits<T>::infinity());
+  for (std::size_t i = 0; i < s.rows; ++i)
+    for (std::size_t j = 0; j < s.cols; ++j) s.max[i] = std::max(s.max[i], px.data()[i * s.cols + j]);
+  C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
+  if (group) group->all_reduce(std::span<T>(s.max), reduce_op::max);
+  // sum, mass and term in one buffer: one all_reduce (sum) for the three.
+  std::vector<T> acc(3 * s.rows, T(0));
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    const T m = s.max[i];
+    for (std::size_t j = 0; j < s.cols; ++j) {
+      const T xv = px.data()[i * s.cols + j], tv = pt.data()[i * s.cols + j];
+      acc[i] += std::exp(xv - m);
+      acc[s.rows + i] += tv;
+      acc[2 * s.rows + i] += tv * (m - xv);
+    }
+  }
+  if (group) group->all_reduce(std::span<T>(acc), reduce_op::sum);
+  s.sum.assign(acc.begin(), acc.begin() + std::ptrdiff_t(s.rows));
+  s.mass.assign(acc.begin() + std::ptrdiff_t(s.rows), acc.begin() + std::ptrdiff_t(2 * s.rows));
+  s.term.assign(acc.begin() + std::ptrdiff_t(2 * s.rows), acc.end());
+  return s;
+}
+
+}  // namespace detail
+
+/// The per-sample loss (B,) of softmax(logits) against labels (both (B, C), any
+/// layouts; redistributed to the rule's):
+///   loss_i = sum_j t_ij * (logsumexp(x_i) - x_ij)
+/// with logsumexp taken around the GLOBAL row max (numerically stable). The result is
+/// in the rule's output layout: split by the batch axis, and every rank of a class
+/// group holds the full loss of its rows (not a partial one).
+template <class T, class C>
+dist_tensor<T> softmax_cross_entropy(const softmax_cross_entropy_op& op, const dist_tensor<T>& logits,
+                                     const dist_tensor<T>& labels, device_context<C>& ctx) {
+  const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
+  const dist_tensor<T> lx = detail::ce_in_layout(logits, r.logits, ctx);
+  const dist_tensor<T> lt = detail::ce_in_layout(labels, r.labels, ctx);
+  const detail::ce_rows<T> s = detail::ce_row_stats(r, lx, lt, ctx);
+  dist_tensor<T> y(r.out, r.shape, ctx.rank());
+  T* o = y.local().data();
+  for (std::size_t i = 0; i < s.rows; ++i)
+    o[i] = s.sum[i] > T(0) ? s.term[i] + s.mass[i] * std::log(s.sum[i]) : T(0);
+  return y;
+}
+
+/// dlogits of loss = softmax_cross_entropy(logits, labels) given dloss (B,) in any
+/// layout (partial sums are resolved first):
+///   dlogits_ij = dloss_i * (softmax(x_i)_j * sum_k t_ik - t_ij)
+/// in the logits' rule layout. Labels get no gradient.
+template <class T, class C>
+dist_tensor<T> softmax_cross_entropy_backward(const softmax_cross_entropy_op& op, const dist_tensor<T>& dloss,
+                                              const dist_tensor<T>& logits, const dist_tensor<T>& labels,
+                                              device_context<C>& ctx) {
+  const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
+  if (!(dloss.global_shape() == r.shape))
+    throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
+                ", expected " + to_string(r.shape));
+  const dist_tensor<T> lg = detail::ce_in_layout(dloss, r.out, ctx);
+  const dist_tensor<T> lx = detail::ce_in_layout(logits, r.logits, ctx);
+  const dist_tensor<T> lt = detail::ce_in_layout(labels, r.labels, ctx);
+  const detail::ce_rows<T> s = detail::ce_row_stats(r, lx, lt, ctx);
+  dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
+  const T* px = lx.local().data();
+  const T* pt = lt.local().data();
+  const T* g = lg.local().data();
+  T* o = dx.local().data();
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    const T inv = s.sum[i] > T(0) ? T(1) / s.sum[i] : T(0);
+    for (std::size_t j = 0; j < s.cols; ++j) {
+      const std::size_t k = i * s.cols + j;
+      o[k] = g[i] * (std::exp(px[k] - s.max[i]) * inv * s.mass[i] - pt[k]);
+    }
+  }
+  return dx;
+}
+
+}  // namespace tessera::ops
 // ---- tessera/autodiff/tape.hpp ----
 // Reverse-mode automatic differentiation over sharded operators. A tape records each
 // operator's output and a function that turns the output's gradient into its inputs'
@@ -5589,6 +5829,18 @@ template <class T, class C>
 var<T, C> reduce_mean(const ops::reduce_mean_op& op, var<T, C> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::reduce_mean(a...); },
                        [](auto&&... a) { return ops::reduce_mean_backward(a...); });
+}
+
+/// The per-sample loss (B,) of softmax(logits) against labels; only the logits get a
+/// gradient (labels are data).
+template <class T, class C>
+var<T, C> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<T, C> logits,
+                                var<T, C> labels) {
+  tape<T, C>& t = *logits.t;
+  dist_tensor<T> y = ops::softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    tp.add_grad(ix, ops::softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
+  });
 }
 
 }  // namespace tessera::autodiff

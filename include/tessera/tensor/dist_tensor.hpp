@@ -119,6 +119,17 @@ class dist_tensor {
     local_.fill(T(0));
   }
 
+  /// A tensor whose shard is `local` (its size must be the layout's shard size; it takes
+  /// the shard's shape): adopts the buffer, no fill, no copy.
+  dist_tensor(const tessera::layout& l, const extents& global, int rank, xt::xarray<T>&& local)
+    requires(!static_layout)
+      : layout_(store_layout(l)), global_(global), rank_(rank) {
+    require(check(l, global), "dist_tensor");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
+    assign_local(std::move(local));
+  }
+
   /// A run-time tensor from any tensor of the same element type: the static layout and
   /// shape become values (the shard is copied).
   template <auto L2, auto G2>
