@@ -35,6 +35,7 @@
 #include <tessera/ops/matmul_rule.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
+#include <tessera/ops/softmax_rule.hpp>
 
 // tensor/ and exec/: shards in xtensor containers
 #if __has_include(<xtensor/xarray.hpp>)
@@ -48,6 +49,7 @@
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/reduce.hpp>
+#include <tessera/ops/softmax.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
 #endif

@@ -7,6 +7,7 @@
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/reduce.hpp>
+#include <tessera/ops/softmax.hpp>
 
 namespace tessera::autodiff {
 
@@ -79,6 +80,18 @@ template <class T, class C>
 var<T, C> reduce_mean(const ops::reduce_mean_op& op, var<T, C> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::reduce_mean(a...); },
                        [](auto&&... a) { return ops::reduce_mean_backward(a...); });
+}
+
+/// The per-sample loss (B,) of softmax(logits) against labels; only the logits get a
+/// gradient (labels are data).
+template <class T, class C>
+var<T, C> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<T, C> logits,
+                                var<T, C> labels) {
+  tape<T, C>& t = *logits.t;
+  dist_tensor<T> y = ops::softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    tp.add_grad(ix, ops::softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
+  });
 }
 
 }  // namespace tessera::autodiff

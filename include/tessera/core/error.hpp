@@ -71,7 +71,13 @@ namespace tessera {
     "input {dim}, dim {axis} has extent 1 and split {a}")                                           \
   X(reduce_axis_range, "reduce: each axis must name a dim of the input",                            \
     "axis {a}, input rank {b}")                                                                     \
-  X(reduce_axis_twice, "reduce: an axis must not name a dim twice", "dim {dim} is named twice")
+  X(reduce_axis_twice, "reduce: an axis must not name a dim twice", "dim {dim} is named twice")    \
+  X(cross_entropy_rank, "softmax_cross_entropy: logits must have rank 2 (batch, classes)",         \
+    "input {dim} has rank {a}")                                                                     \
+  X(cross_entropy_shapes, "softmax_cross_entropy: logits and labels must have the same shape",      \
+    "dim {dim}: labels has extent {a}, logits {b}")                                                 \
+  X(cross_entropy_split, "softmax_cross_entropy: logits and labels must be split alike",            \
+    "dim {dim}: labels split {a} ways, logits {b} ways")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {
