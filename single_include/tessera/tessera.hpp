@@ -3045,6 +3045,7 @@ constexpr extents origin(int n) {
 // Runs redistribution plans: the one place that calls collectives to move a
 // tensor's data from one layout to another.
 
+#include <optional>
 #include <span>
 #include <vector>
 #include <xtensor/xarray.hpp>
@@ -3315,6 +3316,30 @@ dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, dev
   dist_tensor<T> out(to, x.global_shape(), x.rank());
   out.assign_local(std::move(local));
   return out;
+}
+
+/// A tensor in a wanted layout, as an operator takes its inputs: the caller's own tensor
+/// when it already was laid out so (borrowed: no copy), else its redistribution (owned).
+/// Used like a pointer: `in->local()`.
+template <class T>
+class laid_out {
+ public:
+  explicit laid_out(const dist_tensor<T>& borrowed) : borrowed_(&borrowed) {}
+  explicit laid_out(dist_tensor<T>&& owned) : owned_(std::move(owned)) {}
+  const dist_tensor<T>& operator*() const { return owned_ ? *owned_ : *borrowed_; }
+  const dist_tensor<T>* operator->() const { return &**this; }
+
+ private:
+  const dist_tensor<T>* borrowed_ = nullptr;
+  std::optional<dist_tensor<T>> owned_;
+};
+
+/// `x` laid out as `l`: x itself when it already is, else redistributed (possibly from
+/// another device matrix of the same ranks).
+template <class T, class C>
+laid_out<T> in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  if (x.layout() == l) return laid_out<T>(x);
+  return laid_out<T>(redistribute(x, l, ctx));
 }
 
 }  // namespace tessera
@@ -4906,7 +4931,6 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 // (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
 // redistributed first, by the cheapest plan.
 
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -4939,15 +4963,6 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
   return extents{m, n};
 }
 
-// x itself when it is already laid out as l (no copy), else its redistribution, kept
-// in `holder`.
-template <class T, class C>
-const dist_tensor<T>& as_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx,
-                                std::optional<dist_tensor<T>>& holder) {
-  if (x.layout() == l) return x;
-  holder.emplace(redistribute(x, l, ctx));
-  return *holder;
-}
 }  // namespace detail
 
 /// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
@@ -4960,10 +4975,8 @@ dist_tensor<T> matmul(const matmul_op& op, const dist_tensor<T>& a, const dist_t
   const matmul_layouts r = op.rule(ctx.size());
   const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
                                                  op.trans_b, op.st);
-  std::optional<dist_tensor<T>> ha, hb;
-  const dist_tensor<T>& la = detail::as_layout(a, r.a, ctx, ha);
-  const dist_tensor<T>& lb = detail::as_layout(b, r.b, ctx, hb);
-  return dist_tensor<T>(r.c, cs, ctx.rank(), kernels::cpu::matmul(la.local(), lb.local(), op.trans_a, op.trans_b));
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  return dist_tensor<T>(r.c, cs, ctx.rank(), kernels::cpu::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
 }
 
 /// The gradients of C = op(A) op(B) given dC: dA in the rule's grad_a layout (A's, partial
@@ -4975,14 +4988,12 @@ std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, c
                                                           const dist_tensor<T>& b,
                                                           device_context<C>& ctx) {
   const matmul_layouts r = op.rule(ctx.size());
-  std::optional<dist_tensor<T>> hdc, ha, hb;
-  const dist_tensor<T>& ldc = detail::as_layout(dc, r.c.without_partial(), ctx, hdc);
-  const dist_tensor<T>& la = detail::as_layout(a, r.a, ctx, ha);
-  const dist_tensor<T>& lb = detail::as_layout(b, r.b, ctx, hb);
+  const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_a(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b)),
+                         kernels::cpu::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
           dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_b(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b))};
+                         kernels::cpu::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
 }
 
 }  // namespace tessera::ops
@@ -5067,16 +5078,11 @@ using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 
 namespace detail {
 
-template <class T, class C>
-dist_tensor<T> to_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  return x.layout() == l ? x : redistribute(x, l, ctx);
-}
-
 // The inputs in the rule's layouts, with the rule.
 template <class T, std::size_t N>
 struct elementwise_inputs {
   elementwise_layouts r;
-  std::array<dist_tensor<T>, N> x;
+  std::array<laid_out<T>, N> x;
 };
 
 template <elementwise_kind K, class T, class C, class... X>
@@ -5085,53 +5091,51 @@ elementwise_inputs<T, sizeof...(X)> elementwise_prepare(const elementwise_op<K>&
   static_assert(sizeof...(X) == std::size_t(arity(K)));
   const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
   int i = 0;
-  auto place = [&](const dist_tensor<T>& t) { return to_layout(t, r.in[i++], ctx); };
+  auto place = [&](const dist_tensor<T>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
 }
 
 // The local forward of operator K on shards already in the rule's layouts.
 template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local(const std::array<dist_tensor<T>, N>& x) {
+xt::xarray<T> elementwise_local(const std::array<laid_out<T>, N>& x) {
   namespace k = kernels::cpu;
   using enum elementwise_kind;
-  if constexpr (K == add) return k::add(x[0].local(), x[1].local());
-  else if constexpr (K == sub) return k::sub(x[0].local(), x[1].local());
-  else if constexpr (K == mul) return k::mul(x[0].local(), x[1].local());
-  else if constexpr (K == div) return k::div(x[0].local(), x[1].local());
-  else if constexpr (K == bias_add) return k::bias_add(x[0].local(), x[1].local());
-  else if constexpr (K == relu) return k::relu(x[0].local());
-  else if constexpr (K == exp) return k::exp(x[0].local());
-  else if constexpr (K == log) return k::log(x[0].local());
-  else return k::neg(x[0].local());
+  if constexpr (K == add) return k::add(x[0]->local(), x[1]->local());
+  else if constexpr (K == sub) return k::sub(x[0]->local(), x[1]->local());
+  else if constexpr (K == mul) return k::mul(x[0]->local(), x[1]->local());
+  else if constexpr (K == div) return k::div(x[0]->local(), x[1]->local());
+  else if constexpr (K == bias_add) return k::bias_add(x[0]->local(), x[1]->local());
+  else if constexpr (K == relu) return k::relu(x[0]->local());
+  else if constexpr (K == exp) return k::exp(x[0]->local());
+  else if constexpr (K == log) return k::log(x[0]->local());
+  else return k::neg(x[0]->local());
 }
 
 // The local gradient of input `i` before it is summed back to the input's shard shape
 // (the output's shard shape where the input broadcasts).
 template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<dist_tensor<T>, N>& x,
+xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<laid_out<T>, N>& x,
                                      int i) {
   namespace k = kernels::cpu;
   using enum elementwise_kind;
   if constexpr (K == add || K == bias_add) return dy;
   else if constexpr (K == sub) return i == 0 ? dy : k::neg(dy);
-  else if constexpr (K == mul) return k::mul(dy, x[1 - i].local());
+  else if constexpr (K == mul) return k::mul(dy, x[1 - i]->local());
   else if constexpr (K == div) {
-    const xt::xarray<T>& a = x[0].local();
-    const xt::xarray<T>& b = x[1].local();
+    const xt::xarray<T>& a = x[0]->local();
+    const xt::xarray<T>& b = x[1]->local();
     if (i == 0) return k::div(dy, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
-  } else if constexpr (K == relu) return k::relu_grad(dy, x[0].local());
-  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0].local()));
-  else if constexpr (K == log) return k::div(dy, x[0].local());
+  } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
+  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0]->local()));
+  else if constexpr (K == log) return k::div(dy, x[0]->local());
   else return k::neg(dy);
 }
 
 template <elementwise_kind K, class T, class C, class... X>
 dist_tensor<T> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
   const auto in = elementwise_prepare<K, T>(op, ctx, x...);
-  dist_tensor<T> y(in.r.out, in.r.shape, ctx.rank());
-  y.assign_local(elementwise_local<K>(in.x));
-  return y;
+  return dist_tensor<T>(in.r.out, in.r.shape, ctx.rank(), elementwise_local<K>(in.x));
 }
 
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
@@ -5145,13 +5149,13 @@ std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
-  const dist_tensor<T> ldy = to_layout(dy, in.r.out, ctx);
+  const auto ldy = in_layout(dy, in.r.out, ctx);
   int i = 0;
   auto grad = [&](const dist_tensor<T>& xi) {
-    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank());
-    const xt::xarray<T>& shard = in.x[i].local();
-    g.assign_local(kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy.local(), in.x, i),
-                                                 shard.shape()));
+    const xt::xarray<T>& shard = in.x[i]->local();
+    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
+                     kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy->local(), in.x, i),
+                                                   shard.shape()));
     ++i;
     return g;
   };
@@ -5342,22 +5346,17 @@ inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
   return axes;
 }
 
-template <class T, class C>
-dist_tensor<T> in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  return x.layout() == l ? x : redistribute(x, l, ctx);
-}
-
 template <reduce_op How, class T, class C>
 dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>& x,
                               device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> lx = in_layout(x, r.in, ctx);
+  const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = reduced_axes(r, x.ndim());
   dist_tensor<T> y(r.out, r.shape, ctx.rank());
   if constexpr (How == reduce_op::max) {
-    y.assign_local(kernels::cpu::reduce_max(lx.local(), axes, op.keep_dims));
+    y.assign_local(kernels::cpu::reduce_max(lx->local(), axes, op.keep_dims));
   } else {
-    xt::xarray<T> s = kernels::cpu::reduce_sum(lx.local(), axes, op.keep_dims);
+    xt::xarray<T> s = kernels::cpu::reduce_sum(lx->local(), axes, op.keep_dims);
     if constexpr (How == reduce_op::mean) {
       const T n = T(r.count);  // the global count: the partial terms add up to the mean
       for (std::size_t i = 0; i < s.size(); ++i) s.data()[i] /= n;
@@ -5369,7 +5368,7 @@ dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>&
 
 // dy in the output's layout without partial sums, checked against the output's shape.
 template <class T, class C>
-dist_tensor<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
+laid_out<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
                          device_context<C>& ctx) {
   if (!(dy.global_shape() == r.shape))
     throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
@@ -5406,12 +5405,12 @@ template <class T, class C>
 dist_tensor<T> reduce_sum_backward(const reduce_sum_op& op, const dist_tensor<T>& dy,
                                    const dist_tensor<T>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
   dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
   dx.assign_local(
-      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
+      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
   return dx;
 }
 
@@ -5421,11 +5420,11 @@ template <class T, class C>
 dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<T>& dy,
                                     const dist_tensor<T>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
   xt::xarray<T> g =
-      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
+      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
   const T scale = T(1) / T(r.count);  // as kernels::cpu::reduce_mean_grad, with the global count
   for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = scale * g.data()[i];
   dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
@@ -5445,15 +5444,15 @@ dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>
                                    const dist_tensor<T>& x, const dist_tensor<T>& y,
                                    device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const dist_tensor<T> ly = detail::reduce_dy(op.name(), r, y, ctx);
-  const dist_tensor<T> lx = detail::in_layout(x, r.in, ctx);
+  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
+  const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
   namespace kd = kernels::cpu::detail;
-  const xt::xarray<T>& px = lx.local();
+  const xt::xarray<T>& px = lx->local();
   const kd::reduction red = kd::plan_reduction("reduce_max_backward", px.shape(), axes, op.keep_dims);
   const T* vx = px.data();
-  const T* vy = ly.local().data();
+  const T* vy = ly->local().data();
   // Local tie counts, partial sums over the reduced dims' axes, then resolved.
   layout count_layout = r.out;
   count_layout.op = reduce_op::sum;
@@ -5462,9 +5461,9 @@ dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>
   kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
     if (vx[i] == vy[off[0]]) nt[off[0]] += T(1);
   });
-  const dist_tensor<T> all_ties = detail::in_layout(ties, r.out.without_partial(), ctx);
-  const T* n = all_ties.local().data();
-  const T* g = ldy.local().data();
+  const auto all_ties = in_layout(ties, r.out.without_partial(), ctx);
+  const T* n = all_ties->local().data();
+  const T* g = ldy->local().data();
   auto dx_local = kd::empty_array<T>(px.shape());
   T* o = dx_local.data();
   kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
@@ -5519,11 +5518,6 @@ struct softmax_cross_entropy_op {
 
 namespace detail {
 
-template <class T, class C>
-dist_tensor<T> ce_in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  return x.layout() == l ? x : redistribute(x, l, ctx);
-}
-
 // Per local row: the GLOBAL row max, the global sum of exp(x - max), the global label
 // mass sum_j t_j, and the global sum_j t_j * (max - x_j) (all over the class group).
 template <class T>
@@ -5575,9 +5569,9 @@ template <class T, class C>
 dist_tensor<T> softmax_cross_entropy(const softmax_cross_entropy_op& op, const dist_tensor<T>& logits,
                                      const dist_tensor<T>& labels, device_context<C>& ctx) {
   const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
-  const dist_tensor<T> lx = detail::ce_in_layout(logits, r.logits, ctx);
-  const dist_tensor<T> lt = detail::ce_in_layout(labels, r.labels, ctx);
-  const detail::ce_rows<T> s = detail::ce_row_stats(r, lx, lt, ctx);
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::ce_rows<T> s = detail::ce_row_stats(r, *lx, *lt, ctx);
   dist_tensor<T> y(r.out, r.shape, ctx.rank());
   T* o = y.local().data();
   for (std::size_t i = 0; i < s.rows; ++i)
@@ -5597,14 +5591,14 @@ dist_tensor<T> softmax_cross_entropy_backward(const softmax_cross_entropy_op& op
   if (!(dloss.global_shape() == r.shape))
     throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
                 ", expected " + to_string(r.shape));
-  const dist_tensor<T> lg = detail::ce_in_layout(dloss, r.out, ctx);
-  const dist_tensor<T> lx = detail::ce_in_layout(logits, r.logits, ctx);
-  const dist_tensor<T> lt = detail::ce_in_layout(labels, r.labels, ctx);
-  const detail::ce_rows<T> s = detail::ce_row_stats(r, lx, lt, ctx);
+  const auto lg = in_layout(dloss, r.out, ctx);
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::ce_rows<T> s = detail::ce_row_stats(r, *lx, *lt, ctx);
   dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
-  const T* px = lx.local().data();
-  const T* pt = lt.local().data();
-  const T* g = lg.local().data();
+  const T* px = lx->local().data();
+  const T* pt = lt->local().data();
+  const T* g = lg->local().data();
   T* o = dx.local().data();
   for (std::size_t i = 0; i < s.rows; ++i) {
     const T inv = s.sum[i] > T(0) ? T(1) / s.sum[i] : T(0);

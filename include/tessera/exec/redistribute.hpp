@@ -2,6 +2,7 @@
 // tensor's data from one layout to another.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <vector>
 #include <xtensor/xarray.hpp>
@@ -280,6 +281,30 @@ dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, dev
   dist_tensor<T> out(to, x.global_shape(), x.rank());
   out.assign_local(std::move(local));
   return out;
+}
+
+/// A tensor in a wanted layout, as an operator takes its inputs: the caller's own tensor
+/// when it already was laid out so (borrowed: no copy), else its redistribution (owned).
+/// Used like a pointer: `in->local()`.
+template <class T>
+class laid_out {
+ public:
+  explicit laid_out(const dist_tensor<T>& borrowed) : borrowed_(&borrowed) {}
+  explicit laid_out(dist_tensor<T>&& owned) : owned_(std::move(owned)) {}
+  const dist_tensor<T>& operator*() const { return owned_ ? *owned_ : *borrowed_; }
+  const dist_tensor<T>* operator->() const { return &**this; }
+
+ private:
+  const dist_tensor<T>* borrowed_ = nullptr;
+  std::optional<dist_tensor<T>> owned_;
+};
+
+/// `x` laid out as `l`: x itself when it already is, else redistributed (possibly from
+/// another device matrix of the same ranks).
+template <class T, class C>
+laid_out<T> in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  if (x.layout() == l) return laid_out<T>(x);
+  return laid_out<T>(redistribute(x, l, ctx));
 }
 
 }  // namespace tessera

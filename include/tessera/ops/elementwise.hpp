@@ -87,16 +87,11 @@ using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 
 namespace detail {
 
-template <class T, class C>
-dist_tensor<T> to_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  return x.layout() == l ? x : redistribute(x, l, ctx);
-}
-
 // The inputs in the rule's layouts, with the rule.
 template <class T, std::size_t N>
 struct elementwise_inputs {
   elementwise_layouts r;
-  std::array<dist_tensor<T>, N> x;
+  std::array<laid_out<T>, N> x;
 };
 
 template <elementwise_kind K, class T, class C, class... X>
@@ -105,53 +100,51 @@ elementwise_inputs<T, sizeof...(X)> elementwise_prepare(const elementwise_op<K>&
   static_assert(sizeof...(X) == std::size_t(arity(K)));
   const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
   int i = 0;
-  auto place = [&](const dist_tensor<T>& t) { return to_layout(t, r.in[i++], ctx); };
+  auto place = [&](const dist_tensor<T>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
 }
 
 // The local forward of operator K on shards already in the rule's layouts.
 template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local(const std::array<dist_tensor<T>, N>& x) {
+xt::xarray<T> elementwise_local(const std::array<laid_out<T>, N>& x) {
   namespace k = kernels::cpu;
   using enum elementwise_kind;
-  if constexpr (K == add) return k::add(x[0].local(), x[1].local());
-  else if constexpr (K == sub) return k::sub(x[0].local(), x[1].local());
-  else if constexpr (K == mul) return k::mul(x[0].local(), x[1].local());
-  else if constexpr (K == div) return k::div(x[0].local(), x[1].local());
-  else if constexpr (K == bias_add) return k::bias_add(x[0].local(), x[1].local());
-  else if constexpr (K == relu) return k::relu(x[0].local());
-  else if constexpr (K == exp) return k::exp(x[0].local());
-  else if constexpr (K == log) return k::log(x[0].local());
-  else return k::neg(x[0].local());
+  if constexpr (K == add) return k::add(x[0]->local(), x[1]->local());
+  else if constexpr (K == sub) return k::sub(x[0]->local(), x[1]->local());
+  else if constexpr (K == mul) return k::mul(x[0]->local(), x[1]->local());
+  else if constexpr (K == div) return k::div(x[0]->local(), x[1]->local());
+  else if constexpr (K == bias_add) return k::bias_add(x[0]->local(), x[1]->local());
+  else if constexpr (K == relu) return k::relu(x[0]->local());
+  else if constexpr (K == exp) return k::exp(x[0]->local());
+  else if constexpr (K == log) return k::log(x[0]->local());
+  else return k::neg(x[0]->local());
 }
 
 // The local gradient of input `i` before it is summed back to the input's shard shape
 // (the output's shard shape where the input broadcasts).
 template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<dist_tensor<T>, N>& x,
+xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<laid_out<T>, N>& x,
                                      int i) {
   namespace k = kernels::cpu;
   using enum elementwise_kind;
   if constexpr (K == add || K == bias_add) return dy;
   else if constexpr (K == sub) return i == 0 ? dy : k::neg(dy);
-  else if constexpr (K == mul) return k::mul(dy, x[1 - i].local());
+  else if constexpr (K == mul) return k::mul(dy, x[1 - i]->local());
   else if constexpr (K == div) {
-    const xt::xarray<T>& a = x[0].local();
-    const xt::xarray<T>& b = x[1].local();
+    const xt::xarray<T>& a = x[0]->local();
+    const xt::xarray<T>& b = x[1]->local();
     if (i == 0) return k::div(dy, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
-  } else if constexpr (K == relu) return k::relu_grad(dy, x[0].local());
-  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0].local()));
-  else if constexpr (K == log) return k::div(dy, x[0].local());
+  } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
+  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0]->local()));
+  else if constexpr (K == log) return k::div(dy, x[0]->local());
   else return k::neg(dy);
 }
 
 template <elementwise_kind K, class T, class C, class... X>
 dist_tensor<T> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
   const auto in = elementwise_prepare<K, T>(op, ctx, x...);
-  dist_tensor<T> y(in.r.out, in.r.shape, ctx.rank());
-  y.assign_local(elementwise_local<K>(in.x));
-  return y;
+  return dist_tensor<T>(in.r.out, in.r.shape, ctx.rank(), elementwise_local<K>(in.x));
 }
 
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
@@ -165,13 +158,13 @@ std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
-  const dist_tensor<T> ldy = to_layout(dy, in.r.out, ctx);
+  const auto ldy = in_layout(dy, in.r.out, ctx);
   int i = 0;
   auto grad = [&](const dist_tensor<T>& xi) {
-    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank());
-    const xt::xarray<T>& shard = in.x[i].local();
-    g.assign_local(kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy.local(), in.x, i),
-                                                 shard.shape()));
+    const xt::xarray<T>& shard = in.x[i]->local();
+    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
+                     kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy->local(), in.x, i),
+                                                   shard.shape()));
     ++i;
     return g;
   };

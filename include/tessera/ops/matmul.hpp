@@ -3,7 +3,6 @@
 // redistributed first, by the cheapest plan.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <utility>
 #include <tessera/comm/mesh_comm.hpp>
@@ -43,15 +42,6 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
   return extents{m, n};
 }
 
-// x itself when it is already laid out as l (no copy), else its redistribution, kept
-// in `holder`.
-template <class T, class C>
-const dist_tensor<T>& as_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx,
-                                std::optional<dist_tensor<T>>& holder) {
-  if (x.layout() == l) return x;
-  holder.emplace(redistribute(x, l, ctx));
-  return *holder;
-}
 }  // namespace detail
 
 /// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
@@ -64,10 +54,8 @@ dist_tensor<T> matmul(const matmul_op& op, const dist_tensor<T>& a, const dist_t
   const matmul_layouts r = op.rule(ctx.size());
   const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
                                                  op.trans_b, op.st);
-  std::optional<dist_tensor<T>> ha, hb;
-  const dist_tensor<T>& la = detail::as_layout(a, r.a, ctx, ha);
-  const dist_tensor<T>& lb = detail::as_layout(b, r.b, ctx, hb);
-  return dist_tensor<T>(r.c, cs, ctx.rank(), kernels::cpu::matmul(la.local(), lb.local(), op.trans_a, op.trans_b));
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  return dist_tensor<T>(r.c, cs, ctx.rank(), kernels::cpu::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
 }
 
 /// The gradients of C = op(A) op(B) given dC: dA in the rule's grad_a layout (A's, partial
@@ -79,14 +67,12 @@ std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, c
                                                           const dist_tensor<T>& b,
                                                           device_context<C>& ctx) {
   const matmul_layouts r = op.rule(ctx.size());
-  std::optional<dist_tensor<T>> hdc, ha, hb;
-  const dist_tensor<T>& ldc = detail::as_layout(dc, r.c.without_partial(), ctx, hdc);
-  const dist_tensor<T>& la = detail::as_layout(a, r.a, ctx, ha);
-  const dist_tensor<T>& lb = detail::as_layout(b, r.b, ctx, hb);
+  const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_a(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b)),
+                         kernels::cpu::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
           dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_b(ldc.local(), la.local(), lb.local(), op.trans_a, op.trans_b))};
+                         kernels::cpu::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
 }
 
 }  // namespace tessera::ops

@@ -61,22 +61,17 @@ inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
   return axes;
 }
 
-template <class T, class C>
-dist_tensor<T> in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  return x.layout() == l ? x : redistribute(x, l, ctx);
-}
-
 template <reduce_op How, class T, class C>
 dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>& x,
                               device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> lx = in_layout(x, r.in, ctx);
+  const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = reduced_axes(r, x.ndim());
   dist_tensor<T> y(r.out, r.shape, ctx.rank());
   if constexpr (How == reduce_op::max) {
-    y.assign_local(kernels::cpu::reduce_max(lx.local(), axes, op.keep_dims));
+    y.assign_local(kernels::cpu::reduce_max(lx->local(), axes, op.keep_dims));
   } else {
-    xt::xarray<T> s = kernels::cpu::reduce_sum(lx.local(), axes, op.keep_dims);
+    xt::xarray<T> s = kernels::cpu::reduce_sum(lx->local(), axes, op.keep_dims);
     if constexpr (How == reduce_op::mean) {
       const T n = T(r.count);  // the global count: the partial terms add up to the mean
       for (std::size_t i = 0; i < s.size(); ++i) s.data()[i] /= n;
@@ -88,7 +83,7 @@ dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>&
 
 // dy in the output's layout without partial sums, checked against the output's shape.
 template <class T, class C>
-dist_tensor<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
+laid_out<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
                          device_context<C>& ctx) {
   if (!(dy.global_shape() == r.shape))
     throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
@@ -125,12 +120,12 @@ template <class T, class C>
 dist_tensor<T> reduce_sum_backward(const reduce_sum_op& op, const dist_tensor<T>& dy,
                                    const dist_tensor<T>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
   dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
   dx.assign_local(
-      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
+      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
   return dx;
 }
 
@@ -140,11 +135,11 @@ template <class T, class C>
 dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<T>& dy,
                                     const dist_tensor<T>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
   xt::xarray<T> g =
-      kernels::cpu::reduce_sum_grad(ldy.local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
+      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
   const T scale = T(1) / T(r.count);  // as kernels::cpu::reduce_mean_grad, with the global count
   for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = scale * g.data()[i];
   dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
@@ -164,15 +159,15 @@ dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>
                                    const dist_tensor<T>& x, const dist_tensor<T>& y,
                                    device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const dist_tensor<T> ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const dist_tensor<T> ly = detail::reduce_dy(op.name(), r, y, ctx);
-  const dist_tensor<T> lx = detail::in_layout(x, r.in, ctx);
+  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
+  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
+  const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
   namespace kd = kernels::cpu::detail;
-  const xt::xarray<T>& px = lx.local();
+  const xt::xarray<T>& px = lx->local();
   const kd::reduction red = kd::plan_reduction("reduce_max_backward", px.shape(), axes, op.keep_dims);
   const T* vx = px.data();
-  const T* vy = ly.local().data();
+  const T* vy = ly->local().data();
   // Local tie counts, partial sums over the reduced dims' axes, then resolved.
   layout count_layout = r.out;
   count_layout.op = reduce_op::sum;
@@ -181,9 +176,9 @@ dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>
   kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
     if (vx[i] == vy[off[0]]) nt[off[0]] += T(1);
   });
-  const dist_tensor<T> all_ties = detail::in_layout(ties, r.out.without_partial(), ctx);
-  const T* n = all_ties.local().data();
-  const T* g = ldy.local().data();
+  const auto all_ties = in_layout(ties, r.out.without_partial(), ctx);
+  const T* n = all_ties->local().data();
+  const T* g = ldy->local().data();
   auto dx_local = kd::empty_array<T>(px.shape());
   T* o = dx_local.data();
   kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {

@@ -50,11 +50,6 @@ struct softmax_cross_entropy_op {
 
 namespace detail {
 
-template <class T, class C>
-dist_tensor<T> ce_in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  return x.layout() == l ? x : redistribute(x, l, ctx);
-}
-
 // Per local row: the GLOBAL row max, the global sum of exp(x - max), the global label
 // mass sum_j t_j, and the global sum_j t_j * (max - x_j) (all over the class group).
 template <class T>
@@ -106,9 +101,9 @@ template <class T, class C>
 dist_tensor<T> softmax_cross_entropy(const softmax_cross_entropy_op& op, const dist_tensor<T>& logits,
                                      const dist_tensor<T>& labels, device_context<C>& ctx) {
   const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
-  const dist_tensor<T> lx = detail::ce_in_layout(logits, r.logits, ctx);
-  const dist_tensor<T> lt = detail::ce_in_layout(labels, r.labels, ctx);
-  const detail::ce_rows<T> s = detail::ce_row_stats(r, lx, lt, ctx);
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::ce_rows<T> s = detail::ce_row_stats(r, *lx, *lt, ctx);
   dist_tensor<T> y(r.out, r.shape, ctx.rank());
   T* o = y.local().data();
   for (std::size_t i = 0; i < s.rows; ++i)
@@ -128,14 +123,14 @@ dist_tensor<T> softmax_cross_entropy_backward(const softmax_cross_entropy_op& op
   if (!(dloss.global_shape() == r.shape))
     throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
                 ", expected " + to_string(r.shape));
-  const dist_tensor<T> lg = detail::ce_in_layout(dloss, r.out, ctx);
-  const dist_tensor<T> lx = detail::ce_in_layout(logits, r.logits, ctx);
-  const dist_tensor<T> lt = detail::ce_in_layout(labels, r.labels, ctx);
-  const detail::ce_rows<T> s = detail::ce_row_stats(r, lx, lt, ctx);
+  const auto lg = in_layout(dloss, r.out, ctx);
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::ce_rows<T> s = detail::ce_row_stats(r, *lx, *lt, ctx);
   dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
-  const T* px = lx.local().data();
-  const T* pt = lt.local().data();
-  const T* g = lg.local().data();
+  const T* px = lx->local().data();
+  const T* pt = lt->local().data();
+  const T* g = lg->local().data();
   T* o = dx.local().data();
   for (std::size_t i = 0; i < s.rows; ++i) {
     const T inv = s.sum[i] > T(0) ? T(1) / s.sum[i] : T(0);
