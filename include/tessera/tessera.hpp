@@ -37,15 +37,19 @@
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
 
-// tensor/ and exec/: shards in xtensor containers
+// tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
+#include <tessera/tensor/device.hpp>
+#include <tessera/tensor/copy_box.hpp>
+#include <tessera/tensor/host_storage.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
-#include <tessera/exec/pack.hpp>
 #include <tessera/exec/redistribute.hpp>
 
 // kernels/cpu/ and the sharded operators: local math through CBLAS
 #if __has_include(<cblas.h>)
 #include <tessera/kernels/cpu.hpp>
+#include <tessera/kernels/backend.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/reduce.hpp>

@@ -1788,6 +1788,15 @@ concept communicator =
       c.reset_stats();
     };
 
+/// Whether communicator C moves device (GPU) buffers rather than host memory: true for
+/// a type that declares `static constexpr bool device_buffers = true` (nccl_communicator,
+/// staged_communicator). The spans a collective takes then point into device memory.
+template <class C>
+inline constexpr bool takes_device_buffers = [] {
+  if constexpr (requires { C::device_buffers; }) return bool(C::device_buffers);
+  else return false;
+}();
+
 namespace detail {
 
 // ---- argument checks shared by the backends -------------------------------------
@@ -2763,222 +2772,68 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
 
 }  // namespace tessera
 
-// tensor/ and exec/: shards in xtensor containers
+// tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
-// ---- tessera/tensor/dist_tensor.hpp ----
-// dist_tensor: a global shape, a layout over a mesh, and this rank's shard in an
-// xtensor container. The layout (and optionally the shape) can be template
-// arguments, checked by the compiler, or run-time values, checked on construction.
+// ---- tessera/tensor/device.hpp ----
+// Where a tensor's shard lives: the device tags, and the storage trait that names
+// each device's array type and its memory operations (allocate, fill, copy a box,
+// move to and from the host). Standard library only; each device specialises the
+// trait in its own header (tensor/host_storage.hpp, tensor/cuda_storage.cuh).
 
-#include <array>
-#include <cstddef>
-#include <span>
-#include <type_traits>
-#include <utility>
-#include <vector>
-#include <xtensor/xarray.hpp>
+#include <concepts>
+#include <string_view>
 
 namespace tessera {
 
-/// Marks a layout or shape argument of dist_tensor as known only at run time.
-struct dynamic_t {
-  friend constexpr bool operator==(dynamic_t, dynamic_t) = default;
+/// The host: shards are `xt::xarray<T>` in CPU memory (tensor/host_storage.hpp).
+struct cpu_device {
+  static constexpr std::string_view name = "cpu";
 };
-inline constexpr dynamic_t dynamic{};
 
-namespace detail {
-template <auto L>
-inline constexpr bool is_static_layout = std::is_same_v<std::remove_cv_t<decltype(L)>, layout>;
-template <auto G>
-inline constexpr bool is_static_shape = std::is_same_v<std::remove_cv_t<decltype(G)>, extents>;
-/// A static shape none of whose extents is dynamic_extent.
-template <auto G>
-inline constexpr bool is_fully_static_shape = [] {
-  if constexpr (is_static_shape<G>) return G.is_static();
-  else return false;
-}();
-
-template <auto L, auto G>
-constexpr bool check_static_arguments() {
-  static_assert(is_static_layout<L> || std::is_same_v<std::remove_cv_t<decltype(L)>, dynamic_t>,
-                "dist_tensor: the layout argument must be a tessera::layout or tessera::dynamic");
-  static_assert(is_static_shape<G> || std::is_same_v<std::remove_cv_t<decltype(G)>, dynamic_t>,
-                "dist_tensor: the shape argument must be a tessera::extents or tessera::dynamic");
-  if constexpr (is_static_layout<L> && is_static_shape<G>) {
-    return static_require<check(L, G)>();
-  } else if constexpr (is_static_layout<L>) {
-    return static_require<check(L)>();
-  } else {
-    static_assert(!is_static_shape<G>, "dist_tensor: a static shape needs a static layout");
-    return true;
-  }
-}
-
-// Multi-index iteration over a row-major box, calling f(index array, linear offset).
-template <class F>
-void for_each_index(const extents& shape, F&& f) {
-  const index_t n = shape.size();
-  std::array<index_t, max_tensor_ndim> idx{};
-  for (index_t lin = 0; lin < n; ++lin) {
-    f(idx, lin);
-    for (int d = shape.ndim - 1; d >= 0; --d) {
-      if (++idx[d] < shape.v[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-}  // namespace detail
-
-/// A distributed tensor of element type T on this rank.
-///
-/// - `dist_tensor<float, L, extents{16, 32}>`: layout and shape static; an invalid
-///   pair fails to compile, and `static_local_shape()` is a constant.
-/// - `dist_tensor<float, L>`: static layout, shape given at run time (its extents
-///   are checked against L on construction).
-/// - `dist_tensor<float>`: layout and shape given at run time.
-///
-/// The local shard is an `xt::xarray<T>` of shape local_shape(layout, global),
-/// row-major. For a partial layout it holds this rank's partial values.
-template <class T, auto L = dynamic, auto Global = dynamic>
-class dist_tensor {
-  static_assert(detail::check_static_arguments<L, Global>());
-
- public:
-  using value_type = T;
-  static constexpr bool static_layout = detail::is_static_layout<L>;
-  static constexpr bool static_shape = detail::is_static_shape<Global>;
-
-  /// Fully static: shape and layout from the template arguments (every extent known).
-  explicit dist_tensor(int rank)
-    requires(static_layout && detail::is_fully_static_shape<Global>)
-      : dist_tensor(L, Global, rank) {}
-  /// Static layout, run-time shape.
-  dist_tensor(const extents& global, int rank)
-    requires(static_layout)
-      : dist_tensor(L, global, rank) {}
-  /// Run-time layout (must equal L when L is static).
-  dist_tensor(const tessera::layout& l, const extents& global, int rank)
-      : layout_(store_layout(l)), global_(global), rank_(rank) {
-    if constexpr (static_layout) {
-      if (!(l == L))
-        throw error(fail(errc::static_layout_mismatch),
-                    "dist_tensor " + to_string(l) + " vs " + to_string(L));
-    }
-    if constexpr (static_shape) {
-      // static_shape_mismatch's rule already names dist_tensor.
-      const status s = check_matches_static(global);
-      require(s, s.code == errc::static_shape_mismatch ? "" : "dist_tensor");
-    }
-    require(check(l, global), "dist_tensor");
-    for (int d = 0; d < global.ndim; ++d)  // a shard needs every extent known
-      if (global.v[d] == dynamic_extent)
-        throw error(fail(errc::negative_extent, d, -1, global.v[d]), "dist_tensor");
-    if (rank < 0 || rank >= l.dev.size())
-      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
-    const extents ls = tessera::local_shape(l, global);
-    std::vector<std::size_t> shape(ls.v.begin(), ls.v.begin() + ls.ndim);
-    local_ = xt::xarray<T>::from_shape(shape);
-    local_.fill(T(0));
-  }
-
-  /// A tensor whose shard is `local` (its size must be the layout's shard size; it takes
-  /// the shard's shape): adopts the buffer, no fill, no copy.
-  dist_tensor(const tessera::layout& l, const extents& global, int rank, xt::xarray<T>&& local)
-    requires(!static_layout)
-      : layout_(store_layout(l)), global_(global), rank_(rank) {
-    require(check(l, global), "dist_tensor");
-    if (rank < 0 || rank >= l.dev.size())
-      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
-    assign_local(std::move(local));
-  }
-
-  /// A run-time tensor from any tensor of the same element type: the static layout and
-  /// shape become values (the shard is copied).
-  template <auto L2, auto G2>
-    requires(!static_layout && !static_shape && (detail::is_static_layout<L2> || detail::is_static_shape<G2>))
-  explicit dist_tensor(const dist_tensor<T, L2, G2>& other)
-      : layout_(other.layout()), global_(other.global_shape()), rank_(other.rank()), local_(other.local()) {}
-
-  /// The layout (a constant for a static layout).
-  constexpr const tessera::layout& layout() const {
-    if constexpr (static_layout) return static_layout_value;
-    else return layout_;
-  }
-  constexpr const extents& global_shape() const { return global_; }
-  constexpr int rank() const { return rank_; }
-  constexpr int ndim() const { return global_.ndim; }
-  constexpr const mesh& dev() const { return layout().dev; }
-
-  /// The shard's shape, known to the compiler when layout and shape are static.
-  static constexpr extents static_local_shape()
-    requires(static_layout && detail::is_fully_static_shape<Global>)
-  {
-    return tessera::local_shape(L, Global);
-  }
-  extents local_shape() const { return tessera::local_shape(layout(), global_); }
-  extents local_offset() const { return tessera::local_offset(layout(), global_, rank_); }
-
-  xt::xarray<T>& local() { return local_; }
-  const xt::xarray<T>& local() const { return local_; }
-  std::span<T> data() { return {local_.data(), local_.size()}; }
-  std::span<const T> data() const { return {local_.data(), local_.size()}; }
-
-  /// Sets every local element to f(global index), index an array of max_tensor_ndim
-  /// entries of which the first ndim() are used. For a partial layout the caller
-  /// decides what each rank's share is.
-  template <class F>
-  void fill_global(F&& f) {
-    const extents off = local_offset();
-    detail::for_each_index(local_shape(), [&](const auto& idx, index_t lin) {
-      std::array<index_t, max_tensor_ndim> g{};
-      for (int d = 0; d < global_.ndim; ++d) g[d] = off.v[d] + idx[d];
-      local_.data()[lin] = f(g);
-    });
-  }
-
-  /// Replaces the shard with `local`, whose size must match the layout's shard; it
-  /// takes the shard's shape (row-major), whatever shape it had.
-  void assign_local(xt::xarray<T>&& local) {
-    const index_t need = tessera::local_size(layout(), global_);
-    if (index_t(local.size()) != need)
-      throw error(fail(errc::buffer_size, -1, -1, index_t(local.size()), need), "dist_tensor");
-    const extents ls = local_shape();
-    local_ = std::move(local);
-    local_.reshape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
-  }
-
- private:
-  static constexpr tessera::layout static_layout_value = [] {
-    if constexpr (static_layout) return L;
-    else return tessera::layout{};
-  }();
-
-  static constexpr status check_matches_static(const extents& global) {
-    if constexpr (static_shape) {
-      if (global.ndim != Global.ndim) return fail(errc::shape_ndim, -1, -1, global.ndim, Global.ndim);
-      for (int d = 0; d < global.ndim; ++d)
-        if (Global.v[d] != dynamic_extent && Global.v[d] != global.v[d])
-          return fail(errc::static_shape_mismatch, d, -1, global.v[d], Global.v[d]);
-    }
-    return {};
-  }
-
-  using layout_storage = std::conditional_t<static_layout, dynamic_t, tessera::layout>;
-  static constexpr layout_storage store_layout(const tessera::layout& l) {
-    if constexpr (static_layout) return dynamic;
-    else return l;
-  }
-
-  [[no_unique_address]] layout_storage layout_{};
-  extents global_;
-  int rank_ = 0;
-  xt::xarray<T> local_;
+/// An NVIDIA GPU: shards are `cuda::device_array<T>` in device memory on the current
+/// device's stream (tensor/cuda_storage.cuh, compiled by nvcc).
+struct cuda_device {
+  static constexpr std::string_view name = "cuda";
 };
+
+/// The memory model of device D for elements of type T. Every specialisation provides
+///
+///     using array = ...;                      // the shard type: row-major, owns its memory
+///     static array empty(const extents&);     // uninitialised
+///     static void fill(array&, T value);
+///     // the box of shape `box` at src_off in the row-major src (shape src_shape) to
+///     // dst_off in dst (shape dst_shape); pointers into this device's memory
+///     static void copy_box(const T* src, const extents& src_shape, const extents& src_off,
+///                          T* dst, const extents& dst_shape, const extents& dst_off,
+///                          const extents& box);
+///     static xt::xarray<T> to_host(const array&);
+///     static array from_host(const xt::xarray<T>&);
+///
+/// The primary template is never defined: a device whose header is missing is an error
+/// naming the trait and the device.
+template <class T, class D>
+struct storage;
+
+/// The device an array type belongs to (`xt::xarray<T>` -> cpu_device,
+/// `cuda::device_array<T>` -> cuda_device); specialised beside each storage.
+template <class A>
+struct device_of;
+template <class A>
+using device_of_t = typename device_of<A>::type;
+
+/// The storage trait of an array type.
+template <class A>
+using storage_of = storage<typename A::value_type, device_of_t<A>>;
+
+/// A device tag: one of cpu_device, cuda_device.
+template <class D>
+concept device = std::same_as<D, cpu_device> || std::same_as<D, cuda_device>;
 
 }  // namespace tessera
-// ---- tessera/exec/pack.hpp ----
-// Local data movement for redistribution: copying a box between row-major arrays.
-// Every pack and unpack of the executor is one call of copy_box.
+// ---- tessera/tensor/copy_box.hpp ----
+// Copying a box between row-major arrays in host memory: every pack and unpack of the
+// redistribution executor on the host is one call. tensor/cuda_storage.cuh is its
+// device twin.
 
 #include <algorithm>
 #include <array>
@@ -3041,23 +2896,295 @@ constexpr extents origin(int n) {
 }
 
 }  // namespace tessera::detail
-// ---- tessera/exec/redistribute.hpp ----
-// Runs redistribution plans: the one place that calls collectives to move a
-// tensor's data from one layout to another.
+// ---- tessera/tensor/host_storage.hpp ----
+// The host's storage: shards are xt::xarray<T> in CPU memory (the storage trait of
+// tensor/device.hpp for cpu_device).
 
-#include <optional>
-#include <span>
+#include <algorithm>
+#include <cstddef>
 #include <vector>
 #include <xtensor/xarray.hpp>
 
 namespace tessera {
 
 namespace detail {
+inline std::vector<std::size_t> shape_vector(const extents& e) {
+  return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
+}
+}  // namespace detail
 
 template <class T>
-xt::xarray<T> empty_local(const extents& shape) {
-  std::vector<std::size_t> s(shape.v.begin(), shape.v.begin() + shape.ndim);
-  return xt::xarray<T>::from_shape(s);
+struct storage<T, cpu_device> {
+  using array = xt::xarray<T>;
+
+  static array empty(const extents& shape) { return array::from_shape(detail::shape_vector(shape)); }
+  static void fill(array& a, T value) { std::fill(a.data(), a.data() + a.size(), value); }
+  static void copy_box(const T* src, const extents& src_shape, const extents& src_off, T* dst,
+                       const extents& dst_shape, const extents& dst_off, const extents& box) {
+    detail::copy_box(src, src_shape, src_off, dst, dst_shape, dst_off, box);
+  }
+  static const xt::xarray<T>& to_host(const array& a) { return a; }
+  static array from_host(const xt::xarray<T>& a) { return a; }
+};
+
+template <class T>
+struct device_of<xt::xarray<T>> {
+  using type = cpu_device;
+};
+
+}  // namespace tessera
+// ---- tessera/tensor/dist_tensor.hpp ----
+// dist_tensor: a global shape, a layout over a mesh, and this rank's shard on a
+// device (an xtensor container on the host, a device array on a GPU). The layout (and
+// optionally the shape) can be template arguments, checked by the compiler, or
+// run-time values, checked on construction.
+
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera {
+
+/// Marks a layout or shape argument of dist_tensor as known only at run time.
+struct dynamic_t {
+  friend constexpr bool operator==(dynamic_t, dynamic_t) = default;
+};
+inline constexpr dynamic_t dynamic{};
+
+namespace detail {
+template <auto L>
+inline constexpr bool is_static_layout = std::is_same_v<std::remove_cvref_t<decltype(L)>, layout>;
+template <auto G>
+inline constexpr bool is_static_shape = std::is_same_v<std::remove_cvref_t<decltype(G)>, extents>;
+/// A static shape none of whose extents is dynamic_extent.
+template <auto G>
+inline constexpr bool is_fully_static_shape = [] {
+  if constexpr (is_static_shape<G>) return G.is_static();
+  else return false;
+}();
+
+template <auto L, auto G>
+constexpr bool check_static_arguments() {
+  static_assert(is_static_layout<L> || std::is_same_v<std::remove_cvref_t<decltype(L)>, dynamic_t>,
+                "dist_tensor: the layout argument must be a tessera::layout or tessera::dynamic");
+  static_assert(is_static_shape<G> || std::is_same_v<std::remove_cvref_t<decltype(G)>, dynamic_t>,
+                "dist_tensor: the shape argument must be a tessera::extents or tessera::dynamic");
+  if constexpr (is_static_layout<L> && is_static_shape<G>) {
+    return static_require<check(L, G)>();
+  } else if constexpr (is_static_layout<L>) {
+    return static_require<check(L)>();
+  } else {
+    static_assert(!is_static_shape<G>, "dist_tensor: a static shape needs a static layout");
+    return true;
+  }
+}
+
+// Multi-index iteration over a row-major box, calling f(index array, linear offset).
+template <class F>
+void for_each_index(const extents& shape, F&& f) {
+  const index_t n = shape.size();
+  std::array<index_t, max_tensor_ndim> idx{};
+  for (index_t lin = 0; lin < n; ++lin) {
+    f(idx, lin);
+    for (int d = shape.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < shape.v[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+}  // namespace detail
+
+/// A distributed tensor of element type T on this rank.
+///
+/// - `dist_tensor<float, L, extents{16, 32}>`: layout and shape static; an invalid
+///   pair fails to compile, and `static_local_shape()` is a constant.
+/// - `dist_tensor<float, L>`: static layout, shape given at run time (its extents
+///   are checked against L on construction).
+/// - `dist_tensor<float>`: layout and shape given at run time.
+/// - The fourth argument is the device of the shard: `cpu_device` (the default; an
+///   `xt::xarray<T>`) or `cuda_device` (a `cuda::device_array<T>`, with
+///   <tessera/cuda.hpp>). `tensor_on<float, cuda_device>` names the run-time form.
+///
+/// The local shard (`storage<T, D>::array`) has shape local_shape(layout, global),
+/// row-major. For a partial layout it holds this rank's partial values.
+template <class T, auto L = dynamic, auto Global = dynamic, class D = cpu_device>
+class dist_tensor {
+  static_assert(detail::check_static_arguments<L, Global>());
+  static_assert(device<D>, "dist_tensor: the device must be tessera::cpu_device or tessera::cuda_device");
+
+ public:
+  using value_type = T;
+  using device_type = D;
+  using storage_type = storage<T, D>;
+  /// The shard's type: xt::xarray<T> on the host.
+  using array_type = typename storage_type::array;
+  static constexpr bool static_layout = detail::is_static_layout<L>;
+  static constexpr bool static_shape = detail::is_static_shape<Global>;
+
+  /// Fully static: shape and layout from the template arguments (every extent known).
+  explicit dist_tensor(int rank)
+    requires(static_layout && detail::is_fully_static_shape<Global>)
+      : dist_tensor(L, Global, rank) {}
+  /// Static layout, run-time shape.
+  dist_tensor(const extents& global, int rank)
+    requires(static_layout)
+      : dist_tensor(L, global, rank) {}
+  /// Run-time layout (must equal L when L is static).
+  dist_tensor(const tessera::layout& l, const extents& global, int rank)
+      : layout_(store_layout(l)), global_(global), rank_(rank) {
+    if constexpr (static_layout) {
+      if (!(l == L))
+        throw error(fail(errc::static_layout_mismatch),
+                    "dist_tensor " + to_string(l) + " vs " + to_string(L));
+    }
+    if constexpr (static_shape) {
+      // static_shape_mismatch's rule already names dist_tensor.
+      const status s = check_matches_static(global);
+      require(s, s.code == errc::static_shape_mismatch ? "" : "dist_tensor");
+    }
+    require(check(l, global), "dist_tensor");
+    for (int d = 0; d < global.ndim; ++d)  // a shard needs every extent known
+      if (global.v[d] == dynamic_extent)
+        throw error(fail(errc::negative_extent, d, -1, global.v[d]), "dist_tensor");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
+    local_ = storage_type::empty(tessera::local_shape(l, global));
+    storage_type::fill(local_, T(0));
+  }
+
+  /// A tensor whose shard is `local` (its size must be the layout's shard size; it takes
+  /// the shard's shape): adopts the buffer, no fill, no copy.
+  dist_tensor(const tessera::layout& l, const extents& global, int rank, array_type&& local)
+    requires(!static_layout)
+      : layout_(store_layout(l)), global_(global), rank_(rank) {
+    require(check(l, global), "dist_tensor");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
+    assign_local(std::move(local));
+  }
+
+  /// A run-time tensor from any tensor of the same element type: the static layout and
+  /// shape become values (the shard is copied).
+  template <auto L2, auto G2>
+    requires(!static_layout && !static_shape && (detail::is_static_layout<L2> || detail::is_static_shape<G2>))
+  explicit dist_tensor(const dist_tensor<T, L2, G2, D>& other)
+      : layout_(other.layout()), global_(other.global_shape()), rank_(other.rank()), local_(other.local()) {}
+
+  /// The layout (a constant for a static layout).
+  constexpr const tessera::layout& layout() const {
+    if constexpr (static_layout) return static_layout_value;
+    else return layout_;
+  }
+  constexpr const extents& global_shape() const { return global_; }
+  constexpr int rank() const { return rank_; }
+  constexpr int ndim() const { return global_.ndim; }
+  constexpr const mesh& dev() const { return layout().dev; }
+
+  /// The shard's shape, known to the compiler when layout and shape are static.
+  static constexpr extents static_local_shape()
+    requires(static_layout && detail::is_fully_static_shape<Global>)
+  {
+    return tessera::local_shape(L, Global);
+  }
+  extents local_shape() const { return tessera::local_shape(layout(), global_); }
+  extents local_offset() const { return tessera::local_offset(layout(), global_, rank_); }
+
+  array_type& local() { return local_; }
+  const array_type& local() const { return local_; }
+  std::span<T> data() { return {local_.data(), local_.size()}; }
+  std::span<const T> data() const { return {local_.data(), local_.size()}; }
+
+  /// Sets every local element to f(global index), index an array of max_tensor_ndim
+  /// entries of which the first ndim() are used. For a partial layout the caller
+  /// decides what each rank's share is. Host shards only.
+  template <class F>
+    requires std::same_as<D, cpu_device>
+  void fill_global(F&& f) {
+    const extents off = local_offset();
+    detail::for_each_index(local_shape(), [&](const auto& idx, index_t lin) {
+      std::array<index_t, max_tensor_ndim> g{};
+      for (int d = 0; d < global_.ndim; ++d) g[d] = off.v[d] + idx[d];
+      local_.data()[lin] = f(g);
+    });
+  }
+
+  /// Replaces the shard with `local`, whose size must match the layout's shard; it
+  /// takes the shard's shape (row-major), whatever shape it had.
+  void assign_local(array_type&& local) {
+    const index_t need = tessera::local_size(layout(), global_);
+    if (index_t(local.size()) != need)
+      throw error(fail(errc::buffer_size, -1, -1, index_t(local.size()), need), "dist_tensor");
+    local_ = std::move(local);
+    local_.reshape(detail::shape_vector(local_shape()));
+  }
+
+ private:
+  static constexpr tessera::layout static_layout_value = [] {
+    if constexpr (static_layout) return L;
+    else return tessera::layout{};
+  }();
+
+  static constexpr status check_matches_static(const extents& global) {
+    if constexpr (static_shape) {
+      if (global.ndim != Global.ndim) return fail(errc::shape_ndim, -1, -1, global.ndim, Global.ndim);
+      for (int d = 0; d < global.ndim; ++d)
+        if (Global.v[d] != dynamic_extent && Global.v[d] != global.v[d])
+          return fail(errc::static_shape_mismatch, d, -1, global.v[d], Global.v[d]);
+    }
+    return {};
+  }
+
+  using layout_storage = std::conditional_t<static_layout, dynamic_t, tessera::layout>;
+  static constexpr layout_storage store_layout(const tessera::layout& l) {
+    if constexpr (static_layout) return dynamic;
+    else return l;
+  }
+
+  [[no_unique_address]] layout_storage layout_{};
+  extents global_;
+  int rank_ = 0;
+  array_type local_;
+};
+
+/// A distributed tensor whose layout and shape are run-time values, on device D: the
+/// form operators take and return.
+template <class T, class D = cpu_device>
+using tensor_on = dist_tensor<T, dynamic, dynamic, D>;
+
+}  // namespace tessera
+// ---- tessera/exec/redistribute.hpp ----
+// Runs redistribution plans: the one place that calls collectives to move a
+// tensor's data from one layout to another. Written once for every device: shards are
+// the device's arrays (tensor/device.hpp's storage trait packs, unpacks and fills
+// them), and the communicator moves that device's memory.
+
+#include <concepts>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace tessera {
+
+namespace detail {
+
+/// Shards of device D move through communicators of D's memory: a compile-time error
+/// otherwise, naming both.
+template <class D, class C>
+constexpr void check_comm_memory() {
+  if constexpr (std::same_as<D, cpu_device>)
+    static_assert(!takes_device_buffers<C>,
+                  "redistribute: host (cpu_device) tensors need a communicator of host memory "
+                  "(mpi_communicator, local_communicator), not one of device buffers");
+  else
+    static_assert(takes_device_buffers<C>,
+                  "redistribute: cuda_device tensors need a communicator of device buffers "
+                  "(nccl_communicator, or staged_communicator over an MPI communicator)");
 }
 
 // True when the blocks of dim `d` are contiguous: every dim before it has extent 1.
@@ -3070,9 +3197,11 @@ inline bool leading_dims_trivial(const extents& shape, int d) {
 // Point-to-point exchange from non-partial `from` to `to`: rank s sends rank r the part
 // of r's target shard that s's source shard holds, when s != r and both have the same
 // coordinates on from's replica axes (those sources tile the tensor once).
-template <class T, class C>
-void run_exchange(const layout& from, const layout& to, const extents& global,
-                  const xt::xarray<T>& cur, xt::xarray<T>& next, mesh_comm<C>& mc) {
+template <class A, class C>
+void run_exchange(const layout& from, const layout& to, const extents& global, const A& cur, A& next,
+                  mesh_comm<C>& mc) {
+  using T = typename A::value_type;
+  using S = storage_of<A>;
   const mesh& m = from.dev;
   const int me = mc.rank(), p = m.size();
   const axis_mask replicas = from.replica_axes();
@@ -3096,7 +3225,7 @@ void run_exchange(const layout& from, const layout& to, const extents& global,
     stotal += scount[r];
     rtotal += rcount[r];
   }
-  std::vector<T> sbuf(stotal), rbuf(rtotal);
+  A sbuf = S::empty(extents{stotal}), rbuf = S::empty(extents{rtotal});
   auto rel = [](const box& b, const box& base) {
     extents o = b.offset;
     for (int d = 0; d < o.ndim; ++d) o.v[d] -= base.offset.v[d];
@@ -3105,21 +3234,21 @@ void run_exchange(const layout& from, const layout& to, const extents& global,
   for (int r = 0; r < p; ++r) {
     if (scount[r] == 0) continue;
     const box b = intersect(shard_box(to, global, r), src_me);
-    copy_box(cur.data(), src_shape, rel(b, src_me), sbuf.data() + sdispl[r], b.shape,
-             origin(b.shape.ndim), b.shape);
+    S::copy_box(cur.data(), src_shape, rel(b, src_me), sbuf.data() + sdispl[r], b.shape,
+                origin(b.shape.ndim), b.shape);
   }
-  mc.world().all_to_all_v(std::span<const T>(sbuf), std::span<const int>(scount),
-                          std::span<const int>(sdispl), std::span<T>(rbuf),
+  mc.world().all_to_all_v(std::span<const T>(sbuf.data(), sbuf.size()), std::span<const int>(scount),
+                          std::span<const int>(sdispl), std::span<T>(rbuf.data(), rbuf.size()),
                           std::span<const int>(rcount), std::span<const int>(rdispl));
   const box own = intersect(dst_me, src_me);
   if (own.shape.size() > 0)
-    copy_box(cur.data(), src_shape, rel(own, src_me), next.data(), dst_shape, rel(own, dst_me),
-             own.shape);
+    S::copy_box(cur.data(), src_shape, rel(own, src_me), next.data(), dst_shape, rel(own, dst_me),
+                own.shape);
   for (int r = 0; r < p; ++r) {
     if (rcount[r] == 0) continue;
     const box b = intersect(dst_me, shard_box(from, global, r));
-    copy_box(rbuf.data() + rdispl[r], b.shape, origin(b.shape.ndim), next.data(), dst_shape,
-             rel(b, dst_me), b.shape);
+    S::copy_box(rbuf.data() + rdispl[r], b.shape, origin(b.shape.ndim), next.data(), dst_shape,
+                rel(b, dst_me), b.shape);
   }
 }
 
@@ -3130,11 +3259,13 @@ namespace detail {
 // Runs the plan's steps on the shard laid out as p.from, which either `borrowed`
 // points to (read in place; the first in-place step copies it) or `owned` holds (then
 // in-place steps reuse its storage).
-template <class T, class C>
-xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xarray<T> owned,
-                            mesh_comm<C>& mc) {
-  xt::xarray<T> cur = std::move(owned);
-  const xt::xarray<T>* src = borrowed ? borrowed : &cur;
+template <class A, class C>
+A execute_steps(const plan& p, const A* borrowed, A owned, mesh_comm<C>& mc) {
+  using T = typename A::value_type;
+  using S = storage_of<A>;
+  check_comm_memory<device_of_t<A>, C>();
+  A cur = std::move(owned);
+  const A* src = borrowed ? borrowed : &cur;
   if (!(mc.mesh() == p.from.dev))
     throw error(fail(errc::plan_mesh_mismatch), "execute: plan mesh " + to_string(p.from.dev) +
                                                     ", communicator mesh " + to_string(mc.mesh()));
@@ -3147,31 +3278,31 @@ xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xa
   for (const plan_step& st : p) {
     const extents ls = local_shape(l, p.global);
     const extents ns = local_shape(st.after, p.global);
-    xt::xarray<T> next;
+    A next;
     const axis_list group{st.axis};
     const int g = st.axis >= 0 ? l.dev.dims[st.axis] : 1;
     const int idx = st.axis >= 0 ? group_index(l.dev, group, me) : 0;
     const int n = ls.ndim;
     switch (st.kind) {
       case step_kind::slice: {
-        next = detail::empty_local<T>(ns);
+        next = S::empty(ns);
         extents off = detail::origin(n);
         off.v[st.dim] = idx * ns.v[st.dim];
-        detail::copy_box(src->data(), ls, off, next.data(), ns, detail::origin(n), ns);
+        S::copy_box(src->data(), ls, off, next.data(), ns, detail::origin(n), ns);
         break;
       }
       case step_kind::all_gather: {
-        next = detail::empty_local<T>(ns);
+        next = S::empty(ns);
         C& c = mc.group(group);
         if (detail::leading_dims_trivial(ls, st.dim)) {
           c.all_gather(std::span<const T>(src->data(), src->size()), std::span<T>(next.data(), next.size()));
         } else {
-          std::vector<T> recv(next.size());
-          c.all_gather(std::span<const T>(src->data(), src->size()), std::span<T>(recv));
+          A recv = S::empty(extents{index_t(next.size())});
+          c.all_gather(std::span<const T>(src->data(), src->size()), std::span<T>(recv.data(), recv.size()));
           for (int j = 0; j < g; ++j) {
             extents off = detail::origin(n);
             off.v[st.dim] = j * ls.v[st.dim];
-            detail::copy_box(recv.data() + j * src->size(), ls, detail::origin(n), next.data(), ns, off, ls);
+            S::copy_box(recv.data() + j * src->size(), ls, detail::origin(n), next.data(), ns, off, ls);
           }
         }
         break;
@@ -3182,23 +3313,23 @@ xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xa
         break;
       }
       case step_kind::reduce_scatter: {
-        next = detail::empty_local<T>(ns);
+        next = S::empty(ns);
         C& c = mc.group(group);
         if (detail::leading_dims_trivial(ls, st.dim)) {
           c.reduce_scatter(std::span<const T>(src->data(), src->size()), std::span<T>(next.data(), next.size()), st.op);
         } else {
-          std::vector<T> send(src->size());
+          A send = S::empty(extents{index_t(src->size())});
           for (int j = 0; j < g; ++j) {
             extents off = detail::origin(n);
             off.v[st.dim] = j * ns.v[st.dim];
-            detail::copy_box(src->data(), ls, off, send.data() + j * next.size(), ns, detail::origin(n), ns);
+            S::copy_box(src->data(), ls, off, send.data() + j * next.size(), ns, detail::origin(n), ns);
           }
-          c.reduce_scatter(std::span<const T>(send), std::span<T>(next.data(), next.size()), st.op);
+          c.reduce_scatter(std::span<const T>(send.data(), send.size()), std::span<T>(next.data(), next.size()), st.op);
         }
         break;
       }
       case step_kind::all_to_all: {
-        next = detail::empty_local<T>(ns);
+        next = S::empty(ns);
         extents bs = ls;  // one block: ls with dim2 cut g ways
         bs.v[st.dim2] /= g;
         const index_t bsize = bs.size();
@@ -3206,12 +3337,13 @@ xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xa
         // then the send side needs no packing, or the receive side no unpacking.
         const bool packed_in = detail::leading_dims_trivial(ls, st.dim2);
         const bool packed_out = detail::leading_dims_trivial(ns, st.dim);
-        std::vector<T> send(packed_in ? 0 : src->size()), recv(packed_out ? 0 : src->size());
+        A send = S::empty(extents{packed_in ? 0 : index_t(src->size())});
+        A recv = S::empty(extents{packed_out ? 0 : index_t(src->size())});
         if (!packed_in)
           for (int k = 0; k < g; ++k) {
             extents off = detail::origin(n);
             off.v[st.dim2] = k * bs.v[st.dim2];
-            detail::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
+            S::copy_box(src->data(), ls, off, send.data() + k * bsize, bs, detail::origin(n), bs);
           }
         mc.group(group).all_to_all(
             std::span<const T>(packed_in ? src->data() : send.data(), src->size()),
@@ -3220,25 +3352,25 @@ xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xa
           for (int k = 0; k < g; ++k) {
             extents off = detail::origin(n);
             off.v[st.dim] = k * bs.v[st.dim];
-            detail::copy_box(recv.data() + k * bsize, bs, detail::origin(n), next.data(), ns, off, bs);
+            S::copy_box(recv.data() + k * bsize, bs, detail::origin(n), next.data(), ns, off, bs);
           }
         break;
       }
       case step_kind::mask: {
         next = src == &cur ? std::move(cur) : *src;
-        if (idx != 0) next.fill(reduce_identity<T>(st.op));
+        if (idx != 0) S::fill(next, reduce_identity<T>(st.op));
         break;
       }
       case step_kind::expand: {
-        next = detail::empty_local<T>(ns);
-        next.fill(reduce_identity<T>(st.op));
+        next = S::empty(ns);
+        S::fill(next, reduce_identity<T>(st.op));
         extents off = detail::origin(n);
         off.v[st.dim] = idx * ls.v[st.dim];
-        detail::copy_box(src->data(), ls, detail::origin(n), next.data(), ns, off, ls);
+        S::copy_box(src->data(), ls, detail::origin(n), next.data(), ns, off, ls);
         break;
       }
       case step_kind::exchange: {
-        next = detail::empty_local<T>(ns);
+        next = S::empty(ns);
         detail::run_exchange(l, st.after, p.global, *src, next, mc);
         break;
       }
@@ -3255,91 +3387,85 @@ xt::xarray<T> execute_steps(const plan& p, const xt::xarray<T>* borrowed, xt::xa
 /// Runs `p` on this rank's shard `in` (laid out as p.from) and returns the shard of
 /// p.to. Every rank of the mesh must call it with the same plan. The bytes the
 /// communicators count equal p.bytes_for_rank(rank). `in` is read in place; only a
-/// first step that works in place (all_reduce, mask) copies it.
-template <class T, class C>
-xt::xarray<T> execute(const plan& p, const xt::xarray<T>& in, mesh_comm<C>& mc) {
-  return detail::execute_steps(p, &in, xt::xarray<T>{}, mc);
+/// first step that works in place (all_reduce, mask) copies it. `in` is any device's
+/// array (xt::xarray<T> on the host); the communicator moves that device's memory.
+template <class A, class C>
+A execute(const plan& p, const A& in, mesh_comm<C>& mc) {
+  return detail::execute_steps(p, &in, A{}, mc);
 }
 
 /// As above, taking over `in`'s storage (no copy even for in-place steps).
-template <class T, class C>
-xt::xarray<T> execute(const plan& p, xt::xarray<T>&& in, mesh_comm<C>& mc) {
-  return detail::execute_steps(p, static_cast<const xt::xarray<T>*>(nullptr), std::move(in), mc);
+template <class A, class C>
+  requires(!std::is_lvalue_reference_v<A>)
+A execute(const plan& p, A&& in, mesh_comm<C>& mc) {
+  return detail::execute_steps(p, static_cast<const A*>(nullptr), std::move(in), mc);
 }
 
 /// Redistributes `x` to the static layout `To`. With a static layout and shape on both
 /// sides the plan is a compile-time constant (static_plan); otherwise it is planned at
 /// run time by the same function.
-template <layout To, class T, auto L, auto G, class C>
-dist_tensor<T, To, G> redistribute(const dist_tensor<T, L, G>& x, mesh_comm<C>& mc) {
+template <layout To, class T, auto L, auto G, class D, class C>
+dist_tensor<T, To, G, D> redistribute(const dist_tensor<T, L, G, D>& x, mesh_comm<C>& mc) {
   if constexpr (detail::is_static_layout<L> && detail::is_static_shape<G>) {
     if constexpr (G.is_static()) {
       constexpr const plan& p = static_plan<L, To, G, T>;
-      dist_tensor<T, To, G> out(To, x.global_shape(), x.rank());
+      dist_tensor<T, To, G, D> out(To, x.global_shape(), x.rank());
       out.assign_local(execute(p, x.local(), mc));
       return out;
     }
   }
   const plan p = plan_redistribution(x.layout(), To, x.global_shape(), index_t(sizeof(T)));
-  dist_tensor<T, To, G> out(To, x.global_shape(), x.rank());
+  dist_tensor<T, To, G, D> out(To, x.global_shape(), x.rank());
   out.assign_local(execute(p, x.local(), mc));
   return out;
 }
 
 /// Redistributes `x` to a layout known only at run time.
-template <class T, auto L, auto G, class C>
-dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, mesh_comm<C>& mc) {
+template <class T, auto L, auto G, class D, class C>
+tensor_on<T, D> redistribute(const dist_tensor<T, L, G, D>& x, const layout& to, mesh_comm<C>& mc) {
   const plan p = plan_redistribution(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
-  dist_tensor<T> out(to, x.global_shape(), x.rank());
-  out.assign_local(execute(p, x.local(), mc));
-  return out;
+  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), mc));
 }
 
 /// Redistributes `x` to `to`, which may be on another device matrix of the same ranks
 /// (each operator has its own): both layouts are written on the two meshes' common
 /// refinement (core/refine.hpp), which leaves every shard where it is, and planned
 /// there.
-template <class T, auto L, auto G, class C>
-dist_tensor<T> redistribute(const dist_tensor<T, L, G>& x, const layout& to, device_context<C>& ctx) {
+template <class T, auto L, auto G, class D, class C>
+tensor_on<T, D> redistribute(const dist_tensor<T, L, G, D>& x, const layout& to, device_context<C>& ctx) {
   const layout& from = x.layout();
-  xt::xarray<T> local;
   if (from.dev == to.dev) {
     const plan p = plan_redistribution(from, to, x.global_shape(), index_t(sizeof(T)));
-    local = execute(p, x.local(), ctx.on(from.dev));
-  } else {
-    require(check_refinement(from.dev, to.dev), "redistribute");
-    const mesh fine = common_refinement(from.dev, to.dev);
-    const plan p =
-        plan_redistribution(refine(from, fine), refine(to, fine), x.global_shape(), index_t(sizeof(T)));
-    local = execute(p, x.local(), ctx.on(fine));
+    return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), ctx.on(from.dev)));
   }
-  dist_tensor<T> out(to, x.global_shape(), x.rank());
-  out.assign_local(std::move(local));
-  return out;
+  require(check_refinement(from.dev, to.dev), "redistribute");
+  const mesh fine = common_refinement(from.dev, to.dev);
+  const plan p = plan_redistribution(refine(from, fine), refine(to, fine), x.global_shape(), index_t(sizeof(T)));
+  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), ctx.on(fine)));
 }
 
 /// A tensor in a wanted layout, as an operator takes its inputs: the caller's own tensor
 /// when it already was laid out so (borrowed: no copy), else its redistribution (owned).
 /// Used like a pointer: `in->local()`.
-template <class T>
+template <class T, class D = cpu_device>
 class laid_out {
  public:
-  explicit laid_out(const dist_tensor<T>& borrowed) : borrowed_(&borrowed) {}
-  explicit laid_out(dist_tensor<T>&& owned) : owned_(std::move(owned)) {}
-  const dist_tensor<T>& operator*() const { return owned_ ? *owned_ : *borrowed_; }
-  const dist_tensor<T>* operator->() const { return &**this; }
+  explicit laid_out(const tensor_on<T, D>& borrowed) : borrowed_(&borrowed) {}
+  explicit laid_out(tensor_on<T, D>&& owned) : owned_(std::move(owned)) {}
+  const tensor_on<T, D>& operator*() const { return owned_ ? *owned_ : *borrowed_; }
+  const tensor_on<T, D>* operator->() const { return &**this; }
 
  private:
-  const dist_tensor<T>* borrowed_ = nullptr;
-  std::optional<dist_tensor<T>> owned_;
+  const tensor_on<T, D>* borrowed_ = nullptr;
+  std::optional<tensor_on<T, D>> owned_;
 };
 
 /// `x` laid out as `l`: x itself when it already is, else redistributed (possibly from
 /// another device matrix of the same ranks).
-template <class T, class C>
-laid_out<T> in_layout(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  if (x.layout() == l) return laid_out<T>(x);
-  return laid_out<T>(redistribute(x, l, ctx));
+template <class T, class D, class C>
+laid_out<T, D> in_layout(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
+  if (x.layout() == l) return laid_out<T, D>(x);
+  return laid_out<T, D>(redistribute(x, l, ctx));
 }
 
 }  // namespace tessera
@@ -4238,14 +4364,30 @@ xt::xarray<T> extremum_grad(std::string_view fn, const xt::xarray<T>& dy, const 
   if (!same_shape(y.shape(), r.out_shape))
     throw error(std::string(fn) + ": y is " + shape_text(y) + ", expected " +
                 shape_text(r.out_shape) + ", the shape of dy");
+  return spread_to_ties(dy, x, y, count_ties(x, y, r), r);
+}
+
+/// How many elements of each reduced slice of x equal the slice's result y.
+template <class T>
+xt::xarray<T> count_ties(const xt::xarray<T>& x, const xt::xarray<T>& y, const reduction& r) {
   const T* px = x.data();
   const T* py = y.data();
-  const T* g = dy.data();
   auto ties = filled_array<T>(r.out_shape, T(0));
   T* nt = ties.data();
   strided_loop<1>(x.shape(), {&r.strides}, {0}, [&](std::size_t i, const auto& off) {
     if (px[i] == py[off[0]]) nt[off[0]] += T(1);
   });
+  return ties;
+}
+
+/// dx[i] = dy[r(i)] / ties[r(i)] where x[i] equals y[r(i)], else 0.
+template <class T>
+xt::xarray<T> spread_to_ties(const xt::xarray<T>& dy, const xt::xarray<T>& x, const xt::xarray<T>& y,
+                             const xt::xarray<T>& ties, const reduction& r) {
+  const T* px = x.data();
+  const T* py = y.data();
+  const T* g = dy.data();
+  const T* nt = ties.data();
   auto dx = empty_array<T>(x.shape());
   T* o = dx.data();
   strided_loop<1>(x.shape(), {&r.strides}, {0}, [&](std::size_t i, const auto& off) {
@@ -4340,6 +4482,30 @@ xt::xarray<T> reduce_min_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x,
   return detail::extremum_grad("reduce_min_grad", dy, x, y, axes, keep_dims);
 }
 
+// ---- the pieces of a sharded ReduceMax's gradient ------------------------------
+// When the reduced dims are split, a slice's ties lie on several ranks: each rank
+// counts its own (reduce_max_tie_counts), the counts are summed across the ranks
+// (ops/reduce.hpp), and each rank spreads dy over its ties with the global count.
+
+/// Per element of y (the GLOBAL maximum of each slice, keep_dims as in the forward),
+/// how many elements of this shard x equal it.
+template <class T>
+xt::xarray<T> reduce_max_tie_counts(const xt::xarray<T>& x, const xt::xarray<T>& y,
+                                    const std::vector<int>& axes, bool keep_dims) {
+  const auto r = detail::plan_reduction("reduce_max_backward", x.shape(), axes, keep_dims);
+  return detail::count_ties(x, y, r);
+}
+
+/// dx[i] = dy / ties of x[i]'s slice where x[i] equals the slice's maximum y, else 0;
+/// `ties` holds the global tie counts.
+template <class T>
+xt::xarray<T> reduce_max_spread(const xt::xarray<T>& dy, const xt::xarray<T>& x, const xt::xarray<T>& y,
+                                const xt::xarray<T>& ties, const std::vector<int>& axes,
+                                bool keep_dims) {
+  const auto r = detail::plan_reduction("reduce_max_backward", x.shape(), axes, keep_dims);
+  return detail::spread_to_ties(dy, x, y, ties, r);
+}
+
 }  // namespace tessera::kernels::cpu
 // ---- tessera/kernels/cpu/softmax.hpp ----
 // Softmax along one axis (numerically stable), log-softmax, their gradients, one_hot,
@@ -4353,6 +4519,7 @@ xt::xarray<T> reduce_min_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x,
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <xtensor/xarray.hpp>
@@ -4589,6 +4756,74 @@ cross_entropy_result<T> sparse_softmax_cross_entropy(const xt::xarray<T>& logits
     g[k] -= T(1);
   }
   return r;
+}
+
+// ---- the pieces of a sharded softmax cross entropy ------------------------------
+// With the class dim split, each rank holds a block of columns of every row. The
+// loss needs the GLOBAL row max and sums, so the op (ops/softmax.hpp) computes the
+// local pieces here and combines them across the class group between the calls:
+//   m   = ce_row_max(x)                   then all_reduce max
+//   s   = ce_row_terms(x, t, m)           then all_reduce sum: rows of
+//         [sum_j exp(x_j - m), sum_j t_j, sum_j t_j (m - x_j)]
+//   loss = ce_loss(s),  dx = ce_grad(dloss, x, t, m, s)
+
+/// The row max of x (rows, cols): (rows,).
+template <class T>
+xt::xarray<T> ce_row_max(const xt::xarray<T>& x) {
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  auto m = detail::filled_array<T>(detail::shape_type{rows}, -std::numeric_limits<T>::infinity());
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) m.data()[i] = std::max(m.data()[i], x.data()[i * cols + j]);
+  return m;
+}
+
+/// (3, rows): per row the sum of exp(x - m), the label mass sum t, and sum t (m - x).
+template <class T>
+xt::xarray<T> ce_row_terms(const xt::xarray<T>& x, const xt::xarray<T>& t, const xt::xarray<T>& m) {
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  auto s = detail::filled_array<T>(detail::shape_type{3, rows}, T(0));
+  T* sum = s.data();
+  T* mass = sum + rows;
+  T* term = mass + rows;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const T mi = m.data()[i];
+    for (std::size_t j = 0; j < cols; ++j) {
+      const T xv = x.data()[i * cols + j], tv = t.data()[i * cols + j];
+      sum[i] += std::exp(xv - mi);
+      mass[i] += tv;
+      term[i] += tv * (mi - xv);
+    }
+  }
+  return s;
+}
+
+/// The per-row loss from the global terms: sum t (m - x) + mass log(sum exp(x - m)).
+template <class T>
+xt::xarray<T> ce_loss(const xt::xarray<T>& s) {
+  const std::size_t rows = s.shape()[1];
+  auto loss = detail::empty_array<T>(detail::shape_type{rows});
+  const T* sum = s.data();
+  for (std::size_t i = 0; i < rows; ++i)
+    loss.data()[i] = sum[i] > T(0) ? sum[2 * rows + i] + sum[rows + i] * std::log(sum[i]) : T(0);
+  return loss;
+}
+
+/// dx = dloss (softmax(x) mass - t) on this rank's columns, from the global m and terms.
+template <class T>
+xt::xarray<T> ce_grad(const xt::xarray<T>& dloss, const xt::xarray<T>& x, const xt::xarray<T>& t,
+                      const xt::xarray<T>& m, const xt::xarray<T>& s) {
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  auto dx = detail::empty_array<T>(x.shape());
+  const T* sum = s.data();
+  for (std::size_t i = 0; i < rows; ++i) {
+    const T inv = sum[i] > T(0) ? T(1) / sum[i] : T(0);
+    const T g = dloss.data()[i], mi = m.data()[i], mass = sum[rows + i];
+    for (std::size_t j = 0; j < cols; ++j) {
+      const std::size_t k = i * cols + j;
+      dx.data()[k] = g * (std::exp(x.data()[k] - mi) * inv * mass - t.data()[k]);
+    }
+  }
+  return dx;
 }
 
 }  // namespace tessera::kernels::cpu
@@ -4926,10 +5161,147 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 }
 
 }  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/backend.hpp ----
+// The local math of each device, as the sharded operators call it: backend<D> holds
+// device D's kernels under one set of names, so an operator is written once and runs
+// on the device of its tensors. Standard library only; each device specialises it in
+// its own header (kernels/cpu/backend.hpp, kernels/cuda/backend.cuh).
+
+
+namespace tessera::kernels {
+
+/// Device D's kernels over its arrays (`storage<T, D>::array`). Every specialisation
+/// provides the same static member templates, each returning a new array unless it
+/// says "in place":
+///
+///   element-wise (NumPy broadcasting): add sub mul div (a, b); relu exp log neg (x);
+///     relu_grad(dy, x); bias_add(x, bias); reduce_to_shape(g, shape) (a broadcast's
+///     backward); scale(x, s) and add_to(dst, src) in place
+///   matrix products: matmul(a, b, ta, tb), matmul_grad_a(dc, a, b, ta, tb),
+///     matmul_grad_b(dc, a, b, ta, tb)
+///   reductions over `axes` (non-negative, ascending): reduce_sum(x, axes, keep),
+///     reduce_max(x, axes, keep), reduce_sum_grad(dy, x_shape, axes, keep),
+///     reduce_max_tie_counts(x, y, axes, keep), reduce_max_spread(dy, x, y, ties, axes, keep)
+///   cross entropy pieces (kernels/cpu/softmax.hpp): ce_row_max(x), ce_row_terms(x, t, m),
+///     ce_loss(s), ce_grad(dloss, x, t, m, s)
+///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum)
+///
+/// The primary template is never defined: using a device whose kernels are not
+/// included is a compile error naming backend<D>.
+template <class D>
+struct backend;
+
+}  // namespace tessera::kernels
+// ---- tessera/kernels/cpu/backend.hpp ----
+// The host's kernels under backend<cpu_device>'s names (kernels/backend.hpp): thin
+// forwards to kernels/cpu/, which does the math on xt::xarray shards.
+
+#include <cstddef>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels {
+
+template <>
+struct backend<cpu_device> {
+  template <class T>
+  using array = xt::xarray<T>;
+
+  // ---- element-wise ----
+  template <class T> static array<T> add(const array<T>& a, const array<T>& b) { return cpu::add(a, b); }
+  template <class T> static array<T> sub(const array<T>& a, const array<T>& b) { return cpu::sub(a, b); }
+  template <class T> static array<T> mul(const array<T>& a, const array<T>& b) { return cpu::mul(a, b); }
+  template <class T> static array<T> div(const array<T>& a, const array<T>& b) { return cpu::div(a, b); }
+  template <class T> static array<T> relu(const array<T>& x) { return cpu::relu(x); }
+  template <class T> static array<T> exp(const array<T>& x) { return cpu::exp(x); }
+  template <class T> static array<T> log(const array<T>& x) { return cpu::log(x); }
+  template <class T> static array<T> neg(const array<T>& x) { return cpu::neg(x); }
+  template <class T> static array<T> relu_grad(const array<T>& dy, const array<T>& x) { return cpu::relu_grad(dy, x); }
+  template <class T> static array<T> bias_add(const array<T>& x, const array<T>& b) { return cpu::bias_add(x, b); }
+  template <class T>
+  static array<T> reduce_to_shape(const array<T>& g, const extents& shape) {
+    return cpu::reduce_to_shape(g, detail::shape_vector(shape));
+  }
+  template <class T>
+  static void scale(array<T>& x, T s) {
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] *= s;
+  }
+  template <class T>
+  static void add_to(array<T>& dst, const array<T>& src) {
+    for (std::size_t i = 0; i < dst.size(); ++i) dst.data()[i] += src.data()[i];
+  }
+
+  // ---- matrix products ----
+  template <class T>
+  static array<T> matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::matmul(a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::matmul_grad_a(dc, a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> matmul_grad_b(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::matmul_grad_b(dc, a, b, ta, tb);
+  }
+
+  // ---- reductions ----
+  template <class T>
+  static array<T> reduce_sum(const array<T>& x, const std::vector<int>& axes, bool keep) {
+    return cpu::reduce_sum(x, axes, keep);
+  }
+  template <class T>
+  static array<T> reduce_max(const array<T>& x, const std::vector<int>& axes, bool keep) {
+    return cpu::reduce_max(x, axes, keep);
+  }
+  template <class T>
+  static array<T> reduce_sum_grad(const array<T>& dy, const extents& x_shape, const std::vector<int>& axes,
+                                  bool keep) {
+    return cpu::reduce_sum_grad(dy, detail::shape_vector(x_shape), axes, keep);
+  }
+  template <class T>
+  static array<T> reduce_max_tie_counts(const array<T>& x, const array<T>& y, const std::vector<int>& axes,
+                                        bool keep) {
+    return cpu::reduce_max_tie_counts(x, y, axes, keep);
+  }
+  template <class T>
+  static array<T> reduce_max_spread(const array<T>& dy, const array<T>& x, const array<T>& y,
+                                    const array<T>& ties, const std::vector<int>& axes, bool keep) {
+    return cpu::reduce_max_spread(dy, x, y, ties, axes, keep);
+  }
+
+  // ---- cross entropy pieces ----
+  template <class T> static array<T> ce_row_max(const array<T>& x) { return cpu::ce_row_max(x); }
+  template <class T>
+  static array<T> ce_row_terms(const array<T>& x, const array<T>& t, const array<T>& m) {
+    return cpu::ce_row_terms(x, t, m);
+  }
+  template <class T> static array<T> ce_loss(const array<T>& s) { return cpu::ce_loss(s); }
+  template <class T>
+  static array<T> ce_grad(const array<T>& dloss, const array<T>& x, const array<T>& t, const array<T>& m,
+                          const array<T>& s) {
+    return cpu::ce_grad(dloss, x, t, m, s);
+  }
+
+  // ---- optimizer updates ----
+  /// accum = momentum * accum + grad; param -= lr * accum (MindSpore's Momentum).
+  template <class T>
+  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum) {
+    T* p = param.data();
+    T* a = accum.data();
+    const T* g = grad.data();
+    for (std::size_t i = 0; i < param.size(); ++i) {
+      a[i] = momentum * a[i] + g[i];
+      p[i] -= lr * a[i];
+    }
+  }
+};
+
+}  // namespace tessera::kernels
 // ---- tessera/ops/matmul.hpp ----
-// Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product
-// (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
-// redistributed first, by the cheapest plan.
+// Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product (the
+// tensors' device's backend: BLAS on the host, cuBLAS on a GPU) and its backward.
+// Inputs in other layouts are redistributed first, by the cheapest plan.
 
 #include <string>
 #include <utility>
@@ -4969,38 +5341,40 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
 /// layouts if they are not in them; C comes back in the rule's output layout, with
 /// partial sums over the contraction axis when the strategy splits it (the next
 /// operator decides how they are resolved: a ReduceScatter when it wants C split).
-template <class T, class C>
-dist_tensor<T> matmul(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
-                      device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                       device_context<C>& ctx) {
   const matmul_layouts r = op.rule(ctx.size());
   const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
                                                  op.trans_b, op.st);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  return dist_tensor<T>(r.c, cs, ctx.rank(), kernels::cpu::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
+  using K = kernels::backend<D>;
+  return tensor_on<T, D>(r.c, cs, ctx.rank(), K::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
 }
 
 /// The gradients of C = op(A) op(B) given dC: dA in the rule's grad_a layout (A's, partial
 /// over the n axis) and dB in grad_b (B's, partial over the m axis). dC is first brought
 /// to C's layout without partial sums (the gradient of a sum reaches every partial term).
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, const dist_tensor<T>& dc,
-                                                          const dist_tensor<T>& a,
-                                                          const dist_tensor<T>& b,
-                                                          device_context<C>& ctx) {
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> matmul_backward(const matmul_op& op, const tensor_on<T, D>& dc,
+                                                            const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                                                            device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const matmul_layouts r = op.rule(ctx.size());
   const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
-          dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
+  return {tensor_on<T, D>(r.grad_a, a.global_shape(), ctx.rank(),
+                          K::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
+          tensor_on<T, D>(r.grad_b, b.global_shape(), ctx.rank(),
+                          K::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
 }
 
 }  // namespace tessera::ops
 // ---- tessera/ops/elementwise.hpp ----
 // Sharded element-wise operators with broadcasting: Add, Sub, Mul, Div, ReLU, Exp,
 // Log, Neg and BiasAdd. The sharding rule is ops/elementwise_rule.hpp, the local math
-// kernels/cpu/elementwise.hpp. Inputs in other layouts are redistributed first.
+// the tensors' device's backend (kernels/backend.hpp). Inputs in other layouts are
+// redistributed first.
 
 #include <array>
 #include <cstddef>
@@ -5079,26 +5453,26 @@ using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 namespace detail {
 
 // The inputs in the rule's layouts, with the rule.
-template <class T, std::size_t N>
+template <class T, class D, std::size_t N>
 struct elementwise_inputs {
   elementwise_layouts r;
-  std::array<laid_out<T>, N> x;
+  std::array<laid_out<T, D>, N> x;
 };
 
-template <elementwise_kind K, class T, class C, class... X>
-elementwise_inputs<T, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
-                                                        device_context<C>& ctx, const X&... x) {
+template <elementwise_kind K, class T, class D, class C, class... X>
+elementwise_inputs<T, D, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
+                                                           device_context<C>& ctx, const X&... x) {
   static_assert(sizeof...(X) == std::size_t(arity(K)));
   const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
   int i = 0;
-  auto place = [&](const dist_tensor<T>& t) { return in_layout(t, r.in[i++], ctx); };
+  auto place = [&](const tensor_on<T, D>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
 }
 
 // The local forward of operator K on shards already in the rule's layouts.
-template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local(const std::array<laid_out<T>, N>& x) {
-  namespace k = kernels::cpu;
+template <elementwise_kind K, class T, class D, std::size_t N>
+auto elementwise_local(const std::array<laid_out<T, D>, N>& x) {
+  using k = kernels::backend<D>;
   using enum elementwise_kind;
   if constexpr (K == add) return k::add(x[0]->local(), x[1]->local());
   else if constexpr (K == sub) return k::sub(x[0]->local(), x[1]->local());
@@ -5113,17 +5487,18 @@ xt::xarray<T> elementwise_local(const std::array<laid_out<T>, N>& x) {
 
 // The local gradient of input `i` before it is summed back to the input's shard shape
 // (the output's shard shape where the input broadcasts).
-template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<laid_out<T>, N>& x,
-                                     int i) {
-  namespace k = kernels::cpu;
+template <elementwise_kind K, class T, class D, std::size_t N>
+auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
+                            const std::array<laid_out<T, D>, N>& x, int i) {
+  using k = kernels::backend<D>;
+  using A = typename tensor_on<T, D>::array_type;
   using enum elementwise_kind;
-  if constexpr (K == add || K == bias_add) return dy;
-  else if constexpr (K == sub) return i == 0 ? dy : k::neg(dy);
+  if constexpr (K == add || K == bias_add) return A(dy);
+  else if constexpr (K == sub) return i == 0 ? A(dy) : k::neg(dy);
   else if constexpr (K == mul) return k::mul(dy, x[1 - i]->local());
   else if constexpr (K == div) {
-    const xt::xarray<T>& a = x[0]->local();
-    const xt::xarray<T>& b = x[1]->local();
+    const A& a = x[0]->local();
+    const A& b = x[1]->local();
     if (i == 0) return k::div(dy, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
   } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
@@ -5132,30 +5507,29 @@ xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<l
   else return k::neg(dy);
 }
 
-template <elementwise_kind K, class T, class C, class... X>
-dist_tensor<T> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
-  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
-  return dist_tensor<T>(in.r.out, in.r.shape, ctx.rank(), elementwise_local<K>(in.x));
+template <elementwise_kind K, class T, class D, class C, class... X>
+tensor_on<T, D> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
+  return tensor_on<T, D>(in.r.out, in.r.shape, ctx.rank(), elementwise_local<K, T, D>(in.x));
 }
 
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
 // every term); input i's gradient is the local gradient summed over the dims the input
 // broadcasts, in the rule's grad layout (partial where the output is split along them).
-template <elementwise_kind K, class T, class C, class... X>
-std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
-                                                              const dist_tensor<T>& dy,
-                                                              device_context<C>& ctx, const X&... x) {
-  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
+template <elementwise_kind K, class T, class D, class C, class... X>
+std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
+                                                               const tensor_on<T, D>& dy,
+                                                               device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
   const auto ldy = in_layout(dy, in.r.out, ctx);
   int i = 0;
-  auto grad = [&](const dist_tensor<T>& xi) {
-    const xt::xarray<T>& shard = in.x[i]->local();
-    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
-                     kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy->local(), in.x, i),
-                                                   shard.shape()));
+  auto grad = [&](const tensor_on<T, D>& xi) {
+    tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
+                      kernels::backend<D>::reduce_to_shape(elementwise_local_grad<K, T, D>(ldy->local(), in.x, i),
+                                                           in.x[i]->local_shape()));
     ++i;
     return g;
   };
@@ -5166,54 +5540,54 @@ std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_
 
 /// a + b with broadcasting, on this rank's shards. a and b are redistributed to the
 /// rule's layouts if they are not in them; the result is in the rule's output layout.
-template <class T, class C>
-dist_tensor<T> add(const add_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> add(const add_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::add, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::add, T, D>(op, ctx, a, b);
 }
 /// a - b with broadcasting (see add).
-template <class T, class C>
-dist_tensor<T> sub(const sub_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> sub(const sub_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::sub, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::sub, T, D>(op, ctx, a, b);
 }
 /// a * b with broadcasting (see add).
-template <class T, class C>
-dist_tensor<T> mul(const mul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> mul(const mul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::mul, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::mul, T, D>(op, ctx, a, b);
 }
 /// a / b with broadcasting (see add).
-template <class T, class C>
-dist_tensor<T> div(const div_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> div(const div_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::div, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::div, T, D>(op, ctx, a, b);
 }
 /// x + bias along x's last dim: x (..., c), bias (c,); strategy ((..., s), (s,)).
-template <class T, class C>
-dist_tensor<T> bias_add(const bias_add_op& op, const dist_tensor<T>& x, const dist_tensor<T>& bias,
+template <class T, class D, class C>
+tensor_on<T, D> bias_add(const bias_add_op& op, const tensor_on<T, D>& x, const tensor_on<T, D>& bias,
                         device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::bias_add, T>(op, ctx, x, bias);
+  return detail::elementwise_forward<elementwise_kind::bias_add, T, D>(op, ctx, x, bias);
 }
 /// max(x, 0) on this rank's shard, in the strategy's layout.
-template <class T, class C>
-dist_tensor<T> relu(const relu_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::relu, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> relu(const relu_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::relu, T, D>(op, ctx, x);
 }
 /// e^x (see relu).
-template <class T, class C>
-dist_tensor<T> exp(const exp_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::exp, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> exp(const exp_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::exp, T, D>(op, ctx, x);
 }
 /// The natural log (see relu).
-template <class T, class C>
-dist_tensor<T> log(const log_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::log, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> log(const log_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::log, T, D>(op, ctx, x);
 }
 /// -x (see relu).
-template <class T, class C>
-dist_tensor<T> neg(const neg_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::neg, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> neg(const neg_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::neg, T, D>(op, ctx, x);
 }
 
 // ---- backward: the inputs' gradients in the rule's grad layouts ---------------------
@@ -5224,81 +5598,83 @@ dist_tensor<T> neg(const neg_op& op, const dist_tensor<T>& x, device_context<C>&
 // split 4 ways over axis 1 and partial over axis 0, the rows' axis.
 
 /// (da, db) of y = a + b: dy summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> add_backward(const add_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> add_backward(const add_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::add, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::add, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (da, db) of y = a - b: dy and -dy, summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> sub_backward(const sub_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> sub_backward(const sub_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::sub, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::sub, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (da, db) of y = a * b: dy b and dy a, summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> mul_backward(const mul_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> mul_backward(const mul_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::mul, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::mul, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (da, db) of y = a / b: dy / b and -dy a / b^2, summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> div_backward(const div_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> div_backward(const div_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::div, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::div, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (dx, dbias) of y = bias_add(x, bias): dy, and dy summed over every dim but the last
 /// (partial over the mesh axes that split those dims).
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> bias_add_backward(const bias_add_op& op,
-                                                            const dist_tensor<T>& dy,
-                                                            const dist_tensor<T>& x,
-                                                            const dist_tensor<T>& bias,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> bias_add_backward(const bias_add_op& op,
+                                                            const tensor_on<T, D>& dy,
+                                                            const tensor_on<T, D>& x,
+                                                            const tensor_on<T, D>& bias,
                                                             device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::bias_add, T>(op, dy, ctx, x, bias);
+  auto g = detail::elementwise_backward<elementwise_kind::bias_add, T, D>(op, dy, ctx, x, bias);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// dx of y = relu(x): dy where x > 0, else 0.
-template <class T, class C>
-dist_tensor<T> relu_backward(const relu_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> relu_backward(const relu_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                              device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::relu, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::relu, T, D>(op, dy, ctx, x)[0]);
 }
 /// dx of y = exp(x): dy e^x.
-template <class T, class C>
-dist_tensor<T> exp_backward(const exp_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> exp_backward(const exp_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                             device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::exp, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::exp, T, D>(op, dy, ctx, x)[0]);
 }
 /// dx of y = log(x): dy / x.
-template <class T, class C>
-dist_tensor<T> log_backward(const log_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> log_backward(const log_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                             device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::log, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::log, T, D>(op, dy, ctx, x)[0]);
 }
 /// dx of y = -x: -dy.
-template <class T, class C>
-dist_tensor<T> neg_backward(const neg_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                             device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::neg, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::neg, T, D>(op, dy, ctx, x)[0]);
 }
 
 }  // namespace tessera::ops
 // ---- tessera/ops/reduce.hpp ----
 // Sharded reductions: ReduceSum, ReduceMean and ReduceMax over a list of dims, with
 // keep_dims, and their backward. The sharding rule is ops/reduce_rule.hpp, the local
-// math kernels/cpu/reduce.hpp. A split reduced dim leaves the output partial.
+// math the tensors' device's backend (kernels/backend.hpp). A split reduced dim leaves
+// the output partial.
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tessera::ops {
@@ -5346,29 +5722,25 @@ inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
   return axes;
 }
 
-template <reduce_op How, class T, class C>
-dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>& x,
-                              device_context<C>& ctx) {
+template <reduce_op How, class T, class D, class C>
+tensor_on<T, D> reduce_forward(const reduction_op<How>& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
   const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = reduced_axes(r, x.ndim());
-  dist_tensor<T> y(r.out, r.shape, ctx.rank());
   if constexpr (How == reduce_op::max) {
-    y.assign_local(kernels::cpu::reduce_max(lx->local(), axes, op.keep_dims));
+    return tensor_on<T, D>(r.out, r.shape, ctx.rank(), K::reduce_max(lx->local(), axes, op.keep_dims));
   } else {
-    xt::xarray<T> s = kernels::cpu::reduce_sum(lx->local(), axes, op.keep_dims);
-    if constexpr (How == reduce_op::mean) {
-      const T n = T(r.count);  // the global count: the partial terms add up to the mean
-      for (std::size_t i = 0; i < s.size(); ++i) s.data()[i] /= n;
-    }
-    y.assign_local(std::move(s));
+    auto s = K::reduce_sum(lx->local(), axes, op.keep_dims);
+    // The global count: the partial terms add up to the mean.
+    if constexpr (How == reduce_op::mean) K::scale(s, T(1) / T(r.count));
+    return tensor_on<T, D>(r.out, r.shape, ctx.rank(), std::move(s));
   }
-  return y;
 }
 
 // dy in the output's layout without partial sums, checked against the output's shape.
-template <class T, class C>
-laid_out<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
+template <class T, class D, class C>
+laid_out<T, D> reduce_dy(std::string_view fn, const reduce_layouts& r, const tensor_on<T, D>& dy,
                          device_context<C>& ctx) {
   if (!(dy.global_shape() == r.shape))
     throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
@@ -5376,60 +5748,58 @@ laid_out<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_t
   return in_layout(dy, r.out.without_partial(), ctx);
 }
 
+// dy broadcast back over the reduced dims, times `scale`, in x's rule layout.
+template <class T, class D, class C>
+tensor_on<T, D> reduce_spread(std::string_view fn, const reduce_layouts& r, bool keep_dims,
+                              const tensor_on<T, D>& dy, const tensor_on<T, D>& x, T scale,
+                              device_context<C>& ctx) {
+  using K = kernels::backend<D>;
+  const auto ldy = reduce_dy(fn, r, dy, ctx);
+  auto g = K::reduce_sum_grad(ldy->local(), local_shape(r.in, x.global_shape()), reduced_axes(r, x.ndim()),
+                              keep_dims);
+  if (scale != T(1)) K::scale(g, scale);
+  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(), std::move(g));
+}
+
 }  // namespace detail
 
 /// The sum of x over op.dims on this rank's shard: the output keeps the kept dims'
 /// splits and is partial (sum) over the mesh axes of split reduced dims.
-template <class T, class C>
-dist_tensor<T> reduce_sum(const reduce_sum_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_sum(const reduce_sum_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reduce_forward(op, x, ctx);
 }
 
 /// The mean of x over op.dims: each rank divides its local sum by the global number of
 /// reduced elements, so the output's partial sums (as in reduce_sum) add up to the mean.
-template <class T, class C>
-dist_tensor<T> reduce_mean(const reduce_mean_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_mean(const reduce_mean_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reduce_forward(op, x, ctx);
 }
 
 /// The maximum of x over op.dims: the output is partial (max) over the mesh axes of
 /// split reduced dims.
-template <class T, class C>
-dist_tensor<T> reduce_max(const reduce_max_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_max(const reduce_max_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reduce_forward(op, x, ctx);
 }
 
 /// dx of y = reduce_sum(x): dy (any layout of y's shape; partial sums are resolved
 /// first) broadcast back, in x's rule layout.
-template <class T, class C>
-dist_tensor<T> reduce_sum_backward(const reduce_sum_op& op, const dist_tensor<T>& dy,
-                                   const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_sum_backward(const reduce_sum_op& op, const tensor_on<T, D>& dy,
+                                    const tensor_on<T, D>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const extents ls = local_shape(r.in, x.global_shape());
-  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
-  dx.assign_local(
-      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
-  return dx;
+  return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1), ctx);
 }
 
 /// dx of y = reduce_mean(x): dy broadcast back and divided by the GLOBAL number of
 /// reduced elements, in x's rule layout.
-template <class T, class C>
-dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<T>& dy,
-                                    const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_mean_backward(const reduce_mean_op& op, const tensor_on<T, D>& dy,
+                                     const tensor_on<T, D>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const extents ls = local_shape(r.in, x.global_shape());
-  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  xt::xarray<T> g =
-      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
-  const T scale = T(1) / T(r.count);  // as kernels::cpu::reduce_mean_grad, with the global count
-  for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = scale * g.data()[i];
-  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
-  dx.assign_local(std::move(g));
-  return dx;
+  return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1) / T(r.count), ctx);
 }
 
 /// dx of y = reduce_max(x), given dy and the forward output y (any layouts; y's
@@ -5439,56 +5809,39 @@ dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<
 /// whichever ranks they lie (the local tie counts are summed over the reduced dims'
 /// mesh axes), exactly as the single-process kernels::cpu::reduce_max_grad does. A NaN
 /// maximum gets no gradient (NaN equals nothing).
-template <class T, class C>
-dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>& dy,
-                                   const dist_tensor<T>& x, const dist_tensor<T>& y,
-                                   device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_max_backward(const reduce_max_op& op, const tensor_on<T, D>& dy,
+                                    const tensor_on<T, D>& x, const tensor_on<T, D>& y,
+                                    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
   const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
   const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
   const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
-  namespace kd = kernels::cpu::detail;
-  const xt::xarray<T>& px = lx->local();
-  const kd::reduction red = kd::plan_reduction("reduce_max_backward", px.shape(), axes, op.keep_dims);
-  const T* vx = px.data();
-  const T* vy = ly->local().data();
   // Local tie counts, partial sums over the reduced dims' axes, then resolved.
   layout count_layout = r.out;
   count_layout.op = reduce_op::sum;
-  dist_tensor<T> ties(count_layout, r.shape, ctx.rank());
-  T* nt = ties.local().data();
-  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
-    if (vx[i] == vy[off[0]]) nt[off[0]] += T(1);
-  });
+  const tensor_on<T, D> ties(count_layout, r.shape, ctx.rank(),
+                             K::reduce_max_tie_counts(lx->local(), ly->local(), axes, op.keep_dims));
   const auto all_ties = in_layout(ties, r.out.without_partial(), ctx);
-  const T* n = all_ties->local().data();
-  const T* g = ldy->local().data();
-  auto dx_local = kd::empty_array<T>(px.shape());
-  T* o = dx_local.data();
-  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
-    o[i] = vx[i] == vy[off[0]] ? g[off[0]] / n[off[0]] : T(0);
-  });
-  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
-  dx.assign_local(std::move(dx_local));
-  return dx;
+  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(),
+                         K::reduce_max_spread(ldy->local(), lx->local(), ly->local(), all_ties->local(), axes,
+                                              op.keep_dims));
 }
 
 }  // namespace tessera::ops
 // ---- tessera/ops/softmax.hpp ----
 // Sharded SoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C) against
 // labels (B, C) and its gradient wrt the logits. The sharding rule is
-// ops/softmax_rule.hpp; the single-process reference kernels/cpu/softmax.hpp. With the
-// class dim split, the row max and the row sums are combined across the class axis.
+// ops/softmax_rule.hpp; the local pieces are the backend's ce_* kernels
+// (kernels/cpu/softmax.hpp explains them). With the class dim split, the row max and
+// the row sums are combined across the class axis.
 
-#include <algorithm>
-#include <cmath>
-#include <cstddef>
-#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
-#include <vector>
+#include <utility>
 
 namespace tessera::ops {
 
@@ -5518,43 +5871,25 @@ struct softmax_cross_entropy_op {
 
 namespace detail {
 
-// Per local row: the GLOBAL row max, the global sum of exp(x - max), the global label
-// mass sum_j t_j, and the global sum_j t_j * (max - x_j) (all over the class group).
-template <class T>
+// Per local row: the GLOBAL row max m, and the global terms s (3, rows): the sum of
+// exp(x - m), the label mass, and sum t (m - x), all over the class group.
+template <class A>
 struct ce_rows {
-  std::size_t rows = 0, cols = 0;
-  std::vector<T> max, sum, mass, term;
+  A m, s;
 };
 
-template <class T, class C>
-ce_rows<T> ce_row_stats(const cross_entropy_layouts& r, const dist_tensor<T>& x, const dist_tensor<T>& t,
-                        device_context<C>& ctx) {
-  const auto& px = x.local();
-  const auto& pt = t.local();
-  ce_rows<T> s;
-  s.rows = px.shape()[0];
-  s.cols = px.shape()[1];
-  s.max.assign(s.rows, -std::numeric_limits<T>::infinity());
-  for (std::size_t i = 0; i < s.rows; ++i)
-    for (std::size_t j = 0; j < s.cols; ++j) s.max[i] = std::max(s.max[i], px.data()[i * s.cols + j]);
+template <class T, class D, class C>
+ce_rows<typename tensor_on<T, D>::array_type> ce_row_stats(const cross_entropy_layouts& r,
+                                                           const tensor_on<T, D>& x,
+                                                           const tensor_on<T, D>& t,
+                                                           device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
-  if (group) group->all_reduce(std::span<T>(s.max), reduce_op::max);
-  // sum, mass and term in one buffer: one all_reduce (sum) for the three.
-  std::vector<T> acc(3 * s.rows, T(0));
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    const T m = s.max[i];
-    for (std::size_t j = 0; j < s.cols; ++j) {
-      const T xv = px.data()[i * s.cols + j], tv = pt.data()[i * s.cols + j];
-      acc[i] += std::exp(xv - m);
-      acc[s.rows + i] += tv;
-      acc[2 * s.rows + i] += tv * (m - xv);
-    }
-  }
-  if (group) group->all_reduce(std::span<T>(acc), reduce_op::sum);
-  s.sum.assign(acc.begin(), acc.begin() + std::ptrdiff_t(s.rows));
-  s.mass.assign(acc.begin() + std::ptrdiff_t(s.rows), acc.begin() + std::ptrdiff_t(2 * s.rows));
-  s.term.assign(acc.begin() + std::ptrdiff_t(2 * s.rows), acc.end());
-  return s;
+  auto m = K::ce_row_max(x.local());
+  if (group) group->all_reduce(std::span<T>(m.data(), m.size()), reduce_op::max);
+  auto s = K::ce_row_terms(x.local(), t.local(), m);  // one all_reduce for the three
+  if (group) group->all_reduce(std::span<T>(s.data(), s.size()), reduce_op::sum);
+  return {std::move(m), std::move(s)};
 }
 
 }  // namespace detail
@@ -5565,28 +5900,24 @@ ce_rows<T> ce_row_stats(const cross_entropy_layouts& r, const dist_tensor<T>& x,
 /// with logsumexp taken around the GLOBAL row max (numerically stable). The result is
 /// in the rule's output layout: split by the batch axis, and every rank of a class
 /// group holds the full loss of its rows (not a partial one).
-template <class T, class C>
-dist_tensor<T> softmax_cross_entropy(const softmax_cross_entropy_op& op, const dist_tensor<T>& logits,
-                                     const dist_tensor<T>& labels, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> softmax_cross_entropy(const softmax_cross_entropy_op& op, const tensor_on<T, D>& logits,
+                                      const tensor_on<T, D>& labels, device_context<C>& ctx) {
   const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const detail::ce_rows<T> s = detail::ce_row_stats(r, *lx, *lt, ctx);
-  dist_tensor<T> y(r.out, r.shape, ctx.rank());
-  T* o = y.local().data();
-  for (std::size_t i = 0; i < s.rows; ++i)
-    o[i] = s.sum[i] > T(0) ? s.term[i] + s.mass[i] * std::log(s.sum[i]) : T(0);
-  return y;
+  const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::ce_loss(st.s));
 }
 
 /// dlogits of loss = softmax_cross_entropy(logits, labels) given dloss (B,) in any
 /// layout (partial sums are resolved first):
 ///   dlogits_ij = dloss_i * (softmax(x_i)_j * sum_k t_ik - t_ij)
 /// in the logits' rule layout. Labels get no gradient.
-template <class T, class C>
-dist_tensor<T> softmax_cross_entropy_backward(const softmax_cross_entropy_op& op, const dist_tensor<T>& dloss,
-                                              const dist_tensor<T>& logits, const dist_tensor<T>& labels,
-                                              device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& op, const tensor_on<T, D>& dloss,
+                                               const tensor_on<T, D>& logits, const tensor_on<T, D>& labels,
+                                               device_context<C>& ctx) {
   const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   if (!(dloss.global_shape() == r.shape))
     throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
@@ -5594,20 +5925,9 @@ dist_tensor<T> softmax_cross_entropy_backward(const softmax_cross_entropy_op& op
   const auto lg = in_layout(dloss, r.out, ctx);
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const detail::ce_rows<T> s = detail::ce_row_stats(r, *lx, *lt, ctx);
-  dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
-  const T* px = lx->local().data();
-  const T* pt = lt->local().data();
-  const T* g = lg->local().data();
-  T* o = dx.local().data();
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    const T inv = s.sum[i] > T(0) ? T(1) / s.sum[i] : T(0);
-    for (std::size_t j = 0; j < s.cols; ++j) {
-      const std::size_t k = i * s.cols + j;
-      o[k] = g[i] * (std::exp(px[k] - s.max[i]) * inv * s.mass[i] - pt[k]);
-    }
-  }
-  return dx;
+  const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
+  return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
+                         kernels::backend<D>::ce_grad(lg->local(), lx->local(), lt->local(), st.m, st.s));
 }
 
 }  // namespace tessera::ops
@@ -5628,23 +5948,25 @@ dist_tensor<T> softmax_cross_entropy_backward(const softmax_cross_entropy_op& op
 
 namespace tessera::autodiff {
 
-template <class T, class C>
+template <class T, class C, class D = cpu_device>
 class tape;
 
 /// A value recorded on a tape: the handle operators take and return.
-template <class T, class C>
+template <class T, class C, class D = cpu_device>
 struct var {
-  tape<T, C>* t = nullptr;
+  tape<T, C, D>* t = nullptr;
   int id = -1;
-  const dist_tensor<T>& value() const { return t->value(id); }
+  const tensor_on<T, D>& value() const { return t->value(id); }
 };
 
-/// The record of one computation. Not thread-safe; one per forward pass.
-template <class T, class C>
+/// The record of one computation on tensors of device D. Not thread-safe; one per
+/// forward pass.
+template <class T, class C, class D>
 class tape {
  public:
+  using tensor = tensor_on<T, D>;
   /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
-  using backward_fn = std::function<void(tape&, const dist_tensor<T>& grad)>;
+  using backward_fn = std::function<void(tape&, const tensor& grad)>;
 
   explicit tape(device_context<C>& ctx) : ctx_(&ctx) {}
   tape(const tape&) = delete;
@@ -5653,21 +5975,21 @@ class tape {
   device_context<C>& ctx() { return *ctx_; }
 
   /// A value with no inputs: a parameter (requires_grad) or data.
-  var<T, C> leaf(dist_tensor<T> value, bool requires_grad = true) {
+  var<T, C, D> leaf(tensor value, bool requires_grad = true) {
     nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
-  var<T, C> record(dist_tensor<T> value, backward_fn backward) {
+  var<T, C, D> record(tensor value, backward_fn backward) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
     return {this, int(nodes_.size()) - 1};
   }
 
-  const dist_tensor<T>& value(int id) const { return at(id).value; }
+  const tensor& value(int id) const { return at(id).value; }
 
   /// Adds `g` to the gradient of node `id`. The first gradient's layout is kept; later
   /// ones are redistributed to it (partial layouts included) and added shard by shard.
-  void add_grad(int id, dist_tensor<T> g) {
+  void add_grad(int id, tensor g) {
     node& n = at(id);
     if (!n.requires_grad) return;
     if (!(g.global_shape() == n.value.global_shape()))
@@ -5678,21 +6000,21 @@ class tape {
       return;
     }
     if (!(g.layout() == n.grad->layout())) g = redistribute(g, n.grad->layout(), *ctx_);
-    n.grad->local() += g.local();
+    kernels::backend<D>::add_to(n.grad->local(), g.local());
   }
 
   /// Runs the backward pass from `loss`, a scalar (rank-0) value: its gradient is 1.
-  void backward(var<T, C> loss) {
-    const dist_tensor<T>& l = value(loss.id);
+  void backward(var<T, C, D> loss) {
+    const tensor& l = value(loss.id);
     if (l.ndim() != 0)
       throw error("autodiff: backward starts from a scalar loss, got shape " + to_string(l.global_shape()));
-    dist_tensor<T> seed(l.layout().without_partial(), l.global_shape(), l.rank());
-    seed.local().fill(T(1));
+    tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
+    tensor::storage_type::fill(seed.local(), T(1));
     add_grad(loss.id, std::move(seed));
     for (int id = loss.id; id >= 0; --id) {
       node& n = nodes_[std::size_t(id)];
       if (n.grad && n.backward) {
-        const dist_tensor<T> g = *n.grad;  // the backward may add to earlier nodes only
+        const tensor g = *n.grad;  // the backward may add to earlier nodes only
         n.backward(*this, g);
       }
     }
@@ -5700,10 +6022,10 @@ class tape {
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
   /// reached it.
-  dist_tensor<T> grad(var<T, C> v) {
+  tensor grad(var<T, C, D> v) {
     node& n = at(v.id);
     if (!n.grad) {
-      dist_tensor<T> z(n.value.layout(), n.value.global_shape(), n.value.rank());
+      tensor z(n.value.layout(), n.value.global_shape(), n.value.rank());
       return z;
     }
     if (n.grad->layout() == n.value.layout()) return *n.grad;
@@ -5712,9 +6034,9 @@ class tape {
 
  private:
   struct node {
-    dist_tensor<T> value;
+    tensor value;
     backward_fn backward;
-    std::optional<dist_tensor<T>> grad;
+    std::optional<tensor> grad;
     bool requires_grad = true;
   };
   node& at(int id) {
@@ -5730,18 +6052,18 @@ class tape {
 
 /// Runs f on the tape with `params` as leaves, then the backward pass from the scalar
 /// it returns: the loss value and the gradient of each parameter, in its layout.
-template <class T, class C, class F>
-std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>> value_and_grad(
-    F&& f, const std::vector<dist_tensor<T>>& params, device_context<C>& ctx) {
-  tape<T, C> t(ctx);
-  std::vector<var<T, C>> vars;
+template <class T, class D, class C, class F>
+std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
+    F&& f, const std::vector<tensor_on<T, D>>& params, device_context<C>& ctx) {
+  tape<T, C, D> t(ctx);
+  std::vector<var<T, C, D>> vars;
   vars.reserve(params.size());
-  for (const dist_tensor<T>& p : params) vars.push_back(t.leaf(p));
-  const var<T, C> loss = f(t, vars);
+  for (const tensor_on<T, D>& p : params) vars.push_back(t.leaf(p));
+  const var<T, C, D> loss = f(t, vars);
   t.backward(loss);
-  std::vector<dist_tensor<T>> grads;
+  std::vector<tensor_on<T, D>> grads;
   grads.reserve(vars.size());
-  for (const var<T, C>& v : vars) grads.push_back(t.grad(v));
+  for (const var<T, C, D>& v : vars) grads.push_back(t.grad(v));
   return {loss.value(), std::move(grads)};
 }
 
@@ -5755,11 +6077,11 @@ std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>> value_and_grad(
 namespace tessera::autodiff {
 
 /// C = op(A) op(B) with MatMul's strategy; dA and dB in the rule's gradient layouts.
-template <class T, class C>
-var<T, C> matmul(const ops::matmul_op& op, var<T, C> a, var<T, C> b) {
-  tape<T, C>& t = *a.t;
-  dist_tensor<T> c = ops::matmul(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(c), [op, ia = a.id, ib = b.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+template <class T, class C, class D>
+var<T, C, D> matmul(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b) {
+  tape<T, C, D>& t = *a.t;
+  tensor_on<T, D> c = ops::matmul(op, a.value(), b.value(), t.ctx());
+  return t.record(std::move(c), [op, ia = a.id, ib = b.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
     tp.add_grad(ia, std::move(da));
     tp.add_grad(ib, std::move(db));
@@ -5768,71 +6090,71 @@ var<T, C> matmul(const ops::matmul_op& op, var<T, C> a, var<T, C> b) {
 
 namespace detail {
 // Records a binary operator whose backward returns the pair (da, db).
-template <class T, class C, class Op, class Fwd, class Bwd>
-var<T, C> binary(const Op& op, var<T, C> a, var<T, C> b, Fwd fwd, Bwd bwd) {
-  tape<T, C>& t = *a.t;
-  dist_tensor<T> y = fwd(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ia = a.id, ib = b.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+template <class T, class C, class D, class Op, class Fwd, class Bwd>
+var<T, C, D> binary(const Op& op, var<T, C, D> a, var<T, C, D> b, Fwd fwd, Bwd bwd) {
+  tape<T, C, D>& t = *a.t;
+  tensor_on<T, D> y = fwd(op, a.value(), b.value(), t.ctx());
+  return t.record(std::move(y), [op, bwd, ia = a.id, ib = b.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     auto [da, db] = bwd(op, g, tp.value(ia), tp.value(ib), tp.ctx());
     tp.add_grad(ia, std::move(da));
     tp.add_grad(ib, std::move(db));
   });
 }
 // Records a unary operator whose backward returns dx.
-template <class T, class C, class Op, class Fwd, class Bwd>
-var<T, C> unary(const Op& op, var<T, C> x, Fwd fwd, Bwd bwd) {
-  tape<T, C>& t = *x.t;
-  dist_tensor<T> y = fwd(op, x.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ix = x.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+template <class T, class C, class D, class Op, class Fwd, class Bwd>
+var<T, C, D> unary(const Op& op, var<T, C, D> x, Fwd fwd, Bwd bwd) {
+  tape<T, C, D>& t = *x.t;
+  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
+  return t.record(std::move(y), [op, bwd, ix = x.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.ctx()));
   });
 }
 }  // namespace detail
 
-template <class T, class C>
-var<T, C> add(const ops::add_op& op, var<T, C> a, var<T, C> b) {
+template <class T, class C, class D>
+var<T, C, D> add(const ops::add_op& op, var<T, C, D> a, var<T, C, D> b) {
   return detail::binary(op, a, b, [](auto&&... x) { return ops::add(x...); },
                         [](auto&&... x) { return ops::add_backward(x...); });
 }
-template <class T, class C>
-var<T, C> sub(const ops::sub_op& op, var<T, C> a, var<T, C> b) {
+template <class T, class C, class D>
+var<T, C, D> sub(const ops::sub_op& op, var<T, C, D> a, var<T, C, D> b) {
   return detail::binary(op, a, b, [](auto&&... x) { return ops::sub(x...); },
                         [](auto&&... x) { return ops::sub_backward(x...); });
 }
-template <class T, class C>
-var<T, C> mul(const ops::mul_op& op, var<T, C> a, var<T, C> b) {
+template <class T, class C, class D>
+var<T, C, D> mul(const ops::mul_op& op, var<T, C, D> a, var<T, C, D> b) {
   return detail::binary(op, a, b, [](auto&&... x) { return ops::mul(x...); },
                         [](auto&&... x) { return ops::mul_backward(x...); });
 }
-template <class T, class C>
-var<T, C> bias_add(const ops::bias_add_op& op, var<T, C> x, var<T, C> bias) {
+template <class T, class C, class D>
+var<T, C, D> bias_add(const ops::bias_add_op& op, var<T, C, D> x, var<T, C, D> bias) {
   return detail::binary(op, x, bias, [](auto&&... a) { return ops::bias_add(a...); },
                         [](auto&&... a) { return ops::bias_add_backward(a...); });
 }
-template <class T, class C>
-var<T, C> relu(const ops::relu_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> relu(const ops::relu_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::relu(a...); },
                        [](auto&&... a) { return ops::relu_backward(a...); });
 }
-template <class T, class C>
-var<T, C> reduce_sum(const ops::reduce_sum_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> reduce_sum(const ops::reduce_sum_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::reduce_sum(a...); },
                        [](auto&&... a) { return ops::reduce_sum_backward(a...); });
 }
-template <class T, class C>
-var<T, C> reduce_mean(const ops::reduce_mean_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> reduce_mean(const ops::reduce_mean_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::reduce_mean(a...); },
                        [](auto&&... a) { return ops::reduce_mean_backward(a...); });
 }
 
 /// The per-sample loss (B,) of softmax(logits) against labels; only the logits get a
 /// gradient (labels are data).
-template <class T, class C>
-var<T, C> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<T, C> logits,
-                                var<T, C> labels) {
-  tape<T, C>& t = *logits.t;
-  dist_tensor<T> y = ops::softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
-  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+template <class T, class C, class D>
+var<T, C, D> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<T, C, D> logits,
+                                var<T, C, D> labels) {
+  tape<T, C, D>& t = *logits.t;
+  tensor_on<T, D> y = ops::softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     tp.add_grad(ix, ops::softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
   });
 }

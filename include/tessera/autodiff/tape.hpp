@@ -17,27 +17,30 @@
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/backend.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::autodiff {
 
-template <class T, class C>
+template <class T, class C, class D = cpu_device>
 class tape;
 
 /// A value recorded on a tape: the handle operators take and return.
-template <class T, class C>
+template <class T, class C, class D = cpu_device>
 struct var {
-  tape<T, C>* t = nullptr;
+  tape<T, C, D>* t = nullptr;
   int id = -1;
-  const dist_tensor<T>& value() const { return t->value(id); }
+  const tensor_on<T, D>& value() const { return t->value(id); }
 };
 
-/// The record of one computation. Not thread-safe; one per forward pass.
-template <class T, class C>
+/// The record of one computation on tensors of device D. Not thread-safe; one per
+/// forward pass.
+template <class T, class C, class D>
 class tape {
  public:
+  using tensor = tensor_on<T, D>;
   /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
-  using backward_fn = std::function<void(tape&, const dist_tensor<T>& grad)>;
+  using backward_fn = std::function<void(tape&, const tensor& grad)>;
 
   /// Called during backward() once for each leaf that requires a gradient, with its id,
   /// when the pass reaches it: every node that could still add to its gradient has run.
@@ -55,29 +58,29 @@ class tape {
   int size() const { return int(nodes_.size()); }
 
   /// A value with no inputs: a parameter (requires_grad) or data.
-  var<T, C> leaf(dist_tensor<T> value, bool requires_grad = true) {
+  var<T, C, D> leaf(tensor value, bool requires_grad = true) {
     nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
     return {this, int(nodes_.size()) - 1};
   }
   /// A leaf that refers to `value` instead of copying it (a parameter): `value` must
   /// outlive the tape and stay unchanged while the tape is used.
-  var<T, C> leaf_view(const dist_tensor<T>& value, bool requires_grad = true) {
+  var<T, C, D> leaf_view(const tensor& value, bool requires_grad = true) {
     nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
-  var<T, C> record(dist_tensor<T> value, backward_fn backward) {
+  var<T, C, D> record(tensor value, backward_fn backward) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
     return {this, int(nodes_.size()) - 1};
   }
   /// As above; with requires_grad false (no input needs a gradient) the backward
   /// function never runs.
-  var<T, C> record(dist_tensor<T> value, backward_fn backward, bool requires_grad) {
+  var<T, C, D> record(tensor value, backward_fn backward, bool requires_grad) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, requires_grad});
     return {this, int(nodes_.size()) - 1};
   }
 
-  const dist_tensor<T>& value(int id) const { return at(id).val(); }
+  const tensor& value(int id) const { return at(id).val(); }
   /// Whether gradients flow to node `id`: a leaf made with requires_grad, or an
   /// operator's output recorded as needing one.
   bool requires_grad(int id) const { return at(id).requires_grad; }
@@ -87,16 +90,16 @@ class tape {
 
   /// Moves out the gradient accumulated for node `id`, in the layout it was accumulated
   /// in (possibly partial); nullopt if nothing reached it.
-  std::optional<dist_tensor<T>> take_grad(int id) {
+  std::optional<tensor> take_grad(int id) {
     node& n = at(id);
-    std::optional<dist_tensor<T>> g = std::move(n.grad);
+    std::optional<tensor> g = std::move(n.grad);
     n.grad.reset();
     return g;
   }
 
   /// Adds `g` to the gradient of node `id`. The first gradient's layout is kept; later
   /// ones are redistributed to it (partial layouts included) and added shard by shard.
-  void add_grad(int id, dist_tensor<T> g) {
+  void add_grad(int id, tensor g) {
     node& n = at(id);
     if (!n.requires_grad) return;
     if (!(g.global_shape() == n.val().global_shape()))
@@ -107,21 +110,21 @@ class tape {
       return;
     }
     if (!(g.layout() == n.grad->layout())) g = redistribute(g, n.grad->layout(), *ctx_);
-    n.grad->local() += g.local();
+    kernels::backend<D>::add_to(n.grad->local(), g.local());
   }
 
   /// Runs the backward pass from `loss`, a scalar (rank-0) value: its gradient is 1.
-  void backward(var<T, C> loss) {
-    const dist_tensor<T>& l = value(loss.id);
+  void backward(var<T, C, D> loss) {
+    const tensor& l = value(loss.id);
     if (l.ndim() != 0)
       throw error("autodiff: backward starts from a scalar loss, got shape " + to_string(l.global_shape()));
-    dist_tensor<T> seed(l.layout().without_partial(), l.global_shape(), l.rank());
-    seed.local().fill(T(1));
+    tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
+    tensor::storage_type::fill(seed.local(), T(1));
     add_grad(loss.id, std::move(seed));
     for (int id = loss.id; id >= 0; --id) {
       node& n = nodes_[std::size_t(id)];
       if (n.grad && n.backward) {
-        const dist_tensor<T> g = *n.grad;  // the backward may add to earlier nodes only
+        const tensor g = *n.grad;  // the backward may add to earlier nodes only
         n.backward(*this, g);
       } else if (!n.backward && n.requires_grad && leaf_hook_) {
         leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
@@ -131,11 +134,11 @@ class tape {
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
   /// reached it.
-  dist_tensor<T> grad(var<T, C> v) {
+  tensor grad(var<T, C, D> v) {
     node& n = at(v.id);
-    const dist_tensor<T>& value = n.val();
+    const tensor& value = n.val();
     if (!n.grad) {
-      dist_tensor<T> z(value.layout(), value.global_shape(), value.rank());
+      tensor z(value.layout(), value.global_shape(), value.rank());
       return z;
     }
     if (n.grad->layout() == value.layout()) return *n.grad;
@@ -144,12 +147,12 @@ class tape {
 
  private:
   struct node {
-    std::optional<dist_tensor<T>> value;
+    std::optional<tensor> value;
     backward_fn backward;
-    std::optional<dist_tensor<T>> grad;
+    std::optional<tensor> grad;
     bool requires_grad = true;
-    const dist_tensor<T>* view = nullptr;  // leaf_view: the value lives there
-    const dist_tensor<T>& val() const { return view ? *view : *value; }
+    const tensor* view = nullptr;  // leaf_view: the value lives there
+    const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {
     if (id < 0 || id >= int(nodes_.size()))
@@ -171,18 +174,18 @@ class tape {
 
 /// Runs f on the tape with `params` as leaves, then the backward pass from the scalar
 /// it returns: the loss value and the gradient of each parameter, in its layout.
-template <class T, class C, class F>
-std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>> value_and_grad(
-    F&& f, const std::vector<dist_tensor<T>>& params, device_context<C>& ctx) {
-  tape<T, C> t(ctx);
-  std::vector<var<T, C>> vars;
+template <class T, class D, class C, class F>
+std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
+    F&& f, const std::vector<tensor_on<T, D>>& params, device_context<C>& ctx) {
+  tape<T, C, D> t(ctx);
+  std::vector<var<T, C, D>> vars;
   vars.reserve(params.size());
-  for (const dist_tensor<T>& p : params) vars.push_back(t.leaf(p));
-  const var<T, C> loss = f(t, vars);
+  for (const tensor_on<T, D>& p : params) vars.push_back(t.leaf(p));
+  const var<T, C, D> loss = f(t, vars);
   t.backward(loss);
-  std::vector<dist_tensor<T>> grads;
+  std::vector<tensor_on<T, D>> grads;
   grads.reserve(vars.size());
-  for (const var<T, C>& v : vars) grads.push_back(t.grad(v));
+  for (const var<T, C, D>& v : vars) grads.push_back(t.grad(v));
   return {loss.value(), std::move(grads)};
 }
 

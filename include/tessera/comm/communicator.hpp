@@ -115,6 +115,15 @@ concept communicator =
       c.reset_stats();
     };
 
+/// Whether communicator C moves device (GPU) buffers rather than host memory: true for
+/// a type that declares `static constexpr bool device_buffers = true` (nccl_communicator,
+/// staged_communicator). The spans a collective takes then point into device memory.
+template <class C>
+inline constexpr bool takes_device_buffers = [] {
+  if constexpr (requires { C::device_buffers; }) return bool(C::device_buffers);
+  else return false;
+}();
+
 namespace detail {
 
 // ---- argument checks shared by the backends -------------------------------------

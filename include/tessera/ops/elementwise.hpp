@@ -1,6 +1,7 @@
 // Sharded element-wise operators with broadcasting: Add, Sub, Mul, Div, ReLU, Exp,
 // Log, Neg and BiasAdd. The sharding rule is ops/elementwise_rule.hpp, the local math
-// kernels/cpu/elementwise.hpp. Inputs in other layouts are redistributed first.
+// the tensors' device's backend (kernels/backend.hpp). Inputs in other layouts are
+// redistributed first.
 #pragma once
 
 #include <array>
@@ -13,7 +14,7 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
-#include <tessera/kernels/cpu/elementwise.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -88,26 +89,26 @@ using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 namespace detail {
 
 // The inputs in the rule's layouts, with the rule.
-template <class T, std::size_t N>
+template <class T, class D, std::size_t N>
 struct elementwise_inputs {
   elementwise_layouts r;
-  std::array<laid_out<T>, N> x;
+  std::array<laid_out<T, D>, N> x;
 };
 
-template <elementwise_kind K, class T, class C, class... X>
-elementwise_inputs<T, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
-                                                        device_context<C>& ctx, const X&... x) {
+template <elementwise_kind K, class T, class D, class C, class... X>
+elementwise_inputs<T, D, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
+                                                           device_context<C>& ctx, const X&... x) {
   static_assert(sizeof...(X) == std::size_t(arity(K)));
   const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
   int i = 0;
-  auto place = [&](const dist_tensor<T>& t) { return in_layout(t, r.in[i++], ctx); };
+  auto place = [&](const tensor_on<T, D>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
 }
 
 // The local forward of operator K on shards already in the rule's layouts.
-template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local(const std::array<laid_out<T>, N>& x) {
-  namespace k = kernels::cpu;
+template <elementwise_kind K, class T, class D, std::size_t N>
+auto elementwise_local(const std::array<laid_out<T, D>, N>& x) {
+  using k = kernels::backend<D>;
   using enum elementwise_kind;
   if constexpr (K == add) return k::add(x[0]->local(), x[1]->local());
   else if constexpr (K == sub) return k::sub(x[0]->local(), x[1]->local());
@@ -122,17 +123,18 @@ xt::xarray<T> elementwise_local(const std::array<laid_out<T>, N>& x) {
 
 // The local gradient of input `i` before it is summed back to the input's shard shape
 // (the output's shard shape where the input broadcasts).
-template <elementwise_kind K, class T, std::size_t N>
-xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<laid_out<T>, N>& x,
-                                     int i) {
-  namespace k = kernels::cpu;
+template <elementwise_kind K, class T, class D, std::size_t N>
+auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
+                            const std::array<laid_out<T, D>, N>& x, int i) {
+  using k = kernels::backend<D>;
+  using A = typename tensor_on<T, D>::array_type;
   using enum elementwise_kind;
-  if constexpr (K == add || K == bias_add) return dy;
-  else if constexpr (K == sub) return i == 0 ? dy : k::neg(dy);
+  if constexpr (K == add || K == bias_add) return A(dy);
+  else if constexpr (K == sub) return i == 0 ? A(dy) : k::neg(dy);
   else if constexpr (K == mul) return k::mul(dy, x[1 - i]->local());
   else if constexpr (K == div) {
-    const xt::xarray<T>& a = x[0]->local();
-    const xt::xarray<T>& b = x[1]->local();
+    const A& a = x[0]->local();
+    const A& b = x[1]->local();
     if (i == 0) return k::div(dy, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
   } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
@@ -141,30 +143,29 @@ xt::xarray<T> elementwise_local_grad(const xt::xarray<T>& dy, const std::array<l
   else return k::neg(dy);
 }
 
-template <elementwise_kind K, class T, class C, class... X>
-dist_tensor<T> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
-  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
-  return dist_tensor<T>(in.r.out, in.r.shape, ctx.rank(), elementwise_local<K>(in.x));
+template <elementwise_kind K, class T, class D, class C, class... X>
+tensor_on<T, D> elementwise_forward(const elementwise_op<K>& op, device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
+  return tensor_on<T, D>(in.r.out, in.r.shape, ctx.rank(), elementwise_local<K, T, D>(in.x));
 }
 
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
 // every term); input i's gradient is the local gradient summed over the dims the input
 // broadcasts, in the rule's grad layout (partial where the output is split along them).
-template <elementwise_kind K, class T, class C, class... X>
-std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
-                                                              const dist_tensor<T>& dy,
-                                                              device_context<C>& ctx, const X&... x) {
-  const auto in = elementwise_prepare<K, T>(op, ctx, x...);
+template <elementwise_kind K, class T, class D, class C, class... X>
+std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
+                                                               const tensor_on<T, D>& dy,
+                                                               device_context<C>& ctx, const X&... x) {
+  const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
   const auto ldy = in_layout(dy, in.r.out, ctx);
   int i = 0;
-  auto grad = [&](const dist_tensor<T>& xi) {
-    const xt::xarray<T>& shard = in.x[i]->local();
-    dist_tensor<T> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
-                     kernels::cpu::reduce_to_shape(elementwise_local_grad<K>(ldy->local(), in.x, i),
-                                                   shard.shape()));
+  auto grad = [&](const tensor_on<T, D>& xi) {
+    tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
+                      kernels::backend<D>::reduce_to_shape(elementwise_local_grad<K, T, D>(ldy->local(), in.x, i),
+                                                           in.x[i]->local_shape()));
     ++i;
     return g;
   };
@@ -175,54 +176,54 @@ std::array<dist_tensor<T>, sizeof...(X)> elementwise_backward(const elementwise_
 
 /// a + b with broadcasting, on this rank's shards. a and b are redistributed to the
 /// rule's layouts if they are not in them; the result is in the rule's output layout.
-template <class T, class C>
-dist_tensor<T> add(const add_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> add(const add_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::add, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::add, T, D>(op, ctx, a, b);
 }
 /// a - b with broadcasting (see add).
-template <class T, class C>
-dist_tensor<T> sub(const sub_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> sub(const sub_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::sub, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::sub, T, D>(op, ctx, a, b);
 }
 /// a * b with broadcasting (see add).
-template <class T, class C>
-dist_tensor<T> mul(const mul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> mul(const mul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::mul, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::mul, T, D>(op, ctx, a, b);
 }
 /// a / b with broadcasting (see add).
-template <class T, class C>
-dist_tensor<T> div(const div_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+tensor_on<T, D> div(const div_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                    device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::div, T>(op, ctx, a, b);
+  return detail::elementwise_forward<elementwise_kind::div, T, D>(op, ctx, a, b);
 }
 /// x + bias along x's last dim: x (..., c), bias (c,); strategy ((..., s), (s,)).
-template <class T, class C>
-dist_tensor<T> bias_add(const bias_add_op& op, const dist_tensor<T>& x, const dist_tensor<T>& bias,
+template <class T, class D, class C>
+tensor_on<T, D> bias_add(const bias_add_op& op, const tensor_on<T, D>& x, const tensor_on<T, D>& bias,
                         device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::bias_add, T>(op, ctx, x, bias);
+  return detail::elementwise_forward<elementwise_kind::bias_add, T, D>(op, ctx, x, bias);
 }
 /// max(x, 0) on this rank's shard, in the strategy's layout.
-template <class T, class C>
-dist_tensor<T> relu(const relu_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::relu, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> relu(const relu_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::relu, T, D>(op, ctx, x);
 }
 /// e^x (see relu).
-template <class T, class C>
-dist_tensor<T> exp(const exp_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::exp, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> exp(const exp_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::exp, T, D>(op, ctx, x);
 }
 /// The natural log (see relu).
-template <class T, class C>
-dist_tensor<T> log(const log_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::log, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> log(const log_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::log, T, D>(op, ctx, x);
 }
 /// -x (see relu).
-template <class T, class C>
-dist_tensor<T> neg(const neg_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  return detail::elementwise_forward<elementwise_kind::neg, T>(op, ctx, x);
+template <class T, class D, class C>
+tensor_on<T, D> neg(const neg_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::elementwise_forward<elementwise_kind::neg, T, D>(op, ctx, x);
 }
 
 // ---- backward: the inputs' gradients in the rule's grad layouts ---------------------
@@ -233,71 +234,71 @@ dist_tensor<T> neg(const neg_op& op, const dist_tensor<T>& x, device_context<C>&
 // split 4 ways over axis 1 and partial over axis 0, the rows' axis.
 
 /// (da, db) of y = a + b: dy summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> add_backward(const add_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> add_backward(const add_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::add, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::add, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (da, db) of y = a - b: dy and -dy, summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> sub_backward(const sub_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> sub_backward(const sub_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::sub, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::sub, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (da, db) of y = a * b: dy b and dy a, summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> mul_backward(const mul_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> mul_backward(const mul_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::mul, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::mul, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (da, db) of y = a / b: dy / b and -dy a / b^2, summed back to each input's shape.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> div_backward(const div_op& op, const dist_tensor<T>& dy,
-                                                       const dist_tensor<T>& a, const dist_tensor<T>& b,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> div_backward(const div_op& op, const tensor_on<T, D>& dy,
+                                                       const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                        device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::div, T>(op, dy, ctx, a, b);
+  auto g = detail::elementwise_backward<elementwise_kind::div, T, D>(op, dy, ctx, a, b);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// (dx, dbias) of y = bias_add(x, bias): dy, and dy summed over every dim but the last
 /// (partial over the mesh axes that split those dims).
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> bias_add_backward(const bias_add_op& op,
-                                                            const dist_tensor<T>& dy,
-                                                            const dist_tensor<T>& x,
-                                                            const dist_tensor<T>& bias,
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> bias_add_backward(const bias_add_op& op,
+                                                            const tensor_on<T, D>& dy,
+                                                            const tensor_on<T, D>& x,
+                                                            const tensor_on<T, D>& bias,
                                                             device_context<C>& ctx) {
-  auto g = detail::elementwise_backward<elementwise_kind::bias_add, T>(op, dy, ctx, x, bias);
+  auto g = detail::elementwise_backward<elementwise_kind::bias_add, T, D>(op, dy, ctx, x, bias);
   return {std::move(g[0]), std::move(g[1])};
 }
 /// dx of y = relu(x): dy where x > 0, else 0.
-template <class T, class C>
-dist_tensor<T> relu_backward(const relu_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> relu_backward(const relu_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                              device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::relu, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::relu, T, D>(op, dy, ctx, x)[0]);
 }
 /// dx of y = exp(x): dy e^x.
-template <class T, class C>
-dist_tensor<T> exp_backward(const exp_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> exp_backward(const exp_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                             device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::exp, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::exp, T, D>(op, dy, ctx, x)[0]);
 }
 /// dx of y = log(x): dy / x.
-template <class T, class C>
-dist_tensor<T> log_backward(const log_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> log_backward(const log_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                             device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::log, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::log, T, D>(op, dy, ctx, x)[0]);
 }
 /// dx of y = -x: -dy.
-template <class T, class C>
-dist_tensor<T> neg_backward(const neg_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+template <class T, class D, class C>
+tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                             device_context<C>& ctx) {
-  return std::move(detail::elementwise_backward<elementwise_kind::neg, T>(op, dy, ctx, x)[0]);
+  return std::move(detail::elementwise_backward<elementwise_kind::neg, T, D>(op, dy, ctx, x)[0]);
 }
 
 }  // namespace tessera::ops

@@ -1,6 +1,6 @@
-// Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product
-// (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
-// redistributed first, by the cheapest plan.
+// Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product (the
+// tensors' device's backend: BLAS on the host, cuBLAS on a GPU) and its backward.
+// Inputs in other layouts are redistributed first, by the cheapest plan.
 #pragma once
 
 #include <string>
@@ -9,7 +9,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
-#include <tessera/kernels/cpu/matmul.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/matmul_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -48,31 +48,32 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
 /// layouts if they are not in them; C comes back in the rule's output layout, with
 /// partial sums over the contraction axis when the strategy splits it (the next
 /// operator decides how they are resolved: a ReduceScatter when it wants C split).
-template <class T, class C>
-dist_tensor<T> matmul(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
-                      device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                       device_context<C>& ctx) {
   const matmul_layouts r = op.rule(ctx.size());
   const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
                                                  op.trans_b, op.st);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  return dist_tensor<T>(r.c, cs, ctx.rank(), kernels::cpu::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
+  using K = kernels::backend<D>;
+  return tensor_on<T, D>(r.c, cs, ctx.rank(), K::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
 }
 
 /// The gradients of C = op(A) op(B) given dC: dA in the rule's grad_a layout (A's, partial
 /// over the n axis) and dB in grad_b (B's, partial over the m axis). dC is first brought
 /// to C's layout without partial sums (the gradient of a sum reaches every partial term).
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> matmul_backward(const matmul_op& op, const dist_tensor<T>& dc,
-                                                          const dist_tensor<T>& a,
-                                                          const dist_tensor<T>& b,
-                                                          device_context<C>& ctx) {
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> matmul_backward(const matmul_op& op, const tensor_on<T, D>& dc,
+                                                            const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                                                            device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const matmul_layouts r = op.rule(ctx.size());
   const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
-          dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
-                         kernels::cpu::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
+  return {tensor_on<T, D>(r.grad_a, a.global_shape(), ctx.rank(),
+                          K::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
+          tensor_on<T, D>(r.grad_b, b.global_shape(), ctx.rank(),
+                          K::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
 }
 
 }  // namespace tessera::ops

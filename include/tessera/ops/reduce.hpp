@@ -1,10 +1,12 @@
 // Sharded reductions: ReduceSum, ReduceMean and ReduceMax over a list of dims, with
 // keep_dims, and their backward. The sharding rule is ops/reduce_rule.hpp, the local
-// math kernels/cpu/reduce.hpp. A split reduced dim leaves the output partial.
+// math the tensors' device's backend (kernels/backend.hpp). A split reduced dim leaves
+// the output partial.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/core/error.hpp>
@@ -12,7 +14,7 @@
 #include <tessera/core/reduce_op.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
-#include <tessera/kernels/cpu/reduce.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -61,29 +63,25 @@ inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
   return axes;
 }
 
-template <reduce_op How, class T, class C>
-dist_tensor<T> reduce_forward(const reduction_op<How>& op, const dist_tensor<T>& x,
-                              device_context<C>& ctx) {
+template <reduce_op How, class T, class D, class C>
+tensor_on<T, D> reduce_forward(const reduction_op<How>& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
   const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = reduced_axes(r, x.ndim());
-  dist_tensor<T> y(r.out, r.shape, ctx.rank());
   if constexpr (How == reduce_op::max) {
-    y.assign_local(kernels::cpu::reduce_max(lx->local(), axes, op.keep_dims));
+    return tensor_on<T, D>(r.out, r.shape, ctx.rank(), K::reduce_max(lx->local(), axes, op.keep_dims));
   } else {
-    xt::xarray<T> s = kernels::cpu::reduce_sum(lx->local(), axes, op.keep_dims);
-    if constexpr (How == reduce_op::mean) {
-      const T n = T(r.count);  // the global count: the partial terms add up to the mean
-      for (std::size_t i = 0; i < s.size(); ++i) s.data()[i] /= n;
-    }
-    y.assign_local(std::move(s));
+    auto s = K::reduce_sum(lx->local(), axes, op.keep_dims);
+    // The global count: the partial terms add up to the mean.
+    if constexpr (How == reduce_op::mean) K::scale(s, T(1) / T(r.count));
+    return tensor_on<T, D>(r.out, r.shape, ctx.rank(), std::move(s));
   }
-  return y;
 }
 
 // dy in the output's layout without partial sums, checked against the output's shape.
-template <class T, class C>
-laid_out<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_tensor<T>& dy,
+template <class T, class D, class C>
+laid_out<T, D> reduce_dy(std::string_view fn, const reduce_layouts& r, const tensor_on<T, D>& dy,
                          device_context<C>& ctx) {
   if (!(dy.global_shape() == r.shape))
     throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
@@ -91,60 +89,58 @@ laid_out<T> reduce_dy(std::string_view fn, const reduce_layouts& r, const dist_t
   return in_layout(dy, r.out.without_partial(), ctx);
 }
 
+// dy broadcast back over the reduced dims, times `scale`, in x's rule layout.
+template <class T, class D, class C>
+tensor_on<T, D> reduce_spread(std::string_view fn, const reduce_layouts& r, bool keep_dims,
+                              const tensor_on<T, D>& dy, const tensor_on<T, D>& x, T scale,
+                              device_context<C>& ctx) {
+  using K = kernels::backend<D>;
+  const auto ldy = reduce_dy(fn, r, dy, ctx);
+  auto g = K::reduce_sum_grad(ldy->local(), local_shape(r.in, x.global_shape()), reduced_axes(r, x.ndim()),
+                              keep_dims);
+  if (scale != T(1)) K::scale(g, scale);
+  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(), std::move(g));
+}
+
 }  // namespace detail
 
 /// The sum of x over op.dims on this rank's shard: the output keeps the kept dims'
 /// splits and is partial (sum) over the mesh axes of split reduced dims.
-template <class T, class C>
-dist_tensor<T> reduce_sum(const reduce_sum_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_sum(const reduce_sum_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reduce_forward(op, x, ctx);
 }
 
 /// The mean of x over op.dims: each rank divides its local sum by the global number of
 /// reduced elements, so the output's partial sums (as in reduce_sum) add up to the mean.
-template <class T, class C>
-dist_tensor<T> reduce_mean(const reduce_mean_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_mean(const reduce_mean_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reduce_forward(op, x, ctx);
 }
 
 /// The maximum of x over op.dims: the output is partial (max) over the mesh axes of
 /// split reduced dims.
-template <class T, class C>
-dist_tensor<T> reduce_max(const reduce_max_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_max(const reduce_max_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reduce_forward(op, x, ctx);
 }
 
 /// dx of y = reduce_sum(x): dy (any layout of y's shape; partial sums are resolved
 /// first) broadcast back, in x's rule layout.
-template <class T, class C>
-dist_tensor<T> reduce_sum_backward(const reduce_sum_op& op, const dist_tensor<T>& dy,
-                                   const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_sum_backward(const reduce_sum_op& op, const tensor_on<T, D>& dy,
+                                    const tensor_on<T, D>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const extents ls = local_shape(r.in, x.global_shape());
-  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
-  dx.assign_local(
-      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims));
-  return dx;
+  return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1), ctx);
 }
 
 /// dx of y = reduce_mean(x): dy broadcast back and divided by the GLOBAL number of
 /// reduced elements, in x's rule layout.
-template <class T, class C>
-dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<T>& dy,
-                                    const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_mean_backward(const reduce_mean_op& op, const tensor_on<T, D>& dy,
+                                     const tensor_on<T, D>& x, device_context<C>& ctx) {
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const extents ls = local_shape(r.in, x.global_shape());
-  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  xt::xarray<T> g =
-      kernels::cpu::reduce_sum_grad(ldy->local(), shard, detail::reduced_axes(r, x.ndim()), op.keep_dims);
-  const T scale = T(1) / T(r.count);  // as kernels::cpu::reduce_mean_grad, with the global count
-  for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = scale * g.data()[i];
-  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
-  dx.assign_local(std::move(g));
-  return dx;
+  return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1) / T(r.count), ctx);
 }
 
 /// dx of y = reduce_max(x), given dy and the forward output y (any layouts; y's
@@ -154,39 +150,25 @@ dist_tensor<T> reduce_mean_backward(const reduce_mean_op& op, const dist_tensor<
 /// whichever ranks they lie (the local tie counts are summed over the reduced dims'
 /// mesh axes), exactly as the single-process kernels::cpu::reduce_max_grad does. A NaN
 /// maximum gets no gradient (NaN equals nothing).
-template <class T, class C>
-dist_tensor<T> reduce_max_backward(const reduce_max_op& op, const dist_tensor<T>& dy,
-                                   const dist_tensor<T>& x, const dist_tensor<T>& y,
-                                   device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reduce_max_backward(const reduce_max_op& op, const tensor_on<T, D>& dy,
+                                    const tensor_on<T, D>& x, const tensor_on<T, D>& y,
+                                    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
   const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
   const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
   const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
-  namespace kd = kernels::cpu::detail;
-  const xt::xarray<T>& px = lx->local();
-  const kd::reduction red = kd::plan_reduction("reduce_max_backward", px.shape(), axes, op.keep_dims);
-  const T* vx = px.data();
-  const T* vy = ly->local().data();
   // Local tie counts, partial sums over the reduced dims' axes, then resolved.
   layout count_layout = r.out;
   count_layout.op = reduce_op::sum;
-  dist_tensor<T> ties(count_layout, r.shape, ctx.rank());
-  T* nt = ties.local().data();
-  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
-    if (vx[i] == vy[off[0]]) nt[off[0]] += T(1);
-  });
+  const tensor_on<T, D> ties(count_layout, r.shape, ctx.rank(),
+                             K::reduce_max_tie_counts(lx->local(), ly->local(), axes, op.keep_dims));
   const auto all_ties = in_layout(ties, r.out.without_partial(), ctx);
-  const T* n = all_ties->local().data();
-  const T* g = ldy->local().data();
-  auto dx_local = kd::empty_array<T>(px.shape());
-  T* o = dx_local.data();
-  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
-    o[i] = vx[i] == vy[off[0]] ? g[off[0]] / n[off[0]] : T(0);
-  });
-  dist_tensor<T> dx(r.in, x.global_shape(), ctx.rank());
-  dx.assign_local(std::move(dx_local));
-  return dx;
+  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(),
+                         K::reduce_max_spread(ldy->local(), lx->local(), ly->local(), all_ties->local(), axes,
+                                              op.keep_dims));
 }
 
 }  // namespace tessera::ops

@@ -1,9 +1,11 @@
-// dist_tensor: a global shape, a layout over a mesh, and this rank's shard in an
-// xtensor container. The layout (and optionally the shape) can be template
-// arguments, checked by the compiler, or run-time values, checked on construction.
+// dist_tensor: a global shape, a layout over a mesh, and this rank's shard on a
+// device (an xtensor container on the host, a device array on a GPU). The layout (and
+// optionally the shape) can be template arguments, checked by the compiler, or
+// run-time values, checked on construction.
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <type_traits>
@@ -15,6 +17,8 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/geometry.hpp>
 #include <tessera/core/layout.hpp>
+#include <tessera/tensor/device.hpp>
+#include <tessera/tensor/host_storage.hpp>
 
 namespace tessera {
 
@@ -26,9 +30,9 @@ inline constexpr dynamic_t dynamic{};
 
 namespace detail {
 template <auto L>
-inline constexpr bool is_static_layout = std::is_same_v<std::remove_cv_t<decltype(L)>, layout>;
+inline constexpr bool is_static_layout = std::is_same_v<std::remove_cvref_t<decltype(L)>, layout>;
 template <auto G>
-inline constexpr bool is_static_shape = std::is_same_v<std::remove_cv_t<decltype(G)>, extents>;
+inline constexpr bool is_static_shape = std::is_same_v<std::remove_cvref_t<decltype(G)>, extents>;
 /// A static shape none of whose extents is dynamic_extent.
 template <auto G>
 inline constexpr bool is_fully_static_shape = [] {
@@ -38,9 +42,9 @@ inline constexpr bool is_fully_static_shape = [] {
 
 template <auto L, auto G>
 constexpr bool check_static_arguments() {
-  static_assert(is_static_layout<L> || std::is_same_v<std::remove_cv_t<decltype(L)>, dynamic_t>,
+  static_assert(is_static_layout<L> || std::is_same_v<std::remove_cvref_t<decltype(L)>, dynamic_t>,
                 "dist_tensor: the layout argument must be a tessera::layout or tessera::dynamic");
-  static_assert(is_static_shape<G> || std::is_same_v<std::remove_cv_t<decltype(G)>, dynamic_t>,
+  static_assert(is_static_shape<G> || std::is_same_v<std::remove_cvref_t<decltype(G)>, dynamic_t>,
                 "dist_tensor: the shape argument must be a tessera::extents or tessera::dynamic");
   if constexpr (is_static_layout<L> && is_static_shape<G>) {
     return static_require<check(L, G)>();
@@ -74,15 +78,23 @@ void for_each_index(const extents& shape, F&& f) {
 /// - `dist_tensor<float, L>`: static layout, shape given at run time (its extents
 ///   are checked against L on construction).
 /// - `dist_tensor<float>`: layout and shape given at run time.
+/// - The fourth argument is the device of the shard: `cpu_device` (the default; an
+///   `xt::xarray<T>`) or `cuda_device` (a `cuda::device_array<T>`, with
+///   <tessera/cuda.hpp>). `tensor_on<float, cuda_device>` names the run-time form.
 ///
-/// The local shard is an `xt::xarray<T>` of shape local_shape(layout, global),
+/// The local shard (`storage<T, D>::array`) has shape local_shape(layout, global),
 /// row-major. For a partial layout it holds this rank's partial values.
-template <class T, auto L = dynamic, auto Global = dynamic>
+template <class T, auto L = dynamic, auto Global = dynamic, class D = cpu_device>
 class dist_tensor {
   static_assert(detail::check_static_arguments<L, Global>());
+  static_assert(device<D>, "dist_tensor: the device must be tessera::cpu_device or tessera::cuda_device");
 
  public:
   using value_type = T;
+  using device_type = D;
+  using storage_type = storage<T, D>;
+  /// The shard's type: xt::xarray<T> on the host.
+  using array_type = typename storage_type::array;
   static constexpr bool static_layout = detail::is_static_layout<L>;
   static constexpr bool static_shape = detail::is_static_shape<Global>;
 
@@ -113,15 +125,13 @@ class dist_tensor {
         throw error(fail(errc::negative_extent, d, -1, global.v[d]), "dist_tensor");
     if (rank < 0 || rank >= l.dev.size())
       throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
-    const extents ls = tessera::local_shape(l, global);
-    std::vector<std::size_t> shape(ls.v.begin(), ls.v.begin() + ls.ndim);
-    local_ = xt::xarray<T>::from_shape(shape);
-    local_.fill(T(0));
+    local_ = storage_type::empty(tessera::local_shape(l, global));
+    storage_type::fill(local_, T(0));
   }
 
   /// A tensor whose shard is `local` (its size must be the layout's shard size; it takes
   /// the shard's shape): adopts the buffer, no fill, no copy.
-  dist_tensor(const tessera::layout& l, const extents& global, int rank, xt::xarray<T>&& local)
+  dist_tensor(const tessera::layout& l, const extents& global, int rank, array_type&& local)
     requires(!static_layout)
       : layout_(store_layout(l)), global_(global), rank_(rank) {
     require(check(l, global), "dist_tensor");
@@ -134,7 +144,7 @@ class dist_tensor {
   /// shape become values (the shard is copied).
   template <auto L2, auto G2>
     requires(!static_layout && !static_shape && (detail::is_static_layout<L2> || detail::is_static_shape<G2>))
-  explicit dist_tensor(const dist_tensor<T, L2, G2>& other)
+  explicit dist_tensor(const dist_tensor<T, L2, G2, D>& other)
       : layout_(other.layout()), global_(other.global_shape()), rank_(other.rank()), local_(other.local()) {}
 
   /// The layout (a constant for a static layout).
@@ -156,15 +166,16 @@ class dist_tensor {
   extents local_shape() const { return tessera::local_shape(layout(), global_); }
   extents local_offset() const { return tessera::local_offset(layout(), global_, rank_); }
 
-  xt::xarray<T>& local() { return local_; }
-  const xt::xarray<T>& local() const { return local_; }
+  array_type& local() { return local_; }
+  const array_type& local() const { return local_; }
   std::span<T> data() { return {local_.data(), local_.size()}; }
   std::span<const T> data() const { return {local_.data(), local_.size()}; }
 
   /// Sets every local element to f(global index), index an array of max_tensor_ndim
   /// entries of which the first ndim() are used. For a partial layout the caller
-  /// decides what each rank's share is.
+  /// decides what each rank's share is. Host shards only.
   template <class F>
+    requires std::same_as<D, cpu_device>
   void fill_global(F&& f) {
     const extents off = local_offset();
     detail::for_each_index(local_shape(), [&](const auto& idx, index_t lin) {
@@ -176,13 +187,12 @@ class dist_tensor {
 
   /// Replaces the shard with `local`, whose size must match the layout's shard; it
   /// takes the shard's shape (row-major), whatever shape it had.
-  void assign_local(xt::xarray<T>&& local) {
+  void assign_local(array_type&& local) {
     const index_t need = tessera::local_size(layout(), global_);
     if (index_t(local.size()) != need)
       throw error(fail(errc::buffer_size, -1, -1, index_t(local.size()), need), "dist_tensor");
-    const extents ls = local_shape();
     local_ = std::move(local);
-    local_.reshape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
+    local_.reshape(detail::shape_vector(local_shape()));
   }
 
  private:
@@ -210,7 +220,12 @@ class dist_tensor {
   [[no_unique_address]] layout_storage layout_{};
   extents global_;
   int rank_ = 0;
-  xt::xarray<T> local_;
+  array_type local_;
 };
+
+/// A distributed tensor whose layout and shape are run-time values, on device D: the
+/// form operators take and return.
+template <class T, class D = cpu_device>
+using tensor_on = dist_tensor<T, dynamic, dynamic, D>;
 
 }  // namespace tessera

@@ -118,14 +118,30 @@ xt::xarray<T> extremum_grad(std::string_view fn, const xt::xarray<T>& dy, const 
   if (!same_shape(y.shape(), r.out_shape))
     throw error(std::string(fn) + ": y is " + shape_text(y) + ", expected " +
                 shape_text(r.out_shape) + ", the shape of dy");
+  return spread_to_ties(dy, x, y, count_ties(x, y, r), r);
+}
+
+/// How many elements of each reduced slice of x equal the slice's result y.
+template <class T>
+xt::xarray<T> count_ties(const xt::xarray<T>& x, const xt::xarray<T>& y, const reduction& r) {
   const T* px = x.data();
   const T* py = y.data();
-  const T* g = dy.data();
   auto ties = filled_array<T>(r.out_shape, T(0));
   T* nt = ties.data();
   strided_loop<1>(x.shape(), {&r.strides}, {0}, [&](std::size_t i, const auto& off) {
     if (px[i] == py[off[0]]) nt[off[0]] += T(1);
   });
+  return ties;
+}
+
+/// dx[i] = dy[r(i)] / ties[r(i)] where x[i] equals y[r(i)], else 0.
+template <class T>
+xt::xarray<T> spread_to_ties(const xt::xarray<T>& dy, const xt::xarray<T>& x, const xt::xarray<T>& y,
+                             const xt::xarray<T>& ties, const reduction& r) {
+  const T* px = x.data();
+  const T* py = y.data();
+  const T* g = dy.data();
+  const T* nt = ties.data();
   auto dx = empty_array<T>(x.shape());
   T* o = dx.data();
   strided_loop<1>(x.shape(), {&r.strides}, {0}, [&](std::size_t i, const auto& off) {
@@ -218,6 +234,30 @@ xt::xarray<T> reduce_min_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x,
                               const xt::xarray<T>& y, const std::vector<int>& axes = {},
                               bool keep_dims = false) {
   return detail::extremum_grad("reduce_min_grad", dy, x, y, axes, keep_dims);
+}
+
+// ---- the pieces of a sharded ReduceMax's gradient ------------------------------
+// When the reduced dims are split, a slice's ties lie on several ranks: each rank
+// counts its own (reduce_max_tie_counts), the counts are summed across the ranks
+// (ops/reduce.hpp), and each rank spreads dy over its ties with the global count.
+
+/// Per element of y (the GLOBAL maximum of each slice, keep_dims as in the forward),
+/// how many elements of this shard x equal it.
+template <class T>
+xt::xarray<T> reduce_max_tie_counts(const xt::xarray<T>& x, const xt::xarray<T>& y,
+                                    const std::vector<int>& axes, bool keep_dims) {
+  const auto r = detail::plan_reduction("reduce_max_backward", x.shape(), axes, keep_dims);
+  return detail::count_ties(x, y, r);
+}
+
+/// dx[i] = dy / ties of x[i]'s slice where x[i] equals the slice's maximum y, else 0;
+/// `ties` holds the global tie counts.
+template <class T>
+xt::xarray<T> reduce_max_spread(const xt::xarray<T>& dy, const xt::xarray<T>& x, const xt::xarray<T>& y,
+                                const xt::xarray<T>& ties, const std::vector<int>& axes,
+                                bool keep_dims) {
+  const auto r = detail::plan_reduction("reduce_max_backward", x.shape(), axes, keep_dims);
+  return detail::spread_to_ties(dy, x, y, ties, r);
 }
 
 }  // namespace tessera::kernels::cpu

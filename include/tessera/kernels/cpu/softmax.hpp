@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <xtensor/xarray.hpp>
@@ -249,6 +250,74 @@ cross_entropy_result<T> sparse_softmax_cross_entropy(const xt::xarray<T>& logits
     g[k] -= T(1);
   }
   return r;
+}
+
+// ---- the pieces of a sharded softmax cross entropy ------------------------------
+// With the class dim split, each rank holds a block of columns of every row. The
+// loss needs the GLOBAL row max and sums, so the op (ops/softmax.hpp) computes the
+// local pieces here and combines them across the class group between the calls:
+//   m   = ce_row_max(x)                   then all_reduce max
+//   s   = ce_row_terms(x, t, m)           then all_reduce sum: rows of
+//         [sum_j exp(x_j - m), sum_j t_j, sum_j t_j (m - x_j)]
+//   loss = ce_loss(s),  dx = ce_grad(dloss, x, t, m, s)
+
+/// The row max of x (rows, cols): (rows,).
+template <class T>
+xt::xarray<T> ce_row_max(const xt::xarray<T>& x) {
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  auto m = detail::filled_array<T>(detail::shape_type{rows}, -std::numeric_limits<T>::infinity());
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) m.data()[i] = std::max(m.data()[i], x.data()[i * cols + j]);
+  return m;
+}
+
+/// (3, rows): per row the sum of exp(x - m), the label mass sum t, and sum t (m - x).
+template <class T>
+xt::xarray<T> ce_row_terms(const xt::xarray<T>& x, const xt::xarray<T>& t, const xt::xarray<T>& m) {
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  auto s = detail::filled_array<T>(detail::shape_type{3, rows}, T(0));
+  T* sum = s.data();
+  T* mass = sum + rows;
+  T* term = mass + rows;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const T mi = m.data()[i];
+    for (std::size_t j = 0; j < cols; ++j) {
+      const T xv = x.data()[i * cols + j], tv = t.data()[i * cols + j];
+      sum[i] += std::exp(xv - mi);
+      mass[i] += tv;
+      term[i] += tv * (mi - xv);
+    }
+  }
+  return s;
+}
+
+/// The per-row loss from the global terms: sum t (m - x) + mass log(sum exp(x - m)).
+template <class T>
+xt::xarray<T> ce_loss(const xt::xarray<T>& s) {
+  const std::size_t rows = s.shape()[1];
+  auto loss = detail::empty_array<T>(detail::shape_type{rows});
+  const T* sum = s.data();
+  for (std::size_t i = 0; i < rows; ++i)
+    loss.data()[i] = sum[i] > T(0) ? sum[2 * rows + i] + sum[rows + i] * std::log(sum[i]) : T(0);
+  return loss;
+}
+
+/// dx = dloss (softmax(x) mass - t) on this rank's columns, from the global m and terms.
+template <class T>
+xt::xarray<T> ce_grad(const xt::xarray<T>& dloss, const xt::xarray<T>& x, const xt::xarray<T>& t,
+                      const xt::xarray<T>& m, const xt::xarray<T>& s) {
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  auto dx = detail::empty_array<T>(x.shape());
+  const T* sum = s.data();
+  for (std::size_t i = 0; i < rows; ++i) {
+    const T inv = sum[i] > T(0) ? T(1) / sum[i] : T(0);
+    const T g = dloss.data()[i], mi = m.data()[i], mass = sum[rows + i];
+    for (std::size_t j = 0; j < cols; ++j) {
+      const std::size_t k = i * cols + j;
+      dx.data()[k] = g * (std::exp(x.data()[k] - mi) * inv * mass - t.data()[k]);
+    }
+  }
+  return dx;
 }
 
 }  // namespace tessera::kernels::cpu

@@ -1,5 +1,6 @@
-// Local data movement for redistribution: copying a box between row-major arrays.
-// Every pack and unpack of the executor is one call of copy_box.
+// Copying a box between row-major arrays in host memory: every pack and unpack of the
+// redistribution executor on the host is one call. tensor/cuda_storage.cuh is its
+// device twin.
 #pragma once
 
 #include <algorithm>
