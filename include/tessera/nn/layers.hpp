@@ -130,7 +130,11 @@ class dense : public module<T> {
   void place(int device_num) override {
     op_ = matmul;
     if (op_.st.n == 0) op_.st = strategy{{device_num, 1}, {1, 1}};
-    rule_ = op_.rule(device_num);  // throws on a strategy that does not fit
+    try {
+      rule_ = op_.rule(device_num);
+    } catch (const error& e) {
+      throw error(std::string("dense: ") + e.what());
+    }
     const int m = op_.st.in[0].v[0], k = op_.st.in[0].v[1], n = op_.st.in[1].v[0];
     fused_ = k == 1;
     weight.set_target_layout(rule_.b);

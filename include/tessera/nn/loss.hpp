@@ -122,7 +122,7 @@ class cross_entropy_loss : public module<T> {
     if (labels.ndim() != 1 || labels.global_shape()[0] != gs[0])
       throw error("cross_entropy_loss: the labels are " + to_string(labels.global_shape()) + ", expected (" +
                   std::to_string(gs[0]) + ",) for logits " + to_string(gs));
-    if (!xv.layout().split[1].empty()) return class_split(logits, labels);
+    if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
 
     device_context<C>& ctx = t.ctx();
     const layout& xl = xv.layout();
