@@ -6,6 +6,7 @@
 // communication; with one (`shard`) the sharded operators of ops/ run it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 #include <tessera/autodiff/ops.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/format.hpp>
@@ -187,7 +189,7 @@ class dense : public module<T> {
                       const laid_out<T> lw2 = detail::placed_as(wv, r.b, c);
                       if (ib >= 0 && tp.requires_grad(ib))
                         tp.add_grad(ib, dist_tensor<T>(bgl, tp.value(ib).global_shape(), c.rank(),
-                                                       kernels::cpu::bias_add_grad_bias(dy->local())));
+                                                       column_sums(dy->local())));
                       if (tp.requires_grad(iw))
                         tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(),
                                                        kernels::cpu::matmul_grad_b(dy->local(), lx2->local(),
@@ -206,6 +208,17 @@ class dense : public module<T> {
       throw error("dense: in_channels and out_channels must be positive: got " + std::to_string(in) + " and " +
                   std::to_string(out));
     return which == 0 ? in : out;
+  }
+  // The sums of each column of a (rows, cols) array: the bias's gradient.
+  static xt::xarray<T> column_sums(const xt::xarray<T>& dy) {
+    const std::size_t cols = dy.shape()[1], rows = dy.shape()[0];
+    xt::xarray<T> out = xt::xarray<T>::from_shape(std::vector<std::size_t>{cols});
+    std::fill(out.data(), out.data() + cols, T(0));
+    const T* g = dy.data();
+    T* o = out.data();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) o[j] += g[r * cols + j];
+    return out;
   }
   static void add_rows(xt::xarray<T>& y, const xt::xarray<T>& b) {
     const std::size_t c = b.size();

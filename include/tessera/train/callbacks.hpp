@@ -127,11 +127,15 @@ inline std::string progress_line(std::int64_t step, std::int64_t steps, int epoc
   std::string s;
   if (steps > 0) {
     const int done = int(std::min<std::int64_t>(width, step * width / steps));
-    s += "[" + std::string(std::size_t(done), '=');
-    if (done < width) s += ">" + std::string(std::size_t(width - done - 1), ' ');
-    s += "] " + std::to_string(step) + "/" + std::to_string(steps);
+    s.push_back('[');
+    s.append(std::size_t(done), '=');
+    if (done < width) {
+      s.push_back('>');
+      s.append(std::size_t(width - done - 1), ' ');
+    }
+    s.append("] ").append(std::to_string(step)).append("/").append(std::to_string(steps));
   } else {
-    s += "step " + std::to_string(step);
+    s.append("step ").append(std::to_string(step));
   }
   char buf[128];
   std::snprintf(buf, sizeof buf, " epoch %d/%d loss %.5g %.0f samples/s", epoch, epochs, loss, samples_per_second);
