@@ -10,7 +10,9 @@
 #include <vector>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
+#include <tessera/optim/sgd.hpp>
 #include <tessera/train/grad.hpp>
+#include <tessera/train/grad_reducer.hpp>
 
 #include "train_test.hpp"
 
@@ -105,4 +107,28 @@ TEST_CASE("value_and_grad: has_aux, unused parameters and the order gradients be
                         [&](auto x2, const dist_tensor<std::int32_t>& y2) { return ce(net(x2), y2); },
                         std::vector<nn::parameter<float>*>{nullptr}, ctx),
                     "value_and_grad: parameter 0 is null");
+}
+
+TEST_CASE("value_and_grad: after the optimizer's step, the next step's gradients reuse the same storage") {
+  mpi_communicator world = mpi_communicator::world();
+  device_context<mpi_communicator> ctx(world);
+  mlp net;
+  net.build(ctx, 5);
+  nn::cross_entropy_loss<float> ce;
+  optim::sgd<float> opt(net.trainable_params(), 0.01f);
+  train::distributed_grad_reducer<float, mpi_communicator> reducer(opt.parameters(), ctx);
+  auto grad_fn = train::value_and_grad([&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); },
+                                       net.trainable_params(), ctx);
+  std::vector<const float*> before;
+  for (int step = 0; step < 3; ++step) {
+    const auto [x, y] = split_batch(batch(step, 8), ctx);
+    auto [loss, grads] = grad_fn(x, y);
+    grads = reducer(grads);
+    std::vector<const float*> now;
+    for (const auto& g : grads) now.push_back(g.data().data());
+    if (step > 0) CHECK(now == before);
+    before = now;
+    opt(grads);
+    CHECK(grads.empty());  // the storage went back to the parameters
+  }
 }

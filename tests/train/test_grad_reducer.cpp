@@ -73,6 +73,15 @@ TEST_CASE("distributed_grad_reducer: buckets in reverse order, by size and repli
     CHECK(b[1].params == std::vector<std::size_t>{2, 1});     // 272
     CHECK(b[2].params == std::vector<std::size_t>{0});
   }
+  {
+    // seq.2.weight (256 floats) is reduced alone and closes the bucket before it.
+    reducer_t r(params, ctx, {.mean = true, .bucket_bytes = 1 << 20, .alone_bytes = 256 * sizeof(float)});
+    const auto b = r.buckets();
+    REQUIRE(b.size() == 3);
+    CHECK(b[0].params == std::vector<std::size_t>{5, 4, 3});
+    CHECK(b[1].params == std::vector<std::size_t>{2});
+    CHECK(b[2].params == std::vector<std::size_t>{1, 0});
+  }
 }
 
 TEST_CASE("distributed_grad_reducer: reductions start during the backward pass") {

@@ -179,21 +179,25 @@ class dense : public module<T> {
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
     dist_tensor<T> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
     return t.record(std::move(out),
-                    [r = rule_, bl = bias_layout_, bgl = bias_grad_layout_, ix = x.id, iw = w.id,
-                     ib = b ? b->id : -1](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                    [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
+                     wp = &weight, bp = &bias](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
                       device_context<C>& c = tp.ctx();
                       const laid_out<T> dy = detail::placed_as(g, r.c.without_partial(), c);
                       const dist_tensor<T>& xv2 = tp.value(ix);
                       const dist_tensor<T>& wv = tp.value(iw);
                       const laid_out<T> lx2 = detail::placed_as(xv2, r.a, c);
                       const laid_out<T> lw2 = detail::placed_as(wv, r.b, c);
-                      if (ib >= 0 && tp.requires_grad(ib))
-                        tp.add_grad(ib, dist_tensor<T>(bgl, tp.value(ib).global_shape(), c.rank(),
-                                                       column_sums(dy->local())));
-                      if (tp.requires_grad(iw))
-                        tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(),
-                                                       kernels::cpu::matmul_grad_b(dy->local(), lx2->local(),
-                                                                                   lw2->local(), false, true)));
+                      if (ib >= 0 && tp.requires_grad(ib)) {
+                        xt::xarray<T> db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                        column_sums(dy->local(), db);
+                        tp.add_grad(ib, dist_tensor<T>(bgl, bp->shape(), c.rank(), std::move(db)));
+                      }
+                      if (tp.requires_grad(iw)) {
+                        // dW (out, in) = dy^T x, written over the last step's storage.
+                        xt::xarray<T> dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                        kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                        tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                      }
                       if (tp.requires_grad(ix))
                         tp.add_grad(ix, dist_tensor<T>(r.grad_a, xv2.global_shape(), c.rank(),
                                                        kernels::cpu::matmul_grad_a(dy->local(), lx2->local(),
@@ -209,16 +213,14 @@ class dense : public module<T> {
                   std::to_string(out));
     return which == 0 ? in : out;
   }
-  // The sums of each column of a (rows, cols) array: the bias's gradient.
-  static xt::xarray<T> column_sums(const xt::xarray<T>& dy) {
+  // out = the sums of each column of a (rows, cols) array: the bias's gradient.
+  static void column_sums(const xt::xarray<T>& dy, xt::xarray<T>& out) {
     const std::size_t cols = dy.shape()[1], rows = dy.shape()[0];
-    xt::xarray<T> out = xt::xarray<T>::from_shape(std::vector<std::size_t>{cols});
-    std::fill(out.data(), out.data() + cols, T(0));
-    const T* g = dy.data();
     T* o = out.data();
+    std::fill(o, o + cols, T(0));
+    const T* g = dy.data();
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t j = 0; j < cols; ++j) o[j] += g[r * cols + j];
-    return out;
   }
   static void add_rows(xt::xarray<T>& y, const xt::xarray<T>& b) {
     const std::size_t c = b.size();

@@ -132,6 +132,26 @@ class parameter {
   grad_listener<T>* listener() const { return listener_; }
   void set_listener(grad_listener<T>* l) { listener_ = l; }
 
+  /// Storage for this parameter's next gradient shard, of shape `local_shape`: the
+  /// last one given back (recycle_grad_storage) when it has that size, else new. A
+  /// step then writes its gradient where the last step's was, instead of in fresh
+  /// memory (which the system must map and zero page by page).
+  xt::xarray<T> take_grad_storage(const extents& local_shape) {
+    const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
+    if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+      xt::xarray<T> a = std::move(*spare_);
+      spare_.reset();
+      a.reshape(shape);
+      return a;
+    }
+    return xt::xarray<T>::from_shape(shape);
+  }
+  /// Gives a used gradient shard's storage back for the next step (the optimizer does
+  /// after its update).
+  void recycle_grad_storage(xt::xarray<T>&& a) {
+    if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+  }
+
  private:
   [[noreturn]] void not_built() const {
     throw error("parameter '" + name_ + "': not built yet: call build(ctx) on the network first");
@@ -151,6 +171,7 @@ class parameter {
   std::optional<tessera::layout> target_;
   binding bind_;
   grad_listener<T>* listener_ = nullptr;
+  std::optional<xt::xarray<T>> spare_;
 };
 
 template <class T>

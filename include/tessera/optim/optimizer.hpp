@@ -79,6 +79,14 @@ class optimizer {
   /// parameter (10, 512) [-, -]: reduce gradients over the data-parallel ranks first
   /// (train::distributed_grad_reducer)".
   void operator()(const std::vector<dist_tensor<T>>& grads) { step(grads); }
+  /// The same step, then each gradient's storage goes back to its parameter, where the
+  /// next step's gradient is written (no fresh memory each step): `grads` is left empty.
+  void operator()(std::vector<dist_tensor<T>>& grads) {
+    step(grads);
+    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(std::move(grads[i].local()));
+    grads.clear();
+  }
+  void operator()(std::vector<dist_tensor<T>>&& grads) { (*this)(grads); }
   void step(const std::vector<dist_tensor<T>>& grads) {
     if (grads.size() != params_.size())
       throw error(name_ + ": " + std::to_string(grads.size()) + " gradients for " +

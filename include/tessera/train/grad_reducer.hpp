@@ -72,8 +72,8 @@ void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_c
 ///
 /// How: parameters are assigned to buckets in reverse order (the order the backward
 /// pass finishes their gradients), a bucket holding at most `bucket_bytes` of
-/// gradients unless one gradient alone is larger, and only parameters whose replicas
-/// live on the same ranks. The reducer registers itself with its parameters; a
+/// gradients, and only parameters whose replicas live on the same ranks; a gradient of
+/// `alone_bytes` or more gets a bucket of its own. The reducer registers itself with its parameters; a
 /// training step (train::value_and_grad) hands it each gradient as soon as it is
 /// final, and it copies small ones into their bucket's buffer and starts the bucket's
 /// iall_reduce when the bucket is complete (a bucket of one gradient is reduced in
@@ -95,6 +95,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     bool mean = true;
     /// Largest bucket, in bytes (PyTorch DDP's bucket_cap_mb, 25 MiB).
     std::size_t bucket_bytes = std::size_t(25) << 20;
+    /// A gradient of at least this many bytes is reduced alone, in place: packing it
+    /// would copy it twice and save no latency worth the copies.
+    std::size_t alone_bytes = std::size_t(1) << 20;
     /// Broadcast every parameter from rank 0 on construction (MindSpore's
     /// parameter_broadcast); the parameters must be built.
     bool parameter_broadcast = false;
@@ -239,6 +242,11 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
       const std::size_t n = std::size_t(p.data().data().size());
       auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
+      const bool alone = n * sizeof(T) >= opt_.alone_bytes;
+      if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
+        open.erase(it);
+        it = open.end();
+      }
       if (it == open.end() || (buckets_[it->second].elements + n) * sizeof(T) > opt_.bucket_bytes) {
         bucket b;
         b.group_size = int(ranks.size());
@@ -253,6 +261,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       state_[k].offset = b.elements;
       b.members.push_back(k);
       b.elements += n;
+      if (alone) open.erase(it);  // nothing joins it
     }
     for (bucket& b : buckets_)
       if (b.members.size() > 1) b.buffer.assign(b.elements, T(0));

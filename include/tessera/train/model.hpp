@@ -78,6 +78,70 @@ std::int64_t batches_per_epoch(const D& ds) {
   else return -1;
 }
 
+// The ranks agree that each has a batch of the same size, or that all are done.
+// Throws on every rank otherwise (a rank with fewer batches would leave the others
+// waiting in a collective).
+template <class C>
+bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
+  std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
+  // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
+  ctx.world().all_reduce(std::span<std::int64_t>(v), reduce_op::max);
+  const bool any = v[2] == 1, all = v[3] == -1;
+  if (!any) return false;
+  if (!all)
+    throw error(std::string(who) + ": the ranks ran out of batches at different steps (shard the dataset into "
+                                   "equal parts and batch with drop_remainder)");
+  if (v[0] != -v[1])
+    throw error(std::string(who) + ": the ranks' batches differ in size: " + std::to_string(-v[1]) + " to " +
+                std::to_string(v[0]) + " rows (batch with drop_remainder)");
+  return true;
+}
+
+// This rank's rows as shards of the global batch, split over every rank.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+  const int p = ctx.size();
+  const index_t rows = index_t(b.inputs.shape()[0]);
+  if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
+    extents ls;
+    ls.ndim = int(b.labels.dimension());
+    for (int d = 0; d < ls.ndim; ++d) ls.v[d] = index_t(b.labels.shape()[std::size_t(d)]);
+    throw error("model: a batch has " + std::to_string(rows) + " inputs and labels of shape " + to_string(ls));
+  }
+  extents xs;
+  xs.ndim = int(b.inputs.dimension());
+  for (int d = 0; d < xs.ndim; ++d) xs.v[d] = index_t(b.inputs.shape()[std::size_t(d)]);
+  xs.v[0] = rows * p;
+  layout xl = layout::replicated(mesh{p}, xs.ndim);
+  xl.split[0] = axis_list{0};
+  dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
+  return {std::move(x), std::move(y)};
+}
+
+// Rows whose largest logit is at the label, counted once over the ranks that share
+// them (the ranks of a row's replicas are told apart by their coordinates).
+template <class T, class C>
+double count_correct(const dist_tensor<T>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+  const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
+  const laid_out<T> lx = nn::detail::placed_as(logits, rows, ctx);
+  const laid_out<std::int32_t> ly = nn::detail::placed_as(labels, layout(rows.dev, {rows.split[0]}), ctx);
+  // Count only on the first replica of each row block.
+  const mesh_coords c = rows.dev.coords(ctx.rank());
+  for (int a = 0; a < rows.dev.ndim; ++a)
+    if (!rows.split[0].contains(a) && c[a] != 0) return 0;
+  const auto& x = lx->local();
+  const std::size_t n = x.shape()[0], k = x.shape()[1];
+  double correct = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t best = 0;
+    for (std::size_t j = 1; j < k; ++j)
+      if (x.data()[i * k + j] > x.data()[i * k + best]) best = j;
+    correct += std::int32_t(best) == ly->local().data()[i] ? 1 : 0;
+  }
+  return correct;
+}
+
 }  // namespace detail
 
 /// The results of Model::eval over a dataset: MindSpore's metrics {"accuracy", "loss"}.
@@ -86,6 +150,45 @@ struct eval_result {
   double loss = 0;           ///< the loss averaged over the batches
   std::int64_t samples = 0;  ///< samples seen, over all ranks
 };
+
+/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
+/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
+/// rows: each sample counted once. Collective. The dataset is read as Model::train
+/// reads it.
+template <class Net, class Loss, class Dataset, class C>
+eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
+  using T = typename Net::value_type;
+  const bool was_training = net.training();
+  net.set_train(false);
+  double correct = 0, loss_sum = 0;
+  std::int64_t samples = 0, batches = 0;
+  auto&& pass = detail::epoch_of(dataset, 0);
+  auto it = pass.begin();
+  auto end = pass.end();
+  while (true) {
+    const bool have = !(it == end);
+    std::optional<local_batch<T>> b;
+    if (have) b = to_local_batch(detail::tag<T>{}, *it);
+    if (!detail::agree_on_batch(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
+    const auto [x, y] = detail::to_tensors(*b, ctx);
+    autodiff::tape<T, C> t(ctx);
+    const auto logits = net(t.leaf_view(x, false));
+    const auto loss = loss_fn(logits, y);
+    loss_sum += double(scalar(loss.value(), ctx));
+    correct += detail::count_correct(logits.value(), y, ctx);
+    samples += x.global_shape()[0];
+    ++batches;
+    ++it;
+  }
+  net.set_train(was_training);
+  std::vector<double> c{correct};
+  ctx.world().all_reduce(std::span<double>(c), reduce_op::sum);
+  eval_result r;
+  r.samples = samples;
+  r.accuracy = samples ? c[0] / double(samples) : 0.0;
+  r.loss = batches ? loss_sum / double(batches) : 0.0;
+  return r;
+}
 
 /// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a classifier.
 ///
@@ -144,8 +247,8 @@ class model {
         const bool have = !(it == end);
         std::optional<local_batch<T>> b;
         if (have) b = to_local_batch(detail::tag<T>{}, *it);
-        if (!agree_on_batch(b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train")) break;
-        const auto [x, y] = to_tensors(*b);
+        if (!detail::agree_on_batch(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train")) break;
+        const auto [x, y] = detail::to_tensors(*b, *ctx_);
         rc.batch_samples = x.global_shape()[0];
         for (auto* cb : callbacks) cb->on_step_begin(rc);
         const auto t0 = std::chrono::steady_clock::now();
@@ -165,41 +268,11 @@ class model {
     for (auto* cb : callbacks) cb->on_train_end(rc);
   }
 
-  /// The accuracy and mean loss of the network over `dataset` (evaluation mode: no
-  /// dropout, no gradients), over every rank's rows.
+  /// The accuracy and mean loss of the network over `dataset` (train::evaluate).
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    prepare();
-    const bool was_training = net_->training();
-    net_->set_train(false);
-    double correct = 0, loss_sum = 0;
-    std::int64_t samples = 0, batches = 0;
-    auto&& pass = detail::epoch_of(dataset, 0);
-    auto it = pass.begin();
-    auto end = pass.end();
-    while (true) {
-      const bool have = !(it == end);
-      std::optional<local_batch<T>> b;
-      if (have) b = to_local_batch(detail::tag<T>{}, *it);
-      if (!agree_on_batch(b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.eval")) break;
-      const auto [x, y] = to_tensors(*b);
-      autodiff::tape<T, C> t(*ctx_);
-      const auto logits = (*net_)(t.leaf_view(x, false));
-      const auto loss = (*loss_)(logits, y);
-      loss_sum += double(scalar(loss.value(), *ctx_));
-      correct += count_correct(logits.value(), y);
-      samples += x.global_shape()[0];
-      ++batches;
-      ++it;
-    }
-    net_->set_train(was_training);
-    std::vector<double> c{correct};
-    ctx_->world().all_reduce(std::span<double>(c), reduce_op::sum);
-    eval_result r;
-    r.samples = samples;
-    r.accuracy = samples ? c[0] / double(samples) : 0.0;
-    r.loss = batches ? loss_sum / double(batches) : 0.0;
-    return r;
+    if (!net_->built()) net_->build(*ctx_);
+    return evaluate(*net_, *loss_, dataset, *ctx_);
   }
 
   /// The gradient reducer (made at the first train or eval).
@@ -211,69 +284,9 @@ class model {
     if (!reducer_)
       reducer_ = std::make_unique<distributed_grad_reducer<T, C>>(
           opt_->parameters(), *ctx_,
-          typename distributed_grad_reducer<T, C>::options{opt_config_.gradients_mean, opt_config_.bucket_bytes,
-                                                            opt_config_.parameter_broadcast});
-  }
-
-  // The ranks agree that each has a batch of the same size, or that all are done.
-  // Throws on every rank otherwise (a rank with fewer batches would leave the others
-  // waiting in a collective).
-  bool agree_on_batch(std::int64_t rows, bool have, const char* who) {
-    std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
-    // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
-    ctx_->world().all_reduce(std::span<std::int64_t>(v), reduce_op::max);
-    const bool any = v[2] == 1, all = v[3] == -1;
-    if (!any) return false;
-    if (!all)
-      throw error(std::string(who) + ": the ranks ran out of batches at different steps (shard the dataset into "
-                                     "equal parts and batch with drop_remainder)");
-    if (v[0] != -v[1])
-      throw error(std::string(who) + ": the ranks' batches differ in size: " + std::to_string(-v[1]) + " to " +
-                  std::to_string(v[0]) + " rows (batch with drop_remainder)");
-    return true;
-  }
-
-  // This rank's rows as shards of the global batch, split over every rank.
-  std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b) {
-    const int p = ctx_->size();
-    const index_t rows = index_t(b.inputs.shape()[0]);
-    if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
-      extents ls;
-      ls.ndim = int(b.labels.dimension());
-      for (int d = 0; d < ls.ndim; ++d) ls.v[d] = index_t(b.labels.shape()[std::size_t(d)]);
-      throw error("model: a batch has " + std::to_string(rows) + " inputs and labels of shape " + to_string(ls));
-    }
-    extents xs;
-    xs.ndim = int(b.inputs.dimension());
-    for (int d = 0; d < xs.ndim; ++d) xs.v[d] = index_t(b.inputs.shape()[std::size_t(d)]);
-    xs.v[0] = rows * p;
-    layout xl = layout::replicated(mesh{p}, xs.ndim);
-    xl.split[0] = axis_list{0};
-    dist_tensor<T> x(xl, xs, ctx_->rank(), std::move(b.inputs));
-    dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx_->rank(), std::move(b.labels));
-    return {std::move(x), std::move(y)};
-  }
-
-  // Rows whose largest logit is at the label, counted once over the ranks that share
-  // them (the ranks of a row's replicas are told apart by their coordinates).
-  double count_correct(const dist_tensor<T>& logits, const dist_tensor<std::int32_t>& labels) {
-    const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
-    const laid_out<T> lx = nn::detail::placed_as(logits, rows, *ctx_);
-    const laid_out<std::int32_t> ly = nn::detail::placed_as(labels, layout(rows.dev, {rows.split[0]}), *ctx_);
-    // Count only on the first replica of each row block.
-    const mesh_coords c = rows.dev.coords(ctx_->rank());
-    for (int a = 0; a < rows.dev.ndim; ++a)
-      if (!rows.split[0].contains(a) && c[a] != 0) return 0;
-    const auto& x = lx->local();
-    const std::size_t n = x.shape()[0], k = x.shape()[1];
-    double correct = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::size_t best = 0;
-      for (std::size_t j = 1; j < k; ++j)
-        if (x.data()[i * k + j] > x.data()[i * k + best]) best = j;
-      correct += std::int32_t(best) == ly->local().data()[i] ? 1 : 0;
-    }
-    return correct;
+          typename distributed_grad_reducer<T, C>::options{.mean = opt_config_.gradients_mean,
+                                                            .bucket_bytes = opt_config_.bucket_bytes,
+                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
   }
 
   Net* net_;
