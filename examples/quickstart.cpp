@@ -68,7 +68,7 @@ struct strategies {
 // Trains the network on the ranks of `world` with a global batch of `global_batch`
 // samples; returns the loss of every step.
 template <class C>
-std::vector<float> train(C& world, index_t global_batch, bool print) {
+std::vector<float> train_network(C& world, index_t global_batch, bool print) {
   device_context<C> ctx(world);
   const int p = world.size(), me = world.rank();
   const strategies s = strategies::on(p);
@@ -143,19 +143,19 @@ int main(int argc, char** argv) {
   }
   if (stand_alone) {
     local_communicator one;
-    train(one, per_rank_batch * 8, true);  // the seed's global batch: 8 ranks x 2 samples
+    train_network(one, per_rank_batch * 8, true);  // the seed's global batch: 8 ranks x 2 samples
     return 0;
   }
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
     const index_t global_batch = per_rank_batch * world.size();
-    const std::vector<float> losses = train(world, global_batch, true);
+    const std::vector<float> losses = train_network(world, global_batch, true);
     if (losses.back() >= losses.front())
       throw error("quickstart: the loss did not fall: " + std::to_string(losses.front()) + " -> " +
                   std::to_string(losses.back()));
     if (!verify) return;
     // The oracle: the same training on one rank (this process alone) gives the same losses.
     local_communicator one;
-    const std::vector<float> alone = train(one, global_batch, false);
+    const std::vector<float> alone = train_network(one, global_batch, false);
     double worst = 0;
     for (std::size_t i = 0; i < losses.size(); ++i)
       worst = std::max(worst, std::abs(double(losses[i]) - alone[i]) / std::abs(double(alone[i])));

@@ -56,6 +56,21 @@
 #include <tessera/ops/softmax.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
+
+// nn/, optim/ and train/: modules, losses, optimizers, the gradient reducer, Model
+#include <tessera/kernels/cpu/optim.hpp>
+#include <tessera/nn/init.hpp>
+#include <tessera/nn/module.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/nn/loss.hpp>
+#include <tessera/optim/optimizer.hpp>
+#include <tessera/optim/sgd.hpp>
+#include <tessera/optim/momentum.hpp>
+#include <tessera/optim/adam.hpp>
+#include <tessera/train/grad.hpp>
+#include <tessera/train/grad_reducer.hpp>
+#include <tessera/train/callbacks.hpp>
+#include <tessera/train/model.hpp>
 #endif
 #endif
 

@@ -5941,6 +5941,8 @@ tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& o
 // layout, which resolves what is still partial: for a data-parallel parameter, that
 // is the all-reduce over the data-parallel ranks.
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -5968,15 +5970,30 @@ class tape {
   /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
   using backward_fn = std::function<void(tape&, const tensor& grad)>;
 
-  explicit tape(device_context<C>& ctx) : ctx_(&ctx) {}
+  /// Called during backward() once for each leaf that requires a gradient, with its id,
+  /// when the pass reaches it: every node that could still add to its gradient has run.
+  using leaf_hook = std::function<void(int id)>;
+
+  explicit tape(device_context<C>& ctx) : ctx_(&ctx), serial_(next_serial()) {}
   tape(const tape&) = delete;
   tape& operator=(const tape&) = delete;
 
   device_context<C>& ctx() { return *ctx_; }
+  /// A number no other tape of this process has had: tells tapes apart even when one
+  /// is made where another was destroyed.
+  std::uint64_t serial() const { return serial_; }
+  /// The number of values recorded so far.
+  int size() const { return int(nodes_.size()); }
 
   /// A value with no inputs: a parameter (requires_grad) or data.
   var<T, C, D> leaf(tensor value, bool requires_grad = true) {
     nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
+    return {this, int(nodes_.size()) - 1};
+  }
+  /// A leaf that refers to `value` instead of copying it (a parameter): `value` must
+  /// outlive the tape and stay unchanged while the tape is used.
+  var<T, C, D> leaf_view(const tensor& value, bool requires_grad = true) {
+    nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
@@ -5984,17 +6001,38 @@ class tape {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
     return {this, int(nodes_.size()) - 1};
   }
+  /// As above; with requires_grad false (no input needs a gradient) the backward
+  /// function never runs.
+  var<T, C, D> record(tensor value, backward_fn backward, bool requires_grad) {
+    nodes_.push_back(node{std::move(value), std::move(backward), {}, requires_grad});
+    return {this, int(nodes_.size()) - 1};
+  }
 
-  const tensor& value(int id) const { return at(id).value; }
+  const tensor& value(int id) const { return at(id).val(); }
+  /// Whether gradients flow to node `id`: a leaf made with requires_grad, or an
+  /// operator's output recorded as needing one.
+  bool requires_grad(int id) const { return at(id).requires_grad; }
+
+  /// Sets the function backward() calls as each leaf's gradient becomes final.
+  void set_leaf_hook(leaf_hook hook) { leaf_hook_ = std::move(hook); }
+
+  /// Moves out the gradient accumulated for node `id`, in the layout it was accumulated
+  /// in (possibly partial); nullopt if nothing reached it.
+  std::optional<tensor> take_grad(int id) {
+    node& n = at(id);
+    std::optional<tensor> g = std::move(n.grad);
+    n.grad.reset();
+    return g;
+  }
 
   /// Adds `g` to the gradient of node `id`. The first gradient's layout is kept; later
   /// ones are redistributed to it (partial layouts included) and added shard by shard.
   void add_grad(int id, tensor g) {
     node& n = at(id);
     if (!n.requires_grad) return;
-    if (!(g.global_shape() == n.value.global_shape()))
+    if (!(g.global_shape() == n.val().global_shape()))
       throw error("autodiff: a gradient of shape " + to_string(g.global_shape()) +
-                  " for a value of shape " + to_string(n.value.global_shape()));
+                  " for a value of shape " + to_string(n.val().global_shape()));
     if (!n.grad) {
       n.grad = std::move(g);
       return;
@@ -6016,6 +6054,8 @@ class tape {
       if (n.grad && n.backward) {
         const tensor g = *n.grad;  // the backward may add to earlier nodes only
         n.backward(*this, g);
+      } else if (!n.backward && n.requires_grad && leaf_hook_) {
+        leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
       }
     }
   }
@@ -6024,20 +6064,23 @@ class tape {
   /// reached it.
   tensor grad(var<T, C, D> v) {
     node& n = at(v.id);
+    const tensor& value = n.val();
     if (!n.grad) {
-      tensor z(n.value.layout(), n.value.global_shape(), n.value.rank());
+      tensor z(value.layout(), value.global_shape(), value.rank());
       return z;
     }
-    if (n.grad->layout() == n.value.layout()) return *n.grad;
-    return redistribute(*n.grad, n.value.layout(), *ctx_);
+    if (n.grad->layout() == value.layout()) return *n.grad;
+    return redistribute(*n.grad, value.layout(), *ctx_);
   }
 
  private:
   struct node {
-    tensor value;
+    std::optional<tensor> value;
     backward_fn backward;
     std::optional<tensor> grad;
     bool requires_grad = true;
+    const tensor* view = nullptr;  // leaf_view: the value lives there
+    const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {
     if (id < 0 || id >= int(nodes_.size()))
@@ -6046,8 +6089,15 @@ class tape {
   }
   const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
 
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+
   device_context<C>* ctx_;
+  std::uint64_t serial_;
   std::vector<node> nodes_;
+  leaf_hook leaf_hook_;
 };
 
 /// Runs f on the tape with `params` as leaves, then the backward pass from the scalar
@@ -6160,6 +6210,2694 @@ var<T, C, D> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<
 }
 
 }  // namespace tessera::autodiff
+
+// nn/, optim/ and train/: modules, losses, optimizers, the gradient reducer, Model
+// ---- tessera/kernels/cpu/optim.hpp ----
+// The optimizers' updates as fused per-element kernels: one pass over a parameter's
+// shard, its gradient and its state (spans of equal length), no temporaries. Each
+// states its formula; the CUDA kernels mirror these signatures.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+[[noreturn, gnu::cold]] inline void optim_size_fail(const char* fn, const char* name, std::size_t n,
+                                                    std::size_t want) {
+  throw error(std::string(fn) + ": " + name + " has " + std::to_string(n) + " elements, the parameter " +
+              std::to_string(want));
+}
+template <class S>
+inline void optim_check(const char* fn, const char* name, const S& s, std::size_t want) {
+  if (s.size() != want) [[unlikely]]
+    optim_size_fail(fn, name, s.size(), want);
+}
+}  // namespace detail
+
+/// Plain gradient descent with L2 weight decay:
+///   p -= lr * (g + weight_decay * p)
+template <class T>
+void sgd_update(std::span<T> p, std::span<const T> g, T lr, T weight_decay = T(0)) {
+  detail::optim_check("sgd_update", "the gradient", g, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  if (weight_decay == T(0))
+    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * pg[i];
+  else
+    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * (pg[i] + weight_decay * pp[i]);
+}
+
+/// SGD with momentum, PyTorch's torch.optim.SGD (and MindSpore's nn.SGD):
+///   d = g + weight_decay * p
+///   buf = first_step ? d : momentum * buf + (1 - dampening) * d
+///   p -= lr * (nesterov ? d + momentum * buf : buf)
+template <class T>
+void sgd_momentum_update(std::span<T> p, std::span<const T> g, std::span<T> buf, T lr, T momentum,
+                         T dampening, T weight_decay, bool nesterov, bool first_step) {
+  detail::optim_check("sgd_momentum_update", "the gradient", g, p.size());
+  detail::optim_check("sgd_momentum_update", "the momentum buffer", buf, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pb = buf.data();
+  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
+  for (std::size_t i = 0; i < n; ++i) {
+    const T d = pg[i] + weight_decay * pp[i];
+    const T b = keep * pb[i] + take * d;
+    pb[i] = b;
+    pp[i] -= lr * (nesterov ? d + momentum * b : b);
+  }
+}
+
+/// MindSpore's nn.Momentum (ApplyMomentum):
+///   d = g + weight_decay * p
+///   accum = momentum * accum + d
+///   p -= lr * (nesterov ? d + momentum * accum : accum)
+/// (accum starts at zero, so the first step moves by lr * d, as PyTorch's SGD does.)
+template <class T>
+void momentum_update(std::span<T> p, std::span<const T> g, std::span<T> accum, T lr, T momentum,
+                     T weight_decay = T(0), bool nesterov = false) {
+  detail::optim_check("momentum_update", "the gradient", g, p.size());
+  detail::optim_check("momentum_update", "the accumulator", accum, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pa = accum.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const T d = pg[i] + weight_decay * pp[i];
+    const T a = momentum * pa[i] + d;
+    pa[i] = a;
+    pp[i] -= lr * (nesterov ? d + momentum * a : a);
+  }
+}
+
+/// Adam (PyTorch's torch.optim.Adam) and, with `decoupled`, AdamW (torch.optim.AdamW),
+/// at step t = 1, 2, ...:
+///   Adam:  d = g + weight_decay * p          AdamW: p *= 1 - lr * weight_decay; d = g
+///   m = beta1 * m + (1 - beta1) * d
+///   v = beta2 * v + (1 - beta2) * d^2
+///   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+template <class T>
+void adam_update(std::span<T> p, std::span<const T> g, std::span<T> m, std::span<T> v, T lr, T beta1, T beta2,
+                 T eps, T weight_decay, bool decoupled, std::int64_t t) {
+  detail::optim_check("adam_update", "the gradient", g, p.size());
+  detail::optim_check("adam_update", "the first moment", m, p.size());
+  detail::optim_check("adam_update", "the second moment", v, p.size());
+  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
+  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
+  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+  const T step = lr / bc1;
+  const T inv_bc2 = T(1) / bc2_sqrt;
+  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
+  const T l2 = decoupled ? T(0) : weight_decay;
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pm = m.data();
+  T* __restrict pv = v.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const T x = pp[i] * shrink;
+    const T d = pg[i] + l2 * x;
+    const T mi = beta1 * pm[i] + (T(1) - beta1) * d;
+    const T vi = beta2 * pv[i] + (T(1) - beta2) * d * d;
+    pm[i] = mi;
+    pv[i] = vi;
+    pp[i] = x - step * mi / (std::sqrt(vi) * inv_bc2 + eps);
+  }
+}
+
+/// x *= a.
+template <class T>
+void scale(std::span<T> x, T a) {
+  for (T& v : x) v *= a;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/nn/init.hpp ----
+// Parameter initializers (MindSpore's mindspore.common.initializer) drawn from a
+// counter-based generator: the value at each global index depends only on the seed,
+// the parameter's name and the index, so every rank computes its own shard and the
+// shards of any layout, on any number of ranks, piece together the same global tensor.
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::nn {
+
+// ---- the counter-based generator -------------------------------------------------
+
+/// SplitMix64's output function: a bijection of 64-bit words that mixes every input
+/// bit into every output bit.
+constexpr std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/// A random stream addressed by position: bits(i) is the i-th output of SplitMix64
+/// seeded with mix64(key), computed directly from i. Streams of different keys are
+/// unrelated; draws need no state, so any rank draws any element.
+///
+///     random_stream s(stream_key(1, "fc.weight"));
+///     s.uniform<float>(7);   // the same number on every rank and in every run
+class random_stream {
+ public:
+  constexpr explicit random_stream(std::uint64_t key) : key_(mix64(key)) {}
+
+  /// 64 random bits for position i.
+  constexpr std::uint64_t bits(std::uint64_t i) const {
+    return mix64(key_ + (i + 1) * 0x9e3779b97f4a7c15ULL);
+  }
+  /// Uniform in [0, 1) with the precision of double (53 bits).
+  constexpr double uniform01(std::uint64_t i) const { return double(bits(i) >> 11) * 0x1.0p-53; }
+  /// Uniform in [lo, hi).
+  constexpr double uniform(std::uint64_t i, double lo, double hi) const {
+    return lo + (hi - lo) * uniform01(i);
+  }
+  /// Standard normal for position i (Box-Muller on positions 2i and 2i + 1).
+  double normal(std::uint64_t i) const {
+    const double u1 = double((bits(2 * i) >> 11) + 1) * 0x1.0p-53;  // (0, 1]: log is finite
+    const double u2 = uniform01(2 * i + 1);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+ private:
+  std::uint64_t key_;
+};
+
+/// The key of a named stream under a seed: FNV-1a over the name, mixed with the seed.
+/// `stream_key(1, "fc.weight") != stream_key(1, "fc.bias")`.
+constexpr std::uint64_t stream_key(std::uint64_t seed, std::string_view name) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : name) {
+    h ^= std::uint8_t(c);
+    h *= 0x100000001b3ULL;
+  }
+  return mix64(h ^ mix64(seed));
+}
+
+// ---- fans ------------------------------------------------------------------------
+
+/// fan_in and fan_out of a weight, MindSpore's and PyTorch's convention: a (out, in)
+/// matrix has fan_in = in and fan_out = out; a (out, in, k1, k2, ...) kernel
+/// multiplies both by k1 * k2 * .... Needs at least 2 dims:
+/// "xavier_uniform: fan_in and fan_out need a tensor of at least 2 dims, got (512,)".
+struct fans {
+  double in = 0, out = 0;
+};
+inline fans compute_fans(const extents& shape, std::string_view who) {
+  if (shape.ndim < 2)
+    throw error(std::string(who) + ": fan_in and fan_out need a tensor of at least 2 dims, got " +
+                to_string(shape));
+  double receptive = 1;
+  for (int d = 2; d < shape.ndim; ++d) receptive *= double(shape[d]);
+  return {double(shape[1]) * receptive, double(shape[0]) * receptive};
+}
+
+// ---- initializers ----------------------------------------------------------------
+
+/// How a parameter's global tensor is drawn. MindSpore's initializers, with its
+/// defaults and formulas (fan_in, fan_out from compute_fans):
+///
+/// | initializer                         | value                                              |
+/// |-------------------------------------|----------------------------------------------------|
+/// | zeros(), ones(), constant(v)        | 0, 1, v                                            |
+/// | normal(sigma = 0.01, mean = 0)      | N(mean, sigma^2)                                   |
+/// | uniform(scale = 0.07)               | U(-scale, scale)                                   |
+/// | xavier_uniform(gain = 1)            | U(-b, b), b = gain sqrt(6 / (fan_in + fan_out))    |
+/// | xavier_normal(gain = 1)             | N(0, s^2), s = gain sqrt(2 / (fan_in + fan_out))   |
+/// | he_uniform(a = 0, fan_in)           | U(-b, b), b = sqrt(2 / (1 + a^2)) sqrt(3 / fan)    |
+/// | he_normal(a = 0, fan_in)            | N(0, s^2), s = sqrt(2 / (1 + a^2)) / sqrt(fan)     |
+/// | values(v)                           | v[i] at row-major global index i                   |
+///
+/// (he_* take the negative slope `a` of a leaky ReLU after the layer, 0 for ReLU, and
+/// `fan` = fan_in or fan_out.) An initializer converts from MindSpore's names:
+/// "zeros", "ones", "normal", "uniform", "xavier_uniform", "xavier_normal",
+/// "he_uniform", "he_normal" (with their defaults).
+class initializer {
+ public:
+  enum class kind { constant, normal, uniform, xavier_uniform, xavier_normal, he_uniform, he_normal, values };
+
+  /// From a MindSpore name; throws on an unknown one:
+  /// "initializer: unknown name 'gaussian'; expected zeros, ones, normal, uniform, ...".
+  initializer(const char* name) : initializer(from_name(name)) {}  // NOLINT: implicit like MindSpore's strings
+  initializer(std::string_view name) : initializer(from_name(name)) {}  // NOLINT
+
+  static initializer zeros() { return constant(0.0); }
+  static initializer ones() { return constant(1.0); }
+  static initializer constant(double v) { return {kind::constant, v, 0, true}; }
+  static initializer normal(double sigma = 0.01, double mean = 0.0) { return {kind::normal, sigma, mean, true}; }
+  static initializer uniform(double scale = 0.07) { return {kind::uniform, scale, 0, true}; }
+  static initializer xavier_uniform(double gain = 1.0) { return {kind::xavier_uniform, gain, 0, true}; }
+  static initializer xavier_normal(double gain = 1.0) { return {kind::xavier_normal, gain, 0, true}; }
+  /// `fan_in_mode` false uses fan_out.
+  static initializer he_uniform(double negative_slope = 0.0, bool fan_in_mode = true) {
+    return {kind::he_uniform, negative_slope, 0, fan_in_mode};
+  }
+  static initializer he_normal(double negative_slope = 0.0, bool fan_in_mode = true) {
+    return {kind::he_normal, negative_slope, 0, fan_in_mode};
+  }
+  /// Explicit global values, row-major; their number must equal the tensor's size.
+  static initializer values(std::vector<double> v) {
+    initializer i{kind::values, 0, 0, true};
+    i.values_ = std::make_shared<const std::vector<double>>(std::move(v));
+    return i;
+  }
+
+  static initializer from_name(std::string_view name) {
+    if (name == "zeros") return zeros();
+    if (name == "ones") return ones();
+    if (name == "normal") return normal();
+    if (name == "uniform") return uniform();
+    if (name == "xavier_uniform") return xavier_uniform();
+    if (name == "xavier_normal") return xavier_normal();
+    if (name == "he_uniform") return he_uniform();
+    if (name == "he_normal") return he_normal();
+    throw error("initializer: unknown name '" + std::string(name) +
+                "'; expected zeros, ones, normal, uniform, xavier_uniform, xavier_normal, "
+                "he_uniform or he_normal");
+  }
+
+  kind type() const { return kind_; }
+
+  /// A drawer for a tensor of global shape `shape` from the stream `key`: call it with
+  /// a row-major global index. Throws where the shape does not suit the initializer
+  /// (fans of a 1-D tensor, a values() list of the wrong size).
+  class drawer {
+   public:
+    double operator()(std::uint64_t i) const {
+      switch (k_) {
+        case kind::constant: return a_;
+        case kind::values: return (*v_)[std::size_t(i)];
+        case kind::normal:
+        case kind::xavier_normal:
+        case kind::he_normal: return b_ + a_ * s_.normal(i);
+        default: return s_.uniform(i, -a_, a_);
+      }
+    }
+
+   private:
+    friend class initializer;
+    drawer(kind k, double a, double b, std::uint64_t key, std::shared_ptr<const std::vector<double>> v)
+        : k_(k), a_(a), b_(b), s_(key), v_(std::move(v)) {}
+    kind k_;
+    double a_, b_;  // constant: value; normal: sigma, mean; uniform: bound
+    random_stream s_;
+    std::shared_ptr<const std::vector<double>> v_;
+  };
+
+  drawer draw(const extents& shape, std::uint64_t key) const {
+    switch (kind_) {
+      case kind::constant: return {kind_, a_, 0, key, nullptr};
+      case kind::normal: return {kind_, a_, b_, key, nullptr};
+      case kind::uniform: return {kind_, a_, 0, key, nullptr};
+      case kind::xavier_uniform: {
+        const fans f = compute_fans(shape, "xavier_uniform");
+        return {kind_, a_ * std::sqrt(6.0 / (f.in + f.out)), 0, key, nullptr};
+      }
+      case kind::xavier_normal: {
+        const fans f = compute_fans(shape, "xavier_normal");
+        return {kind_, a_ * std::sqrt(2.0 / (f.in + f.out)), 0, key, nullptr};
+      }
+      case kind::he_uniform: {
+        const fans f = compute_fans(shape, "he_uniform");
+        const double gain = std::sqrt(2.0 / (1.0 + a_ * a_));
+        return {kind_, gain * std::sqrt(3.0 / (fan_in_ ? f.in : f.out)), 0, key, nullptr};
+      }
+      case kind::he_normal: {
+        const fans f = compute_fans(shape, "he_normal");
+        const double gain = std::sqrt(2.0 / (1.0 + a_ * a_));
+        return {kind_, gain / std::sqrt(fan_in_ ? f.in : f.out), 0, key, nullptr};
+      }
+      case kind::values:
+        if (index_t(values_->size()) != shape.size())
+          throw error("initializer: values: " + std::to_string(values_->size()) +
+                      " values for a tensor of shape " + to_string(shape) + " (" +
+                      std::to_string(shape.size()) + " elements)");
+        return {kind_, 0, 0, key, values_};
+    }
+    return {kind::constant, 0, 0, key, nullptr};
+  }
+
+ private:
+  initializer(kind k, double a, double b, bool fan_in) : kind_(k), a_(a), b_(b), fan_in_(fan_in) {}
+  kind kind_;
+  double a_, b_;
+  bool fan_in_;
+  std::shared_ptr<const std::vector<double>> values_;
+};
+
+}  // namespace tessera::nn
+// ---- tessera/nn/module.hpp ----
+// Modules (MindSpore's Cell) and their parameters: a parameter is a named global shape
+// with an initializer and, once the network is built, this rank's shard in the layout
+// its module's operator strategies give it. A module lists its parameters and child
+// modules; the network's dotted names ("seq.0.weight"), trainable parameters, train
+// and eval modes and data-parallel strategies come from that list.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::nn {
+
+template <class T>
+class parameter;
+
+/// Told by a training step as each parameter's gradient becomes final during the
+/// backward pass (train::distributed_grad_reducer is one: it starts reducing at once).
+template <class T>
+class grad_listener {
+ public:
+  virtual ~grad_listener() = default;
+  /// The backward pass of a step that differentiates `p` is about to run.
+  virtual void backward_begin() = 0;
+  /// The gradient of `p`, `g`, is final (in the layout the backward produced it,
+  /// possibly partial). `g` stays where it is until the step's gradients are returned;
+  /// the listener may reduce it in place. `nodes_left` is the number of tape nodes the
+  /// backward pass has still to run.
+  virtual void grad_ready(parameter<T>& p, dist_tensor<T>& g, int nodes_left) = 0;
+};
+
+/// A trainable tensor of a module: a global shape, an initializer and, once built, this
+/// rank's shard (a dist_tensor in the layout the module's strategy gives it).
+///
+///     nn::parameter<float> w(extents{512, 784}, "normal");
+///     w.build(layout::replicated(mesh{2}, 2), rank, seed);   // modules do this in build()
+///     w.data().local();                                     // this rank's shard
+template <class T>
+class parameter {
+ public:
+  parameter(extents shape, initializer init, bool requires_grad = true)
+      : shape_(shape), init_(std::move(init)), requires_grad_(requires_grad) {}
+
+  /// The full dotted name ("dense_relu_sequential.0.weight") once the network is
+  /// built or named; until then the name its module gave it.
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  const extents& shape() const { return shape_; }
+  const initializer& init() const { return init_; }
+
+  /// MindSpore's requires_grad: trainable_params() lists only these.
+  bool requires_grad() const { return requires_grad_; }
+  void set_requires_grad(bool r) { requires_grad_ = r; }
+
+  bool built() const { return data_.has_value(); }
+  /// This rank's shard; throws before the network is built:
+  /// "parameter 'fc.weight': not built yet: call build(ctx) on the network first".
+  dist_tensor<T>& data() {
+    if (!data_) not_built();
+    return *data_;
+  }
+  const dist_tensor<T>& data() const {
+    if (!data_) not_built();
+    return *data_;
+  }
+  const tessera::layout& layout() const { return data().layout(); }
+
+  /// The layout build() will give the parameter (set by its module's place()).
+  void set_target_layout(const tessera::layout& l) { target_ = l; }
+  const std::optional<tessera::layout>& target_layout() const { return target_; }
+
+  /// Draws the global tensor from the initializer under `seed` and keeps this rank's
+  /// shard of `l`: the value at a global index depends only on (seed, name, index).
+  void build(const tessera::layout& l, int rank, std::uint64_t seed) {
+    dist_tensor<T> t(l, shape_, rank);
+    const initializer::drawer d = init_.draw(shape_, stream_key(seed, name_));
+    index_t stride[max_tensor_ndim] = {};
+    index_t s = 1;
+    for (int k = shape_.ndim - 1; k >= 0; --k) {
+      stride[k] = s;
+      s *= shape_[k];
+    }
+    t.fill_global([&](const auto& idx) {
+      index_t lin = 0;
+      for (int k = 0; k < shape_.ndim; ++k) lin += idx[k] * stride[k];
+      return T(d(std::uint64_t(lin)));
+    });
+    data_ = std::move(t);
+  }
+
+  /// Replaces the value (same global shape; any layout).
+  void set_data(dist_tensor<T> v) {
+    if (!(v.global_shape() == shape_))
+      throw error("parameter '" + name_ + "': set_data: the value is " + to_string(v.global_shape()) +
+                  ", the parameter " + to_string(shape_));
+    data_ = std::move(v);
+  }
+
+  // ---- use on a tape ----------------------------------------------------------
+
+  /// The parameter's value on tape `t`: a leaf that refers to the shard (no copy),
+  /// made at first use so that it sits on the tape just before the operators that use
+  /// it (its gradient is then final as soon as the backward pass has passed them). It
+  /// needs a gradient only when a training step asked for one (expect_grad).
+  template <class C>
+  autodiff::var<T, C> on(autodiff::tape<T, C>& t) {
+    if (bind_.serial != t.serial()) bind_ = binding{t.serial(), -1, false, -1};
+    if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
+    return {&t, bind_.id};
+  }
+  /// Marks the parameter as differentiated on the tape of serial `serial`, as slot
+  /// `slot` of the step's gradient list. Called before the forward pass.
+  void expect_grad(std::uint64_t serial, int slot) { bind_ = binding{serial, -1, true, slot}; }
+  /// The leaf id on tape `serial` (-1 if the forward pass has not used it) and slot.
+  int leaf_id(std::uint64_t serial) const { return bind_.serial == serial ? bind_.id : -1; }
+  int grad_slot(std::uint64_t serial) const { return bind_.serial == serial ? bind_.slot : -1; }
+  void unbind() { bind_ = binding{}; }
+
+  /// The listener told of this parameter's final gradient during backward (or null).
+  grad_listener<T>* listener() const { return listener_; }
+  void set_listener(grad_listener<T>* l) { listener_ = l; }
+
+  /// Storage for this parameter's next gradient shard, of shape `local_shape`: the
+  /// last one given back (recycle_grad_storage) when it has that size, else new. A
+  /// step then writes its gradient where the last step's was, instead of in fresh
+  /// memory (which the system must map and zero page by page).
+  xt::xarray<T> take_grad_storage(const extents& local_shape) {
+    const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
+    if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+      xt::xarray<T> a = std::move(*spare_);
+      spare_.reset();
+      a.reshape(shape);
+      return a;
+    }
+    return xt::xarray<T>::from_shape(shape);
+  }
+  /// Gives a used gradient shard's storage back for the next step (the optimizer does
+  /// after its update).
+  void recycle_grad_storage(xt::xarray<T>&& a) {
+    if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+  }
+
+ private:
+  [[noreturn]] void not_built() const {
+    throw error("parameter '" + name_ + "': not built yet: call build(ctx) on the network first");
+  }
+  struct binding {
+    std::uint64_t serial = 0;
+    int id = -1;
+    bool grad = false;
+    int slot = -1;
+  };
+
+  std::string name_;
+  extents shape_;
+  initializer init_;
+  bool requires_grad_ = true;
+  std::optional<dist_tensor<T>> data_;
+  std::optional<tessera::layout> target_;
+  binding bind_;
+  grad_listener<T>* listener_ = nullptr;
+  std::optional<xt::xarray<T>> spare_;
+};
+
+template <class T>
+class module;
+
+/// What a module's visit() is given: one call per direct parameter and child module.
+template <class T>
+class visitor {
+ public:
+  virtual ~visitor() = default;
+  virtual void param(std::string_view name, parameter<T>& p) = 0;
+  virtual void child(std::string_view name, module<T>& m) = 0;
+};
+
+namespace detail {
+template <class T, class P, class M>
+class lambda_visitor final : public visitor<T> {
+ public:
+  lambda_visitor(P p, M m) : p_(std::move(p)), m_(std::move(m)) {}
+  void param(std::string_view name, parameter<T>& x) override { p_(name, x); }
+  void child(std::string_view name, module<T>& x) override { m_(name, x); }
+
+ private:
+  P p_;
+  M m_;
+};
+template <class T, class P, class M>
+void visit_with(module<T>& m, P p, M c) {
+  lambda_visitor<T, P, M> v(std::move(p), std::move(c));
+  m.visit(v);
+}
+}  // namespace detail
+
+/// The base of every module, MindSpore's Cell. A module lists its direct parameters
+/// and child modules in visit(); its forward pass is a call operator on tape values
+/// (autodiff::var), so that value_and_grad differentiates it:
+///
+///     struct network : nn::module<float> {
+///       nn::flatten<float> flatten;
+///       nn::dense<float> fc{784, 10, "normal", "zeros"};
+///       void visit(nn::visitor<float>& v) override {
+///         v.child("flatten", flatten);
+///         v.child("fc", fc);
+///       }
+///       template <class V> V operator()(V x) { return fc(flatten(x)); }
+///     };
+///     network net;
+///     net.build(ctx);                         // parameters drawn, laid out, named "fc.weight", ...
+///     auto params = net.trainable_params();
+///
+/// A module refers to its members, not to copies: once its parameters are given to an
+/// optimizer, a network must stay where it is (not be moved or copied).
+template <class T>
+class module {
+ public:
+  using value_type = T;
+  virtual ~module() = default;
+
+  /// Calls v.param(name, p) for each direct parameter and v.child(name, m) for each
+  /// direct child module.
+  virtual void visit(visitor<T>& v) = 0;
+
+  /// Sets the target layouts of the module's own parameters for `device_num` devices,
+  /// from its operators' strategies (data parallel where none is set).
+  virtual void place(int device_num) { (void)device_num; }
+  /// Sets the module's own operators back to data-parallel strategies.
+  virtual void reset_strategies() {}
+  /// Told the module's dotted name and the network's seed when the network is built
+  /// (modules that draw random numbers, such as dropout, key their streams on them).
+  virtual void named(std::string_view full_name, std::uint64_t seed) {
+    (void)full_name;
+    (void)seed;
+  }
+
+  /// Every parameter of the module and its descendants with its dotted name, in visit
+  /// order (MindSpore's parameters_and_names).
+  std::vector<std::pair<std::string, parameter<T>*>> named_parameters(const std::string& prefix = "") {
+    std::vector<std::pair<std::string, parameter<T>*>> out;
+    collect(*this, prefix, out);
+    return out;
+  }
+  /// Every parameter, in visit order.
+  std::vector<parameter<T>*> parameters() {
+    std::vector<parameter<T>*> out;
+    for (auto& [n, p] : named_parameters()) out.push_back(p);
+    return out;
+  }
+  /// The parameters that require a gradient (MindSpore's trainable_params).
+  std::vector<parameter<T>*> trainable_params() {
+    std::vector<parameter<T>*> out;
+    for (auto& [n, p] : named_parameters())
+      if (p->requires_grad()) out.push_back(p);
+    return out;
+  }
+
+  /// Training (true) or evaluation mode, for this module and its descendants (dropout
+  /// is the identity in evaluation mode). Modules start in training mode.
+  module& set_train(bool mode = true) {
+    training_ = mode;
+    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
+                          [mode](std::string_view, module<T>& m) { m.set_train(mode); });
+    return *this;
+  }
+  bool training() const { return training_; }
+
+  /// MindSpore's set_data_parallel: every operator of the module and its descendants
+  /// gets the data-parallel strategy (the batch split over all ranks, parameters
+  /// replicated). Call before build().
+  module& set_data_parallel() {
+    reset_strategies();
+    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
+                          [](std::string_view, module<T>& m) { m.set_data_parallel(); });
+    return *this;
+  }
+
+  /// Names every parameter with its dotted path, lays each out as its module's
+  /// strategy says on the ranks of `ctx`, and draws it: every rank keeps its shard of
+  /// the same global tensor, whatever the number of ranks (seeded by `seed` and the
+  /// parameter's name). A parameter that already has a value (a second build, or
+  /// set_data) keeps it, redistributed to its new layout.
+  template <class C>
+  void build(device_context<C>& ctx, std::uint64_t seed = 0) {
+    prepare(*this, "", ctx.size(), seed);
+    for (auto& [name, p] : named_parameters()) {
+      const tessera::layout l = p->target_layout() ? *p->target_layout()
+                                                   : tessera::layout::replicated(mesh{ctx.size()}, p->shape().ndim);
+      if (p->built()) {
+        if (!(p->data().layout() == l)) p->set_data(redistribute(p->data(), l, ctx));
+      } else {
+        p->build(l, ctx.rank(), seed);
+      }
+    }
+    built_ = true;
+  }
+  bool built() const { return built_; }
+
+ protected:
+  module() = default;
+  module(const module&) = default;
+  module(module&&) noexcept = default;
+  module& operator=(const module&) = default;
+  module& operator=(module&&) noexcept = default;
+
+ private:
+  static void collect(module<T>& m, const std::string& prefix,
+                      std::vector<std::pair<std::string, parameter<T>*>>& out) {
+    detail::visit_with<T>(
+        m, [&](std::string_view name, parameter<T>& p) { out.emplace_back(join(prefix, name), &p); },
+        [&](std::string_view name, module<T>& c) { collect(c, join(prefix, name), out); });
+  }
+  static void prepare(module<T>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
+    m.place(device_num);
+    m.named(prefix, seed);
+    detail::visit_with<T>(
+        m, [&](std::string_view name, parameter<T>& p) { p.set_name(join(prefix, name)); },
+        [&](std::string_view name, module<T>& c) { prepare(c, join(prefix, name), device_num, seed); });
+  }
+  static std::string join(const std::string& prefix, std::string_view name) {
+    return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
+  }
+
+  bool training_ = true;
+  bool built_ = false;
+};
+
+namespace detail {
+
+/// True when layouts `a` and `b` (possibly on different device matrices of the same
+/// ranks) put the same shard on every rank: written on their meshes' common
+/// refinement they are equal. Operators with different strategies have different
+/// device matrices ((2, 1, 1) for MatMul ((2, 1), (1, 1)), (2, 1) for ReLU ((2, 1)))
+/// that place a batch-split tensor identically.
+inline bool same_placement(const layout& a, const layout& b) {
+  if (a == b) return true;
+  if (a.dev.size() != b.dev.size() || !check_refinement(a.dev, b.dev).ok()) return false;
+  const mesh fine = common_refinement(a.dev, b.dev);
+  return refine(a, fine) == refine(b, fine);
+}
+
+/// `x` as a shard of layout `l`: x itself (borrowed, no copy) when it is placed the
+/// same way, else its redistribution.
+template <class T, class C>
+laid_out<T> placed_as(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  if (same_placement(x.layout(), l)) return laid_out<T>(x);
+  return laid_out<T>(redistribute(x, l, ctx));
+}
+
+/// The mesh axes that split dim `d` of `l` (as an axis mask).
+inline axis_mask axes_splitting(const layout& l, int d) { return l.split[d].mask(); }
+
+/// The data-parallel strategy of an operator with inputs of the given ranks on
+/// `device_num` devices: the first dim of each input split device_num ways, the others
+/// whole. ((2, 1), (2, 1)) for two matrices on 2 devices.
+inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int device_num) {
+  strategy st;
+  for (int nd : ndims) {
+    split_tuple t;
+    t.n = nd;
+    for (int d = 0; d < nd; ++d) t.v[d] = d == 0 ? device_num : 1;
+    st.in[st.n++] = t;
+  }
+  return st;
+}
+
+}  // namespace detail
+
+}  // namespace tessera::nn
+// ---- tessera/nn/layers.hpp ----
+// The layers: Dense (MindSpore's nn.Dense), ReLU, Flatten, Dropout and
+// SequentialCell. Each forward pass runs on tape values (autodiff::var), so
+// value_and_grad differentiates a network of them. Without a strategy, a layer runs
+// data parallel: Dense multiplies this rank's rows of the batch by replicated weights
+// and the element-wise layers keep their input's layout, all on local shards without
+// communication; with one (`shard`) the sharded operators of ops/ run it.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::nn {
+
+namespace detail {
+
+/// The value of `x` with its partial sums resolved: `x` itself when it holds none, else
+/// a node on the tape that redistributes it to the same layout without partial axes
+/// (the gradient of that sum reaches every partial term unchanged).
+template <class T, class C>
+autodiff::var<T, C> resolved(autodiff::var<T, C> x) {
+  const dist_tensor<T>& v = x.value();
+  if (!v.layout().has_partial()) return x;
+  autodiff::tape<T, C>& t = *x.t;
+  dist_tensor<T> r = redistribute(v, v.layout().without_partial(), t.ctx());
+  return t.record(std::move(r),
+                  [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) { tp.add_grad(ix, g); },
+                  t.requires_grad(x.id));
+}
+
+/// Calls f(local offset, global row-major offset) for every element of the shard of
+/// `l` on `rank` of a tensor of global shape `g`.
+template <class F>
+void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
+  const extents off = local_offset(l, g, rank);
+  index_t stride[max_tensor_ndim] = {};
+  index_t s = 1;
+  for (int k = g.ndim - 1; k >= 0; --k) {
+    stride[k] = s;
+    s *= g[k];
+  }
+  tessera::detail::for_each_index(local_shape(l, g), [&](const auto& idx, index_t lin) {
+    index_t glob = 0;
+    for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
+    f(std::size_t(lin), std::uint64_t(glob));
+  });
+}
+
+template <class... M>
+struct first_module {
+  using type = void;
+};
+template <class M, class... Rest>
+struct first_module<M, Rest...> {
+  using type = M;
+};
+
+}  // namespace detail
+
+// ---- Dense ---------------------------------------------------------------------------
+
+/// MindSpore's nn.Dense: y = x weight^T + bias, x (batch, in_channels), weight
+/// (out_channels, in_channels), bias (out_channels,).
+///
+///     nn::dense<float> fc(784, 512, "normal", "zeros");   // the seed's layer
+///     fc.shard(strategy{{2, 1}, {4, 1}});                  // optional: MatMul's strategy
+///
+/// Defaults as MindSpore's (and PyTorch's Linear): weight he_uniform(sqrt 5), i.e.
+/// U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in), 1/sqrt(in)).
+///
+/// The strategy is MatMul's for (x, weight) with weight transposed: ((m, k), (n, k)),
+/// x split m ways by rows and k ways by columns, the weight n ways by rows. Unset, it
+/// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
+/// weight and bias replicated, and the weight's and bias's gradients partial sums over
+/// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
+/// run fused on local shards; otherwise through ops::matmul and ops::bias_add.
+template <class T = float>
+class dense : public module<T> {
+  index_t in_, out_;
+  bool has_bias_;
+
+ public:
+  dense(index_t in_channels, index_t out_channels, std::optional<initializer> weight_init = {},
+        std::optional<initializer> bias_init = {}, bool has_bias = true)
+      : in_(checked(in_channels, out_channels, 0)),
+        out_(checked(in_channels, out_channels, 1)),
+        has_bias_(has_bias),
+        weight(extents{out_channels, in_channels},
+               weight_init ? *weight_init : initializer::he_uniform(std::sqrt(5.0))),
+        bias(extents{out_channels},
+             bias_init ? *bias_init : initializer::uniform(1.0 / std::sqrt(double(in_channels)))) {}
+
+  /// MatMul with weight transposed; an empty strategy (the default) is data parallel.
+  ops::matmul_op matmul{{}, false, true};
+  parameter<T> weight;
+  parameter<T> bias;
+
+  /// Sets MatMul's strategy ((m, k), (n, k)); call before build().
+  dense& shard(const strategy& st) {
+    matmul.st = st;
+    return *this;
+  }
+
+  index_t in_channels() const { return in_; }
+  index_t out_channels() const { return out_; }
+  bool has_bias() const { return has_bias_; }
+
+  void visit(visitor<T>& v) override {
+    v.param("weight", weight);
+    if (has_bias_) v.param("bias", bias);
+  }
+  void reset_strategies() override { matmul.st = strategy{}; }
+
+  void place(int device_num) override {
+    op_ = matmul;
+    if (op_.st.n == 0) op_.st = strategy{{device_num, 1}, {1, 1}};
+    try {
+      rule_ = op_.rule(device_num);
+    } catch (const error& e) {
+      throw error(std::string("dense: ") + e.what());
+    }
+    const int m = op_.st.in[0].v[0], k = op_.st.in[0].v[1], n = op_.st.in[1].v[0];
+    fused_ = k == 1;
+    weight.set_target_layout(rule_.b);
+    if (fused_) {
+      bias_layout_ = layout(rule_.dev, {rule_.c.split[1]});
+      bias_grad_layout_ = bias_layout_;
+      bias_grad_layout_.partial = rule_.grad_b.partial;
+    } else {
+      bias_op_ = ops::bias_add_op{strategy{{m, n}, {n}}};
+      bias_layout_ = bias_op_.rule(device_num, shape_list{extents{m, out_}, extents{out_}}).in[1];
+    }
+    bias.set_target_layout(bias_layout_);
+  }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    autodiff::tape<T, C>& t = *x.t;
+    if (x.value().ndim() != 2 || x.value().global_shape()[1] != in_)
+      throw error("dense: the input is " + to_string(x.value().global_shape()) + ", expected (batch, " +
+                  std::to_string(in_) + ")");
+    if (rule_.dev.ndim == 0)
+      throw error("dense: not placed yet: call build(ctx) on the network first");
+    // The leaves first: recording moves the tape's values (references to them would dangle).
+    const autodiff::var<T, C> w = weight.on(t);
+    std::optional<autodiff::var<T, C>> b;
+    if (has_bias_) b = bias.on(t);
+    const dist_tensor<T>& xv = x.value();
+    if (!fused_) {
+      const autodiff::var<T, C> y = autodiff::matmul(op_, x, w);
+      return b ? autodiff::bias_add(bias_op_, y, *b) : y;
+    }
+    device_context<C>& ctx = t.ctx();
+    const laid_out<T> lx = detail::placed_as(xv, rule_.a, ctx);
+    const laid_out<T> lw = detail::placed_as(w.value(), rule_.b, ctx);
+    xt::xarray<T> y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
+    if (b) {
+      const laid_out<T> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+      add_rows(y, lb->local());
+    }
+    const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
+    dist_tensor<T> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
+    return t.record(std::move(out),
+                    [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
+                     wp = &weight, bp = &bias](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      device_context<C>& c = tp.ctx();
+                      const laid_out<T> dy = detail::placed_as(g, r.c.without_partial(), c);
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const dist_tensor<T>& wv = tp.value(iw);
+                      const laid_out<T> lx2 = detail::placed_as(xv2, r.a, c);
+                      const laid_out<T> lw2 = detail::placed_as(wv, r.b, c);
+                      if (ib >= 0 && tp.requires_grad(ib)) {
+                        xt::xarray<T> db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                        column_sums(dy->local(), db);
+                        tp.add_grad(ib, dist_tensor<T>(bgl, bp->shape(), c.rank(), std::move(db)));
+                      }
+                      if (tp.requires_grad(iw)) {
+                        // dW (out, in) = dy^T x, written over the last step's storage.
+                        xt::xarray<T> dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                        kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                        tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                      }
+                      if (tp.requires_grad(ix))
+                        tp.add_grad(ix, dist_tensor<T>(r.grad_a, xv2.global_shape(), c.rank(),
+                                                       kernels::cpu::matmul_grad_a(dy->local(), lx2->local(),
+                                                                                   lw2->local(), false, true)));
+                    },
+                    rg);
+  }
+
+ private:
+  static index_t checked(index_t in, index_t out, int which) {
+    if (in < 1 || out < 1)
+      throw error("dense: in_channels and out_channels must be positive: got " + std::to_string(in) + " and " +
+                  std::to_string(out));
+    return which == 0 ? in : out;
+  }
+  // out = the sums of each column of a (rows, cols) array: the bias's gradient.
+  static void column_sums(const xt::xarray<T>& dy, xt::xarray<T>& out) {
+    const std::size_t cols = dy.shape()[1], rows = dy.shape()[0];
+    T* o = out.data();
+    std::fill(o, o + cols, T(0));
+    const T* g = dy.data();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) o[j] += g[r * cols + j];
+  }
+  static void add_rows(xt::xarray<T>& y, const xt::xarray<T>& b) {
+    const std::size_t c = b.size();
+    const std::size_t rows = c == 0 ? 0 : y.size() / c;
+    T* p = y.data();
+    const T* q = b.data();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < c; ++j) p[r * c + j] += q[j];
+  }
+
+  ops::matmul_op op_{};
+  matmul_layouts rule_{};
+  bool fused_ = true;
+  layout bias_layout_{}, bias_grad_layout_{};
+  ops::bias_add_op bias_op_{};
+};
+
+// ---- ReLU --------------------------------------------------------------------------
+
+/// max(x, 0). Without a strategy it keeps the input's layout (partial sums resolved
+/// first); with one, ops::relu runs it: `relu.shard(strategy{{2, 4}})`.
+template <class T = float>
+class relu : public module<T> {
+ public:
+  std::optional<ops::relu_op> op;
+
+  relu& shard(const strategy& st) {
+    op = ops::relu_op{st};
+    return *this;
+  }
+  void visit(visitor<T>&) override {}
+  void reset_strategies() override { op.reset(); }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    if (op) return autodiff::relu(*op, x);
+    x = detail::resolved(x);
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank(), kernels::cpu::relu(xv.local()));
+    return t.record(std::move(y),
+                    [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
+                      tp.add_grad(ix, dist_tensor<T>(xv2.layout(), xv2.global_shape(), xv2.rank(),
+                                                     kernels::cpu::relu_grad(dy->local(), xv2.local())));
+                    },
+                    t.requires_grad(x.id));
+  }
+};
+
+// ---- Flatten -----------------------------------------------------------------------
+
+/// (batch, d1, d2, ...) -> (batch, d1 * d2 * ...), MindSpore's nn.Flatten. The batch dim
+/// keeps its split; the other dims are gathered first if some rank splits them.
+template <class T = float>
+class flatten : public module<T> {
+ public:
+  void visit(visitor<T>&) override {}
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    if (xv.ndim() < 1) throw error("flatten: the input must have a batch dim, got shape ()");
+    const extents& gs = xv.global_shape();
+    index_t features = 1;
+    for (int d = 1; d < gs.ndim; ++d) features *= gs[d];
+    layout in = xv.layout();
+    for (int d = 1; d < in.ndim; ++d) in.split[d] = axis_list{};
+    const laid_out<T> lx = detail::placed_as(xv, in, t.ctx());
+    layout out_l(in.dev, {in.split[0], axis_list{}});
+    out_l.partial = in.partial;
+    out_l.op = in.op;
+    xt::xarray<T> y = lx->local();
+    dist_tensor<T> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
+    return t.record(std::move(out),
+                    [ix = x.id, in, out_l](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
+                      xt::xarray<T> d = dy->local();
+                      tp.add_grad(ix, dist_tensor<T>(in.without_partial(), xv2.global_shape(), xv2.rank(),
+                                                     std::move(d)));
+                    },
+                    t.requires_grad(x.id));
+  }
+};
+
+// ---- Dropout -----------------------------------------------------------------------
+
+/// MindSpore's nn.Dropout(p): in training mode each element is zeroed with
+/// probability p and the others scaled by 1 / (1 - p); in evaluation mode the identity.
+/// The mask is a function of (seed, the layer's name, the call count, the element's
+/// global index): replicas of a tensor draw the same mask, the shards of a split one
+/// the pieces of the one-rank mask, so a run on N ranks drops what a run on one does.
+template <class T = float>
+class dropout : public module<T> {
+ public:
+  explicit dropout(double p = 0.5) : p_(p) {
+    if (!(p >= 0.0 && p < 1.0))
+      throw error("dropout: p must be in [0, 1): got " + std::to_string(p));
+  }
+  double p() const { return p_; }
+  /// Training-mode calls so far (the mask of call s is keyed by s).
+  std::uint64_t calls() const { return calls_; }
+
+  void visit(visitor<T>&) override {}
+  void named(std::string_view full_name, std::uint64_t seed) override { key_ = stream_key(seed, full_name); }
+
+  /// Whether call `call` keeps the element at global index i.
+  bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    if (!this->training() || p_ == 0.0) return x;
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    const std::uint64_t call = calls_++;
+    const T scale = T(1.0 / (1.0 - p_));
+    const std::uint64_t key = key_;
+    const double p = p_;
+    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
+    const T* px = xv.local().data();
+    T* py = y.local().data();
+    detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
+      py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
+    });
+    return t.record(std::move(y),
+                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
+                      dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
+                      const T* pg = dy->local().data();
+                      T* pd = dx.local().data();
+                      detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
+                                              [&](std::size_t l, std::uint64_t gi) {
+                                                pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
+                                              });
+                      tp.add_grad(ix, std::move(dx));
+                    },
+                    t.requires_grad(x.id));
+  }
+
+ private:
+  static bool keep(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
+    return random_stream(mix64(key ^ mix64(call + 1))).uniform01(i) >= p;
+  }
+
+  double p_;
+  std::uint64_t key_ = stream_key(0, "dropout");
+  std::uint64_t calls_ = 0;
+};
+
+// ---- SequentialCell ----------------------------------------------------------------
+
+/// MindSpore's SequentialCell: layers applied in order, named "0", "1", ....
+///
+///     nn::sequential seq(nn::dense(784, 512, "normal", "zeros"), nn::relu(),
+///                        nn::dense(512, 10, "normal", "zeros"));
+///     seq.get<0>().shard(...);
+template <class... M>
+class sequential : public module<typename detail::first_module<M...>::type::value_type> {
+ public:
+  using value_type = typename detail::first_module<M...>::type::value_type;
+  static_assert(sizeof...(M) > 0, "sequential: needs at least one layer");
+  static_assert((std::is_same_v<typename M::value_type, value_type> && ...),
+                "sequential: every layer must have the same element type");
+  static_assert((std::is_base_of_v<module<value_type>, M> && ...), "sequential: every layer must be a module");
+
+  explicit sequential(M... layers) : layers_(std::move(layers)...) {}
+
+  static constexpr std::size_t size() { return sizeof...(M); }
+  template <std::size_t I>
+  auto& get() {
+    return std::get<I>(layers_);
+  }
+
+  void visit(visitor<value_type>& v) override {
+    visit_each(v, std::index_sequence_for<M...>{});
+  }
+
+  template <class V>
+  V operator()(V x) {
+    return apply_from<0>(x);
+  }
+
+ private:
+  template <std::size_t... I>
+  void visit_each(visitor<value_type>& v, std::index_sequence<I...>) {
+    (v.child(std::to_string(I), std::get<I>(layers_)), ...);
+  }
+  template <std::size_t I, class V>
+  V apply_from(V x) {
+    if constexpr (I == sizeof...(M)) return x;
+    else return apply_from<I + 1>(std::get<I>(layers_)(x));
+  }
+
+  std::tuple<M...> layers_;
+};
+
+}  // namespace tessera::nn
+// ---- tessera/nn/loss.hpp ----
+// Losses as modules: MSELoss and CrossEntropyLoss (sparse integer labels), each a
+// scalar on the tape. The reduction is over the GLOBAL batch: with the batch split
+// over ranks each rank adds up its own rows and divides by the global count, and the
+// loss is a partial sum over the ranks (resolved when read, or left for the gradient
+// reducer: the gradients of a partial loss are partial too).
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace tessera::nn {
+
+/// How a loss combines the per-element (or per-sample) terms.
+enum class reduction { mean, sum };
+
+namespace detail {
+
+// The layout of a scalar computed from the local shards of `l` and summed over the
+// ranks that split it: partial (sum) over the mesh axes that split some dim of `l`.
+inline layout scalar_partial_layout(const layout& l) {
+  layout s = layout::replicated(l.dev, 0);
+  s.partial = l.split_axes();
+  return s;
+}
+
+template <class T>
+void require_scalar_grad(const dist_tensor<T>& g, const char* who) {
+  if (g.ndim() != 0) throw error(std::string(who) + ": the gradient of the loss must be a scalar");
+}
+
+}  // namespace detail
+
+/// MindSpore's nn.MSELoss: mean (or sum) over every element of (x - target)^2. The
+/// target is data (no gradient) of x's shape, in any layout.
+template <class T = float>
+class mse_loss : public module<T> {
+ public:
+  explicit mse_loss(reduction r = reduction::mean) : r_(r) {}
+  void visit(visitor<T>&) override {}
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x, const dist_tensor<T>& target) {
+    x = detail::resolved(x);
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    if (!(target.global_shape() == xv.global_shape()))
+      throw error("mse_loss: the target is " + to_string(target.global_shape()) + ", the input " +
+                  to_string(xv.global_shape()));
+    const laid_out<T> ly = detail::placed_as(target, xv.layout(), t.ctx());
+    const T scale = r_ == reduction::mean ? T(1) / T(xv.global_shape().size()) : T(1);
+    const T* px = xv.local().data();
+    const T* py = ly->local().data();
+    double acc = 0;
+    for (std::size_t i = 0; i < xv.local().size(); ++i) {
+      const double d = double(px[i]) - double(py[i]);
+      acc += d * d;
+    }
+    dist_tensor<T> loss(detail::scalar_partial_layout(xv.layout()), extents{}, xv.rank());
+    loss.local()() = T(acc) * scale;
+    return t.record(std::move(loss),
+                    [ix = x.id, target_local = xt::xarray<T>(ly->local()), scale](autodiff::tape<T, C>& tp,
+                                                                                   const dist_tensor<T>& g) {
+                      detail::require_scalar_grad(g, "mse_loss");
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const T k = T(2) * scale * resolved_scalar(g, tp.ctx());
+                      dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
+                      const T* a = xv2.local().data();
+                      const T* b = target_local.data();
+                      T* o = dx.local().data();
+                      for (std::size_t i = 0; i < dx.local().size(); ++i) o[i] = k * (a[i] - b[i]);
+                      tp.add_grad(ix, std::move(dx));
+                    },
+                    t.requires_grad(x.id));
+  }
+
+  template <class C>
+  static T resolved_scalar(const dist_tensor<T>& g, device_context<C>& ctx) {
+    if (!g.layout().has_partial()) return g.local()();
+    return redistribute(g, g.layout().without_partial(), ctx).local()();
+  }
+
+ private:
+  reduction r_;
+};
+
+/// MindSpore's nn.CrossEntropyLoss with class-index labels: for logits x (batch, C) and
+/// labels y (batch,) of an integer type, the mean (or sum) over the batch of
+///   -log softmax(x_i)[y_i] = logsumexp(x_i) - x_i[y_i]   (computed around the row max).
+/// The gradient wrt the logits is (softmax(x_i) - onehot(y_i)) / batch for the mean.
+/// A label outside [0, C) is an error:
+/// "cross_entropy_loss: label 12 of sample 3 is out of range for 10 classes".
+///
+/// With the class dim whole on every rank (data parallel, or the batch split any way)
+/// each rank computes its rows locally; with the class dim split it runs
+/// ops::softmax_cross_entropy on one-hot labels and ops::reduce_mean.
+template <class T = float>
+class cross_entropy_loss : public module<T> {
+ public:
+  explicit cross_entropy_loss(reduction r = reduction::mean) : r_(r) {}
+  void visit(visitor<T>&) override {}
+
+  template <class C, std::integral I>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
+    logits = detail::resolved(logits);
+    autodiff::tape<T, C>& t = *logits.t;
+    const dist_tensor<T>& xv = logits.value();
+    const extents& gs = xv.global_shape();
+    if (xv.ndim() != 2)
+      throw error("cross_entropy_loss: the logits must be (batch, classes), got " + to_string(gs));
+    if (labels.ndim() != 1 || labels.global_shape()[0] != gs[0])
+      throw error("cross_entropy_loss: the labels are " + to_string(labels.global_shape()) + ", expected (" +
+                  std::to_string(gs[0]) + ",) for logits " + to_string(gs));
+    if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
+
+    device_context<C>& ctx = t.ctx();
+    const layout& xl = xv.layout();
+    const laid_out<I> ly = detail::placed_as(labels, layout(xl.dev, {xl.split[0]}), ctx);
+    const std::size_t rows = xv.local().shape()[0], cls = std::size_t(gs[1]);
+    const index_t row0 = xv.local_offset()[0];
+    std::vector<I> lab(ly->local().begin(), ly->local().end());
+    for (std::size_t i = 0; i < rows; ++i)
+      if (lab[i] < 0 || std::uint64_t(lab[i]) >= cls)
+        throw error("cross_entropy_loss: label " + std::to_string(lab[i]) + " of sample " +
+                    std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) +
+                    " classes");
+    const T scale = r_ == reduction::mean ? T(1) / T(gs[0]) : T(1);
+    const T* px = xv.local().data();
+    double acc = 0;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const T* row = px + i * cls;
+      const T m = *std::max_element(row, row + cls);
+      double s = 0;
+      for (std::size_t j = 0; j < cls; ++j) s += std::exp(double(row[j] - m));
+      acc += std::log(s) + double(m) - double(row[std::size_t(lab[i])]);
+    }
+    dist_tensor<T> loss(detail::scalar_partial_layout(xl), extents{}, xv.rank());
+    loss.local()() = T(acc) * scale;
+    return t.record(std::move(loss),
+                    [ix = logits.id, lab = std::move(lab), scale](autodiff::tape<T, C>& tp,
+                                                                  const dist_tensor<T>& g) {
+                      detail::require_scalar_grad(g, "cross_entropy_loss");
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const T k = scale * mse_loss<T>::resolved_scalar(g, tp.ctx());
+                      const std::size_t r = xv2.local().shape()[0], c = xv2.local().shape()[1];
+                      dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
+                      const T* x = xv2.local().data();
+                      T* o = dx.local().data();
+                      for (std::size_t i = 0; i < r; ++i) {
+                        const T* row = x + i * c;
+                        T* out = o + i * c;
+                        const T m = *std::max_element(row, row + c);
+                        T s = 0;
+                        for (std::size_t j = 0; j < c; ++j) s += (out[j] = std::exp(row[j] - m));
+                        const T inv = k / s;
+                        for (std::size_t j = 0; j < c; ++j) out[j] *= inv;
+                        out[std::size_t(lab[i])] -= k;
+                      }
+                      tp.add_grad(ix, std::move(dx));
+                    },
+                    t.requires_grad(logits.id));
+  }
+
+ private:
+  // The class dim is split: one-hot labels in the logits' layout, the sharded
+  // SoftmaxCrossEntropyWithLogits, then the mean over the batch.
+  template <class C, std::integral I>
+  autodiff::var<T, C> class_split(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
+    autodiff::tape<T, C>& t = *logits.t;
+    const dist_tensor<T>& xv = logits.value();
+    const layout& xl = xv.layout();
+    const extents& gs = xv.global_shape();
+    const dist_tensor<I> all = redistribute(labels, layout::replicated(labels.layout().dev, 1), t.ctx());
+    for (index_t i = 0; i < gs[0]; ++i) {
+      const I y = all.local()(std::size_t(i));
+      if (y < 0 || index_t(y) >= gs[1])
+        throw error("cross_entropy_loss: label " + std::to_string(y) + " of sample " + std::to_string(i) +
+                    " is out of range for " + std::to_string(gs[1]) + " classes");
+    }
+    dist_tensor<T> onehot(xl, gs, xv.rank());
+    onehot.fill_global([&](const auto& idx) { return all.local()(std::size_t(idx[0])) == I(idx[1]) ? T(1) : T(0); });
+    const int b = xl.pieces(0), c = xl.pieces(1);
+    const ops::softmax_cross_entropy_op ce{strategy{{b, c}, {b, c}}};
+    const autodiff::var<T, C> per_sample = autodiff::softmax_cross_entropy(ce, logits, t.leaf(std::move(onehot), false));
+    if (r_ == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
+    return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
+  }
+
+  reduction r_;
+};
+
+}  // namespace tessera::nn
+// ---- tessera/optim/optimizer.hpp ----
+// What every optimizer shares: its parameters, a learning rate that may change with
+// the step (constant, step decay, cosine), weight decay, the step count, and the
+// checks on the gradients it is given. Each rank updates its own shards: gradients
+// arrive in the parameters' layouts (a gradient reducer has resolved partial sums), so
+// a step needs no communication.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <numbers>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// A learning rate as a function of the step (0 for the first step). Converts from a
+/// number (a constant rate).
+template <class T>
+class learning_rate {
+ public:
+  learning_rate(T constant) : f_([constant](std::int64_t) { return constant; }) {}  // NOLINT: implicit
+  explicit learning_rate(std::function<T(std::int64_t)> f) : f_(std::move(f)) {}
+  T operator()(std::int64_t step) const { return f_(step); }
+
+ private:
+  std::function<T(std::int64_t)> f_;
+};
+
+/// Step decay (PyTorch's StepLR, MindSpore's piecewise exponential decay with
+/// is_stair): base * gamma^floor(step / step_size).
+/// step_lr(0.1f, 30, 0.1f)(29) == 0.1f, (30) == 0.01f.
+template <class T>
+learning_rate<T> step_lr(T base, std::int64_t step_size, T gamma) {
+  if (step_size < 1) throw error("step_lr: step_size must be at least 1, got " + std::to_string(step_size));
+  return learning_rate<T>([=](std::int64_t s) {
+    return T(double(base) * std::pow(double(gamma), double(s / step_size)));
+  });
+}
+
+/// Cosine annealing (PyTorch's CosineAnnealingLR in closed form, MindSpore's
+/// cosine_decay_lr per step): min + (base - min) (1 + cos(pi min(step, total) / total)) / 2.
+/// cosine_lr(1.0, 10, 0.0)(5) == 0.5; from step `total` on, `min`.
+template <class T>
+learning_rate<T> cosine_lr(T base, std::int64_t total_steps, T min_lr = T(0)) {
+  if (total_steps < 1) throw error("cosine_lr: total_steps must be at least 1, got " + std::to_string(total_steps));
+  return learning_rate<T>([=](std::int64_t s) {
+    const double t = double(s < total_steps ? s : total_steps) / double(total_steps);
+    return T(double(min_lr) + (double(base) - double(min_lr)) * 0.5 * (1.0 + std::cos(std::numbers::pi * t)));
+  });
+}
+
+/// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
+/// in the order of parameters(), to update the parameters.
+template <class T>
+class optimizer {
+ public:
+  virtual ~optimizer() = default;
+  optimizer(const optimizer&) = delete;
+  optimizer& operator=(const optimizer&) = delete;
+
+  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  /// Steps taken so far.
+  std::int64_t global_step() const { return step_; }
+  /// The learning rate of the next step.
+  T current_learning_rate() const { return lr_(step_); }
+  T weight_decay() const { return weight_decay_; }
+
+  /// One step: parameter i moves by its gradient grads[i], which must have the
+  /// parameter's shape and layout. A gradient still partial is refused:
+  /// "sgd: the gradient of parameter 'fc.weight' is (10, 512) [0, -] partial sum {0}, the
+  /// parameter (10, 512) [-, -]: reduce gradients over the data-parallel ranks first
+  /// (train::distributed_grad_reducer)".
+  void operator()(const std::vector<dist_tensor<T>>& grads) { step(grads); }
+  /// The same step, then each gradient's storage goes back to its parameter, where the
+  /// next step's gradient is written (no fresh memory each step): `grads` is left empty.
+  void operator()(std::vector<dist_tensor<T>>& grads) {
+    step(grads);
+    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(std::move(grads[i].local()));
+    grads.clear();
+  }
+  void operator()(std::vector<dist_tensor<T>>&& grads) { (*this)(grads); }
+  void step(const std::vector<dist_tensor<T>>& grads) {
+    if (grads.size() != params_.size())
+      throw error(name_ + ": " + std::to_string(grads.size()) + " gradients for " +
+                  std::to_string(params_.size()) + " parameters");
+    for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
+    const T lr = lr_(step_);
+    for (std::size_t i = 0; i < params_.size(); ++i) update(i, params_[i]->data().data(), grads[i].data(), lr);
+    ++step_;
+  }
+
+ protected:
+  optimizer(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T weight_decay)
+      : name_(std::move(name)), params_(std::move(params)), lr_(std::move(lr)), weight_decay_(weight_decay) {
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!params_[i]) throw error(name_ + ": parameter " + std::to_string(i) + " is null");
+  }
+
+  /// Updates parameter i's shard `p` with its gradient `g` at learning rate `lr`.
+  virtual void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) = 0;
+
+  /// A zeroed state buffer per parameter, the size of its shard (made at first use).
+  void ensure_state(std::vector<std::vector<T>>& state) const {
+    if (!state.empty()) return;
+    state.resize(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(params_[i]->data().data().size(), T(0));
+  }
+
+  void check(std::size_t i, const dist_tensor<T>& p, const dist_tensor<T>& g) const {
+    if (g.layout() == p.layout() && g.global_shape() == p.global_shape()) return;
+    const std::string who = params_.empty() || !params_[i] ? "parameter " + std::to_string(i)
+                                                            : "parameter '" + params_[i]->name() + "'";
+    std::string msg = name_ + ": the gradient of " + who + " is " + to_string(g.global_shape()) + " " +
+                      to_string(g.layout()) + ", the parameter " + to_string(p.global_shape()) + " " +
+                      to_string(p.layout());
+    if (g.layout().has_partial() && g.layout().without_partial() == p.layout())
+      msg += ": reduce gradients over the data-parallel ranks first (train::distributed_grad_reducer)";
+    throw error(msg);
+  }
+
+  std::string name_;
+  std::vector<nn::parameter<T>*> params_;
+  learning_rate<T> lr_;
+  T weight_decay_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace tessera::optim
+// ---- tessera/optim/sgd.hpp ----
+// SGD over sharded parameters, MindSpore's nn.SGD and PyTorch's torch.optim.SGD:
+// plain gradient descent, or with momentum (optionally Nesterov), dampening and L2
+// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// MindSpore's nn.SGD(params, learning_rate, momentum, dampening, weight_decay,
+/// nesterov):
+///   d = g + weight_decay * p
+///   momentum 0:  p -= lr * d
+///   otherwise:   buf = momentum * buf + (1 - dampening) * d  (buf = d at the first step)
+///                p -= lr * (nesterov ? d + momentum * buf : buf)
+///
+///     optim::sgd<float> opt(net.trainable_params(), 1e-2f);   // the seed's SGD(params, 1e-2)
+///     opt(grads);
+template <class T>
+class sgd : public optimizer<T> {
+ public:
+  sgd(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
+      T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
+      : optimizer<T>("sgd", std::move(params), std::move(lr), weight_decay),
+        momentum_(momentum),
+        dampening_(dampening),
+        nesterov_(nesterov) {
+    if (momentum < T(0)) throw error("sgd: momentum must not be negative, got " + std::to_string(momentum));
+    if (nesterov && (momentum <= T(0) || dampening != T(0)))
+      throw error("sgd: nesterov needs a positive momentum and zero dampening, got momentum " +
+                  std::to_string(momentum) + " and dampening " + std::to_string(dampening));
+  }
+
+  T momentum() const { return momentum_; }
+
+ protected:
+  void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
+    if (momentum_ == T(0)) return kernels::cpu::sgd_update(p, g, lr, this->weight_decay_);
+    this->ensure_state(buf_);
+    kernels::cpu::sgd_momentum_update(p, g, std::span<T>(buf_[i]), lr, momentum_, dampening_,
+                                      this->weight_decay_, nesterov_, this->step_ == 0);
+  }
+
+ private:
+  T momentum_, dampening_;
+  bool nesterov_;
+  std::vector<std::vector<T>> buf_;
+};
+
+}  // namespace tessera::optim
+// ---- tessera/optim/momentum.hpp ----
+// Momentum over sharded parameters, MindSpore's nn.Momentum (ApplyMomentum):
+// accum = momentum * accum + grad; param -= learning_rate * accum (or, with Nesterov,
+// param -= learning_rate * (grad + momentum * accum)), grad including L2 weight decay.
+// Each rank updates its own shard: gradients arrive in the parameters' layouts, so the
+// update needs no communication. The update is one fused kernel of the shards' device
+// (kernels::cpu::momentum_update on the host).
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// MindSpore's nn.Momentum(params, learning_rate, momentum, weight_decay, use_nesterov):
+///   d = g + weight_decay * p;  accum = momentum * accum + d
+///   p -= lr * (nesterov ? d + momentum * accum : accum)
+///
+///     optim::momentum<float> opt(net.trainable_params(), 0.01f, 0.9f);
+///     opt(grads);
+///
+/// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
+/// opt.step(params, grads)`.
+template <class T, class D = cpu_device>
+class momentum : public optimizer<T> {
+ public:
+  using tensor = tensor_on<T, D>;
+
+  momentum(std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
+           bool nesterov = false)
+      : optimizer<T>("momentum", std::move(params), std::move(lr), weight_decay),
+        mu_(momentum_factor),
+        nesterov_(nesterov) {
+    if (momentum_factor < T(0))
+      throw error("momentum: momentum must not be negative, got " + std::to_string(momentum_factor));
+  }
+  /// Over bare tensors (no parameter objects): see step(params, grads).
+  momentum(T learning_rate, T momentum_factor)
+      : momentum(std::vector<nn::parameter<T>*>{}, learning_rate, momentum_factor) {}
+
+  using optimizer<T>::step;
+
+  /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape).
+  void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
+    if (grads.size() != params.size())
+      throw error("momentum: " + std::to_string(grads.size()) + " gradients for " + std::to_string(params.size()) +
+                  " parameters");
+    if (tensor_accum_.empty())
+      for (const tensor& p : params) {
+        tensor_accum_.push_back(tensor::storage_type::empty(p.local_shape()));
+        tensor::storage_type::fill(tensor_accum_.back(), T(0));
+      }
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (!(grads[i].layout() == params[i].layout()) || !(grads[i].global_shape() == params[i].global_shape()))
+        throw error("momentum: the gradient of parameter " + std::to_string(i) + " is " +
+                    to_string(grads[i].global_shape()) + " " + to_string(grads[i].layout()) + ", the parameter " +
+                    to_string(params[i].global_shape()) + " " + to_string(params[i].layout()));
+    const T lr = this->lr_(this->step_);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if constexpr (std::same_as<D, cpu_device>) {
+        kernels::cpu::momentum_update(params[i].data(), grads[i].data(),
+                                      std::span<T>(tensor_accum_[i].data(), tensor_accum_[i].size()), lr, mu_,
+                                      this->weight_decay_, nesterov_);
+      } else {
+        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_);
+      }
+    }
+    ++this->step_;
+  }
+
+ protected:
+  void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
+    this->ensure_state(accum_);
+    kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
+  }
+
+ private:
+  T mu_;
+  bool nesterov_;
+  std::vector<std::vector<T>> accum_;
+  std::vector<typename tensor::array_type> tensor_accum_;
+};
+
+}  // namespace tessera::optim
+// ---- tessera/optim/adam.hpp ----
+// Adam and AdamW over sharded parameters, with PyTorch's update (torch.optim.Adam and
+// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// Adam (MindSpore's nn.Adam, PyTorch's torch.optim.Adam) at step t = 1, 2, ...:
+///   d = g + weight_decay * p            (L2 decay, added to the gradient)
+///   m = beta1 m + (1 - beta1) d;  v = beta2 v + (1 - beta2) d^2
+///   p -= lr / (1 - beta1^t) * m / (sqrt(v / (1 - beta2^t)) + eps)
+template <class T>
+class adam : public optimizer<T> {
+ public:
+  adam(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+       T eps = T(1e-8), T weight_decay = T(0))
+      : adam("adam", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, false) {}
+
+ protected:
+  adam(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
+       T weight_decay, bool decoupled)
+      : optimizer<T>(name, std::move(params), std::move(lr), weight_decay),
+        beta1_(beta1),
+        beta2_(beta2),
+        eps_(eps),
+        decoupled_(decoupled) {
+    if (!(beta1 >= T(0) && beta1 < T(1)) || !(beta2 >= T(0) && beta2 < T(1)))
+      throw error(name + ": beta1 and beta2 must be in [0, 1), got " + std::to_string(beta1) + " and " +
+                  std::to_string(beta2));
+    if (!(eps > T(0))) throw error(name + ": eps must be positive, got " + std::to_string(eps));
+  }
+
+  void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
+    this->ensure_state(m_);
+    this->ensure_state(v_);
+    kernels::cpu::adam_update(p, g, std::span<T>(m_[i]), std::span<T>(v_[i]), lr, beta1_, beta2_, eps_,
+                              this->weight_decay_, decoupled_, this->step_ + 1);
+  }
+
+ private:
+  T beta1_, beta2_, eps_;
+  bool decoupled_;
+  std::vector<std::vector<T>> m_, v_;
+};
+
+/// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to
+/// the parameter before the update, p *= 1 - lr * weight_decay, and not to the
+/// gradient. (MindSpore's AdamWeightDecay decays alike but skips Adam's bias
+/// correction.)
+template <class T>
+class adamw : public adam<T> {
+ public:
+  adamw(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+        T eps = T(1e-8), T weight_decay = T(1e-2))
+      : adam<T>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
+};
+
+}  // namespace tessera::optim
+// ---- tessera/train/grad.hpp ----
+// value_and_grad over a network's parameters (MindSpore's mindspore.value_and_grad):
+// a function that runs a forward function on a fresh tape, then the backward pass,
+// and returns the loss and each parameter's gradient. Gradients come back as the
+// backward pass made them: for a data-parallel network, partial sums over the ranks
+// that split the batch, which a gradient reducer resolves. A parameter with a
+// gradient listener (train::distributed_grad_reducer) hands it its gradient as soon
+// as the backward pass has finished with it, so its reduction overlaps the rest of
+// the pass.
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace tessera::train {
+
+namespace detail {
+
+template <class X>
+struct is_var : std::false_type {};
+template <class T, class C>
+struct is_var<autodiff::var<T, C>> : std::true_type {};
+
+template <class X>
+struct is_var_pair : std::false_type {};
+template <class T, class C>
+struct is_var_pair<std::pair<autodiff::var<T, C>, autodiff::var<T, C>>> : std::true_type {};
+
+// A dist_tensor<T> argument enters the tape as a data leaf (no copy); others pass as
+// they are (labels of an integer type, options, ...).
+template <class T, class C, class A>
+decltype(auto) wrap_argument(autodiff::tape<T, C>& t, const A& a) {
+  if constexpr (std::is_same_v<A, dist_tensor<T>>) return t.leaf_view(a, false);
+  else return (a);
+}
+
+/// Keeps the memory a training step frees for the next step. Every step allocates and
+/// frees the same activations and gradients; glibc would return the freed top of the
+/// heap to the system after each step (its trim threshold starts at 128 KiB) and serve
+/// blocks of 128 KiB or more from fresh mappings, so the next step maps and zeroes the
+/// same memory again, page by page, which on a small network costs more than the
+/// step's arithmetic. This sets the thresholds to the ceilings glibc's own adaptive
+/// rule reaches (mmap 32 MiB, trim 64 MiB), once per process; other C libraries are
+/// left alone.
+inline void retain_freed_memory() {
+#if defined(__GLIBC__)
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    return true;
+  }();
+  (void)done;
+#endif
+}
+
+}  // namespace detail
+
+/// The callable value_and_grad returns. Call it with the forward function's
+/// arguments; every dist_tensor<T> argument reaches the forward function as a tape
+/// value (autodiff::var), the others unchanged.
+template <class T, class C, class F>
+class grad_function {
+ public:
+  grad_function(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+      : f_(std::move(f)), params_(std::move(params)), ctx_(&ctx) {
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!params_[i]) throw error("value_and_grad: parameter " + std::to_string(i) + " is null");
+    detail::retain_freed_memory();
+  }
+
+  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+
+  /// Runs the forward function and the backward pass. Returns (loss, gradients), or,
+  /// when the forward function returns a pair (loss, aux) (MindSpore's has_aux),
+  /// ((loss, aux), gradients). The loss is the tape's scalar as computed (partial
+  /// over the ranks that split the batch for a data-parallel network); gradient i is
+  /// parameter i's, in the layout the backward pass produced.
+  template <class... Args>
+  auto operator()(const Args&... args) {
+    autodiff::tape<T, C> t(*ctx_);
+    const std::uint64_t serial = t.serial();
+    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->expect_grad(serial, int(i));
+    struct unbind_all {
+      std::vector<nn::parameter<T>*>& ps;
+      ~unbind_all() {
+        for (auto* p : ps) p->unbind();
+      }
+    } guard{params_};
+
+    auto out = f_(detail::wrap_argument(t, args)...);
+    using R = decltype(out);
+    static_assert(detail::is_var<R>::value || detail::is_var_pair<R>::value,
+                  "value_and_grad: the forward function must return a tape value (the loss) or a pair "
+                  "(loss, aux) of tape values");
+    autodiff::var<T, C> loss;
+    if constexpr (detail::is_var<R>::value) loss = out;
+    else loss = out.first;
+
+    std::vector<std::optional<dist_tensor<T>>> grads(params_.size());
+    run_backward(t, serial, loss, grads);
+    std::vector<dist_tensor<T>> result;
+    result.reserve(grads.size());
+    for (auto& g : grads) result.push_back(std::move(*g));
+    if constexpr (detail::is_var<R>::value) {
+      return std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>>(loss.value(), std::move(result));
+    } else {
+      return std::pair<std::pair<dist_tensor<T>, dist_tensor<T>>, std::vector<dist_tensor<T>>>(
+          {loss.value(), out.second.value()}, std::move(result));
+    }
+  }
+
+ private:
+  void run_backward(autodiff::tape<T, C>& t, std::uint64_t serial, autodiff::var<T, C> loss,
+                    std::vector<std::optional<dist_tensor<T>>>& grads) {
+    // slot_of[id]: which parameter the leaf with tape id `id` is.
+    std::vector<int> slot_of(std::size_t(t.size()), -1);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const int id = params_[i]->leaf_id(serial);
+      if (id >= 0) slot_of[std::size_t(id)] = int(i);
+    }
+    std::vector<nn::grad_listener<T>*> listeners;
+    for (auto* p : params_)
+      if (p->listener() && std::find(listeners.begin(), listeners.end(), p->listener()) == listeners.end())
+        listeners.push_back(p->listener());
+    for (auto* l : listeners) l->backward_begin();
+
+    auto deliver = [&](std::size_t i, std::optional<dist_tensor<T>> g, int nodes_left) {
+      nn::parameter<T>& p = *params_[i];
+      if (!g) g.emplace(p.layout(), p.shape(), p.data().rank());  // no gradient reached it: zeros
+      grads[i] = std::move(g);
+      if (p.listener()) p.listener()->grad_ready(p, *grads[i], nodes_left);
+    };
+    t.set_leaf_hook([&](int id) {
+      const int i = id < int(slot_of.size()) ? slot_of[std::size_t(id)] : -1;
+      if (i >= 0) deliver(std::size_t(i), t.take_grad(id), id);
+    });
+    t.backward(loss);
+    t.set_leaf_hook({});
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!grads[i]) deliver(i, std::nullopt, 0);  // not used by the forward pass
+  }
+
+  F f_;
+  std::vector<nn::parameter<T>*> params_;
+  device_context<C>* ctx_;
+};
+
+/// MindSpore's value_and_grad(forward_fn, None, params): a function that returns the
+/// loss and the gradients of `params`. (The first one made in a process keeps freed
+/// memory for the next step: detail::retain_freed_memory.)
+///
+///     auto forward_fn = [&](auto x, const dist_tensor<int>& y) { return loss_fn(net(x), y); };
+///     auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
+///     auto [loss, grads] = grad_fn(images, labels);
+template <class T, class C, class F>
+grad_function<T, C, F> value_and_grad(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx) {
+  return grad_function<T, C, F>(std::move(f), std::move(params), ctx);
+}
+
+/// The value of a scalar loss as every rank sees it: its partial sums resolved (one
+/// small all-reduce when the loss is partial). Collective: every rank must call it.
+template <class T, class C>
+T scalar(const dist_tensor<T>& loss, device_context<C>& ctx) {
+  if (loss.ndim() != 0) throw error("scalar: the loss must be a scalar, got shape " + to_string(loss.global_shape()));
+  if (!loss.layout().has_partial()) return loss.local()();
+  return redistribute(loss, loss.layout().without_partial(), ctx).local()();
+}
+
+}  // namespace tessera::train
+// ---- tessera/train/grad_reducer.hpp ----
+// DistributedGradReducer: resolves the gradients of data-parallel parameters over the
+// ranks that hold their replicas, in buckets: small gradients are packed together, and
+// each bucket's all-reduce is started (non-blocking) as soon as the backward pass has
+// finished with its last gradient, so that communication overlaps the rest of the pass.
+// Also parameter_broadcast: every replica of every parameter set to rank 0's.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::train {
+
+namespace detail {
+
+/// The mesh axes over which a layout holds replicas (split nothing), in order.
+inline axis_list replica_axis_list(const layout& l) {
+  axis_list a;
+  const axis_mask r = l.replica_axes();
+  for (int i = 0; i < l.dev.ndim; ++i)
+    if (r >> i & 1u) a.push_back(i);
+  return a;
+}
+
+/// The world ranks of `rank`'s group over `axes` of mesh `m`, in group order.
+inline std::vector<int> group_ranks(const mesh& m, const axis_list& axes, int rank) {
+  std::vector<int> out;
+  const int g = group_size(m, axes);
+  for (int i = 0; i < g; ++i) out.push_back(group_member(m, axes, rank, i));
+  return out;
+}
+
+}  // namespace detail
+
+/// Sets every replica of each parameter to the value its replica group's member
+/// `root` holds (member 0 of a data-parallel group is world rank 0): MindSpore's
+/// parameter_broadcast. Collective over the ranks of the parameters' meshes.
+template <class T, class C>
+void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_context<C>& ctx, int root = 0) {
+  for (nn::parameter<T>* p : params) {
+    dist_tensor<T>& d = p->data();
+    const axis_list axes = detail::replica_axis_list(d.layout());
+    if (group_size(d.layout().dev, axes) == 1) continue;
+    ctx.on(d.layout().dev).group(axes).broadcast(d.data(), root);
+  }
+}
+
+/// MindSpore's nn.DistributedGradReducer for the parameters of a network built on the
+/// ranks of `ctx`.
+///
+/// What it returns, gradient by gradient, in the parameter's own layout:
+///  - mean (MindSpore's gradients_mean=True, the default here and the seeds' setting):
+///    the gradient of the GLOBAL loss. For a data-parallel network whose loss is the
+///    mean over the global batch, each rank's gradient is a partial sum (its own rows'
+///    share) and the reducer adds them up. This equals the mean over the ranks of each
+///    rank's gradient of its local-batch mean loss, which is what MindSpore computes.
+///  - sum (mean = false): that times the number of replicas, which equals the sum over
+///    the ranks of the local-batch gradients (MindSpore's AllReduce.Sum alone).
+///
+/// How: parameters are assigned to buckets in reverse order (the order the backward
+/// pass finishes their gradients), a bucket holding at most `bucket_bytes` of
+/// gradients, and only parameters whose replicas live on the same ranks; a gradient of
+/// `alone_bytes` or more gets a bucket of its own. The reducer registers itself with its parameters; a
+/// training step (train::value_and_grad) hands it each gradient as soon as it is
+/// final, and it copies small ones into their bucket's buffer and starts the bucket's
+/// iall_reduce when the bucket is complete (a bucket of one gradient is reduced in
+/// place). operator() waits for the buckets and returns the gradients. Gradients
+/// that come without a step (computed otherwise) are reduced when operator() is called.
+///
+///     train::distributed_grad_reducer grad_reducer(optimizer.parameters(), ctx);
+///     auto [loss, grads] = grad_fn(images, labels);   // buckets start during the backward pass
+///     grads = grad_reducer(grads);                     // waits; gradients in the parameters' layouts
+///     optimizer(grads);
+///
+/// Until operator() has returned, a gradient being reduced must not be read. The
+/// reducer must outlive the steps that use it and not move (its parameters point to it).
+template <class T, class C>
+class distributed_grad_reducer final : public nn::grad_listener<T> {
+ public:
+  struct options {
+    /// gradients_mean (see above).
+    bool mean = true;
+    /// Largest bucket, in bytes (PyTorch DDP's bucket_cap_mb, 25 MiB).
+    std::size_t bucket_bytes = std::size_t(25) << 20;
+    /// A gradient of at least this many bytes is reduced alone, in place: packing it
+    /// would copy it twice and save no latency worth the copies.
+    std::size_t alone_bytes = std::size_t(1) << 20;
+    /// Broadcast every parameter from rank 0 on construction (MindSpore's
+    /// parameter_broadcast); the parameters must be built.
+    bool parameter_broadcast = false;
+  };
+
+  /// What happened during the last step, in order: gradients handed over and buckets
+  /// started (for tests and profiling).
+  struct event {
+    enum class kind { grad_ready, bucket_started } what;
+    std::size_t index;  ///< the parameter (grad_ready) or the bucket (bucket_started)
+    int nodes_left;     ///< tape nodes the backward pass still had to visit
+  };
+
+  /// One bucket: its parameters (indices into parameters()), size and group.
+  struct bucket_info {
+    std::vector<std::size_t> params;
+    std::size_t bytes = 0;
+    int group_size = 1;
+  };
+
+  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+      : distributed_grad_reducer(std::move(params), ctx, options{}) {}
+  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx, options opt)
+      : params_(std::move(params)), ctx_(&ctx), opt_(opt) {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i]) throw error("distributed_grad_reducer: parameter " + std::to_string(i) + " is null");
+      params_[i]->set_listener(this);
+    }
+    if (opt_.parameter_broadcast) {
+      for (auto* p : params_)
+        if (!p->built())
+          throw error("distributed_grad_reducer: parameter_broadcast needs built parameters: parameter '" +
+                      p->name() + "' is not built; call build(ctx) on the network first");
+      broadcast_parameters(params_, ctx);
+    }
+    bool all_built = true;
+    for (auto* p : params_) all_built = all_built && p->built();
+    if (all_built) make_plan();
+  }
+
+  distributed_grad_reducer(const distributed_grad_reducer&) = delete;
+  distributed_grad_reducer& operator=(const distributed_grad_reducer&) = delete;
+
+  ~distributed_grad_reducer() override {
+    for (auto* p : params_)
+      if (p->listener() == this) p->set_listener(nullptr);
+    for (bucket& b : buckets_)
+      if (b.req) b.req->wait();
+  }
+
+  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const options& config() const { return opt_; }
+
+  /// The buckets (after the first step, or at once when the parameters were built).
+  std::vector<bucket_info> buckets() const {
+    std::vector<bucket_info> out;
+    for (const bucket& b : buckets_) out.push_back({b.members, b.elements * sizeof(T), b.group_size});
+    return out;
+  }
+  /// The events of the last step.
+  const std::vector<event>& events() const { return events_; }
+
+  /// Waits for the gradients of this step (or reduces them now) and returns them in
+  /// the parameters' layouts. The argument's shards are moved into the result.
+  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>& grads) {
+    if (grads.size() != params_.size())
+      throw error("distributed_grad_reducer: " + std::to_string(grads.size()) + " gradients for " +
+                  std::to_string(params_.size()) + " parameters");
+    if (!planned_) make_plan();
+    if (!in_step_) {
+      backward_begin();
+      for (std::size_t i = 0; i < params_.size(); ++i) deliver(i, grads[i], 0);
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!state_[i].delivered)
+        throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() +
+                    "' was not handed over during the step");
+    for (bucket& b : buckets_)
+      if (b.req) {
+        b.req->wait();
+        b.req.reset();
+      }
+    std::vector<dist_tensor<T>> out;
+    out.reserve(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) out.push_back(finish(i, grads[i]));
+    in_step_ = false;
+    return out;
+  }
+  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>&& grads) { return (*this)(grads); }
+
+  // ---- grad_listener ----------------------------------------------------------
+
+  void backward_begin() override {
+    if (!planned_) make_plan();
+    if (in_step_)
+      throw error("distributed_grad_reducer: a new step began before the last step's gradients were collected "
+                  "(call the reducer with them)");
+    in_step_ = true;
+    events_.clear();
+    for (auto& s : state_) s = param_state{s.bucket, s.offset, false, false, nullptr};
+    for (bucket& b : buckets_) b.ready = 0;
+  }
+
+  void grad_ready(nn::parameter<T>& p, dist_tensor<T>& g, int nodes_left) override {
+    const auto it = std::find(params_.begin(), params_.end(), &p);
+    if (it == params_.end()) return;
+    if (!in_step_) backward_begin();
+    deliver(std::size_t(it - params_.begin()), g, nodes_left);
+  }
+
+ private:
+  using request_t = std::remove_cvref_t<decltype(std::declval<C&>().iall_reduce(std::declval<std::span<T>>(),
+                                                                               reduce_op::sum))>;
+  struct bucket {
+    C* comm = nullptr;
+    int group_size = 1;
+    std::vector<int> ranks;
+    std::vector<std::size_t> members;
+    std::size_t elements = 0;
+    std::vector<T> buffer;  // packed gradients (buckets of two or more)
+    std::size_t ready = 0;
+    std::optional<request_t> req;
+  };
+  struct param_state {
+    std::size_t bucket = 0, offset = 0;
+    bool delivered = false;
+    bool on_plan = false;  // partial exactly over its replica axes: reduced in its bucket
+    T* data = nullptr;     // the gradient's buffer (reduced in place in a bucket of one)
+  };
+
+  void make_plan() {
+    state_.assign(params_.size(), param_state{});
+    buckets_.clear();
+    // The open bucket of each group of ranks.
+    std::vector<std::pair<std::vector<int>, std::size_t>> open;
+    for (std::size_t k = params_.size(); k-- > 0;) {
+      nn::parameter<T>& p = *params_[k];
+      const layout& l = p.layout();
+      if (l.has_partial())
+        throw error("distributed_grad_reducer: parameter '" + p.name() + "' has a partial layout " + to_string(l));
+      const axis_list axes = detail::replica_axis_list(l);
+      std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
+      const std::size_t n = std::size_t(p.data().data().size());
+      auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
+      const bool alone = n * sizeof(T) >= opt_.alone_bytes;
+      if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
+        open.erase(it);
+        it = open.end();
+      }
+      if (it == open.end() || (buckets_[it->second].elements + n) * sizeof(T) > opt_.bucket_bytes) {
+        bucket b;
+        b.group_size = int(ranks.size());
+        b.comm = b.group_size > 1 ? &ctx_->on(l.dev).group(axes) : nullptr;
+        b.ranks = ranks;
+        buckets_.push_back(std::move(b));
+        if (it == open.end()) it = open.insert(open.end(), {std::move(ranks), buckets_.size() - 1});
+        else it->second = buckets_.size() - 1;
+      }
+      bucket& b = buckets_[it->second];
+      state_[k].bucket = it->second;
+      state_[k].offset = b.elements;
+      b.members.push_back(k);
+      b.elements += n;
+      if (alone) open.erase(it);  // nothing joins it
+    }
+    for (bucket& b : buckets_)
+      if (b.members.size() > 1) b.buffer.assign(b.elements, T(0));
+    planned_ = true;
+  }
+
+  // True when g is p's layout made partial (sum) over exactly p's replica axes of size
+  // more than one: then the sum over the bucket's group resolves it.
+  static bool on_plan(const nn::parameter<T>& p, const dist_tensor<T>& g) {
+    const layout& pl = p.layout();
+    const layout& gl = g.layout();
+    if (!(gl.without_partial() == pl) || (gl.has_partial() && gl.op != reduce_op::sum)) return false;
+    const axis_mask replicas = pl.replica_axes();
+    for (int a = 0; a < pl.dev.ndim; ++a) {
+      const bool is_replica = replicas >> a & 1u;
+      if (gl.is_partial(a) && !is_replica) return false;
+      if (is_replica && pl.dev.dims[a] > 1 && !gl.is_partial(a)) return false;
+    }
+    return true;
+  }
+
+  void deliver(std::size_t i, dist_tensor<T>& g, int nodes_left) {
+    param_state& s = state_[i];
+    if (s.delivered)
+      throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() +
+                  "' was handed over twice in one step");
+    if (!(g.global_shape() == params_[i]->shape()))
+      throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() + "' is " +
+                  to_string(g.global_shape()) + ", the parameter " + to_string(params_[i]->shape()));
+    s.delivered = true;
+    s.on_plan = on_plan(*params_[i], g);
+    s.data = g.data().data();
+    events_.push_back({event::kind::grad_ready, i, nodes_left});
+    bucket& b = buckets_[s.bucket];
+    if (b.members.size() > 1) {
+      T* dst = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.data().size());
+      if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
+      else std::fill(dst, dst + n, T(0));
+    }
+    if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
+    progress();
+  }
+
+  void start(std::size_t k, int nodes_left) {
+    bucket& b = buckets_[k];
+    events_.push_back({event::kind::bucket_started, k, nodes_left});
+    if (!b.comm) return;
+    bool any = false;
+    for (std::size_t m : b.members) any = any || state_[m].on_plan;
+    if (!any) return;  // every member resolved otherwise (the same on every rank)
+    T* data = b.members.size() > 1 ? b.buffer.data() : state_[b.members[0]].data;
+    b.req.emplace(b.comm->iall_reduce(std::span<T>(data, b.elements), reduce_op::sum));
+  }
+
+  // Lets the library move pending reductions along (MPI progresses on calls).
+  void progress() {
+    for (bucket& b : buckets_)
+      if (b.req) {
+        if constexpr (requires(request_t& r) { r.test(); }) (void)b.req->test();
+      }
+  }
+
+  dist_tensor<T> finish(std::size_t i, dist_tensor<T>& g) {
+    nn::parameter<T>& p = *params_[i];
+    const param_state& s = state_[i];
+    const bucket& b = buckets_[s.bucket];
+    const layout& pl = p.layout();
+    T factor = T(1);
+    if (!opt_.mean) factor = T(group_size(pl.dev, detail::replica_axis_list(pl)));
+    if (!s.on_plan) {
+      dist_tensor<T> r = g.layout() == pl ? std::move(g) : redistribute(g, pl, *ctx_);
+      if (factor != T(1))
+        for (T& v : r.data()) v *= factor;
+      return r;
+    }
+    T* dst = g.data().data();
+    if (b.members.size() > 1) {
+      const T* src = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.data().size());
+      if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
+      else
+        for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+    } else {
+      if (dst != s.data)
+        throw error("distributed_grad_reducer: the gradient of parameter '" + p.name() +
+                    "' is not the one handed over during the step (a copy?); pass the step's gradients "
+                    "themselves: grads = reducer(grads)");
+      if (factor != T(1))
+        for (T& v : g.data()) v *= factor;
+    }
+    return dist_tensor<T>(pl, p.shape(), g.rank(), std::move(g.local()));
+  }
+
+  std::vector<nn::parameter<T>*> params_;
+  device_context<C>* ctx_;
+  options opt_;
+  bool planned_ = false;
+  bool in_step_ = false;
+  std::vector<bucket> buckets_;
+  std::vector<param_state> state_;
+  std::vector<event> events_;
+};
+
+}  // namespace tessera::train
+// ---- tessera/train/callbacks.hpp ----
+// Callbacks of Model::train (MindSpore's mindspore.train.Callback): hooks at the
+// beginning and end of the training, of each epoch and of each step, given a
+// run_context. LossMonitor prints the seeds' line `epoch: E step: S, loss is L`,
+// TimeMonitor the epoch and step times, ProgressBar a one-line bar on rank 0 when
+// stdout is a terminal.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+#include <unistd.h>
+
+namespace tessera::train {
+
+/// What a callback sees (MindSpore's RunContext and its cb_params). Counts start at 1.
+template <class T = float>
+struct run_context {
+  int epoch = 0;                      ///< the current epoch (cur_epoch_num)
+  int epochs = 0;                     ///< epochs to train (epoch_num)
+  std::int64_t step = 0;              ///< steps so far over the whole training (cur_step_num)
+  std::int64_t step_in_epoch = 0;     ///< steps so far in this epoch
+  std::int64_t steps_per_epoch = -1;  ///< batches per epoch (batch_num); -1 if not known
+  double loss = 0;                    ///< the step's loss over the global batch, the same on every rank
+  double step_seconds = 0;            ///< the step's wall time (forward, backward, reduction, update)
+  std::int64_t batch_samples = 0;     ///< samples in the step's global batch
+  int rank = 0;                       ///< this rank
+  int ranks = 1;                      ///< the number of ranks
+  /// The network's parameters with their dotted names (for checkpoints).
+  std::vector<std::pair<std::string, nn::parameter<T>*>> parameters;
+  /// Set by a callback to end the training after this step (MindSpore's request_stop).
+  bool stop_requested = false;
+  void request_stop() { stop_requested = true; }
+};
+
+/// The base of the callbacks: every hook does nothing unless overridden. Every rank
+/// calls every hook at the same point; a hook that communicates must do so on every
+/// rank.
+template <class T = float>
+class callback {
+ public:
+  virtual ~callback() = default;
+  virtual void on_train_begin(run_context<T>&) {}
+  virtual void on_epoch_begin(run_context<T>&) {}
+  virtual void on_step_begin(run_context<T>&) {}
+  virtual void on_step_end(run_context<T>&) {}
+  virtual void on_epoch_end(run_context<T>&) {}
+  virtual void on_train_end(run_context<T>&) {}
+};
+
+namespace detail {
+/// A loss as MindSpore prints it: 8 significant digits ("2.3026438").
+inline std::string loss_text(double loss) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.8g", loss);
+  return buf;
+}
+}  // namespace detail
+
+/// MindSpore's LossMonitor(per_print_times): every `per_print_times` steps of an epoch,
+/// on every rank, `epoch: E step: S, loss is L` (S counts the epoch's steps from 1).
+template <class T = float>
+class loss_monitor : public callback<T> {
+ public:
+  explicit loss_monitor(int per_print_times = 1, std::ostream& out = std::cout) : every_(per_print_times), out_(&out) {
+    if (per_print_times < 1)
+      throw error("loss_monitor: per_print_times must be at least 1, got " + std::to_string(per_print_times));
+  }
+  void on_step_end(run_context<T>& rc) override {
+    if (!std::isfinite(rc.loss))
+      throw error("loss_monitor: the loss is " + detail::loss_text(rc.loss) + " at epoch " +
+                  std::to_string(rc.epoch) + " step " + std::to_string(rc.step_in_epoch) + ": training has diverged");
+    if (rc.step_in_epoch % every_ == 0)
+      *out_ << "epoch: " << rc.epoch << " step: " << rc.step_in_epoch << ", loss is " << detail::loss_text(rc.loss)
+            << "\n"
+            << std::flush;
+  }
+
+ private:
+  int every_;
+  std::ostream* out_;
+};
+
+/// MindSpore's TimeMonitor: at the end of each epoch, on rank 0,
+/// `epoch time: X ms, per step time: Y ms`. Keeps the mean step time of the training.
+template <class T = float>
+class time_monitor : public callback<T> {
+ public:
+  explicit time_monitor(std::ostream& out = std::cout) : out_(&out) {}
+  void on_epoch_begin(run_context<T>&) override {
+    epoch_seconds_ = 0;
+    epoch_steps_ = 0;
+  }
+  void on_step_end(run_context<T>& rc) override {
+    epoch_seconds_ += rc.step_seconds;
+    total_seconds_ += rc.step_seconds;
+    ++epoch_steps_;
+    ++total_steps_;
+  }
+  void on_epoch_end(run_context<T>& rc) override {
+    if (rc.rank != 0 || epoch_steps_ == 0) return;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "epoch time: %.3f ms, per step time: %.3f ms\n", epoch_seconds_ * 1e3,
+                  epoch_seconds_ * 1e3 / double(epoch_steps_));
+    *out_ << buf << std::flush;
+  }
+  /// The mean step time so far, in milliseconds (0 before any step).
+  double mean_step_ms() const { return total_steps_ ? total_seconds_ * 1e3 / double(total_steps_) : 0.0; }
+
+ private:
+  std::ostream* out_;
+  double epoch_seconds_ = 0, total_seconds_ = 0;
+  std::int64_t epoch_steps_ = 0, total_steps_ = 0;
+};
+
+/// One line of progress: `[=======>      ] 120/1875 epoch 1/10 loss 0.34561 2345 samples/s ETA 0:12`
+/// (without the bar when the epoch's length is unknown). `seconds_left` < 0 leaves ETA out.
+inline std::string progress_line(std::int64_t step, std::int64_t steps, int epoch, int epochs, double loss,
+                                 double samples_per_second, double seconds_left, int width = 24) {
+  std::string s;
+  if (steps > 0) {
+    const int done = int(std::min<std::int64_t>(width, step * width / steps));
+    s.push_back('[');
+    s.append(std::size_t(done), '=');
+    if (done < width) {
+      s.push_back('>');
+      s.append(std::size_t(width - done - 1), ' ');
+    }
+    s.append("] ").append(std::to_string(step)).append("/").append(std::to_string(steps));
+  } else {
+    s.append("step ").append(std::to_string(step));
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof buf, " epoch %d/%d loss %.5g %.0f samples/s", epoch, epochs, loss, samples_per_second);
+  s += buf;
+  if (seconds_left >= 0) {
+    const long long t = std::llround(seconds_left);
+    std::snprintf(buf, sizeof buf, " ETA %lld:%02lld", t / 60, t % 60);
+    s += buf;
+  }
+  return s;
+}
+
+/// A progress bar on rank 0, redrawn in place after every step, only when stdout is a
+/// terminal (or `force`): steps, loss, samples per second and the time left.
+template <class T = float>
+class progress_bar : public callback<T> {
+ public:
+  explicit progress_bar(std::ostream& out = std::cout, bool force = false) : out_(&out), force_(force) {}
+  void on_train_begin(run_context<T>& rc) override {
+    active_ = rc.rank == 0 && (force_ || ::isatty(STDOUT_FILENO) == 1);
+    seconds_ = 0;
+    steps_ = 0;
+    samples_ = 0;
+  }
+  void on_step_end(run_context<T>& rc) override {
+    seconds_ += rc.step_seconds;
+    samples_ += double(rc.batch_samples);
+    ++steps_;
+    if (!active_) return;
+    const double per_step = seconds_ / double(steps_);
+    double left = -1;
+    if (rc.steps_per_epoch > 0)
+      left = per_step * double((rc.epochs - rc.epoch) * rc.steps_per_epoch + rc.steps_per_epoch - rc.step_in_epoch);
+    *out_ << "\r" << progress_line(rc.step_in_epoch, rc.steps_per_epoch, rc.epoch, rc.epochs, rc.loss,
+                                   seconds_ > 0 ? samples_ / seconds_ : 0.0, left)
+          << std::flush;
+  }
+  void on_epoch_end(run_context<T>&) override {
+    if (active_) *out_ << "\n" << std::flush;
+  }
+  /// Whether it draws (rank 0 and a terminal, or forced); known once training began.
+  bool active() const { return active_; }
+
+ private:
+  std::ostream* out_;
+  bool force_;
+  bool active_ = false;
+  double seconds_ = 0, samples_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace tessera::train
+// ---- tessera/train/model.hpp ----
+// Model (MindSpore's mindspore.train.Model): a network, a loss and an optimizer
+// trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
+// rank reads its own shard of the data (the batch split over the ranks), the
+// gradients are reduced over the ranks by a distributed_grad_reducer during the
+// backward pass, and every rank steps the optimizer on its shards.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::train {
+
+/// One rank's rows of a batch: inputs (batch, ...) and class labels (batch,).
+template <class T>
+struct local_batch {
+  xt::xarray<T> inputs;
+  xt::xarray<std::int32_t> labels;
+};
+
+namespace detail {
+
+template <class T, class A>
+xt::xarray<T> as_array(const xt::xarray<A>& a) {
+  if constexpr (std::is_same_v<A, T>) return a;
+  else {
+    xt::xarray<T> out = xt::xarray<T>::from_shape(a.shape());
+    for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = T(a.data()[i]);
+    return out;
+  }
+}
+
+/// The rows of a batch element as Model reads them: a pair (or tuple) of arrays
+/// (inputs, labels), or a local_batch. Overloads for other batch types (data/'s rows)
+/// are found by argument-dependent lookup: `to_local_batch(tag<T>, const B&)`.
+template <class T>
+struct tag {};
+
+template <class T, class X, class Y>
+local_batch<T> to_local_batch(tag<T>, const std::pair<xt::xarray<X>, xt::xarray<Y>>& b) {
+  return {as_array<T>(b.first), as_array<std::int32_t>(b.second)};
+}
+template <class T, class X, class Y>
+local_batch<T> to_local_batch(tag<T>, const std::tuple<xt::xarray<X>, xt::xarray<Y>>& b) {
+  return {as_array<T>(std::get<0>(b)), as_array<std::int32_t>(std::get<1>(b))};
+}
+template <class T>
+local_batch<T> to_local_batch(tag<T>, const local_batch<T>& b) {
+  return b;
+}
+
+/// Pass e of a dataset: ds.epoch(e) when it has one (data::dataset), else the range.
+template <class D>
+decltype(auto) epoch_of(D& ds, std::int64_t e) {
+  if constexpr (requires { ds.epoch(e); }) return ds.epoch(e);
+  else return (ds);
+}
+
+/// Batches per epoch when the dataset knows (get_dataset_size() or size()), else -1.
+template <class D>
+std::int64_t batches_per_epoch(const D& ds) {
+  if constexpr (requires { ds.get_dataset_size(); }) return std::int64_t(ds.get_dataset_size());
+  else if constexpr (requires { ds.size(); }) return std::int64_t(ds.size());
+  else return -1;
+}
+
+// The ranks agree that each has a batch of the same size, or that all are done.
+// Throws on every rank otherwise (a rank with fewer batches would leave the others
+// waiting in a collective).
+template <class C>
+bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
+  std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
+  // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
+  ctx.world().all_reduce(std::span<std::int64_t>(v), reduce_op::max);
+  const bool any = v[2] == 1, all = v[3] == -1;
+  if (!any) return false;
+  if (!all)
+    throw error(std::string(who) + ": the ranks ran out of batches at different steps (shard the dataset into "
+                                   "equal parts and batch with drop_remainder)");
+  if (v[0] != -v[1])
+    throw error(std::string(who) + ": the ranks' batches differ in size: " + std::to_string(-v[1]) + " to " +
+                std::to_string(v[0]) + " rows (batch with drop_remainder)");
+  return true;
+}
+
+// This rank's rows as shards of the global batch, split over every rank.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+  const int p = ctx.size();
+  const index_t rows = index_t(b.inputs.shape()[0]);
+  if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
+    extents ls;
+    ls.ndim = int(b.labels.dimension());
+    for (int d = 0; d < ls.ndim; ++d) ls.v[d] = index_t(b.labels.shape()[std::size_t(d)]);
+    throw error("model: a batch has " + std::to_string(rows) + " inputs and labels of shape " + to_string(ls));
+  }
+  extents xs;
+  xs.ndim = int(b.inputs.dimension());
+  for (int d = 0; d < xs.ndim; ++d) xs.v[d] = index_t(b.inputs.shape()[std::size_t(d)]);
+  xs.v[0] = rows * p;
+  layout xl = layout::replicated(mesh{p}, xs.ndim);
+  xl.split[0] = axis_list{0};
+  dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
+  return {std::move(x), std::move(y)};
+}
+
+// Rows whose largest logit is at the label, counted once over the ranks that share
+// them (the ranks of a row's replicas are told apart by their coordinates).
+template <class T, class C>
+double count_correct(const dist_tensor<T>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+  const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
+  const laid_out<T> lx = nn::detail::placed_as(logits, rows, ctx);
+  const laid_out<std::int32_t> ly = nn::detail::placed_as(labels, layout(rows.dev, {rows.split[0]}), ctx);
+  // Count only on the first replica of each row block.
+  const mesh_coords c = rows.dev.coords(ctx.rank());
+  for (int a = 0; a < rows.dev.ndim; ++a)
+    if (!rows.split[0].contains(a) && c[a] != 0) return 0;
+  const auto& x = lx->local();
+  const std::size_t n = x.shape()[0], k = x.shape()[1];
+  double correct = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t best = 0;
+    for (std::size_t j = 1; j < k; ++j)
+      if (x.data()[i * k + j] > x.data()[i * k + best]) best = j;
+    correct += std::int32_t(best) == ly->local().data()[i] ? 1 : 0;
+  }
+  return correct;
+}
+
+}  // namespace detail
+
+/// The results of Model::eval over a dataset: MindSpore's metrics {"accuracy", "loss"}.
+struct eval_result {
+  double accuracy = 0;       ///< correct / samples (argmax of the logits equals the label)
+  double loss = 0;           ///< the loss averaged over the batches
+  std::int64_t samples = 0;  ///< samples seen, over all ranks
+};
+
+/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
+/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
+/// rows: each sample counted once. Collective. The dataset is read as Model::train
+/// reads it.
+template <class Net, class Loss, class Dataset, class C>
+eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
+  using T = typename Net::value_type;
+  const bool was_training = net.training();
+  net.set_train(false);
+  double correct = 0, loss_sum = 0;
+  std::int64_t samples = 0, batches = 0;
+  auto&& pass = detail::epoch_of(dataset, 0);
+  auto it = pass.begin();
+  auto end = pass.end();
+  while (true) {
+    const bool have = !(it == end);
+    std::optional<local_batch<T>> b;
+    if (have) b = to_local_batch(detail::tag<T>{}, *it);
+    if (!detail::agree_on_batch(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
+    const auto [x, y] = detail::to_tensors(*b, ctx);
+    autodiff::tape<T, C> t(ctx);
+    const auto logits = net(t.leaf_view(x, false));
+    const auto loss = loss_fn(logits, y);
+    loss_sum += double(scalar(loss.value(), ctx));
+    correct += detail::count_correct(logits.value(), y, ctx);
+    samples += x.global_shape()[0];
+    ++batches;
+    ++it;
+  }
+  net.set_train(was_training);
+  std::vector<double> c{correct};
+  ctx.world().all_reduce(std::span<double>(c), reduce_op::sum);
+  eval_result r;
+  r.samples = samples;
+  r.accuracy = samples ? c[0] / double(samples) : 0.0;
+  r.loss = batches ? loss_sum / double(batches) : 0.0;
+  return r;
+}
+
+/// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a classifier.
+///
+///     train::model model(net, loss_fn, opt, ctx);
+///     train::loss_monitor lm(10);
+///     model.train(10, dataset, {&lm});
+///     const auto m = model.eval(test_set);   // m.accuracy
+///
+/// A dataset is anything whose elements are batches of this rank's rows, a pair
+/// (inputs, labels) of xt::xarray (data::dataset rows once data/ is included): either
+/// a range, iterated once per epoch, or an object with epoch(e) (each epoch its own
+/// pass). Every rank must see batches of the same size, as many as the others: the
+/// ranks check it together at each step (an error, not a hang, otherwise).
+template <class Net, class Loss, class C>
+class model {
+ public:
+  using T = typename Net::value_type;
+
+  struct options {
+    bool gradients_mean = true;                         ///< see distributed_grad_reducer
+    std::size_t bucket_bytes = std::size_t(25) << 20;   ///< the reducer's bucket size
+    bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
+  };
+
+  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx)
+      : model(net, loss_fn, opt, ctx, options{}) {}
+  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx, options o)
+      : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
+
+  Net& network() { return *net_; }
+
+  /// Trains `epochs` passes over `dataset`, calling the callbacks' hooks.
+  template <class Dataset>
+  void train(int epochs, Dataset& dataset, const std::vector<callback<T>*>& callbacks = {}) {
+    if (epochs < 0) throw error("model.train: epochs must not be negative, got " + std::to_string(epochs));
+    prepare();
+    net_->set_train(true);
+    run_context<T> rc;
+    rc.epochs = epochs;
+    rc.rank = ctx_->rank();
+    rc.ranks = ctx_->size();
+    rc.steps_per_epoch = detail::batches_per_epoch(dataset);
+    rc.parameters = net_->named_parameters();
+    auto grad_fn = value_and_grad(
+        [this](auto x, const dist_tensor<std::int32_t>& y) { return (*loss_)((*net_)(x), y); },
+        opt_->parameters(), *ctx_);
+    for (auto* cb : callbacks) cb->on_train_begin(rc);
+    for (int e = 0; e < epochs && !rc.stop_requested; ++e) {
+      rc.epoch = e + 1;
+      rc.step_in_epoch = 0;
+      for (auto* cb : callbacks) cb->on_epoch_begin(rc);
+      auto&& pass = detail::epoch_of(dataset, e);
+      auto it = pass.begin();
+      auto end = pass.end();
+      while (true) {
+        const bool have = !(it == end);
+        std::optional<local_batch<T>> b;
+        if (have) b = to_local_batch(detail::tag<T>{}, *it);
+        if (!detail::agree_on_batch(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train")) break;
+        const auto [x, y] = detail::to_tensors(*b, *ctx_);
+        rc.batch_samples = x.global_shape()[0];
+        for (auto* cb : callbacks) cb->on_step_begin(rc);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto [loss, grads] = grad_fn(x, y);
+        grads = (*reducer_)(grads);
+        (*opt_)(grads);
+        rc.loss = double(scalar(loss, *ctx_));
+        rc.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++rc.step;
+        ++rc.step_in_epoch;
+        for (auto* cb : callbacks) cb->on_step_end(rc);
+        if (rc.stop_requested) break;
+        ++it;
+      }
+      for (auto* cb : callbacks) cb->on_epoch_end(rc);
+    }
+    for (auto* cb : callbacks) cb->on_train_end(rc);
+  }
+
+  /// The accuracy and mean loss of the network over `dataset` (train::evaluate).
+  template <class Dataset>
+  eval_result eval(Dataset& dataset) {
+    if (!net_->built()) net_->build(*ctx_);
+    return evaluate(*net_, *loss_, dataset, *ctx_);
+  }
+
+  /// The gradient reducer (made at the first train or eval).
+  distributed_grad_reducer<T, C>* reducer() { return reducer_.get(); }
+
+ private:
+  void prepare() {
+    if (!net_->built()) net_->build(*ctx_);
+    if (!reducer_)
+      reducer_ = std::make_unique<distributed_grad_reducer<T, C>>(
+          opt_->parameters(), *ctx_,
+          typename distributed_grad_reducer<T, C>::options{.mean = opt_config_.gradients_mean,
+                                                            .bucket_bytes = opt_config_.bucket_bytes,
+                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
+  }
+
+  Net* net_;
+  Loss* loss_;
+  optim::optimizer<T>* opt_;
+  device_context<C>* ctx_;
+  options opt_config_;
+  std::unique_ptr<distributed_grad_reducer<T, C>> reducer_;
+};
+
+}  // namespace tessera::train
 #endif
 #endif
 
