@@ -264,7 +264,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       if (alone) open.erase(it);  // nothing joins it
     }
     for (bucket& b : buckets_)
-      if (b.members.size() > 1) b.buffer.assign(b.elements, T(0));
+      if (b.members.size() > 1 && b.comm) b.buffer.assign(b.elements, T(0));
     planned_ = true;
   }
 
@@ -296,7 +296,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     s.data = g.data().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if (b.members.size() > 1) {
+    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
       T* dst = b.buffer.data() + s.offset;
       const std::size_t n = std::size_t(g.data().size());
       if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
@@ -339,13 +339,13 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       return r;
     }
     T* dst = g.data().data();
-    if (b.members.size() > 1) {
+    if (b.members.size() > 1 && b.comm) {
       const T* src = b.buffer.data() + s.offset;
       const std::size_t n = std::size_t(g.data().size());
       if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
       else
         for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
-    } else {
+    } else if (b.comm) {
       if (dst != s.data)
         throw error("distributed_grad_reducer: the gradient of parameter '" + p.name() +
                     "' is not the one handed over during the step (a copy?); pass the step's gradients "
