@@ -86,13 +86,14 @@ struct step_times {
 // Runs timed_steps steps of the network on the ranks of `ctx` (which may be one rank
 // alone); returns each step's times on this rank.
 template <class C>
-std::vector<step_times> run_steps(device_context<C>& ctx, std::size_t bucket_bytes, std::size_t* grad_bytes) {
+std::vector<step_times> run_steps(device_context<C>& ctx,
+                                  const typename train::distributed_grad_reducer<float, C>::options& ro,
+                                  std::size_t* grad_bytes) {
   network net;
   net.build(ctx, 1);
   nn::cross_entropy_loss<float> loss_fn;
   optim::sgd<float> opt(net.trainable_params(), 1e-2f);
-  train::distributed_grad_reducer<float, C> grad_reducer(
-      opt.parameters(), ctx, typename train::distributed_grad_reducer<float, C>::options{.bucket_bytes = bucket_bytes});
+  train::distributed_grad_reducer<float, C> grad_reducer(opt.parameters(), ctx, ro);
   auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
   const auto [x, y] = make_batch(ctx);
@@ -148,10 +149,12 @@ void report(benchmark::State& state, std::vector<step_times> mine, std::size_t g
   state.counters["samples_per_s"] = double(per_rank_batch * world.size()) / (sorted[sorted.size() / 2]);
 }
 
-void bm_data_parallel(benchmark::State& state, std::size_t bucket_bytes) {
+using reducer_options = train::distributed_grad_reducer<float, mpi_communicator>::options;
+
+void bm_data_parallel(benchmark::State& state, reducer_options ro) {
   device_context<mpi_communicator> ctx(*world_ptr);
   std::size_t grad_bytes = 0;
-  auto times = run_steps(ctx, bucket_bytes, &grad_bytes);
+  auto times = run_steps(ctx, ro, &grad_bytes);
   report(state, std::move(times), grad_bytes);
 }
 
@@ -159,7 +162,7 @@ void bm_compute_only(benchmark::State& state) {
   local_communicator one;
   device_context<local_communicator> ctx(one);
   std::size_t grad_bytes = 0;
-  auto times = run_steps(ctx, std::size_t(25) << 20, &grad_bytes);
+  auto times = run_steps(ctx, train::distributed_grad_reducer<float, local_communicator>::options{}, &grad_bytes);
   report(state, std::move(times), 0);
 }
 
@@ -186,8 +189,14 @@ int main(int argc, char** argv) {
     auto add = [](const char* name, auto f) {
       benchmark::RegisterBenchmark(name, f)->UseManualTime()->Iterations(timed_steps)->Unit(benchmark::kMillisecond);
     };
-    add("mnist_step/data_parallel/bucket=25MiB", [](benchmark::State& s) { bm_data_parallel(s, std::size_t(25) << 20); });
-    add("mnist_step/data_parallel/bucket=256KiB", [](benchmark::State& s) { bm_data_parallel(s, std::size_t(256) << 10); });
+    // The defaults: 25 MiB buckets, gradients of 1 MiB or more alone, overlapped.
+    add("mnist_step/data_parallel", [](benchmark::State& s) { bm_data_parallel(s, reducer_options{}); });
+    add("mnist_step/data_parallel/one_bucket",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{.alone_bytes = std::size_t(1) << 30}); });
+    add("mnist_step/data_parallel/bucket=256KiB",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{.bucket_bytes = std::size_t(256) << 10}); });
+    add("mnist_step/data_parallel/no_overlap",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{.overlap = false}); });
     add("mnist_step/compute_only", [](benchmark::State& s) { bm_compute_only(s); });
     if (world.rank() == 0) {
       benchmark::RunSpecifiedBenchmarks();

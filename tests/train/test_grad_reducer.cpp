@@ -1,7 +1,7 @@
 // Tests of train/grad_reducer.hpp under mpiexec (1, 2, 4 and 8 ranks): buckets by
 // size in reverse parameter order; reductions started during the backward pass, before
-// the first layer's gradient is computed; mean (the one-rank gradient of the global
-// batch) and sum (times the ranks); gradients reduced without a step; parameter
+// the first layer's gradient is computed (without overlap, all when it is called); mean
+// (the one-rank gradient of the global batch) and sum (times the ranks); gradients reduced without a step; parameter
 // broadcast from rank 0; data-parallel training equal to one-rank training over 50
 // steps; and the errors.
 #include <doctest/doctest.h>
@@ -123,17 +123,20 @@ TEST_CASE("distributed_grad_reducer: mean is the one-rank gradient, sum that tim
   const int p = world.size();
   const auto ref = one_rank_grads(2, 4);
   for (const bool mean : {true, false})
-    for (const std::size_t cap : {std::size_t(1), std::size_t(1) << 20}) {
+    for (const std::size_t cap : {std::size_t(1), std::size_t(1) << 20})
+      for (const bool overlap : {true, false}) {
       CAPTURE(mean);
       CAPTURE(cap);
+      CAPTURE(overlap);
       mlp net;
       net.build(ctx, 4);
       nn::cross_entropy_loss<float> ce;
-      reducer_t reducer(net.trainable_params(), ctx, {.mean = mean, .bucket_bytes = cap});
+      reducer_t reducer(net.trainable_params(), ctx, {.mean = mean, .bucket_bytes = cap, .overlap = overlap});
       auto grad_fn = train::value_and_grad(
           [&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); }, net.trainable_params(), ctx);
       const auto [x, y] = split_batch(batch(2, global_rows), ctx);
       auto [loss, grads] = grad_fn(x, y);
+      CHECK(reducer.events().empty() == !overlap);  // without overlap nothing happens during the pass
       grads = reducer(grads);
       const auto params = net.trainable_params();
       for (std::size_t i = 0; i < grads.size(); ++i) {
