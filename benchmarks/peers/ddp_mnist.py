@@ -10,13 +10,14 @@ CrossEntropyLoss, SGD(lr=1e-2), batch 32 per process, DDP over gloo, on N proces
 A step is zero_grad, forward, loss, backward (DDP all-reduces the gradient buckets
 during it) and optimizer.step(), timed on every process after a barrier; a step's time
 is the slowest process's. Prints and writes (--out) the mean, median and fastest step
-in milliseconds. Needs Debian's python3-torch (apt-get install python3-torch); it is
+in milliseconds, and each process's peak resident memory. Needs Debian's python3-torch (apt-get install python3-torch); it is
 not a dependency of tessera or of its tests.
 """
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import time
 
@@ -59,8 +60,11 @@ def worker(rank, world, args, queue):
             times.append(t)
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    peak = torch.zeros(world, dtype=torch.float64)
+    peak[rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB -> MiB
+    dist.all_reduce(peak)
     if rank == 0:
-        queue.put(slowest.tolist())
+        queue.put((slowest.tolist(), peak.tolist()))
     dist.destroy_process_group()
 
 
@@ -82,7 +86,7 @@ def main():
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     mp.spawn(worker, args=(args.ranks, args, queue), nprocs=args.ranks, join=True)
-    times = queue.get()
+    times, peak = queue.get()
     ms = [1e3 * t for t in times]
     result = {
         "peer": "pytorch_ddp_gloo",
@@ -94,6 +98,7 @@ def main():
         "median_ms": statistics.median(ms),
         "min_ms": min(ms),
         "samples_per_s": args.batch * args.ranks / (statistics.median(ms) / 1e3),
+        "peak_rss_mib_per_rank": peak,
     }
     print(json.dumps(result, indent=2))
     if args.out:
