@@ -8151,6 +8151,10 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     /// Broadcast every parameter from rank 0 on construction (MindSpore's
     /// parameter_broadcast); the parameters must be built.
     bool parameter_broadcast = false;
+    /// Start each bucket's reduction during the backward pass (non-blocking). Off, the
+    /// buckets are reduced one after the other when the reducer is called, each by a
+    /// blocking all_reduce: no overlap, but no progress to wait for either.
+    bool overlap = true;
   };
 
   /// What happened during the last step, in order: gradients handed over and buckets
@@ -8218,7 +8222,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
                   std::to_string(params_.size()) + " parameters");
     if (!planned_) make_plan();
     if (!in_step_) {
-      backward_begin();
+      begin_step();
       for (std::size_t i = 0; i < params_.size(); ++i) deliver(i, grads[i], 0);
     }
     for (std::size_t i = 0; i < params_.size(); ++i)
@@ -8241,6 +8245,19 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
   // ---- grad_listener ----------------------------------------------------------
 
   void backward_begin() override {
+    if (opt_.overlap) begin_step();
+  }
+
+  void grad_ready(nn::parameter<T>& p, dist_tensor<T>& g, int nodes_left) override {
+    if (!opt_.overlap) return;  // operator() reduces everything
+    const auto it = std::find(params_.begin(), params_.end(), &p);
+    if (it == params_.end()) return;
+    if (!in_step_) begin_step();
+    deliver(std::size_t(it - params_.begin()), g, nodes_left);
+  }
+
+ private:
+  void begin_step() {
     if (!planned_) make_plan();
     if (in_step_)
       throw error("distributed_grad_reducer: a new step began before the last step's gradients were collected "
@@ -8249,16 +8266,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     events_.clear();
     for (auto& s : state_) s = param_state{s.bucket, s.offset, false, false, nullptr};
     for (bucket& b : buckets_) b.ready = 0;
+    started_ = 0;
   }
 
-  void grad_ready(nn::parameter<T>& p, dist_tensor<T>& g, int nodes_left) override {
-    const auto it = std::find(params_.begin(), params_.end(), &p);
-    if (it == params_.end()) return;
-    if (!in_step_) backward_begin();
-    deliver(std::size_t(it - params_.begin()), g, nodes_left);
-  }
-
- private:
   using request_t = std::remove_cvref_t<decltype(std::declval<C&>().iall_reduce(std::declval<std::span<T>>(),
                                                                                reduce_op::sum))>;
   struct bucket {
@@ -8314,7 +8324,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       if (alone) open.erase(it);  // nothing joins it
     }
     for (bucket& b : buckets_)
-      if (b.members.size() > 1) b.buffer.assign(b.elements, T(0));
+      if (b.members.size() > 1 && b.comm) b.buffer.assign(b.elements, T(0));
     planned_ = true;
   }
 
@@ -8346,7 +8356,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     s.data = g.data().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if (b.members.size() > 1) {
+    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
       T* dst = b.buffer.data() + s.offset;
       const std::size_t n = std::size_t(g.data().size());
       if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
@@ -8359,12 +8369,21 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
   void start(std::size_t k, int nodes_left) {
     bucket& b = buckets_[k];
     events_.push_back({event::kind::bucket_started, k, nodes_left});
+
+    struct count_start {
+      std::size_t& n;
+      ~count_start() { ++n; }
+    } counted{started_};
     if (!b.comm) return;
     bool any = false;
     for (std::size_t m : b.members) any = any || state_[m].on_plan;
     if (!any) return;  // every member resolved otherwise (the same on every rank)
     T* data = b.members.size() > 1 ? b.buffer.data() : state_[b.members[0]].data;
-    b.req.emplace(b.comm->iall_reduce(std::span<T>(data, b.elements), reduce_op::sum));
+    // The step's last bucket has nothing left to overlap with: a blocking all_reduce
+    // (faster than the non-blocking one's progress) finishes it at once.
+    if (opt_.overlap && started_ + 1 < buckets_.size())
+      b.req.emplace(b.comm->iall_reduce(std::span<T>(data, b.elements), reduce_op::sum));
+    else b.comm->all_reduce(std::span<T>(data, b.elements), reduce_op::sum);
   }
 
   // Lets the library move pending reductions along (MPI progresses on calls).
@@ -8389,13 +8408,13 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       return r;
     }
     T* dst = g.data().data();
-    if (b.members.size() > 1) {
+    if (b.members.size() > 1 && b.comm) {
       const T* src = b.buffer.data() + s.offset;
       const std::size_t n = std::size_t(g.data().size());
       if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
       else
         for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
-    } else {
+    } else if (b.comm) {
       if (dst != s.data)
         throw error("distributed_grad_reducer: the gradient of parameter '" + p.name() +
                     "' is not the one handed over during the step (a copy?); pass the step's gradients "
@@ -8411,6 +8430,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
   options opt_;
   bool planned_ = false;
   bool in_step_ = false;
+  std::size_t started_ = 0;  // buckets started in this step
   std::vector<bucket> buckets_;
   std::vector<param_state> state_;
   std::vector<event> events_;
