@@ -1685,6 +1685,7 @@ inline std::string to_string(const plan& p) {
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace tessera {
 
@@ -1978,6 +1979,20 @@ inline void check_tag(const char* fn, int tag) {
 inline void check_color(int color) {
   if (color < 0) [[unlikely]]
     fail_color(color);
+}
+
+// ---- the abort path ----------------------------------------------------------------
+
+/// Functions run when a rank ends the whole job on an error (run_mpi's abort path),
+/// before MPI_Abort: a backend with work in flight on a device registers one so that
+/// its kernels stop instead of waiting for peers that are gone (NCCL's ncclCommAbort).
+inline std::vector<void (*)()>& abort_hooks() {
+  static std::vector<void (*)()> hooks;
+  return hooks;
+}
+inline void add_abort_hook(void (*f)()) { abort_hooks().push_back(f); }
+inline void run_abort_hooks() noexcept {
+  for (void (*f)() : abort_hooks()) f();
 }
 
 // ---- helpers --------------------------------------------------------------------
@@ -6301,6 +6316,7 @@ inline int mpi_world_rank() noexcept {
   std::fflush(stdout);
   std::fprintf(stderr, "tessera: rank %d: %s%s\n", mpi_world_rank(), prefix, what);
   std::fflush(stderr);
+  run_abort_hooks();
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
