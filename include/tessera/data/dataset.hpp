@@ -241,13 +241,14 @@ class row_iterator {
 };
 
 /// One pass over a dataset, as returned by dataset::epoch: a range of rows, or
-/// next() until nullopt. Move-only; destroying it mid-pass stops any prefetch threads.
+/// next() until nullopt (both draw from the same pass). Destroying it (and the
+/// iterators begin() returned) mid-pass stops the pass's prefetch threads.
 class pass_iterator {
  public:
   explicit pass_iterator(std::unique_ptr<detail::cursor> c) : cursor_(std::move(c)) {}
   /// The next row, or nullopt once the pass is over.
   std::optional<row> next() { return cursor_->next(); }
-  row_iterator begin() { return row_iterator(std::move(cursor_)); }
+  row_iterator begin() { return row_iterator(cursor_); }
   std::default_sentinel_t end() const { return {}; }
 
  private:
@@ -265,6 +266,12 @@ class pass_iterator {
 ///                   .prefetch(4);
 ///     for (std::int64_t e = 0; e < epochs; ++e)
 ///       for (const data::row& b : ds.epoch(e)) train_step(b["image"], b["label"]);
+///
+/// A prefetch thread starts with its pass, so the first batch of each epoch above is
+/// made while the consumer waits. Put the epochs in one pass, `.repeat(epochs)` before
+/// `.prefetch(n)`, and the next epoch's first batches are made during the last steps
+/// of the one before: pass 0 of ds.repeat(n) runs passes 0 ... n - 1 of ds, each
+/// shuffled and augmented as that epoch.
 class dataset {
  public:
   explicit dataset(detail::node_ptr n) : node_(std::move(n)) {}

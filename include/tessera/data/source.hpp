@@ -175,7 +175,8 @@ class generator_source final : public source {
 /// A dataset of `size` samples made by a callable: `f(i)` returns the column values
 /// of sample i (one array per name in `columns`, in that order), for i in [0, size).
 /// The samples are sharded and shuffled by index as shard_options says. `f` is called
-/// from the consumer's thread, or from a prefetch thread (one at a time per pass).
+/// from the consumer's thread or a prefetch thread, one call at a time in a pass;
+/// passes iterated at once (several iterators) call it concurrently.
 ///
 ///     auto ds = data::generator_dataset(
 ///         [](std::int64_t i) {
