@@ -7169,13 +7169,16 @@ inline dataset generator_dataset(std::function<std::vector<array>(std::int64_t)>
 // Reading and writing the readers' binary files, with errors that name the file:
 // a missing folder or file, a short read, a failed write.
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace tessera::data::detail {
 
@@ -7199,30 +7202,55 @@ inline std::uint64_t file_size(const std::string& name, const std::filesystem::p
   return static_cast<std::uint64_t>(n);
 }
 
-/// Reads byte ranges of one file, opening it on first use.
+/// Reads byte ranges of one file, opening it on first use. Reads that move forward
+/// (in order, or strided as a shard reads) are served from a read-ahead window of
+/// 64 KiB; a read elsewhere (a shuffled order) reads just its bytes.
 class file_reader {
  public:
-  file_reader(std::string name, std::filesystem::path path) : name_(std::move(name)), path_(std::move(path)) {}
+  static constexpr std::size_t window = 64 * 1024;
+
+  /// `size`: the file's size when it was checked (reads never look past it).
+  file_reader(std::string name, std::filesystem::path path, std::uint64_t size)
+      : name_(std::move(name)), path_(std::move(path)), size_(size) {}
 
   /// Reads bytes [offset, offset + n) into dst; a tessera::error if the file cannot be
   /// opened or ends before offset + n (it changed since its size was checked).
   void read(std::uint64_t offset, std::size_t n, void* dst) {
+    const std::uint64_t end = start_ + buf_.size();
+    if (offset >= start_ && offset + n <= end) {
+      std::memcpy(dst, buf_.data() + (offset - start_), n);
+      last_end_ = offset + n;
+      return;
+    }
     if (!in_.is_open()) {
+      in_.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: the window is the buffer
       in_.open(path_, std::ios::binary);
       if (!in_) throw error(name_ + ": " + path_.string() + ": cannot open the file");
     }
+    const bool forward = offset >= last_end_ && offset - last_end_ <= window;
+    std::uint64_t want = n;
+    if (forward && offset < size_) want = std::max<std::uint64_t>(n, std::min<std::uint64_t>(window, size_ - offset));
+    buf_.resize(static_cast<std::size_t>(want));
     in_.clear();
     in_.seekg(static_cast<std::streamoff>(offset));
-    in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-    if (!in_ || in_.gcount() != static_cast<std::streamsize>(n))
+    in_.read(buf_.data(), static_cast<std::streamsize>(want));
+    const auto got = static_cast<std::size_t>(std::max<std::streamsize>(in_.gcount(), 0));
+    buf_.resize(got);
+    start_ = offset;
+    if (got < n)
       throw error(name_ + ": " + path_.string() + ": short read: " + std::to_string(n) + " bytes at offset " +
                   std::to_string(offset) + " (the file is shorter than when the dataset was made)");
+    std::memcpy(dst, buf_.data(), n);
+    last_end_ = offset + n;
   }
 
  private:
   std::string name_;
   std::filesystem::path path_;
+  std::uint64_t size_;
   std::ifstream in_;
+  std::vector<char> buf_;
+  std::uint64_t start_ = 0, last_end_ = 0;
 };
 
 /// The big-endian 32-bit word at p.
@@ -7292,8 +7320,10 @@ inline std::string hex32(std::uint32_t v) {
 /// One images/labels file pair, its header checked against its size.
 struct mnist_part {
   std::filesystem::path images, labels;
+  std::uint64_t images_size = 0;
   std::int64_t count = 0;
   std::uint32_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> label_values;  // read whole: 1 byte per image
 };
 
 inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::string& prefix) {
@@ -7309,7 +7339,7 @@ inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::s
     throw error(ip + ": truncated: an image file starts with a 16-byte header, the file has " +
                 std::to_string(isize) + " bytes");
   unsigned char h[16];
-  file_reader(name, p.images).read(0, 16, h);
+  file_reader(name, p.images, isize).read(0, 16, h);
   if (load_be32(h) != mnist_image_magic)
     throw error(ip + ": wrong magic number " + hex32(load_be32(h)) + ": an image file starts with " +
                 hex32(mnist_image_magic) + " (unsigned bytes, 3 dims)");
@@ -7328,12 +7358,14 @@ inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::s
                 ": the header says " + says + " (" + (overflow ? std::string("over 2^64") : std::to_string(expected)) +
                 " bytes), the file has " + std::to_string(isize) + " bytes");
   p.count = n;
+  p.images_size = isize;
 
   const std::uint64_t lsize = file_size(name, p.labels);
   if (lsize < 8)
     throw error(lp + ": truncated: a label file starts with an 8-byte header, the file has " +
                 std::to_string(lsize) + " bytes");
-  file_reader(name, p.labels).read(0, 8, h);
+  file_reader labels(name, p.labels, lsize);
+  labels.read(0, 8, h);
   if (load_be32(h) != mnist_label_magic)
     throw error(lp + ": wrong magic number " + hex32(load_be32(h)) + ": a label file starts with " +
                 hex32(mnist_label_magic) + " (unsigned bytes, 1 dim)");
@@ -7345,6 +7377,12 @@ inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::s
   if (nl != n)
     throw error(name + ": the image and label counts differ: " + p.images.string() + " has " + std::to_string(n) +
                 " images, " + p.labels.string() + " has " + std::to_string(nl) + " labels");
+  p.label_values.resize(nl);
+  if (nl) labels.read(8, nl, p.label_values.data());
+  for (std::uint32_t i = 0; i < nl; ++i)
+    if (p.label_values[i] > 9)
+      throw error(lp + ": label " + std::to_string(p.label_values[i]) + " of image " + std::to_string(i) +
+                  " is not in [0, 9]");
   return p;
 }
 
@@ -7367,7 +7405,7 @@ class mnist_source final : public source {
   class mnist_reader final : public source_reader {
    public:
     explicit mnist_reader(const mnist_source& s) : s_(s) {
-      for (const mnist_part& p : s.parts_) files_.emplace_back(file_reader("mnist", p.images), file_reader("mnist", p.labels));
+      for (const mnist_part& p : s.parts_) files_.emplace_back("mnist", p.images, p.images_size);
     }
     std::vector<array> read(std::int64_t index) override {
       std::size_t k = 0;
@@ -7375,18 +7413,14 @@ class mnist_source final : public source {
       const mnist_part& p = s_.parts_[k];
       const std::size_t pixels = std::size_t{p.rows} * p.cols;
       xt::xarray<std::uint8_t> image = xt::xarray<std::uint8_t>::from_shape({p.rows, p.cols, 1});
-      files_[k].first.read(16 + static_cast<std::uint64_t>(index) * pixels, pixels, image.data());
-      unsigned char label = 0;
-      files_[k].second.read(8 + static_cast<std::uint64_t>(index), 1, &label);
-      if (label > 9)
-        throw error("mnist: " + p.labels.string() + ": label " + std::to_string(label) + " of image " +
-                    std::to_string(index) + " is not in [0, 9]");
+      files_[k].read(16 + static_cast<std::uint64_t>(index) * pixels, pixels, image.data());
+      const std::uint8_t label = p.label_values[static_cast<std::size_t>(index)];
       return {array(std::move(image)), array::scalar(std::int32_t{label})};
     }
 
    private:
     const mnist_source& s_;
-    std::vector<std::pair<file_reader, file_reader>> files_;
+    std::vector<file_reader> files_;
   };
 
   std::vector<mnist_part> parts_;
@@ -7403,9 +7437,10 @@ class mnist_source final : public source {
 /// int32 scalar in [0, 9]. Sharded and shuffled as shard_options says (no shuffle by
 /// default).
 ///
-/// The headers are checked against the file sizes when the dataset is made, and each
-/// label when it is read; a missing, truncated or corrupt file is a tessera::error
-/// naming the file and the numbers:
+/// The headers are checked against the file sizes, and the labels (read whole)
+/// against [0, 9], when the dataset is made; the images are read as the samples are.
+/// A missing, truncated or corrupt file is a tessera::error naming the file and the
+/// numbers:
 ///   mnist: <dir>/train-images-idx3-ubyte: truncated: the header says 60000 images of
 ///   28x28 (47040016 bytes), the file has 1000 bytes
 inline dataset mnist_dataset(const std::filesystem::path& dir, const std::string& usage = "all",
@@ -7510,6 +7545,7 @@ class cifar10_source final : public source {
                     " bytes, " + std::to_string(size % cifar10_record) + " more than " +
                     std::to_string(size / cifar10_record) + " records");
       files_.push_back(path);
+      sizes_.push_back(size);
       counts_.push_back(static_cast<std::int64_t>(size / cifar10_record));
       count_ += counts_.back();
     }
@@ -7522,7 +7558,7 @@ class cifar10_source final : public source {
   class cifar10_reader final : public source_reader {
    public:
     explicit cifar10_reader(const cifar10_source& s) : s_(s), record_(cifar10_record) {
-      for (const auto& f : s.files_) files_.emplace_back("cifar10", f);
+      for (std::size_t k = 0; k < s.files_.size(); ++k) files_.emplace_back("cifar10", s.files_[k], s.sizes_[k]);
     }
     std::vector<array> read(std::int64_t index) override {
       std::size_t k = 0;
@@ -7548,6 +7584,7 @@ class cifar10_source final : public source {
   };
 
   std::vector<std::filesystem::path> files_;
+  std::vector<std::uint64_t> sizes_;
   std::vector<std::int64_t> counts_;
   std::int64_t count_ = 0;
   std::vector<std::string> columns_{"image", "label"};
@@ -7617,6 +7654,7 @@ inline void write_cifar10(const std::filesystem::path& dir, const std::string& u
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -7637,6 +7675,27 @@ inline image_dims image_shape(const std::string& name, const array& a) {
                 shape_string(s));
   return {s[0], s[1], s.size() == 3 ? s[2] : 1};
 }
+/// v rounded to the nearest integer (halves away from zero), saturated to T's range.
+template <class T>
+T round_to(float v) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {  // the common case, without int64
+    return static_cast<std::uint8_t>((v >= 0.0f ? std::min(v, 255.0f) : 0.0f) + 0.5f);
+  } else {
+    constexpr float lo = static_cast<float>(std::numeric_limits<T>::min());
+    constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
+    if (!(v == v)) return T{0};
+    const float c = std::clamp(v, lo, hi);
+    auto t = static_cast<std::int64_t>(c);  // toward zero
+    const float r = c - static_cast<float>(t);
+    t += (r >= 0.5f) - (r <= -0.5f);
+    return static_cast<T>(std::clamp<std::int64_t>(t, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  }
+}
+/// The elements as float32: moved out when they are float32 already, else converted.
+inline xt::xarray<float> take_float(array a) {
+  if (a.type() == dtype::float32) return std::move(a.get<float>());
+  return a.to<float>();
+}
 /// An array of T with the shape of an (H, W) or (H, W, C) image.
 template <class T>
 xt::xarray<T> image_like(const array& a, std::size_t h, std::size_t w, std::size_t c) {
@@ -7648,9 +7707,10 @@ xt::xarray<T> image_like(const array& a, std::size_t h, std::size_t w, std::size
 /// x * scale + shift, element by element, as float32 (MindSpore's Rescale):
 /// rescale(1.0f / 255, 0) maps uint8 pixels to [0, 1].
 inline transform rescale(float scale, float shift) {
-  return [=](const array& a) {
-    xt::xarray<float> x = a.to<float>();
-    for (float& v : x.storage()) v = v * scale + shift;
+  return [=](array a) {
+    xt::xarray<float> x = detail::take_float(std::move(a));
+    float* v = x.data();
+    for (std::size_t i = 0, n = x.size(); i < n; ++i) v[i] = v[i] * scale + shift;
     return array(std::move(x));
   };
 }
@@ -7664,30 +7724,41 @@ inline transform normalize(std::vector<float> mean, std::vector<float> std) {
   for (std::size_t c = 0; c < std.size(); ++c)
     if (!(std[c] > 0)) throw error("normalize: every std must be positive: std[" + std::to_string(c) + "] = " +
                                    std::to_string(std[c]));
-  return [mean = std::move(mean), std = std::move(std)](const array& a) {
+  return [mean = std::move(mean), std = std::move(std)](array a) {
     const std::vector<std::size_t> s = a.shape();
     if (s.empty() || s.back() != mean.size())
       throw error("normalize: the image's last dim (channels) must equal the number of means: image shape " +
                   detail::shape_string(s) + ", " + std::to_string(mean.size()) + " means");
-    xt::xarray<float> x = a.to<float>();
+    xt::xarray<float> x = detail::take_float(std::move(a));
     const std::size_t c = mean.size();
-    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = (x.data()[i] - mean[i % c]) / std[i % c];
+    float* v = x.data();
+    for (std::size_t k = 0; k < c; ++k) {
+      const float m = mean[k], d = std[k];
+      for (std::size_t i = k, n = x.size(); i < n; i += c) v[i] = (v[i] - m) / d;
+    }
     return array(std::move(x));
   };
 }
 
 /// (H, W, C) -> (C, H, W), any dtype (MindSpore's HWC2CHW).
 inline transform hwc2chw() {
-  return [](const array& a) {
+  return [](array a) {
     const std::vector<std::size_t> s = a.shape();
     if (s.size() != 3)
       throw error("hwc2chw: the image must have shape (height, width, channels): got " + detail::shape_string(s));
-    return a.visit([&](const auto& x) {
+    return a.visit([&](auto& x) {
       using T = typename std::decay_t<decltype(x)>::value_type;
       const std::size_t h = s[0], w = s[1], c = s[2];
+      if (c == 1) {  // the same bytes: only the shape changes
+        x.reshape({1, h, w});
+        return array(std::move(x));
+      }
       xt::xarray<T> out = xt::xarray<T>::from_shape({c, h, w});
-      for (std::size_t p = 0; p < h * w; ++p)
-        for (std::size_t k = 0; k < c; ++k) out.data()[k * h * w + p] = x.data()[p * c + k];
+      const T* in = x.data();
+      for (std::size_t k = 0; k < c; ++k) {
+        T* o = out.data() + k * h * w;
+        for (std::size_t p = 0; p < h * w; ++p) o[p] = in[p * c + k];
+      }
       return array(std::move(out));
     });
   };
@@ -7800,23 +7871,43 @@ inline transform resize(std::int64_t height, std::int64_t width) {
     return a.visit([&](const auto& x) {
       using T = typename std::decay_t<decltype(x)>::value_type;
       xt::xarray<T> out = detail::image_like<T>(a, oh, ow, c);
-      for (std::size_t y = 0; y < oh; ++y) {
-        const std::size_t y0 = ty[y].first;
-        const float fy = ty[y].second;
-        const std::size_t y1 = std::min(y0 + 1, h - 1);
+      // Separable: interpolate input rows along x into r0 / r1 (each input row once
+      // while consecutive output rows share it), then blend the two rows along y.
+      const std::size_t n = ow * c;
+      std::vector<float> r0(n), r1(n);
+      std::size_t have0 = h, have1 = h;  // h: no row yet
+      auto along_x = [&](std::size_t r, std::vector<float>& dst) {
+        const T* src = x.data() + r * w * c;
         for (std::size_t xo = 0; xo < ow; ++xo) {
-          const std::size_t x0 = tx[xo].first;
+          const std::size_t a0 = tx[xo].first * c, a1 = std::min(tx[xo].first + 1, w - 1) * c;
           const float fx = tx[xo].second;
-          const std::size_t x1 = std::min(x0 + 1, w - 1);
           for (std::size_t k = 0; k < c; ++k) {
-            auto at = [&](std::size_t r, std::size_t q) { return static_cast<float>(x.data()[(r * w + q) * c + k]); };
-            const float top = at(y0, x0) + fx * (at(y0, x1) - at(y0, x0));
-            const float bottom = at(y1, x0) + fx * (at(y1, x1) - at(y1, x0));
-            const float v = top + fy * (bottom - top);
-            T& o = out.data()[(y * ow + xo) * c + k];
-            if constexpr (std::is_floating_point_v<T>) o = v;
-            else o = detail::convert<T>(std::round(v));
+            const float p = static_cast<float>(src[a0 + k]), q = static_cast<float>(src[a1 + k]);
+            dst[xo * c + k] = p + fx * (q - p);
           }
+        }
+      };
+      for (std::size_t y = 0; y < oh; ++y) {
+        const std::size_t y0 = ty[y].first, y1 = std::min(y0 + 1, h - 1);
+        const float fy = ty[y].second;
+        if (have0 != y0) {
+          if (have1 == y0) {
+            std::swap(r0, r1);
+            std::swap(have0, have1);
+          } else {
+            along_x(y0, r0);
+            have0 = y0;
+          }
+        }
+        if (have1 != y1) {
+          along_x(y1, r1);
+          have1 = y1;
+        }
+        T* o = out.data() + y * n;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = r0[i] + fy * (r1[i] - r0[i]);
+          if constexpr (std::is_floating_point_v<T>) o[i] = v;
+          else o[i] = detail::round_to<T>(v);
         }
       }
       return array(std::move(out));

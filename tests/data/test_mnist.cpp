@@ -183,15 +183,8 @@ TEST_CASE("mnist: missing, truncated and corrupt files are errors naming the fil
   });
   expect("mnist: the image and label counts differ: " + P + " has 6 images, " + Q + " has 5 labels");
 
-  // A label out of range is found when its sample is read.
   edit(Q, [](auto& b) { b[8 + 2] = 12; });
-  {
-    auto it = data::mnist_dataset(d, "train").epoch(0);
-    it.next();
-    it.next();
-    CHECK_THROWS_WITH_AS(it.next(), ("mnist: " + Q + ": label 12 of image 2 is not in [0, 9]").c_str(), error);
-  }
-  reset();
+  expect("mnist: " + Q + ": label 12 of image 2 is not in [0, 9]");
 
   // A file cut short after the dataset was made.
   {

@@ -186,6 +186,11 @@ TEST_CASE("resize: bilinear with half-pixel centres") {
   CHECK(u.type() == dtype::uint8);
   CHECK(u.get<std::uint8_t>()(0, 0) == 0);
   CHECK(u.get<std::uint8_t>() == xt::xarray<std::uint8_t>{{0, 0, 1, 1}, {1, 1, 1, 2}, {2, 2, 2, 3}, {2, 2, 3, 3}});
+  // int32, halves away from zero on both sides: -1 + 0.25 * 2 = -0.5 -> -1, 0.5 -> 1.
+  CHECK(apply(data::resize(1, 4), array(xt::xarray<std::int32_t>{{-1, 1}})) ==
+        array(xt::xarray<std::int32_t>{{-1, -1, 1, 1}}));
+  CHECK(apply(data::resize(1, 4), array(xt::xarray<std::int32_t>{{-2, 1}})) ==
+        array(xt::xarray<std::int32_t>{{-2, -1, 0, 1}}));
   // Same size: the identity.
   CHECK(apply(data::resize(4, 4), array(ramp)) == array(ramp));
   CHECK_THROWS_WITH_AS(data::resize(0, 3), "resize: the size must be positive: got 0x3", error);

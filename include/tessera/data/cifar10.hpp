@@ -52,6 +52,7 @@ class cifar10_source final : public source {
                     " bytes, " + std::to_string(size % cifar10_record) + " more than " +
                     std::to_string(size / cifar10_record) + " records");
       files_.push_back(path);
+      sizes_.push_back(size);
       counts_.push_back(static_cast<std::int64_t>(size / cifar10_record));
       count_ += counts_.back();
     }
@@ -64,7 +65,7 @@ class cifar10_source final : public source {
   class cifar10_reader final : public source_reader {
    public:
     explicit cifar10_reader(const cifar10_source& s) : s_(s), record_(cifar10_record) {
-      for (const auto& f : s.files_) files_.emplace_back("cifar10", f);
+      for (std::size_t k = 0; k < s.files_.size(); ++k) files_.emplace_back("cifar10", s.files_[k], s.sizes_[k]);
     }
     std::vector<array> read(std::int64_t index) override {
       std::size_t k = 0;
@@ -90,6 +91,7 @@ class cifar10_source final : public source {
   };
 
   std::vector<std::filesystem::path> files_;
+  std::vector<std::uint64_t> sizes_;
   std::vector<std::int64_t> counts_;
   std::int64_t count_ = 0;
   std::vector<std::string> columns_{"image", "label"};

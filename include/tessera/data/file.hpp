@@ -2,13 +2,16 @@
 // a missing folder or file, a short read, a failed write.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 #include <tessera/core/error.hpp>
 
 namespace tessera::data::detail {
@@ -33,30 +36,55 @@ inline std::uint64_t file_size(const std::string& name, const std::filesystem::p
   return static_cast<std::uint64_t>(n);
 }
 
-/// Reads byte ranges of one file, opening it on first use.
+/// Reads byte ranges of one file, opening it on first use. Reads that move forward
+/// (in order, or strided as a shard reads) are served from a read-ahead window of
+/// 64 KiB; a read elsewhere (a shuffled order) reads just its bytes.
 class file_reader {
  public:
-  file_reader(std::string name, std::filesystem::path path) : name_(std::move(name)), path_(std::move(path)) {}
+  static constexpr std::size_t window = 64 * 1024;
+
+  /// `size`: the file's size when it was checked (reads never look past it).
+  file_reader(std::string name, std::filesystem::path path, std::uint64_t size)
+      : name_(std::move(name)), path_(std::move(path)), size_(size) {}
 
   /// Reads bytes [offset, offset + n) into dst; a tessera::error if the file cannot be
   /// opened or ends before offset + n (it changed since its size was checked).
   void read(std::uint64_t offset, std::size_t n, void* dst) {
+    const std::uint64_t end = start_ + buf_.size();
+    if (offset >= start_ && offset + n <= end) {
+      std::memcpy(dst, buf_.data() + (offset - start_), n);
+      last_end_ = offset + n;
+      return;
+    }
     if (!in_.is_open()) {
+      in_.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: the window is the buffer
       in_.open(path_, std::ios::binary);
       if (!in_) throw error(name_ + ": " + path_.string() + ": cannot open the file");
     }
+    const bool forward = offset >= last_end_ && offset - last_end_ <= window;
+    std::uint64_t want = n;
+    if (forward && offset < size_) want = std::max<std::uint64_t>(n, std::min<std::uint64_t>(window, size_ - offset));
+    buf_.resize(static_cast<std::size_t>(want));
     in_.clear();
     in_.seekg(static_cast<std::streamoff>(offset));
-    in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-    if (!in_ || in_.gcount() != static_cast<std::streamsize>(n))
+    in_.read(buf_.data(), static_cast<std::streamsize>(want));
+    const auto got = static_cast<std::size_t>(std::max<std::streamsize>(in_.gcount(), 0));
+    buf_.resize(got);
+    start_ = offset;
+    if (got < n)
       throw error(name_ + ": " + path_.string() + ": short read: " + std::to_string(n) + " bytes at offset " +
                   std::to_string(offset) + " (the file is shorter than when the dataset was made)");
+    std::memcpy(dst, buf_.data(), n);
+    last_end_ = offset + n;
   }
 
  private:
   std::string name_;
   std::filesystem::path path_;
+  std::uint64_t size_;
   std::ifstream in_;
+  std::vector<char> buf_;
+  std::uint64_t start_ = 0, last_end_ = 0;
 };
 
 /// The big-endian 32-bit word at p.

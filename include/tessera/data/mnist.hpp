@@ -42,8 +42,10 @@ inline std::string hex32(std::uint32_t v) {
 /// One images/labels file pair, its header checked against its size.
 struct mnist_part {
   std::filesystem::path images, labels;
+  std::uint64_t images_size = 0;
   std::int64_t count = 0;
   std::uint32_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> label_values;  // read whole: 1 byte per image
 };
 
 inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::string& prefix) {
@@ -59,7 +61,7 @@ inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::s
     throw error(ip + ": truncated: an image file starts with a 16-byte header, the file has " +
                 std::to_string(isize) + " bytes");
   unsigned char h[16];
-  file_reader(name, p.images).read(0, 16, h);
+  file_reader(name, p.images, isize).read(0, 16, h);
   if (load_be32(h) != mnist_image_magic)
     throw error(ip + ": wrong magic number " + hex32(load_be32(h)) + ": an image file starts with " +
                 hex32(mnist_image_magic) + " (unsigned bytes, 3 dims)");
@@ -78,12 +80,14 @@ inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::s
                 ": the header says " + says + " (" + (overflow ? std::string("over 2^64") : std::to_string(expected)) +
                 " bytes), the file has " + std::to_string(isize) + " bytes");
   p.count = n;
+  p.images_size = isize;
 
   const std::uint64_t lsize = file_size(name, p.labels);
   if (lsize < 8)
     throw error(lp + ": truncated: a label file starts with an 8-byte header, the file has " +
                 std::to_string(lsize) + " bytes");
-  file_reader(name, p.labels).read(0, 8, h);
+  file_reader labels(name, p.labels, lsize);
+  labels.read(0, 8, h);
   if (load_be32(h) != mnist_label_magic)
     throw error(lp + ": wrong magic number " + hex32(load_be32(h)) + ": a label file starts with " +
                 hex32(mnist_label_magic) + " (unsigned bytes, 1 dim)");
@@ -95,6 +99,12 @@ inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::s
   if (nl != n)
     throw error(name + ": the image and label counts differ: " + p.images.string() + " has " + std::to_string(n) +
                 " images, " + p.labels.string() + " has " + std::to_string(nl) + " labels");
+  p.label_values.resize(nl);
+  if (nl) labels.read(8, nl, p.label_values.data());
+  for (std::uint32_t i = 0; i < nl; ++i)
+    if (p.label_values[i] > 9)
+      throw error(lp + ": label " + std::to_string(p.label_values[i]) + " of image " + std::to_string(i) +
+                  " is not in [0, 9]");
   return p;
 }
 
@@ -117,7 +127,7 @@ class mnist_source final : public source {
   class mnist_reader final : public source_reader {
    public:
     explicit mnist_reader(const mnist_source& s) : s_(s) {
-      for (const mnist_part& p : s.parts_) files_.emplace_back(file_reader("mnist", p.images), file_reader("mnist", p.labels));
+      for (const mnist_part& p : s.parts_) files_.emplace_back("mnist", p.images, p.images_size);
     }
     std::vector<array> read(std::int64_t index) override {
       std::size_t k = 0;
@@ -125,18 +135,14 @@ class mnist_source final : public source {
       const mnist_part& p = s_.parts_[k];
       const std::size_t pixels = std::size_t{p.rows} * p.cols;
       xt::xarray<std::uint8_t> image = xt::xarray<std::uint8_t>::from_shape({p.rows, p.cols, 1});
-      files_[k].first.read(16 + static_cast<std::uint64_t>(index) * pixels, pixels, image.data());
-      unsigned char label = 0;
-      files_[k].second.read(8 + static_cast<std::uint64_t>(index), 1, &label);
-      if (label > 9)
-        throw error("mnist: " + p.labels.string() + ": label " + std::to_string(label) + " of image " +
-                    std::to_string(index) + " is not in [0, 9]");
+      files_[k].read(16 + static_cast<std::uint64_t>(index) * pixels, pixels, image.data());
+      const std::uint8_t label = p.label_values[static_cast<std::size_t>(index)];
       return {array(std::move(image)), array::scalar(std::int32_t{label})};
     }
 
    private:
     const mnist_source& s_;
-    std::vector<std::pair<file_reader, file_reader>> files_;
+    std::vector<file_reader> files_;
   };
 
   std::vector<mnist_part> parts_;
@@ -153,9 +159,10 @@ class mnist_source final : public source {
 /// int32 scalar in [0, 9]. Sharded and shuffled as shard_options says (no shuffle by
 /// default).
 ///
-/// The headers are checked against the file sizes when the dataset is made, and each
-/// label when it is read; a missing, truncated or corrupt file is a tessera::error
-/// naming the file and the numbers:
+/// The headers are checked against the file sizes, and the labels (read whole)
+/// against [0, 9], when the dataset is made; the images are read as the samples are.
+/// A missing, truncated or corrupt file is a tessera::error naming the file and the
+/// numbers:
 ///   mnist: <dir>/train-images-idx3-ubyte: truncated: the header says 60000 images of
 ///   28x28 (47040016 bytes), the file has 1000 bytes
 inline dataset mnist_dataset(const std::filesystem::path& dir, const std::string& usage = "all",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -30,6 +31,27 @@ inline image_dims image_shape(const std::string& name, const array& a) {
                 shape_string(s));
   return {s[0], s[1], s.size() == 3 ? s[2] : 1};
 }
+/// v rounded to the nearest integer (halves away from zero), saturated to T's range.
+template <class T>
+T round_to(float v) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {  // the common case, without int64
+    return static_cast<std::uint8_t>((v >= 0.0f ? std::min(v, 255.0f) : 0.0f) + 0.5f);
+  } else {
+    constexpr float lo = static_cast<float>(std::numeric_limits<T>::min());
+    constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
+    if (!(v == v)) return T{0};
+    const float c = std::clamp(v, lo, hi);
+    auto t = static_cast<std::int64_t>(c);  // toward zero
+    const float r = c - static_cast<float>(t);
+    t += (r >= 0.5f) - (r <= -0.5f);
+    return static_cast<T>(std::clamp<std::int64_t>(t, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  }
+}
+/// The elements as float32: moved out when they are float32 already, else converted.
+inline xt::xarray<float> take_float(array a) {
+  if (a.type() == dtype::float32) return std::move(a.get<float>());
+  return a.to<float>();
+}
 /// An array of T with the shape of an (H, W) or (H, W, C) image.
 template <class T>
 xt::xarray<T> image_like(const array& a, std::size_t h, std::size_t w, std::size_t c) {
@@ -41,9 +63,10 @@ xt::xarray<T> image_like(const array& a, std::size_t h, std::size_t w, std::size
 /// x * scale + shift, element by element, as float32 (MindSpore's Rescale):
 /// rescale(1.0f / 255, 0) maps uint8 pixels to [0, 1].
 inline transform rescale(float scale, float shift) {
-  return [=](const array& a) {
-    xt::xarray<float> x = a.to<float>();
-    for (float& v : x.storage()) v = v * scale + shift;
+  return [=](array a) {
+    xt::xarray<float> x = detail::take_float(std::move(a));
+    float* v = x.data();
+    for (std::size_t i = 0, n = x.size(); i < n; ++i) v[i] = v[i] * scale + shift;
     return array(std::move(x));
   };
 }
@@ -57,30 +80,41 @@ inline transform normalize(std::vector<float> mean, std::vector<float> std) {
   for (std::size_t c = 0; c < std.size(); ++c)
     if (!(std[c] > 0)) throw error("normalize: every std must be positive: std[" + std::to_string(c) + "] = " +
                                    std::to_string(std[c]));
-  return [mean = std::move(mean), std = std::move(std)](const array& a) {
+  return [mean = std::move(mean), std = std::move(std)](array a) {
     const std::vector<std::size_t> s = a.shape();
     if (s.empty() || s.back() != mean.size())
       throw error("normalize: the image's last dim (channels) must equal the number of means: image shape " +
                   detail::shape_string(s) + ", " + std::to_string(mean.size()) + " means");
-    xt::xarray<float> x = a.to<float>();
+    xt::xarray<float> x = detail::take_float(std::move(a));
     const std::size_t c = mean.size();
-    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = (x.data()[i] - mean[i % c]) / std[i % c];
+    float* v = x.data();
+    for (std::size_t k = 0; k < c; ++k) {
+      const float m = mean[k], d = std[k];
+      for (std::size_t i = k, n = x.size(); i < n; i += c) v[i] = (v[i] - m) / d;
+    }
     return array(std::move(x));
   };
 }
 
 /// (H, W, C) -> (C, H, W), any dtype (MindSpore's HWC2CHW).
 inline transform hwc2chw() {
-  return [](const array& a) {
+  return [](array a) {
     const std::vector<std::size_t> s = a.shape();
     if (s.size() != 3)
       throw error("hwc2chw: the image must have shape (height, width, channels): got " + detail::shape_string(s));
-    return a.visit([&](const auto& x) {
+    return a.visit([&](auto& x) {
       using T = typename std::decay_t<decltype(x)>::value_type;
       const std::size_t h = s[0], w = s[1], c = s[2];
+      if (c == 1) {  // the same bytes: only the shape changes
+        x.reshape({1, h, w});
+        return array(std::move(x));
+      }
       xt::xarray<T> out = xt::xarray<T>::from_shape({c, h, w});
-      for (std::size_t p = 0; p < h * w; ++p)
-        for (std::size_t k = 0; k < c; ++k) out.data()[k * h * w + p] = x.data()[p * c + k];
+      const T* in = x.data();
+      for (std::size_t k = 0; k < c; ++k) {
+        T* o = out.data() + k * h * w;
+        for (std::size_t p = 0; p < h * w; ++p) o[p] = in[p * c + k];
+      }
       return array(std::move(out));
     });
   };
@@ -193,23 +227,43 @@ inline transform resize(std::int64_t height, std::int64_t width) {
     return a.visit([&](const auto& x) {
       using T = typename std::decay_t<decltype(x)>::value_type;
       xt::xarray<T> out = detail::image_like<T>(a, oh, ow, c);
-      for (std::size_t y = 0; y < oh; ++y) {
-        const std::size_t y0 = ty[y].first;
-        const float fy = ty[y].second;
-        const std::size_t y1 = std::min(y0 + 1, h - 1);
+      // Separable: interpolate input rows along x into r0 / r1 (each input row once
+      // while consecutive output rows share it), then blend the two rows along y.
+      const std::size_t n = ow * c;
+      std::vector<float> r0(n), r1(n);
+      std::size_t have0 = h, have1 = h;  // h: no row yet
+      auto along_x = [&](std::size_t r, std::vector<float>& dst) {
+        const T* src = x.data() + r * w * c;
         for (std::size_t xo = 0; xo < ow; ++xo) {
-          const std::size_t x0 = tx[xo].first;
+          const std::size_t a0 = tx[xo].first * c, a1 = std::min(tx[xo].first + 1, w - 1) * c;
           const float fx = tx[xo].second;
-          const std::size_t x1 = std::min(x0 + 1, w - 1);
           for (std::size_t k = 0; k < c; ++k) {
-            auto at = [&](std::size_t r, std::size_t q) { return static_cast<float>(x.data()[(r * w + q) * c + k]); };
-            const float top = at(y0, x0) + fx * (at(y0, x1) - at(y0, x0));
-            const float bottom = at(y1, x0) + fx * (at(y1, x1) - at(y1, x0));
-            const float v = top + fy * (bottom - top);
-            T& o = out.data()[(y * ow + xo) * c + k];
-            if constexpr (std::is_floating_point_v<T>) o = v;
-            else o = detail::convert<T>(std::round(v));
+            const float p = static_cast<float>(src[a0 + k]), q = static_cast<float>(src[a1 + k]);
+            dst[xo * c + k] = p + fx * (q - p);
           }
+        }
+      };
+      for (std::size_t y = 0; y < oh; ++y) {
+        const std::size_t y0 = ty[y].first, y1 = std::min(y0 + 1, h - 1);
+        const float fy = ty[y].second;
+        if (have0 != y0) {
+          if (have1 == y0) {
+            std::swap(r0, r1);
+            std::swap(have0, have1);
+          } else {
+            along_x(y0, r0);
+            have0 = y0;
+          }
+        }
+        if (have1 != y1) {
+          along_x(y1, r1);
+          have1 = y1;
+        }
+        T* o = out.data() + y * n;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = r0[i] + fy * (r1[i] - r0[i]);
+          if constexpr (std::is_floating_point_v<T>) o[i] = v;
+          else o[i] = detail::round_to<T>(v);
         }
       }
       return array(std::move(out));
