@@ -153,6 +153,8 @@ TEST_CASE("random_horizontal_flip: mirrors columns with the given probability") 
   CHECK(apply(data::random_horizontal_flip(0.0f), array(img), 3) == array(img));
   CHECK(apply(data::random_horizontal_flip(1.0f), array(xt::xarray<float>{{1, 2, 3, 4}})) ==
         array(xt::xarray<float>{{4, 3, 2, 1}}));
+  const array empty(xt::xarray<float>::from_shape({2, 0, 3}));
+  CHECK(apply(data::random_horizontal_flip(1.0f), empty) == empty);
 
   const data::transform flip = data::random_horizontal_flip(0.5f, 9);
   int n = 0;

@@ -49,8 +49,10 @@ class cifar10_source final : public source {
       if (size % cifar10_record != 0)
         throw error("cifar10: " + path.string() + ": the file must hold whole " + std::to_string(cifar10_record) +
                     "-byte records (a label byte, then a 3x32x32 image): it has " + std::to_string(size) +
-                    " bytes, " + std::to_string(size % cifar10_record) + " more than " +
-                    std::to_string(size / cifar10_record) + " records");
+                    " bytes, " +
+                    (size < cifar10_record ? std::string("less than one record")
+                                           : std::to_string(size % cifar10_record) + " more than " +
+                                                 std::to_string(size / cifar10_record) + " records"));
       files_.push_back(path);
       sizes_.push_back(size);
       counts_.push_back(static_cast<std::int64_t>(size / cifar10_record));

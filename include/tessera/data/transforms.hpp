@@ -73,14 +73,15 @@ inline transform rescale(float scale, float shift) {
 
 /// (x[..., c] - mean[c]) / std[c] over the last dim (the channels of an HWC image), as
 /// float32 (MindSpore's Normalize). One mean and std per channel.
-inline transform normalize(std::vector<float> mean, std::vector<float> std) {
-  if (mean.size() != std.size() || mean.empty())
+inline transform normalize(std::vector<float> mean, std::vector<float> stddev) {
+  if (mean.size() != stddev.size() || mean.empty())
     throw error("normalize: give one mean and one std per channel: got " + std::to_string(mean.size()) +
-                " means and " + std::to_string(std.size()) + " stds");
-  for (std::size_t c = 0; c < std.size(); ++c)
-    if (!(std[c] > 0)) throw error("normalize: every std must be positive: std[" + std::to_string(c) + "] = " +
-                                   std::to_string(std[c]));
-  return [mean = std::move(mean), std = std::move(std)](array a) {
+                " means and " + std::to_string(stddev.size()) + " stds");
+  for (std::size_t c = 0; c < stddev.size(); ++c)
+    if (!(stddev[c] > 0))
+      throw error("normalize: every std must be positive: std[" + std::to_string(c) + "] = " +
+                  std::to_string(stddev[c]));
+  return [mean = std::move(mean), stddev = std::move(stddev)](array a) {
     const std::vector<std::size_t> s = a.shape();
     if (s.empty() || s.back() != mean.size())
       throw error("normalize: the image's last dim (channels) must equal the number of means: image shape " +
@@ -89,7 +90,7 @@ inline transform normalize(std::vector<float> mean, std::vector<float> std) {
     const std::size_t c = mean.size();
     float* v = x.data();
     for (std::size_t k = 0; k < c; ++k) {
-      const float m = mean[k], d = std[k];
+      const float m = mean[k], d = stddev[k];
       for (std::size_t i = k, n = x.size(); i < n; i += c) v[i] = (v[i] - m) / d;
     }
     return array(std::move(x));
@@ -186,7 +187,7 @@ inline transform random_horizontal_flip(float prob = 0.5f, std::uint64_t seed = 
     const detail::image_dims d = detail::image_shape("random_horizontal_flip", a);
     const std::size_t h = d.h, w = d.w, c = d.c;
     rng g = rng::for_sample(seed, info, 0x666c6970);
-    if (!(g.uniform() < prob)) return a;
+    if (!(g.uniform() < prob) || w == 0) return a;
     a.visit([&](auto& x) {
       for (std::size_t y = 0; y < h; ++y)
         for (std::size_t l = 0, r = w - 1; l < r; ++l, --r)
