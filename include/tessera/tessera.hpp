@@ -57,6 +57,19 @@
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
 #endif
+
+// data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch
+#include <tessera/data/column.hpp>
+#include <tessera/data/random.hpp>
+#include <tessera/data/node.hpp>
+#include <tessera/data/prefetch.hpp>
+#include <tessera/data/dataset.hpp>
+#include <tessera/data/source.hpp>
+#include <tessera/data/file.hpp>
+#include <tessera/data/mnist.hpp>
+#include <tessera/data/cifar10.hpp>
+#include <tessera/data/transforms.hpp>
+#include <tessera/data/synthetic.hpp>
 #endif
 
 // comm/mpi.hpp: the MPI communicator

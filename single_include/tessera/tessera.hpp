@@ -6176,6 +6176,1816 @@ var<T, C, D> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<
 
 }  // namespace tessera::autodiff
 #endif
+
+// data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch
+// ---- tessera/data/column.hpp ----
+// Column values of dataset rows: a small typed array (uint8, int32 or float32 in an
+// xt::xarray), rows of named columns, and stacking values into a batch.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+/// The element types a column value may hold.
+enum class dtype : std::uint8_t { uint8, int32, float32 };
+
+/// "uint8", "int32", "float32"
+constexpr std::string_view to_string(dtype t) {
+  switch (t) {
+    case dtype::uint8: return "uint8";
+    case dtype::int32: return "int32";
+    case dtype::float32: return "float32";
+  }
+  return "?";
+}
+
+namespace detail {
+template <class T>
+inline constexpr bool is_element = std::is_same_v<T, std::uint8_t> || std::is_same_v<T, std::int32_t> ||
+                                   std::is_same_v<T, float>;
+
+/// Converts one element: floats to integers truncate toward zero and saturate
+/// (NaN gives 0); integers to narrower integers saturate.
+template <class To, class From>
+constexpr To convert(From v) {
+  if constexpr (std::is_same_v<To, From> || std::is_floating_point_v<To>) {
+    return static_cast<To>(v);
+  } else if constexpr (std::is_floating_point_v<From>) {
+    if (std::isnan(v)) return To{0};
+    if (v <= static_cast<From>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (v >= static_cast<From>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);
+  } else {
+    const auto w = static_cast<std::int64_t>(v);
+    return static_cast<To>(std::clamp<std::int64_t>(w, std::numeric_limits<To>::min(),
+                                                    std::numeric_limits<To>::max()));
+  }
+}
+
+/// "(28, 28, 1)"; "()" for a scalar.
+template <class S>
+std::string shape_string(const S& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+}  // namespace detail
+
+/// The dtype of element type T (uint8_t, int32_t or float).
+template <class T>
+  requires detail::is_element<T>
+inline constexpr dtype dtype_of = std::is_same_v<T, std::uint8_t>   ? dtype::uint8
+                                  : std::is_same_v<T, std::int32_t> ? dtype::int32
+                                                                    : dtype::float32;
+
+/// One column value of a row: an xt::xarray of uint8, int32 or float32 (row-major),
+/// of any rank (a label is a rank-0 array). A plain value type: copying copies the
+/// elements.
+///
+///     data::array img = xt::xarray<std::uint8_t>::from_shape({28, 28, 1});
+///     img.type();                       // dtype::uint8
+///     img.get<std::uint8_t>()(3, 4, 0); // the pixel at row 3, column 4
+///     img.cast(dtype::float32);         // a converted copy
+class array {
+ public:
+  using variant_type = std::variant<xt::xarray<std::uint8_t>, xt::xarray<std::int32_t>, xt::xarray<float>>;
+
+  /// A float32 scalar 0.
+  array() : v_(xt::xarray<float>(0.0f)) {}
+  template <class T>
+    requires detail::is_element<T>
+  array(xt::xarray<T> a) : v_(std::move(a)) {}  // NOLINT: implicit by design
+
+  /// A rank-0 array holding `v`.
+  template <class T>
+    requires detail::is_element<T>
+  static array scalar(T v) {
+    return array(xt::xarray<T>(v));
+  }
+
+  dtype type() const { return static_cast<dtype>(v_.index()); }
+  std::vector<std::size_t> shape() const {
+    return std::visit([](const auto& a) { return std::vector<std::size_t>(a.shape().begin(), a.shape().end()); }, v_);
+  }
+  std::size_t ndim() const { return std::visit([](const auto& a) { return a.dimension(); }, v_); }
+  std::size_t size() const { return std::visit([](const auto& a) { return a.size(); }, v_); }
+
+  /// The xt::xarray<T>; a tessera::error when the array holds another dtype.
+  template <class T>
+  const xt::xarray<T>& get() const {
+    check_type<T>();
+    return std::get<xt::xarray<T>>(v_);
+  }
+  template <class T>
+  xt::xarray<T>& get() {
+    check_type<T>();
+    return std::get<xt::xarray<T>>(v_);
+  }
+
+  /// The one element of a one-element array (a label), converted to T as cast() does.
+  template <class T>
+    requires detail::is_element<T>
+  T item() const {
+    if (size() != 1)
+      throw error("data::array: item() needs exactly one element: the array has shape " +
+                  detail::shape_string(shape()));
+    return std::visit([](const auto& a) { return detail::convert<T>(a.data()[0]); }, v_);
+  }
+
+  /// A copy converted to `t` (float to integer: truncate toward zero, saturate; NaN: 0).
+  array cast(dtype t) const {
+    switch (t) {
+      case dtype::uint8: return array(to<std::uint8_t>());
+      case dtype::int32: return array(to<std::int32_t>());
+      case dtype::float32: return array(to<float>());
+    }
+    return *this;
+  }
+  /// The elements converted to T, as cast() converts them.
+  template <class T>
+    requires detail::is_element<T>
+  xt::xarray<T> to() const {
+    return std::visit(
+        [](const auto& a) {
+          using from = typename std::decay_t<decltype(a)>::value_type;
+          if constexpr (std::is_same_v<from, T>) return a;
+          else {
+            xt::xarray<T> out = xt::xarray<T>::from_shape(a.shape());
+            std::transform(a.data(), a.data() + a.size(), out.data(), [](from v) { return detail::convert<T>(v); });
+            return out;
+          }
+        },
+        v_);
+  }
+
+  /// Calls f with the xt::xarray<T> held.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), v_);
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return std::visit(std::forward<F>(f), v_);
+  }
+
+  /// Same dtype, same shape, equal elements.
+  friend bool operator==(const array& x, const array& y) {
+    if (x.type() != y.type() || x.shape() != y.shape()) return false;
+    return std::visit(
+        [&](const auto& a) {
+          const auto& b = std::get<std::decay_t<decltype(a)>>(y.v_);
+          return std::equal(a.data(), a.data() + a.size(), b.data());
+        },
+        x.v_);
+  }
+
+ private:
+  template <class T>
+  void check_type() const {
+    static_assert(detail::is_element<T>, "data::array: the element type must be uint8_t, int32_t or float");
+    if (type() != dtype_of<T>)
+      throw error("data::array: the array holds " + std::string(to_string(type())) + ", asked for " +
+                  std::string(to_string(dtype_of<T>)));
+  }
+
+  variant_type v_;
+};
+
+/// One row of a dataset: named column values, and the index of the sample in its
+/// source (for a batch: the batch's position in its pass). Sources give each row its
+/// index; transforms use it, with the pass number, to seed their randomness.
+struct row {
+  std::vector<std::string> names;
+  std::vector<array> values;
+  std::int64_t index = -1;
+
+  /// The position of column `name`; a tessera::error naming the columns when absent.
+  std::size_t column(std::string_view name) const {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return i;
+    throw error("row: no column '" + std::string(name) + "'; the columns are " + join(names));
+  }
+  const array& operator[](std::string_view name) const { return values[column(name)]; }
+  array& operator[](std::string_view name) { return values[column(name)]; }
+
+  /// "image, label"
+  static std::string join(const std::vector<std::string>& names) {
+    std::string s;
+    for (std::size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+    return s;
+  }
+};
+
+/// Stacks values of one dtype and shape along a new leading dim: n values of shape
+/// (28, 28, 1) give one of shape (n, 28, 28, 1); n scalars give shape (n,).
+/// `context` starts the error text (e.g. "batch: column 'image'").
+inline array stack(const std::vector<array>& items, std::string_view context = "stack") {
+  if (items.empty()) throw error(std::string(context) + ": nothing to stack");
+  const dtype t = items[0].type();
+  const std::vector<std::size_t> shape = items[0].shape();
+  for (std::size_t i = 1; i < items.size(); ++i) {
+    if (items[i].type() != t)
+      throw error(std::string(context) + ": every value of a batch must have the same dtype: value " +
+                  std::to_string(i) + " is " + std::string(to_string(items[i].type())) + ", value 0 is " +
+                  std::string(to_string(t)));
+    if (items[i].shape() != shape)
+      throw error(std::string(context) + ": every value of a batch must have the same shape: value " +
+                  std::to_string(i) + " has shape " + detail::shape_string(items[i].shape()) +
+                  ", value 0 has " + detail::shape_string(shape));
+  }
+  return items[0].visit([&](const auto& first) -> array {
+    using T = typename std::decay_t<decltype(first)>::value_type;
+    std::vector<std::size_t> out_shape{items.size()};
+    out_shape.insert(out_shape.end(), shape.begin(), shape.end());
+    xt::xarray<T> out = xt::xarray<T>::from_shape(out_shape);
+    const std::size_t n = first.size();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto& a = items[i].get<T>();
+      std::copy(a.data(), a.data() + n, out.data() + i * n);
+    }
+    return array(std::move(out));
+  });
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/random.hpp ----
+// The dataset layer's random numbers: a small generator whose sequence is fixed by
+// its seed on every platform, and the keys that seed it per pass and per sample.
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace tessera::data {
+
+/// What a transform knows about the row it transforms: the sample's index in its
+/// source (row::index) and the pass (the epoch, times the repeat count, plus the
+/// repetition). Random transforms seed their generator from these and their own seed,
+/// so a sample's augmentation does not depend on sharding, shuffling or prefetching,
+/// and differs from pass to pass.
+struct sample_info {
+  std::int64_t index = 0;
+  std::int64_t pass = 0;
+};
+
+/// splitmix64's finaliser: a bijection of 64-bit words that scatters nearby inputs.
+constexpr std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// A key from a list of numbers (order matters): mix(... mix(mix(k0) ^ k1) ...).
+constexpr std::uint64_t make_key(std::initializer_list<std::uint64_t> parts) {
+  std::uint64_t k = 0x243f6a8885a308d3ull;
+  for (std::uint64_t p : parts) k = mix(k ^ p);
+  return k;
+}
+
+/// splitmix64: a 64-bit generator with one word of state. Its outputs, and so every
+/// shuffle and augmentation derived from them, are the same with every compiler and
+/// standard library (unlike std::uniform_int_distribution's).
+class rng {
+ public:
+  constexpr explicit rng(std::uint64_t seed) : state_(seed) {}
+  /// The generator of a random transform with seed `seed` for one sample and pass.
+  /// `salt` tells kinds of transform apart, so that a crop and a flip given the same
+  /// seed draw unrelated numbers.
+  static constexpr rng for_sample(std::uint64_t seed, const sample_info& s, std::uint64_t salt = 0) {
+    return rng(make_key({seed, salt, static_cast<std::uint64_t>(s.pass), static_cast<std::uint64_t>(s.index)}));
+  }
+
+  constexpr std::uint64_t next() {
+    state_ += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = state_;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, n) (n > 0), without modulo bias.
+  constexpr std::uint64_t below(std::uint64_t n) {
+    const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+    std::uint64_t x = next();
+    while (x >= limit) x = next();
+    return x % n;
+  }
+  /// Uniform in [0, 1), 24 random bits.
+  constexpr float uniform() { return static_cast<float>(next() >> 40) * 0x1p-24f; }
+
+ private:
+  std::uint64_t state_;
+};
+
+}  // namespace tessera::data
+// ---- tessera/data/node.hpp ----
+// The pipeline's building blocks: a transform (what map applies to a column value),
+// and the node/cursor pair every dataset operation implements.
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+/// An operation on one column value, as dataset::map applies it: any callable taking
+/// an array (and optionally the sample_info of its row) and returning an array. The
+/// vision transforms (data/transforms.hpp) are transforms; so is a lambda:
+///
+///     data::transform invert = [](data::array a) {
+///       auto& x = a.get<std::uint8_t>();
+///       x = 255 - x;
+///       return a;
+///     };
+///
+/// A transform may be called from a prefetch thread and by several iterators at once:
+/// it must not change shared state. Random transforms draw from
+/// rng::for_sample(seed, info), never from a generator they keep.
+class transform {
+ public:
+  template <class F>
+    requires std::is_invocable_r_v<array, const F&, array, const sample_info&>
+  transform(F f) : f_(std::move(f)) {}  // NOLINT: implicit by design
+  template <class F>
+    requires(!std::is_invocable_r_v<array, const F&, array, const sample_info&> &&
+             std::is_invocable_r_v<array, const F&, array>)
+  transform(F f)  // NOLINT: implicit by design
+      : f_([g = std::move(f)](array a, const sample_info&) { return g(std::move(a)); }) {}
+
+  array operator()(array a, const sample_info& s) const { return f_(std::move(a), s); }
+
+ private:
+  std::function<array(array, const sample_info&)> f_;
+};
+
+namespace detail {
+
+/// One pass over a node's rows, in order; nullopt at the end.
+class cursor {
+ public:
+  virtual ~cursor() = default;
+  virtual std::optional<row> next() = 0;
+};
+
+/// One dataset operation (a source or a pipeline step). Immutable once built and
+/// shared between the datasets built on it; each pass opens its own cursor, which
+/// keeps the node alive.
+class node : public std::enable_shared_from_this<node> {
+ public:
+  virtual ~node() = default;
+  /// A cursor for pass `pass` (0 for the first epoch; see dataset::epoch).
+  virtual std::unique_ptr<cursor> open(std::int64_t pass) const = 0;
+  /// Rows per pass.
+  virtual std::int64_t size() const = 0;
+  virtual const std::vector<std::string>& columns() const = 0;
+};
+
+using node_ptr = std::shared_ptr<const node>;
+
+}  // namespace detail
+}  // namespace tessera::data
+// ---- tessera/data/prefetch.hpp ----
+// Prefetch: a background thread runs a pipeline ahead of its consumer and hands
+// over its rows through a bounded queue.
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tessera::data::detail {
+
+/// The consumer's end of a prefetching pass. The worker thread opens the child's
+/// cursor and pulls rows from it while fewer than `depth` rows wait in the queue, so
+/// at most depth + 1 rows are ready or being prepared. An exception in the worker
+/// (opening, reading, transforming) ends the pass: the consumer receives the rows
+/// made before it, then the exception itself, rethrown by next(). Destroying the
+/// cursor mid-pass stops the worker at its next row and joins it.
+class prefetch_cursor final : public cursor {
+ public:
+  prefetch_cursor(node_ptr child, std::int64_t pass, std::size_t depth) : depth_(depth) {
+    worker_ = std::thread([this, child = std::move(child), pass] { run(*child, pass); });
+  }
+  ~prefetch_cursor() override {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    not_full_.notify_all();
+    worker_.join();
+  }
+  prefetch_cursor(const prefetch_cursor&) = delete;
+  prefetch_cursor& operator=(const prefetch_cursor&) = delete;
+
+  std::optional<row> next() override {
+    std::unique_lock lock(m_);
+    not_empty_.wait(lock, [&] { return !queue_.empty() || done_; });
+    if (!queue_.empty()) {
+      row r = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      not_full_.notify_one();
+      return r;
+    }
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return std::nullopt;
+  }
+
+ private:
+  void run(const node& child, std::int64_t pass) {
+    try {
+      std::unique_ptr<cursor> c = child.open(pass);
+      for (;;) {
+        {
+          std::lock_guard lock(m_);
+          if (stop_) return;
+        }
+        std::optional<row> r = c->next();
+        std::unique_lock lock(m_);
+        not_full_.wait(lock, [&] { return queue_.size() < depth_ || stop_; });
+        if (stop_) return;
+        if (!r) {
+          done_ = true;
+          break;
+        }
+        queue_.push_back(std::move(*r));
+        lock.unlock();
+        not_empty_.notify_one();
+      }
+    } catch (...) {
+      std::lock_guard lock(m_);
+      error_ = std::current_exception();
+      done_ = true;
+    }
+    not_empty_.notify_one();
+  }
+
+  std::size_t depth_;
+  std::mutex m_;
+  std::condition_variable not_full_, not_empty_;
+  std::deque<row> queue_;
+  bool done_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;  // last: started once the members above exist
+};
+
+/// dataset::prefetch(depth).
+class prefetch_node final : public node {
+ public:
+  prefetch_node(node_ptr child, std::int64_t depth) : child_(std::move(child)), depth_(depth) {
+    if (depth < 1) throw error("prefetch: the depth must be at least 1: got " + std::to_string(depth));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<prefetch_cursor>(child_, pass, static_cast<std::size_t>(depth_));
+  }
+  std::int64_t size() const override { return child_->size(); }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  node_ptr child_;
+  std::int64_t depth_;
+};
+
+}  // namespace tessera::data::detail
+// ---- tessera/data/dataset.hpp ----
+// dataset: a lazily evaluated pipeline of rows (a source, then shuffle, map, batch,
+// repeat, prefetch), iterated one pass (epoch) at a time.
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+namespace detail {
+
+/// dataset::shuffle: MindSpore's buffer shuffle. The buffer is filled with the first
+/// buffer_size rows; then, until the child and the buffer are empty, a uniformly
+/// chosen buffer slot is emitted and refilled with the child's next row (or, once the
+/// child is exhausted, with the buffer's last row). The generator is seeded by (seed,
+/// pass), so every pass is shuffled differently and every run alike.
+class shuffle_node final : public node {
+ public:
+  shuffle_node(node_ptr child, std::int64_t buffer_size, std::uint64_t seed)
+      : child_(std::move(child)), buffer_size_(buffer_size), seed_(seed) {
+    if (buffer_size < 1)
+      throw error("shuffle: buffer_size must be at least 1: got " + std::to_string(buffer_size));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<shuffle_cursor>(child_->open(pass), static_cast<std::size_t>(buffer_size_),
+                                            rng(make_key({seed_, static_cast<std::uint64_t>(pass)})));
+  }
+  std::int64_t size() const override { return child_->size(); }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class shuffle_cursor final : public cursor {
+   public:
+    shuffle_cursor(std::unique_ptr<cursor> c, std::size_t n, rng g) : child_(std::move(c)), n_(n), g_(g) {}
+    std::optional<row> next() override {
+      if (!filled_) {
+        filled_ = true;
+        while (buffer_.size() < n_) {
+          std::optional<row> r = child_->next();
+          if (!r) break;
+          buffer_.push_back(std::move(*r));
+        }
+      }
+      if (buffer_.empty()) return std::nullopt;
+      const std::size_t k = static_cast<std::size_t>(g_.below(buffer_.size()));
+      row out = std::move(buffer_[k]);
+      if (std::optional<row> r = child_->next()) {
+        buffer_[k] = std::move(*r);
+      } else {
+        if (k + 1 != buffer_.size()) buffer_[k] = std::move(buffer_.back());
+        buffer_.pop_back();
+      }
+      return out;
+    }
+
+   private:
+    std::unique_ptr<cursor> child_;
+    std::size_t n_;
+    rng g_;
+    bool filled_ = false;
+    std::vector<row> buffer_;
+  };
+
+  node_ptr child_;
+  std::int64_t buffer_size_;
+  std::uint64_t seed_;
+};
+
+/// dataset::map: applies transforms, in order, to one column of every row.
+class map_node final : public node {
+ public:
+  map_node(node_ptr child, std::vector<transform> ops, std::string column)
+      : child_(std::move(child)), ops_(std::move(ops)), column_(std::move(column)) {
+    const auto& names = child_->columns();
+    bool found = false;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == column_) found = true;
+    if (!found) throw error("map: no column '" + column_ + "'; the columns are " + row::join(names));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<map_cursor>(
+        std::static_pointer_cast<const map_node>(shared_from_this()), child_->open(pass), pass);
+  }
+  std::int64_t size() const override { return child_->size(); }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class map_cursor final : public cursor {
+   public:
+    map_cursor(std::shared_ptr<const map_node> n, std::unique_ptr<cursor> c, std::int64_t pass)
+        : node_(std::move(n)), child_(std::move(c)), pass_(pass) {}
+    std::optional<row> next() override {
+      std::optional<row> r = child_->next();
+      if (!r) return r;
+      array& v = (*r)[node_->column_];
+      const sample_info info{r->index, pass_};
+      for (const transform& op : node_->ops_) v = op(std::move(v), info);
+      return r;
+    }
+
+   private:
+    std::shared_ptr<const map_node> node_;
+    std::unique_ptr<cursor> child_;
+    std::int64_t pass_;
+  };
+
+  node_ptr child_;
+  std::vector<transform> ops_;
+  std::string column_;
+};
+
+/// dataset::batch: stacks `size` consecutive rows column by column (data::stack). The
+/// last, shorter batch is kept unless drop_remainder. A batch's index is its position
+/// in the pass.
+class batch_node final : public node {
+ public:
+  batch_node(node_ptr child, std::int64_t size, bool drop_remainder)
+      : child_(std::move(child)), size_(size), drop_(drop_remainder) {
+    if (size < 1) throw error("batch: the batch size must be at least 1: got " + std::to_string(size));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<batch_cursor>(child_->open(pass), size_, drop_);
+  }
+  std::int64_t size() const override {
+    const std::int64_t n = child_->size();
+    return drop_ ? n / size_ : (n + size_ - 1) / size_;
+  }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class batch_cursor final : public cursor {
+   public:
+    batch_cursor(std::unique_ptr<cursor> c, std::int64_t size, bool drop)
+        : child_(std::move(c)), size_(size), drop_(drop) {}
+    std::optional<row> next() override {
+      std::vector<row> rows;
+      while (static_cast<std::int64_t>(rows.size()) < size_) {
+        std::optional<row> r = child_->next();
+        if (!r) break;
+        rows.push_back(std::move(*r));
+      }
+      if (rows.empty() || (drop_ && static_cast<std::int64_t>(rows.size()) < size_)) return std::nullopt;
+      row out;
+      out.names = rows[0].names;
+      out.index = count_++;
+      for (std::size_t c = 0; c < out.names.size(); ++c) {
+        std::vector<array> items;
+        items.reserve(rows.size());
+        for (row& r : rows) items.push_back(std::move(r.values[c]));
+        out.values.push_back(stack(items, "batch: column '" + out.names[c] + "'"));
+      }
+      return out;
+    }
+
+   private:
+    std::unique_ptr<cursor> child_;
+    std::int64_t size_;
+    bool drop_;
+    std::int64_t count_ = 0;
+  };
+
+  node_ptr child_;
+  std::int64_t size_;
+  bool drop_;
+};
+
+/// dataset::repeat: `count` passes of the child, one after another. Pass p of the
+/// repeated dataset runs the child's passes p * count ... p * count + count - 1.
+class repeat_node final : public node {
+ public:
+  repeat_node(node_ptr child, std::int64_t count) : child_(std::move(child)), count_(count) {
+    if (count < 1) throw error("repeat: the count must be at least 1: got " + std::to_string(count));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<repeat_cursor>(child_, pass * count_, count_);
+  }
+  std::int64_t size() const override { return child_->size() * count_; }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class repeat_cursor final : public cursor {
+   public:
+    repeat_cursor(node_ptr child, std::int64_t first, std::int64_t count)
+        : child_(std::move(child)), pass_(first), end_(first + count) {}
+    std::optional<row> next() override {
+      while (pass_ < end_) {
+        if (!cur_) cur_ = child_->open(pass_);
+        if (std::optional<row> r = cur_->next()) return r;
+        cur_.reset();
+        ++pass_;
+      }
+      return std::nullopt;
+    }
+
+   private:
+    node_ptr child_;
+    std::int64_t pass_, end_;
+    std::unique_ptr<cursor> cur_;
+  };
+
+  node_ptr child_;
+  std::int64_t count_;
+};
+
+}  // namespace detail
+
+/// An input iterator over one pass; compares equal to std::default_sentinel at the end.
+class row_iterator {
+ public:
+  using value_type = row;
+  using difference_type = std::ptrdiff_t;
+  using reference = const row&;
+  using iterator_category = std::input_iterator_tag;
+
+  row_iterator() = default;
+  explicit row_iterator(std::shared_ptr<detail::cursor> c) : cursor_(std::move(c)) { ++*this; }
+
+  const row& operator*() const { return *row_; }
+  const row* operator->() const { return &*row_; }
+  row_iterator& operator++() {
+    row_ = cursor_->next();
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  friend bool operator==(const row_iterator& it, std::default_sentinel_t) { return !it.row_; }
+
+ private:
+  std::shared_ptr<detail::cursor> cursor_;
+  std::optional<row> row_;
+};
+
+/// One pass over a dataset, as returned by dataset::epoch: a range of rows, or
+/// next() until nullopt (both draw from the same pass). Destroying it (and the
+/// iterators begin() returned) mid-pass stops the pass's prefetch threads.
+class pass_iterator {
+ public:
+  explicit pass_iterator(std::unique_ptr<detail::cursor> c) : cursor_(std::move(c)) {}
+  /// The next row, or nullopt once the pass is over.
+  std::optional<row> next() { return cursor_->next(); }
+  row_iterator begin() { return row_iterator(cursor_); }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  std::shared_ptr<detail::cursor> cursor_;
+};
+
+/// A dataset: a description of rows, evaluated only while iterated. Every operation
+/// returns a new dataset sharing this one's steps; datasets are cheap to copy and may
+/// be iterated by several threads at once.
+///
+///     auto ds = data::mnist_dataset(dir, "train", {.num_shards = 8, .shard_id = rank})
+///                   .map({data::rescale(1.0f / 255, 0), data::hwc2chw()}, "image")
+///                   .shuffle(1024, 7)
+///                   .batch(32, true)
+///                   .prefetch(4);
+///     for (std::int64_t e = 0; e < epochs; ++e)
+///       for (const data::row& b : ds.epoch(e)) train_step(b["image"], b["label"]);
+///
+/// A prefetch thread starts with its pass, so the first batch of each epoch above is
+/// made while the consumer waits. Put the epochs in one pass, `.repeat(epochs)` before
+/// `.prefetch(n)`, and the next epoch's first batches are made during the last steps
+/// of the one before: pass 0 of ds.repeat(n) runs passes 0 ... n - 1 of ds, each
+/// shuffled and augmented as that epoch.
+class dataset {
+ public:
+  explicit dataset(detail::node_ptr n) : node_(std::move(n)) {}
+
+  /// MindSpore's shuffle(buffer_size): a buffer of `buffer_size` rows, from which a
+  /// random row is emitted at each step; buffer_size >= size() is a full shuffle.
+  dataset shuffle(std::int64_t buffer_size, std::uint64_t seed = 0) const {
+    return wrap<detail::shuffle_node>(buffer_size, seed);
+  }
+  /// Applies `ops` in order to column `column` of every row.
+  dataset map(std::vector<transform> ops, const std::string& column) const {
+    return wrap<detail::map_node>(std::move(ops), column);
+  }
+  /// Groups `size` consecutive rows into one, each column stacked along a new leading
+  /// dim; the last, shorter batch is dropped when drop_remainder.
+  dataset batch(std::int64_t size, bool drop_remainder = false) const {
+    return wrap<detail::batch_node>(size, drop_remainder);
+  }
+  /// `count` passes of this dataset in one, each shuffled and augmented anew.
+  dataset repeat(std::int64_t count) const { return wrap<detail::repeat_node>(count); }
+  /// Runs this dataset's steps in a background thread, up to `depth` rows ahead of
+  /// the consumer (data/prefetch.hpp).
+  dataset prefetch(std::int64_t depth) const { return wrap<detail::prefetch_node>(depth); }
+
+  /// Rows (or batches) one pass yields, MindSpore's get_dataset_size().
+  std::int64_t get_dataset_size() const { return node_->size(); }
+  const std::vector<std::string>& column_names() const { return node_->columns(); }
+
+  /// Pass `e` (the epoch): sources' shuffles, shuffle buffers and random transforms are
+  /// seeded by it, so every epoch differs and every run repeats them.
+  pass_iterator epoch(std::int64_t e) const { return pass_iterator(node_->open(e)); }
+  /// Iterates pass 0.
+  row_iterator begin() const { return row_iterator(node_->open(0)); }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  template <class Node, class... Args>
+  dataset wrap(Args&&... args) const {
+    return dataset(std::make_shared<Node>(node_, std::forward<Args>(args)...));
+  }
+
+  detail::node_ptr node_;
+};
+
+}  // namespace tessera::data
+// ---- tessera/data/source.hpp ----
+// Sources: random-access samples read in shards (num_shards / shard_id), optionally
+// shuffled first; generator_dataset, a source from a C++ callable.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+/// How a source reads its samples. Every source (mnist_dataset, cifar10_dataset,
+/// generator_dataset) takes one:
+///
+///     data::mnist_dataset(dir, "train", {.num_shards = 8, .shard_id = rank, .shuffle = true, .seed = 1})
+///
+/// Sharding, MindSpore's distributed sampler: the n samples (after the shuffle, if
+/// any) are dealt round-robin, sample position p to shard p mod num_shards, and each
+/// shard reads ceil(n / num_shards) of them. When num_shards does not divide n, the
+/// positions n, n + 1, ... that complete the last round wrap around to the first
+/// samples (position p reads sample p mod n): shards shard_id >= n mod num_shards read
+/// one sample at their end that another shard also reads. So the positions below n
+/// are disjoint between shards, together they read every sample, and all shards read
+/// the same number: 10 samples on 4 shards give shard 0 {0, 4, 8}, 1 {1, 5, 9},
+/// 2 {2, 6, 0}, 3 {3, 7, 1}.
+///
+/// Shuffle: the n samples are permuted (Fisher-Yates, seeded by (seed, pass)) before
+/// sharding. Every rank draws the same permutation, so the shards stay disjoint; each
+/// epoch draws a new one.
+struct shard_options {
+  std::int64_t num_shards = 1;
+  std::int64_t shard_id = 0;
+  bool shuffle = false;
+  std::uint64_t seed = 0;
+};
+
+/// Rows per shard: ceil(n / num_shards).
+constexpr std::int64_t shard_size(std::int64_t n, std::int64_t num_shards) {
+  return (n + num_shards - 1) / num_shards;
+}
+
+/// The source indices, in order, that shard `o.shard_id` reads in pass `pass` from a
+/// source of n samples (the rule of shard_options).
+inline std::vector<std::int64_t> shard_indices(std::int64_t n, const shard_options& o, std::int64_t pass = 0) {
+  std::vector<std::int64_t> perm;
+  if (o.shuffle) {
+    perm.resize(static_cast<std::size_t>(n));
+    std::iota(perm.begin(), perm.end(), std::int64_t{0});
+    rng g(make_key({o.seed, static_cast<std::uint64_t>(pass), 0x5348554646ull}));
+    for (std::int64_t i = n - 1; i > 0; --i)
+      std::swap(perm[static_cast<std::size_t>(i)],
+                perm[static_cast<std::size_t>(g.below(static_cast<std::uint64_t>(i) + 1))]);
+  }
+  std::vector<std::int64_t> out;
+  const std::int64_t m = n == 0 ? 0 : shard_size(n, o.num_shards);
+  out.reserve(static_cast<std::size_t>(m));
+  for (std::int64_t j = 0; j < m; ++j) {
+    const std::int64_t p = (j * o.num_shards + o.shard_id) % n;
+    out.push_back(o.shuffle ? perm[static_cast<std::size_t>(p)] : p);
+  }
+  return out;
+}
+
+namespace detail {
+
+/// "<name>: shard_id must be in [0, num_shards): ..." when `o` is not a valid shard.
+inline void check_shard_options(const std::string& name, const shard_options& o) {
+  if (o.num_shards < 1)
+    throw error(name + ": num_shards must be at least 1: got " + std::to_string(o.num_shards));
+  if (o.shard_id < 0 || o.shard_id >= o.num_shards)
+    throw error(name + ": shard_id must be in [0, num_shards): shard_id " + std::to_string(o.shard_id) +
+                ", num_shards " + std::to_string(o.num_shards));
+}
+
+/// One pass's access to a source's samples (it may hold open files).
+class source_reader {
+ public:
+  virtual ~source_reader() = default;
+  /// The column values of sample `index`, in the order of source::columns().
+  virtual std::vector<array> read(std::int64_t index) = 0;
+};
+
+/// A source's samples, by index. Immutable; each pass reads through its own reader.
+class source {
+ public:
+  virtual ~source() = default;
+  virtual std::int64_t count() const = 0;
+  virtual const std::vector<std::string>& columns() const = 0;
+  virtual std::unique_ptr<source_reader> reader() const = 0;
+};
+
+/// The node reading this shard's samples of a source.
+class source_node final : public node {
+ public:
+  source_node(std::string name, std::shared_ptr<const source> src, shard_options o)
+      : src_(std::move(src)), opts_(o) {
+    check_shard_options(name, o);
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<source_cursor>(std::static_pointer_cast<const source_node>(shared_from_this()),
+                                           shard_indices(src_->count(), opts_, pass));
+  }
+  std::int64_t size() const override { return shard_size(src_->count(), opts_.num_shards); }
+  const std::vector<std::string>& columns() const override { return src_->columns(); }
+
+ private:
+  class source_cursor final : public cursor {
+   public:
+    source_cursor(std::shared_ptr<const source_node> n, std::vector<std::int64_t> indices)
+        : node_(std::move(n)), indices_(std::move(indices)) {}
+    std::optional<row> next() override {
+      if (pos_ == indices_.size()) return std::nullopt;
+      if (!reader_) reader_ = node_->src_->reader();
+      row r;
+      r.index = indices_[pos_++];
+      r.names = node_->src_->columns();
+      r.values = reader_->read(r.index);
+      return r;
+    }
+
+   private:
+    std::shared_ptr<const source_node> node_;
+    std::vector<std::int64_t> indices_;
+    std::size_t pos_ = 0;
+    std::unique_ptr<source_reader> reader_;
+  };
+
+  std::shared_ptr<const source> src_;
+  shard_options opts_;
+};
+
+/// generator_dataset's source.
+class generator_source final : public source {
+ public:
+  using function = std::function<std::vector<array>(std::int64_t)>;
+  generator_source(function f, std::vector<std::string> columns, std::int64_t n)
+      : f_(std::move(f)), columns_(std::move(columns)), n_(n) {}
+  std::int64_t count() const override { return n_; }
+  const std::vector<std::string>& columns() const override { return columns_; }
+  std::unique_ptr<source_reader> reader() const override { return std::make_unique<generator_reader>(*this); }
+
+ private:
+  class generator_reader final : public source_reader {
+   public:
+    explicit generator_reader(const generator_source& s) : s_(s) {}
+    std::vector<array> read(std::int64_t index) override {
+      std::vector<array> v = s_.f_(index);
+      if (v.size() != s_.columns_.size())
+        throw error("generator_dataset: the callable must return one value per column: it returned " +
+                    std::to_string(v.size()) + " values for " + std::to_string(s_.columns_.size()) +
+                    " columns (" + row::join(s_.columns_) + ") at index " + std::to_string(index));
+      return v;
+    }
+
+   private:
+    const generator_source& s_;
+  };
+
+  function f_;
+  std::vector<std::string> columns_;
+  std::int64_t n_;
+};
+
+}  // namespace detail
+
+/// A dataset of `size` samples made by a callable: `f(i)` returns the column values
+/// of sample i (one array per name in `columns`, in that order), for i in [0, size).
+/// The samples are sharded and shuffled by index as shard_options says. `f` is called
+/// from the consumer's thread or a prefetch thread, one call at a time in a pass;
+/// passes iterated at once (several iterators) call it concurrently.
+///
+///     auto ds = data::generator_dataset(
+///         [](std::int64_t i) {
+///           return std::vector<data::array>{xt::xarray<float>{float(i), 2.0f * i},
+///                                           data::array::scalar(std::int32_t(i % 2))};
+///         },
+///         {"x", "y"}, 100, {.num_shards = 4, .shard_id = rank});
+inline dataset generator_dataset(std::function<std::vector<array>(std::int64_t)> f,
+                                 std::vector<std::string> columns, std::int64_t size, shard_options o = {}) {
+  if (!f) throw error("generator_dataset: the callable is empty");
+  if (size < 0) throw error("generator_dataset: size must not be negative: got " + std::to_string(size));
+  if (columns.empty()) throw error("generator_dataset: at least one column name is needed");
+  for (std::size_t i = 0; i < columns.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (columns[i] == columns[j]) throw error("generator_dataset: column '" + columns[i] + "' is named twice");
+  auto src = std::make_shared<detail::generator_source>(std::move(f), std::move(columns), size);
+  return dataset(std::make_shared<detail::source_node>("generator_dataset", std::move(src), o));
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/file.hpp ----
+// Reading and writing the readers' binary files, with errors that name the file:
+// a missing folder or file, a short read, a failed write.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace tessera::data::detail {
+
+/// The folder of a dataset; `name: dataset folder <dir> does not exist` otherwise.
+inline void check_folder(const std::string& name, const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw error(name + ": dataset folder " + dir.string() +
+                (std::filesystem::exists(dir, ec) ? " is not a folder" : " does not exist"));
+}
+
+/// The size in bytes of a regular file; a tessera::error naming it when it is
+/// missing or not a regular file.
+inline std::uint64_t file_size(const std::string& name, const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) throw error(name + ": " + path.string() + ": no such file");
+  if (!std::filesystem::is_regular_file(st)) throw error(name + ": " + path.string() + ": not a regular file");
+  const std::uintmax_t n = std::filesystem::file_size(path, ec);
+  if (ec) throw error(name + ": " + path.string() + ": cannot read its size: " + ec.message());
+  return static_cast<std::uint64_t>(n);
+}
+
+/// Reads byte ranges of one file, opening it on first use. Reads that move forward
+/// (in order, or strided as a shard reads) are served from a read-ahead window of
+/// 64 KiB; a read elsewhere (a shuffled order) reads just its bytes.
+class file_reader {
+ public:
+  static constexpr std::size_t window = 64 * 1024;
+
+  /// `size`: the file's size when it was checked (reads never look past it).
+  file_reader(std::string name, std::filesystem::path path, std::uint64_t size)
+      : name_(std::move(name)), path_(std::move(path)), size_(size) {}
+
+  /// Reads bytes [offset, offset + n) into dst; a tessera::error if the file cannot be
+  /// opened or ends before offset + n (it changed since its size was checked).
+  void read(std::uint64_t offset, std::size_t n, void* dst) {
+    const std::uint64_t end = start_ + buf_.size();
+    if (offset >= start_ && offset + n <= end) {
+      std::memcpy(dst, buf_.data() + (offset - start_), n);
+      last_end_ = offset + n;
+      return;
+    }
+    if (!in_.is_open()) {
+      in_.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: the window is the buffer
+      in_.open(path_, std::ios::binary);
+      if (!in_) throw error(name_ + ": " + path_.string() + ": cannot open the file");
+    }
+    const bool forward = offset >= last_end_ && offset - last_end_ <= window;
+    std::uint64_t want = n;
+    if (forward && offset < size_) want = std::max<std::uint64_t>(n, std::min<std::uint64_t>(window, size_ - offset));
+    buf_.resize(static_cast<std::size_t>(want));
+    in_.clear();
+    in_.seekg(static_cast<std::streamoff>(offset));
+    in_.read(buf_.data(), static_cast<std::streamsize>(want));
+    const auto got = static_cast<std::size_t>(std::max<std::streamsize>(in_.gcount(), 0));
+    buf_.resize(got);
+    start_ = offset;
+    if (got < n)
+      throw error(name_ + ": " + path_.string() + ": short read: " + std::to_string(n) + " bytes at offset " +
+                  std::to_string(offset) + " (the file is shorter than when the dataset was made)");
+    std::memcpy(dst, buf_.data(), n);
+    last_end_ = offset + n;
+  }
+
+ private:
+  std::string name_;
+  std::filesystem::path path_;
+  std::uint64_t size_;
+  std::ifstream in_;
+  std::vector<char> buf_;
+  std::uint64_t start_ = 0, last_end_ = 0;
+};
+
+/// The big-endian 32-bit word at p.
+inline std::uint32_t load_be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
+}
+inline void store_be32(unsigned char* p, std::uint32_t v) {
+  p[0] = static_cast<unsigned char>(v >> 24);
+  p[1] = static_cast<unsigned char>(v >> 16);
+  p[2] = static_cast<unsigned char>(v >> 8);
+  p[3] = static_cast<unsigned char>(v);
+}
+
+/// Opens `path` for writing, creating its folder; a tessera::error naming it on failure.
+inline std::ofstream create_file(const std::string& name, const std::filesystem::path& path) {
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw error(name + ": " + path.string() + ": cannot create the file");
+  return out;
+}
+
+/// Writes n bytes; a tessera::error naming the file when the write fails.
+inline void write_bytes(std::ofstream& out, const std::string& name, const std::filesystem::path& path,
+                        const void* src, std::size_t n) {
+  out.write(static_cast<const char*>(src), static_cast<std::streamsize>(n));
+  if (!out) throw error(name + ": " + path.string() + ": write failed");
+}
+
+}  // namespace tessera::data::detail
+// ---- tessera/data/mnist.hpp ----
+// MNIST in its idx-ubyte files: mnist_dataset reads them (validated, sharded),
+// write_mnist writes them from arrays.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+namespace detail {
+
+inline constexpr std::uint32_t mnist_image_magic = 0x00000803;  // unsigned bytes, 3 dims
+inline constexpr std::uint32_t mnist_label_magic = 0x00000801;  // unsigned bytes, 1 dim
+
+/// "train" -> {"train"}, "test" -> {"t10k"}, "all" -> both; `name` starts the error.
+inline std::vector<std::string> mnist_prefixes(const std::string& name, const std::string& usage, bool allow_all) {
+  if (usage == "train") return {"train"};
+  if (usage == "test") return {"t10k"};
+  if (usage == "all" && allow_all) return {"train", "t10k"};
+  throw error(name + ": usage must be \"train\", \"test\"" + (allow_all ? ", or \"all\"" : "") + ": got \"" +
+              usage + "\"");
+}
+
+inline std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+/// One images/labels file pair, its header checked against its size.
+struct mnist_part {
+  std::filesystem::path images, labels;
+  std::uint64_t images_size = 0;
+  std::int64_t count = 0;
+  std::uint32_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> label_values;  // read whole: 1 byte per image
+};
+
+inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::string& prefix) {
+  const std::string name = "mnist";
+  mnist_part p;
+  p.images = dir / (prefix + "-images-idx3-ubyte");
+  p.labels = dir / (prefix + "-labels-idx1-ubyte");
+  const std::string ip = name + ": " + p.images.string();
+  const std::string lp = name + ": " + p.labels.string();
+
+  const std::uint64_t isize = file_size(name, p.images);
+  if (isize < 16)
+    throw error(ip + ": truncated: an image file starts with a 16-byte header, the file has " +
+                std::to_string(isize) + " bytes");
+  unsigned char h[16];
+  file_reader(name, p.images, isize).read(0, 16, h);
+  if (load_be32(h) != mnist_image_magic)
+    throw error(ip + ": wrong magic number " + hex32(load_be32(h)) + ": an image file starts with " +
+                hex32(mnist_image_magic) + " (unsigned bytes, 3 dims)");
+  const std::uint32_t n = load_be32(h + 4);
+  p.rows = load_be32(h + 8);
+  p.cols = load_be32(h + 12);
+  const std::string says = std::to_string(n) + " images of " + std::to_string(p.rows) + "x" + std::to_string(p.cols);
+  if (p.rows == 0 || p.cols == 0)
+    throw error(ip + ": the header says " + says + ": an image must have at least one row and column");
+  // rows * cols < 2^64; the total may overflow 64 bits, and then exceeds any file.
+  const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
+  const bool overflow = n != 0 && pixels > (~std::uint64_t{0} - 16) / n;
+  const std::uint64_t expected = overflow ? 0 : 16 + n * pixels;
+  if (overflow || expected != isize)
+    throw error(ip + (overflow || expected > isize ? ": truncated" : ": longer than its header says") +
+                ": the header says " + says + " (" + (overflow ? std::string("over 2^64") : std::to_string(expected)) +
+                " bytes), the file has " + std::to_string(isize) + " bytes");
+  p.count = n;
+  p.images_size = isize;
+
+  const std::uint64_t lsize = file_size(name, p.labels);
+  if (lsize < 8)
+    throw error(lp + ": truncated: a label file starts with an 8-byte header, the file has " +
+                std::to_string(lsize) + " bytes");
+  file_reader labels(name, p.labels, lsize);
+  labels.read(0, 8, h);
+  if (load_be32(h) != mnist_label_magic)
+    throw error(lp + ": wrong magic number " + hex32(load_be32(h)) + ": a label file starts with " +
+                hex32(mnist_label_magic) + " (unsigned bytes, 1 dim)");
+  const std::uint32_t nl = load_be32(h + 4);
+  if (8 + std::uint64_t{nl} != lsize)
+    throw error(lp + (8 + std::uint64_t{nl} > lsize ? ": truncated" : ": longer than its header says") +
+                ": the header says " + std::to_string(nl) + " labels (" + std::to_string(8 + std::uint64_t{nl}) +
+                " bytes), the file has " + std::to_string(lsize) + " bytes");
+  if (nl != n)
+    throw error(name + ": the image and label counts differ: " + p.images.string() + " has " + std::to_string(n) +
+                " images, " + p.labels.string() + " has " + std::to_string(nl) + " labels");
+  p.label_values.resize(nl);
+  if (nl) labels.read(8, nl, p.label_values.data());
+  for (std::uint32_t i = 0; i < nl; ++i)
+    if (p.label_values[i] > 9)
+      throw error(lp + ": label " + std::to_string(p.label_values[i]) + " of image " + std::to_string(i) +
+                  " is not in [0, 9]");
+  return p;
+}
+
+/// mnist_dataset's source: columns "image" (rows, cols, 1) uint8 and "label" int32.
+class mnist_source final : public source {
+ public:
+  explicit mnist_source(std::vector<mnist_part> parts) : parts_(std::move(parts)) {
+    for (const mnist_part& p : parts_) count_ += p.count;
+    for (const mnist_part& p : parts_)
+      if (p.rows != parts_[0].rows || p.cols != parts_[0].cols)
+        throw error("mnist: every file must hold images of one size: " + parts_[0].images.string() + " has " +
+                    std::to_string(parts_[0].rows) + "x" + std::to_string(parts_[0].cols) + ", " +
+                    p.images.string() + " has " + std::to_string(p.rows) + "x" + std::to_string(p.cols));
+  }
+  std::int64_t count() const override { return count_; }
+  const std::vector<std::string>& columns() const override { return columns_; }
+  std::unique_ptr<source_reader> reader() const override { return std::make_unique<mnist_reader>(*this); }
+
+ private:
+  class mnist_reader final : public source_reader {
+   public:
+    explicit mnist_reader(const mnist_source& s) : s_(s) {
+      for (const mnist_part& p : s.parts_) files_.emplace_back("mnist", p.images, p.images_size);
+    }
+    std::vector<array> read(std::int64_t index) override {
+      std::size_t k = 0;
+      while (index >= s_.parts_[k].count) index -= s_.parts_[k++].count;
+      const mnist_part& p = s_.parts_[k];
+      const std::size_t pixels = std::size_t{p.rows} * p.cols;
+      xt::xarray<std::uint8_t> image = xt::xarray<std::uint8_t>::from_shape({p.rows, p.cols, 1});
+      files_[k].read(16 + static_cast<std::uint64_t>(index) * pixels, pixels, image.data());
+      const std::uint8_t label = p.label_values[static_cast<std::size_t>(index)];
+      return {array(std::move(image)), array::scalar(std::int32_t{label})};
+    }
+
+   private:
+    const mnist_source& s_;
+    std::vector<file_reader> files_;
+  };
+
+  std::vector<mnist_part> parts_;
+  std::int64_t count_ = 0;
+  std::vector<std::string> columns_{"image", "label"};
+};
+
+}  // namespace detail
+
+/// MNIST from the four idx-ubyte files of `dir` (train-images-idx3-ubyte,
+/// train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte), as
+/// MindSpore's MnistDataset. `usage`: "train" (60000 samples), "test" (10000) or "all"
+/// (train, then test). Rows: "image", uint8 of shape (28, 28, 1) (HWC), and "label", an
+/// int32 scalar in [0, 9]. Sharded and shuffled as shard_options says (no shuffle by
+/// default).
+///
+/// The headers are checked against the file sizes, and the labels (read whole)
+/// against [0, 9], when the dataset is made; the images are read as the samples are.
+/// A missing, truncated or corrupt file is a tessera::error naming the file and the
+/// numbers:
+///   mnist: <dir>/train-images-idx3-ubyte: truncated: the header says 60000 images of
+///   28x28 (47040016 bytes), the file has 1000 bytes
+inline dataset mnist_dataset(const std::filesystem::path& dir, const std::string& usage = "all",
+                             shard_options o = {}) {
+  const std::vector<std::string> prefixes = detail::mnist_prefixes("mnist", usage, true);
+  detail::check_shard_options("mnist", o);
+  detail::check_folder("mnist", dir);
+  std::vector<detail::mnist_part> parts;
+  for (const std::string& prefix : prefixes) parts.push_back(detail::open_mnist_part(dir, prefix));
+  auto src = std::make_shared<detail::mnist_source>(std::move(parts));
+  return dataset(std::make_shared<detail::source_node>("mnist", std::move(src), o));
+}
+
+/// Writes MNIST idx-ubyte files into `dir` (created if needed): usage "train" writes
+/// train-images-idx3-ubyte and train-labels-idx1-ubyte, "test" the t10k- pair.
+/// `images`: shape (n, rows, cols) or (n, rows, cols, 1); `labels`: shape (n,).
+/// mnist_dataset(dir, usage) then yields these images and labels, in order.
+inline void write_mnist(const std::filesystem::path& dir, const std::string& usage,
+                        const xt::xarray<std::uint8_t>& images, const xt::xarray<std::uint8_t>& labels) {
+  const std::string name = "write_mnist";
+  const std::string prefix = detail::mnist_prefixes(name, usage, false)[0];
+  const auto& s = images.shape();
+  if (!(s.size() == 3 || (s.size() == 4 && s[3] == 1)))
+    throw error(name + ": images must have shape (n, rows, cols) or (n, rows, cols, 1): got " +
+                detail::shape_string(s));
+  if (labels.dimension() != 1 || labels.shape()[0] != s[0])
+    throw error(name + ": labels must have shape (n,) with n = " + std::to_string(s[0]) + " images: got " +
+                detail::shape_string(labels.shape()));
+  if (s[0] > 0xffffffffu || s[1] > 0xffffffffu || s[2] > 0xffffffffu)
+    throw error(name + ": the idx format holds at most 2^32 - 1 images, rows and columns: got " +
+                detail::shape_string(s));
+
+  unsigned char h[16];
+  const auto ipath = dir / (prefix + "-images-idx3-ubyte");
+  std::ofstream out = detail::create_file(name, ipath);
+  detail::store_be32(h, detail::mnist_image_magic);
+  detail::store_be32(h + 4, static_cast<std::uint32_t>(s[0]));
+  detail::store_be32(h + 8, static_cast<std::uint32_t>(s[1]));
+  detail::store_be32(h + 12, static_cast<std::uint32_t>(s[2]));
+  detail::write_bytes(out, name, ipath, h, 16);
+  detail::write_bytes(out, name, ipath, images.data(), images.size());
+  out.close();
+  if (!out) throw error(name + ": " + ipath.string() + ": write failed");
+
+  const auto lpath = dir / (prefix + "-labels-idx1-ubyte");
+  std::ofstream lout = detail::create_file(name, lpath);
+  detail::store_be32(h, detail::mnist_label_magic);
+  detail::store_be32(h + 4, static_cast<std::uint32_t>(s[0]));
+  detail::write_bytes(lout, name, lpath, h, 8);
+  detail::write_bytes(lout, name, lpath, labels.data(), labels.size());
+  lout.close();
+  if (!lout) throw error(name + ": " + lpath.string() + ": write failed");
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/cifar10.hpp ----
+// CIFAR-10, binary version: cifar10_dataset reads data_batch_1..5.bin and
+// test_batch.bin (validated, sharded), write_cifar10 writes them from arrays.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+namespace detail {
+
+inline constexpr std::size_t cifar10_side = 32;
+inline constexpr std::size_t cifar10_pixels = cifar10_side * cifar10_side * 3;  // 3x32x32, CHW
+inline constexpr std::size_t cifar10_record = 1 + cifar10_pixels;                // label byte, image
+
+/// The file names of a usage: "train" the five data batches, "test" test_batch.bin,
+/// "all" both (train first).
+inline std::vector<std::string> cifar10_files(const std::string& name, const std::string& usage, bool allow_all) {
+  std::vector<std::string> train;
+  for (int i = 1; i <= 5; ++i) train.push_back("data_batch_" + std::to_string(i) + ".bin");
+  if (usage == "train") return train;
+  if (usage == "test") return {"test_batch.bin"};
+  if (usage == "all" && allow_all) {
+    train.push_back("test_batch.bin");
+    return train;
+  }
+  throw error(name + ": usage must be \"train\", \"test\"" + (allow_all ? ", or \"all\"" : "") + ": got \"" +
+              usage + "\"");
+}
+
+/// cifar10_dataset's source: columns "image" (32, 32, 3) uint8 HWC and "label" int32.
+class cifar10_source final : public source {
+ public:
+  explicit cifar10_source(const std::filesystem::path& dir, const std::vector<std::string>& names) {
+    for (const std::string& n : names) {
+      const std::filesystem::path path = dir / n;
+      const std::uint64_t size = file_size("cifar10", path);
+      if (size % cifar10_record != 0)
+        throw error("cifar10: " + path.string() + ": the file must hold whole " + std::to_string(cifar10_record) +
+                    "-byte records (a label byte, then a 3x32x32 image): it has " + std::to_string(size) +
+                    " bytes, " +
+                    (size < cifar10_record ? std::string("less than one record")
+                                           : std::to_string(size % cifar10_record) + " more than " +
+                                                 std::to_string(size / cifar10_record) + " records"));
+      files_.push_back(path);
+      sizes_.push_back(size);
+      counts_.push_back(static_cast<std::int64_t>(size / cifar10_record));
+      count_ += counts_.back();
+    }
+  }
+  std::int64_t count() const override { return count_; }
+  const std::vector<std::string>& columns() const override { return columns_; }
+  std::unique_ptr<source_reader> reader() const override { return std::make_unique<cifar10_reader>(*this); }
+
+ private:
+  class cifar10_reader final : public source_reader {
+   public:
+    explicit cifar10_reader(const cifar10_source& s) : s_(s), record_(cifar10_record) {
+      for (std::size_t k = 0; k < s.files_.size(); ++k) files_.emplace_back("cifar10", s.files_[k], s.sizes_[k]);
+    }
+    std::vector<array> read(std::int64_t index) override {
+      std::size_t k = 0;
+      while (index >= s_.counts_[k]) index -= s_.counts_[k++];
+      files_[k].read(static_cast<std::uint64_t>(index) * cifar10_record, cifar10_record, record_.data());
+      const unsigned char label = record_[0];
+      if (label > 9)
+        throw error("cifar10: " + s_.files_[k].string() + ": record " + std::to_string(index) + " has label " +
+                    std::to_string(label) + ", not in [0, 9]");
+      constexpr std::size_t plane = cifar10_side * cifar10_side;
+      xt::xarray<std::uint8_t> image = xt::xarray<std::uint8_t>::from_shape({cifar10_side, cifar10_side, 3});
+      std::uint8_t* out = image.data();
+      const unsigned char* chw = record_.data() + 1;
+      for (std::size_t p = 0; p < plane; ++p)
+        for (std::size_t c = 0; c < 3; ++c) out[p * 3 + c] = chw[c * plane + p];
+      return {array(std::move(image)), array::scalar(std::int32_t{label})};
+    }
+
+   private:
+    const cifar10_source& s_;
+    std::vector<file_reader> files_;
+    std::vector<unsigned char> record_;
+  };
+
+  std::vector<std::filesystem::path> files_;
+  std::vector<std::uint64_t> sizes_;
+  std::vector<std::int64_t> counts_;
+  std::int64_t count_ = 0;
+  std::vector<std::string> columns_{"image", "label"};
+};
+
+}  // namespace detail
+
+/// CIFAR-10 from the binary version's files in `dir` (cifar-10-batches-bin), as
+/// MindSpore's Cifar10Dataset: `usage` "train" (data_batch_1.bin ... data_batch_5.bin,
+/// 50000 samples), "test" (test_batch.bin, 10000) or "all" (train, then test). Each
+/// file is a sequence of 3073-byte records: the label byte, then the image as 3x32x32
+/// bytes, channel-major (CHW: the red plane, green, blue). Rows: "image", uint8 of
+/// shape (32, 32, 3) (HWC, as MindSpore yields it) and "label", an int32 scalar in
+/// [0, 9]. Sharded and shuffled as shard_options says (no shuffle by default).
+///
+/// A missing file, a size that is not a whole number of records, or a label outside
+/// [0, 9] (checked as each record is read) is a tessera::error naming the file.
+inline dataset cifar10_dataset(const std::filesystem::path& dir, const std::string& usage = "all",
+                               shard_options o = {}) {
+  const std::vector<std::string> names = detail::cifar10_files("cifar10", usage, true);
+  detail::check_shard_options("cifar10", o);
+  detail::check_folder("cifar10", dir);
+  auto src = std::make_shared<detail::cifar10_source>(dir, names);
+  return dataset(std::make_shared<detail::source_node>("cifar10", std::move(src), o));
+}
+
+/// Writes CIFAR-10 binary files into `dir` (created if needed): usage "test" writes
+/// test_batch.bin, "train" data_batch_1.bin ... data_batch_5.bin, data_batch_k.bin
+/// holding records [(k - 1) n / 5, k n / 5) (integer division). `images`: shape
+/// (n, 32, 32, 3), HWC; `labels`: shape (n,). cifar10_dataset(dir, usage) then yields
+/// these images and labels, in order.
+inline void write_cifar10(const std::filesystem::path& dir, const std::string& usage,
+                          const xt::xarray<std::uint8_t>& images, const xt::xarray<std::uint8_t>& labels) {
+  const std::string name = "write_cifar10";
+  const std::vector<std::string> files = detail::cifar10_files(name, usage, false);
+  const auto& s = images.shape();
+  constexpr std::size_t side = detail::cifar10_side;
+  if (s.size() != 4 || s[1] != side || s[2] != side || s[3] != 3)
+    throw error(name + ": images must have shape (n, 32, 32, 3): got " + detail::shape_string(s));
+  if (labels.dimension() != 1 || labels.shape()[0] != s[0])
+    throw error(name + ": labels must have shape (n,) with n = " + std::to_string(s[0]) + " images: got " +
+                detail::shape_string(labels.shape()));
+  const std::size_t n = s[0];
+  constexpr std::size_t plane = side * side;
+  std::vector<unsigned char> record(detail::cifar10_record);
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    const auto path = dir / files[f];
+    std::ofstream out = detail::create_file(name, path);
+    for (std::size_t i = f * n / files.size(); i < (f + 1) * n / files.size(); ++i) {
+      record[0] = labels(i);
+      const std::uint8_t* hwc = images.data() + i * detail::cifar10_pixels;
+      for (std::size_t p = 0; p < plane; ++p)
+        for (std::size_t c = 0; c < 3; ++c) record[1 + c * plane + p] = hwc[p * 3 + c];
+      detail::write_bytes(out, name, path, record.data(), record.size());
+    }
+    out.close();
+    if (!out) throw error(name + ": " + path.string() + ": write failed");
+  }
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/transforms.hpp ----
+// Vision transforms for dataset::map, as MindSpore's: rescale, normalize, hwc2chw,
+// type_cast, random_crop, random_horizontal_flip, resize (bilinear).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+namespace detail {
+/// Height, width and channels of an image of shape (H, W) or (H, W, C).
+struct image_dims {
+  std::size_t h, w, c;
+};
+inline image_dims image_shape(const std::string& name, const array& a) {
+  const std::vector<std::size_t> s = a.shape();
+  if (s.size() != 2 && s.size() != 3)
+    throw error(name + ": the image must have shape (height, width) or (height, width, channels): got " +
+                shape_string(s));
+  return {s[0], s[1], s.size() == 3 ? s[2] : 1};
+}
+/// v rounded to the nearest integer (halves away from zero), saturated to T's range.
+template <class T>
+T round_to(float v) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {  // the common case, without int64
+    return static_cast<std::uint8_t>((v >= 0.0f ? std::min(v, 255.0f) : 0.0f) + 0.5f);
+  } else {
+    constexpr float lo = static_cast<float>(std::numeric_limits<T>::min());
+    constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
+    if (!(v == v)) return T{0};
+    const float c = std::clamp(v, lo, hi);
+    auto t = static_cast<std::int64_t>(c);  // toward zero
+    const float r = c - static_cast<float>(t);
+    t += (r >= 0.5f) - (r <= -0.5f);
+    return static_cast<T>(std::clamp<std::int64_t>(t, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  }
+}
+/// The elements as float32: moved out when they are float32 already, else converted.
+inline xt::xarray<float> take_float(array a) {
+  if (a.type() == dtype::float32) return std::move(a.get<float>());
+  return a.to<float>();
+}
+/// An array of T with the shape of an (H, W) or (H, W, C) image.
+template <class T>
+xt::xarray<T> image_like(const array& a, std::size_t h, std::size_t w, std::size_t c) {
+  if (a.ndim() == 2) return xt::xarray<T>::from_shape({h, w});
+  return xt::xarray<T>::from_shape({h, w, c});
+}
+}  // namespace detail
+
+/// x * scale + shift, element by element, as float32 (MindSpore's Rescale):
+/// rescale(1.0f / 255, 0) maps uint8 pixels to [0, 1].
+inline transform rescale(float scale, float shift) {
+  return [=](array a) {
+    xt::xarray<float> x = detail::take_float(std::move(a));
+    float* v = x.data();
+    for (std::size_t i = 0, n = x.size(); i < n; ++i) v[i] = v[i] * scale + shift;
+    return array(std::move(x));
+  };
+}
+
+/// (x[..., c] - mean[c]) / std[c] over the last dim (the channels of an HWC image), as
+/// float32 (MindSpore's Normalize). One mean and std per channel.
+inline transform normalize(std::vector<float> mean, std::vector<float> stddev) {
+  if (mean.size() != stddev.size() || mean.empty())
+    throw error("normalize: give one mean and one std per channel: got " + std::to_string(mean.size()) +
+                " means and " + std::to_string(stddev.size()) + " stds");
+  for (std::size_t c = 0; c < stddev.size(); ++c)
+    if (!(stddev[c] > 0))
+      throw error("normalize: every std must be positive: std[" + std::to_string(c) + "] = " +
+                  std::to_string(stddev[c]));
+  return [mean = std::move(mean), stddev = std::move(stddev)](array a) {
+    const std::vector<std::size_t> s = a.shape();
+    if (s.empty() || s.back() != mean.size())
+      throw error("normalize: the image's last dim (channels) must equal the number of means: image shape " +
+                  detail::shape_string(s) + ", " + std::to_string(mean.size()) + " means");
+    xt::xarray<float> x = detail::take_float(std::move(a));
+    const std::size_t c = mean.size();
+    float* v = x.data();
+    for (std::size_t k = 0; k < c; ++k) {
+      const float m = mean[k], d = stddev[k];
+      for (std::size_t i = k, n = x.size(); i < n; i += c) v[i] = (v[i] - m) / d;
+    }
+    return array(std::move(x));
+  };
+}
+
+/// (H, W, C) -> (C, H, W), any dtype (MindSpore's HWC2CHW).
+inline transform hwc2chw() {
+  return [](array a) {
+    const std::vector<std::size_t> s = a.shape();
+    if (s.size() != 3)
+      throw error("hwc2chw: the image must have shape (height, width, channels): got " + detail::shape_string(s));
+    return a.visit([&](auto& x) {
+      using T = typename std::decay_t<decltype(x)>::value_type;
+      const std::size_t h = s[0], w = s[1], c = s[2];
+      if (c == 1) {  // the same bytes: only the shape changes
+        x.reshape({1, h, w});
+        return array(std::move(x));
+      }
+      xt::xarray<T> out = xt::xarray<T>::from_shape({c, h, w});
+      const T* in = x.data();
+      for (std::size_t k = 0; k < c; ++k) {
+        T* o = out.data() + k * h * w;
+        for (std::size_t p = 0; p < h * w; ++p) o[p] = in[p * c + k];
+      }
+      return array(std::move(out));
+    });
+  };
+}
+
+/// Converts the elements to `t` (MindSpore's TypeCast): float to integer truncates
+/// toward zero and saturates (NaN gives 0); int32 to uint8 saturates.
+inline transform type_cast(dtype t) {
+  return [t](const array& a) { return a.cast(t); };
+}
+
+/// Padding of an image's four sides, in MindSpore's order (left, top, right, bottom);
+/// one number pads all four.
+struct padding {
+  std::int64_t left = 0, top = 0, right = 0, bottom = 0;
+  padding() = default;
+  padding(std::int64_t all) : left(all), top(all), right(all), bottom(all) {}  // NOLINT: implicit
+  padding(std::int64_t l, std::int64_t t, std::int64_t r, std::int64_t b) : left(l), top(t), right(r), bottom(b) {}
+};
+
+/// Pads the image with zeros by `pad`, then cuts a height x width window at a random
+/// offset, uniform over every offset that fits (MindSpore's RandomCrop with constant
+/// fill 0). Images of shape (H, W) or (H, W, C), any dtype. The offset is drawn from
+/// rng::for_sample(seed, sample): the same for a sample in a pass on every run.
+///
+///     random_crop(32, 32, 4)   // CIFAR-10's augmentation: pad to 40x40, crop 32x32
+inline transform random_crop(std::int64_t height, std::int64_t width, padding pad = {}, std::uint64_t seed = 0) {
+  if (height < 1 || width < 1)
+    throw error("random_crop: the crop size must be positive: got " + std::to_string(height) + "x" +
+                std::to_string(width));
+  if (pad.left < 0 || pad.top < 0 || pad.right < 0 || pad.bottom < 0)
+    throw error("random_crop: the padding must not be negative");
+  return [=](const array& a, const sample_info& info) {
+    const detail::image_dims d = detail::image_shape("random_crop", a);
+    const std::size_t h = d.h, w = d.w, c = d.c;
+    const std::int64_t ph = static_cast<std::int64_t>(h) + pad.top + pad.bottom;
+    const std::int64_t pw = static_cast<std::int64_t>(w) + pad.left + pad.right;
+    if (height > ph || width > pw)
+      throw error("random_crop: the crop " + std::to_string(height) + "x" + std::to_string(width) +
+                  " is larger than the padded image " + std::to_string(ph) + "x" + std::to_string(pw));
+    rng g = rng::for_sample(seed, info, 0x63726f70);
+    const std::int64_t y0 = static_cast<std::int64_t>(g.below(static_cast<std::uint64_t>(ph - height + 1))) - pad.top;
+    const std::int64_t x0 = static_cast<std::int64_t>(g.below(static_cast<std::uint64_t>(pw - width + 1))) - pad.left;
+    return a.visit([&](const auto& x) {
+      using T = typename std::decay_t<decltype(x)>::value_type;
+      xt::xarray<T> out = detail::image_like<T>(a, static_cast<std::size_t>(height), static_cast<std::size_t>(width), c);
+      std::fill(out.data(), out.data() + out.size(), T{0});
+      for (std::int64_t y = 0; y < height; ++y) {
+        const std::int64_t sy = y0 + y;
+        if (sy < 0 || sy >= static_cast<std::int64_t>(h)) continue;
+        for (std::int64_t xx = 0; xx < width; ++xx) {
+          const std::int64_t sx = x0 + xx;
+          if (sx < 0 || sx >= static_cast<std::int64_t>(w)) continue;
+          const T* src = x.data() + (static_cast<std::size_t>(sy) * w + static_cast<std::size_t>(sx)) * c;
+          std::copy(src, src + c, out.data() + (static_cast<std::size_t>(y * width + xx)) * c);
+        }
+      }
+      return array(std::move(out));
+    });
+  };
+}
+
+/// Mirrors the image left-right with probability `prob` (MindSpore's
+/// RandomHorizontalFlip), drawn from rng::for_sample(seed, sample). (H, W) or (H, W, C).
+inline transform random_horizontal_flip(float prob = 0.5f, std::uint64_t seed = 0) {
+  if (!(prob >= 0 && prob <= 1))
+    throw error("random_horizontal_flip: the probability must be in [0, 1]: got " + std::to_string(prob));
+  return [=](array a, const sample_info& info) {
+    const detail::image_dims d = detail::image_shape("random_horizontal_flip", a);
+    const std::size_t h = d.h, w = d.w, c = d.c;
+    rng g = rng::for_sample(seed, info, 0x666c6970);
+    if (!(g.uniform() < prob) || w == 0) return a;
+    a.visit([&](auto& x) {
+      for (std::size_t y = 0; y < h; ++y)
+        for (std::size_t l = 0, r = w - 1; l < r; ++l, --r)
+          std::swap_ranges(x.data() + (y * w + l) * c, x.data() + (y * w + l + 1) * c, x.data() + (y * w + r) * c);
+    });
+    return a;
+  };
+}
+
+/// Bilinear resize to height x width (MindSpore's Resize with its default bilinear
+/// interpolation). Pixel centres are at half-integers (OpenCV's INTER_LINEAR, PyTorch's
+/// align_corners=False): output pixel y samples input row
+///     sy = (y + 0.5) * H_in / H_out - 0.5,
+/// clamped to [0, H_in - 1], weighting rows floor(sy) and floor(sy) + 1 by their
+/// distance; columns alike. Computed in float; integer images round to nearest and
+/// saturate (OpenCV's fixed-point uint8 path may differ from this by 1). Upsizing
+/// (0, 10; 20, 30) to 4x4 gives first row 0, 2.5, 7.5, 10; halving takes 2x2 means.
+inline transform resize(std::int64_t height, std::int64_t width) {
+  if (height < 1 || width < 1)
+    throw error("resize: the size must be positive: got " + std::to_string(height) + "x" + std::to_string(width));
+  return [=](const array& a) {
+    const detail::image_dims d = detail::image_shape("resize", a);
+    const std::size_t h = d.h, w = d.w, c = d.c;
+    if (h == 0 || w == 0) throw error("resize: the image is empty: shape " + detail::shape_string(a.shape()));
+    const std::size_t oh = static_cast<std::size_t>(height), ow = static_cast<std::size_t>(width);
+    // Source index and weight of the upper/left neighbour, per output row / column.
+    auto taps = [](std::size_t in, std::size_t out) {
+      std::vector<std::pair<std::size_t, float>> t(out);
+      const double scale = static_cast<double>(in) / static_cast<double>(out);
+      for (std::size_t i = 0; i < out; ++i) {
+        const double s = std::clamp((static_cast<double>(i) + 0.5) * scale - 0.5, 0.0, static_cast<double>(in - 1));
+        const std::size_t i0 = static_cast<std::size_t>(s);
+        t[i] = {i0, static_cast<float>(s - static_cast<double>(i0))};
+      }
+      return t;
+    };
+    const auto ty = taps(h, oh), tx = taps(w, ow);
+    return a.visit([&](const auto& x) {
+      using T = typename std::decay_t<decltype(x)>::value_type;
+      xt::xarray<T> out = detail::image_like<T>(a, oh, ow, c);
+      // Separable: interpolate input rows along x into r0 / r1 (each input row once
+      // while consecutive output rows share it), then blend the two rows along y.
+      const std::size_t n = ow * c;
+      std::vector<float> r0(n), r1(n);
+      std::size_t have0 = h, have1 = h;  // h: no row yet
+      auto along_x = [&](std::size_t r, std::vector<float>& dst) {
+        const T* src = x.data() + r * w * c;
+        for (std::size_t xo = 0; xo < ow; ++xo) {
+          const std::size_t a0 = tx[xo].first * c, a1 = std::min(tx[xo].first + 1, w - 1) * c;
+          const float fx = tx[xo].second;
+          for (std::size_t k = 0; k < c; ++k) {
+            const float p = static_cast<float>(src[a0 + k]), q = static_cast<float>(src[a1 + k]);
+            dst[xo * c + k] = p + fx * (q - p);
+          }
+        }
+      };
+      for (std::size_t y = 0; y < oh; ++y) {
+        const std::size_t y0 = ty[y].first, y1 = std::min(y0 + 1, h - 1);
+        const float fy = ty[y].second;
+        if (have0 != y0) {
+          if (have1 == y0) {
+            std::swap(r0, r1);
+            std::swap(have0, have1);
+          } else {
+            along_x(y0, r0);
+            have0 = y0;
+          }
+        }
+        if (have1 != y1) {
+          along_x(y1, r1);
+          have1 = y1;
+        }
+        T* o = out.data() + y * n;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = r0[i] + fy * (r1[i] - r0[i]);
+          if constexpr (std::is_floating_point_v<T>) o[i] = v;
+          else o[i] = detail::round_to<T>(v);
+        }
+      }
+      return array(std::move(out));
+    });
+  };
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/synthetic.hpp ----
+// Synthetic labelled images, learnable by a small network: for examples and tests
+// that write them with write_mnist / write_cifar10 and read them back.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+/// Images and their labels, as write_mnist and write_cifar10 take them.
+struct labelled_images {
+  xt::xarray<std::uint8_t> images;  // (n, height, width, channels)
+  xt::xarray<std::uint8_t> labels;  // (n,), in [0, num_classes)
+};
+
+/// n images of height x width x channels: each class has a fixed random pattern, and
+/// each image is its class's pattern plus uniform noise of +-`noise` grey levels
+/// (clamped to [0, 255]); labels are uniform over the classes. The same arguments give
+/// the same images everywhere.
+///
+///     auto [images, labels] = data::synthetic_images(600, 28, 28, 1, 10, /*seed=*/1);
+///     data::write_mnist(dir, "train", images, labels);
+inline labelled_images synthetic_images(std::size_t n, std::size_t height, std::size_t width, std::size_t channels,
+                                        int num_classes, std::uint64_t seed, int noise = 48) {
+  if (num_classes < 1 || num_classes > 256)
+    throw error("synthetic_images: num_classes must be in [1, 256]: got " + std::to_string(num_classes));
+  if (noise < 0 || noise > 255)
+    throw error("synthetic_images: noise must be in [0, 255]: got " + std::to_string(noise));
+  const std::size_t pixels = height * width * channels;
+  std::vector<std::uint8_t> patterns(static_cast<std::size_t>(num_classes) * pixels);
+  rng g(make_key({seed, 0x70617474}));
+  for (std::uint8_t& v : patterns) v = static_cast<std::uint8_t>(g.below(256));
+  labelled_images out{xt::xarray<std::uint8_t>::from_shape({n, height, width, channels}),
+                      xt::xarray<std::uint8_t>::from_shape({n})};
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto label = static_cast<std::uint8_t>(g.below(static_cast<std::uint64_t>(num_classes)));
+    out.labels(i) = label;
+    const std::uint8_t* p = patterns.data() + label * pixels;
+    std::uint8_t* img = out.images.data() + i * pixels;
+    for (std::size_t k = 0; k < pixels; ++k) {
+      const int v = int{p[k]} + static_cast<int>(g.below(2 * static_cast<std::uint64_t>(noise) + 1)) - noise;
+      img[k] = static_cast<std::uint8_t>(std::clamp(v, 0, 255));
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::data
 #endif
 
 // comm/mpi.hpp: the MPI communicator
