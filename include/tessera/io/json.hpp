@@ -493,10 +493,11 @@ inline void newline(std::string& out, int indent, int level) {
   out.append(std::size_t(indent) * std::size_t(level), ' ');
 }
 
-// Arrays of scalars stay on one line even when indenting.
-inline bool all_scalars(const value& v) {
+// Arrays holding no objects (scalars, or arrays of them: [[2, 4], [4, 1]]) stay on one
+// line even when indenting.
+inline bool flat_array(const value& v) {
   for (const value& x : v.items())
-    if (x.is_array() || x.is_object()) return false;
+    if (x.is_object() || (x.is_array() && !flat_array(x))) return false;
   return true;
 }
 
@@ -519,7 +520,7 @@ inline void dump_value(std::string& out, const value& v, int indent, int level) 
     case kind::string: dump_string(out, v.as_string()); return;
     case kind::array: {
       out += '[';
-      const bool flat = indent < 0 || all_scalars(v);
+      const bool flat = indent < 0 || flat_array(v);
       for (std::size_t i = 0; i < v.size(); ++i) {
         if (i) out += flat && indent >= 0 ? ", " : ",";
         if (!flat) newline(out, indent, level + 1);
@@ -548,7 +549,7 @@ inline void dump_value(std::string& out, const value& v, int indent, int level) 
 }  // namespace detail
 
 /// Writes `v` as JSON: compact when `indent` < 0, else one member per line indented
-/// by `indent` spaces per level (arrays of scalars stay on one line). Strings are
+/// by `indent` spaces per level (arrays without objects stay on one line). Strings are
 /// written as UTF-8 with only '"', '\\' and control characters escaped. Throws for a
 /// non-finite number.
 inline std::string dump(const value& v, int indent = -1) {
