@@ -2784,6 +2784,7 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -2902,6 +2903,13 @@ class value {
     if (const value* v = find(key)) return *v;
     throw error("json: object has no member \"" + std::string(key) + "\"");
   }
+  /// Appends member `key`, which the caller guarantees is not present yet (keys taken
+  /// from a std::map, say): constant time, where set() searches the members.
+  void append_new(std::string key, value v) {
+    expect(kind::object);
+    keys_.push_back(std::move(key));
+    items_.push_back(std::move(v));
+  }
   /// Sets member `key` (replacing an existing one, keeping its position).
   void set(std::string key, value v) {
     expect(kind::object);
@@ -3008,6 +3016,7 @@ class parser {
     check_depth(depth);
     ++pos_;  // '{'
     value obj = value::object();
+    std::unordered_set<std::string> seen;
     skip_ws();
     if (!at_end() && peek() == '}') {
       ++pos_;
@@ -3018,11 +3027,10 @@ class parser {
       if (at_end() || peek() != '"') fail("expected '\"' to start an object key, found " + describe_here());
       const std::size_t key_pos = pos_;
       std::string key = parse_string();
-      for (const std::string& k : obj.keys_)
-        if (k == key) {
-          pos_ = key_pos;
-          fail("duplicate object key \"" + key + "\"");
-        }
+      if (!seen.insert(key).second) {
+        pos_ = key_pos;
+        fail("duplicate object key \"" + key + "\"");
+      }
       skip_ws();
       if (at_end() || peek() != ':') fail("expected ':' after an object key, found " + describe_here());
       ++pos_;
@@ -3736,6 +3744,7 @@ inline void write_file_atomically(const std::filesystem::path& file, std::string
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -3928,32 +3937,35 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;  // the format's 
 /// with spaces so that the data starts at a multiple of 8 bytes.
 inline std::string make_header(std::span<const tensor_spec> specs, const std::map<std::string, std::string>& metadata,
                                const std::filesystem::path& file) {
-  json::value h = json::value::object();
+  std::string text = "{";
   if (!metadata.empty()) {
     json::value m = json::value::object();
-    for (const auto& [k, v] : metadata) m.set(k, json::value(v));
-    h.set("__metadata__", std::move(m));
+    for (const auto& [k, v] : metadata) m.append_new(k, json::value(v));
+    text += "\"__metadata__\":" + json::dump(m);
   }
+  std::set<std::string_view> names;
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const tensor_spec& s = specs[i];
     const std::string where = "write_safetensors: " + file.string() + ": tensor '" + s.name + "'";
     if (s.name.empty()) throw error("write_safetensors: " + file.string() + ": tensor " + std::to_string(i) + " has an empty name");
     if (s.name == "__metadata__") throw error(where + ": the name is reserved for the metadata");
-    if (h.contains(s.name)) throw error(where + ": the name is used twice");
+    if (!names.insert(s.name).second) throw error(where + ": the name is used twice");
     json::value shape = json::value::array();
     for (index_t e : s.shape) {
       if (e < 0) throw error(where + ": shape " + shape_string(s.shape) + " has a negative extent");
       shape.push_back(json::value(static_cast<long long>(e)));
     }
     const std::uint64_t n = s.nbytes();
-    h.set(s.name, json::value::object_of({{"dtype", json::value(dtype_name(s.type))},
-                                          {"shape", std::move(shape)},
-                                          {"data_offsets", json::value::array_of({json::value(offset),
-                                                                                  json::value(offset + n)})}}));
+    const json::value entry = json::value::object_of(
+        {{"dtype", json::value(dtype_name(s.type))},
+         {"shape", std::move(shape)},
+         {"data_offsets", json::value::array_of({json::value(offset), json::value(offset + n)})}});
+    if (text.size() > 1) text += ',';
+    text += json::dump(json::value(s.name)) + ":" + json::dump(entry);
     offset += n;
   }
-  std::string text = json::dump(h);
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > max_header_bytes)
     throw error("write_safetensors: " + file.string() + ": the header has " + std::to_string(text.size()) +
@@ -4204,9 +4216,8 @@ class safetensors_reader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   const tensor_info* find(std::string_view name) const {
-    for (const tensor_info& t : tensors_)
-      if (t.name == name) return &t;
-    return nullptr;
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second];
   }
   bool contains(std::string_view name) const { return find(name) != nullptr; }
   const tensor_info& at(std::string_view name) const {
@@ -4390,6 +4401,7 @@ class safetensors_reader {
     std::sort(tensors_.begin(), tensors_.end(), [](const tensor_info& a, const tensor_info& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
+    for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
     const std::uint64_t data_len = file_size_ - data_start_;
     std::uint64_t covered = 0;
     const tensor_info* prev = nullptr;
@@ -4459,6 +4471,7 @@ class safetensors_reader {
   std::uint64_t file_size_ = 0;
   std::uint64_t data_start_ = 0;
   std::vector<tensor_info> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
@@ -4469,7 +4482,6 @@ class safetensors_reader {
 // global shape, shard offset), loading a file into named host tensors, and checking
 // named tensors against what a network expects.
 
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -4684,13 +4696,12 @@ struct param_spec {
 inline std::vector<std::string> param_mismatches(std::span<const param_spec> found,
                                                  std::span<const param_spec> expected, bool strict = true) {
   std::vector<std::string> out;
-  auto find = [](std::span<const param_spec> list, const std::string& name) -> const param_spec* {
-    for (const param_spec& p : list)
-      if (p.name == name) return &p;
-    return nullptr;
-  };
+  std::map<std::string_view, const param_spec*> by_name, wanted;
+  for (const param_spec& p : found) by_name.emplace(p.name, &p);
+  for (const param_spec& p : expected) wanted.emplace(p.name, &p);
   for (const param_spec& e : expected) {
-    const param_spec* f = find(found, e.name);
+    auto it = by_name.find(e.name);
+    const param_spec* f = it == by_name.end() ? nullptr : it->second;
     if (!f) {
       out.push_back("missing '" + e.name + "' (" + std::string(dtype_name(e.type)) + " " + to_string(e.shape) + ")");
       continue;
@@ -4704,7 +4715,7 @@ inline std::vector<std::string> param_mismatches(std::span<const param_spec> fou
   }
   if (strict)
     for (const param_spec& f : found)
-      if (!find(expected, f.name))
+      if (!wanted.count(f.name))
         out.push_back("unexpected '" + f.name + "' (" + std::string(dtype_name(f.type)) + " " + to_string(f.shape) +
                       ")");
   return out;
@@ -4920,14 +4931,14 @@ inline json::value to_json(const strategy_map& s) {
       for (int d = 0; d < st.in[i].n; ++d) t.push_back(st.in[i].v[d]);
       inputs.push_back(std::move(t));
     }
-    ops.set(name, std::move(inputs));
+    ops.append_new(name, std::move(inputs));
   }
   json::value params = json::value::object();
   for (const auto& [name, p] : s.parameters) {
     json::value shape = json::value::array(), dev = json::value::array();
     for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(static_cast<long long>(p.shape.v[d]));
     for (int a = 0; a < p.placement.dev.ndim; ++a) dev.push_back(p.placement.dev.dims[a]);
-    params.set(name, json::value::object_of({{"shape", std::move(shape)},
+    params.append_new(name, json::value::object_of({{"shape", std::move(shape)},
                                              {"mesh", std::move(dev)},
                                              {"layout", json::value(to_string(p.placement))}}));
   }
@@ -5793,6 +5804,7 @@ laid_out<T, D> in_layout(const tensor_on<T, D>& x, const layout& l, device_conte
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -5903,11 +5915,11 @@ void check_same_params(std::span<const param_ref> params, C& world, std::string_
 }
 
 inline void check_params_local(std::span<const param_ref> params, int rank, int nranks, std::string_view fn) {
+  std::set<std::string_view> names;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const param_ref& p = params[i];
     if (p.name().empty()) throw error(std::string(fn) + ": tensor " + std::to_string(i) + " has an empty name");
-    for (std::size_t j = 0; j < i; ++j)
-      if (params[j].name() == p.name()) throw error(std::string(fn) + ": the name '" + p.name() + "' is used twice");
+    if (!names.insert(p.name()).second) throw error(std::string(fn) + ": the name '" + p.name() + "' is used twice");
     if (p.layout().dev.size() != nranks)
       throw error(fail(errc::mesh_size_mismatch, -1, -1, p.layout().dev.size(), nranks), fn,
                   "tensor '" + p.name() + "' on mesh " + to_string(p.layout().dev));
@@ -6137,6 +6149,7 @@ class shard_set {
                     std::to_string(p->placement.dev.size()) + " ranks, the checkpoint was written by " +
                     std::to_string(ranks_));
       placements_.emplace(t.name, *p);
+      spec_index_.emplace(t.name, specs_.size());
       specs_.push_back({t.name, t.type, p->global});
     }
   }
@@ -6166,7 +6179,7 @@ class shard_set {
     const tensor_placement& want = placement(name);
     const tensor_info* t = rd.find(name);
     if (!t) throw error(ctx + ": no tensor named '" + name + "' (rank 0's file has it)");
-    const param_spec& spec0 = *std::find_if(specs_.begin(), specs_.end(), [&](const param_spec& s) { return s.name == name; });
+    const param_spec& spec0 = specs_[spec_index_.at(name)];
     if (t->type != spec0.type)
       throw error(ctx + ": tensor '" + name + "' is " + std::string(dtype_name(t->type)) + ", rank 0's file says " +
                   std::string(dtype_name(spec0.type)));
@@ -6204,6 +6217,7 @@ class shard_set {
   std::map<int, std::unique_ptr<safetensors_reader>> readers_;
   std::map<std::string, tensor_placement> placements_;
   std::vector<param_spec> specs_;
+  std::map<std::string, std::size_t> spec_index_;
   int ranks_ = 0;
 };
 

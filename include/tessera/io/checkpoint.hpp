@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,10 +23,10 @@
 #include <tessera/core/geometry.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/reduce_op.hpp>
-#include <tessera/tensor/copy_box.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/io/checkpoint_file.hpp>
 #include <tessera/io/safetensors.hpp>
+#include <tessera/tensor/copy_box.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::io {
@@ -131,11 +132,11 @@ void check_same_params(std::span<const param_ref> params, C& world, std::string_
 }
 
 inline void check_params_local(std::span<const param_ref> params, int rank, int nranks, std::string_view fn) {
+  std::set<std::string_view> names;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const param_ref& p = params[i];
     if (p.name().empty()) throw error(std::string(fn) + ": tensor " + std::to_string(i) + " has an empty name");
-    for (std::size_t j = 0; j < i; ++j)
-      if (params[j].name() == p.name()) throw error(std::string(fn) + ": the name '" + p.name() + "' is used twice");
+    if (!names.insert(p.name()).second) throw error(std::string(fn) + ": the name '" + p.name() + "' is used twice");
     if (p.layout().dev.size() != nranks)
       throw error(fail(errc::mesh_size_mismatch, -1, -1, p.layout().dev.size(), nranks), fn,
                   "tensor '" + p.name() + "' on mesh " + to_string(p.layout().dev));
@@ -365,6 +366,7 @@ class shard_set {
                     std::to_string(p->placement.dev.size()) + " ranks, the checkpoint was written by " +
                     std::to_string(ranks_));
       placements_.emplace(t.name, *p);
+      spec_index_.emplace(t.name, specs_.size());
       specs_.push_back({t.name, t.type, p->global});
     }
   }
@@ -394,7 +396,7 @@ class shard_set {
     const tensor_placement& want = placement(name);
     const tensor_info* t = rd.find(name);
     if (!t) throw error(ctx + ": no tensor named '" + name + "' (rank 0's file has it)");
-    const param_spec& spec0 = *std::find_if(specs_.begin(), specs_.end(), [&](const param_spec& s) { return s.name == name; });
+    const param_spec& spec0 = specs_[spec_index_.at(name)];
     if (t->type != spec0.type)
       throw error(ctx + ": tensor '" + name + "' is " + std::string(dtype_name(t->type)) + ", rank 0's file says " +
                   std::string(dtype_name(spec0.type)));
@@ -432,6 +434,7 @@ class shard_set {
   std::map<int, std::unique_ptr<safetensors_reader>> readers_;
   std::map<std::string, tensor_placement> placements_;
   std::vector<param_spec> specs_;
+  std::map<std::string, std::size_t> spec_index_;
   int ranks_ = 0;
 };
 

@@ -3,7 +3,6 @@
 // named tensors against what a network expects.
 #pragma once
 
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -226,13 +225,12 @@ struct param_spec {
 inline std::vector<std::string> param_mismatches(std::span<const param_spec> found,
                                                  std::span<const param_spec> expected, bool strict = true) {
   std::vector<std::string> out;
-  auto find = [](std::span<const param_spec> list, const std::string& name) -> const param_spec* {
-    for (const param_spec& p : list)
-      if (p.name == name) return &p;
-    return nullptr;
-  };
+  std::map<std::string_view, const param_spec*> by_name, wanted;
+  for (const param_spec& p : found) by_name.emplace(p.name, &p);
+  for (const param_spec& p : expected) wanted.emplace(p.name, &p);
   for (const param_spec& e : expected) {
-    const param_spec* f = find(found, e.name);
+    auto it = by_name.find(e.name);
+    const param_spec* f = it == by_name.end() ? nullptr : it->second;
     if (!f) {
       out.push_back("missing '" + e.name + "' (" + std::string(dtype_name(e.type)) + " " + to_string(e.shape) + ")");
       continue;
@@ -246,7 +244,7 @@ inline std::vector<std::string> param_mismatches(std::span<const param_spec> fou
   }
   if (strict)
     for (const param_spec& f : found)
-      if (!find(expected, f.name))
+      if (!wanted.count(f.name))
         out.push_back("unexpected '" + f.name + "' (" + std::string(dtype_name(f.type)) + " " + to_string(f.shape) +
                       ")");
   return out;

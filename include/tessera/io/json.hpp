@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 #include <tessera/core/error.hpp>
@@ -127,6 +128,13 @@ class value {
     if (const value* v = find(key)) return *v;
     throw error("json: object has no member \"" + std::string(key) + "\"");
   }
+  /// Appends member `key`, which the caller guarantees is not present yet (keys taken
+  /// from a std::map, say): constant time, where set() searches the members.
+  void append_new(std::string key, value v) {
+    expect(kind::object);
+    keys_.push_back(std::move(key));
+    items_.push_back(std::move(v));
+  }
   /// Sets member `key` (replacing an existing one, keeping its position).
   void set(std::string key, value v) {
     expect(kind::object);
@@ -233,6 +241,7 @@ class parser {
     check_depth(depth);
     ++pos_;  // '{'
     value obj = value::object();
+    std::unordered_set<std::string> seen;
     skip_ws();
     if (!at_end() && peek() == '}') {
       ++pos_;
@@ -243,11 +252,10 @@ class parser {
       if (at_end() || peek() != '"') fail("expected '\"' to start an object key, found " + describe_here());
       const std::size_t key_pos = pos_;
       std::string key = parse_string();
-      for (const std::string& k : obj.keys_)
-        if (k == key) {
-          pos_ = key_pos;
-          fail("duplicate object key \"" + key + "\"");
-        }
+      if (!seen.insert(key).second) {
+        pos_ = key_pos;
+        fail("duplicate object key \"" + key + "\"");
+      }
       skip_ws();
       if (at_end() || peek() != ':') fail("expected ':' after an object key, found " + describe_here());
       ++pos_;

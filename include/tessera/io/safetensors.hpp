@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -210,32 +211,35 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;  // the format's 
 /// with spaces so that the data starts at a multiple of 8 bytes.
 inline std::string make_header(std::span<const tensor_spec> specs, const std::map<std::string, std::string>& metadata,
                                const std::filesystem::path& file) {
-  json::value h = json::value::object();
+  std::string text = "{";
   if (!metadata.empty()) {
     json::value m = json::value::object();
-    for (const auto& [k, v] : metadata) m.set(k, json::value(v));
-    h.set("__metadata__", std::move(m));
+    for (const auto& [k, v] : metadata) m.append_new(k, json::value(v));
+    text += "\"__metadata__\":" + json::dump(m);
   }
+  std::set<std::string_view> names;
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const tensor_spec& s = specs[i];
     const std::string where = "write_safetensors: " + file.string() + ": tensor '" + s.name + "'";
     if (s.name.empty()) throw error("write_safetensors: " + file.string() + ": tensor " + std::to_string(i) + " has an empty name");
     if (s.name == "__metadata__") throw error(where + ": the name is reserved for the metadata");
-    if (h.contains(s.name)) throw error(where + ": the name is used twice");
+    if (!names.insert(s.name).second) throw error(where + ": the name is used twice");
     json::value shape = json::value::array();
     for (index_t e : s.shape) {
       if (e < 0) throw error(where + ": shape " + shape_string(s.shape) + " has a negative extent");
       shape.push_back(json::value(static_cast<long long>(e)));
     }
     const std::uint64_t n = s.nbytes();
-    h.set(s.name, json::value::object_of({{"dtype", json::value(dtype_name(s.type))},
-                                          {"shape", std::move(shape)},
-                                          {"data_offsets", json::value::array_of({json::value(offset),
-                                                                                  json::value(offset + n)})}}));
+    const json::value entry = json::value::object_of(
+        {{"dtype", json::value(dtype_name(s.type))},
+         {"shape", std::move(shape)},
+         {"data_offsets", json::value::array_of({json::value(offset), json::value(offset + n)})}});
+    if (text.size() > 1) text += ',';
+    text += json::dump(json::value(s.name)) + ":" + json::dump(entry);
     offset += n;
   }
-  std::string text = json::dump(h);
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > max_header_bytes)
     throw error("write_safetensors: " + file.string() + ": the header has " + std::to_string(text.size()) +
@@ -486,9 +490,8 @@ class safetensors_reader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   const tensor_info* find(std::string_view name) const {
-    for (const tensor_info& t : tensors_)
-      if (t.name == name) return &t;
-    return nullptr;
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second];
   }
   bool contains(std::string_view name) const { return find(name) != nullptr; }
   const tensor_info& at(std::string_view name) const {
@@ -672,6 +675,7 @@ class safetensors_reader {
     std::sort(tensors_.begin(), tensors_.end(), [](const tensor_info& a, const tensor_info& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
+    for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
     const std::uint64_t data_len = file_size_ - data_start_;
     std::uint64_t covered = 0;
     const tensor_info* prev = nullptr;
@@ -741,6 +745,7 @@ class safetensors_reader {
   std::uint64_t file_size_ = 0;
   std::uint64_t data_start_ = 0;
   std::vector<tensor_info> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
 };
 

@@ -65,14 +65,14 @@ inline json::value to_json(const strategy_map& s) {
       for (int d = 0; d < st.in[i].n; ++d) t.push_back(st.in[i].v[d]);
       inputs.push_back(std::move(t));
     }
-    ops.set(name, std::move(inputs));
+    ops.append_new(name, std::move(inputs));
   }
   json::value params = json::value::object();
   for (const auto& [name, p] : s.parameters) {
     json::value shape = json::value::array(), dev = json::value::array();
     for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(static_cast<long long>(p.shape.v[d]));
     for (int a = 0; a < p.placement.dev.ndim; ++a) dev.push_back(p.placement.dev.dims[a]);
-    params.set(name, json::value::object_of({{"shape", std::move(shape)},
+    params.append_new(name, json::value::object_of({{"shape", std::move(shape)},
                                              {"mesh", std::move(dev)},
                                              {"layout", json::value(to_string(p.placement))}}));
   }
