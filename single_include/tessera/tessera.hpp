@@ -4593,8 +4593,12 @@ inline std::optional<tensor_placement> read_placement(const std::map<std::string
 }
 
 /// The file's kind from "tessera.kind" (whole when absent: any safetensors file holds
-/// whole tensors). Throws for another value.
+/// whole tensors). Throws for another value, and for a "tessera.format" other than
+/// this schema's version.
 inline checkpoint_kind read_kind(const std::map<std::string, std::string>& metadata, std::string_view context) {
+  if (auto f = metadata.find("tessera.format"); f != metadata.end() && f->second != checkpoint_format_version)
+    throw error(std::string(context) + ": \"tessera.format\" is \"" + f->second + "\", this tessera reads version " +
+                std::string(checkpoint_format_version));
   auto it = metadata.find("tessera.kind");
   if (it == metadata.end() || it->second == "whole") return checkpoint_kind::whole;
   if (it->second == "shard") return checkpoint_kind::shard;

@@ -123,6 +123,10 @@ TEST_CASE("checkpoint metadata: inconsistent placements are errors naming the te
   CHECK(with("offset:w", "(8,)") == "f.safetensors: tensor 'w': offset (8,) has rank 1, the shape 2");
   CHECK(error_of([] { (void)read_kind({{"tessera.kind", "partial"}}, "f"); }) ==
         "f: \"tessera.kind\" is \"partial\", expected \"whole\" or \"shard\"");
+  CHECK(error_of([] { (void)read_kind({{"tessera.format", "2"}, {"tessera.kind", "whole"}}, "f"); }) ==
+        "f: \"tessera.format\" is \"2\", this tessera reads version 1");
+  CHECK(read_kind({{"tessera.format", "1"}, {"tessera.kind", "shard"}}, "f") == checkpoint_kind::shard);
+  CHECK(read_kind({}, "f") == checkpoint_kind::whole);
 }
 
 TEST_CASE("load_checkpoint: named tensors and their placements") {
