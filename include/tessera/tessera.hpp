@@ -37,6 +37,16 @@
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
 
+// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
+// (standard library only)
+#include <tessera/io/json.hpp>
+#include <tessera/io/layout_text.hpp>
+#include <tessera/io/atomic_file.hpp>
+#include <tessera/io/safetensors.hpp>
+#include <tessera/io/checkpoint_file.hpp>
+#include <tessera/io/rotation.hpp>
+#include <tessera/io/strategy_file.hpp>
+
 // tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
 #include <tessera/tensor/device.hpp>
@@ -44,6 +54,7 @@
 #include <tessera/tensor/host_storage.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/io/checkpoint.hpp>
 
 // kernels/cpu/ and the sharded operators: local math through CBLAS
 #if __has_include(<cblas.h>)

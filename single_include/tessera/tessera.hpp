@@ -2787,6 +2787,2334 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
 
 }  // namespace tessera
 
+// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
+// (standard library only)
+// ---- tessera/io/json.hpp ----
+// A small JSON value, a strict parser (RFC 8259) and a writer: what checkpoint
+// headers and strategy files need, with the standard library only.
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace tessera::io::json {
+
+/// The kinds of JSON value. Numbers written without a fraction or exponent that fit
+/// in 64 bits are `integer`; every other number is `number` (a double).
+enum class kind { null, boolean, integer, number, string, array, object };
+
+constexpr std::string_view to_string(kind k) {
+  switch (k) {
+    case kind::null: return "null";
+    case kind::boolean: return "a boolean";
+    case kind::integer: return "an integer";
+    case kind::number: return "a number";
+    case kind::string: return "a string";
+    case kind::array: return "an array";
+    case kind::object: return "an object";
+  }
+  return "?";
+}
+
+/// A JSON value. Objects keep their members in insertion order and have unique
+/// keys (the parser rejects duplicates; set() replaces).
+///
+///     json::value v = json::value::object_of({{"dtype", "F32"}, {"shape", json::value::array_of({2, 3})}});
+///     json::dump(v) == R"({"dtype":"F32","shape":[2,3]})"
+class value {
+ public:
+  value() = default;
+  value(std::nullptr_t) {}
+  value(bool b) : kind_(kind::boolean), int_(b ? 1 : 0) {}
+  value(int i) : kind_(kind::integer), int_(i) {}
+  value(long i) : kind_(kind::integer), int_(std::int64_t(i)) {}
+  value(long long i) : kind_(kind::integer), int_(std::int64_t(i)) {}
+  value(unsigned u) : kind_(kind::integer), int_(u) {}
+  value(unsigned long u) : value(static_cast<unsigned long long>(u)) {}
+  value(unsigned long long u) : kind_(kind::integer), int_(std::int64_t(u)) {
+    if (u > 0x7fffffffffffffffull) throw error("json: integer " + std::to_string(u) + " exceeds 2^63 - 1");
+  }
+  value(double d) : kind_(kind::number), num_(d) {}
+  value(std::string s) : kind_(kind::string), str_(std::move(s)) {}
+  value(std::string_view s) : kind_(kind::string), str_(s) {}
+  value(const char* s) : kind_(kind::string), str_(s) {}
+
+  /// An array of the given values.
+  static value array_of(std::initializer_list<value> items = {}) {
+    value v;
+    v.kind_ = kind::array;
+    v.items_.assign(items.begin(), items.end());
+    return v;
+  }
+  /// An empty array.
+  static value array() { return array_of({}); }
+  /// An object with the given members (later duplicates replace earlier ones).
+  static value object_of(std::initializer_list<std::pair<std::string_view, value>> members = {}) {
+    value v;
+    v.kind_ = kind::object;
+    for (const auto& [k, x] : members) v.set(std::string(k), x);
+    return v;
+  }
+  static value object() { return object_of({}); }
+
+  kind type() const { return kind_; }
+  bool is_null() const { return kind_ == kind::null; }
+  bool is_bool() const { return kind_ == kind::boolean; }
+  bool is_integer() const { return kind_ == kind::integer; }
+  /// Integer or other number.
+  bool is_number() const { return kind_ == kind::integer || kind_ == kind::number; }
+  bool is_string() const { return kind_ == kind::string; }
+  bool is_array() const { return kind_ == kind::array; }
+  bool is_object() const { return kind_ == kind::object; }
+
+  bool as_bool() const { return expect(kind::boolean), int_ != 0; }
+  std::int64_t as_integer() const { return expect(kind::integer), int_; }
+  double as_number() const {
+    if (kind_ == kind::integer) return double(int_);
+    return expect(kind::number), num_;
+  }
+  const std::string& as_string() const { return expect(kind::string), str_; }
+
+  // ---- arrays and objects ----
+  /// Number of array items or object members.
+  std::size_t size() const {
+    if (kind_ != kind::array && kind_ != kind::object) expect(kind::array);
+    return items_.size();
+  }
+  /// Array item i.
+  const value& operator[](std::size_t i) const {
+    expect(kind::array);
+    if (i >= items_.size())
+      throw error("json: array index " + std::to_string(i) + " out of range, array has " +
+                  std::to_string(items_.size()) + " items");
+    return items_[i];
+  }
+  const std::vector<value>& items() const { return expect(kind::array), items_; }
+  void push_back(value v) {
+    expect(kind::array);
+    items_.push_back(std::move(v));
+  }
+
+  /// Object member keys, in order (members(i) pairs keys()[i] with items()[i]).
+  const std::vector<std::string>& keys() const { return expect(kind::object), keys_; }
+  /// The value of object member i.
+  const value& member(std::size_t i) const { return expect(kind::object), items_.at(i); }
+  /// The member named `key`, or nullptr.
+  const value* find(std::string_view key) const {
+    expect(kind::object);
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] == key) return &items_[i];
+    return nullptr;
+  }
+  bool contains(std::string_view key) const { return find(key) != nullptr; }
+  /// The member named `key`; throws when there is none.
+  const value& at(std::string_view key) const {
+    if (const value* v = find(key)) return *v;
+    throw error("json: object has no member \"" + std::string(key) + "\"");
+  }
+  /// Appends member `key`, which the caller guarantees is not present yet (keys taken
+  /// from a std::map, say): constant time, where set() searches the members.
+  void append_new(std::string key, value v) {
+    expect(kind::object);
+    keys_.push_back(std::move(key));
+    items_.push_back(std::move(v));
+  }
+  /// Sets member `key` (replacing an existing one, keeping its position).
+  void set(std::string key, value v) {
+    expect(kind::object);
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] == key) {
+        items_[i] = std::move(v);
+        return;
+      }
+    keys_.push_back(std::move(key));
+    items_.push_back(std::move(v));
+  }
+
+  friend bool operator==(const value& a, const value& b) {
+    if (a.kind_ != b.kind_) return false;
+    switch (a.kind_) {
+      case kind::null: return true;
+      case kind::boolean:
+      case kind::integer: return a.int_ == b.int_;
+      case kind::number: return a.num_ == b.num_;
+      case kind::string: return a.str_ == b.str_;
+      case kind::array: return a.items_ == b.items_;
+      case kind::object: return a.keys_ == b.keys_ && a.items_ == b.items_;
+    }
+    return false;
+  }
+
+ private:
+  friend class parser;
+  void expect(kind k) const {
+    if (kind_ != k)
+      throw error("json: expected " + std::string(to_string(k)) + ", found " + std::string(to_string(kind_)));
+  }
+
+  kind kind_ = kind::null;
+  std::int64_t int_ = 0;
+  double num_ = 0;
+  std::string str_;
+  std::vector<value> items_;       // array items, or object member values
+  std::vector<std::string> keys_;  // object member keys
+};
+
+/// Deepest nesting of arrays and objects the parser accepts (deeper input is an error,
+/// never a stack overflow).
+inline constexpr int max_depth = 128;
+
+/// The strict parser: RFC 8259 JSON, one value with optional whitespace around it.
+/// Rejected, with the byte offset in the message: comments, trailing commas, single
+/// quotes, leading zeros, NaN/Infinity, control characters and invalid UTF-8 in
+/// strings, lone surrogates in \u escapes, duplicate object keys, nesting deeper than
+/// max_depth, and anything after the value.
+class parser {
+ public:
+  parser(std::string_view text, std::string_view context) : s_(text), ctx_(context) {}
+
+  value parse_document() {
+    skip_ws();
+    value v = parse_value(0);
+    skip_ws();
+    if (pos_ != s_.size()) fail("unexpected " + describe_here() + " after the JSON value");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error((ctx_.empty() ? std::string("json") : std::string(ctx_)) + ": invalid JSON at byte " +
+                std::to_string(pos_) + ": " + what);
+  }
+  std::string describe_here() const {
+    if (pos_ >= s_.size()) return "end of input";
+    const unsigned char c = static_cast<unsigned char>(s_[pos_]);
+    if (c >= 0x20 && c < 0x7f) return std::string("character '") + char(c) + "'";
+    static constexpr char hex[] = "0123456789abcdef";
+    return std::string("byte 0x") + hex[c >> 4] + hex[c & 15];
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
+      ++pos_;
+  }
+  bool at_end() const { return pos_ >= s_.size(); }
+  char peek() const { return s_[pos_]; }
+
+  value parse_value(int depth) {
+    if (at_end()) fail("expected a value, found end of input");
+    const char c = peek();
+    if (c == '{') return parse_object(depth + 1);
+    if (c == '[') return parse_array(depth + 1);
+    if (c == '"') return value(parse_string());
+    if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
+    if (literal("true")) return value(true);
+    if (literal("false")) return value(false);
+    if (literal("null")) return value(nullptr);
+    fail("expected a value, found " + describe_here());
+  }
+  bool literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  void check_depth(int depth) const {
+    if (depth > max_depth) fail("nesting deeper than " + std::to_string(max_depth) + " levels");
+  }
+
+  value parse_object(int depth) {
+    check_depth(depth);
+    ++pos_;  // '{'
+    value obj = value::object();
+    std::unordered_set<std::string> seen;
+    skip_ws();
+    if (!at_end() && peek() == '}') {
+      ++pos_;
+      return obj;
+    }
+    while (true) {
+      skip_ws();
+      if (at_end() || peek() != '"') fail("expected '\"' to start an object key, found " + describe_here());
+      const std::size_t key_pos = pos_;
+      std::string key = parse_string();
+      if (!seen.insert(key).second) {
+        pos_ = key_pos;
+        fail("duplicate object key \"" + key + "\"");
+      }
+      skip_ws();
+      if (at_end() || peek() != ':') fail("expected ':' after an object key, found " + describe_here());
+      ++pos_;
+      skip_ws();
+      value v = parse_value(depth);
+      obj.keys_.push_back(std::move(key));
+      obj.items_.push_back(std::move(v));
+      skip_ws();
+      if (at_end()) fail("expected ',' or '}' in an object, found end of input");
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == '}') {
+        ++pos_;
+        return obj;
+      }
+      fail("expected ',' or '}' in an object, found " + describe_here());
+    }
+  }
+
+  value parse_array(int depth) {
+    check_depth(depth);
+    ++pos_;  // '['
+    value arr = value::array();
+    skip_ws();
+    if (!at_end() && peek() == ']') {
+      ++pos_;
+      return arr;
+    }
+    while (true) {
+      skip_ws();
+      arr.items_.push_back(parse_value(depth));
+      skip_ws();
+      if (at_end()) fail("expected ',' or ']' in an array, found end of input");
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == ']') {
+        ++pos_;
+        return arr;
+      }
+      fail("expected ',' or ']' in an array, found " + describe_here());
+    }
+  }
+
+  value parse_number() {
+    const std::size_t start = pos_;
+    bool integral = true;
+    if (peek() == '-') ++pos_;
+    if (at_end() || !(peek() >= '0' && peek() <= '9')) fail("expected a digit in a number, found " + describe_here());
+    if (peek() == '0') {
+      ++pos_;
+      if (!at_end() && peek() >= '0' && peek() <= '9') fail("a number must not have a leading zero");
+    } else {
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    if (!at_end() && peek() == '.') {
+      integral = false;
+      ++pos_;
+      if (at_end() || !(peek() >= '0' && peek() <= '9')) fail("expected a digit after '.', found " + describe_here());
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    if (!at_end() && (peek() == 'e' || peek() == 'E')) {
+      integral = false;
+      ++pos_;
+      if (!at_end() && (peek() == '+' || peek() == '-')) ++pos_;
+      if (at_end() || !(peek() >= '0' && peek() <= '9'))
+        fail("expected a digit in an exponent, found " + describe_here());
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    const char* first = s_.data() + start;
+    const char* last = s_.data() + pos_;
+    if (integral) {
+      std::int64_t i = 0;
+      const auto r = std::from_chars(first, last, i);
+      if (r.ec == std::errc() && r.ptr == last) return value(static_cast<long long>(i));
+      // too large for 64 bits: kept as a double
+    }
+    double d = 0;
+    const auto r = std::from_chars(first, last, d);
+    if (r.ec != std::errc() || r.ptr != last || !std::isfinite(d)) {
+      pos_ = start;
+      fail("number " + std::string(first, last) + " is out of range");
+    }
+    return value(d);
+  }
+
+  static void append_utf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xc0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += char(0xe0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    } else {
+      out += char(0xf0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3f));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    }
+  }
+
+  std::uint32_t parse_hex4() {
+    if (s_.size() - pos_ < 4) fail("a \\u escape needs four hex digits");
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = s_[pos_];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= std::uint32_t(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= std::uint32_t(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= std::uint32_t(c - 'A' + 10);
+      else fail("expected a hex digit in a \\u escape, found " + describe_here());
+      ++pos_;
+    }
+    return v;
+  }
+
+  // Length of the valid UTF-8 sequence starting at pos_ (a non-ASCII lead byte), or 0.
+  std::size_t utf8_length() const {
+    const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s_[pos_ + i]); };
+    const std::size_t left = s_.size() - pos_;
+    const unsigned char c = b(0);
+    auto cont = [&](std::size_t i) { return i < left && (b(i) & 0xc0) == 0x80; };
+    if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+    if (c >= 0xe0 && c <= 0xef) {
+      if (!cont(1) || !cont(2)) return 0;
+      if (c == 0xe0 && b(1) < 0xa0) return 0;  // overlong
+      if (c == 0xed && b(1) >= 0xa0) return 0;  // surrogate
+      return 3;
+    }
+    if (c >= 0xf0 && c <= 0xf4) {
+      if (!cont(1) || !cont(2) || !cont(3)) return 0;
+      if (c == 0xf0 && b(1) < 0x90) return 0;  // overlong
+      if (c == 0xf4 && b(1) >= 0x90) return 0;  // above U+10FFFF
+      return 4;
+    }
+    return 0;
+  }
+
+  std::string parse_string() {
+    ++pos_;  // '"'
+    std::string out;
+    while (true) {
+      if (at_end()) fail("unterminated string");
+      const unsigned char c = static_cast<unsigned char>(peek());
+      if (c == '"') {
+        ++pos_;
+        return out;
+      }
+      if (c < 0x20) fail("control character " + describe_here() + " in a string (it must be escaped)");
+      if (c == '\\') {
+        ++pos_;
+        if (at_end()) fail("unterminated escape in a string");
+        const char e = peek();
+        ++pos_;
+        switch (e) {
+          case '"': out += '"'; break;
+          case '\\': out += '\\'; break;
+          case '/': out += '/'; break;
+          case 'b': out += '\b'; break;
+          case 'f': out += '\f'; break;
+          case 'n': out += '\n'; break;
+          case 'r': out += '\r'; break;
+          case 't': out += '\t'; break;
+          case 'u': {
+            std::uint32_t cp = parse_hex4();
+            if (cp >= 0xdc00 && cp <= 0xdfff) fail("a \\u escape holds a lone low surrogate");
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+              if (s_.substr(pos_, 2) != "\\u") fail("a high surrogate must be followed by a \\u low surrogate");
+              pos_ += 2;
+              const std::uint32_t lo = parse_hex4();
+              if (lo < 0xdc00 || lo > 0xdfff) fail("a high surrogate must be followed by a low surrogate");
+              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            append_utf8(out, cp);
+            break;
+          }
+          default:
+            --pos_;
+            fail("invalid escape: backslash followed by " + describe_here());
+        }
+        continue;
+      }
+      if (c < 0x80) {
+        out += char(c);
+        ++pos_;
+        continue;
+      }
+      const std::size_t n = utf8_length();
+      if (n == 0) fail("invalid UTF-8 " + describe_here() + " in a string");
+      out.append(s_.substr(pos_, n));
+      pos_ += n;
+    }
+  }
+
+  std::string_view s_;
+  std::string_view ctx_;
+  std::size_t pos_ = 0;
+};
+
+/// Parses one JSON document. `context` (a file name, say) starts every error message:
+/// `model.safetensors: invalid JSON at byte 17: expected ':' after an object key, found character ','`.
+inline value parse(std::string_view text, std::string_view context = {}) {
+  return parser(text, context).parse_document();
+}
+
+namespace detail {
+
+inline void dump_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          static constexpr char hex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += hex[c >> 4];
+          out += hex[c & 15];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+}
+
+inline void newline(std::string& out, int indent, int level) {
+  if (indent < 0) return;
+  out += '\n';
+  out.append(std::size_t(indent) * std::size_t(level), ' ');
+}
+
+// Arrays holding no objects (scalars, or arrays of them: [[2, 4], [4, 1]]) stay on one
+// line even when indenting.
+inline bool flat_array(const value& v) {
+  for (const value& x : v.items())
+    if (x.is_object() || (x.is_array() && !flat_array(x))) return false;
+  return true;
+}
+
+inline void dump_value(std::string& out, const value& v, int indent, int level) {
+  switch (v.type()) {
+    case kind::null: out += "null"; return;
+    case kind::boolean: out += v.as_bool() ? "true" : "false"; return;
+    case kind::integer: out += std::to_string(v.as_integer()); return;
+    case kind::number: {
+      const double d = v.as_number();
+      if (!std::isfinite(d)) throw error("json: cannot write a non-finite number (" + std::to_string(d) + ")");
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, d);
+      std::string s(buf, r.ptr);
+      // keep it a number that reads back as a double, not an integer
+      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+      out += s;
+      return;
+    }
+    case kind::string: dump_string(out, v.as_string()); return;
+    case kind::array: {
+      out += '[';
+      const bool flat = indent < 0 || flat_array(v);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (i) out += flat && indent >= 0 ? ", " : ",";
+        if (!flat) newline(out, indent, level + 1);
+        dump_value(out, v[i], indent, level + 1);
+      }
+      if (!flat && v.size()) newline(out, indent, level);
+      out += ']';
+      return;
+    }
+    case kind::object: {
+      out += '{';
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (i) out += ',';
+        newline(out, indent, level + 1);
+        dump_string(out, v.keys()[i]);
+        out += indent >= 0 ? ": " : ":";
+        dump_value(out, v.member(i), indent, level + 1);
+      }
+      if (v.size()) newline(out, indent, level);
+      out += '}';
+      return;
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Writes `v` as JSON: compact when `indent` < 0, else one member per line indented
+/// by `indent` spaces per level (arrays without objects stay on one line). Strings are
+/// written as UTF-8 with only '"', '\\' and control characters escaped. Throws for a
+/// non-finite number.
+inline std::string dump(const value& v, int indent = -1) {
+  std::string out;
+  detail::dump_value(out, v, indent, 0);
+  return out;
+}
+
+}  // namespace tessera::io::json
+// ---- tessera/io/layout_text.hpp ----
+// Parsers for the text forms of meshes, shapes, split tuples and layouts that
+// core/format.hpp and core/strategy.hpp print: what checkpoint metadata and strategy
+// files store, read back exactly.
+
+#include <charconv>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::io {
+
+namespace detail {
+
+/// A cursor over a text form with the error message every parser here throws:
+/// "<fn>: <what> at character <i> in \"<text>\"".
+class text_cursor {
+ public:
+  text_cursor(std::string_view text, std::string_view fn) : s_(text), fn_(fn) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error(std::string(fn_) + ": " + what + " at character " + std::to_string(pos_) + " in \"" +
+                std::string(s_) + "\"");
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t')) ++pos_;
+  }
+  bool done() {
+    skip_ws();
+    return pos_ >= s_.size();
+  }
+  /// Skips spaces; true (and consumed) when the next character is c.
+  bool accept(char c) {
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c, std::string_view what) {
+    if (!accept(c)) fail("expected " + std::string(what) + ", found " + here());
+  }
+  bool accept_word(std::string_view w) {
+    skip_ws();
+    if (s_.substr(pos_, w.size()) == w) {
+      pos_ += w.size();
+      return true;
+    }
+    return false;
+  }
+  bool at_digit() {
+    skip_ws();
+    return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9';
+  }
+  /// A non-negative decimal integer no larger than `limit`.
+  std::int64_t number(std::string_view what, std::int64_t limit) {
+    skip_ws();
+    const std::size_t start = pos_;
+    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    if (pos_ == start) fail("expected " + std::string(what) + ", found " + here());
+    std::int64_t v = 0;
+    const auto r = std::from_chars(s_.data() + start, s_.data() + pos_, v);
+    if (r.ec != std::errc() || v > limit) {
+      const std::string digits(s_.substr(start, pos_ - start));
+      pos_ = start;
+      fail(std::string(what) + " " + digits + " exceeds " + std::to_string(limit));
+    }
+    return v;
+  }
+  std::string here() const {
+    if (pos_ >= s_.size()) return "the end";
+    return std::string("'") + s_[pos_] + "'";
+  }
+  std::string_view text() const { return s_; }
+
+ private:
+  std::string_view s_;
+  std::string_view fn_;
+  std::size_t pos_ = 0;
+};
+
+/// A parenthesised tuple as Python prints it: "(2, 4)", "(8,)", "()" (a trailing
+/// comma is optional). Entries are
+/// non-negative integers no larger than `limit`, or '?' (returned as -1) when
+/// `allow_dynamic`.
+inline std::vector<std::int64_t> parse_tuple(std::string_view text, std::string_view fn, std::string_view what,
+                                             std::int64_t limit, bool allow_dynamic) {
+  text_cursor c(text, fn);
+  std::vector<std::int64_t> out;
+  c.expect('(', "'('");
+  if (!c.accept(')')) {
+    while (true) {
+      if (allow_dynamic && c.accept('?')) out.push_back(-1);
+      else out.push_back(c.number(what, limit));
+      if (c.accept(')')) break;
+      c.expect(',', "',' or ')'");
+      if (c.accept(')')) break;  // a trailing comma, as in "(8,)"
+    }
+  }
+  if (!c.done()) c.fail("unexpected " + c.here() + " after the tuple");
+  return out;
+}
+
+}  // namespace detail
+
+/// Reads a mesh as to_string(mesh) prints it: "(2, 4)", "(8,)".
+/// @post parse_mesh(to_string(m)) == m for every valid mesh m
+inline mesh parse_mesh(std::string_view text) {
+  const std::vector<std::int64_t> v = detail::parse_tuple(text, "parse_mesh", "a mesh axis size", 1 << 30, false);
+  if (v.empty() || v.size() > std::size_t(max_mesh_ndim))
+    throw error(fail(errc::mesh_ndim, -1, -1, std::int64_t(v.size()), max_mesh_ndim),
+                "parse_mesh", "in \"" + std::string(text) + "\"");
+  mesh m;
+  m.ndim = int(v.size());
+  for (std::size_t a = 0; a < v.size(); ++a) m.dims[a] = int(v[a]);
+  if (status s = check(m); !s.ok()) throw error(s, "parse_mesh", "in \"" + std::string(text) + "\"");
+  return m;
+}
+
+/// Reads a shape as to_string(extents) prints it: "(16, 32)", "(8,)", "()" (a scalar),
+/// "(?, 32)" (a dynamic extent).
+/// @post parse_extents(to_string(e)) == e
+inline extents parse_extents(std::string_view text) {
+  const std::vector<std::int64_t> v =
+      detail::parse_tuple(text, "parse_extents", "an extent", std::int64_t(1) << 62, true);
+  if (v.size() > std::size_t(max_tensor_ndim))
+    throw error(fail(errc::layout_ndim, -1, -1, std::int64_t(v.size()), max_tensor_ndim),
+                "parse_extents", "in \"" + std::string(text) + "\"");
+  extents e;
+  e.ndim = int(v.size());
+  for (std::size_t d = 0; d < v.size(); ++d) e.v[d] = v[d] < 0 ? dynamic_extent : v[d];
+  return e;
+}
+
+/// Reads one input's split tuple as to_string(split_tuple) prints it: "(2, 4)", "(8,)".
+inline split_tuple parse_split_tuple(std::string_view text) {
+  const std::vector<std::int64_t> v =
+      detail::parse_tuple(text, "parse_split_tuple", "a split", 1 << 30, false);
+  if (v.size() > std::size_t(max_tensor_ndim))
+    throw error(fail(errc::strategy_ndim, 0, -1, std::int64_t(v.size())), "parse_split_tuple",
+                "in \"" + std::string(text) + "\"");
+  split_tuple s;
+  s.n = int(v.size());
+  for (std::size_t d = 0; d < v.size(); ++d) {
+    if (v[d] < 1)
+      throw error(fail(errc::strategy_split, 0, int(d), v[d]), "parse_split_tuple",
+                  "in \"" + std::string(text) + "\"");
+    s.v[d] = int(v[d]);
+  }
+  return s;
+}
+
+/// Reads a layout on mesh `m` as to_string(layout) prints it (core/format.hpp):
+///
+///     "[0, -]"                  dim 0 split by mesh axis 0, dim 1 whole
+///     "[1.0, -]"                dim 0 split by axes 1 (major) and 0
+///     "[0, -] partial sum {1}"  ... holding partial sums over mesh axis 1
+///     "[]"                      a scalar, replicated
+///
+/// Grammar: '[' [entry {',' entry}] ']' ['partial' ('sum'|'max'|'min') '{' axis {',' axis} '}'],
+/// entry = '-' | axis {'.' axis}; spaces between tokens are free. The result is checked
+/// (check(layout)): an axis out of range or used twice, or a partial axis that also
+/// splits, is an error with the rule and the numbers.
+/// @post parse_layout(l.dev, to_string(l)) == l for every valid layout l
+inline layout parse_layout(const mesh& m, std::string_view text) {
+  detail::text_cursor c(text, "parse_layout");
+  if (status s = check(m); !s.ok()) throw error(s, "parse_layout", "mesh " + to_string(m));
+  layout l = layout::replicated(m, 0);
+  c.expect('[', "'['");
+  if (!c.accept(']')) {
+    while (true) {
+      c.skip_ws();
+      if (l.ndim >= max_tensor_ndim)
+        c.fail("more than max_tensor_ndim = " + std::to_string(max_tensor_ndim) + " dims");
+      axis_list& split = l.split[l.ndim++];
+      if (!c.accept('-')) {
+        while (true) {
+          if (split.n >= max_mesh_ndim) c.fail("more than " + std::to_string(max_mesh_ndim) + " axes split one dim");
+          split.push_back(int(c.number("a mesh axis number or '-'", 1000)));
+          if (!c.accept('.')) break;
+        }
+      }
+      if (c.accept(']')) break;
+      c.expect(',', "',' or ']'");
+    }
+  }
+  if (c.accept_word("partial")) {
+    if (c.accept_word("sum")) l.op = reduce_op::sum;
+    else if (c.accept_word("max")) l.op = reduce_op::max;
+    else if (c.accept_word("min")) l.op = reduce_op::min;
+    else if (c.accept_word("mean")) l.op = reduce_op::mean;
+    else c.fail("expected sum, max or min after 'partial', found " + c.here());
+    c.expect('{', "'{'");
+    do {
+      const std::int64_t a = c.number("a partial mesh axis number", 1000);
+      if (a >= 31) c.fail("partial mesh axis " + std::to_string(a) + " is out of range");
+      if (l.partial >> a & 1u) c.fail("partial mesh axis " + std::to_string(a) + " is listed twice");
+      l.partial |= 1u << a;
+    } while (c.accept(','));
+    c.expect('}', "',' or '}'");
+  }
+  if (!c.done()) c.fail("unexpected " + c.here() + " after the layout");
+  if (status s = check(l); !s.ok())
+    throw error(s, "parse_layout", "in \"" + std::string(text) + "\" on mesh " + to_string(m));
+  return l;
+}
+
+}  // namespace tessera::io
+// ---- tessera/io/atomic_file.hpp ----
+// Files written under a temporary name and renamed into place: a crash never leaves
+// a half-written file under the final name.
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if __has_include(<unistd.h>) && __has_include(<fcntl.h>)
+#include <fcntl.h>
+#include <unistd.h>
+#define TESSERA_IO_POSIX 1
+#else
+#define TESSERA_IO_POSIX 0
+#endif
+
+namespace tessera::io {
+
+namespace detail {
+inline std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+}  // namespace detail
+
+/// A file written under a temporary name in its final directory and renamed into
+/// place by commit(): readers see either the previous file or the complete new one,
+/// never a half-written file under the final name. commit() flushes, fsyncs the file,
+/// renames it, and fsyncs the directory (POSIX). If commit() is not reached (an
+/// exception, an early return) the destructor removes the temporary file; a process
+/// killed while writing leaves only a hidden `.<name>.tmp.*` file behind.
+class atomic_file {
+ public:
+  explicit atomic_file(std::filesystem::path final_path) : final_(std::move(final_path)) {
+    const std::filesystem::path dir = final_.has_parent_path() ? final_.parent_path() : std::filesystem::path(".");
+    std::random_device rd;
+    for (int attempt = 0;; ++attempt) {
+      const std::uint64_t r = (std::uint64_t(rd()) << 32) ^ rd();
+      char tag[17];
+      static constexpr char hex[] = "0123456789abcdef";
+      for (int i = 0; i < 16; ++i) tag[i] = hex[(r >> (4 * i)) & 15];
+      tag[16] = 0;
+      std::string name(1, '.');
+      name += final_.filename().string();
+      name += ".tmp.";
+      name += tag;
+      temp_ = dir / name;
+#if TESSERA_IO_POSIX
+      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd_ >= 0) break;
+      const int e = errno;
+      if (e == EEXIST && attempt < 8) continue;
+      throw error("write " + final_.string() + ": cannot create the temporary file " + temp_.string() + ": " +
+                  detail::errno_text(e));
+#else
+      if (std::filesystem::exists(temp_) && attempt < 8) continue;
+      out_.open(temp_, std::ios::binary | std::ios::trunc);
+      if (!out_) throw error("write " + final_.string() + ": cannot create the temporary file " + temp_.string());
+      break;
+#endif
+    }
+    buf_.reserve(buffer_bytes);
+  }
+
+  atomic_file(const atomic_file&) = delete;
+  atomic_file& operator=(const atomic_file&) = delete;
+
+  ~atomic_file() {
+    if (committed_) return;
+#if TESSERA_IO_POSIX
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(temp_.c_str());
+#else
+    out_.close();
+    std::error_code ec;
+    std::filesystem::remove(temp_, ec);
+#endif
+  }
+
+  /// Appends bytes (buffered).
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    if (buf_.size() + n <= buffer_bytes) {
+      buf_.insert(buf_.end(), p, p + n);
+      return;
+    }
+    flush();
+    if (n >= buffer_bytes) write_through(p, n);
+    else buf_.insert(buf_.end(), p, p + n);
+  }
+  std::uint64_t bytes_written() const { return written_ + buf_.size(); }
+
+  /// Makes the file durable and visible under its final name.
+  void commit() {
+    flush();
+#if TESSERA_IO_POSIX
+    if (::fsync(fd_) != 0) fail_errno("fsync");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail_errno("close");
+    if (::rename(temp_.c_str(), final_.c_str()) != 0) fail_errno("rename to the final name");
+    committed_ = true;
+    // Make the rename itself durable (best effort: some file systems refuse a
+    // directory fsync).
+    const std::filesystem::path dir = final_.has_parent_path() ? final_.parent_path() : std::filesystem::path(".");
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+#else
+    out_.close();
+    if (!out_) throw error("write " + final_.string() + ": writing " + temp_.string() + " failed");
+    std::error_code ec;
+    std::filesystem::rename(temp_, final_, ec);
+    if (ec) throw error("write " + final_.string() + ": rename failed: " + ec.message());
+    committed_ = true;
+#endif
+  }
+
+  const std::filesystem::path& path() const { return final_; }
+  const std::filesystem::path& temp_path() const { return temp_; }
+
+ private:
+  static constexpr std::size_t buffer_bytes = std::size_t(4) << 20;
+
+  [[noreturn]] void fail_errno(const char* what) {
+    const int e = errno;
+    throw error("write " + final_.string() + ": " + what + " failed: " + detail::errno_text(e));
+  }
+  void flush() {
+    if (buf_.empty()) return;
+    write_through(buf_.data(), buf_.size());
+    buf_.clear();
+  }
+  void write_through(const char* p, std::size_t n) {
+#if TESSERA_IO_POSIX
+    while (n > 0) {
+      const ::ssize_t w = ::write(fd_, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail_errno("write");
+      }
+      p += w;
+      n -= std::size_t(w);
+      written_ += std::uint64_t(w);
+    }
+#else
+    out_.write(p, std::streamsize(n));
+    if (!out_) throw error("write " + final_.string() + ": writing " + temp_.string() + " failed");
+    written_ += n;
+#endif
+  }
+
+  std::filesystem::path final_, temp_;
+#if TESSERA_IO_POSIX
+  int fd_ = -1;
+#else
+  std::ofstream out_;
+#endif
+  std::vector<char> buf_;
+  std::uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+/// Writes `text` to `file` atomically (atomic_file).
+inline void write_file_atomically(const std::filesystem::path& file, std::string_view text) {
+  atomic_file f(file);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
+}  // namespace tessera::io
+
+#undef TESSERA_IO_POSIX
+// ---- tessera/io/safetensors.hpp ----
+// The safetensors file format: an 8-byte little-endian header length N, N bytes of
+// JSON header (name -> dtype, shape, data_offsets; "__metadata__" -> strings), then
+// the raw little-endian data. Written atomically, read with every field validated.
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::io {
+
+// ---- element types ----------------------------------------------------------------
+
+/// The element types of the safetensors format. BOOL, F16 and BF16 are read and
+/// written as raw bytes only (tessera has no C++ element type for them); the others
+/// map to float, double and the fixed-width integers (dtype_of<T>).
+enum class dtype : std::uint8_t { boolean, u8, i8, u16, i16, u32, i32, u64, i64, f16, bf16, f32, f64 };
+
+inline constexpr dtype all_dtypes[] = {dtype::boolean, dtype::u8,  dtype::i8,   dtype::u16, dtype::i16,
+                                       dtype::u32,     dtype::i32, dtype::u64,  dtype::i64, dtype::f16,
+                                       dtype::bf16,    dtype::f32, dtype::f64};
+
+/// The format's name of a dtype: "F32", "I64", "BF16", ...
+constexpr std::string_view dtype_name(dtype t) {
+  switch (t) {
+    case dtype::boolean: return "BOOL";
+    case dtype::u8: return "U8";
+    case dtype::i8: return "I8";
+    case dtype::u16: return "U16";
+    case dtype::i16: return "I16";
+    case dtype::u32: return "U32";
+    case dtype::i32: return "I32";
+    case dtype::u64: return "U64";
+    case dtype::i64: return "I64";
+    case dtype::f16: return "F16";
+    case dtype::bf16: return "BF16";
+    case dtype::f32: return "F32";
+    case dtype::f64: return "F64";
+  }
+  return "?";
+}
+
+/// Bytes per element.
+constexpr std::size_t dtype_size(dtype t) {
+  switch (t) {
+    case dtype::boolean:
+    case dtype::u8:
+    case dtype::i8: return 1;
+    case dtype::u16:
+    case dtype::i16:
+    case dtype::f16:
+    case dtype::bf16: return 2;
+    case dtype::u32:
+    case dtype::i32:
+    case dtype::f32: return 4;
+    case dtype::u64:
+    case dtype::i64:
+    case dtype::f64: return 8;
+  }
+  return 0;
+}
+
+/// The dtype named `name` ("F32"), or false.
+constexpr bool parse_dtype(std::string_view name, dtype& out) {
+  for (dtype t : all_dtypes)
+    if (dtype_name(t) == name) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+/// "BOOL, U8, I8, ..., F64": the dtype names, for error messages.
+inline std::string dtype_names() {
+  std::string s;
+  for (dtype t : all_dtypes) {
+    s += s.empty() ? "" : ", ";
+    s += dtype_name(t);
+  }
+  return s;
+}
+
+namespace detail {
+template <class T>
+constexpr bool dependent_false = false;
+}
+
+/// The dtype of a C++ element type: float -> F32, double -> F64, std::int32_t -> I32, ...
+template <class T>
+constexpr dtype dtype_of() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) return dtype::f32;
+  else if constexpr (std::is_same_v<U, double>) return dtype::f64;
+  else if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool> && std::is_signed_v<U>) {
+    if constexpr (sizeof(U) == 1) return dtype::i8;
+    else if constexpr (sizeof(U) == 2) return dtype::i16;
+    else if constexpr (sizeof(U) == 4) return dtype::i32;
+    else if constexpr (sizeof(U) == 8) return dtype::i64;
+    else static_assert(detail::dependent_false<T>, "dtype_of: no safetensors dtype for this integer size");
+  } else if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool>) {
+    if constexpr (sizeof(U) == 1) return dtype::u8;
+    else if constexpr (sizeof(U) == 2) return dtype::u16;
+    else if constexpr (sizeof(U) == 4) return dtype::u32;
+    else if constexpr (sizeof(U) == 8) return dtype::u64;
+    else static_assert(detail::dependent_false<T>, "dtype_of: no safetensors dtype for this integer size");
+  } else {
+    static_assert(detail::dependent_false<T>,
+                  "dtype_of: tessera stores float, double and 8- to 64-bit integers in safetensors files");
+  }
+}
+
+/// Calls f(std::type_identity<T>{}) with the C++ element type of `t`; throws for BOOL,
+/// F16 and BF16, which have none: "`context`: dtype BF16 has no C++ element type in tessera".
+template <class F>
+decltype(auto) visit_dtype(dtype t, F&& f, std::string_view context = "visit_dtype") {
+  switch (t) {
+    case dtype::u8: return f(std::type_identity<std::uint8_t>{});
+    case dtype::i8: return f(std::type_identity<std::int8_t>{});
+    case dtype::u16: return f(std::type_identity<std::uint16_t>{});
+    case dtype::i16: return f(std::type_identity<std::int16_t>{});
+    case dtype::u32: return f(std::type_identity<std::uint32_t>{});
+    case dtype::i32: return f(std::type_identity<std::int32_t>{});
+    case dtype::u64: return f(std::type_identity<std::uint64_t>{});
+    case dtype::i64: return f(std::type_identity<std::int64_t>{});
+    case dtype::f32: return f(std::type_identity<float>{});
+    case dtype::f64: return f(std::type_identity<double>{});
+    default: break;
+  }
+  throw error(std::string(context) + ": dtype " + std::string(dtype_name(t)) +
+              " has no C++ element type in tessera");
+}
+
+// ---- shapes -----------------------------------------------------------------------
+
+/// "(2, 3)" for a shape given as a list of extents (any rank).
+inline std::string shape_string(std::span<const index_t> shape) {
+  std::string s = "(";
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    s += d ? ", " : "";
+    s += std::to_string(shape[d]);
+  }
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+namespace detail {
+
+/// Number of elements of `shape`, or -1 when it overflows 2^62 (or an extent is negative).
+inline index_t checked_numel(std::span<const index_t> shape) {
+  index_t n = 1;
+  for (index_t e : shape) {
+    if (e < 0) return -1;
+    if (e != 0 && n > (index_t(1) << 62) / e) return -1;
+    n *= e;
+  }
+  return n;
+}
+
+/// Converts elements of `elem` bytes between host order and little-endian, in place
+/// (the same swap both ways; nothing to do on a little-endian host).
+inline void swap_to_little_endian(std::span<std::byte> bytes, std::size_t elem) {
+  if constexpr (std::endian::native == std::endian::little) {
+    (void)bytes;
+    (void)elem;
+  } else {
+    for (std::size_t i = 0; i + elem <= bytes.size(); i += elem) std::reverse(bytes.data() + i, bytes.data() + i + elem);
+  }
+}
+
+}  // namespace detail
+
+// ---- writing ----------------------------------------------------------------------
+
+/// A tensor's entry in a file to be written: name, dtype and shape (any rank).
+struct tensor_spec {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<index_t> shape;
+
+  /// Bytes of data: elements x dtype_size (throws on overflow).
+  std::uint64_t nbytes() const {
+    const index_t n = detail::checked_numel(shape);
+    if (n < 0) throw error("safetensors: tensor '" + name + "': shape " + shape_string(shape) + " is invalid or too large");
+    return std::uint64_t(n) * dtype_size(type);
+  }
+};
+
+namespace detail {
+
+inline constexpr std::uint64_t max_header_bytes = 100'000'000;  // the format's own limit
+
+/// The JSON header of `specs` with contiguous data offsets in the given order, padded
+/// with spaces so that the data starts at a multiple of 8 bytes.
+inline std::string make_header(std::span<const tensor_spec> specs, const std::map<std::string, std::string>& metadata,
+                               const std::filesystem::path& file) {
+  std::string text = "{";
+  if (!metadata.empty()) {
+    json::value m = json::value::object();
+    for (const auto& [k, v] : metadata) m.append_new(k, json::value(v));
+    text += "\"__metadata__\":" + json::dump(m);
+  }
+  std::set<std::string_view> names;
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const tensor_spec& s = specs[i];
+    const std::string where = "write_safetensors: " + file.string() + ": tensor '" + s.name + "'";
+    if (s.name.empty()) throw error("write_safetensors: " + file.string() + ": tensor " + std::to_string(i) + " has an empty name");
+    if (s.name == "__metadata__") throw error(where + ": the name is reserved for the metadata");
+    if (!names.insert(s.name).second) throw error(where + ": the name is used twice");
+    json::value shape = json::value::array();
+    for (index_t e : s.shape) {
+      if (e < 0) throw error(where + ": shape " + shape_string(s.shape) + " has a negative extent");
+      shape.push_back(json::value(static_cast<long long>(e)));
+    }
+    const std::uint64_t n = s.nbytes();
+    const json::value entry = json::value::object_of(
+        {{"dtype", json::value(dtype_name(s.type))},
+         {"shape", std::move(shape)},
+         {"data_offsets", json::value::array_of({json::value(offset), json::value(offset + n)})}});
+    if (text.size() > 1) text += ',';
+    text += json::dump(json::value(s.name)) + ":" + json::dump(entry);
+    offset += n;
+  }
+  text += '}';
+  text.append((8 - text.size() % 8) % 8, ' ');
+  if (text.size() > max_header_bytes)
+    throw error("write_safetensors: " + file.string() + ": the header has " + std::to_string(text.size()) +
+                " bytes, the format allows " + std::to_string(max_header_bytes));
+  return text;
+}
+
+}  // namespace detail
+
+/// Writes a safetensors file tensor by tensor: the constructor writes the header of
+/// `specs` (contiguous data offsets, in their order) and `metadata`; the write calls
+/// then append each tensor's data in order, and commit() makes the file appear under
+/// its name (atomic_file). Holding one tensor at a time, it streams checkpoints
+/// larger than memory. Each write belongs to one tensor: it must not run past the end
+/// of the current one. Destroyed without commit(), it leaves no file.
+///
+///     safetensors_stream out("w.safetensors", {{"w", dtype::f32, {2, 3}}}, {{"note", "hello"}});
+///     out.write(std::span<const float>(w));   // 6 floats
+///     out.commit();
+class safetensors_stream {
+ public:
+  safetensors_stream(const std::filesystem::path& file, std::vector<tensor_spec> specs,
+                     const std::map<std::string, std::string>& metadata)
+      : specs_(std::move(specs)), file_(file) {
+    const std::string header = detail::make_header(specs_, metadata, file);
+    unsigned char len[8];
+    const std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    file_.write(len, 8);
+    file_.write(header.data(), header.size());
+    for (const tensor_spec& sp : specs_) need_.push_back(sp.nbytes());
+    advance();
+  }
+
+  /// Index of the tensor whose data comes next (specs().size() once all are complete).
+  std::size_t current() const { return cur_; }
+  const std::vector<tensor_spec>& specs() const { return specs_; }
+
+  /// Appends elements of the current tensor, in host byte order (converted to
+  /// little-endian). T must be its element type.
+  template <class T>
+  void write(std::span<const T> values) {
+    if (cur_ < specs_.size() && dtype_of<T>() != specs_[cur_].type)
+      fail("tensor '" + specs_[cur_].name + "' is " + std::string(dtype_name(specs_[cur_].type)) + ", written as " +
+           std::string(dtype_name(dtype_of<T>())));
+    write_host(std::as_bytes(values));
+  }
+  template <class T>
+  void write(std::span<T> values) {
+    write(std::span<const T>(values));
+  }
+  /// Appends elements of the current tensor given as host-order bytes of its dtype.
+  void write_host(std::span<const std::byte> bytes) {
+    if constexpr (std::endian::native == std::endian::little) {
+      put(bytes);
+    } else {
+      if (bytes.empty()) return;
+      check_room(bytes.size());
+      std::vector<std::byte> tmp(bytes.begin(), bytes.end());
+      detail::swap_to_little_endian(tmp, dtype_size(specs_[cur_].type));
+      put(tmp);
+    }
+  }
+  /// Appends bytes already in little-endian order.
+  void write_little_endian(std::span<const std::byte> bytes) { put(bytes); }
+
+  /// Checks that every tensor is complete, then renames the file into place.
+  void commit() {
+    if (cur_ < specs_.size())
+      fail("tensor '" + specs_[cur_].name + "' (" + std::string(dtype_name(specs_[cur_].type)) + " " +
+           shape_string(specs_[cur_].shape) + ") needs " + std::to_string(need_[cur_]) + " bytes, " +
+           std::to_string(got_) + " were written");
+    file_.commit();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error("write_safetensors: " + file_.path().string() + ": " + what);
+  }
+  void advance() {
+    while (cur_ < specs_.size() && got_ == need_[cur_]) {
+      ++cur_;
+      got_ = 0;
+    }
+  }
+  void check_room(std::size_t n) const {
+    if (cur_ >= specs_.size()) fail("data written after the last tensor was complete");
+    if (got_ + n > need_[cur_])
+      fail("tensor '" + specs_[cur_].name + "' (" + std::string(dtype_name(specs_[cur_].type)) + " " +
+           shape_string(specs_[cur_].shape) + ") needs " + std::to_string(need_[cur_]) + " bytes, a write of " +
+           std::to_string(n) + " after " + std::to_string(got_) + " runs past its end");
+  }
+  void put(std::span<const std::byte> bytes) {
+    if (bytes.empty()) return;
+    check_room(bytes.size());
+    file_.write(bytes.data(), bytes.size());
+    got_ += bytes.size();
+    advance();
+  }
+
+  std::vector<tensor_spec> specs_;
+  std::vector<std::uint64_t> need_;
+  atomic_file file_;
+  std::size_t cur_ = 0;
+  std::uint64_t got_ = 0;
+};
+
+/// Writes a safetensors file atomically in one call: `fill(i, out)` supplies tensor
+/// i's data through `out.write(span)` (out is the safetensors_stream), exactly
+/// specs[i].nbytes() bytes.
+///
+///     std::vector<tensor_spec> specs{{"w", dtype::f32, {2, 3}}};
+///     write_safetensors("w.safetensors", specs, {{"note", "hello"}},
+///                       [&](std::size_t, safetensors_stream& out) { out.write(std::span<const float>(w)); });
+template <class Fill>
+void write_safetensors(const std::filesystem::path& file, std::span<const tensor_spec> specs,
+                       const std::map<std::string, std::string>& metadata, Fill&& fill) {
+  safetensors_stream out(file, std::vector<tensor_spec>(specs.begin(), specs.end()), metadata);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    fill(i, out);
+    if (out.current() <= i && specs[i].nbytes() > 0) out.commit();  // reports the incomplete tensor
+  }
+  out.commit();
+}
+
+/// Collects tensors (views of the caller's data, which must stay alive until write())
+/// and metadata, then writes them as one safetensors file.
+///
+///     safetensors_writer w;
+///     w.add("fc1.weight", {16, 32}, std::span<const float>(weights));
+///     w.set_metadata("epoch", "3");
+///     w.write("model.safetensors");
+class safetensors_writer {
+ public:
+  /// Adds a tensor of element type T and the given shape; data.size() must be its
+  /// number of elements.
+  template <class T>
+  void add(std::string name, std::vector<index_t> shape, std::span<const T> data) {
+    add_host_bytes(std::move(name), dtype_of<T>(), std::move(shape), std::as_bytes(data));
+  }
+  template <class T>
+  void add(std::string name, std::vector<index_t> shape, std::span<T> data) {
+    add(std::move(name), std::move(shape), std::span<const T>(data));
+  }
+  /// Adds a tensor of any dtype (BOOL, F16, BF16 included) from host-order bytes.
+  void add_host_bytes(std::string name, dtype type, std::vector<index_t> shape, std::span<const std::byte> bytes) {
+    tensor_spec s{std::move(name), type, std::move(shape)};
+    if (detail::checked_numel(s.shape) < 0)
+      throw error("safetensors_writer::add: tensor '" + s.name + "': shape " + shape_string(s.shape) +
+                  " is invalid or too large");
+    if (bytes.size() != s.nbytes())
+      throw error("safetensors_writer::add: tensor '" + s.name + "': " + std::string(dtype_name(type)) + " " +
+                  shape_string(s.shape) + " needs " + std::to_string(s.nbytes()) + " bytes, " +
+                  std::to_string(bytes.size()) + " given");
+    specs_.push_back(std::move(s));
+    data_.push_back(bytes);
+  }
+  void set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::vector<tensor_spec>& specs() const { return specs_; }
+
+  /// Writes the file atomically; throws tessera::error (and leaves no file) on failure.
+  void write(const std::filesystem::path& file) const {
+    write_safetensors(file, std::span<const tensor_spec>(specs_), metadata_,
+                      [&](std::size_t i, safetensors_stream& out) { out.write_host(data_[i]); });
+  }
+
+ private:
+  std::vector<tensor_spec> specs_;
+  std::vector<std::span<const std::byte>> data_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// ---- reading ----------------------------------------------------------------------
+
+/// A tensor's entry in a file's header: name, dtype, shape (any rank) and where its
+/// bytes lie in the data section, [begin, end).
+struct tensor_info {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<index_t> shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+
+  index_t numel() const { return detail::checked_numel(shape); }
+  std::uint64_t nbytes() const { return end - begin; }
+  /// The shape as tessera extents (at most max_tensor_ndim dims; throws otherwise).
+  extents shape_extents() const {
+    if (shape.size() > std::size_t(max_tensor_ndim))
+      throw error("safetensors: tensor '" + name + "' has rank " + std::to_string(shape.size()) +
+                  ", tessera tensors have at most " + std::to_string(max_tensor_ndim) + " dims");
+    extents e;
+    e.ndim = int(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d) e.v[d] = shape[d];
+    return e;
+  }
+};
+
+/// Reads a safetensors file. Opening it reads and validates the header; a problem is
+/// a tessera::error that names the file and the numbers:
+///
+/// - fewer than 8 bytes, or a header length past the end of the file or above the
+///   format's 100 MB limit;
+/// - a header that is not strict JSON, not an object, or whose entries are not
+///   {"dtype", "shape", "data_offsets"} exactly (unknown dtypes, negative or
+///   non-integer extents, offsets that end before they begin);
+/// - "__metadata__" that is not an object of strings;
+/// - data_offsets whose size differs from shape x dtype size, tensors that overlap,
+///   bytes of the data section that belong to no tensor, and data sections shorter
+///   (truncated) or longer than the tensors.
+///
+/// Reads then take whole tensors or boxes of them; a file that shrank after opening
+/// is reported, never read past. Not thread-safe (one stream per reader).
+class safetensors_reader {
+ public:
+  explicit safetensors_reader(std::filesystem::path file) : path_(std::move(file)) {
+    in_.open(path_, std::ios::binary);
+    if (!in_) throw error("safetensors: " + path_.string() + ": cannot open the file");
+    in_.seekg(0, std::ios::end);
+    const std::streamoff size = in_.tellg();
+    if (size < 0) throw error("safetensors: " + path_.string() + ": cannot determine the file size");
+    file_size_ = std::uint64_t(size);
+    in_.seekg(0);
+    if (file_size_ < 8)
+      fail("the file has " + std::to_string(file_size_) + " bytes, fewer than the 8-byte header length");
+    unsigned char len[8];
+    read_exact(0, reinterpret_cast<char*>(len), 8, "the header length");
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
+    if (n > detail::max_header_bytes)
+      fail("header length " + std::to_string(n) + " exceeds the format's limit of " +
+           std::to_string(detail::max_header_bytes) + " bytes");
+    if (n > file_size_ - 8)
+      fail("header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file_size_) +
+           " bytes, " + std::to_string(file_size_ - 8) + " after the length field)");
+    std::string header(std::size_t(n), '\0');
+    read_exact(8, header.data(), n, "the header");
+    data_start_ = 8 + n;
+    parse_header(header);
+  }
+
+  const std::filesystem::path& path() const { return path_; }
+  std::uint64_t file_size() const { return file_size_; }
+  /// Offset of the data section in the file (8 + header length).
+  std::uint64_t data_start() const { return data_start_; }
+  /// The tensors, in the order of their data.
+  const std::vector<tensor_info>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  const tensor_info* find(std::string_view name) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second];
+  }
+  bool contains(std::string_view name) const { return find(name) != nullptr; }
+  const tensor_info& at(std::string_view name) const {
+    if (const tensor_info* t = find(name)) return *t;
+    fail("no tensor named '" + std::string(name) + "' (the file has " + std::to_string(tensors_.size()) +
+         " tensors)");
+  }
+
+  /// The tensor's data as host-order bytes.
+  std::vector<std::byte> read_host_bytes(const tensor_info& t) const {
+    std::vector<std::byte> out(t.nbytes());
+    read_exact(data_start_ + t.begin, reinterpret_cast<char*>(out.data()), out.size(), "tensor '" + t.name + "'");
+    detail::swap_to_little_endian(out, dtype_size(t.type));
+    return out;
+  }
+
+  /// Reads tensor `name` of element type T into `out` (its number of elements).
+  template <class T>
+  void read_into(std::string_view name, std::span<T> out) const {
+    const tensor_info& t = typed(name, dtype_of<T>());
+    if (out.size() != std::size_t(t.numel()))
+      fail("tensor '" + t.name + "': " + std::to_string(t.numel()) + " elements, the buffer holds " +
+           std::to_string(out.size()));
+    read_exact(data_start_ + t.begin, reinterpret_cast<char*>(out.data()), t.nbytes(), "tensor '" + t.name + "'");
+    detail::swap_to_little_endian(std::as_writable_bytes(out), sizeof(T));
+  }
+  template <class T>
+  std::vector<T> read(std::string_view name) const {
+    const tensor_info& t = typed(name, dtype_of<T>());
+    std::vector<T> out(std::size_t(t.numel()));
+    read_into(name, std::span<T>(out));
+    return out;
+  }
+
+  /// Reads the box `b` of tensor `name` (row-major, into `out`, b.shape.size()
+  /// elements) and nothing much else: contiguous runs are read directly, short gaps
+  /// between runs are read through, long ones are skipped.
+  template <class T>
+  void read_box(std::string_view name, const box& b, std::span<T> out) const {
+    const tensor_info& t = typed(name, dtype_of<T>());
+    read_box_host_bytes(t, b, std::as_writable_bytes(out));
+  }
+
+  /// As read_box, for any dtype, into host-order bytes.
+  void read_box_host_bytes(const tensor_info& t, const box& b, std::span<std::byte> out) const {
+    const extents shape = t.shape_extents();
+    const std::string what = "tensor '" + t.name + "'";
+    if (b.offset.ndim != shape.ndim || b.shape.ndim != shape.ndim)
+      fail(what + ": a box of rank " + std::to_string(b.shape.ndim) + " for a tensor of rank " +
+           std::to_string(shape.ndim));
+    for (int d = 0; d < shape.ndim; ++d)
+      if (b.offset.v[d] < 0 || b.shape.v[d] < 0 || b.offset.v[d] + b.shape.v[d] > shape.v[d])
+        fail(what + ": box dim " + std::to_string(d) + " [" + std::to_string(b.offset.v[d]) + ", " +
+             std::to_string(b.offset.v[d] + b.shape.v[d]) + ") lies outside the extent " + std::to_string(shape.v[d]));
+    const std::size_t es = dtype_size(t.type);
+    const index_t count = b.shape.size();
+    if (out.size() != std::size_t(count) * es)
+      fail(what + ": the box has " + std::to_string(count) + " elements, the buffer holds " +
+           std::to_string(out.size() / es));
+    if (count == 0) return;
+    const int n = shape.ndim;
+    std::array<index_t, max_tensor_ndim> stride{};
+    if (n > 0) stride[n - 1] = 1;
+    for (int d = n - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape.v[d + 1];
+    // Trailing dims the box covers whole merge into one contiguous run.
+    int inner = n - 1;
+    index_t run = n > 0 ? b.shape.v[n - 1] : 1;
+    while (inner > 0 && b.shape.v[inner] == shape.v[inner]) {
+      --inner;
+      run *= b.shape.v[inner];
+    }
+    index_t base = 0;
+    for (int d = 0; d < n; ++d) base += b.offset.v[d] * stride[d];
+    run_reader rr{this, t, out.data()};
+    const std::uint64_t run_bytes = std::uint64_t(run) * es;
+    std::array<index_t, max_tensor_ndim> idx{};
+    std::uint64_t out_pos = 0;
+    while (true) {
+      index_t e = base;
+      for (int d = 0; d < inner; ++d) e += idx[d] * stride[d];
+      rr.add(std::uint64_t(e) * es, out_pos, run_bytes);
+      out_pos += run_bytes;
+      int d = inner - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < b.shape.v[d]) break;
+        idx[d] = 0;
+      }
+      if (d < 0) break;
+    }
+    rr.flush();
+    detail::swap_to_little_endian(out, es);
+  }
+
+ private:
+  // Reads runs (tensor-relative offset, length) in increasing order, coalescing those
+  // separated by short gaps into one read of up to window_limit bytes.
+  struct run_reader {
+    static constexpr std::uint64_t gap_limit = 64 * 1024;
+    static constexpr std::uint64_t window_limit = 1024 * 1024;
+    struct pending {
+      std::uint64_t src, dst, len;
+    };
+    const safetensors_reader* r;
+    const tensor_info& t;
+    std::byte* out;
+    std::vector<pending> runs{};
+    std::vector<char> scratch{};
+
+    void add(std::uint64_t src, std::uint64_t dst, std::uint64_t len) {
+      if (!runs.empty()) {
+        const std::uint64_t wstart = runs.front().src, wend = runs.back().src + runs.back().len;
+        if (src - wend > gap_limit || src + len - wstart > window_limit) flush();
+      }
+      if (runs.empty() && len >= window_limit) {  // large run: straight into the output
+        r->read_exact(r->data_start_ + t.begin + src, reinterpret_cast<char*>(out + dst), len,
+                      "tensor '" + t.name + "'");
+        return;
+      }
+      runs.push_back({src, dst, len});
+    }
+    void flush() {
+      if (runs.empty()) return;
+      const std::uint64_t wstart = runs.front().src, wend = runs.back().src + runs.back().len;
+      if (runs.size() == 1) {
+        r->read_exact(r->data_start_ + t.begin + wstart, reinterpret_cast<char*>(out + runs[0].dst), runs[0].len,
+                      "tensor '" + t.name + "'");
+      } else {
+        scratch.resize(wend - wstart);
+        r->read_exact(r->data_start_ + t.begin + wstart, scratch.data(), wend - wstart, "tensor '" + t.name + "'");
+        for (const pending& p : runs) std::memcpy(out + p.dst, scratch.data() + (p.src - wstart), p.len);
+      }
+      runs.clear();
+    }
+  };
+
+  [[noreturn]] void fail(const std::string& what) const { throw error("safetensors: " + path_.string() + ": " + what); }
+
+  const tensor_info& typed(std::string_view name, dtype want) const {
+    const tensor_info& t = at(name);
+    if (t.type != want)
+      fail("tensor '" + t.name + "' is " + std::string(dtype_name(t.type)) + ", read as " +
+           std::string(dtype_name(want)));
+    return t;
+  }
+
+  void read_exact(std::uint64_t pos, char* dst, std::uint64_t n, const std::string& what) const {
+    if (n == 0) return;
+    if (pos > file_size_ || n > file_size_ - pos)
+      fail(what + ": bytes [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") lie past the end of the file (" +
+           std::to_string(file_size_) + " bytes)");
+    in_.clear();
+    in_.seekg(std::streamoff(pos));
+    in_.read(dst, std::streamsize(n));
+    if (!in_ || std::uint64_t(in_.gcount()) != n) {
+      const std::uint64_t got = std::uint64_t(in_.gcount());
+      in_.clear();
+      fail(what + ": reading bytes [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") got " +
+           std::to_string(got) + " bytes: the file is shorter than when it was opened");
+    }
+  }
+
+  void parse_header(const std::string& text) {
+    const std::string ctx = "safetensors: " + path_.string() + ": header";
+    const json::value h = json::parse(text, ctx);
+    if (!h.is_object()) fail("the header must be a JSON object, found " + std::string(json::to_string(h.type())));
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      const std::string& key = h.keys()[i];
+      const json::value& v = h.member(i);
+      if (key == "__metadata__") {
+        if (!v.is_object()) fail("\"__metadata__\" must be an object of strings, found " + std::string(json::to_string(v.type())));
+        for (std::size_t j = 0; j < v.size(); ++j) {
+          if (!v.member(j).is_string())
+            fail("\"__metadata__\" must be an object of strings; \"" + v.keys()[j] + "\" is " +
+                 std::string(json::to_string(v.member(j).type())));
+          metadata_[v.keys()[j]] = v.member(j).as_string();
+        }
+        continue;
+      }
+      tensors_.push_back(parse_entry(key, v));
+    }
+    std::sort(tensors_.begin(), tensors_.end(), [](const tensor_info& a, const tensor_info& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
+    for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+    const std::uint64_t data_len = file_size_ - data_start_;
+    std::uint64_t covered = 0;
+    const tensor_info* prev = nullptr;
+    for (const tensor_info& t : tensors_) {
+      if (t.end > data_len)
+        fail("tensor '" + t.name + "': data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+             "] run past the end of the data section, which has " + std::to_string(data_len) +
+             " bytes: the file is truncated or the offsets are wrong");
+      if (t.begin < covered)
+        fail("tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " + std::to_string(prev->end) +
+             "] and '" + t.name + "' [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+             "] overlap in the data section");
+      if (t.begin > covered)
+        fail("bytes [" + std::to_string(covered) + ", " + std::to_string(t.begin) +
+             ") of the data section belong to no tensor");
+      covered = t.end;
+      prev = &t;
+    }
+    if (covered != data_len)
+      fail("the data section has " + std::to_string(data_len) + " bytes, the tensors end at byte " +
+           std::to_string(covered));
+  }
+
+  tensor_info parse_entry(const std::string& name, const json::value& v) const {
+    const std::string what = "tensor '" + name + "'";
+    if (!v.is_object()) fail(what + ": the entry must be an object, found " + std::string(json::to_string(v.type())));
+    for (const std::string& k : v.keys())
+      if (k != "dtype" && k != "shape" && k != "data_offsets")
+        fail(what + ": unknown key \"" + k + "\" (an entry has dtype, shape and data_offsets)");
+    const json::value* dt = v.find("dtype");
+    const json::value* sh = v.find("shape");
+    const json::value* of = v.find("data_offsets");
+    if (!dt || !sh || !of)
+      fail(what + ": the entry lacks \"" + std::string(!dt ? "dtype" : !sh ? "shape" : "data_offsets") + "\"");
+    tensor_info t;
+    t.name = name;
+    if (!dt->is_string()) fail(what + ": dtype must be a string, found " + std::string(json::to_string(dt->type())));
+    if (!parse_dtype(dt->as_string(), t.type))
+      fail(what + ": unknown dtype \"" + dt->as_string() + "\" (known: " + dtype_names() + ")");
+    if (!sh->is_array()) fail(what + ": shape must be an array, found " + std::string(json::to_string(sh->type())));
+    for (std::size_t d = 0; d < sh->size(); ++d) {
+      const json::value& e = (*sh)[d];
+      if (!e.is_integer() || e.as_integer() < 0)
+        fail(what + ": shape entry " + std::to_string(d) + " must be a non-negative integer");
+      t.shape.push_back(e.as_integer());
+    }
+    if (!of->is_array() || of->size() != 2 || !(*of)[0].is_integer() || !(*of)[1].is_integer() ||
+        (*of)[0].as_integer() < 0 || (*of)[1].as_integer() < 0)
+      fail(what + ": data_offsets must be an array of two non-negative integers");
+    t.begin = std::uint64_t((*of)[0].as_integer());
+    t.end = std::uint64_t((*of)[1].as_integer());
+    if (t.end < t.begin)
+      fail(what + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] end before they begin");
+    const index_t numel = t.numel();
+    if (numel < 0) fail(what + ": shape " + shape_string(t.shape) + " has too many elements");
+    const std::uint64_t es = dtype_size(t.type);
+    if (std::uint64_t(numel) > ~std::uint64_t(0) / es || std::uint64_t(numel) * es != t.nbytes())
+      fail(what + ": shape " + shape_string(t.shape) + " of " + dt->as_string() + " needs " + std::to_string(numel) +
+           " x " + std::to_string(es) + " = " + std::to_string(std::uint64_t(numel) * es) +
+           " bytes, data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] hold " +
+           std::to_string(t.nbytes()));
+    return t;
+  }
+
+  std::filesystem::path path_;
+  mutable std::ifstream in_;
+  std::uint64_t file_size_ = 0;
+  std::uint64_t data_start_ = 0;
+  std::vector<tensor_info> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace tessera::io
+
+// ---- tessera/io/checkpoint_file.hpp ----
+// Checkpoint files: the metadata that records where each tensor lies (mesh, layout,
+// global shape, shard offset), loading a file into named host tensors, and checking
+// named tensors against what a network expects.
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::io {
+
+// ---- the metadata schema ----------------------------------------------------------
+//
+// A tessera checkpoint is a safetensors file whose "__metadata__" holds, besides any
+// keys the caller adds:
+//
+//   "tessera.format"  "1"                       the version of this schema
+//   "tessera.kind"    "whole" | "shard"         whole tensors, or one rank's shards
+//   "tessera.rank"    "3"                       shard files: the rank that wrote it
+//   "tessera.ranks"   "8"                       shard files: how many ranks wrote shards
+//
+// and for each tensor NAME (the key is the field, a colon, then the name):
+//
+//   "mesh:NAME"      "(2, 4)"                   device matrix (core/format.hpp's to_string)
+//   "layout:NAME"    "[0, -] partial sum {1}"   layout on that mesh (parse_layout reads it)
+//   "shape:NAME"     "(16, 32)"                 global shape
+//   "split:NAME"     "(2, 1)"                   pieces per dim (MindSpore's strategy of the tensor)
+//   "offset:NAME"    "(8, 0)"                   shard files: where this shard starts
+//
+// In a whole file the tensor itself is the global tensor; its mesh and layout say how
+// it was distributed when saved. In a shard file the tensor is this rank's shard:
+// shape == local_shape(layout, global) and offset == local_offset(layout, global, rank).
+
+inline constexpr std::string_view checkpoint_format_version = "1";
+
+/// Whether a file holds whole tensors or one rank's shards.
+enum class checkpoint_kind { whole, shard };
+
+/// How one tensor was distributed when saved.
+struct tensor_placement {
+  layout placement;   ///< layout on its mesh (placement.dev)
+  extents global;     ///< the global shape
+  extents offset;     ///< shard files: where this shard starts in the global tensor
+  bool has_offset = false;
+};
+
+namespace detail {
+inline std::string meta_key(std::string_view field, std::string_view name) {
+  return std::string(field) + ":" + std::string(name);
+}
+}  // namespace detail
+
+/// Records `p` for tensor `name` in `metadata` (the keys above).
+inline void write_placement(std::map<std::string, std::string>& metadata, std::string_view name,
+                            const tensor_placement& p) {
+  metadata[detail::meta_key("mesh", name)] = to_string(p.placement.dev);
+  metadata[detail::meta_key("layout", name)] = to_string(p.placement);
+  metadata[detail::meta_key("shape", name)] = to_string(p.global);
+  metadata[detail::meta_key("split", name)] = to_string(to_split_tuple(p.placement));
+  if (p.has_offset) metadata[detail::meta_key("offset", name)] = to_string(p.offset);
+}
+
+/// Reads tensor `name`'s placement from `metadata`; nullopt when the file records
+/// none (a file not written by tessera). A recorded placement is validated: every
+/// field parses, the layout fits the global shape (check(layout, shape)), the split
+/// tuple agrees with the layout, and the offset has the shape's rank. Errors start
+/// with `context` (the file).
+inline std::optional<tensor_placement> read_placement(const std::map<std::string, std::string>& metadata,
+                                                      std::string_view name, std::string_view context) {
+  auto get = [&](std::string_view field) -> const std::string* {
+    auto it = metadata.find(detail::meta_key(field, name));
+    return it == metadata.end() ? nullptr : &it->second;
+  };
+  const std::string* mesh_text = get("mesh");
+  const std::string* layout_text = get("layout");
+  const std::string* shape_text = get("shape");
+  if (!mesh_text && !layout_text && !shape_text) return std::nullopt;
+  const std::string where = std::string(context) + ": tensor '" + std::string(name) + "'";
+  if (!mesh_text || !layout_text || !shape_text)
+    throw error(where + ": the metadata records only part of the placement (\"mesh:\", \"layout:\" and \"shape:\" go together)");
+  tensor_placement p;
+  try {
+    p.placement = parse_layout(parse_mesh(*mesh_text), *layout_text);
+    p.global = parse_extents(*shape_text);
+    if (const std::string* off = get("offset")) {
+      p.offset = parse_extents(*off);
+      p.has_offset = true;
+    }
+  } catch (const error& e) {
+    throw error(where + ": " + e.what());
+  }
+  if (!p.global.is_static()) throw error(where + ": the global shape " + *shape_text + " has an unknown extent");
+  if (status s = check(p.placement, p.global); !s.ok())
+    throw error(s, where, "layout " + *layout_text + " on mesh " + *mesh_text + ", shape " + *shape_text);
+  if (p.has_offset && p.offset.ndim != p.global.ndim)
+    throw error(where + ": offset " + to_string(p.offset) + " has rank " + std::to_string(p.offset.ndim) +
+                ", the shape " + std::to_string(p.global.ndim));
+  if (const std::string* split = get("split")) {
+    split_tuple st;
+    try {
+      st = parse_split_tuple(*split);
+    } catch (const error& e) {
+      throw error(where + ": " + e.what());
+    }
+    if (!(st == to_split_tuple(p.placement)))
+      throw error(where + ": split " + *split + " disagrees with layout " + *layout_text + " on mesh " + *mesh_text +
+                  ", which splits it " + to_string(to_split_tuple(p.placement)));
+  }
+  return p;
+}
+
+/// The file's kind from "tessera.kind" (whole when absent: any safetensors file holds
+/// whole tensors). Throws for another value, and for a "tessera.format" other than
+/// this schema's version.
+inline checkpoint_kind read_kind(const std::map<std::string, std::string>& metadata, std::string_view context) {
+  if (auto f = metadata.find("tessera.format"); f != metadata.end() && f->second != checkpoint_format_version)
+    throw error(std::string(context) + ": \"tessera.format\" is \"" + f->second + "\", this tessera reads version " +
+                std::string(checkpoint_format_version));
+  auto it = metadata.find("tessera.kind");
+  if (it == metadata.end() || it->second == "whole") return checkpoint_kind::whole;
+  if (it->second == "shard") return checkpoint_kind::shard;
+  throw error(std::string(context) + ": \"tessera.kind\" is \"" + it->second + "\", expected \"whole\" or \"shard\"");
+}
+
+// ---- named host tensors -----------------------------------------------------------
+
+/// A tensor read from a file: dtype, shape and its elements in host byte order.
+class host_tensor {
+ public:
+  host_tensor() = default;
+  host_tensor(dtype type, extents shape, std::vector<std::byte> bytes)
+      : type_(type), shape_(shape), bytes_(std::move(bytes)) {}
+
+  dtype type() const { return type_; }
+  const extents& shape() const { return shape_; }
+  index_t size() const { return shape_.size(); }
+  std::span<const std::byte> bytes() const { return bytes_; }
+
+  /// The elements as T, which must be the tensor's element type.
+  template <class T>
+  std::span<const T> values() const {
+    if (dtype_of<T>() != type_)
+      throw error("host_tensor: the tensor is " + std::string(dtype_name(type_)) + ", read as " +
+                  std::string(dtype_name(dtype_of<T>())));
+    return {reinterpret_cast<const T*>(bytes_.data()), bytes_.size() / sizeof(T)};
+  }
+  template <class T>
+  std::vector<T> to_vector() const {
+    std::span<const T> v = values<T>();
+    return std::vector<T>(v.begin(), v.end());
+  }
+
+ private:
+  dtype type_ = dtype::f32;
+  extents shape_;
+  std::vector<std::byte> bytes_;
+};
+
+/// A checkpoint file read whole: its tensors by name, its metadata and each
+/// tensor's recorded placement (absent for files tessera did not write).
+struct checkpoint {
+  std::filesystem::path file;
+  checkpoint_kind kind = checkpoint_kind::whole;
+  std::map<std::string, host_tensor> tensors;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, tensor_placement> placements;
+
+  bool contains(std::string_view name) const { return tensors.find(std::string(name)) != tensors.end(); }
+  const host_tensor& at(std::string_view name) const {
+    auto it = tensors.find(std::string(name));
+    if (it == tensors.end())
+      throw error("checkpoint: " + file.string() + ": no tensor named '" + std::string(name) + "'");
+    return it->second;
+  }
+};
+
+/// Reads every tensor of a safetensors file (MindSpore's load_checkpoint): for a whole
+/// checkpoint the global tensors, for a shard file (integrated_save off) that rank's
+/// shards, with their placements. Any safetensors file with tensors of rank <= 6 reads.
+inline checkpoint load_checkpoint(const std::filesystem::path& file) {
+  safetensors_reader r(file);
+  checkpoint c;
+  c.file = file;
+  c.metadata = r.metadata();
+  const std::string ctx = "load_checkpoint: " + file.string();
+  c.kind = read_kind(c.metadata, ctx);
+  for (const tensor_info& t : r.tensors()) {
+    c.tensors.emplace(t.name, host_tensor(t.type, t.shape_extents(), r.read_host_bytes(t)));
+    if (auto p = read_placement(c.metadata, t.name, ctx)) {
+      const extents want = p->has_offset ? local_shape(p->placement, p->global) : p->global;
+      if (!(want == t.shape_extents()))
+        throw error(ctx + ": tensor '" + t.name + "' has shape " + to_string(t.shape_extents()) + ", its placement (" +
+                    to_string(p->placement) + " on mesh " + to_string(p->placement.dev) + ", global " +
+                    to_string(p->global) + ") says " + to_string(want));
+      c.placements.emplace(t.name, *p);
+    }
+  }
+  return c;
+}
+
+// ---- checking names, shapes and dtypes --------------------------------------------
+
+/// What a network expects of one parameter (or what a file holds): name, dtype and
+/// global shape.
+struct param_spec {
+  std::string name;
+  dtype type = dtype::f32;
+  extents shape;
+};
+
+/// Every difference between the tensors `found` (in a checkpoint) and those
+/// `expected` (by a network), one line each, in expected order then the unexpected
+/// ones: "missing 'fc2.bias' (F32 (16,))", "unexpected 'fc3.weight' (F32 (4, 4))",
+/// "'fc1.weight': shape (16, 32) in the checkpoint, (32, 16) expected",
+/// "'step': dtype I64 in the checkpoint, F32 expected". Unexpected tensors are
+/// listed only when `strict`.
+inline std::vector<std::string> param_mismatches(std::span<const param_spec> found,
+                                                 std::span<const param_spec> expected, bool strict = true) {
+  std::vector<std::string> out;
+  std::map<std::string_view, const param_spec*> by_name, wanted;
+  for (const param_spec& p : found) by_name.emplace(p.name, &p);
+  for (const param_spec& p : expected) wanted.emplace(p.name, &p);
+  for (const param_spec& e : expected) {
+    auto it = by_name.find(e.name);
+    const param_spec* f = it == by_name.end() ? nullptr : it->second;
+    if (!f) {
+      out.push_back("missing '" + e.name + "' (" + std::string(dtype_name(e.type)) + " " + to_string(e.shape) + ")");
+      continue;
+    }
+    if (!(f->shape == e.shape))
+      out.push_back("'" + e.name + "': shape " + to_string(f->shape) + " in the checkpoint, " + to_string(e.shape) +
+                    " expected");
+    if (f->type != e.type)
+      out.push_back("'" + e.name + "': dtype " + std::string(dtype_name(f->type)) + " in the checkpoint, " +
+                    std::string(dtype_name(e.type)) + " expected");
+  }
+  if (strict)
+    for (const param_spec& f : found)
+      if (!wanted.count(f.name))
+        out.push_back("unexpected '" + f.name + "' (" + std::string(dtype_name(f.type)) + " " + to_string(f.shape) +
+                      ")");
+  return out;
+}
+
+/// Throws one tessera::error listing every mismatch (param_mismatches), e.g.
+///
+///     load_param_into_net: model.safetensors: 2 mismatches with the network:
+///       missing 'fc2.bias' (F32 (16,))
+///       'fc1.weight': shape (16, 32) in the checkpoint, (32, 16) expected
+inline void check_params(std::span<const param_spec> found, std::span<const param_spec> expected, bool strict,
+                         std::string_view context) {
+  const std::vector<std::string> m = param_mismatches(found, expected, strict);
+  if (m.empty()) return;
+  std::string msg = std::string(context) + ": " + std::to_string(m.size()) + (m.size() == 1 ? " mismatch" : " mismatches") +
+                    " with the network:";
+  for (const std::string& line : m) msg += "\n  " + line;
+  throw error(msg);
+}
+
+/// The specs of a checkpoint's tensors: for a whole checkpoint their shapes; for a
+/// shard file the global shapes its placements record.
+inline std::vector<param_spec> specs_of(const checkpoint& c) {
+  std::vector<param_spec> out;
+  for (const auto& [name, t] : c.tensors) {
+    auto p = c.placements.find(name);
+    const bool shard = c.kind == checkpoint_kind::shard && p != c.placements.end();
+    out.push_back({name, t.type(), shard ? p->second.global : t.shape()});
+  }
+  return out;
+}
+
+}  // namespace tessera::io
+// ---- tessera/io/rotation.hpp ----
+// Checkpoint file names `<prefix>-<epoch>_<step>.safetensors` and the rotation that
+// keeps the newest K of them (MindSpore's keep_checkpoint_max).
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace tessera::io {
+
+/// Epoch and step of a checkpoint, as its file name records them.
+struct checkpoint_step {
+  long long epoch = 0;
+  long long step = 0;
+  friend constexpr auto operator<=>(const checkpoint_step&, const checkpoint_step&) = default;
+};
+
+namespace detail {
+inline void check_prefix(std::string_view prefix, std::string_view fn) {
+  if (prefix.empty()) throw error(std::string(fn) + ": the checkpoint prefix must not be empty");
+  if (prefix.find('/') != std::string_view::npos || prefix.find('\\') != std::string_view::npos)
+    throw error(std::string(fn) + ": the checkpoint prefix \"" + std::string(prefix) +
+                "\" must be a file name, without a directory");
+}
+
+inline bool parse_decimal(std::string_view s, long long& out) {
+  if (s.empty() || s.size() > 18) return false;
+  long long v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  out = v;
+  return true;
+}
+}  // namespace detail
+
+inline constexpr std::string_view checkpoint_extension = ".safetensors";
+
+/// "<prefix>-<epoch>_<step>.safetensors": checkpoint_file_name("resnet", 3, 156) is
+/// "resnet-3_156.safetensors".
+inline std::string checkpoint_file_name(std::string_view prefix, long long epoch, long long step) {
+  detail::check_prefix(prefix, "checkpoint_file_name");
+  if (epoch < 0 || step < 0)
+    throw error("checkpoint_file_name: epoch and step must not be negative: epoch " + std::to_string(epoch) +
+                ", step " + std::to_string(step));
+  return std::string(prefix) + "-" + std::to_string(epoch) + "_" + std::to_string(step) +
+         std::string(checkpoint_extension);
+}
+
+/// The epoch and step of `file_name` if it is "<prefix>-<epoch>_<step>.safetensors"
+/// (decimal numbers), else nullopt. The prefix itself may hold '-' and '_'.
+inline std::optional<checkpoint_step> parse_checkpoint_file_name(std::string_view file_name, std::string_view prefix) {
+  if (file_name.size() <= prefix.size() + 1 + checkpoint_extension.size()) return std::nullopt;
+  if (file_name.substr(0, prefix.size()) != prefix || file_name[prefix.size()] != '-') return std::nullopt;
+  if (file_name.substr(file_name.size() - checkpoint_extension.size()) != checkpoint_extension) return std::nullopt;
+  std::string_view mid = file_name.substr(prefix.size() + 1, file_name.size() - prefix.size() - 1 - checkpoint_extension.size());
+  const std::size_t us = mid.find('_');
+  if (us == std::string_view::npos) return std::nullopt;
+  checkpoint_step s;
+  if (!detail::parse_decimal(mid.substr(0, us), s.epoch) || !detail::parse_decimal(mid.substr(us + 1), s.step))
+    return std::nullopt;
+  return s;
+}
+
+/// A checkpoint file found in a directory.
+struct checkpoint_entry {
+  std::filesystem::path path;
+  checkpoint_step at;
+};
+
+/// The checkpoints of `prefix` in `dir` (regular files named by checkpoint_file_name),
+/// oldest first by (epoch, step). A missing directory has none.
+inline std::vector<checkpoint_entry> list_checkpoints(const std::filesystem::path& dir, std::string_view prefix) {
+  detail::check_prefix(prefix, "list_checkpoints");
+  std::vector<checkpoint_entry> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code fec;
+    if (!e.is_regular_file(fec)) continue;
+    if (auto s = parse_checkpoint_file_name(e.path().filename().string(), prefix)) out.push_back({e.path(), *s});
+  }
+  if (ec) throw error("list_checkpoints: " + dir.string() + ": " + ec.message());
+  std::sort(out.begin(), out.end(), [](const checkpoint_entry& a, const checkpoint_entry& b) {
+    return a.at != b.at ? a.at < b.at : a.path < b.path;
+  });
+  return out;
+}
+
+/// The newest checkpoint of `prefix` in `dir`, if any.
+inline std::optional<checkpoint_entry> latest_checkpoint(const std::filesystem::path& dir, std::string_view prefix) {
+  std::vector<checkpoint_entry> all = list_checkpoints(dir, prefix);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+/// Keeps the newest `keep_max` checkpoints of `prefix` in `dir` (by epoch, then step)
+/// and deletes the older ones; returns the deleted paths, oldest first. Other files are
+/// never touched. keep_max must be at least 1.
+///
+///     // after saving net-2_4.safetensors with net-1_4 and net-2_2 present:
+///     rotate_checkpoints(dir, "net", 2);   // deletes net-1_4.safetensors
+inline std::vector<std::filesystem::path> rotate_checkpoints(const std::filesystem::path& dir, std::string_view prefix,
+                                                             int keep_max) {
+  if (keep_max < 1)
+    throw error("rotate_checkpoints: keep_checkpoint_max must be at least 1, got " + std::to_string(keep_max));
+  std::vector<checkpoint_entry> all = list_checkpoints(dir, prefix);
+  std::vector<std::filesystem::path> removed;
+  const std::size_t drop = all.size() > std::size_t(keep_max) ? all.size() - std::size_t(keep_max) : 0;
+  for (std::size_t i = 0; i < drop; ++i) {
+    std::error_code ec;
+    std::filesystem::remove(all[i].path, ec);
+    if (ec) throw error("rotate_checkpoints: cannot delete " + all[i].path.string() + ": " + ec.message());
+    removed.push_back(all[i].path);
+  }
+  return removed;
+}
+
+}  // namespace tessera::io
+// ---- tessera/io/strategy_file.hpp ----
+// Strategy files (MindSpore's strategy_ckpt_save_file / strategy_ckpt_load_file): each
+// operator's shard strategy and each parameter's layout, as JSON, validated on load.
+
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace tessera::io {
+
+/// A parameter's global shape and its layout (on its own mesh).
+struct parameter_layout {
+  extents shape;
+  layout placement;
+  friend bool operator==(const parameter_layout&, const parameter_layout&) = default;
+};
+
+/// What a strategy file holds: the device count, each operator's shard strategy and
+/// each parameter's layout.
+struct strategy_map {
+  int device_num = 1;
+  std::map<std::string, strategy> operators;
+  std::map<std::string, parameter_layout> parameters;
+  friend bool operator==(const strategy_map&, const strategy_map&) = default;
+};
+
+inline constexpr std::string_view strategy_file_format = "tessera.strategy";
+inline constexpr int strategy_file_version = 1;
+
+/// The JSON form of a strategy map:
+///
+///     {
+///       "format": "tessera.strategy",
+///       "version": 1,
+///       "device_num": 8,
+///       "operators": {
+///         "fc1.matmul": [[2, 4], [4, 1]]
+///       },
+///       "parameters": {
+///         "fc1.weight": {"shape": [32, 16], "mesh": [2, 4, 1], "layout": "[1, 2]"}
+///       }
+///     }
+///
+/// A strategy is MindSpore's shard tuple as nested arrays; a layout is the text
+/// to_string(layout) prints (parse_layout reads it) on the mesh "mesh" gives.
+inline json::value to_json(const strategy_map& s) {
+  json::value ops = json::value::object();
+  for (const auto& [name, st] : s.operators) {
+    json::value inputs = json::value::array();
+    for (int i = 0; i < st.n; ++i) {
+      json::value t = json::value::array();
+      for (int d = 0; d < st.in[i].n; ++d) t.push_back(st.in[i].v[d]);
+      inputs.push_back(std::move(t));
+    }
+    ops.append_new(name, std::move(inputs));
+  }
+  json::value params = json::value::object();
+  for (const auto& [name, p] : s.parameters) {
+    json::value shape = json::value::array(), dev = json::value::array();
+    for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(static_cast<long long>(p.shape.v[d]));
+    for (int a = 0; a < p.placement.dev.ndim; ++a) dev.push_back(p.placement.dev.dims[a]);
+    params.append_new(name, json::value::object_of({{"shape", std::move(shape)},
+                                             {"mesh", std::move(dev)},
+                                             {"layout", json::value(to_string(p.placement))}}));
+  }
+  return json::value::object_of({{"format", json::value(strategy_file_format)},
+                                 {"version", json::value(strategy_file_version)},
+                                 {"device_num", json::value(s.device_num)},
+                                 {"operators", std::move(ops)},
+                                 {"parameters", std::move(params)}});
+}
+
+namespace detail {
+
+class strategy_reader {
+ public:
+  explicit strategy_reader(std::string context) : ctx_(std::move(context)) {}
+
+  strategy_map read(const json::value& v) {
+    strategy_map out;
+    if (!v.is_object()) fail("the file", "must be a JSON object, found " + std::string(json::to_string(v.type())));
+    only_keys(v, "the file", {"format", "version", "device_num", "operators", "parameters"});
+    const json::value& format = need(v, "format", "the file");
+    if (!format.is_string() || format.as_string() != strategy_file_format)
+      fail("\"format\"", "must be \"" + std::string(strategy_file_format) + "\"");
+    const json::value& version = need(v, "version", "the file");
+    if (!version.is_integer() || version.as_integer() != strategy_file_version)
+      fail("\"version\"", "is " + json::dump(version) + ", this tessera reads version " +
+                              std::to_string(strategy_file_version));
+    const json::value& dn = need(v, "device_num", "the file");
+    if (!dn.is_integer() || dn.as_integer() < 1 || dn.as_integer() > (1 << 24))
+      fail("\"device_num\"", "must be a positive integer, found " + json::dump(dn));
+    out.device_num = int(dn.as_integer());
+
+    const json::value& ops = need(v, "operators", "the file");
+    if (!ops.is_object()) fail("\"operators\"", "must be an object (operator name -> strategy)");
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const std::string where = "operators.\"" + ops.keys()[i] + "\"";
+      out.operators.emplace(ops.keys()[i], read_strategy(ops.member(i), out.device_num, where));
+    }
+    const json::value& params = need(v, "parameters", "the file");
+    if (!params.is_object()) fail("\"parameters\"", "must be an object (parameter name -> layout)");
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const std::string where = "parameters.\"" + params.keys()[i] + "\"";
+      out.parameters.emplace(params.keys()[i], read_parameter(params.member(i), out.device_num, where));
+    }
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw error(ctx_ + ": " + where + " " + what);
+  }
+  const json::value& need(const json::value& obj, std::string_view key, const std::string& where) const {
+    if (const json::value* x = obj.find(key)) return *x;
+    fail(where, "lacks \"" + std::string(key) + "\"");
+  }
+  void only_keys(const json::value& obj, const std::string& where, std::initializer_list<std::string_view> keys) const {
+    for (const std::string& k : obj.keys()) {
+      bool known = false;
+      for (std::string_view x : keys) known = known || k == x;
+      if (!known) fail(where, "has an unknown key \"" + k + "\"");
+    }
+  }
+  std::int64_t int_in(const json::value& x, std::int64_t lo, std::int64_t hi, const std::string& where) const {
+    if (!x.is_integer() || x.as_integer() < lo || x.as_integer() > hi)
+      fail(where, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found " + json::dump(x));
+    return x.as_integer();
+  }
+
+  strategy read_strategy(const json::value& v, int device_num, const std::string& where) const {
+    if (!v.is_array()) fail(where, "must be an array of split tuples such as [[2, 4], [4, 1]]");
+    if (v.size() > std::size_t(max_strategy_inputs))
+      fail(where, "has " + std::to_string(v.size()) + " inputs, at most " + std::to_string(max_strategy_inputs));
+    strategy st;
+    st.n = int(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const json::value& t = v[i];
+      const std::string wi = where + "[" + std::to_string(i) + "]";
+      if (!t.is_array()) fail(wi, "must be an array of splits such as [2, 4]");
+      if (t.size() > std::size_t(max_tensor_ndim))
+        fail(wi, "has " + std::to_string(t.size()) + " dims, at most " + std::to_string(max_tensor_ndim));
+      st.in[i].n = int(t.size());
+      for (std::size_t d = 0; d < t.size(); ++d)
+        st.in[i].v[d] = int(int_in(t[d], 1, 1 << 24, wi + "[" + std::to_string(d) + "]"));
+    }
+    if (status s = check(st, device_num); !s.ok())
+      throw error(s, ctx_ + ": " + where, "strategy " + to_string(st) + ", device_num " + std::to_string(device_num));
+    return st;
+  }
+
+  parameter_layout read_parameter(const json::value& v, int device_num, const std::string& where) const {
+    if (!v.is_object()) fail(where, "must be an object with \"shape\", \"mesh\" and \"layout\"");
+    only_keys(v, where, {"shape", "mesh", "layout"});
+    const json::value& shape = need(v, "shape", where);
+    const json::value& dev = need(v, "mesh", where);
+    const json::value& text = need(v, "layout", where);
+    parameter_layout p;
+    if (!shape.is_array() || shape.size() > std::size_t(max_tensor_ndim))
+      fail(where + ".shape", "must be an array of at most " + std::to_string(max_tensor_ndim) + " extents");
+    p.shape.ndim = int(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      p.shape.v[d] = int_in(shape[d], 0, std::int64_t(1) << 62, where + ".shape[" + std::to_string(d) + "]");
+    if (!dev.is_array() || dev.size() < 1 || dev.size() > std::size_t(max_mesh_ndim))
+      fail(where + ".mesh", "must be an array of 1 to " + std::to_string(max_mesh_ndim) + " axis sizes");
+    mesh m;
+    m.ndim = int(dev.size());
+    for (std::size_t a = 0; a < dev.size(); ++a)
+      m.dims[a] = int(int_in(dev[a], 1, 1 << 24, where + ".mesh[" + std::to_string(a) + "]"));
+    if (status s = check_mesh_size(m, device_num); !s.ok())
+      throw error(s, ctx_ + ": " + where + ".mesh", "mesh " + to_string(m) + ", device_num " + std::to_string(device_num));
+    if (!text.is_string()) fail(where + ".layout", "must be a string such as \"[0, -]\"");
+    try {
+      p.placement = parse_layout(m, text.as_string());
+    } catch (const error& e) {
+      throw error(ctx_ + ": " + where + ".layout: " + e.what());
+    }
+    if (status s = check(p.placement, p.shape); !s.ok())
+      throw error(s, ctx_ + ": " + where, "layout " + text.as_string() + " on mesh " + to_string(m) + ", shape " + to_string(p.shape));
+    return p;
+  }
+
+  std::string ctx_;
+};
+
+}  // namespace detail
+
+/// Reads a strategy map from its JSON form, with every field validated: the format
+/// and version, device_num, each strategy against device_num (check(strategy)), each
+/// mesh's size against device_num, each layout text on its mesh and against its
+/// shape (check(layout, shape)). Unknown keys are errors. Messages start with
+/// `context` and name the field: `train_strategy.json: operators."fc1.matmul":
+/// strategy: the product of an input's splits must divide the device count: ...`.
+inline strategy_map strategy_map_from_json(const json::value& v, std::string_view context = "strategy file") {
+  return detail::strategy_reader(std::string(context)).read(v);
+}
+
+/// Writes a strategy file (the JSON form, indented), atomically. The map is validated
+/// as load would, so a file that saves also loads.
+inline void save_strategy_file(const std::filesystem::path& file, const strategy_map& s) {
+  const json::value v = to_json(s);
+  (void)strategy_map_from_json(v, "save_strategy_file: " + file.string());
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  write_file_atomically(file, json::dump(v, 2) + "\n");
+}
+
+/// Reads and validates a strategy file (strategy_map_from_json).
+inline strategy_map load_strategy_file(const std::filesystem::path& file) {
+  const std::string ctx = "load_strategy_file: " + file.string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw error(ctx + ": cannot open the file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw error(ctx + ": reading the file failed");
+  return strategy_map_from_json(json::parse(text.str(), ctx), ctx);
+}
+
+}  // namespace tessera::io
+
 // tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
 // ---- tessera/tensor/device.hpp ----
@@ -3484,6 +5812,537 @@ laid_out<T, D> in_layout(const tensor_on<T, D>& x, const layout& l, device_conte
 }
 
 }  // namespace tessera
+// ---- tessera/io/checkpoint.hpp ----
+// Checkpoints of distributed tensors: saved whole (gathered, one file written by
+// rank 0) or per rank (integrated_save off: each rank its shards), and loaded into
+// any layout on any number of ranks, each rank reading only the pieces it needs.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::io {
+
+/// A named distributed tensor as checkpoints see it: a view (no copy) of a host
+/// dist_tensor<T, L, G> with its element type erased. The tensor must outlive the view
+/// and keep its shard's storage. A view of a const tensor can be saved, not loaded.
+///
+///     std::vector<io::param_ref> params{{"fc1.weight", w1}, {"fc1.bias", b1}};
+class param_ref {
+ public:
+  template <class T, auto L, auto G, class D>
+  param_ref(std::string name, dist_tensor<T, L, G, D>& t)
+      : param_ref(std::move(name), static_cast<const dist_tensor<T, L, G, D>&>(t)) {
+    mutable_data_ = reinterpret_cast<std::byte*>(t.local().data());
+  }
+  template <class T, auto L, auto G, class D>
+  param_ref(std::string name, const dist_tensor<T, L, G, D>& t)
+      : name_(std::move(name)),
+        type_(dtype_of<T>()),
+        layout_(t.layout()),
+        global_(t.global_shape()),
+        rank_(t.rank()),
+        data_(reinterpret_cast<const std::byte*>(t.local().data())),
+        size_(std::size_t(t.local().size())) {
+    static_assert(std::is_same_v<D, cpu_device>,
+                  "param_ref: checkpoints read and write host tensors (cpu_device); copy a device tensor to "
+                  "the host first");
+  }
+
+  const std::string& name() const { return name_; }
+  dtype type() const { return type_; }
+  const tessera::layout& layout() const { return layout_; }
+  const extents& global_shape() const { return global_; }
+  int rank() const { return rank_; }
+  /// Elements of the local shard.
+  std::size_t local_size() const { return size_; }
+  param_spec spec() const { return {name_, type_, global_}; }
+
+  template <class T>
+  const T* local_data() const {
+    return reinterpret_cast<const T*>(data_);
+  }
+  /// The shard for writing; throws for a view of a const tensor.
+  template <class T>
+  T* mutable_local_data() const {
+    if (!mutable_data_) throw error("param_ref: '" + name_ + "' views a const tensor and cannot be loaded into");
+    return reinterpret_cast<T*>(mutable_data_);
+  }
+
+ private:
+  std::string name_;
+  dtype type_;
+  tessera::layout layout_;
+  extents global_;
+  int rank_ = 0;
+  const std::byte* data_ = nullptr;
+  std::byte* mutable_data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// How save_checkpoint writes (MindSpore's CheckpointConfig).
+struct save_options {
+  /// true: gather every tensor and write one whole file (rank 0 writes it). false:
+  /// every rank writes its own shards to rank_file(file, rank).
+  bool integrated_save = true;
+  /// Extra metadata (keys must not start with "tessera." or hold a ':').
+  std::map<std::string, std::string> metadata;
+};
+
+/// Where rank R's shard file of checkpoint `file` lies: DIR/rank_R/NAME for file
+/// DIR/NAME. `rank_file("ckpt/net-1_4.safetensors", 3)` is
+/// "ckpt/rank_3/net-1_4.safetensors".
+inline std::filesystem::path rank_file(const std::filesystem::path& file, int rank) {
+  return file.parent_path() / ("rank_" + std::to_string(rank)) / file.filename();
+}
+
+namespace detail {
+
+inline std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 1469598103934665603ull) {
+  for (char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Checks that every rank passes the same tensor list to a collective save (else the
+// gathers would not match up and the job would hang): a hash of names, dtypes,
+// shapes and layouts, compared by max and min over the world.
+template <class C>
+void check_same_params(std::span<const param_ref> params, C& world, std::string_view fn) {
+  std::uint64_t h = fnv1a("params");
+  for (const param_ref& p : params)
+    h = fnv1a(p.name() + "|" + std::string(dtype_name(p.type())) + "|" + to_string(p.global_shape()) + "|" +
+                  to_string(p.layout().dev) + "|" + to_string(p.layout()) + ";",
+              h);
+  std::int64_t v[2] = {std::int64_t(h >> 1), -std::int64_t(h >> 1)};  // max and -min
+  world.all_reduce(std::span<std::int64_t>(v, 2), reduce_op::max);
+  if (v[0] != -v[1])
+    throw error(std::string(fn) + ": the ranks passed different tensor lists (names, dtypes, shapes or layouts); "
+                                  "every rank must save the same tensors in the same order");
+}
+
+inline void check_params_local(std::span<const param_ref> params, int rank, int nranks, std::string_view fn) {
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const param_ref& p = params[i];
+    if (p.name().empty()) throw error(std::string(fn) + ": tensor " + std::to_string(i) + " has an empty name");
+    if (!names.insert(p.name()).second) throw error(std::string(fn) + ": the name '" + p.name() + "' is used twice");
+    if (p.layout().dev.size() != nranks)
+      throw error(fail(errc::mesh_size_mismatch, -1, -1, p.layout().dev.size(), nranks), fn,
+                  "tensor '" + p.name() + "' on mesh " + to_string(p.layout().dev));
+    if (p.rank() != rank)
+      throw error(std::string(fn) + ": tensor '" + p.name() + "' belongs to rank " + std::to_string(p.rank()) +
+                  ", this is rank " + std::to_string(rank));
+  }
+}
+
+inline void check_user_metadata(const std::map<std::string, std::string>& md, std::string_view fn) {
+  for (const auto& [k, v] : md)
+    if (k.rfind("tessera.", 0) == 0 || k.find(':') != std::string::npos)
+      throw error(std::string(fn) + ": metadata key \"" + k +
+                  "\" is reserved (keys starting with \"tessera.\" or holding ':' describe the tensors)");
+}
+
+// Every rank learns whether any rank failed; the failing rank throws its own message,
+// the others `what(rank)` for the highest failing rank.
+template <class C, class What>
+void agree_on_failure(C& world, const std::optional<std::string>& failure, What&& what) {
+  int bad[1] = {failure ? world.rank() + 1 : 0};
+  world.all_reduce(std::span<int>(bad, 1), reduce_op::max);
+  if (failure) throw error(*failure);
+  if (bad[0]) throw error(what(bad[0] - 1));
+}
+
+// Broadcasts root's failure message (if any) and throws it on every rank.
+template <class C>
+void share_failure(C& world, std::optional<std::string> failure, int root) {
+  std::int64_t len[1] = {failure ? std::int64_t(failure->size()) + 1 : 0};
+  world.broadcast(std::span<std::int64_t>(len, 1), root);
+  if (len[0] == 0) return;
+  std::vector<char> text(std::size_t(len[0] - 1));
+  if (world.rank() == root) std::copy(failure->begin(), failure->end(), text.begin());
+  if (!text.empty()) world.broadcast(std::span<char>(text), root);
+  throw error(std::string(text.begin(), text.end()));
+}
+
+template <class T>
+xt::xarray<T> shard_copy(const param_ref& p) {
+  const extents ls = local_shape(p.layout(), p.global_shape());
+  xt::xarray<T> a = xt::xarray<T>::from_shape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
+  std::copy_n(p.local_data<T>(), p.local_size(), a.data());
+  return a;
+}
+
+// True when `rank` is the first member (coordinate 0) of every axis in `axes`.
+inline bool first_on_axes(const mesh& m, axis_mask axes, int rank) {
+  const mesh_coords c = m.coords(rank);
+  for (int a = 0; a < m.ndim; ++a)
+    if ((axes >> a & 1u) && c[a] != 0) return false;
+  return true;
+}
+
+inline extents relative(const extents& off, const extents& base) {
+  extents r = off;
+  for (int d = 0; d < r.ndim; ++d) r.v[d] -= base.v[d];
+  return r;
+}
+
+inline int parse_count(const std::map<std::string, std::string>& md, const std::string& key, std::string_view ctx) {
+  auto it = md.find(key);
+  if (it == md.end()) throw error(std::string(ctx) + ": the metadata lacks \"" + key + "\"");
+  const std::string& s = it->second;
+  long long v = -1;
+  if (!s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    v = std::stoll(s);
+  if (v < 0) throw error(std::string(ctx) + ": \"" + key + "\" is \"" + s + "\", expected a non-negative integer");
+  return int(v);
+}
+
+}  // namespace detail
+
+/// Saves named distributed tensors; collective: every rank calls it with the same
+/// tensors in the same order (checked: a mismatch is an error on every rank, not a
+/// hang).
+///
+/// - integrated_save (default): each tensor is redistributed to the replicated layout
+///   (partial sums reduced) and rank 0 streams it into `file`, one tensor at a time.
+/// - integrated_save off: each rank writes its shards to rank_file(file, rank), with
+///   the global shape, layout and shard offset of each in the metadata
+///   (checkpoint_file.hpp); no communication beyond agreeing on success.
+///
+/// Files are written atomically. If any rank fails, every rank throws (the failing
+/// rank with its own message). Returns the file this rank wrote (or `file`).
+template <communicator C>
+std::filesystem::path save_checkpoint(const std::filesystem::path& file, std::span<const param_ref> params,
+                                      device_context<C>& ctx, const save_options& opt = {}) {
+  const char* fn = "save_checkpoint";
+  C& world = ctx.world();
+  const int me = world.rank();
+  detail::check_user_metadata(opt.metadata, fn);
+  detail::check_params_local(params, me, world.size(), fn);
+  detail::check_same_params(params, world, fn);
+
+  std::map<std::string, std::string> md = opt.metadata;
+  md["tessera.format"] = std::string(checkpoint_format_version);
+  std::vector<tensor_spec> specs;
+
+  if (!opt.integrated_save) {
+    const std::filesystem::path out = rank_file(file, me);
+    md["tessera.kind"] = "shard";
+    md["tessera.rank"] = std::to_string(me);
+    md["tessera.ranks"] = std::to_string(world.size());
+    for (const param_ref& p : params) {
+      const extents ls = local_shape(p.layout(), p.global_shape());
+      specs.push_back({p.name(), p.type(), std::vector<index_t>(ls.v.begin(), ls.v.begin() + ls.ndim)});
+      write_placement(md, p.name(), {p.layout(), p.global_shape(), local_offset(p.layout(), p.global_shape(), me), true});
+    }
+    std::optional<std::string> failure;
+    try {
+      std::filesystem::create_directories(out.parent_path());
+      safetensors_stream s(out, std::move(specs), md);
+      for (const param_ref& p : params)
+        s.write_host(std::span<const std::byte>(p.local_data<std::byte>(), p.local_size() * dtype_size(p.type())));
+      s.commit();
+    } catch (const std::exception& e) {
+      failure = std::string(fn) + ": rank " + std::to_string(me) + ": " + e.what();
+    }
+    detail::agree_on_failure(world, failure, [&](int r) {
+      return std::string(fn) + ": rank " + std::to_string(r) + " failed to write its shard file " +
+             rank_file(file, r).string();
+    });
+    return out;
+  }
+
+  md["tessera.kind"] = "whole";
+  for (const param_ref& p : params) {
+    const extents& g = p.global_shape();
+    specs.push_back({p.name(), p.type(), std::vector<index_t>(g.v.begin(), g.v.begin() + g.ndim)});
+    write_placement(md, p.name(), {p.layout(), g, extents{}, false});
+  }
+  std::optional<std::string> failure;
+  std::unique_ptr<safetensors_stream> out;
+  if (me == 0) {
+    try {
+      if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+      out = std::make_unique<safetensors_stream>(file, std::move(specs), md);
+    } catch (const std::exception& e) {
+      failure = std::string(fn) + ": " + e.what();
+    }
+  }
+  // Every rank takes part in every gather, even after rank 0 failed to write.
+  for (const param_ref& p : params) {
+    visit_dtype(
+        p.type(),
+        [&]<class T>(std::type_identity<T>) {
+          dist_tensor<T> x(p.layout(), p.global_shape(), me, detail::shard_copy<T>(p));
+          const dist_tensor<T> whole = redistribute(x, layout::replicated(p.layout().dev, p.global_shape().ndim), ctx);
+          if (out && !failure) {
+            try {
+              out->write(std::span<const T>(whole.local().data(), whole.local().size()));
+            } catch (const std::exception& e) {
+              failure = std::string(fn) + ": " + e.what();
+              out.reset();
+            }
+          }
+        },
+        fn);
+  }
+  if (out && !failure) {
+    try {
+      out->commit();
+    } catch (const std::exception& e) {
+      failure = std::string(fn) + ": " + e.what();
+    }
+  }
+  out.reset();
+  detail::share_failure(world, failure, 0);
+  return file;
+}
+
+/// Copies each tensor's shard out of whole tensors held in memory (MindSpore's
+/// load_param_into_net after load_checkpoint): for every parameter, the box of its
+/// rank under its layout (shard_box). Checks names, dtypes and global shapes first
+/// and reports every mismatch in one error (check_params); tensors the network does
+/// not take are a mismatch only when `strict`. A parameter in a partial layout gets
+/// the values on the first rank of its partial group and the reduction's identity on
+/// the others, so that reducing gives the checkpoint's values.
+inline void load_param_into_net(const checkpoint& c, std::span<const param_ref> params, bool strict = true) {
+  const std::string ctx = "load_param_into_net: " + c.file.string();
+  if (c.kind == checkpoint_kind::shard)
+    throw error(ctx + ": the file holds one rank's shards (saved with integrated_save off); load it with "
+                      "load_distributed_checkpoint");
+  std::vector<param_spec> expected;
+  for (const param_ref& p : params) expected.push_back(p.spec());
+  check_params(specs_of(c), expected, strict, ctx);
+  for (const param_ref& p : params) {
+    const host_tensor& whole = c.at(p.name());
+    const layout& l = p.layout();
+    visit_dtype(
+        p.type(),
+        [&]<class T>(std::type_identity<T>) {
+          T* dst = p.mutable_local_data<T>();
+          if (!detail::first_on_axes(l.dev, l.partial, p.rank())) {
+            std::fill_n(dst, p.local_size(), reduce_identity<T>(l.op));
+            return;
+          }
+          const box b = shard_box(l, p.global_shape(), p.rank());
+          tessera::detail::copy_box(whole.values<T>().data(), p.global_shape(), b.offset, dst, b.shape,
+                                    tessera::detail::origin(b.shape.ndim), b.shape);
+        },
+        ctx);
+  }
+}
+
+namespace detail {
+
+// The shard files of a checkpoint saved with integrated_save off, opened on demand and
+// validated against rank 0's file.
+class shard_set {
+ public:
+  explicit shard_set(const std::filesystem::path& file) : file_(file) {
+    first_ = std::make_unique<safetensors_reader>(rank_file(file, 0));
+    const std::string ctx = "load_distributed_checkpoint: " + first_->path().string();
+    if (read_kind(first_->metadata(), ctx) != checkpoint_kind::shard)
+      throw error(ctx + ": \"tessera.kind\" is not \"shard\"");
+    ranks_ = parse_count(first_->metadata(), "tessera.ranks", ctx);
+    if (ranks_ < 1) throw error(ctx + ": \"tessera.ranks\" is 0");
+    check_rank_fields(*first_, 0);
+    for (const tensor_info& t : first_->tensors()) {
+      auto p = read_placement(first_->metadata(), t.name, ctx);
+      if (!p || !p->has_offset)
+        throw error(ctx + ": tensor '" + t.name + "' has no recorded placement (mesh, layout, shape and offset)");
+      if (p->placement.dev.size() != ranks_)
+        throw error(ctx + ": tensor '" + t.name + "' is on mesh " + to_string(p->placement.dev) + " of " +
+                    std::to_string(p->placement.dev.size()) + " ranks, the checkpoint was written by " +
+                    std::to_string(ranks_));
+      placements_.emplace(t.name, *p);
+      spec_index_.emplace(t.name, specs_.size());
+      specs_.push_back({t.name, t.type, p->global});
+    }
+  }
+
+  int ranks() const { return ranks_; }
+  const std::vector<param_spec>& specs() const { return specs_; }
+  const tensor_placement& placement(const std::string& name) const { return placements_.at(name); }
+  const std::filesystem::path& file() const { return file_; }
+
+  /// Rank r's file, opened (once) and checked: its kind, rank and rank count.
+  const safetensors_reader& reader(int r) {
+    if (r == 0) return *first_;
+    auto it = readers_.find(r);
+    if (it != readers_.end()) return *it->second;
+    auto rd = std::make_unique<safetensors_reader>(rank_file(file_, r));
+    const std::string ctx = "load_distributed_checkpoint: " + rd->path().string();
+    if (read_kind(rd->metadata(), ctx) != checkpoint_kind::shard)
+      throw error(ctx + ": \"tessera.kind\" is not \"shard\"");
+    check_rank_fields(*rd, r);
+    return *readers_.emplace(r, std::move(rd)).first->second;
+  }
+
+  /// Tensor `name` in rank r's file, checked against the placement rank 0 recorded.
+  const tensor_info& shard_info(int r, const std::string& name) {
+    const safetensors_reader& rd = reader(r);
+    const std::string ctx = "load_distributed_checkpoint: " + rd.path().string();
+    const tensor_placement& want = placement(name);
+    const tensor_info* t = rd.find(name);
+    if (!t) throw error(ctx + ": no tensor named '" + name + "' (rank 0's file has it)");
+    const param_spec& spec0 = specs_[spec_index_.at(name)];
+    if (t->type != spec0.type)
+      throw error(ctx + ": tensor '" + name + "' is " + std::string(dtype_name(t->type)) + ", rank 0's file says " +
+                  std::string(dtype_name(spec0.type)));
+    auto p = read_placement(rd.metadata(), name, ctx);
+    if (!p || !p->has_offset) throw error(ctx + ": tensor '" + name + "' has no recorded placement");
+    if (!(p->placement == want.placement) || !(p->global == want.global))
+      throw error(ctx + ": tensor '" + name + "' has layout " + to_string(p->placement) + " on mesh " +
+                  to_string(p->placement.dev) + ", shape " + to_string(p->global) + "; rank 0's file says " +
+                  to_string(want.placement) + " on mesh " + to_string(want.placement.dev) + ", shape " +
+                  to_string(want.global));
+    const box b = shard_box(want.placement, want.global, r);
+    if (!(p->offset == b.offset))
+      throw error(ctx + ": tensor '" + name + "' records offset " + to_string(p->offset) + ", but layout " +
+                  to_string(want.placement) + " on mesh " + to_string(want.placement.dev) + " puts rank " +
+                  std::to_string(r) + "'s shard at " + to_string(b.offset));
+    if (!(t->shape_extents() == b.shape))
+      throw error(ctx + ": tensor '" + name + "' has shape " + to_string(t->shape_extents()) + ", rank " +
+                  std::to_string(r) + "'s shard under its layout is " + to_string(b.shape));
+    return *t;
+  }
+
+ private:
+  void check_rank_fields(const safetensors_reader& rd, int r) const {
+    const std::string ctx = "load_distributed_checkpoint: " + rd.path().string();
+    const int rank = parse_count(rd.metadata(), "tessera.rank", ctx);
+    const int ranks = parse_count(rd.metadata(), "tessera.ranks", ctx);
+    if (rank != r) throw error(ctx + ": the file says it was written by rank " + std::to_string(rank) + ", expected " + std::to_string(r));
+    if (ranks != ranks_)
+      throw error(ctx + ": the file says " + std::to_string(ranks) + " ranks wrote the checkpoint, rank 0's file says " +
+                  std::to_string(ranks_));
+  }
+
+  std::filesystem::path file_;
+  std::unique_ptr<safetensors_reader> first_;
+  std::map<int, std::unique_ptr<safetensors_reader>> readers_;
+  std::map<std::string, tensor_placement> placements_;
+  std::vector<param_spec> specs_;
+  std::map<std::string, std::size_t> spec_index_;
+  int ranks_ = 0;
+};
+
+}  // namespace detail
+
+/// Loads a checkpoint into distributed tensors of any layout, on any number of ranks
+/// (MindSpore's load_distributed_checkpoint). Needs no communication: each rank reads
+/// what its own shards need.
+///
+/// - A whole file at `file`: each rank reads, of each tensor, only the box of its
+///   shard (shard_box of the parameter's layout).
+/// - Per-rank files rank_file(file, r) (integrated_save off), from N ranks under any
+///   layouts: the re-sharding rule. Source rank r holds box B_r = shard_box(L_s, G, r)
+///   of tensor G under its saved layout L_s. The target box T = shard_box(L_t, G, rank)
+///   is assembled from B_r cap T over the source ranks r whose coordinates on L_s's
+///   replica axes are all 0 (the other replicas hold the same values); pieces that
+///   differ only in L_s's partial axes are reduced (summed, or max/min), so a partial
+///   checkpoint loads as its reduced value. Only files with a non-empty intersection
+///   are opened, and of each only the intersection's bytes are read.
+///
+/// Names, dtypes and global shapes are checked first; every mismatch is reported in
+/// one error (tensors the network does not take count only when `strict`). Every file
+/// opened is validated against rank 0's: kind, rank, rank count, dtype, layout, shape
+/// and offset. A parameter in a partial layout is loaded as in load_param_into_net.
+inline void load_distributed_checkpoint(const std::filesystem::path& file, std::span<const param_ref> params,
+                                        bool strict = true) {
+  const char* fn = "load_distributed_checkpoint";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(file, ec)) {
+    safetensors_reader r(file);
+    const std::string ctx = std::string(fn) + ": " + file.string();
+    if (read_kind(r.metadata(), ctx) == checkpoint_kind::shard) {
+      throw error(ctx + ": the file holds one rank's shards; pass the checkpoint's name without the rank_R "
+                        "folder (DIR/NAME for DIR/rank_R/NAME)");
+    }
+    std::vector<param_spec> found, expected;
+    for (const tensor_info& t : r.tensors()) found.push_back({t.name, t.type, t.shape_extents()});
+    for (const param_ref& p : params) expected.push_back(p.spec());
+    check_params(found, expected, strict, ctx);
+    for (const param_ref& p : params) {
+      const layout& l = p.layout();
+      visit_dtype(
+          p.type(),
+          [&]<class T>(std::type_identity<T>) {
+            T* dst = p.mutable_local_data<T>();
+            if (!detail::first_on_axes(l.dev, l.partial, p.rank())) {
+              std::fill_n(dst, p.local_size(), reduce_identity<T>(l.op));
+              return;
+            }
+            r.read_box(p.name(), shard_box(l, p.global_shape(), p.rank()), std::span<T>(dst, p.local_size()));
+          },
+          ctx);
+    }
+    return;
+  }
+  if (!std::filesystem::is_regular_file(rank_file(file, 0), ec))
+    throw error(std::string(fn) + ": neither " + file.string() + " (a whole checkpoint) nor " +
+                rank_file(file, 0).string() + " (rank 0's shards) exists");
+  detail::shard_set set(file);
+  std::vector<param_spec> expected;
+  for (const param_ref& p : params) expected.push_back(p.spec());
+  check_params(set.specs(), expected, strict, std::string(fn) + ": " + file.string() + " (" + std::to_string(set.ranks()) + " shard files)");
+
+  for (const param_ref& p : params) {
+    const tensor_placement& src = set.placement(p.name());
+    const layout& lt = p.layout();
+    const extents& g = p.global_shape();
+    visit_dtype(
+        p.type(),
+        [&]<class T>(std::type_identity<T>) {
+          T* dst = p.mutable_local_data<T>();
+          if (!detail::first_on_axes(lt.dev, lt.partial, p.rank())) {
+            std::fill_n(dst, p.local_size(), reduce_identity<T>(lt.op));
+            return;
+          }
+          const box target = shard_box(lt, g, p.rank());
+          const layout& ls = src.placement;
+          const bool reduce = ls.has_partial();
+          if (reduce) std::fill_n(dst, p.local_size(), reduce_identity<T>(ls.op));
+          std::vector<T> piece, cur;
+          for (int r = 0; r < set.ranks(); ++r) {
+            if (!detail::first_on_axes(ls.dev, ls.replica_axes(), r)) continue;
+            const box b = shard_box(ls, g, r);
+            const box in = intersect(b, target);
+            if (in.shape.size() == 0) continue;
+            const tensor_info& t = set.shard_info(r, p.name());
+            piece.resize(std::size_t(in.shape.size()));
+            set.reader(r).read_box_host_bytes(t, box{detail::relative(in.offset, b.offset), in.shape},
+                                              std::as_writable_bytes(std::span<T>(piece)));
+            const extents at = detail::relative(in.offset, target.offset);
+            const extents zero = tessera::detail::origin(in.shape.ndim);
+            if (!reduce) {
+              tessera::detail::copy_box(piece.data(), in.shape, zero, dst, target.shape, at, in.shape);
+              continue;
+            }
+            cur.resize(piece.size());
+            tessera::detail::copy_box(static_cast<const T*>(dst), target.shape, at, cur.data(), in.shape, zero, in.shape);
+            for (std::size_t k = 0; k < cur.size(); ++k) cur[k] = reduce_apply(ls.op, cur[k], piece[k]);
+            tessera::detail::copy_box(static_cast<const T*>(cur.data()), in.shape, zero, dst, target.shape, at, in.shape);
+          }
+        },
+        fn);
+  }
+}
+
+}  // namespace tessera::io
 
 // kernels/cpu/ and the sharded operators: local math through CBLAS
 #if __has_include(<cblas.h>)
