@@ -3265,9 +3265,10 @@ constexpr status check_reshape(const strategy& st, int device_num, const extents
 /// dims (an AllToAll moves a split from a later dim of the group); an axis that does
 /// not fit is gathered.
 /// Examples on 8 devices: (16, 6) -> (2, 8, 6) with (4, 2): groups (16) -> (2, 8) and
-/// (6) -> (6); axis 0 (4 pieces) does not divide 2, so it is gathered: in
-/// [-, 1], out [-, -, 1]. (4, 6) -> (24,) with (2, 1): out (24,) split 2 ways, no move.
-/// (4, 6) -> (24,) with (1, 2): the split moves to dim 0 (in [1, -]), out [1].
+/// (6) -> (6); axis 0 (4 pieces) does not divide 2, so it is gathered: in [-, 1], out
+/// [-, -, 1], moves. (4, 6) -> (24,) with (2, 1) (device matrix (4, 2, 1)): out [1],
+/// no move. (4, 6) -> (24,) with (1, 2) (device matrix (4, 1, 2)): the split moves to
+/// dim 0 (in [1.2, -], one AllToAll; axis 1 has size 1), out [2].
 /// @pre check_reshape(st, device_num, shape, target).ok()
 constexpr reshape_layouts reshape_rule(const strategy& st, int device_num, const extents& shape,
                                        const extents& target) {
@@ -3335,6 +3336,10 @@ constexpr extents flatten_target(const extents& shape) {
   for (int d = 1; d < shape.ndim; ++d) rest *= shape.v[d];
   return extents{shape.v[0], rest};
 }
+
+/// Flatten's rule for a static strategy and shape: Reshape's, to flatten_target(Shape).
+template <strategy St, int DeviceNum, extents Shape>
+inline constexpr reshape_layouts static_flatten_rule = static_reshape_rule<St, DeviceNum, Shape, flatten_target(Shape)>;
 
 // ---- StridedSlice ------------------------------------------------------------------
 
@@ -6839,7 +6844,8 @@ struct batch_matmul_op {
   /// The rule on `device_num` devices for inputs of the given global shapes; throws
   /// tessera::error naming the rule broken, the numbers and the strategy:
   /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
-  /// it 1 ways, input 0 2 ways; strategy ((2, 2, 2), (1, 2, 1))".
+  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
+  /// (1, 2, 1))".
   batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
     const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
     if (!s.ok()) {

@@ -65,6 +65,11 @@ TEST_CASE("shape rules: the layouts of the doc examples") {
   constexpr reshape_layouts d = static_reshape_rule<strategy{{2, 2}}, 4, extents{4, 6}, extents{2, 2, 6}>;
   static_assert(!d.moves);
   static_assert(d.out == layout(mesh{2, 2}, {{0}, {}, {1}}));
+  // Flatten (4, 2, 6) -> (4, 12) with (2, 2, 1): the rows keep axis 0; the group
+  // (2, 6) -> (12) keeps axis 1 (2 divides 2 and 12).
+  constexpr reshape_layouts f = static_flatten_rule<strategy{{2, 2, 1}}, 4, extents{4, 2, 6}>;
+  static_assert(!f.moves && f.shape == extents{4, 12});
+  static_assert(f.out == layout(mesh{2, 2, 1}, {{0}, {1}}));
   // StridedSlice: dim 1 cut, dim 0 taken whole keeps its split.
   constexpr strided_slice_layouts s = static_strided_slice_rule<strategy{{2, 4}}, 8, extents{8, 16},
                                                                 index_list{0, 2}, index_list{8, 10},

@@ -32,7 +32,8 @@ struct batch_matmul_op {
   /// The rule on `device_num` devices for inputs of the given global shapes; throws
   /// tessera::error naming the rule broken, the numbers and the strategy:
   /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
-  /// it 1 ways, input 0 2 ways; strategy ((2, 2, 2), (1, 2, 1))".
+  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
+  /// (1, 2, 1))".
   batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
     const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
     if (!s.ok()) {
