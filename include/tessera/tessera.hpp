@@ -36,6 +36,7 @@
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
+#include <tessera/ops/split_check.hpp>
 #include <tessera/ops/batch_matmul_rule.hpp>
 #include <tessera/ops/one_hot_rule.hpp>
 #include <tessera/ops/softmax_axis_rule.hpp>

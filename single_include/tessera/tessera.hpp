@@ -2818,6 +2818,25 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
 }();
 
 }  // namespace tessera
+// ---- tessera/ops/split_check.hpp ----
+// A check the sharding rules share: a strategy's split tuple against an input's shape,
+// every known extent divisible by its number of pieces. Standard library only and
+// constexpr.
+
+
+namespace tessera::detail {
+
+/// Every extent of `shape` that is known divisible by its split in `s` (one entry per
+/// dim): "layout: a tensor dim must be divisible by the product of its splits: dim 1 has
+/// extent 6, split into 4 pieces". Dynamic extents are checked when they are known.
+constexpr status check_divides(const split_tuple& s, const extents& shape) {
+  for (int d = 0; d < shape.ndim && d < s.n; ++d)
+    if (shape.v[d] != dynamic_extent && s.v[d] > 0 && shape.v[d] % s.v[d] != 0)
+      return fail(errc::dim_not_divisible, d, -1, shape.v[d], s.v[d]);
+  return {};
+}
+
+}  // namespace tessera::detail
 // ---- tessera/ops/batch_matmul_rule.hpp ----
 // BatchMatMul's sharding rule: C[..., :, :] = op(A[..., :, :]) op(B[..., :, :]) over
 // batch dims split like an element-wise operator's and a contraction split that leaves
@@ -2851,9 +2870,10 @@ constexpr auto op_cols(const V& v, int n, bool trans) { return trans ? v[n - 2] 
 /// rank (the same batch dims, then a matrix), and one of them has batch dims; the
 /// contraction extents agree; the strategy has one split tuple per input with one
 /// entry per dim, positive splits; both inputs split each batch dim alike (when both
-/// have it) and the contraction dim alike; and the device matrix (batch splits, m, k,
-/// n) divides the device count. Example: A (4, 8, 16), B (4, 16, 8) on 8 devices:
-/// ((2, 2, 2), (2, 2, 1)) is valid; ((2, 2, 2), (1, 2, 1)) splits batch dim 0 unlike A.
+/// have it) and the contraction dim alike; the device matrix (batch splits, m, k, n)
+/// divides the device count; and every extent is divisible by its split.
+/// Example: A (4, 8, 16), B (4, 16, 8) on 8 devices: ((2, 2, 2), (2, 2, 1)) is valid;
+/// ((2, 2, 2), (1, 2, 1)) splits batch dim 0 unlike A.
 constexpr status check_batch_matmul(const strategy& st, int device_num, const extents& a,
                                     const extents& b, bool trans_a = false, bool trans_b = false) {
   if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
@@ -2886,7 +2906,8 @@ constexpr status check_batch_matmul(const strategy& st, int device_num, const ex
   if (device_num % size != 0) return fail(errc::op_device_num, -1, -1, size, device_num);
   const int axes = nb + 3 + (device_num / size > 1 ? 1 : 0);
   if (axes > max_mesh_ndim) return fail(errc::mesh_ndim, -1, -1, axes, max_mesh_ndim);
-  return {};
+  if (status s = detail::check_divides(st.in[0], a); !s.ok()) return s;
+  return detail::check_divides(st.in[1], b);
 }
 
 /// BatchMatMul's rule, as MindSpore's: the device matrix is (batch splits..., m, k, n),
@@ -2987,7 +3008,8 @@ struct one_hot_layouts {
 /// Checks a OneHot strategy on `device_num` devices for indices of shape `indices` and
 /// `depth` classes: MindSpore's form ((b, d), (), ()) (the on and off values are
 /// scalars) or just ((b, d),); one entry per output dim (the indices' dims, then the
-/// depth); positive splits whose product divides the device count; depth >= 0.
+/// depth); positive splits whose product divides the device count; depth >= 0; every
+/// output extent divisible by its split.
 /// Example: indices (16,), depth 8 on 8 devices: ((2, 4),) and ((8, 1), (), ()) are
 /// valid; ((2,),) misses the depth's entry.
 constexpr status check_one_hot(const strategy& st, int device_num, const extents& indices, index_t depth) {
@@ -2999,7 +3021,9 @@ constexpr status check_one_hot(const strategy& st, int device_num, const extents
   if (st.in[0].n != indices.ndim + 1) return fail(errc::one_hot_ndim, -1, -1, st.in[0].n, indices.ndim + 1);
   if (status s = check(st, device_num); !s.ok()) return s;
   if (depth < 0) return fail(errc::one_hot_depth, -1, -1, depth);
-  return {};
+  extents out = indices;
+  out.v[out.ndim++] = depth;
+  return detail::check_divides(st.in[0], out);
 }
 
 /// The rule: the output's layout is strategy_layout's for the strategy's tuple (device
@@ -3055,13 +3079,13 @@ struct softmax_layouts {
 
 /// Checks a Softmax strategy on `device_num` devices for an input of shape `shape`: one
 /// split tuple with one entry per dim, positive splits whose product divides the
-/// device count, and an axis in [-rank, rank).
+/// device count, an axis in [-rank, rank), and every extent divisible by its split.
 constexpr status check_softmax(const strategy& st, int device_num, const extents& shape, int axis) {
   if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
   if (st.in[0].n != shape.ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, shape.ndim);
   if (status s = check(st, device_num); !s.ok()) return s;
   if (axis < -shape.ndim || axis >= shape.ndim) return fail(errc::softmax_axis, -1, -1, axis, shape.ndim);
-  return {};
+  return detail::check_divides(st.in[0], shape);
 }
 
 /// The rule: input and output are strategy_layout's for the split tuple, so a softmax
@@ -3126,13 +3150,6 @@ constexpr int first_dynamic_dim(const extents& shape) {
   for (int d = 0; d < shape.ndim; ++d)
     if (shape.v[d] < 0) return d;
   return -1;
-}
-
-// One input split tuple against a static shape: every split divides its extent.
-constexpr status check_divides(const split_tuple& s, const extents& shape) {
-  for (int d = 0; d < shape.ndim; ++d)
-    if (shape.v[d] % s.v[d] != 0) return fail(errc::dim_not_divisible, d, -1, shape.v[d], s.v[d]);
-  return {};
 }
 
 // The checks every one-input operator of this file starts with: one split tuple with
@@ -3576,8 +3593,8 @@ struct sparse_cross_entropy_layouts {
 
 /// Checks a SparseSoftmaxCrossEntropyWithLogits strategy on `device_num` devices for
 /// logits (B, C) and labels (B,): two split tuples, of two entries and one, positive
-/// splits whose product divides the device count, one label per row, and the labels
-/// split as the rows. Example on 8 devices with logits (16, 8): ((2, 4), (2,)) is
+/// splits whose product divides the device count, one label per row, the labels split
+/// as the rows, and the logits' extents divisible by their splits. Example on 8 devices with logits (16, 8): ((2, 4), (2,)) is
 /// valid; ((2, 4), (4,)) splits the labels unlike the rows.
 constexpr status check_sparse_softmax_cross_entropy(const strategy& st, int device_num,
                                                     const extents& logits, const extents& labels) {
@@ -3591,7 +3608,7 @@ constexpr status check_sparse_softmax_cross_entropy(const strategy& st, int devi
     return fail(errc::sparse_cross_entropy_shapes, -1, -1, labels.v[0], logits.v[0]);
   if (st.in[1].v[0] != st.in[0].v[0])
     return fail(errc::sparse_cross_entropy_split, -1, -1, st.in[1].v[0], st.in[0].v[0]);
-  return {};
+  return detail::check_divides(st.in[0], logits);
 }
 
 /// The rule: the device matrix and the logits' layout are strategy_layout's for the

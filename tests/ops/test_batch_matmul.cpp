@@ -195,6 +195,9 @@ TEST_CASE("batch_matmul: bad strategies and shapes name the rule, the numbers an
   CHECK(text(strategy{{2, 2}, {2, 2, 1}}, a, b) ==
         "batch_matmul: operator: each split tuple has one entry per dim of its input: input 0 has 2 "
         "entries, the input has rank 3; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2), (2, 2, 1))");
+  CHECK(text(strategy{{2, 4, 1}, {2, 1, 1}}, extents{4, 6, 16}, b) ==
+        "batch_matmul: layout: a tensor dim must be divisible by the product of its splits: dim 1 has "
+        "extent 6, split into 4 pieces; shapes (4, 6, 16) and (4, 16, 8), strategy ((2, 4, 1), (2, 1, 1))");
   static_assert(check_batch_matmul(strategy{{2, 2, 2}, {2, 2, 1}}, 8, a, b).ok());
   static_assert(check_batch_matmul(strategy{{2, 2, 2}, {1, 2, 1}}, 8, a, b) ==
                 fail(errc::batch_matmul_batch_split, 0, -1, 1, 2));

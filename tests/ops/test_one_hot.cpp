@@ -101,6 +101,9 @@ TEST_CASE("one_hot: bad strategies, depths and indices give the rule and the num
   CHECK(text(strategy{{2, 4}, {1}, split_tuple{}}, extents{16}, 8) ==
         "one_hot: the on and off values are scalars, with empty split tuples: input 1 has 1 entries; "
         "strategy ((2, 4), (1,), ())");
+  CHECK(text(strategy{{2, 4}}, extents{16}, 6) ==
+        "one_hot: layout: a tensor dim must be divisible by the product of its splits: dim 1 has extent 6, "
+        "split into 4 pieces; strategy ((2, 4),)");
   CHECK(text(strategy{{2, 4}}, extents{16}, -1) == "one_hot: depth must not be negative: depth -1; strategy ((2, 4),)");
   CHECK(text(strategy{{4, 4}}, extents{16}, 8) ==
         "one_hot: strategy: the product of an input's splits must divide the device count: input 0: "

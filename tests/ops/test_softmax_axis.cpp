@@ -103,5 +103,9 @@ TEST_CASE("softmax: bad strategies and axes name the operator, the rule and the 
                        "softmax: strategy: the product of an input's splits must divide the device count: "
                        "input 0: product of splits 3, device count 8; strategy ((3, 1),)",
                        error);
+  CHECK_THROWS_WITH_AS((ops::softmax_op{strategy{{2, 4}}, -1}.rule(8, extents{16, 6})),
+                       "softmax: layout: a tensor dim must be divisible by the product of its splits: dim 1 has "
+                       "extent 6, split into 4 pieces; strategy ((2, 4),)",
+                       error);
   static_assert(check_softmax(strategy{{2, 4}}, 8, extents{16, 8}, -3) == fail(errc::softmax_axis, -1, -1, -3, 2));
 }

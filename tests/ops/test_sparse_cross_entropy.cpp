@@ -112,6 +112,10 @@ TEST_CASE("sparse_softmax_cross_entropy: bad labels, strategies and shapes give 
                        "sparse_softmax_cross_entropy: operator: each split tuple has one entry per dim of its input: "
                        "input 1 has 2 entries, the input has rank 1; strategy ((2, 4), (2, 1))",
                        error);
+  CHECK_THROWS_WITH_AS((ops::sparse_softmax_cross_entropy_op{strategy{{2, 4}, {2}}}.rule(8, extents{16, 6}, t)),
+                       "sparse_softmax_cross_entropy: layout: a tensor dim must be divisible by the product of its "
+                       "splits: dim 1 has extent 6, split into 4 pieces; strategy ((2, 4), (2,))",
+                       error);
   mpi_communicator world = mpi_communicator::world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();

@@ -8,6 +8,7 @@
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/split_check.hpp>
 
 namespace tessera {
 
@@ -36,9 +37,10 @@ constexpr auto op_cols(const V& v, int n, bool trans) { return trans ? v[n - 2] 
 /// rank (the same batch dims, then a matrix), and one of them has batch dims; the
 /// contraction extents agree; the strategy has one split tuple per input with one
 /// entry per dim, positive splits; both inputs split each batch dim alike (when both
-/// have it) and the contraction dim alike; and the device matrix (batch splits, m, k,
-/// n) divides the device count. Example: A (4, 8, 16), B (4, 16, 8) on 8 devices:
-/// ((2, 2, 2), (2, 2, 1)) is valid; ((2, 2, 2), (1, 2, 1)) splits batch dim 0 unlike A.
+/// have it) and the contraction dim alike; the device matrix (batch splits, m, k, n)
+/// divides the device count; and every extent is divisible by its split.
+/// Example: A (4, 8, 16), B (4, 16, 8) on 8 devices: ((2, 2, 2), (2, 2, 1)) is valid;
+/// ((2, 2, 2), (1, 2, 1)) splits batch dim 0 unlike A.
 constexpr status check_batch_matmul(const strategy& st, int device_num, const extents& a,
                                     const extents& b, bool trans_a = false, bool trans_b = false) {
   if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
@@ -71,7 +73,8 @@ constexpr status check_batch_matmul(const strategy& st, int device_num, const ex
   if (device_num % size != 0) return fail(errc::op_device_num, -1, -1, size, device_num);
   const int axes = nb + 3 + (device_num / size > 1 ? 1 : 0);
   if (axes > max_mesh_ndim) return fail(errc::mesh_ndim, -1, -1, axes, max_mesh_ndim);
-  return {};
+  if (status s = detail::check_divides(st.in[0], a); !s.ok()) return s;
+  return detail::check_divides(st.in[1], b);
 }
 
 /// BatchMatMul's rule, as MindSpore's: the device matrix is (batch splits..., m, k, n),

@@ -8,6 +8,7 @@
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/split_check.hpp>
 
 namespace tessera {
 
@@ -25,7 +26,8 @@ struct one_hot_layouts {
 /// Checks a OneHot strategy on `device_num` devices for indices of shape `indices` and
 /// `depth` classes: MindSpore's form ((b, d), (), ()) (the on and off values are
 /// scalars) or just ((b, d),); one entry per output dim (the indices' dims, then the
-/// depth); positive splits whose product divides the device count; depth >= 0.
+/// depth); positive splits whose product divides the device count; depth >= 0; every
+/// output extent divisible by its split.
 /// Example: indices (16,), depth 8 on 8 devices: ((2, 4),) and ((8, 1), (), ()) are
 /// valid; ((2,),) misses the depth's entry.
 constexpr status check_one_hot(const strategy& st, int device_num, const extents& indices, index_t depth) {
@@ -37,7 +39,9 @@ constexpr status check_one_hot(const strategy& st, int device_num, const extents
   if (st.in[0].n != indices.ndim + 1) return fail(errc::one_hot_ndim, -1, -1, st.in[0].n, indices.ndim + 1);
   if (status s = check(st, device_num); !s.ok()) return s;
   if (depth < 0) return fail(errc::one_hot_depth, -1, -1, depth);
-  return {};
+  extents out = indices;
+  out.v[out.ndim++] = depth;
+  return detail::check_divides(st.in[0], out);
 }
 
 /// The rule: the output's layout is strategy_layout's for the strategy's tuple (device

@@ -14,6 +14,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
+#include <tessera/ops/split_check.hpp>
 
 namespace tessera {
 
@@ -40,13 +41,6 @@ constexpr int first_dynamic_dim(const extents& shape) {
   for (int d = 0; d < shape.ndim; ++d)
     if (shape.v[d] < 0) return d;
   return -1;
-}
-
-// One input split tuple against a static shape: every split divides its extent.
-constexpr status check_divides(const split_tuple& s, const extents& shape) {
-  for (int d = 0; d < shape.ndim; ++d)
-    if (shape.v[d] % s.v[d] != 0) return fail(errc::dim_not_divisible, d, -1, shape.v[d], s.v[d]);
-  return {};
 }
 
 // The checks every one-input operator of this file starts with: one split tuple with

@@ -8,6 +8,7 @@
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/split_check.hpp>
 
 namespace tessera {
 
@@ -23,13 +24,13 @@ struct softmax_layouts {
 
 /// Checks a Softmax strategy on `device_num` devices for an input of shape `shape`: one
 /// split tuple with one entry per dim, positive splits whose product divides the
-/// device count, and an axis in [-rank, rank).
+/// device count, an axis in [-rank, rank), and every extent divisible by its split.
 constexpr status check_softmax(const strategy& st, int device_num, const extents& shape, int axis) {
   if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
   if (st.in[0].n != shape.ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, shape.ndim);
   if (status s = check(st, device_num); !s.ok()) return s;
   if (axis < -shape.ndim || axis >= shape.ndim) return fail(errc::softmax_axis, -1, -1, axis, shape.ndim);
-  return {};
+  return detail::check_divides(st.in[0], shape);
 }
 
 /// The rule: input and output are strategy_layout's for the split tuple, so a softmax

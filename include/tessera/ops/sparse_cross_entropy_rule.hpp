@@ -8,6 +8,7 @@
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/split_check.hpp>
 
 namespace tessera {
 
@@ -27,8 +28,8 @@ struct sparse_cross_entropy_layouts {
 
 /// Checks a SparseSoftmaxCrossEntropyWithLogits strategy on `device_num` devices for
 /// logits (B, C) and labels (B,): two split tuples, of two entries and one, positive
-/// splits whose product divides the device count, one label per row, and the labels
-/// split as the rows. Example on 8 devices with logits (16, 8): ((2, 4), (2,)) is
+/// splits whose product divides the device count, one label per row, the labels split
+/// as the rows, and the logits' extents divisible by their splits. Example on 8 devices with logits (16, 8): ((2, 4), (2,)) is
 /// valid; ((2, 4), (4,)) splits the labels unlike the rows.
 constexpr status check_sparse_softmax_cross_entropy(const strategy& st, int device_num,
                                                     const extents& logits, const extents& labels) {
@@ -42,7 +43,7 @@ constexpr status check_sparse_softmax_cross_entropy(const strategy& st, int devi
     return fail(errc::sparse_cross_entropy_shapes, -1, -1, labels.v[0], logits.v[0]);
   if (st.in[1].v[0] != st.in[0].v[0])
     return fail(errc::sparse_cross_entropy_split, -1, -1, st.in[1].v[0], st.in[0].v[0]);
-  return {};
+  return detail::check_divides(st.in[0], logits);
 }
 
 /// The rule: the device matrix and the logits' layout are strategy_layout's for the
