@@ -36,6 +36,13 @@
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
+#include <tessera/ops/split_check.hpp>
+#include <tessera/ops/batch_matmul_rule.hpp>
+#include <tessera/ops/one_hot_rule.hpp>
+#include <tessera/ops/softmax_axis_rule.hpp>
+#include <tessera/ops/shape_rule.hpp>
+#include <tessera/ops/argmax_rule.hpp>
+#include <tessera/ops/sparse_cross_entropy_rule.hpp>
 
 // io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
 // (standard library only)
@@ -65,8 +72,15 @@
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/softmax.hpp>
+#include <tessera/ops/batch_matmul.hpp>
+#include <tessera/ops/one_hot.hpp>
+#include <tessera/ops/softmax_axis.hpp>
+#include <tessera/ops/shape.hpp>
+#include <tessera/ops/argmax.hpp>
+#include <tessera/ops/sparse_cross_entropy.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
+#include <tessera/autodiff/losses.hpp>
 #endif
 
 // data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch

@@ -105,7 +105,54 @@ namespace tessera {
   X(cross_entropy_shapes, "softmax_cross_entropy: logits and labels must have the same shape",      \
     "dim {dim}: labels has extent {a}, logits {b}")                                                 \
   X(cross_entropy_split, "softmax_cross_entropy: logits and labels must be split alike",            \
-    "dim {dim}: labels split {a} ways, logits {b} ways")
+    "dim {dim}: labels split {a} ways, logits {b} ways")                                            \
+  X(batch_matmul_no_batch, "batch_matmul: at least one input must have batch dims (rank 3 or more)", \
+    "inputs have ranks {a} and {b}")                                                                \
+  X(batch_matmul_rank, "batch_matmul: an input has rank 2 (shared by every batch entry) or the "    \
+                       "output's rank", "input {dim} has rank {a}, the output {b}")                  \
+  X(batch_matmul_batch_shape, "batch_matmul: both inputs must have the same batch dims",            \
+    "dim {dim}: input 1 has extent {a}, input 0 {b}")                                               \
+  X(batch_matmul_contraction_shape, "batch_matmul: the contraction dims of both inputs must have "  \
+                                    "the same extent", "input 0 has {a}, input 1 {b}")             \
+  X(batch_matmul_batch_split, "batch_matmul: both inputs must split each batch dim alike",          \
+    "dim {dim}: input 1 splits it {a} ways, input 0 {b} ways")                                      \
+  X(batch_matmul_contraction, "batch_matmul: both inputs must split the contraction dim into the "  \
+                              "same number of pieces", "input 0 splits it {a} ways, input 1 {b} ways") \
+  X(one_hot_inputs, "one_hot: a strategy is ((output splits),) or ((output splits), (), ())",       \
+    "{a} split tuples")                                                                             \
+  X(one_hot_value_split, "one_hot: the on and off values are scalars, with empty split tuples",     \
+    "input {dim} has {a} entries")                                                                  \
+  X(one_hot_ndim, "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,)", \
+    "{a} entries for an output of rank {b}")                                                        \
+  X(one_hot_depth, "one_hot: depth must not be negative", "depth {a}")                              \
+  X(softmax_axis, "softmax: the axis must name a dim of the input", "axis {a}, input rank {b}")     \
+  X(transpose_perm_size, "transpose: perm must have one entry per input dim",                       \
+    "perm has {a} entries, the input has rank {b}")                                                 \
+  X(transpose_perm, "transpose: perm must be a permutation of the input's dims",                    \
+    "entry {dim} is {a}, input rank {b}")                                                           \
+  X(reshape_target, "reshape: each target dim must be non-negative, or -1 (inferred) for one dim",  \
+    "dim {dim} is {a}")                                                                             \
+  X(reshape_size, "reshape: the target shape must have the input's number of elements",             \
+    "the input has {a} elements, the target {b}")                                                   \
+  X(slice_lengths, "strided_slice: begin, end and strides must have the same length (strides may "  \
+                   "be empty)", "begin has {a} entries, end or strides {b}")                        \
+  X(slice_rank, "strided_slice: begin must not name more dims than the input has",                  \
+    "{a} entries, input rank {b}")                                                                  \
+  X(slice_stride, "strided_slice: a stride must not be 0", "dim {dim}")                             \
+  X(concat_inputs, "concat: needs between 1 and max_strategy_inputs inputs", "{a} inputs")          \
+  X(concat_axis, "concat: the axis must name a dim of the inputs", "axis {a}, input rank {b}")      \
+  X(concat_rank, "concat: every input must have input 0's rank", "input {dim} has rank {a}, input 0 {b}") \
+  X(concat_shapes, "concat: the inputs' dims other than the axis must agree",                       \
+    "input {dim}, dim {axis}: extent {a}, input 0 {b}")                                             \
+  X(concat_split_mismatch, "concat: every input must be split alike",                               \
+    "input {dim}, dim {axis}: split {a}, input 0 {b}")                                              \
+  X(concat_axis_split, "concat: the concat axis cannot be split", "input {dim} splits dim {axis} {a} ways") \
+  X(sparse_cross_entropy_rank, "sparse_softmax_cross_entropy: logits must have rank 2 (batch, "     \
+                               "classes) and labels rank 1 (batch)", "input {dim} has rank {a}")   \
+  X(sparse_cross_entropy_shapes, "sparse_softmax_cross_entropy: labels must have one entry per row " \
+                                 "of the logits", "labels has {a} entries, logits {b} rows")        \
+  X(sparse_cross_entropy_split, "sparse_softmax_cross_entropy: labels must be split as the logits' " \
+                                "batch dim", "labels split {a} ways, the logits' batch dim {b} ways")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {
@@ -2783,6 +2830,834 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
   detail::static_require<s>();
   if constexpr (s.ok()) return softmax_cross_entropy_rule(St, DeviceNum, Logits);
   else return cross_entropy_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/split_check.hpp ----
+// A check the sharding rules share: a strategy's split tuple against an input's shape,
+// every known extent divisible by its number of pieces. Standard library only and
+// constexpr.
+
+
+namespace tessera::detail {
+
+/// Every extent of `shape` that is known divisible by its split in `s` (one entry per
+/// dim): "layout: a tensor dim must be divisible by the product of its splits: dim 1 has
+/// extent 6, split into 4 pieces". Dynamic extents are checked when they are known.
+constexpr status check_divides(const split_tuple& s, const extents& shape) {
+  for (int d = 0; d < shape.ndim && d < s.n; ++d)
+    if (shape.v[d] != dynamic_extent && s.v[d] > 0 && shape.v[d] % s.v[d] != 0)
+      return fail(errc::dim_not_divisible, d, -1, shape.v[d], s.v[d]);
+  return {};
+}
+
+}  // namespace tessera::detail
+// ---- tessera/ops/batch_matmul_rule.hpp ----
+// BatchMatMul's sharding rule: C[..., :, :] = op(A[..., :, :]) op(B[..., :, :]) over
+// batch dims split like an element-wise operator's and a contraction split that leaves
+// partial sums, as MatMul's. Standard library only and constexpr.
+
+
+namespace tessera {
+
+/// The layouts of C = batch_matmul(A, B, transpose_a, transpose_b).
+struct batch_matmul_layouts {
+  mesh dev;        ///< (batch splits..., m, k, n), or (replicas, batch splits..., m, k, n)
+  layout a, b;     ///< the inputs as the local products need them
+  layout c;        ///< the output: partial sums over the k axis when the contraction is split
+  layout grad_a;   ///< A's layout, partial over the n axis (and the batch axes when A is shared)
+  layout grad_b;   ///< B's layout, partial over the m axis (and the batch axes when B is shared)
+  extents shape;   ///< C's global shape (batch..., m, n)
+  int batch = 0;   ///< number of batch dims
+  friend constexpr bool operator==(const batch_matmul_layouts&, const batch_matmul_layouts&) = default;
+};
+
+namespace detail {
+// (rows, cols) of op(X) for the last two dims of a split tuple or a shape.
+template <class V>
+constexpr auto op_rows(const V& v, int n, bool trans) { return trans ? v[n - 1] : v[n - 2]; }
+template <class V>
+constexpr auto op_cols(const V& v, int n, bool trans) { return trans ? v[n - 2] : v[n - 1]; }
+}  // namespace detail
+
+/// Checks a BatchMatMul strategy on `device_num` devices for inputs of shapes `a` and
+/// `b`. Each input has rank 2 (a matrix shared by every batch entry) or the output's
+/// rank (the same batch dims, then a matrix), and one of them has batch dims; the
+/// contraction extents agree; the strategy has one split tuple per input with one
+/// entry per dim, positive splits; both inputs split each batch dim alike (when both
+/// have it) and the contraction dim alike; the device matrix (batch splits, m, k, n)
+/// divides the device count; and every extent is divisible by its split.
+/// Example: A (4, 8, 16), B (4, 16, 8) on 8 devices: ((2, 2, 2), (2, 2, 1)) is valid;
+/// ((2, 2, 2), (1, 2, 1)) splits batch dim 0 unlike A.
+constexpr status check_batch_matmul(const strategy& st, int device_num, const extents& a,
+                                    const extents& b, bool trans_a = false, bool trans_b = false) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  const int rank = a.ndim > b.ndim ? a.ndim : b.ndim;
+  if (rank < 3) return fail(errc::batch_matmul_no_batch, -1, -1, a.ndim, b.ndim);
+  const extents* in[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i)
+    if (in[i]->ndim != 2 && in[i]->ndim != rank) return fail(errc::batch_matmul_rank, i, -1, in[i]->ndim, rank);
+  for (int i = 0; i < 2; ++i)
+    if (st.in[i].n != in[i]->ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i]->ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  const int nb = rank - 2;
+  if (a.ndim == rank && b.ndim == rank)
+    for (int d = 0; d < nb; ++d)
+      if (a.v[d] != b.v[d] && a.v[d] != dynamic_extent && b.v[d] != dynamic_extent)
+        return fail(errc::batch_matmul_batch_shape, d, -1, b.v[d], a.v[d]);
+  const index_t ka = detail::op_cols(a.v, a.ndim, trans_a), kb = detail::op_rows(b.v, b.ndim, trans_b);
+  if (ka != kb && ka != dynamic_extent && kb != dynamic_extent)
+    return fail(errc::batch_matmul_contraction_shape, -1, -1, ka, kb);
+  if (a.ndim == rank && b.ndim == rank)
+    for (int d = 0; d < nb; ++d)
+      if (st.in[1].v[d] != st.in[0].v[d])
+        return fail(errc::batch_matmul_batch_split, d, -1, st.in[1].v[d], st.in[0].v[d]);
+  const int sk_a = detail::op_cols(st.in[0].v, a.ndim, trans_a);
+  const int sk_b = detail::op_rows(st.in[1].v, b.ndim, trans_b);
+  if (sk_a != sk_b) return fail(errc::batch_matmul_contraction, -1, -1, sk_a, sk_b);
+  const split_tuple& batched = a.ndim == rank ? st.in[0] : st.in[1];
+  int size = detail::op_rows(st.in[0].v, a.ndim, trans_a) * sk_a * detail::op_cols(st.in[1].v, b.ndim, trans_b);
+  for (int d = 0; d < nb; ++d) size *= batched.v[d];
+  if (device_num % size != 0) return fail(errc::op_device_num, -1, -1, size, device_num);
+  const int axes = nb + 3 + (device_num / size > 1 ? 1 : 0);
+  if (axes > max_mesh_ndim) return fail(errc::mesh_ndim, -1, -1, axes, max_mesh_ndim);
+  if (status s = detail::check_divides(st.in[0], a); !s.ok()) return s;
+  return detail::check_divides(st.in[1], b);
+}
+
+/// BatchMatMul's rule, as MindSpore's: the device matrix is (batch splits..., m, k, n),
+/// preceded by a replica axis when it uses fewer devices than there are. A batched
+/// input's batch dims are split by the batch axes; a shared (rank-2) input is
+/// replicated over them. The matrix dims follow MatMul's rule: A (m, k), B (k, n)
+/// (swapped for a transposed operand), C (batch..., m, n) partial over the k axis when
+/// it is split. A shared input's gradient sums over the batch, so it is also partial
+/// over the batch axes that split it.
+/// Example: A (4, 8, 16), B (4, 16, 8) with ((2, 2, 2), (2, 2, 1)) on 8 devices ->
+/// device matrix (2, 2, 2, 1); A split (0, 1, 2), B (0, 2, 3), C (0, 1, 3) partial
+/// over axis 2.
+/// @pre check_batch_matmul(st, device_num, a, b, trans_a, trans_b).ok()
+constexpr batch_matmul_layouts batch_matmul_rule(const strategy& st, int device_num, const extents& a,
+                                                 const extents& b, bool trans_a = false,
+                                                 bool trans_b = false) {
+  batch_matmul_layouts r;
+  const int rank = a.ndim > b.ndim ? a.ndim : b.ndim;
+  const int nb = rank - 2;
+  r.batch = nb;
+  const bool a_batched = a.ndim == rank, b_batched = b.ndim == rank;
+  const split_tuple& batched = a_batched ? st.in[0] : st.in[1];
+  const int m = detail::op_rows(st.in[0].v, a.ndim, trans_a);
+  const int k = detail::op_cols(st.in[0].v, a.ndim, trans_a);
+  const int n = detail::op_cols(st.in[1].v, b.ndim, trans_b);
+  split_tuple dm;  // the device matrix without replicas
+  dm.n = nb + 3;
+  for (int d = 0; d < nb; ++d) dm.v[d] = batched.v[d];
+  dm.v[nb] = m;
+  dm.v[nb + 1] = k;
+  dm.v[nb + 2] = n;
+  const layout full = strategy_layout(dm, device_num);
+  r.dev = full.dev;
+  const int first = r.dev.ndim - dm.n;
+  const int am = first + nb, ak = am + 1, an = am + 2;
+  r.a = layout::replicated(r.dev, a.ndim);
+  r.b = layout::replicated(r.dev, b.ndim);
+  r.c = layout::replicated(r.dev, rank);
+  for (int d = 0; d < nb; ++d) {
+    if (a_batched) r.a.split[d] = axis_list{first + d};
+    if (b_batched) r.b.split[d] = axis_list{first + d};
+    r.c.split[d] = axis_list{first + d};
+  }
+  r.a.split[a.ndim - 2] = axis_list{trans_a ? ak : am};
+  r.a.split[a.ndim - 1] = axis_list{trans_a ? am : ak};
+  r.b.split[b.ndim - 2] = axis_list{trans_b ? an : ak};
+  r.b.split[b.ndim - 1] = axis_list{trans_b ? ak : an};
+  r.c.split[rank - 2] = axis_list{am};
+  r.c.split[rank - 1] = axis_list{an};
+  if (k > 1) r.c = r.c.with_partial(ak);
+  axis_list batch_axes;  // the batch axes that split something
+  for (int d = 0; d < nb; ++d)
+    if (batched.v[d] > 1) batch_axes.push_back(first + d);
+  r.grad_a = r.a;
+  if (n > 1) r.grad_a = r.grad_a.with_partial(an);
+  if (!a_batched && !batch_axes.empty()) r.grad_a = r.grad_a.with_partial(batch_axes);
+  r.grad_b = r.b;
+  if (m > 1) r.grad_b = r.grad_b.with_partial(am);
+  if (!b_batched && !batch_axes.empty()) r.grad_b = r.grad_b.with_partial(batch_axes);
+  r.shape.ndim = rank;
+  const extents& bs = a_batched ? a : b;
+  for (int d = 0; d < nb; ++d) r.shape.v[d] = bs.v[d];
+  r.shape.v[rank - 2] = detail::op_rows(a.v, a.ndim, trans_a);
+  r.shape.v[rank - 1] = detail::op_cols(b.v, b.ndim, trans_b);
+  return r;
+}
+
+/// The rule for a static strategy and shapes; an invalid one fails to compile with the
+/// rule it breaks as the message.
+template <strategy St, int DeviceNum, extents A, extents B, bool TransA = false, bool TransB = false>
+inline constexpr batch_matmul_layouts static_batch_matmul_rule = [] {
+  constexpr status s = check_batch_matmul(St, DeviceNum, A, B, TransA, TransB);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return batch_matmul_rule(St, DeviceNum, A, B, TransA, TransB);
+  else return batch_matmul_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/one_hot_rule.hpp ----
+// OneHot's sharding rule: indices (...) -> (..., depth), the strategy splitting the
+// output, i.e. the indices' dims and optionally the depth. Standard library only and
+// constexpr.
+
+
+namespace tessera {
+
+/// The layouts of y = one_hot(indices, depth, on, off).
+struct one_hot_layouts {
+  mesh dev;            ///< the output's split tuple, or (replicas, ...)
+  layout indices;      ///< the output's layout without its depth dim (replicated over the depth axis)
+  layout out;          ///< split by the strategy: (..., depth)
+  extents shape;       ///< the output's global shape: indices.shape + (depth,)
+  int depth_axis = 0;  ///< the device-matrix axis that splits the depth
+  int depth_split = 1; ///< into how many pieces the depth is cut
+  friend constexpr bool operator==(const one_hot_layouts&, const one_hot_layouts&) = default;
+};
+
+/// Checks a OneHot strategy on `device_num` devices for indices of shape `indices` and
+/// `depth` classes: MindSpore's form ((b, d), (), ()) (the on and off values are
+/// scalars) or just ((b, d),); one entry per output dim (the indices' dims, then the
+/// depth); positive splits whose product divides the device count; depth >= 0; every
+/// output extent divisible by its split.
+/// Example: indices (16,), depth 8 on 8 devices: ((2, 4),) and ((8, 1), (), ()) are
+/// valid; ((2,),) misses the depth's entry.
+constexpr status check_one_hot(const strategy& st, int device_num, const extents& indices, index_t depth) {
+  if (st.n != 1 && st.n != 3) return fail(errc::one_hot_inputs, -1, -1, st.n);
+  for (int i = 1; i < st.n; ++i)
+    if (st.in[i].n != 0) return fail(errc::one_hot_value_split, i, -1, st.in[i].n);
+  if (indices.ndim + 1 > max_tensor_ndim)
+    return fail(errc::layout_ndim, -1, -1, indices.ndim + 1, max_tensor_ndim);
+  if (st.in[0].n != indices.ndim + 1) return fail(errc::one_hot_ndim, -1, -1, st.in[0].n, indices.ndim + 1);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (depth < 0) return fail(errc::one_hot_depth, -1, -1, depth);
+  extents out = indices;
+  out.v[out.ndim++] = depth;
+  return detail::check_divides(st.in[0], out);
+}
+
+/// The rule: the output's layout is strategy_layout's for the strategy's tuple (device
+/// matrix (b, d), or (replicas, b, d)); the indices are split as the output's leading
+/// dims and replicated over the depth axis, so each rank writes the columns of its
+/// piece of the depth. No communication.
+/// Example: ((2, 4),) on 8 devices, indices (16,), depth 8 -> device matrix (2, 4);
+/// indices split by axis 0; the output's (8, 2) shards split rows by axis 0 and
+/// columns by axis 1.
+/// @pre check_one_hot(st, device_num, indices, depth).ok()
+constexpr one_hot_layouts one_hot_rule(const strategy& st, int device_num, const extents& indices,
+                                       index_t depth) {
+  one_hot_layouts r;
+  r.out = strategy_layout(st.in[0], device_num);
+  r.dev = r.out.dev;
+  r.indices = layout::replicated(r.dev, indices.ndim);
+  for (int d = 0; d < indices.ndim; ++d) r.indices.split[d] = r.out.split[d];
+  r.depth_axis = r.out.split[indices.ndim].v[0];
+  r.depth_split = st.in[0].v[indices.ndim];
+  r.shape = indices;
+  r.shape.v[r.shape.ndim++] = depth;
+  return r;
+}
+
+/// The rule for a static strategy, shape and depth; an invalid one fails to compile with
+/// the rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Indices, index_t Depth>
+inline constexpr one_hot_layouts static_one_hot_rule = [] {
+  constexpr status s = check_one_hot(St, DeviceNum, Indices, Depth);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return one_hot_rule(St, DeviceNum, Indices, Depth);
+  else return one_hot_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/softmax_axis_rule.hpp ----
+// The sharding rule of Softmax and LogSoftmax along one axis: the input's split tuple
+// gives the layouts; a split softmax axis is allowed, its row max and row sums then
+// combine across the axis group. Standard library only and constexpr.
+
+
+namespace tessera {
+
+/// The layouts of y = softmax(x, axis) or log_softmax(x, axis).
+struct softmax_layouts {
+  mesh dev;         ///< the input's split tuple, or (replicas, ...)
+  layout in;        ///< the input, split by the strategy
+  layout out;       ///< the output (and the input's gradient): as the input
+  int axis = 0;     ///< the softmax dim, in [0, rank)
+  axis_list group;  ///< the mesh axes that split the softmax dim (empty: no communication)
+  friend constexpr bool operator==(const softmax_layouts&, const softmax_layouts&) = default;
+};
+
+/// Checks a Softmax strategy on `device_num` devices for an input of shape `shape`: one
+/// split tuple with one entry per dim, positive splits whose product divides the
+/// device count, an axis in [-rank, rank), and every extent divisible by its split.
+constexpr status check_softmax(const strategy& st, int device_num, const extents& shape, int axis) {
+  if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
+  if (st.in[0].n != shape.ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, shape.ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (axis < -shape.ndim || axis >= shape.ndim) return fail(errc::softmax_axis, -1, -1, axis, shape.ndim);
+  return detail::check_divides(st.in[0], shape);
+}
+
+/// The rule: input and output are strategy_layout's for the split tuple, so a softmax
+/// needs no communication unless its axis is split; then each rank's partial row max
+/// and row sums combine over `group` (an all-reduce of one value per row each).
+/// Example: (2, 4) on 8 devices, axis -1 -> device matrix (2, 4); rows split by axis 0,
+/// the softmax dim by axis 1: group {1}.
+/// @pre check_softmax(st, device_num, shape, axis).ok()
+constexpr softmax_layouts softmax_rule(const strategy& st, int device_num, const extents& shape, int axis) {
+  softmax_layouts r;
+  r.in = strategy_layout(st.in[0], device_num);
+  r.out = r.in;
+  r.dev = r.in.dev;
+  r.axis = axis < 0 ? axis + shape.ndim : axis;
+  if (st.in[0].v[r.axis] > 1) r.group = r.in.split[r.axis];
+  return r;
+}
+
+/// The rule for a static strategy, shape and axis; an invalid one fails to compile with
+/// the rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Shape, int Axis = -1>
+inline constexpr softmax_layouts static_softmax_rule = [] {
+  constexpr status s = check_softmax(St, DeviceNum, Shape, Axis);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return softmax_rule(St, DeviceNum, Shape, Axis);
+  else return softmax_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/shape_rule.hpp ----
+// The sharding rules of the data-movement operators: Transpose (permutes the layout),
+// Reshape and Flatten (keep shards in place where the split dims survive), StridedSlice
+// (slices unsplit dims locally) and Concat (along an unsplit axis). Standard library
+// only and constexpr.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+
+namespace tessera {
+
+/// A list of indices, e.g. a slice's begin {0, 2}. A structural type.
+struct index_list {
+  int n = 0;
+  std::array<index_t, max_tensor_ndim> v{};
+
+  constexpr index_list() = default;
+  constexpr index_list(std::initializer_list<index_t> values) {
+    for (index_t x : values) {
+      if (n < max_tensor_ndim) v[n] = x;
+      ++n;
+    }
+  }
+  constexpr int size() const { return n; }
+  constexpr index_t operator[](int i) const { return v[i]; }
+  friend constexpr bool operator==(const index_list&, const index_list&) = default;
+};
+
+namespace detail {
+// The first dim of `shape` whose extent is not known, or -1.
+constexpr int first_dynamic_dim(const extents& shape) {
+  for (int d = 0; d < shape.ndim; ++d)
+    if (shape.v[d] < 0) return d;
+  return -1;
+}
+
+// The checks every one-input operator of this file starts with: one split tuple with
+// one entry per dim, positive splits dividing the device count, a shape whose
+// extents are known and divisible by the splits.
+constexpr status check_one_input(const strategy& st, int device_num, const extents& shape) {
+  if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
+  if (st.in[0].n != shape.ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, shape.ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (const int d = first_dynamic_dim(shape); d >= 0) return fail(errc::negative_extent, d, -1, shape.v[d]);
+  return check_divides(st.in[0], shape);
+}
+}  // namespace detail
+
+// ---- Transpose -----------------------------------------------------------------------
+
+/// The layouts of y = transpose(x, perm): y.shape[d] = x.shape[perm[d]].
+struct transpose_layouts {
+  mesh dev;       ///< the input's split tuple, or (replicas, ...)
+  layout in;      ///< the input (and its gradient), split by the strategy
+  layout out;     ///< dim d split as the input's dim perm[d]: the same shards, permuted
+  dim_list perm;  ///< perm with negative entries resolved
+  extents shape;  ///< the output's global shape
+  friend constexpr bool operator==(const transpose_layouts&, const transpose_layouts&) = default;
+};
+
+/// Checks a Transpose strategy on `device_num` devices for an input of shape `shape`:
+/// the one-input checks, and perm a permutation of the dims (negative entries count
+/// from the end).
+constexpr status check_transpose(const strategy& st, int device_num, const extents& shape,
+                                 const dim_list& perm) {
+  if (status s = detail::check_one_input(st, device_num, shape); !s.ok()) return s;
+  if (perm.n != shape.ndim) return fail(errc::transpose_perm_size, -1, -1, perm.n, shape.ndim);
+  unsigned seen = 0;
+  for (int d = 0; d < perm.n; ++d) {
+    const int p = perm.v[d] < 0 ? perm.v[d] + shape.ndim : perm.v[d];
+    if (p < 0 || p >= shape.ndim || (seen >> p & 1u)) return fail(errc::transpose_perm, d, -1, perm.v[d], shape.ndim);
+    seen |= 1u << p;
+  }
+  return {};
+}
+
+/// The rule: the output's dim d is split by the mesh axes that split the input's dim
+/// perm[d]. Every rank keeps its elements: zero communication, a local transpose.
+/// Example: (2, 4) on 8 devices, perm (1, 0) -> device matrix (2, 4); x split rows by
+/// axis 0 and columns by axis 1; y rows by axis 1 and columns by axis 0.
+/// @pre check_transpose(st, device_num, shape, perm).ok()
+constexpr transpose_layouts transpose_rule(const strategy& st, int device_num, const extents& shape,
+                                           const dim_list& perm) {
+  transpose_layouts r;
+  r.in = strategy_layout(st.in[0], device_num);
+  r.dev = r.in.dev;
+  r.out = r.in;
+  r.perm = perm;
+  r.shape = shape;
+  for (int d = 0; d < shape.ndim; ++d) {
+    const int p = perm.v[d] < 0 ? perm.v[d] + shape.ndim : perm.v[d];
+    r.perm.v[d] = p;
+    r.out.split[d] = r.in.split[p];
+    r.shape.v[d] = shape.v[p];
+  }
+  return r;
+}
+
+/// The rule for a static strategy, shape and perm; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, dim_list Perm>
+inline constexpr transpose_layouts static_transpose_rule = [] {
+  constexpr status s = check_transpose(St, DeviceNum, Shape, Perm);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return transpose_rule(St, DeviceNum, Shape, Perm);
+  else return transpose_layouts{};
+}();
+
+// ---- Reshape and Flatten -----------------------------------------------------------
+
+/// The layouts of y = reshape(x, target).
+struct reshape_layouts {
+  mesh dev;           ///< the input's split tuple, or (replicas, ...)
+  layout in;          ///< the layout the local reshape reads (and the input's gradient)
+  layout out;         ///< the output: the same shards, seen in the target shape
+  extents shape;      ///< the target with its -1 resolved
+  bool moves = false; ///< in differs from the strategy's layout: x is redistributed first
+  friend constexpr bool operator==(const reshape_layouts&, const reshape_layouts&) = default;
+};
+
+/// `target` with its one -1 entry (dynamic_extent) inferred from the element count of
+/// `shape`. @pre check_reshape passed
+constexpr extents reshape_target(const extents& shape, const extents& target) {
+  extents t = target;
+  index_t known = 1;
+  int infer = -1;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.v[d] == -1) infer = d;
+    else known *= t.v[d];
+  }
+  if (infer >= 0) t.v[infer] = known == 0 ? 0 : shape.size() / known;
+  return t;
+}
+
+/// Checks a Reshape strategy on `device_num` devices for an input of shape `shape`
+/// reshaped to `target` (MindSpore's Reshape: one entry may be -1, inferred): the
+/// one-input checks, target entries non-negative but for at most one -1, and the same
+/// number of elements.
+constexpr status check_reshape(const strategy& st, int device_num, const extents& shape,
+                               const extents& target) {
+  if (status s = detail::check_one_input(st, device_num, shape); !s.ok()) return s;
+  if (target.ndim < 0 || target.ndim > max_tensor_ndim)
+    return fail(errc::layout_ndim, -1, -1, target.ndim, max_tensor_ndim);
+  int inferred = 0;
+  index_t known = 1;
+  for (int d = 0; d < target.ndim; ++d) {
+    const index_t t = target.v[d];
+    if (t < -1 || (t == -1 && inferred++ > 0)) return fail(errc::reshape_target, d, -1, t);
+    if (t >= 0) known *= t;
+  }
+  const index_t n = shape.size();
+  if (inferred ? (known == 0 || n % known != 0) : known != n) return fail(errc::reshape_size, -1, -1, n, known);
+  return {};
+}
+
+/// The Reshape rule. Input and target dims (extent-1 dims aside) fall into groups of
+/// equal products: the finest alignment of the two shapes ((4, 6) -> (2, 2, 6) has
+/// the groups (4) -> (2, 2) and (6) -> (6)). A rank's shard stays in place when, in
+/// each group, only the first input dim is split (s pieces, s dividing the first
+/// target dim of the group): its elements are then a contiguous run of the group, the
+/// same run as the target's first dim split s ways. So the output splits each group's
+/// first target dim by the axes that split the group's first input dim.
+/// Otherwise the input is redistributed first (`moves`), to the layout where the group's
+/// axes (major first) split its first input dim, as many of them as divide both first
+/// dims (an AllToAll moves a split from a later dim of the group); an axis that does
+/// not fit is gathered.
+/// Examples on 8 devices: (16, 6) -> (2, 8, 6) with (4, 2): groups (16) -> (2, 8) and
+/// (6) -> (6); axis 0 (4 pieces) does not divide 2, so it is gathered: in [-, 1], out
+/// [-, -, 1], moves. (4, 6) -> (24,) with (2, 1) (device matrix (4, 2, 1)): out [1],
+/// no move. (4, 6) -> (24,) with (1, 2) (device matrix (4, 1, 2)): the split moves to
+/// dim 0 (in [1.2, -], one AllToAll; axis 1 has size 1), out [2].
+/// @pre check_reshape(st, device_num, shape, target).ok()
+constexpr reshape_layouts reshape_rule(const strategy& st, int device_num, const extents& shape,
+                                       const extents& target) {
+  reshape_layouts r;
+  const layout base = strategy_layout(st.in[0], device_num);
+  r.dev = base.dev;
+  r.shape = reshape_target(shape, target);
+  // Axes of size 1 move no data: they stay where the strategy put them.
+  r.in = base;
+  r.out = layout::replicated(r.dev, r.shape.ndim);
+  if (shape.size() == 0) {  // no elements: nothing to keep in place
+    for (int d = 0; d < shape.ndim; ++d) r.in.split[d] = axis_list{};
+    r.moves = !(r.in == base);
+    return r;
+  }
+  const extents& s = shape;
+  const extents& t = r.shape;
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < s.ndim && s.v[i] == 1) ++i;
+    while (j < t.ndim && t.v[j] == 1) ++j;
+    if (i >= s.ndim || j >= t.ndim) break;
+    const int gi = i, gj = j;
+    index_t pi = s.v[i++], pj = t.v[j++];
+    while (pi != pj) {
+      if (pi < pj) pi *= s.v[i++];
+      else pj *= t.v[j++];
+    }
+    axis_list kept;  // the group's axes (size > 1) that fit its first dims, major first
+    index_t pieces = 1;
+    for (int d = gi; d < i; ++d) {
+      axis_list ones;
+      for (int k = 0; k < base.split[d].n; ++k) {
+        const int a = base.split[d].v[k];
+        const index_t next = pieces * r.dev.dims[a];
+        if (r.dev.dims[a] == 1) ones.push_back(a);
+        else if (s.v[gi] % next == 0 && t.v[gj] % next == 0) {
+          kept.push_back(a);
+          pieces = next;
+        }
+      }
+      r.in.split[d] = ones;
+    }
+    for (int k = 0; k < kept.n; ++k) r.in.split[gi].push_back(kept.v[k]);
+    r.out.split[gj] = (i - gi == 1 && j - gj == 1) ? r.in.split[gi] : kept;
+  }
+  r.moves = !(r.in == base);
+  return r;
+}
+
+/// The rule for a static strategy, shape and target; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, extents Target>
+inline constexpr reshape_layouts static_reshape_rule = [] {
+  constexpr status s = check_reshape(St, DeviceNum, Shape, Target);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return reshape_rule(St, DeviceNum, Shape, Target);
+  else return reshape_layouts{};
+}();
+
+/// Flatten's target for an input of shape `shape`: (shape[0], the product of the rest),
+/// MindSpore's Flatten (the batch dim kept). A rank-0 input gives (1,).
+constexpr extents flatten_target(const extents& shape) {
+  if (shape.ndim == 0) return extents{1};
+  index_t rest = 1;
+  for (int d = 1; d < shape.ndim; ++d) rest *= shape.v[d];
+  return extents{shape.v[0], rest};
+}
+
+/// Flatten's rule for a static strategy and shape: Reshape's, to flatten_target(Shape).
+template <strategy St, int DeviceNum, extents Shape>
+inline constexpr reshape_layouts static_flatten_rule = static_reshape_rule<St, DeviceNum, Shape, flatten_target(Shape)>;
+
+// ---- StridedSlice ------------------------------------------------------------------
+
+/// The layouts of y = strided_slice(x, begin, end, strides).
+struct strided_slice_layouts {
+  mesh dev;            ///< the input's split tuple, or (replicas, ...)
+  layout in;           ///< the strategy's layout with the cut dims unsplit (and the gradient's)
+  layout out;          ///< as `in`: every split dim is taken whole, so it keeps its split
+  extents shape;       ///< the slice's global shape
+  unsigned cut = 0;    ///< bit d set: dim d is not taken whole (sliced on every rank alike)
+  bool moves = false;  ///< the strategy split a cut dim: x is redistributed (gathered) first
+  friend constexpr bool operator==(const strided_slice_layouts&, const strided_slice_layouts&) = default;
+};
+
+/// One dim of a slice with Python semantics: `count` elements from `start`, `step` apart.
+struct slice_range {
+  index_t start = 0, step = 1, count = 0;
+  friend constexpr bool operator==(const slice_range&, const slice_range&) = default;
+};
+
+/// Python's x[b:e:s] on a dim of extent n: negative begin or end count from the end and
+/// both are clamped to the dim, so INT64_MAX (INT64_MIN for a negative step) means "to
+/// the end". Example: n 6, b 4, e -7, s -2 gives start 4, step -2, count 3 (4, 2, 0).
+/// @pre s != 0
+constexpr slice_range python_slice(index_t n, index_t b, index_t e, index_t s) {
+  const index_t lo = s > 0 ? 0 : -1, hi = s > 0 ? n : n - 1;
+  auto place = [&](index_t i) {
+    const index_t k = i < 0 ? (i < -n ? lo : i + n) : i;
+    return k < lo ? lo : (k > hi ? hi : k);
+  };
+  const index_t first = place(b), last = place(e);
+  const index_t span = s > 0 ? last - first : first - last, step = s > 0 ? s : -s;
+  return slice_range{first, s, span > 0 ? (span + step - 1) / step : 0};
+}
+
+/// Checks a StridedSlice strategy on `device_num` devices for an input of shape `shape`:
+/// the one-input checks; begin, end and strides (or no strides: all 1) of the same
+/// length, at most the input's rank (later dims are taken whole); no stride 0.
+constexpr status check_strided_slice(const strategy& st, int device_num, const extents& shape,
+                                     const index_list& begin, const index_list& end,
+                                     const index_list& strides) {
+  if (status s = detail::check_one_input(st, device_num, shape); !s.ok()) return s;
+  if (end.n != begin.n) return fail(errc::slice_lengths, -1, -1, begin.n, end.n);
+  if (strides.n != 0 && strides.n != begin.n) return fail(errc::slice_lengths, -1, -1, begin.n, strides.n);
+  if (begin.n > shape.ndim) return fail(errc::slice_rank, -1, -1, begin.n, shape.ndim);
+  for (int d = 0; d < strides.n; ++d)
+    if (strides.v[d] == 0) return fail(errc::slice_stride, d);
+  return {};
+}
+
+/// The StridedSlice rule: a dim taken whole (start 0, step 1, every element) keeps the
+/// strategy's split, and each rank slices nothing there; any other dim is cut, which
+/// needs the whole dim on every rank: a cut dim that the strategy splits is gathered
+/// first (`moves`), as MindSpore's redistribution would. The output keeps the input's
+/// splits (a whole dim keeps its extent, so they still divide).
+/// Example: (8, 16) with (2, 4) on 8 devices, begin (0, 2), end (8, 10), strides (1, 2):
+/// dim 0 whole, dim 1 cut; in [0, -], out (8, 4) [0, -].
+/// @pre check_strided_slice(st, device_num, shape, begin, end, strides).ok()
+constexpr strided_slice_layouts strided_slice_rule(const strategy& st, int device_num, const extents& shape,
+                                                   const index_list& begin, const index_list& end,
+                                                   const index_list& strides) {
+  strided_slice_layouts r;
+  const layout base = strategy_layout(st.in[0], device_num);
+  r.dev = base.dev;
+  r.in = base;
+  r.shape = shape;
+  for (int d = 0; d < begin.n; ++d) {
+    const slice_range sr = python_slice(shape.v[d], begin.v[d], end.v[d], strides.n ? strides.v[d] : 1);
+    r.shape.v[d] = sr.count;
+    if (!(sr.start == 0 && sr.step == 1 && sr.count == shape.v[d])) {
+      r.cut |= 1u << d;
+      r.in.split[d] = axis_list{};
+    }
+  }
+  r.out = r.in;
+  r.moves = !(r.in == base);
+  return r;
+}
+
+/// The rule for a static strategy, shape and slice; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, index_list Begin, index_list End,
+          index_list Strides = index_list{}>
+inline constexpr strided_slice_layouts static_strided_slice_rule = [] {
+  constexpr status s = check_strided_slice(St, DeviceNum, Shape, Begin, End, Strides);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return strided_slice_rule(St, DeviceNum, Shape, Begin, End, Strides);
+  else return strided_slice_layouts{};
+}();
+
+// ---- Concat ------------------------------------------------------------------------
+
+/// The layouts of y = concat((x0, x1, ...), axis).
+struct concat_layouts {
+  mesh dev;       ///< the inputs' split tuple, or (replicas, ...)
+  layout in;      ///< every input (and its gradient), split by the strategy
+  layout out;     ///< as the inputs: the concat axis is unsplit, the others keep their splits
+  extents shape;  ///< the output's global shape
+  int axis = 0;   ///< the concat axis, in [0, rank)
+  friend constexpr bool operator==(const concat_layouts&, const concat_layouts&) = default;
+};
+
+/// Checks a Concat strategy on `device_num` devices for inputs of the given shapes: 1 to
+/// max_strategy_inputs inputs of one rank, agreeing on every dim but the axis; one split
+/// tuple per input, one entry per dim, positive splits whose product divides the device
+/// count; the axis unsplit and every input split alike (MindSpore's Concat).
+/// Example: (8, 4) and (8, 12) along axis 1 on 8 devices: ((8, 1), (8, 1)) is valid;
+/// ((2, 4), (2, 4)) splits the concat axis.
+constexpr status check_concat(const strategy& st, int device_num, const shape_list& shapes, int axis) {
+  if (shapes.n < 1 || shapes.n > max_strategy_inputs) return fail(errc::concat_inputs, -1, -1, shapes.n);
+  if (st.n != shapes.n) return fail(errc::op_inputs, -1, -1, st.n, shapes.n);
+  const int rank = shapes.v[0].ndim;
+  for (int i = 1; i < shapes.n; ++i)
+    if (shapes.v[i].ndim != rank) return fail(errc::concat_rank, i, -1, shapes.v[i].ndim, rank);
+  for (int i = 0; i < st.n; ++i)
+    if (st.in[i].n != rank) return fail(errc::op_input_ndim, i, -1, st.in[i].n, rank);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (axis < -rank || axis >= rank) return fail(errc::concat_axis, -1, -1, axis, rank);
+  const int ax = axis < 0 ? axis + rank : axis;
+  for (int i = 1; i < shapes.n; ++i)
+    for (int d = 0; d < rank; ++d)
+      if (d != ax && shapes.v[i].v[d] != shapes.v[0].v[d])
+        return fail(errc::concat_shapes, i, d, shapes.v[i].v[d], shapes.v[0].v[d]);
+  for (int i = 0; i < st.n; ++i)
+    if (st.in[i].v[ax] != 1) return fail(errc::concat_axis_split, i, ax, st.in[i].v[ax]);
+  for (int i = 1; i < st.n; ++i)
+    for (int d = 0; d < rank; ++d)
+      if (st.in[i].v[d] != st.in[0].v[d])
+        return fail(errc::concat_split_mismatch, i, d, st.in[i].v[d], st.in[0].v[d]);
+  return {};
+}
+
+/// The Concat rule: inputs and output in strategy_layout's layout of the (shared) split
+/// tuple; the concat axis is whole on every rank, so each rank concatenates its shards.
+/// No communication.
+/// Example: (8, 4) and (8, 12) along axis 1 with ((2, 1), (2, 1)) on 8 devices ->
+/// device matrix (4, 2, 1); rows split by axis 1; y (8, 16) split alike.
+/// @pre check_concat(st, device_num, shapes, axis).ok()
+constexpr concat_layouts concat_rule(const strategy& st, int device_num, const shape_list& shapes, int axis) {
+  concat_layouts r;
+  r.in = strategy_layout(st.in[0], device_num);
+  r.out = r.in;
+  r.dev = r.in.dev;
+  r.axis = axis < 0 ? axis + shapes.v[0].ndim : axis;
+  r.shape = shapes.v[0];
+  for (int i = 1; i < shapes.n; ++i) r.shape.v[r.axis] += shapes.v[i].v[r.axis];
+  return r;
+}
+
+/// The rule for a static strategy, shapes and axis; an invalid one fails to compile.
+template <strategy St, int DeviceNum, shape_list Shapes, int Axis>
+inline constexpr concat_layouts static_concat_rule = [] {
+  constexpr status s = check_concat(St, DeviceNum, Shapes, Axis);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return concat_rule(St, DeviceNum, Shapes, Axis);
+  else return concat_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/argmax_rule.hpp ----
+// ArgMax's sharding rule: the index of the maximum along one axis, as a reduction over
+// that axis whose partial results (a maximum and its index per rank) the operator
+// resolves itself, so the output holds whole indices. Standard library only and
+// constexpr.
+
+
+namespace tessera {
+
+/// The layouts of y = argmax(x, axis).
+struct argmax_layouts {
+  mesh dev;         ///< the input's split tuple, or (replicas, ...)
+  layout in;        ///< the input, split by the strategy
+  layout out;       ///< the kept dims keep their axes; replicated over the axis group
+  extents shape;    ///< the input's shape without the axis
+  int axis = 0;     ///< the reduced dim, in [0, rank)
+  axis_list group;  ///< the mesh axes that split the axis (empty: no communication)
+  friend constexpr bool operator==(const argmax_layouts&, const argmax_layouts&) = default;
+};
+
+/// Checks an ArgMax strategy: the reduction's checks (reduce_rule.hpp) for the one dim
+/// `axis`.
+constexpr status check_argmax(const strategy& st, int device_num, const extents& shape, int axis) {
+  return check_reduce(st, device_num, shape, dim_list{axis});
+}
+
+/// The rule: reduce_rule's for a ReduceMax over `axis` without keep_dims, the output's
+/// partial state resolved: when the axis is split, the ranks of `group` combine their
+/// maxima and then the smallest global index that attains the maximum.
+/// Example: (2, 4) on 8 devices, axis -1 -> device matrix (2, 4); x split rows by axis
+/// 0 and columns by axis 1; y (B,) split by axis 0, group {1}.
+/// @pre check_argmax(st, device_num, shape, axis).ok()
+constexpr argmax_layouts argmax_rule(const strategy& st, int device_num, const extents& shape, int axis) {
+  const reduce_layouts rr = reduce_rule(st, device_num, shape, dim_list{axis}, false, reduce_op::max);
+  argmax_layouts r;
+  r.dev = rr.dev;
+  r.in = rr.in;
+  r.out = rr.out.without_partial();
+  r.shape = rr.shape;
+  r.axis = axis < 0 ? axis + shape.ndim : axis;
+  if (st.in[0].v[r.axis] > 1) r.group = r.in.split[r.axis];
+  return r;
+}
+
+/// The rule for a static strategy, shape and axis; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, int Axis = -1>
+inline constexpr argmax_layouts static_argmax_rule = [] {
+  constexpr status s = check_argmax(St, DeviceNum, Shape, Axis);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return argmax_rule(St, DeviceNum, Shape, Axis);
+  else return argmax_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/sparse_cross_entropy_rule.hpp ----
+// The sharding rule of SparseSoftmaxCrossEntropyWithLogits: logits (B, C) split by
+// ((b, c), (b,)), labels (B,) integer class indices split as the logits' rows; the
+// output is the per-sample loss (B,). Standard library only and constexpr.
+
+
+namespace tessera {
+
+/// The layouts of loss = sparse_softmax_cross_entropy(logits, labels).
+struct sparse_cross_entropy_layouts {
+  mesh dev;             ///< the device matrix: (b, c), or (replicas, b, c)
+  layout logits;        ///< rows split by the batch axis, classes by the class axis
+  layout labels;        ///< (B,): split by the batch axis, replicated over the class axis
+  layout out;           ///< the loss (B,): as the labels
+  extents shape;        ///< the loss' global shape (B,)
+  int batch_axis = 0;   ///< the device-matrix axis that splits the rows
+  int class_axis = 1;   ///< the device-matrix axis that splits the classes
+  int class_split = 1;  ///< c: > 1 when row max and row sums combine across class_axis
+  friend constexpr bool operator==(const sparse_cross_entropy_layouts&,
+                                   const sparse_cross_entropy_layouts&) = default;
+};
+
+/// Checks a SparseSoftmaxCrossEntropyWithLogits strategy on `device_num` devices for
+/// logits (B, C) and labels (B,): two split tuples, of two entries and one, positive
+/// splits whose product divides the device count, one label per row, the labels split
+/// as the rows, and the logits' extents divisible by their splits. Example on 8 devices with logits (16, 8): ((2, 4), (2,)) is
+/// valid; ((2, 4), (4,)) splits the labels unlike the rows.
+constexpr status check_sparse_softmax_cross_entropy(const strategy& st, int device_num,
+                                                    const extents& logits, const extents& labels) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  if (logits.ndim != 2) return fail(errc::sparse_cross_entropy_rank, 0, -1, logits.ndim);
+  if (labels.ndim != 1) return fail(errc::sparse_cross_entropy_rank, 1, -1, labels.ndim);
+  if (st.in[0].n != 2) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, 2);
+  if (st.in[1].n != 1) return fail(errc::op_input_ndim, 1, -1, st.in[1].n, 1);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (labels.v[0] != logits.v[0] && labels.v[0] != dynamic_extent && logits.v[0] != dynamic_extent)
+    return fail(errc::sparse_cross_entropy_shapes, -1, -1, labels.v[0], logits.v[0]);
+  if (st.in[1].v[0] != st.in[0].v[0])
+    return fail(errc::sparse_cross_entropy_split, -1, -1, st.in[1].v[0], st.in[0].v[0]);
+  return detail::check_divides(st.in[0], logits);
+}
+
+/// The rule: the device matrix and the logits' layout are strategy_layout's for the
+/// logits' split tuple (b, c); labels and loss are split by the batch axis and
+/// replicated over the class axis. When the classes are split, each rank of a class
+/// group holds the label of its rows, and the one holding that class contributes the
+/// label's logit to the row sums combined over the group: every rank of it gets the
+/// full loss of its rows.
+/// Example: ((2, 2), (2,)) on 8 devices -> device matrix (2, 2, 2); logits split rows
+/// by axis 1 and classes by axis 2; labels and loss split by axis 1.
+/// @pre check_sparse_softmax_cross_entropy(st, device_num, logits, labels).ok()
+constexpr sparse_cross_entropy_layouts sparse_softmax_cross_entropy_rule(const strategy& st, int device_num,
+                                                                         const extents& logits) {
+  sparse_cross_entropy_layouts r;
+  r.logits = strategy_layout(st.in[0], device_num);
+  r.dev = r.logits.dev;
+  r.batch_axis = r.dev.ndim - 2;
+  r.class_axis = r.dev.ndim - 1;
+  r.class_split = st.in[0].v[1];
+  r.labels = layout::replicated(r.dev, 1);
+  r.labels.split[0] = axis_list{r.batch_axis};
+  r.out = r.labels;
+  r.shape = extents{logits.v[0]};
+  return r;
+}
+
+/// The rule for a static strategy and shapes; an invalid one fails to compile with the
+/// rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Logits, extents Labels>
+inline constexpr sparse_cross_entropy_layouts static_sparse_softmax_cross_entropy_rule = [] {
+  constexpr status s = check_sparse_softmax_cross_entropy(St, DeviceNum, Logits, Labels);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return sparse_softmax_cross_entropy_rule(St, DeviceNum, Logits);
+  else return sparse_cross_entropy_layouts{};
 }();
 
 }  // namespace tessera
@@ -8541,7 +9416,7 @@ tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const 
 
 }  // namespace tessera::ops
 // ---- tessera/ops/reduce.hpp ----
-// Sharded reductions: ReduceSum, ReduceMean and ReduceMax over a list of dims, with
+// Sharded reductions: ReduceSum, ReduceMean, ReduceMax and ReduceMin over a list of dims, with
 // keep_dims, and their backward. The sharding rule is ops/reduce_rule.hpp, the local
 // math the tensors' device's backend (kernels/backend.hpp). A split reduced dim leaves
 // the output partial.
@@ -8554,7 +9429,7 @@ tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const 
 namespace tessera::ops {
 
 /// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))`
-/// applied over `dims`. How is sum, mean or max.
+/// applied over `dims`. How is sum, mean, max or min.
 template <reduce_op How>
 struct reduction_op {
   strategy st;
@@ -8585,6 +9460,7 @@ struct reduction_op {
 using reduce_sum_op = reduction_op<reduce_op::sum>;
 using reduce_mean_op = reduction_op<reduce_op::mean>;
 using reduce_max_op = reduction_op<reduce_op::max>;
+using reduce_min_op = reduction_op<reduce_op::min>;
 
 namespace detail {
 
@@ -8604,6 +9480,10 @@ tensor_on<T, D> reduce_forward(const reduction_op<How>& op, const tensor_on<T, D
   const std::vector<int> axes = reduced_axes(r, x.ndim());
   if constexpr (How == reduce_op::max) {
     return tensor_on<T, D>(r.out, r.shape, ctx.rank(), K::reduce_max(lx->local(), axes, op.keep_dims));
+  } else if constexpr (How == reduce_op::min) {
+    // min(x) = -max(-x), exactly (negation is exact): no second kernel per device.
+    return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                           K::neg(K::reduce_max(K::neg(lx->local()), axes, op.keep_dims)));
   } else {
     auto s = K::reduce_sum(lx->local(), axes, op.keep_dims);
     // The global count: the partial terms add up to the mean.
@@ -8704,6 +9584,30 @@ tensor_on<T, D> reduce_max_backward(const reduce_max_op& op, const tensor_on<T, 
                                               op.keep_dims));
 }
 
+/// The minimum of x over op.dims: the output is partial (min) over the mesh axes of
+/// split reduced dims.
+template <class T, class D, class C>
+tensor_on<T, D> reduce_min(const reduce_min_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// dx of y = reduce_min(x), given dy and the forward output y (any layouts), with ties
+/// split as in reduce_max_backward. min(x) = -max(-x) and the gradient is linear in dy,
+/// so this is reduce_max_backward of dy at -x and -y (negation is exact: the same ties).
+template <class T, class D, class C>
+tensor_on<T, D> reduce_min_backward(const reduce_min_op& op, const tensor_on<T, D>& dy,
+                                    const tensor_on<T, D>& x, const tensor_on<T, D>& y,
+                                    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  // Resolved first: a negated partial minimum would be a partial maximum.
+  const auto lx = in_layout(x, r.in, ctx);
+  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
+  const tensor_on<T, D> nx(lx->layout(), x.global_shape(), ctx.rank(), K::neg(lx->local()));
+  const tensor_on<T, D> ny(ly->layout(), y.global_shape(), ctx.rank(), K::neg(ly->local()));
+  return reduce_max_backward(reduce_max_op{op.st, op.dims, op.keep_dims}, dy, nx, ny, ctx);
+}
+
 }  // namespace tessera::ops
 // ---- tessera/ops/softmax.hpp ----
 // Sharded SoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C) against
@@ -8802,6 +9706,848 @@ tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& o
   const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
   return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
                          kernels::backend<D>::ce_grad(lg->local(), lx->local(), lt->local(), st.m, st.s));
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/batch_matmul.hpp ----
+// Sharded BatchMatMul: the sharding rule (ops/batch_matmul_rule.hpp), the local batched
+// product (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
+// redistributed first, by the cheapest plan.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::ops {
+
+/// BatchMatMul with a shard strategy, as `BatchMatMul(transpose_a, transpose_b).shard(st)`:
+/// A (batch..., m, k) times B (batch..., k, n), either of them possibly a plain matrix
+/// shared by every batch entry; the strategy splits every dim of each input.
+struct batch_matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  static constexpr std::string_view name() { return "batch_matmul"; }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
+  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
+  /// (1, 2, 1))".
+  batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
+    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
+      throw error(s, own ? std::string_view{} : name(),
+                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
+    }
+    return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
+  }
+};
+
+namespace detail {
+
+// A shard seen as the kernels' rank 2 or 3: leading batch dims folded into one (a
+// row-major copy only when there are several of them).
+template <class T>
+class batched_view {
+ public:
+  explicit batched_view(const xt::xarray<T>& x) : x_(&x) {
+    if (x.dimension() <= 3) return;
+    std::size_t b = 1;
+    for (std::size_t d = 0; d + 2 < x.dimension(); ++d) b *= x.shape()[d];
+    folded_ = x;
+    folded_->reshape({b, x.shape()[x.dimension() - 2], x.shape()[x.dimension() - 1]});
+  }
+  const xt::xarray<T>& operator*() const { return folded_ ? *folded_ : *x_; }
+
+ private:
+  const xt::xarray<T>* x_;
+  std::optional<xt::xarray<T>> folded_;
+};
+
+}  // namespace detail
+
+/// C = op(A) op(B) for every batch entry, on this rank's shards. A and B are
+/// redistributed to the rule's layouts if they are not in them; C comes back in the
+/// rule's output layout, partial over the contraction axis when the strategy splits it.
+template <class T, class C>
+dist_tensor<T> batch_matmul(const batch_matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                            device_context<C>& ctx) {
+  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const detail::batched_view<T> va(la->local()), vb(lb->local());
+  return dist_tensor<T>(r.c, r.shape, ctx.rank(),
+                        kernels::cpu::batch_matmul(*va, *vb, op.trans_a, op.trans_b));
+}
+
+/// The gradients of C = batch_matmul(A, B) given dC (any layout of C's shape; partial
+/// sums are resolved first): dA in the rule's grad_a layout, dB in grad_b. A shared
+/// input's gradient is summed over the batch entries this rank holds, and partial over
+/// the batch axes.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matmul_op& op,
+                                                                const dist_tensor<T>& dc,
+                                                                const dist_tensor<T>& a,
+                                                                const dist_tensor<T>& b,
+                                                                device_context<C>& ctx) {
+  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  if (!(dc.global_shape() == r.shape))
+    throw error("batch_matmul_backward: dc is " + to_string(dc.global_shape()) + ", expected " +
+                to_string(r.shape));
+  const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const detail::batched_view<T> vdc(ldc->local()), va(la->local()), vb(lb->local());
+  namespace k = kernels::cpu;
+  return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
+                         k::batch_matmul_grad_a(*vdc, *va, *vb, op.trans_a, op.trans_b)),
+          dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
+                         k::batch_matmul_grad_b(*vdc, *va, *vb, op.trans_a, op.trans_b))};
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/one_hot.hpp ----
+// Sharded OneHot: the sharding rule (ops/one_hot_rule.hpp) and the local kernel
+// (kernels/cpu/softmax.hpp's one_hot) on each rank's piece of the depth. Indices in
+// other layouts are redistributed first. Indices are integers, so there is no backward.
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace tessera::ops {
+
+/// OneHot with a shard strategy, as `OneHot().shard(((2, 4), (), ()))` applied with
+/// `depth` classes (axis -1: the depth is the output's last dim).
+struct one_hot_op {
+  strategy st;
+  index_t depth = 0;
+
+  static constexpr std::string_view name() { return "one_hot"; }
+
+  /// The rule on `device_num` devices for indices of global shape `indices`; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
+  /// 1 entries for an output of rank 2; strategy ((2,),)".
+  one_hot_layouts rule(int device_num, const extents& indices) const {
+    const status s = check_one_hot(st, device_num, indices, depth);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("one_hot");
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return one_hot_rule(st, device_num, indices, depth);
+  }
+};
+
+/// indices (any layout, integer or integer-valued floating point) -> indices.shape +
+/// (depth,): `on` where the last index equals the index, `off` elsewhere; an index
+/// outside [0, depth) gives a row of `off` (-1 marks padding). Each rank writes its
+/// piece of the depth from the indices it holds: no communication beyond bringing the
+/// indices to the rule's layout. Throws on a non-integer index: "one_hot: index 2.5 at
+/// local position 3 is not an integer".
+template <class T, class I, class C>
+dist_tensor<T> one_hot(const one_hot_op& op, const dist_tensor<I>& indices, T on, T off,
+                       device_context<C>& ctx) {
+  const one_hot_layouts r = op.rule(ctx.size(), indices.global_shape());
+  const auto li = in_layout(indices, r.indices, ctx);
+  const index_t local_depth = op.depth / r.depth_split;
+  const index_t first = group_index(r.dev, axis_list{r.depth_axis}, ctx.rank()) * local_depth;
+  const xt::xarray<I>& idx = li->local();
+  xt::xarray<std::int64_t> shifted = xt::xarray<std::int64_t>::from_shape(idx.shape());
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    const I v = idx.data()[i];
+    if constexpr (std::floating_point<I>) {
+      if (!(std::floor(v) == v)) {
+        std::ostringstream text;
+        text << "one_hot: index " << v << " at local position " << i << " is not an integer";
+        throw error(text.str());
+      }
+    }
+    const auto k = std::int64_t(v);
+    // Outside [0, depth) stays outside after the shift, so it gives a row of `off`.
+    shifted.data()[i] = k >= 0 && k < op.depth ? k - first : std::int64_t(-1);
+  }
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::one_hot<T>(shifted, local_depth, on, off));
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/softmax_axis.hpp ----
+// Sharded Softmax and LogSoftmax along one axis, and their backwards. The sharding
+// rule is ops/softmax_axis_rule.hpp; the single-process reference kernels/cpu/softmax.hpp.
+// With the softmax axis split, the row max and the row sums combine across the axis
+// group (two all-reduces of one value per row), as softmax_cross_entropy does.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// Softmax (Log = false) or LogSoftmax (Log = true) along `axis` with a shard strategy,
+/// as `Softmax(axis).shard(((2, 4),))`.
+template <bool Log>
+struct softmax_axis_op {
+  strategy st;
+  int axis = -1;
+
+  static constexpr std::string_view name() { return Log ? "log_softmax" : "softmax"; }
+
+  /// The rule on `device_num` devices for an input of global shape `shape`; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "log_softmax: softmax: the axis must name a dim of the input: axis 2, input rank 2;
+  /// strategy ((2, 4),)".
+  softmax_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_softmax(st, device_num, shape, axis);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return softmax_rule(st, device_num, shape, axis);
+  }
+};
+
+using softmax_op = softmax_axis_op<false>;
+using log_softmax_op = softmax_axis_op<true>;
+
+namespace detail {
+
+// Calls f(row, base) for every vector along the axis of a shard (row = o * inner + i).
+template <class F>
+void for_each_row(const kernels::cpu::detail::axis_view& v, F&& f) {
+  for (std::size_t o = 0; o < v.outer; ++o)
+    for (std::size_t i = 0; i < v.inner; ++i) f(o * v.inner + i, o * v.n * v.inner + i);
+}
+
+// Sums `acc` over the softmax axis group (nothing when the axis is not split).
+template <class T, class C>
+void sum_over_group(const softmax_layouts& r, std::vector<T>& acc, reduce_op how, device_context<C>& ctx) {
+  if (!r.group.empty()) ctx.on(r.dev).group(r.group).all_reduce(std::span<T>(acc), how);
+}
+
+template <bool Log, class T, class C>
+dist_tensor<T> softmax_axis_forward(const softmax_axis_op<Log>& op, const dist_tensor<T>& x,
+                                    device_context<C>& ctx) {
+  const softmax_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  const xt::xarray<T>& px = lx->local();
+  namespace kd = kernels::cpu::detail;
+  const kd::axis_view v = kd::view_around(op.name(), px.shape(), r.axis);
+  const std::size_t rows = v.outer * v.inner;
+  // The GLOBAL row max, then the global sum of exp(x - max), as the kernel computes them.
+  std::vector<T> max(rows, -std::numeric_limits<T>::infinity()), sum(rows, T(0));
+  const T* p = px.data();
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) max[row] = std::max(max[row], p[b + j * v.inner]);
+  });
+  sum_over_group(r, max, reduce_op::max, ctx);
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) sum[row] += std::exp(p[b + j * v.inner] - max[row]);
+  });
+  sum_over_group(r, sum, reduce_op::sum, ctx);
+  auto y = kd::empty_array<T>(px.shape());
+  T* o = y.data();
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    if constexpr (Log) {
+      const T lse = max[row] + std::log(sum[row]);
+      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = p[b + j * v.inner] - lse;
+    } else {
+      const T inv = T(1) / sum[row];
+      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = std::exp(p[b + j * v.inner] - max[row]) * inv;
+    }
+  });
+  return dist_tensor<T>(r.out, x.global_shape(), ctx.rank(), std::move(y));
+}
+
+template <bool Log, class T, class C>
+dist_tensor<T> softmax_axis_backward(const softmax_axis_op<Log>& op, const dist_tensor<T>& dy,
+                                     const dist_tensor<T>& y, device_context<C>& ctx) {
+  const softmax_layouts r = op.rule(ctx.size(), y.global_shape());
+  if (!(dy.global_shape() == y.global_shape()))
+    throw error(std::string(op.name()) + "_backward: dy is " + to_string(dy.global_shape()) +
+                ", expected " + to_string(y.global_shape()) + ", the shape of y");
+  const auto ldy = in_layout(dy, r.out, ctx), ly = in_layout(y, r.out, ctx);
+  const xt::xarray<T>& g = ldy->local();
+  const xt::xarray<T>& py = ly->local();
+  namespace kd = kernels::cpu::detail;
+  const kd::axis_view v = kd::view_around(std::string(op.name()) + "_backward", py.shape(), r.axis);
+  // softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy).
+  std::vector<T> acc(v.outer * v.inner, T(0));
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) {
+      const std::size_t at = b + j * v.inner;
+      acc[row] += Log ? g.data()[at] : g.data()[at] * py.data()[at];
+    }
+  });
+  sum_over_group(r, acc, reduce_op::sum, ctx);
+  auto dx = kd::empty_array<T>(py.shape());
+  T* o = dx.data();
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) {
+      const std::size_t at = b + j * v.inner;
+      if constexpr (Log) o[at] = g.data()[at] - std::exp(py.data()[at]) * acc[row];
+      else o[at] = py.data()[at] * (g.data()[at] - acc[row]);
+    }
+  });
+  return dist_tensor<T>(r.in, y.global_shape(), ctx.rank(), std::move(dx));
+}
+
+}  // namespace detail
+
+/// exp(x) / sum(exp(x)) along op.axis, on this rank's shard (x in any layout; brought to
+/// the rule's). Computed around the GLOBAL max of each vector: no exp overflows. The
+/// output has the input's rule layout.
+template <class T, class C>
+dist_tensor<T> softmax(const softmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::softmax_axis_forward(op, x, ctx);
+}
+
+/// x - logsumexp(x) along op.axis (see softmax); accurate where softmax underflows.
+template <class T, class C>
+dist_tensor<T> log_softmax(const log_softmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::softmax_axis_forward(op, x, ctx);
+}
+
+/// dx of y = softmax(x) given dy and the forward output y (any layouts of x's shape):
+/// dx = y (dy - sum(dy y, axis)), in the rule's input layout.
+template <class T, class C>
+dist_tensor<T> softmax_backward(const softmax_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& y,
+                                device_context<C>& ctx) {
+  return detail::softmax_axis_backward(op, dy, y, ctx);
+}
+
+/// dx of y = log_softmax(x) given dy and y: dx = dy - exp(y) sum(dy, axis).
+template <class T, class C>
+dist_tensor<T> log_softmax_backward(const log_softmax_op& op, const dist_tensor<T>& dy,
+                                    const dist_tensor<T>& y, device_context<C>& ctx) {
+  return detail::softmax_axis_backward(op, dy, y, ctx);
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/shape.hpp ----
+// Sharded data-movement operators: Transpose, Reshape, Flatten, StridedSlice and Concat,
+// and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels
+// kernels/cpu/shape.hpp. Inputs in other layouts are redistributed first.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+namespace detail {
+// Throws the rule's error, prefixed with the operator's name unless the rule's text
+// already starts with it.
+inline void require_rule(const status& s, std::string_view op, const strategy& st) {
+  if (s.ok()) return;
+  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
+  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
+}
+
+template <class T>
+void require_dy(std::string_view fn, const dist_tensor<T>& dy, const extents& expected) {
+  if (!(dy.global_shape() == expected))
+    throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
+                to_string(expected));
+}
+
+template <class T>
+xt::xarray<T> copy_of(const xt::xarray<T>& x) {
+  return x;
+}
+}  // namespace detail
+
+// ---- Transpose -----------------------------------------------------------------------
+
+/// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
+/// applied with `perm`.
+struct transpose_op {
+  strategy st;
+  dim_list perm;
+
+  static constexpr std::string_view name() { return "transpose"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
+  /// rank 2; strategy ((2, 4),)".
+  transpose_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
+    return transpose_rule(st, device_num, shape, perm);
+  }
+  std::vector<int> perm_vector(const transpose_layouts& r) const {
+    return std::vector<int>(r.perm.v.begin(), r.perm.v.begin() + r.perm.n);
+  }
+};
+
+/// y = x permuted by op.perm, on this rank's shard: the output's layout is the input's,
+/// permuted, so no data moves between ranks (x in another layout is redistributed first).
+template <class T, class C>
+dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::transpose(lx->local(), op.perm_vector(r)));
+}
+
+/// dx of y = transpose(x, perm): dy (any layout of y's shape) transposed back, in the
+/// rule's input layout.
+template <class T, class C>
+dist_tensor<T> transpose_backward(const transpose_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                  device_context<C>& ctx) {
+  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+                        kernels::cpu::transpose_grad(ldy->local(), op.perm_vector(r)));
+}
+
+// ---- Reshape and Flatten -----------------------------------------------------------
+
+/// Reshape with a shard strategy for its input, as `Reshape().shard(((2, 1),))` applied
+/// with `target` (one entry may be -1, inferred).
+struct reshape_op {
+  strategy st;
+  extents target;
+
+  static constexpr std::string_view name() { return "reshape"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "reshape: the target shape must have the input's number of elements: the input
+  /// has 128 elements, the target 96; strategy ((2, 1),)".
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_reshape(st, device_num, shape, target), name(), st);
+    return reshape_rule(st, device_num, shape, target);
+  }
+};
+
+/// Flatten with a shard strategy for its input: reshape to (shape[0], the product of
+/// the other dims).
+struct flatten_op {
+  strategy st;
+
+  static constexpr std::string_view name() { return "flatten"; }
+  reshape_op as_reshape(const extents& shape) const { return reshape_op{st, flatten_target(shape)}; }
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_reshape(st, device_num, shape, flatten_target(shape)), name(), st);
+    return reshape_rule(st, device_num, shape, flatten_target(shape));
+  }
+};
+
+namespace detail {
+template <class Op, class T, class C>
+dist_tensor<T> reshape_forward(const Op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);  // a move when the strategy's splits do not survive
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
+}
+template <class Op, class T, class C>
+dist_tensor<T> reshape_backward(const Op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(), copy_of(ldy->local()));
+}
+}  // namespace detail
+
+/// y = x's elements in row-major order in op.target's shape. Each rank reshapes its own
+/// shard when the strategy's splits survive the reshape (see reshape_rule); otherwise x
+/// is first redistributed to the rule's `in` layout, where they do.
+template <class T, class C>
+dist_tensor<T> reshape(const reshape_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, x, ctx);
+}
+
+/// dx of y = reshape(x, target): dy reshaped back, in the rule's `in` layout.
+template <class T, class C>
+dist_tensor<T> reshape_backward(const reshape_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  return detail::reshape_backward(op, dy, x, ctx);
+}
+
+/// y = x as (shape[0], the product of the other dims) (see reshape).
+template <class T, class C>
+dist_tensor<T> flatten(const flatten_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, x, ctx);
+}
+
+/// dx of y = flatten(x): dy reshaped back to x's shape.
+template <class T, class C>
+dist_tensor<T> flatten_backward(const flatten_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  return detail::reshape_backward(op, dy, x, ctx);
+}
+
+// ---- StridedSlice ------------------------------------------------------------------
+
+/// StridedSlice with a shard strategy for its input, as
+/// `StridedSlice().shard(((2, 1),))` applied with begin, end and strides (Python slice
+/// semantics on the leading dims; no strides: all 1).
+struct strided_slice_op {
+  strategy st;
+  index_list begin, end, strides;
+
+  static constexpr std::string_view name() { return "strided_slice"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
+  strided_slice_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
+    return strided_slice_rule(st, device_num, shape, begin, end, strides);
+  }
+
+  /// The slice each rank applies to its shard: the cut dims as given (they are whole
+  /// on every rank), the whole dims taken whole.
+  struct local_slice {
+    std::vector<index_t> begin, end, strides;
+  };
+  local_slice local(const strided_slice_layouts& r) const {
+    local_slice s;
+    for (int d = 0; d < begin.n; ++d) {
+      const bool cut = (r.cut >> d & 1u) != 0;
+      s.begin.push_back(cut ? begin.v[d] : 0);
+      s.end.push_back(cut ? end.v[d] : std::numeric_limits<index_t>::max());
+      s.strides.push_back(cut && strides.n ? strides.v[d] : 1);
+    }
+    return s;
+  }
+};
+
+/// y = x[begin:end:strides] on this rank's shard. Dims taken whole keep their splits;
+/// a cut dim must be whole on every rank, so where the strategy splits one, x is first
+/// gathered along it (the rule's `in` layout).
+template <class T, class C>
+dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  const auto s = op.local(r);
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::strided_slice(lx->local(), s.begin, s.end, s.strides));
+}
+
+/// dx of y = strided_slice(x, ...): dy (any layout of y's shape) scattered into zeros
+/// at the sliced positions, in the rule's `in` layout.
+template <class T, class C>
+dist_tensor<T> strided_slice_backward(const strided_slice_op& op, const dist_tensor<T>& dy,
+                                      const dist_tensor<T>& x, device_context<C>& ctx) {
+  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  const auto s = op.local(r);
+  const extents ls = local_shape(r.in, x.global_shape());
+  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+                        kernels::cpu::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
+}
+
+// ---- Concat ------------------------------------------------------------------------
+
+/// Concat with a shard strategy, as `Concat(axis).shard(((2, 1), (2, 1)))`: one split
+/// tuple per input, all alike, the axis unsplit.
+struct concat_op {
+  strategy st;
+  int axis = 0;
+
+  static constexpr std::string_view name() { return "concat"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
+  /// ((2, 4), (2, 4))".
+  concat_layouts rule(int device_num, const shape_list& shapes) const {
+    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
+    return concat_rule(st, device_num, shapes, axis);
+  }
+  template <class T>
+  concat_layouts rule(int device_num, const std::vector<const dist_tensor<T>*>& xs) const {
+    shape_list shapes;
+    shapes.n = int(xs.size());
+    for (std::size_t i = 0; i < xs.size() && i < std::size_t(max_strategy_inputs); ++i)
+      shapes.v[i] = xs[i]->global_shape();
+    return rule(device_num, shapes);
+  }
+};
+
+namespace detail {
+template <class T>
+std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& xs) {
+  std::vector<const dist_tensor<T>*> p;
+  for (const dist_tensor<T>& x : xs) p.push_back(&x);
+  return p;
+}
+}  // namespace detail
+
+/// The inputs joined along op.axis, each rank joining its shards: no communication
+/// beyond bringing inputs to the rule's layout.
+template <class T, class C>
+dist_tensor<T> concat(const concat_op& op, const std::vector<const dist_tensor<T>*>& xs, device_context<C>& ctx) {
+  const concat_layouts r = op.rule(ctx.size(), xs);
+  std::vector<laid_out<T>> in;
+  in.reserve(xs.size());
+  for (const dist_tensor<T>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
+  std::vector<const xt::xarray<T>*> shards;
+  for (const laid_out<T>& x : in) shards.push_back(&x->local());
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::detail::concat_impl(shards, r.axis));
+}
+template <class T, class C>
+dist_tensor<T> concat(const concat_op& op, const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+  return concat(op, detail::pointers(xs), ctx);
+}
+
+/// The inputs' gradients of y = concat(xs, axis): dy (any layout of y's shape) cut
+/// along the axis into the inputs' extents, each in the rule's input layout.
+template <class T, class C>
+std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
+                                            const std::vector<const dist_tensor<T>*>& xs,
+                                            device_context<C>& ctx) {
+  const concat_layouts r = op.rule(ctx.size(), xs);
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  std::vector<std::size_t> sizes;
+  for (const dist_tensor<T>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
+  std::vector<xt::xarray<T>> pieces = kernels::cpu::split(ldy->local(), sizes, r.axis);
+  std::vector<dist_tensor<T>> dxs;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    dxs.emplace_back(r.in, xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
+  return dxs;
+}
+template <class T, class C>
+std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
+                                            const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+  return concat_backward(op, dy, detail::pointers(xs), ctx);
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/argmax.hpp ----
+// Sharded ArgMax (for accuracy): the index of the first maximum along one axis. The
+// sharding rule is ops/argmax_rule.hpp. With the axis split, each rank finds its local
+// maximum and index; one all-reduce (max) of the values and one (min) of the indices
+// that attain the global maximum give every rank of the axis group the global index.
+// Indices are not differentiable: there is no backward.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// ArgMax along `axis` with a shard strategy, as `Argmax(axis).shard(((2, 4),))`.
+struct argmax_op {
+  strategy st;
+  int axis = -1;
+
+  static constexpr std::string_view name() { return "argmax"; }
+
+  /// The rule; throws tessera::error naming the operator, the rule broken, the numbers
+  /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
+  /// input rank 2; strategy ((2, 4),)".
+  argmax_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_argmax(st, device_num, shape, axis);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return argmax_rule(st, device_num, shape, axis);
+  }
+};
+
+/// The index (along op.axis, in the global tensor) of the first maximum of every
+/// vector along the axis, as integers of type I, in the rule's output layout. x (any
+/// layout) is brought to the rule's layout first. The axis must not be empty. (NaN
+/// inputs give unspecified indices.)
+template <class I = std::int32_t, class T, class C>
+dist_tensor<I> argmax(const argmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const argmax_layouts r = op.rule(ctx.size(), x.global_shape());
+  if (x.global_shape().v[r.axis] == 0)
+    throw error("argmax: cannot take the argmax over an empty dim: dim " + std::to_string(r.axis) +
+                " of x " + to_string(x.global_shape()) + " has extent 0");
+  const auto lx = in_layout(x, r.in, ctx);
+  const xt::xarray<T>& px = lx->local();
+  namespace kd = kernels::cpu::detail;
+  const kd::reduction red = kd::plan_reduction("argmax", px.shape(), {r.axis}, false);
+  const std::size_t n = px.shape()[std::size_t(r.axis)];
+  std::size_t inner = 1;
+  for (std::size_t d = std::size_t(r.axis) + 1; d < px.dimension(); ++d) inner *= px.shape()[d];
+  const std::int64_t first = lx->local_offset().v[r.axis];
+  const std::size_t outs = px.size() / (n == 0 ? 1 : n);
+  std::vector<T> best(outs, std::numeric_limits<T>::lowest());
+  std::vector<std::int64_t> index(outs, -1);
+  const T* p = px.data();
+  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
+    const std::size_t o = std::size_t(off[0]);
+    if (index[o] < 0 || p[i] > best[o]) {
+      best[o] = p[i];
+      index[o] = first + std::int64_t(i / inner % n);
+    }
+  });
+  if (!r.group.empty()) {
+    C& g = ctx.on(r.dev).group(r.group);
+    std::vector<T> top = best;
+    g.all_reduce(std::span<T>(top), reduce_op::max);
+    for (std::size_t o = 0; o < outs; ++o)
+      if (!(best[o] == top[o])) index[o] = std::numeric_limits<std::int64_t>::max();
+    g.all_reduce(std::span<std::int64_t>(index), reduce_op::min);
+  }
+  xt::xarray<I> y = xt::xarray<I>::from_shape({outs});
+  for (std::size_t o = 0; o < outs; ++o) y.data()[o] = I(index[o]);
+  return dist_tensor<I>(r.out, r.shape, ctx.rank(), std::move(y));
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/sparse_cross_entropy.hpp ----
+// Sharded SparseSoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C)
+// against integer class labels (B,) (stored as integers or integer-valued floats) and
+// its gradient wrt the logits. The sharding rule is ops/sparse_cross_entropy_rule.hpp;
+// the single-process reference kernels/cpu/softmax.hpp. With the class dim split, the
+// row max and the row sums (with the label's logit) combine across the class axis.
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// SparseSoftmaxCrossEntropyWithLogits with a shard strategy, as
+/// `SparseSoftmaxCrossEntropyWithLogits().shard(((2, 4), (2,)))`: the logits' rows b
+/// ways and classes c ways, the labels as the rows. Returns the per-sample loss (as
+/// SoftmaxCrossEntropyWithLogits does; reduce_mean gives MindSpore's mean loss).
+struct sparse_softmax_cross_entropy_op {
+  strategy st;
+
+  static constexpr std::string_view name() { return "sparse_softmax_cross_entropy"; }
+
+  /// The rule on `device_num` devices for logits and labels of the given global shapes;
+  /// throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "sparse_softmax_cross_entropy: labels must be split as the logits' batch dim: labels
+  /// split 4 ways, the logits' batch dim 2 ways; strategy ((2, 4), (4,))".
+  sparse_cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
+    const status s = check_sparse_softmax_cross_entropy(st, device_num, logits, labels);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("sparse_softmax_cross_entropy");
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return sparse_softmax_cross_entropy_rule(st, device_num, logits);
+  }
+};
+
+namespace detail {
+
+// Per local row: the GLOBAL row max, the global sum of exp(x - max), the label's logit
+// (from the rank of the class group that holds it) and the label's local column (-1
+// on the other ranks).
+template <class T>
+struct sparse_ce_rows {
+  std::size_t rows = 0, cols = 0;
+  std::vector<T> max, sum, picked;
+  std::vector<std::int64_t> column;
+};
+
+template <class T, class L, class C>
+sparse_ce_rows<T> sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const dist_tensor<T>& x,
+                                      const dist_tensor<L>& t, device_context<C>& ctx) {
+  const auto& px = x.local();
+  sparse_ce_rows<T> s;
+  s.rows = px.shape()[0];
+  s.cols = px.shape()[1];
+  const index_t classes = x.global_shape().v[1];
+  const index_t first_row = t.local_offset().v[0], first_col = x.local_offset().v[1];
+  s.column.assign(s.rows, -1);
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    const L v = t.local().data()[i];
+    auto where = [&] { return " at row " + std::to_string(first_row + index_t(i)); };
+    if constexpr (std::floating_point<L>) {
+      if (!(std::floor(v) == v)) {
+        std::ostringstream text;
+        text << "sparse_softmax_cross_entropy: label " << v << where() << " is not an integer";
+        throw error(text.str());
+      }
+    }
+    const auto k = std::int64_t(v);
+    if (k < 0 || k >= classes)
+      throw error("sparse_softmax_cross_entropy: label " + std::to_string(k) + where() +
+                  " is out of range [0, " + std::to_string(classes) + ")");
+    if (k >= first_col && k < first_col + index_t(s.cols)) s.column[i] = k - first_col;
+  }
+  s.max.assign(s.rows, -std::numeric_limits<T>::infinity());
+  for (std::size_t i = 0; i < s.rows; ++i)
+    for (std::size_t j = 0; j < s.cols; ++j) s.max[i] = std::max(s.max[i], px.data()[i * s.cols + j]);
+  C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
+  if (group) group->all_reduce(std::span<T>(s.max), reduce_op::max);
+  // The sums and the label's logit in one buffer: one all_reduce (sum) for both.
+  std::vector<T> acc(2 * s.rows, T(0));
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    for (std::size_t j = 0; j < s.cols; ++j) acc[i] += std::exp(px.data()[i * s.cols + j] - s.max[i]);
+    if (s.column[i] >= 0) acc[s.rows + i] = px.data()[i * s.cols + std::size_t(s.column[i])];
+  }
+  if (group) group->all_reduce(std::span<T>(acc), reduce_op::sum);
+  s.sum.assign(acc.begin(), acc.begin() + std::ptrdiff_t(s.rows));
+  s.picked.assign(acc.begin() + std::ptrdiff_t(s.rows), acc.end());
+  return s;
+}
+
+}  // namespace detail
+
+/// The per-sample loss (B,) of softmax(logits) against class labels (logits (B, C) and
+/// labels (B,) in any layouts; redistributed to the rule's):
+///   loss_i = logsumexp(x_i) - x_i[label_i]
+/// with logsumexp taken around the GLOBAL row max. The result is in the rule's output
+/// layout: split by the batch axis, the full loss on every rank of a class group.
+/// Throws on a label outside [0, C): "sparse_softmax_cross_entropy: label 9 at row 3 is
+/// out of range [0, 8)", or one that is not an integer.
+template <class T, class L, class C>
+dist_tensor<T> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_op& op,
+                                            const dist_tensor<T>& logits, const dist_tensor<L>& labels,
+                                            device_context<C>& ctx) {
+  const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  dist_tensor<T> y(r.out, r.shape, ctx.rank());
+  T* o = y.local().data();
+  for (std::size_t i = 0; i < s.rows; ++i) o[i] = s.max[i] + std::log(s.sum[i]) - s.picked[i];
+  return y;
+}
+
+/// dlogits of loss = sparse_softmax_cross_entropy(logits, labels) given dloss (B,) in any
+/// layout (partial sums are resolved first):
+///   dlogits_ij = dloss_i * (softmax(x_i)_j - [j == label_i])
+/// in the logits' rule layout. Labels get no gradient.
+template <class T, class L, class C>
+dist_tensor<T> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_entropy_op& op,
+                                                     const dist_tensor<T>& dloss, const dist_tensor<T>& logits,
+                                                     const dist_tensor<L>& labels, device_context<C>& ctx) {
+  const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
+  if (!(dloss.global_shape() == r.shape))
+    throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
+                ", expected " + to_string(r.shape));
+  const auto lg = in_layout(dloss, r.out, ctx);
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
+  const T* px = lx->local().data();
+  const T* g = lg->local().data();
+  T* o = dx.local().data();
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    const T inv = T(1) / s.sum[i];
+    for (std::size_t j = 0; j < s.cols; ++j) {
+      const std::size_t k = i * s.cols + j;
+      const T hot = std::int64_t(j) == s.column[i] ? T(1) : T(0);
+      o[k] = g[i] * (std::exp(px[k] - s.max[i]) * inv - hot);
+    }
+  }
+  return dx;
 }
 
 }  // namespace tessera::ops
@@ -8946,7 +10692,10 @@ std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
 // Differentiable sharded operators: each runs the operator of ops/ on the tape's values
 // and records its backward.
 
+#include <initializer_list>
+#include <memory>
 #include <utility>
+#include <vector>
 
 namespace tessera::autodiff {
 
@@ -9031,6 +10780,289 @@ var<T, C, D> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<
   return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     tp.add_grad(ix, ops::softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
   });
+}
+
+// ---- the remaining element-wise and reduction operators, BatchMatMul, OneHot, Softmax,
+// LogSoftmax, the data-movement operators, the sparse cross entropy and ArgMax ----------
+
+namespace detail {
+// Records a unary operator whose backward reads the operator's own output y:
+// bwd(op, g, x, y, ctx) -> dx.
+template <class T, class C, class D, class Op, class Fwd, class Bwd>
+var<T, C, D> unary_with_output(const Op& op, var<T, C, D> x, Fwd fwd, Bwd bwd) {
+  tape<T, C, D>& t = *x.t;
+  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
+  auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
+  const var<T, C, D> out =
+      t.record(std::move(y), [op, bwd, ix = x.id, self](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+        tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.value(*self), tp.ctx()));
+      });
+  *self = out.id;
+  return out;
+}
+}  // namespace detail
+
+template <class T, class C, class D>
+var<T, C, D> div(const ops::div_op& op, var<T, C, D> a, var<T, C, D> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::div(x...); },
+                        [](auto&&... x) { return ops::div_backward(x...); });
+}
+template <class T, class C, class D>
+var<T, C, D> exp(const ops::exp_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::exp(a...); },
+                       [](auto&&... a) { return ops::exp_backward(a...); });
+}
+template <class T, class C, class D>
+var<T, C, D> log(const ops::log_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::log(a...); },
+                       [](auto&&... a) { return ops::log_backward(a...); });
+}
+template <class T, class C, class D>
+var<T, C, D> neg(const ops::neg_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::neg(a...); },
+                       [](auto&&... a) { return ops::neg_backward(a...); });
+}
+/// The maximum over op.dims; the gradient goes to the maxima (ties share it).
+template <class T, class C, class D>
+var<T, C, D> reduce_max(const ops::reduce_max_op& op, var<T, C, D> x) {
+  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_max(a...); },
+                                   [](auto&&... a) { return ops::reduce_max_backward(a...); });
+}
+/// The minimum over op.dims; the gradient goes to the minima (ties share it).
+template <class T, class C, class D>
+var<T, C, D> reduce_min(const ops::reduce_min_op& op, var<T, C, D> x) {
+  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_min(a...); },
+                                   [](auto&&... a) { return ops::reduce_min_backward(a...); });
+}
+
+// The operators below run on host tensors (var<T, C>, the cpu_device default).
+
+/// C = op(A) op(B) per batch entry with BatchMatMul's strategy.
+template <class T, class C>
+var<T, C> batch_matmul(const ops::batch_matmul_op& op, var<T, C> a, var<T, C> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::batch_matmul(x...); },
+                        [](auto&&... x) { return ops::batch_matmul_backward(x...); });
+}
+
+/// one_hot(indices) with values `on` and `off`: data, not differentiable (a constant on
+/// the tape, like a leaf without gradient).
+template <class T, class C>
+var<T, C> one_hot(const ops::one_hot_op& op, var<T, C> indices, T on = T(1), T off = T(0)) {
+  tape<T, C>& t = *indices.t;
+  return t.leaf(ops::one_hot(op, indices.value(), on, off, t.ctx()), false);
+}
+
+/// softmax(x) along op.axis; the backward reads the output.
+template <class T, class C>
+var<T, C> softmax(const ops::softmax_op& op, var<T, C> x) {
+  return detail::unary_with_output(
+      op, x, [](auto&&... a) { return ops::softmax(a...); },
+      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
+        return ops::softmax_backward(o, g, y, ctx);
+      });
+}
+/// log_softmax(x) along op.axis; the backward reads the output.
+template <class T, class C>
+var<T, C> log_softmax(const ops::log_softmax_op& op, var<T, C> x) {
+  return detail::unary_with_output(
+      op, x, [](auto&&... a) { return ops::log_softmax(a...); },
+      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
+        return ops::log_softmax_backward(o, g, y, ctx);
+      });
+}
+
+template <class T, class C>
+var<T, C> transpose(const ops::transpose_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::transpose(a...); },
+                       [](auto&&... a) { return ops::transpose_backward(a...); });
+}
+template <class T, class C>
+var<T, C> reshape(const ops::reshape_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::reshape(a...); },
+                       [](auto&&... a) { return ops::reshape_backward(a...); });
+}
+template <class T, class C>
+var<T, C> flatten(const ops::flatten_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::flatten(a...); },
+                       [](auto&&... a) { return ops::flatten_backward(a...); });
+}
+template <class T, class C>
+var<T, C> strided_slice(const ops::strided_slice_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::strided_slice(a...); },
+                       [](auto&&... a) { return ops::strided_slice_backward(a...); });
+}
+/// The values joined along op.axis (all on one tape); each gets its slice of the gradient.
+template <class T, class C>
+var<T, C> concat(const ops::concat_op& op, const std::vector<var<T, C>>& xs) {
+  if (xs.empty()) throw error("concat: needs at least one input");
+  tape<T, C>& t = *xs[0].t;
+  std::vector<const dist_tensor<T>*> values;
+  std::vector<int> ids;
+  for (const var<T, C>& x : xs) {
+    values.push_back(&x.value());
+    ids.push_back(x.id);
+  }
+  dist_tensor<T> y = ops::concat(op, values, t.ctx());
+  return t.record(std::move(y), [op, ids](tape<T, C>& tp, const dist_tensor<T>& g) {
+    std::vector<const dist_tensor<T>*> in;
+    for (int id : ids) in.push_back(&tp.value(id));
+    std::vector<dist_tensor<T>> dxs = ops::concat_backward(op, g, in, tp.ctx());
+    for (std::size_t i = 0; i < ids.size(); ++i) tp.add_grad(ids[i], std::move(dxs[i]));
+  });
+}
+/// concat of a braced list: concat(op, {a, b}).
+template <class T, class C>
+var<T, C> concat(const ops::concat_op& op, std::initializer_list<var<T, C>> xs) {
+  return concat(op, std::vector<var<T, C>>(xs));
+}
+
+/// The per-sample loss (B,) of softmax(logits) against class labels (B,) (integer-valued);
+/// only the logits get a gradient.
+template <class T, class C>
+var<T, C> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C> logits,
+                                       var<T, C> labels) {
+  tape<T, C>& t = *logits.t;
+  dist_tensor<T> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
+  });
+}
+
+/// The indices of the maxima along op.axis, as values of T (for accuracy): a constant on
+/// the tape.
+template <class T, class C>
+var<T, C> argmax(const ops::argmax_op& op, var<T, C> x) {
+  tape<T, C>& t = *x.t;
+  return t.leaf(ops::argmax<T>(op, x.value(), t.ctx()), false);
+}
+
+}  // namespace tessera::autodiff
+// ---- tessera/autodiff/losses.hpp ----
+// Losses composed of sharded operators, so that they shard like any other part of a
+// network (the seeds' advice: "a loss built from small operators can be sharded"):
+// MindSpore's MSELoss and seed 003's SoftmaxCrossEntropyExpand. Each operator of a
+// composition has its own strategy; the gradient comes from the operators' backwards.
+
+#include <string>
+
+namespace tessera::autodiff {
+
+/// MSELoss with reduction "mean": mean((x - target)^2) over every element, as Sub, Mul
+/// (the square) and ReduceMean, each with its strategy.
+struct mse_loss_op {
+  ops::sub_op sub;
+  ops::mul_op square;
+  ops::reduce_mean_op mean;  ///< over every dim ({}), to a scalar
+
+  /// Every operator split as the inputs are: split tuple `s` for x and target alike.
+  /// Example: mse_loss_op::split_as(split_tuple{8, 1}) is data parallel on 8 ranks.
+  static mse_loss_op split_as(const split_tuple& s) {
+    return {ops::sub_op{strategy{s, s}}, ops::mul_op{strategy{s, s}}, ops::reduce_mean_op{strategy{s}, {}, false}};
+  }
+};
+
+/// mean((x - target)^2): a scalar whose partial sums the tape resolves (or the caller,
+/// by redistributing it to a replicated layout).
+template <class T, class C, class D>
+var<T, C, D> mse_loss(const mse_loss_op& op, var<T, C, D> x, var<T, C, D> target) {
+  const var<T, C, D> d = sub(op.sub, x, target);
+  return reduce_mean(op.mean, mul(op.square, d, d));
+}
+
+/// Seed 003's SoftmaxCrossEntropyExpand: the mean over the batch of the softmax cross
+/// entropy of logits (B, C), written with small operators as the seed writes it:
+///
+///     logit_max = ReduceMax(keep_dims)(logit, -1)
+///     exp       = Exp(Sub(logit, logit_max))
+///     exp_sum   = ReduceSum(keep_dims)(exp, -1)
+///     softmax   = RealDiv(exp, exp_sum)
+///     label     = OneHot(label, C, 1, 0)              (sparse labels only)
+///     log       = Log(softmax + eps)                   (eps = 1e-24)
+///     loss      = ReduceSum(Mul(log, label), -1)
+///     loss      = Mul(-1, loss)
+///     loss      = ReduceMean(loss, -1)
+///
+/// Every operator has its own strategy (fields below); one_hot's depth is the logits'
+/// class count, set at the call.
+struct softmax_cross_entropy_expand_op {
+  bool sparse = false;                     ///< labels are class indices (B,), else (B, C)
+  ops::reduce_max_op max;                  ///< ((b, c),) over {-1}, keep_dims
+  ops::sub_op sub;                         ///< ((b, c), (b, 1))
+  ops::exp_op exp;                         ///< ((b, c),)
+  ops::reduce_sum_op sum;                  ///< ((b, c),) over {-1}, keep_dims
+  ops::div_op div;                         ///< ((b, c), (b, 1))
+  ops::one_hot_op onehot;                  ///< ((b, c), (), ())
+  ops::add_op add_eps;                     ///< ((b, c), ())
+  ops::log_op log;                         ///< ((b, c),)
+  ops::mul_op mul;                         ///< ((b, c), (b, c))
+  ops::reduce_sum_op sum_cross_entropy;    ///< ((b, c),) over {-1}
+  ops::mul_op mul2;                        ///< ((), (b,)): -1 times the loss
+  ops::reduce_mean_op mean;                ///< ((b,),) over {-1}, to a scalar
+  double eps = 1e-24;
+
+  /// Every operator split as MindSpore's semi-auto parallel would split it for logits
+  /// split (b, c): rows b ways, classes c ways. Example: with_split(8, 1) is data
+  /// parallel on 8 ranks; with_split(2, 4) also splits the classes, so the row max and
+  /// row sums are partial over the class axis until Sub and RealDiv resolve them.
+  static softmax_cross_entropy_expand_op with_split(int b, int c, bool sparse = false) {
+    const split_tuple x{b, c}, row{b, 1}, batch{b};
+    softmax_cross_entropy_expand_op op;
+    op.sparse = sparse;
+    op.max = ops::reduce_max_op{strategy{x}, {-1}, true};
+    op.sub = ops::sub_op{strategy{x, row}};
+    op.exp = ops::exp_op{strategy{x}};
+    op.sum = ops::reduce_sum_op{strategy{x}, {-1}, true};
+    op.div = ops::div_op{strategy{x, row}};
+    op.onehot = ops::one_hot_op{strategy{x, split_tuple{}, split_tuple{}}, 0};
+    op.add_eps = ops::add_op{strategy{x, split_tuple{}}};
+    op.log = ops::log_op{strategy{x}};
+    op.mul = ops::mul_op{strategy{x, x}};
+    op.sum_cross_entropy = ops::reduce_sum_op{strategy{x}, {-1}, false};
+    op.mul2 = ops::mul_op{strategy{split_tuple{}, batch}};
+    op.mean = ops::reduce_mean_op{strategy{batch}, {-1}, false};
+    return op;
+  }
+};
+
+namespace detail {
+// A scalar constant on the tape, laid out as operator input `i` needs it (no gradient).
+template <class T, class C>
+var<T, C> scalar_constant(tape<T, C>& t, const layout& l, T value) {
+  dist_tensor<T> c(l, extents{}, t.ctx().rank());
+  c.local().fill(value);
+  return t.leaf(std::move(c), false);
+}
+}  // namespace detail
+
+/// The mean cross entropy of softmax(logits) (host tensors) against `labels`: one-hot (or distribution)
+/// labels (B, C), or class indices (B,) when op.sparse. A scalar, differentiable wrt
+/// the logits.
+template <class T, class C>
+var<T, C> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, C> logits,
+                                       var<T, C> labels) {
+  tape<T, C>& t = *logits.t;
+  const extents xs = logits.value().global_shape();
+  if (xs.ndim != 2)
+    throw error("softmax_cross_entropy_expand: logits must have rank 2 (batch, classes), logits is " +
+                to_string(xs));
+  const int p = t.ctx().size();
+  const var<T, C> logit_max = reduce_max(op.max, logits);
+  const var<T, C> e = exp(op.exp, sub(op.sub, logits, logit_max));
+  const var<T, C> exp_sum = reduce_sum(op.sum, e);
+  const var<T, C> softmax = div(op.div, e, exp_sum);
+  var<T, C> label = labels;
+  if (op.sparse) {
+    ops::one_hot_op onehot = op.onehot;
+    onehot.depth = xs.v[1];
+    label = one_hot(onehot, labels, T(1), T(0));
+  }
+  const shape_list eps_shapes{xs, extents{}};
+  const var<T, C> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
+  const var<T, C> log_softmax = log(op.log, add(op.add_eps, softmax, eps));
+  const var<T, C> loss = reduce_sum(op.sum_cross_entropy, mul(op.mul, log_softmax, label));
+  const shape_list neg_shapes{extents{}, extents{xs.v[0]}};
+  const var<T, C> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
+  return reduce_mean(op.mean, mul(op.mul2, minus_one, loss));
 }
 
 }  // namespace tessera::autodiff
