@@ -14,6 +14,7 @@
 // --batch N: samples per rank (32); --verify: each rank then trains the same network
 // alone on the whole global batches and checks that its losses equal the data-parallel
 // ones (the one-rank oracle; the check the tests run).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include <tessera/comm/mpi.hpp>
 #include <tessera/data/dataset.hpp>
 #include <tessera/data/mnist.hpp>
+#include <tessera/data/synthetic.hpp>
 #include <tessera/data/transforms.hpp>
 #include <tessera/nn/layers.hpp>
 #include <tessera/nn/loss.hpp>
@@ -68,27 +70,21 @@ struct network : nn::module<float> {
   }
 };
 
-// Generated digits: class c is a bright bar at a place of its own on a noisy
-// background, so the network has something to learn. Written as MNIST's idx files.
+// Generated digits written as MNIST's idx files (data::synthetic_images: each class a
+// fixed random pattern plus noise), so that the network has something to learn: 6400
+// training and 1000 test images of the same classes.
 void write_synthetic(const std::filesystem::path& dir) {
-  auto make = [&](const std::string& usage, std::size_t n, std::uint64_t seed) {
-    xt::xarray<std::uint8_t> images = xt::xarray<std::uint8_t>::from_shape({n, 28, 28});
+  const std::size_t n_train = 6400, n_test = 1000, pixels = 28 * 28;
+  const auto all = data::synthetic_images(n_train + n_test, 28, 28, 1, 10, /*seed=*/1, /*noise=*/96);
+  auto part = [&](std::size_t first, std::size_t n, const char* usage) {
+    xt::xarray<std::uint8_t> images = xt::xarray<std::uint8_t>::from_shape({n, 28, 28, 1});
     xt::xarray<std::uint8_t> labels = xt::xarray<std::uint8_t>::from_shape({n});
-    const nn::random_stream s(seed);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t c = std::size_t(s.bits(i * 1000) % 10);
-      labels(i) = std::uint8_t(c);
-      for (std::size_t r = 0; r < 28; ++r)
-        for (std::size_t q = 0; q < 28; ++q) {
-          const bool bar = c < 5 ? (r >= 3 + 5 * c && r < 6 + 5 * c) : (q >= 3 + 5 * (c - 5) && q < 6 + 5 * (c - 5));
-          const double noise = s.uniform01(i * 1000 + 1 + r * 28 + q);
-          images(i, r, q) = std::uint8_t(std::min(255.0, (bar ? 160.0 : 0.0) + 90.0 * noise));
-        }
-    }
+    std::copy_n(all.images.data() + first * pixels, n * pixels, images.data());
+    std::copy_n(all.labels.data() + first, n, labels.data());
     data::write_mnist(dir, usage, images, labels);
   };
-  make("train", 6400, 1);
-  make("test", 1000, 2);
+  part(0, n_train, "train");
+  part(n_train, n_test, "test");
 }
 
 // The seed's pipeline: shard, rescale to [0, 1], normalize, HWC -> CHW, batch.

@@ -111,9 +111,11 @@
 #include <tessera/data/transforms.hpp>
 #include <tessera/data/synthetic.hpp>
 
-// train/data.hpp: Model reading data/'s batches
+// train/data.hpp and train/checkpoint.hpp: Model reading data/'s batches, and
+// ModelCheckpoint saving through io/
 #if __has_include(<cblas.h>)
 #include <tessera/train/data.hpp>
+#include <tessera/train/checkpoint.hpp>
 #endif
 #endif
 
