@@ -73,12 +73,14 @@ void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_c
 /// How: parameters are assigned to buckets in reverse order (the order the backward
 /// pass finishes their gradients), a bucket holding at most `bucket_bytes` of
 /// gradients, and only parameters whose replicas live on the same ranks; a gradient of
-/// `alone_bytes` or more gets a bucket of its own. The reducer registers itself with its parameters; a
-/// training step (train::value_and_grad) hands it each gradient as soon as it is
-/// final, and it copies small ones into their bucket's buffer and starts the bucket's
-/// iall_reduce when the bucket is complete (a bucket of one gradient is reduced in
-/// place). operator() waits for the buckets and returns the gradients. Gradients
-/// that come without a step (computed otherwise) are reduced when operator() is called.
+/// `alone_bytes` or more gets a bucket of its own. The reducer registers itself with
+/// its parameters; a training step (train::value_and_grad) hands it each gradient as
+/// soon as it is final, and it copies small ones into their bucket's buffer and starts
+/// the bucket's iall_reduce when the bucket is complete (a bucket of one gradient is
+/// reduced in place; the step's last bucket, with nothing left to overlap, by a
+/// blocking all_reduce). operator() waits for the buckets and returns the gradients.
+/// Gradients that come without a step (computed otherwise) are reduced when
+/// operator() is called.
 ///
 ///     train::distributed_grad_reducer grad_reducer(optimizer.parameters(), ctx);
 ///     auto [loss, grads] = grad_fn(images, labels);   // buckets start during the backward pass
