@@ -12352,7 +12352,7 @@ class mse_loss : public module<T> {
 ///
 /// With the class dim whole on every rank (data parallel, or the batch split any way)
 /// each rank computes its rows locally; with the class dim split it runs
-/// ops::softmax_cross_entropy on one-hot labels and ops::reduce_mean.
+/// ops::sparse_softmax_cross_entropy and ops::reduce_mean.
 template <class T = float>
 class cross_entropy_loss : public module<T> {
  public:
@@ -12421,28 +12421,23 @@ class cross_entropy_loss : public module<T> {
   }
 
  private:
-  // The class dim is split: one-hot labels in the logits' layout, the sharded
-  // SoftmaxCrossEntropyWithLogits, then the mean over the batch.
+  // The class dim is split: the sharded SparseSoftmaxCrossEntropyWithLogits (its row
+  // max and sums combined over the class axis), then the mean or sum over the batch.
   template <class C, std::integral I>
   autodiff::var<T, C> class_split(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
     autodiff::tape<T, C>& t = *logits.t;
     const dist_tensor<T>& xv = logits.value();
-    const layout& xl = xv.layout();
-    const extents& gs = xv.global_shape();
-    const dist_tensor<I> all = redistribute(labels, layout::replicated(labels.layout().dev, 1), t.ctx());
-    for (index_t i = 0; i < gs[0]; ++i) {
-      const I y = all.local()(std::size_t(i));
-      if (y < 0 || index_t(y) >= gs[1])
-        throw error("cross_entropy_loss: label " + std::to_string(y) + " of sample " + std::to_string(i) +
-                    " is out of range for " + std::to_string(gs[1]) + " classes");
-    }
-    dist_tensor<T> onehot(xl, gs, xv.rank());
-    onehot.fill_global([&](const auto& idx) { return all.local()(std::size_t(idx[0])) == I(idx[1]) ? T(1) : T(0); });
-    const int b = xl.pieces(0), c = xl.pieces(1);
-    const ops::softmax_cross_entropy_op ce{strategy{{b, c}, {b, c}}};
-    const autodiff::var<T, C> per_sample = autodiff::softmax_cross_entropy(ce, logits, t.leaf(std::move(onehot), false));
-    if (r_ == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
-    return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
+    const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
+    const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
+    dist_tensor<T> per_sample = ops::sparse_softmax_cross_entropy(op, xv, labels, t.ctx());
+    const autodiff::var<T, C> y = t.record(
+        std::move(per_sample),
+        [op, ix = logits.id, labels](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+          tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), labels, tp.ctx()));
+        },
+        t.requires_grad(logits.id));
+    if (r_ == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, y);
+    return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, y);
   }
 
   reduction r_;
@@ -15743,8 +15738,9 @@ class model_checkpoint : public callback<T> {
     refs.reserve(rc.parameters.size());
     for (auto& [name, p] : rc.parameters) refs.emplace_back(name, p->data());
     const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
-    const std::filesystem::path written =
-        io::save_checkpoint(file, std::span<const io::param_ref>(refs), *ctx_, {.integrated_save = cfg_.integrated_save});
+    io::save_options how;
+    how.integrated_save = cfg_.integrated_save;
+    const std::filesystem::path written = io::save_checkpoint(file, std::span<const io::param_ref>(refs), *ctx_, how);
     if (!cfg_.integrated_save || ctx_->rank() == 0) {
       const std::filesystem::path folder = written.has_parent_path() ? written.parent_path() : ".";
       io::rotate_checkpoints(folder, prefix_, cfg_.keep_checkpoint_max);

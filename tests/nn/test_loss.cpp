@@ -2,7 +2,7 @@
 // labels and MSELoss, mean and sum, equal their hand-computed values and gradients
 // (softmax minus one-hot over the batch; 2 (x - t) / n) and central finite differences,
 // with the batch split, replicated, or (cross entropy) the class dim split through
-// ops::softmax_cross_entropy; bad labels and shapes are errors.
+// ops::sparse_softmax_cross_entropy; bad labels and shapes are errors.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -76,8 +76,9 @@ class model_checkpoint : public callback<T> {
     refs.reserve(rc.parameters.size());
     for (auto& [name, p] : rc.parameters) refs.emplace_back(name, p->data());
     const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
-    const std::filesystem::path written =
-        io::save_checkpoint(file, std::span<const io::param_ref>(refs), *ctx_, {.integrated_save = cfg_.integrated_save});
+    io::save_options how;
+    how.integrated_save = cfg_.integrated_save;
+    const std::filesystem::path written = io::save_checkpoint(file, std::span<const io::param_ref>(refs), *ctx_, how);
     if (!cfg_.integrated_save || ctx_->rank() == 0) {
       const std::filesystem::path folder = written.has_parent_path() ? written.parent_path() : ".";
       io::rotate_checkpoints(folder, prefix_, cfg_.keep_checkpoint_max);
