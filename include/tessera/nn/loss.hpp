@@ -41,6 +41,13 @@ void require_scalar_grad(const dist_tensor<T>& g, const char* who) {
   if (g.ndim() != 0) throw error(std::string(who) + ": the gradient of the loss must be a scalar");
 }
 
+// The value of a scalar with its partial sums resolved.
+template <class T, class C>
+T scalar_value(const dist_tensor<T>& g, device_context<C>& ctx) {
+  if (!g.layout().has_partial()) return g.local()();
+  return redistribute(g, g.layout().without_partial(), ctx).local()();
+}
+
 }  // namespace detail
 
 /// MindSpore's nn.MSELoss: mean (or sum) over every element of (x - target)^2. The
@@ -75,7 +82,7 @@ class mse_loss : public module<T> {
                                                                                    const dist_tensor<T>& g) {
                       detail::require_scalar_grad(g, "mse_loss");
                       const dist_tensor<T>& xv2 = tp.value(ix);
-                      const T k = T(2) * scale * resolved_scalar(g, tp.ctx());
+                      const T k = T(2) * scale * detail::scalar_value(g, tp.ctx());
                       dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
                       const T* a = xv2.local().data();
                       const T* b = target_local.data();
@@ -84,12 +91,6 @@ class mse_loss : public module<T> {
                       tp.add_grad(ix, std::move(dx));
                     },
                     t.requires_grad(x.id));
-  }
-
-  template <class C>
-  static T resolved_scalar(const dist_tensor<T>& g, device_context<C>& ctx) {
-    if (!g.layout().has_partial()) return g.local()();
-    return redistribute(g, g.layout().without_partial(), ctx).local()();
   }
 
  private:
@@ -153,7 +154,7 @@ class cross_entropy_loss : public module<T> {
                                                                   const dist_tensor<T>& g) {
                       detail::require_scalar_grad(g, "cross_entropy_loss");
                       const dist_tensor<T>& xv2 = tp.value(ix);
-                      const T k = scale * mse_loss<T>::resolved_scalar(g, tp.ctx());
+                      const T k = scale * detail::scalar_value(g, tp.ctx());
                       const std::size_t r = xv2.local().shape()[0], c = xv2.local().shape()[1];
                       dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
                       const T* x = xv2.local().data();
