@@ -35,9 +35,10 @@ class grad_listener {
   /// The backward pass of a step that differentiates `p` is about to run.
   virtual void backward_begin() = 0;
   /// The gradient of `p`, `g`, is final (in the layout the backward produced it,
-  /// possibly partial). `g` stays where it is until the step's gradients are returned;
-  /// the listener may reduce it in place. `nodes_left` is the number of tape nodes the
-  /// backward pass has still to run.
+  /// possibly partial). Its storage (g.data()) stays where it is until the listener is
+  /// given the step's gradients back (the tensor object itself may move), so the
+  /// listener may reduce it in place. `nodes_left` is the number of tape nodes the
+  /// backward pass has still to visit.
   virtual void grad_ready(parameter<T>& p, dist_tensor<T>& g, int nodes_left) = 0;
 };
 
@@ -54,7 +55,7 @@ class parameter {
       : shape_(shape), init_(std::move(init)), requires_grad_(requires_grad) {}
 
   /// The full dotted name ("dense_relu_sequential.0.weight") once the network is
-  /// built or named; until then the name its module gave it.
+  /// built; until then empty, or what set_name gave.
   const std::string& name() const { return name_; }
   void set_name(std::string n) { name_ = std::move(n); }
   const extents& shape() const { return shape_; }
