@@ -37,6 +37,14 @@
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
 
+// graph/: the traced graph, its operators, sharding propagation, the parallel pass and
+// the dumps (standard library only)
+#include <tessera/graph/op_def.hpp>
+#include <tessera/graph/graph.hpp>
+#include <tessera/graph/propagate.hpp>
+#include <tessera/graph/parallel.hpp>
+#include <tessera/graph/dump.hpp>
+
 // tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
 #include <tessera/tensor/device.hpp>
@@ -56,6 +64,7 @@
 #include <tessera/ops/softmax.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
+#include <tessera/graph/execute.hpp>
 #endif
 #endif
 
