@@ -4602,15 +4602,19 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
 // the pass inserted. Shapes are this rank's local shapes. Sections `# forward`,
 // `# backward` and `# loss`; entries are numbered anew (%0, %1, ...). An operator:
 //
-//     %7(matmul) = MatMul(%6, %2) {transpose_a: false, transpose_b: false} {in_strategy: ((2, 4), (4, 1)), device_matrix: (2, 4, 1), output: [0, 2] partial sum {1}}
+//     %5(matmul) = MatMul(%4, %2) {transpose_a: false, transpose_b: false} {in_strategy: ((2, 4), (4, 1)), device_matrix: (2, 4, 1), output: [0, -] partial sum {1}}
 //         : (<Tensor[Float32], (8, 8)>, <Tensor[Float32], (8, 16)>) -> (<Tensor[Float32], (8, 16)>)
+//
+// (output: the output's layout on the operator's device matrix, axes of size 1 left out.)
 //
 // A communication step (one step of a redistribution plan, or a collective an
 // operator runs inside itself), with its kind (StridedSlice, AllGather, AllReduce,
 // ReduceScatter, AllToAll, Mask, Expand, Exchange), the device matrix and mesh axis
-// whose groups run it, this rank's group (rank_list) and the bytes each rank receives:
+// whose groups run it, this rank's group (rank_list) and the bytes each rank receives
+// (an Exchange: this rank's; a StridedSlice also shows the begin and end of the piece it
+// keeps), then the purpose of the step as a `#` line:
 //
-//     %8 = ReduceScatter(%7) {op: sum, mesh: (2, 4), axis: 1, dim: 1, rank_list: (0, 1, 2, 3), bytes: 384}
+//     %6 = ReduceScatter(%5) {op: sum, mesh: (2, 4), axis: 1, dim: 1, rank_list: (0, 1, 2, 3), bytes: 384}
 //         : (<Tensor[Float32], (8, 16)>) -> (<Tensor[Float32], (8, 4)>)
 //         # redistribution: matmul -> relu (input 0)
 //
@@ -4620,7 +4624,12 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
 // (Add) where a value has several readers, and hybrid_parallel's gradient all-reduces.
 // The loss section reads the loss on every rank. The last line sums the bytes:
 //
-//     # bytes received by rank 0 in one step: forward 576, backward 1152, loss 7, total 1735
+//     # bytes received by rank 0 in one step: forward 896, backward 1408, loss 10, total 2314
+//
+// A collective an operator runs inside itself has no shapes line:
+//
+//     %9 = AllReduce(%8) {op: max, mesh: (2, 4), axes: (1,), rank_list: (0, 1, 2, 3), bytes: 48}
+//         # inside SoftmaxCrossEntropyWithLogits 'softmax_cross_entropy': row maxima
 //
 // execute.dot: the same graph for Graphviz (`dot -Tsvg execute.dot`): boxes for
 // operators, ellipses for inputs and parameters, filled orange boxes for communication,
@@ -5003,7 +5012,10 @@ inline std::string execute_dot(const parallel_graph& pg, int rank) {
   for (const detail::exec_node& n : eg.nodes)
     for (std::size_t i = 0; i < n.args.size(); ++i) {
       const detail::exec_node& from = eg.nodes[std::size_t(n.args[i])];
-      const std::string lbl = from.out.empty() ? std::string() : to_string(from.out[0]);
+      // The local shape read: the reader's input, else what the producer gave.
+      const std::string lbl = n.shapes && i < n.in.size() ? to_string(n.in[i])
+                              : from.out.empty()           ? std::string()
+                                                           : to_string(from.out[0]);
       s += "  n" + std::to_string(from.key) + " -> n" + std::to_string(n.key) + " [label=\"" + lbl + "\"" +
            (n.section == 1 ? ", style=dashed" : "") + "];\n";
     }
@@ -8580,6 +8592,9 @@ class executor {
     if (world.size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
                   " devices, the communicator has " + std::to_string(world.size()) + " ranks");
+    if (index_t(sizeof(T)) != pg_.config().elem_bytes)
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
+                  "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
     const traced_graph& g = pg_.traced();
     for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_.rank());
   }

@@ -336,4 +336,7 @@ TEST_CASE("run-time errors name the input, parameter or operator and the shapes"
                        ("graph executor: the graph was parallelized for " + std::to_string(other) +
                         " devices, the communicator has " + std::to_string(p) + " ranks").c_str(),
                        error);
+  CHECK_THROWS_WITH_AS((executor<double, mpi_communicator>(parallelize(g, config(parallel_mode::auto_parallel, p)), world)),
+                       "graph executor: the graph was parallelized for 4-byte elements, the executor's are 8 bytes",
+                       error);
 }

@@ -179,6 +179,9 @@ class executor {
     if (world.size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
                   " devices, the communicator has " + std::to_string(world.size()) + " ranks");
+    if (index_t(sizeof(T)) != pg_.config().elem_bytes)
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
+                  "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
     const traced_graph& g = pg_.traced();
     for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_.rank());
   }
