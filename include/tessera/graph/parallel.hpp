@@ -14,7 +14,8 @@
 // | auto_parallel      | the shard() strategies; sharding propagation for the others (graph/propagate.hpp) | global |
 // | hybrid_parallel    | all ones on each rank's own tensors; the user places AllReduce nodes; layer-wise parallel parameters are already sliced | each rank's own |
 //
-// stand_alone and data_parallel ignore shard() strategies (as MindSpore does).
+// stand_alone, data_parallel and hybrid_parallel ignore shard() strategies (as MindSpore
+// does).
 //
 // Data import (the dataset strategy; each input's layout on the device matrix (N,)):
 //
