@@ -113,6 +113,7 @@ TEST_CASE("execute.ir: local shapes, the inserted communication with its groups 
     CHECK(found == steps);
     CHECK(sum == pg.bytes_for_rank(rank));
     CHECK(ls.back().find("total " + std::to_string(pg.bytes_for_rank(rank))) != std::string::npos);
+    CHECK(ls[ls.size() - 2] == "return %29");  // the loss after its two AllReduces
     CHECK(ir.find("# backward\n") != std::string::npos);
     CHECK(ir.find("# gradient: matmul (input 1) -> w\n") != std::string::npos);  // the AllReduce of w's gradient
   }

@@ -38,7 +38,8 @@
 // order the tape runs them, each operator's gradient (`<Type>Grad`, taking its output's
 // gradient and giving its inputs'), the redistributions of the gradients, their sums
 // (Add) where a value has several readers, and hybrid_parallel's gradient all-reduces.
-// The loss section reads the loss on every rank. The last line sums the bytes:
+// The loss section reads the loss on every rank; `return` names the loss so read. The
+// last line sums the bytes:
 //
 //     # bytes received by rank 0 in one step: forward 896, backward 1408, loss 10, total 2314
 //
@@ -138,6 +139,7 @@ struct exec_node {
 
 struct exec_graph {
   std::vector<exec_node> nodes;
+  int result = -1;  // the loss as every rank reads it
   index_t bytes[3] = {0, 0, 0};
 
   int add(exec_node n) {
@@ -317,8 +319,8 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
     n.note = "# gradient of parameter '" + g.at(r.parameter).name + "' (not layer-wise parallel): summed over the ranks";
     grad[std::size_t(r.parameter)] = eg.add(std::move(n));
   }
-  add_route(eg, pg.loss_fetch(), g.at(g.loss()).shape, eb, rank, key[std::size_t(g.loss())], 2,
-            "# the loss, read by every rank");
+  eg.result = add_route(eg, pg.loss_fetch(), g.at(g.loss()).shape, eb, rank, key[std::size_t(g.loss())], 2,
+                        "# the loss, read by every rank");
   return eg;
 }
 
@@ -395,7 +397,7 @@ inline std::string execute_ir(const parallel_graph& pg, int rank) {
     s += detail::ir_entry(n, eb);
   }
   const index_t total = eg.bytes[0] + eg.bytes[1] + eg.bytes[2];
-  s += "return %" + std::to_string(eg.nodes.back().key) + "\n";
+  s += "return %" + std::to_string(eg.result) + "\n";
   s += "# bytes received by rank " + std::to_string(rank) + " in one step: forward " + std::to_string(eg.bytes[0]) +
        ", backward " + std::to_string(eg.bytes[1]) + ", loss " + std::to_string(eg.bytes[2]) + ", total " +
        std::to_string(total) + "\n";
