@@ -130,7 +130,10 @@ class value {
 /// Traces a network: declare inputs and parameters with their global shapes, apply
 /// operators (each returns a value and checks its input shapes at once), then
 /// build(loss). Instance names default to the operator's name, numbered from the
-/// second on: "matmul", "matmul2", "matmul3".
+/// second on: "matmul", "matmul2", "matmul3". Nodes are numbered in the order the calls
+/// run, and C++ leaves the order of a call's arguments unspecified: declare the inputs
+/// and parameters before the operators that read them (a batch lists the inputs, and the
+/// parameter list the parameters, in node order).
 ///
 ///     graph::graph_builder b;
 ///     auto x = b.input("x", {16, 32});
