@@ -2,7 +2,7 @@
 #
 #   tessera_set_warnings(<target>)
 #   tessera_add_test(NAME <name> SOURCES <files...> [MPI_RANKS <n...>] [LIBS <targets...>]
-#                    [TIMEOUT <seconds>] [LABELS <labels...>])
+#                    [TIMEOUT <seconds>] [LABELS <labels...>] [GPU])
 #   tessera_add_mpi_run(NAME <test name> TARGET <executable target> RANKS <n>
 #                       [TIMEOUT <seconds>] [LABELS <labels...>] [ARGS <args...>])
 #
@@ -23,12 +23,14 @@ set(TESSERA_MPI_TEST_ENVIRONMENT
   "OMPI_MCA_rmaps_base_oversubscribe=1"
   "OMPI_MCA_mpi_yield_when_idle=1")
 
-# -Wall -Wextra on the project's own executables (never on the INTERFACE targets).
+# -Wall -Wextra on the project's own executables (never on the INTERFACE targets); for
+# CUDA sources, on the host compiler's pass.
 function(tessera_set_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(${target} PRIVATE -Wall -Wextra)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>
+                                             $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
   elseif(MSVC)
-    target_compile_options(${target} PRIVATE /W4)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:/W4>)
   endif()
 endfunction()
 
@@ -50,15 +52,18 @@ function(tessera_add_mpi_run)
   set_tests_properties(${ARG_NAME} PROPERTIES
     ENVIRONMENT "${TESSERA_MPI_TEST_ENVIRONMENT}"
     TIMEOUT ${ARG_TIMEOUT}
+    SKIP_RETURN_CODE 77
     LABELS "${labels}")
 endfunction()
 
 # A doctest executable `<name>`. Without MPI_RANKS it links tessera::tessera and the
 # shared doctest main, and runs as test `<name>`. With MPI_RANKS it links
 # tessera::mpi and the MPI-aware main (tests/mpi_main.cpp), and runs as one test
-# `<name>_np<N>` per rank count N, labelled `mpi`.
+# `<name>_np<N>` per rank count N, labelled `mpi`. GPU: the test needs a CUDA device;
+# it links tessera::cuda and a main that exits with 77 (reported as skipped) when
+# there is none, and is labelled `gpu`.
 function(tessera_add_test)
-  cmake_parse_arguments(PARSE_ARGV 0 ARG "" "NAME;TIMEOUT" "SOURCES;MPI_RANKS;LIBS;LABELS")
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "GPU" "NAME;TIMEOUT" "SOURCES;MPI_RANKS;LIBS;LABELS")
   if(NOT ARG_NAME OR NOT ARG_SOURCES)
     message(FATAL_ERROR "tessera_add_test: NAME and SOURCES are required")
   endif()
@@ -76,16 +81,26 @@ function(tessera_add_test)
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   tessera_set_warnings(${ARG_NAME})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS})
+  # tests/: the helpers the test files share (device_under_test.hpp).
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
 
+  set(main tessera_doctest_main)
+  set(mpi_main tessera_doctest_mpi_main)
+  if(ARG_GPU)
+    target_link_libraries(${ARG_NAME} PRIVATE tessera::cuda)
+    set(main tessera_doctest_gpu_main)
+    set(mpi_main tessera_doctest_gpu_mpi_main)
+    list(APPEND ARG_LABELS gpu)
+  endif()
   if(NOT ARG_MPI_RANKS)
-    target_link_libraries(${ARG_NAME} PRIVATE tessera::tessera tessera_doctest_main)
+    target_link_libraries(${ARG_NAME} PRIVATE tessera::tessera ${main})
     add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
-    set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+    set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT} SKIP_RETURN_CODE 77)
     if(ARG_LABELS)
       set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}")
     endif()
   else()
-    target_link_libraries(${ARG_NAME} PRIVATE tessera::mpi tessera_doctest_mpi_main)
+    target_link_libraries(${ARG_NAME} PRIVATE tessera::mpi ${mpi_main})
     foreach(n IN LISTS ARG_MPI_RANKS)
       tessera_add_mpi_run(NAME ${ARG_NAME}_np${n} TARGET ${ARG_NAME} RANKS ${n}
                           TIMEOUT ${ARG_TIMEOUT} LABELS ${ARG_LABELS})

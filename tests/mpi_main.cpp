@@ -1,14 +1,25 @@
 // The main of every MPI test executable (compiled once): runs the doctest cases on
 // each rank and fails the job if any rank failed. Rank 0 prints doctest's usual
 // report; the other ranks print only their failures, then one line naming the rank.
+// Compiled again with TESSERA_TEST_REQUIRES_GPU=1 for the GPU tests: without a CUDA
+// device every rank exits with 77, which ctest reports as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <mpi.h>
 
 #include <cstdio>
+#if TESSERA_TEST_REQUIRES_GPU
+#include <tessera/cuda/runtime.hpp>
+#endif
 
 int main(int argc, char** argv) {
+#if TESSERA_TEST_REQUIRES_GPU
+  if (!tessera::cuda::available()) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+#endif
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -36,6 +36,23 @@
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
+#include <tessera/ops/split_check.hpp>
+#include <tessera/ops/batch_matmul_rule.hpp>
+#include <tessera/ops/one_hot_rule.hpp>
+#include <tessera/ops/softmax_axis_rule.hpp>
+#include <tessera/ops/shape_rule.hpp>
+#include <tessera/ops/argmax_rule.hpp>
+#include <tessera/ops/sparse_cross_entropy_rule.hpp>
+
+// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
+// (standard library only)
+#include <tessera/io/json.hpp>
+#include <tessera/io/layout_text.hpp>
+#include <tessera/io/atomic_file.hpp>
+#include <tessera/io/safetensors.hpp>
+#include <tessera/io/checkpoint_file.hpp>
+#include <tessera/io/rotation.hpp>
+#include <tessera/io/strategy_file.hpp>
 
 // graph/: the traced graph, its operators, sharding propagation, the parallel pass and
 // the dumps (standard library only)
@@ -52,6 +69,7 @@
 #include <tessera/tensor/host_storage.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/io/checkpoint.hpp>
 
 // kernels/cpu/ and the sharded operators: local math through CBLAS
 #if __has_include(<cblas.h>)
@@ -62,10 +80,30 @@
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/softmax.hpp>
+#include <tessera/ops/batch_matmul.hpp>
+#include <tessera/ops/one_hot.hpp>
+#include <tessera/ops/softmax_axis.hpp>
+#include <tessera/ops/shape.hpp>
+#include <tessera/ops/argmax.hpp>
+#include <tessera/ops/sparse_cross_entropy.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
+#include <tessera/autodiff/losses.hpp>
 #include <tessera/graph/execute.hpp>
 #endif
+
+// data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch
+#include <tessera/data/column.hpp>
+#include <tessera/data/random.hpp>
+#include <tessera/data/node.hpp>
+#include <tessera/data/prefetch.hpp>
+#include <tessera/data/dataset.hpp>
+#include <tessera/data/source.hpp>
+#include <tessera/data/file.hpp>
+#include <tessera/data/mnist.hpp>
+#include <tessera/data/cifar10.hpp>
+#include <tessera/data/transforms.hpp>
+#include <tessera/data/synthetic.hpp>
 #endif
 
 // comm/mpi.hpp: the MPI communicator

@@ -105,7 +105,54 @@ namespace tessera {
   X(cross_entropy_shapes, "softmax_cross_entropy: logits and labels must have the same shape",      \
     "dim {dim}: labels has extent {a}, logits {b}")                                                 \
   X(cross_entropy_split, "softmax_cross_entropy: logits and labels must be split alike",            \
-    "dim {dim}: labels split {a} ways, logits {b} ways")
+    "dim {dim}: labels split {a} ways, logits {b} ways")                                            \
+  X(batch_matmul_no_batch, "batch_matmul: at least one input must have batch dims (rank 3 or more)", \
+    "inputs have ranks {a} and {b}")                                                                \
+  X(batch_matmul_rank, "batch_matmul: an input has rank 2 (shared by every batch entry) or the "    \
+                       "output's rank", "input {dim} has rank {a}, the output {b}")                  \
+  X(batch_matmul_batch_shape, "batch_matmul: both inputs must have the same batch dims",            \
+    "dim {dim}: input 1 has extent {a}, input 0 {b}")                                               \
+  X(batch_matmul_contraction_shape, "batch_matmul: the contraction dims of both inputs must have "  \
+                                    "the same extent", "input 0 has {a}, input 1 {b}")             \
+  X(batch_matmul_batch_split, "batch_matmul: both inputs must split each batch dim alike",          \
+    "dim {dim}: input 1 splits it {a} ways, input 0 {b} ways")                                      \
+  X(batch_matmul_contraction, "batch_matmul: both inputs must split the contraction dim into the "  \
+                              "same number of pieces", "input 0 splits it {a} ways, input 1 {b} ways") \
+  X(one_hot_inputs, "one_hot: a strategy is ((output splits),) or ((output splits), (), ())",       \
+    "{a} split tuples")                                                                             \
+  X(one_hot_value_split, "one_hot: the on and off values are scalars, with empty split tuples",     \
+    "input {dim} has {a} entries")                                                                  \
+  X(one_hot_ndim, "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,)", \
+    "{a} entries for an output of rank {b}")                                                        \
+  X(one_hot_depth, "one_hot: depth must not be negative", "depth {a}")                              \
+  X(softmax_axis, "softmax: the axis must name a dim of the input", "axis {a}, input rank {b}")     \
+  X(transpose_perm_size, "transpose: perm must have one entry per input dim",                       \
+    "perm has {a} entries, the input has rank {b}")                                                 \
+  X(transpose_perm, "transpose: perm must be a permutation of the input's dims",                    \
+    "entry {dim} is {a}, input rank {b}")                                                           \
+  X(reshape_target, "reshape: each target dim must be non-negative, or -1 (inferred) for one dim",  \
+    "dim {dim} is {a}")                                                                             \
+  X(reshape_size, "reshape: the target shape must have the input's number of elements",             \
+    "the input has {a} elements, the target {b}")                                                   \
+  X(slice_lengths, "strided_slice: begin, end and strides must have the same length (strides may "  \
+                   "be empty)", "begin has {a} entries, end or strides {b}")                        \
+  X(slice_rank, "strided_slice: begin must not name more dims than the input has",                  \
+    "{a} entries, input rank {b}")                                                                  \
+  X(slice_stride, "strided_slice: a stride must not be 0", "dim {dim}")                             \
+  X(concat_inputs, "concat: needs between 1 and max_strategy_inputs inputs", "{a} inputs")          \
+  X(concat_axis, "concat: the axis must name a dim of the inputs", "axis {a}, input rank {b}")      \
+  X(concat_rank, "concat: every input must have input 0's rank", "input {dim} has rank {a}, input 0 {b}") \
+  X(concat_shapes, "concat: the inputs' dims other than the axis must agree",                       \
+    "input {dim}, dim {axis}: extent {a}, input 0 {b}")                                             \
+  X(concat_split_mismatch, "concat: every input must be split alike",                               \
+    "input {dim}, dim {axis}: split {a}, input 0 {b}")                                              \
+  X(concat_axis_split, "concat: the concat axis cannot be split", "input {dim} splits dim {axis} {a} ways") \
+  X(sparse_cross_entropy_rank, "sparse_softmax_cross_entropy: logits must have rank 2 (batch, "     \
+                               "classes) and labels rank 1 (batch)", "input {dim} has rank {a}")   \
+  X(sparse_cross_entropy_shapes, "sparse_softmax_cross_entropy: labels must have one entry per row " \
+                                 "of the logits", "labels has {a} entries, logits {b} rows")        \
+  X(sparse_cross_entropy_split, "sparse_softmax_cross_entropy: labels must be split as the logits' " \
+                                "batch dim", "labels split {a} ways, the logits' batch dim {b} ways")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {
@@ -1685,6 +1732,7 @@ inline std::string to_string(const plan& p) {
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace tessera {
 
@@ -1978,6 +2026,20 @@ inline void check_tag(const char* fn, int tag) {
 inline void check_color(int color) {
   if (color < 0) [[unlikely]]
     fail_color(color);
+}
+
+// ---- the abort path ----------------------------------------------------------------
+
+/// Functions run when a rank ends the whole job on an error (run_mpi's abort path),
+/// before MPI_Abort: a backend with work in flight on a device registers one so that
+/// its kernels stop instead of waiting for peers that are gone (NCCL's ncclCommAbort).
+inline std::vector<void (*)()>& abort_hooks() {
+  static std::vector<void (*)()> hooks;
+  return hooks;
+}
+inline void add_abort_hook(void (*f)()) { abort_hooks().push_back(f); }
+inline void run_abort_hooks() noexcept {
+  for (void (*f)() : abort_hooks()) f();
 }
 
 // ---- helpers --------------------------------------------------------------------
@@ -2771,6 +2833,3162 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
 }();
 
 }  // namespace tessera
+// ---- tessera/ops/split_check.hpp ----
+// A check the sharding rules share: a strategy's split tuple against an input's shape,
+// every known extent divisible by its number of pieces. Standard library only and
+// constexpr.
+
+
+namespace tessera::detail {
+
+/// Every extent of `shape` that is known divisible by its split in `s` (one entry per
+/// dim): "layout: a tensor dim must be divisible by the product of its splits: dim 1 has
+/// extent 6, split into 4 pieces". Dynamic extents are checked when they are known.
+constexpr status check_divides(const split_tuple& s, const extents& shape) {
+  for (int d = 0; d < shape.ndim && d < s.n; ++d)
+    if (shape.v[d] != dynamic_extent && s.v[d] > 0 && shape.v[d] % s.v[d] != 0)
+      return fail(errc::dim_not_divisible, d, -1, shape.v[d], s.v[d]);
+  return {};
+}
+
+}  // namespace tessera::detail
+// ---- tessera/ops/batch_matmul_rule.hpp ----
+// BatchMatMul's sharding rule: C[..., :, :] = op(A[..., :, :]) op(B[..., :, :]) over
+// batch dims split like an element-wise operator's and a contraction split that leaves
+// partial sums, as MatMul's. Standard library only and constexpr.
+
+
+namespace tessera {
+
+/// The layouts of C = batch_matmul(A, B, transpose_a, transpose_b).
+struct batch_matmul_layouts {
+  mesh dev;        ///< (batch splits..., m, k, n), or (replicas, batch splits..., m, k, n)
+  layout a, b;     ///< the inputs as the local products need them
+  layout c;        ///< the output: partial sums over the k axis when the contraction is split
+  layout grad_a;   ///< A's layout, partial over the n axis (and the batch axes when A is shared)
+  layout grad_b;   ///< B's layout, partial over the m axis (and the batch axes when B is shared)
+  extents shape;   ///< C's global shape (batch..., m, n)
+  int batch = 0;   ///< number of batch dims
+  friend constexpr bool operator==(const batch_matmul_layouts&, const batch_matmul_layouts&) = default;
+};
+
+namespace detail {
+// (rows, cols) of op(X) for the last two dims of a split tuple or a shape.
+template <class V>
+constexpr auto op_rows(const V& v, int n, bool trans) { return trans ? v[n - 1] : v[n - 2]; }
+template <class V>
+constexpr auto op_cols(const V& v, int n, bool trans) { return trans ? v[n - 2] : v[n - 1]; }
+}  // namespace detail
+
+/// Checks a BatchMatMul strategy on `device_num` devices for inputs of shapes `a` and
+/// `b`. Each input has rank 2 (a matrix shared by every batch entry) or the output's
+/// rank (the same batch dims, then a matrix), and one of them has batch dims; the
+/// contraction extents agree; the strategy has one split tuple per input with one
+/// entry per dim, positive splits; both inputs split each batch dim alike (when both
+/// have it) and the contraction dim alike; the device matrix (batch splits, m, k, n)
+/// divides the device count; and every extent is divisible by its split.
+/// Example: A (4, 8, 16), B (4, 16, 8) on 8 devices: ((2, 2, 2), (2, 2, 1)) is valid;
+/// ((2, 2, 2), (1, 2, 1)) splits batch dim 0 unlike A.
+constexpr status check_batch_matmul(const strategy& st, int device_num, const extents& a,
+                                    const extents& b, bool trans_a = false, bool trans_b = false) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  const int rank = a.ndim > b.ndim ? a.ndim : b.ndim;
+  if (rank < 3) return fail(errc::batch_matmul_no_batch, -1, -1, a.ndim, b.ndim);
+  const extents* in[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i)
+    if (in[i]->ndim != 2 && in[i]->ndim != rank) return fail(errc::batch_matmul_rank, i, -1, in[i]->ndim, rank);
+  for (int i = 0; i < 2; ++i)
+    if (st.in[i].n != in[i]->ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i]->ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  const int nb = rank - 2;
+  if (a.ndim == rank && b.ndim == rank)
+    for (int d = 0; d < nb; ++d)
+      if (a.v[d] != b.v[d] && a.v[d] != dynamic_extent && b.v[d] != dynamic_extent)
+        return fail(errc::batch_matmul_batch_shape, d, -1, b.v[d], a.v[d]);
+  const index_t ka = detail::op_cols(a.v, a.ndim, trans_a), kb = detail::op_rows(b.v, b.ndim, trans_b);
+  if (ka != kb && ka != dynamic_extent && kb != dynamic_extent)
+    return fail(errc::batch_matmul_contraction_shape, -1, -1, ka, kb);
+  if (a.ndim == rank && b.ndim == rank)
+    for (int d = 0; d < nb; ++d)
+      if (st.in[1].v[d] != st.in[0].v[d])
+        return fail(errc::batch_matmul_batch_split, d, -1, st.in[1].v[d], st.in[0].v[d]);
+  const int sk_a = detail::op_cols(st.in[0].v, a.ndim, trans_a);
+  const int sk_b = detail::op_rows(st.in[1].v, b.ndim, trans_b);
+  if (sk_a != sk_b) return fail(errc::batch_matmul_contraction, -1, -1, sk_a, sk_b);
+  const split_tuple& batched = a.ndim == rank ? st.in[0] : st.in[1];
+  int size = detail::op_rows(st.in[0].v, a.ndim, trans_a) * sk_a * detail::op_cols(st.in[1].v, b.ndim, trans_b);
+  for (int d = 0; d < nb; ++d) size *= batched.v[d];
+  if (device_num % size != 0) return fail(errc::op_device_num, -1, -1, size, device_num);
+  const int axes = nb + 3 + (device_num / size > 1 ? 1 : 0);
+  if (axes > max_mesh_ndim) return fail(errc::mesh_ndim, -1, -1, axes, max_mesh_ndim);
+  if (status s = detail::check_divides(st.in[0], a); !s.ok()) return s;
+  return detail::check_divides(st.in[1], b);
+}
+
+/// BatchMatMul's rule, as MindSpore's: the device matrix is (batch splits..., m, k, n),
+/// preceded by a replica axis when it uses fewer devices than there are. A batched
+/// input's batch dims are split by the batch axes; a shared (rank-2) input is
+/// replicated over them. The matrix dims follow MatMul's rule: A (m, k), B (k, n)
+/// (swapped for a transposed operand), C (batch..., m, n) partial over the k axis when
+/// it is split. A shared input's gradient sums over the batch, so it is also partial
+/// over the batch axes that split it.
+/// Example: A (4, 8, 16), B (4, 16, 8) with ((2, 2, 2), (2, 2, 1)) on 8 devices ->
+/// device matrix (2, 2, 2, 1); A split (0, 1, 2), B (0, 2, 3), C (0, 1, 3) partial
+/// over axis 2.
+/// @pre check_batch_matmul(st, device_num, a, b, trans_a, trans_b).ok()
+constexpr batch_matmul_layouts batch_matmul_rule(const strategy& st, int device_num, const extents& a,
+                                                 const extents& b, bool trans_a = false,
+                                                 bool trans_b = false) {
+  batch_matmul_layouts r;
+  const int rank = a.ndim > b.ndim ? a.ndim : b.ndim;
+  const int nb = rank - 2;
+  r.batch = nb;
+  const bool a_batched = a.ndim == rank, b_batched = b.ndim == rank;
+  const split_tuple& batched = a_batched ? st.in[0] : st.in[1];
+  const int m = detail::op_rows(st.in[0].v, a.ndim, trans_a);
+  const int k = detail::op_cols(st.in[0].v, a.ndim, trans_a);
+  const int n = detail::op_cols(st.in[1].v, b.ndim, trans_b);
+  split_tuple dm;  // the device matrix without replicas
+  dm.n = nb + 3;
+  for (int d = 0; d < nb; ++d) dm.v[d] = batched.v[d];
+  dm.v[nb] = m;
+  dm.v[nb + 1] = k;
+  dm.v[nb + 2] = n;
+  const layout full = strategy_layout(dm, device_num);
+  r.dev = full.dev;
+  const int first = r.dev.ndim - dm.n;
+  const int am = first + nb, ak = am + 1, an = am + 2;
+  r.a = layout::replicated(r.dev, a.ndim);
+  r.b = layout::replicated(r.dev, b.ndim);
+  r.c = layout::replicated(r.dev, rank);
+  for (int d = 0; d < nb; ++d) {
+    if (a_batched) r.a.split[d] = axis_list{first + d};
+    if (b_batched) r.b.split[d] = axis_list{first + d};
+    r.c.split[d] = axis_list{first + d};
+  }
+  r.a.split[a.ndim - 2] = axis_list{trans_a ? ak : am};
+  r.a.split[a.ndim - 1] = axis_list{trans_a ? am : ak};
+  r.b.split[b.ndim - 2] = axis_list{trans_b ? an : ak};
+  r.b.split[b.ndim - 1] = axis_list{trans_b ? ak : an};
+  r.c.split[rank - 2] = axis_list{am};
+  r.c.split[rank - 1] = axis_list{an};
+  if (k > 1) r.c = r.c.with_partial(ak);
+  axis_list batch_axes;  // the batch axes that split something
+  for (int d = 0; d < nb; ++d)
+    if (batched.v[d] > 1) batch_axes.push_back(first + d);
+  r.grad_a = r.a;
+  if (n > 1) r.grad_a = r.grad_a.with_partial(an);
+  if (!a_batched && !batch_axes.empty()) r.grad_a = r.grad_a.with_partial(batch_axes);
+  r.grad_b = r.b;
+  if (m > 1) r.grad_b = r.grad_b.with_partial(am);
+  if (!b_batched && !batch_axes.empty()) r.grad_b = r.grad_b.with_partial(batch_axes);
+  r.shape.ndim = rank;
+  const extents& bs = a_batched ? a : b;
+  for (int d = 0; d < nb; ++d) r.shape.v[d] = bs.v[d];
+  r.shape.v[rank - 2] = detail::op_rows(a.v, a.ndim, trans_a);
+  r.shape.v[rank - 1] = detail::op_cols(b.v, b.ndim, trans_b);
+  return r;
+}
+
+/// The rule for a static strategy and shapes; an invalid one fails to compile with the
+/// rule it breaks as the message.
+template <strategy St, int DeviceNum, extents A, extents B, bool TransA = false, bool TransB = false>
+inline constexpr batch_matmul_layouts static_batch_matmul_rule = [] {
+  constexpr status s = check_batch_matmul(St, DeviceNum, A, B, TransA, TransB);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return batch_matmul_rule(St, DeviceNum, A, B, TransA, TransB);
+  else return batch_matmul_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/one_hot_rule.hpp ----
+// OneHot's sharding rule: indices (...) -> (..., depth), the strategy splitting the
+// output, i.e. the indices' dims and optionally the depth. Standard library only and
+// constexpr.
+
+
+namespace tessera {
+
+/// The layouts of y = one_hot(indices, depth, on, off).
+struct one_hot_layouts {
+  mesh dev;            ///< the output's split tuple, or (replicas, ...)
+  layout indices;      ///< the output's layout without its depth dim (replicated over the depth axis)
+  layout out;          ///< split by the strategy: (..., depth)
+  extents shape;       ///< the output's global shape: indices.shape + (depth,)
+  int depth_axis = 0;  ///< the device-matrix axis that splits the depth
+  int depth_split = 1; ///< into how many pieces the depth is cut
+  friend constexpr bool operator==(const one_hot_layouts&, const one_hot_layouts&) = default;
+};
+
+/// Checks a OneHot strategy on `device_num` devices for indices of shape `indices` and
+/// `depth` classes: MindSpore's form ((b, d), (), ()) (the on and off values are
+/// scalars) or just ((b, d),); one entry per output dim (the indices' dims, then the
+/// depth); positive splits whose product divides the device count; depth >= 0; every
+/// output extent divisible by its split.
+/// Example: indices (16,), depth 8 on 8 devices: ((2, 4),) and ((8, 1), (), ()) are
+/// valid; ((2,),) misses the depth's entry.
+constexpr status check_one_hot(const strategy& st, int device_num, const extents& indices, index_t depth) {
+  if (st.n != 1 && st.n != 3) return fail(errc::one_hot_inputs, -1, -1, st.n);
+  for (int i = 1; i < st.n; ++i)
+    if (st.in[i].n != 0) return fail(errc::one_hot_value_split, i, -1, st.in[i].n);
+  if (indices.ndim + 1 > max_tensor_ndim)
+    return fail(errc::layout_ndim, -1, -1, indices.ndim + 1, max_tensor_ndim);
+  if (st.in[0].n != indices.ndim + 1) return fail(errc::one_hot_ndim, -1, -1, st.in[0].n, indices.ndim + 1);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (depth < 0) return fail(errc::one_hot_depth, -1, -1, depth);
+  extents out = indices;
+  out.v[out.ndim++] = depth;
+  return detail::check_divides(st.in[0], out);
+}
+
+/// The rule: the output's layout is strategy_layout's for the strategy's tuple (device
+/// matrix (b, d), or (replicas, b, d)); the indices are split as the output's leading
+/// dims and replicated over the depth axis, so each rank writes the columns of its
+/// piece of the depth. No communication.
+/// Example: ((2, 4),) on 8 devices, indices (16,), depth 8 -> device matrix (2, 4);
+/// indices split by axis 0; the output's (8, 2) shards split rows by axis 0 and
+/// columns by axis 1.
+/// @pre check_one_hot(st, device_num, indices, depth).ok()
+constexpr one_hot_layouts one_hot_rule(const strategy& st, int device_num, const extents& indices,
+                                       index_t depth) {
+  one_hot_layouts r;
+  r.out = strategy_layout(st.in[0], device_num);
+  r.dev = r.out.dev;
+  r.indices = layout::replicated(r.dev, indices.ndim);
+  for (int d = 0; d < indices.ndim; ++d) r.indices.split[d] = r.out.split[d];
+  r.depth_axis = r.out.split[indices.ndim].v[0];
+  r.depth_split = st.in[0].v[indices.ndim];
+  r.shape = indices;
+  r.shape.v[r.shape.ndim++] = depth;
+  return r;
+}
+
+/// The rule for a static strategy, shape and depth; an invalid one fails to compile with
+/// the rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Indices, index_t Depth>
+inline constexpr one_hot_layouts static_one_hot_rule = [] {
+  constexpr status s = check_one_hot(St, DeviceNum, Indices, Depth);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return one_hot_rule(St, DeviceNum, Indices, Depth);
+  else return one_hot_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/softmax_axis_rule.hpp ----
+// The sharding rule of Softmax and LogSoftmax along one axis: the input's split tuple
+// gives the layouts; a split softmax axis is allowed, its row max and row sums then
+// combine across the axis group. Standard library only and constexpr.
+
+
+namespace tessera {
+
+/// The layouts of y = softmax(x, axis) or log_softmax(x, axis).
+struct softmax_layouts {
+  mesh dev;         ///< the input's split tuple, or (replicas, ...)
+  layout in;        ///< the input, split by the strategy
+  layout out;       ///< the output (and the input's gradient): as the input
+  int axis = 0;     ///< the softmax dim, in [0, rank)
+  axis_list group;  ///< the mesh axes that split the softmax dim (empty: no communication)
+  friend constexpr bool operator==(const softmax_layouts&, const softmax_layouts&) = default;
+};
+
+/// Checks a Softmax strategy on `device_num` devices for an input of shape `shape`: one
+/// split tuple with one entry per dim, positive splits whose product divides the
+/// device count, an axis in [-rank, rank), and every extent divisible by its split.
+constexpr status check_softmax(const strategy& st, int device_num, const extents& shape, int axis) {
+  if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
+  if (st.in[0].n != shape.ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, shape.ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (axis < -shape.ndim || axis >= shape.ndim) return fail(errc::softmax_axis, -1, -1, axis, shape.ndim);
+  return detail::check_divides(st.in[0], shape);
+}
+
+/// The rule: input and output are strategy_layout's for the split tuple, so a softmax
+/// needs no communication unless its axis is split; then each rank's partial row max
+/// and row sums combine over `group` (an all-reduce of one value per row each).
+/// Example: (2, 4) on 8 devices, axis -1 -> device matrix (2, 4); rows split by axis 0,
+/// the softmax dim by axis 1: group {1}.
+/// @pre check_softmax(st, device_num, shape, axis).ok()
+constexpr softmax_layouts softmax_rule(const strategy& st, int device_num, const extents& shape, int axis) {
+  softmax_layouts r;
+  r.in = strategy_layout(st.in[0], device_num);
+  r.out = r.in;
+  r.dev = r.in.dev;
+  r.axis = axis < 0 ? axis + shape.ndim : axis;
+  if (st.in[0].v[r.axis] > 1) r.group = r.in.split[r.axis];
+  return r;
+}
+
+/// The rule for a static strategy, shape and axis; an invalid one fails to compile with
+/// the rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Shape, int Axis = -1>
+inline constexpr softmax_layouts static_softmax_rule = [] {
+  constexpr status s = check_softmax(St, DeviceNum, Shape, Axis);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return softmax_rule(St, DeviceNum, Shape, Axis);
+  else return softmax_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/shape_rule.hpp ----
+// The sharding rules of the data-movement operators: Transpose (permutes the layout),
+// Reshape and Flatten (keep shards in place where the split dims survive), StridedSlice
+// (slices unsplit dims locally) and Concat (along an unsplit axis). Standard library
+// only and constexpr.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+
+namespace tessera {
+
+/// A list of indices, e.g. a slice's begin {0, 2}. A structural type.
+struct index_list {
+  int n = 0;
+  std::array<index_t, max_tensor_ndim> v{};
+
+  constexpr index_list() = default;
+  constexpr index_list(std::initializer_list<index_t> values) {
+    for (index_t x : values) {
+      if (n < max_tensor_ndim) v[n] = x;
+      ++n;
+    }
+  }
+  constexpr int size() const { return n; }
+  constexpr index_t operator[](int i) const { return v[i]; }
+  friend constexpr bool operator==(const index_list&, const index_list&) = default;
+};
+
+namespace detail {
+// The first dim of `shape` whose extent is not known, or -1.
+constexpr int first_dynamic_dim(const extents& shape) {
+  for (int d = 0; d < shape.ndim; ++d)
+    if (shape.v[d] < 0) return d;
+  return -1;
+}
+
+// The checks every one-input operator of this file starts with: one split tuple with
+// one entry per dim, positive splits dividing the device count, a shape whose
+// extents are known and divisible by the splits.
+constexpr status check_one_input(const strategy& st, int device_num, const extents& shape) {
+  if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
+  if (st.in[0].n != shape.ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, shape.ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (const int d = first_dynamic_dim(shape); d >= 0) return fail(errc::negative_extent, d, -1, shape.v[d]);
+  return check_divides(st.in[0], shape);
+}
+}  // namespace detail
+
+// ---- Transpose -----------------------------------------------------------------------
+
+/// The layouts of y = transpose(x, perm): y.shape[d] = x.shape[perm[d]].
+struct transpose_layouts {
+  mesh dev;       ///< the input's split tuple, or (replicas, ...)
+  layout in;      ///< the input (and its gradient), split by the strategy
+  layout out;     ///< dim d split as the input's dim perm[d]: the same shards, permuted
+  dim_list perm;  ///< perm with negative entries resolved
+  extents shape;  ///< the output's global shape
+  friend constexpr bool operator==(const transpose_layouts&, const transpose_layouts&) = default;
+};
+
+/// Checks a Transpose strategy on `device_num` devices for an input of shape `shape`:
+/// the one-input checks, and perm a permutation of the dims (negative entries count
+/// from the end).
+constexpr status check_transpose(const strategy& st, int device_num, const extents& shape,
+                                 const dim_list& perm) {
+  if (status s = detail::check_one_input(st, device_num, shape); !s.ok()) return s;
+  if (perm.n != shape.ndim) return fail(errc::transpose_perm_size, -1, -1, perm.n, shape.ndim);
+  unsigned seen = 0;
+  for (int d = 0; d < perm.n; ++d) {
+    const int p = perm.v[d] < 0 ? perm.v[d] + shape.ndim : perm.v[d];
+    if (p < 0 || p >= shape.ndim || (seen >> p & 1u)) return fail(errc::transpose_perm, d, -1, perm.v[d], shape.ndim);
+    seen |= 1u << p;
+  }
+  return {};
+}
+
+/// The rule: the output's dim d is split by the mesh axes that split the input's dim
+/// perm[d]. Every rank keeps its elements: zero communication, a local transpose.
+/// Example: (2, 4) on 8 devices, perm (1, 0) -> device matrix (2, 4); x split rows by
+/// axis 0 and columns by axis 1; y rows by axis 1 and columns by axis 0.
+/// @pre check_transpose(st, device_num, shape, perm).ok()
+constexpr transpose_layouts transpose_rule(const strategy& st, int device_num, const extents& shape,
+                                           const dim_list& perm) {
+  transpose_layouts r;
+  r.in = strategy_layout(st.in[0], device_num);
+  r.dev = r.in.dev;
+  r.out = r.in;
+  r.perm = perm;
+  r.shape = shape;
+  for (int d = 0; d < shape.ndim; ++d) {
+    const int p = perm.v[d] < 0 ? perm.v[d] + shape.ndim : perm.v[d];
+    r.perm.v[d] = p;
+    r.out.split[d] = r.in.split[p];
+    r.shape.v[d] = shape.v[p];
+  }
+  return r;
+}
+
+/// The rule for a static strategy, shape and perm; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, dim_list Perm>
+inline constexpr transpose_layouts static_transpose_rule = [] {
+  constexpr status s = check_transpose(St, DeviceNum, Shape, Perm);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return transpose_rule(St, DeviceNum, Shape, Perm);
+  else return transpose_layouts{};
+}();
+
+// ---- Reshape and Flatten -----------------------------------------------------------
+
+/// The layouts of y = reshape(x, target).
+struct reshape_layouts {
+  mesh dev;           ///< the input's split tuple, or (replicas, ...)
+  layout in;          ///< the layout the local reshape reads (and the input's gradient)
+  layout out;         ///< the output: the same shards, seen in the target shape
+  extents shape;      ///< the target with its -1 resolved
+  bool moves = false; ///< in differs from the strategy's layout: x is redistributed first
+  friend constexpr bool operator==(const reshape_layouts&, const reshape_layouts&) = default;
+};
+
+/// `target` with its one -1 entry (dynamic_extent) inferred from the element count of
+/// `shape`. @pre check_reshape passed
+constexpr extents reshape_target(const extents& shape, const extents& target) {
+  extents t = target;
+  index_t known = 1;
+  int infer = -1;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.v[d] == -1) infer = d;
+    else known *= t.v[d];
+  }
+  if (infer >= 0) t.v[infer] = known == 0 ? 0 : shape.size() / known;
+  return t;
+}
+
+/// Checks a Reshape strategy on `device_num` devices for an input of shape `shape`
+/// reshaped to `target` (MindSpore's Reshape: one entry may be -1, inferred): the
+/// one-input checks, target entries non-negative but for at most one -1, and the same
+/// number of elements.
+constexpr status check_reshape(const strategy& st, int device_num, const extents& shape,
+                               const extents& target) {
+  if (status s = detail::check_one_input(st, device_num, shape); !s.ok()) return s;
+  if (target.ndim < 0 || target.ndim > max_tensor_ndim)
+    return fail(errc::layout_ndim, -1, -1, target.ndim, max_tensor_ndim);
+  int inferred = 0;
+  index_t known = 1;
+  for (int d = 0; d < target.ndim; ++d) {
+    const index_t t = target.v[d];
+    if (t < -1 || (t == -1 && inferred++ > 0)) return fail(errc::reshape_target, d, -1, t);
+    if (t >= 0) known *= t;
+  }
+  const index_t n = shape.size();
+  if (inferred ? (known == 0 || n % known != 0) : known != n) return fail(errc::reshape_size, -1, -1, n, known);
+  return {};
+}
+
+/// The Reshape rule. Input and target dims (extent-1 dims aside) fall into groups of
+/// equal products: the finest alignment of the two shapes ((4, 6) -> (2, 2, 6) has
+/// the groups (4) -> (2, 2) and (6) -> (6)). A rank's shard stays in place when, in
+/// each group, only the first input dim is split (s pieces, s dividing the first
+/// target dim of the group): its elements are then a contiguous run of the group, the
+/// same run as the target's first dim split s ways. So the output splits each group's
+/// first target dim by the axes that split the group's first input dim.
+/// Otherwise the input is redistributed first (`moves`), to the layout where the group's
+/// axes (major first) split its first input dim, as many of them as divide both first
+/// dims (an AllToAll moves a split from a later dim of the group); an axis that does
+/// not fit is gathered.
+/// Examples on 8 devices: (16, 6) -> (2, 8, 6) with (4, 2): groups (16) -> (2, 8) and
+/// (6) -> (6); axis 0 (4 pieces) does not divide 2, so it is gathered: in [-, 1], out
+/// [-, -, 1], moves. (4, 6) -> (24,) with (2, 1) (device matrix (4, 2, 1)): out [1],
+/// no move. (4, 6) -> (24,) with (1, 2) (device matrix (4, 1, 2)): the split moves to
+/// dim 0 (in [1.2, -], one AllToAll; axis 1 has size 1), out [2].
+/// @pre check_reshape(st, device_num, shape, target).ok()
+constexpr reshape_layouts reshape_rule(const strategy& st, int device_num, const extents& shape,
+                                       const extents& target) {
+  reshape_layouts r;
+  const layout base = strategy_layout(st.in[0], device_num);
+  r.dev = base.dev;
+  r.shape = reshape_target(shape, target);
+  // Axes of size 1 move no data: they stay where the strategy put them.
+  r.in = base;
+  r.out = layout::replicated(r.dev, r.shape.ndim);
+  if (shape.size() == 0) {  // no elements: nothing to keep in place
+    for (int d = 0; d < shape.ndim; ++d) r.in.split[d] = axis_list{};
+    r.moves = !(r.in == base);
+    return r;
+  }
+  const extents& s = shape;
+  const extents& t = r.shape;
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < s.ndim && s.v[i] == 1) ++i;
+    while (j < t.ndim && t.v[j] == 1) ++j;
+    if (i >= s.ndim || j >= t.ndim) break;
+    const int gi = i, gj = j;
+    index_t pi = s.v[i++], pj = t.v[j++];
+    while (pi != pj) {
+      if (pi < pj) pi *= s.v[i++];
+      else pj *= t.v[j++];
+    }
+    axis_list kept;  // the group's axes (size > 1) that fit its first dims, major first
+    index_t pieces = 1;
+    for (int d = gi; d < i; ++d) {
+      axis_list ones;
+      for (int k = 0; k < base.split[d].n; ++k) {
+        const int a = base.split[d].v[k];
+        const index_t next = pieces * r.dev.dims[a];
+        if (r.dev.dims[a] == 1) ones.push_back(a);
+        else if (s.v[gi] % next == 0 && t.v[gj] % next == 0) {
+          kept.push_back(a);
+          pieces = next;
+        }
+      }
+      r.in.split[d] = ones;
+    }
+    for (int k = 0; k < kept.n; ++k) r.in.split[gi].push_back(kept.v[k]);
+    r.out.split[gj] = (i - gi == 1 && j - gj == 1) ? r.in.split[gi] : kept;
+  }
+  r.moves = !(r.in == base);
+  return r;
+}
+
+/// The rule for a static strategy, shape and target; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, extents Target>
+inline constexpr reshape_layouts static_reshape_rule = [] {
+  constexpr status s = check_reshape(St, DeviceNum, Shape, Target);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return reshape_rule(St, DeviceNum, Shape, Target);
+  else return reshape_layouts{};
+}();
+
+/// Flatten's target for an input of shape `shape`: (shape[0], the product of the rest),
+/// MindSpore's Flatten (the batch dim kept). A rank-0 input gives (1,).
+constexpr extents flatten_target(const extents& shape) {
+  if (shape.ndim == 0) return extents{1};
+  index_t rest = 1;
+  for (int d = 1; d < shape.ndim; ++d) rest *= shape.v[d];
+  return extents{shape.v[0], rest};
+}
+
+/// Flatten's rule for a static strategy and shape: Reshape's, to flatten_target(Shape).
+template <strategy St, int DeviceNum, extents Shape>
+inline constexpr reshape_layouts static_flatten_rule = static_reshape_rule<St, DeviceNum, Shape, flatten_target(Shape)>;
+
+// ---- StridedSlice ------------------------------------------------------------------
+
+/// The layouts of y = strided_slice(x, begin, end, strides).
+struct strided_slice_layouts {
+  mesh dev;            ///< the input's split tuple, or (replicas, ...)
+  layout in;           ///< the strategy's layout with the cut dims unsplit (and the gradient's)
+  layout out;          ///< as `in`: every split dim is taken whole, so it keeps its split
+  extents shape;       ///< the slice's global shape
+  unsigned cut = 0;    ///< bit d set: dim d is not taken whole (sliced on every rank alike)
+  bool moves = false;  ///< the strategy split a cut dim: x is redistributed (gathered) first
+  friend constexpr bool operator==(const strided_slice_layouts&, const strided_slice_layouts&) = default;
+};
+
+/// One dim of a slice with Python semantics: `count` elements from `start`, `step` apart.
+struct slice_range {
+  index_t start = 0, step = 1, count = 0;
+  friend constexpr bool operator==(const slice_range&, const slice_range&) = default;
+};
+
+/// Python's x[b:e:s] on a dim of extent n: negative begin or end count from the end and
+/// both are clamped to the dim, so INT64_MAX (INT64_MIN for a negative step) means "to
+/// the end". Example: n 6, b 4, e -7, s -2 gives start 4, step -2, count 3 (4, 2, 0).
+/// @pre s != 0
+constexpr slice_range python_slice(index_t n, index_t b, index_t e, index_t s) {
+  const index_t lo = s > 0 ? 0 : -1, hi = s > 0 ? n : n - 1;
+  auto place = [&](index_t i) {
+    const index_t k = i < 0 ? (i < -n ? lo : i + n) : i;
+    return k < lo ? lo : (k > hi ? hi : k);
+  };
+  const index_t first = place(b), last = place(e);
+  const index_t span = s > 0 ? last - first : first - last, step = s > 0 ? s : -s;
+  return slice_range{first, s, span > 0 ? (span + step - 1) / step : 0};
+}
+
+/// Checks a StridedSlice strategy on `device_num` devices for an input of shape `shape`:
+/// the one-input checks; begin, end and strides (or no strides: all 1) of the same
+/// length, at most the input's rank (later dims are taken whole); no stride 0.
+constexpr status check_strided_slice(const strategy& st, int device_num, const extents& shape,
+                                     const index_list& begin, const index_list& end,
+                                     const index_list& strides) {
+  if (status s = detail::check_one_input(st, device_num, shape); !s.ok()) return s;
+  if (end.n != begin.n) return fail(errc::slice_lengths, -1, -1, begin.n, end.n);
+  if (strides.n != 0 && strides.n != begin.n) return fail(errc::slice_lengths, -1, -1, begin.n, strides.n);
+  if (begin.n > shape.ndim) return fail(errc::slice_rank, -1, -1, begin.n, shape.ndim);
+  for (int d = 0; d < strides.n; ++d)
+    if (strides.v[d] == 0) return fail(errc::slice_stride, d);
+  return {};
+}
+
+/// The StridedSlice rule: a dim taken whole (start 0, step 1, every element) keeps the
+/// strategy's split, and each rank slices nothing there; any other dim is cut, which
+/// needs the whole dim on every rank: a cut dim that the strategy splits is gathered
+/// first (`moves`), as MindSpore's redistribution would. The output keeps the input's
+/// splits (a whole dim keeps its extent, so they still divide).
+/// Example: (8, 16) with (2, 4) on 8 devices, begin (0, 2), end (8, 10), strides (1, 2):
+/// dim 0 whole, dim 1 cut; in [0, -], out (8, 4) [0, -].
+/// @pre check_strided_slice(st, device_num, shape, begin, end, strides).ok()
+constexpr strided_slice_layouts strided_slice_rule(const strategy& st, int device_num, const extents& shape,
+                                                   const index_list& begin, const index_list& end,
+                                                   const index_list& strides) {
+  strided_slice_layouts r;
+  const layout base = strategy_layout(st.in[0], device_num);
+  r.dev = base.dev;
+  r.in = base;
+  r.shape = shape;
+  for (int d = 0; d < begin.n; ++d) {
+    const slice_range sr = python_slice(shape.v[d], begin.v[d], end.v[d], strides.n ? strides.v[d] : 1);
+    r.shape.v[d] = sr.count;
+    if (!(sr.start == 0 && sr.step == 1 && sr.count == shape.v[d])) {
+      r.cut |= 1u << d;
+      r.in.split[d] = axis_list{};
+    }
+  }
+  r.out = r.in;
+  r.moves = !(r.in == base);
+  return r;
+}
+
+/// The rule for a static strategy, shape and slice; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, index_list Begin, index_list End,
+          index_list Strides = index_list{}>
+inline constexpr strided_slice_layouts static_strided_slice_rule = [] {
+  constexpr status s = check_strided_slice(St, DeviceNum, Shape, Begin, End, Strides);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return strided_slice_rule(St, DeviceNum, Shape, Begin, End, Strides);
+  else return strided_slice_layouts{};
+}();
+
+// ---- Concat ------------------------------------------------------------------------
+
+/// The layouts of y = concat((x0, x1, ...), axis).
+struct concat_layouts {
+  mesh dev;       ///< the inputs' split tuple, or (replicas, ...)
+  layout in;      ///< every input (and its gradient), split by the strategy
+  layout out;     ///< as the inputs: the concat axis is unsplit, the others keep their splits
+  extents shape;  ///< the output's global shape
+  int axis = 0;   ///< the concat axis, in [0, rank)
+  friend constexpr bool operator==(const concat_layouts&, const concat_layouts&) = default;
+};
+
+/// Checks a Concat strategy on `device_num` devices for inputs of the given shapes: 1 to
+/// max_strategy_inputs inputs of one rank, agreeing on every dim but the axis; one split
+/// tuple per input, one entry per dim, positive splits whose product divides the device
+/// count; the axis unsplit and every input split alike (MindSpore's Concat).
+/// Example: (8, 4) and (8, 12) along axis 1 on 8 devices: ((8, 1), (8, 1)) is valid;
+/// ((2, 4), (2, 4)) splits the concat axis.
+constexpr status check_concat(const strategy& st, int device_num, const shape_list& shapes, int axis) {
+  if (shapes.n < 1 || shapes.n > max_strategy_inputs) return fail(errc::concat_inputs, -1, -1, shapes.n);
+  if (st.n != shapes.n) return fail(errc::op_inputs, -1, -1, st.n, shapes.n);
+  const int rank = shapes.v[0].ndim;
+  for (int i = 1; i < shapes.n; ++i)
+    if (shapes.v[i].ndim != rank) return fail(errc::concat_rank, i, -1, shapes.v[i].ndim, rank);
+  for (int i = 0; i < st.n; ++i)
+    if (st.in[i].n != rank) return fail(errc::op_input_ndim, i, -1, st.in[i].n, rank);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (axis < -rank || axis >= rank) return fail(errc::concat_axis, -1, -1, axis, rank);
+  const int ax = axis < 0 ? axis + rank : axis;
+  for (int i = 1; i < shapes.n; ++i)
+    for (int d = 0; d < rank; ++d)
+      if (d != ax && shapes.v[i].v[d] != shapes.v[0].v[d])
+        return fail(errc::concat_shapes, i, d, shapes.v[i].v[d], shapes.v[0].v[d]);
+  for (int i = 0; i < st.n; ++i)
+    if (st.in[i].v[ax] != 1) return fail(errc::concat_axis_split, i, ax, st.in[i].v[ax]);
+  for (int i = 1; i < st.n; ++i)
+    for (int d = 0; d < rank; ++d)
+      if (st.in[i].v[d] != st.in[0].v[d])
+        return fail(errc::concat_split_mismatch, i, d, st.in[i].v[d], st.in[0].v[d]);
+  return {};
+}
+
+/// The Concat rule: inputs and output in strategy_layout's layout of the (shared) split
+/// tuple; the concat axis is whole on every rank, so each rank concatenates its shards.
+/// No communication.
+/// Example: (8, 4) and (8, 12) along axis 1 with ((2, 1), (2, 1)) on 8 devices ->
+/// device matrix (4, 2, 1); rows split by axis 1; y (8, 16) split alike.
+/// @pre check_concat(st, device_num, shapes, axis).ok()
+constexpr concat_layouts concat_rule(const strategy& st, int device_num, const shape_list& shapes, int axis) {
+  concat_layouts r;
+  r.in = strategy_layout(st.in[0], device_num);
+  r.out = r.in;
+  r.dev = r.in.dev;
+  r.axis = axis < 0 ? axis + shapes.v[0].ndim : axis;
+  r.shape = shapes.v[0];
+  for (int i = 1; i < shapes.n; ++i) r.shape.v[r.axis] += shapes.v[i].v[r.axis];
+  return r;
+}
+
+/// The rule for a static strategy, shapes and axis; an invalid one fails to compile.
+template <strategy St, int DeviceNum, shape_list Shapes, int Axis>
+inline constexpr concat_layouts static_concat_rule = [] {
+  constexpr status s = check_concat(St, DeviceNum, Shapes, Axis);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return concat_rule(St, DeviceNum, Shapes, Axis);
+  else return concat_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/argmax_rule.hpp ----
+// ArgMax's sharding rule: the index of the maximum along one axis, as a reduction over
+// that axis whose partial results (a maximum and its index per rank) the operator
+// resolves itself, so the output holds whole indices. Standard library only and
+// constexpr.
+
+
+namespace tessera {
+
+/// The layouts of y = argmax(x, axis).
+struct argmax_layouts {
+  mesh dev;         ///< the input's split tuple, or (replicas, ...)
+  layout in;        ///< the input, split by the strategy
+  layout out;       ///< the kept dims keep their axes; replicated over the axis group
+  extents shape;    ///< the input's shape without the axis
+  int axis = 0;     ///< the reduced dim, in [0, rank)
+  axis_list group;  ///< the mesh axes that split the axis (empty: no communication)
+  friend constexpr bool operator==(const argmax_layouts&, const argmax_layouts&) = default;
+};
+
+/// Checks an ArgMax strategy: the reduction's checks (reduce_rule.hpp) for the one dim
+/// `axis`.
+constexpr status check_argmax(const strategy& st, int device_num, const extents& shape, int axis) {
+  return check_reduce(st, device_num, shape, dim_list{axis});
+}
+
+/// The rule: reduce_rule's for a ReduceMax over `axis` without keep_dims, the output's
+/// partial state resolved: when the axis is split, the ranks of `group` combine their
+/// maxima and then the smallest global index that attains the maximum.
+/// Example: (2, 4) on 8 devices, axis -1 -> device matrix (2, 4); x split rows by axis
+/// 0 and columns by axis 1; y (B,) split by axis 0, group {1}.
+/// @pre check_argmax(st, device_num, shape, axis).ok()
+constexpr argmax_layouts argmax_rule(const strategy& st, int device_num, const extents& shape, int axis) {
+  const reduce_layouts rr = reduce_rule(st, device_num, shape, dim_list{axis}, false, reduce_op::max);
+  argmax_layouts r;
+  r.dev = rr.dev;
+  r.in = rr.in;
+  r.out = rr.out.without_partial();
+  r.shape = rr.shape;
+  r.axis = axis < 0 ? axis + shape.ndim : axis;
+  if (st.in[0].v[r.axis] > 1) r.group = r.in.split[r.axis];
+  return r;
+}
+
+/// The rule for a static strategy, shape and axis; an invalid one fails to compile.
+template <strategy St, int DeviceNum, extents Shape, int Axis = -1>
+inline constexpr argmax_layouts static_argmax_rule = [] {
+  constexpr status s = check_argmax(St, DeviceNum, Shape, Axis);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return argmax_rule(St, DeviceNum, Shape, Axis);
+  else return argmax_layouts{};
+}();
+
+}  // namespace tessera
+// ---- tessera/ops/sparse_cross_entropy_rule.hpp ----
+// The sharding rule of SparseSoftmaxCrossEntropyWithLogits: logits (B, C) split by
+// ((b, c), (b,)), labels (B,) integer class indices split as the logits' rows; the
+// output is the per-sample loss (B,). Standard library only and constexpr.
+
+
+namespace tessera {
+
+/// The layouts of loss = sparse_softmax_cross_entropy(logits, labels).
+struct sparse_cross_entropy_layouts {
+  mesh dev;             ///< the device matrix: (b, c), or (replicas, b, c)
+  layout logits;        ///< rows split by the batch axis, classes by the class axis
+  layout labels;        ///< (B,): split by the batch axis, replicated over the class axis
+  layout out;           ///< the loss (B,): as the labels
+  extents shape;        ///< the loss' global shape (B,)
+  int batch_axis = 0;   ///< the device-matrix axis that splits the rows
+  int class_axis = 1;   ///< the device-matrix axis that splits the classes
+  int class_split = 1;  ///< c: > 1 when row max and row sums combine across class_axis
+  friend constexpr bool operator==(const sparse_cross_entropy_layouts&,
+                                   const sparse_cross_entropy_layouts&) = default;
+};
+
+/// Checks a SparseSoftmaxCrossEntropyWithLogits strategy on `device_num` devices for
+/// logits (B, C) and labels (B,): two split tuples, of two entries and one, positive
+/// splits whose product divides the device count, one label per row, the labels split
+/// as the rows, and the logits' extents divisible by their splits. Example on 8 devices with logits (16, 8): ((2, 4), (2,)) is
+/// valid; ((2, 4), (4,)) splits the labels unlike the rows.
+constexpr status check_sparse_softmax_cross_entropy(const strategy& st, int device_num,
+                                                    const extents& logits, const extents& labels) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  if (logits.ndim != 2) return fail(errc::sparse_cross_entropy_rank, 0, -1, logits.ndim);
+  if (labels.ndim != 1) return fail(errc::sparse_cross_entropy_rank, 1, -1, labels.ndim);
+  if (st.in[0].n != 2) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, 2);
+  if (st.in[1].n != 1) return fail(errc::op_input_ndim, 1, -1, st.in[1].n, 1);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (labels.v[0] != logits.v[0] && labels.v[0] != dynamic_extent && logits.v[0] != dynamic_extent)
+    return fail(errc::sparse_cross_entropy_shapes, -1, -1, labels.v[0], logits.v[0]);
+  if (st.in[1].v[0] != st.in[0].v[0])
+    return fail(errc::sparse_cross_entropy_split, -1, -1, st.in[1].v[0], st.in[0].v[0]);
+  return detail::check_divides(st.in[0], logits);
+}
+
+/// The rule: the device matrix and the logits' layout are strategy_layout's for the
+/// logits' split tuple (b, c); labels and loss are split by the batch axis and
+/// replicated over the class axis. When the classes are split, each rank of a class
+/// group holds the label of its rows, and the one holding that class contributes the
+/// label's logit to the row sums combined over the group: every rank of it gets the
+/// full loss of its rows.
+/// Example: ((2, 2), (2,)) on 8 devices -> device matrix (2, 2, 2); logits split rows
+/// by axis 1 and classes by axis 2; labels and loss split by axis 1.
+/// @pre check_sparse_softmax_cross_entropy(st, device_num, logits, labels).ok()
+constexpr sparse_cross_entropy_layouts sparse_softmax_cross_entropy_rule(const strategy& st, int device_num,
+                                                                         const extents& logits) {
+  sparse_cross_entropy_layouts r;
+  r.logits = strategy_layout(st.in[0], device_num);
+  r.dev = r.logits.dev;
+  r.batch_axis = r.dev.ndim - 2;
+  r.class_axis = r.dev.ndim - 1;
+  r.class_split = st.in[0].v[1];
+  r.labels = layout::replicated(r.dev, 1);
+  r.labels.split[0] = axis_list{r.batch_axis};
+  r.out = r.labels;
+  r.shape = extents{logits.v[0]};
+  return r;
+}
+
+/// The rule for a static strategy and shapes; an invalid one fails to compile with the
+/// rule it breaks as the message.
+template <strategy St, int DeviceNum, extents Logits, extents Labels>
+inline constexpr sparse_cross_entropy_layouts static_sparse_softmax_cross_entropy_rule = [] {
+  constexpr status s = check_sparse_softmax_cross_entropy(St, DeviceNum, Logits, Labels);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return sparse_softmax_cross_entropy_rule(St, DeviceNum, Logits);
+  else return sparse_cross_entropy_layouts{};
+}();
+
+}  // namespace tessera
+
+// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
+// (standard library only)
+// ---- tessera/io/json.hpp ----
+// A small JSON value, a strict parser (RFC 8259) and a writer: what checkpoint
+// headers and strategy files need, with the standard library only.
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace tessera::io::json {
+
+/// The kinds of JSON value. Numbers written without a fraction or exponent that fit
+/// in 64 bits are `integer`; every other number is `number` (a double).
+enum class kind { null, boolean, integer, number, string, array, object };
+
+constexpr std::string_view to_string(kind k) {
+  switch (k) {
+    case kind::null: return "null";
+    case kind::boolean: return "a boolean";
+    case kind::integer: return "an integer";
+    case kind::number: return "a number";
+    case kind::string: return "a string";
+    case kind::array: return "an array";
+    case kind::object: return "an object";
+  }
+  return "?";
+}
+
+/// A JSON value. Objects keep their members in insertion order and have unique
+/// keys (the parser rejects duplicates; set() replaces).
+///
+///     json::value v = json::value::object_of({{"dtype", "F32"}, {"shape", json::value::array_of({2, 3})}});
+///     json::dump(v) == R"({"dtype":"F32","shape":[2,3]})"
+class value {
+ public:
+  value() = default;
+  value(std::nullptr_t) {}
+  value(bool b) : kind_(kind::boolean), int_(b ? 1 : 0) {}
+  value(int i) : kind_(kind::integer), int_(i) {}
+  value(long i) : kind_(kind::integer), int_(std::int64_t(i)) {}
+  value(long long i) : kind_(kind::integer), int_(std::int64_t(i)) {}
+  value(unsigned u) : kind_(kind::integer), int_(u) {}
+  value(unsigned long u) : value(static_cast<unsigned long long>(u)) {}
+  value(unsigned long long u) : kind_(kind::integer), int_(std::int64_t(u)) {
+    if (u > 0x7fffffffffffffffull) throw error("json: integer " + std::to_string(u) + " exceeds 2^63 - 1");
+  }
+  value(double d) : kind_(kind::number), num_(d) {}
+  value(std::string s) : kind_(kind::string), str_(std::move(s)) {}
+  value(std::string_view s) : kind_(kind::string), str_(s) {}
+  value(const char* s) : kind_(kind::string), str_(s) {}
+
+  /// An array of the given values.
+  static value array_of(std::initializer_list<value> items = {}) {
+    value v;
+    v.kind_ = kind::array;
+    v.items_.assign(items.begin(), items.end());
+    return v;
+  }
+  /// An empty array.
+  static value array() { return array_of({}); }
+  /// An object with the given members (later duplicates replace earlier ones).
+  static value object_of(std::initializer_list<std::pair<std::string_view, value>> members = {}) {
+    value v;
+    v.kind_ = kind::object;
+    for (const auto& [k, x] : members) v.set(std::string(k), x);
+    return v;
+  }
+  static value object() { return object_of({}); }
+
+  kind type() const { return kind_; }
+  bool is_null() const { return kind_ == kind::null; }
+  bool is_bool() const { return kind_ == kind::boolean; }
+  bool is_integer() const { return kind_ == kind::integer; }
+  /// Integer or other number.
+  bool is_number() const { return kind_ == kind::integer || kind_ == kind::number; }
+  bool is_string() const { return kind_ == kind::string; }
+  bool is_array() const { return kind_ == kind::array; }
+  bool is_object() const { return kind_ == kind::object; }
+
+  bool as_bool() const { return expect(kind::boolean), int_ != 0; }
+  std::int64_t as_integer() const { return expect(kind::integer), int_; }
+  double as_number() const {
+    if (kind_ == kind::integer) return double(int_);
+    return expect(kind::number), num_;
+  }
+  const std::string& as_string() const { return expect(kind::string), str_; }
+
+  // ---- arrays and objects ----
+  /// Number of array items or object members.
+  std::size_t size() const {
+    if (kind_ != kind::array && kind_ != kind::object) expect(kind::array);
+    return items_.size();
+  }
+  /// Array item i.
+  const value& operator[](std::size_t i) const {
+    expect(kind::array);
+    if (i >= items_.size())
+      throw error("json: array index " + std::to_string(i) + " out of range, array has " +
+                  std::to_string(items_.size()) + " items");
+    return items_[i];
+  }
+  const std::vector<value>& items() const { return expect(kind::array), items_; }
+  void push_back(value v) {
+    expect(kind::array);
+    items_.push_back(std::move(v));
+  }
+
+  /// Object member keys, in order (members(i) pairs keys()[i] with items()[i]).
+  const std::vector<std::string>& keys() const { return expect(kind::object), keys_; }
+  /// The value of object member i.
+  const value& member(std::size_t i) const { return expect(kind::object), items_.at(i); }
+  /// The member named `key`, or nullptr.
+  const value* find(std::string_view key) const {
+    expect(kind::object);
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] == key) return &items_[i];
+    return nullptr;
+  }
+  bool contains(std::string_view key) const { return find(key) != nullptr; }
+  /// The member named `key`; throws when there is none.
+  const value& at(std::string_view key) const {
+    if (const value* v = find(key)) return *v;
+    throw error("json: object has no member \"" + std::string(key) + "\"");
+  }
+  /// Appends member `key`, which the caller guarantees is not present yet (keys taken
+  /// from a std::map, say): constant time, where set() searches the members.
+  void append_new(std::string key, value v) {
+    expect(kind::object);
+    keys_.push_back(std::move(key));
+    items_.push_back(std::move(v));
+  }
+  /// Sets member `key` (replacing an existing one, keeping its position).
+  void set(std::string key, value v) {
+    expect(kind::object);
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] == key) {
+        items_[i] = std::move(v);
+        return;
+      }
+    keys_.push_back(std::move(key));
+    items_.push_back(std::move(v));
+  }
+
+  friend bool operator==(const value& a, const value& b) {
+    if (a.kind_ != b.kind_) return false;
+    switch (a.kind_) {
+      case kind::null: return true;
+      case kind::boolean:
+      case kind::integer: return a.int_ == b.int_;
+      case kind::number: return a.num_ == b.num_;
+      case kind::string: return a.str_ == b.str_;
+      case kind::array: return a.items_ == b.items_;
+      case kind::object: return a.keys_ == b.keys_ && a.items_ == b.items_;
+    }
+    return false;
+  }
+
+ private:
+  friend class parser;
+  void expect(kind k) const {
+    if (kind_ != k)
+      throw error("json: expected " + std::string(to_string(k)) + ", found " + std::string(to_string(kind_)));
+  }
+
+  kind kind_ = kind::null;
+  std::int64_t int_ = 0;
+  double num_ = 0;
+  std::string str_;
+  std::vector<value> items_;       // array items, or object member values
+  std::vector<std::string> keys_;  // object member keys
+};
+
+/// Deepest nesting of arrays and objects the parser accepts (deeper input is an error,
+/// never a stack overflow).
+inline constexpr int max_depth = 128;
+
+/// The strict parser: RFC 8259 JSON, one value with optional whitespace around it.
+/// Rejected, with the byte offset in the message: comments, trailing commas, single
+/// quotes, leading zeros, NaN/Infinity, control characters and invalid UTF-8 in
+/// strings, lone surrogates in \u escapes, duplicate object keys, nesting deeper than
+/// max_depth, and anything after the value.
+class parser {
+ public:
+  parser(std::string_view text, std::string_view context) : s_(text), ctx_(context) {}
+
+  value parse_document() {
+    skip_ws();
+    value v = parse_value(0);
+    skip_ws();
+    if (pos_ != s_.size()) fail("unexpected " + describe_here() + " after the JSON value");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error((ctx_.empty() ? std::string("json") : std::string(ctx_)) + ": invalid JSON at byte " +
+                std::to_string(pos_) + ": " + what);
+  }
+  std::string describe_here() const {
+    if (pos_ >= s_.size()) return "end of input";
+    const unsigned char c = static_cast<unsigned char>(s_[pos_]);
+    if (c >= 0x20 && c < 0x7f) return std::string("character '") + char(c) + "'";
+    static constexpr char hex[] = "0123456789abcdef";
+    return std::string("byte 0x") + hex[c >> 4] + hex[c & 15];
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
+      ++pos_;
+  }
+  bool at_end() const { return pos_ >= s_.size(); }
+  char peek() const { return s_[pos_]; }
+
+  value parse_value(int depth) {
+    if (at_end()) fail("expected a value, found end of input");
+    const char c = peek();
+    if (c == '{') return parse_object(depth + 1);
+    if (c == '[') return parse_array(depth + 1);
+    if (c == '"') return value(parse_string());
+    if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
+    if (literal("true")) return value(true);
+    if (literal("false")) return value(false);
+    if (literal("null")) return value(nullptr);
+    fail("expected a value, found " + describe_here());
+  }
+  bool literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  void check_depth(int depth) const {
+    if (depth > max_depth) fail("nesting deeper than " + std::to_string(max_depth) + " levels");
+  }
+
+  value parse_object(int depth) {
+    check_depth(depth);
+    ++pos_;  // '{'
+    value obj = value::object();
+    std::unordered_set<std::string> seen;
+    skip_ws();
+    if (!at_end() && peek() == '}') {
+      ++pos_;
+      return obj;
+    }
+    while (true) {
+      skip_ws();
+      if (at_end() || peek() != '"') fail("expected '\"' to start an object key, found " + describe_here());
+      const std::size_t key_pos = pos_;
+      std::string key = parse_string();
+      if (!seen.insert(key).second) {
+        pos_ = key_pos;
+        fail("duplicate object key \"" + key + "\"");
+      }
+      skip_ws();
+      if (at_end() || peek() != ':') fail("expected ':' after an object key, found " + describe_here());
+      ++pos_;
+      skip_ws();
+      value v = parse_value(depth);
+      obj.keys_.push_back(std::move(key));
+      obj.items_.push_back(std::move(v));
+      skip_ws();
+      if (at_end()) fail("expected ',' or '}' in an object, found end of input");
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == '}') {
+        ++pos_;
+        return obj;
+      }
+      fail("expected ',' or '}' in an object, found " + describe_here());
+    }
+  }
+
+  value parse_array(int depth) {
+    check_depth(depth);
+    ++pos_;  // '['
+    value arr = value::array();
+    skip_ws();
+    if (!at_end() && peek() == ']') {
+      ++pos_;
+      return arr;
+    }
+    while (true) {
+      skip_ws();
+      arr.items_.push_back(parse_value(depth));
+      skip_ws();
+      if (at_end()) fail("expected ',' or ']' in an array, found end of input");
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == ']') {
+        ++pos_;
+        return arr;
+      }
+      fail("expected ',' or ']' in an array, found " + describe_here());
+    }
+  }
+
+  value parse_number() {
+    const std::size_t start = pos_;
+    bool integral = true;
+    if (peek() == '-') ++pos_;
+    if (at_end() || !(peek() >= '0' && peek() <= '9')) fail("expected a digit in a number, found " + describe_here());
+    if (peek() == '0') {
+      ++pos_;
+      if (!at_end() && peek() >= '0' && peek() <= '9') fail("a number must not have a leading zero");
+    } else {
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    if (!at_end() && peek() == '.') {
+      integral = false;
+      ++pos_;
+      if (at_end() || !(peek() >= '0' && peek() <= '9')) fail("expected a digit after '.', found " + describe_here());
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    if (!at_end() && (peek() == 'e' || peek() == 'E')) {
+      integral = false;
+      ++pos_;
+      if (!at_end() && (peek() == '+' || peek() == '-')) ++pos_;
+      if (at_end() || !(peek() >= '0' && peek() <= '9'))
+        fail("expected a digit in an exponent, found " + describe_here());
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    const char* first = s_.data() + start;
+    const char* last = s_.data() + pos_;
+    if (integral) {
+      std::int64_t i = 0;
+      const auto r = std::from_chars(first, last, i);
+      if (r.ec == std::errc() && r.ptr == last) return value(static_cast<long long>(i));
+      // too large for 64 bits: kept as a double
+    }
+    double d = 0;
+    const auto r = std::from_chars(first, last, d);
+    if (r.ec != std::errc() || r.ptr != last || !std::isfinite(d)) {
+      pos_ = start;
+      fail("number " + std::string(first, last) + " is out of range");
+    }
+    return value(d);
+  }
+
+  static void append_utf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xc0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += char(0xe0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    } else {
+      out += char(0xf0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3f));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    }
+  }
+
+  std::uint32_t parse_hex4() {
+    if (s_.size() - pos_ < 4) fail("a \\u escape needs four hex digits");
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = s_[pos_];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= std::uint32_t(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= std::uint32_t(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= std::uint32_t(c - 'A' + 10);
+      else fail("expected a hex digit in a \\u escape, found " + describe_here());
+      ++pos_;
+    }
+    return v;
+  }
+
+  // Length of the valid UTF-8 sequence starting at pos_ (a non-ASCII lead byte), or 0.
+  std::size_t utf8_length() const {
+    const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s_[pos_ + i]); };
+    const std::size_t left = s_.size() - pos_;
+    const unsigned char c = b(0);
+    auto cont = [&](std::size_t i) { return i < left && (b(i) & 0xc0) == 0x80; };
+    if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+    if (c >= 0xe0 && c <= 0xef) {
+      if (!cont(1) || !cont(2)) return 0;
+      if (c == 0xe0 && b(1) < 0xa0) return 0;  // overlong
+      if (c == 0xed && b(1) >= 0xa0) return 0;  // surrogate
+      return 3;
+    }
+    if (c >= 0xf0 && c <= 0xf4) {
+      if (!cont(1) || !cont(2) || !cont(3)) return 0;
+      if (c == 0xf0 && b(1) < 0x90) return 0;  // overlong
+      if (c == 0xf4 && b(1) >= 0x90) return 0;  // above U+10FFFF
+      return 4;
+    }
+    return 0;
+  }
+
+  std::string parse_string() {
+    ++pos_;  // '"'
+    std::string out;
+    while (true) {
+      if (at_end()) fail("unterminated string");
+      const unsigned char c = static_cast<unsigned char>(peek());
+      if (c == '"') {
+        ++pos_;
+        return out;
+      }
+      if (c < 0x20) fail("control character " + describe_here() + " in a string (it must be escaped)");
+      if (c == '\\') {
+        ++pos_;
+        if (at_end()) fail("unterminated escape in a string");
+        const char e = peek();
+        ++pos_;
+        switch (e) {
+          case '"': out += '"'; break;
+          case '\\': out += '\\'; break;
+          case '/': out += '/'; break;
+          case 'b': out += '\b'; break;
+          case 'f': out += '\f'; break;
+          case 'n': out += '\n'; break;
+          case 'r': out += '\r'; break;
+          case 't': out += '\t'; break;
+          case 'u': {
+            std::uint32_t cp = parse_hex4();
+            if (cp >= 0xdc00 && cp <= 0xdfff) fail("a \\u escape holds a lone low surrogate");
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+              if (s_.substr(pos_, 2) != "\\u") fail("a high surrogate must be followed by a \\u low surrogate");
+              pos_ += 2;
+              const std::uint32_t lo = parse_hex4();
+              if (lo < 0xdc00 || lo > 0xdfff) fail("a high surrogate must be followed by a low surrogate");
+              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            append_utf8(out, cp);
+            break;
+          }
+          default:
+            --pos_;
+            fail("invalid escape: backslash followed by " + describe_here());
+        }
+        continue;
+      }
+      if (c < 0x80) {
+        out += char(c);
+        ++pos_;
+        continue;
+      }
+      const std::size_t n = utf8_length();
+      if (n == 0) fail("invalid UTF-8 " + describe_here() + " in a string");
+      out.append(s_.substr(pos_, n));
+      pos_ += n;
+    }
+  }
+
+  std::string_view s_;
+  std::string_view ctx_;
+  std::size_t pos_ = 0;
+};
+
+/// Parses one JSON document. `context` (a file name, say) starts every error message:
+/// `model.safetensors: invalid JSON at byte 17: expected ':' after an object key, found character ','`.
+inline value parse(std::string_view text, std::string_view context = {}) {
+  return parser(text, context).parse_document();
+}
+
+namespace detail {
+
+inline void dump_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          static constexpr char hex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += hex[c >> 4];
+          out += hex[c & 15];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+}
+
+inline void newline(std::string& out, int indent, int level) {
+  if (indent < 0) return;
+  out += '\n';
+  out.append(std::size_t(indent) * std::size_t(level), ' ');
+}
+
+// Arrays holding no objects (scalars, or arrays of them: [[2, 4], [4, 1]]) stay on one
+// line even when indenting.
+inline bool flat_array(const value& v) {
+  for (const value& x : v.items())
+    if (x.is_object() || (x.is_array() && !flat_array(x))) return false;
+  return true;
+}
+
+inline void dump_value(std::string& out, const value& v, int indent, int level) {
+  switch (v.type()) {
+    case kind::null: out += "null"; return;
+    case kind::boolean: out += v.as_bool() ? "true" : "false"; return;
+    case kind::integer: out += std::to_string(v.as_integer()); return;
+    case kind::number: {
+      const double d = v.as_number();
+      if (!std::isfinite(d)) throw error("json: cannot write a non-finite number (" + std::to_string(d) + ")");
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, d);
+      std::string s(buf, r.ptr);
+      // keep it a number that reads back as a double, not an integer
+      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+      out += s;
+      return;
+    }
+    case kind::string: dump_string(out, v.as_string()); return;
+    case kind::array: {
+      out += '[';
+      const bool flat = indent < 0 || flat_array(v);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (i) out += flat && indent >= 0 ? ", " : ",";
+        if (!flat) newline(out, indent, level + 1);
+        dump_value(out, v[i], indent, level + 1);
+      }
+      if (!flat && v.size()) newline(out, indent, level);
+      out += ']';
+      return;
+    }
+    case kind::object: {
+      out += '{';
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (i) out += ',';
+        newline(out, indent, level + 1);
+        dump_string(out, v.keys()[i]);
+        out += indent >= 0 ? ": " : ":";
+        dump_value(out, v.member(i), indent, level + 1);
+      }
+      if (v.size()) newline(out, indent, level);
+      out += '}';
+      return;
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Writes `v` as JSON: compact when `indent` < 0, else one member per line indented
+/// by `indent` spaces per level (arrays without objects stay on one line). Strings are
+/// written as UTF-8 with only '"', '\\' and control characters escaped. Throws for a
+/// non-finite number.
+inline std::string dump(const value& v, int indent = -1) {
+  std::string out;
+  detail::dump_value(out, v, indent, 0);
+  return out;
+}
+
+}  // namespace tessera::io::json
+// ---- tessera/io/layout_text.hpp ----
+// Parsers for the text forms of meshes, shapes, split tuples and layouts that
+// core/format.hpp and core/strategy.hpp print: what checkpoint metadata and strategy
+// files store, read back exactly.
+
+#include <charconv>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::io {
+
+namespace detail {
+
+/// A cursor over a text form with the error message every parser here throws:
+/// "<fn>: <what> at character <i> in \"<text>\"".
+class text_cursor {
+ public:
+  text_cursor(std::string_view text, std::string_view fn) : s_(text), fn_(fn) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error(std::string(fn_) + ": " + what + " at character " + std::to_string(pos_) + " in \"" +
+                std::string(s_) + "\"");
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t')) ++pos_;
+  }
+  bool done() {
+    skip_ws();
+    return pos_ >= s_.size();
+  }
+  /// Skips spaces; true (and consumed) when the next character is c.
+  bool accept(char c) {
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c, std::string_view what) {
+    if (!accept(c)) fail("expected " + std::string(what) + ", found " + here());
+  }
+  bool accept_word(std::string_view w) {
+    skip_ws();
+    if (s_.substr(pos_, w.size()) == w) {
+      pos_ += w.size();
+      return true;
+    }
+    return false;
+  }
+  bool at_digit() {
+    skip_ws();
+    return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9';
+  }
+  /// A non-negative decimal integer no larger than `limit`.
+  std::int64_t number(std::string_view what, std::int64_t limit) {
+    skip_ws();
+    const std::size_t start = pos_;
+    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    if (pos_ == start) fail("expected " + std::string(what) + ", found " + here());
+    std::int64_t v = 0;
+    const auto r = std::from_chars(s_.data() + start, s_.data() + pos_, v);
+    if (r.ec != std::errc() || v > limit) {
+      const std::string digits(s_.substr(start, pos_ - start));
+      pos_ = start;
+      fail(std::string(what) + " " + digits + " exceeds " + std::to_string(limit));
+    }
+    return v;
+  }
+  std::string here() const {
+    if (pos_ >= s_.size()) return "the end";
+    return std::string("'") + s_[pos_] + "'";
+  }
+  std::string_view text() const { return s_; }
+
+ private:
+  std::string_view s_;
+  std::string_view fn_;
+  std::size_t pos_ = 0;
+};
+
+/// A parenthesised tuple as Python prints it: "(2, 4)", "(8,)", "()" (a trailing
+/// comma is optional). Entries are
+/// non-negative integers no larger than `limit`, or '?' (returned as -1) when
+/// `allow_dynamic`.
+inline std::vector<std::int64_t> parse_tuple(std::string_view text, std::string_view fn, std::string_view what,
+                                             std::int64_t limit, bool allow_dynamic) {
+  text_cursor c(text, fn);
+  std::vector<std::int64_t> out;
+  c.expect('(', "'('");
+  if (!c.accept(')')) {
+    while (true) {
+      if (allow_dynamic && c.accept('?')) out.push_back(-1);
+      else out.push_back(c.number(what, limit));
+      if (c.accept(')')) break;
+      c.expect(',', "',' or ')'");
+      if (c.accept(')')) break;  // a trailing comma, as in "(8,)"
+    }
+  }
+  if (!c.done()) c.fail("unexpected " + c.here() + " after the tuple");
+  return out;
+}
+
+}  // namespace detail
+
+/// Reads a mesh as to_string(mesh) prints it: "(2, 4)", "(8,)".
+/// @post parse_mesh(to_string(m)) == m for every valid mesh m
+inline mesh parse_mesh(std::string_view text) {
+  const std::vector<std::int64_t> v = detail::parse_tuple(text, "parse_mesh", "a mesh axis size", 1 << 30, false);
+  if (v.empty() || v.size() > std::size_t(max_mesh_ndim))
+    throw error(fail(errc::mesh_ndim, -1, -1, std::int64_t(v.size()), max_mesh_ndim),
+                "parse_mesh", "in \"" + std::string(text) + "\"");
+  mesh m;
+  m.ndim = int(v.size());
+  for (std::size_t a = 0; a < v.size(); ++a) m.dims[a] = int(v[a]);
+  if (status s = check(m); !s.ok()) throw error(s, "parse_mesh", "in \"" + std::string(text) + "\"");
+  return m;
+}
+
+/// Reads a shape as to_string(extents) prints it: "(16, 32)", "(8,)", "()" (a scalar),
+/// "(?, 32)" (a dynamic extent).
+/// @post parse_extents(to_string(e)) == e
+inline extents parse_extents(std::string_view text) {
+  const std::vector<std::int64_t> v =
+      detail::parse_tuple(text, "parse_extents", "an extent", std::int64_t(1) << 62, true);
+  if (v.size() > std::size_t(max_tensor_ndim))
+    throw error(fail(errc::layout_ndim, -1, -1, std::int64_t(v.size()), max_tensor_ndim),
+                "parse_extents", "in \"" + std::string(text) + "\"");
+  extents e;
+  e.ndim = int(v.size());
+  for (std::size_t d = 0; d < v.size(); ++d) e.v[d] = v[d] < 0 ? dynamic_extent : v[d];
+  return e;
+}
+
+/// Reads one input's split tuple as to_string(split_tuple) prints it: "(2, 4)", "(8,)".
+inline split_tuple parse_split_tuple(std::string_view text) {
+  const std::vector<std::int64_t> v =
+      detail::parse_tuple(text, "parse_split_tuple", "a split", 1 << 30, false);
+  if (v.size() > std::size_t(max_tensor_ndim))
+    throw error(fail(errc::strategy_ndim, 0, -1, std::int64_t(v.size())), "parse_split_tuple",
+                "in \"" + std::string(text) + "\"");
+  split_tuple s;
+  s.n = int(v.size());
+  for (std::size_t d = 0; d < v.size(); ++d) {
+    if (v[d] < 1)
+      throw error(fail(errc::strategy_split, 0, int(d), v[d]), "parse_split_tuple",
+                  "in \"" + std::string(text) + "\"");
+    s.v[d] = int(v[d]);
+  }
+  return s;
+}
+
+/// Reads a layout on mesh `m` as to_string(layout) prints it (core/format.hpp):
+///
+///     "[0, -]"                  dim 0 split by mesh axis 0, dim 1 whole
+///     "[1.0, -]"                dim 0 split by axes 1 (major) and 0
+///     "[0, -] partial sum {1}"  ... holding partial sums over mesh axis 1
+///     "[]"                      a scalar, replicated
+///
+/// Grammar: '[' [entry {',' entry}] ']' ['partial' ('sum'|'max'|'min') '{' axis {',' axis} '}'],
+/// entry = '-' | axis {'.' axis}; spaces between tokens are free. The result is checked
+/// (check(layout)): an axis out of range or used twice, or a partial axis that also
+/// splits, is an error with the rule and the numbers.
+/// @post parse_layout(l.dev, to_string(l)) == l for every valid layout l
+inline layout parse_layout(const mesh& m, std::string_view text) {
+  detail::text_cursor c(text, "parse_layout");
+  if (status s = check(m); !s.ok()) throw error(s, "parse_layout", "mesh " + to_string(m));
+  layout l = layout::replicated(m, 0);
+  c.expect('[', "'['");
+  if (!c.accept(']')) {
+    while (true) {
+      c.skip_ws();
+      if (l.ndim >= max_tensor_ndim)
+        c.fail("more than max_tensor_ndim = " + std::to_string(max_tensor_ndim) + " dims");
+      axis_list& split = l.split[l.ndim++];
+      if (!c.accept('-')) {
+        while (true) {
+          if (split.n >= max_mesh_ndim) c.fail("more than " + std::to_string(max_mesh_ndim) + " axes split one dim");
+          split.push_back(int(c.number("a mesh axis number or '-'", 1000)));
+          if (!c.accept('.')) break;
+        }
+      }
+      if (c.accept(']')) break;
+      c.expect(',', "',' or ']'");
+    }
+  }
+  if (c.accept_word("partial")) {
+    if (c.accept_word("sum")) l.op = reduce_op::sum;
+    else if (c.accept_word("max")) l.op = reduce_op::max;
+    else if (c.accept_word("min")) l.op = reduce_op::min;
+    else if (c.accept_word("mean")) l.op = reduce_op::mean;
+    else c.fail("expected sum, max or min after 'partial', found " + c.here());
+    c.expect('{', "'{'");
+    do {
+      const std::int64_t a = c.number("a partial mesh axis number", 1000);
+      if (a >= 31) c.fail("partial mesh axis " + std::to_string(a) + " is out of range");
+      if (l.partial >> a & 1u) c.fail("partial mesh axis " + std::to_string(a) + " is listed twice");
+      l.partial |= 1u << a;
+    } while (c.accept(','));
+    c.expect('}', "',' or '}'");
+  }
+  if (!c.done()) c.fail("unexpected " + c.here() + " after the layout");
+  if (status s = check(l); !s.ok())
+    throw error(s, "parse_layout", "in \"" + std::string(text) + "\" on mesh " + to_string(m));
+  return l;
+}
+
+}  // namespace tessera::io
+// ---- tessera/io/atomic_file.hpp ----
+// Files written under a temporary name and renamed into place: a crash never leaves
+// a half-written file under the final name.
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if __has_include(<unistd.h>) && __has_include(<fcntl.h>)
+#include <fcntl.h>
+#include <unistd.h>
+#define TESSERA_IO_POSIX 1
+#else
+#define TESSERA_IO_POSIX 0
+#endif
+
+namespace tessera::io {
+
+namespace detail {
+inline std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+}  // namespace detail
+
+/// A file written under a temporary name in its final directory and renamed into
+/// place by commit(): readers see either the previous file or the complete new one,
+/// never a half-written file under the final name. commit() flushes, fsyncs the file,
+/// renames it, and fsyncs the directory (POSIX). If commit() is not reached (an
+/// exception, an early return) the destructor removes the temporary file; a process
+/// killed while writing leaves only a hidden `.<name>.tmp.*` file behind.
+class atomic_file {
+ public:
+  explicit atomic_file(std::filesystem::path final_path) : final_(std::move(final_path)) {
+    const std::filesystem::path dir = final_.has_parent_path() ? final_.parent_path() : std::filesystem::path(".");
+    std::random_device rd;
+    for (int attempt = 0;; ++attempt) {
+      const std::uint64_t r = (std::uint64_t(rd()) << 32) ^ rd();
+      char tag[17];
+      static constexpr char hex[] = "0123456789abcdef";
+      for (int i = 0; i < 16; ++i) tag[i] = hex[(r >> (4 * i)) & 15];
+      tag[16] = 0;
+      std::string name(1, '.');
+      name += final_.filename().string();
+      name += ".tmp.";
+      name += tag;
+      temp_ = dir / name;
+#if TESSERA_IO_POSIX
+      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd_ >= 0) break;
+      const int e = errno;
+      if (e == EEXIST && attempt < 8) continue;
+      throw error("write " + final_.string() + ": cannot create the temporary file " + temp_.string() + ": " +
+                  detail::errno_text(e));
+#else
+      if (std::filesystem::exists(temp_) && attempt < 8) continue;
+      out_.open(temp_, std::ios::binary | std::ios::trunc);
+      if (!out_) throw error("write " + final_.string() + ": cannot create the temporary file " + temp_.string());
+      break;
+#endif
+    }
+    buf_.reserve(buffer_bytes);
+  }
+
+  atomic_file(const atomic_file&) = delete;
+  atomic_file& operator=(const atomic_file&) = delete;
+
+  ~atomic_file() {
+    if (committed_) return;
+#if TESSERA_IO_POSIX
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(temp_.c_str());
+#else
+    out_.close();
+    std::error_code ec;
+    std::filesystem::remove(temp_, ec);
+#endif
+  }
+
+  /// Appends bytes (buffered).
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    if (buf_.size() + n <= buffer_bytes) {
+      buf_.insert(buf_.end(), p, p + n);
+      return;
+    }
+    flush();
+    if (n >= buffer_bytes) write_through(p, n);
+    else buf_.insert(buf_.end(), p, p + n);
+  }
+  std::uint64_t bytes_written() const { return written_ + buf_.size(); }
+
+  /// Makes the file durable and visible under its final name.
+  void commit() {
+    flush();
+#if TESSERA_IO_POSIX
+    if (::fsync(fd_) != 0) fail_errno("fsync");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail_errno("close");
+    if (::rename(temp_.c_str(), final_.c_str()) != 0) fail_errno("rename to the final name");
+    committed_ = true;
+    // Make the rename itself durable (best effort: some file systems refuse a
+    // directory fsync).
+    const std::filesystem::path dir = final_.has_parent_path() ? final_.parent_path() : std::filesystem::path(".");
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+#else
+    out_.close();
+    if (!out_) throw error("write " + final_.string() + ": writing " + temp_.string() + " failed");
+    std::error_code ec;
+    std::filesystem::rename(temp_, final_, ec);
+    if (ec) throw error("write " + final_.string() + ": rename failed: " + ec.message());
+    committed_ = true;
+#endif
+  }
+
+  const std::filesystem::path& path() const { return final_; }
+  const std::filesystem::path& temp_path() const { return temp_; }
+
+ private:
+  static constexpr std::size_t buffer_bytes = std::size_t(4) << 20;
+
+  [[noreturn]] void fail_errno(const char* what) {
+    const int e = errno;
+    throw error("write " + final_.string() + ": " + what + " failed: " + detail::errno_text(e));
+  }
+  void flush() {
+    if (buf_.empty()) return;
+    write_through(buf_.data(), buf_.size());
+    buf_.clear();
+  }
+  void write_through(const char* p, std::size_t n) {
+#if TESSERA_IO_POSIX
+    while (n > 0) {
+      const ::ssize_t w = ::write(fd_, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail_errno("write");
+      }
+      p += w;
+      n -= std::size_t(w);
+      written_ += std::uint64_t(w);
+    }
+#else
+    out_.write(p, std::streamsize(n));
+    if (!out_) throw error("write " + final_.string() + ": writing " + temp_.string() + " failed");
+    written_ += n;
+#endif
+  }
+
+  std::filesystem::path final_, temp_;
+#if TESSERA_IO_POSIX
+  int fd_ = -1;
+#else
+  std::ofstream out_;
+#endif
+  std::vector<char> buf_;
+  std::uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+/// Writes `text` to `file` atomically (atomic_file).
+inline void write_file_atomically(const std::filesystem::path& file, std::string_view text) {
+  atomic_file f(file);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
+}  // namespace tessera::io
+
+#undef TESSERA_IO_POSIX
+// ---- tessera/io/safetensors.hpp ----
+// The safetensors file format: an 8-byte little-endian header length N, N bytes of
+// JSON header (name -> dtype, shape, data_offsets; "__metadata__" -> strings), then
+// the raw little-endian data. Written atomically, read with every field validated.
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::io {
+
+// ---- element types ----------------------------------------------------------------
+
+/// The element types of the safetensors format. BOOL, F16 and BF16 are read and
+/// written as raw bytes only (tessera has no C++ element type for them); the others
+/// map to float, double and the fixed-width integers (dtype_of<T>).
+enum class dtype : std::uint8_t { boolean, u8, i8, u16, i16, u32, i32, u64, i64, f16, bf16, f32, f64 };
+
+inline constexpr dtype all_dtypes[] = {dtype::boolean, dtype::u8,  dtype::i8,   dtype::u16, dtype::i16,
+                                       dtype::u32,     dtype::i32, dtype::u64,  dtype::i64, dtype::f16,
+                                       dtype::bf16,    dtype::f32, dtype::f64};
+
+/// The format's name of a dtype: "F32", "I64", "BF16", ...
+constexpr std::string_view dtype_name(dtype t) {
+  switch (t) {
+    case dtype::boolean: return "BOOL";
+    case dtype::u8: return "U8";
+    case dtype::i8: return "I8";
+    case dtype::u16: return "U16";
+    case dtype::i16: return "I16";
+    case dtype::u32: return "U32";
+    case dtype::i32: return "I32";
+    case dtype::u64: return "U64";
+    case dtype::i64: return "I64";
+    case dtype::f16: return "F16";
+    case dtype::bf16: return "BF16";
+    case dtype::f32: return "F32";
+    case dtype::f64: return "F64";
+  }
+  return "?";
+}
+
+/// Bytes per element.
+constexpr std::size_t dtype_size(dtype t) {
+  switch (t) {
+    case dtype::boolean:
+    case dtype::u8:
+    case dtype::i8: return 1;
+    case dtype::u16:
+    case dtype::i16:
+    case dtype::f16:
+    case dtype::bf16: return 2;
+    case dtype::u32:
+    case dtype::i32:
+    case dtype::f32: return 4;
+    case dtype::u64:
+    case dtype::i64:
+    case dtype::f64: return 8;
+  }
+  return 0;
+}
+
+/// The dtype named `name` ("F32"), or false.
+constexpr bool parse_dtype(std::string_view name, dtype& out) {
+  for (dtype t : all_dtypes)
+    if (dtype_name(t) == name) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+/// "BOOL, U8, I8, ..., F64": the dtype names, for error messages.
+inline std::string dtype_names() {
+  std::string s;
+  for (dtype t : all_dtypes) {
+    s += s.empty() ? "" : ", ";
+    s += dtype_name(t);
+  }
+  return s;
+}
+
+namespace detail {
+template <class T>
+constexpr bool dependent_false = false;
+}
+
+/// The dtype of a C++ element type: float -> F32, double -> F64, std::int32_t -> I32, ...
+template <class T>
+constexpr dtype dtype_of() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) return dtype::f32;
+  else if constexpr (std::is_same_v<U, double>) return dtype::f64;
+  else if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool> && std::is_signed_v<U>) {
+    if constexpr (sizeof(U) == 1) return dtype::i8;
+    else if constexpr (sizeof(U) == 2) return dtype::i16;
+    else if constexpr (sizeof(U) == 4) return dtype::i32;
+    else if constexpr (sizeof(U) == 8) return dtype::i64;
+    else static_assert(detail::dependent_false<T>, "dtype_of: no safetensors dtype for this integer size");
+  } else if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool>) {
+    if constexpr (sizeof(U) == 1) return dtype::u8;
+    else if constexpr (sizeof(U) == 2) return dtype::u16;
+    else if constexpr (sizeof(U) == 4) return dtype::u32;
+    else if constexpr (sizeof(U) == 8) return dtype::u64;
+    else static_assert(detail::dependent_false<T>, "dtype_of: no safetensors dtype for this integer size");
+  } else {
+    static_assert(detail::dependent_false<T>,
+                  "dtype_of: tessera stores float, double and 8- to 64-bit integers in safetensors files");
+  }
+}
+
+/// Calls f(std::type_identity<T>{}) with the C++ element type of `t`; throws for BOOL,
+/// F16 and BF16, which have none: "`context`: dtype BF16 has no C++ element type in tessera".
+template <class F>
+decltype(auto) visit_dtype(dtype t, F&& f, std::string_view context = "visit_dtype") {
+  switch (t) {
+    case dtype::u8: return f(std::type_identity<std::uint8_t>{});
+    case dtype::i8: return f(std::type_identity<std::int8_t>{});
+    case dtype::u16: return f(std::type_identity<std::uint16_t>{});
+    case dtype::i16: return f(std::type_identity<std::int16_t>{});
+    case dtype::u32: return f(std::type_identity<std::uint32_t>{});
+    case dtype::i32: return f(std::type_identity<std::int32_t>{});
+    case dtype::u64: return f(std::type_identity<std::uint64_t>{});
+    case dtype::i64: return f(std::type_identity<std::int64_t>{});
+    case dtype::f32: return f(std::type_identity<float>{});
+    case dtype::f64: return f(std::type_identity<double>{});
+    default: break;
+  }
+  throw error(std::string(context) + ": dtype " + std::string(dtype_name(t)) +
+              " has no C++ element type in tessera");
+}
+
+// ---- shapes -----------------------------------------------------------------------
+
+/// "(2, 3)" for a shape given as a list of extents (any rank).
+inline std::string shape_string(std::span<const index_t> shape) {
+  std::string s = "(";
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    s += d ? ", " : "";
+    s += std::to_string(shape[d]);
+  }
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+namespace detail {
+
+/// Number of elements of `shape`, or -1 when it overflows 2^62 (or an extent is negative).
+inline index_t checked_numel(std::span<const index_t> shape) {
+  index_t n = 1;
+  for (index_t e : shape) {
+    if (e < 0) return -1;
+    if (e != 0 && n > (index_t(1) << 62) / e) return -1;
+    n *= e;
+  }
+  return n;
+}
+
+/// Converts elements of `elem` bytes between host order and little-endian, in place
+/// (the same swap both ways; nothing to do on a little-endian host).
+inline void swap_to_little_endian(std::span<std::byte> bytes, std::size_t elem) {
+  if constexpr (std::endian::native == std::endian::little) {
+    (void)bytes;
+    (void)elem;
+  } else {
+    for (std::size_t i = 0; i + elem <= bytes.size(); i += elem) std::reverse(bytes.data() + i, bytes.data() + i + elem);
+  }
+}
+
+}  // namespace detail
+
+// ---- writing ----------------------------------------------------------------------
+
+/// A tensor's entry in a file to be written: name, dtype and shape (any rank).
+struct tensor_spec {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<index_t> shape;
+
+  /// Bytes of data: elements x dtype_size (throws on overflow).
+  std::uint64_t nbytes() const {
+    const index_t n = detail::checked_numel(shape);
+    if (n < 0) throw error("safetensors: tensor '" + name + "': shape " + shape_string(shape) + " is invalid or too large");
+    return std::uint64_t(n) * dtype_size(type);
+  }
+};
+
+namespace detail {
+
+inline constexpr std::uint64_t max_header_bytes = 100'000'000;  // the format's own limit
+
+/// The JSON header of `specs` with contiguous data offsets in the given order, padded
+/// with spaces so that the data starts at a multiple of 8 bytes.
+inline std::string make_header(std::span<const tensor_spec> specs, const std::map<std::string, std::string>& metadata,
+                               const std::filesystem::path& file) {
+  std::string text = "{";
+  if (!metadata.empty()) {
+    json::value m = json::value::object();
+    for (const auto& [k, v] : metadata) m.append_new(k, json::value(v));
+    text += "\"__metadata__\":" + json::dump(m);
+  }
+  std::set<std::string_view> names;
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const tensor_spec& s = specs[i];
+    const std::string where = "write_safetensors: " + file.string() + ": tensor '" + s.name + "'";
+    if (s.name.empty()) throw error("write_safetensors: " + file.string() + ": tensor " + std::to_string(i) + " has an empty name");
+    if (s.name == "__metadata__") throw error(where + ": the name is reserved for the metadata");
+    if (!names.insert(s.name).second) throw error(where + ": the name is used twice");
+    json::value shape = json::value::array();
+    for (index_t e : s.shape) {
+      if (e < 0) throw error(where + ": shape " + shape_string(s.shape) + " has a negative extent");
+      shape.push_back(json::value(static_cast<long long>(e)));
+    }
+    const std::uint64_t n = s.nbytes();
+    const json::value entry = json::value::object_of(
+        {{"dtype", json::value(dtype_name(s.type))},
+         {"shape", std::move(shape)},
+         {"data_offsets", json::value::array_of({json::value(offset), json::value(offset + n)})}});
+    if (text.size() > 1) text += ',';
+    text += json::dump(json::value(s.name)) + ":" + json::dump(entry);
+    offset += n;
+  }
+  text += '}';
+  text.append((8 - text.size() % 8) % 8, ' ');
+  if (text.size() > max_header_bytes)
+    throw error("write_safetensors: " + file.string() + ": the header has " + std::to_string(text.size()) +
+                " bytes, the format allows " + std::to_string(max_header_bytes));
+  return text;
+}
+
+}  // namespace detail
+
+/// Writes a safetensors file tensor by tensor: the constructor writes the header of
+/// `specs` (contiguous data offsets, in their order) and `metadata`; the write calls
+/// then append each tensor's data in order, and commit() makes the file appear under
+/// its name (atomic_file). Holding one tensor at a time, it streams checkpoints
+/// larger than memory. Each write belongs to one tensor: it must not run past the end
+/// of the current one. Destroyed without commit(), it leaves no file.
+///
+///     safetensors_stream out("w.safetensors", {{"w", dtype::f32, {2, 3}}}, {{"note", "hello"}});
+///     out.write(std::span<const float>(w));   // 6 floats
+///     out.commit();
+class safetensors_stream {
+ public:
+  safetensors_stream(const std::filesystem::path& file, std::vector<tensor_spec> specs,
+                     const std::map<std::string, std::string>& metadata)
+      : specs_(std::move(specs)), file_(file) {
+    const std::string header = detail::make_header(specs_, metadata, file);
+    unsigned char len[8];
+    const std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    file_.write(len, 8);
+    file_.write(header.data(), header.size());
+    for (const tensor_spec& sp : specs_) need_.push_back(sp.nbytes());
+    advance();
+  }
+
+  /// Index of the tensor whose data comes next (specs().size() once all are complete).
+  std::size_t current() const { return cur_; }
+  const std::vector<tensor_spec>& specs() const { return specs_; }
+
+  /// Appends elements of the current tensor, in host byte order (converted to
+  /// little-endian). T must be its element type.
+  template <class T>
+  void write(std::span<const T> values) {
+    if (cur_ < specs_.size() && dtype_of<T>() != specs_[cur_].type)
+      fail("tensor '" + specs_[cur_].name + "' is " + std::string(dtype_name(specs_[cur_].type)) + ", written as " +
+           std::string(dtype_name(dtype_of<T>())));
+    write_host(std::as_bytes(values));
+  }
+  template <class T>
+  void write(std::span<T> values) {
+    write(std::span<const T>(values));
+  }
+  /// Appends elements of the current tensor given as host-order bytes of its dtype.
+  void write_host(std::span<const std::byte> bytes) {
+    if constexpr (std::endian::native == std::endian::little) {
+      put(bytes);
+    } else {
+      if (bytes.empty()) return;
+      check_room(bytes.size());
+      std::vector<std::byte> tmp(bytes.begin(), bytes.end());
+      detail::swap_to_little_endian(tmp, dtype_size(specs_[cur_].type));
+      put(tmp);
+    }
+  }
+  /// Appends bytes already in little-endian order.
+  void write_little_endian(std::span<const std::byte> bytes) { put(bytes); }
+
+  /// Checks that every tensor is complete, then renames the file into place.
+  void commit() {
+    if (cur_ < specs_.size())
+      fail("tensor '" + specs_[cur_].name + "' (" + std::string(dtype_name(specs_[cur_].type)) + " " +
+           shape_string(specs_[cur_].shape) + ") needs " + std::to_string(need_[cur_]) + " bytes, " +
+           std::to_string(got_) + " were written");
+    file_.commit();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error("write_safetensors: " + file_.path().string() + ": " + what);
+  }
+  void advance() {
+    while (cur_ < specs_.size() && got_ == need_[cur_]) {
+      ++cur_;
+      got_ = 0;
+    }
+  }
+  void check_room(std::size_t n) const {
+    if (cur_ >= specs_.size()) fail("data written after the last tensor was complete");
+    if (got_ + n > need_[cur_])
+      fail("tensor '" + specs_[cur_].name + "' (" + std::string(dtype_name(specs_[cur_].type)) + " " +
+           shape_string(specs_[cur_].shape) + ") needs " + std::to_string(need_[cur_]) + " bytes, a write of " +
+           std::to_string(n) + " after " + std::to_string(got_) + " runs past its end");
+  }
+  void put(std::span<const std::byte> bytes) {
+    if (bytes.empty()) return;
+    check_room(bytes.size());
+    file_.write(bytes.data(), bytes.size());
+    got_ += bytes.size();
+    advance();
+  }
+
+  std::vector<tensor_spec> specs_;
+  std::vector<std::uint64_t> need_;
+  atomic_file file_;
+  std::size_t cur_ = 0;
+  std::uint64_t got_ = 0;
+};
+
+/// Writes a safetensors file atomically in one call: `fill(i, out)` supplies tensor
+/// i's data through `out.write(span)` (out is the safetensors_stream), exactly
+/// specs[i].nbytes() bytes.
+///
+///     std::vector<tensor_spec> specs{{"w", dtype::f32, {2, 3}}};
+///     write_safetensors("w.safetensors", specs, {{"note", "hello"}},
+///                       [&](std::size_t, safetensors_stream& out) { out.write(std::span<const float>(w)); });
+template <class Fill>
+void write_safetensors(const std::filesystem::path& file, std::span<const tensor_spec> specs,
+                       const std::map<std::string, std::string>& metadata, Fill&& fill) {
+  safetensors_stream out(file, std::vector<tensor_spec>(specs.begin(), specs.end()), metadata);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    fill(i, out);
+    if (out.current() <= i && specs[i].nbytes() > 0) out.commit();  // reports the incomplete tensor
+  }
+  out.commit();
+}
+
+/// Collects tensors (views of the caller's data, which must stay alive until write())
+/// and metadata, then writes them as one safetensors file.
+///
+///     safetensors_writer w;
+///     w.add("fc1.weight", {16, 32}, std::span<const float>(weights));
+///     w.set_metadata("epoch", "3");
+///     w.write("model.safetensors");
+class safetensors_writer {
+ public:
+  /// Adds a tensor of element type T and the given shape; data.size() must be its
+  /// number of elements.
+  template <class T>
+  void add(std::string name, std::vector<index_t> shape, std::span<const T> data) {
+    add_host_bytes(std::move(name), dtype_of<T>(), std::move(shape), std::as_bytes(data));
+  }
+  template <class T>
+  void add(std::string name, std::vector<index_t> shape, std::span<T> data) {
+    add(std::move(name), std::move(shape), std::span<const T>(data));
+  }
+  /// Adds a tensor of any dtype (BOOL, F16, BF16 included) from host-order bytes.
+  void add_host_bytes(std::string name, dtype type, std::vector<index_t> shape, std::span<const std::byte> bytes) {
+    tensor_spec s{std::move(name), type, std::move(shape)};
+    if (detail::checked_numel(s.shape) < 0)
+      throw error("safetensors_writer::add: tensor '" + s.name + "': shape " + shape_string(s.shape) +
+                  " is invalid or too large");
+    if (bytes.size() != s.nbytes())
+      throw error("safetensors_writer::add: tensor '" + s.name + "': " + std::string(dtype_name(type)) + " " +
+                  shape_string(s.shape) + " needs " + std::to_string(s.nbytes()) + " bytes, " +
+                  std::to_string(bytes.size()) + " given");
+    specs_.push_back(std::move(s));
+    data_.push_back(bytes);
+  }
+  void set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::vector<tensor_spec>& specs() const { return specs_; }
+
+  /// Writes the file atomically; throws tessera::error (and leaves no file) on failure.
+  void write(const std::filesystem::path& file) const {
+    write_safetensors(file, std::span<const tensor_spec>(specs_), metadata_,
+                      [&](std::size_t i, safetensors_stream& out) { out.write_host(data_[i]); });
+  }
+
+ private:
+  std::vector<tensor_spec> specs_;
+  std::vector<std::span<const std::byte>> data_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// ---- reading ----------------------------------------------------------------------
+
+/// A tensor's entry in a file's header: name, dtype, shape (any rank) and where its
+/// bytes lie in the data section, [begin, end).
+struct tensor_info {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<index_t> shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+
+  index_t numel() const { return detail::checked_numel(shape); }
+  std::uint64_t nbytes() const { return end - begin; }
+  /// The shape as tessera extents (at most max_tensor_ndim dims; throws otherwise).
+  extents shape_extents() const {
+    if (shape.size() > std::size_t(max_tensor_ndim))
+      throw error("safetensors: tensor '" + name + "' has rank " + std::to_string(shape.size()) +
+                  ", tessera tensors have at most " + std::to_string(max_tensor_ndim) + " dims");
+    extents e;
+    e.ndim = int(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d) e.v[d] = shape[d];
+    return e;
+  }
+};
+
+/// Reads a safetensors file. Opening it reads and validates the header; a problem is
+/// a tessera::error that names the file and the numbers:
+///
+/// - fewer than 8 bytes, or a header length past the end of the file or above the
+///   format's 100 MB limit;
+/// - a header that is not strict JSON, not an object, or whose entries are not
+///   {"dtype", "shape", "data_offsets"} exactly (unknown dtypes, negative or
+///   non-integer extents, offsets that end before they begin);
+/// - "__metadata__" that is not an object of strings;
+/// - data_offsets whose size differs from shape x dtype size, tensors that overlap,
+///   bytes of the data section that belong to no tensor, and data sections shorter
+///   (truncated) or longer than the tensors.
+///
+/// Reads then take whole tensors or boxes of them; a file that shrank after opening
+/// is reported, never read past. Not thread-safe (one stream per reader).
+class safetensors_reader {
+ public:
+  explicit safetensors_reader(std::filesystem::path file) : path_(std::move(file)) {
+    in_.open(path_, std::ios::binary);
+    if (!in_) throw error("safetensors: " + path_.string() + ": cannot open the file");
+    in_.seekg(0, std::ios::end);
+    const std::streamoff size = in_.tellg();
+    if (size < 0) throw error("safetensors: " + path_.string() + ": cannot determine the file size");
+    file_size_ = std::uint64_t(size);
+    in_.seekg(0);
+    if (file_size_ < 8)
+      fail("the file has " + std::to_string(file_size_) + " bytes, fewer than the 8-byte header length");
+    unsigned char len[8];
+    read_exact(0, reinterpret_cast<char*>(len), 8, "the header length");
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
+    if (n > detail::max_header_bytes)
+      fail("header length " + std::to_string(n) + " exceeds the format's limit of " +
+           std::to_string(detail::max_header_bytes) + " bytes");
+    if (n > file_size_ - 8)
+      fail("header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file_size_) +
+           " bytes, " + std::to_string(file_size_ - 8) + " after the length field)");
+    std::string header(std::size_t(n), '\0');
+    read_exact(8, header.data(), n, "the header");
+    data_start_ = 8 + n;
+    parse_header(header);
+  }
+
+  const std::filesystem::path& path() const { return path_; }
+  std::uint64_t file_size() const { return file_size_; }
+  /// Offset of the data section in the file (8 + header length).
+  std::uint64_t data_start() const { return data_start_; }
+  /// The tensors, in the order of their data.
+  const std::vector<tensor_info>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  const tensor_info* find(std::string_view name) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second];
+  }
+  bool contains(std::string_view name) const { return find(name) != nullptr; }
+  const tensor_info& at(std::string_view name) const {
+    if (const tensor_info* t = find(name)) return *t;
+    fail("no tensor named '" + std::string(name) + "' (the file has " + std::to_string(tensors_.size()) +
+         " tensors)");
+  }
+
+  /// The tensor's data as host-order bytes.
+  std::vector<std::byte> read_host_bytes(const tensor_info& t) const {
+    std::vector<std::byte> out(t.nbytes());
+    read_exact(data_start_ + t.begin, reinterpret_cast<char*>(out.data()), out.size(), "tensor '" + t.name + "'");
+    detail::swap_to_little_endian(out, dtype_size(t.type));
+    return out;
+  }
+
+  /// Reads tensor `name` of element type T into `out` (its number of elements).
+  template <class T>
+  void read_into(std::string_view name, std::span<T> out) const {
+    const tensor_info& t = typed(name, dtype_of<T>());
+    if (out.size() != std::size_t(t.numel()))
+      fail("tensor '" + t.name + "': " + std::to_string(t.numel()) + " elements, the buffer holds " +
+           std::to_string(out.size()));
+    read_exact(data_start_ + t.begin, reinterpret_cast<char*>(out.data()), t.nbytes(), "tensor '" + t.name + "'");
+    detail::swap_to_little_endian(std::as_writable_bytes(out), sizeof(T));
+  }
+  template <class T>
+  std::vector<T> read(std::string_view name) const {
+    const tensor_info& t = typed(name, dtype_of<T>());
+    std::vector<T> out(std::size_t(t.numel()));
+    read_into(name, std::span<T>(out));
+    return out;
+  }
+
+  /// Reads the box `b` of tensor `name` (row-major, into `out`, b.shape.size()
+  /// elements) and nothing much else: contiguous runs are read directly, short gaps
+  /// between runs are read through, long ones are skipped.
+  template <class T>
+  void read_box(std::string_view name, const box& b, std::span<T> out) const {
+    const tensor_info& t = typed(name, dtype_of<T>());
+    read_box_host_bytes(t, b, std::as_writable_bytes(out));
+  }
+
+  /// As read_box, for any dtype, into host-order bytes.
+  void read_box_host_bytes(const tensor_info& t, const box& b, std::span<std::byte> out) const {
+    const extents shape = t.shape_extents();
+    const std::string what = "tensor '" + t.name + "'";
+    if (b.offset.ndim != shape.ndim || b.shape.ndim != shape.ndim)
+      fail(what + ": a box of rank " + std::to_string(b.shape.ndim) + " for a tensor of rank " +
+           std::to_string(shape.ndim));
+    for (int d = 0; d < shape.ndim; ++d)
+      if (b.offset.v[d] < 0 || b.shape.v[d] < 0 || b.offset.v[d] + b.shape.v[d] > shape.v[d])
+        fail(what + ": box dim " + std::to_string(d) + " [" + std::to_string(b.offset.v[d]) + ", " +
+             std::to_string(b.offset.v[d] + b.shape.v[d]) + ") lies outside the extent " + std::to_string(shape.v[d]));
+    const std::size_t es = dtype_size(t.type);
+    const index_t count = b.shape.size();
+    if (out.size() != std::size_t(count) * es)
+      fail(what + ": the box has " + std::to_string(count) + " elements, the buffer holds " +
+           std::to_string(out.size() / es));
+    if (count == 0) return;
+    const int n = shape.ndim;
+    std::array<index_t, max_tensor_ndim> stride{};
+    if (n > 0) stride[n - 1] = 1;
+    for (int d = n - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape.v[d + 1];
+    // Trailing dims the box covers whole merge into one contiguous run.
+    int inner = n - 1;
+    index_t run = n > 0 ? b.shape.v[n - 1] : 1;
+    while (inner > 0 && b.shape.v[inner] == shape.v[inner]) {
+      --inner;
+      run *= b.shape.v[inner];
+    }
+    index_t base = 0;
+    for (int d = 0; d < n; ++d) base += b.offset.v[d] * stride[d];
+    run_reader rr{this, t, out.data()};
+    const std::uint64_t run_bytes = std::uint64_t(run) * es;
+    std::array<index_t, max_tensor_ndim> idx{};
+    std::uint64_t out_pos = 0;
+    while (true) {
+      index_t e = base;
+      for (int d = 0; d < inner; ++d) e += idx[d] * stride[d];
+      rr.add(std::uint64_t(e) * es, out_pos, run_bytes);
+      out_pos += run_bytes;
+      int d = inner - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < b.shape.v[d]) break;
+        idx[d] = 0;
+      }
+      if (d < 0) break;
+    }
+    rr.flush();
+    detail::swap_to_little_endian(out, es);
+  }
+
+ private:
+  // Reads runs (tensor-relative offset, length) in increasing order, coalescing those
+  // separated by short gaps into one read of up to window_limit bytes.
+  struct run_reader {
+    static constexpr std::uint64_t gap_limit = 64 * 1024;
+    static constexpr std::uint64_t window_limit = 1024 * 1024;
+    struct pending {
+      std::uint64_t src, dst, len;
+    };
+    const safetensors_reader* r;
+    const tensor_info& t;
+    std::byte* out;
+    std::vector<pending> runs{};
+    std::vector<char> scratch{};
+
+    void add(std::uint64_t src, std::uint64_t dst, std::uint64_t len) {
+      if (!runs.empty()) {
+        const std::uint64_t wstart = runs.front().src, wend = runs.back().src + runs.back().len;
+        if (src - wend > gap_limit || src + len - wstart > window_limit) flush();
+      }
+      if (runs.empty() && len >= window_limit) {  // large run: straight into the output
+        r->read_exact(r->data_start_ + t.begin + src, reinterpret_cast<char*>(out + dst), len,
+                      "tensor '" + t.name + "'");
+        return;
+      }
+      runs.push_back({src, dst, len});
+    }
+    void flush() {
+      if (runs.empty()) return;
+      const std::uint64_t wstart = runs.front().src, wend = runs.back().src + runs.back().len;
+      if (runs.size() == 1) {
+        r->read_exact(r->data_start_ + t.begin + wstart, reinterpret_cast<char*>(out + runs[0].dst), runs[0].len,
+                      "tensor '" + t.name + "'");
+      } else {
+        scratch.resize(wend - wstart);
+        r->read_exact(r->data_start_ + t.begin + wstart, scratch.data(), wend - wstart, "tensor '" + t.name + "'");
+        for (const pending& p : runs) std::memcpy(out + p.dst, scratch.data() + (p.src - wstart), p.len);
+      }
+      runs.clear();
+    }
+  };
+
+  [[noreturn]] void fail(const std::string& what) const { throw error("safetensors: " + path_.string() + ": " + what); }
+
+  const tensor_info& typed(std::string_view name, dtype want) const {
+    const tensor_info& t = at(name);
+    if (t.type != want)
+      fail("tensor '" + t.name + "' is " + std::string(dtype_name(t.type)) + ", read as " +
+           std::string(dtype_name(want)));
+    return t;
+  }
+
+  void read_exact(std::uint64_t pos, char* dst, std::uint64_t n, const std::string& what) const {
+    if (n == 0) return;
+    if (pos > file_size_ || n > file_size_ - pos)
+      fail(what + ": bytes [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") lie past the end of the file (" +
+           std::to_string(file_size_) + " bytes)");
+    in_.clear();
+    in_.seekg(std::streamoff(pos));
+    in_.read(dst, std::streamsize(n));
+    if (!in_ || std::uint64_t(in_.gcount()) != n) {
+      const std::uint64_t got = std::uint64_t(in_.gcount());
+      in_.clear();
+      fail(what + ": reading bytes [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") got " +
+           std::to_string(got) + " bytes: the file is shorter than when it was opened");
+    }
+  }
+
+  void parse_header(const std::string& text) {
+    const std::string ctx = "safetensors: " + path_.string() + ": header";
+    const json::value h = json::parse(text, ctx);
+    if (!h.is_object()) fail("the header must be a JSON object, found " + std::string(json::to_string(h.type())));
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      const std::string& key = h.keys()[i];
+      const json::value& v = h.member(i);
+      if (key == "__metadata__") {
+        if (!v.is_object()) fail("\"__metadata__\" must be an object of strings, found " + std::string(json::to_string(v.type())));
+        for (std::size_t j = 0; j < v.size(); ++j) {
+          if (!v.member(j).is_string())
+            fail("\"__metadata__\" must be an object of strings; \"" + v.keys()[j] + "\" is " +
+                 std::string(json::to_string(v.member(j).type())));
+          metadata_[v.keys()[j]] = v.member(j).as_string();
+        }
+        continue;
+      }
+      tensors_.push_back(parse_entry(key, v));
+    }
+    std::sort(tensors_.begin(), tensors_.end(), [](const tensor_info& a, const tensor_info& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
+    for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+    const std::uint64_t data_len = file_size_ - data_start_;
+    std::uint64_t covered = 0;
+    const tensor_info* prev = nullptr;
+    for (const tensor_info& t : tensors_) {
+      if (t.end > data_len)
+        fail("tensor '" + t.name + "': data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+             "] run past the end of the data section, which has " + std::to_string(data_len) +
+             " bytes: the file is truncated or the offsets are wrong");
+      if (t.begin < covered)
+        fail("tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " + std::to_string(prev->end) +
+             "] and '" + t.name + "' [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+             "] overlap in the data section");
+      if (t.begin > covered)
+        fail("bytes [" + std::to_string(covered) + ", " + std::to_string(t.begin) +
+             ") of the data section belong to no tensor");
+      covered = t.end;
+      prev = &t;
+    }
+    if (covered != data_len)
+      fail("the data section has " + std::to_string(data_len) + " bytes, the tensors end at byte " +
+           std::to_string(covered));
+  }
+
+  tensor_info parse_entry(const std::string& name, const json::value& v) const {
+    const std::string what = "tensor '" + name + "'";
+    if (!v.is_object()) fail(what + ": the entry must be an object, found " + std::string(json::to_string(v.type())));
+    for (const std::string& k : v.keys())
+      if (k != "dtype" && k != "shape" && k != "data_offsets")
+        fail(what + ": unknown key \"" + k + "\" (an entry has dtype, shape and data_offsets)");
+    const json::value* dt = v.find("dtype");
+    const json::value* sh = v.find("shape");
+    const json::value* of = v.find("data_offsets");
+    if (!dt || !sh || !of)
+      fail(what + ": the entry lacks \"" + std::string(!dt ? "dtype" : !sh ? "shape" : "data_offsets") + "\"");
+    tensor_info t;
+    t.name = name;
+    if (!dt->is_string()) fail(what + ": dtype must be a string, found " + std::string(json::to_string(dt->type())));
+    if (!parse_dtype(dt->as_string(), t.type))
+      fail(what + ": unknown dtype \"" + dt->as_string() + "\" (known: " + dtype_names() + ")");
+    if (!sh->is_array()) fail(what + ": shape must be an array, found " + std::string(json::to_string(sh->type())));
+    for (std::size_t d = 0; d < sh->size(); ++d) {
+      const json::value& e = (*sh)[d];
+      if (!e.is_integer() || e.as_integer() < 0)
+        fail(what + ": shape entry " + std::to_string(d) + " must be a non-negative integer");
+      t.shape.push_back(e.as_integer());
+    }
+    if (!of->is_array() || of->size() != 2 || !(*of)[0].is_integer() || !(*of)[1].is_integer() ||
+        (*of)[0].as_integer() < 0 || (*of)[1].as_integer() < 0)
+      fail(what + ": data_offsets must be an array of two non-negative integers");
+    t.begin = std::uint64_t((*of)[0].as_integer());
+    t.end = std::uint64_t((*of)[1].as_integer());
+    if (t.end < t.begin)
+      fail(what + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] end before they begin");
+    const index_t numel = t.numel();
+    if (numel < 0) fail(what + ": shape " + shape_string(t.shape) + " has too many elements");
+    const std::uint64_t es = dtype_size(t.type);
+    if (std::uint64_t(numel) > ~std::uint64_t(0) / es || std::uint64_t(numel) * es != t.nbytes())
+      fail(what + ": shape " + shape_string(t.shape) + " of " + dt->as_string() + " needs " + std::to_string(numel) +
+           " x " + std::to_string(es) + " = " + std::to_string(std::uint64_t(numel) * es) +
+           " bytes, data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] hold " +
+           std::to_string(t.nbytes()));
+    return t;
+  }
+
+  std::filesystem::path path_;
+  mutable std::ifstream in_;
+  std::uint64_t file_size_ = 0;
+  std::uint64_t data_start_ = 0;
+  std::vector<tensor_info> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace tessera::io
+
+// ---- tessera/io/checkpoint_file.hpp ----
+// Checkpoint files: the metadata that records where each tensor lies (mesh, layout,
+// global shape, shard offset), loading a file into named host tensors, and checking
+// named tensors against what a network expects.
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::io {
+
+// ---- the metadata schema ----------------------------------------------------------
+//
+// A tessera checkpoint is a safetensors file whose "__metadata__" holds, besides any
+// keys the caller adds:
+//
+//   "tessera.format"  "1"                       the version of this schema
+//   "tessera.kind"    "whole" | "shard"         whole tensors, or one rank's shards
+//   "tessera.rank"    "3"                       shard files: the rank that wrote it
+//   "tessera.ranks"   "8"                       shard files: how many ranks wrote shards
+//
+// and for each tensor NAME (the key is the field, a colon, then the name):
+//
+//   "mesh:NAME"      "(2, 4)"                   device matrix (core/format.hpp's to_string)
+//   "layout:NAME"    "[0, -] partial sum {1}"   layout on that mesh (parse_layout reads it)
+//   "shape:NAME"     "(16, 32)"                 global shape
+//   "split:NAME"     "(2, 1)"                   pieces per dim (MindSpore's strategy of the tensor)
+//   "offset:NAME"    "(8, 0)"                   shard files: where this shard starts
+//
+// In a whole file the tensor itself is the global tensor; its mesh and layout say how
+// it was distributed when saved. In a shard file the tensor is this rank's shard:
+// shape == local_shape(layout, global) and offset == local_offset(layout, global, rank).
+
+inline constexpr std::string_view checkpoint_format_version = "1";
+
+/// Whether a file holds whole tensors or one rank's shards.
+enum class checkpoint_kind { whole, shard };
+
+/// How one tensor was distributed when saved.
+struct tensor_placement {
+  layout placement;   ///< layout on its mesh (placement.dev)
+  extents global;     ///< the global shape
+  extents offset;     ///< shard files: where this shard starts in the global tensor
+  bool has_offset = false;
+};
+
+namespace detail {
+inline std::string meta_key(std::string_view field, std::string_view name) {
+  return std::string(field) + ":" + std::string(name);
+}
+}  // namespace detail
+
+/// Records `p` for tensor `name` in `metadata` (the keys above).
+inline void write_placement(std::map<std::string, std::string>& metadata, std::string_view name,
+                            const tensor_placement& p) {
+  metadata[detail::meta_key("mesh", name)] = to_string(p.placement.dev);
+  metadata[detail::meta_key("layout", name)] = to_string(p.placement);
+  metadata[detail::meta_key("shape", name)] = to_string(p.global);
+  metadata[detail::meta_key("split", name)] = to_string(to_split_tuple(p.placement));
+  if (p.has_offset) metadata[detail::meta_key("offset", name)] = to_string(p.offset);
+}
+
+/// Reads tensor `name`'s placement from `metadata`; nullopt when the file records
+/// none (a file not written by tessera). A recorded placement is validated: every
+/// field parses, the layout fits the global shape (check(layout, shape)), the split
+/// tuple agrees with the layout, and the offset has the shape's rank. Errors start
+/// with `context` (the file).
+inline std::optional<tensor_placement> read_placement(const std::map<std::string, std::string>& metadata,
+                                                      std::string_view name, std::string_view context) {
+  auto get = [&](std::string_view field) -> const std::string* {
+    auto it = metadata.find(detail::meta_key(field, name));
+    return it == metadata.end() ? nullptr : &it->second;
+  };
+  const std::string* mesh_text = get("mesh");
+  const std::string* layout_text = get("layout");
+  const std::string* shape_text = get("shape");
+  if (!mesh_text && !layout_text && !shape_text) return std::nullopt;
+  const std::string where = std::string(context) + ": tensor '" + std::string(name) + "'";
+  if (!mesh_text || !layout_text || !shape_text)
+    throw error(where + ": the metadata records only part of the placement (\"mesh:\", \"layout:\" and \"shape:\" go together)");
+  tensor_placement p;
+  try {
+    p.placement = parse_layout(parse_mesh(*mesh_text), *layout_text);
+    p.global = parse_extents(*shape_text);
+    if (const std::string* off = get("offset")) {
+      p.offset = parse_extents(*off);
+      p.has_offset = true;
+    }
+  } catch (const error& e) {
+    throw error(where + ": " + e.what());
+  }
+  if (!p.global.is_static()) throw error(where + ": the global shape " + *shape_text + " has an unknown extent");
+  if (status s = check(p.placement, p.global); !s.ok())
+    throw error(s, where, "layout " + *layout_text + " on mesh " + *mesh_text + ", shape " + *shape_text);
+  if (p.has_offset && p.offset.ndim != p.global.ndim)
+    throw error(where + ": offset " + to_string(p.offset) + " has rank " + std::to_string(p.offset.ndim) +
+                ", the shape " + std::to_string(p.global.ndim));
+  if (const std::string* split = get("split")) {
+    split_tuple st;
+    try {
+      st = parse_split_tuple(*split);
+    } catch (const error& e) {
+      throw error(where + ": " + e.what());
+    }
+    if (!(st == to_split_tuple(p.placement)))
+      throw error(where + ": split " + *split + " disagrees with layout " + *layout_text + " on mesh " + *mesh_text +
+                  ", which splits it " + to_string(to_split_tuple(p.placement)));
+  }
+  return p;
+}
+
+/// The file's kind from "tessera.kind" (whole when absent: any safetensors file holds
+/// whole tensors). Throws for another value, and for a "tessera.format" other than
+/// this schema's version.
+inline checkpoint_kind read_kind(const std::map<std::string, std::string>& metadata, std::string_view context) {
+  if (auto f = metadata.find("tessera.format"); f != metadata.end() && f->second != checkpoint_format_version)
+    throw error(std::string(context) + ": \"tessera.format\" is \"" + f->second + "\", this tessera reads version " +
+                std::string(checkpoint_format_version));
+  auto it = metadata.find("tessera.kind");
+  if (it == metadata.end() || it->second == "whole") return checkpoint_kind::whole;
+  if (it->second == "shard") return checkpoint_kind::shard;
+  throw error(std::string(context) + ": \"tessera.kind\" is \"" + it->second + "\", expected \"whole\" or \"shard\"");
+}
+
+// ---- named host tensors -----------------------------------------------------------
+
+/// A tensor read from a file: dtype, shape and its elements in host byte order.
+class host_tensor {
+ public:
+  host_tensor() = default;
+  host_tensor(dtype type, extents shape, std::vector<std::byte> bytes)
+      : type_(type), shape_(shape), bytes_(std::move(bytes)) {}
+
+  dtype type() const { return type_; }
+  const extents& shape() const { return shape_; }
+  index_t size() const { return shape_.size(); }
+  std::span<const std::byte> bytes() const { return bytes_; }
+
+  /// The elements as T, which must be the tensor's element type.
+  template <class T>
+  std::span<const T> values() const {
+    if (dtype_of<T>() != type_)
+      throw error("host_tensor: the tensor is " + std::string(dtype_name(type_)) + ", read as " +
+                  std::string(dtype_name(dtype_of<T>())));
+    return {reinterpret_cast<const T*>(bytes_.data()), bytes_.size() / sizeof(T)};
+  }
+  template <class T>
+  std::vector<T> to_vector() const {
+    std::span<const T> v = values<T>();
+    return std::vector<T>(v.begin(), v.end());
+  }
+
+ private:
+  dtype type_ = dtype::f32;
+  extents shape_;
+  std::vector<std::byte> bytes_;
+};
+
+/// A checkpoint file read whole: its tensors by name, its metadata and each
+/// tensor's recorded placement (absent for files tessera did not write).
+struct checkpoint {
+  std::filesystem::path file;
+  checkpoint_kind kind = checkpoint_kind::whole;
+  std::map<std::string, host_tensor> tensors;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, tensor_placement> placements;
+
+  bool contains(std::string_view name) const { return tensors.find(std::string(name)) != tensors.end(); }
+  const host_tensor& at(std::string_view name) const {
+    auto it = tensors.find(std::string(name));
+    if (it == tensors.end())
+      throw error("checkpoint: " + file.string() + ": no tensor named '" + std::string(name) + "'");
+    return it->second;
+  }
+};
+
+/// Reads every tensor of a safetensors file (MindSpore's load_checkpoint): for a whole
+/// checkpoint the global tensors, for a shard file (integrated_save off) that rank's
+/// shards, with their placements. Any safetensors file with tensors of rank <= 6 reads.
+inline checkpoint load_checkpoint(const std::filesystem::path& file) {
+  safetensors_reader r(file);
+  checkpoint c;
+  c.file = file;
+  c.metadata = r.metadata();
+  const std::string ctx = "load_checkpoint: " + file.string();
+  c.kind = read_kind(c.metadata, ctx);
+  for (const tensor_info& t : r.tensors()) {
+    c.tensors.emplace(t.name, host_tensor(t.type, t.shape_extents(), r.read_host_bytes(t)));
+    if (auto p = read_placement(c.metadata, t.name, ctx)) {
+      const extents want = p->has_offset ? local_shape(p->placement, p->global) : p->global;
+      if (!(want == t.shape_extents()))
+        throw error(ctx + ": tensor '" + t.name + "' has shape " + to_string(t.shape_extents()) + ", its placement (" +
+                    to_string(p->placement) + " on mesh " + to_string(p->placement.dev) + ", global " +
+                    to_string(p->global) + ") says " + to_string(want));
+      c.placements.emplace(t.name, *p);
+    }
+  }
+  return c;
+}
+
+// ---- checking names, shapes and dtypes --------------------------------------------
+
+/// What a network expects of one parameter (or what a file holds): name, dtype and
+/// global shape.
+struct param_spec {
+  std::string name;
+  dtype type = dtype::f32;
+  extents shape;
+};
+
+/// Every difference between the tensors `found` (in a checkpoint) and those
+/// `expected` (by a network), one line each, in expected order then the unexpected
+/// ones: "missing 'fc2.bias' (F32 (16,))", "unexpected 'fc3.weight' (F32 (4, 4))",
+/// "'fc1.weight': shape (16, 32) in the checkpoint, (32, 16) expected",
+/// "'step': dtype I64 in the checkpoint, F32 expected". Unexpected tensors are
+/// listed only when `strict`.
+inline std::vector<std::string> param_mismatches(std::span<const param_spec> found,
+                                                 std::span<const param_spec> expected, bool strict = true) {
+  std::vector<std::string> out;
+  std::map<std::string_view, const param_spec*> by_name, wanted;
+  for (const param_spec& p : found) by_name.emplace(p.name, &p);
+  for (const param_spec& p : expected) wanted.emplace(p.name, &p);
+  for (const param_spec& e : expected) {
+    auto it = by_name.find(e.name);
+    const param_spec* f = it == by_name.end() ? nullptr : it->second;
+    if (!f) {
+      out.push_back("missing '" + e.name + "' (" + std::string(dtype_name(e.type)) + " " + to_string(e.shape) + ")");
+      continue;
+    }
+    if (!(f->shape == e.shape))
+      out.push_back("'" + e.name + "': shape " + to_string(f->shape) + " in the checkpoint, " + to_string(e.shape) +
+                    " expected");
+    if (f->type != e.type)
+      out.push_back("'" + e.name + "': dtype " + std::string(dtype_name(f->type)) + " in the checkpoint, " +
+                    std::string(dtype_name(e.type)) + " expected");
+  }
+  if (strict)
+    for (const param_spec& f : found)
+      if (!wanted.count(f.name))
+        out.push_back("unexpected '" + f.name + "' (" + std::string(dtype_name(f.type)) + " " + to_string(f.shape) +
+                      ")");
+  return out;
+}
+
+/// Throws one tessera::error listing every mismatch (param_mismatches), e.g.
+///
+///     load_param_into_net: model.safetensors: 2 mismatches with the network:
+///       missing 'fc2.bias' (F32 (16,))
+///       'fc1.weight': shape (16, 32) in the checkpoint, (32, 16) expected
+inline void check_params(std::span<const param_spec> found, std::span<const param_spec> expected, bool strict,
+                         std::string_view context) {
+  const std::vector<std::string> m = param_mismatches(found, expected, strict);
+  if (m.empty()) return;
+  std::string msg = std::string(context) + ": " + std::to_string(m.size()) + (m.size() == 1 ? " mismatch" : " mismatches") +
+                    " with the network:";
+  for (const std::string& line : m) msg += "\n  " + line;
+  throw error(msg);
+}
+
+/// The specs of a checkpoint's tensors: for a whole checkpoint their shapes; for a
+/// shard file the global shapes its placements record.
+inline std::vector<param_spec> specs_of(const checkpoint& c) {
+  std::vector<param_spec> out;
+  for (const auto& [name, t] : c.tensors) {
+    auto p = c.placements.find(name);
+    const bool shard = c.kind == checkpoint_kind::shard && p != c.placements.end();
+    out.push_back({name, t.type(), shard ? p->second.global : t.shape()});
+  }
+  return out;
+}
+
+}  // namespace tessera::io
+// ---- tessera/io/rotation.hpp ----
+// Checkpoint file names `<prefix>-<epoch>_<step>.safetensors` and the rotation that
+// keeps the newest K of them (MindSpore's keep_checkpoint_max).
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace tessera::io {
+
+/// Epoch and step of a checkpoint, as its file name records them.
+struct checkpoint_step {
+  long long epoch = 0;
+  long long step = 0;
+  friend constexpr auto operator<=>(const checkpoint_step&, const checkpoint_step&) = default;
+};
+
+namespace detail {
+inline void check_prefix(std::string_view prefix, std::string_view fn) {
+  if (prefix.empty()) throw error(std::string(fn) + ": the checkpoint prefix must not be empty");
+  if (prefix.find('/') != std::string_view::npos || prefix.find('\\') != std::string_view::npos)
+    throw error(std::string(fn) + ": the checkpoint prefix \"" + std::string(prefix) +
+                "\" must be a file name, without a directory");
+}
+
+inline bool parse_decimal(std::string_view s, long long& out) {
+  if (s.empty() || s.size() > 18) return false;
+  long long v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  out = v;
+  return true;
+}
+}  // namespace detail
+
+inline constexpr std::string_view checkpoint_extension = ".safetensors";
+
+/// "<prefix>-<epoch>_<step>.safetensors": checkpoint_file_name("resnet", 3, 156) is
+/// "resnet-3_156.safetensors".
+inline std::string checkpoint_file_name(std::string_view prefix, long long epoch, long long step) {
+  detail::check_prefix(prefix, "checkpoint_file_name");
+  if (epoch < 0 || step < 0)
+    throw error("checkpoint_file_name: epoch and step must not be negative: epoch " + std::to_string(epoch) +
+                ", step " + std::to_string(step));
+  return std::string(prefix) + "-" + std::to_string(epoch) + "_" + std::to_string(step) +
+         std::string(checkpoint_extension);
+}
+
+/// The epoch and step of `file_name` if it is "<prefix>-<epoch>_<step>.safetensors"
+/// (decimal numbers), else nullopt. The prefix itself may hold '-' and '_'.
+inline std::optional<checkpoint_step> parse_checkpoint_file_name(std::string_view file_name, std::string_view prefix) {
+  if (file_name.size() <= prefix.size() + 1 + checkpoint_extension.size()) return std::nullopt;
+  if (file_name.substr(0, prefix.size()) != prefix || file_name[prefix.size()] != '-') return std::nullopt;
+  if (file_name.substr(file_name.size() - checkpoint_extension.size()) != checkpoint_extension) return std::nullopt;
+  std::string_view mid = file_name.substr(prefix.size() + 1, file_name.size() - prefix.size() - 1 - checkpoint_extension.size());
+  const std::size_t us = mid.find('_');
+  if (us == std::string_view::npos) return std::nullopt;
+  checkpoint_step s;
+  if (!detail::parse_decimal(mid.substr(0, us), s.epoch) || !detail::parse_decimal(mid.substr(us + 1), s.step))
+    return std::nullopt;
+  return s;
+}
+
+/// A checkpoint file found in a directory.
+struct checkpoint_entry {
+  std::filesystem::path path;
+  checkpoint_step at;
+};
+
+/// The checkpoints of `prefix` in `dir` (regular files named by checkpoint_file_name),
+/// oldest first by (epoch, step). A missing directory has none.
+inline std::vector<checkpoint_entry> list_checkpoints(const std::filesystem::path& dir, std::string_view prefix) {
+  detail::check_prefix(prefix, "list_checkpoints");
+  std::vector<checkpoint_entry> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code fec;
+    if (!e.is_regular_file(fec)) continue;
+    if (auto s = parse_checkpoint_file_name(e.path().filename().string(), prefix)) out.push_back({e.path(), *s});
+  }
+  if (ec) throw error("list_checkpoints: " + dir.string() + ": " + ec.message());
+  std::sort(out.begin(), out.end(), [](const checkpoint_entry& a, const checkpoint_entry& b) {
+    return a.at != b.at ? a.at < b.at : a.path < b.path;
+  });
+  return out;
+}
+
+/// The newest checkpoint of `prefix` in `dir`, if any.
+inline std::optional<checkpoint_entry> latest_checkpoint(const std::filesystem::path& dir, std::string_view prefix) {
+  std::vector<checkpoint_entry> all = list_checkpoints(dir, prefix);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+/// Keeps the newest `keep_max` checkpoints of `prefix` in `dir` (by epoch, then step)
+/// and deletes the older ones; returns the deleted paths, oldest first. Other files are
+/// never touched. keep_max must be at least 1.
+///
+///     // after saving net-2_4.safetensors with net-1_4 and net-2_2 present:
+///     rotate_checkpoints(dir, "net", 2);   // deletes net-1_4.safetensors
+inline std::vector<std::filesystem::path> rotate_checkpoints(const std::filesystem::path& dir, std::string_view prefix,
+                                                             int keep_max) {
+  if (keep_max < 1)
+    throw error("rotate_checkpoints: keep_checkpoint_max must be at least 1, got " + std::to_string(keep_max));
+  std::vector<checkpoint_entry> all = list_checkpoints(dir, prefix);
+  std::vector<std::filesystem::path> removed;
+  const std::size_t drop = all.size() > std::size_t(keep_max) ? all.size() - std::size_t(keep_max) : 0;
+  for (std::size_t i = 0; i < drop; ++i) {
+    std::error_code ec;
+    std::filesystem::remove(all[i].path, ec);
+    if (ec) throw error("rotate_checkpoints: cannot delete " + all[i].path.string() + ": " + ec.message());
+    removed.push_back(all[i].path);
+  }
+  return removed;
+}
+
+}  // namespace tessera::io
+// ---- tessera/io/strategy_file.hpp ----
+// Strategy files (MindSpore's strategy_ckpt_save_file / strategy_ckpt_load_file): each
+// operator's shard strategy and each parameter's layout, as JSON, validated on load.
+
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace tessera::io {
+
+/// A parameter's global shape and its layout (on its own mesh).
+struct parameter_layout {
+  extents shape;
+  layout placement;
+  friend bool operator==(const parameter_layout&, const parameter_layout&) = default;
+};
+
+/// What a strategy file holds: the device count, each operator's shard strategy and
+/// each parameter's layout.
+struct strategy_map {
+  int device_num = 1;
+  std::map<std::string, strategy> operators;
+  std::map<std::string, parameter_layout> parameters;
+  friend bool operator==(const strategy_map&, const strategy_map&) = default;
+};
+
+inline constexpr std::string_view strategy_file_format = "tessera.strategy";
+inline constexpr int strategy_file_version = 1;
+
+/// The JSON form of a strategy map:
+///
+///     {
+///       "format": "tessera.strategy",
+///       "version": 1,
+///       "device_num": 8,
+///       "operators": {
+///         "fc1.matmul": [[2, 4], [4, 1]]
+///       },
+///       "parameters": {
+///         "fc1.weight": {"shape": [32, 16], "mesh": [2, 4, 1], "layout": "[1, 2]"}
+///       }
+///     }
+///
+/// A strategy is MindSpore's shard tuple as nested arrays; a layout is the text
+/// to_string(layout) prints (parse_layout reads it) on the mesh "mesh" gives.
+inline json::value to_json(const strategy_map& s) {
+  json::value ops = json::value::object();
+  for (const auto& [name, st] : s.operators) {
+    json::value inputs = json::value::array();
+    for (int i = 0; i < st.n; ++i) {
+      json::value t = json::value::array();
+      for (int d = 0; d < st.in[i].n; ++d) t.push_back(st.in[i].v[d]);
+      inputs.push_back(std::move(t));
+    }
+    ops.append_new(name, std::move(inputs));
+  }
+  json::value params = json::value::object();
+  for (const auto& [name, p] : s.parameters) {
+    json::value shape = json::value::array(), dev = json::value::array();
+    for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(static_cast<long long>(p.shape.v[d]));
+    for (int a = 0; a < p.placement.dev.ndim; ++a) dev.push_back(p.placement.dev.dims[a]);
+    params.append_new(name, json::value::object_of({{"shape", std::move(shape)},
+                                             {"mesh", std::move(dev)},
+                                             {"layout", json::value(to_string(p.placement))}}));
+  }
+  return json::value::object_of({{"format", json::value(strategy_file_format)},
+                                 {"version", json::value(strategy_file_version)},
+                                 {"device_num", json::value(s.device_num)},
+                                 {"operators", std::move(ops)},
+                                 {"parameters", std::move(params)}});
+}
+
+namespace detail {
+
+class strategy_reader {
+ public:
+  explicit strategy_reader(std::string context) : ctx_(std::move(context)) {}
+
+  strategy_map read(const json::value& v) {
+    strategy_map out;
+    if (!v.is_object()) fail("the file", "must be a JSON object, found " + std::string(json::to_string(v.type())));
+    only_keys(v, "the file", {"format", "version", "device_num", "operators", "parameters"});
+    const json::value& format = need(v, "format", "the file");
+    if (!format.is_string() || format.as_string() != strategy_file_format)
+      fail("\"format\"", "must be \"" + std::string(strategy_file_format) + "\"");
+    const json::value& version = need(v, "version", "the file");
+    if (!version.is_integer() || version.as_integer() != strategy_file_version)
+      fail("\"version\"", "is " + json::dump(version) + ", this tessera reads version " +
+                              std::to_string(strategy_file_version));
+    const json::value& dn = need(v, "device_num", "the file");
+    if (!dn.is_integer() || dn.as_integer() < 1 || dn.as_integer() > (1 << 24))
+      fail("\"device_num\"", "must be a positive integer, found " + json::dump(dn));
+    out.device_num = int(dn.as_integer());
+
+    const json::value& ops = need(v, "operators", "the file");
+    if (!ops.is_object()) fail("\"operators\"", "must be an object (operator name -> strategy)");
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const std::string where = "operators.\"" + ops.keys()[i] + "\"";
+      out.operators.emplace(ops.keys()[i], read_strategy(ops.member(i), out.device_num, where));
+    }
+    const json::value& params = need(v, "parameters", "the file");
+    if (!params.is_object()) fail("\"parameters\"", "must be an object (parameter name -> layout)");
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const std::string where = "parameters.\"" + params.keys()[i] + "\"";
+      out.parameters.emplace(params.keys()[i], read_parameter(params.member(i), out.device_num, where));
+    }
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw error(ctx_ + ": " + where + " " + what);
+  }
+  const json::value& need(const json::value& obj, std::string_view key, const std::string& where) const {
+    if (const json::value* x = obj.find(key)) return *x;
+    fail(where, "lacks \"" + std::string(key) + "\"");
+  }
+  void only_keys(const json::value& obj, const std::string& where, std::initializer_list<std::string_view> keys) const {
+    for (const std::string& k : obj.keys()) {
+      bool known = false;
+      for (std::string_view x : keys) known = known || k == x;
+      if (!known) fail(where, "has an unknown key \"" + k + "\"");
+    }
+  }
+  std::int64_t int_in(const json::value& x, std::int64_t lo, std::int64_t hi, const std::string& where) const {
+    if (!x.is_integer() || x.as_integer() < lo || x.as_integer() > hi)
+      fail(where, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found " + json::dump(x));
+    return x.as_integer();
+  }
+
+  strategy read_strategy(const json::value& v, int device_num, const std::string& where) const {
+    if (!v.is_array()) fail(where, "must be an array of split tuples such as [[2, 4], [4, 1]]");
+    if (v.size() > std::size_t(max_strategy_inputs))
+      fail(where, "has " + std::to_string(v.size()) + " inputs, at most " + std::to_string(max_strategy_inputs));
+    strategy st;
+    st.n = int(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const json::value& t = v[i];
+      const std::string wi = where + "[" + std::to_string(i) + "]";
+      if (!t.is_array()) fail(wi, "must be an array of splits such as [2, 4]");
+      if (t.size() > std::size_t(max_tensor_ndim))
+        fail(wi, "has " + std::to_string(t.size()) + " dims, at most " + std::to_string(max_tensor_ndim));
+      st.in[i].n = int(t.size());
+      for (std::size_t d = 0; d < t.size(); ++d)
+        st.in[i].v[d] = int(int_in(t[d], 1, 1 << 24, wi + "[" + std::to_string(d) + "]"));
+    }
+    if (status s = check(st, device_num); !s.ok())
+      throw error(s, ctx_ + ": " + where, "strategy " + to_string(st) + ", device_num " + std::to_string(device_num));
+    return st;
+  }
+
+  parameter_layout read_parameter(const json::value& v, int device_num, const std::string& where) const {
+    if (!v.is_object()) fail(where, "must be an object with \"shape\", \"mesh\" and \"layout\"");
+    only_keys(v, where, {"shape", "mesh", "layout"});
+    const json::value& shape = need(v, "shape", where);
+    const json::value& dev = need(v, "mesh", where);
+    const json::value& text = need(v, "layout", where);
+    parameter_layout p;
+    if (!shape.is_array() || shape.size() > std::size_t(max_tensor_ndim))
+      fail(where + ".shape", "must be an array of at most " + std::to_string(max_tensor_ndim) + " extents");
+    p.shape.ndim = int(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      p.shape.v[d] = int_in(shape[d], 0, std::int64_t(1) << 62, where + ".shape[" + std::to_string(d) + "]");
+    if (!dev.is_array() || dev.size() < 1 || dev.size() > std::size_t(max_mesh_ndim))
+      fail(where + ".mesh", "must be an array of 1 to " + std::to_string(max_mesh_ndim) + " axis sizes");
+    mesh m;
+    m.ndim = int(dev.size());
+    for (std::size_t a = 0; a < dev.size(); ++a)
+      m.dims[a] = int(int_in(dev[a], 1, 1 << 24, where + ".mesh[" + std::to_string(a) + "]"));
+    if (status s = check_mesh_size(m, device_num); !s.ok())
+      throw error(s, ctx_ + ": " + where + ".mesh", "mesh " + to_string(m) + ", device_num " + std::to_string(device_num));
+    if (!text.is_string()) fail(where + ".layout", "must be a string such as \"[0, -]\"");
+    try {
+      p.placement = parse_layout(m, text.as_string());
+    } catch (const error& e) {
+      throw error(ctx_ + ": " + where + ".layout: " + e.what());
+    }
+    if (status s = check(p.placement, p.shape); !s.ok())
+      throw error(s, ctx_ + ": " + where, "layout " + text.as_string() + " on mesh " + to_string(m) + ", shape " + to_string(p.shape));
+    return p;
+  }
+
+  std::string ctx_;
+};
+
+}  // namespace detail
+
+/// Reads a strategy map from its JSON form, with every field validated: the format
+/// and version, device_num, each strategy against device_num (check(strategy)), each
+/// mesh's size against device_num, each layout text on its mesh and against its
+/// shape (check(layout, shape)). Unknown keys are errors. Messages start with
+/// `context` and name the field: `train_strategy.json: operators."fc1.matmul":
+/// strategy: the product of an input's splits must divide the device count: ...`.
+inline strategy_map strategy_map_from_json(const json::value& v, std::string_view context = "strategy file") {
+  return detail::strategy_reader(std::string(context)).read(v);
+}
+
+/// Writes a strategy file (the JSON form, indented), atomically. The map is validated
+/// as load would, so a file that saves also loads.
+inline void save_strategy_file(const std::filesystem::path& file, const strategy_map& s) {
+  const json::value v = to_json(s);
+  (void)strategy_map_from_json(v, "save_strategy_file: " + file.string());
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  write_file_atomically(file, json::dump(v, 2) + "\n");
+}
+
+/// Reads and validates a strategy file (strategy_map_from_json).
+inline strategy_map load_strategy_file(const std::filesystem::path& file) {
+  const std::string ctx = "load_strategy_file: " + file.string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw error(ctx + ": cannot open the file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw error(ctx + ": reading the file failed");
+  return strategy_map_from_json(json::parse(text.str(), ctx), ctx);
+}
+
+}  // namespace tessera::io
 
 // graph/: the traced graph, its operators, sharding propagation, the parallel pass and
 // the dumps (standard library only)
@@ -5746,6 +8964,537 @@ laid_out<T, D> in_layout(const tensor_on<T, D>& x, const layout& l, device_conte
 }
 
 }  // namespace tessera
+// ---- tessera/io/checkpoint.hpp ----
+// Checkpoints of distributed tensors: saved whole (gathered, one file written by
+// rank 0) or per rank (integrated_save off: each rank its shards), and loaded into
+// any layout on any number of ranks, each rank reading only the pieces it needs.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::io {
+
+/// A named distributed tensor as checkpoints see it: a view (no copy) of a host
+/// dist_tensor<T, L, G> with its element type erased. The tensor must outlive the view
+/// and keep its shard's storage. A view of a const tensor can be saved, not loaded.
+///
+///     std::vector<io::param_ref> params{{"fc1.weight", w1}, {"fc1.bias", b1}};
+class param_ref {
+ public:
+  template <class T, auto L, auto G, class D>
+  param_ref(std::string name, dist_tensor<T, L, G, D>& t)
+      : param_ref(std::move(name), static_cast<const dist_tensor<T, L, G, D>&>(t)) {
+    mutable_data_ = reinterpret_cast<std::byte*>(t.local().data());
+  }
+  template <class T, auto L, auto G, class D>
+  param_ref(std::string name, const dist_tensor<T, L, G, D>& t)
+      : name_(std::move(name)),
+        type_(dtype_of<T>()),
+        layout_(t.layout()),
+        global_(t.global_shape()),
+        rank_(t.rank()),
+        data_(reinterpret_cast<const std::byte*>(t.local().data())),
+        size_(std::size_t(t.local().size())) {
+    static_assert(std::is_same_v<D, cpu_device>,
+                  "param_ref: checkpoints read and write host tensors (cpu_device); copy a device tensor to "
+                  "the host first");
+  }
+
+  const std::string& name() const { return name_; }
+  dtype type() const { return type_; }
+  const tessera::layout& layout() const { return layout_; }
+  const extents& global_shape() const { return global_; }
+  int rank() const { return rank_; }
+  /// Elements of the local shard.
+  std::size_t local_size() const { return size_; }
+  param_spec spec() const { return {name_, type_, global_}; }
+
+  template <class T>
+  const T* local_data() const {
+    return reinterpret_cast<const T*>(data_);
+  }
+  /// The shard for writing; throws for a view of a const tensor.
+  template <class T>
+  T* mutable_local_data() const {
+    if (!mutable_data_) throw error("param_ref: '" + name_ + "' views a const tensor and cannot be loaded into");
+    return reinterpret_cast<T*>(mutable_data_);
+  }
+
+ private:
+  std::string name_;
+  dtype type_;
+  tessera::layout layout_;
+  extents global_;
+  int rank_ = 0;
+  const std::byte* data_ = nullptr;
+  std::byte* mutable_data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// How save_checkpoint writes (MindSpore's CheckpointConfig).
+struct save_options {
+  /// true: gather every tensor and write one whole file (rank 0 writes it). false:
+  /// every rank writes its own shards to rank_file(file, rank).
+  bool integrated_save = true;
+  /// Extra metadata (keys must not start with "tessera." or hold a ':').
+  std::map<std::string, std::string> metadata;
+};
+
+/// Where rank R's shard file of checkpoint `file` lies: DIR/rank_R/NAME for file
+/// DIR/NAME. `rank_file("ckpt/net-1_4.safetensors", 3)` is
+/// "ckpt/rank_3/net-1_4.safetensors".
+inline std::filesystem::path rank_file(const std::filesystem::path& file, int rank) {
+  return file.parent_path() / ("rank_" + std::to_string(rank)) / file.filename();
+}
+
+namespace detail {
+
+inline std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 1469598103934665603ull) {
+  for (char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Checks that every rank passes the same tensor list to a collective save (else the
+// gathers would not match up and the job would hang): a hash of names, dtypes,
+// shapes and layouts, compared by max and min over the world.
+template <class C>
+void check_same_params(std::span<const param_ref> params, C& world, std::string_view fn) {
+  std::uint64_t h = fnv1a("params");
+  for (const param_ref& p : params)
+    h = fnv1a(p.name() + "|" + std::string(dtype_name(p.type())) + "|" + to_string(p.global_shape()) + "|" +
+                  to_string(p.layout().dev) + "|" + to_string(p.layout()) + ";",
+              h);
+  std::int64_t v[2] = {std::int64_t(h >> 1), -std::int64_t(h >> 1)};  // max and -min
+  world.all_reduce(std::span<std::int64_t>(v, 2), reduce_op::max);
+  if (v[0] != -v[1])
+    throw error(std::string(fn) + ": the ranks passed different tensor lists (names, dtypes, shapes or layouts); "
+                                  "every rank must save the same tensors in the same order");
+}
+
+inline void check_params_local(std::span<const param_ref> params, int rank, int nranks, std::string_view fn) {
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const param_ref& p = params[i];
+    if (p.name().empty()) throw error(std::string(fn) + ": tensor " + std::to_string(i) + " has an empty name");
+    if (!names.insert(p.name()).second) throw error(std::string(fn) + ": the name '" + p.name() + "' is used twice");
+    if (p.layout().dev.size() != nranks)
+      throw error(fail(errc::mesh_size_mismatch, -1, -1, p.layout().dev.size(), nranks), fn,
+                  "tensor '" + p.name() + "' on mesh " + to_string(p.layout().dev));
+    if (p.rank() != rank)
+      throw error(std::string(fn) + ": tensor '" + p.name() + "' belongs to rank " + std::to_string(p.rank()) +
+                  ", this is rank " + std::to_string(rank));
+  }
+}
+
+inline void check_user_metadata(const std::map<std::string, std::string>& md, std::string_view fn) {
+  for (const auto& [k, v] : md)
+    if (k.rfind("tessera.", 0) == 0 || k.find(':') != std::string::npos)
+      throw error(std::string(fn) + ": metadata key \"" + k +
+                  "\" is reserved (keys starting with \"tessera.\" or holding ':' describe the tensors)");
+}
+
+// Every rank learns whether any rank failed; the failing rank throws its own message,
+// the others `what(rank)` for the highest failing rank.
+template <class C, class What>
+void agree_on_failure(C& world, const std::optional<std::string>& failure, What&& what) {
+  int bad[1] = {failure ? world.rank() + 1 : 0};
+  world.all_reduce(std::span<int>(bad, 1), reduce_op::max);
+  if (failure) throw error(*failure);
+  if (bad[0]) throw error(what(bad[0] - 1));
+}
+
+// Broadcasts root's failure message (if any) and throws it on every rank.
+template <class C>
+void share_failure(C& world, std::optional<std::string> failure, int root) {
+  std::int64_t len[1] = {failure ? std::int64_t(failure->size()) + 1 : 0};
+  world.broadcast(std::span<std::int64_t>(len, 1), root);
+  if (len[0] == 0) return;
+  std::vector<char> text(std::size_t(len[0] - 1));
+  if (world.rank() == root) std::copy(failure->begin(), failure->end(), text.begin());
+  if (!text.empty()) world.broadcast(std::span<char>(text), root);
+  throw error(std::string(text.begin(), text.end()));
+}
+
+template <class T>
+xt::xarray<T> shard_copy(const param_ref& p) {
+  const extents ls = local_shape(p.layout(), p.global_shape());
+  xt::xarray<T> a = xt::xarray<T>::from_shape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
+  std::copy_n(p.local_data<T>(), p.local_size(), a.data());
+  return a;
+}
+
+// True when `rank` is the first member (coordinate 0) of every axis in `axes`.
+inline bool first_on_axes(const mesh& m, axis_mask axes, int rank) {
+  const mesh_coords c = m.coords(rank);
+  for (int a = 0; a < m.ndim; ++a)
+    if ((axes >> a & 1u) && c[a] != 0) return false;
+  return true;
+}
+
+inline extents relative(const extents& off, const extents& base) {
+  extents r = off;
+  for (int d = 0; d < r.ndim; ++d) r.v[d] -= base.v[d];
+  return r;
+}
+
+inline int parse_count(const std::map<std::string, std::string>& md, const std::string& key, std::string_view ctx) {
+  auto it = md.find(key);
+  if (it == md.end()) throw error(std::string(ctx) + ": the metadata lacks \"" + key + "\"");
+  const std::string& s = it->second;
+  long long v = -1;
+  if (!s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    v = std::stoll(s);
+  if (v < 0) throw error(std::string(ctx) + ": \"" + key + "\" is \"" + s + "\", expected a non-negative integer");
+  return int(v);
+}
+
+}  // namespace detail
+
+/// Saves named distributed tensors; collective: every rank calls it with the same
+/// tensors in the same order (checked: a mismatch is an error on every rank, not a
+/// hang).
+///
+/// - integrated_save (default): each tensor is redistributed to the replicated layout
+///   (partial sums reduced) and rank 0 streams it into `file`, one tensor at a time.
+/// - integrated_save off: each rank writes its shards to rank_file(file, rank), with
+///   the global shape, layout and shard offset of each in the metadata
+///   (checkpoint_file.hpp); no communication beyond agreeing on success.
+///
+/// Files are written atomically. If any rank fails, every rank throws (the failing
+/// rank with its own message). Returns the file this rank wrote (or `file`).
+template <communicator C>
+std::filesystem::path save_checkpoint(const std::filesystem::path& file, std::span<const param_ref> params,
+                                      device_context<C>& ctx, const save_options& opt = {}) {
+  const char* fn = "save_checkpoint";
+  C& world = ctx.world();
+  const int me = world.rank();
+  detail::check_user_metadata(opt.metadata, fn);
+  detail::check_params_local(params, me, world.size(), fn);
+  detail::check_same_params(params, world, fn);
+
+  std::map<std::string, std::string> md = opt.metadata;
+  md["tessera.format"] = std::string(checkpoint_format_version);
+  std::vector<tensor_spec> specs;
+
+  if (!opt.integrated_save) {
+    const std::filesystem::path out = rank_file(file, me);
+    md["tessera.kind"] = "shard";
+    md["tessera.rank"] = std::to_string(me);
+    md["tessera.ranks"] = std::to_string(world.size());
+    for (const param_ref& p : params) {
+      const extents ls = local_shape(p.layout(), p.global_shape());
+      specs.push_back({p.name(), p.type(), std::vector<index_t>(ls.v.begin(), ls.v.begin() + ls.ndim)});
+      write_placement(md, p.name(), {p.layout(), p.global_shape(), local_offset(p.layout(), p.global_shape(), me), true});
+    }
+    std::optional<std::string> failure;
+    try {
+      std::filesystem::create_directories(out.parent_path());
+      safetensors_stream s(out, std::move(specs), md);
+      for (const param_ref& p : params)
+        s.write_host(std::span<const std::byte>(p.local_data<std::byte>(), p.local_size() * dtype_size(p.type())));
+      s.commit();
+    } catch (const std::exception& e) {
+      failure = std::string(fn) + ": rank " + std::to_string(me) + ": " + e.what();
+    }
+    detail::agree_on_failure(world, failure, [&](int r) {
+      return std::string(fn) + ": rank " + std::to_string(r) + " failed to write its shard file " +
+             rank_file(file, r).string();
+    });
+    return out;
+  }
+
+  md["tessera.kind"] = "whole";
+  for (const param_ref& p : params) {
+    const extents& g = p.global_shape();
+    specs.push_back({p.name(), p.type(), std::vector<index_t>(g.v.begin(), g.v.begin() + g.ndim)});
+    write_placement(md, p.name(), {p.layout(), g, extents{}, false});
+  }
+  std::optional<std::string> failure;
+  std::unique_ptr<safetensors_stream> out;
+  if (me == 0) {
+    try {
+      if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+      out = std::make_unique<safetensors_stream>(file, std::move(specs), md);
+    } catch (const std::exception& e) {
+      failure = std::string(fn) + ": " + e.what();
+    }
+  }
+  // Every rank takes part in every gather, even after rank 0 failed to write.
+  for (const param_ref& p : params) {
+    visit_dtype(
+        p.type(),
+        [&]<class T>(std::type_identity<T>) {
+          dist_tensor<T> x(p.layout(), p.global_shape(), me, detail::shard_copy<T>(p));
+          const dist_tensor<T> whole = redistribute(x, layout::replicated(p.layout().dev, p.global_shape().ndim), ctx);
+          if (out && !failure) {
+            try {
+              out->write(std::span<const T>(whole.local().data(), whole.local().size()));
+            } catch (const std::exception& e) {
+              failure = std::string(fn) + ": " + e.what();
+              out.reset();
+            }
+          }
+        },
+        fn);
+  }
+  if (out && !failure) {
+    try {
+      out->commit();
+    } catch (const std::exception& e) {
+      failure = std::string(fn) + ": " + e.what();
+    }
+  }
+  out.reset();
+  detail::share_failure(world, failure, 0);
+  return file;
+}
+
+/// Copies each tensor's shard out of whole tensors held in memory (MindSpore's
+/// load_param_into_net after load_checkpoint): for every parameter, the box of its
+/// rank under its layout (shard_box). Checks names, dtypes and global shapes first
+/// and reports every mismatch in one error (check_params); tensors the network does
+/// not take are a mismatch only when `strict`. A parameter in a partial layout gets
+/// the values on the first rank of its partial group and the reduction's identity on
+/// the others, so that reducing gives the checkpoint's values.
+inline void load_param_into_net(const checkpoint& c, std::span<const param_ref> params, bool strict = true) {
+  const std::string ctx = "load_param_into_net: " + c.file.string();
+  if (c.kind == checkpoint_kind::shard)
+    throw error(ctx + ": the file holds one rank's shards (saved with integrated_save off); load it with "
+                      "load_distributed_checkpoint");
+  std::vector<param_spec> expected;
+  for (const param_ref& p : params) expected.push_back(p.spec());
+  check_params(specs_of(c), expected, strict, ctx);
+  for (const param_ref& p : params) {
+    const host_tensor& whole = c.at(p.name());
+    const layout& l = p.layout();
+    visit_dtype(
+        p.type(),
+        [&]<class T>(std::type_identity<T>) {
+          T* dst = p.mutable_local_data<T>();
+          if (!detail::first_on_axes(l.dev, l.partial, p.rank())) {
+            std::fill_n(dst, p.local_size(), reduce_identity<T>(l.op));
+            return;
+          }
+          const box b = shard_box(l, p.global_shape(), p.rank());
+          tessera::detail::copy_box(whole.values<T>().data(), p.global_shape(), b.offset, dst, b.shape,
+                                    tessera::detail::origin(b.shape.ndim), b.shape);
+        },
+        ctx);
+  }
+}
+
+namespace detail {
+
+// The shard files of a checkpoint saved with integrated_save off, opened on demand and
+// validated against rank 0's file.
+class shard_set {
+ public:
+  explicit shard_set(const std::filesystem::path& file) : file_(file) {
+    first_ = std::make_unique<safetensors_reader>(rank_file(file, 0));
+    const std::string ctx = "load_distributed_checkpoint: " + first_->path().string();
+    if (read_kind(first_->metadata(), ctx) != checkpoint_kind::shard)
+      throw error(ctx + ": \"tessera.kind\" is not \"shard\"");
+    ranks_ = parse_count(first_->metadata(), "tessera.ranks", ctx);
+    if (ranks_ < 1) throw error(ctx + ": \"tessera.ranks\" is 0");
+    check_rank_fields(*first_, 0);
+    for (const tensor_info& t : first_->tensors()) {
+      auto p = read_placement(first_->metadata(), t.name, ctx);
+      if (!p || !p->has_offset)
+        throw error(ctx + ": tensor '" + t.name + "' has no recorded placement (mesh, layout, shape and offset)");
+      if (p->placement.dev.size() != ranks_)
+        throw error(ctx + ": tensor '" + t.name + "' is on mesh " + to_string(p->placement.dev) + " of " +
+                    std::to_string(p->placement.dev.size()) + " ranks, the checkpoint was written by " +
+                    std::to_string(ranks_));
+      placements_.emplace(t.name, *p);
+      spec_index_.emplace(t.name, specs_.size());
+      specs_.push_back({t.name, t.type, p->global});
+    }
+  }
+
+  int ranks() const { return ranks_; }
+  const std::vector<param_spec>& specs() const { return specs_; }
+  const tensor_placement& placement(const std::string& name) const { return placements_.at(name); }
+  const std::filesystem::path& file() const { return file_; }
+
+  /// Rank r's file, opened (once) and checked: its kind, rank and rank count.
+  const safetensors_reader& reader(int r) {
+    if (r == 0) return *first_;
+    auto it = readers_.find(r);
+    if (it != readers_.end()) return *it->second;
+    auto rd = std::make_unique<safetensors_reader>(rank_file(file_, r));
+    const std::string ctx = "load_distributed_checkpoint: " + rd->path().string();
+    if (read_kind(rd->metadata(), ctx) != checkpoint_kind::shard)
+      throw error(ctx + ": \"tessera.kind\" is not \"shard\"");
+    check_rank_fields(*rd, r);
+    return *readers_.emplace(r, std::move(rd)).first->second;
+  }
+
+  /// Tensor `name` in rank r's file, checked against the placement rank 0 recorded.
+  const tensor_info& shard_info(int r, const std::string& name) {
+    const safetensors_reader& rd = reader(r);
+    const std::string ctx = "load_distributed_checkpoint: " + rd.path().string();
+    const tensor_placement& want = placement(name);
+    const tensor_info* t = rd.find(name);
+    if (!t) throw error(ctx + ": no tensor named '" + name + "' (rank 0's file has it)");
+    const param_spec& spec0 = specs_[spec_index_.at(name)];
+    if (t->type != spec0.type)
+      throw error(ctx + ": tensor '" + name + "' is " + std::string(dtype_name(t->type)) + ", rank 0's file says " +
+                  std::string(dtype_name(spec0.type)));
+    auto p = read_placement(rd.metadata(), name, ctx);
+    if (!p || !p->has_offset) throw error(ctx + ": tensor '" + name + "' has no recorded placement");
+    if (!(p->placement == want.placement) || !(p->global == want.global))
+      throw error(ctx + ": tensor '" + name + "' has layout " + to_string(p->placement) + " on mesh " +
+                  to_string(p->placement.dev) + ", shape " + to_string(p->global) + "; rank 0's file says " +
+                  to_string(want.placement) + " on mesh " + to_string(want.placement.dev) + ", shape " +
+                  to_string(want.global));
+    const box b = shard_box(want.placement, want.global, r);
+    if (!(p->offset == b.offset))
+      throw error(ctx + ": tensor '" + name + "' records offset " + to_string(p->offset) + ", but layout " +
+                  to_string(want.placement) + " on mesh " + to_string(want.placement.dev) + " puts rank " +
+                  std::to_string(r) + "'s shard at " + to_string(b.offset));
+    if (!(t->shape_extents() == b.shape))
+      throw error(ctx + ": tensor '" + name + "' has shape " + to_string(t->shape_extents()) + ", rank " +
+                  std::to_string(r) + "'s shard under its layout is " + to_string(b.shape));
+    return *t;
+  }
+
+ private:
+  void check_rank_fields(const safetensors_reader& rd, int r) const {
+    const std::string ctx = "load_distributed_checkpoint: " + rd.path().string();
+    const int rank = parse_count(rd.metadata(), "tessera.rank", ctx);
+    const int ranks = parse_count(rd.metadata(), "tessera.ranks", ctx);
+    if (rank != r) throw error(ctx + ": the file says it was written by rank " + std::to_string(rank) + ", expected " + std::to_string(r));
+    if (ranks != ranks_)
+      throw error(ctx + ": the file says " + std::to_string(ranks) + " ranks wrote the checkpoint, rank 0's file says " +
+                  std::to_string(ranks_));
+  }
+
+  std::filesystem::path file_;
+  std::unique_ptr<safetensors_reader> first_;
+  std::map<int, std::unique_ptr<safetensors_reader>> readers_;
+  std::map<std::string, tensor_placement> placements_;
+  std::vector<param_spec> specs_;
+  std::map<std::string, std::size_t> spec_index_;
+  int ranks_ = 0;
+};
+
+}  // namespace detail
+
+/// Loads a checkpoint into distributed tensors of any layout, on any number of ranks
+/// (MindSpore's load_distributed_checkpoint). Needs no communication: each rank reads
+/// what its own shards need.
+///
+/// - A whole file at `file`: each rank reads, of each tensor, only the box of its
+///   shard (shard_box of the parameter's layout).
+/// - Per-rank files rank_file(file, r) (integrated_save off), from N ranks under any
+///   layouts: the re-sharding rule. Source rank r holds box B_r = shard_box(L_s, G, r)
+///   of tensor G under its saved layout L_s. The target box T = shard_box(L_t, G, rank)
+///   is assembled from B_r cap T over the source ranks r whose coordinates on L_s's
+///   replica axes are all 0 (the other replicas hold the same values); pieces that
+///   differ only in L_s's partial axes are reduced (summed, or max/min), so a partial
+///   checkpoint loads as its reduced value. Only files with a non-empty intersection
+///   are opened, and of each only the intersection's bytes are read.
+///
+/// Names, dtypes and global shapes are checked first; every mismatch is reported in
+/// one error (tensors the network does not take count only when `strict`). Every file
+/// opened is validated against rank 0's: kind, rank, rank count, dtype, layout, shape
+/// and offset. A parameter in a partial layout is loaded as in load_param_into_net.
+inline void load_distributed_checkpoint(const std::filesystem::path& file, std::span<const param_ref> params,
+                                        bool strict = true) {
+  const char* fn = "load_distributed_checkpoint";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(file, ec)) {
+    safetensors_reader r(file);
+    const std::string ctx = std::string(fn) + ": " + file.string();
+    if (read_kind(r.metadata(), ctx) == checkpoint_kind::shard) {
+      throw error(ctx + ": the file holds one rank's shards; pass the checkpoint's name without the rank_R "
+                        "folder (DIR/NAME for DIR/rank_R/NAME)");
+    }
+    std::vector<param_spec> found, expected;
+    for (const tensor_info& t : r.tensors()) found.push_back({t.name, t.type, t.shape_extents()});
+    for (const param_ref& p : params) expected.push_back(p.spec());
+    check_params(found, expected, strict, ctx);
+    for (const param_ref& p : params) {
+      const layout& l = p.layout();
+      visit_dtype(
+          p.type(),
+          [&]<class T>(std::type_identity<T>) {
+            T* dst = p.mutable_local_data<T>();
+            if (!detail::first_on_axes(l.dev, l.partial, p.rank())) {
+              std::fill_n(dst, p.local_size(), reduce_identity<T>(l.op));
+              return;
+            }
+            r.read_box(p.name(), shard_box(l, p.global_shape(), p.rank()), std::span<T>(dst, p.local_size()));
+          },
+          ctx);
+    }
+    return;
+  }
+  if (!std::filesystem::is_regular_file(rank_file(file, 0), ec))
+    throw error(std::string(fn) + ": neither " + file.string() + " (a whole checkpoint) nor " +
+                rank_file(file, 0).string() + " (rank 0's shards) exists");
+  detail::shard_set set(file);
+  std::vector<param_spec> expected;
+  for (const param_ref& p : params) expected.push_back(p.spec());
+  check_params(set.specs(), expected, strict, std::string(fn) + ": " + file.string() + " (" + std::to_string(set.ranks()) + " shard files)");
+
+  for (const param_ref& p : params) {
+    const tensor_placement& src = set.placement(p.name());
+    const layout& lt = p.layout();
+    const extents& g = p.global_shape();
+    visit_dtype(
+        p.type(),
+        [&]<class T>(std::type_identity<T>) {
+          T* dst = p.mutable_local_data<T>();
+          if (!detail::first_on_axes(lt.dev, lt.partial, p.rank())) {
+            std::fill_n(dst, p.local_size(), reduce_identity<T>(lt.op));
+            return;
+          }
+          const box target = shard_box(lt, g, p.rank());
+          const layout& ls = src.placement;
+          const bool reduce = ls.has_partial();
+          if (reduce) std::fill_n(dst, p.local_size(), reduce_identity<T>(ls.op));
+          std::vector<T> piece, cur;
+          for (int r = 0; r < set.ranks(); ++r) {
+            if (!detail::first_on_axes(ls.dev, ls.replica_axes(), r)) continue;
+            const box b = shard_box(ls, g, r);
+            const box in = intersect(b, target);
+            if (in.shape.size() == 0) continue;
+            const tensor_info& t = set.shard_info(r, p.name());
+            piece.resize(std::size_t(in.shape.size()));
+            set.reader(r).read_box_host_bytes(t, box{detail::relative(in.offset, b.offset), in.shape},
+                                              std::as_writable_bytes(std::span<T>(piece)));
+            const extents at = detail::relative(in.offset, target.offset);
+            const extents zero = tessera::detail::origin(in.shape.ndim);
+            if (!reduce) {
+              tessera::detail::copy_box(piece.data(), in.shape, zero, dst, target.shape, at, in.shape);
+              continue;
+            }
+            cur.resize(piece.size());
+            tessera::detail::copy_box(static_cast<const T*>(dst), target.shape, at, cur.data(), in.shape, zero, in.shape);
+            for (std::size_t k = 0; k < cur.size(); ++k) cur[k] = reduce_apply(ls.op, cur[k], piece[k]);
+            tessera::detail::copy_box(static_cast<const T*>(cur.data()), in.shape, zero, dst, target.shape, at, in.shape);
+          }
+        },
+        fn);
+  }
+}
+
+}  // namespace tessera::io
 
 // kernels/cpu/ and the sharded operators: local math through CBLAS
 #if __has_include(<cblas.h>)
@@ -7944,7 +11693,7 @@ tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const 
 
 }  // namespace tessera::ops
 // ---- tessera/ops/reduce.hpp ----
-// Sharded reductions: ReduceSum, ReduceMean and ReduceMax over a list of dims, with
+// Sharded reductions: ReduceSum, ReduceMean, ReduceMax and ReduceMin over a list of dims, with
 // keep_dims, and their backward. The sharding rule is ops/reduce_rule.hpp, the local
 // math the tensors' device's backend (kernels/backend.hpp). A split reduced dim leaves
 // the output partial.
@@ -7957,7 +11706,7 @@ tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const 
 namespace tessera::ops {
 
 /// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))`
-/// applied over `dims`. How is sum, mean or max.
+/// applied over `dims`. How is sum, mean, max or min.
 template <reduce_op How>
 struct reduction_op {
   strategy st;
@@ -7988,6 +11737,7 @@ struct reduction_op {
 using reduce_sum_op = reduction_op<reduce_op::sum>;
 using reduce_mean_op = reduction_op<reduce_op::mean>;
 using reduce_max_op = reduction_op<reduce_op::max>;
+using reduce_min_op = reduction_op<reduce_op::min>;
 
 namespace detail {
 
@@ -8007,6 +11757,10 @@ tensor_on<T, D> reduce_forward(const reduction_op<How>& op, const tensor_on<T, D
   const std::vector<int> axes = reduced_axes(r, x.ndim());
   if constexpr (How == reduce_op::max) {
     return tensor_on<T, D>(r.out, r.shape, ctx.rank(), K::reduce_max(lx->local(), axes, op.keep_dims));
+  } else if constexpr (How == reduce_op::min) {
+    // min(x) = -max(-x), exactly (negation is exact): no second kernel per device.
+    return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                           K::neg(K::reduce_max(K::neg(lx->local()), axes, op.keep_dims)));
   } else {
     auto s = K::reduce_sum(lx->local(), axes, op.keep_dims);
     // The global count: the partial terms add up to the mean.
@@ -8107,6 +11861,30 @@ tensor_on<T, D> reduce_max_backward(const reduce_max_op& op, const tensor_on<T, 
                                               op.keep_dims));
 }
 
+/// The minimum of x over op.dims: the output is partial (min) over the mesh axes of
+/// split reduced dims.
+template <class T, class D, class C>
+tensor_on<T, D> reduce_min(const reduce_min_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// dx of y = reduce_min(x), given dy and the forward output y (any layouts), with ties
+/// split as in reduce_max_backward. min(x) = -max(-x) and the gradient is linear in dy,
+/// so this is reduce_max_backward of dy at -x and -y (negation is exact: the same ties).
+template <class T, class D, class C>
+tensor_on<T, D> reduce_min_backward(const reduce_min_op& op, const tensor_on<T, D>& dy,
+                                    const tensor_on<T, D>& x, const tensor_on<T, D>& y,
+                                    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  // Resolved first: a negated partial minimum would be a partial maximum.
+  const auto lx = in_layout(x, r.in, ctx);
+  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
+  const tensor_on<T, D> nx(lx->layout(), x.global_shape(), ctx.rank(), K::neg(lx->local()));
+  const tensor_on<T, D> ny(ly->layout(), y.global_shape(), ctx.rank(), K::neg(ly->local()));
+  return reduce_max_backward(reduce_max_op{op.st, op.dims, op.keep_dims}, dy, nx, ny, ctx);
+}
+
 }  // namespace tessera::ops
 // ---- tessera/ops/softmax.hpp ----
 // Sharded SoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C) against
@@ -8205,6 +11983,848 @@ tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& o
   const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
   return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
                          kernels::backend<D>::ce_grad(lg->local(), lx->local(), lt->local(), st.m, st.s));
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/batch_matmul.hpp ----
+// Sharded BatchMatMul: the sharding rule (ops/batch_matmul_rule.hpp), the local batched
+// product (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
+// redistributed first, by the cheapest plan.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::ops {
+
+/// BatchMatMul with a shard strategy, as `BatchMatMul(transpose_a, transpose_b).shard(st)`:
+/// A (batch..., m, k) times B (batch..., k, n), either of them possibly a plain matrix
+/// shared by every batch entry; the strategy splits every dim of each input.
+struct batch_matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  static constexpr std::string_view name() { return "batch_matmul"; }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
+  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
+  /// (1, 2, 1))".
+  batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
+    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
+      throw error(s, own ? std::string_view{} : name(),
+                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
+    }
+    return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
+  }
+};
+
+namespace detail {
+
+// A shard seen as the kernels' rank 2 or 3: leading batch dims folded into one (a
+// row-major copy only when there are several of them).
+template <class T>
+class batched_view {
+ public:
+  explicit batched_view(const xt::xarray<T>& x) : x_(&x) {
+    if (x.dimension() <= 3) return;
+    std::size_t b = 1;
+    for (std::size_t d = 0; d + 2 < x.dimension(); ++d) b *= x.shape()[d];
+    folded_ = x;
+    folded_->reshape({b, x.shape()[x.dimension() - 2], x.shape()[x.dimension() - 1]});
+  }
+  const xt::xarray<T>& operator*() const { return folded_ ? *folded_ : *x_; }
+
+ private:
+  const xt::xarray<T>* x_;
+  std::optional<xt::xarray<T>> folded_;
+};
+
+}  // namespace detail
+
+/// C = op(A) op(B) for every batch entry, on this rank's shards. A and B are
+/// redistributed to the rule's layouts if they are not in them; C comes back in the
+/// rule's output layout, partial over the contraction axis when the strategy splits it.
+template <class T, class C>
+dist_tensor<T> batch_matmul(const batch_matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                            device_context<C>& ctx) {
+  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const detail::batched_view<T> va(la->local()), vb(lb->local());
+  return dist_tensor<T>(r.c, r.shape, ctx.rank(),
+                        kernels::cpu::batch_matmul(*va, *vb, op.trans_a, op.trans_b));
+}
+
+/// The gradients of C = batch_matmul(A, B) given dC (any layout of C's shape; partial
+/// sums are resolved first): dA in the rule's grad_a layout, dB in grad_b. A shared
+/// input's gradient is summed over the batch entries this rank holds, and partial over
+/// the batch axes.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matmul_op& op,
+                                                                const dist_tensor<T>& dc,
+                                                                const dist_tensor<T>& a,
+                                                                const dist_tensor<T>& b,
+                                                                device_context<C>& ctx) {
+  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  if (!(dc.global_shape() == r.shape))
+    throw error("batch_matmul_backward: dc is " + to_string(dc.global_shape()) + ", expected " +
+                to_string(r.shape));
+  const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const detail::batched_view<T> vdc(ldc->local()), va(la->local()), vb(lb->local());
+  namespace k = kernels::cpu;
+  return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
+                         k::batch_matmul_grad_a(*vdc, *va, *vb, op.trans_a, op.trans_b)),
+          dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
+                         k::batch_matmul_grad_b(*vdc, *va, *vb, op.trans_a, op.trans_b))};
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/one_hot.hpp ----
+// Sharded OneHot: the sharding rule (ops/one_hot_rule.hpp) and the local kernel
+// (kernels/cpu/softmax.hpp's one_hot) on each rank's piece of the depth. Indices in
+// other layouts are redistributed first. Indices are integers, so there is no backward.
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace tessera::ops {
+
+/// OneHot with a shard strategy, as `OneHot().shard(((2, 4), (), ()))` applied with
+/// `depth` classes (axis -1: the depth is the output's last dim).
+struct one_hot_op {
+  strategy st;
+  index_t depth = 0;
+
+  static constexpr std::string_view name() { return "one_hot"; }
+
+  /// The rule on `device_num` devices for indices of global shape `indices`; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
+  /// 1 entries for an output of rank 2; strategy ((2,),)".
+  one_hot_layouts rule(int device_num, const extents& indices) const {
+    const status s = check_one_hot(st, device_num, indices, depth);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("one_hot");
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return one_hot_rule(st, device_num, indices, depth);
+  }
+};
+
+/// indices (any layout, integer or integer-valued floating point) -> indices.shape +
+/// (depth,): `on` where the last index equals the index, `off` elsewhere; an index
+/// outside [0, depth) gives a row of `off` (-1 marks padding). Each rank writes its
+/// piece of the depth from the indices it holds: no communication beyond bringing the
+/// indices to the rule's layout. Throws on a non-integer index: "one_hot: index 2.5 at
+/// local position 3 is not an integer".
+template <class T, class I, class C>
+dist_tensor<T> one_hot(const one_hot_op& op, const dist_tensor<I>& indices, T on, T off,
+                       device_context<C>& ctx) {
+  const one_hot_layouts r = op.rule(ctx.size(), indices.global_shape());
+  const auto li = in_layout(indices, r.indices, ctx);
+  const index_t local_depth = op.depth / r.depth_split;
+  const index_t first = group_index(r.dev, axis_list{r.depth_axis}, ctx.rank()) * local_depth;
+  const xt::xarray<I>& idx = li->local();
+  xt::xarray<std::int64_t> shifted = xt::xarray<std::int64_t>::from_shape(idx.shape());
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    const I v = idx.data()[i];
+    if constexpr (std::floating_point<I>) {
+      if (!(std::floor(v) == v)) {
+        std::ostringstream text;
+        text << "one_hot: index " << v << " at local position " << i << " is not an integer";
+        throw error(text.str());
+      }
+    }
+    const auto k = std::int64_t(v);
+    // Outside [0, depth) stays outside after the shift, so it gives a row of `off`.
+    shifted.data()[i] = k >= 0 && k < op.depth ? k - first : std::int64_t(-1);
+  }
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::one_hot<T>(shifted, local_depth, on, off));
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/softmax_axis.hpp ----
+// Sharded Softmax and LogSoftmax along one axis, and their backwards. The sharding
+// rule is ops/softmax_axis_rule.hpp; the single-process reference kernels/cpu/softmax.hpp.
+// With the softmax axis split, the row max and the row sums combine across the axis
+// group (two all-reduces of one value per row), as softmax_cross_entropy does.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// Softmax (Log = false) or LogSoftmax (Log = true) along `axis` with a shard strategy,
+/// as `Softmax(axis).shard(((2, 4),))`.
+template <bool Log>
+struct softmax_axis_op {
+  strategy st;
+  int axis = -1;
+
+  static constexpr std::string_view name() { return Log ? "log_softmax" : "softmax"; }
+
+  /// The rule on `device_num` devices for an input of global shape `shape`; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "log_softmax: softmax: the axis must name a dim of the input: axis 2, input rank 2;
+  /// strategy ((2, 4),)".
+  softmax_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_softmax(st, device_num, shape, axis);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return softmax_rule(st, device_num, shape, axis);
+  }
+};
+
+using softmax_op = softmax_axis_op<false>;
+using log_softmax_op = softmax_axis_op<true>;
+
+namespace detail {
+
+// Calls f(row, base) for every vector along the axis of a shard (row = o * inner + i).
+template <class F>
+void for_each_row(const kernels::cpu::detail::axis_view& v, F&& f) {
+  for (std::size_t o = 0; o < v.outer; ++o)
+    for (std::size_t i = 0; i < v.inner; ++i) f(o * v.inner + i, o * v.n * v.inner + i);
+}
+
+// Sums `acc` over the softmax axis group (nothing when the axis is not split).
+template <class T, class C>
+void sum_over_group(const softmax_layouts& r, std::vector<T>& acc, reduce_op how, device_context<C>& ctx) {
+  if (!r.group.empty()) ctx.on(r.dev).group(r.group).all_reduce(std::span<T>(acc), how);
+}
+
+template <bool Log, class T, class C>
+dist_tensor<T> softmax_axis_forward(const softmax_axis_op<Log>& op, const dist_tensor<T>& x,
+                                    device_context<C>& ctx) {
+  const softmax_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  const xt::xarray<T>& px = lx->local();
+  namespace kd = kernels::cpu::detail;
+  const kd::axis_view v = kd::view_around(op.name(), px.shape(), r.axis);
+  const std::size_t rows = v.outer * v.inner;
+  // The GLOBAL row max, then the global sum of exp(x - max), as the kernel computes them.
+  std::vector<T> max(rows, -std::numeric_limits<T>::infinity()), sum(rows, T(0));
+  const T* p = px.data();
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) max[row] = std::max(max[row], p[b + j * v.inner]);
+  });
+  sum_over_group(r, max, reduce_op::max, ctx);
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) sum[row] += std::exp(p[b + j * v.inner] - max[row]);
+  });
+  sum_over_group(r, sum, reduce_op::sum, ctx);
+  auto y = kd::empty_array<T>(px.shape());
+  T* o = y.data();
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    if constexpr (Log) {
+      const T lse = max[row] + std::log(sum[row]);
+      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = p[b + j * v.inner] - lse;
+    } else {
+      const T inv = T(1) / sum[row];
+      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = std::exp(p[b + j * v.inner] - max[row]) * inv;
+    }
+  });
+  return dist_tensor<T>(r.out, x.global_shape(), ctx.rank(), std::move(y));
+}
+
+template <bool Log, class T, class C>
+dist_tensor<T> softmax_axis_backward(const softmax_axis_op<Log>& op, const dist_tensor<T>& dy,
+                                     const dist_tensor<T>& y, device_context<C>& ctx) {
+  const softmax_layouts r = op.rule(ctx.size(), y.global_shape());
+  if (!(dy.global_shape() == y.global_shape()))
+    throw error(std::string(op.name()) + "_backward: dy is " + to_string(dy.global_shape()) +
+                ", expected " + to_string(y.global_shape()) + ", the shape of y");
+  const auto ldy = in_layout(dy, r.out, ctx), ly = in_layout(y, r.out, ctx);
+  const xt::xarray<T>& g = ldy->local();
+  const xt::xarray<T>& py = ly->local();
+  namespace kd = kernels::cpu::detail;
+  const kd::axis_view v = kd::view_around(std::string(op.name()) + "_backward", py.shape(), r.axis);
+  // softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy).
+  std::vector<T> acc(v.outer * v.inner, T(0));
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) {
+      const std::size_t at = b + j * v.inner;
+      acc[row] += Log ? g.data()[at] : g.data()[at] * py.data()[at];
+    }
+  });
+  sum_over_group(r, acc, reduce_op::sum, ctx);
+  auto dx = kd::empty_array<T>(py.shape());
+  T* o = dx.data();
+  for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) {
+      const std::size_t at = b + j * v.inner;
+      if constexpr (Log) o[at] = g.data()[at] - std::exp(py.data()[at]) * acc[row];
+      else o[at] = py.data()[at] * (g.data()[at] - acc[row]);
+    }
+  });
+  return dist_tensor<T>(r.in, y.global_shape(), ctx.rank(), std::move(dx));
+}
+
+}  // namespace detail
+
+/// exp(x) / sum(exp(x)) along op.axis, on this rank's shard (x in any layout; brought to
+/// the rule's). Computed around the GLOBAL max of each vector: no exp overflows. The
+/// output has the input's rule layout.
+template <class T, class C>
+dist_tensor<T> softmax(const softmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::softmax_axis_forward(op, x, ctx);
+}
+
+/// x - logsumexp(x) along op.axis (see softmax); accurate where softmax underflows.
+template <class T, class C>
+dist_tensor<T> log_softmax(const log_softmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::softmax_axis_forward(op, x, ctx);
+}
+
+/// dx of y = softmax(x) given dy and the forward output y (any layouts of x's shape):
+/// dx = y (dy - sum(dy y, axis)), in the rule's input layout.
+template <class T, class C>
+dist_tensor<T> softmax_backward(const softmax_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& y,
+                                device_context<C>& ctx) {
+  return detail::softmax_axis_backward(op, dy, y, ctx);
+}
+
+/// dx of y = log_softmax(x) given dy and y: dx = dy - exp(y) sum(dy, axis).
+template <class T, class C>
+dist_tensor<T> log_softmax_backward(const log_softmax_op& op, const dist_tensor<T>& dy,
+                                    const dist_tensor<T>& y, device_context<C>& ctx) {
+  return detail::softmax_axis_backward(op, dy, y, ctx);
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/shape.hpp ----
+// Sharded data-movement operators: Transpose, Reshape, Flatten, StridedSlice and Concat,
+// and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels
+// kernels/cpu/shape.hpp. Inputs in other layouts are redistributed first.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+namespace detail {
+// Throws the rule's error, prefixed with the operator's name unless the rule's text
+// already starts with it.
+inline void require_rule(const status& s, std::string_view op, const strategy& st) {
+  if (s.ok()) return;
+  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
+  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
+}
+
+template <class T>
+void require_dy(std::string_view fn, const dist_tensor<T>& dy, const extents& expected) {
+  if (!(dy.global_shape() == expected))
+    throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
+                to_string(expected));
+}
+
+template <class T>
+xt::xarray<T> copy_of(const xt::xarray<T>& x) {
+  return x;
+}
+}  // namespace detail
+
+// ---- Transpose -----------------------------------------------------------------------
+
+/// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
+/// applied with `perm`.
+struct transpose_op {
+  strategy st;
+  dim_list perm;
+
+  static constexpr std::string_view name() { return "transpose"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
+  /// rank 2; strategy ((2, 4),)".
+  transpose_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
+    return transpose_rule(st, device_num, shape, perm);
+  }
+  std::vector<int> perm_vector(const transpose_layouts& r) const {
+    return std::vector<int>(r.perm.v.begin(), r.perm.v.begin() + r.perm.n);
+  }
+};
+
+/// y = x permuted by op.perm, on this rank's shard: the output's layout is the input's,
+/// permuted, so no data moves between ranks (x in another layout is redistributed first).
+template <class T, class C>
+dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::transpose(lx->local(), op.perm_vector(r)));
+}
+
+/// dx of y = transpose(x, perm): dy (any layout of y's shape) transposed back, in the
+/// rule's input layout.
+template <class T, class C>
+dist_tensor<T> transpose_backward(const transpose_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                  device_context<C>& ctx) {
+  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+                        kernels::cpu::transpose_grad(ldy->local(), op.perm_vector(r)));
+}
+
+// ---- Reshape and Flatten -----------------------------------------------------------
+
+/// Reshape with a shard strategy for its input, as `Reshape().shard(((2, 1),))` applied
+/// with `target` (one entry may be -1, inferred).
+struct reshape_op {
+  strategy st;
+  extents target;
+
+  static constexpr std::string_view name() { return "reshape"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "reshape: the target shape must have the input's number of elements: the input
+  /// has 128 elements, the target 96; strategy ((2, 1),)".
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_reshape(st, device_num, shape, target), name(), st);
+    return reshape_rule(st, device_num, shape, target);
+  }
+};
+
+/// Flatten with a shard strategy for its input: reshape to (shape[0], the product of
+/// the other dims).
+struct flatten_op {
+  strategy st;
+
+  static constexpr std::string_view name() { return "flatten"; }
+  reshape_op as_reshape(const extents& shape) const { return reshape_op{st, flatten_target(shape)}; }
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_reshape(st, device_num, shape, flatten_target(shape)), name(), st);
+    return reshape_rule(st, device_num, shape, flatten_target(shape));
+  }
+};
+
+namespace detail {
+template <class Op, class T, class C>
+dist_tensor<T> reshape_forward(const Op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);  // a move when the strategy's splits do not survive
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
+}
+template <class Op, class T, class C>
+dist_tensor<T> reshape_backward(const Op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(), copy_of(ldy->local()));
+}
+}  // namespace detail
+
+/// y = x's elements in row-major order in op.target's shape. Each rank reshapes its own
+/// shard when the strategy's splits survive the reshape (see reshape_rule); otherwise x
+/// is first redistributed to the rule's `in` layout, where they do.
+template <class T, class C>
+dist_tensor<T> reshape(const reshape_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, x, ctx);
+}
+
+/// dx of y = reshape(x, target): dy reshaped back, in the rule's `in` layout.
+template <class T, class C>
+dist_tensor<T> reshape_backward(const reshape_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  return detail::reshape_backward(op, dy, x, ctx);
+}
+
+/// y = x as (shape[0], the product of the other dims) (see reshape).
+template <class T, class C>
+dist_tensor<T> flatten(const flatten_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, x, ctx);
+}
+
+/// dx of y = flatten(x): dy reshaped back to x's shape.
+template <class T, class C>
+dist_tensor<T> flatten_backward(const flatten_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  return detail::reshape_backward(op, dy, x, ctx);
+}
+
+// ---- StridedSlice ------------------------------------------------------------------
+
+/// StridedSlice with a shard strategy for its input, as
+/// `StridedSlice().shard(((2, 1),))` applied with begin, end and strides (Python slice
+/// semantics on the leading dims; no strides: all 1).
+struct strided_slice_op {
+  strategy st;
+  index_list begin, end, strides;
+
+  static constexpr std::string_view name() { return "strided_slice"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
+  strided_slice_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
+    return strided_slice_rule(st, device_num, shape, begin, end, strides);
+  }
+
+  /// The slice each rank applies to its shard: the cut dims as given (they are whole
+  /// on every rank), the whole dims taken whole.
+  struct local_slice {
+    std::vector<index_t> begin, end, strides;
+  };
+  local_slice local(const strided_slice_layouts& r) const {
+    local_slice s;
+    for (int d = 0; d < begin.n; ++d) {
+      const bool cut = (r.cut >> d & 1u) != 0;
+      s.begin.push_back(cut ? begin.v[d] : 0);
+      s.end.push_back(cut ? end.v[d] : std::numeric_limits<index_t>::max());
+      s.strides.push_back(cut && strides.n ? strides.v[d] : 1);
+    }
+    return s;
+  }
+};
+
+/// y = x[begin:end:strides] on this rank's shard. Dims taken whole keep their splits;
+/// a cut dim must be whole on every rank, so where the strategy splits one, x is first
+/// gathered along it (the rule's `in` layout).
+template <class T, class C>
+dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  const auto s = op.local(r);
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::strided_slice(lx->local(), s.begin, s.end, s.strides));
+}
+
+/// dx of y = strided_slice(x, ...): dy (any layout of y's shape) scattered into zeros
+/// at the sliced positions, in the rule's `in` layout.
+template <class T, class C>
+dist_tensor<T> strided_slice_backward(const strided_slice_op& op, const dist_tensor<T>& dy,
+                                      const dist_tensor<T>& x, device_context<C>& ctx) {
+  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  const auto s = op.local(r);
+  const extents ls = local_shape(r.in, x.global_shape());
+  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+                        kernels::cpu::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
+}
+
+// ---- Concat ------------------------------------------------------------------------
+
+/// Concat with a shard strategy, as `Concat(axis).shard(((2, 1), (2, 1)))`: one split
+/// tuple per input, all alike, the axis unsplit.
+struct concat_op {
+  strategy st;
+  int axis = 0;
+
+  static constexpr std::string_view name() { return "concat"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
+  /// ((2, 4), (2, 4))".
+  concat_layouts rule(int device_num, const shape_list& shapes) const {
+    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
+    return concat_rule(st, device_num, shapes, axis);
+  }
+  template <class T>
+  concat_layouts rule(int device_num, const std::vector<const dist_tensor<T>*>& xs) const {
+    shape_list shapes;
+    shapes.n = int(xs.size());
+    for (std::size_t i = 0; i < xs.size() && i < std::size_t(max_strategy_inputs); ++i)
+      shapes.v[i] = xs[i]->global_shape();
+    return rule(device_num, shapes);
+  }
+};
+
+namespace detail {
+template <class T>
+std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& xs) {
+  std::vector<const dist_tensor<T>*> p;
+  for (const dist_tensor<T>& x : xs) p.push_back(&x);
+  return p;
+}
+}  // namespace detail
+
+/// The inputs joined along op.axis, each rank joining its shards: no communication
+/// beyond bringing inputs to the rule's layout.
+template <class T, class C>
+dist_tensor<T> concat(const concat_op& op, const std::vector<const dist_tensor<T>*>& xs, device_context<C>& ctx) {
+  const concat_layouts r = op.rule(ctx.size(), xs);
+  std::vector<laid_out<T>> in;
+  in.reserve(xs.size());
+  for (const dist_tensor<T>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
+  std::vector<const xt::xarray<T>*> shards;
+  for (const laid_out<T>& x : in) shards.push_back(&x->local());
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::detail::concat_impl(shards, r.axis));
+}
+template <class T, class C>
+dist_tensor<T> concat(const concat_op& op, const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+  return concat(op, detail::pointers(xs), ctx);
+}
+
+/// The inputs' gradients of y = concat(xs, axis): dy (any layout of y's shape) cut
+/// along the axis into the inputs' extents, each in the rule's input layout.
+template <class T, class C>
+std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
+                                            const std::vector<const dist_tensor<T>*>& xs,
+                                            device_context<C>& ctx) {
+  const concat_layouts r = op.rule(ctx.size(), xs);
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  std::vector<std::size_t> sizes;
+  for (const dist_tensor<T>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
+  std::vector<xt::xarray<T>> pieces = kernels::cpu::split(ldy->local(), sizes, r.axis);
+  std::vector<dist_tensor<T>> dxs;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    dxs.emplace_back(r.in, xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
+  return dxs;
+}
+template <class T, class C>
+std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
+                                            const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+  return concat_backward(op, dy, detail::pointers(xs), ctx);
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/argmax.hpp ----
+// Sharded ArgMax (for accuracy): the index of the first maximum along one axis. The
+// sharding rule is ops/argmax_rule.hpp. With the axis split, each rank finds its local
+// maximum and index; one all-reduce (max) of the values and one (min) of the indices
+// that attain the global maximum give every rank of the axis group the global index.
+// Indices are not differentiable: there is no backward.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// ArgMax along `axis` with a shard strategy, as `Argmax(axis).shard(((2, 4),))`.
+struct argmax_op {
+  strategy st;
+  int axis = -1;
+
+  static constexpr std::string_view name() { return "argmax"; }
+
+  /// The rule; throws tessera::error naming the operator, the rule broken, the numbers
+  /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
+  /// input rank 2; strategy ((2, 4),)".
+  argmax_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_argmax(st, device_num, shape, axis);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return argmax_rule(st, device_num, shape, axis);
+  }
+};
+
+/// The index (along op.axis, in the global tensor) of the first maximum of every
+/// vector along the axis, as integers of type I, in the rule's output layout. x (any
+/// layout) is brought to the rule's layout first. The axis must not be empty. (NaN
+/// inputs give unspecified indices.)
+template <class I = std::int32_t, class T, class C>
+dist_tensor<I> argmax(const argmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const argmax_layouts r = op.rule(ctx.size(), x.global_shape());
+  if (x.global_shape().v[r.axis] == 0)
+    throw error("argmax: cannot take the argmax over an empty dim: dim " + std::to_string(r.axis) +
+                " of x " + to_string(x.global_shape()) + " has extent 0");
+  const auto lx = in_layout(x, r.in, ctx);
+  const xt::xarray<T>& px = lx->local();
+  namespace kd = kernels::cpu::detail;
+  const kd::reduction red = kd::plan_reduction("argmax", px.shape(), {r.axis}, false);
+  const std::size_t n = px.shape()[std::size_t(r.axis)];
+  std::size_t inner = 1;
+  for (std::size_t d = std::size_t(r.axis) + 1; d < px.dimension(); ++d) inner *= px.shape()[d];
+  const std::int64_t first = lx->local_offset().v[r.axis];
+  const std::size_t outs = px.size() / (n == 0 ? 1 : n);
+  std::vector<T> best(outs, std::numeric_limits<T>::lowest());
+  std::vector<std::int64_t> index(outs, -1);
+  const T* p = px.data();
+  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
+    const std::size_t o = std::size_t(off[0]);
+    if (index[o] < 0 || p[i] > best[o]) {
+      best[o] = p[i];
+      index[o] = first + std::int64_t(i / inner % n);
+    }
+  });
+  if (!r.group.empty()) {
+    C& g = ctx.on(r.dev).group(r.group);
+    std::vector<T> top = best;
+    g.all_reduce(std::span<T>(top), reduce_op::max);
+    for (std::size_t o = 0; o < outs; ++o)
+      if (!(best[o] == top[o])) index[o] = std::numeric_limits<std::int64_t>::max();
+    g.all_reduce(std::span<std::int64_t>(index), reduce_op::min);
+  }
+  xt::xarray<I> y = xt::xarray<I>::from_shape({outs});
+  for (std::size_t o = 0; o < outs; ++o) y.data()[o] = I(index[o]);
+  return dist_tensor<I>(r.out, r.shape, ctx.rank(), std::move(y));
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/sparse_cross_entropy.hpp ----
+// Sharded SparseSoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C)
+// against integer class labels (B,) (stored as integers or integer-valued floats) and
+// its gradient wrt the logits. The sharding rule is ops/sparse_cross_entropy_rule.hpp;
+// the single-process reference kernels/cpu/softmax.hpp. With the class dim split, the
+// row max and the row sums (with the label's logit) combine across the class axis.
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// SparseSoftmaxCrossEntropyWithLogits with a shard strategy, as
+/// `SparseSoftmaxCrossEntropyWithLogits().shard(((2, 4), (2,)))`: the logits' rows b
+/// ways and classes c ways, the labels as the rows. Returns the per-sample loss (as
+/// SoftmaxCrossEntropyWithLogits does; reduce_mean gives MindSpore's mean loss).
+struct sparse_softmax_cross_entropy_op {
+  strategy st;
+
+  static constexpr std::string_view name() { return "sparse_softmax_cross_entropy"; }
+
+  /// The rule on `device_num` devices for logits and labels of the given global shapes;
+  /// throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "sparse_softmax_cross_entropy: labels must be split as the logits' batch dim: labels
+  /// split 4 ways, the logits' batch dim 2 ways; strategy ((2, 4), (4,))".
+  sparse_cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
+    const status s = check_sparse_softmax_cross_entropy(st, device_num, logits, labels);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("sparse_softmax_cross_entropy");
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return sparse_softmax_cross_entropy_rule(st, device_num, logits);
+  }
+};
+
+namespace detail {
+
+// Per local row: the GLOBAL row max, the global sum of exp(x - max), the label's logit
+// (from the rank of the class group that holds it) and the label's local column (-1
+// on the other ranks).
+template <class T>
+struct sparse_ce_rows {
+  std::size_t rows = 0, cols = 0;
+  std::vector<T> max, sum, picked;
+  std::vector<std::int64_t> column;
+};
+
+template <class T, class L, class C>
+sparse_ce_rows<T> sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const dist_tensor<T>& x,
+                                      const dist_tensor<L>& t, device_context<C>& ctx) {
+  const auto& px = x.local();
+  sparse_ce_rows<T> s;
+  s.rows = px.shape()[0];
+  s.cols = px.shape()[1];
+  const index_t classes = x.global_shape().v[1];
+  const index_t first_row = t.local_offset().v[0], first_col = x.local_offset().v[1];
+  s.column.assign(s.rows, -1);
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    const L v = t.local().data()[i];
+    auto where = [&] { return " at row " + std::to_string(first_row + index_t(i)); };
+    if constexpr (std::floating_point<L>) {
+      if (!(std::floor(v) == v)) {
+        std::ostringstream text;
+        text << "sparse_softmax_cross_entropy: label " << v << where() << " is not an integer";
+        throw error(text.str());
+      }
+    }
+    const auto k = std::int64_t(v);
+    if (k < 0 || k >= classes)
+      throw error("sparse_softmax_cross_entropy: label " + std::to_string(k) + where() +
+                  " is out of range [0, " + std::to_string(classes) + ")");
+    if (k >= first_col && k < first_col + index_t(s.cols)) s.column[i] = k - first_col;
+  }
+  s.max.assign(s.rows, -std::numeric_limits<T>::infinity());
+  for (std::size_t i = 0; i < s.rows; ++i)
+    for (std::size_t j = 0; j < s.cols; ++j) s.max[i] = std::max(s.max[i], px.data()[i * s.cols + j]);
+  C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
+  if (group) group->all_reduce(std::span<T>(s.max), reduce_op::max);
+  // The sums and the label's logit in one buffer: one all_reduce (sum) for both.
+  std::vector<T> acc(2 * s.rows, T(0));
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    for (std::size_t j = 0; j < s.cols; ++j) acc[i] += std::exp(px.data()[i * s.cols + j] - s.max[i]);
+    if (s.column[i] >= 0) acc[s.rows + i] = px.data()[i * s.cols + std::size_t(s.column[i])];
+  }
+  if (group) group->all_reduce(std::span<T>(acc), reduce_op::sum);
+  s.sum.assign(acc.begin(), acc.begin() + std::ptrdiff_t(s.rows));
+  s.picked.assign(acc.begin() + std::ptrdiff_t(s.rows), acc.end());
+  return s;
+}
+
+}  // namespace detail
+
+/// The per-sample loss (B,) of softmax(logits) against class labels (logits (B, C) and
+/// labels (B,) in any layouts; redistributed to the rule's):
+///   loss_i = logsumexp(x_i) - x_i[label_i]
+/// with logsumexp taken around the GLOBAL row max. The result is in the rule's output
+/// layout: split by the batch axis, the full loss on every rank of a class group.
+/// Throws on a label outside [0, C): "sparse_softmax_cross_entropy: label 9 at row 3 is
+/// out of range [0, 8)", or one that is not an integer.
+template <class T, class L, class C>
+dist_tensor<T> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_op& op,
+                                            const dist_tensor<T>& logits, const dist_tensor<L>& labels,
+                                            device_context<C>& ctx) {
+  const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  dist_tensor<T> y(r.out, r.shape, ctx.rank());
+  T* o = y.local().data();
+  for (std::size_t i = 0; i < s.rows; ++i) o[i] = s.max[i] + std::log(s.sum[i]) - s.picked[i];
+  return y;
+}
+
+/// dlogits of loss = sparse_softmax_cross_entropy(logits, labels) given dloss (B,) in any
+/// layout (partial sums are resolved first):
+///   dlogits_ij = dloss_i * (softmax(x_i)_j - [j == label_i])
+/// in the logits' rule layout. Labels get no gradient.
+template <class T, class L, class C>
+dist_tensor<T> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_entropy_op& op,
+                                                     const dist_tensor<T>& dloss, const dist_tensor<T>& logits,
+                                                     const dist_tensor<L>& labels, device_context<C>& ctx) {
+  const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
+  if (!(dloss.global_shape() == r.shape))
+    throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
+                ", expected " + to_string(r.shape));
+  const auto lg = in_layout(dloss, r.out, ctx);
+  const auto lx = in_layout(logits, r.logits, ctx);
+  const auto lt = in_layout(labels, r.labels, ctx);
+  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
+  const T* px = lx->local().data();
+  const T* g = lg->local().data();
+  T* o = dx.local().data();
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    const T inv = T(1) / s.sum[i];
+    for (std::size_t j = 0; j < s.cols; ++j) {
+      const std::size_t k = i * s.cols + j;
+      const T hot = std::int64_t(j) == s.column[i] ? T(1) : T(0);
+      o[k] = g[i] * (std::exp(px[k] - s.max[i]) * inv - hot);
+    }
+  }
+  return dx;
 }
 
 }  // namespace tessera::ops
@@ -8349,7 +12969,10 @@ std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
 // Differentiable sharded operators: each runs the operator of ops/ on the tape's values
 // and records its backward.
 
+#include <initializer_list>
+#include <memory>
 #include <utility>
+#include <vector>
 
 namespace tessera::autodiff {
 
@@ -8434,6 +13057,289 @@ var<T, C, D> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<
   return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     tp.add_grad(ix, ops::softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
   });
+}
+
+// ---- the remaining element-wise and reduction operators, BatchMatMul, OneHot, Softmax,
+// LogSoftmax, the data-movement operators, the sparse cross entropy and ArgMax ----------
+
+namespace detail {
+// Records a unary operator whose backward reads the operator's own output y:
+// bwd(op, g, x, y, ctx) -> dx.
+template <class T, class C, class D, class Op, class Fwd, class Bwd>
+var<T, C, D> unary_with_output(const Op& op, var<T, C, D> x, Fwd fwd, Bwd bwd) {
+  tape<T, C, D>& t = *x.t;
+  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
+  auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
+  const var<T, C, D> out =
+      t.record(std::move(y), [op, bwd, ix = x.id, self](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+        tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.value(*self), tp.ctx()));
+      });
+  *self = out.id;
+  return out;
+}
+}  // namespace detail
+
+template <class T, class C, class D>
+var<T, C, D> div(const ops::div_op& op, var<T, C, D> a, var<T, C, D> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::div(x...); },
+                        [](auto&&... x) { return ops::div_backward(x...); });
+}
+template <class T, class C, class D>
+var<T, C, D> exp(const ops::exp_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::exp(a...); },
+                       [](auto&&... a) { return ops::exp_backward(a...); });
+}
+template <class T, class C, class D>
+var<T, C, D> log(const ops::log_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::log(a...); },
+                       [](auto&&... a) { return ops::log_backward(a...); });
+}
+template <class T, class C, class D>
+var<T, C, D> neg(const ops::neg_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::neg(a...); },
+                       [](auto&&... a) { return ops::neg_backward(a...); });
+}
+/// The maximum over op.dims; the gradient goes to the maxima (ties share it).
+template <class T, class C, class D>
+var<T, C, D> reduce_max(const ops::reduce_max_op& op, var<T, C, D> x) {
+  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_max(a...); },
+                                   [](auto&&... a) { return ops::reduce_max_backward(a...); });
+}
+/// The minimum over op.dims; the gradient goes to the minima (ties share it).
+template <class T, class C, class D>
+var<T, C, D> reduce_min(const ops::reduce_min_op& op, var<T, C, D> x) {
+  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_min(a...); },
+                                   [](auto&&... a) { return ops::reduce_min_backward(a...); });
+}
+
+// The operators below run on host tensors (var<T, C>, the cpu_device default).
+
+/// C = op(A) op(B) per batch entry with BatchMatMul's strategy.
+template <class T, class C>
+var<T, C> batch_matmul(const ops::batch_matmul_op& op, var<T, C> a, var<T, C> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::batch_matmul(x...); },
+                        [](auto&&... x) { return ops::batch_matmul_backward(x...); });
+}
+
+/// one_hot(indices) with values `on` and `off`: data, not differentiable (a constant on
+/// the tape, like a leaf without gradient).
+template <class T, class C>
+var<T, C> one_hot(const ops::one_hot_op& op, var<T, C> indices, T on = T(1), T off = T(0)) {
+  tape<T, C>& t = *indices.t;
+  return t.leaf(ops::one_hot(op, indices.value(), on, off, t.ctx()), false);
+}
+
+/// softmax(x) along op.axis; the backward reads the output.
+template <class T, class C>
+var<T, C> softmax(const ops::softmax_op& op, var<T, C> x) {
+  return detail::unary_with_output(
+      op, x, [](auto&&... a) { return ops::softmax(a...); },
+      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
+        return ops::softmax_backward(o, g, y, ctx);
+      });
+}
+/// log_softmax(x) along op.axis; the backward reads the output.
+template <class T, class C>
+var<T, C> log_softmax(const ops::log_softmax_op& op, var<T, C> x) {
+  return detail::unary_with_output(
+      op, x, [](auto&&... a) { return ops::log_softmax(a...); },
+      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
+        return ops::log_softmax_backward(o, g, y, ctx);
+      });
+}
+
+template <class T, class C>
+var<T, C> transpose(const ops::transpose_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::transpose(a...); },
+                       [](auto&&... a) { return ops::transpose_backward(a...); });
+}
+template <class T, class C>
+var<T, C> reshape(const ops::reshape_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::reshape(a...); },
+                       [](auto&&... a) { return ops::reshape_backward(a...); });
+}
+template <class T, class C>
+var<T, C> flatten(const ops::flatten_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::flatten(a...); },
+                       [](auto&&... a) { return ops::flatten_backward(a...); });
+}
+template <class T, class C>
+var<T, C> strided_slice(const ops::strided_slice_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::strided_slice(a...); },
+                       [](auto&&... a) { return ops::strided_slice_backward(a...); });
+}
+/// The values joined along op.axis (all on one tape); each gets its slice of the gradient.
+template <class T, class C>
+var<T, C> concat(const ops::concat_op& op, const std::vector<var<T, C>>& xs) {
+  if (xs.empty()) throw error("concat: needs at least one input");
+  tape<T, C>& t = *xs[0].t;
+  std::vector<const dist_tensor<T>*> values;
+  std::vector<int> ids;
+  for (const var<T, C>& x : xs) {
+    values.push_back(&x.value());
+    ids.push_back(x.id);
+  }
+  dist_tensor<T> y = ops::concat(op, values, t.ctx());
+  return t.record(std::move(y), [op, ids](tape<T, C>& tp, const dist_tensor<T>& g) {
+    std::vector<const dist_tensor<T>*> in;
+    for (int id : ids) in.push_back(&tp.value(id));
+    std::vector<dist_tensor<T>> dxs = ops::concat_backward(op, g, in, tp.ctx());
+    for (std::size_t i = 0; i < ids.size(); ++i) tp.add_grad(ids[i], std::move(dxs[i]));
+  });
+}
+/// concat of a braced list: concat(op, {a, b}).
+template <class T, class C>
+var<T, C> concat(const ops::concat_op& op, std::initializer_list<var<T, C>> xs) {
+  return concat(op, std::vector<var<T, C>>(xs));
+}
+
+/// The per-sample loss (B,) of softmax(logits) against class labels (B,) (integer-valued);
+/// only the logits get a gradient.
+template <class T, class C>
+var<T, C> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C> logits,
+                                       var<T, C> labels) {
+  tape<T, C>& t = *logits.t;
+  dist_tensor<T> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
+  });
+}
+
+/// The indices of the maxima along op.axis, as values of T (for accuracy): a constant on
+/// the tape.
+template <class T, class C>
+var<T, C> argmax(const ops::argmax_op& op, var<T, C> x) {
+  tape<T, C>& t = *x.t;
+  return t.leaf(ops::argmax<T>(op, x.value(), t.ctx()), false);
+}
+
+}  // namespace tessera::autodiff
+// ---- tessera/autodiff/losses.hpp ----
+// Losses composed of sharded operators, so that they shard like any other part of a
+// network (the seeds' advice: "a loss built from small operators can be sharded"):
+// MindSpore's MSELoss and seed 003's SoftmaxCrossEntropyExpand. Each operator of a
+// composition has its own strategy; the gradient comes from the operators' backwards.
+
+#include <string>
+
+namespace tessera::autodiff {
+
+/// MSELoss with reduction "mean": mean((x - target)^2) over every element, as Sub, Mul
+/// (the square) and ReduceMean, each with its strategy.
+struct mse_loss_op {
+  ops::sub_op sub;
+  ops::mul_op square;
+  ops::reduce_mean_op mean;  ///< over every dim ({}), to a scalar
+
+  /// Every operator split as the inputs are: split tuple `s` for x and target alike.
+  /// Example: mse_loss_op::split_as(split_tuple{8, 1}) is data parallel on 8 ranks.
+  static mse_loss_op split_as(const split_tuple& s) {
+    return {ops::sub_op{strategy{s, s}}, ops::mul_op{strategy{s, s}}, ops::reduce_mean_op{strategy{s}, {}, false}};
+  }
+};
+
+/// mean((x - target)^2): a scalar whose partial sums the tape resolves (or the caller,
+/// by redistributing it to a replicated layout).
+template <class T, class C, class D>
+var<T, C, D> mse_loss(const mse_loss_op& op, var<T, C, D> x, var<T, C, D> target) {
+  const var<T, C, D> d = sub(op.sub, x, target);
+  return reduce_mean(op.mean, mul(op.square, d, d));
+}
+
+/// Seed 003's SoftmaxCrossEntropyExpand: the mean over the batch of the softmax cross
+/// entropy of logits (B, C), written with small operators as the seed writes it:
+///
+///     logit_max = ReduceMax(keep_dims)(logit, -1)
+///     exp       = Exp(Sub(logit, logit_max))
+///     exp_sum   = ReduceSum(keep_dims)(exp, -1)
+///     softmax   = RealDiv(exp, exp_sum)
+///     label     = OneHot(label, C, 1, 0)              (sparse labels only)
+///     log       = Log(softmax + eps)                   (eps = 1e-24)
+///     loss      = ReduceSum(Mul(log, label), -1)
+///     loss      = Mul(-1, loss)
+///     loss      = ReduceMean(loss, -1)
+///
+/// Every operator has its own strategy (fields below); one_hot's depth is the logits'
+/// class count, set at the call.
+struct softmax_cross_entropy_expand_op {
+  bool sparse = false;                     ///< labels are class indices (B,), else (B, C)
+  ops::reduce_max_op max;                  ///< ((b, c),) over {-1}, keep_dims
+  ops::sub_op sub;                         ///< ((b, c), (b, 1))
+  ops::exp_op exp;                         ///< ((b, c),)
+  ops::reduce_sum_op sum;                  ///< ((b, c),) over {-1}, keep_dims
+  ops::div_op div;                         ///< ((b, c), (b, 1))
+  ops::one_hot_op onehot;                  ///< ((b, c), (), ())
+  ops::add_op add_eps;                     ///< ((b, c), ())
+  ops::log_op log;                         ///< ((b, c),)
+  ops::mul_op mul;                         ///< ((b, c), (b, c))
+  ops::reduce_sum_op sum_cross_entropy;    ///< ((b, c),) over {-1}
+  ops::mul_op mul2;                        ///< ((), (b,)): -1 times the loss
+  ops::reduce_mean_op mean;                ///< ((b,),) over {-1}, to a scalar
+  double eps = 1e-24;
+
+  /// Every operator split as MindSpore's semi-auto parallel would split it for logits
+  /// split (b, c): rows b ways, classes c ways. Example: with_split(8, 1) is data
+  /// parallel on 8 ranks; with_split(2, 4) also splits the classes, so the row max and
+  /// row sums are partial over the class axis until Sub and RealDiv resolve them.
+  static softmax_cross_entropy_expand_op with_split(int b, int c, bool sparse = false) {
+    const split_tuple x{b, c}, row{b, 1}, batch{b};
+    softmax_cross_entropy_expand_op op;
+    op.sparse = sparse;
+    op.max = ops::reduce_max_op{strategy{x}, {-1}, true};
+    op.sub = ops::sub_op{strategy{x, row}};
+    op.exp = ops::exp_op{strategy{x}};
+    op.sum = ops::reduce_sum_op{strategy{x}, {-1}, true};
+    op.div = ops::div_op{strategy{x, row}};
+    op.onehot = ops::one_hot_op{strategy{x, split_tuple{}, split_tuple{}}, 0};
+    op.add_eps = ops::add_op{strategy{x, split_tuple{}}};
+    op.log = ops::log_op{strategy{x}};
+    op.mul = ops::mul_op{strategy{x, x}};
+    op.sum_cross_entropy = ops::reduce_sum_op{strategy{x}, {-1}, false};
+    op.mul2 = ops::mul_op{strategy{split_tuple{}, batch}};
+    op.mean = ops::reduce_mean_op{strategy{batch}, {-1}, false};
+    return op;
+  }
+};
+
+namespace detail {
+// A scalar constant on the tape, laid out as operator input `i` needs it (no gradient).
+template <class T, class C>
+var<T, C> scalar_constant(tape<T, C>& t, const layout& l, T value) {
+  dist_tensor<T> c(l, extents{}, t.ctx().rank());
+  c.local().fill(value);
+  return t.leaf(std::move(c), false);
+}
+}  // namespace detail
+
+/// The mean cross entropy of softmax(logits) (host tensors) against `labels`: one-hot (or distribution)
+/// labels (B, C), or class indices (B,) when op.sparse. A scalar, differentiable wrt
+/// the logits.
+template <class T, class C>
+var<T, C> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, C> logits,
+                                       var<T, C> labels) {
+  tape<T, C>& t = *logits.t;
+  const extents xs = logits.value().global_shape();
+  if (xs.ndim != 2)
+    throw error("softmax_cross_entropy_expand: logits must have rank 2 (batch, classes), logits is " +
+                to_string(xs));
+  const int p = t.ctx().size();
+  const var<T, C> logit_max = reduce_max(op.max, logits);
+  const var<T, C> e = exp(op.exp, sub(op.sub, logits, logit_max));
+  const var<T, C> exp_sum = reduce_sum(op.sum, e);
+  const var<T, C> softmax = div(op.div, e, exp_sum);
+  var<T, C> label = labels;
+  if (op.sparse) {
+    ops::one_hot_op onehot = op.onehot;
+    onehot.depth = xs.v[1];
+    label = one_hot(onehot, labels, T(1), T(0));
+  }
+  const shape_list eps_shapes{xs, extents{}};
+  const var<T, C> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
+  const var<T, C> log_softmax = log(op.log, add(op.add_eps, softmax, eps));
+  const var<T, C> loss = reduce_sum(op.sum_cross_entropy, mul(op.mul, log_softmax, label));
+  const shape_list neg_shapes{extents{}, extents{xs.v[0]}};
+  const var<T, C> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
+  return reduce_mean(op.mean, mul(op.mul2, minus_one, loss));
 }
 
 }  // namespace tessera::autodiff
@@ -8815,6 +13721,1816 @@ class executor {
 
 }  // namespace tessera::graph
 #endif
+
+// data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch
+// ---- tessera/data/column.hpp ----
+// Column values of dataset rows: a small typed array (uint8, int32 or float32 in an
+// xt::xarray), rows of named columns, and stacking values into a batch.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+/// The element types a column value may hold.
+enum class dtype : std::uint8_t { uint8, int32, float32 };
+
+/// "uint8", "int32", "float32"
+constexpr std::string_view to_string(dtype t) {
+  switch (t) {
+    case dtype::uint8: return "uint8";
+    case dtype::int32: return "int32";
+    case dtype::float32: return "float32";
+  }
+  return "?";
+}
+
+namespace detail {
+template <class T>
+inline constexpr bool is_element = std::is_same_v<T, std::uint8_t> || std::is_same_v<T, std::int32_t> ||
+                                   std::is_same_v<T, float>;
+
+/// Converts one element: floats to integers truncate toward zero and saturate
+/// (NaN gives 0); integers to narrower integers saturate.
+template <class To, class From>
+constexpr To convert(From v) {
+  if constexpr (std::is_same_v<To, From> || std::is_floating_point_v<To>) {
+    return static_cast<To>(v);
+  } else if constexpr (std::is_floating_point_v<From>) {
+    if (std::isnan(v)) return To{0};
+    if (v <= static_cast<From>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (v >= static_cast<From>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);
+  } else {
+    const auto w = static_cast<std::int64_t>(v);
+    return static_cast<To>(std::clamp<std::int64_t>(w, std::numeric_limits<To>::min(),
+                                                    std::numeric_limits<To>::max()));
+  }
+}
+
+/// "(28, 28, 1)"; "()" for a scalar.
+template <class S>
+std::string shape_string(const S& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+}  // namespace detail
+
+/// The dtype of element type T (uint8_t, int32_t or float).
+template <class T>
+  requires detail::is_element<T>
+inline constexpr dtype dtype_of = std::is_same_v<T, std::uint8_t>   ? dtype::uint8
+                                  : std::is_same_v<T, std::int32_t> ? dtype::int32
+                                                                    : dtype::float32;
+
+/// One column value of a row: an xt::xarray of uint8, int32 or float32 (row-major),
+/// of any rank (a label is a rank-0 array). A plain value type: copying copies the
+/// elements.
+///
+///     data::array img = xt::xarray<std::uint8_t>::from_shape({28, 28, 1});
+///     img.type();                       // dtype::uint8
+///     img.get<std::uint8_t>()(3, 4, 0); // the pixel at row 3, column 4
+///     img.cast(dtype::float32);         // a converted copy
+class array {
+ public:
+  using variant_type = std::variant<xt::xarray<std::uint8_t>, xt::xarray<std::int32_t>, xt::xarray<float>>;
+
+  /// A float32 scalar 0.
+  array() : v_(xt::xarray<float>(0.0f)) {}
+  template <class T>
+    requires detail::is_element<T>
+  array(xt::xarray<T> a) : v_(std::move(a)) {}  // NOLINT: implicit by design
+
+  /// A rank-0 array holding `v`.
+  template <class T>
+    requires detail::is_element<T>
+  static array scalar(T v) {
+    return array(xt::xarray<T>(v));
+  }
+
+  dtype type() const { return static_cast<dtype>(v_.index()); }
+  std::vector<std::size_t> shape() const {
+    return std::visit([](const auto& a) { return std::vector<std::size_t>(a.shape().begin(), a.shape().end()); }, v_);
+  }
+  std::size_t ndim() const { return std::visit([](const auto& a) { return a.dimension(); }, v_); }
+  std::size_t size() const { return std::visit([](const auto& a) { return a.size(); }, v_); }
+
+  /// The xt::xarray<T>; a tessera::error when the array holds another dtype.
+  template <class T>
+  const xt::xarray<T>& get() const {
+    check_type<T>();
+    return std::get<xt::xarray<T>>(v_);
+  }
+  template <class T>
+  xt::xarray<T>& get() {
+    check_type<T>();
+    return std::get<xt::xarray<T>>(v_);
+  }
+
+  /// The one element of a one-element array (a label), converted to T as cast() does.
+  template <class T>
+    requires detail::is_element<T>
+  T item() const {
+    if (size() != 1)
+      throw error("data::array: item() needs exactly one element: the array has shape " +
+                  detail::shape_string(shape()));
+    return std::visit([](const auto& a) { return detail::convert<T>(a.data()[0]); }, v_);
+  }
+
+  /// A copy converted to `t` (float to integer: truncate toward zero, saturate; NaN: 0).
+  array cast(dtype t) const {
+    switch (t) {
+      case dtype::uint8: return array(to<std::uint8_t>());
+      case dtype::int32: return array(to<std::int32_t>());
+      case dtype::float32: return array(to<float>());
+    }
+    return *this;
+  }
+  /// The elements converted to T, as cast() converts them.
+  template <class T>
+    requires detail::is_element<T>
+  xt::xarray<T> to() const {
+    return std::visit(
+        [](const auto& a) {
+          using from = typename std::decay_t<decltype(a)>::value_type;
+          if constexpr (std::is_same_v<from, T>) return a;
+          else {
+            xt::xarray<T> out = xt::xarray<T>::from_shape(a.shape());
+            std::transform(a.data(), a.data() + a.size(), out.data(), [](from v) { return detail::convert<T>(v); });
+            return out;
+          }
+        },
+        v_);
+  }
+
+  /// Calls f with the xt::xarray<T> held.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), v_);
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return std::visit(std::forward<F>(f), v_);
+  }
+
+  /// Same dtype, same shape, equal elements.
+  friend bool operator==(const array& x, const array& y) {
+    if (x.type() != y.type() || x.shape() != y.shape()) return false;
+    return std::visit(
+        [&](const auto& a) {
+          const auto& b = std::get<std::decay_t<decltype(a)>>(y.v_);
+          return std::equal(a.data(), a.data() + a.size(), b.data());
+        },
+        x.v_);
+  }
+
+ private:
+  template <class T>
+  void check_type() const {
+    static_assert(detail::is_element<T>, "data::array: the element type must be uint8_t, int32_t or float");
+    if (type() != dtype_of<T>)
+      throw error("data::array: the array holds " + std::string(to_string(type())) + ", asked for " +
+                  std::string(to_string(dtype_of<T>)));
+  }
+
+  variant_type v_;
+};
+
+/// One row of a dataset: named column values, and the index of the sample in its
+/// source (for a batch: the batch's position in its pass). Sources give each row its
+/// index; transforms use it, with the pass number, to seed their randomness.
+struct row {
+  std::vector<std::string> names;
+  std::vector<array> values;
+  std::int64_t index = -1;
+
+  /// The position of column `name`; a tessera::error naming the columns when absent.
+  std::size_t column(std::string_view name) const {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return i;
+    throw error("row: no column '" + std::string(name) + "'; the columns are " + join(names));
+  }
+  const array& operator[](std::string_view name) const { return values[column(name)]; }
+  array& operator[](std::string_view name) { return values[column(name)]; }
+
+  /// "image, label"
+  static std::string join(const std::vector<std::string>& names) {
+    std::string s;
+    for (std::size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+    return s;
+  }
+};
+
+/// Stacks values of one dtype and shape along a new leading dim: n values of shape
+/// (28, 28, 1) give one of shape (n, 28, 28, 1); n scalars give shape (n,).
+/// `context` starts the error text (e.g. "batch: column 'image'").
+inline array stack(const std::vector<array>& items, std::string_view context = "stack") {
+  if (items.empty()) throw error(std::string(context) + ": nothing to stack");
+  const dtype t = items[0].type();
+  const std::vector<std::size_t> shape = items[0].shape();
+  for (std::size_t i = 1; i < items.size(); ++i) {
+    if (items[i].type() != t)
+      throw error(std::string(context) + ": every value of a batch must have the same dtype: value " +
+                  std::to_string(i) + " is " + std::string(to_string(items[i].type())) + ", value 0 is " +
+                  std::string(to_string(t)));
+    if (items[i].shape() != shape)
+      throw error(std::string(context) + ": every value of a batch must have the same shape: value " +
+                  std::to_string(i) + " has shape " + detail::shape_string(items[i].shape()) +
+                  ", value 0 has " + detail::shape_string(shape));
+  }
+  return items[0].visit([&](const auto& first) -> array {
+    using T = typename std::decay_t<decltype(first)>::value_type;
+    std::vector<std::size_t> out_shape{items.size()};
+    out_shape.insert(out_shape.end(), shape.begin(), shape.end());
+    xt::xarray<T> out = xt::xarray<T>::from_shape(out_shape);
+    const std::size_t n = first.size();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto& a = items[i].get<T>();
+      std::copy(a.data(), a.data() + n, out.data() + i * n);
+    }
+    return array(std::move(out));
+  });
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/random.hpp ----
+// The dataset layer's random numbers: a small generator whose sequence is fixed by
+// its seed on every platform, and the keys that seed it per pass and per sample.
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace tessera::data {
+
+/// What a transform knows about the row it transforms: the sample's index in its
+/// source (row::index) and the pass (the epoch, times the repeat count, plus the
+/// repetition). Random transforms seed their generator from these and their own seed,
+/// so a sample's augmentation does not depend on sharding, shuffling or prefetching,
+/// and differs from pass to pass.
+struct sample_info {
+  std::int64_t index = 0;
+  std::int64_t pass = 0;
+};
+
+/// splitmix64's finaliser: a bijection of 64-bit words that scatters nearby inputs.
+constexpr std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// A key from a list of numbers (order matters): mix(... mix(mix(k0) ^ k1) ...).
+constexpr std::uint64_t make_key(std::initializer_list<std::uint64_t> parts) {
+  std::uint64_t k = 0x243f6a8885a308d3ull;
+  for (std::uint64_t p : parts) k = mix(k ^ p);
+  return k;
+}
+
+/// splitmix64: a 64-bit generator with one word of state. Its outputs, and so every
+/// shuffle and augmentation derived from them, are the same with every compiler and
+/// standard library (unlike std::uniform_int_distribution's).
+class rng {
+ public:
+  constexpr explicit rng(std::uint64_t seed) : state_(seed) {}
+  /// The generator of a random transform with seed `seed` for one sample and pass.
+  /// `salt` tells kinds of transform apart, so that a crop and a flip given the same
+  /// seed draw unrelated numbers.
+  static constexpr rng for_sample(std::uint64_t seed, const sample_info& s, std::uint64_t salt = 0) {
+    return rng(make_key({seed, salt, static_cast<std::uint64_t>(s.pass), static_cast<std::uint64_t>(s.index)}));
+  }
+
+  constexpr std::uint64_t next() {
+    state_ += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = state_;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, n) (n > 0), without modulo bias.
+  constexpr std::uint64_t below(std::uint64_t n) {
+    const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+    std::uint64_t x = next();
+    while (x >= limit) x = next();
+    return x % n;
+  }
+  /// Uniform in [0, 1), 24 random bits.
+  constexpr float uniform() { return static_cast<float>(next() >> 40) * 0x1p-24f; }
+
+ private:
+  std::uint64_t state_;
+};
+
+}  // namespace tessera::data
+// ---- tessera/data/node.hpp ----
+// The pipeline's building blocks: a transform (what map applies to a column value),
+// and the node/cursor pair every dataset operation implements.
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+/// An operation on one column value, as dataset::map applies it: any callable taking
+/// an array (and optionally the sample_info of its row) and returning an array. The
+/// vision transforms (data/transforms.hpp) are transforms; so is a lambda:
+///
+///     data::transform invert = [](data::array a) {
+///       auto& x = a.get<std::uint8_t>();
+///       x = 255 - x;
+///       return a;
+///     };
+///
+/// A transform may be called from a prefetch thread and by several iterators at once:
+/// it must not change shared state. Random transforms draw from
+/// rng::for_sample(seed, info), never from a generator they keep.
+class transform {
+ public:
+  template <class F>
+    requires std::is_invocable_r_v<array, const F&, array, const sample_info&>
+  transform(F f) : f_(std::move(f)) {}  // NOLINT: implicit by design
+  template <class F>
+    requires(!std::is_invocable_r_v<array, const F&, array, const sample_info&> &&
+             std::is_invocable_r_v<array, const F&, array>)
+  transform(F f)  // NOLINT: implicit by design
+      : f_([g = std::move(f)](array a, const sample_info&) { return g(std::move(a)); }) {}
+
+  array operator()(array a, const sample_info& s) const { return f_(std::move(a), s); }
+
+ private:
+  std::function<array(array, const sample_info&)> f_;
+};
+
+namespace detail {
+
+/// One pass over a node's rows, in order; nullopt at the end.
+class cursor {
+ public:
+  virtual ~cursor() = default;
+  virtual std::optional<row> next() = 0;
+};
+
+/// One dataset operation (a source or a pipeline step). Immutable once built and
+/// shared between the datasets built on it; each pass opens its own cursor, which
+/// keeps the node alive.
+class node : public std::enable_shared_from_this<node> {
+ public:
+  virtual ~node() = default;
+  /// A cursor for pass `pass` (0 for the first epoch; see dataset::epoch).
+  virtual std::unique_ptr<cursor> open(std::int64_t pass) const = 0;
+  /// Rows per pass.
+  virtual std::int64_t size() const = 0;
+  virtual const std::vector<std::string>& columns() const = 0;
+};
+
+using node_ptr = std::shared_ptr<const node>;
+
+}  // namespace detail
+}  // namespace tessera::data
+// ---- tessera/data/prefetch.hpp ----
+// Prefetch: a background thread runs a pipeline ahead of its consumer and hands
+// over its rows through a bounded queue.
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tessera::data::detail {
+
+/// The consumer's end of a prefetching pass. The worker thread opens the child's
+/// cursor and pulls rows from it while fewer than `depth` rows wait in the queue, so
+/// at most depth + 1 rows are ready or being prepared. An exception in the worker
+/// (opening, reading, transforming) ends the pass: the consumer receives the rows
+/// made before it, then the exception itself, rethrown by next(). Destroying the
+/// cursor mid-pass stops the worker at its next row and joins it.
+class prefetch_cursor final : public cursor {
+ public:
+  prefetch_cursor(node_ptr child, std::int64_t pass, std::size_t depth) : depth_(depth) {
+    worker_ = std::thread([this, child = std::move(child), pass] { run(*child, pass); });
+  }
+  ~prefetch_cursor() override {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    not_full_.notify_all();
+    worker_.join();
+  }
+  prefetch_cursor(const prefetch_cursor&) = delete;
+  prefetch_cursor& operator=(const prefetch_cursor&) = delete;
+
+  std::optional<row> next() override {
+    std::unique_lock lock(m_);
+    not_empty_.wait(lock, [&] { return !queue_.empty() || done_; });
+    if (!queue_.empty()) {
+      row r = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      not_full_.notify_one();
+      return r;
+    }
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return std::nullopt;
+  }
+
+ private:
+  void run(const node& child, std::int64_t pass) {
+    try {
+      std::unique_ptr<cursor> c = child.open(pass);
+      for (;;) {
+        {
+          std::lock_guard lock(m_);
+          if (stop_) return;
+        }
+        std::optional<row> r = c->next();
+        std::unique_lock lock(m_);
+        not_full_.wait(lock, [&] { return queue_.size() < depth_ || stop_; });
+        if (stop_) return;
+        if (!r) {
+          done_ = true;
+          break;
+        }
+        queue_.push_back(std::move(*r));
+        lock.unlock();
+        not_empty_.notify_one();
+      }
+    } catch (...) {
+      std::lock_guard lock(m_);
+      error_ = std::current_exception();
+      done_ = true;
+    }
+    not_empty_.notify_one();
+  }
+
+  std::size_t depth_;
+  std::mutex m_;
+  std::condition_variable not_full_, not_empty_;
+  std::deque<row> queue_;
+  bool done_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;  // last: started once the members above exist
+};
+
+/// dataset::prefetch(depth).
+class prefetch_node final : public node {
+ public:
+  prefetch_node(node_ptr child, std::int64_t depth) : child_(std::move(child)), depth_(depth) {
+    if (depth < 1) throw error("prefetch: the depth must be at least 1: got " + std::to_string(depth));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<prefetch_cursor>(child_, pass, static_cast<std::size_t>(depth_));
+  }
+  std::int64_t size() const override { return child_->size(); }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  node_ptr child_;
+  std::int64_t depth_;
+};
+
+}  // namespace tessera::data::detail
+// ---- tessera/data/dataset.hpp ----
+// dataset: a lazily evaluated pipeline of rows (a source, then shuffle, map, batch,
+// repeat, prefetch), iterated one pass (epoch) at a time.
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+namespace detail {
+
+/// dataset::shuffle: MindSpore's buffer shuffle. The buffer is filled with the first
+/// buffer_size rows; then, until the child and the buffer are empty, a uniformly
+/// chosen buffer slot is emitted and refilled with the child's next row (or, once the
+/// child is exhausted, with the buffer's last row). The generator is seeded by (seed,
+/// pass), so every pass is shuffled differently and every run alike.
+class shuffle_node final : public node {
+ public:
+  shuffle_node(node_ptr child, std::int64_t buffer_size, std::uint64_t seed)
+      : child_(std::move(child)), buffer_size_(buffer_size), seed_(seed) {
+    if (buffer_size < 1)
+      throw error("shuffle: buffer_size must be at least 1: got " + std::to_string(buffer_size));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<shuffle_cursor>(child_->open(pass), static_cast<std::size_t>(buffer_size_),
+                                            rng(make_key({seed_, static_cast<std::uint64_t>(pass)})));
+  }
+  std::int64_t size() const override { return child_->size(); }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class shuffle_cursor final : public cursor {
+   public:
+    shuffle_cursor(std::unique_ptr<cursor> c, std::size_t n, rng g) : child_(std::move(c)), n_(n), g_(g) {}
+    std::optional<row> next() override {
+      if (!filled_) {
+        filled_ = true;
+        while (buffer_.size() < n_) {
+          std::optional<row> r = child_->next();
+          if (!r) break;
+          buffer_.push_back(std::move(*r));
+        }
+      }
+      if (buffer_.empty()) return std::nullopt;
+      const std::size_t k = static_cast<std::size_t>(g_.below(buffer_.size()));
+      row out = std::move(buffer_[k]);
+      if (std::optional<row> r = child_->next()) {
+        buffer_[k] = std::move(*r);
+      } else {
+        if (k + 1 != buffer_.size()) buffer_[k] = std::move(buffer_.back());
+        buffer_.pop_back();
+      }
+      return out;
+    }
+
+   private:
+    std::unique_ptr<cursor> child_;
+    std::size_t n_;
+    rng g_;
+    bool filled_ = false;
+    std::vector<row> buffer_;
+  };
+
+  node_ptr child_;
+  std::int64_t buffer_size_;
+  std::uint64_t seed_;
+};
+
+/// dataset::map: applies transforms, in order, to one column of every row.
+class map_node final : public node {
+ public:
+  map_node(node_ptr child, std::vector<transform> ops, std::string column)
+      : child_(std::move(child)), ops_(std::move(ops)), column_(std::move(column)) {
+    const auto& names = child_->columns();
+    bool found = false;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == column_) found = true;
+    if (!found) throw error("map: no column '" + column_ + "'; the columns are " + row::join(names));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<map_cursor>(
+        std::static_pointer_cast<const map_node>(shared_from_this()), child_->open(pass), pass);
+  }
+  std::int64_t size() const override { return child_->size(); }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class map_cursor final : public cursor {
+   public:
+    map_cursor(std::shared_ptr<const map_node> n, std::unique_ptr<cursor> c, std::int64_t pass)
+        : node_(std::move(n)), child_(std::move(c)), pass_(pass) {}
+    std::optional<row> next() override {
+      std::optional<row> r = child_->next();
+      if (!r) return r;
+      array& v = (*r)[node_->column_];
+      const sample_info info{r->index, pass_};
+      for (const transform& op : node_->ops_) v = op(std::move(v), info);
+      return r;
+    }
+
+   private:
+    std::shared_ptr<const map_node> node_;
+    std::unique_ptr<cursor> child_;
+    std::int64_t pass_;
+  };
+
+  node_ptr child_;
+  std::vector<transform> ops_;
+  std::string column_;
+};
+
+/// dataset::batch: stacks `size` consecutive rows column by column (data::stack). The
+/// last, shorter batch is kept unless drop_remainder. A batch's index is its position
+/// in the pass.
+class batch_node final : public node {
+ public:
+  batch_node(node_ptr child, std::int64_t size, bool drop_remainder)
+      : child_(std::move(child)), size_(size), drop_(drop_remainder) {
+    if (size < 1) throw error("batch: the batch size must be at least 1: got " + std::to_string(size));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<batch_cursor>(child_->open(pass), size_, drop_);
+  }
+  std::int64_t size() const override {
+    const std::int64_t n = child_->size();
+    return drop_ ? n / size_ : (n + size_ - 1) / size_;
+  }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class batch_cursor final : public cursor {
+   public:
+    batch_cursor(std::unique_ptr<cursor> c, std::int64_t size, bool drop)
+        : child_(std::move(c)), size_(size), drop_(drop) {}
+    std::optional<row> next() override {
+      std::vector<row> rows;
+      while (static_cast<std::int64_t>(rows.size()) < size_) {
+        std::optional<row> r = child_->next();
+        if (!r) break;
+        rows.push_back(std::move(*r));
+      }
+      if (rows.empty() || (drop_ && static_cast<std::int64_t>(rows.size()) < size_)) return std::nullopt;
+      row out;
+      out.names = rows[0].names;
+      out.index = count_++;
+      for (std::size_t c = 0; c < out.names.size(); ++c) {
+        std::vector<array> items;
+        items.reserve(rows.size());
+        for (row& r : rows) items.push_back(std::move(r.values[c]));
+        out.values.push_back(stack(items, "batch: column '" + out.names[c] + "'"));
+      }
+      return out;
+    }
+
+   private:
+    std::unique_ptr<cursor> child_;
+    std::int64_t size_;
+    bool drop_;
+    std::int64_t count_ = 0;
+  };
+
+  node_ptr child_;
+  std::int64_t size_;
+  bool drop_;
+};
+
+/// dataset::repeat: `count` passes of the child, one after another. Pass p of the
+/// repeated dataset runs the child's passes p * count ... p * count + count - 1.
+class repeat_node final : public node {
+ public:
+  repeat_node(node_ptr child, std::int64_t count) : child_(std::move(child)), count_(count) {
+    if (count < 1) throw error("repeat: the count must be at least 1: got " + std::to_string(count));
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<repeat_cursor>(child_, pass * count_, count_);
+  }
+  std::int64_t size() const override { return child_->size() * count_; }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  class repeat_cursor final : public cursor {
+   public:
+    repeat_cursor(node_ptr child, std::int64_t first, std::int64_t count)
+        : child_(std::move(child)), pass_(first), end_(first + count) {}
+    std::optional<row> next() override {
+      while (pass_ < end_) {
+        if (!cur_) cur_ = child_->open(pass_);
+        if (std::optional<row> r = cur_->next()) return r;
+        cur_.reset();
+        ++pass_;
+      }
+      return std::nullopt;
+    }
+
+   private:
+    node_ptr child_;
+    std::int64_t pass_, end_;
+    std::unique_ptr<cursor> cur_;
+  };
+
+  node_ptr child_;
+  std::int64_t count_;
+};
+
+}  // namespace detail
+
+/// An input iterator over one pass; compares equal to std::default_sentinel at the end.
+class row_iterator {
+ public:
+  using value_type = row;
+  using difference_type = std::ptrdiff_t;
+  using reference = const row&;
+  using iterator_category = std::input_iterator_tag;
+
+  row_iterator() = default;
+  explicit row_iterator(std::shared_ptr<detail::cursor> c) : cursor_(std::move(c)) { ++*this; }
+
+  const row& operator*() const { return *row_; }
+  const row* operator->() const { return &*row_; }
+  row_iterator& operator++() {
+    row_ = cursor_->next();
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  friend bool operator==(const row_iterator& it, std::default_sentinel_t) { return !it.row_; }
+
+ private:
+  std::shared_ptr<detail::cursor> cursor_;
+  std::optional<row> row_;
+};
+
+/// One pass over a dataset, as returned by dataset::epoch: a range of rows, or
+/// next() until nullopt (both draw from the same pass). Destroying it (and the
+/// iterators begin() returned) mid-pass stops the pass's prefetch threads.
+class pass_iterator {
+ public:
+  explicit pass_iterator(std::unique_ptr<detail::cursor> c) : cursor_(std::move(c)) {}
+  /// The next row, or nullopt once the pass is over.
+  std::optional<row> next() { return cursor_->next(); }
+  row_iterator begin() { return row_iterator(cursor_); }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  std::shared_ptr<detail::cursor> cursor_;
+};
+
+/// A dataset: a description of rows, evaluated only while iterated. Every operation
+/// returns a new dataset sharing this one's steps; datasets are cheap to copy and may
+/// be iterated by several threads at once.
+///
+///     auto ds = data::mnist_dataset(dir, "train", {.num_shards = 8, .shard_id = rank})
+///                   .map({data::rescale(1.0f / 255, 0), data::hwc2chw()}, "image")
+///                   .shuffle(1024, 7)
+///                   .batch(32, true)
+///                   .prefetch(4);
+///     for (std::int64_t e = 0; e < epochs; ++e)
+///       for (const data::row& b : ds.epoch(e)) train_step(b["image"], b["label"]);
+///
+/// A prefetch thread starts with its pass, so the first batch of each epoch above is
+/// made while the consumer waits. Put the epochs in one pass, `.repeat(epochs)` before
+/// `.prefetch(n)`, and the next epoch's first batches are made during the last steps
+/// of the one before: pass 0 of ds.repeat(n) runs passes 0 ... n - 1 of ds, each
+/// shuffled and augmented as that epoch.
+class dataset {
+ public:
+  explicit dataset(detail::node_ptr n) : node_(std::move(n)) {}
+
+  /// MindSpore's shuffle(buffer_size): a buffer of `buffer_size` rows, from which a
+  /// random row is emitted at each step; buffer_size >= size() is a full shuffle.
+  dataset shuffle(std::int64_t buffer_size, std::uint64_t seed = 0) const {
+    return wrap<detail::shuffle_node>(buffer_size, seed);
+  }
+  /// Applies `ops` in order to column `column` of every row.
+  dataset map(std::vector<transform> ops, const std::string& column) const {
+    return wrap<detail::map_node>(std::move(ops), column);
+  }
+  /// Groups `size` consecutive rows into one, each column stacked along a new leading
+  /// dim; the last, shorter batch is dropped when drop_remainder.
+  dataset batch(std::int64_t size, bool drop_remainder = false) const {
+    return wrap<detail::batch_node>(size, drop_remainder);
+  }
+  /// `count` passes of this dataset in one, each shuffled and augmented anew.
+  dataset repeat(std::int64_t count) const { return wrap<detail::repeat_node>(count); }
+  /// Runs this dataset's steps in a background thread, up to `depth` rows ahead of
+  /// the consumer (data/prefetch.hpp).
+  dataset prefetch(std::int64_t depth) const { return wrap<detail::prefetch_node>(depth); }
+
+  /// Rows (or batches) one pass yields, MindSpore's get_dataset_size().
+  std::int64_t get_dataset_size() const { return node_->size(); }
+  const std::vector<std::string>& column_names() const { return node_->columns(); }
+
+  /// Pass `e` (the epoch): sources' shuffles, shuffle buffers and random transforms are
+  /// seeded by it, so every epoch differs and every run repeats them.
+  pass_iterator epoch(std::int64_t e) const { return pass_iterator(node_->open(e)); }
+  /// Iterates pass 0.
+  row_iterator begin() const { return row_iterator(node_->open(0)); }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  template <class Node, class... Args>
+  dataset wrap(Args&&... args) const {
+    return dataset(std::make_shared<Node>(node_, std::forward<Args>(args)...));
+  }
+
+  detail::node_ptr node_;
+};
+
+}  // namespace tessera::data
+// ---- tessera/data/source.hpp ----
+// Sources: random-access samples read in shards (num_shards / shard_id), optionally
+// shuffled first; generator_dataset, a source from a C++ callable.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+/// How a source reads its samples. Every source (mnist_dataset, cifar10_dataset,
+/// generator_dataset) takes one:
+///
+///     data::mnist_dataset(dir, "train", {.num_shards = 8, .shard_id = rank, .shuffle = true, .seed = 1})
+///
+/// Sharding, MindSpore's distributed sampler: the n samples (after the shuffle, if
+/// any) are dealt round-robin, sample position p to shard p mod num_shards, and each
+/// shard reads ceil(n / num_shards) of them. When num_shards does not divide n, the
+/// positions n, n + 1, ... that complete the last round wrap around to the first
+/// samples (position p reads sample p mod n): shards shard_id >= n mod num_shards read
+/// one sample at their end that another shard also reads. So the positions below n
+/// are disjoint between shards, together they read every sample, and all shards read
+/// the same number: 10 samples on 4 shards give shard 0 {0, 4, 8}, 1 {1, 5, 9},
+/// 2 {2, 6, 0}, 3 {3, 7, 1}.
+///
+/// Shuffle: the n samples are permuted (Fisher-Yates, seeded by (seed, pass)) before
+/// sharding. Every rank draws the same permutation, so the shards stay disjoint; each
+/// epoch draws a new one.
+struct shard_options {
+  std::int64_t num_shards = 1;
+  std::int64_t shard_id = 0;
+  bool shuffle = false;
+  std::uint64_t seed = 0;
+};
+
+/// Rows per shard: ceil(n / num_shards).
+constexpr std::int64_t shard_size(std::int64_t n, std::int64_t num_shards) {
+  return (n + num_shards - 1) / num_shards;
+}
+
+/// The source indices, in order, that shard `o.shard_id` reads in pass `pass` from a
+/// source of n samples (the rule of shard_options).
+inline std::vector<std::int64_t> shard_indices(std::int64_t n, const shard_options& o, std::int64_t pass = 0) {
+  std::vector<std::int64_t> perm;
+  if (o.shuffle) {
+    perm.resize(static_cast<std::size_t>(n));
+    std::iota(perm.begin(), perm.end(), std::int64_t{0});
+    rng g(make_key({o.seed, static_cast<std::uint64_t>(pass), 0x5348554646ull}));
+    for (std::int64_t i = n - 1; i > 0; --i)
+      std::swap(perm[static_cast<std::size_t>(i)],
+                perm[static_cast<std::size_t>(g.below(static_cast<std::uint64_t>(i) + 1))]);
+  }
+  std::vector<std::int64_t> out;
+  const std::int64_t m = n == 0 ? 0 : shard_size(n, o.num_shards);
+  out.reserve(static_cast<std::size_t>(m));
+  for (std::int64_t j = 0; j < m; ++j) {
+    const std::int64_t p = (j * o.num_shards + o.shard_id) % n;
+    out.push_back(o.shuffle ? perm[static_cast<std::size_t>(p)] : p);
+  }
+  return out;
+}
+
+namespace detail {
+
+/// "<name>: shard_id must be in [0, num_shards): ..." when `o` is not a valid shard.
+inline void check_shard_options(const std::string& name, const shard_options& o) {
+  if (o.num_shards < 1)
+    throw error(name + ": num_shards must be at least 1: got " + std::to_string(o.num_shards));
+  if (o.shard_id < 0 || o.shard_id >= o.num_shards)
+    throw error(name + ": shard_id must be in [0, num_shards): shard_id " + std::to_string(o.shard_id) +
+                ", num_shards " + std::to_string(o.num_shards));
+}
+
+/// One pass's access to a source's samples (it may hold open files).
+class source_reader {
+ public:
+  virtual ~source_reader() = default;
+  /// The column values of sample `index`, in the order of source::columns().
+  virtual std::vector<array> read(std::int64_t index) = 0;
+};
+
+/// A source's samples, by index. Immutable; each pass reads through its own reader.
+class source {
+ public:
+  virtual ~source() = default;
+  virtual std::int64_t count() const = 0;
+  virtual const std::vector<std::string>& columns() const = 0;
+  virtual std::unique_ptr<source_reader> reader() const = 0;
+};
+
+/// The node reading this shard's samples of a source.
+class source_node final : public node {
+ public:
+  source_node(std::string name, std::shared_ptr<const source> src, shard_options o)
+      : src_(std::move(src)), opts_(o) {
+    check_shard_options(name, o);
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<source_cursor>(std::static_pointer_cast<const source_node>(shared_from_this()),
+                                           shard_indices(src_->count(), opts_, pass));
+  }
+  std::int64_t size() const override { return shard_size(src_->count(), opts_.num_shards); }
+  const std::vector<std::string>& columns() const override { return src_->columns(); }
+
+ private:
+  class source_cursor final : public cursor {
+   public:
+    source_cursor(std::shared_ptr<const source_node> n, std::vector<std::int64_t> indices)
+        : node_(std::move(n)), indices_(std::move(indices)) {}
+    std::optional<row> next() override {
+      if (pos_ == indices_.size()) return std::nullopt;
+      if (!reader_) reader_ = node_->src_->reader();
+      row r;
+      r.index = indices_[pos_++];
+      r.names = node_->src_->columns();
+      r.values = reader_->read(r.index);
+      return r;
+    }
+
+   private:
+    std::shared_ptr<const source_node> node_;
+    std::vector<std::int64_t> indices_;
+    std::size_t pos_ = 0;
+    std::unique_ptr<source_reader> reader_;
+  };
+
+  std::shared_ptr<const source> src_;
+  shard_options opts_;
+};
+
+/// generator_dataset's source.
+class generator_source final : public source {
+ public:
+  using function = std::function<std::vector<array>(std::int64_t)>;
+  generator_source(function f, std::vector<std::string> columns, std::int64_t n)
+      : f_(std::move(f)), columns_(std::move(columns)), n_(n) {}
+  std::int64_t count() const override { return n_; }
+  const std::vector<std::string>& columns() const override { return columns_; }
+  std::unique_ptr<source_reader> reader() const override { return std::make_unique<generator_reader>(*this); }
+
+ private:
+  class generator_reader final : public source_reader {
+   public:
+    explicit generator_reader(const generator_source& s) : s_(s) {}
+    std::vector<array> read(std::int64_t index) override {
+      std::vector<array> v = s_.f_(index);
+      if (v.size() != s_.columns_.size())
+        throw error("generator_dataset: the callable must return one value per column: it returned " +
+                    std::to_string(v.size()) + " values for " + std::to_string(s_.columns_.size()) +
+                    " columns (" + row::join(s_.columns_) + ") at index " + std::to_string(index));
+      return v;
+    }
+
+   private:
+    const generator_source& s_;
+  };
+
+  function f_;
+  std::vector<std::string> columns_;
+  std::int64_t n_;
+};
+
+}  // namespace detail
+
+/// A dataset of `size` samples made by a callable: `f(i)` returns the column values
+/// of sample i (one array per name in `columns`, in that order), for i in [0, size).
+/// The samples are sharded and shuffled by index as shard_options says. `f` is called
+/// from the consumer's thread or a prefetch thread, one call at a time in a pass;
+/// passes iterated at once (several iterators) call it concurrently.
+///
+///     auto ds = data::generator_dataset(
+///         [](std::int64_t i) {
+///           return std::vector<data::array>{xt::xarray<float>{float(i), 2.0f * i},
+///                                           data::array::scalar(std::int32_t(i % 2))};
+///         },
+///         {"x", "y"}, 100, {.num_shards = 4, .shard_id = rank});
+inline dataset generator_dataset(std::function<std::vector<array>(std::int64_t)> f,
+                                 std::vector<std::string> columns, std::int64_t size, shard_options o = {}) {
+  if (!f) throw error("generator_dataset: the callable is empty");
+  if (size < 0) throw error("generator_dataset: size must not be negative: got " + std::to_string(size));
+  if (columns.empty()) throw error("generator_dataset: at least one column name is needed");
+  for (std::size_t i = 0; i < columns.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (columns[i] == columns[j]) throw error("generator_dataset: column '" + columns[i] + "' is named twice");
+  auto src = std::make_shared<detail::generator_source>(std::move(f), std::move(columns), size);
+  return dataset(std::make_shared<detail::source_node>("generator_dataset", std::move(src), o));
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/file.hpp ----
+// Reading and writing the readers' binary files, with errors that name the file:
+// a missing folder or file, a short read, a failed write.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace tessera::data::detail {
+
+/// The folder of a dataset; `name: dataset folder <dir> does not exist` otherwise.
+inline void check_folder(const std::string& name, const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw error(name + ": dataset folder " + dir.string() +
+                (std::filesystem::exists(dir, ec) ? " is not a folder" : " does not exist"));
+}
+
+/// The size in bytes of a regular file; a tessera::error naming it when it is
+/// missing or not a regular file.
+inline std::uint64_t file_size(const std::string& name, const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) throw error(name + ": " + path.string() + ": no such file");
+  if (!std::filesystem::is_regular_file(st)) throw error(name + ": " + path.string() + ": not a regular file");
+  const std::uintmax_t n = std::filesystem::file_size(path, ec);
+  if (ec) throw error(name + ": " + path.string() + ": cannot read its size: " + ec.message());
+  return static_cast<std::uint64_t>(n);
+}
+
+/// Reads byte ranges of one file, opening it on first use. Reads that move forward
+/// (in order, or strided as a shard reads) are served from a read-ahead window of
+/// 64 KiB; a read elsewhere (a shuffled order) reads just its bytes.
+class file_reader {
+ public:
+  static constexpr std::size_t window = 64 * 1024;
+
+  /// `size`: the file's size when it was checked (reads never look past it).
+  file_reader(std::string name, std::filesystem::path path, std::uint64_t size)
+      : name_(std::move(name)), path_(std::move(path)), size_(size) {}
+
+  /// Reads bytes [offset, offset + n) into dst; a tessera::error if the file cannot be
+  /// opened or ends before offset + n (it changed since its size was checked).
+  void read(std::uint64_t offset, std::size_t n, void* dst) {
+    const std::uint64_t end = start_ + buf_.size();
+    if (offset >= start_ && offset + n <= end) {
+      std::memcpy(dst, buf_.data() + (offset - start_), n);
+      last_end_ = offset + n;
+      return;
+    }
+    if (!in_.is_open()) {
+      in_.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: the window is the buffer
+      in_.open(path_, std::ios::binary);
+      if (!in_) throw error(name_ + ": " + path_.string() + ": cannot open the file");
+    }
+    const bool forward = offset >= last_end_ && offset - last_end_ <= window;
+    std::uint64_t want = n;
+    if (forward && offset < size_) want = std::max<std::uint64_t>(n, std::min<std::uint64_t>(window, size_ - offset));
+    buf_.resize(static_cast<std::size_t>(want));
+    in_.clear();
+    in_.seekg(static_cast<std::streamoff>(offset));
+    in_.read(buf_.data(), static_cast<std::streamsize>(want));
+    const auto got = static_cast<std::size_t>(std::max<std::streamsize>(in_.gcount(), 0));
+    buf_.resize(got);
+    start_ = offset;
+    if (got < n)
+      throw error(name_ + ": " + path_.string() + ": short read: " + std::to_string(n) + " bytes at offset " +
+                  std::to_string(offset) + " (the file is shorter than when the dataset was made)");
+    std::memcpy(dst, buf_.data(), n);
+    last_end_ = offset + n;
+  }
+
+ private:
+  std::string name_;
+  std::filesystem::path path_;
+  std::uint64_t size_;
+  std::ifstream in_;
+  std::vector<char> buf_;
+  std::uint64_t start_ = 0, last_end_ = 0;
+};
+
+/// The big-endian 32-bit word at p.
+inline std::uint32_t load_be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
+}
+inline void store_be32(unsigned char* p, std::uint32_t v) {
+  p[0] = static_cast<unsigned char>(v >> 24);
+  p[1] = static_cast<unsigned char>(v >> 16);
+  p[2] = static_cast<unsigned char>(v >> 8);
+  p[3] = static_cast<unsigned char>(v);
+}
+
+/// Opens `path` for writing, creating its folder; a tessera::error naming it on failure.
+inline std::ofstream create_file(const std::string& name, const std::filesystem::path& path) {
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw error(name + ": " + path.string() + ": cannot create the file");
+  return out;
+}
+
+/// Writes n bytes; a tessera::error naming the file when the write fails.
+inline void write_bytes(std::ofstream& out, const std::string& name, const std::filesystem::path& path,
+                        const void* src, std::size_t n) {
+  out.write(static_cast<const char*>(src), static_cast<std::streamsize>(n));
+  if (!out) throw error(name + ": " + path.string() + ": write failed");
+}
+
+}  // namespace tessera::data::detail
+// ---- tessera/data/mnist.hpp ----
+// MNIST in its idx-ubyte files: mnist_dataset reads them (validated, sharded),
+// write_mnist writes them from arrays.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+namespace detail {
+
+inline constexpr std::uint32_t mnist_image_magic = 0x00000803;  // unsigned bytes, 3 dims
+inline constexpr std::uint32_t mnist_label_magic = 0x00000801;  // unsigned bytes, 1 dim
+
+/// "train" -> {"train"}, "test" -> {"t10k"}, "all" -> both; `name` starts the error.
+inline std::vector<std::string> mnist_prefixes(const std::string& name, const std::string& usage, bool allow_all) {
+  if (usage == "train") return {"train"};
+  if (usage == "test") return {"t10k"};
+  if (usage == "all" && allow_all) return {"train", "t10k"};
+  throw error(name + ": usage must be \"train\", \"test\"" + (allow_all ? ", or \"all\"" : "") + ": got \"" +
+              usage + "\"");
+}
+
+inline std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+/// One images/labels file pair, its header checked against its size.
+struct mnist_part {
+  std::filesystem::path images, labels;
+  std::uint64_t images_size = 0;
+  std::int64_t count = 0;
+  std::uint32_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> label_values;  // read whole: 1 byte per image
+};
+
+inline mnist_part open_mnist_part(const std::filesystem::path& dir, const std::string& prefix) {
+  const std::string name = "mnist";
+  mnist_part p;
+  p.images = dir / (prefix + "-images-idx3-ubyte");
+  p.labels = dir / (prefix + "-labels-idx1-ubyte");
+  const std::string ip = name + ": " + p.images.string();
+  const std::string lp = name + ": " + p.labels.string();
+
+  const std::uint64_t isize = file_size(name, p.images);
+  if (isize < 16)
+    throw error(ip + ": truncated: an image file starts with a 16-byte header, the file has " +
+                std::to_string(isize) + " bytes");
+  unsigned char h[16];
+  file_reader(name, p.images, isize).read(0, 16, h);
+  if (load_be32(h) != mnist_image_magic)
+    throw error(ip + ": wrong magic number " + hex32(load_be32(h)) + ": an image file starts with " +
+                hex32(mnist_image_magic) + " (unsigned bytes, 3 dims)");
+  const std::uint32_t n = load_be32(h + 4);
+  p.rows = load_be32(h + 8);
+  p.cols = load_be32(h + 12);
+  const std::string says = std::to_string(n) + " images of " + std::to_string(p.rows) + "x" + std::to_string(p.cols);
+  if (p.rows == 0 || p.cols == 0)
+    throw error(ip + ": the header says " + says + ": an image must have at least one row and column");
+  // rows * cols < 2^64; the total may overflow 64 bits, and then exceeds any file.
+  const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
+  const bool overflow = n != 0 && pixels > (~std::uint64_t{0} - 16) / n;
+  const std::uint64_t expected = overflow ? 0 : 16 + n * pixels;
+  if (overflow || expected != isize)
+    throw error(ip + (overflow || expected > isize ? ": truncated" : ": longer than its header says") +
+                ": the header says " + says + " (" + (overflow ? std::string("over 2^64") : std::to_string(expected)) +
+                " bytes), the file has " + std::to_string(isize) + " bytes");
+  p.count = n;
+  p.images_size = isize;
+
+  const std::uint64_t lsize = file_size(name, p.labels);
+  if (lsize < 8)
+    throw error(lp + ": truncated: a label file starts with an 8-byte header, the file has " +
+                std::to_string(lsize) + " bytes");
+  file_reader labels(name, p.labels, lsize);
+  labels.read(0, 8, h);
+  if (load_be32(h) != mnist_label_magic)
+    throw error(lp + ": wrong magic number " + hex32(load_be32(h)) + ": a label file starts with " +
+                hex32(mnist_label_magic) + " (unsigned bytes, 1 dim)");
+  const std::uint32_t nl = load_be32(h + 4);
+  if (8 + std::uint64_t{nl} != lsize)
+    throw error(lp + (8 + std::uint64_t{nl} > lsize ? ": truncated" : ": longer than its header says") +
+                ": the header says " + std::to_string(nl) + " labels (" + std::to_string(8 + std::uint64_t{nl}) +
+                " bytes), the file has " + std::to_string(lsize) + " bytes");
+  if (nl != n)
+    throw error(name + ": the image and label counts differ: " + p.images.string() + " has " + std::to_string(n) +
+                " images, " + p.labels.string() + " has " + std::to_string(nl) + " labels");
+  p.label_values.resize(nl);
+  if (nl) labels.read(8, nl, p.label_values.data());
+  for (std::uint32_t i = 0; i < nl; ++i)
+    if (p.label_values[i] > 9)
+      throw error(lp + ": label " + std::to_string(p.label_values[i]) + " of image " + std::to_string(i) +
+                  " is not in [0, 9]");
+  return p;
+}
+
+/// mnist_dataset's source: columns "image" (rows, cols, 1) uint8 and "label" int32.
+class mnist_source final : public source {
+ public:
+  explicit mnist_source(std::vector<mnist_part> parts) : parts_(std::move(parts)) {
+    for (const mnist_part& p : parts_) count_ += p.count;
+    for (const mnist_part& p : parts_)
+      if (p.rows != parts_[0].rows || p.cols != parts_[0].cols)
+        throw error("mnist: every file must hold images of one size: " + parts_[0].images.string() + " has " +
+                    std::to_string(parts_[0].rows) + "x" + std::to_string(parts_[0].cols) + ", " +
+                    p.images.string() + " has " + std::to_string(p.rows) + "x" + std::to_string(p.cols));
+  }
+  std::int64_t count() const override { return count_; }
+  const std::vector<std::string>& columns() const override { return columns_; }
+  std::unique_ptr<source_reader> reader() const override { return std::make_unique<mnist_reader>(*this); }
+
+ private:
+  class mnist_reader final : public source_reader {
+   public:
+    explicit mnist_reader(const mnist_source& s) : s_(s) {
+      for (const mnist_part& p : s.parts_) files_.emplace_back("mnist", p.images, p.images_size);
+    }
+    std::vector<array> read(std::int64_t index) override {
+      std::size_t k = 0;
+      while (index >= s_.parts_[k].count) index -= s_.parts_[k++].count;
+      const mnist_part& p = s_.parts_[k];
+      const std::size_t pixels = std::size_t{p.rows} * p.cols;
+      xt::xarray<std::uint8_t> image = xt::xarray<std::uint8_t>::from_shape({p.rows, p.cols, 1});
+      files_[k].read(16 + static_cast<std::uint64_t>(index) * pixels, pixels, image.data());
+      const std::uint8_t label = p.label_values[static_cast<std::size_t>(index)];
+      return {array(std::move(image)), array::scalar(std::int32_t{label})};
+    }
+
+   private:
+    const mnist_source& s_;
+    std::vector<file_reader> files_;
+  };
+
+  std::vector<mnist_part> parts_;
+  std::int64_t count_ = 0;
+  std::vector<std::string> columns_{"image", "label"};
+};
+
+}  // namespace detail
+
+/// MNIST from the four idx-ubyte files of `dir` (train-images-idx3-ubyte,
+/// train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte), as
+/// MindSpore's MnistDataset. `usage`: "train" (60000 samples), "test" (10000) or "all"
+/// (train, then test). Rows: "image", uint8 of shape (28, 28, 1) (HWC), and "label", an
+/// int32 scalar in [0, 9]. Sharded and shuffled as shard_options says (no shuffle by
+/// default).
+///
+/// The headers are checked against the file sizes, and the labels (read whole)
+/// against [0, 9], when the dataset is made; the images are read as the samples are.
+/// A missing, truncated or corrupt file is a tessera::error naming the file and the
+/// numbers:
+///   mnist: <dir>/train-images-idx3-ubyte: truncated: the header says 60000 images of
+///   28x28 (47040016 bytes), the file has 1000 bytes
+inline dataset mnist_dataset(const std::filesystem::path& dir, const std::string& usage = "all",
+                             shard_options o = {}) {
+  const std::vector<std::string> prefixes = detail::mnist_prefixes("mnist", usage, true);
+  detail::check_shard_options("mnist", o);
+  detail::check_folder("mnist", dir);
+  std::vector<detail::mnist_part> parts;
+  for (const std::string& prefix : prefixes) parts.push_back(detail::open_mnist_part(dir, prefix));
+  auto src = std::make_shared<detail::mnist_source>(std::move(parts));
+  return dataset(std::make_shared<detail::source_node>("mnist", std::move(src), o));
+}
+
+/// Writes MNIST idx-ubyte files into `dir` (created if needed): usage "train" writes
+/// train-images-idx3-ubyte and train-labels-idx1-ubyte, "test" the t10k- pair.
+/// `images`: shape (n, rows, cols) or (n, rows, cols, 1); `labels`: shape (n,).
+/// mnist_dataset(dir, usage) then yields these images and labels, in order.
+inline void write_mnist(const std::filesystem::path& dir, const std::string& usage,
+                        const xt::xarray<std::uint8_t>& images, const xt::xarray<std::uint8_t>& labels) {
+  const std::string name = "write_mnist";
+  const std::string prefix = detail::mnist_prefixes(name, usage, false)[0];
+  const auto& s = images.shape();
+  if (!(s.size() == 3 || (s.size() == 4 && s[3] == 1)))
+    throw error(name + ": images must have shape (n, rows, cols) or (n, rows, cols, 1): got " +
+                detail::shape_string(s));
+  if (labels.dimension() != 1 || labels.shape()[0] != s[0])
+    throw error(name + ": labels must have shape (n,) with n = " + std::to_string(s[0]) + " images: got " +
+                detail::shape_string(labels.shape()));
+  if (s[0] > 0xffffffffu || s[1] > 0xffffffffu || s[2] > 0xffffffffu)
+    throw error(name + ": the idx format holds at most 2^32 - 1 images, rows and columns: got " +
+                detail::shape_string(s));
+
+  unsigned char h[16];
+  const auto ipath = dir / (prefix + "-images-idx3-ubyte");
+  std::ofstream out = detail::create_file(name, ipath);
+  detail::store_be32(h, detail::mnist_image_magic);
+  detail::store_be32(h + 4, static_cast<std::uint32_t>(s[0]));
+  detail::store_be32(h + 8, static_cast<std::uint32_t>(s[1]));
+  detail::store_be32(h + 12, static_cast<std::uint32_t>(s[2]));
+  detail::write_bytes(out, name, ipath, h, 16);
+  detail::write_bytes(out, name, ipath, images.data(), images.size());
+  out.close();
+  if (!out) throw error(name + ": " + ipath.string() + ": write failed");
+
+  const auto lpath = dir / (prefix + "-labels-idx1-ubyte");
+  std::ofstream lout = detail::create_file(name, lpath);
+  detail::store_be32(h, detail::mnist_label_magic);
+  detail::store_be32(h + 4, static_cast<std::uint32_t>(s[0]));
+  detail::write_bytes(lout, name, lpath, h, 8);
+  detail::write_bytes(lout, name, lpath, labels.data(), labels.size());
+  lout.close();
+  if (!lout) throw error(name + ": " + lpath.string() + ": write failed");
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/cifar10.hpp ----
+// CIFAR-10, binary version: cifar10_dataset reads data_batch_1..5.bin and
+// test_batch.bin (validated, sharded), write_cifar10 writes them from arrays.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+namespace detail {
+
+inline constexpr std::size_t cifar10_side = 32;
+inline constexpr std::size_t cifar10_pixels = cifar10_side * cifar10_side * 3;  // 3x32x32, CHW
+inline constexpr std::size_t cifar10_record = 1 + cifar10_pixels;                // label byte, image
+
+/// The file names of a usage: "train" the five data batches, "test" test_batch.bin,
+/// "all" both (train first).
+inline std::vector<std::string> cifar10_files(const std::string& name, const std::string& usage, bool allow_all) {
+  std::vector<std::string> train;
+  for (int i = 1; i <= 5; ++i) train.push_back("data_batch_" + std::to_string(i) + ".bin");
+  if (usage == "train") return train;
+  if (usage == "test") return {"test_batch.bin"};
+  if (usage == "all" && allow_all) {
+    train.push_back("test_batch.bin");
+    return train;
+  }
+  throw error(name + ": usage must be \"train\", \"test\"" + (allow_all ? ", or \"all\"" : "") + ": got \"" +
+              usage + "\"");
+}
+
+/// cifar10_dataset's source: columns "image" (32, 32, 3) uint8 HWC and "label" int32.
+class cifar10_source final : public source {
+ public:
+  explicit cifar10_source(const std::filesystem::path& dir, const std::vector<std::string>& names) {
+    for (const std::string& n : names) {
+      const std::filesystem::path path = dir / n;
+      const std::uint64_t size = file_size("cifar10", path);
+      if (size % cifar10_record != 0)
+        throw error("cifar10: " + path.string() + ": the file must hold whole " + std::to_string(cifar10_record) +
+                    "-byte records (a label byte, then a 3x32x32 image): it has " + std::to_string(size) +
+                    " bytes, " +
+                    (size < cifar10_record ? std::string("less than one record")
+                                           : std::to_string(size % cifar10_record) + " more than " +
+                                                 std::to_string(size / cifar10_record) + " records"));
+      files_.push_back(path);
+      sizes_.push_back(size);
+      counts_.push_back(static_cast<std::int64_t>(size / cifar10_record));
+      count_ += counts_.back();
+    }
+  }
+  std::int64_t count() const override { return count_; }
+  const std::vector<std::string>& columns() const override { return columns_; }
+  std::unique_ptr<source_reader> reader() const override { return std::make_unique<cifar10_reader>(*this); }
+
+ private:
+  class cifar10_reader final : public source_reader {
+   public:
+    explicit cifar10_reader(const cifar10_source& s) : s_(s), record_(cifar10_record) {
+      for (std::size_t k = 0; k < s.files_.size(); ++k) files_.emplace_back("cifar10", s.files_[k], s.sizes_[k]);
+    }
+    std::vector<array> read(std::int64_t index) override {
+      std::size_t k = 0;
+      while (index >= s_.counts_[k]) index -= s_.counts_[k++];
+      files_[k].read(static_cast<std::uint64_t>(index) * cifar10_record, cifar10_record, record_.data());
+      const unsigned char label = record_[0];
+      if (label > 9)
+        throw error("cifar10: " + s_.files_[k].string() + ": record " + std::to_string(index) + " has label " +
+                    std::to_string(label) + ", not in [0, 9]");
+      constexpr std::size_t plane = cifar10_side * cifar10_side;
+      xt::xarray<std::uint8_t> image = xt::xarray<std::uint8_t>::from_shape({cifar10_side, cifar10_side, 3});
+      std::uint8_t* out = image.data();
+      const unsigned char* chw = record_.data() + 1;
+      for (std::size_t p = 0; p < plane; ++p)
+        for (std::size_t c = 0; c < 3; ++c) out[p * 3 + c] = chw[c * plane + p];
+      return {array(std::move(image)), array::scalar(std::int32_t{label})};
+    }
+
+   private:
+    const cifar10_source& s_;
+    std::vector<file_reader> files_;
+    std::vector<unsigned char> record_;
+  };
+
+  std::vector<std::filesystem::path> files_;
+  std::vector<std::uint64_t> sizes_;
+  std::vector<std::int64_t> counts_;
+  std::int64_t count_ = 0;
+  std::vector<std::string> columns_{"image", "label"};
+};
+
+}  // namespace detail
+
+/// CIFAR-10 from the binary version's files in `dir` (cifar-10-batches-bin), as
+/// MindSpore's Cifar10Dataset: `usage` "train" (data_batch_1.bin ... data_batch_5.bin,
+/// 50000 samples), "test" (test_batch.bin, 10000) or "all" (train, then test). Each
+/// file is a sequence of 3073-byte records: the label byte, then the image as 3x32x32
+/// bytes, channel-major (CHW: the red plane, green, blue). Rows: "image", uint8 of
+/// shape (32, 32, 3) (HWC, as MindSpore yields it) and "label", an int32 scalar in
+/// [0, 9]. Sharded and shuffled as shard_options says (no shuffle by default).
+///
+/// A missing file, a size that is not a whole number of records, or a label outside
+/// [0, 9] (checked as each record is read) is a tessera::error naming the file.
+inline dataset cifar10_dataset(const std::filesystem::path& dir, const std::string& usage = "all",
+                               shard_options o = {}) {
+  const std::vector<std::string> names = detail::cifar10_files("cifar10", usage, true);
+  detail::check_shard_options("cifar10", o);
+  detail::check_folder("cifar10", dir);
+  auto src = std::make_shared<detail::cifar10_source>(dir, names);
+  return dataset(std::make_shared<detail::source_node>("cifar10", std::move(src), o));
+}
+
+/// Writes CIFAR-10 binary files into `dir` (created if needed): usage "test" writes
+/// test_batch.bin, "train" data_batch_1.bin ... data_batch_5.bin, data_batch_k.bin
+/// holding records [(k - 1) n / 5, k n / 5) (integer division). `images`: shape
+/// (n, 32, 32, 3), HWC; `labels`: shape (n,). cifar10_dataset(dir, usage) then yields
+/// these images and labels, in order.
+inline void write_cifar10(const std::filesystem::path& dir, const std::string& usage,
+                          const xt::xarray<std::uint8_t>& images, const xt::xarray<std::uint8_t>& labels) {
+  const std::string name = "write_cifar10";
+  const std::vector<std::string> files = detail::cifar10_files(name, usage, false);
+  const auto& s = images.shape();
+  constexpr std::size_t side = detail::cifar10_side;
+  if (s.size() != 4 || s[1] != side || s[2] != side || s[3] != 3)
+    throw error(name + ": images must have shape (n, 32, 32, 3): got " + detail::shape_string(s));
+  if (labels.dimension() != 1 || labels.shape()[0] != s[0])
+    throw error(name + ": labels must have shape (n,) with n = " + std::to_string(s[0]) + " images: got " +
+                detail::shape_string(labels.shape()));
+  const std::size_t n = s[0];
+  constexpr std::size_t plane = side * side;
+  std::vector<unsigned char> record(detail::cifar10_record);
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    const auto path = dir / files[f];
+    std::ofstream out = detail::create_file(name, path);
+    for (std::size_t i = f * n / files.size(); i < (f + 1) * n / files.size(); ++i) {
+      record[0] = labels(i);
+      const std::uint8_t* hwc = images.data() + i * detail::cifar10_pixels;
+      for (std::size_t p = 0; p < plane; ++p)
+        for (std::size_t c = 0; c < 3; ++c) record[1 + c * plane + p] = hwc[p * 3 + c];
+      detail::write_bytes(out, name, path, record.data(), record.size());
+    }
+    out.close();
+    if (!out) throw error(name + ": " + path.string() + ": write failed");
+  }
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/transforms.hpp ----
+// Vision transforms for dataset::map, as MindSpore's: rescale, normalize, hwc2chw,
+// type_cast, random_crop, random_horizontal_flip, resize (bilinear).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+namespace detail {
+/// Height, width and channels of an image of shape (H, W) or (H, W, C).
+struct image_dims {
+  std::size_t h, w, c;
+};
+inline image_dims image_shape(const std::string& name, const array& a) {
+  const std::vector<std::size_t> s = a.shape();
+  if (s.size() != 2 && s.size() != 3)
+    throw error(name + ": the image must have shape (height, width) or (height, width, channels): got " +
+                shape_string(s));
+  return {s[0], s[1], s.size() == 3 ? s[2] : 1};
+}
+/// v rounded to the nearest integer (halves away from zero), saturated to T's range.
+template <class T>
+T round_to(float v) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {  // the common case, without int64
+    return static_cast<std::uint8_t>((v >= 0.0f ? std::min(v, 255.0f) : 0.0f) + 0.5f);
+  } else {
+    constexpr float lo = static_cast<float>(std::numeric_limits<T>::min());
+    constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
+    if (!(v == v)) return T{0};
+    const float c = std::clamp(v, lo, hi);
+    auto t = static_cast<std::int64_t>(c);  // toward zero
+    const float r = c - static_cast<float>(t);
+    t += (r >= 0.5f) - (r <= -0.5f);
+    return static_cast<T>(std::clamp<std::int64_t>(t, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  }
+}
+/// The elements as float32: moved out when they are float32 already, else converted.
+inline xt::xarray<float> take_float(array a) {
+  if (a.type() == dtype::float32) return std::move(a.get<float>());
+  return a.to<float>();
+}
+/// An array of T with the shape of an (H, W) or (H, W, C) image.
+template <class T>
+xt::xarray<T> image_like(const array& a, std::size_t h, std::size_t w, std::size_t c) {
+  if (a.ndim() == 2) return xt::xarray<T>::from_shape({h, w});
+  return xt::xarray<T>::from_shape({h, w, c});
+}
+}  // namespace detail
+
+/// x * scale + shift, element by element, as float32 (MindSpore's Rescale):
+/// rescale(1.0f / 255, 0) maps uint8 pixels to [0, 1].
+inline transform rescale(float scale, float shift) {
+  return [=](array a) {
+    xt::xarray<float> x = detail::take_float(std::move(a));
+    float* v = x.data();
+    for (std::size_t i = 0, n = x.size(); i < n; ++i) v[i] = v[i] * scale + shift;
+    return array(std::move(x));
+  };
+}
+
+/// (x[..., c] - mean[c]) / std[c] over the last dim (the channels of an HWC image), as
+/// float32 (MindSpore's Normalize). One mean and std per channel.
+inline transform normalize(std::vector<float> mean, std::vector<float> stddev) {
+  if (mean.size() != stddev.size() || mean.empty())
+    throw error("normalize: give one mean and one std per channel: got " + std::to_string(mean.size()) +
+                " means and " + std::to_string(stddev.size()) + " stds");
+  for (std::size_t c = 0; c < stddev.size(); ++c)
+    if (!(stddev[c] > 0))
+      throw error("normalize: every std must be positive: std[" + std::to_string(c) + "] = " +
+                  std::to_string(stddev[c]));
+  return [mean = std::move(mean), stddev = std::move(stddev)](array a) {
+    const std::vector<std::size_t> s = a.shape();
+    if (s.empty() || s.back() != mean.size())
+      throw error("normalize: the image's last dim (channels) must equal the number of means: image shape " +
+                  detail::shape_string(s) + ", " + std::to_string(mean.size()) + " means");
+    xt::xarray<float> x = detail::take_float(std::move(a));
+    const std::size_t c = mean.size();
+    float* v = x.data();
+    for (std::size_t k = 0; k < c; ++k) {
+      const float m = mean[k], d = stddev[k];
+      for (std::size_t i = k, n = x.size(); i < n; i += c) v[i] = (v[i] - m) / d;
+    }
+    return array(std::move(x));
+  };
+}
+
+/// (H, W, C) -> (C, H, W), any dtype (MindSpore's HWC2CHW).
+inline transform hwc2chw() {
+  return [](array a) {
+    const std::vector<std::size_t> s = a.shape();
+    if (s.size() != 3)
+      throw error("hwc2chw: the image must have shape (height, width, channels): got " + detail::shape_string(s));
+    return a.visit([&](auto& x) {
+      using T = typename std::decay_t<decltype(x)>::value_type;
+      const std::size_t h = s[0], w = s[1], c = s[2];
+      if (c == 1) {  // the same bytes: only the shape changes
+        x.reshape({1, h, w});
+        return array(std::move(x));
+      }
+      xt::xarray<T> out = xt::xarray<T>::from_shape({c, h, w});
+      const T* in = x.data();
+      for (std::size_t k = 0; k < c; ++k) {
+        T* o = out.data() + k * h * w;
+        for (std::size_t p = 0; p < h * w; ++p) o[p] = in[p * c + k];
+      }
+      return array(std::move(out));
+    });
+  };
+}
+
+/// Converts the elements to `t` (MindSpore's TypeCast): float to integer truncates
+/// toward zero and saturates (NaN gives 0); int32 to uint8 saturates.
+inline transform type_cast(dtype t) {
+  return [t](const array& a) { return a.cast(t); };
+}
+
+/// Padding of an image's four sides, in MindSpore's order (left, top, right, bottom);
+/// one number pads all four.
+struct padding {
+  std::int64_t left = 0, top = 0, right = 0, bottom = 0;
+  padding() = default;
+  padding(std::int64_t all) : left(all), top(all), right(all), bottom(all) {}  // NOLINT: implicit
+  padding(std::int64_t l, std::int64_t t, std::int64_t r, std::int64_t b) : left(l), top(t), right(r), bottom(b) {}
+};
+
+/// Pads the image with zeros by `pad`, then cuts a height x width window at a random
+/// offset, uniform over every offset that fits (MindSpore's RandomCrop with constant
+/// fill 0). Images of shape (H, W) or (H, W, C), any dtype. The offset is drawn from
+/// rng::for_sample(seed, sample): the same for a sample in a pass on every run.
+///
+///     random_crop(32, 32, 4)   // CIFAR-10's augmentation: pad to 40x40, crop 32x32
+inline transform random_crop(std::int64_t height, std::int64_t width, padding pad = {}, std::uint64_t seed = 0) {
+  if (height < 1 || width < 1)
+    throw error("random_crop: the crop size must be positive: got " + std::to_string(height) + "x" +
+                std::to_string(width));
+  if (pad.left < 0 || pad.top < 0 || pad.right < 0 || pad.bottom < 0)
+    throw error("random_crop: the padding must not be negative");
+  return [=](const array& a, const sample_info& info) {
+    const detail::image_dims d = detail::image_shape("random_crop", a);
+    const std::size_t h = d.h, w = d.w, c = d.c;
+    const std::int64_t ph = static_cast<std::int64_t>(h) + pad.top + pad.bottom;
+    const std::int64_t pw = static_cast<std::int64_t>(w) + pad.left + pad.right;
+    if (height > ph || width > pw)
+      throw error("random_crop: the crop " + std::to_string(height) + "x" + std::to_string(width) +
+                  " is larger than the padded image " + std::to_string(ph) + "x" + std::to_string(pw));
+    rng g = rng::for_sample(seed, info, 0x63726f70);
+    const std::int64_t y0 = static_cast<std::int64_t>(g.below(static_cast<std::uint64_t>(ph - height + 1))) - pad.top;
+    const std::int64_t x0 = static_cast<std::int64_t>(g.below(static_cast<std::uint64_t>(pw - width + 1))) - pad.left;
+    return a.visit([&](const auto& x) {
+      using T = typename std::decay_t<decltype(x)>::value_type;
+      xt::xarray<T> out = detail::image_like<T>(a, static_cast<std::size_t>(height), static_cast<std::size_t>(width), c);
+      std::fill(out.data(), out.data() + out.size(), T{0});
+      for (std::int64_t y = 0; y < height; ++y) {
+        const std::int64_t sy = y0 + y;
+        if (sy < 0 || sy >= static_cast<std::int64_t>(h)) continue;
+        for (std::int64_t xx = 0; xx < width; ++xx) {
+          const std::int64_t sx = x0 + xx;
+          if (sx < 0 || sx >= static_cast<std::int64_t>(w)) continue;
+          const T* src = x.data() + (static_cast<std::size_t>(sy) * w + static_cast<std::size_t>(sx)) * c;
+          std::copy(src, src + c, out.data() + (static_cast<std::size_t>(y * width + xx)) * c);
+        }
+      }
+      return array(std::move(out));
+    });
+  };
+}
+
+/// Mirrors the image left-right with probability `prob` (MindSpore's
+/// RandomHorizontalFlip), drawn from rng::for_sample(seed, sample). (H, W) or (H, W, C).
+inline transform random_horizontal_flip(float prob = 0.5f, std::uint64_t seed = 0) {
+  if (!(prob >= 0 && prob <= 1))
+    throw error("random_horizontal_flip: the probability must be in [0, 1]: got " + std::to_string(prob));
+  return [=](array a, const sample_info& info) {
+    const detail::image_dims d = detail::image_shape("random_horizontal_flip", a);
+    const std::size_t h = d.h, w = d.w, c = d.c;
+    rng g = rng::for_sample(seed, info, 0x666c6970);
+    if (!(g.uniform() < prob) || w == 0) return a;
+    a.visit([&](auto& x) {
+      for (std::size_t y = 0; y < h; ++y)
+        for (std::size_t l = 0, r = w - 1; l < r; ++l, --r)
+          std::swap_ranges(x.data() + (y * w + l) * c, x.data() + (y * w + l + 1) * c, x.data() + (y * w + r) * c);
+    });
+    return a;
+  };
+}
+
+/// Bilinear resize to height x width (MindSpore's Resize with its default bilinear
+/// interpolation). Pixel centres are at half-integers (OpenCV's INTER_LINEAR, PyTorch's
+/// align_corners=False): output pixel y samples input row
+///     sy = (y + 0.5) * H_in / H_out - 0.5,
+/// clamped to [0, H_in - 1], weighting rows floor(sy) and floor(sy) + 1 by their
+/// distance; columns alike. Computed in float; integer images round to nearest and
+/// saturate (OpenCV's fixed-point uint8 path may differ from this by 1). Upsizing
+/// (0, 10; 20, 30) to 4x4 gives first row 0, 2.5, 7.5, 10; halving takes 2x2 means.
+inline transform resize(std::int64_t height, std::int64_t width) {
+  if (height < 1 || width < 1)
+    throw error("resize: the size must be positive: got " + std::to_string(height) + "x" + std::to_string(width));
+  return [=](const array& a) {
+    const detail::image_dims d = detail::image_shape("resize", a);
+    const std::size_t h = d.h, w = d.w, c = d.c;
+    if (h == 0 || w == 0) throw error("resize: the image is empty: shape " + detail::shape_string(a.shape()));
+    const std::size_t oh = static_cast<std::size_t>(height), ow = static_cast<std::size_t>(width);
+    // Source index and weight of the upper/left neighbour, per output row / column.
+    auto taps = [](std::size_t in, std::size_t out) {
+      std::vector<std::pair<std::size_t, float>> t(out);
+      const double scale = static_cast<double>(in) / static_cast<double>(out);
+      for (std::size_t i = 0; i < out; ++i) {
+        const double s = std::clamp((static_cast<double>(i) + 0.5) * scale - 0.5, 0.0, static_cast<double>(in - 1));
+        const std::size_t i0 = static_cast<std::size_t>(s);
+        t[i] = {i0, static_cast<float>(s - static_cast<double>(i0))};
+      }
+      return t;
+    };
+    const auto ty = taps(h, oh), tx = taps(w, ow);
+    return a.visit([&](const auto& x) {
+      using T = typename std::decay_t<decltype(x)>::value_type;
+      xt::xarray<T> out = detail::image_like<T>(a, oh, ow, c);
+      // Separable: interpolate input rows along x into r0 / r1 (each input row once
+      // while consecutive output rows share it), then blend the two rows along y.
+      const std::size_t n = ow * c;
+      std::vector<float> r0(n), r1(n);
+      std::size_t have0 = h, have1 = h;  // h: no row yet
+      auto along_x = [&](std::size_t r, std::vector<float>& dst) {
+        const T* src = x.data() + r * w * c;
+        for (std::size_t xo = 0; xo < ow; ++xo) {
+          const std::size_t a0 = tx[xo].first * c, a1 = std::min(tx[xo].first + 1, w - 1) * c;
+          const float fx = tx[xo].second;
+          for (std::size_t k = 0; k < c; ++k) {
+            const float p = static_cast<float>(src[a0 + k]), q = static_cast<float>(src[a1 + k]);
+            dst[xo * c + k] = p + fx * (q - p);
+          }
+        }
+      };
+      for (std::size_t y = 0; y < oh; ++y) {
+        const std::size_t y0 = ty[y].first, y1 = std::min(y0 + 1, h - 1);
+        const float fy = ty[y].second;
+        if (have0 != y0) {
+          if (have1 == y0) {
+            std::swap(r0, r1);
+            std::swap(have0, have1);
+          } else {
+            along_x(y0, r0);
+            have0 = y0;
+          }
+        }
+        if (have1 != y1) {
+          along_x(y1, r1);
+          have1 = y1;
+        }
+        T* o = out.data() + y * n;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = r0[i] + fy * (r1[i] - r0[i]);
+          if constexpr (std::is_floating_point_v<T>) o[i] = v;
+          else o[i] = detail::round_to<T>(v);
+        }
+      }
+      return array(std::move(out));
+    });
+  };
+}
+
+}  // namespace tessera::data
+// ---- tessera/data/synthetic.hpp ----
+// Synthetic labelled images, learnable by a small network: for examples and tests
+// that write them with write_mnist / write_cifar10 and read them back.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::data {
+
+/// Images and their labels, as write_mnist and write_cifar10 take them.
+struct labelled_images {
+  xt::xarray<std::uint8_t> images;  // (n, height, width, channels)
+  xt::xarray<std::uint8_t> labels;  // (n,), in [0, num_classes)
+};
+
+/// n images of height x width x channels: each class has a fixed random pattern, and
+/// each image is its class's pattern plus uniform noise of +-`noise` grey levels
+/// (clamped to [0, 255]); labels are uniform over the classes. The same arguments give
+/// the same images everywhere.
+///
+///     auto [images, labels] = data::synthetic_images(600, 28, 28, 1, 10, /*seed=*/1);
+///     data::write_mnist(dir, "train", images, labels);
+inline labelled_images synthetic_images(std::size_t n, std::size_t height, std::size_t width, std::size_t channels,
+                                        int num_classes, std::uint64_t seed, int noise = 48) {
+  if (num_classes < 1 || num_classes > 256)
+    throw error("synthetic_images: num_classes must be in [1, 256]: got " + std::to_string(num_classes));
+  if (noise < 0 || noise > 255)
+    throw error("synthetic_images: noise must be in [0, 255]: got " + std::to_string(noise));
+  const std::size_t pixels = height * width * channels;
+  std::vector<std::uint8_t> patterns(static_cast<std::size_t>(num_classes) * pixels);
+  rng g(make_key({seed, 0x70617474}));
+  for (std::uint8_t& v : patterns) v = static_cast<std::uint8_t>(g.below(256));
+  labelled_images out{xt::xarray<std::uint8_t>::from_shape({n, height, width, channels}),
+                      xt::xarray<std::uint8_t>::from_shape({n})};
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto label = static_cast<std::uint8_t>(g.below(static_cast<std::uint64_t>(num_classes)));
+    out.labels(i) = label;
+    const std::uint8_t* p = patterns.data() + label * pixels;
+    std::uint8_t* img = out.images.data() + i * pixels;
+    for (std::size_t k = 0; k < pixels; ++k) {
+      const int v = int{p[k]} + static_cast<int>(g.below(2 * static_cast<std::uint64_t>(noise) + 1)) - noise;
+      img[k] = static_cast<std::uint8_t>(std::clamp(v, 0, 255));
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::data
 #endif
 
 // comm/mpi.hpp: the MPI communicator
@@ -8955,6 +15671,7 @@ inline int mpi_world_rank() noexcept {
   std::fflush(stdout);
   std::fprintf(stderr, "tessera: rank %d: %s%s\n", mpi_world_rank(), prefix, what);
   std::fflush(stderr);
+  run_abort_hooks();
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }

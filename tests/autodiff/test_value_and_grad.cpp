@@ -4,6 +4,8 @@
 // gradients of a single-process computation, to float rounding.
 #include <doctest/doctest.h>
 
+#include "device_under_test.hpp"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,7 +14,7 @@
 #include <tessera/core/format.hpp>
 
 using namespace tessera;
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<testing::test_comm>;
 
 namespace {
 
@@ -25,14 +27,14 @@ xt::xarray<float> matrix(index_t rows, index_t cols, int seed) {
   return x;
 }
 
-dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
+testing::test_tensor shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
   dist_tensor<float> t(l, extents{index_t(g.shape()[0]), index_t(g.shape()[1])}, rank);
   t.fill_global([&](const auto& i) { return g(i[0], i[1]); });
-  return t;
+  return testing::to_test_device(t);
 }
 
-xt::xarray<float> gather(const dist_tensor<float>& x, ctx_t& ctx) {
-  return redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx).local();
+xt::xarray<float> gather(const testing::test_tensor& x, ctx_t& ctx) {
+  return testing::host_shard(redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx));
 }
 
 // One strategy per operator of the network.
@@ -62,7 +64,7 @@ bool close(const xt::xarray<float>& x, const xt::xarray<float>& y) {
 }  // namespace
 
 TEST_CASE("value_and_grad of the seed's MLP equals the single-process computation") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = matrix(B, IN, 1), gw = matrix(IN, HID, 2), gw2 = matrix(HID, OUT, 3),
@@ -86,12 +88,12 @@ TEST_CASE("value_and_grad of the seed's MLP equals the single-process computatio
     const ops::mul_op mul{s.mul};
     const ops::reduce_mean_op mean{s.mean, {}, false};  // over every dim, to a scalar
     // Parameters laid out as their MatMul wants them; data split as the first op wants.
-    const dist_tensor<float> x = shard_of(gx, mm1.rule(p).a, me);
-    const dist_tensor<float> t = shard_of(gt, layout::replicated(mesh{p}, 2), me);
-    const std::vector<dist_tensor<float>> params = {shard_of(gw, mm1.rule(p).b, me),
+    const testing::test_tensor x = shard_of(gx, mm1.rule(p).a, me);
+    const testing::test_tensor t = shard_of(gt, layout::replicated(mesh{p}, 2), me);
+    const std::vector<testing::test_tensor> params = {shard_of(gw, mm1.rule(p).b, me),
                                                     shard_of(gw2, mm2.rule(p).b, me)};
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, mpi_communicator>& tp, const auto& w) {
+        [&](autodiff::tape<float, testing::test_comm, testing::test_device>& tp, const auto& w) {
           const auto xin = tp.leaf(x, false), target = tp.leaf(t, false);
           const auto hid = autodiff::relu(relu, autodiff::matmul(mm1, xin, w[0]));
           const auto out = autodiff::matmul(mm2, hid, w[1]);
@@ -109,9 +111,9 @@ TEST_CASE("value_and_grad of the seed's MLP equals the single-process computatio
 }
 
 TEST_CASE("backward needs a scalar loss") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
-  autodiff::tape<float, mpi_communicator> tp(ctx);
-  const auto v = tp.leaf(dist_tensor<float>(layout::replicated(mesh{world.size()}, 2), extents{2, 2}, world.rank()));
+  autodiff::tape<float, testing::test_comm, testing::test_device> tp(ctx);
+  const auto v = tp.leaf(testing::test_tensor(layout::replicated(mesh{world.size()}, 2), extents{2, 2}, world.rank()));
   CHECK_THROWS_WITH_AS(tp.backward(v), "autodiff: backward starts from a scalar loss, got shape (2, 2)", error);
 }

@@ -6,6 +6,8 @@
 // relative tolerance of 1e-6.
 #include <doctest/doctest.h>
 
+#include "device_under_test.hpp"
+
 #include <cmath>
 #include <functional>
 #include <string>
@@ -19,7 +21,7 @@ namespace k = tessera::kernels::cpu;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<testing::test_comm>;
 
 std::vector<std::size_t> dims_of(const extents& e) {
   return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
@@ -46,7 +48,7 @@ xt::xarray<float> global_tensor(const extents& shape, int seed, bool divisor = f
   return x;
 }
 
-dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
+testing::test_tensor shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
   extents shape;
   shape.ndim = int(g.dimension());
   for (int d = 0; d < shape.ndim; ++d) shape.v[d] = index_t(g.shape()[d]);
@@ -57,11 +59,11 @@ dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int ran
     for (int d = 0; d < shape.ndim; ++d) lin = lin * g.shape()[d] + std::size_t(i[d]);
     return src->data()[lin];
   });
-  return t;
+  return testing::to_test_device(t);
 }
 
-xt::xarray<float> gather(const dist_tensor<float>& x, ctx_t& ctx) {
-  return redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx).local();
+xt::xarray<float> gather(const testing::test_tensor& x, ctx_t& ctx) {
+  return testing::host_shard(redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx));
 }
 
 bool close(const xt::xarray<float>& a, const xt::xarray<float>& b) {
@@ -149,9 +151,9 @@ std::pair<xt::xarray<float>, xt::xarray<float>> ref_backward(bin op, const xt::x
   return {k::reduce_to_shape(ga, a.shape()), k::reduce_to_shape(gb, b.shape())};
 }
 
-std::pair<dist_tensor<float>, std::pair<dist_tensor<float>, dist_tensor<float>>> run_binary(
-    bin which, const strategy& st, const dist_tensor<float>& a, const dist_tensor<float>& b,
-    const dist_tensor<float>& dy, ctx_t& ctx) {
+std::pair<testing::test_tensor, std::pair<testing::test_tensor, testing::test_tensor>> run_binary(
+    bin which, const strategy& st, const testing::test_tensor& a, const testing::test_tensor& b,
+    const testing::test_tensor& dy, ctx_t& ctx) {
   switch (which) {
     case bin::add: {
       const ops::add_op o{st};
@@ -198,7 +200,7 @@ TEST_CASE("elementwise rule: layouts of broadcasting strategies") {
 }
 
 TEST_CASE("elementwise: every strategy of add, sub, mul, div with broadcasting") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -219,8 +221,8 @@ TEST_CASE("elementwise: every strategy of add, sub, mul, div with broadcasting")
               ops::add_op{st}.rule(p, shape_list{sc.a, sc.b});
           const layout la = in_rule_layout ? r.in[0] : layout::replicated(mesh{p}, sc.a.ndim);
           const layout lb = in_rule_layout ? r.in[1] : layout::replicated(mesh{p}, sc.b.ndim);
-          const dist_tensor<float> a = shard_of(ga, la, me), b = shard_of(gb, lb, me);
-          const dist_tensor<float> dy = shard_of(gdy, layout::replicated(mesh{p}, sc.out.ndim), me);
+          const testing::test_tensor a = shard_of(ga, la, me), b = shard_of(gb, lb, me);
+          const testing::test_tensor dy = shard_of(gdy, layout::replicated(mesh{p}, sc.out.ndim), me);
           const auto [y, grads] = run_binary(which, st, a, b, dy, ctx);
           CHECK(y.layout() == r.out);
           CHECK(gather(y, ctx) == y_ref);
@@ -238,7 +240,7 @@ TEST_CASE("elementwise: every strategy of add, sub, mul, div with broadcasting")
 }
 
 TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -253,14 +255,14 @@ TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {
       const elementwise_layouts r = ops::relu_op{st}.rule(p, shape_list{shape});
       for (bool in_rule_layout : {true, false}) {
         const layout l = in_rule_layout ? r.in[0] : flat;
-        const dist_tensor<float> x = shard_of(gx, l, me), pos = shard_of(gpos, l, me);
-        const dist_tensor<float> dy = shard_of(gdy, flat, me);
+        const testing::test_tensor x = shard_of(gx, l, me), pos = shard_of(gpos, l, me);
+        const testing::test_tensor dy = shard_of(gdy, flat, me);
         {
           const ops::relu_op op{st};
-          const dist_tensor<float> y = ops::relu(op, x, ctx);
+          const testing::test_tensor y = ops::relu(op, x, ctx);
           CHECK(y.layout() == r.out);
           CHECK(gather(y, ctx) == k::relu(gx));
-          const dist_tensor<float> dx = ops::relu_backward(op, dy, x, ctx);
+          const testing::test_tensor dx = ops::relu_backward(op, dy, x, ctx);
           CHECK(dx.layout() == r.grad[0]);
           CHECK(gather(dx, ctx) == k::relu_grad(gdy, gx));
         }
@@ -288,7 +290,7 @@ TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {
 }
 
 TEST_CASE("elementwise: every strategy of bias_add; dbias is partial over the rows' axes") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -305,11 +307,11 @@ TEST_CASE("elementwise: every strategy of bias_add; dbias is partial over the ro
       for (int d = 0; d + 1 < shape.ndim; ++d) rows *= s.v[d];
       CHECK(r.grad[1].has_partial() == (rows > 1));
       for (bool in_rule_layout : {true, false}) {
-        const dist_tensor<float> x =
+        const testing::test_tensor x =
             shard_of(gx, in_rule_layout ? r.in[0] : layout::replicated(mesh{p}, shape.ndim), me);
-        const dist_tensor<float> b = shard_of(gb, in_rule_layout ? r.in[1] : layout::replicated(mesh{p}, 1), me);
-        const dist_tensor<float> dy = shard_of(gdy, layout::replicated(mesh{p}, shape.ndim), me);
-        const dist_tensor<float> y = ops::bias_add(op, x, b, ctx);
+        const testing::test_tensor b = shard_of(gb, in_rule_layout ? r.in[1] : layout::replicated(mesh{p}, 1), me);
+        const testing::test_tensor dy = shard_of(gdy, layout::replicated(mesh{p}, shape.ndim), me);
+        const testing::test_tensor y = ops::bias_add(op, x, b, ctx);
         CHECK(y.layout() == r.out);
         CHECK(gather(y, ctx) == k::bias_add(gx, gb));
         const auto [dx, db] = ops::bias_add_backward(op, dy, x, b, ctx);

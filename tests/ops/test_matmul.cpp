@@ -4,6 +4,8 @@
 // the comparison is equality.
 #include <doctest/doctest.h>
 
+#include "device_under_test.hpp"
+
 #include <string>
 #include <vector>
 #include <tessera/comm/mpi.hpp>
@@ -24,16 +26,16 @@ xt::xarray<float> global_matrix(index_t rows, index_t cols, int seed) {
 }
 
 // This rank's shard of a global matrix under layout l (non-partial).
-dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
+testing::test_tensor shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
   dist_tensor<float> t(l, extents{index_t(g.shape()[0]), index_t(g.shape()[1])}, rank);
   t.fill_global([&](const auto& i) { return g(i[0], i[1]); });
-  return t;
+  return testing::to_test_device(t);
 }
 
 // The whole matrix on every rank, through a redistribution to the replicated layout
 // of the world mesh (which also resolves partial sums).
-xt::xarray<float> gather(const dist_tensor<float>& x, device_context<mpi_communicator>& ctx) {
-  return redistribute(x, layout::replicated(mesh{ctx.size()}, 2), ctx).local();
+xt::xarray<float> gather(const testing::test_tensor& x, device_context<testing::test_comm>& ctx) {
+  return testing::host_shard(redistribute(x, layout::replicated(mesh{ctx.size()}, 2), ctx));
 }
 
 std::vector<strategy> strategies(int p, bool ta, bool tb) {
@@ -52,8 +54,8 @@ std::vector<strategy> strategies(int p, bool ta, bool tb) {
 }  // namespace
 
 TEST_CASE("matmul: every strategy and transpose gives the single-process product and gradients") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  testing::test_comm world = testing::test_world();
+  device_context<testing::test_comm> ctx(world);
   const int p = world.size(), me = world.rank();
   const mesh flat{p};
   int cases = 0;
@@ -76,12 +78,12 @@ TEST_CASE("matmul: every strategy and transpose gives the single-process product
         for (bool given_in_rule_layout : {true, false}) {
           const layout la = given_in_rule_layout ? r.a : layout::replicated(flat, 2);
           const layout lb = given_in_rule_layout ? r.b : layout::replicated(flat, 2);
-          const dist_tensor<float> a = shard_of(ga, la, me), b = shard_of(gb, lb, me);
-          const dist_tensor<float> c = ops::matmul(op, a, b, ctx);
+          const testing::test_tensor a = shard_of(ga, la, me), b = shard_of(gb, lb, me);
+          const testing::test_tensor c = ops::matmul(op, a, b, ctx);
           CHECK(c.layout() == r.c);
           CHECK(c.local_shape() == local_shape(r.c, extents{M, N}));
           CHECK(gather(c, ctx) == c_ref);
-          const dist_tensor<float> dc = shard_of(gdc, layout::replicated(flat, 2), me);
+          const testing::test_tensor dc = shard_of(gdc, layout::replicated(flat, 2), me);
           const auto [da, db] = ops::matmul_backward(op, dc, a, b, ctx);
           CHECK(da.layout() == r.grad_a);
           CHECK(db.layout() == r.grad_b);
@@ -96,17 +98,17 @@ TEST_CASE("matmul: every strategy and transpose gives the single-process product
 }
 
 TEST_CASE("matmul: the seed's strategy ((2, 4), (4, 1)) on 8 ranks") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   if (world.size() != 8) return;
-  device_context<mpi_communicator> ctx(world);
+  device_context<testing::test_comm> ctx(world);
   const ops::matmul_op op{strategy{{2, 4}, {4, 1}}};
   const matmul_layouts r = op.rule(8);
   CHECK(r.dev == mesh{2, 4, 1});
   const xt::xarray<float> ga = global_matrix(16, 32, 1), gb = global_matrix(32, 16, 2);
-  const dist_tensor<float> a = shard_of(ga, r.a, world.rank()), b = shard_of(gb, r.b, world.rank());
+  const testing::test_tensor a = shard_of(ga, r.a, world.rank()), b = shard_of(gb, r.b, world.rank());
   CHECK(a.local_shape() == extents{8, 8});  // the seed's local MatMul: (8, 8) x (8, 16)
   CHECK(b.local_shape() == extents{8, 16});
-  const dist_tensor<float> c = ops::matmul(op, a, b, ctx);
+  const testing::test_tensor c = ops::matmul(op, a, b, ctx);
   CHECK(c.local_shape() == extents{8, 16});
   CHECK(c.layout().is_partial(1));  // partial sums over ranks {0,1,2,3} and {4,5,6,7}
   CHECK(gather(c, ctx) == kernels::cpu::matmul(ga, gb));

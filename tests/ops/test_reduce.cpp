@@ -5,6 +5,8 @@
 // ties for the maximum, which the gradient splits among all tied positions.
 #include <doctest/doctest.h>
 
+#include "device_under_test.hpp"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,7 +19,7 @@ namespace k = tessera::kernels::cpu;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<testing::test_comm>;
 
 std::vector<std::size_t> dims_of(const extents& e) {
   return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
@@ -38,7 +40,7 @@ xt::xarray<float> global_tensor(const extents& shape, int seed) {
   return x;
 }
 
-dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
+testing::test_tensor shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
   extents shape;
   shape.ndim = int(g.dimension());
   for (int d = 0; d < shape.ndim; ++d) shape.v[d] = index_t(g.shape()[d]);
@@ -48,11 +50,11 @@ dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int ran
     for (int d = 0; d < shape.ndim; ++d) lin = lin * g.shape()[d] + std::size_t(i[d]);
     return g.data()[lin];
   });
-  return t;
+  return testing::to_test_device(t);
 }
 
-xt::xarray<float> gather(const dist_tensor<float>& x, ctx_t& ctx) {
-  return redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx).local();
+xt::xarray<float> gather(const testing::test_tensor& x, ctx_t& ctx) {
+  return testing::host_shard(redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx));
 }
 
 std::vector<split_tuple> split_tuples(const extents& shape, int p) {
@@ -98,7 +100,7 @@ TEST_CASE("reduce rule: kept dims keep their axes, split reduced dims leave part
 }
 
 TEST_CASE("reduce: every strategy, dims and keep_dims of reduce_sum, reduce_mean, reduce_max") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -126,7 +128,7 @@ TEST_CASE("reduce: every strategy, dims and keep_dims of reduce_sum, reduce_mean
         const xt::xarray<float> dsum_ref = k::reduce_sum_grad(gdy, gx.shape(), axes, keep);
         const xt::xarray<float> dmean_ref = k::reduce_mean_grad(gdy, gx.shape(), axes, keep);
         const xt::xarray<float> dmax_ref = k::reduce_max_grad(gdy, gx, max_ref, axes, keep);
-        const dist_tensor<float> dy = shard_of(gdy, layout::replicated(mesh{p}, out_shape.ndim), me);
+        const testing::test_tensor dy = shard_of(gdy, layout::replicated(mesh{p}, out_shape.ndim), me);
         for (const split_tuple& s : split_tuples(sd.shape, p)) {
           const strategy st{s};
           CAPTURE(to_string(st));
@@ -138,24 +140,24 @@ TEST_CASE("reduce: every strategy, dims and keep_dims of reduce_sum, reduce_mean
           const ops::reduce_max_op max_op{st, dims, keep};
           const reduce_layouts r = sum_op.rule(p, sd.shape);
           for (bool in_rule_layout : {true, false}) {
-            const dist_tensor<float> x = shard_of(gx, in_rule_layout ? r.in : flat, me);
-            const dist_tensor<float> ys = ops::reduce_sum(sum_op, x, ctx);
+            const testing::test_tensor x = shard_of(gx, in_rule_layout ? r.in : flat, me);
+            const testing::test_tensor ys = ops::reduce_sum(sum_op, x, ctx);
             CHECK(ys.layout() == r.out);
             CHECK(gather(ys, ctx) == sum_ref);
-            const dist_tensor<float> ym = ops::reduce_mean(mean_op, x, ctx);
+            const testing::test_tensor ym = ops::reduce_mean(mean_op, x, ctx);
             CHECK(ym.layout() == r.out);
             CHECK(gather(ym, ctx) == mean_ref);
-            const dist_tensor<float> yx = ops::reduce_max(max_op, x, ctx);
+            const testing::test_tensor yx = ops::reduce_max(max_op, x, ctx);
             CHECK(yx.layout() == max_op.rule(p, sd.shape).out);
             CHECK(yx.layout().op == (yx.layout().has_partial() ? reduce_op::max : reduce_op::sum));
             CHECK(gather(yx, ctx) == max_ref);
-            const dist_tensor<float> dxs = ops::reduce_sum_backward(sum_op, dy, x, ctx);
+            const testing::test_tensor dxs = ops::reduce_sum_backward(sum_op, dy, x, ctx);
             CHECK(dxs.layout() == r.in);
             CHECK(gather(dxs, ctx) == dsum_ref);
-            const dist_tensor<float> dxm = ops::reduce_mean_backward(mean_op, dy, x, ctx);
+            const testing::test_tensor dxm = ops::reduce_mean_backward(mean_op, dy, x, ctx);
             CHECK(dxm.layout() == r.in);
             CHECK(gather(dxm, ctx) == dmean_ref);
-            const dist_tensor<float> dxx = ops::reduce_max_backward(max_op, dy, x, yx, ctx);
+            const testing::test_tensor dxx = ops::reduce_max_backward(max_op, dy, x, yx, ctx);
             CHECK(dxx.layout() == r.in);
             CHECK(gather(dxx, ctx) == dmax_ref);
             ++cases;
@@ -184,4 +186,43 @@ TEST_CASE("reduce: bad dims and strategies name the operator, the rule, the numb
                        "reduce_sum: strategy: the product of an input's splits must divide the device "
                        "count: input 0: product of splits 3, device count 8; strategy ((3, 1),)",
                        error);
+}
+
+TEST_CASE("reduce: every strategy, dims and keep_dims of reduce_min; ties split across ranks") {
+  mpi_communicator world = mpi_communicator::world();
+  ctx_t ctx(world);
+  const int p = world.size(), me = world.rank();
+  int cases = 0;
+  const extents shape{4, 8, 4};
+  const xt::xarray<float> gx = global_tensor(shape, 5);
+  const layout flat = layout::replicated(mesh{p}, shape.ndim);
+  for (const dim_list& dims : {dim_list{}, dim_list{1}, dim_list{0, 2}, dim_list{-1}})
+    for (bool keep : {false, true}) {
+      const std::vector<int> axes = to_vector(dims);
+      const xt::xarray<float> min_ref = k::reduce_min(gx, axes, keep);
+      extents out_shape;
+      out_shape.ndim = int(min_ref.dimension());
+      for (int d = 0; d < out_shape.ndim; ++d) out_shape.v[d] = index_t(min_ref.shape()[d]);
+      const xt::xarray<float> gdy = global_tensor(out_shape, 6);
+      const xt::xarray<float> dmin_ref = k::reduce_min_grad(gdy, gx, min_ref, axes, keep);
+      const dist_tensor<float> dy = shard_of(gdy, layout::replicated(mesh{p}, out_shape.ndim), me);
+      for (const split_tuple& s : split_tuples(shape, p)) {
+        const ops::reduce_min_op op{strategy{s}, dims, keep};
+        CAPTURE(to_string(op.st));
+        CAPTURE(axes.size());
+        CAPTURE(keep);
+        const reduce_layouts r = op.rule(p, shape);
+        const dist_tensor<float> x = shard_of(gx, cases % 2 ? r.in : flat, me);
+        const dist_tensor<float> y = ops::reduce_min(op, x, ctx);
+        CHECK(y.layout() == r.out);
+        CHECK(y.layout().op == (y.layout().has_partial() ? reduce_op::min : reduce_op::sum));
+        CHECK(gather(y, ctx) == min_ref);
+        const dist_tensor<float> dx = ops::reduce_min_backward(op, dy, x, y, ctx);
+        CHECK(dx.layout() == r.in);
+        CHECK(gather(dx, ctx) == dmin_ref);
+        ++cases;
+      }
+    }
+  if (me == 0) MESSAGE(p << " ranks: " << cases << " reduce_min strategy cases checked");
+  CHECK(cases > 0);
 }

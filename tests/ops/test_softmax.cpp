@@ -6,6 +6,8 @@
 // single-process gradient.
 #include <doctest/doctest.h>
 
+#include "device_under_test.hpp"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -19,7 +21,7 @@ namespace k = tessera::kernels::cpu;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<testing::test_comm>;
 
 constexpr index_t B = 16, C = 8;
 
@@ -38,7 +40,7 @@ xt::xarray<float> labels_global() {
   return t;
 }
 
-dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
+testing::test_tensor shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
   extents shape;
   shape.ndim = int(g.dimension());
   for (int d = 0; d < shape.ndim; ++d) shape.v[d] = index_t(g.shape()[d]);
@@ -48,21 +50,22 @@ dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int ran
     for (int d = 0; d < shape.ndim; ++d) lin = lin * g.shape()[d] + std::size_t(i[d]);
     return g.data()[lin];
   });
-  return t;
+  return testing::to_test_device(t);
 }
 
 bool close(float a, float b) { return std::abs(a - b) <= 1e-6f * std::abs(b) + 1e-12f; }
 
 // Every local element of x (not partial) equals the reference at its global index.
-bool shard_matches(const dist_tensor<float>& x, const xt::xarray<float>& ref) {
+bool shard_matches(const testing::test_tensor& x, const xt::xarray<float>& ref) {
   if (x.layout().has_partial()) return false;
   const extents ls = x.local_shape(), off = x.local_offset();
   const std::size_t cols = ls.ndim == 2 ? std::size_t(ls.v[1]) : 1;
   const std::size_t ref_cols = ref.dimension() == 2 ? ref.shape()[1] : 1;
-  for (std::size_t lin = 0; lin < x.local().size(); ++lin) {
+  const xt::xarray<float> mine = testing::host_shard(x);
+  for (std::size_t lin = 0; lin < mine.size(); ++lin) {
     const std::size_t i = lin / cols + std::size_t(off.v[0]);
     const std::size_t j = lin % cols + (ls.ndim == 2 ? std::size_t(off.v[1]) : 0);
-    if (!close(x.local().data()[lin], ref.data()[i * ref_cols + j])) return false;
+    if (!close(mine.data()[lin], ref.data()[i * ref_cols + j])) return false;
   }
   return true;
 }
@@ -94,7 +97,7 @@ TEST_CASE("softmax_cross_entropy rule: (b, c) device matrix, loss split by the b
 }
 
 TEST_CASE("softmax_cross_entropy: every strategy equals the single-process kernel") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = logits_global(), gt = labels_global();
@@ -105,7 +108,7 @@ TEST_CASE("softmax_cross_entropy: every strategy equals the single-process kerne
   for (index_t i = 0; i < B; ++i)
     for (index_t j = 0; j < C; ++j) dx_ref(i, j) *= gdy(i);
   const layout flat = layout::replicated(mesh{p}, 2);
-  const dist_tensor<float> dy = shard_of(gdy, layout::replicated(mesh{p}, 1), me);
+  const testing::test_tensor dy = shard_of(gdy, layout::replicated(mesh{p}, 1), me);
   int cases = 0;
   for (const strategy& st : strategies(p)) {
     CAPTURE(to_string(st));
@@ -113,12 +116,12 @@ TEST_CASE("softmax_cross_entropy: every strategy equals the single-process kerne
     const cross_entropy_layouts r = op.rule(p, extents{B, C}, extents{B, C});
     for (bool in_rule_layout : {true, false}) {
       CAPTURE(in_rule_layout);
-      const dist_tensor<float> x = shard_of(gx, in_rule_layout ? r.logits : flat, me);
-      const dist_tensor<float> t = shard_of(gt, in_rule_layout ? r.labels : flat, me);
-      const dist_tensor<float> loss = ops::softmax_cross_entropy(op, x, t, ctx);
+      const testing::test_tensor x = shard_of(gx, in_rule_layout ? r.logits : flat, me);
+      const testing::test_tensor t = shard_of(gt, in_rule_layout ? r.labels : flat, me);
+      const testing::test_tensor loss = ops::softmax_cross_entropy(op, x, t, ctx);
       CHECK(loss.layout() == r.out);
       CHECK(shard_matches(loss, ref.loss));
-      const dist_tensor<float> dx = ops::softmax_cross_entropy_backward(op, dy, x, t, ctx);
+      const testing::test_tensor dx = ops::softmax_cross_entropy_backward(op, dy, x, t, ctx);
       CHECK(dx.layout() == r.logits);
       CHECK(shard_matches(dx, dx_ref));
       ++cases;
@@ -129,16 +132,16 @@ TEST_CASE("softmax_cross_entropy: every strategy equals the single-process kerne
 }
 
 TEST_CASE("softmax_cross_entropy: numerically stable for large logits") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = logits_global() * 100.0f + 1000.0f, gt = labels_global();
   const k::cross_entropy_result<float> ref = k::softmax_cross_entropy(gx, gt);
   const ops::softmax_cross_entropy_op op{strategy{{1, p}, {1, p}}};
   const cross_entropy_layouts r = op.rule(p, extents{B, C}, extents{B, C});
-  const dist_tensor<float> loss =
+  const testing::test_tensor loss =
       ops::softmax_cross_entropy(op, shard_of(gx, r.logits, me), shard_of(gt, r.labels, me), ctx);
-  for (float v : loss.local()) CHECK(std::isfinite(v));
+  for (float v : testing::host_shard(loss)) CHECK(std::isfinite(v));
   CHECK(shard_matches(loss, ref.loss));
 }
 
@@ -168,7 +171,7 @@ TEST_CASE("softmax_cross_entropy: bad strategies and shapes name the rule, the n
 }
 
 TEST_CASE("softmax_cross_entropy: value_and_grad of the mean loss equals the single-process gradient") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = logits_global(), gt = labels_global();
@@ -182,16 +185,16 @@ TEST_CASE("softmax_cross_entropy: value_and_grad of the mean loss equals the sin
     const ops::softmax_cross_entropy_op op{st};
     const ops::reduce_mean_op mean{strategy{{st.in[0].v[0]}}, {}, false};
     const cross_entropy_layouts r = op.rule(p, extents{B, C}, extents{B, C});
-    const dist_tensor<float> t = shard_of(gt, r.labels, me);
-    const std::vector<dist_tensor<float>> params = {shard_of(gx, r.logits, me)};
+    const testing::test_tensor t = shard_of(gt, r.labels, me);
+    const std::vector<testing::test_tensor> params = {shard_of(gx, r.logits, me)};
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, mpi_communicator>& tp, const auto& w) {
+        [&](autodiff::tape<float, testing::test_comm, testing::test_device>& tp, const auto& w) {
           const auto labels = tp.leaf(t, false);
           return autodiff::reduce_mean(mean, autodiff::softmax_cross_entropy(op, w[0], labels));
         },
         params, ctx);
-    const dist_tensor<float> l = redistribute(loss, layout::replicated(mesh{p}, 0), ctx);
-    CHECK(std::abs(l.local()() - loss_ref) <= 1e-6f * loss_ref);
+    const testing::test_tensor l = redistribute(loss, layout::replicated(mesh{p}, 0), ctx);
+    CHECK(std::abs(testing::host_shard(l)() - loss_ref) <= 1e-6f * loss_ref);
     CHECK(grads[0].layout() == r.logits);
     CHECK(shard_matches(grads[0], dx_ref));
   }

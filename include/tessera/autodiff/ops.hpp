@@ -2,12 +2,21 @@
 // and records its backward.
 #pragma once
 
+#include <initializer_list>
+#include <memory>
 #include <utility>
+#include <vector>
 #include <tessera/autodiff/tape.hpp>
+#include <tessera/ops/argmax.hpp>
+#include <tessera/ops/batch_matmul.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
+#include <tessera/ops/one_hot.hpp>
 #include <tessera/ops/reduce.hpp>
+#include <tessera/ops/shape.hpp>
 #include <tessera/ops/softmax.hpp>
+#include <tessera/ops/softmax_axis.hpp>
+#include <tessera/ops/sparse_cross_entropy.hpp>
 
 namespace tessera::autodiff {
 
@@ -92,6 +101,160 @@ var<T, C, D> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<
   return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     tp.add_grad(ix, ops::softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
   });
+}
+
+// ---- the remaining element-wise and reduction operators, BatchMatMul, OneHot, Softmax,
+// LogSoftmax, the data-movement operators, the sparse cross entropy and ArgMax ----------
+
+namespace detail {
+// Records a unary operator whose backward reads the operator's own output y:
+// bwd(op, g, x, y, ctx) -> dx.
+template <class T, class C, class D, class Op, class Fwd, class Bwd>
+var<T, C, D> unary_with_output(const Op& op, var<T, C, D> x, Fwd fwd, Bwd bwd) {
+  tape<T, C, D>& t = *x.t;
+  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
+  auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
+  const var<T, C, D> out =
+      t.record(std::move(y), [op, bwd, ix = x.id, self](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+        tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.value(*self), tp.ctx()));
+      });
+  *self = out.id;
+  return out;
+}
+}  // namespace detail
+
+template <class T, class C, class D>
+var<T, C, D> div(const ops::div_op& op, var<T, C, D> a, var<T, C, D> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::div(x...); },
+                        [](auto&&... x) { return ops::div_backward(x...); });
+}
+template <class T, class C, class D>
+var<T, C, D> exp(const ops::exp_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::exp(a...); },
+                       [](auto&&... a) { return ops::exp_backward(a...); });
+}
+template <class T, class C, class D>
+var<T, C, D> log(const ops::log_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::log(a...); },
+                       [](auto&&... a) { return ops::log_backward(a...); });
+}
+template <class T, class C, class D>
+var<T, C, D> neg(const ops::neg_op& op, var<T, C, D> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::neg(a...); },
+                       [](auto&&... a) { return ops::neg_backward(a...); });
+}
+/// The maximum over op.dims; the gradient goes to the maxima (ties share it).
+template <class T, class C, class D>
+var<T, C, D> reduce_max(const ops::reduce_max_op& op, var<T, C, D> x) {
+  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_max(a...); },
+                                   [](auto&&... a) { return ops::reduce_max_backward(a...); });
+}
+/// The minimum over op.dims; the gradient goes to the minima (ties share it).
+template <class T, class C, class D>
+var<T, C, D> reduce_min(const ops::reduce_min_op& op, var<T, C, D> x) {
+  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_min(a...); },
+                                   [](auto&&... a) { return ops::reduce_min_backward(a...); });
+}
+
+// The operators below run on host tensors (var<T, C>, the cpu_device default).
+
+/// C = op(A) op(B) per batch entry with BatchMatMul's strategy.
+template <class T, class C>
+var<T, C> batch_matmul(const ops::batch_matmul_op& op, var<T, C> a, var<T, C> b) {
+  return detail::binary(op, a, b, [](auto&&... x) { return ops::batch_matmul(x...); },
+                        [](auto&&... x) { return ops::batch_matmul_backward(x...); });
+}
+
+/// one_hot(indices) with values `on` and `off`: data, not differentiable (a constant on
+/// the tape, like a leaf without gradient).
+template <class T, class C>
+var<T, C> one_hot(const ops::one_hot_op& op, var<T, C> indices, T on = T(1), T off = T(0)) {
+  tape<T, C>& t = *indices.t;
+  return t.leaf(ops::one_hot(op, indices.value(), on, off, t.ctx()), false);
+}
+
+/// softmax(x) along op.axis; the backward reads the output.
+template <class T, class C>
+var<T, C> softmax(const ops::softmax_op& op, var<T, C> x) {
+  return detail::unary_with_output(
+      op, x, [](auto&&... a) { return ops::softmax(a...); },
+      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
+        return ops::softmax_backward(o, g, y, ctx);
+      });
+}
+/// log_softmax(x) along op.axis; the backward reads the output.
+template <class T, class C>
+var<T, C> log_softmax(const ops::log_softmax_op& op, var<T, C> x) {
+  return detail::unary_with_output(
+      op, x, [](auto&&... a) { return ops::log_softmax(a...); },
+      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
+        return ops::log_softmax_backward(o, g, y, ctx);
+      });
+}
+
+template <class T, class C>
+var<T, C> transpose(const ops::transpose_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::transpose(a...); },
+                       [](auto&&... a) { return ops::transpose_backward(a...); });
+}
+template <class T, class C>
+var<T, C> reshape(const ops::reshape_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::reshape(a...); },
+                       [](auto&&... a) { return ops::reshape_backward(a...); });
+}
+template <class T, class C>
+var<T, C> flatten(const ops::flatten_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::flatten(a...); },
+                       [](auto&&... a) { return ops::flatten_backward(a...); });
+}
+template <class T, class C>
+var<T, C> strided_slice(const ops::strided_slice_op& op, var<T, C> x) {
+  return detail::unary(op, x, [](auto&&... a) { return ops::strided_slice(a...); },
+                       [](auto&&... a) { return ops::strided_slice_backward(a...); });
+}
+/// The values joined along op.axis (all on one tape); each gets its slice of the gradient.
+template <class T, class C>
+var<T, C> concat(const ops::concat_op& op, const std::vector<var<T, C>>& xs) {
+  if (xs.empty()) throw error("concat: needs at least one input");
+  tape<T, C>& t = *xs[0].t;
+  std::vector<const dist_tensor<T>*> values;
+  std::vector<int> ids;
+  for (const var<T, C>& x : xs) {
+    values.push_back(&x.value());
+    ids.push_back(x.id);
+  }
+  dist_tensor<T> y = ops::concat(op, values, t.ctx());
+  return t.record(std::move(y), [op, ids](tape<T, C>& tp, const dist_tensor<T>& g) {
+    std::vector<const dist_tensor<T>*> in;
+    for (int id : ids) in.push_back(&tp.value(id));
+    std::vector<dist_tensor<T>> dxs = ops::concat_backward(op, g, in, tp.ctx());
+    for (std::size_t i = 0; i < ids.size(); ++i) tp.add_grad(ids[i], std::move(dxs[i]));
+  });
+}
+/// concat of a braced list: concat(op, {a, b}).
+template <class T, class C>
+var<T, C> concat(const ops::concat_op& op, std::initializer_list<var<T, C>> xs) {
+  return concat(op, std::vector<var<T, C>>(xs));
+}
+
+/// The per-sample loss (B,) of softmax(logits) against class labels (B,) (integer-valued);
+/// only the logits get a gradient.
+template <class T, class C>
+var<T, C> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C> logits,
+                                       var<T, C> labels) {
+  tape<T, C>& t = *logits.t;
+  dist_tensor<T> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+    tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
+  });
+}
+
+/// The indices of the maxima along op.axis, as values of T (for accuracy): a constant on
+/// the tape.
+template <class T, class C>
+var<T, C> argmax(const ops::argmax_op& op, var<T, C> x) {
+  tape<T, C>& t = *x.t;
+  return t.leaf(ops::argmax<T>(op, x.value(), t.ctx()), false);
 }
 
 }  // namespace tessera::autodiff

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 #include <tessera/core/error.hpp>
 #include <tessera/core/reduce_op.hpp>
 #include <tessera/plan/cost.hpp>
@@ -305,6 +306,20 @@ inline void check_tag(const char* fn, int tag) {
 inline void check_color(int color) {
   if (color < 0) [[unlikely]]
     fail_color(color);
+}
+
+// ---- the abort path ----------------------------------------------------------------
+
+/// Functions run when a rank ends the whole job on an error (run_mpi's abort path),
+/// before MPI_Abort: a backend with work in flight on a device registers one so that
+/// its kernels stop instead of waiting for peers that are gone (NCCL's ncclCommAbort).
+inline std::vector<void (*)()>& abort_hooks() {
+  static std::vector<void (*)()> hooks;
+  return hooks;
+}
+inline void add_abort_hook(void (*f)()) { abort_hooks().push_back(f); }
+inline void run_abort_hooks() noexcept {
+  for (void (*f)() : abort_hooks()) f();
 }
 
 // ---- helpers --------------------------------------------------------------------

@@ -135,6 +135,7 @@ inline int mpi_world_rank() noexcept {
   std::fflush(stdout);
   std::fprintf(stderr, "tessera: rank %d: %s%s\n", mpi_world_rank(), prefix, what);
   std::fflush(stderr);
+  run_abort_hooks();
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }

@@ -77,7 +77,54 @@ namespace tessera {
   X(cross_entropy_shapes, "softmax_cross_entropy: logits and labels must have the same shape",      \
     "dim {dim}: labels has extent {a}, logits {b}")                                                 \
   X(cross_entropy_split, "softmax_cross_entropy: logits and labels must be split alike",            \
-    "dim {dim}: labels split {a} ways, logits {b} ways")
+    "dim {dim}: labels split {a} ways, logits {b} ways")                                            \
+  X(batch_matmul_no_batch, "batch_matmul: at least one input must have batch dims (rank 3 or more)", \
+    "inputs have ranks {a} and {b}")                                                                \
+  X(batch_matmul_rank, "batch_matmul: an input has rank 2 (shared by every batch entry) or the "    \
+                       "output's rank", "input {dim} has rank {a}, the output {b}")                  \
+  X(batch_matmul_batch_shape, "batch_matmul: both inputs must have the same batch dims",            \
+    "dim {dim}: input 1 has extent {a}, input 0 {b}")                                               \
+  X(batch_matmul_contraction_shape, "batch_matmul: the contraction dims of both inputs must have "  \
+                                    "the same extent", "input 0 has {a}, input 1 {b}")             \
+  X(batch_matmul_batch_split, "batch_matmul: both inputs must split each batch dim alike",          \
+    "dim {dim}: input 1 splits it {a} ways, input 0 {b} ways")                                      \
+  X(batch_matmul_contraction, "batch_matmul: both inputs must split the contraction dim into the "  \
+                              "same number of pieces", "input 0 splits it {a} ways, input 1 {b} ways") \
+  X(one_hot_inputs, "one_hot: a strategy is ((output splits),) or ((output splits), (), ())",       \
+    "{a} split tuples")                                                                             \
+  X(one_hot_value_split, "one_hot: the on and off values are scalars, with empty split tuples",     \
+    "input {dim} has {a} entries")                                                                  \
+  X(one_hot_ndim, "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,)", \
+    "{a} entries for an output of rank {b}")                                                        \
+  X(one_hot_depth, "one_hot: depth must not be negative", "depth {a}")                              \
+  X(softmax_axis, "softmax: the axis must name a dim of the input", "axis {a}, input rank {b}")     \
+  X(transpose_perm_size, "transpose: perm must have one entry per input dim",                       \
+    "perm has {a} entries, the input has rank {b}")                                                 \
+  X(transpose_perm, "transpose: perm must be a permutation of the input's dims",                    \
+    "entry {dim} is {a}, input rank {b}")                                                           \
+  X(reshape_target, "reshape: each target dim must be non-negative, or -1 (inferred) for one dim",  \
+    "dim {dim} is {a}")                                                                             \
+  X(reshape_size, "reshape: the target shape must have the input's number of elements",             \
+    "the input has {a} elements, the target {b}")                                                   \
+  X(slice_lengths, "strided_slice: begin, end and strides must have the same length (strides may "  \
+                   "be empty)", "begin has {a} entries, end or strides {b}")                        \
+  X(slice_rank, "strided_slice: begin must not name more dims than the input has",                  \
+    "{a} entries, input rank {b}")                                                                  \
+  X(slice_stride, "strided_slice: a stride must not be 0", "dim {dim}")                             \
+  X(concat_inputs, "concat: needs between 1 and max_strategy_inputs inputs", "{a} inputs")          \
+  X(concat_axis, "concat: the axis must name a dim of the inputs", "axis {a}, input rank {b}")      \
+  X(concat_rank, "concat: every input must have input 0's rank", "input {dim} has rank {a}, input 0 {b}") \
+  X(concat_shapes, "concat: the inputs' dims other than the axis must agree",                       \
+    "input {dim}, dim {axis}: extent {a}, input 0 {b}")                                             \
+  X(concat_split_mismatch, "concat: every input must be split alike",                               \
+    "input {dim}, dim {axis}: split {a}, input 0 {b}")                                              \
+  X(concat_axis_split, "concat: the concat axis cannot be split", "input {dim} splits dim {axis} {a} ways") \
+  X(sparse_cross_entropy_rank, "sparse_softmax_cross_entropy: logits must have rank 2 (batch, "     \
+                               "classes) and labels rank 1 (batch)", "input {dim} has rank {a}")   \
+  X(sparse_cross_entropy_shapes, "sparse_softmax_cross_entropy: labels must have one entry per row " \
+                                 "of the logits", "labels has {a} entries, logits {b} rows")        \
+  X(sparse_cross_entropy_split, "sparse_softmax_cross_entropy: labels must be split as the logits' " \
+                                "batch dim", "labels split {a} ways, the logits' batch dim {b} ways")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {

@@ -1,4 +1,4 @@
-// Sharded reductions: ReduceSum, ReduceMean and ReduceMax over a list of dims, with
+// Sharded reductions: ReduceSum, ReduceMean, ReduceMax and ReduceMin over a list of dims, with
 // keep_dims, and their backward. The sharding rule is ops/reduce_rule.hpp, the local
 // math the tensors' device's backend (kernels/backend.hpp). A split reduced dim leaves
 // the output partial.
@@ -21,7 +21,7 @@
 namespace tessera::ops {
 
 /// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))`
-/// applied over `dims`. How is sum, mean or max.
+/// applied over `dims`. How is sum, mean, max or min.
 template <reduce_op How>
 struct reduction_op {
   strategy st;
@@ -52,6 +52,7 @@ struct reduction_op {
 using reduce_sum_op = reduction_op<reduce_op::sum>;
 using reduce_mean_op = reduction_op<reduce_op::mean>;
 using reduce_max_op = reduction_op<reduce_op::max>;
+using reduce_min_op = reduction_op<reduce_op::min>;
 
 namespace detail {
 
@@ -71,6 +72,10 @@ tensor_on<T, D> reduce_forward(const reduction_op<How>& op, const tensor_on<T, D
   const std::vector<int> axes = reduced_axes(r, x.ndim());
   if constexpr (How == reduce_op::max) {
     return tensor_on<T, D>(r.out, r.shape, ctx.rank(), K::reduce_max(lx->local(), axes, op.keep_dims));
+  } else if constexpr (How == reduce_op::min) {
+    // min(x) = -max(-x), exactly (negation is exact): no second kernel per device.
+    return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                           K::neg(K::reduce_max(K::neg(lx->local()), axes, op.keep_dims)));
   } else {
     auto s = K::reduce_sum(lx->local(), axes, op.keep_dims);
     // The global count: the partial terms add up to the mean.
@@ -169,6 +174,30 @@ tensor_on<T, D> reduce_max_backward(const reduce_max_op& op, const tensor_on<T, 
   return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(),
                          K::reduce_max_spread(ldy->local(), lx->local(), ly->local(), all_ties->local(), axes,
                                               op.keep_dims));
+}
+
+/// The minimum of x over op.dims: the output is partial (min) over the mesh axes of
+/// split reduced dims.
+template <class T, class D, class C>
+tensor_on<T, D> reduce_min(const reduce_min_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, x, ctx);
+}
+
+/// dx of y = reduce_min(x), given dy and the forward output y (any layouts), with ties
+/// split as in reduce_max_backward. min(x) = -max(-x) and the gradient is linear in dy,
+/// so this is reduce_max_backward of dy at -x and -y (negation is exact: the same ties).
+template <class T, class D, class C>
+tensor_on<T, D> reduce_min_backward(const reduce_min_op& op, const tensor_on<T, D>& dy,
+                                    const tensor_on<T, D>& x, const tensor_on<T, D>& y,
+                                    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  // Resolved first: a negated partial minimum would be a partial maximum.
+  const auto lx = in_layout(x, r.in, ctx);
+  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
+  const tensor_on<T, D> nx(lx->layout(), x.global_shape(), ctx.rank(), K::neg(lx->local()));
+  const tensor_on<T, D> ny(ly->layout(), y.global_shape(), ctx.rank(), K::neg(ly->local()));
+  return reduce_max_backward(reduce_max_op{op.st, op.dims, op.keep_dims}, dy, nx, ny, ctx);
 }
 
 }  // namespace tessera::ops

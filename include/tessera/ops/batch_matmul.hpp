@@ -1,0 +1,108 @@
+// Sharded BatchMatMul: the sharding rule (ops/batch_matmul_rule.hpp), the local batched
+// product (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
+// redistributed first, by the cheapest plan.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/cpu/matmul.hpp>
+#include <tessera/ops/batch_matmul_rule.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::ops {
+
+/// BatchMatMul with a shard strategy, as `BatchMatMul(transpose_a, transpose_b).shard(st)`:
+/// A (batch..., m, k) times B (batch..., k, n), either of them possibly a plain matrix
+/// shared by every batch entry; the strategy splits every dim of each input.
+struct batch_matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  static constexpr std::string_view name() { return "batch_matmul"; }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
+  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
+  /// (1, 2, 1))".
+  batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
+    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
+      throw error(s, own ? std::string_view{} : name(),
+                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
+    }
+    return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
+  }
+};
+
+namespace detail {
+
+// A shard seen as the kernels' rank 2 or 3: leading batch dims folded into one (a
+// row-major copy only when there are several of them).
+template <class T>
+class batched_view {
+ public:
+  explicit batched_view(const xt::xarray<T>& x) : x_(&x) {
+    if (x.dimension() <= 3) return;
+    std::size_t b = 1;
+    for (std::size_t d = 0; d + 2 < x.dimension(); ++d) b *= x.shape()[d];
+    folded_ = x;
+    folded_->reshape({b, x.shape()[x.dimension() - 2], x.shape()[x.dimension() - 1]});
+  }
+  const xt::xarray<T>& operator*() const { return folded_ ? *folded_ : *x_; }
+
+ private:
+  const xt::xarray<T>* x_;
+  std::optional<xt::xarray<T>> folded_;
+};
+
+}  // namespace detail
+
+/// C = op(A) op(B) for every batch entry, on this rank's shards. A and B are
+/// redistributed to the rule's layouts if they are not in them; C comes back in the
+/// rule's output layout, partial over the contraction axis when the strategy splits it.
+template <class T, class C>
+dist_tensor<T> batch_matmul(const batch_matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                            device_context<C>& ctx) {
+  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const detail::batched_view<T> va(la->local()), vb(lb->local());
+  return dist_tensor<T>(r.c, r.shape, ctx.rank(),
+                        kernels::cpu::batch_matmul(*va, *vb, op.trans_a, op.trans_b));
+}
+
+/// The gradients of C = batch_matmul(A, B) given dC (any layout of C's shape; partial
+/// sums are resolved first): dA in the rule's grad_a layout, dB in grad_b. A shared
+/// input's gradient is summed over the batch entries this rank holds, and partial over
+/// the batch axes.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matmul_op& op,
+                                                                const dist_tensor<T>& dc,
+                                                                const dist_tensor<T>& a,
+                                                                const dist_tensor<T>& b,
+                                                                device_context<C>& ctx) {
+  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  if (!(dc.global_shape() == r.shape))
+    throw error("batch_matmul_backward: dc is " + to_string(dc.global_shape()) + ", expected " +
+                to_string(r.shape));
+  const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const detail::batched_view<T> vdc(ldc->local()), va(la->local()), vb(lb->local());
+  namespace k = kernels::cpu;
+  return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
+                         k::batch_matmul_grad_a(*vdc, *va, *vb, op.trans_a, op.trans_b)),
+          dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
+                         k::batch_matmul_grad_b(*vdc, *va, *vb, op.trans_a, op.trans_b))};
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,298 @@
+// Sharded data-movement operators: Transpose, Reshape, Flatten, StridedSlice and Concat,
+// and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels
+// kernels/cpu/shape.hpp. Inputs in other layouts are redistributed first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/cpu/shape.hpp>
+#include <tessera/ops/shape_rule.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::ops {
+
+namespace detail {
+// Throws the rule's error, prefixed with the operator's name unless the rule's text
+// already starts with it.
+inline void require_rule(const status& s, std::string_view op, const strategy& st) {
+  if (s.ok()) return;
+  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
+  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
+}
+
+template <class T>
+void require_dy(std::string_view fn, const dist_tensor<T>& dy, const extents& expected) {
+  if (!(dy.global_shape() == expected))
+    throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
+                to_string(expected));
+}
+
+template <class T>
+xt::xarray<T> copy_of(const xt::xarray<T>& x) {
+  return x;
+}
+}  // namespace detail
+
+// ---- Transpose -----------------------------------------------------------------------
+
+/// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
+/// applied with `perm`.
+struct transpose_op {
+  strategy st;
+  dim_list perm;
+
+  static constexpr std::string_view name() { return "transpose"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
+  /// rank 2; strategy ((2, 4),)".
+  transpose_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
+    return transpose_rule(st, device_num, shape, perm);
+  }
+  std::vector<int> perm_vector(const transpose_layouts& r) const {
+    return std::vector<int>(r.perm.v.begin(), r.perm.v.begin() + r.perm.n);
+  }
+};
+
+/// y = x permuted by op.perm, on this rank's shard: the output's layout is the input's,
+/// permuted, so no data moves between ranks (x in another layout is redistributed first).
+template <class T, class C>
+dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::transpose(lx->local(), op.perm_vector(r)));
+}
+
+/// dx of y = transpose(x, perm): dy (any layout of y's shape) transposed back, in the
+/// rule's input layout.
+template <class T, class C>
+dist_tensor<T> transpose_backward(const transpose_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                  device_context<C>& ctx) {
+  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+                        kernels::cpu::transpose_grad(ldy->local(), op.perm_vector(r)));
+}
+
+// ---- Reshape and Flatten -----------------------------------------------------------
+
+/// Reshape with a shard strategy for its input, as `Reshape().shard(((2, 1),))` applied
+/// with `target` (one entry may be -1, inferred).
+struct reshape_op {
+  strategy st;
+  extents target;
+
+  static constexpr std::string_view name() { return "reshape"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "reshape: the target shape must have the input's number of elements: the input
+  /// has 128 elements, the target 96; strategy ((2, 1),)".
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_reshape(st, device_num, shape, target), name(), st);
+    return reshape_rule(st, device_num, shape, target);
+  }
+};
+
+/// Flatten with a shard strategy for its input: reshape to (shape[0], the product of
+/// the other dims).
+struct flatten_op {
+  strategy st;
+
+  static constexpr std::string_view name() { return "flatten"; }
+  reshape_op as_reshape(const extents& shape) const { return reshape_op{st, flatten_target(shape)}; }
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_reshape(st, device_num, shape, flatten_target(shape)), name(), st);
+    return reshape_rule(st, device_num, shape, flatten_target(shape));
+  }
+};
+
+namespace detail {
+template <class Op, class T, class C>
+dist_tensor<T> reshape_forward(const Op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);  // a move when the strategy's splits do not survive
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
+}
+template <class Op, class T, class C>
+dist_tensor<T> reshape_backward(const Op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(), copy_of(ldy->local()));
+}
+}  // namespace detail
+
+/// y = x's elements in row-major order in op.target's shape. Each rank reshapes its own
+/// shard when the strategy's splits survive the reshape (see reshape_rule); otherwise x
+/// is first redistributed to the rule's `in` layout, where they do.
+template <class T, class C>
+dist_tensor<T> reshape(const reshape_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, x, ctx);
+}
+
+/// dx of y = reshape(x, target): dy reshaped back, in the rule's `in` layout.
+template <class T, class C>
+dist_tensor<T> reshape_backward(const reshape_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  return detail::reshape_backward(op, dy, x, ctx);
+}
+
+/// y = x as (shape[0], the product of the other dims) (see reshape).
+template <class T, class C>
+dist_tensor<T> flatten(const flatten_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, x, ctx);
+}
+
+/// dx of y = flatten(x): dy reshaped back to x's shape.
+template <class T, class C>
+dist_tensor<T> flatten_backward(const flatten_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
+                                device_context<C>& ctx) {
+  return detail::reshape_backward(op, dy, x, ctx);
+}
+
+// ---- StridedSlice ------------------------------------------------------------------
+
+/// StridedSlice with a shard strategy for its input, as
+/// `StridedSlice().shard(((2, 1),))` applied with begin, end and strides (Python slice
+/// semantics on the leading dims; no strides: all 1).
+struct strided_slice_op {
+  strategy st;
+  index_list begin, end, strides;
+
+  static constexpr std::string_view name() { return "strided_slice"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
+  strided_slice_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
+    return strided_slice_rule(st, device_num, shape, begin, end, strides);
+  }
+
+  /// The slice each rank applies to its shard: the cut dims as given (they are whole
+  /// on every rank), the whole dims taken whole.
+  struct local_slice {
+    std::vector<index_t> begin, end, strides;
+  };
+  local_slice local(const strided_slice_layouts& r) const {
+    local_slice s;
+    for (int d = 0; d < begin.n; ++d) {
+      const bool cut = (r.cut >> d & 1u) != 0;
+      s.begin.push_back(cut ? begin.v[d] : 0);
+      s.end.push_back(cut ? end.v[d] : std::numeric_limits<index_t>::max());
+      s.strides.push_back(cut && strides.n ? strides.v[d] : 1);
+    }
+    return s;
+  }
+};
+
+/// y = x[begin:end:strides] on this rank's shard. Dims taken whole keep their splits;
+/// a cut dim must be whole on every rank, so where the strategy splits one, x is first
+/// gathered along it (the rule's `in` layout).
+template <class T, class C>
+dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  const auto lx = in_layout(x, r.in, ctx);
+  const auto s = op.local(r);
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::strided_slice(lx->local(), s.begin, s.end, s.strides));
+}
+
+/// dx of y = strided_slice(x, ...): dy (any layout of y's shape) scattered into zeros
+/// at the sliced positions, in the rule's `in` layout.
+template <class T, class C>
+dist_tensor<T> strided_slice_backward(const strided_slice_op& op, const dist_tensor<T>& dy,
+                                      const dist_tensor<T>& x, device_context<C>& ctx) {
+  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  const auto s = op.local(r);
+  const extents ls = local_shape(r.in, x.global_shape());
+  const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
+  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+                        kernels::cpu::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
+}
+
+// ---- Concat ------------------------------------------------------------------------
+
+/// Concat with a shard strategy, as `Concat(axis).shard(((2, 1), (2, 1)))`: one split
+/// tuple per input, all alike, the axis unsplit.
+struct concat_op {
+  strategy st;
+  int axis = 0;
+
+  static constexpr std::string_view name() { return "concat"; }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
+  /// ((2, 4), (2, 4))".
+  concat_layouts rule(int device_num, const shape_list& shapes) const {
+    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
+    return concat_rule(st, device_num, shapes, axis);
+  }
+  template <class T>
+  concat_layouts rule(int device_num, const std::vector<const dist_tensor<T>*>& xs) const {
+    shape_list shapes;
+    shapes.n = int(xs.size());
+    for (std::size_t i = 0; i < xs.size() && i < std::size_t(max_strategy_inputs); ++i)
+      shapes.v[i] = xs[i]->global_shape();
+    return rule(device_num, shapes);
+  }
+};
+
+namespace detail {
+template <class T>
+std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& xs) {
+  std::vector<const dist_tensor<T>*> p;
+  for (const dist_tensor<T>& x : xs) p.push_back(&x);
+  return p;
+}
+}  // namespace detail
+
+/// The inputs joined along op.axis, each rank joining its shards: no communication
+/// beyond bringing inputs to the rule's layout.
+template <class T, class C>
+dist_tensor<T> concat(const concat_op& op, const std::vector<const dist_tensor<T>*>& xs, device_context<C>& ctx) {
+  const concat_layouts r = op.rule(ctx.size(), xs);
+  std::vector<laid_out<T>> in;
+  in.reserve(xs.size());
+  for (const dist_tensor<T>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
+  std::vector<const xt::xarray<T>*> shards;
+  for (const laid_out<T>& x : in) shards.push_back(&x->local());
+  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::detail::concat_impl(shards, r.axis));
+}
+template <class T, class C>
+dist_tensor<T> concat(const concat_op& op, const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+  return concat(op, detail::pointers(xs), ctx);
+}
+
+/// The inputs' gradients of y = concat(xs, axis): dy (any layout of y's shape) cut
+/// along the axis into the inputs' extents, each in the rule's input layout.
+template <class T, class C>
+std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
+                                            const std::vector<const dist_tensor<T>*>& xs,
+                                            device_context<C>& ctx) {
+  const concat_layouts r = op.rule(ctx.size(), xs);
+  detail::require_dy(op.name(), dy, r.shape);
+  const auto ldy = in_layout(dy, r.out, ctx);
+  std::vector<std::size_t> sizes;
+  for (const dist_tensor<T>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
+  std::vector<xt::xarray<T>> pieces = kernels::cpu::split(ldy->local(), sizes, r.axis);
+  std::vector<dist_tensor<T>> dxs;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    dxs.emplace_back(r.in, xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
+  return dxs;
+}
+template <class T, class C>
+std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
+                                            const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+  return concat_backward(op, dy, detail::pointers(xs), ctx);
+}
+
+}  // namespace tessera::ops

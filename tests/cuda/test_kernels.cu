@@ -1,0 +1,289 @@
+// Every CUDA kernel against its host twin (kernels/cpu/), on shapes that take each
+// code path: contiguous and vectorised, broadcast, every subset of reduced axes, rows,
+// columns and whole-tensor reductions split over many blocks, transposed products.
+// Small-integer data where the result must be exact; otherwise float rounding
+// (different summation orders) within a relative tolerance. Plus the storage kernels,
+// the caching allocator and the error texts (the same as the host kernels').
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+#include <tessera/cuda.hpp>
+
+using namespace tessera;
+namespace kc = tessera::kernels::cuda;
+namespace kh = tessera::kernels::cpu;
+using darray = cuda::device_array<float>;
+using S = storage<float, cuda_device>;
+
+namespace {
+
+std::vector<std::size_t> shape_of(std::initializer_list<std::size_t> s) { return std::vector<std::size_t>(s); }
+
+// Values i * 7 % 11 - 5 (exact in every sum and product here), or uniform in [lo, hi).
+xt::xarray<float> host_array(const std::vector<std::size_t>& shape, int seed, bool ints = true, float lo = -2.0f,
+                             float hi = 2.0f) {
+  xt::xarray<float> x = xt::xarray<float>::from_shape(shape);
+  std::mt19937 gen{unsigned(seed)};
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x.data()[i] = ints ? float(std::int64_t(i * 7 + std::size_t(seed)) % 11 - 5) : u(gen);
+  return x;
+}
+
+darray dev(const xt::xarray<float>& h) { return S::from_host(h); }
+xt::xarray<float> host(const darray& d) { return S::to_host(d); }
+
+bool same_shape(const xt::xarray<float>& a, const xt::xarray<float>& b) {
+  return std::vector<std::size_t>(a.shape().begin(), a.shape().end()) ==
+         std::vector<std::size_t>(b.shape().begin(), b.shape().end());
+}
+bool same_values(const xt::xarray<float>& a, const xt::xarray<float>& b) {
+  if (!same_shape(a, b)) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(a.data()[i] == b.data()[i]) && !(std::isnan(a.data()[i]) && std::isnan(b.data()[i]))) return false;
+  return true;
+}
+// |a - b| <= tol (|b| + scale), scale the largest |b| (sums of many terms).
+bool near(const xt::xarray<float>& a, const xt::xarray<float>& b, float tol = 1e-5f) {
+  if (!same_shape(a, b)) return false;
+  float scale = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) scale = std::max(scale, std::abs(b.data()[i]));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::abs(a.data()[i] - b.data()[i]) > tol * (std::abs(b.data()[i]) + scale) + 1e-30f) return false;
+  return true;
+}
+
+// Every subset of the dims of a rank-n shape, as ascending axis lists.
+std::vector<std::vector<int>> axis_subsets(int n) {
+  std::vector<std::vector<int>> out;
+  for (int m = 0; m < (1 << n); ++m) {
+    std::vector<int> a;
+    for (int d = 0; d < n; ++d)
+      if (m >> d & 1) a.push_back(d);
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("storage: host round trip, fill, and box copies of every kind") {
+  const xt::xarray<float> h = host_array(shape_of({3, 5, 7}), 1);
+  CHECK(same_values(host(dev(h)), h));
+  darray d(shape_of({1000003}));
+  S::fill(d, 2.5f);
+  const xt::xarray<float> f = host(d);
+  for (float v : f) REQUIRE(v == 2.5f);
+  // Boxes of a (4, 6, 8) array into a (5, 7, 9) array: contiguous, 2-D and strided copies.
+  const xt::xarray<float> src = host_array(shape_of({4, 6, 8}), 2);
+  const extents ss{4, 6, 8}, ds{5, 7, 9};
+  struct box_case { extents so, doff, box; };
+  const std::vector<box_case> cases = {
+      {extents{0, 0, 0}, extents{1, 1, 1}, extents{4, 6, 8}},  // strided in dst
+      {extents{1, 0, 0}, extents{0, 0, 0}, extents{2, 6, 8}},  // whole rows: 2-D copy
+      {extents{0, 2, 3}, extents{3, 4, 5}, extents{1, 3, 4}},  // general
+      {extents{2, 5, 7}, extents{4, 6, 8}, extents{1, 1, 1}},  // one element
+  };
+  for (const auto& c : cases) {
+    darray dd(shape_of({5, 7, 9})), sd = dev(src);
+    S::fill(dd, -1.0f);
+    xt::xarray<float> expect = xt::xarray<float>::from_shape({5, 7, 9});
+    std::fill(expect.begin(), expect.end(), -1.0f);
+    tessera::detail::copy_box(src.data(), ss, c.so, expect.data(), ds, c.doff, c.box);
+    S::copy_box(sd.data(), ss, c.so, dd.data(), ds, c.doff, c.box);
+    CHECK(same_values(host(dd), expect));
+  }
+  // A (2, 3) box at the start of identical (2, 3) arrays: one contiguous copy.
+  darray a = dev(host_array(shape_of({2, 3}), 3)), b(shape_of({2, 3}));
+  S::copy_box(a.data(), extents{2, 3}, extents{0, 0}, b.data(), extents{2, 3}, extents{0, 0}, extents{2, 3});
+  CHECK(same_values(host(b), host(a)));
+}
+
+TEST_CASE("element-wise kernels equal the host's, with broadcasting") {
+  struct pair_case { std::vector<std::size_t> a, b; };
+  const std::vector<pair_case> shapes = {{{3, 4}, {3, 4}},       {{3, 1}, {1, 4}},   {{4}, {2, 3, 4}},
+                                         {{}, {5}},              {{2, 1, 3}, {4, 1}}, {{1000003}, {1000003}},
+                                         {{257, 129}, {129}}};
+  for (const auto& sc : shapes) {
+    CAPTURE(kh::detail::shape_text(sc.a));
+    CAPTURE(kh::detail::shape_text(sc.b));
+    const xt::xarray<float> a = host_array(sc.a, 1), b = host_array(sc.b, 2);
+    xt::xarray<float> bnz = b;  // no zero divisors
+    for (float& v : bnz) v = v == 0 ? 3.0f : v;
+    CHECK(same_values(host(kc::add(dev(a), dev(b))), kh::add(a, b)));
+    CHECK(same_values(host(kc::sub(dev(a), dev(b))), kh::sub(a, b)));
+    CHECK(same_values(host(kc::mul(dev(a), dev(b))), kh::mul(a, b)));
+    CHECK(same_values(host(kc::div(dev(a), dev(bnz))), kh::div(a, bnz)));
+  }
+  for (const auto& s : {shape_of({}), shape_of({7}), shape_of({1000003}), shape_of({33, 65})}) {
+    const xt::xarray<float> x = host_array(s, 4, false), pos = host_array(s, 5, false, 0.1f, 4.0f);
+    const xt::xarray<float> dy = host_array(s, 6, false);
+    CHECK(same_values(host(kc::relu(dev(x))), kh::relu(x)));
+    CHECK(same_values(host(kc::neg(dev(x))), kh::neg(x)));
+    CHECK(near(host(kc::exp(dev(x))), kh::exp(x), 1e-6f));
+    CHECK(near(host(kc::log(dev(pos))), kh::log(pos), 1e-6f));
+    CHECK(same_values(host(kc::relu_grad(dev(dy), dev(x))), kh::relu_grad(dy, x)));
+    darray sx = dev(x);
+    kc::scale(sx, 0.5f);
+    CHECK(same_values(host(sx), x * 0.5f));
+    darray acc = dev(x);
+    kc::add_to(acc, dev(dy));
+    CHECK(same_values(host(acc), kh::add(x, dy)));
+  }
+  const xt::xarray<float> x = host_array(shape_of({6, 10}), 7), bias = host_array(shape_of({10}), 8);
+  CHECK(same_values(host(kc::bias_add(dev(x), dev(bias))), kh::bias_add(x, bias)));
+}
+
+TEST_CASE("element-wise kernels raise the host kernels' errors") {
+  const darray a(shape_of({3, 2})), b(shape_of({4}));
+  CHECK_THROWS_WITH_AS(kc::add(a, b), "add: shapes do not broadcast: a is (3, 2), b is (4,)", error);
+  CHECK_THROWS_WITH_AS(kc::bias_add(a, b), "bias_add: bias is (4,), expected (2,) for x (3, 2)", error);
+}
+
+TEST_CASE("reductions over every subset of axes equal the host's") {
+  for (const auto& s : {shape_of({2, 3, 4}), shape_of({5}), shape_of({3, 1, 700}), shape_of({1, 1})}) {
+    const xt::xarray<float> x = host_array(s, 9), xr = host_array(s, 10, false);
+    for (const std::vector<int>& axes : axis_subsets(int(s.size())))
+      for (bool keep : {false, true}) {
+        CAPTURE(kh::detail::shape_text(s));
+        CAPTURE(kh::detail::list_text(axes));
+        CAPTURE(keep);
+        CHECK(same_values(host(kc::reduce_sum(dev(x), axes, keep)), kh::reduce_sum(x, axes, keep)));
+        CHECK(same_values(host(kc::reduce_max(dev(xr), axes, keep)), kh::reduce_max(xr, axes, keep)));
+        const xt::xarray<float> ref = kh::reduce_sum(x, axes, keep);
+        const xt::xarray<float> dy = host_array(std::vector<std::size_t>(ref.shape().begin(), ref.shape().end()), 11);
+        CHECK(same_values(host(kc::reduce_sum_grad(dev(dy), s, axes, keep)), kh::reduce_sum_grad(dy, s, axes, keep)));
+        // A sharded ReduceMax's gradient pieces, on one shard, give the host gradient.
+        const xt::xarray<float> y = kh::reduce_max(x, axes, keep);
+        const darray ties = kc::reduce_max_tie_counts(dev(x), dev(y), axes, keep);
+        CHECK(same_values(host(ties), kh::reduce_max_tie_counts(x, y, axes, keep)));
+        CHECK(same_values(host(kc::reduce_max_spread(dev(dy), dev(x), dev(y), ties, axes, keep)),
+                    kh::reduce_max_grad(dy, x, y, axes, keep)));
+      }
+  }
+}
+
+TEST_CASE("large reductions: rows, columns and whole tensors split over blocks") {
+  // Small integers: every partial sum is exact, so any element counted twice or missed
+  // shows. Random floats: within float rounding of a double-precision sum.
+  const xt::xarray<float> m = host_array(shape_of({1000, 2000}), 12), mr = host_array(shape_of({1000, 2000}), 12, false);
+  for (const std::vector<int>& axes : {std::vector<int>{1}, std::vector<int>{0}, std::vector<int>{}}) {
+    CAPTURE(kh::detail::list_text(axes));
+    CHECK(same_values(host(kc::reduce_sum(dev(m), axes, false)), kh::reduce_sum(m, axes, false)));
+    CHECK(same_values(host(kc::reduce_max(dev(mr), axes, false)), kh::reduce_max(mr, axes, false)));
+  }
+  const xt::xarray<float> v = host_array(shape_of({3000017}), 13), vr = host_array(shape_of({3000017}), 13, false);
+  CHECK(same_values(host(kc::reduce_sum(dev(v))), kh::reduce_sum(v)));
+  double exact = 0, magnitude = 0;
+  for (float e : vr) {
+    exact += e;
+    magnitude += std::abs(e);
+  }
+  CHECK(std::abs(double(host(kc::reduce_sum(dev(vr)))()) - exact) <= 1e-6 * magnitude);
+  // A NaN wins a max, as on the host.
+  xt::xarray<float> withnan = vr;
+  withnan(12345) = std::nanf("");
+  CHECK(std::isnan(host(kc::reduce_max(dev(withnan)))()));
+}
+
+TEST_CASE("reduce_to_shape sums a broadcast's gradient back to each operand's shape") {
+  const xt::xarray<float> g = host_array(shape_of({2, 3, 4}), 14);
+  for (const auto& s : {shape_of({2, 3, 4}), shape_of({3, 4}), shape_of({4}), shape_of({}), shape_of({2, 1, 4}),
+                        shape_of({1, 3, 1})}) {
+    CAPTURE(kh::detail::shape_text(s));
+    CHECK(same_values(host(kc::reduce_to_shape(dev(g), s)), kh::reduce_to_shape(g, s)));
+  }
+  CHECK_THROWS_WITH_AS(kc::reduce_to_shape(dev(g), shape_of({3, 2})),
+                       "reduce_to_shape: shape (3, 2) does not broadcast to the gradient's shape (2, 3, 4)", error);
+}
+
+TEST_CASE("matmul and its gradients through cuBLAS equal the host's, every transpose") {
+  constexpr std::size_t m = 17, k = 33, n = 9;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      const xt::xarray<float> a = host_array(ta ? shape_of({k, m}) : shape_of({m, k}), 15);
+      const xt::xarray<float> b = host_array(tb ? shape_of({n, k}) : shape_of({k, n}), 16);
+      const xt::xarray<float> dc = host_array(shape_of({m, n}), 17);
+      CHECK(same_values(host(kc::matmul(dev(a), dev(b), ta, tb)), kh::matmul(a, b, ta, tb)));
+      CHECK(same_values(host(kc::matmul_grad_a(dev(dc), dev(a), dev(b), ta, tb)), kh::matmul_grad_a(dc, a, b, ta, tb)));
+      CHECK(same_values(host(kc::matmul_grad_b(dev(dc), dev(a), dev(b), ta, tb)), kh::matmul_grad_b(dc, a, b, ta, tb)));
+    }
+  // An empty contraction gives zeros.
+  CHECK(same_values(host(kc::matmul(dev(xt::xarray<float>::from_shape({3, 0})), dev(xt::xarray<float>::from_shape({0, 2})))),
+              kh::matmul(xt::xarray<float>::from_shape({3, 0}), xt::xarray<float>::from_shape({0, 2}))));
+  CHECK_THROWS_WITH_AS(kc::matmul(darray(shape_of({8, 8})), darray(shape_of({4, 16}))),
+                       "matmul: contraction dims differ: a is (8, 8) with trans_a false, b is (4, 16) with "
+                       "trans_b false",
+                       error);
+}
+
+TEST_CASE("matmul precision: TF32 and bf16 tensor-core math within their tolerances") {
+  const xt::xarray<float> a = host_array(shape_of({256, 512}), 18, false), b = host_array(shape_of({512, 128}), 19, false);
+  const xt::xarray<float> ref = kh::matmul(a, b);
+  CHECK(near(host(kc::matmul(dev(a), dev(b))), ref, 1e-5f));
+  kc::set_matmul_precision(kc::matmul_precision::tf32);
+  CHECK(near(host(kc::matmul(dev(a), dev(b))), ref, 5e-3f));
+  kc::set_matmul_precision(kc::matmul_precision::bf16);
+  CHECK(near(host(kc::matmul(dev(a), dev(b))), ref, 3e-2f));
+  kc::set_matmul_precision(kc::matmul_precision::fp32);
+}
+
+TEST_CASE("softmax cross entropy pieces equal the host's") {
+  for (const auto& s : {shape_of({5, 7}), shape_of({64, 1000}), shape_of({3, 1})}) {
+    const xt::xarray<float> x = host_array(s, 20, false, -5, 5), t = host_array(s, 21, false, 0, 1);
+    const xt::xarray<float> dl = host_array(shape_of({s[0]}), 22, false);
+    const xt::xarray<float> mh = kh::ce_row_max(x), sh = kh::ce_row_terms(x, t, mh);
+    const darray md = kc::ce_row_max(dev(x)), sd = kc::ce_row_terms(dev(x), dev(t), md);
+    CHECK(same_values(host(md), mh));
+    CHECK(near(host(sd), sh, 1e-5f));
+    CHECK(near(host(kc::ce_loss(dev(sh))), kh::ce_loss(sh), 1e-6f));
+    CHECK(near(host(kc::ce_grad(dev(dl), dev(x), dev(t), dev(mh), dev(sh))), kh::ce_grad(dl, x, t, mh, sh), 1e-5f));
+  }
+}
+
+TEST_CASE("momentum update equals the host's to float rounding (the GPU fuses multiply-adds)") {
+  const xt::xarray<float> p = host_array(shape_of({1001}), 23, false), a = host_array(shape_of({1001}), 24, false);
+  const xt::xarray<float> g = host_array(shape_of({1001}), 25, false);
+  xt::xarray<float> ph = p, ah = a;
+  kernels::backend<cpu_device>::momentum_update(ph, ah, g, 0.2f, 0.9f);
+  darray pd = dev(p), ad = dev(a);
+  kc::momentum_update(pd, ad, dev(g), 0.2f, 0.9f);
+  CHECK(near(host(pd), ph, 1e-6f));
+  CHECK(near(host(ad), ah, 1e-6f));
+}
+
+TEST_CASE("the caching allocator reuses freed blocks") {
+  cuda::caching_allocator& al = cuda::allocator();
+  { darray warm(shape_of({1 << 20})); }
+  const cuda::memory_stats before = al.stats();
+  for (int i = 0; i < 10; ++i) {
+    darray x(shape_of({1 << 20}));  // the same size class every time
+    S::fill(x, 1.0f);
+  }
+  const cuda::memory_stats after = al.stats();
+  CHECK(after.device_allocs == before.device_allocs);
+  CHECK(after.in_use == before.in_use);
+  CHECK(cuda::caching_allocator::round_up(1) == 512);
+  CHECK(cuda::caching_allocator::round_up(1000) == 1024);
+  CHECK(cuda::caching_allocator::round_up((1 << 20) + 1) == 2u << 20);
+  al.release_cached();
+  CHECK(al.stats().cached == 0);
+}
+
+TEST_CASE("device arrays copy deeply and move their block") {
+  darray a = dev(host_array(shape_of({4, 4}), 26));
+  darray b = a;
+  S::fill(a, 0.0f);
+  CHECK(same_values(host(b), host_array(shape_of({4, 4}), 26)));
+  darray c = std::move(b);
+  CHECK(b.data() == nullptr);
+  CHECK(c.size() == 16);
+  CHECK_THROWS_WITH_AS(c.reshape(shape_of({5, 3})), "device_array::reshape: a shape of 15 elements for an array of 16",
+                       error);
+}

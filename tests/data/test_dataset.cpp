@@ -1,0 +1,170 @@
+// data/dataset.hpp: batch, repeat, shuffle and map on generator datasets; sizes,
+// determinism, and the operations' errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+#include <tessera/data/source.hpp>
+
+using namespace tessera;
+using data::array;
+
+namespace {
+
+data::dataset counting(std::int64_t n, data::shard_options o = {}) {
+  return data::generator_dataset(
+      [](std::int64_t i) {
+        return std::vector<array>{array::scalar(static_cast<std::int32_t>(i)),
+                                  array(xt::xarray<float>{static_cast<float>(i), 10.0f * static_cast<float>(i)})};
+      },
+      {"v", "w"}, n, o);
+}
+
+/// Every value of column "v" one pass yields, batches flattened.
+std::vector<std::int32_t> values(const data::dataset& ds, std::int64_t pass = 0) {
+  std::vector<std::int32_t> out;
+  for (const data::row& r : ds.epoch(pass)) {
+    const auto& v = r["v"].get<std::int32_t>();
+    out.insert(out.end(), v.data(), v.data() + v.size());
+  }
+  return out;
+}
+
+std::int64_t count_rows(const data::dataset& ds, std::int64_t pass = 0) {
+  std::int64_t n = 0;
+  for (auto it = ds.epoch(pass); it.next();) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("batch: stacks consecutive rows; the last batch is short unless dropped") {
+  const data::dataset b = counting(7).batch(3);
+  CHECK(b.get_dataset_size() == 3);
+  std::vector<data::row> rows;
+  for (const data::row& r : b) rows.push_back(r);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0]["v"] == array(xt::xarray<std::int32_t>{0, 1, 2}));
+  CHECK(rows[0]["w"] == array(xt::xarray<float>{{0, 0}, {1, 10}, {2, 20}}));
+  CHECK(rows[2]["v"] == array(xt::xarray<std::int32_t>{6}));
+  CHECK(rows[2]["w"].shape() == std::vector<std::size_t>{1, 2});
+  for (int i = 0; i < 3; ++i) CHECK(rows[static_cast<std::size_t>(i)].index == i);
+
+  const data::dataset d = counting(7).batch(3, true);
+  CHECK(d.get_dataset_size() == 2);
+  CHECK(values(d) == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("batch, repeat: get_dataset_size equals the rows a pass yields") {
+  for (std::int64_t n : {0, 1, 5, 12, 13})
+    for (std::int64_t b : {1, 4, 5, 13, 20})
+      for (bool drop : {false, true})
+        for (std::int64_t rep : {1, 3}) {
+          CAPTURE(n);
+          CAPTURE(b);
+          CAPTURE(drop);
+          CAPTURE(rep);
+          const data::dataset ds = counting(n).batch(b, drop).repeat(rep);
+          const std::int64_t per_pass = drop ? n / b : (n + b - 1) / b;
+          CHECK(ds.get_dataset_size() == per_pass * rep);
+          CHECK(count_rows(ds) == per_pass * rep);
+        }
+  // Sharded: batches of one shard's rows.
+  const data::dataset s = counting(10, {.num_shards = 4, .shard_id = 3}).batch(2);
+  CHECK(s.get_dataset_size() == 2);
+  CHECK(values(s) == std::vector<std::int32_t>{3, 7, 1});
+}
+
+TEST_CASE("repeat: pass p runs the child's passes p * count ... p * count + count - 1") {
+  const data::dataset child = counting(6, {.shuffle = true, .seed = 4});
+  const data::dataset rep = child.repeat(3);
+  for (std::int64_t p : {0, 2}) {
+    std::vector<std::int32_t> expected;
+    for (std::int64_t k = 0; k < 3; ++k) {
+      const std::vector<std::int32_t> part = values(child, p * 3 + k);
+      expected.insert(expected.end(), part.begin(), part.end());
+    }
+    CHECK(values(rep, p) == expected);
+  }
+  // Each repetition is shuffled anew.
+  const std::vector<std::int32_t> all = values(rep);
+  CHECK(!std::equal(all.begin(), all.begin() + 6, all.begin() + 6));
+}
+
+TEST_CASE("shuffle: a permutation, deterministic for a seed and pass, different across seeds and passes") {
+  const data::dataset s = counting(100).shuffle(16, 5);
+  CHECK(s.get_dataset_size() == 100);
+  const std::vector<std::int32_t> a = values(s);
+  CHECK(values(s) == a);
+  CHECK(values(counting(100).shuffle(16, 5)) == a);
+  CHECK(values(s, 1) != a);
+  CHECK(values(counting(100).shuffle(16, 6)) != a);
+  std::vector<std::int32_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 100; ++i) CHECK(sorted[static_cast<std::size_t>(i)] == i);
+  CHECK(a != sorted);
+}
+
+TEST_CASE("shuffle: the t-th output is among the first t + buffer_size inputs; buffer 1 keeps the order") {
+  for (std::int64_t buffer : {1, 2, 7, 50, 200}) {
+    const std::vector<std::int32_t> a = values(counting(100).shuffle(buffer, 11));
+    for (std::size_t t = 0; t < a.size(); ++t) CHECK(a[t] < static_cast<std::int32_t>(t) + buffer);
+  }
+  std::vector<std::int32_t> id(20);
+  for (int i = 0; i < 20; ++i) id[static_cast<std::size_t>(i)] = i;
+  CHECK(values(counting(20).shuffle(1, 3)) == id);
+}
+
+TEST_CASE("map: applies its transforms in order to one column, with the row's index and pass") {
+  const data::transform plus_one = [](array a) {
+    a.get<float>() += 1.0f;
+    return a;
+  };
+  const data::transform times_two = [](array a) {
+    a.get<float>() *= 2.0f;
+    return a;
+  };
+  const data::transform stamp = [](array a, const data::sample_info& s) {
+    a.get<float>()(1) = static_cast<float>(1000 * s.pass + s.index);
+    return a;
+  };
+  const data::dataset ds = counting(4, {.shuffle = true, .seed = 1}).map({plus_one, times_two, stamp}, "w");
+  for (std::int64_t pass : {0, 3})
+    for (auto it = ds.epoch(pass); auto r = it.next();) {
+      const float i = static_cast<float>(r->index);
+      CHECK(r->index == r->values[0].item<std::int32_t>());
+      CHECK(r->values[1] == array(xt::xarray<float>{(i + 1) * 2, static_cast<float>(1000 * pass) + i}));
+    }
+  CHECK_THROWS_WITH_AS(counting(4).map({plus_one}, "x"), "map: no column 'x'; the columns are v, w", error);
+}
+
+TEST_CASE("iteration: passes are independent; several iterators at once, in several threads") {
+  const data::dataset ds = counting(40, {.shuffle = true, .seed = 2}).shuffle(8, 1).batch(3);
+  const std::vector<std::int32_t> expected = values(ds, 1);
+  std::vector<std::vector<std::int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[t] = values(ds, 1); });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) CHECK(g == expected);
+  // A dataset outlives nothing it needs: an iterator keeps its steps alive.
+  auto it = counting(3).batch(2).epoch(0);
+  CHECK(it.next()->values[0] == array(xt::xarray<std::int32_t>{0, 1}));
+}
+
+TEST_CASE("pipeline operations: errors") {
+  CHECK_THROWS_WITH_AS(counting(3).batch(0), "batch: the batch size must be at least 1: got 0", error);
+  CHECK_THROWS_WITH_AS(counting(3).repeat(0), "repeat: the count must be at least 1: got 0", error);
+  CHECK_THROWS_WITH_AS(counting(3).shuffle(0), "shuffle: buffer_size must be at least 1: got 0", error);
+  CHECK_THROWS_WITH_AS(counting(3).prefetch(0), "prefetch: the depth must be at least 1: got 0", error);
+  const data::dataset ragged = data::generator_dataset(
+      [](std::int64_t i) { return std::vector<array>{array(xt::xarray<float>::from_shape({static_cast<std::size_t>(i + 1)}))}; },
+      {"x"}, 3);
+  auto it = ragged.batch(2).epoch(0);
+  CHECK_THROWS_WITH_AS(
+      it.next(),
+      "batch: column 'x': every value of a batch must have the same shape: value 1 has shape (2,), value 0 has (1,)",
+      error);
+}

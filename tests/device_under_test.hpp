@@ -1,0 +1,59 @@
+// The device a test file runs its tensors on: the host by default, the GPU when the
+// same file is compiled as CUDA with TESSERA_TEST_CUDA=1 (tests/cuda/ builds the
+// operator and redistribution tests a second time that way). Tests build their inputs
+// and expected values on the host and move them with to_test_device / to_host_array.
+#pragma once
+
+#include <tessera/comm/mpi.hpp>
+#include <tessera/tessera.hpp>
+#if TESSERA_TEST_CUDA
+#include <tessera/cuda.hpp>
+#endif
+
+namespace tessera::testing {
+
+#if TESSERA_TEST_CUDA
+using test_device = cuda_device;
+/// Several ranks share one GPU in these tests, which NCCL refuses: device buffers go
+/// through MPI, staged in pinned host memory.
+using test_comm = staged_communicator<mpi_communicator>;
+inline test_comm test_world() { return test_comm(mpi_communicator::world()); }
+#else
+using test_device = cpu_device;
+using test_comm = mpi_communicator;
+inline test_comm test_world() { return mpi_communicator::world(); }
+#endif
+
+using test_tensor = tensor_on<float, test_device>;
+template <class T>
+using test_array = typename storage<T, test_device>::array;
+
+/// A host tensor's copy on the test device.
+template <class T>
+tensor_on<T, test_device> to_test_device(const tensor_on<T, cpu_device>& x) {
+#if TESSERA_TEST_CUDA
+  return to_device(x);
+#else
+  return x;
+#endif
+}
+
+/// A host array's copy on the test device.
+template <class T>
+test_array<T> to_test_array(const xt::xarray<T>& x) {
+  return storage<T, test_device>::from_host(x);
+}
+
+/// An array of the test device, copied to the host.
+template <class T>
+xt::xarray<T> to_host_array(const test_array<T>& a) {
+  return storage<T, test_device>::to_host(a);
+}
+
+/// A test device's tensor's shard, on the host.
+template <class T>
+xt::xarray<T> host_shard(const tensor_on<T, test_device>& x) {
+  return to_host_array<T>(x.local());
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,19 @@
+// The main of the single-process GPU test executables (compiled once): runs the
+// doctest cases when a CUDA device is present, else exits with 77, which ctest reports
+// as skipped (the build machines compile the GPU tests but have no GPU).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <tessera/cuda/runtime.hpp>
+
+int main(int argc, char** argv) {
+  if (!tessera::cuda::available()) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  doctest::Context context;
+  context.setOption("no-colors", true);
+  context.applyCommandLine(argc, argv);
+  return context.run();
+}

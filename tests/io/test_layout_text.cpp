@@ -1,0 +1,118 @@
+// Tests of io/layout_text.hpp: for every layout of tensors of rank 0 to 3 on every
+// small mesh (partial sums, maxima and minima included), parse_layout reads back
+// exactly what to_string printed; meshes, shapes and split tuples round-trip too; and
+// malformed or invalid text is an error naming the position or the broken rule.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+#include <tessera/core/enumerate.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/io/layout_text.hpp>
+
+using namespace tessera;
+using namespace tessera::io;
+
+namespace {
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<mesh> meshes() {
+  return {mesh{1}, mesh{2}, mesh{4}, mesh{8}, mesh{2, 2}, mesh{2, 4}, mesh{4, 2}, mesh{2, 2, 2}, mesh{3, 1, 2, 1}};
+}
+
+}  // namespace
+
+TEST_CASE("parse_layout: round-trips to_string for every layout on small meshes") {
+  long count = 0;
+  for (const mesh& m : meshes())
+    for (int ndim = 0; ndim <= 3; ++ndim)
+      for (reduce_op op : {reduce_op::sum, reduce_op::max, reduce_op::min})
+        for_each_layout(
+            m, ndim, true,
+            [&](const layout& l) {
+              const std::string text = to_string(l);
+              const layout back = parse_layout(m, text);
+              if (!(back == l)) FAIL_CHECK("layout " << text << " on mesh " << to_string(m) << " reads back as " << to_string(back));
+              ++count;
+            },
+            op);
+  CHECK(count > 5000);
+  // whitespace between tokens is free
+  CHECK(parse_layout(mesh{2, 4}, " [ 1 . 0 ,- ] ") == layout(mesh{2, 4}, {{1, 0}, {}}));
+  CHECK(parse_layout(mesh{2, 4}, "[- , 0]partial  max{ 1 }") == layout(mesh{2, 4}, {{}, {0}}).with_partial(1, reduce_op::max));
+  CHECK(parse_layout(mesh{2, 4}, "[0, 1]") == layout(mesh{2, 4}, {{0}, {1}}));
+  CHECK(parse_layout(mesh{2, 4}, "[-, -] partial sum {0, 1}") == layout::replicated(mesh{2, 4}, 2).with_partial({0, 1}));
+  CHECK(parse_layout(mesh{8}, "[]") == layout::replicated(mesh{8}, 0));
+}
+
+TEST_CASE("parse_mesh, parse_extents, parse_split_tuple: round-trip the printed forms") {
+  for (const mesh& m : meshes()) CHECK(parse_mesh(to_string(m)) == m);
+  for (const extents& e : {extents{}, extents{8}, extents{16, 32}, extents{1, 2, 3, 4, 5, 6}, extents{0, 7},
+                           extents{dynamic_extent, 4}, extents{index_t(1) << 40}})
+    CHECK(parse_extents(to_string(e)) == e);
+  for (const split_tuple& s : {split_tuple{}, split_tuple{2}, split_tuple{2, 4}, split_tuple{1, 1, 8}})
+    CHECK(parse_split_tuple(to_string(s)) == s);
+  CHECK(parse_mesh("(2,4,)") == mesh{2, 4});
+  CHECK(parse_mesh("(8)") == mesh{8});
+  CHECK(parse_extents(" ( 3 , 5 ) ") == extents{3, 5});
+}
+
+TEST_CASE("layout text: malformed or invalid text is an error with the position or the rule") {
+  const mesh m{2, 4};
+  CHECK(error_of([&] { parse_layout(m, "0, 1]"); }) ==
+        "parse_layout: expected '[', found '0' at character 0 in \"0, 1]\"");
+  CHECK(error_of([&] { parse_layout(m, "[0, x]"); }) ==
+        "parse_layout: expected a mesh axis number or '-', found 'x' at character 4 in \"[0, x]\"");
+  CHECK(error_of([&] { parse_layout(m, "[0 1]"); }) ==
+        "parse_layout: expected ',' or ']', found '1' at character 3 in \"[0 1]\"");
+  CHECK(error_of([&] { parse_layout(m, "[0, -"); }) ==
+        "parse_layout: expected ',' or ']', found the end at character 5 in \"[0, -\"");
+  CHECK(error_of([&] { parse_layout(m, "[0, -] partial avg {1}"); }) ==
+        "parse_layout: expected sum, max or min after 'partial', found 'a' at character 15 in \"[0, -] partial avg {1}\"");
+  CHECK(error_of([&] { parse_layout(m, "[0, -] partial sum {}"); }) ==
+        "parse_layout: expected a partial mesh axis number, found '}' at character 20 in \"[0, -] partial sum {}\"");
+  CHECK(error_of([&] { parse_layout(m, "[0, -] partial sum {1, 1}"); }) ==
+        "parse_layout: partial mesh axis 1 is listed twice at character 24 in \"[0, -] partial sum {1, 1}\"");
+  CHECK(error_of([&] { parse_layout(m, "[0, -] extra"); }) ==
+        "parse_layout: unexpected 'e' after the layout at character 7 in \"[0, -] extra\"");
+  CHECK(error_of([&] { parse_layout(m, "[-, -, -, -, -, -, -]"); }) ==
+        "parse_layout: more than max_tensor_ndim = 6 dims at character 19 in \"[-, -, -, -, -, -, -]\"");
+  CHECK(error_of([&] { parse_layout(m, "[99999999999, -]"); }) ==
+        "parse_layout: a mesh axis number or '-' 99999999999 exceeds 1000 at character 1 in \"[99999999999, -]\"");
+  // syntactically fine, but the layout breaks a rule of core/layout.hpp
+  CHECK(error_of([&] { parse_layout(m, "[2, -]"); }) ==
+        "parse_layout: layout: a mesh axis index is out of range: dim 0 names mesh axis 2, mesh has 2 axes; "
+        "in \"[2, -]\" on mesh (2, 4)");
+  CHECK(error_of([&] { parse_layout(m, "[0, 0]"); }) ==
+        "parse_layout: layout: a mesh axis splits more than one tensor dim, or one dim twice: mesh axis 0 is used "
+        "again at dim 1; in \"[0, 0]\" on mesh (2, 4)");
+  CHECK(error_of([&] { parse_layout(m, "[0, -] partial sum {0}"); }) ==
+        "parse_layout: layout: a partial mesh axis cannot also split a tensor dim: mesh axis 0 is partial and splits "
+        "dim 0; in \"[0, -] partial sum {0}\" on mesh (2, 4)");
+  CHECK(error_of([&] { parse_layout(m, "[0, -] partial sum {5}"); }) ==
+        "parse_layout: layout: a partial mesh axis is out of range: partial mesh axis 5, mesh has 2 axes; in \"[0, "
+        "-] partial sum {5}\" on mesh (2, 4)");
+  CHECK(error_of([&] { parse_layout(m, "[0, -] partial mean {1}"); }) ==
+        "parse_layout: layout: a partial layout reduces with sum, max or min; in \"[0, -] partial mean {1}\" on mesh (2, 4)");
+  CHECK(error_of([&] { parse_mesh("()"); }) ==
+        "parse_mesh: mesh: the number of mesh axes must be between 1 and max_mesh_ndim: mesh has 0 axes, limit 6; in \"()\"");
+  CHECK(error_of([&] { parse_mesh("(2, 0)"); }) ==
+        "parse_mesh: mesh: every mesh axis size must be positive: mesh axis 1 has size 0; in \"(2, 0)\"");
+  CHECK(error_of([&] { parse_mesh("(2; 4)"); }) == "parse_mesh: expected ',' or ')', found ';' at character 2 in \"(2; 4)\"");
+  CHECK(error_of([&] { parse_extents("(1, 2, 3, 4, 5, 6, 7)"); }) ==
+        "parse_extents: layout: the tensor rank must be between 0 and max_tensor_ndim: tensor rank 7, limit 6; in "
+        "\"(1, 2, 3, 4, 5, 6, 7)\"");
+  CHECK(error_of([&] { parse_extents("(-1,)"); }) ==
+        "parse_extents: expected an extent, found '-' at character 1 in \"(-1,)\"");
+  CHECK(error_of([&] { parse_split_tuple("(2, 0)"); }) ==
+        "parse_split_tuple: strategy: every split must be positive: input 0, dim 1: split 0; in \"(2, 0)\"");
+}
