@@ -57,6 +57,7 @@
 // graph/: the traced graph, its operators, sharding propagation, the parallel pass and
 // the dumps (standard library only)
 #include <tessera/graph/op_def.hpp>
+#include <tessera/graph/operators.hpp>
 #include <tessera/graph/graph.hpp>
 #include <tessera/graph/propagate.hpp>
 #include <tessera/graph/parallel.hpp>

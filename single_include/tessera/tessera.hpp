@@ -6056,6 +6056,17 @@ class op_def {
   /// The output's global shape for inputs of shapes `in`; throws tessera::error whose
   /// text says why the shapes do not fit (without the operator's name; the graph adds it).
   virtual extents output_shape(const shape_list& in) const = 0;
+  /// Checks a strategy's form before the device count is known (shard() calls it): one
+  /// split tuple per input, one entry per dim of the input, every split positive.
+  virtual status check_form(const strategy& st, const shape_list& in) const {
+    if (st.n != in.n) return fail(errc::op_inputs, -1, -1, st.n, in.n);
+    for (int i = 0; i < st.n; ++i) {
+      if (st.in[i].n != in[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i].ndim);
+      for (int d = 0; d < st.in[i].n; ++d)
+        if (st.in[i].v[d] < 1) return fail(errc::strategy_split, i, d, st.in[i].v[d]);
+    }
+    return {};
+  }
   /// Checks a strategy on `device_num` devices for inputs of shapes `in` (the rule's
   /// own checks; the graph checks the divisibility of every layout afterwards).
   virtual status check(const strategy& st, int device_num, const shape_list& in) const = 0;
@@ -6137,6 +6148,20 @@ inline split_tuple ones(int n) {
 }
 
 inline std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+// The bytes per rank that resolve a partial layout (its reduction into the layout
+// without partial axes), as the planner prices it.
+inline index_t resolve_bytes(const layout& partial, const extents& shape, index_t elem_bytes) {
+  return plan_redistribution(partial, partial.without_partial(), shape, elem_bytes).bytes_per_rank();
+}
+
+// The number of vectors along dim `axis` in a rank's shard of `shape` under `l`.
+inline index_t local_rows(const layout& l, const extents& shape, int axis) {
+  index_t rows = 1;
+  for (int d = 0; d < shape.ndim; ++d)
+    if (d != axis) rows *= shape[d] / l.pieces(d);
+  return rows;
+}
 
 }  // namespace detail
 
@@ -6305,24 +6330,34 @@ inline std::shared_ptr<const op_def> neg_def() { return std::make_shared<element
 
 // ---- reductions ----------------------------------------------------------------------
 
-/// ReduceSum, ReduceMean or ReduceMax over `dims` (empty: every dim), with keep_dims;
+/// ReduceSum, ReduceMean, ReduceMax or ReduceMin over `dims` (empty: every dim), with keep_dims;
 /// rule ops/reduce_rule.hpp (a split reduced dim leaves the output partial).
 /// Candidates: every split tuple of the input (each split dividing its extent, the
 /// product dividing the device count). Data parallel: the input's dim 0 split over
 /// every device.
 class reduce_def : public op_def {
  public:
-  reduce_op how = reduce_op::sum;  ///< sum, mean or max
+  reduce_op how = reduce_op::sum;  ///< sum, mean, max or min
   dim_list dims;
   bool keep_dims = false;
 
   reduce_def(reduce_op h, dim_list d, bool keep) : how(h), dims(d), keep_dims(keep) {}
 
   std::string type() const override {
-    return how == reduce_op::mean ? "ReduceMean" : how == reduce_op::max ? "ReduceMax" : "ReduceSum";
+    switch (how) {
+      case reduce_op::mean: return "ReduceMean";
+      case reduce_op::max: return "ReduceMax";
+      case reduce_op::min: return "ReduceMin";
+      default: return "ReduceSum";
+    }
   }
   std::string default_name() const override {
-    return how == reduce_op::mean ? "reduce_mean" : how == reduce_op::max ? "reduce_max" : "reduce_sum";
+    switch (how) {
+      case reduce_op::mean: return "reduce_mean";
+      case reduce_op::max: return "reduce_max";
+      case reduce_op::min: return "reduce_min";
+      default: return "reduce_sum";
+    }
   }
   int arity() const override { return 1; }
   std::string attributes() const override {
@@ -6354,21 +6389,23 @@ class reduce_def : public op_def {
     if (t.n > 0) t.v[0] = device_num;
     return strategy{t};
   }
-  /// ReduceMax's backward resolves the partial maxima and the count of ties over the
-  /// axes of split reduced dims: two all-reduces of the output's shard.
+  /// The backward of ReduceMax (ReduceMin) resolves the partial maxima (minima) and the
+  /// counts of ties over the axes of split reduced dims: two reductions of the output's
+  /// shard, priced by the planner.
   std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
                                                index_t elem_bytes) const override {
-    if (how != reduce_op::max) return {};
+    if (how != reduce_op::max && how != reduce_op::min) return {};
     const reduce_layouts r = reduce_rule(st, device_num, in[0], dims, keep_dims, how);
     if (!r.out.has_partial()) return {};
     axis_list axes;
     for (int a = 0; a < r.dev.ndim; ++a)
       if (r.out.is_partial(a)) axes.push_back(a);
-    index_t shard = elem_bytes;
-    for (int d = 0; d < r.shape.ndim; ++d) shard *= r.shape[d] / r.out.pieces(d);
-    const index_t b = cost::all_reduce(shard, group_size(r.dev, axes));
-    return {{"AllReduce", reduce_op::max, r.dev, axes, b, true, "the maxima"},
-            {"AllReduce", reduce_op::sum, r.dev, axes, b, true, "the counts of ties"}};
+    layout counts = r.out;
+    counts.op = reduce_op::sum;
+    return {{"AllReduce", how, r.dev, axes, detail::resolve_bytes(r.out, r.shape, elem_bytes), true,
+             how == reduce_op::max ? "the maxima" : "the minima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, detail::resolve_bytes(counts, r.shape, elem_bytes), true,
+             "the counts of ties"}};
   }
 };
 
@@ -6475,6 +6512,497 @@ class all_reduce_def : public op_def {
   std::pair<mesh, axis_list> group(int device_num) const {
     if (group_mesh) return {*group_mesh, axes};
     return {mesh{device_num}, axis_list{0}};
+  }
+};
+
+}  // namespace tessera::graph
+// ---- tessera/graph/operators.hpp ----
+// The other operators of ops/ as graph operators: BatchMatMul, OneHot, Softmax,
+// LogSoftmax, Transpose, Reshape, Flatten, StridedSlice, Concat, ArgMax and
+// SparseSoftmaxCrossEntropyWithLogits, each with its rule (ops/<name>_rule.hpp), its
+// candidate strategies and its data-parallel strategy. Standard library only.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::graph {
+
+namespace detail {
+
+// A strategy of one input split by `t`.
+inline std::vector<strategy> one_input_candidates(const extents& shape, int device_num) {
+  std::vector<strategy> c;
+  for_each_split(shape, device_num, [&](const split_tuple& t) { c.push_back(strategy{t}); });
+  order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+  return c;
+}
+
+// The input's split tuple with dim `d` split `n` ways and the others whole.
+inline strategy split_dim(const extents& shape, int d, int n) {
+  split_tuple t = ones(shape.ndim);
+  if (d >= 0 && d < t.n) t.v[d] = n;
+  return strategy{t};
+}
+
+// Throws the status `s` of a shape check without a strategy.
+inline void require_shapes(const status& s) {
+  if (!s.ok()) throw error(s);
+}
+
+}  // namespace detail
+
+// ---- BatchMatMul -----------------------------------------------------------------------
+
+/// BatchMatMul(transpose_a, transpose_b): a MatMul per batch entry; an input of rank 2
+/// is shared by every entry; rule ops/batch_matmul_rule.hpp. Candidates: every split of
+/// the batch dims, m, k and n whose device matrix divides the device count (the batched
+/// inputs' batch dims split alike). Data parallel: batch dim 0 split over every device.
+class batch_matmul_def : public op_def {
+ public:
+  bool transpose_a = false;
+  bool transpose_b = false;
+
+  explicit batch_matmul_def(bool ta = false, bool tb = false) : transpose_a(ta), transpose_b(tb) {}
+
+  std::string type() const override { return "BatchMatMul"; }
+  std::string default_name() const override { return "batch_matmul"; }
+  int arity() const override { return 2; }
+  std::string attributes() const override {
+    return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
+  }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
+    detail::require_shapes(check_batch_matmul(ones, 1, in[0], in[1], transpose_a, transpose_b));
+    return batch_matmul_rule(ones, 1, in[0], in[1], transpose_a, transpose_b).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_batch_matmul(st, device_num, in[0], in[1], transpose_a, transpose_b);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const batch_matmul_layouts r = batch_matmul_rule(st, device_num, in[0], in[1], transpose_a, transpose_b);
+    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    const extents out = output_shape(in);
+    const int nb = out.ndim - 2;
+    extents dims = out;  // (batch..., m, k, n)
+    dims.ndim = nb + 3;
+    dims.v[nb + 1] = transpose_a ? in[0][in[0].ndim - 2] : in[0][in[0].ndim - 1];
+    dims.v[nb + 2] = out[nb + 1];
+    std::vector<strategy> c;
+    detail::for_each_split(dims, device_num, [&](const split_tuple& t) {
+      const strategy st = make(t, in);
+      if (check(st, device_num, in).ok()) c.push_back(st);
+    });
+    detail::order_candidates(c, [&](const strategy& st) { return devices(st, in); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    const extents out = output_shape(in);
+    split_tuple t = detail::ones(out.ndim + 1);
+    t.v[0] = device_num;
+    return make(t, in);
+  }
+
+  /// The strategy of batch splits, then m, k and n: t = (b..., m, k, n).
+  strategy make(const split_tuple& t, const shape_list& in) const {
+    const int nb = t.n - 3;
+    const int m = t[nb], k = t[nb + 1], n = t[nb + 2];
+    strategy st{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
+    for (int i = 0; i < 2; ++i)
+      if (in[i].ndim == nb + 2)
+        for (int d = 0; d < nb; ++d) st.in[i].v[d] = t[d];
+    split_tuple& a = st.in[0];
+    split_tuple& b = st.in[1];
+    a.v[a.n - 2] = transpose_a ? k : m;
+    a.v[a.n - 1] = transpose_a ? m : k;
+    b.v[b.n - 2] = transpose_b ? n : k;
+    b.v[b.n - 1] = transpose_b ? k : n;
+    return st;
+  }
+
+ private:
+  int devices(const strategy& st, const shape_list& in) const {
+    const split_tuple& batched = in[0].ndim >= in[1].ndim ? st.in[0] : st.in[1];
+    const int nb = batched.n - 2;
+    int p = 1;
+    for (int d = 0; d < nb; ++d) p *= batched[d];
+    const split_tuple& a = st.in[0];
+    const split_tuple& b = st.in[1];
+    return p * a[a.n - 2] * a[a.n - 1] * (transpose_b ? b[b.n - 2] : b[b.n - 1]);
+  }
+};
+
+// ---- OneHot ------------------------------------------------------------------------------
+
+/// OneHot(depth): indices (..., ) to indices.shape + (depth,), `on` (1) at each index and
+/// `off` (0) elsewhere; rule ops/one_hot_rule.hpp. Its strategy splits the OUTPUT, as
+/// MindSpore's ((b, d),): one entry per output dim. The indices get no gradient.
+/// Candidates: every split tuple of the output. Data parallel: output dim 0.
+class one_hot_def : public op_def {
+ public:
+  index_t depth = 0;
+
+  explicit one_hot_def(index_t d) : depth(d) {}
+
+  std::string type() const override { return "OneHot"; }
+  std::string default_name() const override { return "one_hot"; }
+  int arity() const override { return 1; }
+  bool differentiable(int) const override { return false; }
+  std::string attributes() const override { return "depth: " + std::to_string(depth) + ", axis: -1"; }
+  extents output_shape(const shape_list& in) const override {
+    extents out = in[0];
+    detail::require_shapes(check_one_hot(strategy{detail::ones(in[0].ndim + 1)}, 1, in[0], depth));
+    out.v[out.ndim++] = depth;
+    return out;
+  }
+  /// ((b, d),), or MindSpore's ((b, d), (), ()) (empty tuples for the on and off values).
+  status check_form(const strategy& st, const shape_list& in) const override {
+    if (st.n != 1 && st.n != 3) return fail(errc::one_hot_inputs, -1, -1, st.n);
+    for (int i = 1; i < st.n; ++i)
+      if (st.in[i].n != 0) return fail(errc::one_hot_value_split, i, -1, st.in[i].n);
+    if (st.in[0].n != in[0].ndim + 1) return fail(errc::one_hot_ndim, -1, -1, st.in[0].n, in[0].ndim + 1);
+    for (int d = 0; d < st.in[0].n; ++d)
+      if (st.in[0].v[d] < 1) return fail(errc::strategy_split, 0, d, st.in[0].v[d]);
+    return {};
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_one_hot(st, device_num, in[0], depth);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const one_hot_layouts r = one_hot_rule(st, device_num, in[0], depth);
+    return {r.dev, {r.indices}, r.out, {r.indices}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(output_shape(in), device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(output_shape(in), 0, device_num);
+  }
+};
+
+// ---- Softmax, LogSoftmax -----------------------------------------------------------
+
+/// Softmax or LogSoftmax along `axis`; rule ops/softmax_axis_rule.hpp. Candidates: every
+/// split tuple of the input; a split axis combines the rows' maxima and sums over its
+/// group (forward two all-reduces of one value per row, backward one). Data parallel:
+/// dim 0 (the axis itself when the input has one dim).
+class softmax_def : public op_def {
+ public:
+  int axis = -1;
+  bool log = false;
+
+  softmax_def(int a, bool lg) : axis(a), log(lg) {}
+
+  std::string type() const override { return log ? "LogSoftmax" : "Softmax"; }
+  std::string default_name() const override { return log ? "log_softmax" : "softmax"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const override {
+    detail::require_shapes(check_softmax(strategy{detail::ones(in[0].ndim)}, 1, in[0], axis));
+    return in[0];
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_softmax(st, device_num, in[0], axis);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const softmax_layouts r = softmax_rule(st, device_num, in[0], axis);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const softmax_layouts r = softmax_rule(st, device_num, in[0], axis);
+    if (r.group.empty()) return {};
+    const index_t b = cost::all_reduce(detail::local_rows(r.in, in[0], r.axis) * elem_bytes, group_size(r.dev, r.group));
+    return {{"AllReduce", reduce_op::max, r.dev, r.group, b, false, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, r.group, b, false, "row sums"},
+            {"AllReduce", reduce_op::sum, r.dev, r.group, b, true, "row sums of the gradient"}};
+  }
+};
+
+// ---- Transpose, Reshape, Flatten, StridedSlice ---------------------------------------
+
+/// Transpose(perm); rule ops/shape_rule.hpp: the shards are permuted in place, no
+/// communication. Candidates: every split tuple of the input. Data parallel: the
+/// input's dim perm[0] (the output's dim 0).
+class transpose_def : public op_def {
+ public:
+  dim_list perm;
+
+  explicit transpose_def(dim_list p) : perm(p) {}
+
+  std::string type() const override { return "Transpose"; }
+  std::string default_name() const override { return "transpose"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override {
+    std::string s = "perm: (";
+    for (int i = 0; i < perm.n; ++i) s += (i ? ", " : "") + std::to_string(perm.v[i]);
+    return s + (perm.n == 1 ? ",)" : ")");
+  }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_transpose(ones, 1, in[0], perm));
+    return transpose_rule(ones, 1, in[0], perm).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_transpose(st, device_num, in[0], perm);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const transpose_layouts r = transpose_rule(st, device_num, in[0], perm);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    const int p0 = perm.n > 0 ? (perm.v[0] < 0 ? perm.v[0] + in[0].ndim : perm.v[0]) : 0;
+    return detail::split_dim(in[0], p0, device_num);
+  }
+};
+
+/// Reshape(target) (one entry may be -1, inferred), and Flatten (the batch dim kept,
+/// the others multiplied); rule ops/shape_rule.hpp: the shards stay in place when only
+/// the first dim of each group of dims is split, else the input is redistributed
+/// first (the rule's `in`). Candidates: every split tuple of the input. Data parallel:
+/// dim 0.
+class reshape_def : public op_def {
+ public:
+  extents target;
+  bool flatten = false;
+
+  explicit reshape_def(const extents& t, bool flat = false) : target(t), flatten(flat) {}
+
+  std::string type() const override { return flatten ? "Flatten" : "Reshape"; }
+  std::string default_name() const override { return flatten ? "flatten" : "reshape"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override {
+    if (flatten) return {};
+    std::string s = "shape: (";
+    for (int d = 0; d < target.ndim; ++d) s += (d ? ", " : "") + std::to_string(target.v[d]);
+    return s + (target.ndim == 1 ? ",)" : ")");
+  }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_reshape(ones, 1, in[0], to(in[0])));
+    return reshape_rule(ones, 1, in[0], to(in[0])).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_reshape(st, device_num, in[0], to(in[0]));
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const reshape_layouts r = reshape_rule(st, device_num, in[0], to(in[0]));
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+
+ private:
+  extents to(const extents& shape) const { return flatten ? flatten_target(shape) : target; }
+};
+
+/// StridedSlice(begin, end, strides) (Python slice semantics on the leading dims); rule
+/// ops/shape_rule.hpp: a dim taken whole keeps its split, a cut dim is whole on every
+/// rank (gathered first when the strategy splits it). Candidates: every split tuple of
+/// the input. Data parallel: dim 0.
+class strided_slice_def : public op_def {
+ public:
+  index_list begin, end, strides;
+
+  strided_slice_def(index_list b, index_list e, index_list s) : begin(b), end(e), strides(s) {}
+
+  std::string type() const override { return "StridedSlice"; }
+  std::string default_name() const override { return "strided_slice"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override { return "begin: " + text(begin) + ", end: " + text(end) + ", strides: " + text(strides); }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_strided_slice(ones, 1, in[0], begin, end, strides));
+    return strided_slice_rule(ones, 1, in[0], begin, end, strides).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_strided_slice(st, device_num, in[0], begin, end, strides);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const strided_slice_layouts r = strided_slice_rule(st, device_num, in[0], begin, end, strides);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+
+ private:
+  static std::string text(const index_list& l) {
+    std::string s = "(";
+    for (int i = 0; i < l.n; ++i) s += (i ? ", " : "") + std::to_string(l.v[i]);
+    return s + (l.n == 1 ? ",)" : ")");
+  }
+};
+
+// ---- Concat --------------------------------------------------------------------------
+
+/// Concat(axis) of `inputs` tensors; rule ops/shape_rule.hpp: every input split alike,
+/// the axis whole, each rank joins its shards. Candidates: every split tuple of the
+/// inputs with the axis unsplit, given to each. Data parallel: dim 0 split over every
+/// device (whole when dim 0 is the axis).
+class concat_def : public op_def {
+ public:
+  int axis = 0;
+  int inputs = 2;
+
+  concat_def(int a, int n) : axis(a), inputs(n) {}
+
+  std::string type() const override { return "Concat"; }
+  std::string default_name() const override { return "concat"; }
+  int arity() const override { return inputs; }
+  std::string attributes() const override { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const override {
+    strategy ones;
+    for (int i = 0; i < in.n; ++i) ones.in[ones.n++] = detail::ones(in[i].ndim);
+    detail::require_shapes(check_concat(ones, 1, in, axis));
+    return concat_rule(ones, 1, in, axis).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_concat(st, device_num, in, axis);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const concat_layouts r = concat_rule(st, device_num, in, axis);
+    op_layouts l{r.dev, {}, r.out, {}, r.out};
+    for (int i = 0; i < in.n; ++i) {
+      l.in.push_back(r.in);
+      l.in_grad.push_back(r.in);
+    }
+    return l;
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    extents s = in[0];
+    s.v[ax(s)] = 1;  // the axis stays whole
+    std::vector<strategy> c;
+    detail::for_each_split(s, device_num, [&](const split_tuple& t) { c.push_back(all(t, in)); });
+    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    split_tuple t = detail::ones(in[0].ndim);
+    if (t.n > 0 && ax(in[0]) != 0) t.v[0] = device_num;
+    return all(t, in);
+  }
+
+ private:
+  int ax(const extents& s) const { return axis < 0 ? axis + s.ndim : axis; }
+  static strategy all(const split_tuple& t, const shape_list& in) {
+    strategy st;
+    for (int i = 0; i < in.n; ++i) st.in[st.n++] = t;
+    return st;
+  }
+};
+
+// ---- ArgMax --------------------------------------------------------------------------
+
+/// ArgMax(axis): the index of the maximum along `axis` (as a value of the tensors'
+/// type), data with no gradient; rule ops/argmax_rule.hpp. Candidates: every split
+/// tuple of the input; a split axis combines the maxima and then the indices over its
+/// group (two all-reduces, the second of 8-byte indices). Data parallel: dim 0.
+class argmax_def : public op_def {
+ public:
+  int axis = -1;
+
+  explicit argmax_def(int a) : axis(a) {}
+
+  std::string type() const override { return "Argmax"; }
+  std::string default_name() const override { return "argmax"; }
+  int arity() const override { return 1; }
+  bool differentiable(int) const override { return false; }
+  std::string attributes() const override { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_argmax(ones, 1, in[0], axis));
+    return argmax_rule(ones, 1, in[0], axis).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_argmax(st, device_num, in[0], axis);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const argmax_layouts r = argmax_rule(st, device_num, in[0], axis);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const argmax_layouts r = argmax_rule(st, device_num, in[0], axis);
+    if (r.group.empty()) return {};
+    const index_t rows = detail::local_rows(r.in, in[0], r.axis);
+    const int g = group_size(r.dev, r.group);
+    return {{"AllReduce", reduce_op::max, r.dev, r.group, cost::all_reduce(rows * elem_bytes, g), false, "the maxima"},
+            {"AllReduce", reduce_op::min, r.dev, r.group, cost::all_reduce(rows * 8, g), false,
+             "the first index of each maximum"}};
+  }
+};
+
+// ---- SparseSoftmaxCrossEntropyWithLogits -------------------------------------------------
+
+/// The per-sample loss (B,) of logits (B, C) against class labels (B,); rule
+/// ops/sparse_cross_entropy_rule.hpp. Labels get no gradient. Candidates: every
+/// ((b, c), (b,)) with b | B, c | C and b c dividing the device count. Data parallel:
+/// b = device count. A split class dim combines the row maxima and sums over the class
+/// axis, forward and backward.
+class sparse_softmax_cross_entropy_def : public op_def {
+ public:
+  std::string type() const override { return "SparseSoftmaxCrossEntropyWithLogits"; }
+  std::string default_name() const override { return "sparse_softmax_cross_entropy"; }
+  int arity() const override { return 2; }
+  bool differentiable(int i) const override { return i == 0; }
+  extents output_shape(const shape_list& in) const override {
+    detail::require_shapes(check_sparse_softmax_cross_entropy(
+        strategy{detail::ones(in[0].ndim), detail::ones(in[1].ndim)}, 1, in[0], in[1]));
+    return extents{in[0][0]};
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_sparse_softmax_cross_entropy(st, device_num, in[0], in[1]);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(st, device_num, in[0]);
+    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    std::vector<strategy> c;
+    detail::for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, {t[0]}}); });
+    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const override {
+    return strategy{{device_num, 1}, {device_num}};
+  }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(st, device_num, in[0]);
+    if (r.class_split <= 1) return {};
+    const index_t rows = in[0][0] / st.in[0].v[0];
+    const axis_list axes{r.class_axis};
+    const index_t one = cost::all_reduce(rows * elem_bytes, r.class_split);
+    const index_t two = cost::all_reduce(2 * rows * elem_bytes, r.class_split);
+    return {{"AllReduce", reduce_op::max, r.dev, axes, one, false, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, two, false, "row sums and the labels' logits"},
+            {"AllReduce", reduce_op::max, r.dev, axes, one, true, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, two, true, "row sums and the labels' logits"}};
   }
 };
 
@@ -6689,6 +7217,36 @@ class graph_builder {
   value softmax_cross_entropy(value logits, value labels) {
     return apply(std::make_shared<softmax_cross_entropy_def>(), {logits, labels});
   }
+  /// The per-sample loss (B,) of logits (B, C) against class labels (B,) (integer values).
+  value sparse_softmax_cross_entropy(value logits, value labels) {
+    return apply(std::make_shared<sparse_softmax_cross_entropy_def>(), {logits, labels});
+  }
+  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::min, dims, keep_dims), {x});
+  }
+  /// A MatMul per batch entry (an input of rank 2 is shared by every entry).
+  value batch_matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
+    return apply(std::make_shared<batch_matmul_def>(transpose_a, transpose_b), {a, b});
+  }
+  /// indices (integer values) -> indices.shape + (depth,), 1 at each index, 0 elsewhere.
+  value one_hot(value indices, index_t depth) { return apply(std::make_shared<one_hot_def>(depth), {indices}); }
+  value softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, false), {x}); }
+  value log_softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, true), {x}); }
+  value transpose(value x, dim_list perm) { return apply(std::make_shared<transpose_def>(perm), {x}); }
+  /// x's elements in `target`'s shape (one entry may be -1: inferred).
+  value reshape(value x, const extents& target) { return apply(std::make_shared<reshape_def>(target), {x}); }
+  /// (shape[0], the product of the other dims).
+  value flatten(value x) { return apply(std::make_shared<reshape_def>(extents{}, true), {x}); }
+  /// x[begin:end:strides] on the leading dims, Python's semantics (no strides: all 1).
+  value strided_slice(value x, index_list begin, index_list end, index_list strides = {}) {
+    return apply(std::make_shared<strided_slice_def>(begin, end, strides), {x});
+  }
+  /// The values joined along `axis`.
+  value concat(const std::vector<value>& xs, int axis = 0) {
+    return apply(std::make_shared<concat_def>(axis, int(xs.size())), xs);
+  }
+  /// The index of the maximum along `axis`, as a value (no gradient).
+  value argmax(value x, int axis = -1) { return apply(std::make_shared<argmax_def>(axis), {x}); }
   /// MSELoss: the mean over every element of (pred - label)^2, as Sub, Mul and
   /// ReduceMean (named "<prefix>.sub", ".mul", ".reduce_mean"; the last one returned).
   value mse_loss(value pred, value label, const std::string& prefix = "mse_loss") {
@@ -6777,14 +7335,8 @@ inline value value::shard(const strategy& st) const {
   node& n = b_->at(id_);
   if (n.kind != node_kind::op)
     throw error("graph: shard: " + b_->g_.describe(id_) + " is not an operator");
-  const std::string who = "graph: " + b_->g_.describe(id_);
-  if (st.n != n.op->arity()) throw error(fail(errc::op_inputs, -1, -1, st.n, n.op->arity()), who, "strategy " + to_string(st));
-  for (int i = 0; i < st.n; ++i) {
-    const int r = b_->g_.at(n.inputs[i]).shape.ndim;
-    if (st.in[i].n != r) throw error(fail(errc::op_input_ndim, i, -1, st.in[i].n, r), who, "strategy " + to_string(st));
-    for (int d = 0; d < st.in[i].n; ++d)
-      if (st.in[i].v[d] < 1) throw error(fail(errc::strategy_split, i, d, st.in[i].v[d]), who, "strategy " + to_string(st));
-  }
+  if (const status s = n.op->check_form(st, b_->g_.input_shapes(id_)); !s.ok())
+    throw error(s, "graph: " + b_->g_.describe(id_), "strategy " + to_string(st));
   n.user_strategy = st;
   return *this;
 }
@@ -7564,11 +8116,8 @@ inline op_layouts evaluate_or_throw(const traced_graph& g, int id, const strateg
   return std::move(*e.lay);
 }
 
-inline strategy all_ones(const traced_graph& g, int id) {
-  strategy st;
-  for (int in : g.at(id).inputs) st.in[st.n++] = ones(g.at(in).shape.ndim);
-  return st;
-}
+// Every split 1: the data-parallel strategy on one device.
+inline strategy all_ones(const traced_graph& g, int id) { return g.at(id).op->data_parallel(1, g.input_shapes(id)); }
 
 inline layout import_layout(const traced_graph& g, int id, const parallel_config& cfg, int index) {
   const node& n = g.at(id);
@@ -13358,6 +13907,7 @@ var<T, C> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
@@ -13381,25 +13931,6 @@ const Def& def_as(const op_def& d) {
   return *p;
 }
 
-// Records y = fwd(x...) whose backward adds bwd's gradients to the inputs.
-template <class T, class C, class D, class Op, class Fwd, class Bwd>
-autodiff::var<T, C, D> record_binary(autodiff::tape<T, C, D>& t, const Op& op, autodiff::var<T, C, D> a,
-                                     autodiff::var<T, C, D> b, Fwd fwd, Bwd bwd) {
-  tensor_on<T, D> y = fwd(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ia = a.id, ib = b.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    auto [da, db] = bwd(op, g, tp.value(ia), tp.value(ib), tp.ctx());
-    tp.add_grad(ia, std::move(da));
-    tp.add_grad(ib, std::move(db));
-  });
-}
-template <class T, class C, class D, class Op, class Fwd, class Bwd>
-autodiff::var<T, C, D> record_unary(autodiff::tape<T, C, D>& t, const Op& op, autodiff::var<T, C, D> x, Fwd fwd, Bwd bwd) {
-  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.ctx()));
-  });
-}
-
 }  // namespace detail
 
 /// The runners of the operators of graph/op_def.hpp, by type.
@@ -13420,23 +13951,11 @@ std::map<std::string, op_runner<T, C, D>> builtin_runners() {
   r["BiasAdd"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
     return autodiff::bias_add(ops::bias_add_op{p.st}, x[0], x[1]);
   };
-  r["RealDiv"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_binary(t, ops::div_op{p.st}, x[0], x[1], [](auto&&... a) { return ops::div(a...); },
-                                 [](auto&&... a) { return ops::div_backward(a...); });
-  };
+  r["RealDiv"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::div(ops::div_op{p.st}, x[0], x[1]); };
   r["ReLU"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::relu(ops::relu_op{p.st}, x[0]); };
-  r["Exp"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_unary(t, ops::exp_op{p.st}, x[0], [](auto&&... a) { return ops::exp(a...); },
-                                [](auto&&... a) { return ops::exp_backward(a...); });
-  };
-  r["Log"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_unary(t, ops::log_op{p.st}, x[0], [](auto&&... a) { return ops::log(a...); },
-                                [](auto&&... a) { return ops::log_backward(a...); });
-  };
-  r["Neg"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_unary(t, ops::neg_op{p.st}, x[0], [](auto&&... a) { return ops::neg(a...); },
-                                [](auto&&... a) { return ops::neg_backward(a...); });
-  };
+  r["Exp"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::exp(ops::exp_op{p.st}, x[0]); };
+  r["Log"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::log(ops::log_op{p.st}, x[0]); };
+  r["Neg"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::neg(ops::neg_op{p.st}, x[0]); };
   r["ReduceSum"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
     const reduce_def& m = detail::def_as<reduce_def>(d);
     return autodiff::reduce_sum(ops::reduce_sum_op{p.st, m.dims, m.keep_dims}, x[0]);
@@ -13445,17 +13964,13 @@ std::map<std::string, op_runner<T, C, D>> builtin_runners() {
     const reduce_def& m = detail::def_as<reduce_def>(d);
     return autodiff::reduce_mean(ops::reduce_mean_op{p.st, m.dims, m.keep_dims}, x[0]);
   };
-  r["ReduceMax"] = [](tape& t, const op_def& d, const op_plan& p, const ins& x) {
+  r["ReduceMax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
     const reduce_def& m = detail::def_as<reduce_def>(d);
-    const ops::reduce_max_op op{p.st, m.dims, m.keep_dims};
-    // The backward needs the forward's output: its id, known once recorded.
-    auto self = std::make_shared<int>(-1);
-    const var y = t.record(ops::reduce_max(op, x[0].value(), t.ctx()),
-                           [op, ix = x[0].id, self](tape& tp, const tensor& g) {
-                             tp.add_grad(ix, ops::reduce_max_backward(op, g, tp.value(ix), tp.value(*self), tp.ctx()));
-                           });
-    *self = y.id;
-    return y;
+    return autodiff::reduce_max(ops::reduce_max_op{p.st, m.dims, m.keep_dims}, x[0]);
+  };
+  r["ReduceMin"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+    const reduce_def& m = detail::def_as<reduce_def>(d);
+    return autodiff::reduce_min(ops::reduce_min_op{p.st, m.dims, m.keep_dims}, x[0]);
   };
   r["SoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
     return autodiff::softmax_cross_entropy(ops::softmax_cross_entropy_op{p.st}, x[0], x[1]);
@@ -13473,6 +13988,44 @@ std::map<std::string, op_runner<T, C, D>> builtin_runners() {
       tp.add_grad(ix, sum(tp, g));
     });
   };
+  // The operators whose sharded implementation is host-only.
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    r["BatchMatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      const batch_matmul_def& m = detail::def_as<batch_matmul_def>(d);
+      return autodiff::batch_matmul(ops::batch_matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
+    };
+    r["OneHot"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::one_hot(ops::one_hot_op{p.st, detail::def_as<one_hot_def>(d).depth}, x[0]);
+    };
+    r["Softmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::softmax(ops::softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
+    };
+    r["LogSoftmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::log_softmax(ops::log_softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
+    };
+    r["Transpose"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::transpose(ops::transpose_op{p.st, detail::def_as<transpose_def>(d).perm}, x[0]);
+    };
+    r["Reshape"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::reshape(ops::reshape_op{p.st, detail::def_as<reshape_def>(d).target}, x[0]);
+    };
+    r["Flatten"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+      return autodiff::flatten(ops::flatten_op{p.st}, x[0]);
+    };
+    r["StridedSlice"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      const strided_slice_def& m = detail::def_as<strided_slice_def>(d);
+      return autodiff::strided_slice(ops::strided_slice_op{p.st, m.begin, m.end, m.strides}, x[0]);
+    };
+    r["Concat"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::concat(ops::concat_op{p.st, detail::def_as<concat_def>(d).axis}, x);
+    };
+    r["Argmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::argmax(ops::argmax_op{p.st, detail::def_as<argmax_def>(d).axis}, x[0]);
+    };
+    r["SparseSoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+      return autodiff::sparse_softmax_cross_entropy(ops::sparse_softmax_cross_entropy_op{p.st}, x[0], x[1]);
+    };
+  }
   return r;
 }
 

@@ -36,6 +36,9 @@ values data_for(const traced_graph& g) {
   int seed = 1;
   for (int id = 0; id < g.size(); ++id)
     if (g.at(id).kind != node_kind::op) v[g.at(id).name] = matrix(g.at(id).shape, seed++);
+  // Class labels (B,): integers in [0, 16).
+  if (v.count("classes"))
+    for (std::size_t i = 0; i < v["classes"].size(); ++i) v["classes"].data()[i] = float(i * 5 % 16);
   return v;
 }
 
@@ -136,8 +139,47 @@ traced_graph zoo(int p, bool semi) {
   return b.build(b.reduce_mean(b.add(b.log(z), m)));
 }
 
+// BatchMatMul, Reshape, Transpose, Flatten, StridedSlice, Concat, LogSoftmax, Softmax,
+// OneHot, ArgMax, ReduceMin and the sparse cross entropy.
+traced_graph shapes(int p, bool semi) {
+  const int a = p % 2 == 0 ? 2 : 1, k = p / a;
+  graph_builder b;
+  const value x = b.input("x", {16, 8}), classes = b.input("classes", {16});
+  const value w = b.parameter("w", {8, 16}), w2 = b.parameter("w2", {4, 4}), w3 = b.parameter("w3", {8, 8});
+  const value h = b.matmul(x, w).shard({{p, 1}, {1, 1}});
+  const value t = b.transpose(b.reshape(h, {16, 4, 4}), {0, 2, 1});
+  value bm = b.batch_matmul(t, w2);  // w2 shared by the 16 entries
+  if (semi) bm.shard({{a, 1, k}, {k, 1}});
+  const value sl = b.strided_slice(b.flatten(bm), {0, 0}, {16, 16}, {1, 2});  // (16, 8)
+  value h3 = b.matmul(x, w3);
+  if (semi) h3.shard({{1, p}, {p, 1}});
+  value c = b.concat({sl, h3}, 1);  // (16, 16)
+  if (semi) c.shard({{p, 1}, {p, 1}});
+  value ls = b.log_softmax(c);
+  value oh = b.one_hot(classes, 16);
+  value ce = b.sparse_softmax_cross_entropy(c, classes);
+  value am = b.argmax(c);
+  value mn = b.reduce_min(c, {1});
+  value sm = b.softmax(c, 0);  // over the batch
+  if (semi) {
+    ls.shard({{a, k}});  // the softmax axis split k ways
+    oh.shard({{a, k}});
+    ce.shard({{a, k}, {a}});
+    am.shard({{a, k}});
+    mn.shard({{a, k}});
+    sm.shard({{k, a}});
+  }
+  const value l1 = b.neg(b.reduce_mean(b.mul(ls, oh)));
+  const value l2 = b.reduce_mean(ce);
+  const value l3 = b.reduce_mean(b.mul(mn, am));
+  const value l4 = b.reduce_mean(b.mul(sm, c));
+  const value l12 = b.add(l1, l2), l34 = b.add(l3, l4);
+  return b.build(b.add(l12, l34));
+}
+
 const std::vector<std::pair<std::string, tracer>>& networks() {
-  static const std::vector<std::pair<std::string, tracer>> n = {{"mlp", mlp}, {"classifier", classifier}, {"zoo", zoo}};
+  static const std::vector<std::pair<std::string, tracer>> n = {
+      {"mlp", mlp}, {"classifier", classifier}, {"zoo", zoo}, {"shapes", shapes}};
   return n;
 }
 

@@ -4,76 +4,14 @@
 // strategy; the layouts of its backward; the collectives it runs inside itself.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <functional>
-#include <set>
 #include <string>
 #include <vector>
 #include <tessera/graph/op_def.hpp>
+#include "candidates.hpp"
 
 using namespace tessera;
 using namespace tessera::graph;
-
-namespace {
-
-// Every strategy of tuples of the given ranks whose entries divide `n`.
-std::vector<strategy> all_strategies(const shape_list& in, int n) {
-  std::vector<strategy> out;
-  strategy st;
-  st.n = in.n;
-  std::function<void(int, int)> rec = [&](int i, int d) {
-    if (i == in.n) {
-      out.push_back(st);
-      return;
-    }
-    if (d == in[i].ndim) {
-      rec(i + 1, 0);
-      return;
-    }
-    st.in[i].n = in[i].ndim;
-    for (int s = 1; s <= n; ++s)
-      if (n % s == 0) {
-        st.in[i].v[d] = s;
-        rec(i, d + 1);
-      }
-  };
-  rec(0, 0);
-  return out;
-}
-
-bool valid(const op_def& op, const strategy& st, int n, const shape_list& in) {
-  if (!op.check(st, n, in).ok()) return false;
-  const op_layouts l = op.layouts(st, n, in);
-  for (int i = 0; i < in.n; ++i)
-    if (!check(l.in[i], in[i]).ok()) return false;
-  return check(l.out, op.output_shape(in)).ok();
-}
-
-std::string key(const strategy& st) { return to_string(st); }
-
-// candidates() == { every valid strategy }, without repeats.
-void check_candidates(const op_def& op, const shape_list& in, int n) {
-  CAPTURE(op.type());
-  CAPTURE(n);
-  const std::vector<strategy> c = op.candidates(n, in);
-  std::set<std::string> got, want;
-  for (const strategy& st : c) {
-    CHECK(valid(op, st, n, in));
-    got.insert(key(st));
-  }
-  CHECK(got.size() == c.size());
-  for (const strategy& st : all_strategies(in, n))
-    if (valid(op, st, n, in)) want.insert(key(st));
-  CHECK(got == want);
-}
-
-std::vector<std::string> keys(const std::vector<strategy>& c) {
-  std::vector<std::string> k;
-  for (const strategy& st : c) k.push_back(key(st));
-  return k;
-}
-
-}  // namespace
+using namespace tessera::graph::testing;
 
 TEST_CASE("candidates: every valid strategy, once") {
   for (int n : {1, 2, 4, 6, 8}) {
@@ -105,7 +43,7 @@ TEST_CASE("candidates: more devices first, then larger splits of earlier dims") 
   CHECK(keys(softmax_cross_entropy_def().candidates(2, {extents{4, 6}, extents{4, 6}})) ==
         std::vector<std::string>{"((2, 1), (2, 1))", "((1, 2), (1, 2))", "((1, 1), (1, 1))"});
   // The first candidate on 8 devices of the seed's MatMul is data parallel.
-  CHECK(key(matmul_def().candidates(8, {extents{16, 32}, extents{32, 16}})[0]) == "((8, 1), (1, 1))");
+  CHECK(to_string(matmul_def().candidates(8, {extents{16, 32}, extents{32, 16}})[0]) == "((8, 1), (1, 1))");
 }
 
 TEST_CASE("data_parallel: the batch split over every device") {

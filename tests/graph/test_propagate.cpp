@@ -292,6 +292,15 @@ std::vector<case_graph> graphs() {
          const value y = b.matmul(h, b.parameter("w2", {16, 8})).shard({{n, 1}, {1, 1}});
          return b.build(b.reduce_mean(b.bias_add(y, b.parameter("b", {8}))));
        }},
+      {"a configured BatchMatMul, Transpose, Softmax",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {8, 4, 4});
+         const value w = b.parameter("w", {4, 4});
+         const int a = n % 2 == 0 ? 2 : 1, k = n / a;
+         const value y = b.batch_matmul(x, w).shard({{a, 1, k}, {k, 1}});
+         return b.build(b.reduce_mean(b.softmax(b.transpose(y, {0, 2, 1}))));
+       }},
       {"softmax cross entropy of a biased MatMul",
        [=](int n) {
          graph_builder b;

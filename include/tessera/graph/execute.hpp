@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
@@ -33,6 +34,12 @@
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/softmax.hpp>
+#include <tessera/ops/argmax.hpp>
+#include <tessera/ops/batch_matmul.hpp>
+#include <tessera/ops/one_hot.hpp>
+#include <tessera/ops/shape.hpp>
+#include <tessera/ops/softmax_axis.hpp>
+#include <tessera/ops/sparse_cross_entropy.hpp>
 #include <tessera/tensor/copy_box.hpp>
 #include <tessera/tensor/device.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
@@ -56,25 +63,6 @@ const Def& def_as(const op_def& d) {
   return *p;
 }
 
-// Records y = fwd(x...) whose backward adds bwd's gradients to the inputs.
-template <class T, class C, class D, class Op, class Fwd, class Bwd>
-autodiff::var<T, C, D> record_binary(autodiff::tape<T, C, D>& t, const Op& op, autodiff::var<T, C, D> a,
-                                     autodiff::var<T, C, D> b, Fwd fwd, Bwd bwd) {
-  tensor_on<T, D> y = fwd(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ia = a.id, ib = b.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    auto [da, db] = bwd(op, g, tp.value(ia), tp.value(ib), tp.ctx());
-    tp.add_grad(ia, std::move(da));
-    tp.add_grad(ib, std::move(db));
-  });
-}
-template <class T, class C, class D, class Op, class Fwd, class Bwd>
-autodiff::var<T, C, D> record_unary(autodiff::tape<T, C, D>& t, const Op& op, autodiff::var<T, C, D> x, Fwd fwd, Bwd bwd) {
-  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.ctx()));
-  });
-}
-
 }  // namespace detail
 
 /// The runners of the operators of graph/op_def.hpp, by type.
@@ -95,23 +83,11 @@ std::map<std::string, op_runner<T, C, D>> builtin_runners() {
   r["BiasAdd"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
     return autodiff::bias_add(ops::bias_add_op{p.st}, x[0], x[1]);
   };
-  r["RealDiv"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_binary(t, ops::div_op{p.st}, x[0], x[1], [](auto&&... a) { return ops::div(a...); },
-                                 [](auto&&... a) { return ops::div_backward(a...); });
-  };
+  r["RealDiv"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::div(ops::div_op{p.st}, x[0], x[1]); };
   r["ReLU"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::relu(ops::relu_op{p.st}, x[0]); };
-  r["Exp"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_unary(t, ops::exp_op{p.st}, x[0], [](auto&&... a) { return ops::exp(a...); },
-                                [](auto&&... a) { return ops::exp_backward(a...); });
-  };
-  r["Log"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_unary(t, ops::log_op{p.st}, x[0], [](auto&&... a) { return ops::log(a...); },
-                                [](auto&&... a) { return ops::log_backward(a...); });
-  };
-  r["Neg"] = [](tape& t, const op_def&, const op_plan& p, const ins& x) {
-    return detail::record_unary(t, ops::neg_op{p.st}, x[0], [](auto&&... a) { return ops::neg(a...); },
-                                [](auto&&... a) { return ops::neg_backward(a...); });
-  };
+  r["Exp"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::exp(ops::exp_op{p.st}, x[0]); };
+  r["Log"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::log(ops::log_op{p.st}, x[0]); };
+  r["Neg"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::neg(ops::neg_op{p.st}, x[0]); };
   r["ReduceSum"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
     const reduce_def& m = detail::def_as<reduce_def>(d);
     return autodiff::reduce_sum(ops::reduce_sum_op{p.st, m.dims, m.keep_dims}, x[0]);
@@ -120,17 +96,13 @@ std::map<std::string, op_runner<T, C, D>> builtin_runners() {
     const reduce_def& m = detail::def_as<reduce_def>(d);
     return autodiff::reduce_mean(ops::reduce_mean_op{p.st, m.dims, m.keep_dims}, x[0]);
   };
-  r["ReduceMax"] = [](tape& t, const op_def& d, const op_plan& p, const ins& x) {
+  r["ReduceMax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
     const reduce_def& m = detail::def_as<reduce_def>(d);
-    const ops::reduce_max_op op{p.st, m.dims, m.keep_dims};
-    // The backward needs the forward's output: its id, known once recorded.
-    auto self = std::make_shared<int>(-1);
-    const var y = t.record(ops::reduce_max(op, x[0].value(), t.ctx()),
-                           [op, ix = x[0].id, self](tape& tp, const tensor& g) {
-                             tp.add_grad(ix, ops::reduce_max_backward(op, g, tp.value(ix), tp.value(*self), tp.ctx()));
-                           });
-    *self = y.id;
-    return y;
+    return autodiff::reduce_max(ops::reduce_max_op{p.st, m.dims, m.keep_dims}, x[0]);
+  };
+  r["ReduceMin"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+    const reduce_def& m = detail::def_as<reduce_def>(d);
+    return autodiff::reduce_min(ops::reduce_min_op{p.st, m.dims, m.keep_dims}, x[0]);
   };
   r["SoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
     return autodiff::softmax_cross_entropy(ops::softmax_cross_entropy_op{p.st}, x[0], x[1]);
@@ -148,6 +120,44 @@ std::map<std::string, op_runner<T, C, D>> builtin_runners() {
       tp.add_grad(ix, sum(tp, g));
     });
   };
+  // The operators whose sharded implementation is host-only.
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    r["BatchMatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      const batch_matmul_def& m = detail::def_as<batch_matmul_def>(d);
+      return autodiff::batch_matmul(ops::batch_matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
+    };
+    r["OneHot"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::one_hot(ops::one_hot_op{p.st, detail::def_as<one_hot_def>(d).depth}, x[0]);
+    };
+    r["Softmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::softmax(ops::softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
+    };
+    r["LogSoftmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::log_softmax(ops::log_softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
+    };
+    r["Transpose"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::transpose(ops::transpose_op{p.st, detail::def_as<transpose_def>(d).perm}, x[0]);
+    };
+    r["Reshape"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::reshape(ops::reshape_op{p.st, detail::def_as<reshape_def>(d).target}, x[0]);
+    };
+    r["Flatten"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+      return autodiff::flatten(ops::flatten_op{p.st}, x[0]);
+    };
+    r["StridedSlice"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      const strided_slice_def& m = detail::def_as<strided_slice_def>(d);
+      return autodiff::strided_slice(ops::strided_slice_op{p.st, m.begin, m.end, m.strides}, x[0]);
+    };
+    r["Concat"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::concat(ops::concat_op{p.st, detail::def_as<concat_def>(d).axis}, x);
+    };
+    r["Argmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::argmax(ops::argmax_op{p.st, detail::def_as<argmax_def>(d).axis}, x[0]);
+    };
+    r["SparseSoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+      return autodiff::sparse_softmax_cross_entropy(ops::sparse_softmax_cross_entropy_op{p.st}, x[0], x[1]);
+    };
+  }
   return r;
 }
 

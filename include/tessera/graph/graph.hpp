@@ -15,6 +15,7 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/graph/op_def.hpp>
+#include <tessera/graph/operators.hpp>
 
 namespace tessera::graph {
 
@@ -213,6 +214,36 @@ class graph_builder {
   value softmax_cross_entropy(value logits, value labels) {
     return apply(std::make_shared<softmax_cross_entropy_def>(), {logits, labels});
   }
+  /// The per-sample loss (B,) of logits (B, C) against class labels (B,) (integer values).
+  value sparse_softmax_cross_entropy(value logits, value labels) {
+    return apply(std::make_shared<sparse_softmax_cross_entropy_def>(), {logits, labels});
+  }
+  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::min, dims, keep_dims), {x});
+  }
+  /// A MatMul per batch entry (an input of rank 2 is shared by every entry).
+  value batch_matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
+    return apply(std::make_shared<batch_matmul_def>(transpose_a, transpose_b), {a, b});
+  }
+  /// indices (integer values) -> indices.shape + (depth,), 1 at each index, 0 elsewhere.
+  value one_hot(value indices, index_t depth) { return apply(std::make_shared<one_hot_def>(depth), {indices}); }
+  value softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, false), {x}); }
+  value log_softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, true), {x}); }
+  value transpose(value x, dim_list perm) { return apply(std::make_shared<transpose_def>(perm), {x}); }
+  /// x's elements in `target`'s shape (one entry may be -1: inferred).
+  value reshape(value x, const extents& target) { return apply(std::make_shared<reshape_def>(target), {x}); }
+  /// (shape[0], the product of the other dims).
+  value flatten(value x) { return apply(std::make_shared<reshape_def>(extents{}, true), {x}); }
+  /// x[begin:end:strides] on the leading dims, Python's semantics (no strides: all 1).
+  value strided_slice(value x, index_list begin, index_list end, index_list strides = {}) {
+    return apply(std::make_shared<strided_slice_def>(begin, end, strides), {x});
+  }
+  /// The values joined along `axis`.
+  value concat(const std::vector<value>& xs, int axis = 0) {
+    return apply(std::make_shared<concat_def>(axis, int(xs.size())), xs);
+  }
+  /// The index of the maximum along `axis`, as a value (no gradient).
+  value argmax(value x, int axis = -1) { return apply(std::make_shared<argmax_def>(axis), {x}); }
   /// MSELoss: the mean over every element of (pred - label)^2, as Sub, Mul and
   /// ReduceMean (named "<prefix>.sub", ".mul", ".reduce_mean"; the last one returned).
   value mse_loss(value pred, value label, const std::string& prefix = "mse_loss") {
@@ -301,14 +332,8 @@ inline value value::shard(const strategy& st) const {
   node& n = b_->at(id_);
   if (n.kind != node_kind::op)
     throw error("graph: shard: " + b_->g_.describe(id_) + " is not an operator");
-  const std::string who = "graph: " + b_->g_.describe(id_);
-  if (st.n != n.op->arity()) throw error(fail(errc::op_inputs, -1, -1, st.n, n.op->arity()), who, "strategy " + to_string(st));
-  for (int i = 0; i < st.n; ++i) {
-    const int r = b_->g_.at(n.inputs[i]).shape.ndim;
-    if (st.in[i].n != r) throw error(fail(errc::op_input_ndim, i, -1, st.in[i].n, r), who, "strategy " + to_string(st));
-    for (int d = 0; d < st.in[i].n; ++d)
-      if (st.in[i].v[d] < 1) throw error(fail(errc::strategy_split, i, d, st.in[i].v[d]), who, "strategy " + to_string(st));
-  }
+  if (const status s = n.op->check_form(st, b_->g_.input_shapes(id_)); !s.ok())
+    throw error(s, "graph: " + b_->g_.describe(id_), "strategy " + to_string(st));
   n.user_strategy = st;
   return *this;
 }

@@ -23,6 +23,7 @@
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
 #include <tessera/plan/cost.hpp>
+#include <tessera/plan/planner.hpp>
 
 namespace tessera::graph {
 
@@ -74,6 +75,17 @@ class op_def {
   /// The output's global shape for inputs of shapes `in`; throws tessera::error whose
   /// text says why the shapes do not fit (without the operator's name; the graph adds it).
   virtual extents output_shape(const shape_list& in) const = 0;
+  /// Checks a strategy's form before the device count is known (shard() calls it): one
+  /// split tuple per input, one entry per dim of the input, every split positive.
+  virtual status check_form(const strategy& st, const shape_list& in) const {
+    if (st.n != in.n) return fail(errc::op_inputs, -1, -1, st.n, in.n);
+    for (int i = 0; i < st.n; ++i) {
+      if (st.in[i].n != in[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i].ndim);
+      for (int d = 0; d < st.in[i].n; ++d)
+        if (st.in[i].v[d] < 1) return fail(errc::strategy_split, i, d, st.in[i].v[d]);
+    }
+    return {};
+  }
   /// Checks a strategy on `device_num` devices for inputs of shapes `in` (the rule's
   /// own checks; the graph checks the divisibility of every layout afterwards).
   virtual status check(const strategy& st, int device_num, const shape_list& in) const = 0;
@@ -155,6 +167,20 @@ inline split_tuple ones(int n) {
 }
 
 inline std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+// The bytes per rank that resolve a partial layout (its reduction into the layout
+// without partial axes), as the planner prices it.
+inline index_t resolve_bytes(const layout& partial, const extents& shape, index_t elem_bytes) {
+  return plan_redistribution(partial, partial.without_partial(), shape, elem_bytes).bytes_per_rank();
+}
+
+// The number of vectors along dim `axis` in a rank's shard of `shape` under `l`.
+inline index_t local_rows(const layout& l, const extents& shape, int axis) {
+  index_t rows = 1;
+  for (int d = 0; d < shape.ndim; ++d)
+    if (d != axis) rows *= shape[d] / l.pieces(d);
+  return rows;
+}
 
 }  // namespace detail
 
@@ -323,24 +349,34 @@ inline std::shared_ptr<const op_def> neg_def() { return std::make_shared<element
 
 // ---- reductions ----------------------------------------------------------------------
 
-/// ReduceSum, ReduceMean or ReduceMax over `dims` (empty: every dim), with keep_dims;
+/// ReduceSum, ReduceMean, ReduceMax or ReduceMin over `dims` (empty: every dim), with keep_dims;
 /// rule ops/reduce_rule.hpp (a split reduced dim leaves the output partial).
 /// Candidates: every split tuple of the input (each split dividing its extent, the
 /// product dividing the device count). Data parallel: the input's dim 0 split over
 /// every device.
 class reduce_def : public op_def {
  public:
-  reduce_op how = reduce_op::sum;  ///< sum, mean or max
+  reduce_op how = reduce_op::sum;  ///< sum, mean, max or min
   dim_list dims;
   bool keep_dims = false;
 
   reduce_def(reduce_op h, dim_list d, bool keep) : how(h), dims(d), keep_dims(keep) {}
 
   std::string type() const override {
-    return how == reduce_op::mean ? "ReduceMean" : how == reduce_op::max ? "ReduceMax" : "ReduceSum";
+    switch (how) {
+      case reduce_op::mean: return "ReduceMean";
+      case reduce_op::max: return "ReduceMax";
+      case reduce_op::min: return "ReduceMin";
+      default: return "ReduceSum";
+    }
   }
   std::string default_name() const override {
-    return how == reduce_op::mean ? "reduce_mean" : how == reduce_op::max ? "reduce_max" : "reduce_sum";
+    switch (how) {
+      case reduce_op::mean: return "reduce_mean";
+      case reduce_op::max: return "reduce_max";
+      case reduce_op::min: return "reduce_min";
+      default: return "reduce_sum";
+    }
   }
   int arity() const override { return 1; }
   std::string attributes() const override {
@@ -372,21 +408,23 @@ class reduce_def : public op_def {
     if (t.n > 0) t.v[0] = device_num;
     return strategy{t};
   }
-  /// ReduceMax's backward resolves the partial maxima and the count of ties over the
-  /// axes of split reduced dims: two all-reduces of the output's shard.
+  /// The backward of ReduceMax (ReduceMin) resolves the partial maxima (minima) and the
+  /// counts of ties over the axes of split reduced dims: two reductions of the output's
+  /// shard, priced by the planner.
   std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
                                                index_t elem_bytes) const override {
-    if (how != reduce_op::max) return {};
+    if (how != reduce_op::max && how != reduce_op::min) return {};
     const reduce_layouts r = reduce_rule(st, device_num, in[0], dims, keep_dims, how);
     if (!r.out.has_partial()) return {};
     axis_list axes;
     for (int a = 0; a < r.dev.ndim; ++a)
       if (r.out.is_partial(a)) axes.push_back(a);
-    index_t shard = elem_bytes;
-    for (int d = 0; d < r.shape.ndim; ++d) shard *= r.shape[d] / r.out.pieces(d);
-    const index_t b = cost::all_reduce(shard, group_size(r.dev, axes));
-    return {{"AllReduce", reduce_op::max, r.dev, axes, b, true, "the maxima"},
-            {"AllReduce", reduce_op::sum, r.dev, axes, b, true, "the counts of ties"}};
+    layout counts = r.out;
+    counts.op = reduce_op::sum;
+    return {{"AllReduce", how, r.dev, axes, detail::resolve_bytes(r.out, r.shape, elem_bytes), true,
+             how == reduce_op::max ? "the maxima" : "the minima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, detail::resolve_bytes(counts, r.shape, elem_bytes), true,
+             "the counts of ties"}};
   }
 };
 

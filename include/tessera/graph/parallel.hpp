@@ -255,11 +255,8 @@ inline op_layouts evaluate_or_throw(const traced_graph& g, int id, const strateg
   return std::move(*e.lay);
 }
 
-inline strategy all_ones(const traced_graph& g, int id) {
-  strategy st;
-  for (int in : g.at(id).inputs) st.in[st.n++] = ones(g.at(in).shape.ndim);
-  return st;
-}
+// Every split 1: the data-parallel strategy on one device.
+inline strategy all_ones(const traced_graph& g, int id) { return g.at(id).op->data_parallel(1, g.input_shapes(id)); }
 
 inline layout import_layout(const traced_graph& g, int id, const parallel_config& cfg, int index) {
   const node& n = g.at(id);
