@@ -5662,6 +5662,11 @@ struct checkpoint_step {
   long long epoch = 0;
   long long step = 0;
   friend constexpr auto operator<=>(const checkpoint_step&, const checkpoint_step&) = default;
+  // Spelled out: nvcc's front end declares the implicit operator== of a defaulted <=>
+  // without defining it.
+  friend constexpr bool operator==(const checkpoint_step& a, const checkpoint_step& b) {
+    return a.epoch == b.epoch && a.step == b.step;
+  }
 };
 
 namespace detail {
@@ -11097,6 +11102,7 @@ xt::xarray<T> reduce_max_spread(const xt::xarray<T>& dy, const xt::xarray<T>& x,
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 #include <xtensor/xarray.hpp>
 
 namespace tessera::kernels::cpu {
@@ -11356,7 +11362,7 @@ xt::xarray<T> ce_row_max(const xt::xarray<T>& x) {
 template <class T>
 xt::xarray<T> ce_row_terms(const xt::xarray<T>& x, const xt::xarray<T>& t, const xt::xarray<T>& m) {
   const std::size_t rows = x.shape()[0], cols = x.shape()[1];
-  auto s = detail::filled_array<T>(detail::shape_type{3, rows}, T(0));
+  auto s = detail::filled_array<T>(std::vector<std::size_t>{3, rows}, T(0));
   T* sum = s.data();
   T* mass = sum + rows;
   T* term = mass + rows;
