@@ -9,16 +9,27 @@
 //   mpiexec -n 8 quickstart --verify             # also trains stand-alone on each rank and compares
 //   mpiexec -n 8 quickstart --save-graphs DIR    # writes DIR/rank_R/{step_parallel_begin.ir,execute.ir,execute.dot}
 //   quickstart --stand-alone                     # the same training (global batch 16) on one rank
+//   mpiexec -n 8 quickstart --device cuda        # shards on the GPUs (ranks share them round-robin)
+//
+// Built by nvcc where CMake finds it (then --device cuda is available); by the host
+// compiler otherwise.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include <tessera/tessera.hpp>
 #include <tessera/graph/execute.hpp>
 #include <tessera/optim/momentum.hpp>
+#if defined(__CUDACC__)
+#include <tessera/cuda.hpp>
+#define QUICKSTART_WITH_CUDA 1
+#else
+#define QUICKSTART_WITH_CUDA 0
+#endif
 
 using namespace tessera;
 
@@ -68,28 +79,42 @@ graph::traced_graph trace_net(index_t global_batch, int p) {
   return b.build(b.mse_loss(out, label));
 }
 
-// Trains the network on the ranks of `world` with a global batch of `global_batch`
-// samples in `mode`; returns the loss of every step.
-template <class C>
-std::vector<float> train(C& world, graph::parallel_mode mode, index_t global_batch, bool print,
+// The communicator the shards of device D move through: the host one itself, or for
+// GPU shards a staging communicator of device buffers over a duplicate of it.
+template <class D, class H>
+auto device_comm(H& host) {
+#if QUICKSTART_WITH_CUDA
+  if constexpr (std::is_same_v<D, cuda_device>) return staged_communicator<H>(host.split(0, host.rank()));
+  else
+#endif
+    return host.split(0, host.rank());
+}
+
+// Trains the network on the ranks of `world` (a host communicator) with its shards on
+// device D, a global batch of `global_batch` samples, in `mode`; returns the loss of
+// every step.
+template <class D, class H>
+std::vector<float> train(H& world, graph::parallel_mode mode, index_t global_batch, bool print,
                          const std::string& save_dir) {
+  auto comm = device_comm<D>(world);
+  using C = decltype(comm);
   const int p = world.size(), me = world.rank();
   graph::parallel_config cfg;
   cfg.mode = mode;
   cfg.search = graph::search_mode::sharding_propagation;
   cfg.dataset = graph::dataset_strategy::data_parallel();
   cfg.device_num = p;
-  graph::executor<float, C> ex(graph::parallelize(trace_net(global_batch, p), cfg), world);
+  graph::executor<float, C, D> ex(graph::parallelize(trace_net(global_batch, p), cfg), comm);
   if (!save_dir.empty()) ex.save_graphs(save_dir);
   ex.set_parameter("w", normal_init(in_dim, hidden_dim, 2));
   ex.set_parameter("w2", normal_init(hidden_dim, out_dim, 3));
   const dataset data(global_batch);
   const std::vector<xt::xarray<float>> batch = ex.slice_batch({data.input, data.label});
-  optim::momentum<float> opt(learning_rate, momentum_factor);
+  optim::momentum<float, D> opt(learning_rate, momentum_factor);
 
   const graph::parallel_graph& pg = ex.plan();
   if (print && me == 0) {
-    std::cout << "quickstart on " << p << (p == 1 ? " rank" : " ranks") << ", " << to_string(mode)
+    std::cout << "quickstart on " << p << (p == 1 ? " rank" : " ranks") << " (" << D::name << "), " << to_string(mode)
               << (mode == graph::parallel_mode::auto_parallel ? " with sharding_propagation" : "")
               << ", dataset_strategy data_parallel; rank 0's shards:\n";
     const graph::traced_graph& g = pg.traced();
@@ -124,37 +149,28 @@ std::vector<float> train(C& world, graph::parallel_mode mode, index_t global_bat
   return losses;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool verify = false, stand_alone = false;
-  std::string save_dir;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--verify") == 0) verify = true;
-    else if (std::strcmp(argv[i], "--stand-alone") == 0) stand_alone = true;
-    else if (std::strcmp(argv[i], "--save-graphs") == 0 && i + 1 < argc) save_dir = argv[++i];
-    else {
-      std::cerr << "quickstart: unknown argument " << argv[i]
-                << " (expected --verify, --stand-alone or --save-graphs DIR)\n";
-      return 2;
-    }
-  }
+// Trains on `device`: the seed's run on every rank of the job, or --stand-alone on one.
+template <class D>
+int run(int argc, char** argv, bool verify, bool stand_alone, const std::string& save_dir) {
   if (stand_alone) {
     local_communicator one;
     // The seed's global batch: 8 ranks x 2 samples.
-    train(one, graph::parallel_mode::stand_alone, per_rank_batch * 8, true, save_dir);
+    train<D>(one, graph::parallel_mode::stand_alone, per_rank_batch * 8, true, save_dir);
     return 0;
   }
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
+#if QUICKSTART_WITH_CUDA
+    if constexpr (std::is_same_v<D, cuda_device>) cuda::select_device(world.node_local().rank());
+#endif
     const index_t global_batch = per_rank_batch * world.size();
-    const std::vector<float> losses = train(world, graph::parallel_mode::auto_parallel, global_batch, true, save_dir);
+    const std::vector<float> losses = train<D>(world, graph::parallel_mode::auto_parallel, global_batch, true, save_dir);
     if (losses.back() >= losses.front())
       throw error("quickstart: the loss did not fall: " + std::to_string(losses.front()) + " -> " +
                   std::to_string(losses.back()));
     if (!verify) return;
     // The oracle: the same training on one rank (this process alone) gives the same losses.
     local_communicator one;
-    const std::vector<float> alone = train(one, graph::parallel_mode::stand_alone, global_batch, false, "");
+    const std::vector<float> alone = train<D>(one, graph::parallel_mode::stand_alone, global_batch, false, "");
     double worst = 0;
     for (std::size_t i = 0; i < losses.size(); ++i)
       worst = std::max(worst, std::abs(double(losses[i]) - alone[i]) / std::abs(double(alone[i])));
@@ -165,4 +181,37 @@ int main(int argc, char** argv) {
       throw error("quickstart: the " + std::to_string(world.size()) + "-rank losses differ from the "
                   "stand-alone losses by " + std::to_string(worst) + " (relative), more than 1e-5");
   });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool verify = false, stand_alone = false;
+  std::string save_dir, device = "cpu";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--verify") == 0) verify = true;
+    else if (std::strcmp(argv[i], "--stand-alone") == 0) stand_alone = true;
+    else if (std::strcmp(argv[i], "--save-graphs") == 0 && i + 1 < argc) save_dir = argv[++i];
+    else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+    else {
+      std::cerr << "quickstart: unknown argument " << argv[i]
+                << " (expected --verify, --stand-alone, --save-graphs DIR or --device cpu|cuda)\n";
+      return 2;
+    }
+  }
+  if (device == "cpu") return run<cpu_device>(argc, argv, verify, stand_alone, save_dir);
+  if (device != "cuda") {
+    std::cerr << "quickstart: unknown device " << device << " (expected cpu or cuda)\n";
+    return 2;
+  }
+#if QUICKSTART_WITH_CUDA
+  if (!cuda::available()) {
+    std::cerr << "quickstart: --device cuda: no CUDA device\n";
+    return 2;
+  }
+  return run<cuda_device>(argc, argv, verify, stand_alone, save_dir);
+#else
+  std::cerr << "quickstart: --device cuda: this build has no CUDA (nvcc was not found)\n";
+  return 2;
+#endif
 }
