@@ -54,6 +54,15 @@
 #include <tessera/io/rotation.hpp>
 #include <tessera/io/strategy_file.hpp>
 
+// graph/: the traced graph, its operators, sharding propagation, the parallel pass and
+// the dumps (standard library only)
+#include <tessera/graph/op_def.hpp>
+#include <tessera/graph/operators.hpp>
+#include <tessera/graph/graph.hpp>
+#include <tessera/graph/propagate.hpp>
+#include <tessera/graph/parallel.hpp>
+#include <tessera/graph/dump.hpp>
+
 // tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
 #include <tessera/tensor/device.hpp>
@@ -81,6 +90,7 @@
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
 #include <tessera/autodiff/losses.hpp>
+#include <tessera/graph/execute.hpp>
 
 // nn/, optim/ and train/: modules, losses, optimizers, the gradient reducer, Model
 #include <tessera/kernels/cpu/optim.hpp>
