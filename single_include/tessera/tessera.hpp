@@ -14941,7 +14941,7 @@ class module {
 
   /// Training (true) or evaluation mode, for this module and its descendants (dropout
   /// is the identity in evaluation mode). Modules start in training mode.
-  module& set_train(bool mode = true) {
+  auto set_train(bool mode = true) -> module& {
     training_ = mode;
     detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
                           [mode](std::string_view, module<T>& m) { m.set_train(mode); });
@@ -14952,7 +14952,7 @@ class module {
   /// MindSpore's set_data_parallel: every operator of the module and its descendants
   /// gets the data-parallel strategy (the batch split over all ranks, parameters
   /// replicated). Call before build().
-  module& set_data_parallel() {
+  auto set_data_parallel() -> module& {
     reset_strategies();
     detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
                           [](std::string_view, module<T>& m) { m.set_data_parallel(); });
@@ -14979,13 +14979,6 @@ class module {
     built_ = true;
   }
   bool built() const { return built_; }
-
- protected:
-  module() = default;
-  module(const module&) = default;
-  module(module&&) noexcept = default;
-  module& operator=(const module&) = default;
-  module& operator=(module&&) noexcept = default;
 
  private:
   static void collect(module<T>& m, const std::string& prefix,
