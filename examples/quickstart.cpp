@@ -95,7 +95,7 @@ auto device_comm(H& host) {
 // every step.
 template <class D, class H>
 std::vector<float> train_network(H& world, graph::parallel_mode mode, index_t global_batch, bool print,
-                         const std::string& save_dir) {
+                                 const std::string& save_dir) {
   auto comm = device_comm<D>(world);
   using C = decltype(comm);
   const int p = world.size(), me = world.rank();
