@@ -178,6 +178,7 @@ class null_reporter : public benchmark::BenchmarkReporter {
 int main(int argc, char** argv) {
   bool to_file = false;
   for (int i = 0; i < argc; ++i) to_file |= std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
+  train::retain_freed_memory();  // a training process: keep freed step memory for the next step
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
     world_ptr = &world;
     static char null_out[] = "--benchmark_out=/dev/null";

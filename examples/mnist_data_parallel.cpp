@@ -190,6 +190,7 @@ options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  train::retain_freed_memory();  // a training process: keep freed step memory for the next step
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
     const options o = parse(argc, argv);
     device_context<mpi_communicator> ctx(world);

@@ -46,25 +46,6 @@ decltype(auto) wrap_argument(autodiff::tape<T, C>& t, const A& a) {
   else return (a);
 }
 
-/// Keeps the memory a training step frees for the next step. Every step allocates and
-/// frees the same activations and gradients; glibc would return the freed top of the
-/// heap to the system after each step (its trim threshold starts at 128 KiB) and serve
-/// blocks of 128 KiB or more from fresh mappings, so the next step maps and zeroes the
-/// same memory again, page by page, which on a small network costs more than the
-/// step's arithmetic. This sets the thresholds to the ceilings glibc's own adaptive
-/// rule reaches (mmap 32 MiB, trim 64 MiB), once per process; other C libraries are
-/// left alone.
-inline void retain_freed_memory() {
-#if defined(__GLIBC__)
-  static const bool done = [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    return true;
-  }();
-  (void)done;
-#endif
-}
-
 }  // namespace detail
 
 /// The callable value_and_grad returns. Call it with the forward function's
@@ -77,7 +58,6 @@ class grad_function {
       : f_(std::move(f)), params_(std::move(params)), ctx_(&ctx) {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!params_[i]) throw error("value_and_grad: parameter " + std::to_string(i) + " is null");
-    detail::retain_freed_memory();
   }
 
   const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
@@ -157,9 +137,29 @@ class grad_function {
   device_context<C>* ctx_;
 };
 
+/// Keeps the memory a training step frees for the next step: a process-wide allocator
+/// setting, so the library never makes it on its own; programs call it once at start.
+/// Every step allocates and frees the same activations and gradients; glibc would
+/// return the freed top of the heap to the system after each step (its trim threshold
+/// starts at 128 KiB) and serve blocks of 128 KiB or more from fresh mappings, so the
+/// next step maps and zeroes the same memory again, page by page, which on a small
+/// network costs more than the step's arithmetic. This sets the thresholds to the
+/// ceilings glibc's own adaptive rule reaches (mmap 32 MiB, trim 64 MiB), once per
+/// process; other C libraries are left alone.
+inline void retain_freed_memory() {
+#if defined(__GLIBC__)
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    return true;
+  }();
+  (void)done;
+#endif
+}
+
 /// MindSpore's value_and_grad(forward_fn, None, params): a function that returns the
-/// loss and the gradients of `params`. (The first one made in a process keeps freed
-/// memory for the next step: detail::retain_freed_memory.)
+/// loss and the gradients of `params`. (Small networks train faster after
+/// retain_freed_memory().)
 ///
 ///     auto forward_fn = [&](auto x, const dist_tensor<int>& y) { return loss_fn(net(x), y); };
 ///     auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
