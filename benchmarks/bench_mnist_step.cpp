@@ -12,7 +12,9 @@
 // reductions started during it; reduce_wait_ms: the reducer waiting for them;
 // update_ms: the optimizer), the gradient bytes each rank reduces, and the peak
 // resident memory of each rank (peak_rss_mib_rank<r>, from getrusage) and their
-// maximum. Peers: `compute_only` runs the same step on each rank alone (a one-rank
+// maximum, and training_mib: the most any rank's peak grew over its peak before the
+// first network was built, against memory_budget_mib, twice the parameters, gradients,
+// optimizer state and activations of a step. Peers: `compute_only` runs the same step on each rank alone (a one-rank
 // communicator: no reduction), the floor the reduction adds to; the PyTorch DDP peer is
 // benchmarks/peers/ddp_mnist.py.
 #include <benchmark/benchmark.h>
@@ -40,6 +42,7 @@ namespace {
 using namespace tessera;
 
 mpi_communicator* world_ptr = nullptr;
+double baseline_rss_mib = 0;  // each rank's peak resident memory before any network exists
 constexpr index_t per_rank_batch = 32;
 constexpr int warmup_steps = 20, timed_steps = 300;
 
@@ -146,6 +149,16 @@ void report(benchmark::State& state, std::vector<step_times> mine, std::size_t g
   world.all_reduce(std::span<const double>(rss), std::span<double>(all), reduce_op::sum);
   for (std::size_t r = 0; r < all.size(); ++r) state.counters["peak_rss_mib_rank" + std::to_string(r)] = all[r];
   state.counters["peak_rss_mib"] = *std::max_element(all.begin(), all.end());
+  // What training added to the process (the peak over the baseline of MPI, BLAS and the
+  // program), against the budget: twice the parameters, gradients, optimizer
+  // state (none: SGD without momentum) and one batch's activations (the input and
+  // every layer's output, before and after ReLU).
+  std::vector<double> added{peak_rss_mib() - baseline_rss_mib};
+  world.all_reduce(std::span<double>(added), reduce_op::max);
+  const double params = 784.0 * 512 + 512 + 512.0 * 512 + 512 + 512.0 * 10 + 10;
+  const double activations = double(per_rank_batch) * (784 + 4 * 512 + 10);
+  state.counters["training_mib"] = added[0];
+  state.counters["memory_budget_mib"] = 2 * (2 * params + activations) * sizeof(float) / double(1 << 20);
   state.counters["samples_per_s"] = double(per_rank_batch * world.size()) / (sorted[sorted.size() / 2]);
 }
 
@@ -181,6 +194,7 @@ int main(int argc, char** argv) {
   train::retain_freed_memory();  // a training process: keep freed step memory for the next step
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
     world_ptr = &world;
+    baseline_rss_mib = peak_rss_mib();
     static char null_out[] = "--benchmark_out=/dev/null";
     if (world.rank() != 0)
       for (int i = 1; i < argc; ++i)
