@@ -125,7 +125,9 @@ constexpr std::string_view to_string(strategy_source s) {
   return "?";
 }
 
-/// An operator's strategy and what its rule makes of it.
+/// An operator's strategy and what its rule makes of it: the rule's layouts, or, where
+/// partial sums pass through it (a linear operator given them: pass_layouts), the
+/// layouts that keep them partial.
 struct op_plan {
   strategy st;
   strategy_source source = strategy_source::stand_alone;
@@ -187,11 +189,11 @@ class parallel_graph {
   extents local_shape(int id) const { return tessera::local_shape(value_layout(id), g_.at(id).shape); }
 
   /// The price sharding propagation minimises, for the strategies chosen: the bytes
-  /// per rank of every edge's forward and backward redistribution and of the
-  /// operators' own collectives (see graph/propagate.hpp).
+  /// per rank of every edge's forward and backward redistribution, of the operators'
+  /// own collectives and of the loss's fetch (see graph/propagate.hpp).
   index_t priced_bytes() const { return priced_; }
-  /// The bytes `rank` receives in one training step: the priced redistributions and
-  /// collectives, the loss fetch, and hybrid_parallel's gradient all-reduces.
+  /// The bytes `rank` receives in one training step: the priced redistributions,
+  /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces.
   index_t bytes_for_rank(int rank) const {
     index_t b = 0;
     for (const edge_plan& e : edges_) {

@@ -11,9 +11,25 @@
 //   as the consumer's backward returns it (possibly partial) -> the layout in which
 //   the producer's backward takes its output's gradient; for a parameter, its
 //   layout: this is the reduction of its gradient (the AllReduce of data parallelism);
-// - the collectives an operator runs inside itself (op_def::collectives).
+// - the collectives an operator runs inside itself (op_def::collectives);
+// - the loss's fetch: its layout -> replicated, every rank reading it whole.
 //
 // A parameter read by several operators must be laid out alike by all of them.
+//
+// Partial sums. An operator linear in some inputs (op_def::linear: Neg, Transpose,
+// Reshape, StridedSlice, ReduceSum and ReduceMean in their input; Add, Sub, BiasAdd and
+// Concat in all inputs together; Mul, MatMul and BatchMatMul in either operand; RealDiv
+// in its numerator) has, besides each strategy's layouts, variants that keep the
+// partial sums its producers may give it partial (op_def.hpp: partial_variants; the
+// output is then partial too, and its gradient taken whole), listed before the
+// strategy's own layouts so that ties keep partial sums partial. A variant is a choice
+// like a candidate (a configured operator with variants chooses among them too), and
+// its input edges are priced as any other: the route from the producer's partial
+// output moves nothing when the placements agree, and the sums are resolved at the
+// first operator that takes the value whole, by the cheapest plan into its layout
+// (a ReduceScatter when it wants it split), or at the loss's fetch. An input that
+// would have to be made partial (masked) costs infinite_bytes: partial sums come from
+// producers only.
 //
 // The search. The unconfigured operators are the variables; an edge to a configured
 // operator or a data input prices one variable, an edge between two unconfigured
