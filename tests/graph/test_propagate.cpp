@@ -424,3 +424,33 @@ TEST_CASE("sharding propagation: operators no configured one reaches are data pa
       CHECK(pg.op(id).st == g.at(id).op->data_parallel(4, g.input_shapes(id)));
     }
 }
+
+TEST_CASE("partial variants: the layouts an operator's rule gives for inputs arriving as the variant takes them") {
+  // What the operators of ops/ decide at run time from their inputs' layouts
+  // (pass_layouts) is the variant the parallel pass chose.
+  for (int n : {2, 4, 8}) {
+    CAPTURE(n);
+    graph_builder b;
+    const value x = b.input("x", {16, 32});
+    const value c = b.matmul(x, b.parameter("w", {32, 16})).shard({{1, n}, {n, 1}});
+    const value t = b.transpose(b.neg(c), {1, 0});
+    const value h = b.matmul(t, b.parameter("w2", {16, 4}));
+    const traced_graph g = b.build(b.reduce_mean(b.relu(h).shard({{n, 1}})));
+    parallel_config cfg;
+    cfg.mode = parallel_mode::auto_parallel;
+    cfg.device_num = n;
+    const parallel_graph pg = parallelize(g, cfg);
+    int passing = 0;
+    for (int id = 0; id < g.size(); ++id) {
+      if (g.at(id).kind != node_kind::op) continue;
+      const op_plan& o = pg.op(id);
+      const op_layouts rule = g.at(id).op->layouts(o.st, n, g.input_shapes(id));
+      CHECK(pass_layouts(*g.at(id).op, rule, o.lay.in) == o.lay);
+      if (!(o.lay == rule)) ++passing;
+    }
+    CHECK(passing == 3);  // Neg, Transpose and the second MatMul
+    CHECK(pg.value_layout(h.id()).has_partial());
+    for (int id = 0; id < g.size(); ++id)
+      if (g.at(id).kind == node_kind::op && g.at(id).op->type() == "ReLU") CHECK(!pg.value_layout(id).has_partial());
+  }
+}
