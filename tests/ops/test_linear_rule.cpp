@@ -2,7 +2,8 @@
 // linear operator given partial sums (constructed, or made by a contraction-split
 // MatMul) keeps them partial where its rule holds replicas, and its output, once
 // resolved, and its inputs' gradients equal those of the whole computation; operators
-// that are not linear resolve them; the constexpr rule itself.
+// that are not linear resolve them. The constexpr rule's own cases are in
+// tests/static/static_linear_rule.cpp.
 #include <doctest/doctest.h>
 
 #include <functional>
@@ -260,26 +261,4 @@ TEST_CASE("partial sums of a contraction-split MatMul through Neg, Transpose and
                          .bytes_per_rank();
   CHECK(moved.bytes == rs + ag);
   CHECK(close(got, net(strategy{{1, 1}, {1, 1}}, false)));
-}
-
-TEST_CASE("pass_partial: the constexpr rule") {
-  // MatMul ((1, 4), (4, 1)) gives [-, -] partial {1} on (1, 4, 1); Neg ((1, 1),) on 4
-  // devices wants [-, -] on its own device matrix: the partial sums pass on (4,).
-  constexpr layout c = layout(mesh{1, 4, 1}, {{}, {}}).with_partial(1);
-  constexpr layout want = layout::replicated(mesh{4, 1, 1}, 2);
-  constexpr partial_pass p = pass_partial(linearity::jointly(1u), &c, &want, 1, want);
-  static_assert(p.passes());
-  static_assert(p.dev == mesh{4});
-  static_assert(p.output(want) == layout::replicated(mesh{4}, 2).with_partial(0));
-  static_assert(p.input_grad(want, 0) == layout::replicated(mesh{4}, 2));
-  // A rule that splits the partial axis resolves them: ReLU-like (4, 1) on (4, 1).
-  constexpr layout rows = layout(mesh{4, 1}, {{0}, {}});
-  static_assert(!pass_partial(linearity::jointly(1u), &c, &rows, 1, rows).passes());
-  // Not linear: nothing passes.
-  static_assert(!pass_partial(linearity{}, &c, &want, 1, want).passes());
-  // Mul: the other factor must hold replicas on the partial axes.
-  constexpr layout both[2] = {c, layout::replicated(mesh{4, 1, 1}, 2)};
-  constexpr layout wants[2] = {want, layout(mesh{4, 1, 1}, {{0}, {}})};
-  static_assert(!pass_partial(linearity::each(2), both, wants, 2, want).passes());
-  CHECK(true);
 }

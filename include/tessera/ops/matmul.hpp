@@ -46,10 +46,11 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
 }  // namespace detail
 
 /// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
-/// layouts if they are not in them (a partial operand whose partial axes the rule
-/// holds replicas on stays partial, and C is partial over them too: ops/linear_rule.hpp); C comes back in the rule's output layout, with
+/// layouts if they are not in them; C comes back in the rule's output layout, with
 /// partial sums over the contraction axis when the strategy splits it (the next
 /// operator decides how they are resolved: a ReduceScatter when it wants C split).
+/// A partial operand whose partial axes the rule holds replicas on stays partial, and
+/// C is partial over them too (ops/linear_rule.hpp: pass_product).
 template <class T, class D, class C>
 tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                        device_context<C>& ctx) {
