@@ -12263,10 +12263,11 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
 }  // namespace detail
 
 /// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
-/// layouts if they are not in them (a partial operand whose partial axes the rule
-/// holds replicas on stays partial, and C is partial over them too: ops/linear_rule.hpp); C comes back in the rule's output layout, with
+/// layouts if they are not in them; C comes back in the rule's output layout, with
 /// partial sums over the contraction axis when the strategy splits it (the next
 /// operator decides how they are resolved: a ReduceScatter when it wants C split).
+/// A partial operand whose partial axes the rule holds replicas on stays partial, and
+/// C is partial over them too (ops/linear_rule.hpp: pass_product).
 template <class T, class D, class C>
 tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                        device_context<C>& ctx) {
@@ -12991,7 +12992,8 @@ class batched_view {
 template <class T, class C>
 dist_tensor<T> batch_matmul(const batch_matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
                             device_context<C>& ctx) {
-  const batch_matmul_layouts r = pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
+  const batch_matmul_layouts r =
+      pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   const detail::batched_view<T> va(la->local()), vb(lb->local());
   return dist_tensor<T>(r.c, r.shape, ctx.rank(),
@@ -13008,7 +13010,8 @@ std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matm
                                                                 const dist_tensor<T>& a,
                                                                 const dist_tensor<T>& b,
                                                                 device_context<C>& ctx) {
-  const batch_matmul_layouts r = pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
+  const batch_matmul_layouts r =
+      pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   if (!(dc.global_shape() == r.shape))
     throw error("batch_matmul_backward: dc is " + to_string(dc.global_shape()) + ", expected " +
                 to_string(r.shape));
