@@ -31,7 +31,8 @@
 // would have to be made partial (masked) costs infinite_bytes: partial sums come from
 // producers only.
 //
-// The search. The unconfigured operators are the variables; an edge to a configured
+// The search. The unconfigured operators (and configured ones with partial variants)
+// are the variables; an edge to a configured
 // operator or a data input prices one variable, an edge between two unconfigured
 // operators a pair. Unconfigured operators linked by edges form components; a
 // component linked to some configured operator takes strategies that minimise the
@@ -476,7 +477,8 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
     if (id == g.loss())
       for (std::size_t s = 0; s < c.st.size(); ++s) {
         const layout& out = c.lay[s].out;
-        pb.unary[v][s] = detail::add_bytes(pb.unary[v][s], rc.bytes(out, layout::replicated(out.dev, 0), g.at(id).shape));
+        pb.unary[v][s] =
+            detail::add_bytes(pb.unary[v][s], rc.bytes(out, layout::replicated(out.dev, 0), g.at(id).shape));
       }
     // Collectives inside the operator.
     for (std::size_t s = 0; s < c.st.size(); ++s)
