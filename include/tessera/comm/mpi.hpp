@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -294,6 +295,134 @@ class mpi_communicator {
     finish_fn finish_ = nullptr;
   };
 
+  /// A pending ireduce_scatter: the ring of reduce_scatter (g - 1 exchanges with the
+  /// neighbours, each adding this rank's contribution to the block it receives) driven
+  /// by test() and wait(), one exchange at a time. Move-only; the destructor waits if it
+  /// is still pending. Its messages carry a tag of their own (one per request, from
+  /// nonblocking_tag_base on), so several may be in flight on one communicator.
+  class ring_request {
+   public:
+    ring_request() noexcept = default;
+    ring_request(ring_request&& o) noexcept { take(o); }
+    ring_request& operator=(ring_request&& o) noexcept {
+      if (this != &o) {
+        complete_quietly();
+        take(o);
+      }
+      return *this;
+    }
+    ring_request(const ring_request&) = delete;
+    ring_request& operator=(const ring_request&) = delete;
+    ~ring_request() { complete_quietly(); }
+
+    /// Blocks until this rank's block is reduced; throws tessera::error if MPI fails.
+    void wait() {
+      while (step_ != 0) {
+        detail::mpi_call(MPI_Waitall(2, reqs_, MPI_STATUSES_IGNORE), "MPI_Waitall");
+        advance();
+      }
+    }
+
+    /// Completes every exchange that has arrived and starts the next; true when the
+    /// block is reduced (mean included).
+    bool test() {
+      while (step_ != 0) {
+        int done = 0;
+        detail::mpi_call(MPI_Testall(2, reqs_, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+        if (!done) return false;
+        advance();
+      }
+      return true;
+    }
+
+    /// True until wait() or a successful test().
+    bool pending() const noexcept { return step_ != 0; }
+
+   private:
+    friend class mpi_communicator;
+    using combine_fn = void (*)(void*, const void*, std::size_t, reduce_op);
+    using divide_fn = void (*)(void*, std::size_t, int);
+
+    template <class T>
+    static void combine_into(void* acc, const void* own, std::size_t n, reduce_op op) {
+      T* a = static_cast<T*>(acc);
+      detail::combine(a, a, static_cast<const T*>(own), n, op);
+    }
+    template <class T>
+    static void divide(void* p, std::size_t n, int g) {
+      detail::divide_by(std::span<T>(static_cast<T*>(p), n), g);
+    }
+
+    // The buffer step s receives into: out at the last step (g - 1), the scratch block
+    // and out alternating before it, so a step never receives into what it sends.
+    unsigned char* recv_buf(int s) { return (g_ - 1 - s) % 2 == 0 ? out_ : scratch_.data(); }
+    const unsigned char* own_block(int j) const {
+      return in_ + std::size_t(((j % g_) + g_) % g_) * bytes_;
+    }
+
+    void post(int s) {
+      const void* send = s == 1 ? static_cast<const void*>(own_block(r_ - 1)) : recv_buf(s - 1);
+      const int right = (r_ + 1) % g_, left = (r_ - 1 + g_) % g_;
+      detail::mpi_call(MPI_Irecv(recv_buf(s), n_, type_, left, tag_, comm_, &reqs_[0]), "MPI_Irecv");
+      detail::mpi_call(MPI_Isend(send, n_, type_, right, tag_, comm_, &reqs_[1]), "MPI_Isend");
+      step_ = s;
+    }
+
+    // Step step_ has arrived: add this rank's contribution, start the next step.
+    void advance() {
+      const int s = step_;
+      combine_(recv_buf(s), own_block(r_ - s - 1), std::size_t(n_), op_);
+      if (s + 1 < g_) {
+        post(s + 1);
+      } else {
+        step_ = 0;
+        if (divide_) divide_(out_, std::size_t(n_), g_);
+      }
+    }
+
+    void take(ring_request& o) noexcept {
+      comm_ = o.comm_;
+      type_ = o.type_;
+      tag_ = o.tag_;
+      r_ = o.r_;
+      g_ = o.g_;
+      n_ = o.n_;
+      bytes_ = o.bytes_;
+      in_ = o.in_;
+      out_ = o.out_;
+      scratch_ = std::move(o.scratch_);
+      step_ = std::exchange(o.step_, 0);
+      reqs_[0] = std::exchange(o.reqs_[0], MPI_REQUEST_NULL);
+      reqs_[1] = std::exchange(o.reqs_[1], MPI_REQUEST_NULL);
+      op_ = o.op_;
+      combine_ = o.combine_;
+      divide_ = o.divide_;
+    }
+
+    void complete_quietly() noexcept {
+      if (step_ != 0 && detail::mpi_active()) {
+        try {
+          wait();
+        } catch (...) {
+        }
+      }
+      step_ = 0;
+    }
+
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    MPI_Datatype type_ = MPI_DATATYPE_NULL;
+    int tag_ = 0, r_ = 0, g_ = 1, n_ = 0;
+    std::size_t bytes_ = 0;  // of one block
+    const unsigned char* in_ = nullptr;
+    unsigned char* out_ = nullptr;
+    std::vector<unsigned char> scratch_;  // a block, when g > 2
+    int step_ = 0;                        // the exchange in flight (1 .. g - 1); 0: none
+    MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    reduce_op op_ = reduce_op::sum;
+    combine_fn combine_ = nullptr;
+    divide_fn divide_ = nullptr;
+  };
+
   /// A duplicate of MPI_COMM_WORLD, owned: the library's messages never match the
   /// user's own MPI_COMM_WORLD traffic. Collective over MPI_COMM_WORLD.
   static mpi_communicator world() { return duplicate_of(MPI_COMM_WORLD, "world"); }
@@ -315,7 +444,8 @@ class mpi_communicator {
         rank_(std::exchange(o.rank_, -1)),
         size_(std::exchange(o.size_, 0)),
         stats_(std::exchange(o.stats_, traffic{})),
-        scratch_(std::move(o.scratch_)) {}
+        scratch_(std::move(o.scratch_)),
+        nonblocking_seq_(std::exchange(o.nonblocking_seq_, 0)) {}
   mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -325,6 +455,7 @@ class mpi_communicator {
       size_ = std::exchange(o.size_, 0);
       stats_ = std::exchange(o.stats_, traffic{});
       scratch_ = std::move(o.scratch_);
+      nonblocking_seq_ = std::exchange(o.nonblocking_seq_, 0);
     }
     return *this;
   }
@@ -477,6 +608,53 @@ class mpi_communicator {
     return r;
   }
 
+  /// Starts a reduce_scatter (the result of reduce_scatter(in, out, op), summed in the
+  /// same order): a ring of g - 1 exchanges with the neighbouring ranks, each started
+  /// when the previous one has arrived, inside test() or wait() of the request. `in`
+  /// and `out` must stay alive, and out untouched, until it completes. Counted when
+  /// started. Sizes are checked as reduce_scatter's: "ireduce_scatter: in has 10
+  /// elements, expected 4 ranks x 3 = 12".
+  template <comm_element T>
+  [[nodiscard]] ring_request ireduce_scatter(std::span<const std::type_identity_t<T>> in,
+                                             std::span<T> out, reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size_, "ireduce_scatter");
+    const int n = detail::mpi_count("ireduce_scatter", "out", out.size());
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
+    ring_request q;
+    if (size_ == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return q;
+    }
+    q.comm_ = comm_;
+    q.type_ = detail::mpi_datatype<T>();
+    q.tag_ = nonblocking_tag_base + int(nonblocking_seq_++ % nonblocking_tags);
+    q.r_ = rank_;
+    q.g_ = size_;
+    q.n_ = n;
+    q.bytes_ = out.size() * sizeof(T);
+    q.in_ = reinterpret_cast<const unsigned char*>(in.data());
+    q.out_ = reinterpret_cast<unsigned char*>(out.data());
+    if (size_ > 2) q.scratch_.resize(q.bytes_);
+    q.op_ = op;
+    q.combine_ = &ring_request::combine_into<T>;
+    if (op == reduce_op::mean) q.divide_ = &ring_request::divide<T>;
+    q.post(1);
+    return q;
+  }
+
+  /// Starts a broadcast of root's buf (MPI_Ibcast); buf must stay alive (and, off the
+  /// root, untouched) until the request completes. Counted when started, as broadcast.
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size_);
+    const int n = detail::mpi_count("ibroadcast", "buf", buf.size());
+    request r;
+    detail::mpi_call(MPI_Ibcast(buf.data(), n, detail::mpi_datatype<T>(), root, comm_, &r.req_),
+                     "MPI_Ibcast");
+    detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
+    return r;
+  }
+
   /// MPI_Comm_split: the ranks with equal `color` form a new communicator, ordered
   /// by `key` (ties by rank). Collective; color must be non-negative.
   mpi_communicator split(int color, int key) const {
@@ -495,6 +673,12 @@ class mpi_communicator {
 
   /// Blocks of at least this many bytes are reduce-scattered by the ring below.
   static constexpr std::int64_t ring_min_block_bytes = std::int64_t(64) << 10;
+
+  /// The tags of ireduce_scatter's messages: nonblocking_tag_base + (the request's
+  /// sequence number on this communicator mod nonblocking_tags). Point-to-point
+  /// messages of the caller on the same communicator should avoid these tags.
+  static constexpr int nonblocking_tag_base = 0x4000;
+  static constexpr int nonblocking_tags = 0x2000;
 
  private:
   // Ring reduce-scatter: g - 1 steps; at step s rank r sends its partial sum of block
@@ -556,9 +740,11 @@ class mpi_communicator {
   int size_ = 0;
   traffic stats_{};
   std::vector<unsigned char> scratch_;  // ring_reduce_scatter's receive block, reused
+  std::uint64_t nonblocking_seq_ = 0;  // ireduce_scatter calls so far: their tags
 };
 
 static_assert(communicator<mpi_communicator>);
+static_assert(nonblocking_communicator<mpi_communicator>);
 
 /// The recommended main of a tessera MPI program:
 ///
