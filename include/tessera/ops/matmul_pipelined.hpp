@@ -178,10 +178,10 @@ void sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t l
 
 /// Runs a chunk pipeline: the compute thread runs compute(i) for i = 0 .. n - 1; the
 /// calling thread starts start(i) (a pollable request) as soon as chunk i is computed,
-/// polls the requests in flight, and waits for the last ones. Returns the compute
-/// thread's busy time.
-template <class Compute, class Start>
-double run_chunk_pipeline(int n, Compute&& compute, Start&& start, int poll_us) {
+/// polls the requests in flight, runs finish(i) once request i is complete, and waits
+/// for the last ones. Returns the compute thread's busy time.
+template <class Compute, class Start, class Finish>
+double run_chunk_pipeline(int n, Compute&& compute, Start&& start, Finish&& finish, int poll_us) {
   using request = decltype(start(0));
   std::vector<request> flight;
   flight.reserve(std::size_t(n));
@@ -192,17 +192,24 @@ double run_chunk_pipeline(int n, Compute&& compute, Start&& start, int poll_us) 
       computed.store(i + 1, std::memory_order_release);
     }
   });
-  int started = 0;
+  int started = 0, finished = 0;
+  auto poll = [&] {  // finishes, in order, the requests that are complete
+    while (finished < started && flight[std::size_t(finished)].test()) finish(finished++);
+    for (int i = finished + 1; i < started; ++i) flight[std::size_t(i)].test();
+  };
   while (started < n) {
     const int c = computed.load(std::memory_order_acquire);
     while (started < c) flight.push_back(start(started++));
+    poll();
     if (started == n) break;
     if (worker.done() && computed.load(std::memory_order_acquire) == started) break;  // it failed
-    for (request& q : flight) q.test();
     pipeline_pause(poll_us);
   }
   const double busy = worker.join();
-  for (request& q : flight) q.wait();
+  for (; finished < started; ++finished) {
+    flight[std::size_t(finished)].wait();
+    finish(finished);
+  }
   return busy;
 }
 
@@ -269,9 +276,9 @@ void check_pipelined_types(const char* fn) {
 
 /// C = op(A) op(B) as ops::matmul computes it followed by the resolution of the partial
 /// sums over the contraction axis (`how`), with the two overlapped: the local product
-/// is cut into `opt.chunks` chunks of C's rows, and while chunk i + 1 is multiplied (on
-/// a compute thread) the ReduceScatter or AllReduce of chunk i runs (started and polled
-/// by the calling thread, the only one that communicates). Returns C in
+/// is cut into `opt.chunks` chunks, and while chunk i + 1 is multiplied (on a compute
+/// thread) the ReduceScatter or AllReduce of chunk i runs (started and polled by the
+/// calling thread, the only one that communicates). Returns C in
 /// resolved_layout(rule, how), equal to
 ///
 ///     redistribute(ops::matmul(op, a, b, ctx), resolved_layout(op.rule(P), how), ctx)
@@ -279,17 +286,25 @@ void check_pipelined_types(const char* fn) {
 /// and moving the bytes of one ReduceScatter (AllReduce) of the local product over the
 /// contraction axis, which is that plan's price when the device matrix has no replica
 /// axis (with one, the plan can share the resolution among the replicas and move fewer
-/// bytes; matmul_overlapped resolves on each replica). For scatter_rows, chunk i of the block of rows that group
-/// member j receives is computed straight into the j-th block of chunk i's send buffer,
-/// so no product is copied. A strategy that does not split the contraction dim has no
-/// partial sums: C is one product in the rule's layout. Inputs not in the rule's layouts
-/// are redistributed first, as ops::matmul does. `stats`, when given, receives the time
-/// spent (the products run on the compute thread, so its busy time is their time).
+/// bytes; matmul_overlapped resolves on each replica).
 ///
-/// Example: ((1, 2), (2, 1)) on 2 ranks, A and B 4096 x 4096, chunks 4: each rank
-/// multiplies its (4096 x 2048) x (2048 x 4096) in 4 chunks of 2 x 512 rows; chunk i's
-/// ReduceScatter (8 MiB) runs during chunk i + 1's product; C comes back split
-/// [0.1, 2] (2048 rows per rank).
+/// The chunks, each product a BLAS call on the shards in place:
+/// - scatter_rows: chunks of C's columns, one product of all local rows each (so BLAS
+///   packs each operand once per chunk), written as g blocks of rows, one per member of
+///   the contraction group, ready for its ReduceScatter; each member's block is copied
+///   into its columns of the output shard when it arrives, on the calling thread;
+/// - scatter_cols: chunks of C's rows, member j's columns multiplied straight into the
+///   j-th block of the chunk's send buffer; the ReduceScatter lands in the output shard;
+/// - all_reduce: chunks of rows, multiplied into the output shard and reduced in place.
+/// A strategy that does not split the contraction dim has no partial sums: C is one
+/// product in the rule's layout. Inputs not in the rule's layouts are redistributed
+/// first, as ops::matmul does. `stats`, when given, receives the time spent (the
+/// products run on the compute thread, so its busy time is their time).
+///
+/// Example: ((1, 2), (2, 1)) on 2 ranks, A and B 4096 x 4096, scatter_rows, chunks 4:
+/// each rank multiplies its (4096 x 2048) x (2048 x 4096) as 4 products of 1024 columns;
+/// chunk i's ReduceScatter (16 MiB in, 8 MiB out) runs during chunk i + 1's product; C
+/// comes back split [0.1, 2] (2048 rows per rank).
 ///
 /// Throws tessera::error when chunks < 1 or poll_us < 0 ("matmul_overlapped: chunks must
 /// be at least 1: chunks 0"), for a bad strategy or shapes (as ops::matmul), and when
@@ -337,7 +352,9 @@ dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, c
     out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R), std::size_t(W)});
     const int n = int(std::min<index_t>(opt.chunks, R));
     auto begin = [&](int i) { return index_t(i) * R / n; };
+    auto none = [](int) {};
     if (how == partial_resolution::all_reduce) {
+      // Chunks of rows, computed in place into C's shard and all-reduced there.
       auto compute = [&](int i) {
         const index_t r0 = begin(i), rs = begin(i + 1) - r0;
         detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, 0, ln, out.data() + r0 * ln, ln, T(0));
@@ -346,28 +363,52 @@ dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, c
         const index_t r0 = begin(i), rs = begin(i + 1) - r0;
         return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
       };
-      st.compute_s = detail::run_chunk_pipeline(n, compute, start, opt.poll_us);
+      st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
+    } else if (rows) {
+      // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
+      // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
+      // j. The ReduceScatter lands in a block of R x w, copied into columns
+      // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
+      const int nc = int(std::min<index_t>(opt.chunks, ln));
+      auto cbegin = [&](int i) { return index_t(i) * ln / nc; };
+      xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
+      xt::xarray<T> recv = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R * ln)});
+      auto compute = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, c0, w, send.data() + lm * c0, w, T(0));
+      };
+      auto start = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
+                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
+      };
+      auto finish = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        const T* src = recv.data() + R * c0;
+        for (index_t x = 0; x < R; ++x) std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
+      };
+      st.compute_s = detail::run_chunk_pipeline(nc, compute, start, finish, opt.poll_us);
+      st.pieces = nc;
     } else {
-      // Chunk i's send buffer: g blocks of (rows of chunk i) x W, block j for member j,
-      // at offset g * begin(i) * W of one buffer as large as the local product.
+      // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
+      // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
+      // g * begin(i) * W of one buffer as large as the local product), and the
+      // ReduceScatter lands in the chunk's rows of the output shard: no copy.
       xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
       auto compute = [&](int i) {
         const index_t r0 = begin(i), rs = begin(i + 1) - r0;
         T* chunk = send.data() + g * r0 * W;
-        for (int j = 0; j < g; ++j) {
-          T* dst = chunk + j * rs * W;
-          if (rows) detail::sub_product(pa, pb, ta, tb, lm, lk, ln, j * R + r0, rs, 0, ln, dst, W, T(0));
-          else detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, j * W, W, dst, W, T(0));
-        }
+        for (int j = 0; j < g; ++j)
+          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, j * W, W, chunk + j * rs * W, W, T(0));
       };
       auto start = [&](int i) {
         const index_t r0 = begin(i), rs = begin(i + 1) - r0;
         return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
                                      std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
       };
-      st.compute_s = detail::run_chunk_pipeline(n, compute, start, opt.poll_us);
+      st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
     }
-    st.pieces = n;
+    if (!rows) st.pieces = n;
   }
   st.total_s = detail::seconds_since(t0);
   if (stats) *stats = st;
