@@ -5,7 +5,8 @@
 //
 //   OPENBLAS_CORETYPE=SkylakeX mpiexec -n P --bind-to none bench_matmul
 //       [--sizes=1024,2048,4096] (up to 8192)  [--chunks=4] (several: --chunks=2,4,8)
-//       [--table_out=FILE] [google benchmark flags, e.g. --benchmark_out=FILE]
+//       [--iterations=3] [--table_out=FILE] [--fresh_pages] [--poll_us=1000] (pipeline_options::poll_us)
+//       [google benchmark flags, e.g. --benchmark_out=FILE]
 //
 // --bind-to none matters for the single-process peer: OpenMPI binds each of 2 ranks to
 // one core by default, and rank 0's P BLAS threads would then share that core.
@@ -43,11 +44,12 @@
 // psgemm's best block size on the grid matching the strategy: pm x pn for
 // ((pm, 1), (1, pn)); pm*pk x pn for contraction splits, the grid with as many rows of
 // processes as C's rows are cut), vs_psgemm_best and vs_blas_single.
-// Every time is the slowest rank's (MPI_Allreduce MAX), manual time, 3 iterations after
+// Every time is the slowest rank's (MPI_Allreduce MAX), manual time, 3 iterations (--iterations) after
 // one untimed warm-up that also checks entries of C against dot products of the
 // deterministic inputs. Rank 0 prints tables of the ratios at the end.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -85,7 +87,8 @@ using namespace tessera;
 
 namespace {
 
-constexpr int iterations = 3;
+int iterations = 3;  // --iterations
+int poll_us = ops::pipeline_options{}.poll_us;  // --poll_us
 
 mpi_communicator* world_ptr = nullptr;
 
@@ -350,7 +353,7 @@ void run_overlapped(benchmark::State& state, strategy st, index_t n, int chunks)
   const layout target = ops::resolved_layout(in.r, how);
   const plan p = plan_redistribution(in.r.c, target, in.g, 4);
   mesh_comm<mpi_communicator>& mc = ctx.on(in.r.dev);
-  const ops::pipeline_options opt{chunks};
+  const ops::pipeline_options opt{chunks, poll_us};
 
   // Warm-up of both and check.
   {
@@ -394,7 +397,7 @@ void run_summa(benchmark::State& state, strategy st, index_t n, int chunks) {
   b.fill_global([](const auto& i) { return b_at(i[0], i[1]); });
   mesh_comm<mpi_communicator>& mc = ctx.on(r.dev);
   const plan pa = plan_redistribution(sl.a, r.a, g, 4), pb = plan_redistribution(sl.b, r.b, g, 4);
-  const ops::pipeline_options opt{chunks};
+  const ops::pipeline_options opt{chunks, poll_us};
   // The plain variant: all-gather A and B to the rule's layouts, then ops::matmul.
   auto plain = [&] {
     const double t0 = MPI_Wtime();
@@ -714,6 +717,17 @@ std::vector<T> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Freed memory stays in the process for reuse (every variant allocates its result,
+  // psgemm its workspace): by default glibc returns blocks over 32 MiB to the kernel,
+  // and the next allocation faults every page in again, which on the virtual machines
+  // these numbers come from costs about 12 us per 4 KiB page (200 ms for 64 MiB, more
+  // than the product of 2 x 2048^3 flops). --fresh_pages keeps glibc's default.
+  bool fresh_pages = false;
+  for (int i = 1; i < argc; ++i) fresh_pages |= std::string(argv[i]) == "--fresh_pages";
+  if (!fresh_pages) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   std::vector<index_t> sizes{1024, 2048, 4096};
   std::vector<int> chunks{4};
   std::string table_out;
@@ -724,6 +738,9 @@ int main(int argc, char** argv) {
     if (a.rfind("--sizes=", 0) == 0) sizes = parse_list<index_t>(a.substr(8));
     else if (a.rfind("--chunks=", 0) == 0) chunks = parse_list<int>(a.substr(9));
     else if (a.rfind("--table_out=", 0) == 0) table_out = a.substr(12);
+    else if (a == "--fresh_pages") continue;
+    else if (a.rfind("--poll_us=", 0) == 0) poll_us = std::stoi(a.substr(10));
+    else if (a.rfind("--iterations=", 0) == 0) iterations = std::stoi(a.substr(13));
     else args.push_back(argv[i]);
     to_file |= a.rfind("--benchmark_out=", 0) == 0;
   }

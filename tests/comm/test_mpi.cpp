@@ -281,7 +281,7 @@ TEST_CASE("mpi: iall_reduce buckets") {
 TEST_CASE_TEMPLATE("mpi: ireduce_scatter equals reduce_scatter, several in flight", T, float, double,
                    std::int64_t) {
   static_assert(nonblocking_communicator<mpi_communicator>);
-  static_assert(pollable_request<mpi_communicator::ring_request>);
+  static_assert(pollable_request<mpi_communicator::reduce_scatter_request>);
   mpi_communicator c = mpi_communicator::world();
   const int g = c.size(), r = c.rank();
   // Blocks below and above the blocking call's ring threshold; four requests in flight
@@ -293,7 +293,7 @@ TEST_CASE_TEMPLATE("mpi: ireduce_scatter equals reduce_scatter, several in fligh
       for (int i = 0; i < n; ++i) in[std::size_t(j * n + i)] = T((r + 1) * 1000 + j * 10 + i % 97);
     const reduce_op ops[] = {reduce_op::sum, reduce_op::max, reduce_op::min, reduce_op::mean};
     std::vector<std::vector<T>> got(4, std::vector<T>(std::size_t(n), T(-1)));
-    std::vector<mpi_communicator::ring_request> reqs;
+    std::vector<mpi_communicator::reduce_scatter_request> reqs;
     const traffic before = c.stats();
     for (int k = 0; k < 4; ++k)
       reqs.push_back(c.ireduce_scatter(std::span<const T>(in), std::span<T>(got[std::size_t(k)]), ops[k]));
@@ -302,7 +302,7 @@ TEST_CASE_TEMPLATE("mpi: ireduce_scatter equals reduce_scatter, several in fligh
     reqs[3].wait();
     while (!reqs[2].test()) {
     }
-    mpi_communicator::ring_request moved = std::move(reqs[1]);  // move-only, in flight
+    mpi_communicator::reduce_scatter_request moved = std::move(reqs[1]);  // move-only, in flight
     CHECK(!reqs[1].pending());
     moved.wait();
     reqs[0].wait();

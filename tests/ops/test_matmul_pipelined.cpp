@@ -114,7 +114,7 @@ TEST_CASE("matmul_overlapped: inputs in other layouts, and the seed's ((2, 4), (
   // Replicated on the flat mesh: the operator redistributes them to its device matrix.
   const layout rep = layout::replicated(mesh{p}, 2);
   const dist_tensor<float> a = shard_of(ga, rep, me), b = shard_of(gb, rep, me);
-  const dist_tensor<float> c = ops::matmul_overlapped(op, a, b, ctx, ops::partial_resolution::scatter_rows, {2, 0});
+  const dist_tensor<float> c = ops::matmul_overlapped(op, a, b, ctx, ops::partial_resolution::scatter_rows, {2});
   CHECK(c.layout() == ops::resolved_layout(op.rule(p), ops::partial_resolution::scatter_rows));
   CHECK(c.local() == shard_of(c_ref, c.layout(), me).local());
   if (p == 8) CHECK(to_string(c.layout()) == "[0.1, 2]");  // rows by the m axis, then the k axis
@@ -181,6 +181,21 @@ TEST_CASE("matmul_summa: panels cut at every block boundary of A and B") {
     CHECK(panels[i].b_off == b_off[i]);
   }
   CHECK(ops::detail::summa_panels(12, 2, 3, 3).size() == 10);  // 3, 2, 2, 3 panels per segment (capped by width)
+}
+
+TEST_CASE("matmul_overlapped: chunks shrink linearly, each at least one row or column") {
+  CHECK(ops::detail::shrinking_cuts(100, 4) == std::vector<index_t>{0, 40, 70, 90, 100});
+  CHECK(ops::detail::shrinking_cuts(4096, 4) == std::vector<index_t>{0, 1639, 2868, 3687, 4096});
+  for (index_t total : {1, 2, 5, 24, 1000})
+    for (int n = 1; n <= total && n <= 40; ++n) {
+      const std::vector<index_t> c = ops::detail::shrinking_cuts(total, n);
+      CAPTURE(total);
+      CAPTURE(n);
+      REQUIRE(c.size() == std::size_t(n) + 1);
+      CHECK(c.front() == 0);
+      CHECK(c.back() == total);
+      for (int i = 0; i < n; ++i) CHECK(c[std::size_t(i) + 1] > c[std::size_t(i)]);
+    }
 }
 
 TEST_CASE("matmul_overlapped and matmul_summa on a one-rank communicator") {

@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -295,48 +297,66 @@ class mpi_communicator {
     finish_fn finish_ = nullptr;
   };
 
-  /// A pending ireduce_scatter: the ring of reduce_scatter (g - 1 exchanges with the
-  /// neighbours, each adding this rank's contribution to the block it receives) driven
-  /// by test() and wait(), one exchange at a time. Move-only; the destructor waits if it
-  /// is still pending. Its messages carry a tag of their own (one per request, from
-  /// nonblocking_tag_base on), so several may be in flight on one communicator.
-  class ring_request {
+  /// A pending ireduce_scatter. Every rank sends block j of its input to member j and
+  /// receives its own block from every other member at once (one round of messages, the
+  /// volume of a ring: (g - 1) blocks in and out), and adds the blocks in member order,
+  /// ((x_0 + x_1) + x_2) + ..., as they arrive, inside test() and wait(). Move-only; the
+  /// destructor waits if it is still pending. Its messages carry a tag of their own (one
+  /// per request, from nonblocking_tag_base on), so several may be in flight on one
+  /// communicator.
+  class reduce_scatter_request {
    public:
-    ring_request() noexcept = default;
-    ring_request(ring_request&& o) noexcept { take(o); }
-    ring_request& operator=(ring_request&& o) noexcept {
+    reduce_scatter_request() noexcept = default;
+    reduce_scatter_request(reduce_scatter_request&& o) noexcept { take(o); }
+    reduce_scatter_request& operator=(reduce_scatter_request&& o) noexcept {
       if (this != &o) {
         complete_quietly();
         take(o);
       }
       return *this;
     }
-    ring_request(const ring_request&) = delete;
-    ring_request& operator=(const ring_request&) = delete;
-    ~ring_request() { complete_quietly(); }
+    reduce_scatter_request(const reduce_scatter_request&) = delete;
+    reduce_scatter_request& operator=(const reduce_scatter_request&) = delete;
+    ~reduce_scatter_request() { complete_quietly(); }
 
     /// Blocks until this rank's block is reduced; throws tessera::error if MPI fails.
     void wait() {
-      while (step_ != 0) {
-        detail::mpi_call(MPI_Waitall(2, reqs_, MPI_STATUSES_IGNORE), "MPI_Waitall");
-        advance();
+      while (next_ < g_) {
+        if (next_ != r_)
+          detail::mpi_call(MPI_Wait(&recv_[std::size_t(next_)], MPI_STATUS_IGNORE), "MPI_Wait");
+        add_next();
       }
+      if (!sends_done_) {
+        detail::mpi_call(MPI_Waitall(int(send_.size()), send_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+        sends_done_ = true;
+      }
+      finish();
     }
 
-    /// Completes every exchange that has arrived and starts the next; true when the
-    /// block is reduced (mean included).
+    /// Adds the blocks that have arrived (in member order); true when this rank's block
+    /// is reduced and its own blocks are sent (mean included).
     bool test() {
-      while (step_ != 0) {
-        int done = 0;
-        detail::mpi_call(MPI_Testall(2, reqs_, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-        if (!done) return false;
-        advance();
+      while (next_ < g_) {
+        if (next_ != r_) {
+          int done = 0;
+          detail::mpi_call(MPI_Test(&recv_[std::size_t(next_)], &done, MPI_STATUS_IGNORE), "MPI_Test");
+          if (!done) break;
+        }
+        add_next();
       }
+      if (!sends_done_) {
+        int done = 0;
+        detail::mpi_call(MPI_Testall(int(send_.size()), send_.data(), &done, MPI_STATUSES_IGNORE),
+                         "MPI_Testall");
+        sends_done_ = done != 0;
+      }
+      if (next_ < g_ || !sends_done_) return false;
+      finish();
       return true;
     }
 
     /// True until wait() or a successful test().
-    bool pending() const noexcept { return step_ != 0; }
+    bool pending() const noexcept { return active_; }
 
    private:
     friend class mpi_communicator;
@@ -344,80 +364,76 @@ class mpi_communicator {
     using divide_fn = void (*)(void*, std::size_t, int);
 
     template <class T>
-    static void combine_into(void* acc, const void* own, std::size_t n, reduce_op op) {
+    static void combine_into(void* acc, const void* x, std::size_t n, reduce_op op) {
       T* a = static_cast<T*>(acc);
-      detail::combine(a, a, static_cast<const T*>(own), n, op);
+      detail::combine(a, a, static_cast<const T*>(x), n, op);
     }
     template <class T>
     static void divide(void* p, std::size_t n, int g) {
       detail::divide_by(std::span<T>(static_cast<T*>(p), n), g);
     }
 
-    // The buffer step s receives into: out at the last step (g - 1), the scratch block
-    // and out alternating before it, so a step never receives into what it sends.
-    unsigned char* recv_buf(int s) { return (g_ - 1 - s) % 2 == 0 ? out_ : scratch_.data(); }
-    const unsigned char* own_block(int j) const {
-      return in_ + std::size_t(((j % g_) + g_) % g_) * bytes_;
+    // Where member m's block lands: out for the first member other than this rank when
+    // this rank is not member 0 (it starts the sum), else a scratch slot.
+    unsigned char* landing(int m) {
+      if (r_ != 0 && m == 0) return out_;
+      const int slot = m - (m > r_ ? 1 : 0) - (r_ != 0 ? 1 : 0);
+      return scratch_.get() + std::size_t(slot) * bytes_;
     }
 
-    void post(int s) {
-      const void* send = s == 1 ? static_cast<const void*>(own_block(r_ - 1)) : recv_buf(s - 1);
-      const int right = (r_ + 1) % g_, left = (r_ - 1 + g_) % g_;
-      detail::mpi_call(MPI_Irecv(recv_buf(s), n_, type_, left, tag_, comm_, &reqs_[0]), "MPI_Irecv");
-      detail::mpi_call(MPI_Isend(send, n_, type_, right, tag_, comm_, &reqs_[1]), "MPI_Isend");
-      step_ = s;
-    }
-
-    // Step step_ has arrived: add this rank's contribution, start the next step.
-    void advance() {
-      const int s = step_;
-      combine_(recv_buf(s), own_block(r_ - s - 1), std::size_t(n_), op_);
-      if (s + 1 < g_) {
-        post(s + 1);
+    // Adds member next_'s block (own block or arrived) to the sum.
+    void add_next() {
+      const int m = next_++;
+      const unsigned char* x = m == r_ ? in_ + std::size_t(r_) * bytes_ : landing(m);
+      if (m == 0) {
+        if (x != out_) std::memcpy(out_, x, bytes_);
       } else {
-        step_ = 0;
-        if (divide_) divide_(out_, std::size_t(n_), g_);
+        combine_(out_, x, std::size_t(n_), op_);
       }
     }
 
-    void take(ring_request& o) noexcept {
-      comm_ = o.comm_;
-      type_ = o.type_;
-      tag_ = o.tag_;
+    void finish() {
+      if (!active_) return;
+      active_ = false;
+      if (divide_) divide_(out_, std::size_t(n_), g_);
+    }
+
+    void take(reduce_scatter_request& o) noexcept {
       r_ = o.r_;
       g_ = o.g_;
       n_ = o.n_;
+      next_ = o.next_;
       bytes_ = o.bytes_;
       in_ = o.in_;
       out_ = o.out_;
       scratch_ = std::move(o.scratch_);
-      step_ = std::exchange(o.step_, 0);
-      reqs_[0] = std::exchange(o.reqs_[0], MPI_REQUEST_NULL);
-      reqs_[1] = std::exchange(o.reqs_[1], MPI_REQUEST_NULL);
+      recv_ = std::move(o.recv_);
+      send_ = std::move(o.send_);
+      sends_done_ = o.sends_done_;
+      active_ = std::exchange(o.active_, false);
       op_ = o.op_;
       combine_ = o.combine_;
       divide_ = o.divide_;
     }
 
     void complete_quietly() noexcept {
-      if (step_ != 0 && detail::mpi_active()) {
+      if (active_ && detail::mpi_active()) {
         try {
           wait();
         } catch (...) {
         }
       }
-      step_ = 0;
+      active_ = false;
     }
 
-    MPI_Comm comm_ = MPI_COMM_NULL;
-    MPI_Datatype type_ = MPI_DATATYPE_NULL;
-    int tag_ = 0, r_ = 0, g_ = 1, n_ = 0;
+    int r_ = 0, g_ = 1, n_ = 0, next_ = 0;
     std::size_t bytes_ = 0;  // of one block
     const unsigned char* in_ = nullptr;
     unsigned char* out_ = nullptr;
-    std::vector<unsigned char> scratch_;  // a block, when g > 2
-    int step_ = 0;                        // the exchange in flight (1 .. g - 1); 0: none
-    MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    std::unique_ptr<unsigned char[]> scratch_;  // the blocks that do not land in out (uninitialised)
+    std::vector<MPI_Request> recv_;       // one per member (this rank's entry unused)
+    std::vector<MPI_Request> send_;       // one per other member
+    bool sends_done_ = true, active_ = false;
     reduce_op op_ = reduce_op::sum;
     combine_fn combine_ = nullptr;
     divide_fn divide_ = nullptr;
@@ -608,37 +624,49 @@ class mpi_communicator {
     return r;
   }
 
-  /// Starts a reduce_scatter (the result of reduce_scatter(in, out, op), summed in the
-  /// same order): a ring of g - 1 exchanges with the neighbouring ranks, each started
-  /// when the previous one has arrived, inside test() or wait() of the request. `in`
-  /// and `out` must stay alive, and out untouched, until it completes. Counted when
-  /// started. Sizes are checked as reduce_scatter's: "ireduce_scatter: in has 10
-  /// elements, expected 4 ranks x 3 = 12".
+  /// Starts a reduce_scatter: the result of reduce_scatter(in, out, op) (to float
+  /// rounding: the blocks are added in member order), computed as the messages arrive,
+  /// inside test() or wait() of the request. `in` and `out` must stay alive, and out
+  /// untouched, until it completes. Counted when started, as reduce_scatter. Sizes are
+  /// checked as reduce_scatter's: "ireduce_scatter: in has 10 elements, expected 4 ranks
+  /// x 3 = 12".
   template <comm_element T>
-  [[nodiscard]] ring_request ireduce_scatter(std::span<const std::type_identity_t<T>> in,
-                                             std::span<T> out, reduce_op op) {
+  [[nodiscard]] reduce_scatter_request ireduce_scatter(std::span<const std::type_identity_t<T>> in,
+                                                       std::span<T> out, reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size_, "ireduce_scatter");
     const int n = detail::mpi_count("ireduce_scatter", "out", out.size());
     detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
-    ring_request q;
+    reduce_scatter_request q;
     if (size_ == 1) {
       std::copy(in.begin(), in.end(), out.begin());
       return q;
     }
-    q.comm_ = comm_;
-    q.type_ = detail::mpi_datatype<T>();
-    q.tag_ = nonblocking_tag_base + int(nonblocking_seq_++ % nonblocking_tags);
+    const MPI_Datatype type = detail::mpi_datatype<T>();
+    const int tag = nonblocking_tag_base + int(nonblocking_seq_++ % nonblocking_tags);
     q.r_ = rank_;
     q.g_ = size_;
     q.n_ = n;
     q.bytes_ = out.size() * sizeof(T);
     q.in_ = reinterpret_cast<const unsigned char*>(in.data());
     q.out_ = reinterpret_cast<unsigned char*>(out.data());
-    if (size_ > 2) q.scratch_.resize(q.bytes_);
+    q.scratch_.reset(new unsigned char[std::size_t(size_ - (rank_ != 0 ? 2 : 1)) * q.bytes_]);
+    q.recv_.assign(std::size_t(size_), MPI_REQUEST_NULL);
+    q.send_.reserve(std::size_t(size_ - 1));
     q.op_ = op;
-    q.combine_ = &ring_request::combine_into<T>;
-    if (op == reduce_op::mean) q.divide_ = &ring_request::divide<T>;
-    q.post(1);
+    q.combine_ = &reduce_scatter_request::combine_into<T>;
+    if (op == reduce_op::mean) q.divide_ = &reduce_scatter_request::divide<T>;
+    q.active_ = true;
+    q.sends_done_ = false;
+    for (int k = 1; k < size_; ++k) {  // receives first, from the next ranks on
+      const int m = (rank_ + k) % size_;
+      detail::mpi_call(MPI_Irecv(q.landing(m), n, type, m, tag, comm_, &q.recv_[std::size_t(m)]), "MPI_Irecv");
+    }
+    for (int k = 1; k < size_; ++k) {  // rank r sends to r - 1 first, r - 2 next, ...
+      const int m = (rank_ - k + size_) % size_;
+      q.send_.push_back(MPI_REQUEST_NULL);
+      detail::mpi_call(MPI_Isend(in.data() + std::size_t(m) * out.size(), n, type, m, tag, comm_, &q.send_.back()),
+                       "MPI_Isend");
+    }
     return q;
   }
 

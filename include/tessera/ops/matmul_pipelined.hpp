@@ -42,9 +42,12 @@ struct pipeline_options {
   /// collective of one runs while the next is multiplied. matmul_summa: the panels the
   /// contraction dim is cut into, at least one per block of A and of B.
   int chunks = 4;
-  /// How often, in microseconds, the communicating thread polls the collectives in
-  /// flight while the products run (0: yield instead of sleeping).
-  int poll_us = 100;
+  /// The longest pause, in microseconds, of the communicating thread between two polls
+  /// of the collectives in flight while the products run. After anything happens (a
+  /// chunk computed, a collective complete) it polls again after poll_us / 32, and
+  /// doubles the pause while nothing does: few wake-ups during a long product, a quick
+  /// answer to a short one. 0: poll continuously, yielding the core between polls.
+  int poll_us = 1000;
 };
 
 /// What one pipelined call spent on this rank, in seconds.
@@ -110,10 +113,21 @@ inline double seconds_since(pipeline_clock::time_point t0) {
   return std::chrono::duration<double>(pipeline_clock::now() - t0).count();
 }
 
-inline void pipeline_pause(int poll_us) {
-  if (poll_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(poll_us));
-  else std::this_thread::yield();
-}
+// The communicating thread's pauses between polls: from poll_us / 32 after an event,
+// doubling up to poll_us while nothing happens.
+class poll_backoff {
+ public:
+  explicit poll_backoff(int poll_us) : max_(poll_us), min_(std::max(1, poll_us / 32)), cur_(min_) {}
+  void event() { cur_ = min_; }
+  void pause() {
+    if (max_ <= 0) return std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::microseconds(cur_));
+    cur_ = std::min(max_, 2 * cur_);
+  }
+
+ private:
+  int max_, min_, cur_;
+};
 
 inline void check_pipeline_options(const char* fn, const pipeline_options& opt) {
   if (opt.chunks < 1)
@@ -163,6 +177,23 @@ class compute_thread {
   std::thread thread_;  // last: starts once the members above exist
 };
 
+/// Boundaries of n pieces of [0, total) (n <= total) shrinking linearly, piece i about
+/// total * (n - i) / (n (n + 1) / 2) and at least 1: the last piece, whose collective no
+/// later product overlaps, is the smallest. Example: total 100, n 4 -> 0 40 70 90 100.
+inline std::vector<index_t> shrinking_cuts(index_t total, int n) {
+  const index_t sum = index_t(n) * (n + 1) / 2;
+  std::vector<index_t> w(static_cast<std::size_t>(n));
+  index_t used = 0;
+  for (int i = 0; i < n; ++i) used += w[std::size_t(i)] = std::max<index_t>(1, total * (n - i) / sum);
+  for (int i = 0; used != total; i = (i + 1) % n) {  // the rounding, on the first pieces
+    if (used < total) ++w[std::size_t(i)], ++used;
+    else if (w[std::size_t(i)] > 1) --w[std::size_t(i)], --used;
+  }
+  std::vector<index_t> cuts(std::size_t(n) + 1, 0);
+  for (int i = 0; i < n; ++i) cuts[std::size_t(i) + 1] = cuts[std::size_t(i)] + w[std::size_t(i)];
+  return cuts;
+}
+
 /// gemm of rows [r0, r0 + rows) of op(A) (lm x lk) and columns [c0, c0 + w) of op(B)
 /// (lk x ln), read in place from row-major shards, into dst (rows x w, row stride ldc).
 template <class T>
@@ -193,17 +224,22 @@ double run_chunk_pipeline(int n, Compute&& compute, Start&& start, Finish&& fini
     }
   });
   int started = 0, finished = 0;
+  poll_backoff backoff(poll_us);
   auto poll = [&] {  // finishes, in order, the requests that are complete
-    while (finished < started && flight[std::size_t(finished)].test()) finish(finished++);
+    while (finished < started && flight[std::size_t(finished)].test()) {
+      finish(finished++);
+      backoff.event();
+    }
     for (int i = finished + 1; i < started; ++i) flight[std::size_t(i)].test();
   };
   while (started < n) {
     const int c = computed.load(std::memory_order_acquire);
+    if (started < c) backoff.event();
     while (started < c) flight.push_back(start(started++));
     poll();
     if (started == n) break;
     if (worker.done() && computed.load(std::memory_order_acquire) == started) break;  // it failed
-    pipeline_pause(poll_us);
+    backoff.pause();
   }
   const double busy = worker.join();
   for (; finished < started; ++finished) {
@@ -288,7 +324,9 @@ void check_pipelined_types(const char* fn) {
 /// axis (with one, the plan can share the resolution among the replicas and move fewer
 /// bytes; matmul_overlapped resolves on each replica).
 ///
-/// The chunks, each product a BLAS call on the shards in place:
+/// The chunks shrink linearly (detail::shrinking_cuts: 40, 30, 20 and 10% for 4), so
+/// that the last, whose collective no product overlaps, is small. Each product is a
+/// BLAS call on the shards in place:
 /// - scatter_rows: chunks of C's columns, one product of all local rows each (so BLAS
 ///   packs each operand once per chunk), written as g blocks of rows, one per member of
 ///   the contraction group, ready for its ReduceScatter; each member's block is copied
@@ -302,9 +340,10 @@ void check_pipelined_types(const char* fn) {
 /// products run on the compute thread, so its busy time is their time).
 ///
 /// Example: ((1, 2), (2, 1)) on 2 ranks, A and B 4096 x 4096, scatter_rows, chunks 4:
-/// each rank multiplies its (4096 x 2048) x (2048 x 4096) as 4 products of 1024 columns;
-/// chunk i's ReduceScatter (16 MiB in, 8 MiB out) runs during chunk i + 1's product; C
-/// comes back split [0.1, 2] (2048 rows per rank).
+/// each rank multiplies its (4096 x 2048) x (2048 x 4096) as 4 products of 1639, 1229,
+/// 819 and 409 columns; chunk i's ReduceScatter (4096 x 1639 floats in, half of them
+/// out, for the first) runs during chunk i + 1's product; C comes back split [0.1, 2]
+/// (2048 rows per rank).
 ///
 /// Throws tessera::error when chunks < 1 or poll_us < 0 ("matmul_overlapped: chunks must
 /// be at least 1: chunks 0"), for a bad strategy or shapes (as ops::matmul), and when
@@ -351,7 +390,8 @@ dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, c
     const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
     out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R), std::size_t(W)});
     const int n = int(std::min<index_t>(opt.chunks, R));
-    auto begin = [&](int i) { return index_t(i) * R / n; };
+    const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
+    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
     auto none = [](int) {};
     if (how == partial_resolution::all_reduce) {
       // Chunks of rows, computed in place into C's shard and all-reduced there.
@@ -370,7 +410,8 @@ dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, c
       // j. The ReduceScatter lands in a block of R x w, copied into columns
       // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
       const int nc = int(std::min<index_t>(opt.chunks, ln));
-      auto cbegin = [&](int i) { return index_t(i) * ln / nc; };
+      const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
+      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
       xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
       xt::xarray<T> recv = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R * ln)});
       auto compute = [&](int i) {
@@ -571,14 +612,20 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
     }
   } wake{worker, ready, np};
   int posted = 0, done = 0;
+  detail::poll_backoff backoff(opt.poll_us);
   while (done < np) {
-    while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) post(posted++);
+    while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) {
+      post(posted++);
+      backoff.event();
+    }
     while (done < posted && flight_a[std::size_t(done)].test() && flight_b[std::size_t(done)].test()) {
       ready.store(++done, std::memory_order_release);
       ready.notify_all();
+      backoff.event();
     }
+    for (int t = done + 1; t < posted; ++t) flight_a[std::size_t(t)].test(), flight_b[std::size_t(t)].test();
     if (done == np || worker.done()) break;
-    detail::pipeline_pause(opt.poll_us);
+    backoff.pause();
   }
   st.compute_s = worker.join();
   st.pieces = np;
