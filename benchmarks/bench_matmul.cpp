@@ -5,7 +5,7 @@
 //
 //   OPENBLAS_CORETYPE=SkylakeX mpiexec -n P --bind-to none bench_matmul
 //       [--sizes=1024,2048,4096] (up to 8192)  [--chunks=4] (several: --chunks=2,4,8)
-//       [--iterations=3] [--table_out=FILE] [--fresh_pages] [--poll_us=1000] (pipeline_options::poll_us)
+//       [--iterations=3] [--rounds=1] [--table_out=FILE] [--fresh_pages] [--poll_us=1000] (pipeline_options::poll_us)
 //       [google benchmark flags, e.g. --benchmark_out=FILE]
 //
 // --bind-to none matters for the single-process peer: OpenMPI binds each of 2 ranks to
@@ -46,7 +46,9 @@
 // processes as C's rows are cut), vs_psgemm_best and vs_blas_single.
 // Every time is the slowest rank's (MPI_Allreduce MAX), manual time, 3 iterations (--iterations) after
 // one untimed warm-up that also checks entries of C against dot products of the
-// deterministic inputs. Rank 0 prints tables of the ratios at the end.
+// deterministic inputs. --rounds=R runs the whole list R times, each benchmark of round
+// r > 1 named with "/round:r"; rank 0's tables at the end keep the fastest round of each
+// (the machines are shared: a burst of load elsewhere slows one round, not all).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <malloc.h>
@@ -152,12 +154,20 @@ struct pipelined_row {
   double plain_ms = 0, plain_compute_ms = 0, plain_comm_ms = 0;
   double gflops = 0, plain_gflops = 0;
 };
-std::map<index_t, std::vector<pipelined_row>> pipelined;
+// Per size, keyed by kind, strategy and chunks: the fastest round's row.
+std::map<index_t, std::map<std::string, pipelined_row>> pipelined;
 struct plain_row {
   std::string strategy, grid;
   double gflops = 0, compute_ms = 0, direct_ms = 0;
 };
-std::map<index_t, std::vector<plain_row>> plains;
+std::map<index_t, std::map<std::string, plain_row>> plains;  // the fastest round per strategy
+
+// Keeps `row` under `key` when it is faster than what is there.
+template <class Row>
+void keep_fastest(std::map<std::string, Row>& rows, const std::string& key, const Row& row) {
+  auto it = rows.find(key);
+  if (it == rows.end() || row.gflops > it->second.gflops) rows[key] = row;
+}
 
 void record(const std::string& kind, index_t n, const result& r) {
   result& b = best[n][kind];
@@ -316,7 +326,7 @@ void run_tessera(benchmark::State& state, strategy st, index_t n) {
   const result res{to_string(st), gf, 1e3 * sum_compute / k, 1e3 * sum_comm / k, 1e3 * sum_direct / k};
   record("tessera", n, res);
   if (replicas(in.r.a) == 1 && replicas(in.r.b) == 1) record("tessera_unreplicated", n, res);
-  plains[n].push_back({to_string(st), grid, gf, 1e3 * sum_compute / k, 1e3 * sum_direct / k});
+  keep_fastest(plains[n], to_string(st), plain_row{to_string(st), grid, gf, 1e3 * sum_compute / k, 1e3 * sum_direct / k});
 }
 
 // Sets the counters shared by the pipelined runs from the summed times and records
@@ -340,8 +350,9 @@ void finish_pipelined(benchmark::State& state, const std::string& kind, const st
   state.counters["pieces"] = pieces;
   set_peer_ratios(state, n, gf, grid);
   record(kind, n, {to_string(st), gf, 1e3 * t[1] / k, 1e3 * t[2] / k, 0});
-  pipelined[n].push_back({kind, to_string(st), grid, chunks, 1e3 * t[0] / k, 1e3 * t[1] / k, 1e3 * t[2] / k,
-                          1e3 * q[0] / k, 1e3 * q[1] / k, 1e3 * q[2] / k, gf, gflops_of(n, q[0] / k)});
+  keep_fastest(pipelined[n], kind + to_string(st) + std::to_string(chunks),
+               pipelined_row{kind, to_string(st), grid, chunks, 1e3 * t[0] / k, 1e3 * t[1] / k, 1e3 * t[2] / k,
+                                     1e3 * q[0] / k, 1e3 * q[1] / k, 1e3 * q[2] / k, gf, gflops_of(n, q[0] / k)});
 }
 
 void run_overlapped(benchmark::State& state, strategy st, index_t n, int chunks) {
@@ -583,22 +594,28 @@ void add(const std::string& name, F f) {
       ->Unit(benchmark::kMillisecond);
 }
 
-void register_all(int p, const std::vector<index_t>& sizes, const std::vector<int>& chunk_counts) {
+// Every benchmark, `rounds` times over (round r > 1 named with a "/round:r" suffix):
+// each round samples every benchmark at another moment, and the tables keep the
+// fastest round, so that a burst of load elsewhere on the machine does not decide a
+// comparison.
+void register_all(int p, const std::vector<index_t>& sizes, const std::vector<int>& chunk_counts, int rounds) {
+  for (int round = 1; round <= rounds; ++round)
   for (index_t n : sizes) {
     std::string ns = "/";  // appended, not "/" + s: sidesteps a false -Wrestrict in g++ 12
     ns += std::to_string(n);
+    const std::string rs = round > 1 ? "/round:" + std::to_string(round) : std::string();
 #ifndef TESSERA_BENCH_NO_SCALAPACK
     for (int pr = 1; pr <= p; ++pr) {
       if (p % pr) continue;
       const int pc = p / pr;
       const std::string grid = "scalapack/" + std::to_string(pr) + "x" + std::to_string(pc);
-      add(grid + "/nb=64" + ns, [pr, pc, n](benchmark::State& s) { run_scalapack(s, pr, pc, 64, n); });
+      add(grid + "/nb=64" + ns + rs, [pr, pc, n](benchmark::State& s) { run_scalapack(s, pr, pc, 64, n); });
       if (n % pr == 0 && n % pc == 0)
-        add(grid + "/nb=block" + ns,
+        add(grid + "/nb=block" + ns + rs,
             [pr, pc, n](benchmark::State& s) { run_scalapack(s, pr, pc, 0, n); });
     }
 #endif
-    add("blas_single/" + std::to_string(p) + " threads" + ns,
+    add("blas_single/" + std::to_string(p) + " threads" + ns + rs,
         [n](benchmark::State& s) { run_blas_single(s, n); });
     std::vector<strategy> all;
     for (int m = 1; m <= p; ++m)
@@ -609,9 +626,9 @@ void register_all(int p, const std::vector<index_t>& sizes, const std::vector<in
         all.push_back(strategy{{m, k}, {k, nn}});
       }
     for (const strategy& st : all)
-      add("tessera/" + to_string(st) + ns, [st, n](benchmark::State& s) { run_tessera(s, st, n); });
+      add("tessera/" + to_string(st) + ns + rs, [st, n](benchmark::State& s) { run_tessera(s, st, n); });
     for (int chunks : chunk_counts) {
-      const std::string cs = ns + "/chunks=" + std::to_string(chunks);
+      const std::string cs = ns + "/chunks=" + std::to_string(chunks) + rs;
       for (const strategy& st : all)
         if (st.in[0].v[1] > 1)
           add("tessera_overlapped/" + to_string(st) + cs,
@@ -668,8 +685,8 @@ std::string table(int p) {
                     grid.c_str(), st.c_str(), variant, gf, gf / it->second, it->second);
       o << line;
     };
-    for (const plain_row& r : plains[n]) row(r.grid, r.strategy, "plain", r.gflops);
-    for (const pipelined_row& r : pipelined[n])
+    for (const auto& [key, r] : plains[n]) row(r.grid, r.strategy, "plain", r.gflops);
+    for (const auto& [key, r] : pipelined[n])
       row(r.grid, r.strategy, r.kind == "tessera_summa" ? "summa" : "overlapped", r.gflops);
   }
 
@@ -679,7 +696,7 @@ std::string table(int p) {
                 "speedup", "chunked");
   o << line;
   for (const auto& [n, rows] : pipelined)
-    for (const pipelined_row& r : rows) {
+    for (const auto& [key, r] : rows) {
       std::snprintf(line, sizeof line,
                     "%6lld  %-10s %-22s %6d  %9.1f %9.1f %9.1f  %9.1f %9.1f %9.1f  %7.3f %7.3f %7.3f\n",
                     (long long)n, r.kind == "tessera_summa" ? "summa" : "overlapped", r.strategy.c_str(), r.chunks,
@@ -695,7 +712,7 @@ std::string table(int p) {
   std::snprintf(line, sizeof line, "%6s  %-22s %10s %10s %8s\n", "n", "strategy", "compute ms", "direct ms", "ratio");
   o << line;
   for (const auto& [n, rows] : plains)
-    for (const plain_row& r : rows) {
+    for (const auto& [key, r] : rows) {
       std::snprintf(line, sizeof line, "%6lld  %-22s %10.1f %10.1f %8.3f\n", (long long)n, r.strategy.c_str(),
                     r.compute_ms, r.direct_ms, r.direct_ms > 0 ? r.compute_ms / r.direct_ms : 0.0);
       o << line;
@@ -730,6 +747,7 @@ int main(int argc, char** argv) {
   }
   std::vector<index_t> sizes{1024, 2048, 4096};
   std::vector<int> chunks{4};
+  int rounds = 1;
   std::string table_out;
   bool to_file = false;  // --benchmark_out: every rank must run with a file reporter
   std::vector<char*> args;
@@ -741,6 +759,7 @@ int main(int argc, char** argv) {
     else if (a == "--fresh_pages") continue;
     else if (a.rfind("--poll_us=", 0) == 0) poll_us = std::stoi(a.substr(10));
     else if (a.rfind("--iterations=", 0) == 0) iterations = std::stoi(a.substr(13));
+    else if (a.rfind("--rounds=", 0) == 0) rounds = std::stoi(a.substr(9));
     else args.push_back(argv[i]);
     to_file |= a.rfind("--benchmark_out=", 0) == 0;
   }
@@ -756,7 +775,7 @@ int main(int argc, char** argv) {
         if (std::string(av[i]).rfind("--benchmark_out=", 0) == 0) av[i] = null_out;
     openblas_set_num_threads(1);  // one core per rank
     benchmark::Initialize(&nargs, av);
-    register_all(world.size(), sizes, chunks);
+    register_all(world.size(), sizes, chunks, rounds);
     if (world.rank() == 0) {
       benchmark::RunSpecifiedBenchmarks();
       const std::string t = table(world.size());
