@@ -9218,7 +9218,7 @@ struct pipeline_options {
 /// What one pipelined call spent on this rank, in seconds.
 struct pipeline_stats {
   double total_s = 0;    ///< the whole call
-  double compute_s = 0;  ///< in the local products (the compute thread's busy time)
+  double compute_s = 0;  ///< in the local products (on the compute thread; waits for data excluded)
   int pieces = 0;        ///< chunks (matmul_overlapped) or panels (matmul_summa) used
   /// The time the call took beyond its products: communication not hidden behind them,
   /// and waiting for a slower peer.
@@ -9749,18 +9749,21 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
     }
   };
 
+  double gemm_s = 0;  // the compute thread's time in products (not waiting for panels)
   detail::compute_thread worker([&](const std::atomic<bool>& stop) {
     for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
       for (int seen = ready.load(std::memory_order_acquire); seen <= t && !stop.load(std::memory_order_relaxed);
            seen = ready.load(std::memory_order_acquire))
         ready.wait(seen, std::memory_order_acquire);
       if (stop.load(std::memory_order_relaxed)) break;
+      const auto tg = detail::pipeline_clock::now();
       const operands o = operands_of(t);
       const detail::summa_panel& p = panels[std::size_t(t)];
       auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
       kernels::cpu::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), o.a, i(std::max<index_t>(1, o.lda)), o.b,
                          i(std::max<index_t>(1, o.ldb)), t == 0 ? T(0) : T(1), out.data(),
                          i(std::max<index_t>(1, ln)));
+      gemm_s += detail::seconds_since(tg);
       consumed.store(t + 1, std::memory_order_release);
     }
   });
@@ -9792,7 +9795,8 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
     if (done == np || worker.done()) break;
     backoff.pause();
   }
-  st.compute_s = worker.join();
+  worker.join();
+  st.compute_s = gemm_s;
   st.pieces = np;
   st.total_s = detail::seconds_since(t0);
   if (stats) *stats = st;
