@@ -9301,14 +9301,31 @@ inline void check_pipeline_options(const char* fn, const pipeline_options& opt) 
     throw error(std::string(fn) + ": poll_us must not be negative: poll_us " + std::to_string(opt.poll_us));
 }
 
+/// Counts what the compute thread did (a piece multiplied, its end) and wakes the
+/// communicating thread when it sleeps with nothing in flight: no polling then.
+class pipeline_events {
+ public:
+  void signal() {
+    count_.fetch_add(1, std::memory_order_release);
+    count_.notify_all();
+  }
+  int seen() const { return count_.load(std::memory_order_acquire); }
+  /// Sleeps until an event after `seen` (returns at once if there was one).
+  void wait(int seen) const { count_.wait(seen, std::memory_order_acquire); }
+
+ private:
+  std::atomic<int> count_{0};
+};
+
 /// The thread that runs a pipeline's products while the calling thread, the only one
 /// that communicates (MPI_THREAD_FUNNELED is enough), starts and polls the collectives.
 /// `work(stop)` should return soon after stop becomes true; join() rethrows its error.
+/// `events`, when given, is signalled when the work ends (normally or not).
 class compute_thread {
  public:
   template <class F>
-  explicit compute_thread(F&& work)
-      : thread_([this, w = std::forward<F>(work)]() mutable {
+  explicit compute_thread(F&& work, pipeline_events* events = nullptr)
+      : thread_([this, events, w = std::forward<F>(work)]() mutable {
           const auto t0 = pipeline_clock::now();
           try {
             w(static_cast<const std::atomic<bool>&>(stop_));
@@ -9317,6 +9334,7 @@ class compute_thread {
           }
           busy_s_ = seconds_since(t0);
           done_.store(true, std::memory_order_release);
+          if (events) events->signal();
         }) {}
   compute_thread(const compute_thread&) = delete;
   compute_thread& operator=(const compute_thread&) = delete;
@@ -9374,20 +9392,25 @@ void sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t l
 
 /// Runs a chunk pipeline: the compute thread runs compute(i) for i = 0 .. n - 1; the
 /// calling thread starts start(i) (a pollable request) as soon as chunk i is computed,
-/// polls the requests in flight, runs finish(i) once request i is complete, and waits
-/// for the last ones. Returns the compute thread's busy time.
+/// polls the requests in flight (sleeping until the next chunk when none is), runs
+/// finish(i) once request i is complete, and waits for the last ones. Returns the
+/// compute thread's busy time.
 template <class Compute, class Start, class Finish>
 double run_chunk_pipeline(int n, Compute&& compute, Start&& start, Finish&& finish, int poll_us) {
   using request = decltype(start(0));
   std::vector<request> flight;
   flight.reserve(std::size_t(n));
   std::atomic<int> computed{0};
-  compute_thread worker([&](const std::atomic<bool>& stop) {
-    for (int i = 0; i < n && !stop.load(std::memory_order_relaxed); ++i) {
-      compute(i);
-      computed.store(i + 1, std::memory_order_release);
-    }
-  });
+  pipeline_events events;
+  compute_thread worker(
+      [&](const std::atomic<bool>& stop) {
+        for (int i = 0; i < n && !stop.load(std::memory_order_relaxed); ++i) {
+          compute(i);
+          computed.store(i + 1, std::memory_order_release);
+          events.signal();
+        }
+      },
+      &events);
   int started = 0, finished = 0;
   poll_backoff backoff(poll_us);
   auto poll = [&] {  // finishes, in order, the requests that are complete
@@ -9398,13 +9421,15 @@ double run_chunk_pipeline(int n, Compute&& compute, Start&& start, Finish&& fini
     for (int i = finished + 1; i < started; ++i) flight[std::size_t(i)].test();
   };
   while (started < n) {
+    const int seen = events.seen();
     const int c = computed.load(std::memory_order_acquire);
     if (started < c) backoff.event();
     while (started < c) flight.push_back(start(started++));
     poll();
     if (started == n) break;
     if (worker.done() && computed.load(std::memory_order_acquire) == started) break;  // it failed
-    backoff.pause();
+    if (finished == started) events.wait(seen);  // nothing in flight: sleep until the next chunk
+    else backoff.pause();
   }
   const double busy = worker.join();
   for (; finished < started; ++finished) {
@@ -9450,6 +9475,20 @@ inline std::vector<summa_panel> summa_panels(index_t k, int pieces_a, int pieces
     }
   }
   return out;
+}
+
+// Cuts the first panel into a quarter and the rest: its broadcasts are the only ones no
+// product overlaps, so the first product starts after a quarter of their time.
+inline void split_first_panel(std::vector<summa_panel>& panels) {
+  if (panels.empty() || panels.front().w < 4) return;
+  summa_panel head = panels.front(), rest = head;
+  head.w = rest.w / 4;
+  rest.k0 += head.w;
+  rest.a_off += head.w;
+  rest.b_off += head.w;
+  rest.w -= head.w;
+  panels.front() = rest;
+  panels.insert(panels.begin(), head);
 }
 
 // Copies rows x cols of a row-major matrix (row stride ld) starting at src to dst
@@ -9631,14 +9670,16 @@ dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, c
 /// compute thread. Equals ops::matmul(op, a, b, ctx), which first all-gathers A and B.
 ///
 /// Panels: every block boundary of A and B is a panel boundary, and each segment
-/// between boundaries is cut into ceil(chunks / segments) panels. A panel of A's
+/// between boundaries is cut into ceil(chunks / segments) panels; the first panel is
+/// then cut into a quarter and the rest, since nothing overlaps the broadcasts of the
+/// first (with one rank per mesh row and column, no panel is broadcast). A panel of A's
 /// columns is packed for its broadcast unless it is contiguous (a whole block, or A
 /// transposed); panels are used in place where they lie in this rank's shard.
 ///
 /// Example: ((1, 1), (1, 2)) on 2 ranks (ScaLAPACK's 1 x 2 grid), A and B 4096 x 4096
-/// split by columns: chunks 4 -> panels of 1024 columns of A (two per rank), each
-/// broadcast to the other rank while the previous one is multiplied with the matching
-/// 1024 rows of B.
+/// split by columns: chunks 4 -> panels of 256, 768, 1024, 1024 and 1024 columns of A
+/// (2048 per rank), each broadcast to the other rank while the previous one is
+/// multiplied with the matching rows of B.
 ///
 /// Throws tessera::error when the strategy splits the contraction dim ("matmul_summa:
 /// the strategy must not split the contraction dim ..."), for bad options, strategies
@@ -9676,7 +9717,8 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
   C& col = mc.group(axis_list{am});  // the ranks of this mesh column: B's panels
   const int segments = int(detail::summa_panels(k, pn, pm, 1).size());
   const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
-  const std::vector<detail::summa_panel> panels = detail::summa_panels(k, pn, pm, per_segment);
+  std::vector<detail::summa_panel> panels = detail::summa_panels(k, pn, pm, per_segment);
+  if (pm > 1 || pn > 1) detail::split_first_panel(panels);
   const int np = int(panels.size());
   index_t wmax = 0;
   for (const auto& p : panels) wmax = std::max(wmax, p.w);
@@ -9750,6 +9792,7 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
   };
 
   double gemm_s = 0;  // the compute thread's time in products (not waiting for panels)
+  detail::pipeline_events events;  // a panel multiplied, or the work ended
   detail::compute_thread worker([&](const std::atomic<bool>& stop) {
     for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
       for (int seen = ready.load(std::memory_order_acquire); seen <= t && !stop.load(std::memory_order_relaxed);
@@ -9765,8 +9808,9 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
                          i(std::max<index_t>(1, ln)));
       gemm_s += detail::seconds_since(tg);
       consumed.store(t + 1, std::memory_order_release);
+      events.signal();
     }
-  });
+  }, &events);
   struct wake_on_exit {  // a failure here must not leave the worker waiting for a panel
     detail::compute_thread& worker;
     std::atomic<int>& ready;
@@ -9782,6 +9826,7 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
   int posted = 0, done = 0;
   detail::poll_backoff backoff(opt.poll_us);
   while (done < np) {
+    const int seen = events.seen();
     while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) {
       post(posted++);
       backoff.event();
@@ -9793,7 +9838,8 @@ dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const 
     }
     for (int t = done + 1; t < posted; ++t) flight_a[std::size_t(t)].test(), flight_b[std::size_t(t)].test();
     if (done == np || worker.done()) break;
-    backoff.pause();
+    if (done == posted) events.wait(seen);  // nothing in flight: sleep until a slot is free
+    else backoff.pause();
   }
   worker.join();
   st.compute_s = gemm_s;

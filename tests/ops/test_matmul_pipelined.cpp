@@ -152,7 +152,7 @@ TEST_CASE("matmul_summa: every strategy without a contraction split, transposes,
           CHECK(c.layout() == r.c);
           CHECK(c.local() == shard_of(c_ref, r.c, me).local());
           CHECK(c.local() == c_plain.local());
-          CHECK(stats.pieces >= chunks);
+          CHECK(stats.pieces >= chunks);  // at least chunks panels, one more for the first's cut
           ++cases;
         }
         // Inputs replicated on the flat mesh are redistributed to the SUMMA layouts.
@@ -181,6 +181,17 @@ TEST_CASE("matmul_summa: panels cut at every block boundary of A and B") {
     CHECK(panels[i].b_off == b_off[i]);
   }
   CHECK(ops::detail::summa_panels(12, 2, 3, 3).size() == 10);  // 3, 2, 2, 3 panels per segment (capped by width)
+  // The first panel cut into a quarter and the rest: [0, 1) [1, 4) [4, 6) ...
+  std::vector<ops::detail::summa_panel> split = panels;
+  ops::detail::split_first_panel(split);
+  REQUIRE(split.size() == 5);
+  CHECK(split[0].k0 == 0);
+  CHECK(split[0].w == 1);
+  CHECK(split[1].k0 == 1);
+  CHECK(split[1].w == 3);
+  CHECK(split[1].a_off == 1);
+  CHECK(split[1].b_off == 1);
+  CHECK(split[2].k0 == 4);
 }
 
 TEST_CASE("matmul_overlapped: chunks shrink linearly, each at least one row or column") {
