@@ -684,16 +684,16 @@ std::string table(int p) {
                 "GFLOP/s", "x psgemm", "(psgemm: best block size on that grid)");
   o << line;
   for (const auto& [n, grids] : psgemm_grid) {
-    auto row = [&](const std::string& grid, const std::string& st, const char* variant, double gf) {
+    auto row = [&](const std::string& grid, const std::string& st, const std::string& variant, double gf) {
       auto it = grids.find(grid);
       if (it == grids.end() || it->second <= 0) return;
       std::snprintf(line, sizeof line, "%6lld  %-5s %-22s %-10s %8.1f %9.3f  (psgemm %.1f)\n", (long long)n,
-                    grid.c_str(), st.c_str(), variant, gf, gf / it->second, it->second);
+                    grid.c_str(), st.c_str(), variant.c_str(), gf, gf / it->second, it->second);
       o << line;
     };
     for (const auto& [key, r] : plains[n]) row(r.grid, r.strategy, "plain", r.gflops);
     for (const auto& [key, r] : pipelined[n])
-      row(r.grid, r.strategy, r.kind == "tessera_summa" ? "summa" : "overlapped", r.gflops);
+      row(r.grid, r.strategy, (r.kind == "tessera_summa" ? "summa/" : "overlap/") + std::to_string(r.chunks), r.gflops);
   }
 
   o << "\n3. Communication hidden by the pipelined variants (paired with the plain run in each iteration)\n";
