@@ -1,22 +1,35 @@
-// The quickstart of the seeds: a 32 -> 16 -> 16 MLP (weights w and w2, MatMul, ReLU,
-// MatMul) trained with an MSE loss and Momentum(0.2, 0.1) for 5 epochs of 4 steps, 2
-// samples per rank, on every rank of the job. The first MatMul has the seed's strategy
-// ((2, 4), (4, 1)); the other operators get the strategies sharding propagation gives
-// them in the seed (ReLU (2, 4), MatMul2 ((2, 4), (4, 1)), the loss split by the batch
-// as the data-parallel dataset is). Each rank prints `epoch: E step: S, loss is L`.
+// The quickstart of the seeds, on the traced graph: a 32 -> 16 -> 16 MLP (weights w and
+// w2, MatMul, ReLU, MatMul) with an MSE loss, trained with Momentum(0.2, 0.1) for 5
+// epochs of 4 steps, 2 samples per rank, in auto_parallel mode with sharding
+// propagation and dataset_strategy data_parallel. Only the first MatMul has a
+// strategy, the seed's ((2, 4), (4, 1)) on 8 ranks; the parallel pass gives the other
+// operators theirs. Each rank prints `epoch: E step: S, loss is L`.
 //
-//   mpiexec -n 8 quickstart            # the seed's run
-//   mpiexec -n 8 quickstart --verify   # also trains stand-alone on each rank and compares
-//   quickstart --stand-alone           # the same training (global batch 16) on one rank
+//   mpiexec -n 8 quickstart                      # the seed's run
+//   mpiexec -n 8 quickstart --verify             # also trains stand-alone on each rank and compares
+//   mpiexec -n 8 quickstart --save-graphs DIR    # writes DIR/rank_R/{step_parallel_begin.ir,execute.ir,execute.dot}
+//   quickstart --stand-alone                     # the same training (global batch 16) on one rank
+//   mpiexec -n 8 quickstart --device cuda        # shards on the GPUs (ranks share them round-robin)
+//
+// Built by nvcc where CMake finds it (then --device cuda is available); by the host
+// compiler otherwise.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include <tessera/tessera.hpp>
+#include <tessera/graph/execute.hpp>
 #include <tessera/optim/momentum.hpp>
+#if defined(__CUDACC__)
+#include <tessera/cuda.hpp>
+#define QUICKSTART_WITH_CUDA 1
+#else
+#define QUICKSTART_WITH_CUDA 0
+#endif
 
 using namespace tessera;
 
@@ -27,7 +40,8 @@ constexpr int epochs = 5, steps_per_epoch = 4;
 constexpr float learning_rate = 0.2f, momentum_factor = 0.1f;
 
 // The seed's random dataset: one batch of uniform [0, 1) inputs and labels from a fixed
-// seed, yielded at every step. `global_batch` rows, the same on every rank.
+// seed, yielded at every step. `global_batch` rows, the same on every rank; each rank
+// reads its slice (dataset_strategy data_parallel).
 struct dataset {
   xt::xarray<float> input, label;
   explicit dataset(index_t global_batch) {
@@ -50,70 +64,76 @@ xt::xarray<float> normal_init(index_t rows, index_t cols, unsigned seed) {
   return w;
 }
 
-dist_tensor<float> shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
-  dist_tensor<float> t(l, extents{index_t(g.shape()[0]), index_t(g.shape()[1])}, rank);
-  t.fill_global([&](const auto& i) { return g(i[0], i[1]); });
-  return t;
+// The seed's Net with its loss, traced for `p` ranks: the first MatMul split (2, 4) on 8
+// ranks (rows 2 ways, the contraction 4 ways); (2, p / 2) or (1, p) on other counts.
+graph::traced_graph trace_net(index_t global_batch, int p) {
+  graph::graph_builder b;
+  const graph::value x = b.input("input", {global_batch, in_dim});
+  const graph::value label = b.input("label", {global_batch, out_dim});
+  const graph::value w = b.parameter("w", {in_dim, hidden_dim});
+  const graph::value w2 = b.parameter("w2", {hidden_dim, out_dim});
+  const int a = p % 2 == 0 ? 2 : 1, k = p / a;
+  graph::value out = b.matmul(x, w).shard({{a, k}, {k, 1}}).named("matmul");
+  out = b.relu(out);
+  out = b.matmul(out, w2).named("matmul2");
+  return b.build(b.mse_loss(out, label));
 }
 
-// The strategies of the network's operators on `p` ranks.
-struct strategies {
-  strategy matmul, relu, matmul2, sub, mul, mean;
-  static strategies on(int p) {
-    const int a = p % 2 == 0 ? 2 : 1, b = p / a;  // (2, 4) on 8 ranks
-    return {{{a, b}, {b, 1}}, {{a, b}}, {{a, b}, {b, 1}}, {{p, 1}, {p, 1}}, {{p, 1}, {p, 1}}, {{p, 1}}};
-  }
-};
+// The communicator the shards of device D move through: the host one itself, or for
+// GPU shards a staging communicator of device buffers over a duplicate of it.
+template <class D, class H>
+auto device_comm(H& host) {
+#if QUICKSTART_WITH_CUDA
+  if constexpr (std::is_same_v<D, cuda_device>) return staged_communicator<H>(host.split(0, host.rank()));
+  else
+#endif
+    return host.split(0, host.rank());
+}
 
-// Trains the network on the ranks of `world` with a global batch of `global_batch`
-// samples; returns the loss of every step.
-template <class C>
-std::vector<float> train(C& world, index_t global_batch, bool print) {
-  device_context<C> ctx(world);
+// Trains the network on the ranks of `world` (a host communicator) with its shards on
+// device D, a global batch of `global_batch` samples, in `mode`; returns the loss of
+// every step.
+template <class D, class H>
+std::vector<float> train_network(H& world, graph::parallel_mode mode, index_t global_batch, bool print,
+                                 const std::string& save_dir) {
+  auto comm = device_comm<D>(world);
+  using C = decltype(comm);
   const int p = world.size(), me = world.rank();
-  const strategies s = strategies::on(p);
-  const ops::matmul_op matmul{s.matmul}, matmul2{s.matmul2};
-  const ops::relu_op relu{s.relu};
-  const ops::sub_op sub{s.sub};
-  const ops::mul_op mul{s.mul};
-  const ops::reduce_mean_op mean{s.mean, {}, false};
-
-  // dataset_strategy "data_parallel": each rank reads its slice of the batch.
-  if (global_batch % p != 0)
-    throw error("quickstart: a global batch of " + std::to_string(global_batch) + " does not split over " +
-                std::to_string(p) + " ranks");
+  graph::parallel_config cfg;
+  cfg.mode = mode;
+  cfg.search = graph::search_mode::sharding_propagation;
+  cfg.dataset = graph::dataset_strategy::data_parallel();
+  cfg.device_num = p;
+  graph::executor<float, C, D> ex(graph::parallelize(trace_net(global_batch, p), cfg), comm);
+  if (!save_dir.empty()) ex.save_graphs(save_dir);
+  ex.set_parameter("w", normal_init(in_dim, hidden_dim, 2));
+  ex.set_parameter("w2", normal_init(hidden_dim, out_dim, 3));
   const dataset data(global_batch);
-  const mesh ranks{p};
-  const dist_tensor<float> x = shard_of(data.input, layout(ranks, {{0}, {}}), me);
-  const dist_tensor<float> y = shard_of(data.label, layout(ranks, {{0}, {}}), me);
-  std::vector<dist_tensor<float>> params = {
-      shard_of(normal_init(in_dim, hidden_dim, 2), matmul.rule(p).b, me),
-      shard_of(normal_init(hidden_dim, out_dim, 3), matmul2.rule(p).b, me)};
-  optim::momentum<float> opt(learning_rate, momentum_factor);
+  const std::vector<xt::xarray<float>> batch = ex.slice_batch({data.input, data.label});
+  optim::momentum<float, D> opt(learning_rate, momentum_factor);
 
+  const graph::parallel_graph& pg = ex.plan();
   if (print && me == 0) {
-    std::cout << "quickstart on " << p << (p == 1 ? " rank" : " ranks") << ": MatMul "
-              << to_string(s.matmul) << " (device matrix " << to_string(matmul.rule(p).dev)
-              << "), ReLU " << to_string(s.relu) << ", MatMul2 " << to_string(s.matmul2)
-              << ", MSE loss " << to_string(s.sub) << "\n"
-              << "  w shard " << to_string(params[0].local_shape()) << ", w2 shard "
-              << to_string(params[1].local_shape()) << ", input shard " << to_string(x.local_shape())
-              << " on each rank\n";
+    std::cout << "quickstart on " << p << (p == 1 ? " rank" : " ranks") << " (" << D::name << "), " << to_string(mode)
+              << (mode == graph::parallel_mode::auto_parallel ? " with sharding_propagation" : "")
+              << ", dataset_strategy data_parallel; rank 0's shards:\n";
+    const graph::traced_graph& g = pg.traced();
+    for (int id = 0; id < g.size(); ++id) {
+      if (g.at(id).kind != graph::node_kind::op) continue;
+      const graph::op_plan& o = pg.op(id);
+      std::string shapes;
+      for (std::size_t s = 0; s < g.at(id).inputs.size(); ++s)
+        shapes += (s ? " x " : "") + to_string(local_shape(o.lay.in[s], g.at(g.at(id).inputs[s]).shape));
+      std::cout << "  " << g.describe(id) << " " << to_string(o.st) << " (" << to_string(o.source) << "): " << shapes
+                << " -> " << to_string(pg.local_shape(id)) << "\n";
+    }
+    std::cout << "  communication per step: " << pg.bytes_for_rank(0) << " bytes received by rank 0\n";
+    if (!save_dir.empty()) std::cout << "  graphs saved under " << save_dir << "/rank_R/\n";
   }
   std::vector<float> losses;
   for (int epoch = 1; epoch <= epochs; ++epoch)
     for (int step = 1; step <= steps_per_epoch; ++step) {
-      auto [loss, grads] = autodiff::value_and_grad(
-          [&](autodiff::tape<float, C>& tp, const auto& w) {
-            const auto in = tp.leaf(x, false), label = tp.leaf(y, false);
-            const auto h = autodiff::relu(relu, autodiff::matmul(matmul, in, w[0]));
-            const auto out = autodiff::matmul(matmul2, h, w[1]);
-            const auto d = autodiff::sub(sub, out, label);
-            return autodiff::reduce_mean(mean, autodiff::mul(mul, d, d));
-          },
-          params, ctx);
-      opt.step(params, grads);
-      const float l = redistribute(loss, layout::replicated(ranks, 0), ctx).local()();
+      const float l = ex.train_step(batch, opt);
       losses.push_back(l);
       if (print) {
         // Every rank's line, printed by rank 0 in rank order.
@@ -129,33 +149,28 @@ std::vector<float> train(C& world, index_t global_batch, bool print) {
   return losses;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool verify = false, stand_alone = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--verify") == 0) verify = true;
-    else if (std::strcmp(argv[i], "--stand-alone") == 0) stand_alone = true;
-    else {
-      std::cerr << "quickstart: unknown argument " << argv[i] << " (expected --verify or --stand-alone)\n";
-      return 2;
-    }
-  }
+// Trains on `device`: the seed's run on every rank of the job, or --stand-alone on one.
+template <class D>
+int run(int argc, char** argv, bool verify, bool stand_alone, const std::string& save_dir) {
   if (stand_alone) {
     local_communicator one;
-    train(one, per_rank_batch * 8, true);  // the seed's global batch: 8 ranks x 2 samples
+    // The seed's global batch: 8 ranks x 2 samples.
+    train_network<D>(one, graph::parallel_mode::stand_alone, per_rank_batch * 8, true, save_dir);
     return 0;
   }
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
+#if QUICKSTART_WITH_CUDA
+    if constexpr (std::is_same_v<D, cuda_device>) cuda::select_device(world.node_local().rank());
+#endif
     const index_t global_batch = per_rank_batch * world.size();
-    const std::vector<float> losses = train(world, global_batch, true);
+    const std::vector<float> losses = train_network<D>(world, graph::parallel_mode::auto_parallel, global_batch, true, save_dir);
     if (losses.back() >= losses.front())
       throw error("quickstart: the loss did not fall: " + std::to_string(losses.front()) + " -> " +
                   std::to_string(losses.back()));
     if (!verify) return;
     // The oracle: the same training on one rank (this process alone) gives the same losses.
     local_communicator one;
-    const std::vector<float> alone = train(one, global_batch, false);
+    const std::vector<float> alone = train_network<D>(one, graph::parallel_mode::stand_alone, global_batch, false, "");
     double worst = 0;
     for (std::size_t i = 0; i < losses.size(); ++i)
       worst = std::max(worst, std::abs(double(losses[i]) - alone[i]) / std::abs(double(alone[i])));
@@ -166,4 +181,37 @@ int main(int argc, char** argv) {
       throw error("quickstart: the " + std::to_string(world.size()) + "-rank losses differ from the "
                   "stand-alone losses by " + std::to_string(worst) + " (relative), more than 1e-5");
   });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool verify = false, stand_alone = false;
+  std::string save_dir, device = "cpu";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--verify") == 0) verify = true;
+    else if (std::strcmp(argv[i], "--stand-alone") == 0) stand_alone = true;
+    else if (std::strcmp(argv[i], "--save-graphs") == 0 && i + 1 < argc) save_dir = argv[++i];
+    else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+    else {
+      std::cerr << "quickstart: unknown argument " << argv[i]
+                << " (expected --verify, --stand-alone, --save-graphs DIR or --device cpu|cuda)\n";
+      return 2;
+    }
+  }
+  if (device == "cpu") return run<cpu_device>(argc, argv, verify, stand_alone, save_dir);
+  if (device != "cuda") {
+    std::cerr << "quickstart: unknown device " << device << " (expected cpu or cuda)\n";
+    return 2;
+  }
+#if QUICKSTART_WITH_CUDA
+  if (!cuda::available()) {
+    std::cerr << "quickstart: --device cuda: no CUDA device\n";
+    return 2;
+  }
+  return run<cuda_device>(argc, argv, verify, stand_alone, save_dir);
+#else
+  std::cerr << "quickstart: --device cuda: this build has no CUDA (nvcc was not found)\n";
+  return 2;
+#endif
 }

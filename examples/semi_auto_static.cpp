@@ -74,7 +74,7 @@ void fill_from(Tensor& t, const xt::xarray<float>& g) {
 // Trains 5 steps; `parallel` selects the 8-device strategies (else all ones, for one
 // rank). Returns the losses.
 template <class C>
-std::vector<float> train(C& world, bool parallel, bool print) {
+std::vector<float> train_network(C& world, bool parallel, bool print) {
   device_context<C> ctx(world);
   const int p = world.size(), me = world.rank();
   const ops::matmul_op mm1{parallel ? fc_strategy : strategy{{1, 1}, {1, 1}}};
@@ -135,12 +135,12 @@ int main(int argc, char** argv) {
                 << ", fc2 " << to_string(fc2_strategy) << " on " << to_string(fc2.dev)
                 << "; between them, planned by the compiler:\n"
                 << to_string(fc_to_fc2);
-    const std::vector<float> losses = train(world, true, true);
+    const std::vector<float> losses = train_network(world, true, true);
     if (!(losses.back() < losses.front()))
       throw error("semi_auto_static: the loss did not fall");
     if (!verify) return;
     local_communicator one;
-    const std::vector<float> alone = train(one, false, false);
+    const std::vector<float> alone = train_network(one, false, false);
     double worst = 0;
     for (std::size_t i = 0; i < losses.size(); ++i)
       worst = std::max(worst, std::abs(double(losses[i]) - alone[i]) / std::abs(double(alone[i])));

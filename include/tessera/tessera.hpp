@@ -54,6 +54,15 @@
 #include <tessera/io/rotation.hpp>
 #include <tessera/io/strategy_file.hpp>
 
+// graph/: the traced graph, its operators, sharding propagation, the parallel pass and
+// the dumps (standard library only)
+#include <tessera/graph/op_def.hpp>
+#include <tessera/graph/operators.hpp>
+#include <tessera/graph/graph.hpp>
+#include <tessera/graph/propagate.hpp>
+#include <tessera/graph/parallel.hpp>
+#include <tessera/graph/dump.hpp>
+
 // tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
 #include <tessera/tensor/device.hpp>
@@ -82,6 +91,22 @@
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
 #include <tessera/autodiff/losses.hpp>
+#include <tessera/graph/execute.hpp>
+
+// nn/, optim/ and train/: modules, losses, optimizers, the gradient reducer, Model
+#include <tessera/kernels/cpu/optim.hpp>
+#include <tessera/nn/init.hpp>
+#include <tessera/nn/module.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/nn/loss.hpp>
+#include <tessera/optim/optimizer.hpp>
+#include <tessera/optim/sgd.hpp>
+#include <tessera/optim/momentum.hpp>
+#include <tessera/optim/adam.hpp>
+#include <tessera/train/grad.hpp>
+#include <tessera/train/grad_reducer.hpp>
+#include <tessera/train/callbacks.hpp>
+#include <tessera/train/model.hpp>
 #endif
 
 // data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch
@@ -96,6 +121,13 @@
 #include <tessera/data/cifar10.hpp>
 #include <tessera/data/transforms.hpp>
 #include <tessera/data/synthetic.hpp>
+
+// train/data.hpp and train/checkpoint.hpp: Model reading data/'s batches, and
+// ModelCheckpoint saving through io/
+#if __has_include(<cblas.h>)
+#include <tessera/train/data.hpp>
+#include <tessera/train/checkpoint.hpp>
+#endif
 #endif
 
 // comm/mpi.hpp: the MPI communicator

@@ -5715,6 +5715,11 @@ struct checkpoint_step {
   long long epoch = 0;
   long long step = 0;
   friend constexpr auto operator<=>(const checkpoint_step&, const checkpoint_step&) = default;
+  // Spelled out: nvcc's front end declares the implicit operator== of a defaulted <=>
+  // without defining it.
+  friend constexpr bool operator==(const checkpoint_step& a, const checkpoint_step& b) {
+    return a.epoch == b.epoch && a.step == b.step;
+  }
 };
 
 namespace detail {
@@ -6042,6 +6047,2832 @@ inline strategy_map load_strategy_file(const std::filesystem::path& file) {
 }
 
 }  // namespace tessera::io
+
+// graph/: the traced graph, its operators, sharding propagation, the parallel pass and
+// the dumps (standard library only)
+// ---- tessera/graph/op_def.hpp ----
+// Operators of the traced graph: each one's shape inference, sharding rule (strategy
+// -> layouts, through the constexpr rules of ops/*_rule.hpp), default data-parallel
+// strategy and candidate strategies for the search. Standard library only: the
+// graph's parallel passes run without xtensor, BLAS or MPI.
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::graph {
+
+/// What an operator's sharding rule gives for one strategy on some number of devices:
+/// its device matrix, the layout its local computation needs for each input and gives
+/// for its output, and the layouts its backward works in: the gradient of each input
+/// as the backward returns it (possibly partial) and the output's gradient as the
+/// backward takes it. Example, MatMul ((2, 4), (4, 1)) on 8 devices: device matrix
+/// (2, 4, 1); in = {[0, 1], [1, 2]}; out = [0, 2] partial sum {1}; in_grad = {[0, 1],
+/// [1, 2] partial sum {0}}; out_grad = [0, 2].
+struct op_layouts {
+  mesh dev;
+  std::vector<layout> in;
+  layout out;
+  std::vector<layout> in_grad;
+  layout out_grad;
+};
+
+/// A collective an operator runs inside its own computation (not a redistribution
+/// between operators), for the dumps and the price of a strategy. Example:
+/// SoftmaxCrossEntropyWithLogits with the class dim split combines its row maxima and
+/// row sums over the class axis.
+struct internal_collective {
+  std::string kind;       ///< "AllReduce"
+  reduce_op op = reduce_op::sum;
+  mesh dev;               ///< the device matrix whose axes `axes` name
+  axis_list axes;         ///< the group: ranks sharing the other coordinates
+  index_t bytes = 0;      ///< bytes each rank receives
+  bool backward = false;  ///< runs in the backward pass
+  std::string purpose;    ///< "row maxima", ...
+  bool gives_output = false;  ///< its result is the operator's output (or, backward, its input's gradient)
+};
+
+/// An operator of the graph. Implement one to add an operator: its type and arity,
+/// its output shape, and its sharding rule (usually the constexpr rule of
+/// ops/<name>_rule.hpp), the strategy it takes under data parallelism, and the
+/// strategies sharding propagation may give it. The graph executor (graph/execute.hpp)
+/// runs it by its type() through a runner (a function recording it on the autodiff tape).
+class op_def {
+ public:
+  virtual ~op_def() = default;
+
+  /// The operator's type as the IR prints it, e.g. "MatMul". Also the key of its runner.
+  virtual std::string type() const = 0;
+  /// The instance name given when the user gives none, e.g. "matmul".
+  virtual std::string default_name() const = 0;
+  /// The number of inputs.
+  virtual int arity() const = 0;
+  /// The output's global shape for inputs of shapes `in`; throws tessera::error whose
+  /// text says why the shapes do not fit (without the operator's name; the graph adds it).
+  virtual extents output_shape(const shape_list& in) const = 0;
+  /// Checks a strategy's form before the device count is known (shard() calls it): one
+  /// split tuple per input, one entry per dim of the input, every split positive.
+  virtual status check_form(const strategy& st, const shape_list& in) const {
+    if (st.n != in.n) return fail(errc::op_inputs, -1, -1, st.n, in.n);
+    for (int i = 0; i < st.n; ++i) {
+      if (st.in[i].n != in[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i].ndim);
+      for (int d = 0; d < st.in[i].n; ++d)
+        if (st.in[i].v[d] < 1) return fail(errc::strategy_split, i, d, st.in[i].v[d]);
+    }
+    return {};
+  }
+  /// Checks a strategy on `device_num` devices for inputs of shapes `in` (the rule's
+  /// own checks; the graph checks the divisibility of every layout afterwards).
+  virtual status check(const strategy& st, int device_num, const shape_list& in) const = 0;
+  /// The layouts of a strategy. @pre check(st, device_num, in).ok()
+  virtual op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const = 0;
+  /// Every strategy sharding propagation considers, in order of preference for ties
+  /// (see graph/propagate.hpp); all pass check() and split every dim evenly.
+  virtual std::vector<strategy> candidates(int device_num, const shape_list& in) const = 0;
+  /// The strategy under data parallelism: the batch (the output's dim 0) split over
+  /// every device, everything else whole.
+  virtual strategy data_parallel(int device_num, const shape_list& in) const = 0;
+  /// Attributes printed in the IR, e.g. "transpose_a: false, transpose_b: false".
+  virtual std::string attributes() const { return {}; }
+  /// Whether input `i` gets a gradient (labels do not).
+  virtual bool differentiable(int i) const {
+    (void)i;
+    return true;
+  }
+  /// The collectives the operator runs inside its computation for a strategy.
+  virtual std::vector<internal_collective> collectives(const strategy& st, int device_num,
+                                                       const shape_list& in, index_t elem_bytes) const {
+    (void)st, (void)device_num, (void)in, (void)elem_bytes;
+    return {};
+  }
+};
+
+// ---- candidate enumeration -----------------------------------------------------------
+
+namespace detail {
+
+// Calls f(t) for every split tuple t of shape.ndim entries where each entry divides its
+// extent and the product divides device_num.
+template <class F>
+void for_each_split(const extents& shape, int device_num, F&& f) {
+  split_tuple t;
+  t.n = shape.ndim;
+  for (int d = 0; d < t.n; ++d) t.v[d] = 1;
+  std::function<void(int, int)> rec = [&](int d, int used) {
+    if (d == shape.ndim) {
+      f(static_cast<const split_tuple&>(t));
+      return;
+    }
+    for (int s = 1; used * s <= device_num; ++s) {
+      if (device_num % (used * s) != 0) continue;
+      if (shape.v[d] % s != 0) continue;
+      t.v[d] = s;
+      rec(d + 1, used * s);
+    }
+    t.v[d] = 1;
+  };
+  rec(0, 1);
+}
+
+// The concatenated splits of a strategy, for ordering.
+inline std::vector<int> flat_splits(const strategy& st) {
+  std::vector<int> v;
+  for (int i = 0; i < st.n; ++i)
+    for (int d = 0; d < st.in[i].n; ++d) v.push_back(st.in[i].v[d]);
+  return v;
+}
+
+// Orders candidates: more devices doing distinct work first (fewer replicas), then the
+// concatenated splits in descending lexicographic order (earlier dims, the batch first,
+// split more). `devices` gives the number of devices a strategy's device matrix uses.
+template <class Devices>
+void order_candidates(std::vector<strategy>& c, Devices devices) {
+  std::stable_sort(c.begin(), c.end(), [&](const strategy& x, const strategy& y) {
+    const int dx = devices(x), dy = devices(y);
+    if (dx != dy) return dx > dy;
+    return flat_splits(x) > flat_splits(y);
+  });
+}
+
+inline split_tuple ones(int n) {
+  split_tuple t;
+  t.n = n;
+  for (int d = 0; d < n; ++d) t.v[d] = 1;
+  return t;
+}
+
+inline std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+// The bytes per rank that resolve a partial layout (its reduction into the layout
+// without partial axes), as the planner prices it.
+inline index_t resolve_bytes(const layout& partial, const extents& shape, index_t elem_bytes) {
+  return plan_redistribution(partial, partial.without_partial(), shape, elem_bytes).bytes_per_rank();
+}
+
+// The number of vectors along dim `axis` in a rank's shard of `shape` under `l`.
+inline index_t local_rows(const layout& l, const extents& shape, int axis) {
+  index_t rows = 1;
+  for (int d = 0; d < shape.ndim; ++d)
+    if (d != axis) rows *= shape[d] / l.pieces(d);
+  return rows;
+}
+
+}  // namespace detail
+
+// ---- MatMul --------------------------------------------------------------------------
+
+/// MatMul(transpose_a, transpose_b): C = op(A) op(B) of two matrices; rule
+/// ops/matmul_rule.hpp. Candidates: every ((m, k), (k, n)) (swapped for a transposed
+/// operand) with m, k, n dividing C's rows, the contraction and C's columns and m k n
+/// dividing the device count. Data parallel: m = device count.
+class matmul_def : public op_def {
+ public:
+  bool transpose_a = false;
+  bool transpose_b = false;
+
+  explicit matmul_def(bool ta = false, bool tb = false) : transpose_a(ta), transpose_b(tb) {}
+
+  std::string type() const override { return "MatMul"; }
+  std::string default_name() const override { return "matmul"; }
+  int arity() const override { return 2; }
+  std::string attributes() const override {
+    return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
+  }
+
+  extents output_shape(const shape_list& in) const override {
+    const extents& a = in[0];
+    const extents& b = in[1];
+    if (a.ndim != 2 || b.ndim != 2 || (transpose_a ? a[0] : a[1]) != (transpose_b ? b[1] : b[0]))
+      throw error("shapes " + to_string(a) + " and " + to_string(b) + " do not multiply (transpose_a " +
+                  detail::bool_text(transpose_a) + ", transpose_b " + detail::bool_text(transpose_b) + ")");
+    return extents{transpose_a ? a[1] : a[0], transpose_b ? b[0] : b[1]};
+  }
+  status check(const strategy& st, int device_num, const shape_list&) const override {
+    return check_matmul(st, device_num, transpose_a, transpose_b);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list&) const override {
+    const matmul_layouts r = matmul_rule(st, device_num, transpose_a, transpose_b);
+    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    const extents c = output_shape(in);
+    const index_t k = transpose_a ? in[0][0] : in[0][1];
+    std::vector<strategy> out;
+    detail::for_each_split(extents{c[0], k, c[1]}, device_num, [&](const split_tuple& t) {
+      out.push_back(make(t[0], t[1], t[2]));
+    });
+    detail::order_candidates(out, [&](const strategy& st) { return devices(st); });
+    return out;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const override { return make(device_num, 1, 1); }
+
+  /// The strategy of row, contraction and column splits (m, k, n).
+  strategy make(int m, int k, int n) const {
+    return strategy{transpose_a ? split_tuple{k, m} : split_tuple{m, k},
+                    transpose_b ? split_tuple{n, k} : split_tuple{k, n}};
+  }
+
+ private:
+  int devices(const strategy& st) const {
+    return st.in[0].product() * (transpose_b ? st.in[1].v[0] : st.in[1].v[1]);
+  }
+};
+
+// ---- element-wise operators ----------------------------------------------------------
+
+/// An element-wise operator with NumPy broadcasting (Add, Sub, Mul, RealDiv, ReLU, Exp,
+/// Log, Neg, BiasAdd); rule ops/elementwise_rule.hpp. Candidates: one per split tuple
+/// of the output (each split dividing its extent, the product dividing the device
+/// count); each input takes the output's splits on the dims it does not broadcast and
+/// 1 elsewhere. Data parallel: the output's dim 0 split over every device.
+class elementwise_def : public op_def {
+ public:
+  /// `type` as printed ("Add"), `name` the default instance name ("add").
+  elementwise_def(std::string type, std::string name, int arity, bool bias_add = false)
+      : type_(std::move(type)), name_(std::move(name)), arity_(arity), bias_add_(bias_add) {}
+
+  std::string type() const override { return type_; }
+  std::string default_name() const override { return name_; }
+  int arity() const override { return arity_; }
+  bool is_bias_add() const { return bias_add_; }
+
+  extents output_shape(const shape_list& in) const override {
+    if (bias_add_) {
+      const extents& x = in[0];
+      const extents& b = in[1];
+      if (x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
+        throw error("bias is " + to_string(b) + ", expected (" +
+                    (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) + ",) for x " + to_string(x));
+    }
+    strategy st;
+    st.n = in.n;
+    for (int i = 0; i < in.n; ++i) st.in[i] = detail::ones(in[i].ndim);
+    if (const status s = check_elementwise(st, 1, in); !s.ok()) throw error(s);
+    return elementwise_shape(in);
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_elementwise(st, device_num, in);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const elementwise_layouts r = elementwise_rule(st, device_num, in);
+    op_layouts l{r.dev, {}, r.out, {}, r.out};
+    for (int i = 0; i < r.n; ++i) {
+      l.in.push_back(r.in[i]);
+      l.in_grad.push_back(r.grad[i]);
+    }
+    return l;
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    const extents out = elementwise_shape(in);
+    std::vector<strategy> c;
+    detail::for_each_split(out, device_num, [&](const split_tuple& t) { c.push_back(from_output(t, in)); });
+    detail::order_candidates(c, [&](const strategy& st) { return output_split(st, in).product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    split_tuple t = detail::ones(elementwise_shape(in).ndim);
+    if (t.n > 0) t.v[0] = device_num;
+    return from_output(t, in);
+  }
+
+  /// The strategy whose output is split by `t`: every input takes t's splits on the
+  /// dims it does not broadcast. Example: Add (16, 32) + (32,) with output splits
+  /// (2, 4) -> ((2, 4), (4,)).
+  strategy from_output(const split_tuple& t, const shape_list& in) const {
+    const extents out = elementwise_shape(in);
+    strategy st;
+    st.n = in.n;
+    for (int i = 0; i < in.n; ++i) {
+      st.in[i] = detail::ones(in[i].ndim);
+      for (int d = 0; d < in[i].ndim; ++d) {
+        const int j = d + out.ndim - in[i].ndim;
+        if (in[i][d] == out[j] && (in[i][d] != 1)) st.in[i].v[d] = t[j];
+      }
+    }
+    return st;
+  }
+  /// The output's splits under a strategy (the inverse of from_output).
+  split_tuple output_split(const strategy& st, const shape_list& in) const {
+    const extents out = elementwise_shape(in);
+    split_tuple t = detail::ones(out.ndim);
+    for (int i = 0; i < in.n; ++i)
+      for (int d = 0; d < in[i].ndim; ++d) {
+        const int j = d + out.ndim - in[i].ndim;
+        if (st.in[i].v[d] > 1) t.v[j] = st.in[i].v[d];
+      }
+    return t;
+  }
+
+ private:
+  std::string type_, name_;
+  int arity_;
+  bool bias_add_;
+};
+
+/// The element-wise operators by name.
+inline std::shared_ptr<const op_def> add_def() { return std::make_shared<elementwise_def>("Add", "add", 2); }
+inline std::shared_ptr<const op_def> sub_def() { return std::make_shared<elementwise_def>("Sub", "sub", 2); }
+inline std::shared_ptr<const op_def> mul_def() { return std::make_shared<elementwise_def>("Mul", "mul", 2); }
+inline std::shared_ptr<const op_def> div_def() { return std::make_shared<elementwise_def>("RealDiv", "div", 2); }
+inline std::shared_ptr<const op_def> bias_add_def() {
+  return std::make_shared<elementwise_def>("BiasAdd", "bias_add", 2, true);
+}
+inline std::shared_ptr<const op_def> relu_def() { return std::make_shared<elementwise_def>("ReLU", "relu", 1); }
+inline std::shared_ptr<const op_def> exp_def() { return std::make_shared<elementwise_def>("Exp", "exp", 1); }
+inline std::shared_ptr<const op_def> log_def() { return std::make_shared<elementwise_def>("Log", "log", 1); }
+inline std::shared_ptr<const op_def> neg_def() { return std::make_shared<elementwise_def>("Neg", "neg", 1); }
+
+// ---- reductions ----------------------------------------------------------------------
+
+/// ReduceSum, ReduceMean, ReduceMax or ReduceMin over `dims` (empty: every dim), with keep_dims;
+/// rule ops/reduce_rule.hpp (a split reduced dim leaves the output partial).
+/// Candidates: every split tuple of the input (each split dividing its extent, the
+/// product dividing the device count). Data parallel: the input's dim 0 split over
+/// every device.
+class reduce_def : public op_def {
+ public:
+  reduce_op how = reduce_op::sum;  ///< sum, mean, max or min
+  dim_list dims;
+  bool keep_dims = false;
+
+  reduce_def(reduce_op h, dim_list d, bool keep) : how(h), dims(d), keep_dims(keep) {}
+
+  std::string type() const override {
+    switch (how) {
+      case reduce_op::mean: return "ReduceMean";
+      case reduce_op::max: return "ReduceMax";
+      case reduce_op::min: return "ReduceMin";
+      default: return "ReduceSum";
+    }
+  }
+  std::string default_name() const override {
+    switch (how) {
+      case reduce_op::mean: return "reduce_mean";
+      case reduce_op::max: return "reduce_max";
+      case reduce_op::min: return "reduce_min";
+      default: return "reduce_sum";
+    }
+  }
+  int arity() const override { return 1; }
+  std::string attributes() const override {
+    std::string s = "axis: (";
+    for (int i = 0; i < dims.n; ++i) s += (i ? ", " : "") + std::to_string(dims.v[i]);
+    return s + (dims.n == 1 ? ",)" : ")") + ", keep_dims: " + detail::bool_text(keep_dims);
+  }
+
+  extents output_shape(const shape_list& in) const override {
+    const strategy st{detail::ones(in[0].ndim)};
+    if (const status s = check_reduce(st, 1, in[0], dims); !s.ok()) throw error(s);
+    return reduce_rule(st, 1, in[0], dims, keep_dims, how).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_reduce(st, device_num, in[0], dims);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const reduce_layouts r = reduce_rule(st, device_num, in[0], dims, keep_dims, how);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    std::vector<strategy> c;
+    detail::for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t}); });
+    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    split_tuple t = detail::ones(in[0].ndim);
+    if (t.n > 0) t.v[0] = device_num;
+    return strategy{t};
+  }
+  /// The backward of ReduceMax (ReduceMin) resolves the partial maxima (minima) and the
+  /// counts of ties over the axes of split reduced dims: two reductions of the output's
+  /// shard, priced by the planner.
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    if (how != reduce_op::max && how != reduce_op::min) return {};
+    const reduce_layouts r = reduce_rule(st, device_num, in[0], dims, keep_dims, how);
+    if (!r.out.has_partial()) return {};
+    axis_list axes;
+    for (int a = 0; a < r.dev.ndim; ++a)
+      if (r.out.is_partial(a)) axes.push_back(a);
+    layout counts = r.out;
+    counts.op = reduce_op::sum;
+    return {{"AllReduce", how, r.dev, axes, detail::resolve_bytes(r.out, r.shape, elem_bytes), true,
+             how == reduce_op::max ? "the maxima" : "the minima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, detail::resolve_bytes(counts, r.shape, elem_bytes), true,
+             "the counts of ties"}};
+  }
+};
+
+// ---- SoftmaxCrossEntropyWithLogits ---------------------------------------------------
+
+/// The per-sample loss (B,) of logits (B, C) against labels (B, C); rule
+/// ops/softmax_rule.hpp. Labels get no gradient. Candidates: every ((b, c), (b, c)) with
+/// b | B, c | C and b c dividing the device count. Data parallel: b = device count.
+/// With the class dim split (c > 1) it combines row maxima and row sums over the class
+/// axis, forward and backward.
+class softmax_cross_entropy_def : public op_def {
+ public:
+  std::string type() const override { return "SoftmaxCrossEntropyWithLogits"; }
+  std::string default_name() const override { return "softmax_cross_entropy"; }
+  int arity() const override { return 2; }
+  bool differentiable(int i) const override { return i == 0; }
+
+  extents output_shape(const shape_list& in) const override {
+    const strategy st{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
+    if (const status s = check_softmax_cross_entropy(st, 1, in[0], in[1]); !s.ok()) throw error(s);
+    return extents{in[0][0]};
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_softmax_cross_entropy(st, device_num, in[0], in[1]);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const cross_entropy_layouts r = softmax_cross_entropy_rule(st, device_num, in[0]);
+    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    std::vector<strategy> c;
+    detail::for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, t}); });
+    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const override {
+    return strategy{{device_num, 1}, {device_num, 1}};
+  }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const cross_entropy_layouts r = softmax_cross_entropy_rule(st, device_num, in[0]);
+    if (r.class_split <= 1) return {};
+    const index_t rows = in[0][0] / st.in[0].v[0];
+    const axis_list axes{r.class_axis};
+    const index_t one = cost::all_reduce(rows * elem_bytes, r.class_split);
+    const index_t three = cost::all_reduce(3 * rows * elem_bytes, r.class_split);
+    return {{"AllReduce", reduce_op::max, r.dev, axes, one, false, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, three, false, "row sums"},
+            {"AllReduce", reduce_op::max, r.dev, axes, one, true, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, three, true, "row sums"}};
+  }
+};
+
+// ---- AllReduce (hybrid parallel) -----------------------------------------------------
+
+/// An AllReduce (sum) the user places in a hybrid-parallel network: every rank gets the
+/// sum of the ranks' tensors, over all ranks or over the group of some mesh axes. Its
+/// gradient is the AllReduce (sum) of the gradients over the same group. Only
+/// hybrid_parallel runs it; its strategy is all ones (each rank's tensor is whole).
+class all_reduce_def : public op_def {
+ public:
+  /// The group: empty for every rank; else the ranks sharing this rank's coordinates
+  /// on the mesh axes other than `axes` of `group_mesh` (whose size must be the device count).
+  std::optional<mesh> group_mesh;
+  axis_list axes;
+
+  all_reduce_def() = default;
+  all_reduce_def(const mesh& m, const axis_list& a) : group_mesh(m), axes(a) {}
+
+  std::string type() const override { return "AllReduce"; }
+  std::string default_name() const override { return "all_reduce"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override {
+    if (!group_mesh) return "op: sum, group: all ranks";
+    std::string s = "op: sum, group: mesh " + to_string(*group_mesh) + " axes (";
+    for (int i = 0; i < axes.n; ++i) s += (i ? ", " : "") + std::to_string(axes.v[i]);
+    return s + (axes.n == 1 ? ",)" : ")");
+  }
+  extents output_shape(const shape_list& in) const override { return in[0]; }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
+    if (st.in[0].n != in[0].ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, in[0].ndim);
+    return tessera::check(st, device_num);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const layout l = strategy_layout(st.in[0], device_num);
+    (void)in;
+    return {l.dev, {l}, l, {l}, l};
+  }
+  std::vector<strategy> candidates(int, const shape_list& in) const override {
+    return {strategy{detail::ones(in[0].ndim)}};
+  }
+  strategy data_parallel(int, const shape_list& in) const override { return strategy{detail::ones(in[0].ndim)}; }
+  /// The AllReduce itself, and its gradient's in the backward.
+  std::vector<internal_collective> collectives(const strategy&, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const auto [m, a] = group(device_num);
+    const index_t b = cost::all_reduce(in[0].size() * elem_bytes, group_size(m, a));
+    return {{"AllReduce", reduce_op::sum, m, a, b, false, "the sum over the group", true},
+            {"AllReduce", reduce_op::sum, m, a, b, true, "the gradients' sum over the group", true}};
+  }
+
+  /// The group's mesh and axes on `device_num` devices.
+  std::pair<mesh, axis_list> group(int device_num) const {
+    if (group_mesh) return {*group_mesh, axes};
+    return {mesh{device_num}, axis_list{0}};
+  }
+};
+
+}  // namespace tessera::graph
+// ---- tessera/graph/operators.hpp ----
+// The other operators of ops/ as graph operators: BatchMatMul, OneHot, Softmax,
+// LogSoftmax, Transpose, Reshape, Flatten, StridedSlice, Concat, ArgMax and
+// SparseSoftmaxCrossEntropyWithLogits, each with its rule (ops/<name>_rule.hpp), its
+// candidate strategies and its data-parallel strategy. Standard library only.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::graph {
+
+namespace detail {
+
+// A strategy of one input split by `t`.
+inline std::vector<strategy> one_input_candidates(const extents& shape, int device_num) {
+  std::vector<strategy> c;
+  for_each_split(shape, device_num, [&](const split_tuple& t) { c.push_back(strategy{t}); });
+  order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+  return c;
+}
+
+// The input's split tuple with dim `d` split `n` ways and the others whole.
+inline strategy split_dim(const extents& shape, int d, int n) {
+  split_tuple t = ones(shape.ndim);
+  if (d >= 0 && d < t.n) t.v[d] = n;
+  return strategy{t};
+}
+
+// Throws the status `s` of a shape check without a strategy.
+inline void require_shapes(const status& s) {
+  if (!s.ok()) throw error(s);
+}
+
+}  // namespace detail
+
+// ---- BatchMatMul -----------------------------------------------------------------------
+
+/// BatchMatMul(transpose_a, transpose_b): a MatMul per batch entry; an input of rank 2
+/// is shared by every entry; rule ops/batch_matmul_rule.hpp. Candidates: every split of
+/// the batch dims, m, k and n whose device matrix divides the device count (the batched
+/// inputs' batch dims split alike). Data parallel: batch dim 0 split over every device.
+class batch_matmul_def : public op_def {
+ public:
+  bool transpose_a = false;
+  bool transpose_b = false;
+
+  explicit batch_matmul_def(bool ta = false, bool tb = false) : transpose_a(ta), transpose_b(tb) {}
+
+  std::string type() const override { return "BatchMatMul"; }
+  std::string default_name() const override { return "batch_matmul"; }
+  int arity() const override { return 2; }
+  std::string attributes() const override {
+    return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
+  }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
+    detail::require_shapes(check_batch_matmul(ones, 1, in[0], in[1], transpose_a, transpose_b));
+    return batch_matmul_rule(ones, 1, in[0], in[1], transpose_a, transpose_b).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_batch_matmul(st, device_num, in[0], in[1], transpose_a, transpose_b);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const batch_matmul_layouts r = batch_matmul_rule(st, device_num, in[0], in[1], transpose_a, transpose_b);
+    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    const extents out = output_shape(in);
+    const int nb = out.ndim - 2;
+    extents dims = out;  // (batch..., m, k, n)
+    dims.ndim = nb + 3;
+    dims.v[nb + 1] = transpose_a ? in[0][in[0].ndim - 2] : in[0][in[0].ndim - 1];
+    dims.v[nb + 2] = out[nb + 1];
+    std::vector<strategy> c;
+    detail::for_each_split(dims, device_num, [&](const split_tuple& t) {
+      const strategy st = make(t, in);
+      if (check(st, device_num, in).ok()) c.push_back(st);
+    });
+    detail::order_candidates(c, [&](const strategy& st) { return devices(st, in); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    const extents out = output_shape(in);
+    split_tuple t = detail::ones(out.ndim + 1);
+    t.v[0] = device_num;
+    return make(t, in);
+  }
+
+  /// The strategy of batch splits, then m, k and n: t = (b..., m, k, n).
+  strategy make(const split_tuple& t, const shape_list& in) const {
+    const int nb = t.n - 3;
+    const int m = t[nb], k = t[nb + 1], n = t[nb + 2];
+    strategy st{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
+    for (int i = 0; i < 2; ++i)
+      if (in[i].ndim == nb + 2)
+        for (int d = 0; d < nb; ++d) st.in[i].v[d] = t[d];
+    split_tuple& a = st.in[0];
+    split_tuple& b = st.in[1];
+    a.v[a.n - 2] = transpose_a ? k : m;
+    a.v[a.n - 1] = transpose_a ? m : k;
+    b.v[b.n - 2] = transpose_b ? n : k;
+    b.v[b.n - 1] = transpose_b ? k : n;
+    return st;
+  }
+
+ private:
+  int devices(const strategy& st, const shape_list& in) const {
+    const split_tuple& batched = in[0].ndim >= in[1].ndim ? st.in[0] : st.in[1];
+    const int nb = batched.n - 2;
+    int p = 1;
+    for (int d = 0; d < nb; ++d) p *= batched[d];
+    const split_tuple& a = st.in[0];
+    const split_tuple& b = st.in[1];
+    return p * a[a.n - 2] * a[a.n - 1] * (transpose_b ? b[b.n - 2] : b[b.n - 1]);
+  }
+};
+
+// ---- OneHot ------------------------------------------------------------------------------
+
+/// OneHot(depth): indices (..., ) to indices.shape + (depth,), `on` (1) at each index and
+/// `off` (0) elsewhere; rule ops/one_hot_rule.hpp. Its strategy splits the OUTPUT, as
+/// MindSpore's ((b, d),): one entry per output dim. The indices get no gradient.
+/// Candidates: every split tuple of the output. Data parallel: output dim 0.
+class one_hot_def : public op_def {
+ public:
+  index_t depth = 0;
+
+  explicit one_hot_def(index_t d) : depth(d) {}
+
+  std::string type() const override { return "OneHot"; }
+  std::string default_name() const override { return "one_hot"; }
+  int arity() const override { return 1; }
+  bool differentiable(int) const override { return false; }
+  std::string attributes() const override { return "depth: " + std::to_string(depth) + ", axis: -1"; }
+  extents output_shape(const shape_list& in) const override {
+    extents out = in[0];
+    detail::require_shapes(check_one_hot(strategy{detail::ones(in[0].ndim + 1)}, 1, in[0], depth));
+    out.v[out.ndim++] = depth;
+    return out;
+  }
+  /// ((b, d),), or MindSpore's ((b, d), (), ()) (empty tuples for the on and off values).
+  status check_form(const strategy& st, const shape_list& in) const override {
+    if (st.n != 1 && st.n != 3) return fail(errc::one_hot_inputs, -1, -1, st.n);
+    for (int i = 1; i < st.n; ++i)
+      if (st.in[i].n != 0) return fail(errc::one_hot_value_split, i, -1, st.in[i].n);
+    if (st.in[0].n != in[0].ndim + 1) return fail(errc::one_hot_ndim, -1, -1, st.in[0].n, in[0].ndim + 1);
+    for (int d = 0; d < st.in[0].n; ++d)
+      if (st.in[0].v[d] < 1) return fail(errc::strategy_split, 0, d, st.in[0].v[d]);
+    return {};
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_one_hot(st, device_num, in[0], depth);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const one_hot_layouts r = one_hot_rule(st, device_num, in[0], depth);
+    return {r.dev, {r.indices}, r.out, {r.indices}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(output_shape(in), device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(output_shape(in), 0, device_num);
+  }
+};
+
+// ---- Softmax, LogSoftmax -----------------------------------------------------------
+
+/// Softmax or LogSoftmax along `axis`; rule ops/softmax_axis_rule.hpp. Candidates: every
+/// split tuple of the input; a split axis combines the rows' maxima and sums over its
+/// group (forward two all-reduces of one value per row, backward one). Data parallel:
+/// dim 0 (the axis itself when the input has one dim).
+class softmax_def : public op_def {
+ public:
+  int axis = -1;
+  bool log = false;
+
+  softmax_def(int a, bool lg) : axis(a), log(lg) {}
+
+  std::string type() const override { return log ? "LogSoftmax" : "Softmax"; }
+  std::string default_name() const override { return log ? "log_softmax" : "softmax"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const override {
+    detail::require_shapes(check_softmax(strategy{detail::ones(in[0].ndim)}, 1, in[0], axis));
+    return in[0];
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_softmax(st, device_num, in[0], axis);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const softmax_layouts r = softmax_rule(st, device_num, in[0], axis);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const softmax_layouts r = softmax_rule(st, device_num, in[0], axis);
+    if (r.group.empty()) return {};
+    const index_t b = cost::all_reduce(detail::local_rows(r.in, in[0], r.axis) * elem_bytes, group_size(r.dev, r.group));
+    return {{"AllReduce", reduce_op::max, r.dev, r.group, b, false, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, r.group, b, false, "row sums"},
+            {"AllReduce", reduce_op::sum, r.dev, r.group, b, true, "row sums of the gradient"}};
+  }
+};
+
+// ---- Transpose, Reshape, Flatten, StridedSlice ---------------------------------------
+
+/// Transpose(perm); rule ops/shape_rule.hpp: the shards are permuted in place, no
+/// communication. Candidates: every split tuple of the input. Data parallel: the
+/// input's dim perm[0] (the output's dim 0).
+class transpose_def : public op_def {
+ public:
+  dim_list perm;
+
+  explicit transpose_def(dim_list p) : perm(p) {}
+
+  std::string type() const override { return "Transpose"; }
+  std::string default_name() const override { return "transpose"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override {
+    std::string s = "perm: (";
+    for (int i = 0; i < perm.n; ++i) s += (i ? ", " : "") + std::to_string(perm.v[i]);
+    return s + (perm.n == 1 ? ",)" : ")");
+  }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_transpose(ones, 1, in[0], perm));
+    return transpose_rule(ones, 1, in[0], perm).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_transpose(st, device_num, in[0], perm);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const transpose_layouts r = transpose_rule(st, device_num, in[0], perm);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    const int p0 = perm.n > 0 ? (perm.v[0] < 0 ? perm.v[0] + in[0].ndim : perm.v[0]) : 0;
+    return detail::split_dim(in[0], p0, device_num);
+  }
+};
+
+/// Reshape(target) (one entry may be -1, inferred), and Flatten (the batch dim kept,
+/// the others multiplied); rule ops/shape_rule.hpp: the shards stay in place when only
+/// the first dim of each group of dims is split, else the input is redistributed
+/// first (the rule's `in`). Candidates: every split tuple of the input. Data parallel:
+/// dim 0.
+class reshape_def : public op_def {
+ public:
+  extents target;
+  bool flatten = false;
+
+  explicit reshape_def(const extents& t, bool flat = false) : target(t), flatten(flat) {}
+
+  std::string type() const override { return flatten ? "Flatten" : "Reshape"; }
+  std::string default_name() const override { return flatten ? "flatten" : "reshape"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override {
+    if (flatten) return {};
+    std::string s = "shape: (";
+    for (int d = 0; d < target.ndim; ++d) s += (d ? ", " : "") + std::to_string(target.v[d]);
+    return s + (target.ndim == 1 ? ",)" : ")");
+  }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_reshape(ones, 1, in[0], to(in[0])));
+    return reshape_rule(ones, 1, in[0], to(in[0])).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_reshape(st, device_num, in[0], to(in[0]));
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const reshape_layouts r = reshape_rule(st, device_num, in[0], to(in[0]));
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+
+ private:
+  extents to(const extents& shape) const { return flatten ? flatten_target(shape) : target; }
+};
+
+/// StridedSlice(begin, end, strides) (Python slice semantics on the leading dims); rule
+/// ops/shape_rule.hpp: a dim taken whole keeps its split, a cut dim is whole on every
+/// rank (gathered first when the strategy splits it). Candidates: every split tuple of
+/// the input. Data parallel: dim 0.
+class strided_slice_def : public op_def {
+ public:
+  index_list begin, end, strides;
+
+  strided_slice_def(index_list b, index_list e, index_list s) : begin(b), end(e), strides(s) {}
+
+  std::string type() const override { return "StridedSlice"; }
+  std::string default_name() const override { return "strided_slice"; }
+  int arity() const override { return 1; }
+  std::string attributes() const override { return "begin: " + text(begin) + ", end: " + text(end) + ", strides: " + text(strides); }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_strided_slice(ones, 1, in[0], begin, end, strides));
+    return strided_slice_rule(ones, 1, in[0], begin, end, strides).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_strided_slice(st, device_num, in[0], begin, end, strides);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const strided_slice_layouts r = strided_slice_rule(st, device_num, in[0], begin, end, strides);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+
+ private:
+  static std::string text(const index_list& l) {
+    std::string s = "(";
+    for (int i = 0; i < l.n; ++i) s += (i ? ", " : "") + std::to_string(l.v[i]);
+    return s + (l.n == 1 ? ",)" : ")");
+  }
+};
+
+// ---- Concat --------------------------------------------------------------------------
+
+/// Concat(axis) of `inputs` tensors; rule ops/shape_rule.hpp: every input split alike,
+/// the axis whole, each rank joins its shards. Candidates: every split tuple of the
+/// inputs with the axis unsplit, given to each. Data parallel: dim 0 split over every
+/// device (whole when dim 0 is the axis).
+class concat_def : public op_def {
+ public:
+  int axis = 0;
+  int inputs = 2;
+
+  concat_def(int a, int n) : axis(a), inputs(n) {}
+
+  std::string type() const override { return "Concat"; }
+  std::string default_name() const override { return "concat"; }
+  int arity() const override { return inputs; }
+  std::string attributes() const override { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const override {
+    strategy ones;
+    for (int i = 0; i < in.n; ++i) ones.in[ones.n++] = detail::ones(in[i].ndim);
+    detail::require_shapes(check_concat(ones, 1, in, axis));
+    return concat_rule(ones, 1, in, axis).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_concat(st, device_num, in, axis);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const concat_layouts r = concat_rule(st, device_num, in, axis);
+    op_layouts l{r.dev, {}, r.out, {}, r.out};
+    for (int i = 0; i < in.n; ++i) {
+      l.in.push_back(r.in);
+      l.in_grad.push_back(r.in);
+    }
+    return l;
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    extents s = in[0];
+    s.v[ax(s)] = 1;  // the axis stays whole
+    std::vector<strategy> c;
+    detail::for_each_split(s, device_num, [&](const split_tuple& t) { c.push_back(all(t, in)); });
+    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    split_tuple t = detail::ones(in[0].ndim);
+    if (t.n > 0 && ax(in[0]) != 0) t.v[0] = device_num;
+    return all(t, in);
+  }
+
+ private:
+  int ax(const extents& s) const { return axis < 0 ? axis + s.ndim : axis; }
+  static strategy all(const split_tuple& t, const shape_list& in) {
+    strategy st;
+    for (int i = 0; i < in.n; ++i) st.in[st.n++] = t;
+    return st;
+  }
+};
+
+// ---- ArgMax --------------------------------------------------------------------------
+
+/// ArgMax(axis): the index of the maximum along `axis` (as a value of the tensors'
+/// type), data with no gradient; rule ops/argmax_rule.hpp. Candidates: every split
+/// tuple of the input; a split axis combines the maxima and then the indices over its
+/// group (two all-reduces, the second of 8-byte indices). Data parallel: dim 0.
+class argmax_def : public op_def {
+ public:
+  int axis = -1;
+
+  explicit argmax_def(int a) : axis(a) {}
+
+  std::string type() const override { return "Argmax"; }
+  std::string default_name() const override { return "argmax"; }
+  int arity() const override { return 1; }
+  bool differentiable(int) const override { return false; }
+  std::string attributes() const override { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const override {
+    const strategy ones{detail::ones(in[0].ndim)};
+    detail::require_shapes(check_argmax(ones, 1, in[0], axis));
+    return argmax_rule(ones, 1, in[0], axis).shape;
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_argmax(st, device_num, in[0], axis);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const argmax_layouts r = argmax_rule(st, device_num, in[0], axis);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return detail::one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return detail::split_dim(in[0], 0, device_num);
+  }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const argmax_layouts r = argmax_rule(st, device_num, in[0], axis);
+    if (r.group.empty()) return {};
+    const index_t rows = detail::local_rows(r.in, in[0], r.axis);
+    const int g = group_size(r.dev, r.group);
+    return {{"AllReduce", reduce_op::max, r.dev, r.group, cost::all_reduce(rows * elem_bytes, g), false, "the maxima"},
+            {"AllReduce", reduce_op::min, r.dev, r.group, cost::all_reduce(rows * 8, g), false,
+             "the first index of each maximum"}};
+  }
+};
+
+// ---- SparseSoftmaxCrossEntropyWithLogits -------------------------------------------------
+
+/// The per-sample loss (B,) of logits (B, C) against class labels (B,); rule
+/// ops/sparse_cross_entropy_rule.hpp. Labels get no gradient. Candidates: every
+/// ((b, c), (b,)) with b | B, c | C and b c dividing the device count. Data parallel:
+/// b = device count. A split class dim combines the row maxima and sums over the class
+/// axis, forward and backward.
+class sparse_softmax_cross_entropy_def : public op_def {
+ public:
+  std::string type() const override { return "SparseSoftmaxCrossEntropyWithLogits"; }
+  std::string default_name() const override { return "sparse_softmax_cross_entropy"; }
+  int arity() const override { return 2; }
+  bool differentiable(int i) const override { return i == 0; }
+  extents output_shape(const shape_list& in) const override {
+    detail::require_shapes(check_sparse_softmax_cross_entropy(
+        strategy{detail::ones(in[0].ndim), detail::ones(in[1].ndim)}, 1, in[0], in[1]));
+    return extents{in[0][0]};
+  }
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return check_sparse_softmax_cross_entropy(st, device_num, in[0], in[1]);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(st, device_num, in[0]);
+    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    std::vector<strategy> c;
+    detail::for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, {t[0]}}); });
+    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const override {
+    return strategy{{device_num, 1}, {device_num}};
+  }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(st, device_num, in[0]);
+    if (r.class_split <= 1) return {};
+    const index_t rows = in[0][0] / st.in[0].v[0];
+    const axis_list axes{r.class_axis};
+    const index_t one = cost::all_reduce(rows * elem_bytes, r.class_split);
+    const index_t two = cost::all_reduce(2 * rows * elem_bytes, r.class_split);
+    return {{"AllReduce", reduce_op::max, r.dev, axes, one, false, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, two, false, "row sums and the labels' logits"},
+            {"AllReduce", reduce_op::max, r.dev, axes, one, true, "row maxima"},
+            {"AllReduce", reduce_op::sum, r.dev, axes, two, true, "row sums and the labels' logits"}};
+  }
+};
+
+}  // namespace tessera::graph
+// ---- tessera/graph/graph.hpp ----
+// The traced operator graph of a network (MindSpore's graph mode): inputs, named
+// parameters and operator applications with global shapes, built by a small tracing
+// API whose operators return symbolic values; `.shard(strategy)` configures an
+// operator as MindSpore's `Primitive.shard` does. Standard library only.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::graph {
+
+/// What a node of the graph is.
+enum class node_kind { input, parameter, op };
+
+/// One node: a data input (fed by the dataset), a parameter (trained) or the
+/// application of an operator to earlier nodes. Node ids are positions in the graph,
+/// in the order of tracing, so every node comes after its inputs.
+struct node {
+  node_kind kind = node_kind::op;
+  std::string name;                       ///< unique instance name: "input", "w", "matmul"
+  extents shape;                          ///< the global shape of its value
+  std::vector<int> inputs;                ///< ids of the nodes it reads (operators)
+  std::shared_ptr<const op_def> op;       ///< the operator (operators)
+  std::optional<strategy> user_strategy;  ///< given with shard() (operators)
+  bool layerwise_parallel = false;        ///< parameters of hybrid_parallel: already sliced
+};
+
+/// A traced graph: its nodes in tracing order and the loss, a scalar every node
+/// contributes to. Built by graph_builder::build.
+class traced_graph {
+ public:
+  const std::vector<node>& nodes() const { return nodes_; }
+  int size() const { return int(nodes_.size()); }
+  const node& at(int id) const {
+    if (id < 0 || id >= size())
+      throw error("graph: no node " + std::to_string(id) + " in a graph of " + std::to_string(size()) + " nodes");
+    return nodes_[id];
+  }
+  /// The id of the loss node.
+  int loss() const { return loss_; }
+  /// The node named `name`; throws if there is none.
+  int find(std::string_view name) const {
+    for (int i = 0; i < size(); ++i)
+      if (nodes_[i].name == name) return i;
+    throw error("graph: no node named '" + std::string(name) + "'");
+  }
+  /// Ids of the nodes of a kind, in tracing order: inputs() is the order in which a
+  /// batch lists its tensors, parameters() the order of the parameter list.
+  std::vector<int> ids(node_kind k) const {
+    std::vector<int> v;
+    for (int i = 0; i < size(); ++i)
+      if (nodes_[i].kind == k) v.push_back(i);
+    return v;
+  }
+  std::vector<int> inputs() const { return ids(node_kind::input); }
+  std::vector<int> parameters() const { return ids(node_kind::parameter); }
+  /// The (operator id, input slot) pairs that read node `id`, in tracing order.
+  std::vector<std::pair<int, int>> consumers(int id) const {
+    std::vector<std::pair<int, int>> c;
+    for (int i = 0; i < size(); ++i)
+      for (std::size_t s = 0; s < nodes_[i].inputs.size(); ++s)
+        if (nodes_[i].inputs[s] == id) c.emplace_back(i, int(s));
+    return c;
+  }
+  /// The global shapes of an operator's inputs.
+  shape_list input_shapes(int id) const {
+    shape_list s;
+    for (int in : at(id).inputs) s.v[s.n++] = at(in).shape;
+    return s;
+  }
+  /// "MatMul 'matmul'", "parameter 'w'", "input 'x'": how errors name a node.
+  std::string describe(int id) const {
+    const node& n = at(id);
+    switch (n.kind) {
+      case node_kind::input: return "input '" + n.name + "'";
+      case node_kind::parameter: return "parameter '" + n.name + "'";
+      case node_kind::op: return n.op->type() + " '" + n.name + "'";
+    }
+    return n.name;
+  }
+
+ private:
+  friend class graph_builder;
+  std::vector<node> nodes_;
+  int loss_ = -1;
+};
+
+class graph_builder;
+
+/// A symbolic tensor: the value of one node of a graph under construction. Operators
+/// of graph_builder take and return values; shard() and named() configure the
+/// operator that produced the value and return the value, so they chain:
+///
+///     graph::value h = b.matmul(x, w).shard({{2, 4}, {4, 1}}).named("matmul");
+class value {
+ public:
+  value() = default;
+  /// The node's id in the graph.
+  int id() const { return id_; }
+  /// Its global shape.
+  const extents& shape() const;
+  /// Its node's instance name.
+  const std::string& name() const;
+  /// Sets the strategy of the operator that produced this value (MindSpore's
+  /// `shard`): one split tuple per operator input, e.g. ((2, 4), (4, 1)). Checked
+  /// here against the operator's inputs (count, ranks, positive splits); against the
+  /// device count when the graph is parallelized.
+  value shard(const strategy& st) const;
+  /// As above, from text: "((2, 4), (4, 1))".
+  value shard(std::string_view st) const { return shard(parse_strategy(st)); }
+  /// Renames the node (instance names are unique in a graph).
+  value named(std::string name) const;
+
+ private:
+  friend class graph_builder;
+  value(graph_builder* b, int id) : b_(b), id_(id) {}
+  graph_builder* b_ = nullptr;
+  int id_ = -1;
+};
+
+/// Traces a network: declare inputs and parameters with their global shapes, apply
+/// operators (each returns a value and checks its input shapes at once), then
+/// build(loss). Instance names default to the operator's name, numbered from the
+/// second on: "matmul", "matmul2", "matmul3". Nodes are numbered in the order the calls
+/// run, and C++ leaves the order of a call's arguments unspecified: declare the inputs
+/// and parameters before the operators that read them (a batch lists the inputs, and the
+/// parameter list the parameters, in node order).
+///
+///     graph::graph_builder b;
+///     auto x = b.input("x", {16, 32});
+///     auto w = b.parameter("w", {32, 16});
+///     auto y = b.relu(b.matmul(x, w).shard({{2, 4}, {4, 1}}));
+///     graph::traced_graph g = b.build(b.reduce_mean(y));
+class graph_builder {
+ public:
+  graph_builder() = default;
+  graph_builder(const graph_builder&) = delete;  // values point to their builder
+  graph_builder& operator=(const graph_builder&) = delete;
+
+  /// A data input of global shape `shape`; a batch lists the inputs in this order.
+  value input(std::string name, const extents& shape) {
+    return add_leaf(node_kind::input, std::move(name), shape, false);
+  }
+  /// A parameter of global shape `shape`. `layerwise_parallel` (hybrid_parallel
+  /// only): the parameter is already this rank's slice, and its gradient is not
+  /// all-reduced over the ranks.
+  value parameter(std::string name, const extents& shape, bool layerwise_parallel = false) {
+    return add_leaf(node_kind::parameter, std::move(name), shape, layerwise_parallel);
+  }
+
+  /// Applies any operator to values of this builder: the extension point for
+  /// operators defined elsewhere.
+  value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in) {
+    if (!op) throw error("graph: apply needs an operator");
+    const std::string what = op->type();
+    if (int(in.size()) != op->arity())
+      throw error("graph: " + what + " takes " + std::to_string(op->arity()) +
+                  (op->arity() == 1 ? " input, got " : " inputs, got ") + std::to_string(in.size()));
+    if (int(in.size()) > max_strategy_inputs)
+      throw error("graph: " + what + ": at most " + std::to_string(max_strategy_inputs) + " inputs");
+    node n;
+    n.kind = node_kind::op;
+    n.op = op;
+    n.name = unique_name(op->default_name());
+    shape_list shapes;
+    for (const value& v : in) {
+      if (v.b_ != this) throw error("graph: " + what + " '" + n.name + "': an input comes from another graph_builder");
+      n.inputs.push_back(v.id_);
+      shapes.v[shapes.n++] = g_.at(v.id_).shape;
+    }
+    try {
+      n.shape = op->output_shape(shapes);
+    } catch (const error& e) {
+      throw error("graph: " + what + " '" + n.name + "': " + e.what());
+    }
+    return push(std::move(n));
+  }
+
+  /// op(A) op(B), op transposing when the flag is set.
+  value matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
+    return apply(std::make_shared<matmul_def>(transpose_a, transpose_b), {a, b});
+  }
+  value add(value a, value b) { return apply(add_def(), {a, b}); }
+  value sub(value a, value b) { return apply(sub_def(), {a, b}); }
+  value mul(value a, value b) { return apply(mul_def(), {a, b}); }
+  value div(value a, value b) { return apply(div_def(), {a, b}); }
+  /// x (..., c) + bias (c,).
+  value bias_add(value x, value bias) { return apply(bias_add_def(), {x, bias}); }
+  value relu(value x) { return apply(relu_def(), {x}); }
+  value exp(value x) { return apply(exp_def(), {x}); }
+  value log(value x) { return apply(log_def(), {x}); }
+  value neg(value x) { return apply(neg_def(), {x}); }
+  /// Sum over `dims` (empty: every dim; negative counts from the end).
+  value reduce_sum(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::sum, dims, keep_dims), {x});
+  }
+  value reduce_mean(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::mean, dims, keep_dims), {x});
+  }
+  value reduce_max(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::max, dims, keep_dims), {x});
+  }
+  /// The per-sample loss (B,) of logits (B, C) against labels (B, C).
+  value softmax_cross_entropy(value logits, value labels) {
+    return apply(std::make_shared<softmax_cross_entropy_def>(), {logits, labels});
+  }
+  /// The per-sample loss (B,) of logits (B, C) against class labels (B,) (integer values).
+  value sparse_softmax_cross_entropy(value logits, value labels) {
+    return apply(std::make_shared<sparse_softmax_cross_entropy_def>(), {logits, labels});
+  }
+  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::min, dims, keep_dims), {x});
+  }
+  /// A MatMul per batch entry (an input of rank 2 is shared by every entry).
+  value batch_matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
+    return apply(std::make_shared<batch_matmul_def>(transpose_a, transpose_b), {a, b});
+  }
+  /// indices (integer values) -> indices.shape + (depth,), 1 at each index, 0 elsewhere.
+  value one_hot(value indices, index_t depth) { return apply(std::make_shared<one_hot_def>(depth), {indices}); }
+  value softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, false), {x}); }
+  value log_softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, true), {x}); }
+  value transpose(value x, dim_list perm) { return apply(std::make_shared<transpose_def>(perm), {x}); }
+  /// x's elements in `target`'s shape (one entry may be -1: inferred).
+  value reshape(value x, const extents& target) { return apply(std::make_shared<reshape_def>(target), {x}); }
+  /// (shape[0], the product of the other dims).
+  value flatten(value x) { return apply(std::make_shared<reshape_def>(extents{}, true), {x}); }
+  /// x[begin:end:strides] on the leading dims, Python's semantics (no strides: all 1).
+  value strided_slice(value x, index_list begin, index_list end, index_list strides = {}) {
+    return apply(std::make_shared<strided_slice_def>(begin, end, strides), {x});
+  }
+  /// The values joined along `axis`.
+  value concat(const std::vector<value>& xs, int axis = 0) {
+    return apply(std::make_shared<concat_def>(axis, int(xs.size())), xs);
+  }
+  /// The index of the maximum along `axis`, as a value (no gradient).
+  value argmax(value x, int axis = -1) { return apply(std::make_shared<argmax_def>(axis), {x}); }
+  /// MSELoss: the mean over every element of (pred - label)^2, as Sub, Mul and
+  /// ReduceMean (named "<prefix>.sub", ".mul", ".reduce_mean"; the last one returned).
+  value mse_loss(value pred, value label, const std::string& prefix = "mse_loss") {
+    const value d = sub(pred, label).named(prefix + ".sub");
+    return reduce_mean(mul(d, d).named(prefix + ".mul")).named(prefix + ".reduce_mean");
+  }
+  /// hybrid_parallel: the sum of every rank's x, on every rank.
+  value all_reduce(value x) { return apply(std::make_shared<all_reduce_def>(), {x}); }
+  /// hybrid_parallel: the sum over the group of this rank on mesh axes `axes` of
+  /// `group_mesh` (whose size must be the device count).
+  value all_reduce(value x, const mesh& group_mesh, const axis_list& axes) {
+    return apply(std::make_shared<all_reduce_def>(group_mesh, axes), {x});
+  }
+
+  /// The graph whose loss is `loss`: a scalar (rank 0) to which every node
+  /// contributes. The builder can go on tracing afterwards.
+  traced_graph build(value loss) const {
+    if (loss.b_ != this) throw error("graph: build: the loss comes from another graph_builder");
+    const node& l = g_.at(loss.id_);
+    if (l.shape.ndim != 0)
+      throw error("graph: the loss must be a scalar, '" + l.name + "' has shape " + to_string(l.shape));
+    std::vector<bool> live(g_.nodes_.size(), false);
+    live[loss.id_] = true;
+    for (int i = loss.id_; i >= 0; --i)
+      if (live[i])
+        for (int in : g_.nodes_[i].inputs) live[in] = true;
+    for (std::size_t i = 0; i < live.size(); ++i)
+      if (!live[i])
+        throw error("graph: " + g_.describe(int(i)) + " does not contribute to the loss '" + l.name + "'");
+    traced_graph out = g_;
+    out.loss_ = loss.id_;
+    return out;
+  }
+
+  /// The graph traced so far (no loss set).
+  const traced_graph& current() const { return g_; }
+
+ private:
+  friend class value;
+
+  value add_leaf(node_kind k, std::string name, const extents& shape, bool layerwise) {
+    const char* what = k == node_kind::input ? "input" : "parameter";
+    if (name.empty()) throw error(std::string("graph: ") + what + " needs a name");
+    for (int d = 0; d < shape.ndim; ++d)
+      if (shape[d] < 1)
+        throw error(std::string("graph: ") + what + " '" + name + "': every extent must be positive, shape " +
+                    to_string(shape));
+    if (shape.ndim > max_tensor_ndim)
+      throw error(std::string("graph: ") + what + " '" + name + "': rank " + std::to_string(shape.ndim) +
+                  ", limit " + std::to_string(max_tensor_ndim));
+    check_unique(name);
+    node n;
+    n.kind = k;
+    n.name = std::move(name);
+    n.shape = shape;
+    n.layerwise_parallel = layerwise;
+    return push(std::move(n));
+  }
+  value push(node n) {
+    g_.nodes_.push_back(std::move(n));
+    return value(this, g_.size() - 1);
+  }
+  void check_unique(const std::string& name) const {
+    for (const node& n : g_.nodes_)
+      if (n.name == name) throw error("graph: the name '" + name + "' is used twice");
+  }
+  std::string unique_name(const std::string& base) const {
+    std::string name = base;
+    for (int k = 2;; ++k) {
+      bool used = false;
+      for (const node& n : g_.nodes_) used = used || n.name == name;
+      if (!used) return name;
+      name = base + std::to_string(k);
+    }
+  }
+  node& at(int id) { return g_.nodes_[id]; }
+
+  traced_graph g_;
+};
+
+inline const extents& value::shape() const { return b_->g_.at(id_).shape; }
+inline const std::string& value::name() const { return b_->g_.at(id_).name; }
+
+inline value value::shard(const strategy& st) const {
+  if (!b_) throw error("graph: shard on an empty value");
+  node& n = b_->at(id_);
+  if (n.kind != node_kind::op)
+    throw error("graph: shard: " + b_->g_.describe(id_) + " is not an operator");
+  if (const status s = n.op->check_form(st, b_->g_.input_shapes(id_)); !s.ok())
+    throw error(s, "graph: " + b_->g_.describe(id_), "strategy " + to_string(st));
+  n.user_strategy = st;
+  return *this;
+}
+
+inline value value::named(std::string name) const {
+  if (!b_) throw error("graph: named on an empty value");
+  if (name.empty()) throw error("graph: a node name must not be empty");
+  if (b_->at(id_).name == name) return *this;
+  b_->check_unique(name);
+  b_->at(id_).name = std::move(name);
+  return *this;
+}
+
+}  // namespace tessera::graph
+// ---- tessera/graph/propagate.hpp ----
+// Sharding propagation: the strategies of the operators the user did not configure,
+// chosen so that the redistributions around them move the fewest bytes per rank,
+// priced by the planner (plan/planner.hpp). Standard library only.
+//
+// The price of a strategy assignment is the bytes per rank of every redistribution a
+// training step runs because of it, each priced by plan_redistribution:
+//
+// - forward, on each edge (a value read by an operator input): the producer's output
+//   layout (a data input's import layout) -> the layout the consumer's rule wants;
+// - backward, on each edge whose producer needs a gradient: the gradient of the input
+//   as the consumer's backward returns it (possibly partial) -> the layout in which
+//   the producer's backward takes its output's gradient; for a parameter, its
+//   layout: this is the reduction of its gradient (the AllReduce of data parallelism);
+// - the collectives an operator runs inside itself (op_def::collectives).
+//
+// A parameter read by several operators must be laid out alike by all of them.
+//
+// The search. The unconfigured operators are the variables; an edge to a configured
+// operator or a data input prices one variable, an edge between two unconfigured
+// operators a pair. Unconfigured operators linked by edges form components; a
+// component linked to some configured operator takes strategies that minimise the
+// total price exactly: by dynamic programming from its first operator reached by
+// propagation when its links form a tree, by enumeration when they do not and it has
+// at most 2^20 assignments, else greedily in breadth-first order from the configured
+// operators (each operator the cheapest given the ones decided before it). Ties go to
+// the first candidate in the operator's order (op_def::candidates: more devices
+// first, then larger splits of earlier dims). A component no configured operator
+// reaches gets the data-parallel strategies.
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::graph {
+
+/// The price of something that cannot be done (layouts of device matrices that share
+/// no refinement; a parameter laid out two ways). Sums saturate at this value.
+inline constexpr index_t infinite_bytes = std::numeric_limits<index_t>::max() / 4;
+
+/// A redistribution between layouts on two device matrices of the same ranks: both
+/// written on the matrices' common refinement `fine` (core/refine.hpp), where every
+/// shard stays put, and planned there. Equal layouts give an empty plan.
+struct route {
+  layout from, to;       ///< the layouts joined, as given
+  mesh fine;             ///< the device matrix the plan runs on
+  plan p;                ///< the cheapest plan on `fine`
+  bool feasible = true;  ///< false when the device matrices share no refinement
+  /// Bytes per rank (infinite_bytes when not feasible).
+  index_t bytes() const { return feasible ? p.bytes_per_rank() : infinite_bytes; }
+  bool empty() const { return feasible && p.empty(); }
+};
+
+/// The route of a tensor of shape `shape` from `from` to `to`. Example: the seed's
+/// first MatMul output ([0, 2] partial sum {1} on (2, 4, 1)) to ReLU (2, 4) ([0, 1] on
+/// (2, 4)): refinement (2, 4), one reduce_scatter over mesh axis 1, 384 bytes for
+/// (16, 16) floats.
+inline route plan_route(const layout& from, const layout& to, const extents& shape, index_t elem_bytes) {
+  route r;
+  r.from = from;
+  r.to = to;
+  if (from.dev == to.dev) {
+    r.fine = from.dev;
+    r.p = plan_redistribution(from, to, shape, elem_bytes);
+    return r;
+  }
+  if (!check_refinement(from.dev, to.dev).ok()) {
+    r.feasible = false;
+    return r;
+  }
+  r.fine = common_refinement(from.dev, to.dev);
+  r.p = plan_redistribution(refine(from, r.fine), refine(to, r.fine), shape, elem_bytes);
+  return r;
+}
+
+/// Whether two layouts of a tensor of shape `shape`, possibly on different device
+/// matrices of the same ranks, put the same shard on every rank (and agree on what is
+/// partial).
+inline bool same_distribution(const layout& a, const layout& b, const extents& shape) {
+  if (a == b) return true;
+  if (a.dev.size() != b.dev.size() || a.ndim != b.ndim) return false;
+  if (check_refinement(a.dev, b.dev).ok()) {
+    const mesh fine = common_refinement(a.dev, b.dev);
+    const layout ra = refine(a, fine), rb = refine(b, fine);
+    if (ra.partial != rb.partial || (ra.has_partial() && ra.op != rb.op)) return false;
+    for (int r = 0; r < fine.size(); ++r)
+      if (!(shard_box(ra, shape, r) == shard_box(rb, shape, r))) return false;
+    return true;
+  }
+  if (a.has_partial() || b.has_partial()) return false;
+  for (int r = 0; r < a.dev.size(); ++r)
+    if (!(shard_box(a, shape, r) == shard_box(b, shape, r))) return false;
+  return true;
+}
+
+/// "[1, 2] on device matrix (2, 4, 1)": a layout as the graph's errors and dumps print
+/// it, without the axes of size 1 (MatMul ((8, 1), (1, 1))'s weight: "[-, -] on device
+/// matrix (8, 1, 1)", whole on every rank).
+inline std::string describe(const layout& l) {
+  return to_string(refine(l, l.dev)) + " on device matrix " + to_string(l.dev);
+}
+
+namespace detail {
+
+constexpr index_t add_bytes(index_t a, index_t b) { return a + b >= infinite_bytes ? infinite_bytes : a + b; }
+
+// Plans computed once per (from, to, shape).
+class route_cache {
+ public:
+  explicit route_cache(index_t elem_bytes) : elem_bytes_(elem_bytes) {}
+  const route& get(const layout& from, const layout& to, const extents& shape) {
+    std::string key = text(from) + '|' + text(to) + '|' + to_string(shape);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) it = cache_.emplace(std::move(key), plan_route(from, to, shape, elem_bytes_)).first;
+    return it->second;
+  }
+  index_t bytes(const layout& from, const layout& to, const extents& shape) { return get(from, to, shape).bytes(); }
+
+ private:
+  static std::string text(const layout& l) {
+    return to_string(l.dev) + to_string(l) + std::to_string(int(l.op));
+  }
+  index_t elem_bytes_;
+  std::map<std::string, route> cache_;
+};
+
+}  // namespace detail
+
+// ---- the min-sum problem and its solver ----------------------------------------------
+
+/// Variables with finitely many choices (candidate indices), a cost per choice, and a
+/// cost per pair of choices of two linked variables: minimise the total.
+struct search_problem {
+  struct pair_cost {
+    int u = 0, v = 0;             ///< u < v
+    std::vector<index_t> cost;    ///< cost[su * choices[v] + sv]
+  };
+  std::vector<int> choices;                  ///< per variable, the number of candidates (>= 1)
+  std::vector<std::vector<index_t>> unary;   ///< per variable and candidate
+  std::vector<pair_cost> pairs;              ///< at most one per pair of variables
+  std::vector<bool> anchored;                ///< linked to a configured operator
+
+  /// The pair cost between u and v (u != v), created on first use.
+  pair_cost& link(int u, int v) {
+    if (u > v) std::swap(u, v);
+    for (pair_cost& p : pairs)
+      if (p.u == u && p.v == v) return p;
+    pairs.push_back({u, v, std::vector<index_t>(choices[u] * choices[v], 0)});
+    return pairs.back();
+  }
+  /// Adds c to the cost of (u chooses su, v chooses sv).
+  void add_pair(int u, int su, int v, int sv, index_t c) {
+    if (u > v) {
+      std::swap(u, v);
+      std::swap(su, sv);
+    }
+    pair_cost& p = link(u, v);
+    index_t& x = p.cost[su * choices[v] + sv];
+    x = detail::add_bytes(x, c);
+  }
+  /// The total cost of a full assignment.
+  index_t total(const std::vector<int>& pick) const {
+    index_t t = 0;
+    for (std::size_t v = 0; v < choices.size(); ++v) t = detail::add_bytes(t, unary[v][pick[v]]);
+    for (const pair_cost& p : pairs)
+      t = detail::add_bytes(t, p.cost[pick[p.u] * choices[p.v] + pick[p.v]]);
+    return t;
+  }
+};
+
+/// How a component of the problem was solved.
+enum class search_method { dynamic_programming, enumeration, greedy, unanchored };
+
+/// The choices of every variable of anchored components (-1 for the variables of
+/// components with no anchor) and how each variable's component was solved.
+struct search_result {
+  std::vector<int> pick;
+  std::vector<search_method> method;
+};
+
+namespace detail {
+
+struct solver {
+  const search_problem& pb;
+  int n;
+  std::vector<std::vector<std::pair<int, int>>> adj;  // (neighbour, pair index)
+
+  explicit solver(const search_problem& p) : pb(p), n(int(p.choices.size())), adj(std::size_t(n)) {
+    for (std::size_t i = 0; i < pb.pairs.size(); ++i) {
+      adj[pb.pairs[i].u].emplace_back(pb.pairs[i].v, int(i));
+      adj[pb.pairs[i].v].emplace_back(pb.pairs[i].u, int(i));
+    }
+  }
+  // Pair cost between v choosing sv and w choosing sw, through pair index k.
+  index_t pc(int k, int v, int sv, int sw) const {
+    const search_problem::pair_cost& p = pb.pairs[k];
+    const int su = p.u == v ? sv : sw, s2 = p.u == v ? sw : sv;
+    return p.cost[su * pb.choices[p.v] + s2];
+  }
+  int nc(int v) const { return pb.choices[v]; }
+
+  // Tree: dynamic programming rooted at `root`.
+  void tree(const std::vector<int>& comp, int root, std::vector<int>& pick) const {
+    std::vector<int> order{root}, parent(std::size_t(n), -1), via(std::size_t(n), -1);
+    std::vector<bool> seen(std::size_t(n), false);
+    seen[root] = true;
+    for (std::size_t i = 0; i < order.size(); ++i)
+      for (auto [w, k] : adj[order[i]])
+        if (!seen[w]) {
+          seen[w] = true;
+          parent[w] = order[i];
+          via[w] = k;
+          order.push_back(w);
+        }
+    (void)comp;
+    // local[v][s]: v's cost and its subtree's for choice s.
+    std::vector<std::vector<index_t>> local(pick.size());
+    std::vector<std::vector<int>> best(pick.size());  // best[v][s_parent]
+    for (int v : order) local[v] = pb.unary[v];
+    for (std::size_t i = order.size(); i-- > 1;) {
+      const int v = order[i], p = parent[v], k = via[v];
+      best[v].assign(std::size_t(nc(p)), 0);
+      for (int sp = 0; sp < nc(p); ++sp) {
+        index_t m = infinite_bytes + 1;
+        int arg = 0;
+        for (int s = 0; s < nc(v); ++s) {
+          const index_t c = add_bytes(local[v][s], pc(k, v, s, sp));
+          if (c < m) {
+            m = c;
+            arg = s;
+          }
+        }
+        best[v][sp] = arg;
+        local[p][sp] = add_bytes(local[p][sp], m);
+      }
+    }
+    int arg = 0;
+    for (int s = 1; s < nc(root); ++s)
+      if (local[root][s] < local[root][arg]) arg = s;
+    pick[root] = arg;
+    for (std::size_t i = 1; i < order.size(); ++i) {
+      const int v = order[i];
+      pick[v] = best[v][pick[parent[v]]];
+    }
+  }
+
+  // Every assignment of the component's variables (in id order, candidates in order).
+  void enumerate(const std::vector<int>& comp, std::vector<int>& pick) const {
+    std::vector<int> cur(std::size_t(n), 0), best_pick;
+    index_t best = infinite_bytes + 1;
+    auto cost = [&] {
+      index_t t = 0;
+      for (int v : comp) {
+        t = add_bytes(t, pb.unary[v][cur[v]]);
+        for (auto [w, k] : adj[v])
+          if (w > v) t = add_bytes(t, pc(k, v, cur[v], cur[w]));
+      }
+      return t;
+    };
+    while (true) {
+      const index_t c = cost();
+      if (c < best) {
+        best = c;
+        best_pick = cur;
+      }
+      std::size_t i = comp.size();
+      while (i-- > 0) {
+        const int v = comp[i];
+        if (++cur[v] < nc(v)) break;
+        cur[v] = 0;
+      }
+      if (i == std::size_t(-1)) break;
+    }
+    for (int v : comp) pick[v] = best_pick[v];
+  }
+
+  // Breadth-first from the anchored variables; each the cheapest given those before.
+  void greedy(const std::vector<int>& comp, std::vector<int>& pick) const {
+    std::vector<int> order;
+    std::vector<bool> seen(std::size_t(n), false);
+    for (int v : comp)
+      if (pb.anchored[v]) {
+        order.push_back(v);
+        seen[v] = true;
+      }
+    for (std::size_t i = 0; i < order.size(); ++i)
+      for (auto [w, k] : adj[order[i]])
+        if (!seen[w]) {
+          seen[w] = true;
+          order.push_back(w);
+        }
+    for (int v : order) {
+      index_t m = infinite_bytes + 1;
+      int arg = 0;
+      for (int s = 0; s < nc(v); ++s) {
+        index_t c = pb.unary[v][s];
+        for (auto [w, k] : adj[v])
+          if (pick[w] >= 0) c = add_bytes(c, pc(k, v, s, pick[w]));
+        if (c < m) {
+          m = c;
+          arg = s;
+        }
+      }
+      pick[v] = arg;
+    }
+  }
+};
+
+}  // namespace detail
+
+/// Solves `pb` component by component (see the top of this header). Components with no
+/// anchored variable are left at -1.
+inline search_result solve(const search_problem& pb, std::size_t enumeration_limit = std::size_t(1) << 20) {
+  const detail::solver s(pb);
+  const int n = s.n;
+  search_result r{std::vector<int>(std::size_t(n), -1), std::vector<search_method>(std::size_t(n))};
+  std::vector<int> comp_of(std::size_t(n), -1);
+  for (int start = 0; start < n; ++start) {
+    if (comp_of[start] >= 0) continue;
+    std::vector<int> comp{start};
+    comp_of[start] = start;
+    for (std::size_t i = 0; i < comp.size(); ++i)
+      for (auto [w, k] : s.adj[comp[i]])
+        if (comp_of[w] < 0) {
+          comp_of[w] = start;
+          comp.push_back(w);
+        }
+    std::sort(comp.begin(), comp.end());
+    int root = -1;
+    for (int v : comp)
+      if (pb.anchored[v]) {
+        root = v;
+        break;
+      }
+    search_method how = search_method::unanchored;
+    if (root >= 0) {
+      std::size_t links = 0;
+      for (int v : comp) links += s.adj[v].size();
+      links /= 2;
+      std::size_t space = 1;
+      bool small = true;
+      for (int v : comp) {
+        space *= std::size_t(s.nc(v));
+        if (space > enumeration_limit) small = false;
+        if (!small) break;
+      }
+      if (links + 1 == comp.size()) {
+        how = search_method::dynamic_programming;
+        s.tree(comp, root, r.pick);
+      } else if (small) {
+        how = search_method::enumeration;
+        s.enumerate(comp, r.pick);
+      } else {
+        how = search_method::greedy;
+        s.greedy(comp, r.pick);
+      }
+    }
+    for (int v : comp) r.method[v] = how;
+  }
+  return r;
+}
+
+// ---- the graph's problem ------------------------------------------------------------
+
+/// The strategies an operator may take and their layouts (those that pass every check).
+struct op_candidates {
+  std::vector<strategy> st;
+  std::vector<op_layouts> lay;
+};
+
+/// What sharding propagation needs to know about a graph: per node, the import layout
+/// of a data input, the layouts of a configured operator, the candidates of an
+/// unconfigured one, and whether its value needs a gradient.
+struct propagation_input {
+  const traced_graph* g = nullptr;
+  int device_num = 1;
+  index_t elem_bytes = 4;
+  std::vector<layout> input_layout;                 ///< per node (inputs)
+  std::vector<std::optional<op_layouts>> fixed;     ///< per node (configured operators)
+  std::vector<op_candidates> free;                  ///< per node (unconfigured operators)
+  std::vector<bool> needs_grad;                     ///< per node
+};
+
+namespace detail {
+
+// The bytes one edge (producer p -> slot `slot` of consumer c) moves, given the
+// producer's value and gradient layouts and the consumer's layouts.
+inline index_t edge_bytes(route_cache& rc, const extents& shape, const layout& p_value,
+                          const std::optional<layout>& p_grad, const op_layouts& c, int slot) {
+  index_t b = rc.bytes(p_value, c.in[slot], shape);
+  if (p_grad) b = add_bytes(b, rc.bytes(c.in_grad[slot], *p_grad, shape));
+  return b;
+}
+
+}  // namespace detail
+
+/// The search problem of a graph: one variable per unconfigured operator (in node
+/// order) over its candidates. The i-th variable is node `vars[i]`.
+struct graph_problem {
+  search_problem pb;
+  std::vector<int> vars;
+  std::vector<int> var_of;  ///< per node, its variable or -1
+};
+
+/// Builds the priced problem (see the top of this header).
+inline graph_problem build_problem(const propagation_input& in, detail::route_cache& rc) {
+  const traced_graph& g = *in.g;
+  graph_problem gp;
+  gp.var_of.assign(std::size_t(g.size()), -1);
+  for (int id = 0; id < g.size(); ++id)
+    if (g.at(id).kind == node_kind::op && !in.fixed[id]) {
+      gp.var_of[id] = int(gp.vars.size());
+      gp.vars.push_back(id);
+      gp.pb.choices.push_back(int(in.free[id].st.size()));
+    }
+  search_problem& pb = gp.pb;
+  pb.unary.resize(gp.vars.size());
+  pb.anchored.assign(gp.vars.size(), false);
+  for (std::size_t v = 0; v < gp.vars.size(); ++v) {
+    const int id = gp.vars[v];
+    const op_candidates& c = in.free[id];
+    pb.unary[v].assign(c.st.size(), 0);
+    // Collectives inside the operator.
+    for (std::size_t s = 0; s < c.st.size(); ++s)
+      for (const internal_collective& ic :
+           g.at(id).op->collectives(c.st[s], in.device_num, g.input_shapes(id), in.elem_bytes))
+        if (!ic.backward || in.needs_grad[id]) pb.unary[v][s] = detail::add_bytes(pb.unary[v][s], ic.bytes);
+  }
+  auto lay = [&](int id, int s) -> const op_layouts& {
+    return in.fixed[id] ? *in.fixed[id] : in.free[id].lay[s];
+  };
+  auto count = [&](int id) { return in.fixed[id] ? 1 : int(in.free[id].st.size()); };
+
+  for (int c = 0; c < g.size(); ++c) {
+    const node& cn = g.at(c);
+    if (cn.kind != node_kind::op) continue;
+    for (std::size_t slot = 0; slot < cn.inputs.size(); ++slot) {
+      const int p = cn.inputs[slot];
+      const node& pn = g.at(p);
+      const bool back = in.needs_grad[p] && cn.op->differentiable(int(slot));
+      const int vc = gp.var_of[c], vp = gp.var_of[p];
+      if (pn.kind == node_kind::input) {
+        if (vc < 0) continue;
+        for (int s = 0; s < count(c); ++s)
+          pb.unary[vc][s] = detail::add_bytes(
+              pb.unary[vc][s],
+              rc.bytes(in.input_layout[p], lay(c, s).in[slot], pn.shape));
+      } else if (pn.kind == node_kind::parameter) {
+        // The gradient's reduction into the parameter's layout, which is the consumer's
+        // input layout (the parameter constraints below keep them one).
+        if (vc < 0 || !back) continue;
+        for (int s = 0; s < count(c); ++s)
+          pb.unary[vc][s] = detail::add_bytes(
+              pb.unary[vc][s],
+              rc.bytes(lay(c, s).in_grad[slot], lay(c, s).in[slot], pn.shape));
+      } else {
+        if (vc < 0 && vp < 0) continue;
+        for (int sp = 0; sp < count(p); ++sp)
+          for (int sc = 0; sc < count(c); ++sc) {
+            const op_layouts& lp = lay(p, sp);
+            const index_t b = detail::edge_bytes(rc, pn.shape, lp.out,
+                                                 back ? std::optional<layout>(lp.out_grad) : std::nullopt,
+                                                 lay(c, sc), int(slot));
+            if (vc >= 0 && vp >= 0) {
+              pb.add_pair(vp, sp, vc, sc, b);
+            } else if (vc >= 0) {
+              pb.unary[vc][sc] = detail::add_bytes(pb.unary[vc][sc], b);
+              pb.anchored[vc] = true;
+            } else {
+              pb.unary[vp][sp] = detail::add_bytes(pb.unary[vp][sp], b);
+              pb.anchored[vp] = true;
+            }
+          }
+      }
+    }
+  }
+  // A parameter read by several inputs must be laid out alike: every reader against
+  // the first.
+  for (int p : g.parameters()) {
+    const auto readers = g.consumers(p);
+    if (readers.size() < 2) continue;
+    const extents& shape = g.at(p).shape;
+    const auto [c0, s0] = readers[0];
+    for (std::size_t k = 1; k < readers.size(); ++k) {
+      const auto [ck, sk] = readers[k];
+      const int v0 = gp.var_of[c0], vk = gp.var_of[ck];
+      if (v0 < 0 && vk < 0) continue;
+      for (int a = 0; a < count(c0); ++a)
+        for (int b = 0; b < count(ck); ++b) {
+          if (c0 == ck && a != b) continue;
+          const bool same = same_distribution(lay(c0, a).in[s0], lay(ck, b).in[sk], shape);
+          if (same) continue;
+          if (c0 == ck) {
+            pb.unary[v0][a] = infinite_bytes;
+          } else if (v0 >= 0 && vk >= 0) {
+            pb.add_pair(v0, a, vk, b, infinite_bytes);
+          } else if (v0 >= 0) {
+            pb.unary[v0][a] = infinite_bytes;
+            pb.anchored[v0] = true;
+          } else {
+            pb.unary[vk][b] = infinite_bytes;
+            pb.anchored[vk] = true;
+          }
+        }
+      // A link to a configured reader anchors even when every candidate agrees.
+      if (v0 < 0 && vk >= 0) pb.anchored[vk] = true;
+      if (vk < 0 && v0 >= 0) pb.anchored[v0] = true;
+      if (v0 >= 0 && vk >= 0 && v0 != vk) pb.link(v0, vk);
+    }
+  }
+  return gp;
+}
+
+}  // namespace tessera::graph
+// ---- tessera/graph/parallel.hpp ----
+// The parallel pass: from a traced graph and a parallel configuration (MindSpore's
+// set_auto_parallel_context: parallel mode, search mode, dataset strategy, device
+// count) to a parallel graph: every operator's strategy and layouts, every data
+// input's and parameter's layout, and every redistribution a training step runs,
+// planned. Standard library only; graph/execute.hpp runs the result.
+//
+// Parallel modes (every one gives the stand-alone results, to float rounding):
+//
+// | mode               | operator strategies                                   | shapes in the graph |
+// |--------------------|-------------------------------------------------------|---------------------|
+// | stand_alone        | all ones: every rank computes everything              | global              |
+// | data_parallel      | op_def::data_parallel: the batch split over all ranks, parameters replicated, gradients all-reduced | global |
+// | semi_auto_parallel | the shard() strategies; data_parallel for the others  | global              |
+// | auto_parallel      | the shard() strategies; sharding propagation for the others (graph/propagate.hpp) | global |
+// | hybrid_parallel    | all ones on each rank's own tensors; the user places AllReduce nodes; layer-wise parallel parameters are already sliced | each rank's own |
+//
+// stand_alone, data_parallel and hybrid_parallel ignore shard() strategies (as MindSpore
+// does).
+//
+// Data import (the dataset strategy; each input's layout on the device matrix (N,)):
+//
+// | dataset strategy      | each rank reads                     | modes                          |
+// |-----------------------|-------------------------------------|--------------------------------|
+// | data_parallel         | its slice of the batch (dim 0 split N ways) | all (stand_alone and hybrid: the whole tensor of the input's shape) |
+// | full_batch            | the whole batch                     | semi_auto_parallel, auto_parallel |
+// | per input, ((1, 8), (1, 8)) | the shard the split tuple gives (strategy_layout) | semi_auto_parallel, auto_parallel |
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::graph {
+
+/// MindSpore's ParallelMode.
+enum class parallel_mode { stand_alone, data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel };
+
+constexpr std::string_view to_string(parallel_mode m) {
+  switch (m) {
+    case parallel_mode::stand_alone: return "stand_alone";
+    case parallel_mode::data_parallel: return "data_parallel";
+    case parallel_mode::semi_auto_parallel: return "semi_auto_parallel";
+    case parallel_mode::auto_parallel: return "auto_parallel";
+    case parallel_mode::hybrid_parallel: return "hybrid_parallel";
+  }
+  return "?";
+}
+
+/// auto_parallel's strategy search. Only sharding propagation is implemented.
+enum class search_mode { sharding_propagation };
+
+constexpr std::string_view to_string(search_mode) { return "sharding_propagation"; }
+
+/// How each rank gets its data (MindSpore's dataset_strategy / full_batch).
+class dataset_strategy {
+ public:
+  enum class kind { data_parallel, full_batch, per_input };
+
+  /// Each rank reads its slice of the batch (the default).
+  static dataset_strategy data_parallel() { return dataset_strategy(kind::data_parallel, {}); }
+  /// Each rank reads the whole batch.
+  static dataset_strategy full_batch() { return dataset_strategy(kind::full_batch, {}); }
+  /// One split tuple per data input, e.g. {{1, 8}, {1, 8}}: each rank reads the shard
+  /// that strategy_layout(tuple, device count) gives it.
+  static dataset_strategy per_input(std::vector<split_tuple> tuples) {
+    return dataset_strategy(kind::per_input, std::move(tuples));
+  }
+  /// "data_parallel", "full_batch" or a tuple of tuples, "((1, 8), (1, 8))".
+  static dataset_strategy parse(std::string_view text) {
+    if (text == "data_parallel") return data_parallel();
+    if (text == "full_batch") return full_batch();
+    const strategy st = parse_strategy(text);
+    return per_input(std::vector<split_tuple>(st.in.begin(), st.in.begin() + st.n));
+  }
+
+  kind which() const { return kind_; }
+  const std::vector<split_tuple>& tuples() const { return tuples_; }
+  std::string to_string() const {
+    if (kind_ == kind::data_parallel) return "data_parallel";
+    if (kind_ == kind::full_batch) return "full_batch";
+    std::string s = "(";
+    for (std::size_t i = 0; i < tuples_.size(); ++i) s += (i ? ", " : "") + tessera::to_string(tuples_[i]);
+    return s + (tuples_.size() == 1 ? ",)" : ")");
+  }
+
+ private:
+  dataset_strategy(kind k, std::vector<split_tuple> t) : kind_(k), tuples_(std::move(t)) {}
+  kind kind_;
+  std::vector<split_tuple> tuples_;
+};
+
+/// MindSpore's auto-parallel context.
+struct parallel_config {
+  parallel_mode mode = parallel_mode::stand_alone;
+  search_mode search = search_mode::sharding_propagation;
+  dataset_strategy dataset = dataset_strategy::data_parallel();
+  int device_num = 1;      ///< the number of ranks
+  index_t elem_bytes = 4;  ///< bytes per element (4: float)
+};
+
+/// Where an operator's strategy came from.
+enum class strategy_source { user, sharding_propagation, data_parallel, stand_alone };
+
+constexpr std::string_view to_string(strategy_source s) {
+  switch (s) {
+    case strategy_source::user: return "user";
+    case strategy_source::sharding_propagation: return "sharding_propagation";
+    case strategy_source::data_parallel: return "data_parallel";
+    case strategy_source::stand_alone: return "stand_alone";
+  }
+  return "?";
+}
+
+/// An operator's strategy and what its rule makes of it.
+struct op_plan {
+  strategy st;
+  strategy_source source = strategy_source::stand_alone;
+  op_layouts lay;
+  std::vector<internal_collective> collectives;
+};
+
+/// The redistributions of one edge: slot `slot` of operator `consumer` reads node
+/// `producer`.
+struct edge_plan {
+  int producer = -1, consumer = -1, slot = -1;
+  route forward;                 ///< producer's value layout -> the consumer's input layout
+  bool has_backward = false;     ///< the producer needs this input's gradient
+  route backward;                ///< the consumer's input gradient -> the producer's gradient layout
+};
+
+/// A gradient all-reduce of hybrid_parallel: a parameter that is not layer-wise
+/// parallel has its gradient summed over every rank.
+struct gradient_reduction {
+  int parameter = -1;
+  mesh dev;          ///< (N,)
+  index_t bytes = 0;
+};
+
+/// The result of the parallel pass. Every layout is a run-time value; every plan was
+/// computed by plan_redistribution.
+class parallel_graph {
+ public:
+  const traced_graph& traced() const { return g_; }
+  const parallel_config& config() const { return cfg_; }
+  int device_num() const { return cfg_.device_num; }
+
+  /// The layout of a node's value: a data input's import layout, a parameter's layout
+  /// (the one its readers want), an operator's output layout.
+  const layout& value_layout(int id) const { return value_layout_[id]; }
+  /// The layout in which a node's gradient accumulates: a parameter's own layout, an
+  /// operator's out_grad.
+  const layout& grad_layout(int id) const { return grad_layout_[id]; }
+  /// Whether a node's value needs a gradient (parameters, and operators reading one).
+  bool needs_grad(int id) const { return needs_grad_[id]; }
+  /// An operator's plan; throws for other nodes.
+  const op_plan& op(int id) const {
+    if (!ops_[id]) throw error("parallel_graph: " + g_.describe(id) + " is not an operator");
+    return *ops_[id];
+  }
+  /// Every edge, in node order then slot order.
+  const std::vector<edge_plan>& edges() const { return edges_; }
+  /// The edge into slot `slot` of operator `consumer`.
+  const edge_plan& edge(int consumer, int slot) const {
+    for (const edge_plan& e : edges_)
+      if (e.consumer == consumer && e.slot == slot) return e;
+    throw error("parallel_graph: " + g_.describe(consumer) + " has no input " + std::to_string(slot));
+  }
+  /// The loss's layout -> replicated: how every rank reads the loss.
+  const route& loss_fetch() const { return loss_fetch_; }
+  /// hybrid_parallel's gradient all-reduces.
+  const std::vector<gradient_reduction>& gradient_reductions() const { return grad_reductions_; }
+  /// The shape of a node's value on each rank.
+  extents local_shape(int id) const { return tessera::local_shape(value_layout(id), g_.at(id).shape); }
+
+  /// The price sharding propagation minimises, for the strategies chosen: the bytes
+  /// per rank of every edge's forward and backward redistribution and of the
+  /// operators' own collectives (see graph/propagate.hpp).
+  index_t priced_bytes() const { return priced_; }
+  /// The bytes `rank` receives in one training step: the priced redistributions and
+  /// collectives, the loss fetch, and hybrid_parallel's gradient all-reduces.
+  index_t bytes_for_rank(int rank) const {
+    index_t b = 0;
+    for (const edge_plan& e : edges_) {
+      b += e.forward.p.bytes_for_rank(rank);
+      if (e.has_backward) b += e.backward.p.bytes_for_rank(rank);
+    }
+    for (std::size_t i = 0; i < ops_.size(); ++i)
+      if (ops_[i])
+        for (const internal_collective& c : ops_[i]->collectives)
+          if (!c.backward || needs_grad_[i]) b += c.bytes;
+    b += loss_fetch_.p.bytes_for_rank(rank);
+    for (const gradient_reduction& r : grad_reductions_) b += r.bytes;
+    return b;
+  }
+
+ private:
+  friend parallel_graph parallelize(const traced_graph&, const parallel_config&);
+
+  traced_graph g_;
+  parallel_config cfg_;
+  std::vector<layout> value_layout_, grad_layout_;
+  std::vector<bool> needs_grad_;
+  std::vector<std::optional<op_plan>> ops_;
+  std::vector<edge_plan> edges_;
+  route loss_fetch_;
+  std::vector<gradient_reduction> grad_reductions_;
+  index_t priced_ = 0;
+};
+
+namespace detail {
+
+inline std::string where(const strategy& st, int device_num, strategy_source src) {
+  return "strategy " + to_string(st) + " on " + std::to_string(device_num) + (device_num == 1 ? " device" : " devices") +
+         " (" + std::string(to_string(src)) + ")";
+}
+
+// The layouts of operator `id` under `st`, or a failed status with the message's
+// context; no exception.
+struct evaluation {
+  std::optional<op_layouts> lay;
+  status s;
+  std::string context;
+};
+
+inline evaluation evaluate(const traced_graph& g, int id, const strategy& st, int device_num) {
+  const node& n = g.at(id);
+  const shape_list shapes = g.input_shapes(id);
+  const std::string who = "parallelize: " + g.describe(id);
+  if (const status s = n.op->check(st, device_num, shapes); !s.ok()) return {std::nullopt, s, who};
+  op_layouts l = n.op->layouts(st, device_num, shapes);
+  for (int i = 0; i < shapes.n; ++i)
+    if (const status s = check(l.in[i], shapes[i]); !s.ok())
+      return {std::nullopt, s, who + ": input " + std::to_string(i) + " " + to_string(shapes[i])};
+  if (const status s = check(l.out, n.shape); !s.ok()) return {std::nullopt, s, who + ": output " + to_string(n.shape)};
+  return {std::move(l), {}, {}};
+}
+
+inline op_layouts evaluate_or_throw(const traced_graph& g, int id, const strategy& st, int device_num, strategy_source src) {
+  evaluation e = evaluate(g, id, st, device_num);
+  if (!e.lay) throw error(e.s, e.context, where(st, device_num, src));
+  return std::move(*e.lay);
+}
+
+// Every split 1: the data-parallel strategy on one device.
+inline strategy all_ones(const traced_graph& g, int id) { return g.at(id).op->data_parallel(1, g.input_shapes(id)); }
+
+inline layout import_layout(const traced_graph& g, int id, const parallel_config& cfg, int index) {
+  const node& n = g.at(id);
+  const int N = cfg.device_num;
+  const mesh flat{N};
+  const std::string who = "parallelize: dataset_strategy " + cfg.dataset.to_string() + ": input '" + n.name + "' " +
+                          to_string(n.shape);
+  const bool whole = cfg.mode == parallel_mode::stand_alone || cfg.mode == parallel_mode::hybrid_parallel;
+  const dataset_strategy::kind k = cfg.dataset.which();
+  if (whole || k == dataset_strategy::kind::full_batch || (k == dataset_strategy::kind::data_parallel && n.shape.ndim == 0))
+    return layout::replicated(flat, n.shape.ndim);
+  if (k == dataset_strategy::kind::data_parallel) {
+    layout l = layout::replicated(flat, n.shape.ndim);
+    l.split[0] = axis_list{0};
+    if (const status s = check(l, n.shape); !s.ok()) throw error(s, who);
+    return l;
+  }
+  const split_tuple& t = cfg.dataset.tuples()[index];
+  if (t.n != n.shape.ndim)
+    throw error(who + ": the input has rank " + std::to_string(n.shape.ndim) + ", its split tuple " + to_string(t) +
+                " has " + std::to_string(t.n) + (t.n == 1 ? " entry" : " entries"));
+  if (status s = check(t, N, index); !s.ok()) throw error(s, who);
+  const layout l = strategy_layout(t, N);
+  if (const status s = check(l, n.shape); !s.ok()) throw error(s, who);
+  return l;
+}
+
+}  // namespace detail
+
+/// Runs the parallel pass (see the top of this header). Throws tessera::error, naming
+/// the node and the numbers, for: a strategy its operator's rule rejects or that
+/// splits a dim unevenly; a parameter two operators want laid out differently; a
+/// dataset strategy that does not fit the inputs (count, rank, divisibility, device
+/// count) or the mode; an AllReduce node or a layer-wise parallel parameter outside
+/// hybrid_parallel.
+inline parallel_graph parallelize(const traced_graph& g, const parallel_config& cfg) {
+  const int N = cfg.device_num;
+  if (N < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(N));
+  if (cfg.elem_bytes < 1) throw error("parallelize: elem_bytes must be positive, got " + std::to_string(cfg.elem_bytes));
+  if (g.loss() < 0) throw error("parallelize: the graph has no loss (build it with graph_builder::build)");
+  const parallel_mode mode = cfg.mode;
+  const bool hybrid = mode == parallel_mode::hybrid_parallel;
+  const bool semi_or_auto = mode == parallel_mode::semi_auto_parallel || mode == parallel_mode::auto_parallel;
+  if (cfg.dataset.which() != dataset_strategy::kind::data_parallel && !semi_or_auto)
+    throw error("parallelize: dataset_strategy " + cfg.dataset.to_string() +
+                " needs parallel_mode semi_auto_parallel or auto_parallel, not " + std::string(to_string(mode)));
+  const std::vector<int> inputs = g.inputs();
+  if (cfg.dataset.which() == dataset_strategy::kind::per_input && cfg.dataset.tuples().size() != inputs.size()) {
+    std::string names;
+    for (std::size_t i = 0; i < inputs.size(); ++i) names += (i ? ", '" : "'") + g.at(inputs[i]).name + "'";
+    throw error("parallelize: dataset_strategy " + cfg.dataset.to_string() + " has " +
+                std::to_string(cfg.dataset.tuples().size()) + " split tuples for " + std::to_string(inputs.size()) +
+                (inputs.size() == 1 ? " input (" : " inputs (") + names + ")");
+  }
+
+  parallel_graph pg;
+  pg.g_ = g;
+  pg.cfg_ = cfg;
+  const std::size_t n = std::size_t(g.size());
+  pg.value_layout_.resize(n);
+  pg.grad_layout_.resize(n);
+  pg.needs_grad_.assign(n, false);
+  pg.ops_.resize(n);
+
+  // Mode checks, needs_grad, data import.
+  for (int id = 0; id < g.size(); ++id) {
+    const node& nd = g.at(id);
+    if (nd.kind == node_kind::parameter) {
+      pg.needs_grad_[id] = true;
+      if (nd.layerwise_parallel && !hybrid)
+        throw error("parallelize: parameter '" + nd.name + "' is layer-wise parallel, which only hybrid_parallel supports, not " +
+                    std::string(to_string(mode)));
+    } else if (nd.kind == node_kind::op) {
+      if (const auto* ar = dynamic_cast<const all_reduce_def*>(nd.op.get())) {
+        if (!hybrid)
+          throw error("parallelize: " + g.describe(id) + " is a hybrid_parallel operator; in " + std::string(to_string(mode)) +
+                      " the parallel pass places communication itself");
+        if (ar->group_mesh)
+          if (const status s = check_mesh_size(*ar->group_mesh, N); !s.ok())
+            throw error(s, "parallelize: " + g.describe(id) + ": group mesh " + to_string(*ar->group_mesh));
+        for (int i = 0; i < ar->axes.n; ++i)
+          if (ar->axes[i] < 0 || ar->axes[i] >= (ar->group_mesh ? ar->group_mesh->ndim : 1))
+            throw error("parallelize: " + g.describe(id) + ": mesh axis " + std::to_string(ar->axes[i]) + " out of range");
+      }
+      for (std::size_t s = 0; s < nd.inputs.size(); ++s)
+        if (pg.needs_grad_[nd.inputs[s]] && nd.op->differentiable(int(s))) pg.needs_grad_[id] = true;
+    }
+  }
+  // needs_grad so far: the value depends on a parameter. It also has to receive a
+  // gradient from the loss, through differentiable inputs of operators whose backward runs.
+  {
+    std::vector<bool> receives(n, false);
+    receives[g.loss()] = true;
+    for (int id = g.size() - 1; id >= 0; --id) {
+      if (!(receives[id] && pg.needs_grad_[id]) || g.at(id).kind != node_kind::op) continue;
+      for (std::size_t s = 0; s < g.at(id).inputs.size(); ++s)
+        if (g.at(id).op->differentiable(int(s))) receives[g.at(id).inputs[s]] = true;
+    }
+    for (std::size_t id = 0; id < n; ++id) pg.needs_grad_[id] = pg.needs_grad_[id] && receives[id];
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    pg.value_layout_[inputs[i]] = detail::import_layout(g, inputs[i], cfg, int(i));
+
+  // Strategies: fixed ones now, the others by the search.
+  propagation_input pin;
+  pin.g = &g;
+  pin.device_num = N;
+  pin.elem_bytes = cfg.elem_bytes;
+  pin.input_layout = pg.value_layout_;
+  pin.fixed.resize(n);
+  pin.free.resize(n);
+  pin.needs_grad = pg.needs_grad_;
+  bool any_free = false;
+  for (int id = 0; id < g.size(); ++id) {
+    const node& nd = g.at(id);
+    if (nd.kind != node_kind::op) continue;
+    const shape_list shapes = g.input_shapes(id);
+    op_plan o;
+    if (mode == parallel_mode::stand_alone || hybrid) {
+      o.st = detail::all_ones(g, id);
+      o.source = strategy_source::stand_alone;
+    } else if (mode == parallel_mode::data_parallel || (mode == parallel_mode::semi_auto_parallel && !nd.user_strategy)) {
+      o.st = nd.op->data_parallel(N, shapes);
+      o.source = strategy_source::data_parallel;
+    } else if (nd.user_strategy) {
+      o.st = *nd.user_strategy;
+      o.source = strategy_source::user;
+    } else {
+      op_candidates c;
+      for (const strategy& st : nd.op->candidates(N, shapes)) {
+        detail::evaluation e = detail::evaluate(g, id, st, N);
+        if (!e.lay) continue;
+        c.st.push_back(st);
+        c.lay.push_back(std::move(*e.lay));
+      }
+      if (c.st.empty())
+        throw error("parallelize: " + g.describe(id) + " has no strategy on " + std::to_string(N) + " devices");
+      pin.free[id] = std::move(c);
+      any_free = true;
+      continue;
+    }
+    o.lay = detail::evaluate_or_throw(g, id, o.st, N, o.source);
+    pin.fixed[id] = o.lay;
+    pg.ops_[id] = std::move(o);
+  }
+  detail::route_cache rc(cfg.elem_bytes);
+  if (any_free) {
+    const graph_problem gp = build_problem(pin, rc);
+    const search_result r = solve(gp.pb);
+    for (std::size_t v = 0; v < gp.vars.size(); ++v) {
+      const int id = gp.vars[v];
+      op_plan o;
+      if (r.pick[v] >= 0) {
+        o.st = pin.free[id].st[r.pick[v]];
+        o.source = strategy_source::sharding_propagation;
+        o.lay = pin.free[id].lay[r.pick[v]];
+      } else {
+        o.st = g.at(id).op->data_parallel(N, g.input_shapes(id));
+        o.source = strategy_source::data_parallel;
+        o.lay = detail::evaluate_or_throw(g, id, o.st, N, o.source);
+      }
+      pg.ops_[id] = std::move(o);
+    }
+  }
+  for (int id = 0; id < g.size(); ++id)
+    if (pg.ops_[id]) {
+      op_plan& o = *pg.ops_[id];
+      o.collectives = g.at(id).op->collectives(o.st, N, g.input_shapes(id), cfg.elem_bytes);
+      pg.value_layout_[id] = o.lay.out;
+      pg.grad_layout_[id] = o.lay.out_grad;
+    }
+
+  // Parameters: one layout, the one every reader wants.
+  for (int p : g.parameters()) {
+    const auto readers = g.consumers(p);
+    const auto [c0, s0] = readers.front();
+    const layout& first = pg.ops_[c0]->lay.in[s0];
+    for (std::size_t k = 1; k < readers.size(); ++k) {
+      const auto [ck, sk] = readers[k];
+      const layout& other = pg.ops_[ck]->lay.in[sk];
+      if (!same_distribution(first, other, g.at(p).shape)) {
+        auto who = [&](int c) {
+          return g.describe(c) + " with strategy " + to_string(pg.ops_[c]->st) + " (" +
+                 std::string(to_string(pg.ops_[c]->source)) + ")";
+        };
+        throw error("parallelize: parameter '" + g.at(p).name + "' " + to_string(g.at(p).shape) + " is read by " + who(c0) +
+                    " as " + describe(first) + " and by " + who(ck) + " as " + describe(other) +
+                    "; the operators sharing a parameter must lay it out alike");
+      }
+    }
+    pg.value_layout_[p] = first;
+    pg.grad_layout_[p] = first;
+  }
+
+  // Every edge's routes.
+  auto route_or_throw = [&](const layout& from, const layout& to, const extents& shape, int p, int c) {
+    const route& r = rc.get(from, to, shape);
+    if (!r.feasible)
+      throw error("parallelize: " + g.describe(p) + " -> " + g.describe(c) + ": device matrices " + to_string(from.dev) +
+                  " and " + to_string(to.dev) + " share no refinement, so no redistribution joins " + describe(from) +
+                  " and " + describe(to));
+    return r;
+  };
+  for (int c = 0; c < g.size(); ++c) {
+    const node& cn = g.at(c);
+    if (cn.kind != node_kind::op) continue;
+    const op_plan& o = *pg.ops_[c];
+    for (std::size_t s = 0; s < cn.inputs.size(); ++s) {
+      const int p = cn.inputs[s];
+      const extents& shape = g.at(p).shape;
+      edge_plan e;
+      e.producer = p;
+      e.consumer = c;
+      e.slot = int(s);
+      e.forward = route_or_throw(pg.value_layout_[p], o.lay.in[s], shape, p, c);
+      e.has_backward = pg.needs_grad_[p] && cn.op->differentiable(int(s));
+      if (e.has_backward) e.backward = route_or_throw(o.lay.in_grad[s], pg.grad_layout_[p], shape, c, p);
+      pg.priced_ = detail::add_bytes(pg.priced_, e.forward.bytes());
+      if (e.has_backward) pg.priced_ = detail::add_bytes(pg.priced_, e.backward.bytes());
+      pg.edges_.push_back(std::move(e));
+    }
+    for (const internal_collective& ic : o.collectives)
+      if (!ic.backward || pg.needs_grad_[c]) pg.priced_ = detail::add_bytes(pg.priced_, ic.bytes);
+  }
+  const layout& ll = pg.value_layout_[g.loss()];
+  pg.loss_fetch_ = rc.get(ll, layout::replicated(ll.dev, 0), g.at(g.loss()).shape);
+  if (hybrid && N > 1)
+    for (int p : g.parameters())
+      if (!g.at(p).layerwise_parallel)
+        pg.grad_reductions_.push_back({p, mesh{N}, cost::all_reduce(g.at(p).shape.size() * cfg.elem_bytes, N)});
+  return pg;
+}
+
+}  // namespace tessera::graph
+// ---- tessera/graph/dump.hpp ----
+// save_graphs: a parallel graph as plain text, per rank, as MindSpore's save_graphs
+// writes its IR. Standard library only.
+//
+// save_graphs(pg, dir, rank) writes dir/rank_<rank>/ with three files:
+//
+// step_parallel_begin.ir: the traced graph with the strategy each operator runs, before
+// the pass inserts anything. Global shapes. A header of `#` lines (the configuration),
+// then one entry per node, in node order:
+//
+//     %4(matmul) = MatMul(%0, %2) {transpose_a: false, transpose_b: false} {in_strategy: ((2, 4), (4, 1)), source: user}
+//         : (<Tensor[Float32], (16, 32)>, <Tensor[Float32], (32, 16)>) -> (<Tensor[Float32], (16, 16)>)
+//
+// (`%id` is the node id; source is user, sharding_propagation, data_parallel or
+// stand_alone. Inputs show their dataset strategy, parameters their flags.) The last
+// line is `return %<loss id>`.
+//
+// execute.ir: the graph this rank runs in one training step, with the communication
+// the pass inserted. Shapes are this rank's local shapes. Sections `# forward`,
+// `# backward` and `# loss`; entries are numbered anew (%0, %1, ...). An operator:
+//
+//     %5(matmul) = MatMul(%4, %2) {transpose_a: false, transpose_b: false} {in_strategy: ((2, 4), (4, 1)), device_matrix: (2, 4, 1), output: [0, -] partial sum {1}}
+//         : (<Tensor[Float32], (8, 8)>, <Tensor[Float32], (8, 16)>) -> (<Tensor[Float32], (8, 16)>)
+//
+// (output: the output's layout on the operator's device matrix, axes of size 1 left out.)
+//
+// A communication step (one step of a redistribution plan, or a collective an
+// operator runs inside itself), with its kind (StridedSlice, AllGather, AllReduce,
+// ReduceScatter, AllToAll, Mask, Expand, Exchange), the device matrix and mesh axis
+// whose groups run it, this rank's group (rank_list) and the bytes each rank receives
+// (an Exchange: this rank's; a StridedSlice also shows the begin and end of the piece it
+// keeps), then the purpose of the step as a `#` line:
+//
+//     %6 = ReduceScatter(%5) {op: sum, mesh: (2, 4), axis: 1, dim: 1, rank_list: (0, 1, 2, 3), bytes: 384}
+//         : (<Tensor[Float32], (8, 16)>) -> (<Tensor[Float32], (8, 4)>)
+//         # redistribution: matmul -> relu (input 0)
+//
+// The backward section starts from the loss's gradient (OnesLike) and lists, in the
+// order the tape runs them, each operator's gradient (`<Type>Grad`, taking its output's
+// gradient and giving its inputs'), the redistributions of the gradients, their sums
+// (Add) where a value has several readers, and hybrid_parallel's gradient all-reduces.
+// The loss section reads the loss on every rank; `return` names the loss so read. The
+// last line sums the bytes:
+//
+//     # bytes received by rank 0 in one step: forward 896, backward 1408, loss 10, total 2314
+//
+// A collective an operator runs inside itself has no shapes line:
+//
+//     %9 = AllReduce(%8) {op: max, mesh: (2, 4), axes: (1,), rank_list: (0, 1, 2, 3), bytes: 48}
+//         # inside SoftmaxCrossEntropyWithLogits 'softmax_cross_entropy': row maxima
+//
+// execute.dot: the same graph for Graphviz (`dot -Tsvg execute.dot`): boxes for
+// operators, ellipses for inputs and parameters, filled orange boxes for communication,
+// edges labelled with local shapes, the backward in a cluster.
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace tessera::graph {
+
+/// "Float32" for 4-byte elements, "Float64" for 8, "Float16" for 2.
+inline std::string dtype_name(index_t elem_bytes) {
+  if (elem_bytes == 4) return "Float32";
+  if (elem_bytes == 8) return "Float64";
+  if (elem_bytes == 2) return "Float16";
+  return "Bytes" + std::to_string(elem_bytes);
+}
+
+/// "<Tensor[Float32], (16, 32)>"
+inline std::string tensor_text(const extents& shape, index_t elem_bytes) {
+  return "<Tensor[" + dtype_name(elem_bytes) + "], " + to_string(shape) + ">";
+}
+
+/// The IR name of a redistribution step: StridedSlice, AllGather, AllReduce,
+/// ReduceScatter, AllToAll, Mask, Expand, Exchange.
+constexpr std::string_view ir_name(step_kind k) {
+  switch (k) {
+    case step_kind::slice: return "StridedSlice";
+    case step_kind::all_gather: return "AllGather";
+    case step_kind::all_reduce: return "AllReduce";
+    case step_kind::reduce_scatter: return "ReduceScatter";
+    case step_kind::all_to_all: return "AllToAll";
+    case step_kind::mask: return "Mask";
+    case step_kind::expand: return "Expand";
+    case step_kind::exchange: return "Exchange";
+  }
+  return "?";
+}
+
+namespace detail {
+
+inline std::string tuple_text(const std::vector<int>& v) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + (v.size() == 1 ? ",)" : ")");
+}
+
+// `rank`'s group over `axes` of m, in group order.
+inline std::vector<int> rank_list(const mesh& m, const axis_list& axes, int rank) {
+  std::vector<int> v;
+  for (int i = 0; i < group_size(m, axes); ++i) v.push_back(group_member(m, axes, rank, i));
+  return v;
+}
+
+inline std::string preamble(const parallel_graph& pg, int rank) {
+  const parallel_config& c = pg.config();
+  std::string s = "# parallel_mode: " + std::string(to_string(c.mode));
+  if (c.mode == parallel_mode::auto_parallel) s += ", search_mode: " + std::string(to_string(c.search));
+  s += ", dataset_strategy: " + c.dataset.to_string() + ", device_num: " + std::to_string(c.device_num) +
+       ", rank: " + std::to_string(rank) + "\n";
+  if (c.mode == parallel_mode::hybrid_parallel)
+    s += "# hybrid_parallel: every shape is each rank's own; operators run whole on each rank\n";
+  return s;
+}
+
+// One entry of the executed graph.
+struct exec_node {
+  int key = 0;
+  std::string name;               // "" for communication
+  std::string type;
+  std::vector<int> args;          // keys
+  std::string attrs;              // "{...}" groups
+  std::vector<extents> in, out;   // local shapes (none: not shown)
+  bool shapes = true;
+  bool comm = false;
+  bool leaf = false;              // input or parameter
+  std::string note;               // "# ..." line
+  index_t bytes = 0;              // bytes this rank receives (communication)
+  int section = 0;                // 0 forward, 1 backward, 2 loss
+};
+
+struct exec_graph {
+  std::vector<exec_node> nodes;
+  int result = -1;  // the loss as every rank reads it
+  index_t bytes[3] = {0, 0, 0};
+
+  int add(exec_node n) {
+    n.key = int(nodes.size());
+    bytes[n.section] += n.bytes;
+    nodes.push_back(std::move(n));
+    return nodes.back().key;
+  }
+};
+
+// Appends the steps of route r for `rank`, starting from key `from`; returns the key of
+// the last (from itself when the plan is empty).
+inline int add_route(exec_graph& eg, const route& r, const extents& global, index_t eb, int rank, int from,
+                     int section, const std::string& note) {
+  layout cur = r.p.from;
+  int k = from;
+  for (int i = 0; i < r.p.size(); ++i) {
+    const plan_step& st = r.p[i];
+    exec_node n;
+    n.type = std::string(ir_name(st.kind));
+    n.args = {k};
+    n.comm = true;
+    n.section = section;
+    const extents ls = local_shape(cur, global), ns = local_shape(st.after, global);
+    n.in = {ls};
+    n.out = {ns};
+    std::string a = "{";
+    if (st.kind == step_kind::all_reduce || st.kind == step_kind::reduce_scatter || st.kind == step_kind::mask ||
+        st.kind == step_kind::expand)
+      a += "op: " + std::string(to_string(st.op)) + ", ";
+    a += "mesh: " + to_string(r.fine);
+    if (st.kind == step_kind::exchange) {
+      std::vector<int> all;
+      for (int q = 0; q < r.fine.size(); ++q) all.push_back(q);
+      n.bytes = tessera::detail::exchange_elements(cur, st.after, global, rank) * eb;
+      a += ", point to point, rank_list: " + tuple_text(all);
+    } else {
+      a += ", axis: " + std::to_string(st.axis);
+      if (st.kind == step_kind::all_to_all) a += ", dims: " + std::to_string(st.dim) + " -> " + std::to_string(st.dim2);
+      else if (st.dim >= 0) a += ", dim: " + std::to_string(st.dim);
+      if (st.kind == step_kind::slice) {
+        std::vector<int> begin(std::size_t(ns.ndim), 0), end;
+        for (int d = 0; d < ns.ndim; ++d) end.push_back(int(ns[d]));
+        const int idx = group_index(r.fine, axis_list{st.axis}, rank);
+        begin[std::size_t(st.dim)] = int(idx * ns[st.dim]);
+        end[std::size_t(st.dim)] += begin[std::size_t(st.dim)];
+        a += ", begin: " + tuple_text(begin) + ", end: " + tuple_text(end);
+      }
+      a += ", rank_list: " + tuple_text(rank_list(r.fine, axis_list{st.axis}, rank));
+      n.bytes = st.bytes;
+    }
+    a += ", bytes: " + std::to_string(n.bytes) + "}";
+    n.attrs = a;
+    n.note = note;
+    k = eg.add(std::move(n));
+    cur = st.after;
+  }
+  return k;
+}
+
+// Appends the collectives operator `id` runs inside itself after its entry `from`;
+// returns the key of the one that gives the operator's result, else `from`.
+inline int add_collectives(exec_graph& eg, const parallel_graph& pg, int id, int rank, int from, bool backward) {
+  int result = from;
+  for (const internal_collective& c : pg.op(id).collectives) {
+    if (c.backward != backward) continue;
+    exec_node n;
+    n.type = c.kind;
+    n.args = {from};
+    n.comm = true;
+    n.shapes = false;
+    n.section = backward ? 1 : 0;
+    std::vector<int> axes;
+    for (int i = 0; i < c.axes.n; ++i) axes.push_back(c.axes[i]);
+    n.attrs = "{op: " + std::string(to_string(c.op)) + ", mesh: " + to_string(c.dev) + ", axes: " + tuple_text(axes) +
+              ", rank_list: " + tuple_text(rank_list(c.dev, c.axes, rank)) + ", bytes: " + std::to_string(c.bytes) + "}";
+    n.bytes = c.bytes;
+    n.note = "# inside " + pg.traced().describe(id) + (backward ? " (backward): " : ": ") + c.purpose;
+    const int k = eg.add(std::move(n));
+    if (c.gives_output) result = k;
+  }
+  return result;
+}
+
+inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
+  const traced_graph& g = pg.traced();
+  const index_t eb = pg.config().elem_bytes;
+  exec_graph eg;
+  std::vector<int> key(std::size_t(g.size()), -1);
+  for (int id = 0; id < g.size(); ++id) {
+    const node& nd = g.at(id);
+    exec_node n;
+    n.name = nd.name;
+    n.out = {pg.local_shape(id)};
+    if (nd.kind != node_kind::op) {
+      n.leaf = true;
+      n.type = nd.kind == node_kind::input ? "Input" : "Parameter";
+      n.attrs = "{layout: " + describe(pg.value_layout(id)) + "}";
+      key[std::size_t(id)] = eg.add(std::move(n));
+      continue;
+    }
+    const op_plan& o = pg.op(id);
+    for (std::size_t s = 0; s < nd.inputs.size(); ++s) {
+      const edge_plan& e = pg.edge(id, int(s));
+      const int p = nd.inputs[s];
+      n.args.push_back(add_route(eg, e.forward, g.at(p).shape, eb, rank, key[std::size_t(p)], 0,
+                                 "# redistribution: " + g.at(p).name + " -> " + nd.name + " (input " + std::to_string(s) + ")"));
+      n.in.push_back(local_shape(o.lay.in[s], g.at(p).shape));
+    }
+    n.type = nd.op->type();
+    const std::string at = nd.op->attributes();
+    n.attrs = (at.empty() ? "" : "{" + at + "} ") + "{in_strategy: " + to_string(o.st) + ", device_matrix: " +
+              to_string(o.lay.dev) + ", output: " + to_string(refine(o.lay.out, o.lay.dev)) + "}";
+    key[std::size_t(id)] = add_collectives(eg, pg, id, rank, eg.add(std::move(n)), false);
+  }
+
+  // Backward, in the tape's order: from the loss down.
+  const bool any_param = pg.needs_grad(g.loss());
+  std::vector<int> grad(std::size_t(g.size()), -1);
+  if (any_param) {
+    exec_node seed;
+    seed.name = g.at(g.loss()).name + " grad";
+    seed.type = "OnesLike";
+    seed.args = {key[std::size_t(g.loss())]};
+    seed.in = {pg.local_shape(g.loss())};
+    seed.out = {local_shape(pg.grad_layout(g.loss()), g.at(g.loss()).shape)};
+    seed.section = 1;
+    if (pg.config().mode == parallel_mode::hybrid_parallel && pg.device_num() > 1)
+      seed.attrs = "{value: 1/" + std::to_string(pg.device_num()) + ": the objective is the mean of the ranks' losses}";
+    grad[std::size_t(g.loss())] = eg.add(std::move(seed));
+  }
+  for (int id = g.size() - 1; any_param && id >= 0; --id) {
+    const node& nd = g.at(id);
+    if (nd.kind != node_kind::op || !pg.needs_grad(id) || grad[std::size_t(id)] < 0) continue;
+    const op_plan& o = pg.op(id);
+    exec_node n;
+    n.name = nd.name + " grad";
+    n.type = nd.op->type() + "Grad";
+    n.args = {grad[std::size_t(id)]};
+    n.in = {local_shape(o.lay.out_grad, nd.shape)};
+    n.section = 1;
+    for (std::size_t s = 0; s < nd.inputs.size(); ++s)
+      if (pg.edge(id, int(s)).has_backward) n.out.push_back(local_shape(o.lay.in_grad[s], g.at(nd.inputs[s]).shape));
+    n.attrs = "{in_strategy: " + to_string(o.st) + "}";
+    const int k = add_collectives(eg, pg, id, rank, eg.add(std::move(n)), true);
+    for (std::size_t s = 0; s < nd.inputs.size(); ++s) {
+      const edge_plan& e = pg.edge(id, int(s));
+      if (!e.has_backward) continue;
+      const int p = nd.inputs[s];
+      const int last = add_route(eg, e.backward, g.at(p).shape, eb, rank, k, 1,
+                                 "# gradient: " + nd.name + " (input " + std::to_string(s) + ") -> " + g.at(p).name);
+      if (grad[std::size_t(p)] < 0) {
+        grad[std::size_t(p)] = last;
+      } else {
+        exec_node sum;
+        sum.name = g.at(p).name + " grad";
+        sum.type = "Add";
+        sum.args = {grad[std::size_t(p)], last};
+        const extents ls = local_shape(pg.grad_layout(p), g.at(p).shape);
+        sum.in = {ls, ls};
+        sum.out = {ls};
+        sum.section = 1;
+        grad[std::size_t(p)] = eg.add(std::move(sum));
+      }
+    }
+  }
+  for (const gradient_reduction& r : pg.gradient_reductions()) {
+    exec_node n;
+    n.type = "AllReduce";
+    n.args = {grad[std::size_t(r.parameter)]};
+    n.comm = true;
+    n.section = 1;
+    n.in = n.out = {pg.local_shape(r.parameter)};
+    n.attrs = "{op: sum, mesh: " + to_string(r.dev) + ", axis: 0, rank_list: " + tuple_text(rank_list(r.dev, axis_list{0}, rank)) +
+              ", bytes: " + std::to_string(r.bytes) + "}";
+    n.bytes = r.bytes;
+    n.note = "# gradient of parameter '" + g.at(r.parameter).name + "' (not layer-wise parallel): summed over the ranks";
+    grad[std::size_t(r.parameter)] = eg.add(std::move(n));
+  }
+  eg.result = add_route(eg, pg.loss_fetch(), g.at(g.loss()).shape, eb, rank, key[std::size_t(g.loss())], 2,
+                        "# the loss, read by every rank");
+  return eg;
+}
+
+inline std::string ir_entry(const exec_node& n, index_t eb) {
+  std::string s = "%" + std::to_string(n.key) + (n.name.empty() ? "" : "(" + n.name + ")") + " = " + n.type + "(";
+  for (std::size_t i = 0; i < n.args.size(); ++i) s += (i ? ", %" : "%") + std::to_string(n.args[i]);
+  s += ")" + (n.attrs.empty() ? std::string() : " " + n.attrs) + "\n";
+  if (n.shapes) {
+    s += "    : (";
+    for (std::size_t i = 0; i < n.in.size(); ++i) s += (i ? ", " : "") + tensor_text(n.in[i], eb);
+    s += ") -> (";
+    for (std::size_t i = 0; i < n.out.size(); ++i) s += (i ? ", " : "") + tensor_text(n.out[i], eb);
+    s += ")\n";
+  }
+  if (!n.note.empty()) s += "    " + n.note + "\n";
+  return s;
+}
+
+inline std::string dot_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace detail
+
+/// step_parallel_begin.ir's text (see the top of this header).
+inline std::string step_parallel_begin_ir(const parallel_graph& pg, int rank) {
+  const traced_graph& g = pg.traced();
+  const index_t eb = pg.config().elem_bytes;
+  std::string s = "# step_parallel_begin: the traced graph, every operator with the strategy it runs; global shapes\n" +
+                  detail::preamble(pg, rank);
+  for (int id = 0; id < g.size(); ++id) {
+    const node& nd = g.at(id);
+    std::string line = "%" + std::to_string(id) + "(" + nd.name + ") = ";
+    std::string sig = "    : (";
+    if (nd.kind == node_kind::input) {
+      line += "Input() {dataset_strategy: " + to_string(to_split_tuple(pg.value_layout(id))) + "}";
+    } else if (nd.kind == node_kind::parameter) {
+      line += std::string("Parameter() {layerwise_parallel: ") + (nd.layerwise_parallel ? "true" : "false") + "}";
+    } else {
+      const op_plan& o = pg.op(id);
+      line += nd.op->type() + "(";
+      for (std::size_t i = 0; i < nd.inputs.size(); ++i) {
+        line += (i ? ", %" : "%") + std::to_string(nd.inputs[i]);
+        sig += (i ? ", " : "") + tensor_text(g.at(nd.inputs[i]).shape, eb);
+      }
+      const std::string at = nd.op->attributes();
+      line += ")" + (at.empty() ? std::string() : " {" + at + "}") + " {in_strategy: " + to_string(o.st) +
+              ", source: " + std::string(to_string(o.source)) + "}";
+    }
+    s += line + "\n" + sig + ") -> (" + tensor_text(nd.shape, eb) + ")\n";
+  }
+  return s + "return %" + std::to_string(g.loss()) + "\n";
+}
+
+/// execute.ir's text for `rank` (see the top of this header).
+inline std::string execute_ir(const parallel_graph& pg, int rank) {
+  const detail::exec_graph eg = detail::build_exec_graph(pg, rank);
+  const index_t eb = pg.config().elem_bytes;
+  std::string s = "# execute: the graph rank " + std::to_string(rank) + " of " + std::to_string(pg.device_num()) +
+                  " runs in one training step, with the communication the parallel pass inserted; local shapes\n" +
+                  detail::preamble(pg, rank);
+  const char* titles[3] = {"# forward\n", "# backward\n", "# loss\n"};
+  int section = -1;
+  for (const detail::exec_node& n : eg.nodes) {
+    if (n.section != section) {
+      section = n.section;
+      s += titles[section];
+    }
+    s += detail::ir_entry(n, eb);
+  }
+  const index_t total = eg.bytes[0] + eg.bytes[1] + eg.bytes[2];
+  s += "return %" + std::to_string(eg.result) + "\n";
+  s += "# bytes received by rank " + std::to_string(rank) + " in one step: forward " + std::to_string(eg.bytes[0]) +
+       ", backward " + std::to_string(eg.bytes[1]) + ", loss " + std::to_string(eg.bytes[2]) + ", total " +
+       std::to_string(total) + "\n";
+  return s;
+}
+
+/// execute.dot's text for `rank` (see the top of this header).
+inline std::string execute_dot(const parallel_graph& pg, int rank) {
+  const detail::exec_graph eg = detail::build_exec_graph(pg, rank);
+  std::string s = "digraph execute_rank_" + std::to_string(rank) + " {\n";
+  s += "  graph [label=\"execute: rank " + std::to_string(rank) + " of " + std::to_string(pg.device_num()) + ", " +
+       std::string(to_string(pg.config().mode)) + "\", labelloc=t, fontname=\"Helvetica\"];\n";
+  s += "  node [shape=box, fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n";
+  auto node_line = [&](const detail::exec_node& n) {
+    std::string label = n.name.empty() ? n.type : n.name + "\\n" + n.type;
+    if (n.comm) {
+      label += "\\n" + detail::dot_escape(n.attrs.substr(1, n.attrs.size() - 2));
+    } else if (!n.leaf && !n.out.empty()) {
+      std::string shapes;
+      for (std::size_t i = 0; i < n.in.size(); ++i) shapes += (i ? " x " : "") + to_string(n.in[i]);
+      label += "\\n" + shapes + " -> " + to_string(n.out[0]);
+    } else if (!n.out.empty()) {
+      label += "\\n" + to_string(n.out[0]);
+    }
+    std::string attrs = "label=\"" + label + "\"";
+    if (n.comm) attrs += ", style=filled, fillcolor=\"#ffb347\", color=\"#c0392b\", penwidth=2";
+    else if (n.leaf) attrs += ", shape=ellipse";
+    return "  n" + std::to_string(n.key) + " [" + attrs + "];\n";
+  };
+  const char* clusters[3] = {"forward", "backward", "loss"};
+  for (int sec = 0; sec < 3; ++sec) {
+    s += "  subgraph cluster_" + std::string(clusters[sec]) + " {\n    label=\"" + clusters[sec] + "\";\n";
+    for (const detail::exec_node& n : eg.nodes)
+      if (n.section == sec) s += "  " + node_line(n);
+    s += "  }\n";
+  }
+  for (const detail::exec_node& n : eg.nodes)
+    for (std::size_t i = 0; i < n.args.size(); ++i) {
+      const detail::exec_node& from = eg.nodes[std::size_t(n.args[i])];
+      // The local shape read: the reader's input, else what the producer gave.
+      const std::string lbl = n.shapes && i < n.in.size() ? to_string(n.in[i])
+                              : from.out.empty()           ? std::string()
+                                                           : to_string(from.out[0]);
+      s += "  n" + std::to_string(from.key) + " -> n" + std::to_string(n.key) + " [label=\"" + lbl + "\"" +
+           (n.section == 1 ? ", style=dashed" : "") + "];\n";
+    }
+  return s + "}\n";
+}
+
+/// Writes dir/rank_<rank>/step_parallel_begin.ir, execute.ir and execute.dot, creating
+/// the folders; throws tessera::error naming a file it cannot write.
+inline void save_graphs(const parallel_graph& pg, const std::filesystem::path& dir, int rank) {
+  const std::filesystem::path d = dir / ("rank_" + std::to_string(rank));
+  std::error_code ec;
+  std::filesystem::create_directories(d, ec);
+  if (ec) throw error("save_graphs: cannot create " + d.string() + ": " + ec.message());
+  auto write = [&](const char* name, const std::string& text) {
+    const std::filesystem::path f = d / name;
+    std::ofstream out(f, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) throw error("save_graphs: cannot write " + f.string());
+  };
+  write("step_parallel_begin.ir", step_parallel_begin_ir(pg, rank));
+  write("execute.ir", execute_ir(pg, rank));
+  write("execute.dot", execute_dot(pg, rank));
+}
+
+}  // namespace tessera::graph
 
 // tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
@@ -8324,6 +11155,7 @@ xt::xarray<T> reduce_max_spread(const xt::xarray<T>& dy, const xt::xarray<T>& x,
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 #include <xtensor/xarray.hpp>
 
 namespace tessera::kernels::cpu {
@@ -8583,7 +11415,7 @@ xt::xarray<T> ce_row_max(const xt::xarray<T>& x) {
 template <class T>
 xt::xarray<T> ce_row_terms(const xt::xarray<T>& x, const xt::xarray<T>& t, const xt::xarray<T>& m) {
   const std::size_t rows = x.shape()[0], cols = x.shape()[1];
-  auto s = detail::filled_array<T>(detail::shape_type{3, rows}, T(0));
+  auto s = detail::filled_array<T>(std::vector<std::size_t>{3, rows}, T(0));
   T* sum = s.data();
   T* mass = sum + rows;
   T* term = mass + rows;
@@ -11292,6 +14124,8 @@ dist_tensor<T> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_
 // layout, which resolves what is still partial: for a data-parallel parameter, that
 // is the all-reduce over the data-parallel ranks.
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -11319,15 +14153,30 @@ class tape {
   /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
   using backward_fn = std::function<void(tape&, const tensor& grad)>;
 
-  explicit tape(device_context<C>& ctx) : ctx_(&ctx) {}
+  /// Called during backward() once for each leaf that requires a gradient, with its id,
+  /// when the pass reaches it: every node that could still add to its gradient has run.
+  using leaf_hook = std::function<void(int id)>;
+
+  explicit tape(device_context<C>& ctx) : ctx_(&ctx), serial_(next_serial()) {}
   tape(const tape&) = delete;
   tape& operator=(const tape&) = delete;
 
   device_context<C>& ctx() { return *ctx_; }
+  /// A number no other tape of this process has had: tells tapes apart even when one
+  /// is made where another was destroyed.
+  std::uint64_t serial() const { return serial_; }
+  /// The number of values recorded so far.
+  int size() const { return int(nodes_.size()); }
 
   /// A value with no inputs: a parameter (requires_grad) or data.
   var<T, C, D> leaf(tensor value, bool requires_grad = true) {
     nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
+    return {this, int(nodes_.size()) - 1};
+  }
+  /// A leaf that refers to `value` instead of copying it (a parameter): `value` must
+  /// outlive the tape and stay unchanged while the tape is used.
+  var<T, C, D> leaf_view(const tensor& value, bool requires_grad = true) {
+    nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
@@ -11335,17 +14184,38 @@ class tape {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
     return {this, int(nodes_.size()) - 1};
   }
+  /// As above; with requires_grad false (no input needs a gradient) the backward
+  /// function never runs.
+  var<T, C, D> record(tensor value, backward_fn backward, bool requires_grad) {
+    nodes_.push_back(node{std::move(value), std::move(backward), {}, requires_grad});
+    return {this, int(nodes_.size()) - 1};
+  }
 
-  const tensor& value(int id) const { return at(id).value; }
+  const tensor& value(int id) const { return at(id).val(); }
+  /// Whether gradients flow to node `id`: a leaf made with requires_grad, or an
+  /// operator's output recorded as needing one.
+  bool requires_grad(int id) const { return at(id).requires_grad; }
+
+  /// Sets the function backward() calls as each leaf's gradient becomes final.
+  void set_leaf_hook(leaf_hook hook) { leaf_hook_ = std::move(hook); }
+
+  /// Moves out the gradient accumulated for node `id`, in the layout it was accumulated
+  /// in (possibly partial); nullopt if nothing reached it.
+  std::optional<tensor> take_grad(int id) {
+    node& n = at(id);
+    std::optional<tensor> g = std::move(n.grad);
+    n.grad.reset();
+    return g;
+  }
 
   /// Adds `g` to the gradient of node `id`. The first gradient's layout is kept; later
   /// ones are redistributed to it (partial layouts included) and added shard by shard.
   void add_grad(int id, tensor g) {
     node& n = at(id);
     if (!n.requires_grad) return;
-    if (!(g.global_shape() == n.value.global_shape()))
+    if (!(g.global_shape() == n.val().global_shape()))
       throw error("autodiff: a gradient of shape " + to_string(g.global_shape()) +
-                  " for a value of shape " + to_string(n.value.global_shape()));
+                  " for a value of shape " + to_string(n.val().global_shape()));
     if (!n.grad) {
       n.grad = std::move(g);
       return;
@@ -11367,6 +14237,8 @@ class tape {
       if (n.grad && n.backward) {
         const tensor g = *n.grad;  // the backward may add to earlier nodes only
         n.backward(*this, g);
+      } else if (!n.backward && n.requires_grad && leaf_hook_) {
+        leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
       }
     }
   }
@@ -11375,20 +14247,23 @@ class tape {
   /// reached it.
   tensor grad(var<T, C, D> v) {
     node& n = at(v.id);
+    const tensor& value = n.val();
     if (!n.grad) {
-      tensor z(n.value.layout(), n.value.global_shape(), n.value.rank());
+      tensor z(value.layout(), value.global_shape(), value.rank());
       return z;
     }
-    if (n.grad->layout() == n.value.layout()) return *n.grad;
-    return redistribute(*n.grad, n.value.layout(), *ctx_);
+    if (n.grad->layout() == value.layout()) return *n.grad;
+    return redistribute(*n.grad, value.layout(), *ctx_);
   }
 
  private:
   struct node {
-    tensor value;
+    std::optional<tensor> value;
     backward_fn backward;
     std::optional<tensor> grad;
     bool requires_grad = true;
+    const tensor* view = nullptr;  // leaf_view: the value lives there
+    const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {
     if (id < 0 || id >= int(nodes_.size()))
@@ -11397,8 +14272,15 @@ class tape {
   }
   const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
 
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+
   device_context<C>* ctx_;
+  std::uint64_t serial_;
   std::vector<node> nodes_;
+  leaf_hook leaf_hook_;
 };
 
 /// Runs f on the tape with `params` as leaves, then the backward pass from the scalar
@@ -11797,6 +14679,3087 @@ var<T, C> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op
 }
 
 }  // namespace tessera::autodiff
+// ---- tessera/graph/execute.hpp ----
+// Runs a parallel graph (graph/parallel.hpp) on each rank: the forward pass through
+// the sharded operators of ops/ recorded on an autodiff tape, the redistributions the
+// parallel pass planned on every edge (forward, and the gradients' backward), the
+// backward pass, and an optimizer step. Returns the loss and the parameters'
+// gradients in the parameters' layouts.
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::graph {
+
+/// Runs one operator on the tape: given its definition, its plan (strategy and
+/// layouts) and its inputs (already in the layouts the plan names), records the
+/// output and its backward, and returns the output. The output must be in the plan's
+/// out layout, and the backward must give each input's gradient in its in_grad layout.
+template <class T, class C, class D = cpu_device>
+using op_runner = std::function<autodiff::var<T, C, D>(autodiff::tape<T, C, D>&, const op_def&, const op_plan&,
+                                                       const std::vector<autodiff::var<T, C, D>>&)>;
+
+namespace detail {
+
+template <class Def>
+const Def& def_as(const op_def& d) {
+  const Def* p = dynamic_cast<const Def*>(&d);
+  if (!p) throw error("graph executor: operator " + d.type() + " is not of the class its runner expects");
+  return *p;
+}
+
+}  // namespace detail
+
+/// The runners of the operators of graph/op_def.hpp, by type.
+template <class T, class C, class D = cpu_device>
+std::map<std::string, op_runner<T, C, D>> builtin_runners() {
+  using var = autodiff::var<T, C, D>;
+  using tape = autodiff::tape<T, C, D>;
+  using tensor = tensor_on<T, D>;
+  using ins = std::vector<var>;
+  std::map<std::string, op_runner<T, C, D>> r;
+  r["MatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+    const matmul_def& m = detail::def_as<matmul_def>(d);
+    return autodiff::matmul(ops::matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
+  };
+  r["Add"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::add(ops::add_op{p.st}, x[0], x[1]); };
+  r["Sub"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::sub(ops::sub_op{p.st}, x[0], x[1]); };
+  r["Mul"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::mul(ops::mul_op{p.st}, x[0], x[1]); };
+  r["BiasAdd"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+    return autodiff::bias_add(ops::bias_add_op{p.st}, x[0], x[1]);
+  };
+  r["RealDiv"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::div(ops::div_op{p.st}, x[0], x[1]); };
+  r["ReLU"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::relu(ops::relu_op{p.st}, x[0]); };
+  r["Exp"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::exp(ops::exp_op{p.st}, x[0]); };
+  r["Log"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::log(ops::log_op{p.st}, x[0]); };
+  r["Neg"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::neg(ops::neg_op{p.st}, x[0]); };
+  r["ReduceSum"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+    const reduce_def& m = detail::def_as<reduce_def>(d);
+    return autodiff::reduce_sum(ops::reduce_sum_op{p.st, m.dims, m.keep_dims}, x[0]);
+  };
+  r["ReduceMean"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+    const reduce_def& m = detail::def_as<reduce_def>(d);
+    return autodiff::reduce_mean(ops::reduce_mean_op{p.st, m.dims, m.keep_dims}, x[0]);
+  };
+  r["ReduceMax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+    const reduce_def& m = detail::def_as<reduce_def>(d);
+    return autodiff::reduce_max(ops::reduce_max_op{p.st, m.dims, m.keep_dims}, x[0]);
+  };
+  r["ReduceMin"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+    const reduce_def& m = detail::def_as<reduce_def>(d);
+    return autodiff::reduce_min(ops::reduce_min_op{p.st, m.dims, m.keep_dims}, x[0]);
+  };
+  r["SoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+    return autodiff::softmax_cross_entropy(ops::softmax_cross_entropy_op{p.st}, x[0], x[1]);
+  };
+  r["AllReduce"] = [](tape& t, const op_def& d, const op_plan&, const ins& x) {
+    const std::pair<mesh, axis_list> grp = detail::def_as<all_reduce_def>(d).group(t.ctx().size());
+    const mesh m = grp.first;
+    const axis_list axes = grp.second;
+    auto sum = [m, axes](tape& tp, const tensor& v) {
+      tensor y(v);
+      tp.ctx().on(m).group(axes).all_reduce(y.data(), reduce_op::sum);
+      return y;
+    };
+    return t.record(sum(t, x[0].value()), [sum, ix = x[0].id](tape& tp, const tensor& g) {
+      tp.add_grad(ix, sum(tp, g));
+    });
+  };
+  // The operators whose sharded implementation is host-only.
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    r["BatchMatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      const batch_matmul_def& m = detail::def_as<batch_matmul_def>(d);
+      return autodiff::batch_matmul(ops::batch_matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
+    };
+    r["OneHot"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::one_hot(ops::one_hot_op{p.st, detail::def_as<one_hot_def>(d).depth}, x[0]);
+    };
+    r["Softmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::softmax(ops::softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
+    };
+    r["LogSoftmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::log_softmax(ops::log_softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
+    };
+    r["Transpose"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::transpose(ops::transpose_op{p.st, detail::def_as<transpose_def>(d).perm}, x[0]);
+    };
+    r["Reshape"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::reshape(ops::reshape_op{p.st, detail::def_as<reshape_def>(d).target}, x[0]);
+    };
+    r["Flatten"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+      return autodiff::flatten(ops::flatten_op{p.st}, x[0]);
+    };
+    r["StridedSlice"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      const strided_slice_def& m = detail::def_as<strided_slice_def>(d);
+      return autodiff::strided_slice(ops::strided_slice_op{p.st, m.begin, m.end, m.strides}, x[0]);
+    };
+    r["Concat"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::concat(ops::concat_op{p.st, detail::def_as<concat_def>(d).axis}, x);
+    };
+    r["Argmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
+      return autodiff::argmax(ops::argmax_op{p.st, detail::def_as<argmax_def>(d).axis}, x[0]);
+    };
+    r["SparseSoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
+      return autodiff::sparse_softmax_cross_entropy(ops::sparse_softmax_cross_entropy_op{p.st}, x[0], x[1]);
+    };
+  }
+  return r;
+}
+
+/// Runs a parallel graph on the ranks of `world` (whose size must be the graph's
+/// device count; every rank runs the same calls). Holds a copy of the graph and the
+/// parameters, each rank its shards.
+///
+///     graph::executor<float, mpi_communicator> ex(pg, world);
+///     ex.set_parameter("w", w0);                       // the global value: each rank keeps its shard
+///     auto batch = ex.slice_batch({x, label});          // this rank's part of a global batch
+///     optim::momentum<float> opt(0.2f, 0.1f);
+///     float loss = ex.train_step(batch, opt);
+template <class T, communicator C, class D = cpu_device>
+class executor {
+ public:
+  using var = autodiff::var<T, C, D>;
+  using tape = autodiff::tape<T, C, D>;
+  using tensor = tensor_on<T, D>;
+  using storage_type = storage<T, D>;
+
+  /// The loss (the same on every rank, except in hybrid_parallel where each rank has
+  /// its own) and the gradient of every parameter in its layout, in parameter order.
+  struct result {
+    T loss{};
+    std::vector<tensor> grads;
+  };
+
+  executor(const parallel_graph& pg, C& world) : pg_(pg), ctx_(world), runners_(builtin_runners<T, C, D>()) {
+    if (world.size() != pg_.device_num())
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
+                  " devices, the communicator has " + std::to_string(world.size()) + " ranks");
+    if (index_t(sizeof(T)) != pg_.config().elem_bytes)
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
+                  "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
+    const traced_graph& g = pg_.traced();
+    for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_.rank());
+  }
+
+  /// Adds or replaces the runner of an operator type (the extension point of
+  /// op_def's defined outside graph/op_def.hpp).
+  void add_runner(const std::string& type, op_runner<T, C, D> r) { runners_[type] = std::move(r); }
+
+  const parallel_graph& plan() const { return pg_; }
+  device_context<C>& context() { return ctx_; }
+  int rank() const { return ctx_.rank(); }
+
+  // ---- parameters -------------------------------------------------------------
+
+  /// The parameters in the graph's order, each this rank's shard: what an optimizer steps.
+  std::vector<tensor>& parameters() { return params_; }
+  const tensor& parameter(std::string_view name) const { return params_[param_index(name)]; }
+  /// Sets a parameter from its whole value (the same on every rank); each rank keeps
+  /// its shard. In hybrid_parallel the value is this rank's own (its shape the graph's).
+  void set_parameter(std::string_view name, const xt::xarray<T>& value) {
+    const std::size_t i = param_index(name);
+    const int id = pg_.traced().parameters()[i];
+    params_[i].assign_local(storage_type::from_host(
+        slice(pg_.value_layout(id), pg_.traced().at(id).shape, value, "parameter '" + std::string(name) + "'")));
+  }
+  /// The whole value of a distributed tensor on every rank (collective): partial sums
+  /// reduced, shards gathered.
+  xt::xarray<T> gather(const tensor& t) {
+    return storage_type::to_host(redistribute(t, layout::replicated(t.layout().dev, t.ndim()), ctx_).local());
+  }
+
+  // ---- data ---------------------------------------------------------------------
+
+  /// The shape of the data this rank feeds for input `name`.
+  extents input_local_shape(std::string_view name) const { return pg_.local_shape(input_id(name)); }
+  /// This rank's part of a whole batch of input `name`, as its dataset strategy gives it.
+  xt::xarray<T> slice_input(std::string_view name, const xt::xarray<T>& whole) const {
+    const int id = input_id(name);
+    return slice(pg_.value_layout(id), pg_.traced().at(id).shape, whole, "input '" + std::string(name) + "'");
+  }
+  /// slice_input for every input, the whole batch listing the inputs in graph order.
+  std::vector<xt::xarray<T>> slice_batch(const std::vector<xt::xarray<T>>& whole) const {
+    const std::vector<int> in = pg_.traced().inputs();
+    check_count(whole.size(), in.size());
+    std::vector<xt::xarray<T>> out;
+    for (std::size_t i = 0; i < in.size(); ++i) out.push_back(slice_input(pg_.traced().at(in[i]).name, whole[i]));
+    return out;
+  }
+
+  // ---- running -----------------------------------------------------------------
+
+  /// Forward and backward on this rank's batch (one tensor per input, in graph order,
+  /// each of the shape input_local_shape gives): the loss and every parameter's
+  /// gradient in the parameter's layout.
+  result value_and_grad(const std::vector<xt::xarray<T>>& batch) {
+    const traffic before = ctx_.total_stats();
+    tape t(ctx_);
+    const var loss = forward(t, batch);
+    result r;
+    r.loss = fetch_loss(loss.value());
+    var seed_from = loss;
+    const int N = pg_.device_num();
+    if (pg_.config().mode == parallel_mode::hybrid_parallel && N > 1) {
+      // The objective is the mean of the ranks' losses: the gradient starts at 1 / N.
+      seed_from = t.record(tensor(loss.value()), [id = loss.id, N](tape& tp, const tensor& g) {
+        tensor s(g);
+        kernels::backend<D>::scale(s.local(), T(1) / T(N));
+        tp.add_grad(id, std::move(s));
+      });
+    }
+    t.backward(seed_from);
+    const std::vector<int> ps = pg_.traced().parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
+    for (const gradient_reduction& gr : pg_.gradient_reductions()) {
+      std::size_t i = 0;
+      while (ps[i] != gr.parameter) ++i;
+      ctx_.on(gr.dev).group(axis_list{0}).all_reduce(r.grads[i].data(), reduce_op::sum);
+    }
+    last_ = ctx_.total_stats() - before;
+    return r;
+  }
+
+  /// The loss of a batch, forward only.
+  T evaluate(const std::vector<xt::xarray<T>>& batch) {
+    tape t(ctx_);
+    return fetch_loss(forward(t, batch).value());
+  }
+
+  /// value_and_grad, then opt.step(parameters(), gradients); returns the loss.
+  template <class Optimizer>
+  T train_step(const std::vector<xt::xarray<T>>& batch, Optimizer& opt) {
+    result r = value_and_grad(batch);
+    opt.step(params_, r.grads);
+    return r.loss;
+  }
+
+  /// What this rank's communicators moved during the last value_and_grad (equal to
+  /// plan().bytes_for_rank(rank()) in bytes).
+  traffic last_step_traffic() const { return last_; }
+
+  /// Writes this rank's dumps under `dir` (graph/dump.hpp).
+  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, ctx_.rank()); }
+
+ private:
+  std::size_t param_index(std::string_view name) const {
+    const std::vector<int> ps = pg_.traced().parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i)
+      if (pg_.traced().at(ps[i]).name == name) return i;
+    throw error("graph executor: no parameter named '" + std::string(name) + "'");
+  }
+  int input_id(std::string_view name) const {
+    for (int id : pg_.traced().inputs())
+      if (pg_.traced().at(id).name == name) return id;
+    throw error("graph executor: no input named '" + std::string(name) + "'");
+  }
+  void check_count(std::size_t got, std::size_t want) const {
+    if (got != want)
+      throw error("graph executor: a batch of " + std::to_string(got) + " tensors for " + std::to_string(want) +
+                  (want == 1 ? " input" : " inputs"));
+  }
+  static extents shape_of(const xt::xarray<T>& a) {
+    extents e;
+    e.ndim = int(a.dimension());
+    for (int d = 0; d < e.ndim; ++d) e.v[std::size_t(d)] = index_t(a.shape()[std::size_t(d)]);
+    return e;
+  }
+  // This rank's shard of a whole tensor under layout l.
+  xt::xarray<T> slice(const layout& l, const extents& global, const xt::xarray<T>& whole, const std::string& what) const {
+    if (!(shape_of(whole) == global))
+      throw error("graph executor: " + what + " is " + to_string(global) + ", the value given is " + to_string(shape_of(whole)));
+    const extents ls = local_shape(l, global);
+    xt::xarray<T> out = storage<T, cpu_device>::empty(ls);
+    tessera::detail::copy_box(whole.data(), global, local_offset(l, global, ctx_.rank()), out.data(), ls,
+                              tessera::detail::origin(ls.ndim), ls);
+    return out;
+  }
+
+  // Moves x along a planned route into `to`.
+  tensor move_along(const route& r, const tensor& x, const layout& to, const char* what) {
+    if (!(x.layout() == r.from))
+      throw error(std::string("graph executor: ") + what + " arrived as " + describe(x.layout()) + ", the plan expects " +
+                  describe(r.from));
+    if (r.p.empty()) return tensor(to, x.global_shape(), x.rank(), typename tensor::array_type(x.local()));
+    return tensor(to, x.global_shape(), x.rank(), execute(r.p, x.local(), ctx_.on(r.fine)));
+  }
+
+  // The value of producer `x` as edge `e`'s consumer wants it, recording the gradient's
+  // way back.
+  var along_edge(tape& t, const edge_plan& e, var x) {
+    const layout& to = e.forward.to;
+    const bool back = e.has_backward && !(e.backward.empty() && e.backward.from == e.backward.to);
+    if (e.forward.empty() && x.value().layout() == to && !back) return x;
+    tensor y = move_along(e.forward, x.value(), to, "a value");
+    if (!e.has_backward) return t.leaf(std::move(y), false);
+    return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
+      tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
+    });
+  }
+
+  var forward(tape& t, const std::vector<xt::xarray<T>>& batch) {
+    const traced_graph& g = pg_.traced();
+    check_count(batch.size(), g.inputs().size());
+    std::vector<var> v(std::size_t(g.size()));
+    param_vars_.clear();
+    std::size_t next_input = 0, next_param = 0;
+    for (int id = 0; id < g.size(); ++id) {
+      const node& n = g.at(id);
+      if (n.kind == node_kind::input) {
+        const xt::xarray<T>& data = batch[next_input++];
+        const extents want = pg_.local_shape(id);
+        if (!(shape_of(data) == want))
+          throw error("graph executor: input '" + n.name + "': this rank's data is " + to_string(shape_of(data)) +
+                      ", dataset_strategy " + pg_.config().dataset.to_string() + " gives each rank " + to_string(want) +
+                      " of " + to_string(n.shape));
+        v[std::size_t(id)] = t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_.rank(), storage_type::from_host(data)), false);
+      } else if (n.kind == node_kind::parameter) {
+        v[std::size_t(id)] = t.leaf(params_[next_param++], true);
+        param_vars_.push_back(v[std::size_t(id)]);
+      } else {
+        std::vector<var> in;
+        for (std::size_t s = 0; s < n.inputs.size(); ++s)
+          in.push_back(along_edge(t, pg_.edge(id, int(s)), v[std::size_t(n.inputs[s])]));
+        const auto it = runners_.find(n.op->type());
+        if (it == runners_.end())
+          throw error("graph executor: no runner for operator type " + n.op->type() + " (" + g.describe(id) +
+                      "); add one with executor::add_runner");
+        var out = it->second(t, *n.op, pg_.op(id), in);
+        if (!(out.value().layout() == pg_.value_layout(id)))
+          throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
+                      ", its rule says " + describe(pg_.value_layout(id)));
+        if (!pg_.needs_grad(id)) out = t.leaf(out.value(), false);
+        v[std::size_t(id)] = out;
+      }
+    }
+    return v[std::size_t(g.loss())];
+  }
+
+  T fetch_loss(const tensor& loss) {
+    const route& r = pg_.loss_fetch();
+    const xt::xarray<T> l =
+        storage_type::to_host(r.p.empty() ? loss.local() : execute(r.p, loss.local(), ctx_.on(r.fine)));
+    return *l.data();
+  }
+
+  const parallel_graph pg_;
+  device_context<C> ctx_;
+  std::map<std::string, op_runner<T, C, D>> runners_;
+  std::vector<tensor> params_;
+  std::vector<var> param_vars_;
+  traffic last_{};
+};
+
+}  // namespace tessera::graph
+
+// nn/, optim/ and train/: modules, losses, optimizers, the gradient reducer, Model
+// ---- tessera/kernels/cpu/optim.hpp ----
+// The optimizers' updates as fused per-element kernels: one pass over a parameter's
+// shard, its gradient and its state (spans of equal length), no temporaries. Each
+// states its formula; the CUDA kernels mirror these signatures.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+[[noreturn, gnu::cold]] inline void optim_size_fail(const char* fn, const char* name, std::size_t n,
+                                                    std::size_t want) {
+  throw error(std::string(fn) + ": " + name + " has " + std::to_string(n) + " elements, the parameter " +
+              std::to_string(want));
+}
+template <class S>
+inline void optim_check(const char* fn, const char* name, const S& s, std::size_t want) {
+  if (s.size() != want) [[unlikely]]
+    optim_size_fail(fn, name, s.size(), want);
+}
+}  // namespace detail
+
+/// Plain gradient descent with L2 weight decay:
+///   p -= lr * (g + weight_decay * p)
+template <class T>
+void sgd_update(std::span<T> p, std::span<const T> g, T lr, T weight_decay = T(0)) {
+  detail::optim_check("sgd_update", "the gradient", g, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  if (weight_decay == T(0))
+    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * pg[i];
+  else
+    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * (pg[i] + weight_decay * pp[i]);
+}
+
+/// SGD with momentum, PyTorch's torch.optim.SGD (and MindSpore's nn.SGD):
+///   d = g + weight_decay * p
+///   buf = first_step ? d : momentum * buf + (1 - dampening) * d
+///   p -= lr * (nesterov ? d + momentum * buf : buf)
+template <class T>
+void sgd_momentum_update(std::span<T> p, std::span<const T> g, std::span<T> buf, T lr, T momentum,
+                         T dampening, T weight_decay, bool nesterov, bool first_step) {
+  detail::optim_check("sgd_momentum_update", "the gradient", g, p.size());
+  detail::optim_check("sgd_momentum_update", "the momentum buffer", buf, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pb = buf.data();
+  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
+  for (std::size_t i = 0; i < n; ++i) {
+    const T d = pg[i] + weight_decay * pp[i];
+    const T b = keep * pb[i] + take * d;
+    pb[i] = b;
+    pp[i] -= lr * (nesterov ? d + momentum * b : b);
+  }
+}
+
+/// MindSpore's nn.Momentum (ApplyMomentum):
+///   d = g + weight_decay * p
+///   accum = momentum * accum + d
+///   p -= lr * (nesterov ? d + momentum * accum : accum)
+/// (accum starts at zero, so the first step moves by lr * d, as PyTorch's SGD does.)
+template <class T>
+void momentum_update(std::span<T> p, std::span<const T> g, std::span<T> accum, T lr, T momentum,
+                     T weight_decay = T(0), bool nesterov = false) {
+  detail::optim_check("momentum_update", "the gradient", g, p.size());
+  detail::optim_check("momentum_update", "the accumulator", accum, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pa = accum.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const T d = pg[i] + weight_decay * pp[i];
+    const T a = momentum * pa[i] + d;
+    pa[i] = a;
+    pp[i] -= lr * (nesterov ? d + momentum * a : a);
+  }
+}
+
+/// Adam (PyTorch's torch.optim.Adam) and, with `decoupled`, AdamW (torch.optim.AdamW),
+/// at step t = 1, 2, ...:
+///   Adam:  d = g + weight_decay * p          AdamW: p *= 1 - lr * weight_decay; d = g
+///   m = beta1 * m + (1 - beta1) * d
+///   v = beta2 * v + (1 - beta2) * d^2
+///   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+template <class T>
+void adam_update(std::span<T> p, std::span<const T> g, std::span<T> m, std::span<T> v, T lr, T beta1, T beta2,
+                 T eps, T weight_decay, bool decoupled, std::int64_t t) {
+  detail::optim_check("adam_update", "the gradient", g, p.size());
+  detail::optim_check("adam_update", "the first moment", m, p.size());
+  detail::optim_check("adam_update", "the second moment", v, p.size());
+  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
+  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
+  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+  const T step = lr / bc1;
+  const T inv_bc2 = T(1) / bc2_sqrt;
+  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
+  const T l2 = decoupled ? T(0) : weight_decay;
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pm = m.data();
+  T* __restrict pv = v.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const T x = pp[i] * shrink;
+    const T d = pg[i] + l2 * x;
+    const T mi = beta1 * pm[i] + (T(1) - beta1) * d;
+    const T vi = beta2 * pv[i] + (T(1) - beta2) * d * d;
+    pm[i] = mi;
+    pv[i] = vi;
+    pp[i] = x - step * mi / (std::sqrt(vi) * inv_bc2 + eps);
+  }
+}
+
+/// x *= a.
+template <class T>
+void scale(std::span<T> x, T a) {
+  for (T& v : x) v *= a;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/nn/init.hpp ----
+// Parameter initializers (MindSpore's mindspore.common.initializer) drawn from a
+// counter-based generator: the value at each global index depends only on the seed,
+// the parameter's name and the index, so every rank computes its own shard and the
+// shards of any layout, on any number of ranks, piece together the same global tensor.
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::nn {
+
+// ---- the counter-based generator -------------------------------------------------
+
+/// SplitMix64's output function: a bijection of 64-bit words that mixes every input
+/// bit into every output bit.
+constexpr std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/// A random stream addressed by position: bits(i) is the i-th output of SplitMix64
+/// seeded with mix64(key), computed directly from i. Streams of different keys are
+/// unrelated; draws need no state, so any rank draws any element.
+///
+///     random_stream s(stream_key(1, "fc.weight"));
+///     s.uniform<float>(7);   // the same number on every rank and in every run
+class random_stream {
+ public:
+  constexpr explicit random_stream(std::uint64_t key) : key_(mix64(key)) {}
+
+  /// 64 random bits for position i.
+  constexpr std::uint64_t bits(std::uint64_t i) const {
+    return mix64(key_ + (i + 1) * 0x9e3779b97f4a7c15ULL);
+  }
+  /// Uniform in [0, 1) with the precision of double (53 bits).
+  constexpr double uniform01(std::uint64_t i) const { return double(bits(i) >> 11) * 0x1.0p-53; }
+  /// Uniform in [lo, hi).
+  constexpr double uniform(std::uint64_t i, double lo, double hi) const {
+    return lo + (hi - lo) * uniform01(i);
+  }
+  /// Standard normal for position i (Box-Muller on positions 2i and 2i + 1).
+  double normal(std::uint64_t i) const {
+    const double u1 = double((bits(2 * i) >> 11) + 1) * 0x1.0p-53;  // (0, 1]: log is finite
+    const double u2 = uniform01(2 * i + 1);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+ private:
+  std::uint64_t key_;
+};
+
+/// The key of a named stream under a seed: FNV-1a over the name, mixed with the seed.
+/// `stream_key(1, "fc.weight") != stream_key(1, "fc.bias")`.
+constexpr std::uint64_t stream_key(std::uint64_t seed, std::string_view name) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : name) {
+    h ^= std::uint8_t(c);
+    h *= 0x100000001b3ULL;
+  }
+  return mix64(h ^ mix64(seed));
+}
+
+// ---- fans ------------------------------------------------------------------------
+
+/// fan_in and fan_out of a weight, MindSpore's and PyTorch's convention: a (out, in)
+/// matrix has fan_in = in and fan_out = out; a (out, in, k1, k2, ...) kernel
+/// multiplies both by k1 * k2 * .... Needs at least 2 dims:
+/// "xavier_uniform: fan_in and fan_out need a tensor of at least 2 dims, got (512,)".
+struct fans {
+  double in = 0, out = 0;
+};
+inline fans compute_fans(const extents& shape, std::string_view who) {
+  if (shape.ndim < 2)
+    throw error(std::string(who) + ": fan_in and fan_out need a tensor of at least 2 dims, got " +
+                to_string(shape));
+  double receptive = 1;
+  for (int d = 2; d < shape.ndim; ++d) receptive *= double(shape[d]);
+  return {double(shape[1]) * receptive, double(shape[0]) * receptive};
+}
+
+// ---- initializers ----------------------------------------------------------------
+
+/// How a parameter's global tensor is drawn. MindSpore's initializers, with its
+/// defaults and formulas (fan_in, fan_out from compute_fans):
+///
+/// | initializer                         | value                                              |
+/// |-------------------------------------|----------------------------------------------------|
+/// | zeros(), ones(), constant(v)        | 0, 1, v                                            |
+/// | normal(sigma = 0.01, mean = 0)      | N(mean, sigma^2)                                   |
+/// | uniform(scale = 0.07)               | U(-scale, scale)                                   |
+/// | xavier_uniform(gain = 1)            | U(-b, b), b = gain sqrt(6 / (fan_in + fan_out))    |
+/// | xavier_normal(gain = 1)             | N(0, s^2), s = gain sqrt(2 / (fan_in + fan_out))   |
+/// | he_uniform(a = 0, fan_in)           | U(-b, b), b = sqrt(2 / (1 + a^2)) sqrt(3 / fan)    |
+/// | he_normal(a = 0, fan_in)            | N(0, s^2), s = sqrt(2 / (1 + a^2)) / sqrt(fan)     |
+/// | values(v)                           | v[i] at row-major global index i                   |
+///
+/// (he_* take the negative slope `a` of a leaky ReLU after the layer, 0 for ReLU, and
+/// `fan` = fan_in or fan_out.) An initializer converts from MindSpore's names:
+/// "zeros", "ones", "normal", "uniform", "xavier_uniform", "xavier_normal",
+/// "he_uniform", "he_normal" (with their defaults).
+class initializer {
+ public:
+  enum class kind { constant, normal, uniform, xavier_uniform, xavier_normal, he_uniform, he_normal, values };
+
+  /// From a MindSpore name; throws on an unknown one:
+  /// "initializer: unknown name 'gaussian'; expected zeros, ones, normal, uniform, ...".
+  initializer(const char* name) : initializer(from_name(name)) {}  // NOLINT: implicit like MindSpore's strings
+  initializer(std::string_view name) : initializer(from_name(name)) {}  // NOLINT
+
+  static initializer zeros() { return constant(0.0); }
+  static initializer ones() { return constant(1.0); }
+  static initializer constant(double v) { return {kind::constant, v, 0, true}; }
+  static initializer normal(double sigma = 0.01, double mean = 0.0) { return {kind::normal, sigma, mean, true}; }
+  static initializer uniform(double scale = 0.07) { return {kind::uniform, scale, 0, true}; }
+  static initializer xavier_uniform(double gain = 1.0) { return {kind::xavier_uniform, gain, 0, true}; }
+  static initializer xavier_normal(double gain = 1.0) { return {kind::xavier_normal, gain, 0, true}; }
+  /// `fan_in_mode` false uses fan_out.
+  static initializer he_uniform(double negative_slope = 0.0, bool fan_in_mode = true) {
+    return {kind::he_uniform, negative_slope, 0, fan_in_mode};
+  }
+  static initializer he_normal(double negative_slope = 0.0, bool fan_in_mode = true) {
+    return {kind::he_normal, negative_slope, 0, fan_in_mode};
+  }
+  /// Explicit global values, row-major; their number must equal the tensor's size.
+  static initializer values(std::vector<double> v) {
+    initializer i{kind::values, 0, 0, true};
+    i.values_ = std::make_shared<const std::vector<double>>(std::move(v));
+    return i;
+  }
+
+  static initializer from_name(std::string_view name) {
+    if (name == "zeros") return zeros();
+    if (name == "ones") return ones();
+    if (name == "normal") return normal();
+    if (name == "uniform") return uniform();
+    if (name == "xavier_uniform") return xavier_uniform();
+    if (name == "xavier_normal") return xavier_normal();
+    if (name == "he_uniform") return he_uniform();
+    if (name == "he_normal") return he_normal();
+    throw error("initializer: unknown name '" + std::string(name) +
+                "'; expected zeros, ones, normal, uniform, xavier_uniform, xavier_normal, "
+                "he_uniform or he_normal");
+  }
+
+  kind type() const { return kind_; }
+
+  /// A drawer for a tensor of global shape `shape` from the stream `key`: call it with
+  /// a row-major global index. Throws where the shape does not suit the initializer
+  /// (fans of a 1-D tensor, a values() list of the wrong size).
+  class drawer {
+   public:
+    double operator()(std::uint64_t i) const {
+      switch (k_) {
+        case kind::constant: return a_;
+        case kind::values: return (*v_)[std::size_t(i)];
+        case kind::normal:
+        case kind::xavier_normal:
+        case kind::he_normal: return b_ + a_ * s_.normal(i);
+        default: return s_.uniform(i, -a_, a_);
+      }
+    }
+
+   private:
+    friend class initializer;
+    drawer(kind k, double a, double b, std::uint64_t key, std::shared_ptr<const std::vector<double>> v)
+        : k_(k), a_(a), b_(b), s_(key), v_(std::move(v)) {}
+    kind k_;
+    double a_, b_;  // constant: value; normal: sigma, mean; uniform: bound
+    random_stream s_;
+    std::shared_ptr<const std::vector<double>> v_;
+  };
+
+  drawer draw(const extents& shape, std::uint64_t key) const {
+    switch (kind_) {
+      case kind::constant: return {kind_, a_, 0, key, nullptr};
+      case kind::normal: return {kind_, a_, b_, key, nullptr};
+      case kind::uniform: return {kind_, a_, 0, key, nullptr};
+      case kind::xavier_uniform: {
+        const fans f = compute_fans(shape, "xavier_uniform");
+        return {kind_, a_ * std::sqrt(6.0 / (f.in + f.out)), 0, key, nullptr};
+      }
+      case kind::xavier_normal: {
+        const fans f = compute_fans(shape, "xavier_normal");
+        return {kind_, a_ * std::sqrt(2.0 / (f.in + f.out)), 0, key, nullptr};
+      }
+      case kind::he_uniform: {
+        const fans f = compute_fans(shape, "he_uniform");
+        const double gain = std::sqrt(2.0 / (1.0 + a_ * a_));
+        return {kind_, gain * std::sqrt(3.0 / (fan_in_ ? f.in : f.out)), 0, key, nullptr};
+      }
+      case kind::he_normal: {
+        const fans f = compute_fans(shape, "he_normal");
+        const double gain = std::sqrt(2.0 / (1.0 + a_ * a_));
+        return {kind_, gain / std::sqrt(fan_in_ ? f.in : f.out), 0, key, nullptr};
+      }
+      case kind::values:
+        if (index_t(values_->size()) != shape.size())
+          throw error("initializer: values: " + std::to_string(values_->size()) +
+                      " values for a tensor of shape " + to_string(shape) + " (" +
+                      std::to_string(shape.size()) + " elements)");
+        return {kind_, 0, 0, key, values_};
+    }
+    return {kind::constant, 0, 0, key, nullptr};
+  }
+
+ private:
+  initializer(kind k, double a, double b, bool fan_in) : kind_(k), a_(a), b_(b), fan_in_(fan_in) {}
+  kind kind_;
+  double a_, b_;
+  bool fan_in_;
+  std::shared_ptr<const std::vector<double>> values_;
+};
+
+}  // namespace tessera::nn
+// ---- tessera/nn/module.hpp ----
+// Modules (MindSpore's Cell) and their parameters: a parameter is a named global shape
+// with an initializer and, once the network is built, this rank's shard in the layout
+// its module's operator strategies give it. A module lists its parameters and child
+// modules; the network's dotted names ("seq.0.weight"), trainable parameters, train
+// and eval modes and data-parallel strategies come from that list.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::nn {
+
+template <class T>
+class parameter;
+
+/// Told by a training step as each parameter's gradient becomes final during the
+/// backward pass (train::distributed_grad_reducer is one: it starts reducing at once).
+template <class T>
+class grad_listener {
+ public:
+  virtual ~grad_listener() = default;
+  /// The backward pass of a step that differentiates `p` is about to run.
+  virtual void backward_begin() = 0;
+  /// The gradient of `p`, `g`, is final (in the layout the backward produced it,
+  /// possibly partial). Its storage (g.data()) stays where it is until the listener is
+  /// given the step's gradients back (the tensor object itself may move), so the
+  /// listener may reduce it in place. `nodes_left` is the number of tape nodes the
+  /// backward pass has still to visit.
+  virtual void grad_ready(parameter<T>& p, dist_tensor<T>& g, int nodes_left) = 0;
+};
+
+/// A trainable tensor of a module: a global shape, an initializer and, once built, this
+/// rank's shard (a dist_tensor in the layout the module's strategy gives it).
+///
+///     nn::parameter<float> w(extents{512, 784}, "normal");
+///     w.build(layout::replicated(mesh{2}, 2), rank, seed);   // modules do this in build()
+///     w.data().local();                                     // this rank's shard
+template <class T>
+class parameter {
+ public:
+  parameter(extents shape, initializer init, bool requires_grad = true)
+      : shape_(shape), init_(std::move(init)), requires_grad_(requires_grad) {}
+
+  /// The full dotted name ("dense_relu_sequential.0.weight") once the network is
+  /// built; until then empty, or what set_name gave.
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  const extents& shape() const { return shape_; }
+  const initializer& init() const { return init_; }
+
+  /// MindSpore's requires_grad: trainable_params() lists only these.
+  bool requires_grad() const { return requires_grad_; }
+  void set_requires_grad(bool r) { requires_grad_ = r; }
+
+  bool built() const { return data_.has_value(); }
+  /// This rank's shard; throws before the network is built:
+  /// "parameter 'fc.weight': not built yet: call build(ctx) on the network first".
+  dist_tensor<T>& data() {
+    if (!data_) not_built();
+    return *data_;
+  }
+  const dist_tensor<T>& data() const {
+    if (!data_) not_built();
+    return *data_;
+  }
+  const tessera::layout& layout() const { return data().layout(); }
+
+  /// The layout build() will give the parameter (set by its module's place()).
+  void set_target_layout(const tessera::layout& l) { target_ = l; }
+  const std::optional<tessera::layout>& target_layout() const { return target_; }
+
+  /// Draws the global tensor from the initializer under `seed` and keeps this rank's
+  /// shard of `l`: the value at a global index depends only on (seed, name, index).
+  void build(const tessera::layout& l, int rank, std::uint64_t seed) {
+    dist_tensor<T> t(l, shape_, rank);
+    const initializer::drawer d = init_.draw(shape_, stream_key(seed, name_));
+    index_t stride[max_tensor_ndim] = {};
+    index_t s = 1;
+    for (int k = shape_.ndim - 1; k >= 0; --k) {
+      stride[k] = s;
+      s *= shape_[k];
+    }
+    t.fill_global([&](const auto& idx) {
+      index_t lin = 0;
+      for (int k = 0; k < shape_.ndim; ++k) lin += idx[k] * stride[k];
+      return T(d(std::uint64_t(lin)));
+    });
+    data_ = std::move(t);
+  }
+
+  /// Replaces the value (same global shape; any layout).
+  void set_data(dist_tensor<T> v) {
+    if (!(v.global_shape() == shape_))
+      throw error("parameter '" + name_ + "': set_data: the value is " + to_string(v.global_shape()) +
+                  ", the parameter " + to_string(shape_));
+    data_ = std::move(v);
+  }
+
+  // ---- use on a tape ----------------------------------------------------------
+
+  /// The parameter's value on tape `t`: a leaf that refers to the shard (no copy),
+  /// made at first use so that it sits on the tape just before the operators that use
+  /// it (its gradient is then final as soon as the backward pass has passed them). It
+  /// needs a gradient only when a training step asked for one (expect_grad).
+  template <class C>
+  autodiff::var<T, C> on(autodiff::tape<T, C>& t) {
+    if (bind_.serial != t.serial()) bind_ = binding{t.serial(), -1, false, -1};
+    if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
+    return {&t, bind_.id};
+  }
+  /// Marks the parameter as differentiated on the tape of serial `serial`, as slot
+  /// `slot` of the step's gradient list. Called before the forward pass.
+  void expect_grad(std::uint64_t serial, int slot) { bind_ = binding{serial, -1, true, slot}; }
+  /// The leaf id on tape `serial` (-1 if the forward pass has not used it) and slot.
+  int leaf_id(std::uint64_t serial) const { return bind_.serial == serial ? bind_.id : -1; }
+  int grad_slot(std::uint64_t serial) const { return bind_.serial == serial ? bind_.slot : -1; }
+  void unbind() { bind_ = binding{}; }
+
+  /// The listener told of this parameter's final gradient during backward (or null).
+  grad_listener<T>* listener() const { return listener_; }
+  void set_listener(grad_listener<T>* l) { listener_ = l; }
+
+  /// Storage for this parameter's next gradient shard, of shape `local_shape`: the
+  /// last one given back (recycle_grad_storage) when it has that size, else new. A
+  /// step then writes its gradient where the last step's was, instead of in fresh
+  /// memory (which the system must map and zero page by page).
+  xt::xarray<T> take_grad_storage(const extents& local_shape) {
+    const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
+    if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+      xt::xarray<T> a = std::move(*spare_);
+      spare_.reset();
+      a.reshape(shape);
+      return a;
+    }
+    return xt::xarray<T>::from_shape(shape);
+  }
+  /// Gives a used gradient shard's storage back for the next step (the optimizer does
+  /// after its update).
+  void recycle_grad_storage(xt::xarray<T>&& a) {
+    if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+  }
+
+ private:
+  [[noreturn]] void not_built() const {
+    throw error("parameter '" + name_ + "': not built yet: call build(ctx) on the network first");
+  }
+  struct binding {
+    std::uint64_t serial = 0;
+    int id = -1;
+    bool grad = false;
+    int slot = -1;
+  };
+
+  std::string name_;
+  extents shape_;
+  initializer init_;
+  bool requires_grad_ = true;
+  std::optional<dist_tensor<T>> data_;
+  std::optional<tessera::layout> target_;
+  binding bind_;
+  grad_listener<T>* listener_ = nullptr;
+  std::optional<xt::xarray<T>> spare_;
+};
+
+template <class T>
+class module;
+
+/// What a module's visit() is given: one call per direct parameter and child module.
+template <class T>
+class visitor {
+ public:
+  virtual ~visitor() = default;
+  virtual void param(std::string_view name, parameter<T>& p) = 0;
+  virtual void child(std::string_view name, module<T>& m) = 0;
+};
+
+namespace detail {
+template <class T, class P, class M>
+class lambda_visitor final : public visitor<T> {
+ public:
+  lambda_visitor(P p, M m) : p_(std::move(p)), m_(std::move(m)) {}
+  void param(std::string_view name, parameter<T>& x) override { p_(name, x); }
+  void child(std::string_view name, module<T>& x) override { m_(name, x); }
+
+ private:
+  P p_;
+  M m_;
+};
+template <class T, class P, class M>
+void visit_with(module<T>& m, P p, M c) {
+  lambda_visitor<T, P, M> v(std::move(p), std::move(c));
+  m.visit(v);
+}
+}  // namespace detail
+
+/// The base of every module, MindSpore's Cell. A module lists its direct parameters
+/// and child modules in visit(); its forward pass is a call operator on tape values
+/// (autodiff::var), so that value_and_grad differentiates it:
+///
+///     struct network : nn::module<float> {
+///       nn::flatten<float> flatten;
+///       nn::dense<float> fc{784, 10, "normal", "zeros"};
+///       void visit(nn::visitor<float>& v) override {
+///         v.child("flatten", flatten);
+///         v.child("fc", fc);
+///       }
+///       template <class V> V operator()(V x) { return fc(flatten(x)); }
+///     };
+///     network net;
+///     net.build(ctx);                         // parameters drawn, laid out, named "fc.weight", ...
+///     auto params = net.trainable_params();
+///
+/// A module refers to its members, not to copies: once its parameters are given to an
+/// optimizer, a network must stay where it is (not be moved or copied).
+template <class T>
+class module {
+ public:
+  using value_type = T;
+  virtual ~module() = default;
+
+  /// Calls v.param(name, p) for each direct parameter and v.child(name, m) for each
+  /// direct child module.
+  virtual void visit(visitor<T>& v) = 0;
+
+  /// Sets the target layouts of the module's own parameters for `device_num` devices,
+  /// from its operators' strategies (data parallel where none is set).
+  virtual void place(int device_num) { (void)device_num; }
+  /// Sets the module's own operators back to data-parallel strategies.
+  virtual void reset_strategies() {}
+  /// Told the module's dotted name and the network's seed when the network is built
+  /// (modules that draw random numbers, such as dropout, key their streams on them).
+  virtual void named(std::string_view full_name, std::uint64_t seed) {
+    (void)full_name;
+    (void)seed;
+  }
+
+  /// Every parameter of the module and its descendants with its dotted name, in visit
+  /// order (MindSpore's parameters_and_names).
+  std::vector<std::pair<std::string, parameter<T>*>> named_parameters(const std::string& prefix = "") {
+    std::vector<std::pair<std::string, parameter<T>*>> out;
+    collect(*this, prefix, out);
+    return out;
+  }
+  /// Every parameter, in visit order.
+  std::vector<parameter<T>*> parameters() {
+    std::vector<parameter<T>*> out;
+    for (auto& [n, p] : named_parameters()) out.push_back(p);
+    return out;
+  }
+  /// The parameters that require a gradient (MindSpore's trainable_params).
+  std::vector<parameter<T>*> trainable_params() {
+    std::vector<parameter<T>*> out;
+    for (auto& [n, p] : named_parameters())
+      if (p->requires_grad()) out.push_back(p);
+    return out;
+  }
+
+  /// Training (true) or evaluation mode, for this module and its descendants (dropout
+  /// is the identity in evaluation mode). Modules start in training mode.
+  auto set_train(bool mode = true) -> module& {
+    training_ = mode;
+    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
+                          [mode](std::string_view, module<T>& m) { m.set_train(mode); });
+    return *this;
+  }
+  bool training() const { return training_; }
+
+  /// MindSpore's set_data_parallel: every operator of the module and its descendants
+  /// gets the data-parallel strategy (the batch split over all ranks, parameters
+  /// replicated). Call before build().
+  auto set_data_parallel() -> module& {
+    reset_strategies();
+    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
+                          [](std::string_view, module<T>& m) { m.set_data_parallel(); });
+    return *this;
+  }
+
+  /// Names every parameter with its dotted path, lays each out as its module's
+  /// strategy says on the ranks of `ctx`, and draws it: every rank keeps its shard of
+  /// the same global tensor, whatever the number of ranks (seeded by `seed` and the
+  /// parameter's name). A parameter that already has a value (a second build, or
+  /// set_data) keeps it, redistributed to its new layout.
+  template <class C>
+  void build(device_context<C>& ctx, std::uint64_t seed = 0) {
+    prepare(*this, "", ctx.size(), seed);
+    for (auto& [name, p] : named_parameters()) {
+      const tessera::layout l = p->target_layout() ? *p->target_layout()
+                                                   : tessera::layout::replicated(mesh{ctx.size()}, p->shape().ndim);
+      if (p->built()) {
+        if (!(p->data().layout() == l)) p->set_data(redistribute(p->data(), l, ctx));
+      } else {
+        p->build(l, ctx.rank(), seed);
+      }
+    }
+    built_ = true;
+  }
+  bool built() const { return built_; }
+
+ private:
+  static void collect(module<T>& m, const std::string& prefix,
+                      std::vector<std::pair<std::string, parameter<T>*>>& out) {
+    detail::visit_with<T>(
+        m, [&](std::string_view name, parameter<T>& p) { out.emplace_back(join(prefix, name), &p); },
+        [&](std::string_view name, module<T>& c) { collect(c, join(prefix, name), out); });
+  }
+  static void prepare(module<T>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
+    m.place(device_num);
+    m.named(prefix, seed);
+    detail::visit_with<T>(
+        m, [&](std::string_view name, parameter<T>& p) { p.set_name(join(prefix, name)); },
+        [&](std::string_view name, module<T>& c) { prepare(c, join(prefix, name), device_num, seed); });
+  }
+  static std::string join(const std::string& prefix, std::string_view name) {
+    return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
+  }
+
+  bool training_ = true;
+  bool built_ = false;
+};
+
+namespace detail {
+
+/// True when layouts `a` and `b` (possibly on different device matrices of the same
+/// ranks) put the same shard on every rank: written on their meshes' common
+/// refinement they are equal. Operators with different strategies have different
+/// device matrices ((2, 1, 1) for MatMul ((2, 1), (1, 1)), (2, 1) for ReLU ((2, 1)))
+/// that place a batch-split tensor identically.
+inline bool same_placement(const layout& a, const layout& b) {
+  if (a == b) return true;
+  if (a.dev.size() != b.dev.size() || !check_refinement(a.dev, b.dev).ok()) return false;
+  const mesh fine = common_refinement(a.dev, b.dev);
+  return refine(a, fine) == refine(b, fine);
+}
+
+/// `x` as a shard of layout `l`: x itself (borrowed, no copy) when it is placed the
+/// same way, else its redistribution.
+template <class T, class C>
+laid_out<T> placed_as(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  if (same_placement(x.layout(), l)) return laid_out<T>(x);
+  return laid_out<T>(redistribute(x, l, ctx));
+}
+
+/// The mesh axes that split dim `d` of `l` (as an axis mask).
+inline axis_mask axes_splitting(const layout& l, int d) { return l.split[d].mask(); }
+
+/// The data-parallel strategy of an operator with inputs of the given ranks on
+/// `device_num` devices: the first dim of each input split device_num ways, the others
+/// whole. ((2, 1), (2, 1)) for two matrices on 2 devices.
+inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int device_num) {
+  strategy st;
+  for (int nd : ndims) {
+    split_tuple t;
+    t.n = nd;
+    for (int d = 0; d < nd; ++d) t.v[d] = d == 0 ? device_num : 1;
+    st.in[st.n++] = t;
+  }
+  return st;
+}
+
+}  // namespace detail
+
+}  // namespace tessera::nn
+// ---- tessera/nn/layers.hpp ----
+// The layers: Dense (MindSpore's nn.Dense), ReLU, Flatten, Dropout and
+// SequentialCell. Each forward pass runs on tape values (autodiff::var), so
+// value_and_grad differentiates a network of them. Without a strategy, a layer runs
+// data parallel: Dense multiplies this rank's rows of the batch by replicated weights
+// and the element-wise layers keep their input's layout, all on local shards without
+// communication; with one (`shard`) the sharded operators of ops/ run it.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::nn {
+
+namespace detail {
+
+/// The value of `x` with its partial sums resolved: `x` itself when it holds none, else
+/// a node on the tape that redistributes it to the same layout without partial axes
+/// (the gradient of that sum reaches every partial term unchanged).
+template <class T, class C>
+autodiff::var<T, C> resolved(autodiff::var<T, C> x) {
+  const dist_tensor<T>& v = x.value();
+  if (!v.layout().has_partial()) return x;
+  autodiff::tape<T, C>& t = *x.t;
+  dist_tensor<T> r = redistribute(v, v.layout().without_partial(), t.ctx());
+  return t.record(std::move(r),
+                  [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) { tp.add_grad(ix, g); },
+                  t.requires_grad(x.id));
+}
+
+/// Calls f(local offset, global row-major offset) for every element of the shard of
+/// `l` on `rank` of a tensor of global shape `g`.
+template <class F>
+void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
+  const extents off = local_offset(l, g, rank);
+  index_t stride[max_tensor_ndim] = {};
+  index_t s = 1;
+  for (int k = g.ndim - 1; k >= 0; --k) {
+    stride[k] = s;
+    s *= g[k];
+  }
+  tessera::detail::for_each_index(local_shape(l, g), [&](const auto& idx, index_t lin) {
+    index_t glob = 0;
+    for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
+    f(std::size_t(lin), std::uint64_t(glob));
+  });
+}
+
+template <class... M>
+struct first_module {
+  using type = void;
+};
+template <class M, class... Rest>
+struct first_module<M, Rest...> {
+  using type = M;
+};
+
+}  // namespace detail
+
+// ---- Dense ---------------------------------------------------------------------------
+
+/// MindSpore's nn.Dense: y = x weight^T + bias, x (batch, in_channels), weight
+/// (out_channels, in_channels), bias (out_channels,).
+///
+///     nn::dense<float> fc(784, 512, "normal", "zeros");   // the seed's layer
+///     fc.shard(strategy{{2, 1}, {4, 1}});                  // optional: MatMul's strategy
+///
+/// Defaults as MindSpore's (and PyTorch's Linear): weight he_uniform(sqrt 5), i.e.
+/// U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in), 1/sqrt(in)).
+///
+/// The strategy is MatMul's for (x, weight) with weight transposed: ((m, k), (n, k)),
+/// x split m ways by rows and k ways by columns, the weight n ways by rows. Unset, it
+/// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
+/// weight and bias replicated, and the weight's and bias's gradients partial sums over
+/// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
+/// run fused on local shards; otherwise through ops::matmul and ops::bias_add.
+template <class T = float>
+class dense : public module<T> {
+  index_t in_, out_;
+  bool has_bias_;
+
+ public:
+  dense(index_t in_channels, index_t out_channels, std::optional<initializer> weight_init = {},
+        std::optional<initializer> bias_init = {}, bool has_bias = true)
+      : in_(checked(in_channels, out_channels, 0)),
+        out_(checked(in_channels, out_channels, 1)),
+        has_bias_(has_bias),
+        weight(extents{out_channels, in_channels},
+               weight_init ? *weight_init : initializer::he_uniform(std::sqrt(5.0))),
+        bias(extents{out_channels},
+             bias_init ? *bias_init : initializer::uniform(1.0 / std::sqrt(double(in_channels)))) {}
+
+  /// MatMul with weight transposed; an empty strategy (the default) is data parallel.
+  ops::matmul_op matmul{{}, false, true};
+  parameter<T> weight;
+  parameter<T> bias;
+
+  /// Sets MatMul's strategy ((m, k), (n, k)); call before build().
+  dense& shard(const strategy& st) {
+    matmul.st = st;
+    return *this;
+  }
+
+  index_t in_channels() const { return in_; }
+  index_t out_channels() const { return out_; }
+  bool has_bias() const { return has_bias_; }
+
+  void visit(visitor<T>& v) override {
+    v.param("weight", weight);
+    if (has_bias_) v.param("bias", bias);
+  }
+  void reset_strategies() override { matmul.st = strategy{}; }
+
+  void place(int device_num) override {
+    op_ = matmul;
+    if (op_.st.n == 0) op_.st = strategy{{device_num, 1}, {1, 1}};
+    try {
+      rule_ = op_.rule(device_num);
+    } catch (const error& e) {
+      throw error(std::string("dense: ") + e.what());
+    }
+    const int m = op_.st.in[0].v[0], k = op_.st.in[0].v[1], n = op_.st.in[1].v[0];
+    fused_ = k == 1;
+    weight.set_target_layout(rule_.b);
+    if (fused_) {
+      bias_layout_ = layout(rule_.dev, {rule_.c.split[1]});
+      bias_grad_layout_ = bias_layout_;
+      bias_grad_layout_.partial = rule_.grad_b.partial;
+    } else {
+      bias_op_ = ops::bias_add_op{strategy{{m, n}, {n}}};
+      bias_layout_ = bias_op_.rule(device_num, shape_list{extents{m, out_}, extents{out_}}).in[1];
+    }
+    bias.set_target_layout(bias_layout_);
+  }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    autodiff::tape<T, C>& t = *x.t;
+    if (x.value().ndim() != 2 || x.value().global_shape()[1] != in_)
+      throw error("dense: the input is " + to_string(x.value().global_shape()) + ", expected (batch, " +
+                  std::to_string(in_) + ")");
+    if (rule_.dev.ndim == 0)
+      throw error("dense: not placed yet: call build(ctx) on the network first");
+    // The leaves first: recording moves the tape's values (references to them would dangle).
+    const autodiff::var<T, C> w = weight.on(t);
+    std::optional<autodiff::var<T, C>> b;
+    if (has_bias_) b = bias.on(t);
+    const dist_tensor<T>& xv = x.value();
+    if (!fused_) {
+      const autodiff::var<T, C> y = autodiff::matmul(op_, x, w);
+      return b ? autodiff::bias_add(bias_op_, y, *b) : y;
+    }
+    device_context<C>& ctx = t.ctx();
+    const laid_out<T> lx = detail::placed_as(xv, rule_.a, ctx);
+    const laid_out<T> lw = detail::placed_as(w.value(), rule_.b, ctx);
+    xt::xarray<T> y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
+    if (b) {
+      const laid_out<T> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+      add_rows(y, lb->local());
+    }
+    const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
+    dist_tensor<T> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
+    return t.record(std::move(out),
+                    [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
+                     wp = &weight, bp = &bias](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      device_context<C>& c = tp.ctx();
+                      const laid_out<T> dy = detail::placed_as(g, r.c.without_partial(), c);
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const dist_tensor<T>& wv = tp.value(iw);
+                      const laid_out<T> lx2 = detail::placed_as(xv2, r.a, c);
+                      const laid_out<T> lw2 = detail::placed_as(wv, r.b, c);
+                      if (ib >= 0 && tp.requires_grad(ib)) {
+                        xt::xarray<T> db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                        column_sums(dy->local(), db);
+                        tp.add_grad(ib, dist_tensor<T>(bgl, bp->shape(), c.rank(), std::move(db)));
+                      }
+                      if (tp.requires_grad(iw)) {
+                        // dW (out, in) = dy^T x, written over the last step's storage.
+                        xt::xarray<T> dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                        kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                        tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                      }
+                      if (tp.requires_grad(ix))
+                        tp.add_grad(ix, dist_tensor<T>(r.grad_a, xv2.global_shape(), c.rank(),
+                                                       kernels::cpu::matmul_grad_a(dy->local(), lx2->local(),
+                                                                                   lw2->local(), false, true)));
+                    },
+                    rg);
+  }
+
+ private:
+  static index_t checked(index_t in, index_t out, int which) {
+    if (in < 1 || out < 1)
+      throw error("dense: in_channels and out_channels must be positive: got " + std::to_string(in) + " and " +
+                  std::to_string(out));
+    return which == 0 ? in : out;
+  }
+  // out = the sums of each column of a (rows, cols) array: the bias's gradient.
+  static void column_sums(const xt::xarray<T>& dy, xt::xarray<T>& out) {
+    const std::size_t cols = dy.shape()[1], rows = dy.shape()[0];
+    T* o = out.data();
+    std::fill(o, o + cols, T(0));
+    const T* g = dy.data();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) o[j] += g[r * cols + j];
+  }
+  static void add_rows(xt::xarray<T>& y, const xt::xarray<T>& b) {
+    const std::size_t c = b.size();
+    const std::size_t rows = c == 0 ? 0 : y.size() / c;
+    T* p = y.data();
+    const T* q = b.data();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < c; ++j) p[r * c + j] += q[j];
+  }
+
+  ops::matmul_op op_{};
+  matmul_layouts rule_{};
+  bool fused_ = true;
+  layout bias_layout_{}, bias_grad_layout_{};
+  ops::bias_add_op bias_op_{};
+};
+
+// ---- ReLU --------------------------------------------------------------------------
+
+/// max(x, 0). Without a strategy it keeps the input's layout (partial sums resolved
+/// first); with one, ops::relu runs it: `relu.shard(strategy{{2, 4}})`.
+template <class T = float>
+class relu : public module<T> {
+ public:
+  std::optional<ops::relu_op> op;
+
+  relu& shard(const strategy& st) {
+    op = ops::relu_op{st};
+    return *this;
+  }
+  void visit(visitor<T>&) override {}
+  void reset_strategies() override { op.reset(); }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    if (op) return autodiff::relu(*op, x);
+    x = detail::resolved(x);
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank(), kernels::cpu::relu(xv.local()));
+    return t.record(std::move(y),
+                    [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
+                      tp.add_grad(ix, dist_tensor<T>(xv2.layout(), xv2.global_shape(), xv2.rank(),
+                                                     kernels::cpu::relu_grad(dy->local(), xv2.local())));
+                    },
+                    t.requires_grad(x.id));
+  }
+};
+
+// ---- Flatten -----------------------------------------------------------------------
+
+/// (batch, d1, d2, ...) -> (batch, d1 * d2 * ...), MindSpore's nn.Flatten. The batch dim
+/// keeps its split; the other dims are gathered first if some rank splits them.
+template <class T = float>
+class flatten : public module<T> {
+ public:
+  void visit(visitor<T>&) override {}
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    if (xv.ndim() < 1) throw error("flatten: the input must have a batch dim, got shape ()");
+    const extents& gs = xv.global_shape();
+    index_t features = 1;
+    for (int d = 1; d < gs.ndim; ++d) features *= gs[d];
+    layout in = xv.layout();
+    for (int d = 1; d < in.ndim; ++d) in.split[d] = axis_list{};
+    const laid_out<T> lx = detail::placed_as(xv, in, t.ctx());
+    layout out_l(in.dev, {in.split[0], axis_list{}});
+    out_l.partial = in.partial;
+    out_l.op = in.op;
+    xt::xarray<T> y = lx->local();
+    dist_tensor<T> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
+    return t.record(std::move(out),
+                    [ix = x.id, in, out_l](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
+                      xt::xarray<T> d = dy->local();
+                      tp.add_grad(ix, dist_tensor<T>(in.without_partial(), xv2.global_shape(), xv2.rank(),
+                                                     std::move(d)));
+                    },
+                    t.requires_grad(x.id));
+  }
+};
+
+// ---- Dropout -----------------------------------------------------------------------
+
+/// MindSpore's nn.Dropout(p): in training mode each element is zeroed with
+/// probability p and the others scaled by 1 / (1 - p); in evaluation mode the identity.
+/// The mask is a function of (seed, the layer's name, the call count, the element's
+/// global index): replicas of a tensor draw the same mask, the shards of a split one
+/// the pieces of the one-rank mask, so a run on N ranks drops what a run on one does.
+template <class T = float>
+class dropout : public module<T> {
+ public:
+  explicit dropout(double p = 0.5) : p_(p) {
+    if (!(p >= 0.0 && p < 1.0))
+      throw error("dropout: p must be in [0, 1): got " + std::to_string(p));
+  }
+  double p() const { return p_; }
+  /// Training-mode calls so far (the mask of call s is keyed by s).
+  std::uint64_t calls() const { return calls_; }
+
+  void visit(visitor<T>&) override {}
+  void named(std::string_view full_name, std::uint64_t seed) override { key_ = stream_key(seed, full_name); }
+
+  /// Whether call `call` keeps the element at global index i.
+  bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    if (!this->training() || p_ == 0.0) return x;
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    const std::uint64_t call = calls_++;
+    const T scale = T(1.0 / (1.0 - p_));
+    const std::uint64_t key = key_;
+    const double p = p_;
+    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
+    const T* px = xv.local().data();
+    T* py = y.local().data();
+    detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
+      py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
+    });
+    return t.record(std::move(y),
+                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
+                      dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
+                      const T* pg = dy->local().data();
+                      T* pd = dx.local().data();
+                      detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
+                                              [&](std::size_t l, std::uint64_t gi) {
+                                                pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
+                                              });
+                      tp.add_grad(ix, std::move(dx));
+                    },
+                    t.requires_grad(x.id));
+  }
+
+ private:
+  static bool keep(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
+    return random_stream(mix64(key ^ mix64(call + 1))).uniform01(i) >= p;
+  }
+
+  double p_;
+  std::uint64_t key_ = stream_key(0, "dropout");
+  std::uint64_t calls_ = 0;
+};
+
+// ---- SequentialCell ----------------------------------------------------------------
+
+/// MindSpore's SequentialCell: layers applied in order, named "0", "1", ....
+///
+///     nn::sequential seq(nn::dense(784, 512, "normal", "zeros"), nn::relu(),
+///                        nn::dense(512, 10, "normal", "zeros"));
+///     seq.get<0>().shard(...);
+template <class... M>
+class sequential : public module<typename detail::first_module<M...>::type::value_type> {
+ public:
+  using value_type = typename detail::first_module<M...>::type::value_type;
+  static_assert(sizeof...(M) > 0, "sequential: needs at least one layer");
+  static_assert((std::is_same_v<typename M::value_type, value_type> && ...),
+                "sequential: every layer must have the same element type");
+  static_assert((std::is_base_of_v<module<value_type>, M> && ...), "sequential: every layer must be a module");
+
+  explicit sequential(M... layers) : layers_(std::move(layers)...) {}
+
+  static constexpr std::size_t size() { return sizeof...(M); }
+  template <std::size_t I>
+  auto& get() {
+    return std::get<I>(layers_);
+  }
+
+  void visit(visitor<value_type>& v) override {
+    visit_each(v, std::index_sequence_for<M...>{});
+  }
+
+  template <class V>
+  V operator()(V x) {
+    return apply_from<0>(x);
+  }
+
+ private:
+  template <std::size_t... I>
+  void visit_each(visitor<value_type>& v, std::index_sequence<I...>) {
+    (v.child(std::to_string(I), std::get<I>(layers_)), ...);
+  }
+  template <std::size_t I, class V>
+  V apply_from(V x) {
+    if constexpr (I == sizeof...(M)) return x;
+    else return apply_from<I + 1>(std::get<I>(layers_)(x));
+  }
+
+  std::tuple<M...> layers_;
+};
+
+}  // namespace tessera::nn
+// ---- tessera/nn/loss.hpp ----
+// Losses as modules: MSELoss and CrossEntropyLoss (sparse integer labels), each a
+// scalar on the tape. The reduction is over the GLOBAL batch: with the batch split
+// over ranks each rank adds up its own rows and divides by the global count, and the
+// loss is a partial sum over the ranks (resolved when read, or left for the gradient
+// reducer: the gradients of a partial loss are partial too).
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace tessera::nn {
+
+/// How a loss combines the per-element (or per-sample) terms.
+enum class reduction { mean, sum };
+
+namespace detail {
+
+// The layout of a scalar computed from the local shards of `l` and summed over the
+// ranks that split it: partial (sum) over the mesh axes that split some dim of `l`.
+inline layout scalar_partial_layout(const layout& l) {
+  layout s = layout::replicated(l.dev, 0);
+  s.partial = l.split_axes();
+  return s;
+}
+
+template <class T>
+void require_scalar_grad(const dist_tensor<T>& g, const char* who) {
+  if (g.ndim() != 0) throw error(std::string(who) + ": the gradient of the loss must be a scalar");
+}
+
+// The value of a scalar with its partial sums resolved.
+template <class T, class C>
+T scalar_value(const dist_tensor<T>& g, device_context<C>& ctx) {
+  if (!g.layout().has_partial()) return g.local()();
+  return redistribute(g, g.layout().without_partial(), ctx).local()();
+}
+
+}  // namespace detail
+
+/// MindSpore's nn.MSELoss: mean (or sum) over every element of (x - target)^2. The
+/// target is data (no gradient) of x's shape, in any layout.
+template <class T = float>
+class mse_loss : public module<T> {
+ public:
+  explicit mse_loss(reduction r = reduction::mean) : r_(r) {}
+  void visit(visitor<T>&) override {}
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x, const dist_tensor<T>& target) {
+    x = detail::resolved(x);
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    if (!(target.global_shape() == xv.global_shape()))
+      throw error("mse_loss: the target is " + to_string(target.global_shape()) + ", the input " +
+                  to_string(xv.global_shape()));
+    const laid_out<T> ly = detail::placed_as(target, xv.layout(), t.ctx());
+    const T scale = r_ == reduction::mean ? T(1) / T(xv.global_shape().size()) : T(1);
+    const T* px = xv.local().data();
+    const T* py = ly->local().data();
+    double acc = 0;
+    for (std::size_t i = 0; i < xv.local().size(); ++i) {
+      const double d = double(px[i]) - double(py[i]);
+      acc += d * d;
+    }
+    dist_tensor<T> loss(detail::scalar_partial_layout(xv.layout()), extents{}, xv.rank());
+    loss.local()() = T(acc) * scale;
+    return t.record(std::move(loss),
+                    [ix = x.id, target_local = xt::xarray<T>(ly->local()), scale](autodiff::tape<T, C>& tp,
+                                                                                   const dist_tensor<T>& g) {
+                      detail::require_scalar_grad(g, "mse_loss");
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const T k = T(2) * scale * detail::scalar_value(g, tp.ctx());
+                      dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
+                      const T* a = xv2.local().data();
+                      const T* b = target_local.data();
+                      T* o = dx.local().data();
+                      for (std::size_t i = 0; i < dx.local().size(); ++i) o[i] = k * (a[i] - b[i]);
+                      tp.add_grad(ix, std::move(dx));
+                    },
+                    t.requires_grad(x.id));
+  }
+
+ private:
+  reduction r_;
+};
+
+/// MindSpore's nn.CrossEntropyLoss with class-index labels: for logits x (batch, C) and
+/// labels y (batch,) of an integer type, the mean (or sum) over the batch of
+///   -log softmax(x_i)[y_i] = logsumexp(x_i) - x_i[y_i]   (computed around the row max).
+/// The gradient wrt the logits is (softmax(x_i) - onehot(y_i)) / batch for the mean.
+/// A label outside [0, C) is an error:
+/// "cross_entropy_loss: label 12 of sample 3 is out of range for 10 classes".
+///
+/// With the class dim whole on every rank (data parallel, or the batch split any way)
+/// each rank computes its rows locally; with the class dim split it runs
+/// ops::sparse_softmax_cross_entropy and ops::reduce_mean.
+template <class T = float>
+class cross_entropy_loss : public module<T> {
+ public:
+  explicit cross_entropy_loss(reduction r = reduction::mean) : r_(r) {}
+  void visit(visitor<T>&) override {}
+
+  template <class C, std::integral I>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
+    logits = detail::resolved(logits);
+    autodiff::tape<T, C>& t = *logits.t;
+    const dist_tensor<T>& xv = logits.value();
+    const extents& gs = xv.global_shape();
+    if (xv.ndim() != 2)
+      throw error("cross_entropy_loss: the logits must be (batch, classes), got " + to_string(gs));
+    if (labels.ndim() != 1 || labels.global_shape()[0] != gs[0])
+      throw error("cross_entropy_loss: the labels are " + to_string(labels.global_shape()) + ", expected (" +
+                  std::to_string(gs[0]) + ",) for logits " + to_string(gs));
+    if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
+
+    device_context<C>& ctx = t.ctx();
+    const layout& xl = xv.layout();
+    const laid_out<I> ly = detail::placed_as(labels, layout(xl.dev, {xl.split[0]}), ctx);
+    const std::size_t rows = xv.local().shape()[0], cls = std::size_t(gs[1]);
+    const index_t row0 = xv.local_offset()[0];
+    std::vector<I> lab(ly->local().begin(), ly->local().end());
+    for (std::size_t i = 0; i < rows; ++i)
+      if (lab[i] < 0 || std::uint64_t(lab[i]) >= cls)
+        throw error("cross_entropy_loss: label " + std::to_string(lab[i]) + " of sample " +
+                    std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) +
+                    " classes");
+    const T scale = r_ == reduction::mean ? T(1) / T(gs[0]) : T(1);
+    const T* px = xv.local().data();
+    double acc = 0;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const T* row = px + i * cls;
+      const T m = *std::max_element(row, row + cls);
+      double s = 0;
+      for (std::size_t j = 0; j < cls; ++j) s += std::exp(double(row[j] - m));
+      acc += std::log(s) + double(m) - double(row[std::size_t(lab[i])]);
+    }
+    dist_tensor<T> loss(detail::scalar_partial_layout(xl), extents{}, xv.rank());
+    loss.local()() = T(acc) * scale;
+    return t.record(std::move(loss),
+                    [ix = logits.id, lab = std::move(lab), scale](autodiff::tape<T, C>& tp,
+                                                                  const dist_tensor<T>& g) {
+                      detail::require_scalar_grad(g, "cross_entropy_loss");
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const T k = scale * detail::scalar_value(g, tp.ctx());
+                      const std::size_t r = xv2.local().shape()[0], c = xv2.local().shape()[1];
+                      dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
+                      const T* x = xv2.local().data();
+                      T* o = dx.local().data();
+                      for (std::size_t i = 0; i < r; ++i) {
+                        const T* row = x + i * c;
+                        T* out = o + i * c;
+                        const T m = *std::max_element(row, row + c);
+                        T s = 0;
+                        for (std::size_t j = 0; j < c; ++j) s += (out[j] = std::exp(row[j] - m));
+                        const T inv = k / s;
+                        for (std::size_t j = 0; j < c; ++j) out[j] *= inv;
+                        out[std::size_t(lab[i])] -= k;
+                      }
+                      tp.add_grad(ix, std::move(dx));
+                    },
+                    t.requires_grad(logits.id));
+  }
+
+ private:
+  // The class dim is split: the sharded SparseSoftmaxCrossEntropyWithLogits (its row
+  // max and sums combined over the class axis), then the mean or sum over the batch.
+  template <class C, std::integral I>
+  autodiff::var<T, C> class_split(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
+    autodiff::tape<T, C>& t = *logits.t;
+    const dist_tensor<T>& xv = logits.value();
+    const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
+    const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
+    dist_tensor<T> per_sample = ops::sparse_softmax_cross_entropy(op, xv, labels, t.ctx());
+    const autodiff::var<T, C> y = t.record(
+        std::move(per_sample),
+        [op, ix = logits.id, labels](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+          tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), labels, tp.ctx()));
+        },
+        t.requires_grad(logits.id));
+    if (r_ == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, y);
+    return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, y);
+  }
+
+  reduction r_;
+};
+
+}  // namespace tessera::nn
+// ---- tessera/optim/optimizer.hpp ----
+// What every optimizer shares: its parameters, a learning rate that may change with
+// the step (constant, step decay, cosine), weight decay, the step count, and the
+// checks on the gradients it is given. Each rank updates its own shards: gradients
+// arrive in the parameters' layouts (a gradient reducer has resolved partial sums), so
+// a step needs no communication.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <numbers>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// A learning rate as a function of the step (0 for the first step). Converts from a
+/// number (a constant rate).
+template <class T>
+class learning_rate {
+ public:
+  learning_rate(T constant) : f_([constant](std::int64_t) { return constant; }) {}  // NOLINT: implicit
+  explicit learning_rate(std::function<T(std::int64_t)> f) : f_(std::move(f)) {}
+  T operator()(std::int64_t step) const { return f_(step); }
+
+ private:
+  std::function<T(std::int64_t)> f_;
+};
+
+/// Step decay (PyTorch's StepLR, MindSpore's piecewise exponential decay with
+/// is_stair): base * gamma^floor(step / step_size).
+/// step_lr(0.1f, 30, 0.1f)(29) == 0.1f, (30) == 0.01f.
+template <class T>
+learning_rate<T> step_lr(T base, std::int64_t step_size, T gamma) {
+  if (step_size < 1) throw error("step_lr: step_size must be at least 1, got " + std::to_string(step_size));
+  return learning_rate<T>([=](std::int64_t s) {
+    return T(double(base) * std::pow(double(gamma), double(s / step_size)));
+  });
+}
+
+/// Cosine annealing (PyTorch's CosineAnnealingLR in closed form, MindSpore's
+/// cosine_decay_lr per step): min + (base - min) (1 + cos(pi min(step, total) / total)) / 2.
+/// cosine_lr(1.0, 10, 0.0)(5) == 0.5; from step `total` on, `min`.
+template <class T>
+learning_rate<T> cosine_lr(T base, std::int64_t total_steps, T min_lr = T(0)) {
+  if (total_steps < 1) throw error("cosine_lr: total_steps must be at least 1, got " + std::to_string(total_steps));
+  return learning_rate<T>([=](std::int64_t s) {
+    const double t = double(s < total_steps ? s : total_steps) / double(total_steps);
+    return T(double(min_lr) + (double(base) - double(min_lr)) * 0.5 * (1.0 + std::cos(std::numbers::pi * t)));
+  });
+}
+
+/// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
+/// in the order of parameters(), to update the parameters.
+template <class T>
+class optimizer {
+ public:
+  virtual ~optimizer() = default;
+  optimizer(const optimizer&) = delete;
+  optimizer& operator=(const optimizer&) = delete;
+
+  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  /// Steps taken so far.
+  std::int64_t global_step() const { return step_; }
+  /// The learning rate of the next step.
+  T current_learning_rate() const { return lr_(step_); }
+  T weight_decay() const { return weight_decay_; }
+
+  /// One step: parameter i moves by its gradient grads[i], which must have the
+  /// parameter's shape and layout. A gradient still partial is refused:
+  /// "sgd: the gradient of parameter 'fc.weight' is (10, 512) [0, -] partial sum {0}, the
+  /// parameter (10, 512) [-, -]: reduce gradients over the data-parallel ranks first
+  /// (train::distributed_grad_reducer)".
+  void operator()(const std::vector<dist_tensor<T>>& grads) { step(grads); }
+  /// The same step, then each gradient's storage goes back to its parameter, where the
+  /// next step's gradient is written (no fresh memory each step): `grads` is left empty.
+  void operator()(std::vector<dist_tensor<T>>& grads) {
+    step(grads);
+    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(std::move(grads[i].local()));
+    grads.clear();
+  }
+  void operator()(std::vector<dist_tensor<T>>&& grads) { (*this)(grads); }
+  void step(const std::vector<dist_tensor<T>>& grads) {
+    if (grads.size() != params_.size())
+      throw error(name_ + ": " + std::to_string(grads.size()) + " gradients for " +
+                  std::to_string(params_.size()) + " parameters");
+    for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
+    const T lr = lr_(step_);
+    for (std::size_t i = 0; i < params_.size(); ++i) update(i, params_[i]->data().data(), grads[i].data(), lr);
+    ++step_;
+  }
+
+ protected:
+  optimizer(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T weight_decay)
+      : name_(std::move(name)), params_(std::move(params)), lr_(std::move(lr)), weight_decay_(weight_decay) {
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!params_[i]) throw error(name_ + ": parameter " + std::to_string(i) + " is null");
+  }
+
+  /// Updates parameter i's shard `p` with its gradient `g` at learning rate `lr`.
+  virtual void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) = 0;
+
+  /// A zeroed state buffer per parameter, the size of its shard (made at first use).
+  void ensure_state(std::vector<std::vector<T>>& state) const {
+    if (!state.empty()) return;
+    state.resize(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(params_[i]->data().data().size(), T(0));
+  }
+
+  void check(std::size_t i, const dist_tensor<T>& p, const dist_tensor<T>& g) const {
+    if (g.layout() == p.layout() && g.global_shape() == p.global_shape()) return;
+    const std::string who = params_.empty() || !params_[i] ? "parameter " + std::to_string(i)
+                                                            : "parameter '" + params_[i]->name() + "'";
+    std::string msg = name_ + ": the gradient of " + who + " is " + to_string(g.global_shape()) + " " +
+                      to_string(g.layout()) + ", the parameter " + to_string(p.global_shape()) + " " +
+                      to_string(p.layout());
+    if (g.layout().has_partial() && g.layout().without_partial() == p.layout())
+      msg += ": reduce gradients over the data-parallel ranks first (train::distributed_grad_reducer)";
+    throw error(msg);
+  }
+
+  std::string name_;
+  std::vector<nn::parameter<T>*> params_;
+  learning_rate<T> lr_;
+  T weight_decay_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace tessera::optim
+// ---- tessera/optim/sgd.hpp ----
+// SGD over sharded parameters, MindSpore's nn.SGD and PyTorch's torch.optim.SGD:
+// plain gradient descent, or with momentum (optionally Nesterov), dampening and L2
+// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// MindSpore's nn.SGD(params, learning_rate, momentum, dampening, weight_decay,
+/// nesterov):
+///   d = g + weight_decay * p
+///   momentum 0:  p -= lr * d
+///   otherwise:   buf = momentum * buf + (1 - dampening) * d  (buf = d at the first step)
+///                p -= lr * (nesterov ? d + momentum * buf : buf)
+///
+///     optim::sgd<float> opt(net.trainable_params(), 1e-2f);   // the seed's SGD(params, 1e-2)
+///     opt(grads);
+template <class T>
+class sgd : public optimizer<T> {
+ public:
+  sgd(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
+      T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
+      : optimizer<T>("sgd", std::move(params), std::move(lr), weight_decay),
+        momentum_(momentum),
+        dampening_(dampening),
+        nesterov_(nesterov) {
+    if (momentum < T(0)) throw error("sgd: momentum must not be negative, got " + std::to_string(momentum));
+    if (nesterov && (momentum <= T(0) || dampening != T(0)))
+      throw error("sgd: nesterov needs a positive momentum and zero dampening, got momentum " +
+                  std::to_string(momentum) + " and dampening " + std::to_string(dampening));
+  }
+
+  T momentum() const { return momentum_; }
+
+ protected:
+  void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
+    if (momentum_ == T(0)) return kernels::cpu::sgd_update(p, g, lr, this->weight_decay_);
+    this->ensure_state(buf_);
+    kernels::cpu::sgd_momentum_update(p, g, std::span<T>(buf_[i]), lr, momentum_, dampening_,
+                                      this->weight_decay_, nesterov_, this->step_ == 0);
+  }
+
+ private:
+  T momentum_, dampening_;
+  bool nesterov_;
+  std::vector<std::vector<T>> buf_;
+};
+
+}  // namespace tessera::optim
+// ---- tessera/optim/momentum.hpp ----
+// Momentum over sharded parameters, MindSpore's nn.Momentum (ApplyMomentum):
+// accum = momentum * accum + grad; param -= learning_rate * accum (or, with Nesterov,
+// param -= learning_rate * (grad + momentum * accum)), grad including L2 weight decay.
+// Each rank updates its own shard: gradients arrive in the parameters' layouts, so the
+// update needs no communication. The update is one fused kernel of the shards' device
+// (kernels::cpu::momentum_update on the host).
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// MindSpore's nn.Momentum(params, learning_rate, momentum, weight_decay, use_nesterov):
+///   d = g + weight_decay * p;  accum = momentum * accum + d
+///   p -= lr * (nesterov ? d + momentum * accum : accum)
+///
+///     optim::momentum<float> opt(net.trainable_params(), 0.01f, 0.9f);
+///     opt(grads);
+///
+/// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
+/// opt.step(params, grads)`.
+template <class T, class D = cpu_device>
+class momentum : public optimizer<T> {
+ public:
+  using tensor = tensor_on<T, D>;
+
+  momentum(std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
+           bool nesterov = false)
+      : optimizer<T>("momentum", std::move(params), std::move(lr), weight_decay),
+        mu_(momentum_factor),
+        nesterov_(nesterov) {
+    if (momentum_factor < T(0))
+      throw error("momentum: momentum must not be negative, got " + std::to_string(momentum_factor));
+  }
+  /// Over bare tensors (no parameter objects): see step(params, grads).
+  momentum(T learning_rate, T momentum_factor)
+      : momentum(std::vector<nn::parameter<T>*>{}, learning_rate, momentum_factor) {}
+
+  using optimizer<T>::step;
+
+  /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape).
+  void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
+    if (grads.size() != params.size())
+      throw error("momentum: " + std::to_string(grads.size()) + " gradients for " + std::to_string(params.size()) +
+                  " parameters");
+    if (tensor_accum_.empty())
+      for (const tensor& p : params) {
+        tensor_accum_.push_back(tensor::storage_type::empty(p.local_shape()));
+        tensor::storage_type::fill(tensor_accum_.back(), T(0));
+      }
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (!(grads[i].layout() == params[i].layout()) || !(grads[i].global_shape() == params[i].global_shape()))
+        throw error("momentum: the gradient of parameter " + std::to_string(i) + " is " +
+                    to_string(grads[i].global_shape()) + " " + to_string(grads[i].layout()) + ", the parameter " +
+                    to_string(params[i].global_shape()) + " " + to_string(params[i].layout()));
+    const T lr = this->lr_(this->step_);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if constexpr (std::same_as<D, cpu_device>) {
+        kernels::cpu::momentum_update(params[i].data(), grads[i].data(),
+                                      std::span<T>(tensor_accum_[i].data(), tensor_accum_[i].size()), lr, mu_,
+                                      this->weight_decay_, nesterov_);
+      } else {
+        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_);
+      }
+    }
+    ++this->step_;
+  }
+
+ protected:
+  void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
+    this->ensure_state(accum_);
+    kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
+  }
+
+ private:
+  T mu_;
+  bool nesterov_;
+  std::vector<std::vector<T>> accum_;
+  std::vector<typename tensor::array_type> tensor_accum_;
+};
+
+}  // namespace tessera::optim
+// ---- tessera/optim/adam.hpp ----
+// Adam and AdamW over sharded parameters, with PyTorch's update (torch.optim.Adam and
+// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::optim {
+
+/// Adam (MindSpore's nn.Adam, PyTorch's torch.optim.Adam) at step t = 1, 2, ...:
+///   d = g + weight_decay * p            (L2 decay, added to the gradient)
+///   m = beta1 m + (1 - beta1) d;  v = beta2 v + (1 - beta2) d^2
+///   p -= lr / (1 - beta1^t) * m / (sqrt(v / (1 - beta2^t)) + eps)
+template <class T>
+class adam : public optimizer<T> {
+ public:
+  adam(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+       T eps = T(1e-8), T weight_decay = T(0))
+      : adam("adam", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, false) {}
+
+ protected:
+  adam(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
+       T weight_decay, bool decoupled)
+      : optimizer<T>(name, std::move(params), std::move(lr), weight_decay),
+        beta1_(beta1),
+        beta2_(beta2),
+        eps_(eps),
+        decoupled_(decoupled) {
+    if (!(beta1 >= T(0) && beta1 < T(1)) || !(beta2 >= T(0) && beta2 < T(1)))
+      throw error(name + ": beta1 and beta2 must be in [0, 1), got " + std::to_string(beta1) + " and " +
+                  std::to_string(beta2));
+    if (!(eps > T(0))) throw error(name + ": eps must be positive, got " + std::to_string(eps));
+  }
+
+  void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
+    this->ensure_state(m_);
+    this->ensure_state(v_);
+    kernels::cpu::adam_update(p, g, std::span<T>(m_[i]), std::span<T>(v_[i]), lr, beta1_, beta2_, eps_,
+                              this->weight_decay_, decoupled_, this->step_ + 1);
+  }
+
+ private:
+  T beta1_, beta2_, eps_;
+  bool decoupled_;
+  std::vector<std::vector<T>> m_, v_;
+};
+
+/// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to
+/// the parameter before the update, p *= 1 - lr * weight_decay, and not to the
+/// gradient. (MindSpore's AdamWeightDecay decays alike but skips Adam's bias
+/// correction.)
+template <class T>
+class adamw : public adam<T> {
+ public:
+  adamw(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+        T eps = T(1e-8), T weight_decay = T(1e-2))
+      : adam<T>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
+};
+
+}  // namespace tessera::optim
+// ---- tessera/train/grad.hpp ----
+// value_and_grad over a network's parameters (MindSpore's mindspore.value_and_grad):
+// a function that runs a forward function on a fresh tape, then the backward pass,
+// and returns the loss and each parameter's gradient. Gradients come back as the
+// backward pass made them: for a data-parallel network, partial sums over the ranks
+// that split the batch, which a gradient reducer resolves. A parameter with a
+// gradient listener (train::distributed_grad_reducer) hands it its gradient as soon
+// as the backward pass has finished with it, so its reduction overlaps the rest of
+// the pass.
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace tessera::train {
+
+namespace detail {
+
+template <class X>
+struct is_var : std::false_type {};
+template <class T, class C>
+struct is_var<autodiff::var<T, C>> : std::true_type {};
+
+template <class X>
+struct is_var_pair : std::false_type {};
+template <class T, class C>
+struct is_var_pair<std::pair<autodiff::var<T, C>, autodiff::var<T, C>>> : std::true_type {};
+
+// A dist_tensor<T> argument enters the tape as a data leaf (no copy); others pass as
+// they are (labels of an integer type, options, ...).
+template <class T, class C, class A>
+decltype(auto) wrap_argument(autodiff::tape<T, C>& t, const A& a) {
+  if constexpr (std::is_same_v<A, dist_tensor<T>>) return t.leaf_view(a, false);
+  else return (a);
+}
+
+}  // namespace detail
+
+/// The callable value_and_grad returns. Call it with the forward function's
+/// arguments; every dist_tensor<T> argument reaches the forward function as a tape
+/// value (autodiff::var), the others unchanged.
+template <class T, class C, class F>
+class grad_function {
+ public:
+  grad_function(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+      : f_(std::move(f)), params_(std::move(params)), ctx_(&ctx) {
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!params_[i]) throw error("value_and_grad: parameter " + std::to_string(i) + " is null");
+  }
+
+  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+
+  /// Runs the forward function and the backward pass. Returns (loss, gradients), or,
+  /// when the forward function returns a pair (loss, aux) (MindSpore's has_aux),
+  /// ((loss, aux), gradients). The loss is the tape's scalar as computed (partial
+  /// over the ranks that split the batch for a data-parallel network); gradient i is
+  /// parameter i's, in the layout the backward pass produced.
+  template <class... Args>
+  auto operator()(const Args&... args) {
+    autodiff::tape<T, C> t(*ctx_);
+    const std::uint64_t serial = t.serial();
+    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->expect_grad(serial, int(i));
+    struct unbind_all {
+      std::vector<nn::parameter<T>*>& ps;
+      ~unbind_all() {
+        for (auto* p : ps) p->unbind();
+      }
+    } guard{params_};
+
+    auto out = f_(detail::wrap_argument(t, args)...);
+    using R = decltype(out);
+    static_assert(detail::is_var<R>::value || detail::is_var_pair<R>::value,
+                  "value_and_grad: the forward function must return a tape value (the loss) or a pair "
+                  "(loss, aux) of tape values");
+    autodiff::var<T, C> loss;
+    if constexpr (detail::is_var<R>::value) loss = out;
+    else loss = out.first;
+
+    std::vector<std::optional<dist_tensor<T>>> grads(params_.size());
+    run_backward(t, serial, loss, grads);
+    std::vector<dist_tensor<T>> result;
+    result.reserve(grads.size());
+    for (auto& g : grads) result.push_back(std::move(*g));
+    if constexpr (detail::is_var<R>::value) {
+      return std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>>(loss.value(), std::move(result));
+    } else {
+      return std::pair<std::pair<dist_tensor<T>, dist_tensor<T>>, std::vector<dist_tensor<T>>>(
+          {loss.value(), out.second.value()}, std::move(result));
+    }
+  }
+
+ private:
+  void run_backward(autodiff::tape<T, C>& t, std::uint64_t serial, autodiff::var<T, C> loss,
+                    std::vector<std::optional<dist_tensor<T>>>& grads) {
+    // slot_of[id]: which parameter the leaf with tape id `id` is.
+    std::vector<int> slot_of(std::size_t(t.size()), -1);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const int id = params_[i]->leaf_id(serial);
+      if (id >= 0) slot_of[std::size_t(id)] = int(i);
+    }
+    std::vector<nn::grad_listener<T>*> listeners;
+    for (auto* p : params_)
+      if (p->listener() && std::find(listeners.begin(), listeners.end(), p->listener()) == listeners.end())
+        listeners.push_back(p->listener());
+    for (auto* l : listeners) l->backward_begin();
+
+    auto deliver = [&](std::size_t i, std::optional<dist_tensor<T>> g, int nodes_left) {
+      nn::parameter<T>& p = *params_[i];
+      if (!g) g.emplace(p.layout(), p.shape(), p.data().rank());  // no gradient reached it: zeros
+      grads[i] = std::move(g);
+      if (p.listener()) p.listener()->grad_ready(p, *grads[i], nodes_left);
+    };
+    t.set_leaf_hook([&](int id) {
+      const int i = id < int(slot_of.size()) ? slot_of[std::size_t(id)] : -1;
+      if (i >= 0) deliver(std::size_t(i), t.take_grad(id), id);
+    });
+    t.backward(loss);
+    t.set_leaf_hook({});
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!grads[i]) deliver(i, std::nullopt, 0);  // not used by the forward pass
+  }
+
+  F f_;
+  std::vector<nn::parameter<T>*> params_;
+  device_context<C>* ctx_;
+};
+
+/// Keeps the memory a training step frees for the next step: a process-wide allocator
+/// setting, so the library never makes it on its own; programs call it once at start.
+/// Every step allocates and frees the same activations and gradients; glibc would
+/// return the freed top of the heap to the system after each step (its trim threshold
+/// starts at 128 KiB) and serve blocks of 128 KiB or more from fresh mappings, so the
+/// next step maps and zeroes the same memory again, page by page, which on a small
+/// network costs more than the step's arithmetic. This sets the thresholds to the
+/// ceilings glibc's own adaptive rule reaches (mmap 32 MiB, trim 64 MiB), once per
+/// process; other C libraries are left alone.
+inline void retain_freed_memory() {
+#if defined(__GLIBC__)
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    return true;
+  }();
+  (void)done;
+#endif
+}
+
+/// MindSpore's value_and_grad(forward_fn, None, params): a function that returns the
+/// loss and the gradients of `params`. (Small networks train faster after
+/// retain_freed_memory().)
+///
+///     auto forward_fn = [&](auto x, const dist_tensor<int>& y) { return loss_fn(net(x), y); };
+///     auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
+///     auto [loss, grads] = grad_fn(images, labels);
+template <class T, class C, class F>
+grad_function<T, C, F> value_and_grad(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx) {
+  return grad_function<T, C, F>(std::move(f), std::move(params), ctx);
+}
+
+/// The value of a scalar loss as every rank sees it: its partial sums resolved (one
+/// small all-reduce when the loss is partial). Collective: every rank must call it.
+template <class T, class C>
+T scalar(const dist_tensor<T>& loss, device_context<C>& ctx) {
+  if (loss.ndim() != 0) throw error("scalar: the loss must be a scalar, got shape " + to_string(loss.global_shape()));
+  if (!loss.layout().has_partial()) return loss.local()();
+  return redistribute(loss, loss.layout().without_partial(), ctx).local()();
+}
+
+}  // namespace tessera::train
+// ---- tessera/train/grad_reducer.hpp ----
+// DistributedGradReducer: resolves the gradients of data-parallel parameters over the
+// ranks that hold their replicas, in buckets: small gradients are packed together, and
+// each bucket's all-reduce is started (non-blocking) as soon as the backward pass has
+// finished with its last gradient, so that communication overlaps the rest of the pass.
+// Also parameter_broadcast: every replica of every parameter set to rank 0's.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::train {
+
+namespace detail {
+
+/// The mesh axes over which a layout holds replicas (split nothing), in order.
+inline axis_list replica_axis_list(const layout& l) {
+  axis_list a;
+  const axis_mask r = l.replica_axes();
+  for (int i = 0; i < l.dev.ndim; ++i)
+    if (r >> i & 1u) a.push_back(i);
+  return a;
+}
+
+/// The world ranks of `rank`'s group over `axes` of mesh `m`, in group order.
+inline std::vector<int> group_ranks(const mesh& m, const axis_list& axes, int rank) {
+  std::vector<int> out;
+  const int g = group_size(m, axes);
+  for (int i = 0; i < g; ++i) out.push_back(group_member(m, axes, rank, i));
+  return out;
+}
+
+}  // namespace detail
+
+/// Sets every replica of each parameter to the value its replica group's member
+/// `root` holds (member 0 of a data-parallel group is world rank 0): MindSpore's
+/// parameter_broadcast. Collective over the ranks of the parameters' meshes.
+template <class T, class C>
+void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_context<C>& ctx, int root = 0) {
+  for (nn::parameter<T>* p : params) {
+    dist_tensor<T>& d = p->data();
+    const axis_list axes = detail::replica_axis_list(d.layout());
+    if (group_size(d.layout().dev, axes) == 1) continue;
+    ctx.on(d.layout().dev).group(axes).broadcast(d.data(), root);
+  }
+}
+
+/// MindSpore's nn.DistributedGradReducer for the parameters of a network built on the
+/// ranks of `ctx`.
+///
+/// What it returns, gradient by gradient, in the parameter's own layout:
+///  - mean (MindSpore's gradients_mean=True, the default here and the seeds' setting):
+///    the gradient of the GLOBAL loss. For a data-parallel network whose loss is the
+///    mean over the global batch, each rank's gradient is a partial sum (its own rows'
+///    share) and the reducer adds them up. This equals the mean over the ranks of each
+///    rank's gradient of its local-batch mean loss, which is what MindSpore computes.
+///  - sum (mean = false): that times the number of replicas, which equals the sum over
+///    the ranks of the local-batch gradients (MindSpore's AllReduce.Sum alone).
+///
+/// How: parameters are assigned to buckets in reverse order (the order the backward
+/// pass finishes their gradients), a bucket holding at most `bucket_bytes` of
+/// gradients, and only parameters whose replicas live on the same ranks; a gradient of
+/// `alone_bytes` or more gets a bucket of its own. The reducer registers itself with
+/// its parameters; a training step (train::value_and_grad) hands it each gradient as
+/// soon as it is final, and it copies small ones into their bucket's buffer and starts
+/// the bucket's iall_reduce when the bucket is complete (a bucket of one gradient is
+/// reduced in place; the step's last bucket, with nothing left to overlap, by a
+/// blocking all_reduce). operator() waits for the buckets and returns the gradients.
+/// Gradients that come without a step (computed otherwise) are reduced when
+/// operator() is called.
+///
+///     train::distributed_grad_reducer grad_reducer(optimizer.parameters(), ctx);
+///     auto [loss, grads] = grad_fn(images, labels);   // buckets start during the backward pass
+///     grads = grad_reducer(grads);                     // waits; gradients in the parameters' layouts
+///     optimizer(grads);
+///
+/// Until operator() has returned, a gradient being reduced must not be read. The
+/// reducer must outlive the steps that use it and not move (its parameters point to it).
+template <class T, class C>
+class distributed_grad_reducer final : public nn::grad_listener<T> {
+ public:
+  struct options {
+    /// gradients_mean (see above).
+    bool mean = true;
+    /// Largest bucket, in bytes (PyTorch DDP's bucket_cap_mb, 25 MiB).
+    std::size_t bucket_bytes = std::size_t(25) << 20;
+    /// A gradient of at least this many bytes is reduced alone, in place: packing it
+    /// would copy it twice and save no latency worth the copies.
+    std::size_t alone_bytes = std::size_t(1) << 20;
+    /// Broadcast every parameter from rank 0 on construction (MindSpore's
+    /// parameter_broadcast); the parameters must be built.
+    bool parameter_broadcast = false;
+    /// Start each bucket's reduction during the backward pass (non-blocking). Off, the
+    /// buckets are reduced one after the other when the reducer is called, each by a
+    /// blocking all_reduce: no overlap, but no progress to wait for either.
+    bool overlap = true;
+  };
+
+  /// What happened during the last step, in order: gradients handed over and buckets
+  /// started (for tests and profiling).
+  struct event {
+    enum class kind { grad_ready, bucket_started } what;
+    std::size_t index;  ///< the parameter (grad_ready) or the bucket (bucket_started)
+    int nodes_left;     ///< tape nodes the backward pass still had to visit
+  };
+
+  /// One bucket: its parameters (indices into parameters()), size and group.
+  struct bucket_info {
+    std::vector<std::size_t> params;
+    std::size_t bytes = 0;
+    int group_size = 1;
+  };
+
+  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+      : distributed_grad_reducer(std::move(params), ctx, options{}) {}
+  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx, options opt)
+      : params_(std::move(params)), ctx_(&ctx), opt_(opt) {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i]) throw error("distributed_grad_reducer: parameter " + std::to_string(i) + " is null");
+      params_[i]->set_listener(this);
+    }
+    if (opt_.parameter_broadcast) {
+      for (auto* p : params_)
+        if (!p->built())
+          throw error("distributed_grad_reducer: parameter_broadcast needs built parameters: parameter '" +
+                      p->name() + "' is not built; call build(ctx) on the network first");
+      broadcast_parameters(params_, ctx);
+    }
+    bool all_built = true;
+    for (auto* p : params_) all_built = all_built && p->built();
+    if (all_built) make_plan();
+  }
+
+  distributed_grad_reducer(const distributed_grad_reducer&) = delete;
+  distributed_grad_reducer& operator=(const distributed_grad_reducer&) = delete;
+
+  ~distributed_grad_reducer() override {
+    for (auto* p : params_)
+      if (p->listener() == this) p->set_listener(nullptr);
+    for (bucket& b : buckets_)
+      if (b.req) b.req->wait();
+  }
+
+  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const options& config() const { return opt_; }
+
+  /// The buckets (after the first step, or at once when the parameters were built).
+  std::vector<bucket_info> buckets() const {
+    std::vector<bucket_info> out;
+    for (const bucket& b : buckets_) out.push_back({b.members, b.elements * sizeof(T), b.group_size});
+    return out;
+  }
+  /// The events of the last step.
+  const std::vector<event>& events() const { return events_; }
+
+  /// Waits for the gradients of this step (or reduces them now) and returns them in
+  /// the parameters' layouts. The argument's shards are moved into the result.
+  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>& grads) {
+    if (grads.size() != params_.size())
+      throw error("distributed_grad_reducer: " + std::to_string(grads.size()) + " gradients for " +
+                  std::to_string(params_.size()) + " parameters");
+    if (!planned_) make_plan();
+    if (!in_step_) {
+      begin_step();
+      for (std::size_t i = 0; i < params_.size(); ++i) deliver(i, grads[i], 0);
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!state_[i].delivered)
+        throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() +
+                    "' was not handed over during the step");
+    for (bucket& b : buckets_)
+      if (b.req) {
+        b.req->wait();
+        b.req.reset();
+      }
+    std::vector<dist_tensor<T>> out;
+    out.reserve(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) out.push_back(finish(i, grads[i]));
+    in_step_ = false;
+    return out;
+  }
+  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>&& grads) { return (*this)(grads); }
+
+  // ---- grad_listener ----------------------------------------------------------
+
+  void backward_begin() override {
+    if (opt_.overlap) begin_step();
+  }
+
+  void grad_ready(nn::parameter<T>& p, dist_tensor<T>& g, int nodes_left) override {
+    if (!opt_.overlap) return;  // operator() reduces everything
+    const auto it = std::find(params_.begin(), params_.end(), &p);
+    if (it == params_.end()) return;
+    if (!in_step_) begin_step();
+    deliver(std::size_t(it - params_.begin()), g, nodes_left);
+  }
+
+ private:
+  void begin_step() {
+    if (!planned_) make_plan();
+    if (in_step_)
+      throw error("distributed_grad_reducer: a new step began before the last step's gradients were collected "
+                  "(call the reducer with them)");
+    in_step_ = true;
+    events_.clear();
+    for (auto& s : state_) s = param_state{s.bucket, s.offset, false, false, nullptr};
+    for (bucket& b : buckets_) b.ready = 0;
+    started_ = 0;
+  }
+
+  using request_t = std::remove_cvref_t<decltype(std::declval<C&>().iall_reduce(std::declval<std::span<T>>(),
+                                                                               reduce_op::sum))>;
+  struct bucket {
+    C* comm = nullptr;
+    int group_size = 1;
+    std::vector<int> ranks;
+    std::vector<std::size_t> members;
+    std::size_t elements = 0;
+    std::vector<T> buffer;  // packed gradients (buckets of two or more)
+    std::size_t ready = 0;
+    std::optional<request_t> req;
+  };
+  struct param_state {
+    std::size_t bucket = 0, offset = 0;
+    bool delivered = false;
+    bool on_plan = false;  // partial exactly over its replica axes: reduced in its bucket
+    T* data = nullptr;     // the gradient's buffer (reduced in place in a bucket of one)
+  };
+
+  void make_plan() {
+    state_.assign(params_.size(), param_state{});
+    buckets_.clear();
+    // The open bucket of each group of ranks.
+    std::vector<std::pair<std::vector<int>, std::size_t>> open;
+    for (std::size_t k = params_.size(); k-- > 0;) {
+      nn::parameter<T>& p = *params_[k];
+      const layout& l = p.layout();
+      if (l.has_partial())
+        throw error("distributed_grad_reducer: parameter '" + p.name() + "' has a partial layout " + to_string(l));
+      const axis_list axes = detail::replica_axis_list(l);
+      std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
+      const std::size_t n = std::size_t(p.data().data().size());
+      auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
+      const bool alone = n * sizeof(T) >= opt_.alone_bytes;
+      if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
+        open.erase(it);
+        it = open.end();
+      }
+      if (it == open.end() || (buckets_[it->second].elements + n) * sizeof(T) > opt_.bucket_bytes) {
+        bucket b;
+        b.group_size = int(ranks.size());
+        b.comm = b.group_size > 1 ? &ctx_->on(l.dev).group(axes) : nullptr;
+        b.ranks = ranks;
+        buckets_.push_back(std::move(b));
+        if (it == open.end()) it = open.insert(open.end(), {std::move(ranks), buckets_.size() - 1});
+        else it->second = buckets_.size() - 1;
+      }
+      bucket& b = buckets_[it->second];
+      state_[k].bucket = it->second;
+      state_[k].offset = b.elements;
+      b.members.push_back(k);
+      b.elements += n;
+      if (alone) open.erase(it);  // nothing joins it
+    }
+    for (bucket& b : buckets_)
+      if (b.members.size() > 1 && b.comm) b.buffer.assign(b.elements, T(0));
+    planned_ = true;
+  }
+
+  // True when g is p's layout made partial (sum) over exactly p's replica axes of size
+  // more than one: then the sum over the bucket's group resolves it.
+  static bool on_plan(const nn::parameter<T>& p, const dist_tensor<T>& g) {
+    const layout& pl = p.layout();
+    const layout& gl = g.layout();
+    if (!(gl.without_partial() == pl) || (gl.has_partial() && gl.op != reduce_op::sum)) return false;
+    const axis_mask replicas = pl.replica_axes();
+    for (int a = 0; a < pl.dev.ndim; ++a) {
+      const bool is_replica = replicas >> a & 1u;
+      if (gl.is_partial(a) && !is_replica) return false;
+      if (is_replica && pl.dev.dims[a] > 1 && !gl.is_partial(a)) return false;
+    }
+    return true;
+  }
+
+  void deliver(std::size_t i, dist_tensor<T>& g, int nodes_left) {
+    param_state& s = state_[i];
+    if (s.delivered)
+      throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() +
+                  "' was handed over twice in one step");
+    if (!(g.global_shape() == params_[i]->shape()))
+      throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() + "' is " +
+                  to_string(g.global_shape()) + ", the parameter " + to_string(params_[i]->shape()));
+    s.delivered = true;
+    s.on_plan = on_plan(*params_[i], g);
+    s.data = g.data().data();
+    events_.push_back({event::kind::grad_ready, i, nodes_left});
+    bucket& b = buckets_[s.bucket];
+    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
+      T* dst = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.data().size());
+      if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
+      else std::fill(dst, dst + n, T(0));
+    }
+    if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
+    progress();
+  }
+
+  void start(std::size_t k, int nodes_left) {
+    bucket& b = buckets_[k];
+    events_.push_back({event::kind::bucket_started, k, nodes_left});
+
+    struct count_start {
+      std::size_t& n;
+      ~count_start() { ++n; }
+    } counted{started_};
+    if (!b.comm) return;
+    bool any = false;
+    for (std::size_t m : b.members) any = any || state_[m].on_plan;
+    if (!any) return;  // every member resolved otherwise (the same on every rank)
+    T* data = b.members.size() > 1 ? b.buffer.data() : state_[b.members[0]].data;
+    // The step's last bucket has nothing left to overlap with: a blocking all_reduce
+    // (faster than the non-blocking one's progress) finishes it at once.
+    if (opt_.overlap && started_ + 1 < buckets_.size())
+      b.req.emplace(b.comm->iall_reduce(std::span<T>(data, b.elements), reduce_op::sum));
+    else b.comm->all_reduce(std::span<T>(data, b.elements), reduce_op::sum);
+  }
+
+  // Lets the library move pending reductions along (MPI progresses on calls).
+  void progress() {
+    for (bucket& b : buckets_)
+      if (b.req) {
+        if constexpr (requires(request_t& r) { r.test(); }) (void)b.req->test();
+      }
+  }
+
+  dist_tensor<T> finish(std::size_t i, dist_tensor<T>& g) {
+    nn::parameter<T>& p = *params_[i];
+    const param_state& s = state_[i];
+    const bucket& b = buckets_[s.bucket];
+    const layout& pl = p.layout();
+    T factor = T(1);
+    if (!opt_.mean) factor = T(group_size(pl.dev, detail::replica_axis_list(pl)));
+    if (!s.on_plan) {
+      dist_tensor<T> r = g.layout() == pl ? std::move(g) : redistribute(g, pl, *ctx_);
+      if (factor != T(1))
+        for (T& v : r.data()) v *= factor;
+      return r;
+    }
+    T* dst = g.data().data();
+    if (b.members.size() > 1 && b.comm) {
+      const T* src = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.data().size());
+      if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
+      else
+        for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+    } else if (b.comm) {
+      if (dst != s.data)
+        throw error("distributed_grad_reducer: the gradient of parameter '" + p.name() +
+                    "' is not the one handed over during the step (a copy?); pass the step's gradients "
+                    "themselves: grads = reducer(grads)");
+      if (factor != T(1))
+        for (T& v : g.data()) v *= factor;
+    }
+    return dist_tensor<T>(pl, p.shape(), g.rank(), std::move(g.local()));
+  }
+
+  std::vector<nn::parameter<T>*> params_;
+  device_context<C>* ctx_;
+  options opt_;
+  bool planned_ = false;
+  bool in_step_ = false;
+  std::size_t started_ = 0;  // buckets started in this step
+  std::vector<bucket> buckets_;
+  std::vector<param_state> state_;
+  std::vector<event> events_;
+};
+
+}  // namespace tessera::train
+// ---- tessera/train/callbacks.hpp ----
+// Callbacks of Model::train (MindSpore's mindspore.train.Callback): hooks at the
+// beginning and end of the training, of each epoch and of each step, given a
+// run_context. LossMonitor prints the seeds' line `epoch: E step: S, loss is L`,
+// TimeMonitor the epoch and step times, ProgressBar a one-line bar on rank 0 when
+// stdout is a terminal.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+#include <unistd.h>
+
+namespace tessera::train {
+
+/// What a callback sees (MindSpore's RunContext and its cb_params). Counts start at 1.
+template <class T = float>
+struct run_context {
+  int epoch = 0;                      ///< the current epoch (cur_epoch_num)
+  int epochs = 0;                     ///< epochs to train (epoch_num)
+  std::int64_t step = 0;              ///< steps so far over the whole training (cur_step_num)
+  std::int64_t step_in_epoch = 0;     ///< steps so far in this epoch
+  std::int64_t steps_per_epoch = -1;  ///< batches per epoch (batch_num); -1 if not known
+  double loss = 0;                    ///< the step's loss over the global batch, the same on every rank
+  double step_seconds = 0;            ///< the step's wall time (forward, backward, reduction, update)
+  std::int64_t batch_samples = 0;     ///< samples in the step's global batch
+  int rank = 0;                       ///< this rank
+  int ranks = 1;                      ///< the number of ranks
+  /// The network's parameters with their dotted names (for checkpoints).
+  std::vector<std::pair<std::string, nn::parameter<T>*>> parameters;
+  /// Set by a callback to end the training after this step (MindSpore's request_stop).
+  bool stop_requested = false;
+  void request_stop() { stop_requested = true; }
+};
+
+/// The base of the callbacks: every hook does nothing unless overridden. Every rank
+/// calls every hook at the same point; a hook that communicates must do so on every
+/// rank.
+template <class T = float>
+class callback {
+ public:
+  virtual ~callback() = default;
+  virtual void on_train_begin(run_context<T>&) {}
+  virtual void on_epoch_begin(run_context<T>&) {}
+  virtual void on_step_begin(run_context<T>&) {}
+  virtual void on_step_end(run_context<T>&) {}
+  virtual void on_epoch_end(run_context<T>&) {}
+  virtual void on_train_end(run_context<T>&) {}
+};
+
+namespace detail {
+/// A loss as MindSpore prints it: 8 significant digits ("2.3026438").
+inline std::string loss_text(double loss) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.8g", loss);
+  return buf;
+}
+}  // namespace detail
+
+/// MindSpore's LossMonitor(per_print_times): every `per_print_times` steps of an epoch,
+/// on every rank, `epoch: E step: S, loss is L` (S counts the epoch's steps from 1).
+template <class T = float>
+class loss_monitor : public callback<T> {
+ public:
+  explicit loss_monitor(int per_print_times = 1, std::ostream& out = std::cout) : every_(per_print_times), out_(&out) {
+    if (per_print_times < 1)
+      throw error("loss_monitor: per_print_times must be at least 1, got " + std::to_string(per_print_times));
+  }
+  void on_step_end(run_context<T>& rc) override {
+    if (!std::isfinite(rc.loss))
+      throw error("loss_monitor: the loss is " + detail::loss_text(rc.loss) + " at epoch " +
+                  std::to_string(rc.epoch) + " step " + std::to_string(rc.step_in_epoch) + ": training has diverged");
+    if (rc.step_in_epoch % every_ == 0)
+      *out_ << "epoch: " << rc.epoch << " step: " << rc.step_in_epoch << ", loss is " << detail::loss_text(rc.loss)
+            << "\n"
+            << std::flush;
+  }
+
+ private:
+  int every_;
+  std::ostream* out_;
+};
+
+/// MindSpore's TimeMonitor: at the end of each epoch, on rank 0,
+/// `epoch time: X ms, per step time: Y ms`. Keeps the mean step time of the training.
+template <class T = float>
+class time_monitor : public callback<T> {
+ public:
+  explicit time_monitor(std::ostream& out = std::cout) : out_(&out) {}
+  void on_epoch_begin(run_context<T>&) override {
+    epoch_seconds_ = 0;
+    epoch_steps_ = 0;
+  }
+  void on_step_end(run_context<T>& rc) override {
+    epoch_seconds_ += rc.step_seconds;
+    total_seconds_ += rc.step_seconds;
+    ++epoch_steps_;
+    ++total_steps_;
+  }
+  void on_epoch_end(run_context<T>& rc) override {
+    if (rc.rank != 0 || epoch_steps_ == 0) return;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "epoch time: %.3f ms, per step time: %.3f ms\n", epoch_seconds_ * 1e3,
+                  epoch_seconds_ * 1e3 / double(epoch_steps_));
+    *out_ << buf << std::flush;
+  }
+  /// The mean step time so far, in milliseconds (0 before any step).
+  double mean_step_ms() const { return total_steps_ ? total_seconds_ * 1e3 / double(total_steps_) : 0.0; }
+
+ private:
+  std::ostream* out_;
+  double epoch_seconds_ = 0, total_seconds_ = 0;
+  std::int64_t epoch_steps_ = 0, total_steps_ = 0;
+};
+
+/// One line of progress: `[=======>      ] 120/1875 epoch 1/10 loss 0.34561 2345 samples/s ETA 0:12`
+/// (without the bar when the epoch's length is unknown). `seconds_left` < 0 leaves ETA out.
+inline std::string progress_line(std::int64_t step, std::int64_t steps, int epoch, int epochs, double loss,
+                                 double samples_per_second, double seconds_left, int width = 24) {
+  std::string s;
+  if (steps > 0) {
+    const int done = int(std::min<std::int64_t>(width, step * width / steps));
+    s.push_back('[');
+    s.append(std::size_t(done), '=');
+    if (done < width) {
+      s.push_back('>');
+      s.append(std::size_t(width - done - 1), ' ');
+    }
+    s.append("] ").append(std::to_string(step)).append("/").append(std::to_string(steps));
+  } else {
+    s.append("step ").append(std::to_string(step));
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof buf, " epoch %d/%d loss %.5g %.0f samples/s", epoch, epochs, loss, samples_per_second);
+  s += buf;
+  if (seconds_left >= 0) {
+    const long long t = std::llround(seconds_left);
+    std::snprintf(buf, sizeof buf, " ETA %lld:%02lld", t / 60, t % 60);
+    s += buf;
+  }
+  return s;
+}
+
+/// A progress bar on rank 0, redrawn in place after every step, only when stdout is a
+/// terminal (or `force`): steps, loss, samples per second and the time left.
+template <class T = float>
+class progress_bar : public callback<T> {
+ public:
+  explicit progress_bar(std::ostream& out = std::cout, bool force = false) : out_(&out), force_(force) {}
+  void on_train_begin(run_context<T>& rc) override {
+    active_ = rc.rank == 0 && (force_ || ::isatty(STDOUT_FILENO) == 1);
+    seconds_ = 0;
+    steps_ = 0;
+    samples_ = 0;
+  }
+  void on_step_end(run_context<T>& rc) override {
+    seconds_ += rc.step_seconds;
+    samples_ += double(rc.batch_samples);
+    ++steps_;
+    if (!active_) return;
+    const double per_step = seconds_ / double(steps_);
+    double left = -1;
+    if (rc.steps_per_epoch > 0)
+      left = per_step * double((rc.epochs - rc.epoch) * rc.steps_per_epoch + rc.steps_per_epoch - rc.step_in_epoch);
+    *out_ << "\r" << progress_line(rc.step_in_epoch, rc.steps_per_epoch, rc.epoch, rc.epochs, rc.loss,
+                                   seconds_ > 0 ? samples_ / seconds_ : 0.0, left)
+          << std::flush;
+  }
+  void on_epoch_end(run_context<T>&) override {
+    if (active_) *out_ << "\n" << std::flush;
+  }
+  /// Whether it draws (rank 0 and a terminal, or forced); known once training began.
+  bool active() const { return active_; }
+
+ private:
+  std::ostream* out_;
+  bool force_;
+  bool active_ = false;
+  double seconds_ = 0, samples_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace tessera::train
+// ---- tessera/train/model.hpp ----
+// Model (MindSpore's mindspore.train.Model): a network, a loss and an optimizer
+// trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
+// rank reads its own shard of the data (the batch split over the ranks), the
+// gradients are reduced over the ranks by a distributed_grad_reducer during the
+// backward pass, and every rank steps the optimizer on its shards.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::train {
+
+/// One rank's rows of a batch: inputs (batch, ...) and class labels (batch,).
+template <class T>
+struct local_batch {
+  xt::xarray<T> inputs;
+  xt::xarray<std::int32_t> labels;
+};
+
+namespace detail {
+
+template <class T, class A>
+xt::xarray<T> as_array(const xt::xarray<A>& a) {
+  if constexpr (std::is_same_v<A, T>) return a;
+  else {
+    xt::xarray<T> out = xt::xarray<T>::from_shape(a.shape());
+    for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = T(a.data()[i]);
+    return out;
+  }
+}
+
+/// The rows of a batch element as Model reads them: a pair (or tuple) of arrays
+/// (inputs, labels), or a local_batch. Overloads for other batch types (data/'s rows)
+/// are found by argument-dependent lookup: `to_local_batch(tag<T>, const B&)`.
+template <class T>
+struct tag {};
+
+template <class T, class X, class Y>
+local_batch<T> to_local_batch(tag<T>, const std::pair<xt::xarray<X>, xt::xarray<Y>>& b) {
+  return {as_array<T>(b.first), as_array<std::int32_t>(b.second)};
+}
+template <class T, class X, class Y>
+local_batch<T> to_local_batch(tag<T>, const std::tuple<xt::xarray<X>, xt::xarray<Y>>& b) {
+  return {as_array<T>(std::get<0>(b)), as_array<std::int32_t>(std::get<1>(b))};
+}
+template <class T>
+local_batch<T> to_local_batch(tag<T>, const local_batch<T>& b) {
+  return b;
+}
+
+/// Pass e of a dataset: ds.epoch(e) when it has one (data::dataset), else the range.
+template <class D>
+decltype(auto) epoch_of(D& ds, std::int64_t e) {
+  if constexpr (requires { ds.epoch(e); }) return ds.epoch(e);
+  else return (ds);
+}
+
+/// Batches per epoch when the dataset knows (get_dataset_size() or size()), else -1.
+template <class D>
+std::int64_t batches_per_epoch(const D& ds) {
+  if constexpr (requires { ds.get_dataset_size(); }) return std::int64_t(ds.get_dataset_size());
+  else if constexpr (requires { ds.size(); }) return std::int64_t(ds.size());
+  else return -1;
+}
+
+// The ranks agree that each has a batch of the same size, or that all are done.
+// Throws on every rank otherwise (a rank with fewer batches would leave the others
+// waiting in a collective).
+template <class C>
+bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
+  std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
+  // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
+  ctx.world().all_reduce(std::span<std::int64_t>(v), reduce_op::max);
+  const bool any = v[2] == 1, all = v[3] == -1;
+  if (!any) return false;
+  if (!all)
+    throw error(std::string(who) + ": the ranks ran out of batches at different steps (shard the dataset into "
+                                   "equal parts and batch with drop_remainder)");
+  if (v[0] != -v[1])
+    throw error(std::string(who) + ": the ranks' batches differ in size: " + std::to_string(-v[1]) + " to " +
+                std::to_string(v[0]) + " rows (batch with drop_remainder)");
+  return true;
+}
+
+// This rank's rows as shards of the global batch, split over every rank.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+  const int p = ctx.size();
+  const index_t rows = index_t(b.inputs.shape()[0]);
+  if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
+    extents ls;
+    ls.ndim = int(b.labels.dimension());
+    for (int d = 0; d < ls.ndim; ++d) ls.v[d] = index_t(b.labels.shape()[std::size_t(d)]);
+    throw error("model: a batch has " + std::to_string(rows) + " inputs and labels of shape " + to_string(ls));
+  }
+  extents xs;
+  xs.ndim = int(b.inputs.dimension());
+  for (int d = 0; d < xs.ndim; ++d) xs.v[d] = index_t(b.inputs.shape()[std::size_t(d)]);
+  xs.v[0] = rows * p;
+  layout xl = layout::replicated(mesh{p}, xs.ndim);
+  xl.split[0] = axis_list{0};
+  dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
+  return {std::move(x), std::move(y)};
+}
+
+// Rows whose largest logit is at the label, counted once over the ranks that share
+// them (the ranks of a row's replicas are told apart by their coordinates).
+template <class T, class C>
+double count_correct(const dist_tensor<T>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+  const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
+  const laid_out<T> lx = nn::detail::placed_as(logits, rows, ctx);
+  const laid_out<std::int32_t> ly = nn::detail::placed_as(labels, layout(rows.dev, {rows.split[0]}), ctx);
+  // Count only on the first replica of each row block.
+  const mesh_coords c = rows.dev.coords(ctx.rank());
+  for (int a = 0; a < rows.dev.ndim; ++a)
+    if (!rows.split[0].contains(a) && c[a] != 0) return 0;
+  const auto& x = lx->local();
+  const std::size_t n = x.shape()[0], k = x.shape()[1];
+  double correct = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t best = 0;
+    for (std::size_t j = 1; j < k; ++j)
+      if (x.data()[i * k + j] > x.data()[i * k + best]) best = j;
+    correct += std::int32_t(best) == ly->local().data()[i] ? 1 : 0;
+  }
+  return correct;
+}
+
+}  // namespace detail
+
+/// The results of Model::eval over a dataset: MindSpore's metrics {"accuracy", "loss"}.
+struct eval_result {
+  double accuracy = 0;       ///< correct / samples (argmax of the logits equals the label)
+  double loss = 0;           ///< the loss averaged over the batches
+  std::int64_t samples = 0;  ///< samples seen, over all ranks
+};
+
+/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
+/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
+/// rows: each sample counted once. Collective. The dataset is read as Model::train
+/// reads it.
+template <class Net, class Loss, class Dataset, class C>
+eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
+  using T = typename Net::value_type;
+  const bool was_training = net.training();
+  net.set_train(false);
+  double correct = 0, loss_sum = 0;
+  std::int64_t samples = 0, batches = 0;
+  auto&& pass = detail::epoch_of(dataset, 0);
+  auto it = pass.begin();
+  auto end = pass.end();
+  while (true) {
+    const bool have = !(it == end);
+    std::optional<local_batch<T>> b;
+    if (have) b = to_local_batch(detail::tag<T>{}, *it);
+    if (!detail::agree_on_batch(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
+    const auto [x, y] = detail::to_tensors(*b, ctx);
+    autodiff::tape<T, C> t(ctx);
+    const auto logits = net(t.leaf_view(x, false));
+    const auto loss = loss_fn(logits, y);
+    loss_sum += double(scalar(loss.value(), ctx));
+    correct += detail::count_correct(logits.value(), y, ctx);
+    samples += x.global_shape()[0];
+    ++batches;
+    ++it;
+  }
+  net.set_train(was_training);
+  std::vector<double> c{correct};
+  ctx.world().all_reduce(std::span<double>(c), reduce_op::sum);
+  eval_result r;
+  r.samples = samples;
+  r.accuracy = samples ? c[0] / double(samples) : 0.0;
+  r.loss = batches ? loss_sum / double(batches) : 0.0;
+  return r;
+}
+
+/// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a classifier.
+///
+///     train::model model(net, loss_fn, opt, ctx);
+///     train::loss_monitor lm(10);
+///     model.train(10, dataset, {&lm});
+///     const auto m = model.eval(test_set);   // m.accuracy
+///
+/// A dataset is anything whose elements are batches of this rank's rows, a pair
+/// (inputs, labels) of xt::xarray (data::dataset rows once data/ is included): either
+/// a range, iterated once per epoch, or an object with epoch(e) (each epoch its own
+/// pass). Every rank must see batches of the same size, as many as the others: the
+/// ranks check it together at each step (an error, not a hang, otherwise).
+template <class Net, class Loss, class C>
+class model {
+ public:
+  using T = typename Net::value_type;
+
+  struct options {
+    bool gradients_mean = true;                         ///< see distributed_grad_reducer
+    std::size_t bucket_bytes = std::size_t(25) << 20;   ///< the reducer's bucket size
+    bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
+  };
+
+  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx)
+      : model(net, loss_fn, opt, ctx, options{}) {}
+  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx, options o)
+      : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
+
+  Net& network() { return *net_; }
+
+  /// Trains `epochs` passes over `dataset`, calling the callbacks' hooks.
+  template <class Dataset>
+  void train(int epochs, Dataset& dataset, const std::vector<callback<T>*>& callbacks = {}) {
+    if (epochs < 0) throw error("model.train: epochs must not be negative, got " + std::to_string(epochs));
+    prepare();
+    net_->set_train(true);
+    run_context<T> rc;
+    rc.epochs = epochs;
+    rc.rank = ctx_->rank();
+    rc.ranks = ctx_->size();
+    rc.steps_per_epoch = detail::batches_per_epoch(dataset);
+    rc.parameters = net_->named_parameters();
+    auto grad_fn = value_and_grad(
+        [this](auto x, const dist_tensor<std::int32_t>& y) { return (*loss_)((*net_)(x), y); },
+        opt_->parameters(), *ctx_);
+    for (auto* cb : callbacks) cb->on_train_begin(rc);
+    for (int e = 0; e < epochs && !rc.stop_requested; ++e) {
+      rc.epoch = e + 1;
+      rc.step_in_epoch = 0;
+      for (auto* cb : callbacks) cb->on_epoch_begin(rc);
+      auto&& pass = detail::epoch_of(dataset, e);
+      auto it = pass.begin();
+      auto end = pass.end();
+      while (true) {
+        const bool have = !(it == end);
+        std::optional<local_batch<T>> b;
+        if (have) b = to_local_batch(detail::tag<T>{}, *it);
+        if (!detail::agree_on_batch(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train")) break;
+        const auto [x, y] = detail::to_tensors(*b, *ctx_);
+        rc.batch_samples = x.global_shape()[0];
+        for (auto* cb : callbacks) cb->on_step_begin(rc);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto [loss, grads] = grad_fn(x, y);
+        grads = (*reducer_)(grads);
+        (*opt_)(grads);
+        rc.loss = double(scalar(loss, *ctx_));
+        rc.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++rc.step;
+        ++rc.step_in_epoch;
+        for (auto* cb : callbacks) cb->on_step_end(rc);
+        if (rc.stop_requested) break;
+        ++it;
+      }
+      for (auto* cb : callbacks) cb->on_epoch_end(rc);
+    }
+    for (auto* cb : callbacks) cb->on_train_end(rc);
+  }
+
+  /// The accuracy and mean loss of the network over `dataset` (train::evaluate).
+  template <class Dataset>
+  eval_result eval(Dataset& dataset) {
+    if (!net_->built()) net_->build(*ctx_);
+    return evaluate(*net_, *loss_, dataset, *ctx_);
+  }
+
+  /// The gradient reducer (made at the first train or eval).
+  distributed_grad_reducer<T, C>* reducer() { return reducer_.get(); }
+
+ private:
+  void prepare() {
+    if (!net_->built()) net_->build(*ctx_);
+    if (!reducer_)
+      reducer_ = std::make_unique<distributed_grad_reducer<T, C>>(
+          opt_->parameters(), *ctx_,
+          typename distributed_grad_reducer<T, C>::options{.mean = opt_config_.gradients_mean,
+                                                            .bucket_bytes = opt_config_.bucket_bytes,
+                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
+  }
+
+  Net* net_;
+  Loss* loss_;
+  optim::optimizer<T>* opt_;
+  device_context<C>* ctx_;
+  options opt_config_;
+  std::unique_ptr<distributed_grad_reducer<T, C>> reducer_;
+};
+
+}  // namespace tessera::train
 #endif
 
 // data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch
@@ -13608,6 +19571,133 @@ inline labelled_images synthetic_images(std::size_t n, std::size_t height, std::
 }
 
 }  // namespace tessera::data
+
+// train/data.hpp and train/checkpoint.hpp: Model reading data/'s batches, and
+// ModelCheckpoint saving through io/
+#if __has_include(<cblas.h>)
+// ---- tessera/train/data.hpp ----
+// Model::train and train::evaluate reading data::dataset rows: a batch row's "image"
+// (or first) column is the inputs, its "label" (or second) column the class labels.
+
+#include <cstdint>
+
+namespace tessera::data {
+
+/// The rows of a batch as Model reads them (found by argument-dependent lookup):
+/// columns "image" and "label" when the row has them, else its first two columns;
+/// inputs converted to T, labels to int32.
+template <class T>
+train::local_batch<T> to_local_batch(train::detail::tag<T>, const row& b) {
+  auto has = [&](const char* name) {
+    for (const auto& n : b.names)
+      if (n == name) return true;
+    return false;
+  };
+  if (b.values.size() < 2 && !(has("image") && has("label")))
+    throw error("model: a batch row needs an inputs and a labels column; the columns are " + row::join(b.names));
+  const array& x = has("image") ? b["image"] : b.values[0];
+  const array& y = has("label") ? b["label"] : b.values[1];
+  train::local_batch<T> out;
+  out.inputs = x.template to<T>();
+  out.labels = y.template to<std::int32_t>();
+  return out;
+}
+
+}  // namespace tessera::data
+// ---- tessera/train/checkpoint.hpp ----
+// ModelCheckpoint (MindSpore's mindspore.train.ModelCheckpoint with its
+// CheckpointConfig): a callback that saves the network's parameters through io/'s
+// checkpoint writer every N steps and at the end of the training, named
+// "<prefix>-<epoch>_<step>.safetensors", keeping the newest keep_checkpoint_max.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::train {
+
+/// MindSpore's ModelCheckpoint(prefix, directory, config). Saving is collective: every
+/// rank calls the hooks at the same steps.
+///
+/// - integrated_save off (the default here): each rank writes its own shards to its
+///   own folder, `<directory>/rank_<r>/<prefix>-<epoch>_<step>.safetensors`
+///   (io::rank_file); in data parallel each rank's shards are the whole network, as
+///   each MindSpore rank saves the whole network to its own directory (the seeds pass
+///   one directory per rank; the rank folder keeps them apart when they share one).
+/// - integrated_save on: the tensors are gathered and rank 0 writes
+///   `<directory>/<prefix>-<epoch>_<step>.safetensors`.
+///
+/// Either loads with io::load_distributed_checkpoint(<directory>/<name>, ...) into any
+/// layout on any number of ranks. The step in the name counts the epoch's steps from 1
+/// (MindSpore's naming). After each save, the rank that wrote deletes its checkpoints of
+/// `prefix` beyond the newest keep_checkpoint_max (io::rotate_checkpoints).
+///
+///     train::model_checkpoint<float, mpi_communicator> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
+///                                                            {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
+///     model.train(10, dataset, {&loss_cb, &ckpt});
+template <class T, class C>
+class model_checkpoint : public callback<T> {
+ public:
+  /// MindSpore's CheckpointConfig.
+  struct config {
+    std::int64_t save_checkpoint_steps = 1;  ///< save every this many steps (and at the end)
+    int keep_checkpoint_max = 5;             ///< checkpoints kept per folder
+    bool integrated_save = false;            ///< see above
+  };
+
+  model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx)
+      : model_checkpoint(std::move(prefix), std::move(directory), ctx, config{}) {}
+  model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx, config c)
+      : prefix_(std::move(prefix)), dir_(std::move(directory)), ctx_(&ctx), cfg_(c) {
+    if (c.save_checkpoint_steps < 1)
+      throw error("model_checkpoint: save_checkpoint_steps must be at least 1, got " +
+                  std::to_string(c.save_checkpoint_steps));
+    if (c.keep_checkpoint_max < 1)
+      throw error("model_checkpoint: keep_checkpoint_max must be at least 1, got " +
+                  std::to_string(c.keep_checkpoint_max));
+    (void)io::checkpoint_file_name(prefix_, 0, 0);  // checks the prefix now, not at the first save
+  }
+
+  void on_step_end(run_context<T>& rc) override {
+    if (rc.step % cfg_.save_checkpoint_steps == 0) save(rc);
+  }
+  void on_train_end(run_context<T>& rc) override {
+    if (rc.step > 0 && rc.step != last_saved_) save(rc);
+  }
+
+  /// The checkpoints named so far (<directory>/<name>, what load_distributed_checkpoint
+  /// takes), oldest first, including those since rotated away.
+  const std::vector<std::filesystem::path>& saved() const { return saved_; }
+
+ private:
+  void save(run_context<T>& rc) {
+    std::vector<io::param_ref> refs;
+    refs.reserve(rc.parameters.size());
+    for (auto& [name, p] : rc.parameters) refs.emplace_back(name, p->data());
+    const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
+    io::save_options how;
+    how.integrated_save = cfg_.integrated_save;
+    const std::filesystem::path written = io::save_checkpoint(file, std::span<const io::param_ref>(refs), *ctx_, how);
+    if (!cfg_.integrated_save || ctx_->rank() == 0) {
+      const std::filesystem::path folder = written.has_parent_path() ? written.parent_path() : ".";
+      io::rotate_checkpoints(folder, prefix_, cfg_.keep_checkpoint_max);
+    }
+    saved_.push_back(file);
+    last_saved_ = rc.step;
+  }
+
+  std::string prefix_;
+  std::filesystem::path dir_;
+  device_context<C>* ctx_;
+  config cfg_;
+  std::int64_t last_saved_ = 0;
+  std::vector<std::filesystem::path> saved_;
+};
+
+}  // namespace tessera::train
+#endif
 #endif
 
 // comm/mpi.hpp: the MPI communicator
@@ -14307,6 +20397,16 @@ class mpi_communicator {
 
   /// MPI_Comm_dup: same ranks, separate message space and counters. Collective.
   mpi_communicator dup() const { return duplicate_of(comm_, "dup"); }
+
+  /// The ranks of this communicator on this rank's node (MPI_Comm_split_type with
+  /// MPI_COMM_TYPE_SHARED), ordered by rank: its rank() is the node-local rank, which
+  /// picks a GPU on machines with several. Collective.
+  mpi_communicator node_local() const {
+    MPI_Comm out = MPI_COMM_NULL;
+    detail::mpi_call(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out),
+                     "MPI_Comm_split_type");
+    return mpi_communicator(out, true);
+  }
 
   traffic& stats() noexcept { return stats_; }
   const traffic& stats() const noexcept { return stats_; }

@@ -189,7 +189,7 @@ TEST_CASE("reduce: bad dims and strategies name the operator, the rule, the numb
 }
 
 TEST_CASE("reduce: every strategy, dims and keep_dims of reduce_min; ties split across ranks") {
-  mpi_communicator world = mpi_communicator::world();
+  testing::test_comm world = testing::test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -205,19 +205,19 @@ TEST_CASE("reduce: every strategy, dims and keep_dims of reduce_min; ties split 
       for (int d = 0; d < out_shape.ndim; ++d) out_shape.v[d] = index_t(min_ref.shape()[d]);
       const xt::xarray<float> gdy = global_tensor(out_shape, 6);
       const xt::xarray<float> dmin_ref = k::reduce_min_grad(gdy, gx, min_ref, axes, keep);
-      const dist_tensor<float> dy = shard_of(gdy, layout::replicated(mesh{p}, out_shape.ndim), me);
+      const testing::test_tensor dy = shard_of(gdy, layout::replicated(mesh{p}, out_shape.ndim), me);
       for (const split_tuple& s : split_tuples(shape, p)) {
         const ops::reduce_min_op op{strategy{s}, dims, keep};
         CAPTURE(to_string(op.st));
         CAPTURE(axes.size());
         CAPTURE(keep);
         const reduce_layouts r = op.rule(p, shape);
-        const dist_tensor<float> x = shard_of(gx, cases % 2 ? r.in : flat, me);
-        const dist_tensor<float> y = ops::reduce_min(op, x, ctx);
+        const testing::test_tensor x = shard_of(gx, cases % 2 ? r.in : flat, me);
+        const testing::test_tensor y = ops::reduce_min(op, x, ctx);
         CHECK(y.layout() == r.out);
         CHECK(y.layout().op == (y.layout().has_partial() ? reduce_op::min : reduce_op::sum));
         CHECK(gather(y, ctx) == min_ref);
-        const dist_tensor<float> dx = ops::reduce_min_backward(op, dy, x, y, ctx);
+        const testing::test_tensor dx = ops::reduce_min_backward(op, dy, x, y, ctx);
         CHECK(dx.layout() == r.in);
         CHECK(gather(dx, ctx) == dmin_ref);
         ++cases;

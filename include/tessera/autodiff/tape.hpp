@@ -8,6 +8,8 @@
 // is the all-reduce over the data-parallel ranks.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -40,15 +42,30 @@ class tape {
   /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
   using backward_fn = std::function<void(tape&, const tensor& grad)>;
 
-  explicit tape(device_context<C>& ctx) : ctx_(&ctx) {}
+  /// Called during backward() once for each leaf that requires a gradient, with its id,
+  /// when the pass reaches it: every node that could still add to its gradient has run.
+  using leaf_hook = std::function<void(int id)>;
+
+  explicit tape(device_context<C>& ctx) : ctx_(&ctx), serial_(next_serial()) {}
   tape(const tape&) = delete;
   tape& operator=(const tape&) = delete;
 
   device_context<C>& ctx() { return *ctx_; }
+  /// A number no other tape of this process has had: tells tapes apart even when one
+  /// is made where another was destroyed.
+  std::uint64_t serial() const { return serial_; }
+  /// The number of values recorded so far.
+  int size() const { return int(nodes_.size()); }
 
   /// A value with no inputs: a parameter (requires_grad) or data.
   var<T, C, D> leaf(tensor value, bool requires_grad = true) {
     nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
+    return {this, int(nodes_.size()) - 1};
+  }
+  /// A leaf that refers to `value` instead of copying it (a parameter): `value` must
+  /// outlive the tape and stay unchanged while the tape is used.
+  var<T, C, D> leaf_view(const tensor& value, bool requires_grad = true) {
+    nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
@@ -56,17 +73,38 @@ class tape {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
     return {this, int(nodes_.size()) - 1};
   }
+  /// As above; with requires_grad false (no input needs a gradient) the backward
+  /// function never runs.
+  var<T, C, D> record(tensor value, backward_fn backward, bool requires_grad) {
+    nodes_.push_back(node{std::move(value), std::move(backward), {}, requires_grad});
+    return {this, int(nodes_.size()) - 1};
+  }
 
-  const tensor& value(int id) const { return at(id).value; }
+  const tensor& value(int id) const { return at(id).val(); }
+  /// Whether gradients flow to node `id`: a leaf made with requires_grad, or an
+  /// operator's output recorded as needing one.
+  bool requires_grad(int id) const { return at(id).requires_grad; }
+
+  /// Sets the function backward() calls as each leaf's gradient becomes final.
+  void set_leaf_hook(leaf_hook hook) { leaf_hook_ = std::move(hook); }
+
+  /// Moves out the gradient accumulated for node `id`, in the layout it was accumulated
+  /// in (possibly partial); nullopt if nothing reached it.
+  std::optional<tensor> take_grad(int id) {
+    node& n = at(id);
+    std::optional<tensor> g = std::move(n.grad);
+    n.grad.reset();
+    return g;
+  }
 
   /// Adds `g` to the gradient of node `id`. The first gradient's layout is kept; later
   /// ones are redistributed to it (partial layouts included) and added shard by shard.
   void add_grad(int id, tensor g) {
     node& n = at(id);
     if (!n.requires_grad) return;
-    if (!(g.global_shape() == n.value.global_shape()))
+    if (!(g.global_shape() == n.val().global_shape()))
       throw error("autodiff: a gradient of shape " + to_string(g.global_shape()) +
-                  " for a value of shape " + to_string(n.value.global_shape()));
+                  " for a value of shape " + to_string(n.val().global_shape()));
     if (!n.grad) {
       n.grad = std::move(g);
       return;
@@ -88,6 +126,8 @@ class tape {
       if (n.grad && n.backward) {
         const tensor g = *n.grad;  // the backward may add to earlier nodes only
         n.backward(*this, g);
+      } else if (!n.backward && n.requires_grad && leaf_hook_) {
+        leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
       }
     }
   }
@@ -96,20 +136,23 @@ class tape {
   /// reached it.
   tensor grad(var<T, C, D> v) {
     node& n = at(v.id);
+    const tensor& value = n.val();
     if (!n.grad) {
-      tensor z(n.value.layout(), n.value.global_shape(), n.value.rank());
+      tensor z(value.layout(), value.global_shape(), value.rank());
       return z;
     }
-    if (n.grad->layout() == n.value.layout()) return *n.grad;
-    return redistribute(*n.grad, n.value.layout(), *ctx_);
+    if (n.grad->layout() == value.layout()) return *n.grad;
+    return redistribute(*n.grad, value.layout(), *ctx_);
   }
 
  private:
   struct node {
-    tensor value;
+    std::optional<tensor> value;
     backward_fn backward;
     std::optional<tensor> grad;
     bool requires_grad = true;
+    const tensor* view = nullptr;  // leaf_view: the value lives there
+    const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {
     if (id < 0 || id >= int(nodes_.size()))
@@ -118,8 +161,15 @@ class tape {
   }
   const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
 
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+
   device_context<C>* ctx_;
+  std::uint64_t serial_;
   std::vector<node> nodes_;
+  leaf_hook leaf_hook_;
 };
 
 /// Runs f on the tape with `params` as leaves, then the backward pass from the scalar

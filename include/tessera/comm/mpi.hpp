@@ -695,6 +695,16 @@ class mpi_communicator {
   /// MPI_Comm_dup: same ranks, separate message space and counters. Collective.
   mpi_communicator dup() const { return duplicate_of(comm_, "dup"); }
 
+  /// The ranks of this communicator on this rank's node (MPI_Comm_split_type with
+  /// MPI_COMM_TYPE_SHARED), ordered by rank: its rank() is the node-local rank, which
+  /// picks a GPU on machines with several. Collective.
+  mpi_communicator node_local() const {
+    MPI_Comm out = MPI_COMM_NULL;
+    detail::mpi_call(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out),
+                     "MPI_Comm_split_type");
+    return mpi_communicator(out, true);
+  }
+
   traffic& stats() noexcept { return stats_; }
   const traffic& stats() const noexcept { return stats_; }
   void reset_stats() noexcept { stats_ = {}; }

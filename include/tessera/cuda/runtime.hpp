@@ -60,6 +60,17 @@ inline void set_device(int d) {
   TESSERA_CUDA_CHECK(cudaSetDevice(d));
 }
 
+/// Selects the GPU of a process that is `local_rank` on its node: local_rank modulo the
+/// device count (ranks share GPUs when there are fewer GPUs than ranks). Throws when
+/// there is no device: "cuda::select_device: no CUDA device".
+inline int select_device(int local_rank) {
+  const int n = device_count();
+  if (n == 0) throw error("cuda::select_device: no CUDA device");
+  const int d = (local_rank % n + n) % n;
+  set_device(d);
+  return d;
+}
+
 /// What benchmarks and reports need to know of a device.
 struct device_info {
   int index = 0;

@@ -18,6 +18,11 @@ struct checkpoint_step {
   long long epoch = 0;
   long long step = 0;
   friend constexpr auto operator<=>(const checkpoint_step&, const checkpoint_step&) = default;
+  // Spelled out: nvcc's front end declares the implicit operator== of a defaulted <=>
+  // without defining it.
+  friend constexpr bool operator==(const checkpoint_step& a, const checkpoint_step& b) {
+    return a.epoch == b.epoch && a.step == b.step;
+  }
 };
 
 namespace detail {

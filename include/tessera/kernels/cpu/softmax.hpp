@@ -13,6 +13,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 #include <xtensor/xarray.hpp>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
@@ -275,7 +276,7 @@ xt::xarray<T> ce_row_max(const xt::xarray<T>& x) {
 template <class T>
 xt::xarray<T> ce_row_terms(const xt::xarray<T>& x, const xt::xarray<T>& t, const xt::xarray<T>& m) {
   const std::size_t rows = x.shape()[0], cols = x.shape()[1];
-  auto s = detail::filled_array<T>(detail::shape_type{3, rows}, T(0));
+  auto s = detail::filled_array<T>(std::vector<std::size_t>{3, rows}, T(0));
   T* sum = s.data();
   T* mass = sum + rows;
   T* term = mass + rows;

@@ -1,0 +1,225 @@
+// The data-parallel training step of seed 002's MNIST network (Flatten, Dense 784 ->
+// 512, ReLU, Dense 512 -> 512, ReLU, Dense 512 -> 10; CrossEntropyLoss; SGD(1e-2);
+// batch 32 per rank): value_and_grad, DistributedGradReducer, optimizer(grads).
+//
+//   OPENBLAS_CORETYPE=SkylakeX mpiexec -n 2 --bind-to none bench_mnist_step
+//       --benchmark_out=results/bench_mnist_step_np2.json --benchmark_out_format=json
+//
+// Each iteration is one step timed on every rank (MPI_Wtime) and reported as the
+// slowest rank's time; steps are preceded by a barrier so the ranks start together.
+// Counters: median_ms, min_ms (a shared machine preempts a few steps), the step's
+// parts on the slowest rank (forward_backward_ms: value_and_grad, with the buckets'
+// reductions started during it; reduce_wait_ms: the reducer waiting for them;
+// update_ms: the optimizer), the gradient bytes each rank reduces, and the peak
+// resident memory of each rank (peak_rss_mib_rank<r>, from getrusage) and their
+// maximum, and training_mib: the most any rank's peak grew over its peak before the
+// first network was built, against memory_budget_mib, twice the parameters, gradients,
+// optimizer state and activations of a step. Peers: `compute_only` runs the same step on each rank alone (a one-rank
+// communicator: no reduction), the floor the reduction adds to; the PyTorch DDP peer is
+// benchmarks/peers/ddp_mnist.py.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <tessera/comm/local.hpp>
+#include <tessera/comm/mpi.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/nn/loss.hpp>
+#include <tessera/optim/sgd.hpp>
+#include <tessera/train/grad.hpp>
+#include <tessera/train/grad_reducer.hpp>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+using namespace tessera;
+
+mpi_communicator* world_ptr = nullptr;
+double baseline_rss_mib = 0;  // each rank's peak resident memory before any network exists
+constexpr index_t per_rank_batch = 32;
+constexpr int warmup_steps = 20, timed_steps = 300;
+
+// Seed 002's network.
+struct network : nn::module<float> {
+  nn::flatten<float> flatten;
+  nn::sequential<nn::dense<float>, nn::relu<float>, nn::dense<float>, nn::relu<float>, nn::dense<float>>
+      dense_relu_sequential{nn::dense<float>(28 * 28, 512, "normal", "zeros"), nn::relu<float>(),
+                            nn::dense<float>(512, 512, "normal", "zeros"), nn::relu<float>(),
+                            nn::dense<float>(512, 10, "normal", "zeros")};
+  void visit(nn::visitor<float>& v) override {
+    v.child("flatten", flatten);
+    v.child("dense_relu_sequential", dense_relu_sequential);
+  }
+  template <class V>
+  V operator()(V x) {
+    return dense_relu_sequential(flatten(x));
+  }
+};
+
+// A batch of images (batch, 1, 28, 28) in [0, 1) and labels, this rank's rows.
+template <class C>
+std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> make_batch(device_context<C>& ctx) {
+  const int p = ctx.size();
+  const index_t b = per_rank_batch * p;
+  dist_tensor<float> x(layout(mesh{p}, {{0}, {}, {}, {}}), extents{b, 1, 28, 28}, ctx.rank());
+  const nn::random_stream s(7);
+  x.fill_global([&](const auto& i) { return float(s.uniform01(std::uint64_t(i[0] * 784 + i[2] * 28 + i[3]))); });
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{b}, ctx.rank());
+  y.fill_global([](const auto& i) { return std::int32_t(i[0] * 7 % 10); });
+  return {std::move(x), std::move(y)};
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+struct step_times {
+  double total = 0, forward_backward = 0, reduce = 0, update = 0;
+};
+
+// Runs timed_steps steps of the network on the ranks of `ctx` (which may be one rank
+// alone); returns each step's times on this rank.
+template <class C>
+std::vector<step_times> run_steps(device_context<C>& ctx,
+                                  const typename train::distributed_grad_reducer<float, C>::options& ro,
+                                  std::size_t* grad_bytes) {
+  network net;
+  net.build(ctx, 1);
+  nn::cross_entropy_loss<float> loss_fn;
+  optim::sgd<float> opt(net.trainable_params(), 1e-2f);
+  train::distributed_grad_reducer<float, C> grad_reducer(opt.parameters(), ctx, ro);
+  auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
+  auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
+  const auto [x, y] = make_batch(ctx);
+  *grad_bytes = 0;
+  for (auto* p : opt.parameters()) *grad_bytes += p->data().data().size() * sizeof(float);
+  std::vector<step_times> out;
+  for (int s = 0; s < warmup_steps + timed_steps; ++s) {
+    world_ptr->barrier();
+    const double t0 = MPI_Wtime();
+    auto [loss, grads] = grad_fn(x, y);
+    const double t1 = MPI_Wtime();
+    grads = grad_reducer(grads);
+    const double t2 = MPI_Wtime();
+    opt(grads);
+    const double t3 = MPI_Wtime();
+    if (s >= warmup_steps) out.push_back({t3 - t0, t1 - t0, t2 - t1, t3 - t2});
+  }
+  return out;
+}
+
+void report(benchmark::State& state, std::vector<step_times> mine, std::size_t grad_bytes) {
+  mpi_communicator& world = *world_ptr;
+  // The slowest rank, step by step (each part on the rank whose step was slowest).
+  std::vector<double> total(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) total[i] = mine[i].total;
+  std::vector<double> slowest(total.size());
+  world.all_reduce(std::span<const double>(total), std::span<double>(slowest), reduce_op::max);
+  double fb = 0, red = 0, upd = 0;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    fb += mine[i].forward_backward;
+    red += mine[i].reduce;
+    upd += mine[i].update;
+  }
+  std::vector<double> parts{fb, red, upd};
+  world.all_reduce(std::span<double>(parts), reduce_op::max);
+  std::size_t k = 0;
+  for (auto _ : state) state.SetIterationTime(slowest[k++ % slowest.size()]);
+  std::vector<double> sorted = slowest;
+  std::sort(sorted.begin(), sorted.end());
+  const double n = double(sorted.size());
+  state.counters["median_ms"] = 1e3 * sorted[sorted.size() / 2];
+  state.counters["min_ms"] = 1e3 * sorted.front();
+  state.counters["forward_backward_ms"] = 1e3 * parts[0] / n;
+  state.counters["reduce_wait_ms"] = 1e3 * parts[1] / n;
+  state.counters["update_ms"] = 1e3 * parts[2] / n;
+  state.counters["grad_bytes_per_rank"] = double(grad_bytes);
+  state.counters["ranks"] = world.size();
+  std::vector<double> rss(std::size_t(world.size()), 0.0), all(rss.size());
+  rss[std::size_t(world.rank())] = peak_rss_mib();
+  world.all_reduce(std::span<const double>(rss), std::span<double>(all), reduce_op::sum);
+  for (std::size_t r = 0; r < all.size(); ++r) state.counters["peak_rss_mib_rank" + std::to_string(r)] = all[r];
+  state.counters["peak_rss_mib"] = *std::max_element(all.begin(), all.end());
+  // What training added to the process (the peak over the baseline of MPI, BLAS and the
+  // program), against the budget: twice the parameters, gradients, optimizer
+  // state (none: SGD without momentum) and one batch's activations (the input and
+  // every layer's output, before and after ReLU).
+  std::vector<double> added{peak_rss_mib() - baseline_rss_mib};
+  world.all_reduce(std::span<double>(added), reduce_op::max);
+  const double params = 784.0 * 512 + 512 + 512.0 * 512 + 512 + 512.0 * 10 + 10;
+  const double activations = double(per_rank_batch) * (784 + 4 * 512 + 10);
+  state.counters["training_mib"] = added[0];
+  state.counters["memory_budget_mib"] = 2 * (2 * params + activations) * sizeof(float) / double(1 << 20);
+  state.counters["samples_per_s"] = double(per_rank_batch * world.size()) / (sorted[sorted.size() / 2]);
+}
+
+using reducer_options = train::distributed_grad_reducer<float, mpi_communicator>::options;
+
+void bm_data_parallel(benchmark::State& state, reducer_options ro) {
+  device_context<mpi_communicator> ctx(*world_ptr);
+  std::size_t grad_bytes = 0;
+  auto times = run_steps(ctx, ro, &grad_bytes);
+  report(state, std::move(times), grad_bytes);
+}
+
+void bm_compute_only(benchmark::State& state) {
+  local_communicator one;
+  device_context<local_communicator> ctx(one);
+  std::size_t grad_bytes = 0;
+  auto times = run_steps(ctx, train::distributed_grad_reducer<float, local_communicator>::options{}, &grad_bytes);
+  report(state, std::move(times), 0);
+}
+
+// Discards results on ranks other than 0 (every rank runs every benchmark).
+class null_reporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool to_file = false;
+  for (int i = 0; i < argc; ++i) to_file |= std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
+  train::retain_freed_memory();  // a training process: keep freed step memory for the next step
+  return run_mpi(argc, argv, [&](mpi_communicator& world) {
+    world_ptr = &world;
+    baseline_rss_mib = peak_rss_mib();
+    static char null_out[] = "--benchmark_out=/dev/null";
+    if (world.rank() != 0)
+      for (int i = 1; i < argc; ++i)
+        if (std::string(argv[i]).rfind("--benchmark_out=", 0) == 0) argv[i] = null_out;
+    openblas_set_num_threads(1);  // one core per rank
+    benchmark::Initialize(&argc, argv);
+    auto add = [](const char* name, auto f) {
+      benchmark::RegisterBenchmark(name, f)->UseManualTime()->Iterations(timed_steps)->Unit(benchmark::kMillisecond);
+    };
+    // The defaults: 25 MiB buckets, gradients of 1 MiB or more alone, overlapped.
+    add("mnist_step/data_parallel", [](benchmark::State& s) { bm_data_parallel(s, reducer_options{}); });
+    add("mnist_step/data_parallel/one_bucket",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{.alone_bytes = std::size_t(1) << 30}); });
+    add("mnist_step/data_parallel/bucket=256KiB",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{.bucket_bytes = std::size_t(256) << 10}); });
+    add("mnist_step/data_parallel/no_overlap",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{.overlap = false}); });
+    add("mnist_step/compute_only", [](benchmark::State& s) { bm_compute_only(s); });
+    if (world.rank() == 0) {
+      benchmark::RunSpecifiedBenchmarks();
+    } else {
+      null_reporter quiet;
+      if (to_file) benchmark::RunSpecifiedBenchmarks(&quiet, &quiet);
+      else benchmark::RunSpecifiedBenchmarks(&quiet);
+    }
+    benchmark::Shutdown();
+  });
+}

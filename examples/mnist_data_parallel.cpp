@@ -1,0 +1,251 @@
+// Seed 002, data parallel: the MNIST MLP (Flatten, Dense 784 -> 512, ReLU, Dense 512 ->
+// 512, ReLU, Dense 512 -> 10; normal weights, zero biases) trained by the seed's
+// hand-written loop: value_and_grad, DistributedGradReducer, SGD(1e-2),
+// CrossEntropyLoss, 32 samples per rank. Each rank reads its shard of the training
+// files (MnistDataset with num_shards and shard_id) and prints
+// `epoch: E step: S, loss is L` every 10 steps (L is the loss of the global batch, the
+// same on every rank), then `accuracy: X` on the test files.
+//
+//   mpiexec -n 8 mnist_data_parallel --data DIR      # DIR: the four idx-ubyte files
+//   mpiexec -n 2 mnist_data_parallel --synthetic     # generated digits in the same files
+//
+// Options: --epochs N (10); --steps N: stop after N steps and print `step time: X ms`,
+// the mean step (forward, backward, gradient reduction, update) after 10 warm-up steps;
+// --batch N: samples per rank (32); --verify: each rank then trains the same network
+// alone on the whole global batches and checks that its losses equal the data-parallel
+// ones (the one-rank oracle; the check the tests run).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+#include <unistd.h>
+#include <tessera/comm/local.hpp>
+#include <tessera/comm/mpi.hpp>
+#include <tessera/data/dataset.hpp>
+#include <tessera/data/mnist.hpp>
+#include <tessera/data/synthetic.hpp>
+#include <tessera/data/transforms.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/nn/loss.hpp>
+#include <tessera/optim/sgd.hpp>
+#include <tessera/train/grad.hpp>
+#include <tessera/train/grad_reducer.hpp>
+#include <tessera/train/data.hpp>
+#include <tessera/train/model.hpp>
+
+using namespace tessera;
+
+namespace {
+
+struct options {
+  std::string data_dir;
+  bool synthetic = false;
+  int epochs = 10;
+  std::int64_t steps = -1;
+  std::int64_t batch = 32;
+  bool verify = false;
+};
+
+// Seed 002's network.
+struct network : nn::module<float> {
+  nn::flatten<float> flatten;
+  nn::sequential<nn::dense<float>, nn::relu<float>, nn::dense<float>, nn::relu<float>, nn::dense<float>>
+      dense_relu_sequential{nn::dense<float>(28 * 28, 512, "normal", "zeros"), nn::relu<float>(),
+                            nn::dense<float>(512, 512, "normal", "zeros"), nn::relu<float>(),
+                            nn::dense<float>(512, 10, "normal", "zeros")};
+  void visit(nn::visitor<float>& v) override {
+    v.child("flatten", flatten);
+    v.child("dense_relu_sequential", dense_relu_sequential);
+  }
+  template <class V>
+  V operator()(V x) {
+    return dense_relu_sequential(flatten(x));
+  }
+};
+
+// Generated digits written as MNIST's idx files (data::synthetic_images: each class a
+// fixed random pattern plus noise), so that the network has something to learn: 6400
+// training and 1000 test images of the same classes.
+void write_synthetic(const std::filesystem::path& dir) {
+  const std::size_t n_train = 6400, n_test = 1000, pixels = 28 * 28;
+  const auto all = data::synthetic_images(n_train + n_test, 28, 28, 1, 10, /*seed=*/1, /*noise=*/96);
+  auto part = [&](std::size_t first, std::size_t n, const char* usage) {
+    xt::xarray<std::uint8_t> images = xt::xarray<std::uint8_t>::from_shape({n, 28, 28, 1});
+    xt::xarray<std::uint8_t> labels = xt::xarray<std::uint8_t>::from_shape({n});
+    std::copy_n(all.images.data() + first * pixels, n * pixels, images.data());
+    std::copy_n(all.labels.data() + first, n, labels.data());
+    data::write_mnist(dir, usage, images, labels);
+  };
+  part(0, n_train, "train");
+  part(n_train, n_test, "test");
+}
+
+// The seed's pipeline: shard, rescale to [0, 1], normalize, HWC -> CHW, batch.
+data::dataset mnist(const std::filesystem::path& dir, const std::string& usage, std::int64_t shards,
+                    std::int64_t shard, std::int64_t batch) {
+  return data::mnist_dataset(dir, usage, {.num_shards = shards, .shard_id = shard})
+      .map({data::rescale(1.0f / 255, 0), data::normalize({0.1307f}, {0.3081f}), data::hwc2chw()}, "image")
+      .batch(batch, true);
+}
+
+// This rank's rows of a batch as shards of the global batch.
+std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> tensors(const data::row& b, int p, int rank) {
+  xt::xarray<float> x = b["image"].get<float>();
+  xt::xarray<std::int32_t> y = b["label"].get<std::int32_t>();
+  const index_t rows = index_t(x.shape()[0]);
+  return {dist_tensor<float>(layout(mesh{p}, {{0}, {}, {}, {}}), extents{rows * p, 1, 28, 28}, rank, std::move(x)),
+          dist_tensor<std::int32_t>(layout(mesh{p}, {{0}}), extents{rows * p}, rank, std::move(y))};
+}
+
+// Trains on the ranks of ctx, each reading shard `shard` of `shards`; returns every
+// step's loss when `record` (resolving the loss each step), else only those printed.
+template <class C>
+std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
+                         std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print, bool record,
+                         network& net) {
+  const int p = ctx.size(), me = ctx.rank();
+  net.build(ctx, 1);
+  nn::cross_entropy_loss<float> loss_fn;
+  optim::sgd<float> optimizer(net.trainable_params(), 1e-2f);
+  auto forward_fn = [&](auto data, const dist_tensor<std::int32_t>& label) { return loss_fn(net(data), label); };
+  auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
+  train::distributed_grad_reducer<float, C> grad_reducer(optimizer.parameters(), ctx);
+  const data::dataset data_set = mnist(dir, "train", shards, shard, batch);
+
+  std::vector<float> losses;
+  std::int64_t step = 0;
+  double timed = 0;
+  std::int64_t timed_steps = 0;
+  constexpr std::int64_t warmup = 10;
+  for (int epoch = 0; epoch < o.epochs && (o.steps < 0 || step < o.steps); ++epoch) {
+    std::int64_t i = 0;
+    for (const data::row& b : data_set.epoch(epoch)) {
+      if (o.steps >= 0 && step >= o.steps) break;
+      const auto [data, label] = tensors(b, p, me);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto [loss, grads] = grad_fn(data, label);
+      grads = grad_reducer(grads);
+      optimizer(grads);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (step >= warmup) {
+        timed += dt;
+        ++timed_steps;
+      }
+      if (record || i % 10 == 0) {
+        const float l = train::scalar(loss, ctx);
+        if (record) losses.push_back(l);
+        if (print && i % 10 == 0) std::printf("epoch: %d step: %lld, loss is %.8g\n", epoch, (long long)i, double(l));
+      }
+      ++i;
+      ++step;
+    }
+  }
+  if (print && o.steps >= 0) {
+    if (timed_steps > 0) std::printf("step time: %.3f ms\n", 1e3 * timed / double(timed_steps));
+    else std::printf("step time: no steps after the %lld warm-up steps\n", (long long)warmup);
+  }
+  return losses;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) throw error(std::string("mnist_data_parallel: ") + argv[i] + " needs a value");
+    return argv[++i];
+  };
+  auto number = [&](int& i) {
+    const std::string flag = argv[i], v = value(i);
+    char* end = nullptr;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < 0)
+      throw error("mnist_data_parallel: " + flag + " needs a non-negative number, got '" + v + "'");
+    return n;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--data") o.data_dir = value(i);
+    else if (a == "--synthetic") o.synthetic = true;
+    else if (a == "--epochs") o.epochs = int(number(i));
+    else if (a == "--steps") o.steps = number(i);
+    else if (a == "--batch") o.batch = number(i);
+    else if (a == "--verify") o.verify = true;
+    else
+      throw error("mnist_data_parallel: unknown argument '" + a +
+                  "'; usage: mnist_data_parallel (--data DIR | --synthetic) [--epochs N] [--steps N] [--batch N] "
+                  "[--verify]");
+  }
+  if (o.synthetic == !o.data_dir.empty())
+    throw error("mnist_data_parallel: give either --data DIR (the MNIST idx-ubyte files) or --synthetic");
+  if (o.batch < 1) throw error("mnist_data_parallel: --batch must be at least 1");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  train::retain_freed_memory();  // a training process: keep freed step memory for the next step
+  return run_mpi(argc, argv, [&](mpi_communicator& world) {
+    const options o = parse(argc, argv);
+    device_context<mpi_communicator> ctx(world);
+    const int p = world.size(), me = world.rank();
+    std::filesystem::path dir = o.data_dir;
+    if (o.synthetic) {
+      // Rank 0 writes the files into a fresh folder every rank then reads.
+      std::vector<char> name(256, '\0');
+      if (me == 0) {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-mnist-XXXXXX").string();
+        if (!::mkdtemp(tmpl.data())) throw error("mnist_data_parallel: cannot make a temporary folder " + tmpl);
+        write_synthetic(tmpl);
+        std::copy(tmpl.begin(), tmpl.end(), name.begin());
+      }
+      world.broadcast(std::span<char>(name), 0);
+      dir = std::string(name.data());
+    }
+    struct cleanup {
+      bool on;
+      std::filesystem::path dir;
+      mpi_communicator& w;
+      ~cleanup() {
+        if (!on) return;
+        w.barrier();
+        if (w.rank() == 0) std::filesystem::remove_all(dir);
+      }
+    } remove_synthetic{o.synthetic, dir, world};
+
+    network net;
+    const std::vector<float> losses = train_mnist(ctx, o, dir, p, me, o.batch, true, o.verify, net);
+
+    // Accuracy on the test files, each rank its shard (batches of 100 per rank).
+    nn::cross_entropy_loss<float> loss_fn;
+    const data::dataset test_set = mnist(dir, "test", p, me, 100);
+    const train::eval_result m = train::evaluate(net, loss_fn, test_set, ctx);
+    std::printf("accuracy: %.4f\n", m.accuracy);
+
+    if (o.verify) {
+      // The oracle: the same training on this process alone, whole global batches.
+      local_communicator one;
+      device_context<local_communicator> solo(one);
+      network alone;
+      const std::vector<float> ref = train_mnist(solo, o, dir, 1, 0, o.batch * p, false, true, alone);
+      if (ref.size() != losses.size())
+        throw error("mnist_data_parallel: --verify: " + std::to_string(losses.size()) + " data-parallel steps, " +
+                    std::to_string(ref.size()) + " steps alone");
+      double worst = 0;
+      for (std::size_t i = 0; i < ref.size(); ++i)
+        worst = std::max(worst, std::abs(double(losses[i]) - ref[i]) / std::abs(double(ref[i])));
+      if (me == 0)
+        std::printf("one-rank training, global batch %lld: %zu losses, largest relative difference %.3g\n",
+                    (long long)(o.batch * p), ref.size(), worst);
+      if (worst > 1e-5)
+        throw error("mnist_data_parallel: the " + std::to_string(p) + "-rank losses differ from the one-rank losses by " +
+                    std::to_string(worst) + " (relative), more than 1e-5");
+    }
+  });
+}

@@ -1,0 +1,350 @@
+// The traced operator graph of a network (MindSpore's graph mode): inputs, named
+// parameters and operator applications with global shapes, built by a small tracing
+// API whose operators return symbolic values; `.shard(strategy)` configures an
+// operator as MindSpore's `Primitive.shard` does. Standard library only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+#include <tessera/core/error.hpp>
+#include <tessera/core/extents.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/graph/op_def.hpp>
+#include <tessera/graph/operators.hpp>
+
+namespace tessera::graph {
+
+/// What a node of the graph is.
+enum class node_kind { input, parameter, op };
+
+/// One node: a data input (fed by the dataset), a parameter (trained) or the
+/// application of an operator to earlier nodes. Node ids are positions in the graph,
+/// in the order of tracing, so every node comes after its inputs.
+struct node {
+  node_kind kind = node_kind::op;
+  std::string name;                       ///< unique instance name: "input", "w", "matmul"
+  extents shape;                          ///< the global shape of its value
+  std::vector<int> inputs;                ///< ids of the nodes it reads (operators)
+  std::shared_ptr<const op_def> op;       ///< the operator (operators)
+  std::optional<strategy> user_strategy;  ///< given with shard() (operators)
+  bool layerwise_parallel = false;        ///< parameters of hybrid_parallel: already sliced
+};
+
+/// A traced graph: its nodes in tracing order and the loss, a scalar every node
+/// contributes to. Built by graph_builder::build.
+class traced_graph {
+ public:
+  const std::vector<node>& nodes() const { return nodes_; }
+  int size() const { return int(nodes_.size()); }
+  const node& at(int id) const {
+    if (id < 0 || id >= size())
+      throw error("graph: no node " + std::to_string(id) + " in a graph of " + std::to_string(size()) + " nodes");
+    return nodes_[id];
+  }
+  /// The id of the loss node.
+  int loss() const { return loss_; }
+  /// The node named `name`; throws if there is none.
+  int find(std::string_view name) const {
+    for (int i = 0; i < size(); ++i)
+      if (nodes_[i].name == name) return i;
+    throw error("graph: no node named '" + std::string(name) + "'");
+  }
+  /// Ids of the nodes of a kind, in tracing order: inputs() is the order in which a
+  /// batch lists its tensors, parameters() the order of the parameter list.
+  std::vector<int> ids(node_kind k) const {
+    std::vector<int> v;
+    for (int i = 0; i < size(); ++i)
+      if (nodes_[i].kind == k) v.push_back(i);
+    return v;
+  }
+  std::vector<int> inputs() const { return ids(node_kind::input); }
+  std::vector<int> parameters() const { return ids(node_kind::parameter); }
+  /// The (operator id, input slot) pairs that read node `id`, in tracing order.
+  std::vector<std::pair<int, int>> consumers(int id) const {
+    std::vector<std::pair<int, int>> c;
+    for (int i = 0; i < size(); ++i)
+      for (std::size_t s = 0; s < nodes_[i].inputs.size(); ++s)
+        if (nodes_[i].inputs[s] == id) c.emplace_back(i, int(s));
+    return c;
+  }
+  /// The global shapes of an operator's inputs.
+  shape_list input_shapes(int id) const {
+    shape_list s;
+    for (int in : at(id).inputs) s.v[s.n++] = at(in).shape;
+    return s;
+  }
+  /// "MatMul 'matmul'", "parameter 'w'", "input 'x'": how errors name a node.
+  std::string describe(int id) const {
+    const node& n = at(id);
+    switch (n.kind) {
+      case node_kind::input: return "input '" + n.name + "'";
+      case node_kind::parameter: return "parameter '" + n.name + "'";
+      case node_kind::op: return n.op->type() + " '" + n.name + "'";
+    }
+    return n.name;
+  }
+
+ private:
+  friend class graph_builder;
+  std::vector<node> nodes_;
+  int loss_ = -1;
+};
+
+class graph_builder;
+
+/// A symbolic tensor: the value of one node of a graph under construction. Operators
+/// of graph_builder take and return values; shard() and named() configure the
+/// operator that produced the value and return the value, so they chain:
+///
+///     graph::value h = b.matmul(x, w).shard({{2, 4}, {4, 1}}).named("matmul");
+class value {
+ public:
+  value() = default;
+  /// The node's id in the graph.
+  int id() const { return id_; }
+  /// Its global shape.
+  const extents& shape() const;
+  /// Its node's instance name.
+  const std::string& name() const;
+  /// Sets the strategy of the operator that produced this value (MindSpore's
+  /// `shard`): one split tuple per operator input, e.g. ((2, 4), (4, 1)). Checked
+  /// here against the operator's inputs (count, ranks, positive splits); against the
+  /// device count when the graph is parallelized.
+  value shard(const strategy& st) const;
+  /// As above, from text: "((2, 4), (4, 1))".
+  value shard(std::string_view st) const { return shard(parse_strategy(st)); }
+  /// Renames the node (instance names are unique in a graph).
+  value named(std::string name) const;
+
+ private:
+  friend class graph_builder;
+  value(graph_builder* b, int id) : b_(b), id_(id) {}
+  graph_builder* b_ = nullptr;
+  int id_ = -1;
+};
+
+/// Traces a network: declare inputs and parameters with their global shapes, apply
+/// operators (each returns a value and checks its input shapes at once), then
+/// build(loss). Instance names default to the operator's name, numbered from the
+/// second on: "matmul", "matmul2", "matmul3". Nodes are numbered in the order the calls
+/// run, and C++ leaves the order of a call's arguments unspecified: declare the inputs
+/// and parameters before the operators that read them (a batch lists the inputs, and the
+/// parameter list the parameters, in node order).
+///
+///     graph::graph_builder b;
+///     auto x = b.input("x", {16, 32});
+///     auto w = b.parameter("w", {32, 16});
+///     auto y = b.relu(b.matmul(x, w).shard({{2, 4}, {4, 1}}));
+///     graph::traced_graph g = b.build(b.reduce_mean(y));
+class graph_builder {
+ public:
+  graph_builder() = default;
+  graph_builder(const graph_builder&) = delete;  // values point to their builder
+  graph_builder& operator=(const graph_builder&) = delete;
+
+  /// A data input of global shape `shape`; a batch lists the inputs in this order.
+  value input(std::string name, const extents& shape) {
+    return add_leaf(node_kind::input, std::move(name), shape, false);
+  }
+  /// A parameter of global shape `shape`. `layerwise_parallel` (hybrid_parallel
+  /// only): the parameter is already this rank's slice, and its gradient is not
+  /// all-reduced over the ranks.
+  value parameter(std::string name, const extents& shape, bool layerwise_parallel = false) {
+    return add_leaf(node_kind::parameter, std::move(name), shape, layerwise_parallel);
+  }
+
+  /// Applies any operator to values of this builder: the extension point for
+  /// operators defined elsewhere.
+  value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in) {
+    if (!op) throw error("graph: apply needs an operator");
+    const std::string what = op->type();
+    if (int(in.size()) != op->arity())
+      throw error("graph: " + what + " takes " + std::to_string(op->arity()) +
+                  (op->arity() == 1 ? " input, got " : " inputs, got ") + std::to_string(in.size()));
+    if (int(in.size()) > max_strategy_inputs)
+      throw error("graph: " + what + ": at most " + std::to_string(max_strategy_inputs) + " inputs");
+    node n;
+    n.kind = node_kind::op;
+    n.op = op;
+    n.name = unique_name(op->default_name());
+    shape_list shapes;
+    for (const value& v : in) {
+      if (v.b_ != this) throw error("graph: " + what + " '" + n.name + "': an input comes from another graph_builder");
+      n.inputs.push_back(v.id_);
+      shapes.v[shapes.n++] = g_.at(v.id_).shape;
+    }
+    try {
+      n.shape = op->output_shape(shapes);
+    } catch (const error& e) {
+      throw error("graph: " + what + " '" + n.name + "': " + e.what());
+    }
+    return push(std::move(n));
+  }
+
+  /// op(A) op(B), op transposing when the flag is set.
+  value matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
+    return apply(std::make_shared<matmul_def>(transpose_a, transpose_b), {a, b});
+  }
+  value add(value a, value b) { return apply(add_def(), {a, b}); }
+  value sub(value a, value b) { return apply(sub_def(), {a, b}); }
+  value mul(value a, value b) { return apply(mul_def(), {a, b}); }
+  value div(value a, value b) { return apply(div_def(), {a, b}); }
+  /// x (..., c) + bias (c,).
+  value bias_add(value x, value bias) { return apply(bias_add_def(), {x, bias}); }
+  value relu(value x) { return apply(relu_def(), {x}); }
+  value exp(value x) { return apply(exp_def(), {x}); }
+  value log(value x) { return apply(log_def(), {x}); }
+  value neg(value x) { return apply(neg_def(), {x}); }
+  /// Sum over `dims` (empty: every dim; negative counts from the end).
+  value reduce_sum(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::sum, dims, keep_dims), {x});
+  }
+  value reduce_mean(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::mean, dims, keep_dims), {x});
+  }
+  value reduce_max(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::max, dims, keep_dims), {x});
+  }
+  /// The per-sample loss (B,) of logits (B, C) against labels (B, C).
+  value softmax_cross_entropy(value logits, value labels) {
+    return apply(std::make_shared<softmax_cross_entropy_def>(), {logits, labels});
+  }
+  /// The per-sample loss (B,) of logits (B, C) against class labels (B,) (integer values).
+  value sparse_softmax_cross_entropy(value logits, value labels) {
+    return apply(std::make_shared<sparse_softmax_cross_entropy_def>(), {logits, labels});
+  }
+  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(std::make_shared<reduce_def>(reduce_op::min, dims, keep_dims), {x});
+  }
+  /// A MatMul per batch entry (an input of rank 2 is shared by every entry).
+  value batch_matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
+    return apply(std::make_shared<batch_matmul_def>(transpose_a, transpose_b), {a, b});
+  }
+  /// indices (integer values) -> indices.shape + (depth,), 1 at each index, 0 elsewhere.
+  value one_hot(value indices, index_t depth) { return apply(std::make_shared<one_hot_def>(depth), {indices}); }
+  value softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, false), {x}); }
+  value log_softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, true), {x}); }
+  value transpose(value x, dim_list perm) { return apply(std::make_shared<transpose_def>(perm), {x}); }
+  /// x's elements in `target`'s shape (one entry may be -1: inferred).
+  value reshape(value x, const extents& target) { return apply(std::make_shared<reshape_def>(target), {x}); }
+  /// (shape[0], the product of the other dims).
+  value flatten(value x) { return apply(std::make_shared<reshape_def>(extents{}, true), {x}); }
+  /// x[begin:end:strides] on the leading dims, Python's semantics (no strides: all 1).
+  value strided_slice(value x, index_list begin, index_list end, index_list strides = {}) {
+    return apply(std::make_shared<strided_slice_def>(begin, end, strides), {x});
+  }
+  /// The values joined along `axis`.
+  value concat(const std::vector<value>& xs, int axis = 0) {
+    return apply(std::make_shared<concat_def>(axis, int(xs.size())), xs);
+  }
+  /// The index of the maximum along `axis`, as a value (no gradient).
+  value argmax(value x, int axis = -1) { return apply(std::make_shared<argmax_def>(axis), {x}); }
+  /// MSELoss: the mean over every element of (pred - label)^2, as Sub, Mul and
+  /// ReduceMean (named "<prefix>.sub", ".mul", ".reduce_mean"; the last one returned).
+  value mse_loss(value pred, value label, const std::string& prefix = "mse_loss") {
+    const value d = sub(pred, label).named(prefix + ".sub");
+    return reduce_mean(mul(d, d).named(prefix + ".mul")).named(prefix + ".reduce_mean");
+  }
+  /// hybrid_parallel: the sum of every rank's x, on every rank.
+  value all_reduce(value x) { return apply(std::make_shared<all_reduce_def>(), {x}); }
+  /// hybrid_parallel: the sum over the group of this rank on mesh axes `axes` of
+  /// `group_mesh` (whose size must be the device count).
+  value all_reduce(value x, const mesh& group_mesh, const axis_list& axes) {
+    return apply(std::make_shared<all_reduce_def>(group_mesh, axes), {x});
+  }
+
+  /// The graph whose loss is `loss`: a scalar (rank 0) to which every node
+  /// contributes. The builder can go on tracing afterwards.
+  traced_graph build(value loss) const {
+    if (loss.b_ != this) throw error("graph: build: the loss comes from another graph_builder");
+    const node& l = g_.at(loss.id_);
+    if (l.shape.ndim != 0)
+      throw error("graph: the loss must be a scalar, '" + l.name + "' has shape " + to_string(l.shape));
+    std::vector<bool> live(g_.nodes_.size(), false);
+    live[loss.id_] = true;
+    for (int i = loss.id_; i >= 0; --i)
+      if (live[i])
+        for (int in : g_.nodes_[i].inputs) live[in] = true;
+    for (std::size_t i = 0; i < live.size(); ++i)
+      if (!live[i])
+        throw error("graph: " + g_.describe(int(i)) + " does not contribute to the loss '" + l.name + "'");
+    traced_graph out = g_;
+    out.loss_ = loss.id_;
+    return out;
+  }
+
+  /// The graph traced so far (no loss set).
+  const traced_graph& current() const { return g_; }
+
+ private:
+  friend class value;
+
+  value add_leaf(node_kind k, std::string name, const extents& shape, bool layerwise) {
+    const char* what = k == node_kind::input ? "input" : "parameter";
+    if (name.empty()) throw error(std::string("graph: ") + what + " needs a name");
+    for (int d = 0; d < shape.ndim; ++d)
+      if (shape[d] < 1)
+        throw error(std::string("graph: ") + what + " '" + name + "': every extent must be positive, shape " +
+                    to_string(shape));
+    if (shape.ndim > max_tensor_ndim)
+      throw error(std::string("graph: ") + what + " '" + name + "': rank " + std::to_string(shape.ndim) +
+                  ", limit " + std::to_string(max_tensor_ndim));
+    check_unique(name);
+    node n;
+    n.kind = k;
+    n.name = std::move(name);
+    n.shape = shape;
+    n.layerwise_parallel = layerwise;
+    return push(std::move(n));
+  }
+  value push(node n) {
+    g_.nodes_.push_back(std::move(n));
+    return value(this, g_.size() - 1);
+  }
+  void check_unique(const std::string& name) const {
+    for (const node& n : g_.nodes_)
+      if (n.name == name) throw error("graph: the name '" + name + "' is used twice");
+  }
+  std::string unique_name(const std::string& base) const {
+    std::string name = base;
+    for (int k = 2;; ++k) {
+      bool used = false;
+      for (const node& n : g_.nodes_) used = used || n.name == name;
+      if (!used) return name;
+      name = base + std::to_string(k);
+    }
+  }
+  node& at(int id) { return g_.nodes_[id]; }
+
+  traced_graph g_;
+};
+
+inline const extents& value::shape() const { return b_->g_.at(id_).shape; }
+inline const std::string& value::name() const { return b_->g_.at(id_).name; }
+
+inline value value::shard(const strategy& st) const {
+  if (!b_) throw error("graph: shard on an empty value");
+  node& n = b_->at(id_);
+  if (n.kind != node_kind::op)
+    throw error("graph: shard: " + b_->g_.describe(id_) + " is not an operator");
+  if (const status s = n.op->check_form(st, b_->g_.input_shapes(id_)); !s.ok())
+    throw error(s, "graph: " + b_->g_.describe(id_), "strategy " + to_string(st));
+  n.user_strategy = st;
+  return *this;
+}
+
+inline value value::named(std::string name) const {
+  if (!b_) throw error("graph: named on an empty value");
+  if (name.empty()) throw error("graph: a node name must not be empty");
+  if (b_->at(id_).name == name) return *this;
+  b_->check_unique(name);
+  b_->at(id_).name = std::move(name);
+  return *this;
+}
+
+}  // namespace tessera::graph

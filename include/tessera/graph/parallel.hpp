@@ -1,0 +1,493 @@
+// The parallel pass: from a traced graph and a parallel configuration (MindSpore's
+// set_auto_parallel_context: parallel mode, search mode, dataset strategy, device
+// count) to a parallel graph: every operator's strategy and layouts, every data
+// input's and parameter's layout, and every redistribution a training step runs,
+// planned. Standard library only; graph/execute.hpp runs the result.
+//
+// Parallel modes (every one gives the stand-alone results, to float rounding):
+//
+// | mode               | operator strategies                                   | shapes in the graph |
+// |--------------------|-------------------------------------------------------|---------------------|
+// | stand_alone        | all ones: every rank computes everything              | global              |
+// | data_parallel      | op_def::data_parallel: the batch split over all ranks, parameters replicated, gradients all-reduced | global |
+// | semi_auto_parallel | the shard() strategies; data_parallel for the others  | global              |
+// | auto_parallel      | the shard() strategies; sharding propagation for the others (graph/propagate.hpp) | global |
+// | hybrid_parallel    | all ones on each rank's own tensors; the user places AllReduce nodes; layer-wise parallel parameters are already sliced | each rank's own |
+//
+// stand_alone, data_parallel and hybrid_parallel ignore shard() strategies (as MindSpore
+// does).
+//
+// Data import (the dataset strategy; each input's layout on the device matrix (N,)):
+//
+// | dataset strategy      | each rank reads                     | modes                          |
+// |-----------------------|-------------------------------------|--------------------------------|
+// | data_parallel         | its slice of the batch (dim 0 split N ways) | all (stand_alone and hybrid: the whole tensor of the input's shape) |
+// | full_batch            | the whole batch                     | semi_auto_parallel, auto_parallel |
+// | per input, ((1, 8), (1, 8)) | the shard the split tuple gives (strategy_layout) | semi_auto_parallel, auto_parallel |
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+#include <tessera/core/error.hpp>
+#include <tessera/core/extents.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
+#include <tessera/core/layout.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/graph/graph.hpp>
+#include <tessera/graph/op_def.hpp>
+#include <tessera/graph/propagate.hpp>
+#include <tessera/plan/cost.hpp>
+#include <tessera/plan/planner.hpp>
+
+namespace tessera::graph {
+
+/// MindSpore's ParallelMode.
+enum class parallel_mode { stand_alone, data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel };
+
+constexpr std::string_view to_string(parallel_mode m) {
+  switch (m) {
+    case parallel_mode::stand_alone: return "stand_alone";
+    case parallel_mode::data_parallel: return "data_parallel";
+    case parallel_mode::semi_auto_parallel: return "semi_auto_parallel";
+    case parallel_mode::auto_parallel: return "auto_parallel";
+    case parallel_mode::hybrid_parallel: return "hybrid_parallel";
+  }
+  return "?";
+}
+
+/// auto_parallel's strategy search. Only sharding propagation is implemented.
+enum class search_mode { sharding_propagation };
+
+constexpr std::string_view to_string(search_mode) { return "sharding_propagation"; }
+
+/// How each rank gets its data (MindSpore's dataset_strategy / full_batch).
+class dataset_strategy {
+ public:
+  enum class kind { data_parallel, full_batch, per_input };
+
+  /// Each rank reads its slice of the batch (the default).
+  static dataset_strategy data_parallel() { return dataset_strategy(kind::data_parallel, {}); }
+  /// Each rank reads the whole batch.
+  static dataset_strategy full_batch() { return dataset_strategy(kind::full_batch, {}); }
+  /// One split tuple per data input, e.g. {{1, 8}, {1, 8}}: each rank reads the shard
+  /// that strategy_layout(tuple, device count) gives it.
+  static dataset_strategy per_input(std::vector<split_tuple> tuples) {
+    return dataset_strategy(kind::per_input, std::move(tuples));
+  }
+  /// "data_parallel", "full_batch" or a tuple of tuples, "((1, 8), (1, 8))".
+  static dataset_strategy parse(std::string_view text) {
+    if (text == "data_parallel") return data_parallel();
+    if (text == "full_batch") return full_batch();
+    const strategy st = parse_strategy(text);
+    return per_input(std::vector<split_tuple>(st.in.begin(), st.in.begin() + st.n));
+  }
+
+  kind which() const { return kind_; }
+  const std::vector<split_tuple>& tuples() const { return tuples_; }
+  std::string to_string() const {
+    if (kind_ == kind::data_parallel) return "data_parallel";
+    if (kind_ == kind::full_batch) return "full_batch";
+    std::string s = "(";
+    for (std::size_t i = 0; i < tuples_.size(); ++i) s += (i ? ", " : "") + tessera::to_string(tuples_[i]);
+    return s + (tuples_.size() == 1 ? ",)" : ")");
+  }
+
+ private:
+  dataset_strategy(kind k, std::vector<split_tuple> t) : kind_(k), tuples_(std::move(t)) {}
+  kind kind_;
+  std::vector<split_tuple> tuples_;
+};
+
+/// MindSpore's auto-parallel context.
+struct parallel_config {
+  parallel_mode mode = parallel_mode::stand_alone;
+  search_mode search = search_mode::sharding_propagation;
+  dataset_strategy dataset = dataset_strategy::data_parallel();
+  int device_num = 1;      ///< the number of ranks
+  index_t elem_bytes = 4;  ///< bytes per element (4: float)
+};
+
+/// Where an operator's strategy came from.
+enum class strategy_source { user, sharding_propagation, data_parallel, stand_alone };
+
+constexpr std::string_view to_string(strategy_source s) {
+  switch (s) {
+    case strategy_source::user: return "user";
+    case strategy_source::sharding_propagation: return "sharding_propagation";
+    case strategy_source::data_parallel: return "data_parallel";
+    case strategy_source::stand_alone: return "stand_alone";
+  }
+  return "?";
+}
+
+/// An operator's strategy and what its rule makes of it.
+struct op_plan {
+  strategy st;
+  strategy_source source = strategy_source::stand_alone;
+  op_layouts lay;
+  std::vector<internal_collective> collectives;
+};
+
+/// The redistributions of one edge: slot `slot` of operator `consumer` reads node
+/// `producer`.
+struct edge_plan {
+  int producer = -1, consumer = -1, slot = -1;
+  route forward;                 ///< producer's value layout -> the consumer's input layout
+  bool has_backward = false;     ///< the producer needs this input's gradient
+  route backward;                ///< the consumer's input gradient -> the producer's gradient layout
+};
+
+/// A gradient all-reduce of hybrid_parallel: a parameter that is not layer-wise
+/// parallel has its gradient summed over every rank.
+struct gradient_reduction {
+  int parameter = -1;
+  mesh dev;          ///< (N,)
+  index_t bytes = 0;
+};
+
+/// The result of the parallel pass. Every layout is a run-time value; every plan was
+/// computed by plan_redistribution.
+class parallel_graph {
+ public:
+  const traced_graph& traced() const { return g_; }
+  const parallel_config& config() const { return cfg_; }
+  int device_num() const { return cfg_.device_num; }
+
+  /// The layout of a node's value: a data input's import layout, a parameter's layout
+  /// (the one its readers want), an operator's output layout.
+  const layout& value_layout(int id) const { return value_layout_[id]; }
+  /// The layout in which a node's gradient accumulates: a parameter's own layout, an
+  /// operator's out_grad.
+  const layout& grad_layout(int id) const { return grad_layout_[id]; }
+  /// Whether a node's value needs a gradient (parameters, and operators reading one).
+  bool needs_grad(int id) const { return needs_grad_[id]; }
+  /// An operator's plan; throws for other nodes.
+  const op_plan& op(int id) const {
+    if (!ops_[id]) throw error("parallel_graph: " + g_.describe(id) + " is not an operator");
+    return *ops_[id];
+  }
+  /// Every edge, in node order then slot order.
+  const std::vector<edge_plan>& edges() const { return edges_; }
+  /// The edge into slot `slot` of operator `consumer`.
+  const edge_plan& edge(int consumer, int slot) const {
+    for (const edge_plan& e : edges_)
+      if (e.consumer == consumer && e.slot == slot) return e;
+    throw error("parallel_graph: " + g_.describe(consumer) + " has no input " + std::to_string(slot));
+  }
+  /// The loss's layout -> replicated: how every rank reads the loss.
+  const route& loss_fetch() const { return loss_fetch_; }
+  /// hybrid_parallel's gradient all-reduces.
+  const std::vector<gradient_reduction>& gradient_reductions() const { return grad_reductions_; }
+  /// The shape of a node's value on each rank.
+  extents local_shape(int id) const { return tessera::local_shape(value_layout(id), g_.at(id).shape); }
+
+  /// The price sharding propagation minimises, for the strategies chosen: the bytes
+  /// per rank of every edge's forward and backward redistribution and of the
+  /// operators' own collectives (see graph/propagate.hpp).
+  index_t priced_bytes() const { return priced_; }
+  /// The bytes `rank` receives in one training step: the priced redistributions and
+  /// collectives, the loss fetch, and hybrid_parallel's gradient all-reduces.
+  index_t bytes_for_rank(int rank) const {
+    index_t b = 0;
+    for (const edge_plan& e : edges_) {
+      b += e.forward.p.bytes_for_rank(rank);
+      if (e.has_backward) b += e.backward.p.bytes_for_rank(rank);
+    }
+    for (std::size_t i = 0; i < ops_.size(); ++i)
+      if (ops_[i])
+        for (const internal_collective& c : ops_[i]->collectives)
+          if (!c.backward || needs_grad_[i]) b += c.bytes;
+    b += loss_fetch_.p.bytes_for_rank(rank);
+    for (const gradient_reduction& r : grad_reductions_) b += r.bytes;
+    return b;
+  }
+
+ private:
+  friend parallel_graph parallelize(const traced_graph&, const parallel_config&);
+
+  traced_graph g_;
+  parallel_config cfg_;
+  std::vector<layout> value_layout_, grad_layout_;
+  std::vector<bool> needs_grad_;
+  std::vector<std::optional<op_plan>> ops_;
+  std::vector<edge_plan> edges_;
+  route loss_fetch_;
+  std::vector<gradient_reduction> grad_reductions_;
+  index_t priced_ = 0;
+};
+
+namespace detail {
+
+inline std::string where(const strategy& st, int device_num, strategy_source src) {
+  return "strategy " + to_string(st) + " on " + std::to_string(device_num) + (device_num == 1 ? " device" : " devices") +
+         " (" + std::string(to_string(src)) + ")";
+}
+
+// The layouts of operator `id` under `st`, or a failed status with the message's
+// context; no exception.
+struct evaluation {
+  std::optional<op_layouts> lay;
+  status s;
+  std::string context;
+};
+
+inline evaluation evaluate(const traced_graph& g, int id, const strategy& st, int device_num) {
+  const node& n = g.at(id);
+  const shape_list shapes = g.input_shapes(id);
+  const std::string who = "parallelize: " + g.describe(id);
+  if (const status s = n.op->check(st, device_num, shapes); !s.ok()) return {std::nullopt, s, who};
+  op_layouts l = n.op->layouts(st, device_num, shapes);
+  for (int i = 0; i < shapes.n; ++i)
+    if (const status s = check(l.in[i], shapes[i]); !s.ok())
+      return {std::nullopt, s, who + ": input " + std::to_string(i) + " " + to_string(shapes[i])};
+  if (const status s = check(l.out, n.shape); !s.ok()) return {std::nullopt, s, who + ": output " + to_string(n.shape)};
+  return {std::move(l), {}, {}};
+}
+
+inline op_layouts evaluate_or_throw(const traced_graph& g, int id, const strategy& st, int device_num, strategy_source src) {
+  evaluation e = evaluate(g, id, st, device_num);
+  if (!e.lay) throw error(e.s, e.context, where(st, device_num, src));
+  return std::move(*e.lay);
+}
+
+// Every split 1: the data-parallel strategy on one device.
+inline strategy all_ones(const traced_graph& g, int id) { return g.at(id).op->data_parallel(1, g.input_shapes(id)); }
+
+inline layout import_layout(const traced_graph& g, int id, const parallel_config& cfg, int index) {
+  const node& n = g.at(id);
+  const int N = cfg.device_num;
+  const mesh flat{N};
+  const std::string who = "parallelize: dataset_strategy " + cfg.dataset.to_string() + ": input '" + n.name + "' " +
+                          to_string(n.shape);
+  const bool whole = cfg.mode == parallel_mode::stand_alone || cfg.mode == parallel_mode::hybrid_parallel;
+  const dataset_strategy::kind k = cfg.dataset.which();
+  if (whole || k == dataset_strategy::kind::full_batch || (k == dataset_strategy::kind::data_parallel && n.shape.ndim == 0))
+    return layout::replicated(flat, n.shape.ndim);
+  if (k == dataset_strategy::kind::data_parallel) {
+    layout l = layout::replicated(flat, n.shape.ndim);
+    l.split[0] = axis_list{0};
+    if (const status s = check(l, n.shape); !s.ok()) throw error(s, who);
+    return l;
+  }
+  const split_tuple& t = cfg.dataset.tuples()[index];
+  if (t.n != n.shape.ndim)
+    throw error(who + ": the input has rank " + std::to_string(n.shape.ndim) + ", its split tuple " + to_string(t) +
+                " has " + std::to_string(t.n) + (t.n == 1 ? " entry" : " entries"));
+  if (status s = check(t, N, index); !s.ok()) throw error(s, who);
+  const layout l = strategy_layout(t, N);
+  if (const status s = check(l, n.shape); !s.ok()) throw error(s, who);
+  return l;
+}
+
+}  // namespace detail
+
+/// Runs the parallel pass (see the top of this header). Throws tessera::error, naming
+/// the node and the numbers, for: a strategy its operator's rule rejects or that
+/// splits a dim unevenly; a parameter two operators want laid out differently; a
+/// dataset strategy that does not fit the inputs (count, rank, divisibility, device
+/// count) or the mode; an AllReduce node or a layer-wise parallel parameter outside
+/// hybrid_parallel.
+inline parallel_graph parallelize(const traced_graph& g, const parallel_config& cfg) {
+  const int N = cfg.device_num;
+  if (N < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(N));
+  if (cfg.elem_bytes < 1) throw error("parallelize: elem_bytes must be positive, got " + std::to_string(cfg.elem_bytes));
+  if (g.loss() < 0) throw error("parallelize: the graph has no loss (build it with graph_builder::build)");
+  const parallel_mode mode = cfg.mode;
+  const bool hybrid = mode == parallel_mode::hybrid_parallel;
+  const bool semi_or_auto = mode == parallel_mode::semi_auto_parallel || mode == parallel_mode::auto_parallel;
+  if (cfg.dataset.which() != dataset_strategy::kind::data_parallel && !semi_or_auto)
+    throw error("parallelize: dataset_strategy " + cfg.dataset.to_string() +
+                " needs parallel_mode semi_auto_parallel or auto_parallel, not " + std::string(to_string(mode)));
+  const std::vector<int> inputs = g.inputs();
+  if (cfg.dataset.which() == dataset_strategy::kind::per_input && cfg.dataset.tuples().size() != inputs.size()) {
+    std::string names;
+    for (std::size_t i = 0; i < inputs.size(); ++i) names += (i ? ", '" : "'") + g.at(inputs[i]).name + "'";
+    throw error("parallelize: dataset_strategy " + cfg.dataset.to_string() + " has " +
+                std::to_string(cfg.dataset.tuples().size()) + " split tuples for " + std::to_string(inputs.size()) +
+                (inputs.size() == 1 ? " input (" : " inputs (") + names + ")");
+  }
+
+  parallel_graph pg;
+  pg.g_ = g;
+  pg.cfg_ = cfg;
+  const std::size_t n = std::size_t(g.size());
+  pg.value_layout_.resize(n);
+  pg.grad_layout_.resize(n);
+  pg.needs_grad_.assign(n, false);
+  pg.ops_.resize(n);
+
+  // Mode checks, needs_grad, data import.
+  for (int id = 0; id < g.size(); ++id) {
+    const node& nd = g.at(id);
+    if (nd.kind == node_kind::parameter) {
+      pg.needs_grad_[id] = true;
+      if (nd.layerwise_parallel && !hybrid)
+        throw error("parallelize: parameter '" + nd.name + "' is layer-wise parallel, which only hybrid_parallel supports, not " +
+                    std::string(to_string(mode)));
+    } else if (nd.kind == node_kind::op) {
+      if (const auto* ar = dynamic_cast<const all_reduce_def*>(nd.op.get())) {
+        if (!hybrid)
+          throw error("parallelize: " + g.describe(id) + " is a hybrid_parallel operator; in " + std::string(to_string(mode)) +
+                      " the parallel pass places communication itself");
+        if (ar->group_mesh)
+          if (const status s = check_mesh_size(*ar->group_mesh, N); !s.ok())
+            throw error(s, "parallelize: " + g.describe(id) + ": group mesh " + to_string(*ar->group_mesh));
+        for (int i = 0; i < ar->axes.n; ++i)
+          if (ar->axes[i] < 0 || ar->axes[i] >= (ar->group_mesh ? ar->group_mesh->ndim : 1))
+            throw error("parallelize: " + g.describe(id) + ": mesh axis " + std::to_string(ar->axes[i]) + " out of range");
+      }
+      for (std::size_t s = 0; s < nd.inputs.size(); ++s)
+        if (pg.needs_grad_[nd.inputs[s]] && nd.op->differentiable(int(s))) pg.needs_grad_[id] = true;
+    }
+  }
+  // needs_grad so far: the value depends on a parameter. It also has to receive a
+  // gradient from the loss, through differentiable inputs of operators whose backward runs.
+  {
+    std::vector<bool> receives(n, false);
+    receives[g.loss()] = true;
+    for (int id = g.size() - 1; id >= 0; --id) {
+      if (!(receives[id] && pg.needs_grad_[id]) || g.at(id).kind != node_kind::op) continue;
+      for (std::size_t s = 0; s < g.at(id).inputs.size(); ++s)
+        if (g.at(id).op->differentiable(int(s))) receives[g.at(id).inputs[s]] = true;
+    }
+    for (std::size_t id = 0; id < n; ++id) pg.needs_grad_[id] = pg.needs_grad_[id] && receives[id];
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    pg.value_layout_[inputs[i]] = detail::import_layout(g, inputs[i], cfg, int(i));
+
+  // Strategies: fixed ones now, the others by the search.
+  propagation_input pin;
+  pin.g = &g;
+  pin.device_num = N;
+  pin.elem_bytes = cfg.elem_bytes;
+  pin.input_layout = pg.value_layout_;
+  pin.fixed.resize(n);
+  pin.free.resize(n);
+  pin.needs_grad = pg.needs_grad_;
+  bool any_free = false;
+  for (int id = 0; id < g.size(); ++id) {
+    const node& nd = g.at(id);
+    if (nd.kind != node_kind::op) continue;
+    const shape_list shapes = g.input_shapes(id);
+    op_plan o;
+    if (mode == parallel_mode::stand_alone || hybrid) {
+      o.st = detail::all_ones(g, id);
+      o.source = strategy_source::stand_alone;
+    } else if (mode == parallel_mode::data_parallel || (mode == parallel_mode::semi_auto_parallel && !nd.user_strategy)) {
+      o.st = nd.op->data_parallel(N, shapes);
+      o.source = strategy_source::data_parallel;
+    } else if (nd.user_strategy) {
+      o.st = *nd.user_strategy;
+      o.source = strategy_source::user;
+    } else {
+      op_candidates c;
+      for (const strategy& st : nd.op->candidates(N, shapes)) {
+        detail::evaluation e = detail::evaluate(g, id, st, N);
+        if (!e.lay) continue;
+        c.st.push_back(st);
+        c.lay.push_back(std::move(*e.lay));
+      }
+      if (c.st.empty())
+        throw error("parallelize: " + g.describe(id) + " has no strategy on " + std::to_string(N) + " devices");
+      pin.free[id] = std::move(c);
+      any_free = true;
+      continue;
+    }
+    o.lay = detail::evaluate_or_throw(g, id, o.st, N, o.source);
+    pin.fixed[id] = o.lay;
+    pg.ops_[id] = std::move(o);
+  }
+  detail::route_cache rc(cfg.elem_bytes);
+  if (any_free) {
+    const graph_problem gp = build_problem(pin, rc);
+    const search_result r = solve(gp.pb);
+    for (std::size_t v = 0; v < gp.vars.size(); ++v) {
+      const int id = gp.vars[v];
+      op_plan o;
+      if (r.pick[v] >= 0) {
+        o.st = pin.free[id].st[r.pick[v]];
+        o.source = strategy_source::sharding_propagation;
+        o.lay = pin.free[id].lay[r.pick[v]];
+      } else {
+        o.st = g.at(id).op->data_parallel(N, g.input_shapes(id));
+        o.source = strategy_source::data_parallel;
+        o.lay = detail::evaluate_or_throw(g, id, o.st, N, o.source);
+      }
+      pg.ops_[id] = std::move(o);
+    }
+  }
+  for (int id = 0; id < g.size(); ++id)
+    if (pg.ops_[id]) {
+      op_plan& o = *pg.ops_[id];
+      o.collectives = g.at(id).op->collectives(o.st, N, g.input_shapes(id), cfg.elem_bytes);
+      pg.value_layout_[id] = o.lay.out;
+      pg.grad_layout_[id] = o.lay.out_grad;
+    }
+
+  // Parameters: one layout, the one every reader wants.
+  for (int p : g.parameters()) {
+    const auto readers = g.consumers(p);
+    const auto [c0, s0] = readers.front();
+    const layout& first = pg.ops_[c0]->lay.in[s0];
+    for (std::size_t k = 1; k < readers.size(); ++k) {
+      const auto [ck, sk] = readers[k];
+      const layout& other = pg.ops_[ck]->lay.in[sk];
+      if (!same_distribution(first, other, g.at(p).shape)) {
+        auto who = [&](int c) {
+          return g.describe(c) + " with strategy " + to_string(pg.ops_[c]->st) + " (" +
+                 std::string(to_string(pg.ops_[c]->source)) + ")";
+        };
+        throw error("parallelize: parameter '" + g.at(p).name + "' " + to_string(g.at(p).shape) + " is read by " + who(c0) +
+                    " as " + describe(first) + " and by " + who(ck) + " as " + describe(other) +
+                    "; the operators sharing a parameter must lay it out alike");
+      }
+    }
+    pg.value_layout_[p] = first;
+    pg.grad_layout_[p] = first;
+  }
+
+  // Every edge's routes.
+  auto route_or_throw = [&](const layout& from, const layout& to, const extents& shape, int p, int c) {
+    const route& r = rc.get(from, to, shape);
+    if (!r.feasible)
+      throw error("parallelize: " + g.describe(p) + " -> " + g.describe(c) + ": device matrices " + to_string(from.dev) +
+                  " and " + to_string(to.dev) + " share no refinement, so no redistribution joins " + describe(from) +
+                  " and " + describe(to));
+    return r;
+  };
+  for (int c = 0; c < g.size(); ++c) {
+    const node& cn = g.at(c);
+    if (cn.kind != node_kind::op) continue;
+    const op_plan& o = *pg.ops_[c];
+    for (std::size_t s = 0; s < cn.inputs.size(); ++s) {
+      const int p = cn.inputs[s];
+      const extents& shape = g.at(p).shape;
+      edge_plan e;
+      e.producer = p;
+      e.consumer = c;
+      e.slot = int(s);
+      e.forward = route_or_throw(pg.value_layout_[p], o.lay.in[s], shape, p, c);
+      e.has_backward = pg.needs_grad_[p] && cn.op->differentiable(int(s));
+      if (e.has_backward) e.backward = route_or_throw(o.lay.in_grad[s], pg.grad_layout_[p], shape, c, p);
+      pg.priced_ = detail::add_bytes(pg.priced_, e.forward.bytes());
+      if (e.has_backward) pg.priced_ = detail::add_bytes(pg.priced_, e.backward.bytes());
+      pg.edges_.push_back(std::move(e));
+    }
+    for (const internal_collective& ic : o.collectives)
+      if (!ic.backward || pg.needs_grad_[c]) pg.priced_ = detail::add_bytes(pg.priced_, ic.bytes);
+  }
+  const layout& ll = pg.value_layout_[g.loss()];
+  pg.loss_fetch_ = rc.get(ll, layout::replicated(ll.dev, 0), g.at(g.loss()).shape);
+  if (hybrid && N > 1)
+    for (int p : g.parameters())
+      if (!g.at(p).layerwise_parallel)
+        pg.grad_reductions_.push_back({p, mesh{N}, cost::all_reduce(g.at(p).shape.size() * cfg.elem_bytes, N)});
+  return pg;
+}
+
+}  // namespace tessera::graph

@@ -1,0 +1,424 @@
+// The layers: Dense (MindSpore's nn.Dense), ReLU, Flatten, Dropout and
+// SequentialCell. Each forward pass runs on tape values (autodiff::var), so
+// value_and_grad differentiates a network of them. Without a strategy, a layer runs
+// data parallel: Dense multiplies this rank's rows of the batch by replicated weights
+// and the element-wise layers keep their input's layout, all on local shards without
+// communication; with one (`shard`) the sharded operators of ops/ run it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <tessera/autodiff/ops.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
+#include <tessera/kernels/cpu/elementwise.hpp>
+#include <tessera/kernels/cpu/matmul.hpp>
+#include <tessera/nn/init.hpp>
+#include <tessera/nn/module.hpp>
+#include <tessera/ops/elementwise.hpp>
+#include <tessera/ops/matmul.hpp>
+
+namespace tessera::nn {
+
+namespace detail {
+
+/// The value of `x` with its partial sums resolved: `x` itself when it holds none, else
+/// a node on the tape that redistributes it to the same layout without partial axes
+/// (the gradient of that sum reaches every partial term unchanged).
+template <class T, class C>
+autodiff::var<T, C> resolved(autodiff::var<T, C> x) {
+  const dist_tensor<T>& v = x.value();
+  if (!v.layout().has_partial()) return x;
+  autodiff::tape<T, C>& t = *x.t;
+  dist_tensor<T> r = redistribute(v, v.layout().without_partial(), t.ctx());
+  return t.record(std::move(r),
+                  [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) { tp.add_grad(ix, g); },
+                  t.requires_grad(x.id));
+}
+
+/// Calls f(local offset, global row-major offset) for every element of the shard of
+/// `l` on `rank` of a tensor of global shape `g`.
+template <class F>
+void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
+  const extents off = local_offset(l, g, rank);
+  index_t stride[max_tensor_ndim] = {};
+  index_t s = 1;
+  for (int k = g.ndim - 1; k >= 0; --k) {
+    stride[k] = s;
+    s *= g[k];
+  }
+  tessera::detail::for_each_index(local_shape(l, g), [&](const auto& idx, index_t lin) {
+    index_t glob = 0;
+    for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
+    f(std::size_t(lin), std::uint64_t(glob));
+  });
+}
+
+template <class... M>
+struct first_module {
+  using type = void;
+};
+template <class M, class... Rest>
+struct first_module<M, Rest...> {
+  using type = M;
+};
+
+}  // namespace detail
+
+// ---- Dense ---------------------------------------------------------------------------
+
+/// MindSpore's nn.Dense: y = x weight^T + bias, x (batch, in_channels), weight
+/// (out_channels, in_channels), bias (out_channels,).
+///
+///     nn::dense<float> fc(784, 512, "normal", "zeros");   // the seed's layer
+///     fc.shard(strategy{{2, 1}, {4, 1}});                  // optional: MatMul's strategy
+///
+/// Defaults as MindSpore's (and PyTorch's Linear): weight he_uniform(sqrt 5), i.e.
+/// U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in), 1/sqrt(in)).
+///
+/// The strategy is MatMul's for (x, weight) with weight transposed: ((m, k), (n, k)),
+/// x split m ways by rows and k ways by columns, the weight n ways by rows. Unset, it
+/// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
+/// weight and bias replicated, and the weight's and bias's gradients partial sums over
+/// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
+/// run fused on local shards; otherwise through ops::matmul and ops::bias_add.
+template <class T = float>
+class dense : public module<T> {
+  index_t in_, out_;
+  bool has_bias_;
+
+ public:
+  dense(index_t in_channels, index_t out_channels, std::optional<initializer> weight_init = {},
+        std::optional<initializer> bias_init = {}, bool has_bias = true)
+      : in_(checked(in_channels, out_channels, 0)),
+        out_(checked(in_channels, out_channels, 1)),
+        has_bias_(has_bias),
+        weight(extents{out_channels, in_channels},
+               weight_init ? *weight_init : initializer::he_uniform(std::sqrt(5.0))),
+        bias(extents{out_channels},
+             bias_init ? *bias_init : initializer::uniform(1.0 / std::sqrt(double(in_channels)))) {}
+
+  /// MatMul with weight transposed; an empty strategy (the default) is data parallel.
+  ops::matmul_op matmul{{}, false, true};
+  parameter<T> weight;
+  parameter<T> bias;
+
+  /// Sets MatMul's strategy ((m, k), (n, k)); call before build().
+  dense& shard(const strategy& st) {
+    matmul.st = st;
+    return *this;
+  }
+
+  index_t in_channels() const { return in_; }
+  index_t out_channels() const { return out_; }
+  bool has_bias() const { return has_bias_; }
+
+  void visit(visitor<T>& v) override {
+    v.param("weight", weight);
+    if (has_bias_) v.param("bias", bias);
+  }
+  void reset_strategies() override { matmul.st = strategy{}; }
+
+  void place(int device_num) override {
+    op_ = matmul;
+    if (op_.st.n == 0) op_.st = strategy{{device_num, 1}, {1, 1}};
+    try {
+      rule_ = op_.rule(device_num);
+    } catch (const error& e) {
+      throw error(std::string("dense: ") + e.what());
+    }
+    const int m = op_.st.in[0].v[0], k = op_.st.in[0].v[1], n = op_.st.in[1].v[0];
+    fused_ = k == 1;
+    weight.set_target_layout(rule_.b);
+    if (fused_) {
+      bias_layout_ = layout(rule_.dev, {rule_.c.split[1]});
+      bias_grad_layout_ = bias_layout_;
+      bias_grad_layout_.partial = rule_.grad_b.partial;
+    } else {
+      bias_op_ = ops::bias_add_op{strategy{{m, n}, {n}}};
+      bias_layout_ = bias_op_.rule(device_num, shape_list{extents{m, out_}, extents{out_}}).in[1];
+    }
+    bias.set_target_layout(bias_layout_);
+  }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    autodiff::tape<T, C>& t = *x.t;
+    if (x.value().ndim() != 2 || x.value().global_shape()[1] != in_)
+      throw error("dense: the input is " + to_string(x.value().global_shape()) + ", expected (batch, " +
+                  std::to_string(in_) + ")");
+    if (rule_.dev.ndim == 0)
+      throw error("dense: not placed yet: call build(ctx) on the network first");
+    // The leaves first: recording moves the tape's values (references to them would dangle).
+    const autodiff::var<T, C> w = weight.on(t);
+    std::optional<autodiff::var<T, C>> b;
+    if (has_bias_) b = bias.on(t);
+    const dist_tensor<T>& xv = x.value();
+    if (!fused_) {
+      const autodiff::var<T, C> y = autodiff::matmul(op_, x, w);
+      return b ? autodiff::bias_add(bias_op_, y, *b) : y;
+    }
+    device_context<C>& ctx = t.ctx();
+    const laid_out<T> lx = detail::placed_as(xv, rule_.a, ctx);
+    const laid_out<T> lw = detail::placed_as(w.value(), rule_.b, ctx);
+    xt::xarray<T> y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
+    if (b) {
+      const laid_out<T> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+      add_rows(y, lb->local());
+    }
+    const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
+    dist_tensor<T> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
+    return t.record(std::move(out),
+                    [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
+                     wp = &weight, bp = &bias](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      device_context<C>& c = tp.ctx();
+                      const laid_out<T> dy = detail::placed_as(g, r.c.without_partial(), c);
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const dist_tensor<T>& wv = tp.value(iw);
+                      const laid_out<T> lx2 = detail::placed_as(xv2, r.a, c);
+                      const laid_out<T> lw2 = detail::placed_as(wv, r.b, c);
+                      if (ib >= 0 && tp.requires_grad(ib)) {
+                        xt::xarray<T> db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                        column_sums(dy->local(), db);
+                        tp.add_grad(ib, dist_tensor<T>(bgl, bp->shape(), c.rank(), std::move(db)));
+                      }
+                      if (tp.requires_grad(iw)) {
+                        // dW (out, in) = dy^T x, written over the last step's storage.
+                        xt::xarray<T> dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                        kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                        tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                      }
+                      if (tp.requires_grad(ix))
+                        tp.add_grad(ix, dist_tensor<T>(r.grad_a, xv2.global_shape(), c.rank(),
+                                                       kernels::cpu::matmul_grad_a(dy->local(), lx2->local(),
+                                                                                   lw2->local(), false, true)));
+                    },
+                    rg);
+  }
+
+ private:
+  static index_t checked(index_t in, index_t out, int which) {
+    if (in < 1 || out < 1)
+      throw error("dense: in_channels and out_channels must be positive: got " + std::to_string(in) + " and " +
+                  std::to_string(out));
+    return which == 0 ? in : out;
+  }
+  // out = the sums of each column of a (rows, cols) array: the bias's gradient.
+  static void column_sums(const xt::xarray<T>& dy, xt::xarray<T>& out) {
+    const std::size_t cols = dy.shape()[1], rows = dy.shape()[0];
+    T* o = out.data();
+    std::fill(o, o + cols, T(0));
+    const T* g = dy.data();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) o[j] += g[r * cols + j];
+  }
+  static void add_rows(xt::xarray<T>& y, const xt::xarray<T>& b) {
+    const std::size_t c = b.size();
+    const std::size_t rows = c == 0 ? 0 : y.size() / c;
+    T* p = y.data();
+    const T* q = b.data();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < c; ++j) p[r * c + j] += q[j];
+  }
+
+  ops::matmul_op op_{};
+  matmul_layouts rule_{};
+  bool fused_ = true;
+  layout bias_layout_{}, bias_grad_layout_{};
+  ops::bias_add_op bias_op_{};
+};
+
+// ---- ReLU --------------------------------------------------------------------------
+
+/// max(x, 0). Without a strategy it keeps the input's layout (partial sums resolved
+/// first); with one, ops::relu runs it: `relu.shard(strategy{{2, 4}})`.
+template <class T = float>
+class relu : public module<T> {
+ public:
+  std::optional<ops::relu_op> op;
+
+  relu& shard(const strategy& st) {
+    op = ops::relu_op{st};
+    return *this;
+  }
+  void visit(visitor<T>&) override {}
+  void reset_strategies() override { op.reset(); }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    if (op) return autodiff::relu(*op, x);
+    x = detail::resolved(x);
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank(), kernels::cpu::relu(xv.local()));
+    return t.record(std::move(y),
+                    [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
+                      tp.add_grad(ix, dist_tensor<T>(xv2.layout(), xv2.global_shape(), xv2.rank(),
+                                                     kernels::cpu::relu_grad(dy->local(), xv2.local())));
+                    },
+                    t.requires_grad(x.id));
+  }
+};
+
+// ---- Flatten -----------------------------------------------------------------------
+
+/// (batch, d1, d2, ...) -> (batch, d1 * d2 * ...), MindSpore's nn.Flatten. The batch dim
+/// keeps its split; the other dims are gathered first if some rank splits them.
+template <class T = float>
+class flatten : public module<T> {
+ public:
+  void visit(visitor<T>&) override {}
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    if (xv.ndim() < 1) throw error("flatten: the input must have a batch dim, got shape ()");
+    const extents& gs = xv.global_shape();
+    index_t features = 1;
+    for (int d = 1; d < gs.ndim; ++d) features *= gs[d];
+    layout in = xv.layout();
+    for (int d = 1; d < in.ndim; ++d) in.split[d] = axis_list{};
+    const laid_out<T> lx = detail::placed_as(xv, in, t.ctx());
+    layout out_l(in.dev, {in.split[0], axis_list{}});
+    out_l.partial = in.partial;
+    out_l.op = in.op;
+    xt::xarray<T> y = lx->local();
+    dist_tensor<T> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
+    return t.record(std::move(out),
+                    [ix = x.id, in, out_l](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
+                      xt::xarray<T> d = dy->local();
+                      tp.add_grad(ix, dist_tensor<T>(in.without_partial(), xv2.global_shape(), xv2.rank(),
+                                                     std::move(d)));
+                    },
+                    t.requires_grad(x.id));
+  }
+};
+
+// ---- Dropout -----------------------------------------------------------------------
+
+/// MindSpore's nn.Dropout(p): in training mode each element is zeroed with
+/// probability p and the others scaled by 1 / (1 - p); in evaluation mode the identity.
+/// The mask is a function of (seed, the layer's name, the call count, the element's
+/// global index): replicas of a tensor draw the same mask, the shards of a split one
+/// the pieces of the one-rank mask, so a run on N ranks drops what a run on one does.
+template <class T = float>
+class dropout : public module<T> {
+ public:
+  explicit dropout(double p = 0.5) : p_(p) {
+    if (!(p >= 0.0 && p < 1.0))
+      throw error("dropout: p must be in [0, 1): got " + std::to_string(p));
+  }
+  double p() const { return p_; }
+  /// Training-mode calls so far (the mask of call s is keyed by s).
+  std::uint64_t calls() const { return calls_; }
+
+  void visit(visitor<T>&) override {}
+  void named(std::string_view full_name, std::uint64_t seed) override { key_ = stream_key(seed, full_name); }
+
+  /// Whether call `call` keeps the element at global index i.
+  bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
+
+  template <class C>
+  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+    if (!this->training() || p_ == 0.0) return x;
+    autodiff::tape<T, C>& t = *x.t;
+    const dist_tensor<T>& xv = x.value();
+    const std::uint64_t call = calls_++;
+    const T scale = T(1.0 / (1.0 - p_));
+    const std::uint64_t key = key_;
+    const double p = p_;
+    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
+    const T* px = xv.local().data();
+    T* py = y.local().data();
+    detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
+      py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
+    });
+    return t.record(std::move(y),
+                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      const dist_tensor<T>& xv2 = tp.value(ix);
+                      const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
+                      dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
+                      const T* pg = dy->local().data();
+                      T* pd = dx.local().data();
+                      detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
+                                              [&](std::size_t l, std::uint64_t gi) {
+                                                pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
+                                              });
+                      tp.add_grad(ix, std::move(dx));
+                    },
+                    t.requires_grad(x.id));
+  }
+
+ private:
+  static bool keep(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
+    return random_stream(mix64(key ^ mix64(call + 1))).uniform01(i) >= p;
+  }
+
+  double p_;
+  std::uint64_t key_ = stream_key(0, "dropout");
+  std::uint64_t calls_ = 0;
+};
+
+// ---- SequentialCell ----------------------------------------------------------------
+
+/// MindSpore's SequentialCell: layers applied in order, named "0", "1", ....
+///
+///     nn::sequential seq(nn::dense(784, 512, "normal", "zeros"), nn::relu(),
+///                        nn::dense(512, 10, "normal", "zeros"));
+///     seq.get<0>().shard(...);
+template <class... M>
+class sequential : public module<typename detail::first_module<M...>::type::value_type> {
+ public:
+  using value_type = typename detail::first_module<M...>::type::value_type;
+  static_assert(sizeof...(M) > 0, "sequential: needs at least one layer");
+  static_assert((std::is_same_v<typename M::value_type, value_type> && ...),
+                "sequential: every layer must have the same element type");
+  static_assert((std::is_base_of_v<module<value_type>, M> && ...), "sequential: every layer must be a module");
+
+  explicit sequential(M... layers) : layers_(std::move(layers)...) {}
+
+  static constexpr std::size_t size() { return sizeof...(M); }
+  template <std::size_t I>
+  auto& get() {
+    return std::get<I>(layers_);
+  }
+
+  void visit(visitor<value_type>& v) override {
+    visit_each(v, std::index_sequence_for<M...>{});
+  }
+
+  template <class V>
+  V operator()(V x) {
+    return apply_from<0>(x);
+  }
+
+ private:
+  template <std::size_t... I>
+  void visit_each(visitor<value_type>& v, std::index_sequence<I...>) {
+    (v.child(std::to_string(I), std::get<I>(layers_)), ...);
+  }
+  template <std::size_t I, class V>
+  V apply_from(V x) {
+    if constexpr (I == sizeof...(M)) return x;
+    else return apply_from<I + 1>(std::get<I>(layers_)(x));
+  }
+
+  std::tuple<M...> layers_;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,375 @@
+// Modules (MindSpore's Cell) and their parameters: a parameter is a named global shape
+// with an initializer and, once the network is built, this rank's shard in the layout
+// its module's operator strategies give it. A module lists its parameters and child
+// modules; the network's dotted names ("seq.0.weight"), trainable parameters, train
+// and eval modes and data-parallel strategies come from that list.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+#include <tessera/autodiff/tape.hpp>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/refine.hpp>
+#include <tessera/core/strategy.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/nn/init.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::nn {
+
+template <class T>
+class parameter;
+
+/// Told by a training step as each parameter's gradient becomes final during the
+/// backward pass (train::distributed_grad_reducer is one: it starts reducing at once).
+template <class T>
+class grad_listener {
+ public:
+  virtual ~grad_listener() = default;
+  /// The backward pass of a step that differentiates `p` is about to run.
+  virtual void backward_begin() = 0;
+  /// The gradient of `p`, `g`, is final (in the layout the backward produced it,
+  /// possibly partial). Its storage (g.data()) stays where it is until the listener is
+  /// given the step's gradients back (the tensor object itself may move), so the
+  /// listener may reduce it in place. `nodes_left` is the number of tape nodes the
+  /// backward pass has still to visit.
+  virtual void grad_ready(parameter<T>& p, dist_tensor<T>& g, int nodes_left) = 0;
+};
+
+/// A trainable tensor of a module: a global shape, an initializer and, once built, this
+/// rank's shard (a dist_tensor in the layout the module's strategy gives it).
+///
+///     nn::parameter<float> w(extents{512, 784}, "normal");
+///     w.build(layout::replicated(mesh{2}, 2), rank, seed);   // modules do this in build()
+///     w.data().local();                                     // this rank's shard
+template <class T>
+class parameter {
+ public:
+  parameter(extents shape, initializer init, bool requires_grad = true)
+      : shape_(shape), init_(std::move(init)), requires_grad_(requires_grad) {}
+
+  /// The full dotted name ("dense_relu_sequential.0.weight") once the network is
+  /// built; until then empty, or what set_name gave.
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  const extents& shape() const { return shape_; }
+  const initializer& init() const { return init_; }
+
+  /// MindSpore's requires_grad: trainable_params() lists only these.
+  bool requires_grad() const { return requires_grad_; }
+  void set_requires_grad(bool r) { requires_grad_ = r; }
+
+  bool built() const { return data_.has_value(); }
+  /// This rank's shard; throws before the network is built:
+  /// "parameter 'fc.weight': not built yet: call build(ctx) on the network first".
+  dist_tensor<T>& data() {
+    if (!data_) not_built();
+    return *data_;
+  }
+  const dist_tensor<T>& data() const {
+    if (!data_) not_built();
+    return *data_;
+  }
+  const tessera::layout& layout() const { return data().layout(); }
+
+  /// The layout build() will give the parameter (set by its module's place()).
+  void set_target_layout(const tessera::layout& l) { target_ = l; }
+  const std::optional<tessera::layout>& target_layout() const { return target_; }
+
+  /// Draws the global tensor from the initializer under `seed` and keeps this rank's
+  /// shard of `l`: the value at a global index depends only on (seed, name, index).
+  void build(const tessera::layout& l, int rank, std::uint64_t seed) {
+    dist_tensor<T> t(l, shape_, rank);
+    const initializer::drawer d = init_.draw(shape_, stream_key(seed, name_));
+    index_t stride[max_tensor_ndim] = {};
+    index_t s = 1;
+    for (int k = shape_.ndim - 1; k >= 0; --k) {
+      stride[k] = s;
+      s *= shape_[k];
+    }
+    t.fill_global([&](const auto& idx) {
+      index_t lin = 0;
+      for (int k = 0; k < shape_.ndim; ++k) lin += idx[k] * stride[k];
+      return T(d(std::uint64_t(lin)));
+    });
+    data_ = std::move(t);
+  }
+
+  /// Replaces the value (same global shape; any layout).
+  void set_data(dist_tensor<T> v) {
+    if (!(v.global_shape() == shape_))
+      throw error("parameter '" + name_ + "': set_data: the value is " + to_string(v.global_shape()) +
+                  ", the parameter " + to_string(shape_));
+    data_ = std::move(v);
+  }
+
+  // ---- use on a tape ----------------------------------------------------------
+
+  /// The parameter's value on tape `t`: a leaf that refers to the shard (no copy),
+  /// made at first use so that it sits on the tape just before the operators that use
+  /// it (its gradient is then final as soon as the backward pass has passed them). It
+  /// needs a gradient only when a training step asked for one (expect_grad).
+  template <class C>
+  autodiff::var<T, C> on(autodiff::tape<T, C>& t) {
+    if (bind_.serial != t.serial()) bind_ = binding{t.serial(), -1, false, -1};
+    if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
+    return {&t, bind_.id};
+  }
+  /// Marks the parameter as differentiated on the tape of serial `serial`, as slot
+  /// `slot` of the step's gradient list. Called before the forward pass.
+  void expect_grad(std::uint64_t serial, int slot) { bind_ = binding{serial, -1, true, slot}; }
+  /// The leaf id on tape `serial` (-1 if the forward pass has not used it) and slot.
+  int leaf_id(std::uint64_t serial) const { return bind_.serial == serial ? bind_.id : -1; }
+  int grad_slot(std::uint64_t serial) const { return bind_.serial == serial ? bind_.slot : -1; }
+  void unbind() { bind_ = binding{}; }
+
+  /// The listener told of this parameter's final gradient during backward (or null).
+  grad_listener<T>* listener() const { return listener_; }
+  void set_listener(grad_listener<T>* l) { listener_ = l; }
+
+  /// Storage for this parameter's next gradient shard, of shape `local_shape`: the
+  /// last one given back (recycle_grad_storage) when it has that size, else new. A
+  /// step then writes its gradient where the last step's was, instead of in fresh
+  /// memory (which the system must map and zero page by page).
+  xt::xarray<T> take_grad_storage(const extents& local_shape) {
+    const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
+    if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+      xt::xarray<T> a = std::move(*spare_);
+      spare_.reset();
+      a.reshape(shape);
+      return a;
+    }
+    return xt::xarray<T>::from_shape(shape);
+  }
+  /// Gives a used gradient shard's storage back for the next step (the optimizer does
+  /// after its update).
+  void recycle_grad_storage(xt::xarray<T>&& a) {
+    if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+  }
+
+ private:
+  [[noreturn]] void not_built() const {
+    throw error("parameter '" + name_ + "': not built yet: call build(ctx) on the network first");
+  }
+  struct binding {
+    std::uint64_t serial = 0;
+    int id = -1;
+    bool grad = false;
+    int slot = -1;
+  };
+
+  std::string name_;
+  extents shape_;
+  initializer init_;
+  bool requires_grad_ = true;
+  std::optional<dist_tensor<T>> data_;
+  std::optional<tessera::layout> target_;
+  binding bind_;
+  grad_listener<T>* listener_ = nullptr;
+  std::optional<xt::xarray<T>> spare_;
+};
+
+template <class T>
+class module;
+
+/// What a module's visit() is given: one call per direct parameter and child module.
+template <class T>
+class visitor {
+ public:
+  virtual ~visitor() = default;
+  virtual void param(std::string_view name, parameter<T>& p) = 0;
+  virtual void child(std::string_view name, module<T>& m) = 0;
+};
+
+namespace detail {
+template <class T, class P, class M>
+class lambda_visitor final : public visitor<T> {
+ public:
+  lambda_visitor(P p, M m) : p_(std::move(p)), m_(std::move(m)) {}
+  void param(std::string_view name, parameter<T>& x) override { p_(name, x); }
+  void child(std::string_view name, module<T>& x) override { m_(name, x); }
+
+ private:
+  P p_;
+  M m_;
+};
+template <class T, class P, class M>
+void visit_with(module<T>& m, P p, M c) {
+  lambda_visitor<T, P, M> v(std::move(p), std::move(c));
+  m.visit(v);
+}
+}  // namespace detail
+
+/// The base of every module, MindSpore's Cell. A module lists its direct parameters
+/// and child modules in visit(); its forward pass is a call operator on tape values
+/// (autodiff::var), so that value_and_grad differentiates it:
+///
+///     struct network : nn::module<float> {
+///       nn::flatten<float> flatten;
+///       nn::dense<float> fc{784, 10, "normal", "zeros"};
+///       void visit(nn::visitor<float>& v) override {
+///         v.child("flatten", flatten);
+///         v.child("fc", fc);
+///       }
+///       template <class V> V operator()(V x) { return fc(flatten(x)); }
+///     };
+///     network net;
+///     net.build(ctx);                         // parameters drawn, laid out, named "fc.weight", ...
+///     auto params = net.trainable_params();
+///
+/// A module refers to its members, not to copies: once its parameters are given to an
+/// optimizer, a network must stay where it is (not be moved or copied).
+template <class T>
+class module {
+ public:
+  using value_type = T;
+  virtual ~module() = default;
+
+  /// Calls v.param(name, p) for each direct parameter and v.child(name, m) for each
+  /// direct child module.
+  virtual void visit(visitor<T>& v) = 0;
+
+  /// Sets the target layouts of the module's own parameters for `device_num` devices,
+  /// from its operators' strategies (data parallel where none is set).
+  virtual void place(int device_num) { (void)device_num; }
+  /// Sets the module's own operators back to data-parallel strategies.
+  virtual void reset_strategies() {}
+  /// Told the module's dotted name and the network's seed when the network is built
+  /// (modules that draw random numbers, such as dropout, key their streams on them).
+  virtual void named(std::string_view full_name, std::uint64_t seed) {
+    (void)full_name;
+    (void)seed;
+  }
+
+  /// Every parameter of the module and its descendants with its dotted name, in visit
+  /// order (MindSpore's parameters_and_names).
+  std::vector<std::pair<std::string, parameter<T>*>> named_parameters(const std::string& prefix = "") {
+    std::vector<std::pair<std::string, parameter<T>*>> out;
+    collect(*this, prefix, out);
+    return out;
+  }
+  /// Every parameter, in visit order.
+  std::vector<parameter<T>*> parameters() {
+    std::vector<parameter<T>*> out;
+    for (auto& [n, p] : named_parameters()) out.push_back(p);
+    return out;
+  }
+  /// The parameters that require a gradient (MindSpore's trainable_params).
+  std::vector<parameter<T>*> trainable_params() {
+    std::vector<parameter<T>*> out;
+    for (auto& [n, p] : named_parameters())
+      if (p->requires_grad()) out.push_back(p);
+    return out;
+  }
+
+  /// Training (true) or evaluation mode, for this module and its descendants (dropout
+  /// is the identity in evaluation mode). Modules start in training mode.
+  auto set_train(bool mode = true) -> module& {
+    training_ = mode;
+    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
+                          [mode](std::string_view, module<T>& m) { m.set_train(mode); });
+    return *this;
+  }
+  bool training() const { return training_; }
+
+  /// MindSpore's set_data_parallel: every operator of the module and its descendants
+  /// gets the data-parallel strategy (the batch split over all ranks, parameters
+  /// replicated). Call before build().
+  auto set_data_parallel() -> module& {
+    reset_strategies();
+    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
+                          [](std::string_view, module<T>& m) { m.set_data_parallel(); });
+    return *this;
+  }
+
+  /// Names every parameter with its dotted path, lays each out as its module's
+  /// strategy says on the ranks of `ctx`, and draws it: every rank keeps its shard of
+  /// the same global tensor, whatever the number of ranks (seeded by `seed` and the
+  /// parameter's name). A parameter that already has a value (a second build, or
+  /// set_data) keeps it, redistributed to its new layout.
+  template <class C>
+  void build(device_context<C>& ctx, std::uint64_t seed = 0) {
+    prepare(*this, "", ctx.size(), seed);
+    for (auto& [name, p] : named_parameters()) {
+      const tessera::layout l = p->target_layout() ? *p->target_layout()
+                                                   : tessera::layout::replicated(mesh{ctx.size()}, p->shape().ndim);
+      if (p->built()) {
+        if (!(p->data().layout() == l)) p->set_data(redistribute(p->data(), l, ctx));
+      } else {
+        p->build(l, ctx.rank(), seed);
+      }
+    }
+    built_ = true;
+  }
+  bool built() const { return built_; }
+
+ private:
+  static void collect(module<T>& m, const std::string& prefix,
+                      std::vector<std::pair<std::string, parameter<T>*>>& out) {
+    detail::visit_with<T>(
+        m, [&](std::string_view name, parameter<T>& p) { out.emplace_back(join(prefix, name), &p); },
+        [&](std::string_view name, module<T>& c) { collect(c, join(prefix, name), out); });
+  }
+  static void prepare(module<T>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
+    m.place(device_num);
+    m.named(prefix, seed);
+    detail::visit_with<T>(
+        m, [&](std::string_view name, parameter<T>& p) { p.set_name(join(prefix, name)); },
+        [&](std::string_view name, module<T>& c) { prepare(c, join(prefix, name), device_num, seed); });
+  }
+  static std::string join(const std::string& prefix, std::string_view name) {
+    return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
+  }
+
+  bool training_ = true;
+  bool built_ = false;
+};
+
+namespace detail {
+
+/// True when layouts `a` and `b` (possibly on different device matrices of the same
+/// ranks) put the same shard on every rank: written on their meshes' common
+/// refinement they are equal. Operators with different strategies have different
+/// device matrices ((2, 1, 1) for MatMul ((2, 1), (1, 1)), (2, 1) for ReLU ((2, 1)))
+/// that place a batch-split tensor identically.
+inline bool same_placement(const layout& a, const layout& b) {
+  if (a == b) return true;
+  if (a.dev.size() != b.dev.size() || !check_refinement(a.dev, b.dev).ok()) return false;
+  const mesh fine = common_refinement(a.dev, b.dev);
+  return refine(a, fine) == refine(b, fine);
+}
+
+/// `x` as a shard of layout `l`: x itself (borrowed, no copy) when it is placed the
+/// same way, else its redistribution.
+template <class T, class C>
+laid_out<T> placed_as(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
+  if (same_placement(x.layout(), l)) return laid_out<T>(x);
+  return laid_out<T>(redistribute(x, l, ctx));
+}
+
+/// The mesh axes that split dim `d` of `l` (as an axis mask).
+inline axis_mask axes_splitting(const layout& l, int d) { return l.split[d].mask(); }
+
+/// The data-parallel strategy of an operator with inputs of the given ranks on
+/// `device_num` devices: the first dim of each input split device_num ways, the others
+/// whole. ((2, 1), (2, 1)) for two matrices on 2 devices.
+inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int device_num) {
+  strategy st;
+  for (int nd : ndims) {
+    split_tuple t;
+    t.n = nd;
+    for (int d = 0; d < nd; ++d) t.v[d] = d == 0 ? device_num : 1;
+    st.in[st.n++] = t;
+  }
+  return st;
+}
+
+}  // namespace detail
+
+}  // namespace tessera::nn

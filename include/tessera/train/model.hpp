@@ -1,0 +1,300 @@
+// Model (MindSpore's mindspore.train.Model): a network, a loss and an optimizer
+// trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
+// rank reads its own shard of the data (the batch split over the ranks), the
+// gradients are reduced over the ranks by a distributed_grad_reducer during the
+// backward pass, and every rank steps the optimizer on its shards.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/nn/module.hpp>
+#include <tessera/optim/optimizer.hpp>
+#include <tessera/train/callbacks.hpp>
+#include <tessera/train/grad.hpp>
+#include <tessera/train/grad_reducer.hpp>
+
+namespace tessera::train {
+
+/// One rank's rows of a batch: inputs (batch, ...) and class labels (batch,).
+template <class T>
+struct local_batch {
+  xt::xarray<T> inputs;
+  xt::xarray<std::int32_t> labels;
+};
+
+namespace detail {
+
+template <class T, class A>
+xt::xarray<T> as_array(const xt::xarray<A>& a) {
+  if constexpr (std::is_same_v<A, T>) return a;
+  else {
+    xt::xarray<T> out = xt::xarray<T>::from_shape(a.shape());
+    for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = T(a.data()[i]);
+    return out;
+  }
+}
+
+/// The rows of a batch element as Model reads them: a pair (or tuple) of arrays
+/// (inputs, labels), or a local_batch. Overloads for other batch types (data/'s rows)
+/// are found by argument-dependent lookup: `to_local_batch(tag<T>, const B&)`.
+template <class T>
+struct tag {};
+
+template <class T, class X, class Y>
+local_batch<T> to_local_batch(tag<T>, const std::pair<xt::xarray<X>, xt::xarray<Y>>& b) {
+  return {as_array<T>(b.first), as_array<std::int32_t>(b.second)};
+}
+template <class T, class X, class Y>
+local_batch<T> to_local_batch(tag<T>, const std::tuple<xt::xarray<X>, xt::xarray<Y>>& b) {
+  return {as_array<T>(std::get<0>(b)), as_array<std::int32_t>(std::get<1>(b))};
+}
+template <class T>
+local_batch<T> to_local_batch(tag<T>, const local_batch<T>& b) {
+  return b;
+}
+
+/// Pass e of a dataset: ds.epoch(e) when it has one (data::dataset), else the range.
+template <class D>
+decltype(auto) epoch_of(D& ds, std::int64_t e) {
+  if constexpr (requires { ds.epoch(e); }) return ds.epoch(e);
+  else return (ds);
+}
+
+/// Batches per epoch when the dataset knows (get_dataset_size() or size()), else -1.
+template <class D>
+std::int64_t batches_per_epoch(const D& ds) {
+  if constexpr (requires { ds.get_dataset_size(); }) return std::int64_t(ds.get_dataset_size());
+  else if constexpr (requires { ds.size(); }) return std::int64_t(ds.size());
+  else return -1;
+}
+
+// The ranks agree that each has a batch of the same size, or that all are done.
+// Throws on every rank otherwise (a rank with fewer batches would leave the others
+// waiting in a collective).
+template <class C>
+bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
+  std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
+  // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
+  ctx.world().all_reduce(std::span<std::int64_t>(v), reduce_op::max);
+  const bool any = v[2] == 1, all = v[3] == -1;
+  if (!any) return false;
+  if (!all)
+    throw error(std::string(who) + ": the ranks ran out of batches at different steps (shard the dataset into "
+                                   "equal parts and batch with drop_remainder)");
+  if (v[0] != -v[1])
+    throw error(std::string(who) + ": the ranks' batches differ in size: " + std::to_string(-v[1]) + " to " +
+                std::to_string(v[0]) + " rows (batch with drop_remainder)");
+  return true;
+}
+
+// This rank's rows as shards of the global batch, split over every rank.
+template <class T, class C>
+std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+  const int p = ctx.size();
+  const index_t rows = index_t(b.inputs.shape()[0]);
+  if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
+    extents ls;
+    ls.ndim = int(b.labels.dimension());
+    for (int d = 0; d < ls.ndim; ++d) ls.v[d] = index_t(b.labels.shape()[std::size_t(d)]);
+    throw error("model: a batch has " + std::to_string(rows) + " inputs and labels of shape " + to_string(ls));
+  }
+  extents xs;
+  xs.ndim = int(b.inputs.dimension());
+  for (int d = 0; d < xs.ndim; ++d) xs.v[d] = index_t(b.inputs.shape()[std::size_t(d)]);
+  xs.v[0] = rows * p;
+  layout xl = layout::replicated(mesh{p}, xs.ndim);
+  xl.split[0] = axis_list{0};
+  dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
+  return {std::move(x), std::move(y)};
+}
+
+// Rows whose largest logit is at the label, counted once over the ranks that share
+// them (the ranks of a row's replicas are told apart by their coordinates).
+template <class T, class C>
+double count_correct(const dist_tensor<T>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+  const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
+  const laid_out<T> lx = nn::detail::placed_as(logits, rows, ctx);
+  const laid_out<std::int32_t> ly = nn::detail::placed_as(labels, layout(rows.dev, {rows.split[0]}), ctx);
+  // Count only on the first replica of each row block.
+  const mesh_coords c = rows.dev.coords(ctx.rank());
+  for (int a = 0; a < rows.dev.ndim; ++a)
+    if (!rows.split[0].contains(a) && c[a] != 0) return 0;
+  const auto& x = lx->local();
+  const std::size_t n = x.shape()[0], k = x.shape()[1];
+  double correct = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t best = 0;
+    for (std::size_t j = 1; j < k; ++j)
+      if (x.data()[i * k + j] > x.data()[i * k + best]) best = j;
+    correct += std::int32_t(best) == ly->local().data()[i] ? 1 : 0;
+  }
+  return correct;
+}
+
+}  // namespace detail
+
+/// The results of Model::eval over a dataset: MindSpore's metrics {"accuracy", "loss"}.
+struct eval_result {
+  double accuracy = 0;       ///< correct / samples (argmax of the logits equals the label)
+  double loss = 0;           ///< the loss averaged over the batches
+  std::int64_t samples = 0;  ///< samples seen, over all ranks
+};
+
+/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
+/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
+/// rows: each sample counted once. Collective. The dataset is read as Model::train
+/// reads it.
+template <class Net, class Loss, class Dataset, class C>
+eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
+  using T = typename Net::value_type;
+  const bool was_training = net.training();
+  net.set_train(false);
+  double correct = 0, loss_sum = 0;
+  std::int64_t samples = 0, batches = 0;
+  auto&& pass = detail::epoch_of(dataset, 0);
+  auto it = pass.begin();
+  auto end = pass.end();
+  while (true) {
+    const bool have = !(it == end);
+    std::optional<local_batch<T>> b;
+    if (have) b = to_local_batch(detail::tag<T>{}, *it);
+    if (!detail::agree_on_batch(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
+    const auto [x, y] = detail::to_tensors(*b, ctx);
+    autodiff::tape<T, C> t(ctx);
+    const auto logits = net(t.leaf_view(x, false));
+    const auto loss = loss_fn(logits, y);
+    loss_sum += double(scalar(loss.value(), ctx));
+    correct += detail::count_correct(logits.value(), y, ctx);
+    samples += x.global_shape()[0];
+    ++batches;
+    ++it;
+  }
+  net.set_train(was_training);
+  std::vector<double> c{correct};
+  ctx.world().all_reduce(std::span<double>(c), reduce_op::sum);
+  eval_result r;
+  r.samples = samples;
+  r.accuracy = samples ? c[0] / double(samples) : 0.0;
+  r.loss = batches ? loss_sum / double(batches) : 0.0;
+  return r;
+}
+
+/// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a classifier.
+///
+///     train::model model(net, loss_fn, opt, ctx);
+///     train::loss_monitor lm(10);
+///     model.train(10, dataset, {&lm});
+///     const auto m = model.eval(test_set);   // m.accuracy
+///
+/// A dataset is anything whose elements are batches of this rank's rows, a pair
+/// (inputs, labels) of xt::xarray (data::dataset rows once data/ is included): either
+/// a range, iterated once per epoch, or an object with epoch(e) (each epoch its own
+/// pass). Every rank must see batches of the same size, as many as the others: the
+/// ranks check it together at each step (an error, not a hang, otherwise).
+template <class Net, class Loss, class C>
+class model {
+ public:
+  using T = typename Net::value_type;
+
+  struct options {
+    bool gradients_mean = true;                         ///< see distributed_grad_reducer
+    std::size_t bucket_bytes = std::size_t(25) << 20;   ///< the reducer's bucket size
+    bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
+  };
+
+  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx)
+      : model(net, loss_fn, opt, ctx, options{}) {}
+  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx, options o)
+      : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
+
+  Net& network() { return *net_; }
+
+  /// Trains `epochs` passes over `dataset`, calling the callbacks' hooks.
+  template <class Dataset>
+  void train(int epochs, Dataset& dataset, const std::vector<callback<T>*>& callbacks = {}) {
+    if (epochs < 0) throw error("model.train: epochs must not be negative, got " + std::to_string(epochs));
+    prepare();
+    net_->set_train(true);
+    run_context<T> rc;
+    rc.epochs = epochs;
+    rc.rank = ctx_->rank();
+    rc.ranks = ctx_->size();
+    rc.steps_per_epoch = detail::batches_per_epoch(dataset);
+    rc.parameters = net_->named_parameters();
+    auto grad_fn = value_and_grad(
+        [this](auto x, const dist_tensor<std::int32_t>& y) { return (*loss_)((*net_)(x), y); },
+        opt_->parameters(), *ctx_);
+    for (auto* cb : callbacks) cb->on_train_begin(rc);
+    for (int e = 0; e < epochs && !rc.stop_requested; ++e) {
+      rc.epoch = e + 1;
+      rc.step_in_epoch = 0;
+      for (auto* cb : callbacks) cb->on_epoch_begin(rc);
+      auto&& pass = detail::epoch_of(dataset, e);
+      auto it = pass.begin();
+      auto end = pass.end();
+      while (true) {
+        const bool have = !(it == end);
+        std::optional<local_batch<T>> b;
+        if (have) b = to_local_batch(detail::tag<T>{}, *it);
+        if (!detail::agree_on_batch(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train")) break;
+        const auto [x, y] = detail::to_tensors(*b, *ctx_);
+        rc.batch_samples = x.global_shape()[0];
+        for (auto* cb : callbacks) cb->on_step_begin(rc);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto [loss, grads] = grad_fn(x, y);
+        grads = (*reducer_)(grads);
+        (*opt_)(grads);
+        rc.loss = double(scalar(loss, *ctx_));
+        rc.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++rc.step;
+        ++rc.step_in_epoch;
+        for (auto* cb : callbacks) cb->on_step_end(rc);
+        if (rc.stop_requested) break;
+        ++it;
+      }
+      for (auto* cb : callbacks) cb->on_epoch_end(rc);
+    }
+    for (auto* cb : callbacks) cb->on_train_end(rc);
+  }
+
+  /// The accuracy and mean loss of the network over `dataset` (train::evaluate).
+  template <class Dataset>
+  eval_result eval(Dataset& dataset) {
+    if (!net_->built()) net_->build(*ctx_);
+    return evaluate(*net_, *loss_, dataset, *ctx_);
+  }
+
+  /// The gradient reducer (made at the first train or eval).
+  distributed_grad_reducer<T, C>* reducer() { return reducer_.get(); }
+
+ private:
+  void prepare() {
+    if (!net_->built()) net_->build(*ctx_);
+    if (!reducer_)
+      reducer_ = std::make_unique<distributed_grad_reducer<T, C>>(
+          opt_->parameters(), *ctx_,
+          typename distributed_grad_reducer<T, C>::options{.mean = opt_config_.gradients_mean,
+                                                            .bucket_bytes = opt_config_.bucket_bytes,
+                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
+  }
+
+  Net* net_;
+  Loss* loss_;
+  optim::optimizer<T>* opt_;
+  device_context<C>* ctx_;
+  options opt_config_;
+  std::unique_ptr<distributed_grad_reducer<T, C>> reducer_;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,384 @@
+// The graph executor under mpiexec: every parallel mode (stand_alone, data_parallel,
+// semi_auto_parallel, auto_parallel with each data-import mode, hybrid_parallel) gives
+// the loss and the parameter gradients of the stand-alone run on one rank (the oracle),
+// on every rank count; each rank's communicators move exactly the bytes the plan
+// prices; training steps with Momentum agree; run-time errors name what is wrong.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+#include <xtensor/xview.hpp>
+#include <tessera/comm/local.hpp>
+#include <tessera/comm/mpi.hpp>
+#include <tessera/graph/execute.hpp>
+#include <tessera/optim/momentum.hpp>
+
+using namespace tessera;
+using namespace tessera::graph;
+
+namespace {
+
+using values = std::map<std::string, xt::xarray<float>>;
+
+xt::xarray<float> matrix(const extents& s, int seed) {
+  xt::xarray<float> x = storage<float, cpu_device>::empty(s);
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float((int(i) * 7 + seed * 5) % 17 - 8) / 16.0f;
+  return x;
+}
+
+// Values for every input and parameter of a graph, from their names' order.
+values data_for(const traced_graph& g) {
+  values v;
+  int seed = 1;
+  for (int id = 0; id < g.size(); ++id)
+    if (g.at(id).kind != node_kind::op) v[g.at(id).name] = matrix(g.at(id).shape, seed++);
+  // Class labels (B,): integers in [0, 16).
+  if (v.count("classes"))
+    for (std::size_t i = 0; i < v["classes"].size(); ++i) v["classes"].data()[i] = float(i * 5 % 16);
+  return v;
+}
+
+struct outcome {
+  float loss = 0;
+  values grads;  // whole values
+};
+
+// One forward and backward of `g` on the ranks of `comm`, from whole values; checks that
+// the communicators moved the planned bytes.
+template <class C>
+outcome run(const traced_graph& g, const parallel_config& cfg, C& comm, const values& v) {
+  executor<float, C> ex(parallelize(g, cfg), comm);
+  std::vector<xt::xarray<float>> whole;
+  for (int id : g.inputs()) whole.push_back(v.at(g.at(id).name));
+  for (int id : g.parameters()) ex.set_parameter(g.at(id).name, v.at(g.at(id).name));
+  const auto r = ex.value_and_grad(ex.slice_batch(whole));
+  CHECK(ex.last_step_traffic().bytes == ex.plan().bytes_for_rank(ex.rank()));
+  outcome o;
+  o.loss = r.loss;
+  const std::vector<int> ps = g.parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    CHECK(r.grads[i].layout() == ex.plan().value_layout(ps[i]));
+    o.grads[g.at(ps[i]).name] = ex.gather(r.grads[i]);
+  }
+  return o;
+}
+
+bool close(const xt::xarray<float>& x, const xt::xarray<float>& y) {
+  if (x.shape() != y.shape()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (std::abs(x.data()[i] - y.data()[i]) > 1e-5f * (1.0f + std::abs(y.data()[i]))) return false;
+  return true;
+}
+
+void check_same(const outcome& got, const outcome& want) {
+  CHECK(std::abs(got.loss - want.loss) <= 1e-5f * (1.0f + std::abs(want.loss)));
+  for (const auto& [name, g] : want.grads) {
+    CAPTURE(name);
+    CHECK(close(got.grads.at(name), g));
+  }
+}
+
+parallel_config config(parallel_mode m, int n, dataset_strategy d = dataset_strategy::data_parallel()) {
+  parallel_config c;
+  c.mode = m;
+  c.device_num = n;
+  c.dataset = std::move(d);
+  return c;
+}
+
+// A network traced with a strategy for some operators: `semi` gives every operator
+// one (those it names), `configured` only the first MatMul.
+using tracer = std::function<traced_graph(int p, bool semi)>;
+
+// The quickstart's MLP and MSE loss on a batch of 16.
+traced_graph mlp(int p, bool semi) {
+  const int a = p % 2 == 0 ? 2 : 1, k = p / a;
+  graph_builder b;
+  const value x = b.input("x", {16, 32}), label = b.input("label", {16, 16});
+  value h = b.matmul(x, b.parameter("w", {32, 16})).shard({{a, k}, {k, 1}});
+  h = b.relu(h);
+  if (semi) h.shard({{1, p}});
+  value y = b.matmul(h, b.parameter("w2", {16, 16}));
+  if (semi) y.shard({{1, p}, {p, 1}});
+  return b.build(b.mse_loss(y, label));
+}
+
+// A classifier: MatMul, BiasAdd, ReLU, MatMul, BiasAdd, softmax cross entropy.
+traced_graph classifier(int p, bool semi) {
+  const int a = p % 2 == 0 ? 2 : 1, k = p / a;
+  graph_builder b;
+  const value x = b.input("x", {16, 16}), labels = b.input("labels", {16, 8});
+  value h = b.matmul(x, b.parameter("w1", {16, 32})).shard({{1, p}, {p, 1}});
+  h = b.bias_add(h, b.parameter("b1", {32}));
+  if (semi) h.shard({{1, p}, {p}});
+  h = b.relu(h);
+  value logits = b.matmul(h, b.parameter("w2", {32, 8}));
+  if (semi) logits.shard({{p, 1}, {1, 1}});
+  logits = b.bias_add(logits, b.parameter("b2", {8}));
+  value ce = b.softmax_cross_entropy(logits, labels);
+  if (semi) ce.shard({{a, k}, {a, k}});
+  return b.build(b.reduce_mean(ce));
+}
+
+// Exp, Neg, ReduceSum and ReduceMax keeping dims, RealDiv and Add broadcasting, Log.
+traced_graph zoo(int p, bool semi) {
+  graph_builder b;
+  const value x = b.input("x", {16, 8});
+  const value h = b.matmul(x, b.parameter("w", {8, 8})).shard({{1, p}, {p, 1}});
+  const value e = b.exp(b.neg(h));
+  value s = b.reduce_sum(e, {1}, true);
+  if (semi) s.shard({{1, p}});
+  value z = b.div(e, s);
+  if (semi) z.shard({{p, 1}, {p, 1}});
+  value m = b.reduce_max(h, {1}, true);
+  if (semi) m.shard({{1, p}});  // the maxima over split columns: partial max
+  return b.build(b.reduce_mean(b.add(b.log(z), m)));
+}
+
+// BatchMatMul, Reshape, Transpose, Flatten, StridedSlice, Concat, LogSoftmax, Softmax,
+// OneHot, ArgMax, ReduceMin and the sparse cross entropy.
+traced_graph shapes(int p, bool semi) {
+  const int a = p % 2 == 0 ? 2 : 1, k = p / a;
+  graph_builder b;
+  const value x = b.input("x", {16, 8}), classes = b.input("classes", {16});
+  const value w = b.parameter("w", {8, 16}), w2 = b.parameter("w2", {4, 4}), w3 = b.parameter("w3", {8, 8});
+  const value h = b.matmul(x, w).shard({{p, 1}, {1, 1}});
+  const value t = b.transpose(b.reshape(h, {16, 4, 4}), {0, 2, 1});
+  value bm = b.batch_matmul(t, w2);  // w2 shared by the 16 entries
+  if (semi) bm.shard({{a, 1, k}, {k, 1}});
+  const value sl = b.strided_slice(b.flatten(bm), {0, 0}, {16, 16}, {1, 2});  // (16, 8)
+  value h3 = b.matmul(x, w3);
+  if (semi) h3.shard({{1, p}, {p, 1}});
+  value c = b.concat({sl, h3}, 1);  // (16, 16)
+  if (semi) c.shard({{p, 1}, {p, 1}});
+  value ls = b.log_softmax(c);
+  value oh = b.one_hot(classes, 16);
+  value ce = b.sparse_softmax_cross_entropy(c, classes);
+  value am = b.argmax(c);
+  value mn = b.reduce_min(c, {1});
+  value sm = b.softmax(c, 0);  // over the batch
+  if (semi) {
+    ls.shard({{a, k}});  // the softmax axis split k ways
+    oh.shard({{a, k}});
+    ce.shard({{a, k}, {a}});
+    am.shard({{a, k}});
+    mn.shard({{a, k}});
+    sm.shard({{k, a}});
+  }
+  const value l1 = b.neg(b.reduce_mean(b.mul(ls, oh)));
+  const value l2 = b.reduce_mean(ce);
+  const value l3 = b.reduce_mean(b.mul(mn, am));
+  const value l4 = b.reduce_mean(b.mul(sm, c));
+  const value l12 = b.add(l1, l2), l34 = b.add(l3, l4);
+  return b.build(b.add(l12, l34));
+}
+
+const std::vector<std::pair<std::string, tracer>>& networks() {
+  static const std::vector<std::pair<std::string, tracer>> n = {
+      {"mlp", mlp}, {"classifier", classifier}, {"zoo", zoo}, {"shapes", shapes}};
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("every parallel mode gives the stand-alone loss and gradients") {
+  mpi_communicator world = mpi_communicator::world();
+  const int p = world.size();
+  local_communicator one;
+  for (const auto& [name, trace] : networks()) {
+    CAPTURE(name);
+    const traced_graph semi = trace(p, true), configured = trace(p, false);
+    const values v = data_for(semi);
+    const outcome oracle = run(trace(1, false), config(parallel_mode::stand_alone, 1), one, v);
+    struct mode_case {
+      const char* what;
+      const traced_graph& g;
+      parallel_config cfg;
+    };
+    const std::vector<mode_case> cases = {
+        {"stand_alone on every rank", semi, config(parallel_mode::stand_alone, p)},
+        {"data_parallel", semi, config(parallel_mode::data_parallel, p)},
+        {"semi_auto_parallel", semi, config(parallel_mode::semi_auto_parallel, p)},
+        {"auto_parallel", configured, config(parallel_mode::auto_parallel, p)},
+        {"auto_parallel, full_batch", configured, config(parallel_mode::auto_parallel, p, dataset_strategy::full_batch())},
+    };
+    for (const mode_case& c : cases) {
+      CAPTURE(c.what);
+      check_same(run(c.g, c.cfg, world, v), oracle);
+    }
+  }
+}
+
+TEST_CASE("auto_parallel with a per-input dataset strategy") {
+  mpi_communicator world = mpi_communicator::world();
+  const int p = world.size();
+  local_communicator one;
+  const values v = data_for(mlp(p, false));
+  const outcome oracle = run(mlp(1, false), config(parallel_mode::stand_alone, 1), one, v);
+  const dataset_strategy cols = dataset_strategy::per_input({{1, p}, {1, p}});
+  check_same(run(mlp(p, false), config(parallel_mode::auto_parallel, p, cols), world, v), oracle);
+  const int a = p % 2 == 0 ? 2 : 1;
+  const dataset_strategy blocks = dataset_strategy::per_input({{a, p / a}, {p, 1}});
+  check_same(run(mlp(p, true), config(parallel_mode::semi_auto_parallel, p, blocks), world, v), oracle);
+}
+
+TEST_CASE("hybrid_parallel: the user's AllReduce and layer-wise parallel slices") {
+  mpi_communicator world = mpi_communicator::world();
+  const int p = world.size(), me = world.rank();
+  local_communicator one;
+  constexpr index_t B = 8, K = 16, H = 8;
+  // The stand-alone network: y = x W + b, MSE against the labels.
+  auto whole = [&] {
+    graph_builder b;
+    const value x = b.input("x", {B, K}), label = b.input("label", {B, H});
+    const value w = b.parameter("w", {K, H}), bias = b.parameter("b", {H});
+    const value y = b.bias_add(b.matmul(x, w), bias);
+    return b.build(b.mse_loss(y, label));
+  };
+  const traced_graph sg = whole();
+  const values v = data_for(sg);
+  const outcome oracle = run(sg, config(parallel_mode::stand_alone, 1), one, v);
+  const index_t k = K / p;
+  auto rows = [&](const xt::xarray<float>& a) {  // this rank's rows of a whole matrix
+    return xt::xarray<float>(xt::view(a, xt::range(me * k, (me + 1) * k), xt::all()));
+  };
+  auto cols = [&](const xt::xarray<float>& a) {
+    return xt::xarray<float>(xt::view(a, xt::all(), xt::range(me * k, (me + 1) * k)));
+  };
+  for (bool grouped : {false, true}) {
+    CAPTURE(grouped);
+    // Seed 004's HybridParallelNet: each rank multiplies its columns of x by its rows of
+    // W (layer-wise parallel) and the AllReduce sums the partial products.
+    graph_builder b;
+    const value x = b.input("x", {B, k}), label = b.input("label", {B, H});
+    const value part = b.matmul(x, b.parameter("w", {k, H}, true));
+    const value sum = grouped ? b.all_reduce(part, mesh{1, p}, {1}) : b.all_reduce(part);
+    const traced_graph hg = b.build(b.mse_loss(b.bias_add(sum, b.parameter("b", {H})), label));
+    executor<float, mpi_communicator> ex(parallelize(hg, config(parallel_mode::hybrid_parallel, p)), world);
+    ex.set_parameter("w", rows(v.at("w")));
+    ex.set_parameter("b", v.at("b"));
+    const auto r = ex.value_and_grad({cols(v.at("x")), v.at("label")});
+    CHECK(ex.last_step_traffic().bytes == ex.plan().bytes_for_rank(me));
+    CHECK(std::abs(r.loss - oracle.loss) <= 1e-5f * oracle.loss);
+    CHECK(close(r.grads[0].local(), rows(oracle.grads.at("w"))));  // each rank its slice's gradient
+    CHECK(close(r.grads[1].local(), oracle.grads.at("b")));        // all-reduced over the ranks
+  }
+  // Data parallelism written by hand: each rank its rows of the batch, the parameters
+  // whole; the mean of the ranks' losses is the loss, and the all-reduced gradients its.
+  if (B % p == 0) {
+    graph_builder b;
+    const index_t rb = B / p;
+    const value x = b.input("x", {rb, K}), label = b.input("label", {rb, H});
+    const value w = b.parameter("w", {K, H}), bias = b.parameter("b", {H});  // in this order
+    const value y = b.bias_add(b.matmul(x, w), bias);
+    executor<float, mpi_communicator> ex(parallelize(b.build(b.mse_loss(y, label)), config(parallel_mode::hybrid_parallel, p)),
+                                         world);
+    ex.set_parameter("w", v.at("w"));
+    ex.set_parameter("b", v.at("b"));
+    auto batch_rows = [&](const xt::xarray<float>& a) {
+      return xt::xarray<float>(xt::view(a, xt::range(me * rb, (me + 1) * rb), xt::all()));
+    };
+    const auto r = ex.value_and_grad({batch_rows(v.at("x")), batch_rows(v.at("label"))});
+    float mean = r.loss / float(p);
+    world.all_reduce(std::span<float>(&mean, 1), reduce_op::sum);
+    CHECK(std::abs(mean - oracle.loss) <= 1e-5f * oracle.loss);
+    CHECK(close(r.grads[0].local(), oracle.grads.at("w")));
+    CHECK(close(r.grads[1].local(), oracle.grads.at("b")));
+  }
+}
+
+TEST_CASE("training: Momentum steps on 1 rank and on all of them agree") {
+  mpi_communicator world = mpi_communicator::world();
+  const int p = world.size();
+  local_communicator one;
+  const values v = data_for(mlp(p, false));
+  auto train = [&](auto& comm, const traced_graph& g, const parallel_config& cfg) {
+    using C = std::remove_reference_t<decltype(comm)>;
+    executor<float, C> ex(parallelize(g, cfg), comm);
+    for (const char* n : {"w", "w2"}) ex.set_parameter(n, v.at(n));
+    const auto batch = ex.slice_batch({v.at("x"), v.at("label")});
+    optim::momentum<float> opt(0.2f, 0.1f);
+    std::vector<float> losses;
+    for (int step = 0; step < 3; ++step) losses.push_back(ex.train_step(batch, opt));
+    losses.push_back(ex.evaluate(batch));
+    std::vector<xt::xarray<float>> params;
+    for (const auto& t : ex.parameters()) params.push_back(ex.gather(t));
+    return std::make_pair(losses, params);
+  };
+  const auto alone = train(one, mlp(1, false), config(parallel_mode::stand_alone, 1));
+  const auto par = train(world, mlp(p, false), config(parallel_mode::auto_parallel, p));
+  for (std::size_t i = 0; i < alone.first.size(); ++i)
+    CHECK(std::abs(par.first[i] - alone.first[i]) <= 1e-5f * alone.first[i]);
+  CHECK(alone.first.back() < alone.first.front());
+  for (std::size_t i = 0; i < alone.second.size(); ++i) CHECK(close(par.second[i], alone.second[i]));
+}
+
+namespace {
+// An operator defined outside the graph layer: y = x * x, element by element, with the
+// unary element-wise rule, run through Mul.
+class square_def : public elementwise_def {
+ public:
+  square_def() : elementwise_def("Square", "square", 1) {}
+};
+}  // namespace
+
+TEST_CASE("an operator plugged in with its rule and its runner") {
+  mpi_communicator world = mpi_communicator::world();
+  const int p = world.size();
+  graph_builder b;
+  const value x = b.input("x", {8, 8});
+  const value h = b.apply(std::make_shared<square_def>(), {b.matmul(x, b.parameter("w", {8, 8}))});
+  const traced_graph g = b.build(b.reduce_sum(h));
+  const values v = data_for(g);
+  using tape_t = autodiff::tape<float, mpi_communicator>;
+  using var_t = autodiff::var<float, mpi_communicator>;
+  const auto square = [](tape_t&, const op_def&, const op_plan& pl, const std::vector<var_t>& in) {
+    return autodiff::mul(ops::mul_op{strategy{pl.st.in[0], pl.st.in[0]}}, in[0], in[0]);
+  };
+  executor<float, mpi_communicator> ex(parallelize(g, config(parallel_mode::data_parallel, p)), world);
+  ex.set_parameter("w", v.at("w"));
+  const auto batch = ex.slice_batch({v.at("x")});
+  CHECK_THROWS_WITH_AS(ex.value_and_grad(batch),
+                       "graph executor: no runner for operator type Square (Square 'square'); add one with "
+                       "executor::add_runner", error);
+  ex.add_runner("Square", square);
+  const auto r = ex.value_and_grad(batch);
+  // The reference: sum((x w)^2) and its gradient 2 x^T (x w).
+  const xt::xarray<float> xw = kernels::cpu::matmul(v.at("x"), v.at("w"));
+  float ref = 0;
+  for (float e : xw) ref += e * e;
+  CHECK(std::abs(r.loss - ref) <= 1e-5f * ref);
+  CHECK(close(ex.gather(r.grads[0]), xt::xarray<float>(2.0f * kernels::cpu::matmul(v.at("x"), xw, true, false))));
+}
+
+TEST_CASE("run-time errors name the input, parameter or operator and the shapes") {
+  mpi_communicator world = mpi_communicator::world();
+  const int p = world.size();
+  const traced_graph g = mlp(p, false);
+  executor<float, mpi_communicator> ex(parallelize(g, config(parallel_mode::auto_parallel, p)), world);
+  const xt::xarray<float> x = matrix(extents{16, 32}, 1), label = matrix(extents{16, 16}, 2);
+  const std::string each = "(" + std::to_string(16 / p) + ", 32)";
+  if (p > 1)
+    CHECK_THROWS_WITH_AS(ex.value_and_grad({x, label}),
+                         ("graph executor: input 'x': this rank's data is (16, 32), dataset_strategy data_parallel "
+                          "gives each rank " + each + " of (16, 32)").c_str(),
+                         error);
+  CHECK_THROWS_WITH_AS(ex.value_and_grad({x}), "graph executor: a batch of 1 tensors for 2 inputs", error);
+  CHECK_THROWS_WITH_AS(ex.set_parameter("w", label), "graph executor: parameter 'w' is (32, 16), the value given is (16, 16)",
+                       error);
+  CHECK_THROWS_WITH_AS(ex.set_parameter("v", label), "graph executor: no parameter named 'v'", error);
+  CHECK_THROWS_WITH_AS(ex.slice_input("y", x), "graph executor: no input named 'y'", error);
+  CHECK(ex.input_local_shape("label") == extents{16 / p, 16});
+  const int other = p == 2 ? 4 : 2;
+  CHECK_THROWS_WITH_AS((executor<float, mpi_communicator>(parallelize(mlp(other, false), config(parallel_mode::auto_parallel, other)), world)),
+                       ("graph executor: the graph was parallelized for " + std::to_string(other) +
+                        " devices, the communicator has " + std::to_string(p) + " ranks").c_str(),
+                       error);
+  CHECK_THROWS_WITH_AS((executor<double, mpi_communicator>(parallelize(g, config(parallel_mode::auto_parallel, p)), world)),
+                       "graph executor: the graph was parallelized for 4-byte elements, the executor's are 8 bytes",
+                       error);
+}

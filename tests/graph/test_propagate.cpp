@@ -1,0 +1,387 @@
+// Sharding propagation: the routes between layouts of different device matrices, the
+// min-sum solver against enumeration on random problems, and, on small graphs of 3 to
+// 6 operators, the strategies sharding propagation picks against the minimum over
+// every assignment of candidate strategies, priced here from the operators' rules and
+// the planner.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+#include <tessera/graph/parallel.hpp>
+
+using namespace tessera;
+using namespace tessera::graph;
+
+TEST_CASE("plan_route: on the common refinement of two device matrices") {
+  // The seed's MatMul output to ReLU (2, 4): one ReduceScatter over the 4 ranks of a row.
+  const layout c = layout(mesh{2, 4, 1}, {{0}, {2}}).with_partial(1);
+  const layout r = layout(mesh{2, 4}, {{0}, {1}});
+  const route rt = plan_route(c, r, extents{16, 16}, 4);
+  CHECK(rt.feasible);
+  CHECK(rt.fine == mesh{2, 4});
+  REQUIRE(rt.p.size() == 1);
+  CHECK(rt.p[0].kind == step_kind::reduce_scatter);
+  CHECK(rt.p[0].axis == 1);
+  CHECK(rt.bytes() == 384);
+  CHECK(rt.from == c);
+  CHECK(rt.to == r);
+  // Same device matrix: planned there.
+  const layout rows(mesh{8}, {{0}, {}});
+  CHECK(plan_route(rows, layout::replicated(mesh{8}, 2), extents{16, 4}, 4).bytes() == 7 * 32);
+  CHECK(plan_route(rows, rows, extents{16, 4}, 4).empty());
+  // Rows over 8 ranks written on (8,) and on (2, 4): the same shards, nothing to move.
+  CHECK(plan_route(rows, layout(mesh{2, 4}, {{0, 1}, {}}), extents{16, 4}, 4).empty());
+  // (2, 3) and (3, 2) cut 6 ranks incompatibly.
+  const route bad = plan_route(layout(mesh{2, 3}, {{0}, {1}}), layout(mesh{3, 2}, {{0}, {1}}), extents{6, 6}, 4);
+  CHECK(!bad.feasible);
+  CHECK(bad.bytes() == infinite_bytes);
+}
+
+TEST_CASE("same_distribution: the same shard on every rank") {
+  const extents s{16, 8};
+  CHECK(same_distribution(layout::replicated(mesh{8}, 2), layout::replicated(mesh{2, 4, 1}, 2), s));
+  CHECK(same_distribution(layout(mesh{8}, {{0}, {}}), layout(mesh{2, 4}, {{0, 1}, {}}), s));
+  CHECK(!same_distribution(layout(mesh{8}, {{0}, {}}), layout(mesh{2, 4}, {{1, 0}, {}}), s));  // another order
+  CHECK(!same_distribution(layout(mesh{2, 4}, {{0}, {}}), layout(mesh{2, 4}, {{0}, {}}).with_partial(1), s));
+  CHECK(!same_distribution(layout::replicated(mesh{4}, 2), layout::replicated(mesh{8}, 2), s));
+  CHECK(same_distribution(layout(mesh{2, 3}, {{0}, {}}), layout(mesh{2, 3}, {{0}, {}}), extents{6, 6}));
+  CHECK(!same_distribution(layout(mesh{2, 3}, {{0}, {1}}), layout(mesh{3, 2}, {{0}, {1}}), extents{6, 6}));
+}
+
+// ---- the solver --------------------------------------------------------------------
+
+namespace {
+
+index_t brute_force(const search_problem& pb, std::vector<int>& best_pick) {
+  const std::size_t n = pb.choices.size();
+  std::vector<int> cur(n, 0);
+  index_t best = infinite_bytes + 1;
+  while (true) {
+    const index_t t = pb.total(cur);
+    if (t < best) {
+      best = t;
+      best_pick = cur;
+    }
+    std::size_t i = 0;
+    while (i < n && ++cur[i] == pb.choices[i]) cur[i++] = 0;
+    if (i == n) break;
+  }
+  return best;
+}
+
+// A random problem on `n` variables whose links are `edges`, every variable anchored.
+search_problem random_problem(std::mt19937& gen, int n, const std::vector<std::pair<int, int>>& edges) {
+  std::uniform_int_distribution<int> choices(1, 4), cost(0, 9), rare(0, 9);
+  search_problem pb;
+  for (int v = 0; v < n; ++v) pb.choices.push_back(choices(gen));
+  for (int v = 0; v < n; ++v) {
+    pb.unary.emplace_back();
+    for (int s = 0; s < pb.choices[v]; ++s) pb.unary.back().push_back(rare(gen) == 0 ? infinite_bytes : cost(gen));
+  }
+  pb.anchored.assign(std::size_t(n), true);
+  for (auto [u, v] : edges)
+    for (int a = 0; a < pb.choices[u]; ++a)
+      for (int b = 0; b < pb.choices[v]; ++b) pb.add_pair(u, a, v, b, rare(gen) == 0 ? infinite_bytes : cost(gen));
+  return pb;
+}
+
+}  // namespace
+
+TEST_CASE("solve: dynamic programming on trees and enumeration otherwise find the minimum") {
+  std::mt19937 gen(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 2 + trial % 6;
+    std::vector<std::pair<int, int>> edges;
+    for (int v = 1; v < n; ++v) edges.emplace_back(int(gen() % unsigned(v)), v);  // a random tree
+    const bool cyclic = trial % 3 == 0 && n >= 3;
+    if (cyclic) edges.emplace_back(0, n - 1 == edges.back().first ? 1 : n - 1);
+    search_problem pb = random_problem(gen, n, edges);
+    std::vector<int> best_pick;
+    const index_t best = brute_force(pb, best_pick);
+    const search_result r = solve(pb);
+    CAPTURE(trial);
+    CHECK(pb.total(r.pick) == best);
+    const bool tree = pb.pairs.size() + 1 == std::size_t(n);
+    CHECK(r.method[0] == (tree ? search_method::dynamic_programming : search_method::enumeration));
+    // Past the enumeration limit a cyclic component is solved greedily: a valid pick.
+    if (!tree) {
+      const search_result g = solve(pb, 1);
+      CHECK(g.method[0] == search_method::greedy);
+      for (int v = 0; v < n; ++v) CHECK((g.pick[v] >= 0 && g.pick[v] < pb.choices[v]));
+      CHECK(pb.total(g.pick) >= best);
+    }
+  }
+}
+
+TEST_CASE("solve: components apart; an unanchored one is left to the caller") {
+  search_problem pb;
+  pb.choices = {2, 2, 3};
+  pb.unary = {{5, 1}, {0, 0}, {4, 2, 2}};
+  pb.anchored = {true, false, false};
+  pb.add_pair(0, 1, 1, 0, 10);  // 0 and 1 linked; 2 alone and unanchored
+  const search_result r = solve(pb);
+  CHECK(r.pick[0] == 1);
+  CHECK(r.pick[1] == 1);  // 0 + 0 with 0's choice 1, not 10
+  CHECK(r.pick[2] == -1);
+  CHECK(r.method[2] == search_method::unanchored);
+  // Ties go to the first candidate.
+  search_problem tie;
+  tie.choices = {3};
+  tie.unary = {{2, 1, 1}};
+  tie.anchored = {true};
+  CHECK(solve(tie).pick[0] == 1);
+}
+
+// ---- sharding propagation against every assignment ----------------------------------
+
+namespace {
+
+// Bytes of a redistribution, from the planner on the common refinement.
+index_t price(const layout& from, const layout& to, const extents& shape) {
+  static std::map<std::string, index_t> memo;
+  const std::string k = to_string(from.dev) + to_string(from) + "|" + to_string(to.dev) + to_string(to) + "|" + to_string(shape);
+  const auto it = memo.find(k);
+  if (it != memo.end()) return it->second;
+  index_t b;
+  if (from.dev == to.dev) {
+    b = plan_redistribution(from, to, shape, 4).bytes_per_rank();
+  } else {
+    const mesh fine = common_refinement(from.dev, to.dev);
+    b = plan_redistribution(refine(from, fine), refine(to, fine), shape, 4).bytes_per_rank();
+  }
+  memo.emplace(k, b);
+  return b;
+}
+
+// The number of nodes, as a vector size.
+std::size_t node_count(const traced_graph& g) { return std::size_t(g.size()); }
+
+struct brute_result {
+  index_t best = infinite_bytes;
+  index_t of_choice = -1;  // the price of the strategies parallelize chose
+};
+
+// The price (see graph/propagate.hpp) of every assignment of candidates to the
+// operators without a strategy, and of `chosen`; data inputs are split by the batch
+// over (n,).
+brute_result brute_force_price(const traced_graph& g, int n, const std::vector<strategy>& chosen) {
+  const int size = g.size();
+  // needs_grad: depends on a parameter and receives a gradient.
+  std::vector<bool> dep(node_count(g), false), rec(node_count(g), false);
+  for (int id = 0; id < size; ++id) {
+    const node& nd = g.at(id);
+    dep[id] = nd.kind == node_kind::parameter;
+    if (nd.kind == node_kind::op)
+      for (std::size_t s = 0; s < nd.inputs.size(); ++s) dep[id] = dep[id] || (dep[nd.inputs[s]] && nd.op->differentiable(int(s)));
+  }
+  rec[g.loss()] = true;
+  for (int id = size - 1; id >= 0; --id)
+    if (g.at(id).kind == node_kind::op && rec[id] && dep[id])
+      for (std::size_t s = 0; s < g.at(id).inputs.size(); ++s)
+        if (g.at(id).op->differentiable(int(s))) rec[g.at(id).inputs[s]] = true;
+  auto needs = [&](int id) { return dep[id] && rec[id]; };
+
+  // Choices per operator: the user's strategy, or every candidate; index 0 of chosen
+  // is appended last so that its price is the last one evaluated separately.
+  std::vector<std::vector<strategy>> options(node_count(g));
+  std::vector<std::vector<op_layouts>> lays(node_count(g));
+  std::vector<int> ops;
+  for (int id = 0; id < size; ++id) {
+    const node& nd = g.at(id);
+    if (nd.kind != node_kind::op) continue;
+    ops.push_back(id);
+    options[id] = nd.user_strategy ? std::vector<strategy>{*nd.user_strategy} : nd.op->candidates(n, g.input_shapes(id));
+    for (const strategy& st : options[id]) lays[id].push_back(nd.op->layouts(st, n, g.input_shapes(id)));
+  }
+  auto total = [&](const std::vector<int>& pick) {
+    index_t t = 0;
+    auto add = [&](index_t b) { t = t + b >= infinite_bytes ? infinite_bytes : t + b; };
+    auto lay = [&](int id) -> const op_layouts& { return lays[id][pick[id]]; };
+    for (int c : ops) {
+      const node& nd = g.at(c);
+      for (const internal_collective& ic : nd.op->collectives(options[c][pick[c]], n, g.input_shapes(c), 4))
+        if (!ic.backward || needs(c)) add(ic.bytes);
+      for (std::size_t s = 0; s < nd.inputs.size(); ++s) {
+        const int p = nd.inputs[s];
+        const node& pn = g.at(p);
+        const bool back = needs(p) && nd.op->differentiable(int(s));
+        const layout& in = lay(c).in[s];
+        if (pn.kind == node_kind::input) {
+          layout l = layout::replicated(mesh{n}, pn.shape.ndim);
+          l.split[0] = axis_list{0};
+          add(price(l, in, pn.shape));
+        } else if (pn.kind == node_kind::parameter) {
+          const auto [c0, s0] = g.consumers(p).front();
+          const layout& pl = lay(c0).in[s0];
+          if (!same_distribution(pl, in, pn.shape)) add(infinite_bytes);
+          if (back) add(price(lay(c).in_grad[s], pl, pn.shape));
+        } else {
+          add(price(lay(p).out, in, pn.shape));
+          if (back) add(price(lay(c).in_grad[s], lay(p).out_grad, pn.shape));
+        }
+      }
+    }
+    return t;
+  };
+  brute_result r;
+  std::vector<int> pick(node_count(g), 0);
+  while (true) {
+    r.best = std::min(r.best, total(pick));
+    std::size_t i = 0;
+    while (i < ops.size() && ++pick[ops[i]] == int(options[ops[i]].size())) pick[ops[i++]] = 0;
+    if (i == ops.size()) break;
+  }
+  for (int c : ops) {
+    int k = 0;
+    while (!(options[c][k] == chosen[c])) ++k;
+    pick[c] = k;
+  }
+  r.of_choice = total(pick);
+  return r;
+}
+
+struct case_graph {
+  std::string name;
+  std::function<traced_graph(int)> make;  // for n devices
+};
+
+std::vector<case_graph> graphs() {
+  auto mm_strategy = [](int n) {
+    const int a = n % 2 == 0 ? 2 : 1, k = n / a;
+    return strategy{{a, k}, {k, 1}};
+  };
+  return {
+      {"chain: MatMul, ReLU, MatMul, ReduceMean",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 32});
+         const value h = b.relu(b.matmul(x, b.parameter("w", {32, 16})).shard(mm_strategy(n)));
+         return b.build(b.reduce_mean(b.matmul(h, b.parameter("w2", {16, 16}))));
+       }},
+      {"the quickstart's network and MSE loss",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 32}), label = b.input("label", {16, 16});
+         const value h = b.relu(b.matmul(x, b.parameter("w", {32, 16})).shard(mm_strategy(n)));
+         return b.build(b.mse_loss(b.matmul(h, b.parameter("w2", {16, 16})), label));
+       }},
+      {"a diamond: ReLU feeding Exp and Neg, added",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 32});
+         const value h = b.relu(b.matmul(x, b.parameter("w", {32, 16})).shard(mm_strategy(n)));
+         return b.build(b.reduce_sum(b.add(b.exp(h), b.neg(h))));
+       }},
+      {"a parameter read by two MatMuls",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 16});
+         const value w = b.parameter("w", {16, 16});
+         const value h = b.relu(b.matmul(x, w).shard(mm_strategy(n)));
+         return b.build(b.reduce_mean(b.matmul(h, w)));
+       }},
+      {"two configured MatMuls and a BiasAdd",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 32});
+         const value h = b.relu(b.matmul(x, b.parameter("w", {32, 16})).shard(mm_strategy(n)));
+         const value y = b.matmul(h, b.parameter("w2", {16, 8})).shard({{n, 1}, {1, 1}});
+         return b.build(b.reduce_mean(b.bias_add(y, b.parameter("b", {8}))));
+       }},
+      {"a configured BatchMatMul, Transpose, Softmax",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {8, 4, 4});
+         const value w = b.parameter("w", {4, 4});
+         const int a = n % 2 == 0 ? 2 : 1, k = n / a;
+         const value y = b.batch_matmul(x, w).shard({{a, 1, k}, {k, 1}});
+         return b.build(b.reduce_mean(b.softmax(b.transpose(y, {0, 2, 1}))));
+       }},
+      {"softmax cross entropy of a biased MatMul",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 32}), labels = b.input("labels", {16, 8});
+         const value logits = b.bias_add(b.matmul(x, b.parameter("w", {32, 8})).shard({{1, n}, {n, 1}}),
+                                         b.parameter("b", {8}));
+         return b.build(b.reduce_mean(b.softmax_cross_entropy(logits, labels)));
+       }},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("sharding propagation: the least total price over every assignment of candidates") {
+  for (int n : {2, 4, 8}) {
+    for (const case_graph& cg : graphs()) {
+      CAPTURE(n);
+      CAPTURE(cg.name);
+      const traced_graph g = cg.make(n);
+      parallel_config cfg;
+      cfg.mode = parallel_mode::auto_parallel;
+      cfg.device_num = n;
+      const parallel_graph pg = parallelize(g, cfg);
+      std::vector<strategy> chosen(std::size_t(g.size()));
+      for (int id = 0; id < g.size(); ++id)
+        if (g.at(id).kind == node_kind::op) {
+          chosen[id] = pg.op(id).st;
+          CHECK(pg.op(id).source == (g.at(id).user_strategy ? strategy_source::user : strategy_source::sharding_propagation));
+        }
+      const brute_result r = brute_force_price(g, n, chosen);
+      CHECK(r.best < infinite_bytes);
+      CHECK(r.of_choice == r.best);
+      CHECK(pg.priced_bytes() == r.best);
+      // Deterministic: the same graph gives the same strategies.
+      const parallel_graph again = parallelize(cg.make(n), cfg);
+      for (int id = 0; id < g.size(); ++id)
+        if (g.at(id).kind == node_kind::op) CHECK(again.op(id).st == pg.op(id).st);
+    }
+  }
+}
+
+TEST_CASE("sharding propagation on the quickstart: the first MatMul's output reduce-scattered over ranks 0-3") {
+  graph_builder b;
+  const value x = b.input("input", {16, 32}), label = b.input("label", {16, 16});
+  const value mm = b.matmul(x, b.parameter("w", {32, 16})).shard({{2, 4}, {4, 1}});
+  const value r = b.relu(mm);
+  const value mm2 = b.matmul(r, b.parameter("w2", {16, 16}));
+  const traced_graph g = b.build(b.mse_loss(mm2, label));
+  parallel_config cfg;
+  cfg.mode = parallel_mode::auto_parallel;
+  cfg.device_num = 8;
+  const parallel_graph pg = parallelize(g, cfg);
+  CHECK(pg.op(r.id()).st == strategy{{2, 4}});  // the seed's ReLU strategy
+  const edge_plan& e = pg.edge(r.id(), 0);
+  REQUIRE(e.forward.p.size() == 1);
+  CHECK(e.forward.p[0].kind == step_kind::reduce_scatter);
+  CHECK(e.forward.bytes() == 384);  // 3/4 of rank 0's (8, 16) partial sums; AllReduce: 768
+  CHECK(pg.local_shape(mm.id()) == extents{8, 16});
+  // The seed's own choice for MatMul2, ((2, 4), (4, 1)), is priced higher: propagation
+  // found ((2, 2), (2, 2)).
+  CHECK(pg.op(mm2.id()).st == strategy{{2, 2}, {2, 2}});
+  graph_builder s;
+  const value sx = s.input("input", {16, 32}), sl = s.input("label", {16, 16});
+  const value sr = s.relu(s.matmul(sx, s.parameter("w", {32, 16})).shard({{2, 4}, {4, 1}})).shard({{2, 4}});
+  const value smm2 = s.matmul(sr, s.parameter("w2", {16, 16})).shard({{2, 4}, {4, 1}});
+  cfg.mode = parallel_mode::semi_auto_parallel;  // the loss operators data parallel
+  const parallel_graph seed = parallelize(s.build(s.mse_loss(smm2, sl)), cfg);
+  CHECK(seed.priced_bytes() > pg.priced_bytes());
+}
+
+TEST_CASE("sharding propagation: operators no configured one reaches are data parallel") {
+  graph_builder b;
+  const value x = b.input("x", {16, 8});
+  const traced_graph g = b.build(b.reduce_mean(b.relu(b.matmul(x, b.parameter("w", {8, 8})))));
+  parallel_config cfg;
+  cfg.mode = parallel_mode::auto_parallel;
+  cfg.device_num = 4;
+  const parallel_graph pg = parallelize(g, cfg);
+  for (int id = 0; id < g.size(); ++id)
+    if (g.at(id).kind == node_kind::op) {
+      CHECK(pg.op(id).source == strategy_source::data_parallel);
+      CHECK(pg.op(id).st == g.at(id).op->data_parallel(4, g.input_shapes(id)));
+    }
+}

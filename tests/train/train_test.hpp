@@ -1,0 +1,89 @@
+// Shared by the train tests: a small MLP of the seed's shape, synthetic batches, and
+// gathering shards.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/nn/loss.hpp>
+
+namespace train_test {
+
+using namespace tessera;
+
+constexpr index_t IN = 12, HID = 16, OUT = 4;
+
+/// The seed's MLP at a small size: Flatten, Dense-ReLU-Dense-ReLU-Dense, normal weights.
+struct mlp : nn::module<float> {
+  nn::flatten<float> flatten;
+  nn::sequential<nn::dense<float>, nn::relu<float>, nn::dense<float>, nn::relu<float>, nn::dense<float>> seq{
+      nn::dense<float>(IN, HID, nn::initializer::normal(0.3), "uniform"), nn::relu<float>(),
+      nn::dense<float>(HID, HID, nn::initializer::normal(0.3), "uniform"), nn::relu<float>(),
+      nn::dense<float>(HID, OUT, nn::initializer::normal(0.3), "uniform")};
+  void visit(nn::visitor<float>& v) override {
+    v.child("flatten", flatten);
+    v.child("seq", seq);
+  }
+  template <class V>
+  V operator()(V x) {
+    return seq(flatten(x));
+  }
+};
+
+/// Global batch `step` of `rows` samples: inputs (rows, 3, 4) and labels in [0, OUT),
+/// the label a function of the inputs (learnable).
+inline std::pair<xt::xarray<float>, xt::xarray<std::int32_t>> batch(std::int64_t step, std::size_t rows) {
+  xt::xarray<float> x = xt::xarray<float>::from_shape({rows, 3, 4});
+  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({rows});
+  for (std::size_t i = 0; i < rows; ++i) {
+    const std::uint64_t s = std::uint64_t(step) * 1000003u + i;
+    float best = -1e30f;
+    for (std::size_t k = 0; k < 12; ++k) {
+      const float v = float(nn::random_stream(s).uniform01(k)) * 2.0f - 1.0f;
+      x.data()[i * 12 + k] = v;
+      if (k < std::size_t(OUT) && v > best) {
+        best = v;
+        y(i) = std::int32_t(k);
+      }
+    }
+  }
+  return {x, y};
+}
+
+/// Rows [r b, (r + 1) b) of a global array: rank r's block of a batch split over p ranks.
+template <class T>
+xt::xarray<T> block(const xt::xarray<T>& g, int r, int p) {
+  const std::size_t rows = g.shape()[0] / std::size_t(p), row = g.size() / g.shape()[0];
+  auto shape = g.shape();
+  shape[0] = rows;
+  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  std::copy(g.data() + std::size_t(r) * rows * row, g.data() + std::size_t(r + 1) * rows * row, out.data());
+  return out;
+}
+
+/// x and y as dist_tensors with the batch split over the ranks of ctx.
+template <class C>
+std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> split_batch(
+    const std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>& g, device_context<C>& ctx) {
+  const int p = ctx.size(), r = ctx.rank();
+  const index_t rows = index_t(g.first.shape()[0]);
+  return {dist_tensor<float>(layout(mesh{p}, {{0}, {}, {}}), extents{rows, 3, 4}, r, block(g.first, r, p)),
+          dist_tensor<std::int32_t>(layout(mesh{p}, {{0}}), extents{rows}, r, block(g.second, r, p))};
+}
+
+/// The global values of x (partial sums resolved).
+template <class T, class C>
+xt::xarray<T> gather(const dist_tensor<T>& x, device_context<C>& ctx) {
+  return redistribute(x, layout::replicated(x.layout().dev, x.ndim()), ctx).local();
+}
+
+inline double max_rel_diff(const xt::xarray<float>& a, const xt::xarray<float>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(double(a.data()[i]) - double(b.data()[i])) / (1e-3 + std::abs(double(b.data()[i]))));
+  return worst;
+}
+
+}  // namespace train_test
