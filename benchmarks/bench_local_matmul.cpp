@@ -14,10 +14,14 @@
 // shape, the separate benchmarks' median times over cblas_sgemm's and the paired
 // ratios (the machines are noisy: compare ratios from one run, not absolute times
 // across runs). --benchmark_enable_random_interleaving=true spreads drift further.
+// Then the pipelined matmuls' local products cut into their chunks or panels against one
+// sgemm of the same product (bench_chunked below; run with OPENBLAS_NUM_THREADS=1 for one
+// rank's core: --benchmark_filter=chunked).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -118,6 +122,50 @@ void bench_paired(benchmark::State& state, int n, bool ta, bool tb) {
   state.counters["into/sgemm"] = median(into_ratio);
 }
 
+// The pipelined matmuls' local product cut into pieces against one sgemm of the whole
+// (m x k) x (k x n) product, paired as above: `cols` pieces of C's columns (each its own
+// sgemm on the operands in place into a packed m x w block, as matmul_overlapped's
+// chunks for scatter_rows), each of them summed over `panels` pieces of k (beta = 1
+// after the first, as matmul_summa's panels).
+// Counter chunked/sgemm: the median per-iteration time ratio.
+void bench_chunked(benchmark::State& state, int m, int k, int n, int cols, int panels) {
+  using clock = std::chrono::steady_clock;
+  std::vector<float> av(std::size_t(m) * k), bv(std::size_t(k) * n), c(std::size_t(m) * n);
+  std::mt19937 gen(4);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (float& v : av) v = dist(gen);
+  for (float& v : bv) v = dist(gen);
+  std::vector<double> ratio;
+  double t[2] = {};
+  std::size_t iter = 0;
+  for (auto _ : state) {
+    for (std::size_t q = 0; q < 2; ++q) {
+      const std::size_t which = (iter + q) % 2;
+      const auto start = clock::now();
+      if (which == 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.f, av.data(), k, bv.data(), n, 0.f,
+                    c.data(), n);
+      } else {
+        for (int q = 0; q < cols; ++q) {
+          const int c0 = int(std::int64_t(q) * n / cols), w = int(std::int64_t(q + 1) * n / cols) - c0;
+          for (int pnl = 0; pnl < panels; ++pnl) {
+            const int k0 = int(std::int64_t(pnl) * k / panels), ks = int(std::int64_t(pnl + 1) * k / panels) - k0;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, w, ks, 1.f, av.data() + k0, k,
+                        bv.data() + std::size_t(k0) * n + c0, n, pnl == 0 ? 0.f : 1.f,
+                        c.data() + std::size_t(m) * c0, w);
+          }
+        }
+      }
+      benchmark::ClobberMemory();
+      t[which] = std::chrono::duration<double>(clock::now() - start).count();
+    }
+    benchmark::DoNotOptimize(c.data());
+    ratio.push_back(t[1] / t[0]);
+    ++iter;
+  }
+  state.counters["chunked/sgemm"] = median(ratio);
+}
+
 std::string shape_name(int n, bool ta, bool tb) {
   return "n:" + std::to_string(n) + "/ta:" + (ta ? "1" : "0") + "/tb:" + (tb ? "1" : "0");
 }
@@ -128,6 +176,7 @@ class collecting_reporter : public benchmark::ConsoleReporter {
  public:
   std::map<std::string, std::vector<double>> times;
   std::map<std::string, std::pair<double, double>> paired;  // name -> (matmul, into) ratios
+  std::map<std::string, double> chunked;                     // name -> chunked/sgemm
 
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
@@ -136,6 +185,7 @@ class collecting_reporter : public benchmark::ConsoleReporter {
       times[name].push_back(r.GetAdjustedRealTime());
       if (auto mm = r.counters.find("matmul/sgemm"); mm != r.counters.end())
         paired[name] = {mm->second.value, r.counters.at("into/sgemm").value};
+      if (auto ch = r.counters.find("chunked/sgemm"); ch != r.counters.end()) chunked[name] = ch->second.value;
     }
     ConsoleReporter::ReportRuns(runs);
   }
@@ -167,6 +217,24 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Iterations(pairs);
   }
+  // The local products of bench_matmul's pipelined runs at n = 4096 (one rank's share):
+  // matmul_overlapped ((1, 2), (2, 1)) on 2 ranks, 4 chunks of columns; ((1, 8), (8, 1))
+  // on 8 ranks, 4 chunks; matmul_summa ((1, 1), (1, 2)) on 2 ranks, 4 panels of k;
+  // ((2, 1), (1, 4)) on 8 ranks, 4 panels.
+  struct chunked_shape {
+    int m, k, n, cols, panels;
+  };
+  const std::vector<chunked_shape> chunked = {
+      {4096, 2048, 4096, 4, 1}, {4096, 512, 4096, 4, 1}, {4096, 4096, 2048, 1, 4}, {2048, 4096, 1024, 1, 4}};
+  auto chunked_name = [](const chunked_shape& c) {
+    return "chunked/m:" + std::to_string(c.m) + "/k:" + std::to_string(c.k) + "/n:" + std::to_string(c.n) +
+           "/cols:" + std::to_string(c.cols) + "/panels:" + std::to_string(c.panels);
+  };
+  for (const chunked_shape& c : chunked)
+    benchmark::RegisterBenchmark(chunked_name(c).c_str(), &bench_chunked, c.m, c.k, c.n, c.cols, c.panels)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Iterations(8);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 #ifdef OPENBLAS_VERSION
@@ -195,5 +263,10 @@ int main(int argc, char** argv) {
                 median(mm->second) / b, median(into->second) / b, pair->second.first,
                 pair->second.second);
   }
+  std::printf("\nPieces of one product (the pipelined matmuls' chunks and panels) over one sgemm of it,\n"
+              "paired per-iteration medians:\n");
+  for (const chunked_shape& c : chunked)
+    if (auto it = reporter.chunked.find(chunked_name(c)); it != reporter.chunked.end())
+      std::printf("%-48s %8.4f\n", it->first.c_str(), it->second);
   return 0;
 }

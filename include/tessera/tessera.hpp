@@ -79,6 +79,7 @@
 #include <tessera/kernels/backend.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/matmul.hpp>
+#include <tessera/ops/matmul_pipelined.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/softmax.hpp>

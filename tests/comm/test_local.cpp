@@ -183,3 +183,23 @@ TEST_CASE("mesh_comm over local_communicator") {
   CHECK_THROWS_WITH_AS((mesh_comm<local_communicator>(mesh{1, 0}, c)),
                        "mesh: every mesh axis size must be positive: mesh axis 1 has size 0", error);
 }
+
+TEST_CASE("local_communicator: ireduce_scatter and ibroadcast complete at once") {
+  static_assert(nonblocking_communicator<local_communicator>);
+  local_communicator c;
+  std::vector<float> a{1.f, 2.f, 3.f}, b(3, 0.f);
+  auto r = c.ireduce_scatter(std::span<const float>(a), std::span<float>(b), reduce_op::sum);
+  CHECK(!r.pending());
+  CHECK(r.test());
+  CHECK(b == a);
+  auto q = c.ibroadcast(std::span<float>(a), 0);
+  q.wait();
+  CHECK(a == std::vector<float>{1.f, 2.f, 3.f});
+  CHECK(c.stats() == traffic{2, 0});
+  std::vector<float> four(4);
+  CHECK_THROWS_WITH_AS((void)c.ireduce_scatter(std::span<const float>(a), std::span<float>(four), reduce_op::sum),
+                       "ireduce_scatter: in has 3 elements, expected 1 ranks x 4 = 4", error);
+  CHECK_THROWS_WITH_AS((void)c.ibroadcast(std::span<float>(a), 1), "ibroadcast: root 1 is out of range for 1 ranks",
+                       error);
+  CHECK(c.stats() == traffic{2, 0});
+}

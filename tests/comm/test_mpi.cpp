@@ -278,6 +278,81 @@ TEST_CASE("mpi: iall_reduce buckets") {
   CHECK(t[0] == g - 1);
 }
 
+TEST_CASE_TEMPLATE("mpi: ireduce_scatter equals reduce_scatter, several in flight", T, float, double,
+                   std::int64_t) {
+  static_assert(nonblocking_communicator<mpi_communicator>);
+  static_assert(pollable_request<mpi_communicator::reduce_scatter_request>);
+  mpi_communicator c = mpi_communicator::world();
+  const int g = c.size(), r = c.rank();
+  // Blocks below and above the blocking call's ring threshold; four requests in flight
+  // at once (sum, max, min, mean), completed in reverse order, by wait() and by test().
+  for (const int n : {3, 20011}) {
+    CAPTURE(n);
+    std::vector<T> in(std::size_t(g * n));
+    for (int j = 0; j < g; ++j)
+      for (int i = 0; i < n; ++i) in[std::size_t(j * n + i)] = T((r + 1) * 1000 + j * 10 + i % 97);
+    const reduce_op ops[] = {reduce_op::sum, reduce_op::max, reduce_op::min, reduce_op::mean};
+    std::vector<std::vector<T>> got(4, std::vector<T>(std::size_t(n), T(-1)));
+    std::vector<mpi_communicator::reduce_scatter_request> reqs;
+    const traffic before = c.stats();
+    for (int k = 0; k < 4; ++k)
+      reqs.push_back(c.ireduce_scatter(std::span<const T>(in), std::span<T>(got[std::size_t(k)]), ops[k]));
+    CHECK(c.stats() - before == traffic{4, 4 * cost::reduce_scatter(index_t(in.size() * sizeof(T)), g)});
+    CHECK(reqs[0].pending() == (g > 1));
+    reqs[3].wait();
+    while (!reqs[2].test()) {
+    }
+    mpi_communicator::reduce_scatter_request moved = std::move(reqs[1]);  // move-only, in flight
+    CHECK(!reqs[1].pending());
+    moved.wait();
+    reqs[0].wait();
+    for (int k = 0; k < 4; ++k) {
+      CAPTURE(to_string(ops[k]));
+      std::vector<T> want(static_cast<std::size_t>(n));
+      c.reduce_scatter(std::span<const T>(in), std::span<T>(want), ops[k]);
+      CHECK(got[std::size_t(k)] == want);
+    }
+  }
+  // the destructor of a pending request waits
+  std::vector<T> in(std::size_t(g), T(r + 1)), out(1, T(0));
+  { auto q = c.ireduce_scatter(std::span<const T>(in), std::span<T>(out), reduce_op::sum); }
+  CHECK(out[0] == T(g * (g + 1) / 2));
+  std::vector<T> wrong(2);
+  CHECK_THROWS_WITH_AS((void)c.ireduce_scatter(std::span<const T>(in), std::span<T>(wrong), reduce_op::sum),
+                       ("ireduce_scatter: in has " + std::to_string(g) + " elements, expected " +
+                        std::to_string(g) + " ranks x 2 = " + std::to_string(2 * g))
+                           .c_str(),
+                       error);
+}
+
+TEST_CASE("mpi: ibroadcast from every root, overlapping requests") {
+  mpi_communicator c = mpi_communicator::world();
+  const int g = c.size(), r = c.rank();
+  std::vector<std::vector<float>> bufs(std::size_t(g), std::vector<float>(5000));
+  std::vector<mpi_communicator::request> reqs;
+  const traffic before = c.stats();
+  index_t bytes = 0;
+  for (int root = 0; root < g; ++root) {
+    auto& b = bufs[std::size_t(root)];
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = r == root ? float(root * 10000 + int(i)) : -1.f;
+    reqs.push_back(c.ibroadcast(std::span<float>(b), root));
+    bytes += r == root ? 0 : cost::broadcast(index_t(b.size() * sizeof(float)), g);
+  }
+  CHECK(c.stats() - before == traffic{g, bytes});
+  for (auto& q : reqs)
+    while (!q.test()) {
+    }
+  bool ok = true;
+  for (int root = 0; root < g; ++root)
+    for (std::size_t i = 0; i < 5000; ++i) ok = ok && bufs[std::size_t(root)][i] == float(root * 10000 + int(i));
+  CHECK(ok);
+  CHECK_THROWS_WITH_AS((void)c.ibroadcast(std::span<float>(bufs[0]), g),
+                       ("ibroadcast: root " + std::to_string(g) + " is out of range for " + std::to_string(g) +
+                        " ranks")
+                           .c_str(),
+                       error);
+}
+
 TEST_CASE("mpi: split orders members by key and counts separately") {
   mpi_communicator c = mpi_communicator::world();
   const int g = c.size(), r = c.rank();

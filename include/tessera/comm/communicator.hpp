@@ -26,6 +26,8 @@ namespace tessera {
 /// |-----------------|-------------------------------------------------------------------|
 /// | all_reduce      | cost::all_reduce(bytes of inout, g)                               |
 /// | iall_reduce     | cost::all_reduce(bytes of inout, g), when it is started           |
+/// | ireduce_scatter | cost::reduce_scatter(bytes of in, g), when it is started          |
+/// | ibroadcast      | as broadcast, when it is started                                  |
 /// | all_gather      | cost::all_gather(bytes of in, g)                                  |
 /// | reduce_scatter  | cost::reduce_scatter(bytes of in, g)                              |
 /// | all_to_all      | cost::all_to_all(bytes of in, g)                                  |
@@ -116,6 +118,35 @@ concept communicator =
       c.reset_stats();
     };
 
+/// A pending operation that can also be polled: `test()` makes progress and returns
+/// true once it is complete (then `wait()` returns at once).
+template <class R>
+concept pollable_request = comm_request<R> && requires(R& r) {
+  { r.test() } -> std::convertible_to<bool>;
+};
+
+/// A communicator that also starts a reduce_scatter and a broadcast without waiting
+/// for them, as the pipelined matmuls (ops/matmul_pipelined.hpp) need. An optional
+/// extension of `communicator`: mpi_communicator and local_communicator model it.
+///
+///     request ireduce_scatter(std::span<const T> in, std::span<T> out, reduce_op op);
+///     request ibroadcast(std::span<T> buf, int root);
+///     request iall_reduce(std::span<T> inout, reduce_op op);   // from communicator
+///
+/// Each returns a pollable_request; the buffers must stay alive, and those it writes
+/// untouched, until the request completes. Sizes and roots are checked as for the
+/// blocking calls (the error text names the non-blocking call), traffic is counted when
+/// the operation starts, and the result equals the blocking call's. Several may be in
+/// flight on one communicator; every rank starts them in the same order.
+template <class C>
+concept nonblocking_communicator =
+    communicator<C> && requires(C& c, std::span<float> buf, std::span<const float> cbuf, reduce_op op,
+                                int i) {
+      { c.ireduce_scatter(cbuf, buf, op) } -> pollable_request;
+      { c.ibroadcast(buf, i) } -> pollable_request;
+      { c.iall_reduce(buf, op) } -> pollable_request;
+    };
+
 /// Whether communicator C moves device (GPU) buffers rather than host memory: true for
 /// a type that declares `static constexpr bool device_buffers = true` (nccl_communicator,
 /// staged_communicator). The spans a collective takes then point into device memory.
@@ -189,11 +220,13 @@ inline void check_all_gather(std::span<const T> in, std::span<const T> out, int 
 }
 
 /// reduce_scatter: in.size() == g * out.size().
+/// `fn` names the call in the error ("ireduce_scatter" for the non-blocking one).
 template <class T>
-inline void check_reduce_scatter(std::span<const T> in, std::span<const T> out, int g) {
+inline void check_reduce_scatter(std::span<const T> in, std::span<const T> out, int g,
+                                 const char* fn = "reduce_scatter") {
   if (in.size() != std::size_t(g) * out.size()) [[unlikely]]
-    fail_blocks("reduce_scatter", "in", in.size(), g, out.size());
-  check_disjoint("reduce_scatter", in, out);
+    fail_blocks(fn, "in", in.size(), g, out.size());
+  check_disjoint(fn, in, out);
 }
 
 /// "all_to_all: in has 10 elements, not divisible into 4 equal blocks (one per rank)"

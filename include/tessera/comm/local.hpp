@@ -30,6 +30,7 @@ class local_communicator {
     request& operator=(const request&) = delete;
 
     void wait() {}
+    bool test() { return true; }
     bool pending() const { return false; }
   };
 
@@ -113,6 +114,24 @@ class local_communicator {
     return request{};
   }
 
+  /// Copies in to out at once (as reduce_scatter); the request is complete.
+  template <comm_element T>
+  [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                        reduce_op) {
+    detail::check_reduce_scatter<T>(in, out, 1, "ireduce_scatter");
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), 1));
+    copy(in, out);
+    return request{};
+  }
+
+  /// Checks the root; the request is complete (one rank holds the data already).
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, 1);
+    detail::count(stats_, cost::broadcast(detail::byte_size(buf), 1));
+    return request{};
+  }
+
   /// Another one-rank communicator with its own counters.
   local_communicator split(int color, int /*key*/) const {
     detail::check_color(color);
@@ -140,5 +159,6 @@ class local_communicator {
 };
 
 static_assert(communicator<local_communicator>);
+static_assert(nonblocking_communicator<local_communicator>);
 
 }  // namespace tessera

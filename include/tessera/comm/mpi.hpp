@@ -4,13 +4,16 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -294,6 +297,148 @@ class mpi_communicator {
     finish_fn finish_ = nullptr;
   };
 
+  /// A pending ireduce_scatter. Every rank sends block j of its input to member j and
+  /// receives its own block from every other member at once (one round of messages, the
+  /// volume of a ring: (g - 1) blocks in and out), and adds the blocks in member order,
+  /// ((x_0 + x_1) + x_2) + ..., as they arrive, inside test() and wait(). Move-only; the
+  /// destructor waits if it is still pending. Its messages carry a tag of their own (one
+  /// per request, from nonblocking_tag_base on), so several may be in flight on one
+  /// communicator.
+  class reduce_scatter_request {
+   public:
+    reduce_scatter_request() noexcept = default;
+    reduce_scatter_request(reduce_scatter_request&& o) noexcept { take(o); }
+    reduce_scatter_request& operator=(reduce_scatter_request&& o) noexcept {
+      if (this != &o) {
+        complete_quietly();
+        take(o);
+      }
+      return *this;
+    }
+    reduce_scatter_request(const reduce_scatter_request&) = delete;
+    reduce_scatter_request& operator=(const reduce_scatter_request&) = delete;
+    ~reduce_scatter_request() { complete_quietly(); }
+
+    /// Blocks until this rank's block is reduced; throws tessera::error if MPI fails.
+    void wait() {
+      while (next_ < g_) {
+        if (next_ != r_)
+          detail::mpi_call(MPI_Wait(&recv_[std::size_t(next_)], MPI_STATUS_IGNORE), "MPI_Wait");
+        add_next();
+      }
+      if (!sends_done_) {
+        detail::mpi_call(MPI_Waitall(int(send_.size()), send_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+        sends_done_ = true;
+      }
+      finish();
+    }
+
+    /// Adds the blocks that have arrived (in member order); true when this rank's block
+    /// is reduced and its own blocks are sent (mean included).
+    bool test() {
+      while (next_ < g_) {
+        if (next_ != r_) {
+          int done = 0;
+          detail::mpi_call(MPI_Test(&recv_[std::size_t(next_)], &done, MPI_STATUS_IGNORE), "MPI_Test");
+          if (!done) break;
+        }
+        add_next();
+      }
+      if (!sends_done_) {
+        int done = 0;
+        detail::mpi_call(MPI_Testall(int(send_.size()), send_.data(), &done, MPI_STATUSES_IGNORE),
+                         "MPI_Testall");
+        sends_done_ = done != 0;
+      }
+      if (next_ < g_ || !sends_done_) return false;
+      finish();
+      return true;
+    }
+
+    /// True until wait() or a successful test().
+    bool pending() const noexcept { return active_; }
+
+   private:
+    friend class mpi_communicator;
+    using combine_fn = void (*)(void*, const void*, std::size_t, reduce_op);
+    using divide_fn = void (*)(void*, std::size_t, int);
+
+    template <class T>
+    static void combine_into(void* acc, const void* x, std::size_t n, reduce_op op) {
+      T* a = static_cast<T*>(acc);
+      detail::combine(a, a, static_cast<const T*>(x), n, op);
+    }
+    template <class T>
+    static void divide(void* p, std::size_t n, int g) {
+      detail::divide_by(std::span<T>(static_cast<T*>(p), n), g);
+    }
+
+    // Where member m's block lands: out for the first member other than this rank when
+    // this rank is not member 0 (it starts the sum), else a scratch slot.
+    unsigned char* landing(int m) {
+      if (r_ != 0 && m == 0) return out_;
+      const int slot = m - (m > r_ ? 1 : 0) - (r_ != 0 ? 1 : 0);
+      return scratch_.get() + std::size_t(slot) * bytes_;
+    }
+
+    // Adds member next_'s block (own block or arrived) to the sum.
+    void add_next() {
+      const int m = next_++;
+      const unsigned char* x = m == r_ ? in_ + std::size_t(r_) * bytes_ : landing(m);
+      if (m == 0) {
+        if (x != out_) std::memcpy(out_, x, bytes_);
+      } else {
+        combine_(out_, x, std::size_t(n_), op_);
+      }
+    }
+
+    void finish() {
+      if (!active_) return;
+      active_ = false;
+      if (divide_) divide_(out_, std::size_t(n_), g_);
+    }
+
+    void take(reduce_scatter_request& o) noexcept {
+      r_ = o.r_;
+      g_ = o.g_;
+      n_ = o.n_;
+      next_ = o.next_;
+      bytes_ = o.bytes_;
+      in_ = o.in_;
+      out_ = o.out_;
+      scratch_ = std::move(o.scratch_);
+      recv_ = std::move(o.recv_);
+      send_ = std::move(o.send_);
+      sends_done_ = o.sends_done_;
+      active_ = std::exchange(o.active_, false);
+      op_ = o.op_;
+      combine_ = o.combine_;
+      divide_ = o.divide_;
+    }
+
+    void complete_quietly() noexcept {
+      if (active_ && detail::mpi_active()) {
+        try {
+          wait();
+        } catch (...) {
+        }
+      }
+      active_ = false;
+    }
+
+    int r_ = 0, g_ = 1, n_ = 0, next_ = 0;
+    std::size_t bytes_ = 0;  // of one block
+    const unsigned char* in_ = nullptr;
+    unsigned char* out_ = nullptr;
+    std::unique_ptr<unsigned char[]> scratch_;  // the blocks that do not land in out (uninitialised)
+    std::vector<MPI_Request> recv_;       // one per member (this rank's entry unused)
+    std::vector<MPI_Request> send_;       // one per other member
+    bool sends_done_ = true, active_ = false;
+    reduce_op op_ = reduce_op::sum;
+    combine_fn combine_ = nullptr;
+    divide_fn divide_ = nullptr;
+  };
+
   /// A duplicate of MPI_COMM_WORLD, owned: the library's messages never match the
   /// user's own MPI_COMM_WORLD traffic. Collective over MPI_COMM_WORLD.
   static mpi_communicator world() { return duplicate_of(MPI_COMM_WORLD, "world"); }
@@ -315,7 +460,8 @@ class mpi_communicator {
         rank_(std::exchange(o.rank_, -1)),
         size_(std::exchange(o.size_, 0)),
         stats_(std::exchange(o.stats_, traffic{})),
-        scratch_(std::move(o.scratch_)) {}
+        scratch_(std::move(o.scratch_)),
+        nonblocking_seq_(std::exchange(o.nonblocking_seq_, 0)) {}
   mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -325,6 +471,7 @@ class mpi_communicator {
       size_ = std::exchange(o.size_, 0);
       stats_ = std::exchange(o.stats_, traffic{});
       scratch_ = std::move(o.scratch_);
+      nonblocking_seq_ = std::exchange(o.nonblocking_seq_, 0);
     }
     return *this;
   }
@@ -477,6 +624,65 @@ class mpi_communicator {
     return r;
   }
 
+  /// Starts a reduce_scatter: the result of reduce_scatter(in, out, op) (to float
+  /// rounding: the blocks are added in member order), computed as the messages arrive,
+  /// inside test() or wait() of the request. `in` and `out` must stay alive, and out
+  /// untouched, until it completes. Counted when started, as reduce_scatter. Sizes are
+  /// checked as reduce_scatter's: "ireduce_scatter: in has 10 elements, expected 4 ranks
+  /// x 3 = 12".
+  template <comm_element T>
+  [[nodiscard]] reduce_scatter_request ireduce_scatter(std::span<const std::type_identity_t<T>> in,
+                                                       std::span<T> out, reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size_, "ireduce_scatter");
+    const int n = detail::mpi_count("ireduce_scatter", "out", out.size());
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
+    reduce_scatter_request q;
+    if (size_ == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return q;
+    }
+    const MPI_Datatype type = detail::mpi_datatype<T>();
+    const int tag = nonblocking_tag_base + int(nonblocking_seq_++ % nonblocking_tags);
+    q.r_ = rank_;
+    q.g_ = size_;
+    q.n_ = n;
+    q.bytes_ = out.size() * sizeof(T);
+    q.in_ = reinterpret_cast<const unsigned char*>(in.data());
+    q.out_ = reinterpret_cast<unsigned char*>(out.data());
+    q.scratch_.reset(new unsigned char[std::size_t(size_ - (rank_ != 0 ? 2 : 1)) * q.bytes_]);
+    q.recv_.assign(std::size_t(size_), MPI_REQUEST_NULL);
+    q.send_.reserve(std::size_t(size_ - 1));
+    q.op_ = op;
+    q.combine_ = &reduce_scatter_request::combine_into<T>;
+    if (op == reduce_op::mean) q.divide_ = &reduce_scatter_request::divide<T>;
+    q.active_ = true;
+    q.sends_done_ = false;
+    for (int k = 1; k < size_; ++k) {  // receives first, from the next ranks on
+      const int m = (rank_ + k) % size_;
+      detail::mpi_call(MPI_Irecv(q.landing(m), n, type, m, tag, comm_, &q.recv_[std::size_t(m)]), "MPI_Irecv");
+    }
+    for (int k = 1; k < size_; ++k) {  // rank r sends to r - 1 first, r - 2 next, ...
+      const int m = (rank_ - k + size_) % size_;
+      q.send_.push_back(MPI_REQUEST_NULL);
+      detail::mpi_call(MPI_Isend(in.data() + std::size_t(m) * out.size(), n, type, m, tag, comm_, &q.send_.back()),
+                       "MPI_Isend");
+    }
+    return q;
+  }
+
+  /// Starts a broadcast of root's buf (MPI_Ibcast); buf must stay alive (and, off the
+  /// root, untouched) until the request completes. Counted when started, as broadcast.
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size_);
+    const int n = detail::mpi_count("ibroadcast", "buf", buf.size());
+    request r;
+    detail::mpi_call(MPI_Ibcast(buf.data(), n, detail::mpi_datatype<T>(), root, comm_, &r.req_),
+                     "MPI_Ibcast");
+    detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
+    return r;
+  }
+
   /// MPI_Comm_split: the ranks with equal `color` form a new communicator, ordered
   /// by `key` (ties by rank). Collective; color must be non-negative.
   mpi_communicator split(int color, int key) const {
@@ -505,6 +711,12 @@ class mpi_communicator {
 
   /// Blocks of at least this many bytes are reduce-scattered by the ring below.
   static constexpr std::int64_t ring_min_block_bytes = std::int64_t(64) << 10;
+
+  /// The tags of ireduce_scatter's messages: nonblocking_tag_base + (the request's
+  /// sequence number on this communicator mod nonblocking_tags). Point-to-point
+  /// messages of the caller on the same communicator should avoid these tags.
+  static constexpr int nonblocking_tag_base = 0x4000;
+  static constexpr int nonblocking_tags = 0x2000;
 
  private:
   // Ring reduce-scatter: g - 1 steps; at step s rank r sends its partial sum of block
@@ -566,9 +778,11 @@ class mpi_communicator {
   int size_ = 0;
   traffic stats_{};
   std::vector<unsigned char> scratch_;  // ring_reduce_scatter's receive block, reused
+  std::uint64_t nonblocking_seq_ = 0;  // ireduce_scatter calls so far: their tags
 };
 
 static_assert(communicator<mpi_communicator>);
+static_assert(nonblocking_communicator<mpi_communicator>);
 
 /// The recommended main of a tessera MPI program:
 ///

@@ -1,0 +1,687 @@
+// Sharded MatMul with its communication overlapped with the local product (host
+// tensors): a contraction-split strategy resolves the partial sums of one chunk of C
+// while the next chunk is multiplied (matmul_overlapped), and a strategy on a 2-D mesh
+// broadcasts the next panel of A and B while the current one is multiplied (SUMMA,
+// matmul_summa). The products are BLAS calls on the shards in place.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <span>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+#include <tessera/comm/communicator.hpp>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/cpu/blas.hpp>
+#include <tessera/kernels/cpu/common.hpp>
+#include <tessera/ops/matmul.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::ops {
+
+/// Where matmul_overlapped puts the partial sums of C over the contraction axis.
+enum class partial_resolution {
+  scatter_rows,  ///< ReduceScatter onto C's dim 0: the contraction axis splits the rows, minor
+  scatter_cols,  ///< ReduceScatter onto C's dim 1: the contraction axis splits the columns, minor
+  all_reduce,    ///< AllReduce: C replicated over the contraction axis
+};
+
+/// Options of the pipelined products.
+struct pipeline_options {
+  /// matmul_overlapped: the pieces the local product is cut into (rows of C); the
+  /// collective of one runs while the next is multiplied. matmul_summa: the panels the
+  /// contraction dim is cut into, at least one per block of A and of B.
+  int chunks = 4;
+  /// The longest pause, in microseconds, of the communicating thread between two polls
+  /// of the collectives in flight while the products run. After anything happens (a
+  /// chunk computed, a collective complete) it polls again after poll_us / 32, and
+  /// doubles the pause while nothing does: few wake-ups during a long product, a quick
+  /// answer to a short one. 0: poll continuously, yielding the core between polls.
+  int poll_us = 1000;
+};
+
+/// What one pipelined call spent on this rank, in seconds.
+struct pipeline_stats {
+  double total_s = 0;    ///< the whole call
+  double compute_s = 0;  ///< in the local products (on the compute thread; waits for data excluded)
+  int pieces = 0;        ///< chunks (matmul_overlapped) or panels (matmul_summa) used
+  /// The time the call took beyond its products: communication not hidden behind them,
+  /// and waiting for a slower peer.
+  double exposed_s() const { return total_s - compute_s; }
+};
+
+/// C's layout once the partial sums over the contraction axis are resolved as `how`
+/// says; C's own layout when the strategy does not split the contraction dim.
+/// Example: ((1, 2), (2, 1)) on 2 ranks, device matrix (1, 2, 1), C partial over axis 1:
+/// scatter_rows gives [0.1, 2] (rows cut by axes 0 and 1), scatter_cols [0, 2.1],
+/// all_reduce [0, 2].
+inline layout resolved_layout(const matmul_layouts& r, partial_resolution how) {
+  if (!r.c.has_partial()) return r.c;
+  int k_axis = -1;
+  for (int a = 0; a < r.c.dev.ndim; ++a)
+    if (r.c.is_partial(a)) k_axis = a;
+  const layout base = r.c.without_partial();
+  if (how == partial_resolution::all_reduce) return base;
+  const int d = how == partial_resolution::scatter_rows ? 0 : 1;
+  axis_list s = base.split[d];
+  s.push_back(k_axis);
+  return base.with_split(d, s);
+}
+
+/// The layouts of matmul_summa for a strategy that does not split the contraction dim,
+/// ((pm, 1), (1, pn)) on a device matrix (pm, 1, pn): C split (pm, pn) as the rule
+/// says, and A and B split like C (ScaLAPACK's block distribution on a pm x pn grid):
+/// A's contraction dim cut by the n axis, B's by the m axis, so that no rank holds a
+/// replica. Example: ((2, 1), (1, 4)) on 8 ranks: A (m x k) in 2 x 4 blocks, B (k x n)
+/// in 2 x 4 blocks, C in 2 x 4 blocks.
+struct summa_layouts {
+  layout a, b, c;
+};
+
+/// matmul_summa's layouts; throws tessera::error when the strategy splits the
+/// contraction dim or breaks MatMul's rule.
+inline summa_layouts summa_rule(const matmul_op& op, int device_num) {
+  const matmul_layouts r = op.rule(device_num);
+  const int k = op.trans_a ? op.st.in[0].v[0] : op.st.in[0].v[1];
+  if (k != 1)
+    throw error("matmul_summa: the strategy must not split the contraction dim (SUMMA cuts it into "
+                "panels instead): it is split " + std::to_string(k) + " ways; strategy " +
+                to_string(op.st));
+  const int first = r.dev.ndim == 4 ? 1 : 0;
+  const int am = first, an = first + 2;
+  summa_layouts s{r.a, r.b, r.c};
+  if (r.dev.dims[an] > 1) s.a = r.a.with_split(op.trans_a ? 0 : 1, axis_list{an});
+  if (r.dev.dims[am] > 1) s.b = r.b.with_split(op.trans_b ? 1 : 0, axis_list{am});
+  return s;
+}
+
+namespace detail {
+
+using pipeline_clock = std::chrono::steady_clock;
+
+inline double seconds_since(pipeline_clock::time_point t0) {
+  return std::chrono::duration<double>(pipeline_clock::now() - t0).count();
+}
+
+// The communicating thread's pauses between polls: from poll_us / 32 after an event,
+// doubling up to poll_us while nothing happens.
+class poll_backoff {
+ public:
+  explicit poll_backoff(int poll_us) : max_(poll_us), min_(std::max(1, poll_us / 32)), cur_(min_) {}
+  void event() { cur_ = min_; }
+  void pause() {
+    if (max_ <= 0) return std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::microseconds(cur_));
+    cur_ = std::min(max_, 2 * cur_);
+  }
+
+ private:
+  int max_, min_, cur_;
+};
+
+inline void check_pipeline_options(const char* fn, const pipeline_options& opt) {
+  if (opt.chunks < 1)
+    throw error(std::string(fn) + ": chunks must be at least 1: chunks " + std::to_string(opt.chunks));
+  if (opt.poll_us < 0)
+    throw error(std::string(fn) + ": poll_us must not be negative: poll_us " + std::to_string(opt.poll_us));
+}
+
+/// Counts what the compute thread did (a piece multiplied, its end) and wakes the
+/// communicating thread when it sleeps with nothing in flight: no polling then.
+class pipeline_events {
+ public:
+  void signal() {
+    count_.fetch_add(1, std::memory_order_release);
+    count_.notify_all();
+  }
+  int seen() const { return count_.load(std::memory_order_acquire); }
+  /// Sleeps until an event after `seen` (returns at once if there was one).
+  void wait(int seen) const { count_.wait(seen, std::memory_order_acquire); }
+
+ private:
+  std::atomic<int> count_{0};
+};
+
+/// The thread that runs a pipeline's products while the calling thread, the only one
+/// that communicates (MPI_THREAD_FUNNELED is enough), starts and polls the collectives.
+/// `work(stop)` should return soon after stop becomes true; join() rethrows its error.
+/// `events`, when given, is signalled when the work ends (normally or not).
+class compute_thread {
+ public:
+  template <class F>
+  explicit compute_thread(F&& work, pipeline_events* events = nullptr)
+      : thread_([this, events, w = std::forward<F>(work)]() mutable {
+          const auto t0 = pipeline_clock::now();
+          try {
+            w(static_cast<const std::atomic<bool>&>(stop_));
+          } catch (...) {
+            error_ = std::current_exception();
+          }
+          busy_s_ = seconds_since(t0);
+          done_.store(true, std::memory_order_release);
+          if (events) events->signal();
+        }) {}
+  compute_thread(const compute_thread&) = delete;
+  compute_thread& operator=(const compute_thread&) = delete;
+  ~compute_thread() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  /// Asks the work to return early (it sees `stop` become true).
+  void request_stop() { stop_.store(true); }
+  /// Waits for the thread; rethrows what the work threw. Returns its busy time.
+  double join() {
+    thread_.join();
+    if (error_) std::rethrow_exception(error_);
+    return busy_s_;
+  }
+
+ private:
+  std::atomic<bool> stop_{false}, done_{false};
+  std::exception_ptr error_;
+  double busy_s_ = 0;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+/// Boundaries of n pieces of [0, total) (n <= total) shrinking linearly, piece i about
+/// total * (n - i) / (n (n + 1) / 2) and at least 1: the last piece, whose collective no
+/// later product overlaps, is the smallest. Example: total 100, n 4 -> 0 40 70 90 100.
+inline std::vector<index_t> shrinking_cuts(index_t total, int n) {
+  const index_t sum = index_t(n) * (n + 1) / 2;
+  std::vector<index_t> w(static_cast<std::size_t>(n));
+  index_t used = 0;
+  for (int i = 0; i < n; ++i) used += w[std::size_t(i)] = std::max<index_t>(1, total * (n - i) / sum);
+  for (int i = 0; used != total; i = (i + 1) % n) {  // the rounding, on the first pieces
+    if (used < total) ++w[std::size_t(i)], ++used;
+    else if (w[std::size_t(i)] > 1) --w[std::size_t(i)], --used;
+  }
+  std::vector<index_t> cuts(std::size_t(n) + 1, 0);
+  for (int i = 0; i < n; ++i) cuts[std::size_t(i) + 1] = cuts[std::size_t(i)] + w[std::size_t(i)];
+  return cuts;
+}
+
+/// gemm of rows [r0, r0 + rows) of op(A) (lm x lk) and columns [c0, c0 + w) of op(B)
+/// (lk x ln), read in place from row-major shards, into dst (rows x w, row stride ldc).
+template <class T>
+void sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln,
+                 index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
+  const T* pa = ta ? a + r0 : a + r0 * lk;
+  const T* pb = tb ? b + c0 * lk : b + c0;
+  const index_t lda = std::max<index_t>(1, ta ? lm : lk), ldb = std::max<index_t>(1, tb ? lk : ln);
+  auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_overlapped"); };
+  kernels::cpu::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
+                     i(std::max<index_t>(1, ldc)));
+}
+
+/// Runs a chunk pipeline: the compute thread runs compute(i) for i = 0 .. n - 1; the
+/// calling thread starts start(i) (a pollable request) as soon as chunk i is computed,
+/// polls the requests in flight (sleeping until the next chunk when none is), runs
+/// finish(i) once request i is complete, and waits for the last ones. Returns the
+/// compute thread's busy time.
+template <class Compute, class Start, class Finish>
+double run_chunk_pipeline(int n, Compute&& compute, Start&& start, Finish&& finish, int poll_us) {
+  using request = decltype(start(0));
+  std::vector<request> flight;
+  flight.reserve(std::size_t(n));
+  std::atomic<int> computed{0};
+  pipeline_events events;
+  compute_thread worker(
+      [&](const std::atomic<bool>& stop) {
+        for (int i = 0; i < n && !stop.load(std::memory_order_relaxed); ++i) {
+          compute(i);
+          computed.store(i + 1, std::memory_order_release);
+          events.signal();
+        }
+      },
+      &events);
+  int started = 0, finished = 0;
+  poll_backoff backoff(poll_us);
+  auto poll = [&] {  // finishes, in order, the requests that are complete
+    while (finished < started && flight[std::size_t(finished)].test()) {
+      finish(finished++);
+      backoff.event();
+    }
+    for (int i = finished + 1; i < started; ++i) flight[std::size_t(i)].test();
+  };
+  while (started < n) {
+    const int seen = events.seen();
+    const int c = computed.load(std::memory_order_acquire);
+    if (started < c) backoff.event();
+    while (started < c) flight.push_back(start(started++));
+    poll();
+    if (started == n) break;
+    if (worker.done() && computed.load(std::memory_order_acquire) == started) break;  // it failed
+    if (finished == started) events.wait(seen);  // nothing in flight: sleep until the next chunk
+    else backoff.pause();
+  }
+  const double busy = worker.join();
+  for (; finished < started; ++finished) {
+    flight[std::size_t(finished)].wait();
+    finish(finished);
+  }
+  return busy;
+}
+
+// One panel of SUMMA: the contraction range [k0, k0 + w), the member of the row group
+// holding it in A (and where it starts in that member's block), and the member of the
+// column group holding it in B.
+struct summa_panel {
+  index_t k0 = 0, w = 0;
+  int a_owner = 0, b_owner = 0;
+  index_t a_off = 0, b_off = 0;
+};
+
+// Panels cutting [0, k) at every block boundary of A (pieces_a blocks) and of B
+// (pieces_b blocks), each segment between boundaries cut into `per_segment` nearly
+// equal panels. Example: k 12, pieces_a 2, pieces_b 3, per_segment 1: boundaries 0, 4,
+// 6, 8, 12 -> panels [0, 4) [4, 6) [6, 8) [8, 12).
+inline std::vector<summa_panel> summa_panels(index_t k, int pieces_a, int pieces_b, int per_segment) {
+  const index_t ka = k / pieces_a, kb = k / pieces_b;
+  std::vector<index_t> cuts;
+  for (int j = 0; j <= pieces_a; ++j) cuts.push_back(j * ka);
+  for (int j = 0; j <= pieces_b; ++j) cuts.push_back(j * kb);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<summa_panel> out;
+  for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
+    const index_t x = cuts[s], len = cuts[s + 1] - x;
+    const index_t parts = std::min<index_t>(per_segment, len);
+    for (index_t p = 0; p < parts; ++p) {
+      summa_panel pn;
+      pn.k0 = x + p * len / parts;
+      pn.w = x + (p + 1) * len / parts - pn.k0;
+      pn.a_owner = int(pn.k0 / ka);
+      pn.a_off = pn.k0 - pn.a_owner * ka;
+      pn.b_owner = int(pn.k0 / kb);
+      pn.b_off = pn.k0 - pn.b_owner * kb;
+      out.push_back(pn);
+    }
+  }
+  return out;
+}
+
+// Cuts the first panel into a quarter and the rest: its broadcasts are the only ones no
+// product overlaps, so the first product starts after a quarter of their time.
+inline void split_first_panel(std::vector<summa_panel>& panels) {
+  if (panels.empty() || panels.front().w < 4) return;
+  summa_panel head = panels.front(), rest = head;
+  head.w = rest.w / 4;
+  rest.k0 += head.w;
+  rest.a_off += head.w;
+  rest.b_off += head.w;
+  rest.w -= head.w;
+  panels.front() = rest;
+  panels.insert(panels.begin(), head);
+}
+
+// Copies rows x cols of a row-major matrix (row stride ld) starting at src to dst
+// (packed, row stride cols).
+template <class T>
+void pack_block(const T* src, index_t ld, index_t rows, index_t cols, T* dst) {
+  for (index_t i = 0; i < rows; ++i)
+    std::memcpy(dst + i * cols, src + i * ld, std::size_t(cols) * sizeof(T));
+}
+
+template <class T, class C>
+void check_pipelined_types(const char* fn) {
+  (void)fn;
+  static_assert(kernels::cpu::blas_scalar<T>,
+                "matmul_overlapped / matmul_summa: the element type must be float or double (BLAS)");
+  static_assert(nonblocking_communicator<C>,
+                "matmul_overlapped / matmul_summa: the communicator must start collectives "
+                "without waiting (nonblocking_communicator: ireduce_scatter, ibroadcast, "
+                "iall_reduce), e.g. mpi_communicator or local_communicator");
+  static_assert(!takes_device_buffers<C>,
+                "matmul_overlapped / matmul_summa: host tensors need a communicator of host memory");
+}
+
+}  // namespace detail
+
+/// C = op(A) op(B) as ops::matmul computes it followed by the resolution of the partial
+/// sums over the contraction axis (`how`), with the two overlapped: the local product
+/// is cut into `opt.chunks` chunks, and while chunk i + 1 is multiplied (on a compute
+/// thread) the ReduceScatter or AllReduce of chunk i runs (started and polled by the
+/// calling thread, the only one that communicates). Returns C in
+/// resolved_layout(rule, how), equal to
+///
+///     redistribute(ops::matmul(op, a, b, ctx), resolved_layout(op.rule(P), how), ctx)
+///
+/// and moving the bytes of one ReduceScatter (AllReduce) of the local product over the
+/// contraction axis, which is that plan's price when the device matrix has no replica
+/// axis (with one, the plan can share the resolution among the replicas and move fewer
+/// bytes; matmul_overlapped resolves on each replica).
+///
+/// The chunks shrink linearly (detail::shrinking_cuts: 40, 30, 20 and 10% for 4), so
+/// that the last, whose collective no product overlaps, is small. Each product is a
+/// BLAS call on the shards in place:
+/// - scatter_rows: chunks of C's columns, one product of all local rows each (so BLAS
+///   packs each operand once per chunk), written as g blocks of rows, one per member of
+///   the contraction group, ready for its ReduceScatter; each member's block is copied
+///   into its columns of the output shard when it arrives, on the calling thread;
+/// - scatter_cols: chunks of C's rows, member j's columns multiplied straight into the
+///   j-th block of the chunk's send buffer; the ReduceScatter lands in the output shard;
+/// - all_reduce: chunks of rows, multiplied into the output shard and reduced in place.
+/// A strategy that does not split the contraction dim has no partial sums: C is one
+/// product in the rule's layout. Inputs not in the rule's layouts are redistributed
+/// first, as ops::matmul does. `stats`, when given, receives the time spent (the
+/// products run on the compute thread, so its busy time is their time).
+///
+/// Example: ((1, 2), (2, 1)) on 2 ranks, A and B 4096 x 4096, scatter_rows, chunks 4:
+/// each rank multiplies its (4096 x 2048) x (2048 x 4096) as 4 products of 1639, 1229,
+/// 819 and 409 columns; chunk i's ReduceScatter (4096 x 1639 floats in, half of them
+/// out, for the first) runs during chunk i + 1's product; C comes back split [0.1, 2]
+/// (2048 rows per rank).
+///
+/// Throws tessera::error when chunks < 1 or poll_us < 0 ("matmul_overlapped: chunks must
+/// be at least 1: chunks 0"), for a bad strategy or shapes (as ops::matmul), and when
+/// C's shape does not divide into the output layout.
+template <class T, class C>
+dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                                 device_context<C>& ctx,
+                                 partial_resolution how = partial_resolution::scatter_rows,
+                                 const pipeline_options& opt = {}, pipeline_stats* stats = nullptr) {
+  detail::check_pipelined_types<T, C>("matmul_overlapped");
+  const auto t0 = detail::pipeline_clock::now();
+  detail::check_pipeline_options("matmul_overlapped", opt);
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
+                                                 op.trans_b, op.st);
+  const layout out_l = resolved_layout(r, how);
+  if (const status s = check(out_l, cs); !s.ok())
+    throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
+                "strategy " + to_string(op.st));
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const T* pa = la->local().data();
+  const T* pb = lb->local().data();
+  const bool ta = op.trans_a, tb = op.trans_b;
+  const extents sa = la->local_shape(), sb = lb->local_shape();
+  const index_t lm = ta ? sa.v[1] : sa.v[0], lk = ta ? sa.v[0] : sa.v[1], ln = tb ? sb.v[0] : sb.v[1];
+  pipeline_stats st;
+
+  int k_axis = -1;
+  for (int ax = 0; ax < r.c.dev.ndim; ++ax)
+    if (r.c.is_partial(ax)) k_axis = ax;
+  const int g = k_axis >= 0 ? r.dev.dims[k_axis] : 1;
+  xt::xarray<T> out;
+  if (g == 1) {
+    // No partial sums to resolve (or a one-rank contraction group): one product.
+    out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
+    const auto tc = detail::pipeline_clock::now();
+    detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, 0, ln, out.data(), ln, T(0));
+    st.compute_s = detail::seconds_since(tc);
+    st.pieces = 1;
+  } else {
+    C& group = ctx.on(r.dev).group(axis_list{k_axis});
+    // Rows per output block (R), columns per block (W), and the output shard.
+    const bool rows = how == partial_resolution::scatter_rows, cols = how == partial_resolution::scatter_cols;
+    const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
+    out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R), std::size_t(W)});
+    const int n = int(std::min<index_t>(opt.chunks, R));
+    const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
+    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
+    auto none = [](int) {};
+    if (how == partial_resolution::all_reduce) {
+      // Chunks of rows, computed in place into C's shard and all-reduced there.
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, 0, ln, out.data() + r0 * ln, ln, T(0));
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
+      };
+      st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
+    } else if (rows) {
+      // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
+      // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
+      // j. The ReduceScatter lands in a block of R x w, copied into columns
+      // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
+      const int nc = int(std::min<index_t>(opt.chunks, ln));
+      const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
+      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
+      xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
+      xt::xarray<T> recv = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R * ln)});
+      auto compute = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, c0, w, send.data() + lm * c0, w, T(0));
+      };
+      auto start = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
+                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
+      };
+      auto finish = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        const T* src = recv.data() + R * c0;
+        for (index_t x = 0; x < R; ++x) std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
+      };
+      st.compute_s = detail::run_chunk_pipeline(nc, compute, start, finish, opt.poll_us);
+      st.pieces = nc;
+    } else {
+      // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
+      // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
+      // g * begin(i) * W of one buffer as large as the local product), and the
+      // ReduceScatter lands in the chunk's rows of the output shard: no copy.
+      xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        T* chunk = send.data() + g * r0 * W;
+        for (int j = 0; j < g; ++j)
+          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, j * W, W, chunk + j * rs * W, W, T(0));
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
+                                     std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
+      };
+      st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
+    }
+    if (!rows) st.pieces = n;
+  }
+  st.total_s = detail::seconds_since(t0);
+  if (stats) *stats = st;
+  return dist_tensor<T>(out_l, cs, ctx.rank(), std::move(out));
+}
+
+/// C = op(A) op(B) for a strategy that does not split the contraction dim,
+/// ((pm, 1), (1, pn)), with A and B split like C (summa_rule: ScaLAPACK's block
+/// distribution, no replicas), by SUMMA: the contraction dim is cut into panels; for
+/// each, the member of every mesh row that holds A's columns broadcasts them along the
+/// row, the member of every mesh column that holds B's rows broadcasts them along the
+/// column, and each rank adds the panel's product to its block of C. The broadcasts of
+/// the next panels (two in flight) run while the current one is multiplied on a
+/// compute thread. Equals ops::matmul(op, a, b, ctx), which first all-gathers A and B.
+///
+/// Panels: every block boundary of A and B is a panel boundary, and each segment
+/// between boundaries is cut into ceil(chunks / segments) panels; the first panel is
+/// then cut into a quarter and the rest, since nothing overlaps the broadcasts of the
+/// first (with one rank per mesh row and column, no panel is broadcast). A panel of A's
+/// columns is packed for its broadcast unless it is contiguous (a whole block, or A
+/// transposed); panels are used in place where they lie in this rank's shard.
+///
+/// Example: ((1, 1), (1, 2)) on 2 ranks (ScaLAPACK's 1 x 2 grid), A and B 4096 x 4096
+/// split by columns: chunks 4 -> panels of 256, 768, 1024, 1024 and 1024 columns of A
+/// (2048 per rank), each broadcast to the other rank while the previous one is
+/// multiplied with the matching rows of B.
+///
+/// Throws tessera::error when the strategy splits the contraction dim ("matmul_summa:
+/// the strategy must not split the contraction dim ..."), for bad options, strategies
+/// or shapes.
+template <class T, class C>
+dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
+                            device_context<C>& ctx, const pipeline_options& opt = {},
+                            pipeline_stats* stats = nullptr) {
+  detail::check_pipelined_types<T, C>("matmul_summa");
+  const auto t0 = detail::pipeline_clock::now();
+  detail::check_pipeline_options("matmul_summa", opt);
+  const summa_layouts sl = summa_rule(op, ctx.size());
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
+                                                 op.trans_b, op.st);
+  const bool ta = op.trans_a, tb = op.trans_b;
+  const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
+  for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
+    if (const status e = check(l, s); !e.ok())
+      throw error(e, std::string("matmul_summa: ") + name + " " + to_string(s) + " in the layout " + to_string(l),
+                  "strategy " + to_string(op.st));
+  const auto la = in_layout(a, sl.a, ctx), lb = in_layout(b, sl.b, ctx);
+  const int first = r.dev.ndim == 4 ? 1 : 0;
+  const int am = first, an = first + 2;
+  const int pm = r.dev.dims[am], pn = r.dev.dims[an];
+  const extents sa = la->local_shape(), sb = lb->local_shape();
+  const index_t lm = ta ? sa.v[1] : sa.v[0], ka = ta ? sa.v[0] : sa.v[1];  // A's block: lm x ka
+  const index_t ln = tb ? sb.v[0] : sb.v[1], kb = tb ? sb.v[1] : sb.v[0];  // B's block: kb x ln
+  const T* pa = la->local().data();
+  const T* pb = lb->local().data();
+  pipeline_stats st;
+
+  mesh_comm<C>& mc = ctx.on(r.dev);
+  C& row = mc.group(axis_list{an});  // the ranks of this mesh row: A's panels
+  C& col = mc.group(axis_list{am});  // the ranks of this mesh column: B's panels
+  const int segments = int(detail::summa_panels(k, pn, pm, 1).size());
+  const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
+  std::vector<detail::summa_panel> panels = detail::summa_panels(k, pn, pm, per_segment);
+  if (pm > 1 || pn > 1) detail::split_first_panel(panels);
+  const int np = int(panels.size());
+  index_t wmax = 0;
+  for (const auto& p : panels) wmax = std::max(wmax, p.w);
+
+  // Two slots of panel buffers, panel t in slot t % 2.
+  constexpr int slots = 2;
+  std::vector<T> abuf[slots], bbuf[slots];
+  for (int s = 0; s < slots; ++s) {
+    if (pn > 1) abuf[s].resize(std::size_t(lm * wmax));
+    if (pm > 1) bbuf[s].resize(std::size_t(wmax * ln));
+  }
+  // Where panel t's operands are read: this rank's shard in place when it holds them,
+  // else the slot its broadcast lands in. lda / ldb are the row strides.
+  struct operands {
+    const T* a = nullptr;
+    const T* b = nullptr;
+    index_t lda = 1, ldb = 1;
+  };
+  auto operands_of = [&](int t) {
+    const detail::summa_panel& p = panels[std::size_t(t)];
+    operands o;
+    if (pn == 1 || row.rank() == p.a_owner) {
+      o.a = ta ? pa + p.a_off * lm : pa + p.a_off;
+      o.lda = ta ? lm : ka;
+    } else {
+      o.a = abuf[t % slots].data();
+      o.lda = ta ? lm : p.w;
+    }
+    if (pm == 1 || col.rank() == p.b_owner) {
+      o.b = tb ? pb + p.b_off : pb + p.b_off * ln;
+      o.ldb = tb ? kb : ln;
+    } else {
+      o.b = bbuf[t % slots].data();
+      o.ldb = tb ? p.w : ln;
+    }
+    return o;
+  };
+
+  xt::xarray<T> out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
+  if (np == 0) std::fill(out.data(), out.data() + out.size(), T(0));
+  std::atomic<int> ready{0}, consumed{0};
+  using request = decltype(row.ibroadcast(std::span<T>(), 0));
+  std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
+  // Starts panel t's broadcasts: the owner sends its shard's panel (packed when its
+  // columns are strided), the others receive into slot t % 2.
+  auto post = [&](int t) {
+    const detail::summa_panel& p = panels[std::size_t(t)];
+    const int s = t % slots;
+    if (pn > 1) {
+      const std::size_t count = std::size_t(lm * p.w);
+      T* buf = abuf[s].data();
+      if (row.rank() == p.a_owner) {
+        if (ta || p.w == ka)  // contiguous in the shard: sent in place (MPI only reads a root's buffer)
+          buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
+        else
+          detail::pack_block(pa + p.a_off, ka, lm, p.w, buf);
+      }
+      flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, count), p.a_owner);
+    }
+    if (pm > 1) {
+      const std::size_t count = std::size_t(p.w * ln);
+      T* buf = bbuf[s].data();
+      if (col.rank() == p.b_owner) {
+        if (!tb || p.w == kb)
+          buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
+        else
+          detail::pack_block(pb + p.b_off, kb, ln, p.w, buf);
+      }
+      flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, count), p.b_owner);
+    }
+  };
+
+  double gemm_s = 0;  // the compute thread's time in products (not waiting for panels)
+  detail::pipeline_events events;  // a panel multiplied, or the work ended
+  detail::compute_thread worker([&](const std::atomic<bool>& stop) {
+    for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
+      for (int seen = ready.load(std::memory_order_acquire); seen <= t && !stop.load(std::memory_order_relaxed);
+           seen = ready.load(std::memory_order_acquire))
+        ready.wait(seen, std::memory_order_acquire);
+      if (stop.load(std::memory_order_relaxed)) break;
+      const auto tg = detail::pipeline_clock::now();
+      const operands o = operands_of(t);
+      const detail::summa_panel& p = panels[std::size_t(t)];
+      auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
+      kernels::cpu::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), o.a, i(std::max<index_t>(1, o.lda)), o.b,
+                         i(std::max<index_t>(1, o.ldb)), t == 0 ? T(0) : T(1), out.data(),
+                         i(std::max<index_t>(1, ln)));
+      gemm_s += detail::seconds_since(tg);
+      consumed.store(t + 1, std::memory_order_release);
+      events.signal();
+    }
+  }, &events);
+  struct wake_on_exit {  // a failure here must not leave the worker waiting for a panel
+    detail::compute_thread& worker;
+    std::atomic<int>& ready;
+    int np;
+    ~wake_on_exit() {
+      if (ready.load() < np) {
+        worker.request_stop();
+        ready.store(np + 1);
+        ready.notify_all();
+      }
+    }
+  } wake{worker, ready, np};
+  int posted = 0, done = 0;
+  detail::poll_backoff backoff(opt.poll_us);
+  while (done < np) {
+    const int seen = events.seen();
+    while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) {
+      post(posted++);
+      backoff.event();
+    }
+    while (done < posted && flight_a[std::size_t(done)].test() && flight_b[std::size_t(done)].test()) {
+      ready.store(++done, std::memory_order_release);
+      ready.notify_all();
+      backoff.event();
+    }
+    for (int t = done + 1; t < posted; ++t) flight_a[std::size_t(t)].test(), flight_b[std::size_t(t)].test();
+    if (done == np || worker.done()) break;
+    if (done == posted) events.wait(seen);  // nothing in flight: sleep until a slot is free
+    else backoff.pause();
+  }
+  worker.join();
+  st.compute_s = gemm_s;
+  st.pieces = np;
+  st.total_s = detail::seconds_since(t0);
+  if (stats) *stats = st;
+  return dist_tensor<T>(r.c, cs, ctx.rank(), std::move(out));
+}
+
+}  // namespace tessera::ops
