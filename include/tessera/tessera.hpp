@@ -34,6 +34,7 @@
 // ops/: operators' sharding rules (standard library only)
 #include <tessera/ops/matmul_rule.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
+#include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
 #include <tessera/ops/split_check.hpp>

@@ -2690,6 +2690,177 @@ inline constexpr elementwise_layouts static_elementwise_rule = [] {
 }();
 
 }  // namespace tessera
+// ---- tessera/ops/linear_rule.hpp ----
+// Partial sums through linear operators: which inputs an operator is linear in, and
+// the rule that turns an operator's layouts into the ones it has when partial sums
+// come in and stay partial (sum-then-op equals op-then-sum). Standard library only
+// and constexpr; every operator of ops/ and every op_def of graph/ uses this one rule.
+
+#include <array>
+
+namespace tessera {
+
+/// The groups of inputs an operator is linear in, tried in order: group g (a bit per
+/// input) means that with the other inputs fixed, f(sum of x_k) = sum of f(x_k) when
+/// every input of g is a partial sum over the same ranks. Examples: Neg, Transpose,
+/// ReduceSum: {0}; Add, Sub, Concat: {every input} (both summands partial alike);
+/// Mul, MatMul: {0}, {1} (one factor partial, the other not); RealDiv: {0} (the
+/// numerator). ReLU, Exp, Softmax, ReduceMax, ...: none.
+struct linearity {
+  int n = 0;
+  std::array<unsigned, max_strategy_inputs> groups{};
+
+  constexpr linearity() = default;
+  /// Linear in the inputs of `mask`, jointly.
+  static constexpr linearity jointly(unsigned mask) {
+    linearity l;
+    l.groups[l.n++] = mask;
+    return l;
+  }
+  /// Linear in each of the first `arity` inputs on its own (a product of factors).
+  static constexpr linearity each(int arity) {
+    linearity l;
+    for (int i = 0; i < arity; ++i) l.groups[l.n++] = 1u << i;
+    return l;
+  }
+  /// Linear in every one of the first `arity` inputs together (a sum).
+  static constexpr linearity all(int arity) { return jointly(arity >= 32 ? ~0u : (1u << arity) - 1u); }
+  constexpr bool any() const { return n > 0; }
+  friend constexpr bool operator==(const linearity&, const linearity&) = default;
+};
+
+/// ReduceSum and ReduceMean are linear in their input; ReduceMax and ReduceMin are not.
+constexpr linearity reduction_linearity(reduce_op how) {
+  return how == reduce_op::sum || how == reduce_op::mean ? linearity::jointly(1u) : linearity{};
+}
+
+/// How partial sums cross an operator: its layouts written on `dev` (its own device
+/// matrix, or the common refinement with the partial inputs' ones), the inputs of
+/// `slots` and the output partial sums over the mesh axes `partial` of `dev`. The
+/// backward takes the output's gradient without these partial axes (the gradient of
+/// a sum reaches every term), gives the inputs of `slots` their gradient as the rule
+/// says, and the other inputs theirs partial over `partial` too (dB = A^T dC is a sum
+/// when A is). `partial == 0`: nothing passes, every layout is the rule's.
+///
+/// Example: MatMul ((1, 4), (4, 1)) on 4 devices gives C [-, -] partial sum {1} on
+/// (1, 4, 1). Neg with strategy ((1, 1),) on 4 devices has device matrix (4, 1) and
+/// wants [-, -]; mesh axis 0 holds replicas, so the common refinement (4,) carries
+/// the partial sums: Neg takes [-, -] partial sum {0} on (4,) and gives the same,
+/// nothing moves, and the first consumer that needs the value whole resolves it.
+struct partial_pass {
+  mesh dev;
+  axis_mask partial = 0;
+  unsigned slots = 0;
+
+  constexpr bool passes() const { return partial != 0; }
+  /// A layout of the rule on dev, with the pass's partial axes when `add`.
+  constexpr layout apply(const layout& l, bool add) const {
+    if (!passes()) return l;
+    layout out = l.dev == dev ? l : refine(l, dev);
+    if (add) {
+      out.partial |= partial;
+      out.op = reduce_op::sum;
+    }
+    return out;
+  }
+  /// Input i as the operator takes it (the rule's layout `l`).
+  constexpr layout input(const layout& l, int i) const { return apply(l, (slots >> i & 1u) != 0); }
+  /// The output (the rule's `l`, possibly partial already, e.g. MatMul's contraction).
+  constexpr layout output(const layout& l) const { return apply(l, true); }
+  /// Input i's gradient (the rule's `l`).
+  constexpr layout input_grad(const layout& l, int i) const { return apply(l, (slots >> i & 1u) == 0); }
+  /// The output's gradient as the backward takes it (the rule's `l`, not partial).
+  constexpr layout output_grad(const layout& l) const { return apply(l, false); }
+};
+
+namespace detail {
+constexpr layout on_mesh(const layout& l, const mesh& m) { return l.dev == m ? l : refine(l, m); }
+}  // namespace detail
+
+/// Whether the inputs of group `slots`, arriving in layouts `actual`, pass their
+/// partial sums through an operator whose rule wants its `n` inputs in `want` and
+/// gives `out`: every input of the group must be a sum over some mesh axes, and the
+/// axes that pass are those where every group input is partial and every layout of
+/// the rule (all inputs, the output) holds replicas, on the common refinement of the
+/// rule's device matrix and the group inputs' ones. Axes where not all inputs are
+/// partial, or where the rule splits, are resolved by the redistribution into the
+/// operator. Returns a pass with partial == 0 when nothing passes.
+constexpr partial_pass pass_partial_group(unsigned slots, const layout* actual, const layout* want, int n,
+                                          const layout& out) {
+  partial_pass none;
+  none.dev = out.dev;
+  mesh fine = out.dev;
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    if (!(slots >> i & 1u)) continue;
+    any = true;
+    const layout& x = actual[i];
+    if (!x.has_partial() || x.op != reduce_op::sum || x.dev.size() != fine.size()) return none;
+    if (x.dev == fine) continue;
+    if (!check_refinement(fine, x.dev).ok()) return none;
+    fine = common_refinement(fine, x.dev);
+  }
+  if (!any) return none;
+  axis_mask p = fine.ndim >= 32 ? ~0u : (1u << fine.ndim) - 1u;
+  for (int a = 0; a < fine.ndim; ++a)
+    if (fine.dims[a] == 1) p &= ~(1u << a);
+  for (int i = 0; i < n; ++i) {
+    if (slots >> i & 1u) p &= detail::on_mesh(actual[i], fine).partial;
+    p &= detail::on_mesh(want[i], fine).replica_axes();
+  }
+  p &= detail::on_mesh(out, fine).replica_axes();
+  if (p == 0) return none;
+  return partial_pass{fine, p, slots};
+}
+
+/// The first group of `lin` whose inputs pass partial sums (pass_partial_group), or a
+/// pass with partial == 0: then every input is resolved into the rule's layouts.
+constexpr partial_pass pass_partial(const linearity& lin, const layout* actual, const layout* want, int n,
+                                    const layout& out) {
+  for (int g = 0; g < lin.n; ++g) {
+    const partial_pass p = pass_partial_group(lin.groups[g], actual, want, n, out);
+    if (p.passes()) return p;
+  }
+  partial_pass none;
+  none.dev = out.dev;
+  return none;
+}
+
+/// For a rule of one input whose layouts are `dev`, `in` (also the gradient's) and `out`
+/// (Transpose, Reshape, StridedSlice, ReduceSum, ...): the layouts for an input
+/// arriving in `x` when the operator is linear in it (`lin`). The gradient is then
+/// `in.without_partial()` and the output's gradient `out.without_partial()`.
+template <class Rule>
+constexpr Rule pass_unary(Rule r, const layout& x, const linearity& lin = linearity::jointly(1u)) {
+  const partial_pass p = pass_partial(lin, &x, &r.in, 1, r.out);
+  if (!p.passes()) return r;
+  r.in = p.input(r.in, 0);
+  r.out = p.output(r.out);
+  r.dev = p.dev;
+  return r;
+}
+
+/// For a product rule whose layouts are `dev`, `a`, `b`, `c`, `grad_a`, `grad_b`
+/// (MatMul, BatchMatMul; linear in either operand): the layouts for operands arriving
+/// in `a` and `b`. A partial operand whose partial axes the rule holds replicas on stays
+/// partial; C is then partial over those axes and the contraction axis, and the other
+/// operand's gradient partial over those axes. The gradient of C is taken as
+/// `c.without_partial()`.
+template <class Rule>
+constexpr Rule pass_product(Rule r, const layout& a, const layout& b) {
+  const layout actual[2] = {a, b}, want[2] = {r.a, r.b};
+  const partial_pass p = pass_partial(linearity::each(2), actual, want, 2, r.c);
+  if (!p.passes()) return r;
+  r.a = p.input(r.a, 0);
+  r.b = p.input(r.b, 1);
+  r.grad_a = p.input_grad(r.grad_a, 0);
+  r.grad_b = p.input_grad(r.grad_b, 1);
+  r.c = p.output(r.c);
+  r.dev = p.dev;
+  return r;
+}
+
+}  // namespace tessera
 // ---- tessera/ops/reduce_rule.hpp ----
 // The sharding rule of reductions over a list of dims (ReduceSum, ReduceMean,
 // ReduceMax, ReduceMin, with keep_dims): from the input's split tuple to the layouts
@@ -6079,6 +6250,7 @@ struct op_layouts {
   layout out;
   std::vector<layout> in_grad;
   layout out_grad;
+  friend bool operator==(const op_layouts&, const op_layouts&) = default;
 };
 
 /// A collective an operator runs inside its own computation (not a redistribution
@@ -6138,6 +6310,9 @@ class op_def {
   virtual strategy data_parallel(int device_num, const shape_list& in) const = 0;
   /// Attributes printed in the IR, e.g. "transpose_a: false, transpose_b: false".
   virtual std::string attributes() const { return {}; }
+  /// The inputs the operator is linear in (ops/linear_rule.hpp): partial sums arriving
+  /// there may stay partial through it (see pass_layouts). None by default.
+  virtual linearity linear() const { return {}; }
   /// Whether input `i` gets a gradient (labels do not).
   virtual bool differentiable(int i) const {
     (void)i;
@@ -6150,6 +6325,71 @@ class op_def {
     return {};
   }
 };
+
+/// The layouts `l` with partial sums passed through as `p` says (partial_pass).
+inline op_layouts apply_pass(const op_layouts& l, const partial_pass& p) {
+  if (!p.passes()) return l;
+  op_layouts r = l;
+  r.dev = p.dev;
+  for (std::size_t i = 0; i < l.in.size(); ++i) {
+    r.in[i] = p.input(l.in[i], int(i));
+    r.in_grad[i] = p.input_grad(l.in_grad[i], int(i));
+  }
+  r.out = p.output(l.out);
+  r.out_grad = p.output_grad(l.out_grad);
+  return r;
+}
+
+/// The layouts `l` of one of `op`'s strategies when its inputs arrive in `actual`: where
+/// the inputs of one of its linear groups arrive as partial sums over mesh axes on which
+/// every layout of `l` holds replicas, they stay partial, and so does the output
+/// (partial_pass, ops/linear_rule.hpp: everything written on the common refinement of
+/// the device matrices; the backward takes the output's gradient without those axes, and
+/// the inputs outside the group get their gradients partial over them). Otherwise `l`.
+/// The operators of ops/ make the same decision from the layouts their inputs arrive in.
+inline op_layouts pass_layouts(const op_def& op, const op_layouts& l, const std::vector<layout>& actual) {
+  return apply_pass(l, pass_partial(op.linear(), actual.data(), l.in.data(), int(l.in.size()), l.out));
+}
+
+/// The variants of layouts `l` (one strategy of `op`) that keep partial sums: for each
+/// linear group of `op` and each layout in `arriving[i]` that input i of the group may
+/// arrive in (a producer's possible output layouts), the layouts when every input of the
+/// group arrives partial like it (pass_layouts); distinct, and none equal to `l`. A group
+/// with an input that cannot arrive partial gives none.
+/// Sharding propagation weighs them against `l` itself; an input of a variant that takes
+/// partial sums must get them from its producer (an operator never masks a whole value
+/// into partial sums).
+inline std::vector<op_layouts> partial_variants(const op_def& op, const op_layouts& l,
+                                                const std::vector<std::vector<layout>>& arriving) {
+  std::vector<op_layouts> out;
+  const linearity lin = op.linear();
+  auto some_partial = [&](std::size_t j) {
+    if (j >= arriving.size()) return false;
+    for (const layout& x : arriving[j])
+      if (x.has_partial()) return true;
+    return false;
+  };
+  for (int g = 0; g < lin.n; ++g) {
+    bool fed = true;  // every input of the group may arrive partial
+    for (std::size_t j = 0; j < l.in.size(); ++j)
+      if ((lin.groups[g] >> j & 1u) && !some_partial(j)) fed = false;
+    if (!fed) continue;
+    for (std::size_t i = 0; i < l.in.size() && i < arriving.size(); ++i) {
+      if (!(lin.groups[g] >> i & 1u)) continue;
+      for (const layout& x : arriving[i]) {
+        if (!x.has_partial()) continue;
+        std::vector<layout> actual = l.in;
+        for (std::size_t j = 0; j < actual.size(); ++j)
+          if (lin.groups[g] >> j & 1u) actual[j] = x;
+        const partial_pass p = pass_partial_group(lin.groups[g], actual.data(), l.in.data(), int(l.in.size()), l.out);
+        if (!p.passes()) continue;
+        op_layouts v = apply_pass(l, p);
+        if (!(v == l) && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(std::move(v));
+      }
+    }
+  }
+  return out;
+}
 
 // ---- candidate enumeration -----------------------------------------------------------
 
@@ -6239,6 +6479,7 @@ class matmul_def : public op_def {
   std::string type() const override { return "MatMul"; }
   std::string default_name() const override { return "matmul"; }
   int arity() const override { return 2; }
+  linearity linear() const override { return linearity::each(2); }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }
@@ -6292,12 +6533,14 @@ class matmul_def : public op_def {
 class elementwise_def : public op_def {
  public:
   /// `type` as printed ("Add"), `name` the default instance name ("add").
-  elementwise_def(std::string type, std::string name, int arity, bool bias_add = false)
-      : type_(std::move(type)), name_(std::move(name)), arity_(arity), bias_add_(bias_add) {}
+  /// `lin`: the inputs it is linear in (ops::linear_in of its kind).
+  elementwise_def(std::string type, std::string name, int arity, bool bias_add = false, linearity lin = {})
+      : type_(std::move(type)), name_(std::move(name)), arity_(arity), bias_add_(bias_add), lin_(lin) {}
 
   std::string type() const override { return type_; }
   std::string default_name() const override { return name_; }
   int arity() const override { return arity_; }
+  linearity linear() const override { return lin_; }
   bool is_bias_add() const { return bias_add_; }
 
   extents output_shape(const shape_list& in) const override {
@@ -6371,20 +6614,33 @@ class elementwise_def : public op_def {
   std::string type_, name_;
   int arity_;
   bool bias_add_;
+  linearity lin_;
 };
 
 /// The element-wise operators by name.
-inline std::shared_ptr<const op_def> add_def() { return std::make_shared<elementwise_def>("Add", "add", 2); }
-inline std::shared_ptr<const op_def> sub_def() { return std::make_shared<elementwise_def>("Sub", "sub", 2); }
-inline std::shared_ptr<const op_def> mul_def() { return std::make_shared<elementwise_def>("Mul", "mul", 2); }
-inline std::shared_ptr<const op_def> div_def() { return std::make_shared<elementwise_def>("RealDiv", "div", 2); }
+/// Linearity as ops::linear_in gives it: Add, Sub, BiasAdd in both inputs together, Mul
+/// in either, RealDiv in the numerator, Neg in its input.
+inline std::shared_ptr<const op_def> add_def() {
+  return std::make_shared<elementwise_def>("Add", "add", 2, false, linearity::all(2));
+}
+inline std::shared_ptr<const op_def> sub_def() {
+  return std::make_shared<elementwise_def>("Sub", "sub", 2, false, linearity::all(2));
+}
+inline std::shared_ptr<const op_def> mul_def() {
+  return std::make_shared<elementwise_def>("Mul", "mul", 2, false, linearity::each(2));
+}
+inline std::shared_ptr<const op_def> div_def() {
+  return std::make_shared<elementwise_def>("RealDiv", "div", 2, false, linearity::jointly(1u));
+}
 inline std::shared_ptr<const op_def> bias_add_def() {
-  return std::make_shared<elementwise_def>("BiasAdd", "bias_add", 2, true);
+  return std::make_shared<elementwise_def>("BiasAdd", "bias_add", 2, true, linearity::all(2));
 }
 inline std::shared_ptr<const op_def> relu_def() { return std::make_shared<elementwise_def>("ReLU", "relu", 1); }
 inline std::shared_ptr<const op_def> exp_def() { return std::make_shared<elementwise_def>("Exp", "exp", 1); }
 inline std::shared_ptr<const op_def> log_def() { return std::make_shared<elementwise_def>("Log", "log", 1); }
-inline std::shared_ptr<const op_def> neg_def() { return std::make_shared<elementwise_def>("Neg", "neg", 1); }
+inline std::shared_ptr<const op_def> neg_def() {
+  return std::make_shared<elementwise_def>("Neg", "neg", 1, false, linearity::jointly(1u));
+}
 
 // ---- reductions ----------------------------------------------------------------------
 
@@ -6418,6 +6674,7 @@ class reduce_def : public op_def {
     }
   }
   int arity() const override { return 1; }
+  linearity linear() const override { return reduction_linearity(how); }
   std::string attributes() const override {
     std::string s = "axis: (";
     for (int i = 0; i < dims.n; ++i) s += (i ? ", " : "") + std::to_string(dims.v[i]);
@@ -6626,6 +6883,7 @@ class batch_matmul_def : public op_def {
   std::string type() const override { return "BatchMatMul"; }
   std::string default_name() const override { return "batch_matmul"; }
   int arity() const override { return 2; }
+  linearity linear() const override { return linearity::each(2); }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }
@@ -6799,6 +7057,7 @@ class transpose_def : public op_def {
   std::string type() const override { return "Transpose"; }
   std::string default_name() const override { return "transpose"; }
   int arity() const override { return 1; }
+  linearity linear() const override { return linearity::jointly(1u); }
   std::string attributes() const override {
     std::string s = "perm: (";
     for (int i = 0; i < perm.n; ++i) s += (i ? ", " : "") + std::to_string(perm.v[i]);
@@ -6840,6 +7099,7 @@ class reshape_def : public op_def {
   std::string type() const override { return flatten ? "Flatten" : "Reshape"; }
   std::string default_name() const override { return flatten ? "flatten" : "reshape"; }
   int arity() const override { return 1; }
+  linearity linear() const override { return linearity::jointly(1u); }
   std::string attributes() const override {
     if (flatten) return {};
     std::string s = "shape: (";
@@ -6882,6 +7142,7 @@ class strided_slice_def : public op_def {
   std::string type() const override { return "StridedSlice"; }
   std::string default_name() const override { return "strided_slice"; }
   int arity() const override { return 1; }
+  linearity linear() const override { return linearity::jointly(1u); }
   std::string attributes() const override { return "begin: " + text(begin) + ", end: " + text(end) + ", strides: " + text(strides); }
   extents output_shape(const shape_list& in) const override {
     const strategy ones{detail::ones(in[0].ndim)};
@@ -6926,6 +7187,7 @@ class concat_def : public op_def {
   std::string type() const override { return "Concat"; }
   std::string default_name() const override { return "concat"; }
   int arity() const override { return inputs; }
+  linearity linear() const override { return linearity::all(inputs); }
   std::string attributes() const override { return "axis: " + std::to_string(axis); }
   extents output_shape(const shape_list& in) const override {
     strategy ones;
@@ -7423,11 +7685,28 @@ inline value value::named(std::string name) const {
 //   as the consumer's backward returns it (possibly partial) -> the layout in which
 //   the producer's backward takes its output's gradient; for a parameter, its
 //   layout: this is the reduction of its gradient (the AllReduce of data parallelism);
-// - the collectives an operator runs inside itself (op_def::collectives).
+// - the collectives an operator runs inside itself (op_def::collectives);
+// - the loss's fetch: its layout -> replicated, every rank reading it whole.
 //
 // A parameter read by several operators must be laid out alike by all of them.
 //
-// The search. The unconfigured operators are the variables; an edge to a configured
+// Partial sums. An operator linear in some inputs (op_def::linear: Neg, Transpose,
+// Reshape, StridedSlice, ReduceSum and ReduceMean in their input; Add, Sub, BiasAdd and
+// Concat in all inputs together; Mul, MatMul and BatchMatMul in either operand; RealDiv
+// in its numerator) has, besides each strategy's layouts, variants that keep the
+// partial sums its producers may give it partial (op_def.hpp: partial_variants; the
+// output is then partial too, and its gradient taken whole), listed before the
+// strategy's own layouts so that ties keep partial sums partial. A variant is a choice
+// like a candidate (a configured operator with variants chooses among them too), and
+// its input edges are priced as any other: the route from the producer's partial
+// output moves nothing when the placements agree, and the sums are resolved at the
+// first operator that takes the value whole, by the cheapest plan into its layout
+// (a ReduceScatter when it wants it split), or at the loss's fetch. An input that
+// would have to be made partial (masked) costs infinite_bytes: partial sums come from
+// producers only.
+//
+// The search. The unconfigured operators (and configured ones with partial variants)
+// are the variables; an edge to a configured
 // operator or a data input prices one variable, an edge between two unconfigured
 // operators a pair. Unconfigured operators linked by edges form components; a
 // component linked to some configured operator takes strategies that minimise the
@@ -7516,6 +7795,19 @@ inline std::string describe(const layout& l) {
   return to_string(refine(l, l.dev)) + " on device matrix " + to_string(l.dev);
 }
 
+/// Whether moving a value from `from` to `to` would create partial sums `from` does not
+/// hold (the planner's mask step). An operator that keeps partial sums (pass_layouts)
+/// takes them from its producer only: such an edge is priced infinite_bytes.
+inline bool creates_partial(const layout& from, const layout& to) {
+  if (!to.has_partial()) return false;
+  if (from.dev == to.dev)
+    return (to.partial & ~from.partial) != 0 || (from.has_partial() && from.op != to.op);
+  if (from.dev.size() != to.dev.size() || !check_refinement(from.dev, to.dev).ok()) return true;
+  const mesh fine = common_refinement(from.dev, to.dev);
+  const layout f = refine(from, fine), t = refine(to, fine);
+  return (t.partial & ~f.partial) != 0 || (f.has_partial() && f.op != t.op);
+}
+
 namespace detail {
 
 constexpr index_t add_bytes(index_t a, index_t b) { return a + b >= infinite_bytes ? infinite_bytes : a + b; }
@@ -7531,6 +7823,11 @@ class route_cache {
     return it->second;
   }
   index_t bytes(const layout& from, const layout& to, const extents& shape) { return get(from, to, shape).bytes(); }
+  /// The bytes of a value's way into an operator input: infinite when it would create
+  /// partial sums (creates_partial).
+  index_t forward_bytes(const layout& from, const layout& to, const extents& shape) {
+    return creates_partial(from, to) ? infinite_bytes : bytes(from, to, shape);
+  }
 
  private:
   static std::string text(const layout& l) {
@@ -7793,7 +8090,10 @@ struct propagation_input {
   index_t elem_bytes = 4;
   std::vector<layout> input_layout;                 ///< per node (inputs)
   std::vector<std::optional<op_layouts>> fixed;     ///< per node (configured operators)
-  std::vector<op_candidates> free;                  ///< per node (unconfigured operators)
+  std::vector<op_candidates> free;                  ///< per node (unconfigured operators, and
+                                                    ///< configured ones with partial variants)
+  std::vector<bool> anchor;                         ///< per node: a configured operator in `free`
+                                                    ///< (it chooses among its strategy's variants)
   std::vector<bool> needs_grad;                     ///< per node
 };
 
@@ -7803,7 +8103,7 @@ namespace detail {
 // producer's value and gradient layouts and the consumer's layouts.
 inline index_t edge_bytes(route_cache& rc, const extents& shape, const layout& p_value,
                           const std::optional<layout>& p_grad, const op_layouts& c, int slot) {
-  index_t b = rc.bytes(p_value, c.in[slot], shape);
+  index_t b = rc.forward_bytes(p_value, c.in[slot], shape);
   if (p_grad) b = add_bytes(b, rc.bytes(c.in_grad[slot], *p_grad, shape));
   return b;
 }
@@ -7836,6 +8136,14 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
     const int id = gp.vars[v];
     const op_candidates& c = in.free[id];
     pb.unary[v].assign(c.st.size(), 0);
+    if (id < int(in.anchor.size()) && in.anchor[id]) pb.anchored[v] = true;
+    // The loss's fetch: every rank reads it whole.
+    if (id == g.loss())
+      for (std::size_t s = 0; s < c.st.size(); ++s) {
+        const layout& out = c.lay[s].out;
+        pb.unary[v][s] =
+            detail::add_bytes(pb.unary[v][s], rc.bytes(out, layout::replicated(out.dev, 0), g.at(id).shape));
+      }
     // Collectives inside the operator.
     for (std::size_t s = 0; s < c.st.size(); ++s)
       for (const internal_collective& ic :
@@ -7860,15 +8168,18 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
         for (int s = 0; s < count(c); ++s)
           pb.unary[vc][s] = detail::add_bytes(
               pb.unary[vc][s],
-              rc.bytes(in.input_layout[p], lay(c, s).in[slot], pn.shape));
+              rc.forward_bytes(in.input_layout[p], lay(c, s).in[slot], pn.shape));
       } else if (pn.kind == node_kind::parameter) {
         // The gradient's reduction into the parameter's layout, which is the consumer's
         // input layout (the parameter constraints below keep them one).
-        if (vc < 0 || !back) continue;
-        for (int s = 0; s < count(c); ++s)
-          pb.unary[vc][s] = detail::add_bytes(
-              pb.unary[vc][s],
-              rc.bytes(lay(c, s).in_grad[slot], lay(c, s).in[slot], pn.shape));
+        if (vc < 0) continue;
+        for (int s = 0; s < count(c); ++s) {
+          if (lay(c, s).in[slot].has_partial()) pb.unary[vc][s] = infinite_bytes;  // a parameter is whole
+          if (back)
+            pb.unary[vc][s] = detail::add_bytes(
+                pb.unary[vc][s],
+                rc.bytes(lay(c, s).in_grad[slot], lay(c, s).in[slot], pn.shape));
+        }
       } else {
         if (vc < 0 && vp < 0) continue;
         for (int sp = 0; sp < count(p); ++sp)
@@ -8044,7 +8355,9 @@ constexpr std::string_view to_string(strategy_source s) {
   return "?";
 }
 
-/// An operator's strategy and what its rule makes of it.
+/// An operator's strategy and what its rule makes of it: the rule's layouts, or, where
+/// partial sums pass through it (a linear operator given them: pass_layouts), the
+/// layouts that keep them partial.
 struct op_plan {
   strategy st;
   strategy_source source = strategy_source::stand_alone;
@@ -8106,11 +8419,11 @@ class parallel_graph {
   extents local_shape(int id) const { return tessera::local_shape(value_layout(id), g_.at(id).shape); }
 
   /// The price sharding propagation minimises, for the strategies chosen: the bytes
-  /// per rank of every edge's forward and backward redistribution and of the
-  /// operators' own collectives (see graph/propagate.hpp).
+  /// per rank of every edge's forward and backward redistribution, of the operators'
+  /// own collectives and of the loss's fetch (see graph/propagate.hpp).
   index_t priced_bytes() const { return priced_; }
-  /// The bytes `rank` receives in one training step: the priced redistributions and
-  /// collectives, the loss fetch, and hybrid_parallel's gradient all-reduces.
+  /// The bytes `rank` receives in one training step: the priced redistributions,
+  /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces.
   index_t bytes_for_rank(int rank) const {
     index_t b = 0;
     for (const edge_plan& e : edges_) {
@@ -8279,7 +8592,10 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   for (std::size_t i = 0; i < inputs.size(); ++i)
     pg.value_layout_[inputs[i]] = detail::import_layout(g, inputs[i], cfg, int(i));
 
-  // Strategies: fixed ones now, the others by the search.
+  // Strategies: fixed ones now, the others by the search. Each operator linear in some
+  // input also gets, per strategy, the variants that keep the partial sums its producers
+  // may give it (partial_variants), listed before the strategy's own layouts: a
+  // configured operator with variants chooses among them in the search too.
   propagation_input pin;
   pin.g = &g;
   pin.device_num = N;
@@ -8287,7 +8603,26 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   pin.input_layout = pg.value_layout_;
   pin.fixed.resize(n);
   pin.free.resize(n);
+  pin.anchor.assign(n, false);
   pin.needs_grad = pg.needs_grad_;
+  std::vector<std::vector<layout>> outs(n);  // per operator, every output layout it may give
+  std::vector<strategy_source> fixed_source(n, strategy_source::stand_alone);
+  auto with_variants = [&](int id, const op_candidates& base) {
+    const node& nd = g.at(id);
+    if (hybrid || N == 1 || !nd.op->linear().any()) return base;
+    std::vector<std::vector<layout>> arriving;
+    for (int p : nd.inputs) arriving.push_back(g.at(p).kind == node_kind::op ? outs[p] : std::vector<layout>{});
+    op_candidates c;
+    for (std::size_t k = 0; k < base.st.size(); ++k) {
+      for (op_layouts& v : partial_variants(*nd.op, base.lay[k], arriving)) {
+        c.st.push_back(base.st[k]);
+        c.lay.push_back(std::move(v));
+      }
+      c.st.push_back(base.st[k]);
+      c.lay.push_back(base.lay[k]);
+    }
+    return c;
+  };
   bool any_free = false;
   for (int id = 0; id < g.size(); ++id) {
     const node& nd = g.at(id);
@@ -8313,11 +8648,21 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       }
       if (c.st.empty())
         throw error("parallelize: " + g.describe(id) + " has no strategy on " + std::to_string(N) + " devices");
-      pin.free[id] = std::move(c);
+      pin.free[id] = with_variants(id, c);
+      for (const op_layouts& l : pin.free[id].lay) outs[id].push_back(l.out);
       any_free = true;
       continue;
     }
     o.lay = detail::evaluate_or_throw(g, id, o.st, N, o.source);
+    op_candidates c = with_variants(id, op_candidates{{o.st}, {o.lay}});
+    for (const op_layouts& l : c.lay) outs[id].push_back(l.out);
+    if (c.st.size() > 1) {  // the configured strategy and its variants: a choice for the search
+      pin.free[id] = std::move(c);
+      pin.anchor[id] = true;
+      fixed_source[id] = o.source;
+      any_free = true;
+      continue;
+    }
     pin.fixed[id] = o.lay;
     pg.ops_[id] = std::move(o);
   }
@@ -8330,7 +8675,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       op_plan o;
       if (r.pick[v] >= 0) {
         o.st = pin.free[id].st[r.pick[v]];
-        o.source = strategy_source::sharding_propagation;
+        o.source = pin.anchor[id] ? fixed_source[id] : strategy_source::sharding_propagation;
         o.lay = pin.free[id].lay[r.pick[v]];
       } else {
         o.st = g.at(id).op->data_parallel(N, g.input_shapes(id));
@@ -8402,6 +8747,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   }
   const layout& ll = pg.value_layout_[g.loss()];
   pg.loss_fetch_ = rc.get(ll, layout::replicated(ll.dev, 0), g.at(g.loss()).shape);
+  pg.priced_ = detail::add_bytes(pg.priced_, pg.loss_fetch_.bytes());
   if (hybrid && N > 1)
     for (int p : g.parameters())
       if (!g.at(p).layerwise_parallel)
@@ -11975,10 +12321,12 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
 /// layouts if they are not in them; C comes back in the rule's output layout, with
 /// partial sums over the contraction axis when the strategy splits it (the next
 /// operator decides how they are resolved: a ReduceScatter when it wants C split).
+/// A partial operand whose partial axes the rule holds replicas on stays partial, and
+/// C is partial over them too (ops/linear_rule.hpp: pass_product).
 template <class T, class D, class C>
 tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                        device_context<C>& ctx) {
-  const matmul_layouts r = op.rule(ctx.size());
+  const matmul_layouts r = pass_product(op.rule(ctx.size()), a.layout(), b.layout());
   const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
                                                  op.trans_b, op.st);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
@@ -11994,7 +12342,7 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> matmul_backward(const matmul_op& op,
                                                             const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                             device_context<C>& ctx) {
   using K = kernels::backend<D>;
-  const matmul_layouts r = op.rule(ctx.size());
+  const matmul_layouts r = pass_product(op.rule(ctx.size()), a.layout(), b.layout());
   const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   return {tensor_on<T, D>(r.grad_a, a.global_shape(), ctx.rank(),
@@ -12726,6 +13074,33 @@ constexpr int arity(elementwise_kind k) {
   }
 }
 
+/// The inputs an element-wise operator is linear in (ops/linear_rule.hpp): Add, Sub and
+/// BiasAdd in both together (both partial alike), Mul in either factor, RealDiv in its
+/// numerator, Neg in its input; ReLU, Exp and Log in none.
+constexpr linearity linear_in(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::bias_add: return linearity::all(2);
+    case elementwise_kind::mul: return linearity::each(2);
+    case elementwise_kind::div:
+    case elementwise_kind::neg: return linearity::jointly(1u);
+    default: return {};
+  }
+}
+
+/// The rule's layouts when partial sums pass through (see partial_pass).
+constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pass& p) {
+  if (!p.passes()) return r;
+  for (int i = 0; i < r.n; ++i) {
+    r.in[i] = p.input(r.in[i], i);
+    r.grad[i] = p.input_grad(r.grad[i], i);
+  }
+  r.out = p.output(r.out);
+  r.dev = p.dev;
+  return r;
+}
+
 /// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
 /// one split tuple per input (a binary operator broadcasts its inputs as NumPy does;
 /// BiasAdd's strategy is ((..., c), (c,)) with c the split of the last dim).
@@ -12764,7 +13139,8 @@ using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 
 namespace detail {
 
-// The inputs in the rule's layouts, with the rule.
+// The inputs in the rule's layouts, with the rule; partial sums pass through an input
+// the operator is linear in (ops/linear_rule.hpp), the others are resolved.
 template <class T, class D, std::size_t N>
 struct elementwise_inputs {
   elementwise_layouts r;
@@ -12775,7 +13151,9 @@ template <elementwise_kind K, class T, class D, class C, class... X>
 elementwise_inputs<T, D, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
                                                            device_context<C>& ctx, const X&... x) {
   static_assert(sizeof...(X) == std::size_t(arity(K)));
-  const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
+  elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
+  const std::array<layout, sizeof...(X)> actual{x.layout()...};
+  r = with_pass(r, pass_partial(linear_in(K), actual.data(), r.in.data(), r.n, r.out));
   int i = 0;
   auto place = [&](const tensor_on<T, D>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
@@ -12836,7 +13214,7 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
-  const auto ldy = in_layout(dy, in.r.out, ctx);
+  const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
     tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
@@ -13025,6 +13403,13 @@ using reduce_mean_op = reduction_op<reduce_op::mean>;
 using reduce_max_op = reduction_op<reduce_op::max>;
 using reduce_min_op = reduction_op<reduce_op::min>;
 
+/// The rule's layouts for an input arriving in `x`: a partial input of ReduceSum or
+/// ReduceMean whose partial axes the rule holds replicas on stays partial, and so does
+/// the output (its gradient is `in` without them).
+constexpr reduce_layouts reduce_pass(const reduce_layouts& r, reduce_op how, const layout& x) {
+  return pass_unary(r, x, reduction_linearity(how));
+}
+
 namespace detail {
 
 // The reduced dims as the kernels take them (non-negative, ascending).
@@ -13038,7 +13423,7 @@ inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
 template <reduce_op How, class T, class D, class C>
 tensor_on<T, D> reduce_forward(const reduction_op<How>& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   using K = kernels::backend<D>;
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reduce_layouts r = reduce_pass(op.rule(ctx.size(), x.global_shape()), How, x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = reduced_axes(r, x.ndim());
   if constexpr (How == reduce_op::max) {
@@ -13075,7 +13460,7 @@ tensor_on<T, D> reduce_spread(std::string_view fn, const reduce_layouts& r, bool
   auto g = K::reduce_sum_grad(ldy->local(), local_shape(r.in, x.global_shape()), reduced_axes(r, x.ndim()),
                               keep_dims);
   if (scale != T(1)) K::scale(g, scale);
-  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(), std::move(g));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(), std::move(g));
 }
 
 }  // namespace detail
@@ -13106,7 +13491,7 @@ tensor_on<T, D> reduce_max(const reduce_max_op& op, const tensor_on<T, D>& x, de
 template <class T, class D, class C>
 tensor_on<T, D> reduce_sum_backward(const reduce_sum_op& op, const tensor_on<T, D>& dy,
                                     const tensor_on<T, D>& x, device_context<C>& ctx) {
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reduce_layouts r = reduce_pass(op.rule(ctx.size(), x.global_shape()), reduce_op::sum, x.layout());
   return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1), ctx);
 }
 
@@ -13115,7 +13500,7 @@ tensor_on<T, D> reduce_sum_backward(const reduce_sum_op& op, const tensor_on<T, 
 template <class T, class D, class C>
 tensor_on<T, D> reduce_mean_backward(const reduce_mean_op& op, const tensor_on<T, D>& dy,
                                      const tensor_on<T, D>& x, device_context<C>& ctx) {
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reduce_layouts r = reduce_pass(op.rule(ctx.size(), x.global_shape()), reduce_op::mean, x.layout());
   return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1) / T(r.count), ctx);
 }
 
@@ -13340,7 +13725,8 @@ class batched_view {
 template <class T, class C>
 dist_tensor<T> batch_matmul(const batch_matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
                             device_context<C>& ctx) {
-  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  const batch_matmul_layouts r =
+      pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   const detail::batched_view<T> va(la->local()), vb(lb->local());
   return dist_tensor<T>(r.c, r.shape, ctx.rank(),
@@ -13357,7 +13743,8 @@ std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matm
                                                                 const dist_tensor<T>& a,
                                                                 const dist_tensor<T>& b,
                                                                 device_context<C>& ctx) {
-  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  const batch_matmul_layouts r =
+      pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   if (!(dc.global_shape() == r.shape))
     throw error("batch_matmul_backward: dc is " + to_string(dc.global_shape()) + ", expected " +
                 to_string(r.shape));
@@ -13599,6 +13986,7 @@ dist_tensor<T> log_softmax_backward(const log_softmax_op& op, const dist_tensor<
 // and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels
 // kernels/cpu/shape.hpp. Inputs in other layouts are redistributed first.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -13655,7 +14043,7 @@ struct transpose_op {
 /// permuted, so no data moves between ranks (x in another layout is redistributed first).
 template <class T, class C>
 dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::transpose(lx->local(), op.perm_vector(r)));
 }
@@ -13665,10 +14053,10 @@ dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device
 template <class T, class C>
 dist_tensor<T> transpose_backward(const transpose_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
                                   device_context<C>& ctx) {
-  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
-  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
+  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
                         kernels::cpu::transpose_grad(ldy->local(), op.perm_vector(r)));
 }
 
@@ -13706,17 +14094,17 @@ struct flatten_op {
 namespace detail {
 template <class Op, class T, class C>
 dist_tensor<T> reshape_forward(const Op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);  // a move when the strategy's splits do not survive
   return dist_tensor<T>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
 }
 template <class Op, class T, class C>
 dist_tensor<T> reshape_backward(const Op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
                                 device_context<C>& ctx) {
-  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
-  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(), copy_of(ldy->local()));
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
+  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(), copy_of(ldy->local()));
 }
 }  // namespace detail
 
@@ -13787,7 +14175,7 @@ struct strided_slice_op {
 /// gathered along it (the rule's `in` layout).
 template <class T, class C>
 dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   const auto s = op.local(r);
   return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::strided_slice(lx->local(), s.begin, s.end, s.strides));
@@ -13798,13 +14186,13 @@ dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x
 template <class T, class C>
 dist_tensor<T> strided_slice_backward(const strided_slice_op& op, const dist_tensor<T>& dy,
                                       const dist_tensor<T>& x, device_context<C>& ctx) {
-  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   const auto s = op.local(r);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
                         kernels::cpu::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
 }
 
@@ -13834,7 +14222,28 @@ struct concat_op {
   }
 };
 
+/// Concat's layouts for inputs arriving in `actual` (n of them): Concat is linear in all
+/// its inputs together, so inputs that are all partial sums over the same mesh axes,
+/// where the rule holds replicas, stay partial and so does the output.
+constexpr concat_layouts concat_pass(concat_layouts r, const layout* actual, int n) {
+  std::array<layout, max_strategy_inputs> want{};
+  if (n > max_strategy_inputs) return r;
+  for (int i = 0; i < n; ++i) want[std::size_t(i)] = r.in;
+  const partial_pass p = pass_partial(linearity::all(n), actual, want.data(), n, r.out);
+  if (!p.passes()) return r;
+  r.in = p.input(r.in, 0);
+  r.out = p.output(r.out);
+  r.dev = p.dev;
+  return r;
+}
+
 namespace detail {
+template <class T>
+concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const dist_tensor<T>*>& xs) {
+  std::vector<layout> actual;
+  for (const dist_tensor<T>* x : xs) actual.push_back(x->layout());
+  return concat_pass(op.rule(device_num, xs), actual.data(), int(actual.size()));
+}
 template <class T>
 std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& xs) {
   std::vector<const dist_tensor<T>*> p;
@@ -13847,7 +14256,7 @@ std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& x
 /// beyond bringing inputs to the rule's layout.
 template <class T, class C>
 dist_tensor<T> concat(const concat_op& op, const std::vector<const dist_tensor<T>*>& xs, device_context<C>& ctx) {
-  const concat_layouts r = op.rule(ctx.size(), xs);
+  const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
   std::vector<laid_out<T>> in;
   in.reserve(xs.size());
   for (const dist_tensor<T>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
@@ -13866,15 +14275,15 @@ template <class T, class C>
 std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
                                             const std::vector<const dist_tensor<T>*>& xs,
                                             device_context<C>& ctx) {
-  const concat_layouts r = op.rule(ctx.size(), xs);
+  const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
   detail::require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   std::vector<std::size_t> sizes;
   for (const dist_tensor<T>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
   std::vector<xt::xarray<T>> pieces = kernels::cpu::split(ldy->local(), sizes, r.axis);
   std::vector<dist_tensor<T>> dxs;
   for (std::size_t i = 0; i < xs.size(); ++i)
-    dxs.emplace_back(r.in, xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
+    dxs.emplace_back(r.in.without_partial(), xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
   return dxs;
 }
 template <class T, class C>

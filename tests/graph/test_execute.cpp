@@ -177,6 +177,31 @@ traced_graph shapes(int p, bool semi) {
   return b.build(b.add(l12, l34));
 }
 
+// An operator definition as `Def`, but linear in nothing: how the graph priced and ran
+// a network before partial sums flowed through linear operators.
+template <class Def>
+struct opaque : Def {
+  using Def::Def;
+  linearity linear() const override { return {}; }
+};
+
+// A MatMul with its contraction split, then linear operators (Neg, Mul by a scale,
+// Transpose, a MatMul to 4 columns), then ReLU (rows split) and the loss. With `linear`, the
+// operators are the library's; without, each resolves partial sums at its input.
+traced_graph linear_chain(int p, bool linear) {
+  graph_builder b;
+  const value x = b.input("x", {16, 32});
+  const value c = b.matmul(x, b.parameter("w", {32, 16})).shard({{1, p}, {p, 1}});
+  auto unary = [&](std::shared_ptr<const op_def> lin, std::shared_ptr<const op_def> opq, const std::vector<value>& in) {
+    return b.apply(linear ? lin : opq, in);
+  };
+  const value n = unary(neg_def(), std::make_shared<elementwise_def>("Neg", "neg", 1), {c});
+  const value m = unary(mul_def(), std::make_shared<elementwise_def>("Mul", "mul", 2), {n, b.parameter("scale", {1})});
+  const value t = unary(std::make_shared<transpose_def>(dim_list{1, 0}), std::make_shared<opaque<transpose_def>>(dim_list{1, 0}), {m});
+  const value h = unary(std::make_shared<matmul_def>(), std::make_shared<opaque<matmul_def>>(), {t, b.parameter("w2", {16, 4})});
+  return b.build(b.reduce_mean(b.relu(h).shard({{p, 1}})));  // ReLU wants its rows split
+}
+
 const std::vector<std::pair<std::string, tracer>>& networks() {
   static const std::vector<std::pair<std::string, tracer>> n = {
       {"mlp", mlp}, {"classifier", classifier}, {"zoo", zoo}, {"shapes", shapes}};
@@ -211,6 +236,42 @@ TEST_CASE("every parallel mode gives the stand-alone loss and gradients") {
       check_same(run(c.g, c.cfg, world, v), oracle);
     }
   }
+}
+
+TEST_CASE("partial sums stay partial through linear operators to the first ReLU, and move fewer bytes") {
+  mpi_communicator world = mpi_communicator::world();
+  const int p = world.size();
+  local_communicator one;
+  const traced_graph g = linear_chain(p, true), before = linear_chain(p, false);
+  const parallel_config cfg = config(parallel_mode::auto_parallel, p);
+  const parallel_graph pg = parallelize(g, cfg), pg0 = parallelize(before, cfg);
+  // Nodes: x, w, matmul, neg, scale, mul, transpose, w2, matmul2, relu, loss.
+  const int matmul = 2, neg = 3, mul = 5, transpose = 6, matmul2 = 8, relu = 9;
+  REQUIRE(g.at(relu).op->type() == "ReLU");
+  if (p > 1) {
+    for (int id : {matmul, neg, mul, transpose, matmul2}) CHECK(pg.value_layout(id).has_partial());
+    for (auto [c, s] : {std::pair{neg, 0}, {mul, 0}, {transpose, 0}, {matmul2, 0}}) CHECK(pg.edge(c, s).forward.empty());
+    const route& r = pg.edge(relu, 0).forward;
+    REQUIRE(r.p.size() == 1);  // one resolution, the cheapest: ReLU's input split
+    CHECK(r.p[0].kind == step_kind::reduce_scatter);
+    const std::string ir = execute_ir(pg, world.rank());
+    CHECK(ir.find("# redistribution: matmul -> neg") == std::string::npos);
+    CHECK(ir.find("# redistribution: neg -> mul") == std::string::npos);
+    CHECK(ir.find("# redistribution: mul -> transpose") == std::string::npos);
+    CHECK(ir.find("# redistribution: transpose -> matmul") == std::string::npos);
+    CHECK(ir.find("ReduceScatter") != std::string::npos);
+    // Before, Neg resolved the (16, 16) product; now ReLU resolves the (16, 4) one.
+    CHECK(!pg0.value_layout(neg).has_partial());
+    CHECK(pg.priced_bytes() < pg0.priced_bytes());
+    CHECK(pg.bytes_for_rank(world.rank()) < pg0.bytes_for_rank(world.rank()));
+    if (world.rank() == 0)
+      MESSAGE("linear chain on " << p << " ranks, bytes per step for rank 0: priced " << pg0.priced_bytes() << " -> "
+                                 << pg.priced_bytes() << ", received " << pg0.bytes_for_rank(0) << " -> " << pg.bytes_for_rank(0));
+  }
+  const values v = data_for(g);
+  const outcome oracle = run(linear_chain(1, true), config(parallel_mode::stand_alone, 1), one, v);
+  check_same(run(g, cfg, world, v), oracle);
+  check_same(run(before, cfg, world, v), oracle);
 }
 
 TEST_CASE("auto_parallel with a per-input dataset strategy") {

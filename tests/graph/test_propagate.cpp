@@ -168,7 +168,7 @@ struct brute_result {
 // The price (see graph/propagate.hpp) of every assignment of candidates to the
 // operators without a strategy, and of `chosen`; data inputs are split by the batch
 // over (n,).
-brute_result brute_force_price(const traced_graph& g, int n, const std::vector<strategy>& chosen) {
+brute_result brute_force_price(const traced_graph& g, int n, const std::vector<op_plan>& chosen) {
   const int size = g.size();
   // needs_grad: depends on a parameter and receives a gradient.
   std::vector<bool> dep(node_count(g), false), rec(node_count(g), false);
@@ -185,8 +185,9 @@ brute_result brute_force_price(const traced_graph& g, int n, const std::vector<s
         if (g.at(id).op->differentiable(int(s))) rec[g.at(id).inputs[s]] = true;
   auto needs = [&](int id) { return dep[id] && rec[id]; };
 
-  // Choices per operator: the user's strategy, or every candidate; index 0 of chosen
-  // is appended last so that its price is the last one evaluated separately.
+  // Choices per operator, in node order: the user's strategy, or every candidate, each
+  // preceded by its variants that keep the partial sums some choice of a producer gives
+  // (graph::partial_variants).
   std::vector<std::vector<strategy>> options(node_count(g));
   std::vector<std::vector<op_layouts>> lays(node_count(g));
   std::vector<int> ops;
@@ -194,9 +195,28 @@ brute_result brute_force_price(const traced_graph& g, int n, const std::vector<s
     const node& nd = g.at(id);
     if (nd.kind != node_kind::op) continue;
     ops.push_back(id);
-    options[id] = nd.user_strategy ? std::vector<strategy>{*nd.user_strategy} : nd.op->candidates(n, g.input_shapes(id));
-    for (const strategy& st : options[id]) lays[id].push_back(nd.op->layouts(st, n, g.input_shapes(id)));
+    const std::vector<strategy> base =
+        nd.user_strategy ? std::vector<strategy>{*nd.user_strategy} : nd.op->candidates(n, g.input_shapes(id));
+    std::vector<std::vector<layout>> arriving;
+    for (int p : nd.inputs) {
+      arriving.emplace_back();
+      if (g.at(p).kind == node_kind::op)
+        for (const op_layouts& l : lays[p]) arriving.back().push_back(l.out);
+    }
+    for (const strategy& st : base) {
+      const op_layouts l = nd.op->layouts(st, n, g.input_shapes(id));
+      for (const op_layouts& v : partial_variants(*nd.op, l, arriving)) {
+        options[id].push_back(st);
+        lays[id].push_back(v);
+      }
+      options[id].push_back(st);
+      lays[id].push_back(l);
+    }
   }
+  // Into an operator input: a route, or infinite where it would make partial sums.
+  auto into = [&](const layout& from, const layout& to, const extents& shape) {
+    return creates_partial(from, to) ? infinite_bytes : price(from, to, shape);
+  };
   auto total = [&](const std::vector<int>& pick) {
     index_t t = 0;
     auto add = [&](index_t b) { t = t + b >= infinite_bytes ? infinite_bytes : t + b; };
@@ -213,18 +233,20 @@ brute_result brute_force_price(const traced_graph& g, int n, const std::vector<s
         if (pn.kind == node_kind::input) {
           layout l = layout::replicated(mesh{n}, pn.shape.ndim);
           l.split[0] = axis_list{0};
-          add(price(l, in, pn.shape));
+          add(into(l, in, pn.shape));
         } else if (pn.kind == node_kind::parameter) {
           const auto [c0, s0] = g.consumers(p).front();
           const layout& pl = lay(c0).in[s0];
-          if (!same_distribution(pl, in, pn.shape)) add(infinite_bytes);
+          if (!same_distribution(pl, in, pn.shape) || in.has_partial()) add(infinite_bytes);
           if (back) add(price(lay(c).in_grad[s], pl, pn.shape));
         } else {
-          add(price(lay(p).out, in, pn.shape));
+          add(into(lay(p).out, in, pn.shape));
           if (back) add(price(lay(c).in_grad[s], lay(p).out_grad, pn.shape));
         }
       }
     }
+    const layout& loss = lay(g.loss()).out;
+    add(price(loss, layout::replicated(loss.dev, 0), g.at(g.loss()).shape));
     return t;
   };
   brute_result r;
@@ -237,7 +259,7 @@ brute_result brute_force_price(const traced_graph& g, int n, const std::vector<s
   }
   for (int c : ops) {
     int k = 0;
-    while (!(options[c][k] == chosen[c])) ++k;
+    while (!(options[c][k] == chosen[c].st && lays[c][k] == chosen[c].lay)) ++k;
     pick[c] = k;
   }
   r.of_choice = total(pick);
@@ -301,6 +323,23 @@ std::vector<case_graph> graphs() {
          const value y = b.batch_matmul(x, w).shard({{a, 1, k}, {k, 1}});
          return b.build(b.reduce_mean(b.softmax(b.transpose(y, {0, 2, 1}))));
        }},
+      {"partial sums through Neg, Transpose and a MatMul, resolved at ReLU",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 32});
+         const value c = b.matmul(x, b.parameter("w", {32, 16})).shard({{1, n}, {n, 1}});
+         const value h = b.matmul(b.transpose(b.neg(c), {1, 0}), b.parameter("w2", {16, 16}));
+         return b.build(b.reduce_mean(b.relu(h).shard({{n, 1}})));
+       }},
+      {"partial sums through Add and ReduceSum into the loss",
+       [=](int n) {
+         graph_builder b;
+         const value x = b.input("x", {16, 32});
+         const int a = n >= 4 ? 2 : 1, k = n / a;
+         const value c1 = b.matmul(x, b.parameter("w", {32, 8})).shard({{a, k}, {k, 1}});
+         const value c2 = b.matmul(x, b.parameter("w2", {32, 8})).shard({{a, k}, {k, 1}});
+         return b.build(b.reduce_sum(b.add(c1, c2)));
+       }},
       {"softmax cross entropy of a biased MatMul",
        [=](int n) {
          graph_builder b;
@@ -324,10 +363,10 @@ TEST_CASE("sharding propagation: the least total price over every assignment of 
       cfg.mode = parallel_mode::auto_parallel;
       cfg.device_num = n;
       const parallel_graph pg = parallelize(g, cfg);
-      std::vector<strategy> chosen(std::size_t(g.size()));
+      std::vector<op_plan> chosen(std::size_t(g.size()));
       for (int id = 0; id < g.size(); ++id)
         if (g.at(id).kind == node_kind::op) {
-          chosen[id] = pg.op(id).st;
+          chosen[id] = pg.op(id);
           CHECK(pg.op(id).source == (g.at(id).user_strategy ? strategy_source::user : strategy_source::sharding_propagation));
         }
       const brute_result r = brute_force_price(g, n, chosen);
@@ -384,4 +423,34 @@ TEST_CASE("sharding propagation: operators no configured one reaches are data pa
       CHECK(pg.op(id).source == strategy_source::data_parallel);
       CHECK(pg.op(id).st == g.at(id).op->data_parallel(4, g.input_shapes(id)));
     }
+}
+
+TEST_CASE("partial variants: the layouts an operator's rule gives for inputs arriving as the variant takes them") {
+  // What the operators of ops/ decide at run time from their inputs' layouts
+  // (pass_layouts) is the variant the parallel pass chose.
+  for (int n : {2, 4, 8}) {
+    CAPTURE(n);
+    graph_builder b;
+    const value x = b.input("x", {16, 32});
+    const value c = b.matmul(x, b.parameter("w", {32, 16})).shard({{1, n}, {n, 1}});
+    const value t = b.transpose(b.neg(c), {1, 0});
+    const value h = b.matmul(t, b.parameter("w2", {16, 4}));
+    const traced_graph g = b.build(b.reduce_mean(b.relu(h).shard({{n, 1}})));
+    parallel_config cfg;
+    cfg.mode = parallel_mode::auto_parallel;
+    cfg.device_num = n;
+    const parallel_graph pg = parallelize(g, cfg);
+    int passing = 0;
+    for (int id = 0; id < g.size(); ++id) {
+      if (g.at(id).kind != node_kind::op) continue;
+      const op_plan& o = pg.op(id);
+      const op_layouts rule = g.at(id).op->layouts(o.st, n, g.input_shapes(id));
+      CHECK(pass_layouts(*g.at(id).op, rule, o.lay.in) == o.lay);
+      if (!(o.lay == rule)) ++passing;
+    }
+    CHECK(passing == 3);  // Neg, Transpose and the second MatMul
+    CHECK(pg.value_layout(h.id()).has_partial());
+    for (int id = 0; id < g.size(); ++id)
+      if (g.at(id).kind == node_kind::op && g.at(id).op->type() == "ReLU") CHECK(!pg.value_layout(id).has_partial());
+  }
 }

@@ -19,6 +19,7 @@
 #include <tessera/core/reduce_op.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
+#include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/matmul_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
@@ -40,6 +41,7 @@ struct op_layouts {
   layout out;
   std::vector<layout> in_grad;
   layout out_grad;
+  friend bool operator==(const op_layouts&, const op_layouts&) = default;
 };
 
 /// A collective an operator runs inside its own computation (not a redistribution
@@ -99,6 +101,9 @@ class op_def {
   virtual strategy data_parallel(int device_num, const shape_list& in) const = 0;
   /// Attributes printed in the IR, e.g. "transpose_a: false, transpose_b: false".
   virtual std::string attributes() const { return {}; }
+  /// The inputs the operator is linear in (ops/linear_rule.hpp): partial sums arriving
+  /// there may stay partial through it (see pass_layouts). None by default.
+  virtual linearity linear() const { return {}; }
   /// Whether input `i` gets a gradient (labels do not).
   virtual bool differentiable(int i) const {
     (void)i;
@@ -111,6 +116,71 @@ class op_def {
     return {};
   }
 };
+
+/// The layouts `l` with partial sums passed through as `p` says (partial_pass).
+inline op_layouts apply_pass(const op_layouts& l, const partial_pass& p) {
+  if (!p.passes()) return l;
+  op_layouts r = l;
+  r.dev = p.dev;
+  for (std::size_t i = 0; i < l.in.size(); ++i) {
+    r.in[i] = p.input(l.in[i], int(i));
+    r.in_grad[i] = p.input_grad(l.in_grad[i], int(i));
+  }
+  r.out = p.output(l.out);
+  r.out_grad = p.output_grad(l.out_grad);
+  return r;
+}
+
+/// The layouts `l` of one of `op`'s strategies when its inputs arrive in `actual`: where
+/// the inputs of one of its linear groups arrive as partial sums over mesh axes on which
+/// every layout of `l` holds replicas, they stay partial, and so does the output
+/// (partial_pass, ops/linear_rule.hpp: everything written on the common refinement of
+/// the device matrices; the backward takes the output's gradient without those axes, and
+/// the inputs outside the group get their gradients partial over them). Otherwise `l`.
+/// The operators of ops/ make the same decision from the layouts their inputs arrive in.
+inline op_layouts pass_layouts(const op_def& op, const op_layouts& l, const std::vector<layout>& actual) {
+  return apply_pass(l, pass_partial(op.linear(), actual.data(), l.in.data(), int(l.in.size()), l.out));
+}
+
+/// The variants of layouts `l` (one strategy of `op`) that keep partial sums: for each
+/// linear group of `op` and each layout in `arriving[i]` that input i of the group may
+/// arrive in (a producer's possible output layouts), the layouts when every input of the
+/// group arrives partial like it (pass_layouts); distinct, and none equal to `l`. A group
+/// with an input that cannot arrive partial gives none.
+/// Sharding propagation weighs them against `l` itself; an input of a variant that takes
+/// partial sums must get them from its producer (an operator never masks a whole value
+/// into partial sums).
+inline std::vector<op_layouts> partial_variants(const op_def& op, const op_layouts& l,
+                                                const std::vector<std::vector<layout>>& arriving) {
+  std::vector<op_layouts> out;
+  const linearity lin = op.linear();
+  auto some_partial = [&](std::size_t j) {
+    if (j >= arriving.size()) return false;
+    for (const layout& x : arriving[j])
+      if (x.has_partial()) return true;
+    return false;
+  };
+  for (int g = 0; g < lin.n; ++g) {
+    bool fed = true;  // every input of the group may arrive partial
+    for (std::size_t j = 0; j < l.in.size(); ++j)
+      if ((lin.groups[g] >> j & 1u) && !some_partial(j)) fed = false;
+    if (!fed) continue;
+    for (std::size_t i = 0; i < l.in.size() && i < arriving.size(); ++i) {
+      if (!(lin.groups[g] >> i & 1u)) continue;
+      for (const layout& x : arriving[i]) {
+        if (!x.has_partial()) continue;
+        std::vector<layout> actual = l.in;
+        for (std::size_t j = 0; j < actual.size(); ++j)
+          if (lin.groups[g] >> j & 1u) actual[j] = x;
+        const partial_pass p = pass_partial_group(lin.groups[g], actual.data(), l.in.data(), int(l.in.size()), l.out);
+        if (!p.passes()) continue;
+        op_layouts v = apply_pass(l, p);
+        if (!(v == l) && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(std::move(v));
+      }
+    }
+  }
+  return out;
+}
 
 // ---- candidate enumeration -----------------------------------------------------------
 
@@ -200,6 +270,7 @@ class matmul_def : public op_def {
   std::string type() const override { return "MatMul"; }
   std::string default_name() const override { return "matmul"; }
   int arity() const override { return 2; }
+  linearity linear() const override { return linearity::each(2); }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }
@@ -253,12 +324,14 @@ class matmul_def : public op_def {
 class elementwise_def : public op_def {
  public:
   /// `type` as printed ("Add"), `name` the default instance name ("add").
-  elementwise_def(std::string type, std::string name, int arity, bool bias_add = false)
-      : type_(std::move(type)), name_(std::move(name)), arity_(arity), bias_add_(bias_add) {}
+  /// `lin`: the inputs it is linear in (ops::linear_in of its kind).
+  elementwise_def(std::string type, std::string name, int arity, bool bias_add = false, linearity lin = {})
+      : type_(std::move(type)), name_(std::move(name)), arity_(arity), bias_add_(bias_add), lin_(lin) {}
 
   std::string type() const override { return type_; }
   std::string default_name() const override { return name_; }
   int arity() const override { return arity_; }
+  linearity linear() const override { return lin_; }
   bool is_bias_add() const { return bias_add_; }
 
   extents output_shape(const shape_list& in) const override {
@@ -332,20 +405,33 @@ class elementwise_def : public op_def {
   std::string type_, name_;
   int arity_;
   bool bias_add_;
+  linearity lin_;
 };
 
 /// The element-wise operators by name.
-inline std::shared_ptr<const op_def> add_def() { return std::make_shared<elementwise_def>("Add", "add", 2); }
-inline std::shared_ptr<const op_def> sub_def() { return std::make_shared<elementwise_def>("Sub", "sub", 2); }
-inline std::shared_ptr<const op_def> mul_def() { return std::make_shared<elementwise_def>("Mul", "mul", 2); }
-inline std::shared_ptr<const op_def> div_def() { return std::make_shared<elementwise_def>("RealDiv", "div", 2); }
+/// Linearity as ops::linear_in gives it: Add, Sub, BiasAdd in both inputs together, Mul
+/// in either, RealDiv in the numerator, Neg in its input.
+inline std::shared_ptr<const op_def> add_def() {
+  return std::make_shared<elementwise_def>("Add", "add", 2, false, linearity::all(2));
+}
+inline std::shared_ptr<const op_def> sub_def() {
+  return std::make_shared<elementwise_def>("Sub", "sub", 2, false, linearity::all(2));
+}
+inline std::shared_ptr<const op_def> mul_def() {
+  return std::make_shared<elementwise_def>("Mul", "mul", 2, false, linearity::each(2));
+}
+inline std::shared_ptr<const op_def> div_def() {
+  return std::make_shared<elementwise_def>("RealDiv", "div", 2, false, linearity::jointly(1u));
+}
 inline std::shared_ptr<const op_def> bias_add_def() {
-  return std::make_shared<elementwise_def>("BiasAdd", "bias_add", 2, true);
+  return std::make_shared<elementwise_def>("BiasAdd", "bias_add", 2, true, linearity::all(2));
 }
 inline std::shared_ptr<const op_def> relu_def() { return std::make_shared<elementwise_def>("ReLU", "relu", 1); }
 inline std::shared_ptr<const op_def> exp_def() { return std::make_shared<elementwise_def>("Exp", "exp", 1); }
 inline std::shared_ptr<const op_def> log_def() { return std::make_shared<elementwise_def>("Log", "log", 1); }
-inline std::shared_ptr<const op_def> neg_def() { return std::make_shared<elementwise_def>("Neg", "neg", 1); }
+inline std::shared_ptr<const op_def> neg_def() {
+  return std::make_shared<elementwise_def>("Neg", "neg", 1, false, linearity::jointly(1u));
+}
 
 // ---- reductions ----------------------------------------------------------------------
 
@@ -379,6 +465,7 @@ class reduce_def : public op_def {
     }
   }
   int arity() const override { return 1; }
+  linearity linear() const override { return reduction_linearity(how); }
   std::string attributes() const override {
     std::string s = "axis: (";
     for (int i = 0; i < dims.n; ++i) s += (i ? ", " : "") + std::to_string(dims.v[i]);

@@ -64,6 +64,7 @@ class batch_matmul_def : public op_def {
   std::string type() const override { return "BatchMatMul"; }
   std::string default_name() const override { return "batch_matmul"; }
   int arity() const override { return 2; }
+  linearity linear() const override { return linearity::each(2); }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }
@@ -237,6 +238,7 @@ class transpose_def : public op_def {
   std::string type() const override { return "Transpose"; }
   std::string default_name() const override { return "transpose"; }
   int arity() const override { return 1; }
+  linearity linear() const override { return linearity::jointly(1u); }
   std::string attributes() const override {
     std::string s = "perm: (";
     for (int i = 0; i < perm.n; ++i) s += (i ? ", " : "") + std::to_string(perm.v[i]);
@@ -278,6 +280,7 @@ class reshape_def : public op_def {
   std::string type() const override { return flatten ? "Flatten" : "Reshape"; }
   std::string default_name() const override { return flatten ? "flatten" : "reshape"; }
   int arity() const override { return 1; }
+  linearity linear() const override { return linearity::jointly(1u); }
   std::string attributes() const override {
     if (flatten) return {};
     std::string s = "shape: (";
@@ -320,6 +323,7 @@ class strided_slice_def : public op_def {
   std::string type() const override { return "StridedSlice"; }
   std::string default_name() const override { return "strided_slice"; }
   int arity() const override { return 1; }
+  linearity linear() const override { return linearity::jointly(1u); }
   std::string attributes() const override { return "begin: " + text(begin) + ", end: " + text(end) + ", strides: " + text(strides); }
   extents output_shape(const shape_list& in) const override {
     const strategy ones{detail::ones(in[0].ndim)};
@@ -364,6 +368,7 @@ class concat_def : public op_def {
   std::string type() const override { return "Concat"; }
   std::string default_name() const override { return "concat"; }
   int arity() const override { return inputs; }
+  linearity linear() const override { return linearity::all(inputs); }
   std::string attributes() const override { return "axis: " + std::to_string(axis); }
   extents output_shape(const shape_list& in) const override {
     strategy ones;

@@ -125,7 +125,9 @@ constexpr std::string_view to_string(strategy_source s) {
   return "?";
 }
 
-/// An operator's strategy and what its rule makes of it.
+/// An operator's strategy and what its rule makes of it: the rule's layouts, or, where
+/// partial sums pass through it (a linear operator given them: pass_layouts), the
+/// layouts that keep them partial.
 struct op_plan {
   strategy st;
   strategy_source source = strategy_source::stand_alone;
@@ -187,11 +189,11 @@ class parallel_graph {
   extents local_shape(int id) const { return tessera::local_shape(value_layout(id), g_.at(id).shape); }
 
   /// The price sharding propagation minimises, for the strategies chosen: the bytes
-  /// per rank of every edge's forward and backward redistribution and of the
-  /// operators' own collectives (see graph/propagate.hpp).
+  /// per rank of every edge's forward and backward redistribution, of the operators'
+  /// own collectives and of the loss's fetch (see graph/propagate.hpp).
   index_t priced_bytes() const { return priced_; }
-  /// The bytes `rank` receives in one training step: the priced redistributions and
-  /// collectives, the loss fetch, and hybrid_parallel's gradient all-reduces.
+  /// The bytes `rank` receives in one training step: the priced redistributions,
+  /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces.
   index_t bytes_for_rank(int rank) const {
     index_t b = 0;
     for (const edge_plan& e : edges_) {
@@ -360,7 +362,10 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   for (std::size_t i = 0; i < inputs.size(); ++i)
     pg.value_layout_[inputs[i]] = detail::import_layout(g, inputs[i], cfg, int(i));
 
-  // Strategies: fixed ones now, the others by the search.
+  // Strategies: fixed ones now, the others by the search. Each operator linear in some
+  // input also gets, per strategy, the variants that keep the partial sums its producers
+  // may give it (partial_variants), listed before the strategy's own layouts: a
+  // configured operator with variants chooses among them in the search too.
   propagation_input pin;
   pin.g = &g;
   pin.device_num = N;
@@ -368,7 +373,26 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   pin.input_layout = pg.value_layout_;
   pin.fixed.resize(n);
   pin.free.resize(n);
+  pin.anchor.assign(n, false);
   pin.needs_grad = pg.needs_grad_;
+  std::vector<std::vector<layout>> outs(n);  // per operator, every output layout it may give
+  std::vector<strategy_source> fixed_source(n, strategy_source::stand_alone);
+  auto with_variants = [&](int id, const op_candidates& base) {
+    const node& nd = g.at(id);
+    if (hybrid || N == 1 || !nd.op->linear().any()) return base;
+    std::vector<std::vector<layout>> arriving;
+    for (int p : nd.inputs) arriving.push_back(g.at(p).kind == node_kind::op ? outs[p] : std::vector<layout>{});
+    op_candidates c;
+    for (std::size_t k = 0; k < base.st.size(); ++k) {
+      for (op_layouts& v : partial_variants(*nd.op, base.lay[k], arriving)) {
+        c.st.push_back(base.st[k]);
+        c.lay.push_back(std::move(v));
+      }
+      c.st.push_back(base.st[k]);
+      c.lay.push_back(base.lay[k]);
+    }
+    return c;
+  };
   bool any_free = false;
   for (int id = 0; id < g.size(); ++id) {
     const node& nd = g.at(id);
@@ -394,11 +418,21 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       }
       if (c.st.empty())
         throw error("parallelize: " + g.describe(id) + " has no strategy on " + std::to_string(N) + " devices");
-      pin.free[id] = std::move(c);
+      pin.free[id] = with_variants(id, c);
+      for (const op_layouts& l : pin.free[id].lay) outs[id].push_back(l.out);
       any_free = true;
       continue;
     }
     o.lay = detail::evaluate_or_throw(g, id, o.st, N, o.source);
+    op_candidates c = with_variants(id, op_candidates{{o.st}, {o.lay}});
+    for (const op_layouts& l : c.lay) outs[id].push_back(l.out);
+    if (c.st.size() > 1) {  // the configured strategy and its variants: a choice for the search
+      pin.free[id] = std::move(c);
+      pin.anchor[id] = true;
+      fixed_source[id] = o.source;
+      any_free = true;
+      continue;
+    }
     pin.fixed[id] = o.lay;
     pg.ops_[id] = std::move(o);
   }
@@ -411,7 +445,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       op_plan o;
       if (r.pick[v] >= 0) {
         o.st = pin.free[id].st[r.pick[v]];
-        o.source = strategy_source::sharding_propagation;
+        o.source = pin.anchor[id] ? fixed_source[id] : strategy_source::sharding_propagation;
         o.lay = pin.free[id].lay[r.pick[v]];
       } else {
         o.st = g.at(id).op->data_parallel(N, g.input_shapes(id));
@@ -483,6 +517,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   }
   const layout& ll = pg.value_layout_[g.loss()];
   pg.loss_fetch_ = rc.get(ll, layout::replicated(ll.dev, 0), g.at(g.loss()).shape);
+  pg.priced_ = detail::add_bytes(pg.priced_, pg.loss_fetch_.bytes());
   if (hybrid && N > 1)
     for (int p : g.parameters())
       if (!g.at(p).layerwise_parallel)

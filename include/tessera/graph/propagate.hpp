@@ -11,11 +11,28 @@
 //   as the consumer's backward returns it (possibly partial) -> the layout in which
 //   the producer's backward takes its output's gradient; for a parameter, its
 //   layout: this is the reduction of its gradient (the AllReduce of data parallelism);
-// - the collectives an operator runs inside itself (op_def::collectives).
+// - the collectives an operator runs inside itself (op_def::collectives);
+// - the loss's fetch: its layout -> replicated, every rank reading it whole.
 //
 // A parameter read by several operators must be laid out alike by all of them.
 //
-// The search. The unconfigured operators are the variables; an edge to a configured
+// Partial sums. An operator linear in some inputs (op_def::linear: Neg, Transpose,
+// Reshape, StridedSlice, ReduceSum and ReduceMean in their input; Add, Sub, BiasAdd and
+// Concat in all inputs together; Mul, MatMul and BatchMatMul in either operand; RealDiv
+// in its numerator) has, besides each strategy's layouts, variants that keep the
+// partial sums its producers may give it partial (op_def.hpp: partial_variants; the
+// output is then partial too, and its gradient taken whole), listed before the
+// strategy's own layouts so that ties keep partial sums partial. A variant is a choice
+// like a candidate (a configured operator with variants chooses among them too), and
+// its input edges are priced as any other: the route from the producer's partial
+// output moves nothing when the placements agree, and the sums are resolved at the
+// first operator that takes the value whole, by the cheapest plan into its layout
+// (a ReduceScatter when it wants it split), or at the loss's fetch. An input that
+// would have to be made partial (masked) costs infinite_bytes: partial sums come from
+// producers only.
+//
+// The search. The unconfigured operators (and configured ones with partial variants)
+// are the variables; an edge to a configured
 // operator or a data input prices one variable, an edge between two unconfigured
 // operators a pair. Unconfigured operators linked by edges form components; a
 // component linked to some configured operator takes strategies that minimise the
@@ -114,6 +131,19 @@ inline std::string describe(const layout& l) {
   return to_string(refine(l, l.dev)) + " on device matrix " + to_string(l.dev);
 }
 
+/// Whether moving a value from `from` to `to` would create partial sums `from` does not
+/// hold (the planner's mask step). An operator that keeps partial sums (pass_layouts)
+/// takes them from its producer only: such an edge is priced infinite_bytes.
+inline bool creates_partial(const layout& from, const layout& to) {
+  if (!to.has_partial()) return false;
+  if (from.dev == to.dev)
+    return (to.partial & ~from.partial) != 0 || (from.has_partial() && from.op != to.op);
+  if (from.dev.size() != to.dev.size() || !check_refinement(from.dev, to.dev).ok()) return true;
+  const mesh fine = common_refinement(from.dev, to.dev);
+  const layout f = refine(from, fine), t = refine(to, fine);
+  return (t.partial & ~f.partial) != 0 || (f.has_partial() && f.op != t.op);
+}
+
 namespace detail {
 
 constexpr index_t add_bytes(index_t a, index_t b) { return a + b >= infinite_bytes ? infinite_bytes : a + b; }
@@ -129,6 +159,11 @@ class route_cache {
     return it->second;
   }
   index_t bytes(const layout& from, const layout& to, const extents& shape) { return get(from, to, shape).bytes(); }
+  /// The bytes of a value's way into an operator input: infinite when it would create
+  /// partial sums (creates_partial).
+  index_t forward_bytes(const layout& from, const layout& to, const extents& shape) {
+    return creates_partial(from, to) ? infinite_bytes : bytes(from, to, shape);
+  }
 
  private:
   static std::string text(const layout& l) {
@@ -391,7 +426,10 @@ struct propagation_input {
   index_t elem_bytes = 4;
   std::vector<layout> input_layout;                 ///< per node (inputs)
   std::vector<std::optional<op_layouts>> fixed;     ///< per node (configured operators)
-  std::vector<op_candidates> free;                  ///< per node (unconfigured operators)
+  std::vector<op_candidates> free;                  ///< per node (unconfigured operators, and
+                                                    ///< configured ones with partial variants)
+  std::vector<bool> anchor;                         ///< per node: a configured operator in `free`
+                                                    ///< (it chooses among its strategy's variants)
   std::vector<bool> needs_grad;                     ///< per node
 };
 
@@ -401,7 +439,7 @@ namespace detail {
 // producer's value and gradient layouts and the consumer's layouts.
 inline index_t edge_bytes(route_cache& rc, const extents& shape, const layout& p_value,
                           const std::optional<layout>& p_grad, const op_layouts& c, int slot) {
-  index_t b = rc.bytes(p_value, c.in[slot], shape);
+  index_t b = rc.forward_bytes(p_value, c.in[slot], shape);
   if (p_grad) b = add_bytes(b, rc.bytes(c.in_grad[slot], *p_grad, shape));
   return b;
 }
@@ -434,6 +472,14 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
     const int id = gp.vars[v];
     const op_candidates& c = in.free[id];
     pb.unary[v].assign(c.st.size(), 0);
+    if (id < int(in.anchor.size()) && in.anchor[id]) pb.anchored[v] = true;
+    // The loss's fetch: every rank reads it whole.
+    if (id == g.loss())
+      for (std::size_t s = 0; s < c.st.size(); ++s) {
+        const layout& out = c.lay[s].out;
+        pb.unary[v][s] =
+            detail::add_bytes(pb.unary[v][s], rc.bytes(out, layout::replicated(out.dev, 0), g.at(id).shape));
+      }
     // Collectives inside the operator.
     for (std::size_t s = 0; s < c.st.size(); ++s)
       for (const internal_collective& ic :
@@ -458,15 +504,18 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
         for (int s = 0; s < count(c); ++s)
           pb.unary[vc][s] = detail::add_bytes(
               pb.unary[vc][s],
-              rc.bytes(in.input_layout[p], lay(c, s).in[slot], pn.shape));
+              rc.forward_bytes(in.input_layout[p], lay(c, s).in[slot], pn.shape));
       } else if (pn.kind == node_kind::parameter) {
         // The gradient's reduction into the parameter's layout, which is the consumer's
         // input layout (the parameter constraints below keep them one).
-        if (vc < 0 || !back) continue;
-        for (int s = 0; s < count(c); ++s)
-          pb.unary[vc][s] = detail::add_bytes(
-              pb.unary[vc][s],
-              rc.bytes(lay(c, s).in_grad[slot], lay(c, s).in[slot], pn.shape));
+        if (vc < 0) continue;
+        for (int s = 0; s < count(c); ++s) {
+          if (lay(c, s).in[slot].has_partial()) pb.unary[vc][s] = infinite_bytes;  // a parameter is whole
+          if (back)
+            pb.unary[vc][s] = detail::add_bytes(
+                pb.unary[vc][s],
+                rc.bytes(lay(c, s).in_grad[slot], lay(c, s).in[slot], pn.shape));
+        }
       } else {
         if (vc < 0 && vp < 0) continue;
         for (int sp = 0; sp < count(p); ++sp)

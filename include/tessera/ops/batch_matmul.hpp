@@ -15,6 +15,7 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/matmul.hpp>
 #include <tessera/ops/batch_matmul_rule.hpp>
+#include <tessera/ops/linear_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
@@ -74,7 +75,8 @@ class batched_view {
 template <class T, class C>
 dist_tensor<T> batch_matmul(const batch_matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
                             device_context<C>& ctx) {
-  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  const batch_matmul_layouts r =
+      pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   const detail::batched_view<T> va(la->local()), vb(lb->local());
   return dist_tensor<T>(r.c, r.shape, ctx.rank(),
@@ -91,7 +93,8 @@ std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matm
                                                                 const dist_tensor<T>& a,
                                                                 const dist_tensor<T>& b,
                                                                 device_context<C>& ctx) {
-  const batch_matmul_layouts r = op.rule(ctx.size(), a.global_shape(), b.global_shape());
+  const batch_matmul_layouts r =
+      pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   if (!(dc.global_shape() == r.shape))
     throw error("batch_matmul_backward: dc is " + to_string(dc.global_shape()) + ", expected " +
                 to_string(r.shape));

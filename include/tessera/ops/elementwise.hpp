@@ -16,6 +16,7 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
+#include <tessera/ops/linear_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
@@ -48,6 +49,33 @@ constexpr int arity(elementwise_kind k) {
     case elementwise_kind::bias_add: return 2;
     default: return 1;
   }
+}
+
+/// The inputs an element-wise operator is linear in (ops/linear_rule.hpp): Add, Sub and
+/// BiasAdd in both together (both partial alike), Mul in either factor, RealDiv in its
+/// numerator, Neg in its input; ReLU, Exp and Log in none.
+constexpr linearity linear_in(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::bias_add: return linearity::all(2);
+    case elementwise_kind::mul: return linearity::each(2);
+    case elementwise_kind::div:
+    case elementwise_kind::neg: return linearity::jointly(1u);
+    default: return {};
+  }
+}
+
+/// The rule's layouts when partial sums pass through (see partial_pass).
+constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pass& p) {
+  if (!p.passes()) return r;
+  for (int i = 0; i < r.n; ++i) {
+    r.in[i] = p.input(r.in[i], i);
+    r.grad[i] = p.input_grad(r.grad[i], i);
+  }
+  r.out = p.output(r.out);
+  r.dev = p.dev;
+  return r;
 }
 
 /// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
@@ -88,7 +116,8 @@ using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 
 namespace detail {
 
-// The inputs in the rule's layouts, with the rule.
+// The inputs in the rule's layouts, with the rule; partial sums pass through an input
+// the operator is linear in (ops/linear_rule.hpp), the others are resolved.
 template <class T, class D, std::size_t N>
 struct elementwise_inputs {
   elementwise_layouts r;
@@ -99,7 +128,9 @@ template <elementwise_kind K, class T, class D, class C, class... X>
 elementwise_inputs<T, D, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
                                                            device_context<C>& ctx, const X&... x) {
   static_assert(sizeof...(X) == std::size_t(arity(K)));
-  const elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
+  elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
+  const std::array<layout, sizeof...(X)> actual{x.layout()...};
+  r = with_pass(r, pass_partial(linear_in(K), actual.data(), r.in.data(), r.n, r.out));
   int i = 0;
   auto place = [&](const tensor_on<T, D>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
@@ -160,7 +191,7 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
-  const auto ldy = in_layout(dy, in.r.out, ctx);
+  const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
     tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),

@@ -10,6 +10,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
+#include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/matmul_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -48,10 +49,12 @@ inline extents matmul_output_shape(const extents& a, const extents& b, bool tran
 /// layouts if they are not in them; C comes back in the rule's output layout, with
 /// partial sums over the contraction axis when the strategy splits it (the next
 /// operator decides how they are resolved: a ReduceScatter when it wants C split).
+/// A partial operand whose partial axes the rule holds replicas on stays partial, and
+/// C is partial over them too (ops/linear_rule.hpp: pass_product).
 template <class T, class D, class C>
 tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                        device_context<C>& ctx) {
-  const matmul_layouts r = op.rule(ctx.size());
+  const matmul_layouts r = pass_product(op.rule(ctx.size()), a.layout(), b.layout());
   const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
                                                  op.trans_b, op.st);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
@@ -67,7 +70,7 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> matmul_backward(const matmul_op& op,
                                                             const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                                                             device_context<C>& ctx) {
   using K = kernels::backend<D>;
-  const matmul_layouts r = op.rule(ctx.size());
+  const matmul_layouts r = pass_product(op.rule(ctx.size()), a.layout(), b.layout());
   const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   return {tensor_on<T, D>(r.grad_a, a.global_shape(), ctx.rank(),

@@ -15,6 +15,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
+#include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -54,6 +55,13 @@ using reduce_mean_op = reduction_op<reduce_op::mean>;
 using reduce_max_op = reduction_op<reduce_op::max>;
 using reduce_min_op = reduction_op<reduce_op::min>;
 
+/// The rule's layouts for an input arriving in `x`: a partial input of ReduceSum or
+/// ReduceMean whose partial axes the rule holds replicas on stays partial, and so does
+/// the output (its gradient is `in` without them).
+constexpr reduce_layouts reduce_pass(const reduce_layouts& r, reduce_op how, const layout& x) {
+  return pass_unary(r, x, reduction_linearity(how));
+}
+
 namespace detail {
 
 // The reduced dims as the kernels take them (non-negative, ascending).
@@ -67,7 +75,7 @@ inline std::vector<int> reduced_axes(const reduce_layouts& r, int ndim) {
 template <reduce_op How, class T, class D, class C>
 tensor_on<T, D> reduce_forward(const reduction_op<How>& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   using K = kernels::backend<D>;
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reduce_layouts r = reduce_pass(op.rule(ctx.size(), x.global_shape()), How, x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   const std::vector<int> axes = reduced_axes(r, x.ndim());
   if constexpr (How == reduce_op::max) {
@@ -104,7 +112,7 @@ tensor_on<T, D> reduce_spread(std::string_view fn, const reduce_layouts& r, bool
   auto g = K::reduce_sum_grad(ldy->local(), local_shape(r.in, x.global_shape()), reduced_axes(r, x.ndim()),
                               keep_dims);
   if (scale != T(1)) K::scale(g, scale);
-  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(), std::move(g));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(), std::move(g));
 }
 
 }  // namespace detail
@@ -135,7 +143,7 @@ tensor_on<T, D> reduce_max(const reduce_max_op& op, const tensor_on<T, D>& x, de
 template <class T, class D, class C>
 tensor_on<T, D> reduce_sum_backward(const reduce_sum_op& op, const tensor_on<T, D>& dy,
                                     const tensor_on<T, D>& x, device_context<C>& ctx) {
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reduce_layouts r = reduce_pass(op.rule(ctx.size(), x.global_shape()), reduce_op::sum, x.layout());
   return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1), ctx);
 }
 
@@ -144,7 +152,7 @@ tensor_on<T, D> reduce_sum_backward(const reduce_sum_op& op, const tensor_on<T, 
 template <class T, class D, class C>
 tensor_on<T, D> reduce_mean_backward(const reduce_mean_op& op, const tensor_on<T, D>& dy,
                                      const tensor_on<T, D>& x, device_context<C>& ctx) {
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reduce_layouts r = reduce_pass(op.rule(ctx.size(), x.global_shape()), reduce_op::mean, x.layout());
   return detail::reduce_spread(op.name(), r, op.keep_dims, dy, x, T(1) / T(r.count), ctx);
 }
 

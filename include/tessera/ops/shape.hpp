@@ -3,6 +3,7 @@
 // kernels/cpu/shape.hpp. Inputs in other layouts are redistributed first.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/shape.hpp>
+#include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/shape_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -67,7 +69,7 @@ struct transpose_op {
 /// permuted, so no data moves between ranks (x in another layout is redistributed first).
 template <class T, class C>
 dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::transpose(lx->local(), op.perm_vector(r)));
 }
@@ -77,10 +79,10 @@ dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device
 template <class T, class C>
 dist_tensor<T> transpose_backward(const transpose_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
                                   device_context<C>& ctx) {
-  const transpose_layouts r = op.rule(ctx.size(), x.global_shape());
+  const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
-  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
+  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
                         kernels::cpu::transpose_grad(ldy->local(), op.perm_vector(r)));
 }
 
@@ -118,17 +120,17 @@ struct flatten_op {
 namespace detail {
 template <class Op, class T, class C>
 dist_tensor<T> reshape_forward(const Op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);  // a move when the strategy's splits do not survive
   return dist_tensor<T>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
 }
 template <class Op, class T, class C>
 dist_tensor<T> reshape_backward(const Op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
                                 device_context<C>& ctx) {
-  const reshape_layouts r = op.rule(ctx.size(), x.global_shape());
+  const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
-  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(), copy_of(ldy->local()));
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
+  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(), copy_of(ldy->local()));
 }
 }  // namespace detail
 
@@ -199,7 +201,7 @@ struct strided_slice_op {
 /// gathered along it (the rule's `in` layout).
 template <class T, class C>
 dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
-  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   const auto s = op.local(r);
   return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::strided_slice(lx->local(), s.begin, s.end, s.strides));
@@ -210,13 +212,13 @@ dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x
 template <class T, class C>
 dist_tensor<T> strided_slice_backward(const strided_slice_op& op, const dist_tensor<T>& dy,
                                       const dist_tensor<T>& x, device_context<C>& ctx) {
-  const strided_slice_layouts r = op.rule(ctx.size(), x.global_shape());
+  const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   const auto s = op.local(r);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  return dist_tensor<T>(r.in, x.global_shape(), ctx.rank(),
+  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
                         kernels::cpu::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
 }
 
@@ -246,7 +248,28 @@ struct concat_op {
   }
 };
 
+/// Concat's layouts for inputs arriving in `actual` (n of them): Concat is linear in all
+/// its inputs together, so inputs that are all partial sums over the same mesh axes,
+/// where the rule holds replicas, stay partial and so does the output.
+constexpr concat_layouts concat_pass(concat_layouts r, const layout* actual, int n) {
+  std::array<layout, max_strategy_inputs> want{};
+  if (n > max_strategy_inputs) return r;
+  for (int i = 0; i < n; ++i) want[std::size_t(i)] = r.in;
+  const partial_pass p = pass_partial(linearity::all(n), actual, want.data(), n, r.out);
+  if (!p.passes()) return r;
+  r.in = p.input(r.in, 0);
+  r.out = p.output(r.out);
+  r.dev = p.dev;
+  return r;
+}
+
 namespace detail {
+template <class T>
+concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const dist_tensor<T>*>& xs) {
+  std::vector<layout> actual;
+  for (const dist_tensor<T>* x : xs) actual.push_back(x->layout());
+  return concat_pass(op.rule(device_num, xs), actual.data(), int(actual.size()));
+}
 template <class T>
 std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& xs) {
   std::vector<const dist_tensor<T>*> p;
@@ -259,7 +282,7 @@ std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& x
 /// beyond bringing inputs to the rule's layout.
 template <class T, class C>
 dist_tensor<T> concat(const concat_op& op, const std::vector<const dist_tensor<T>*>& xs, device_context<C>& ctx) {
-  const concat_layouts r = op.rule(ctx.size(), xs);
+  const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
   std::vector<laid_out<T>> in;
   in.reserve(xs.size());
   for (const dist_tensor<T>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
@@ -278,15 +301,15 @@ template <class T, class C>
 std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
                                             const std::vector<const dist_tensor<T>*>& xs,
                                             device_context<C>& ctx) {
-  const concat_layouts r = op.rule(ctx.size(), xs);
+  const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
   detail::require_dy(op.name(), dy, r.shape);
-  const auto ldy = in_layout(dy, r.out, ctx);
+  const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   std::vector<std::size_t> sizes;
   for (const dist_tensor<T>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
   std::vector<xt::xarray<T>> pieces = kernels::cpu::split(ldy->local(), sizes, r.axis);
   std::vector<dist_tensor<T>> dxs;
   for (std::size_t i = 0; i < xs.size(); ++i)
-    dxs.emplace_back(r.in, xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
+    dxs.emplace_back(r.in.without_partial(), xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
   return dxs;
 }
 template <class T, class C>
