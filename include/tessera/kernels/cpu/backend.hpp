@@ -146,7 +146,10 @@ struct backend<cpu_device> {
   }
 
   // ---- softmax along an axis, sparse cross entropy, argmax, one-hot (kernels/cpu/sharded.hpp) ----
-  template <class T> static array<T> softmax_axis_max(const array<T>& x, int axis) { return cpu::softmax_axis_max(x, axis); }
+  template <class T>
+  static array<T> softmax_axis_max(const array<T>& x, int axis) {
+    return cpu::softmax_axis_max(x, axis);
+  }
   template <class T>
   static array<T> softmax_axis_sum(const array<T>& x, int axis, const array<T>& max) {
     return cpu::softmax_axis_sum(x, axis, max);
