@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 #include <xtensor/xarray.hpp>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
@@ -91,7 +92,7 @@ void sparse_ce_column_of(const L* labels, std::size_t rows, index_t classes, ind
 template <class T>
 xt::xarray<T> softmax_axis_max(const xt::xarray<T>& x, int axis) {
   const detail::axis_view v = detail::view_around("softmax", x.shape(), axis);
-  auto max = detail::filled_array<T>(detail::shape_type{v.outer * v.inner}, -std::numeric_limits<T>::infinity());
+  auto max = detail::filled_array<T>(std::vector<std::size_t>{v.outer * v.inner}, -std::numeric_limits<T>::infinity());
   const T* p = x.data();
   T* m = max.data();
   detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
@@ -105,7 +106,7 @@ template <class T>
 xt::xarray<T> softmax_axis_sum(const xt::xarray<T>& x, int axis, const xt::xarray<T>& max) {
   const detail::axis_view v = detail::view_around("softmax", x.shape(), axis);
   detail::require_rows<T>("softmax_axis_sum", "max", max, v.outer * v.inner);
-  auto sum = detail::filled_array<T>(detail::shape_type{v.outer * v.inner}, T(0));
+  auto sum = detail::filled_array<T>(std::vector<std::size_t>{v.outer * v.inner}, T(0));
   const T* p = x.data();
   const T* m = max.data();
   T* s = sum.data();
@@ -146,7 +147,7 @@ xt::xarray<T> softmax_axis_grad_sum(const xt::xarray<T>& dy, const xt::xarray<T>
   const detail::axis_view v = detail::view_around("softmax_backward", y.shape(), axis);
   if (!detail::same_shape(dy, y))
     throw error("softmax_axis_grad_sum: dy is " + detail::shape_text(dy) + ", y is " + detail::shape_text(y));
-  auto acc = detail::filled_array<T>(detail::shape_type{v.outer * v.inner}, T(0));
+  auto acc = detail::filled_array<T>(std::vector<std::size_t>{v.outer * v.inner}, T(0));
   const T* g = dy.data();
   const T* py = y.data();
   T* a = acc.data();
@@ -189,7 +190,7 @@ xt::xarray<T> softmax_axis_grad(const xt::xarray<T>& dy, const xt::xarray<T>& y,
 template <class L>
 xt::xarray<std::int64_t> sparse_ce_columns(const xt::xarray<L>& labels, index_t classes, index_t first_row,
                                            index_t first_col, std::size_t cols) {
-  auto column = detail::empty_array<std::int64_t>(detail::shape_type{labels.size()});
+  auto column = detail::empty_array<std::int64_t>(std::vector<std::size_t>{labels.size()});
   detail::sparse_ce_column_of(labels.data(), labels.size(), classes, first_row, first_col, cols, column.data());
   return column;
 }
@@ -203,7 +204,7 @@ xt::xarray<T> sparse_ce_terms(const xt::xarray<T>& x, const xt::xarray<std::int6
   const std::size_t rows = x.shape()[0], cols = x.shape()[1];
   detail::require_rows<T>("sparse_ce_terms", "column", column, rows);
   detail::require_rows<T>("sparse_ce_terms", "max", max, rows);
-  auto acc = detail::filled_array<T>(detail::shape_type{2, rows}, T(0));
+  auto acc = detail::filled_array<T>(std::vector<std::size_t>{2, rows}, T(0));
   const T* px = x.data();
   T* a = acc.data();
   for (std::size_t i = 0; i < rows; ++i) {
@@ -218,7 +219,7 @@ template <class T>
 xt::xarray<T> sparse_ce_loss(const xt::xarray<T>& max, const xt::xarray<T>& terms) {
   const std::size_t rows = max.size();
   detail::require_rows<T>("sparse_ce_loss", "terms", terms, 2 * rows);
-  auto loss = detail::empty_array<T>(detail::shape_type{rows});
+  auto loss = detail::empty_array<T>(std::vector<std::size_t>{rows});
   for (std::size_t i = 0; i < rows; ++i)
     loss.data()[i] = max.data()[i] + std::log(terms.data()[i]) - terms.data()[rows + i];
   return loss;
@@ -260,8 +261,8 @@ std::pair<xt::xarray<T>, xt::xarray<std::int64_t>> argmax_local(const xt::xarray
                                                                 std::int64_t first) {
   const detail::axis_view v = detail::view_around("argmax", x.shape(), axis);
   const std::size_t rows = v.outer * v.inner;
-  auto best = detail::filled_array<T>(detail::shape_type{rows}, std::numeric_limits<T>::lowest());
-  auto index = detail::filled_array<std::int64_t>(detail::shape_type{rows}, std::int64_t(-1));
+  auto best = detail::filled_array<T>(std::vector<std::size_t>{rows}, std::numeric_limits<T>::lowest());
+  auto index = detail::filled_array<std::int64_t>(std::vector<std::size_t>{rows}, std::int64_t(-1));
   const T* p = x.data();
   detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
     for (std::size_t j = 0; j < v.n; ++j) {

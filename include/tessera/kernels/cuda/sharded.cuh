@@ -212,7 +212,7 @@ device_array<T> softmax_axis_max(const device_array<T>& x, int axis) {
   const detail::axis_geom v = detail::geom_around("softmax", x.shape(), axis);
   device_array<T> max(std::vector<std::size_t>{std::size_t(v.rows())});
   detail::launch_over("softmax_axis_max", v.rows(), detail::axis_max_kernel<T>, x.data(), max.data(), v.rows(), v.n,
-                      v.inner, -std::numeric_limits<T>::infinity();
+                      v.inner, -std::numeric_limits<T>::infinity());
   return max;
 }
 
@@ -336,7 +336,7 @@ std::pair<device_array<T>, device_array<std::int64_t>> argmax_local(const device
   device_array<T> best(shape);
   device_array<std::int64_t> index(shape);
   detail::launch_over("argmax_local", v.rows(), detail::argmax_kernel<T>, x.data(), best.data(), index.data(), v.rows(),
-                      v.n, v.inner, first, std::numeric_limits<T>::lowest();
+                      v.n, v.inner, first, std::numeric_limits<T>::lowest());
   return {std::move(best), std::move(index)};
 }
 
