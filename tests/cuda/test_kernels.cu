@@ -512,3 +512,40 @@ TEST_CASE("SGD (plain, momentum, Nesterov, dampening, weight decay) and Adam/Ada
   CHECK_THROWS_WITH_AS(KD::sgd_update(pd, small, 0.1f, 0.0f),
                        "sgd_update: the gradient has 3 elements, the parameter 1001", error);
 }
+
+TEST_CASE("optim::sgd, adam and adamw over bare device tensors take the host tensors' steps") {
+  const layout l = layout::replicated(mesh{1}, 1);
+  const xt::xarray<float> p0 = host_array(shape_of({300}), 57, false), g0 = host_array(shape_of({300}), 58, false);
+  auto host_tensor = [&](const xt::xarray<float>& v) {
+    return tensor_on<float, cpu_device>(l, extents{300}, 0, xt::xarray<float>(v));
+  };
+  auto run = [&](auto& on_host, auto& on_gpu) {
+    std::vector<tensor_on<float, cpu_device>> ph{host_tensor(p0)}, gh{host_tensor(g0)};
+    std::vector<tensor_on<float, cuda_device>> pd{to_device(ph[0])}, gd{to_device(gh[0])};
+    for (int t = 0; t < 3; ++t) {
+      on_host.step(ph, gh);
+      on_gpu.step(pd, gd);
+    }
+    CHECK(near(host(pd[0].local()), ph[0].local(), 1e-5f));
+  };
+  {
+    optim::sgd<float> h(0.05f, 0.9f, 0.1f, 0.01f);
+    optim::sgd<float, cuda_device> d(0.05f, 0.9f, 0.1f, 0.01f);
+    run(h, d);
+  }
+  {
+    optim::sgd<float> h(0.05f, 0.9f, 0.0f, 0.01f, true);
+    optim::sgd<float, cuda_device> d(0.05f, 0.9f, 0.0f, 0.01f, true);
+    run(h, d);
+  }
+  {
+    optim::adam<float> h(1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    optim::adam<float, cuda_device> d(1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    run(h, d);
+  }
+  {
+    optim::adamw<float> h(1e-2f);
+    optim::adamw<float, cuda_device> d(1e-2f);
+    run(h, d);
+  }
+}
