@@ -1,11 +1,13 @@
 // The local pieces of the operators that combine values across ranks, on device arrays:
 // the GPU twins of kernels/cpu/sharded.hpp (softmax and log-softmax along an axis and
 // their backward, sparse softmax cross entropy, argmax, one-hot on a piece of the
-// depth, type conversion), with the same arithmetic in the same order per row. A row
-// kernel gives one thread to each vector along the axis (consecutive threads read
-// consecutive elements when the axis is not the last); element kernels one thread per
-// element. Labels and floating-point indices are checked on the host (a copy of the
-// small index array), so the errors are the CPU kernels' own. nvcc only.
+// depth, type conversion), with the same arithmetic per element. A row kernel gives one
+// thread to each vector along the axis (consecutive threads read consecutive elements
+// when the axis is not the last); when the axis is the last dim (contiguous rows), the
+// row maxima and sums take a warp per row (sums then differ from the host's sequential
+// ones by rounding; maxima are exact). Element kernels take one thread per element.
+// Labels and floating-point indices are checked on the host (a copy of the small index
+// array), so the errors are the CPU kernels' own. nvcc only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -121,19 +123,6 @@ __global__ void axis_grad_kernel(const T* g, const T* y, const T* acc, T* dx, st
 }
 
 template <class T>
-__global__ void sparse_ce_terms_kernel(const T* x, const std::int64_t* column, const T* max, T* terms,
-                                       std::int64_t rows, std::int64_t cols) {
-  TESSERA_GRID_STRIDE(i, rows) {
-    const T m = max[i];
-    T s = T(0);
-    for (std::int64_t j = 0; j < cols; ++j) s += exp_of(x[i * cols + j] - m);
-    terms[i] = s;
-    const std::int64_t c = column[i];
-    terms[rows + i] = c >= 0 && c < cols ? x[i * cols + c] : T(0);
-  }
-}
-
-template <class T>
 __global__ void sparse_ce_loss_kernel(const T* max, const T* terms, T* loss, std::int64_t rows) {
   TESSERA_GRID_STRIDE(i, rows) { loss[i] = max[i] + log_of(terms[i]) - terms[rows + i]; }
 }
@@ -192,6 +181,79 @@ __global__ void convert_kernel(const From* x, To* y, std::int64_t n) {
   TESSERA_GRID_STRIDE(i, n) { y[i] = To(x[i]); }
 }
 
+// ---- one warp per contiguous row (the axis is the last dim: inner == 1) ----
+
+template <class T>
+struct max_comb {
+  __device__ T operator()(T a, T b) const { return a < b ? b : a; }  // std::max(a, b)
+};
+template <class T>
+struct sum_comb {
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+// x[row n + j]
+template <class T>
+struct plain_load {
+  const T* x;
+  std::int64_t n;
+  __device__ T operator()(std::int64_t row, std::int64_t j) const { return x[row * n + j]; }
+};
+// exp(x[row n + j] - max[row])
+template <class T>
+struct exp_load {
+  const T* x;
+  const T* max;
+  std::int64_t n;
+  __device__ T operator()(std::int64_t row, std::int64_t j) const { return exp_of(x[row * n + j] - max[row]); }
+};
+// dy (log-softmax) or dy * y (softmax) at [row n + j]
+template <class T>
+struct grad_load {
+  const T* g;
+  const T* y;
+  std::int64_t n;
+  bool log;
+  __device__ T operator()(std::int64_t row, std::int64_t j) const {
+    const std::int64_t k = row * n + j;
+    return log ? g[k] : g[k] * y[k];
+  }
+};
+
+// out[row] = comb over j < n of load(row, j), from init: each lane combines every 32nd
+// element, then the warp combines the lanes. A whole warp takes one row at a time, so
+// the full-mask shuffles see every lane.
+template <class T, class Load, class Comb>
+__global__ void warp_rows_kernel(T* out, std::int64_t rows, std::int64_t n, Load load, Comb comb, T init) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    T acc = init;
+    for (std::int64_t j = lane; j < n; j += 32) acc = comb(acc, load(row, j));
+    for (int o = 16; o > 0; o /= 2) acc = comb(acc, __shfl_down_sync(0xffffffffu, acc, o));
+    if (lane == 0) out[row] = acc;
+  }
+}
+
+template <class T, class Load, class Comb>
+void warp_rows(const char* name, T* out, std::int64_t rows, std::int64_t n, Load load, Comb comb, T init) {
+  if (rows <= 0) return;
+  constexpr int warps_per_block = tessera::cuda::block_threads / 32;
+  const std::int64_t blocks = (rows + warps_per_block - 1) / warps_per_block;
+  warp_rows_kernel<<<unsigned(blocks < 65535 ? blocks : 65535), tessera::cuda::block_threads, 0,
+                     tessera::cuda::stream()>>>(out, rows, n, load, comb, init);
+  tessera::cuda::check_launch(name);
+}
+
+// The label's logit of each row (0 where another rank holds it).
+template <class T>
+__global__ void sparse_ce_picked_kernel(const T* x, const std::int64_t* column, T* picked, std::int64_t rows,
+                                        std::int64_t cols) {
+  TESSERA_GRID_STRIDE(i, rows) {
+    const std::int64_t c = column[i];
+    picked[i] = c >= 0 && c < cols ? x[i * cols + c] : T(0);
+  }
+}
+
 /// kernel<<<...>>>(args...) over n items (grid-stride) on tessera's stream, launch
 /// checked; nothing for n <= 0.
 template <class... P, class... A>
@@ -211,8 +273,12 @@ template <class T>
 device_array<T> softmax_axis_max(const device_array<T>& x, int axis) {
   const detail::axis_geom v = detail::geom_around("softmax", x.shape(), axis);
   device_array<T> max(std::vector<std::size_t>{std::size_t(v.rows())});
-  detail::launch_over("softmax_axis_max", v.rows(), detail::axis_max_kernel<T>, x.data(), max.data(), v.rows(), v.n,
-                      v.inner, -std::numeric_limits<T>::infinity());
+  if (v.inner == 1)  // contiguous rows: a warp each
+    detail::warp_rows("softmax_axis_max", max.data(), v.rows(), v.n, detail::plain_load<T>{x.data(), v.n},
+                      detail::max_comb<T>{}, -std::numeric_limits<T>::infinity());
+  else
+    detail::launch_over("softmax_axis_max", v.rows(), detail::axis_max_kernel<T>, x.data(), max.data(), v.rows(), v.n,
+                        v.inner, -std::numeric_limits<T>::infinity());
   return max;
 }
 
@@ -222,8 +288,12 @@ device_array<T> softmax_axis_sum(const device_array<T>& x, int axis, const devic
   const detail::axis_geom v = detail::geom_around("softmax", x.shape(), axis);
   detail::require_rows("softmax_axis_sum", "max", max, v.rows());
   device_array<T> sum(std::vector<std::size_t>{std::size_t(v.rows())});
-  detail::launch_over("softmax_axis_sum", v.rows(), detail::axis_sum_kernel<T>, x.data(), max.data(), sum.data(),
-                      v.rows(), v.n, v.inner);
+  if (v.inner == 1)
+    detail::warp_rows("softmax_axis_sum", sum.data(), v.rows(), v.n, detail::exp_load<T>{x.data(), max.data(), v.n},
+                      detail::sum_comb<T>{}, T(0));
+  else
+    detail::launch_over("softmax_axis_sum", v.rows(), detail::axis_sum_kernel<T>, x.data(), max.data(), sum.data(),
+                        v.rows(), v.n, v.inner);
   return sum;
 }
 
@@ -248,8 +318,12 @@ device_array<T> softmax_axis_grad_sum(const device_array<T>& dy, const device_ar
     throw error("softmax_axis_grad_sum: dy is " + detail::cd::shape_text(dy.shape()) + ", y is " +
                 detail::cd::shape_text(y.shape()));
   device_array<T> acc(std::vector<std::size_t>{std::size_t(v.rows())});
-  detail::launch_over("softmax_axis_grad_sum", v.rows(), detail::axis_grad_sum_kernel<T>, dy.data(), y.data(),
-                      acc.data(), v.rows(), v.n, v.inner, log);
+  if (v.inner == 1)
+    detail::warp_rows("softmax_axis_grad_sum", acc.data(), v.rows(), v.n,
+                      detail::grad_load<T>{dy.data(), y.data(), v.n, log}, detail::sum_comb<T>{}, T(0));
+  else
+    detail::launch_over("softmax_axis_grad_sum", v.rows(), detail::axis_grad_sum_kernel<T>, dy.data(), y.data(),
+                        acc.data(), v.rows(), v.n, v.inner, log);
   return acc;
 }
 
@@ -291,8 +365,11 @@ device_array<T> sparse_ce_terms(const device_array<T>& x, const device_array<std
   detail::require_rows("sparse_ce_terms", "column", column, rows);
   detail::require_rows("sparse_ce_terms", "max", max, rows);
   device_array<T> terms(std::vector<std::size_t>{2, std::size_t(rows)});
-  detail::launch_over("sparse_ce_terms", rows, detail::sparse_ce_terms_kernel<T>, x.data(), column.data(), max.data(),
-                      terms.data(), rows, cols);
+  // terms[0, rows): a warp per row sums exp(x - max); terms[rows, 2 rows): the picked logits.
+  detail::warp_rows("sparse_ce_terms", terms.data(), rows, cols, detail::exp_load<T>{x.data(), max.data(), cols},
+                    detail::sum_comb<T>{}, T(0));
+  detail::launch_over("sparse_ce_terms", rows, detail::sparse_ce_picked_kernel<T>, x.data(), column.data(),
+                      terms.data() + rows, rows, cols);
   return terms;
 }
 
