@@ -23,6 +23,8 @@
 #include <tessera/kernels/cuda/softmax.cuh>
 #include <tessera/kernels/cuda/matmul.cuh>
 #include <tessera/kernels/cuda/optim.cuh>
+#include <tessera/kernels/cuda/shape.cuh>
+#include <tessera/kernels/cuda/sharded.cuh>
 #include <tessera/kernels/cuda/backend.cuh>
 
 // comm/: device buffers through a host communicator, and NCCL

@@ -1539,6 +1539,31 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, 
                "cublasGemmEx");
 }
 
+/// The same over `batch` entries, operand i at a + i * stride_a (a stride 0 shares the
+/// operand), in one cublasGemmStridedBatchedEx.
+template <class T>
+void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
+                          long long stride_a, const T* b, int ldb, long long stride_b, T beta, T* c, int ldc,
+                          long long stride_c, int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm_strided_batched: float or double");
+  constexpr cudaDataType_t type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_64F;
+  if constexpr (std::is_same_v<T, float>) {
+    switch (get_matmul_precision()) {
+      case matmul_precision::fp32: compute = CUBLAS_COMPUTE_32F; break;
+      case matmul_precision::tf32: compute = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+      case matmul_precision::bf16: compute = CUBLAS_COMPUTE_32F_FAST_16BF; break;
+    }
+  }
+  // Row-major C_i^T = op(B_i)^T op(A_i)^T in cuBLAS's column-major view, as gemm does.
+  cublas_check(cublasGemmStridedBatchedEx(cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, type, ldb,
+                                          stride_b, a, type, lda, stride_a, &beta, c, type, ldc, stride_c, batch,
+                                          compute, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx");
+}
+
 namespace cm = kernels::cpu::detail;
 
 template <class T>
@@ -1557,6 +1582,52 @@ cm::gemm_dims dims(const char* fn, const device_array<T>& a, const device_array<
   require_2d(fn, "a", a);
   require_2d(fn, "b", b);
   return cm::product_dims(fn, a.shape(), ta, b.shape(), tb);
+}
+
+/// kernels/cpu/matmul.hpp's batch_geometry for device arrays (same checks and texts).
+struct batch_geometry {
+  cm::gemm_dims d;
+  std::size_t batch = 0;
+  bool a_batched = false, b_batched = false;
+  long long a_step = 0, b_step = 0, c_step = 0;  // elements between batch entries
+  bool folds(bool trans_a) const { return a_batched && !b_batched && !trans_a; }
+};
+
+template <class T>
+void require_ndim(const char* fn, const char* name, const device_array<T>& x) {
+  if (x.dimension() < 2 || x.dimension() > 3)
+    throw error(std::string(fn) + ": " + name + " must be 2-D or 3-D, " + name + " is " + cm::shape_text(x.shape()));
+}
+
+template <class T>
+batch_geometry batch_dims(const char* fn, const device_array<T>& a, bool trans_a, const device_array<T>& b,
+                          bool trans_b) {
+  require_ndim(fn, "a", a);
+  require_ndim(fn, "b", b);
+  batch_geometry g;
+  g.a_batched = a.dimension() == 3;
+  g.b_batched = b.dimension() == 3;
+  if (!g.a_batched && !g.b_batched)
+    throw error(std::string(fn) + ": a or b must be 3-D (batch, rows, cols): a is " + cm::shape_text(a.shape()) +
+                ", b is " + cm::shape_text(b.shape()));
+  if (g.a_batched && g.b_batched && a.shape()[0] != b.shape()[0])
+    throw error(std::string(fn) + ": batch dims differ: a is " + cm::shape_text(a.shape()) + ", b is " +
+                cm::shape_text(b.shape()));
+  g.batch = g.a_batched ? a.shape()[0] : b.shape()[0];
+  if (g.batch > std::size_t(INT_MAX))
+    throw error(std::string(fn) + ": the batch exceeds the cuBLAS int range: " + std::to_string(g.batch));
+  g.d = cm::product_dims(fn, a.shape(), trans_a, b.shape(), trans_b);
+  g.a_step = g.a_batched ? (long long)g.d.m * g.d.k : 0;
+  g.b_step = g.b_batched ? (long long)g.d.k * g.d.n : 0;
+  g.c_step = (long long)g.d.m * g.d.n;
+  return g;
+}
+
+template <class T>
+void require_dc(const char* fn, const device_array<T>& dc, const batch_geometry& g) {
+  const std::vector<std::size_t> want{g.batch, std::size_t(g.d.m), std::size_t(g.d.n)};
+  if (dc.shape() != want)
+    throw error(std::string(fn) + ": dc is " + cm::shape_text(dc.shape()) + ", expected " + cm::shape_text(want));
 }
 
 }  // namespace detail
@@ -1605,13 +1676,118 @@ device_array<T> matmul_grad_b(const device_array<T>& dc, const device_array<T>& 
   return db;
 }
 
+/// C[i] = op(A[i]) op(B[i]) for a (batch, m, k) and b (batch, k, n), either of them
+/// possibly 2-D and shared (kernels/cpu/matmul.hpp's batch_matmul on the GPU): one
+/// strided batched gemm (stride 0 for a shared operand).
+template <class T>
+device_array<T> batch_matmul(const device_array<T>& a, const device_array<T>& b, bool trans_a = false,
+                             bool trans_b = false) {
+  const auto g = detail::batch_dims("batch_matmul", a, trans_a, b, trans_b);
+  const auto& d = g.d;
+  device_array<T> c(std::vector<std::size_t>{g.batch, std::size_t(d.m), std::size_t(d.n)});
+  if (d.k == 0 || g.batch == 0) {
+    tessera::storage<T, cuda_device>::fill(c, T(0));
+    return c;
+  }
+  detail::gemm_strided_batched(trans_a, trans_b, d.m, d.n, d.k, T(1), a.data(), std::max(1, trans_a ? d.m : d.k),
+                               g.a_step, b.data(), std::max(1, trans_b ? d.k : d.n), g.b_step, T(0), c.data(),
+                               std::max(1, d.n), g.c_step, int(g.batch));
+  return c;
+}
+
+/// dL/dA of C = batch_matmul(a, b) given dc (batch, m, n), shaped like a; a 2-D (shared)
+/// a gets the sum over the batch (kernels/cpu/matmul.hpp's batch_matmul_grad_a).
+template <class T>
+device_array<T> batch_matmul_grad_a(const device_array<T>& dc, const device_array<T>& a, const device_array<T>& b,
+                                    bool trans_a = false, bool trans_b = false) {
+  const auto g = detail::batch_dims("batch_matmul_grad_a", a, trans_a, b, trans_b);
+  detail::require_dc("batch_matmul_grad_a", dc, g);
+  const auto& d = g.d;
+  device_array<T> da(a.shape());
+  if (d.n == 0 || g.batch == 0) {
+    tessera::storage<T, cuda_device>::fill(da, T(0));
+    return da;
+  }
+  const int ldc = std::max(1, d.n), ldb = std::max(1, trans_b ? d.k : d.n);
+  // Entry i (kernels/cpu/matmul.hpp's grad_a_gemm):
+  //   trans_a false: dA_i (m x k) = dC_i op(B_i)^T;  trans_a true: dA_i (k x m) = op(B_i) dC_i^T.
+  auto entries = [&](const T* dc0, const T* b0, T beta, T* da0, long long sa, int count) {
+    if (!trans_a)
+      detail::gemm_strided_batched(false, !trans_b, d.m, d.k, d.n, T(1), dc0, ldc, g.c_step, b0, ldb, g.b_step, beta,
+                                   da0, std::max(1, d.k), sa, count);
+    else
+      detail::gemm_strided_batched(trans_b, true, d.k, d.m, d.n, T(1), b0, ldb, g.b_step, dc0, ldc, g.c_step, beta,
+                                   da0, std::max(1, d.m), sa, count);
+  };
+  if (g.a_batched) {
+    entries(dc.data(), b.data(), T(0), da.data(), g.a_step, int(g.batch));
+  } else {
+    // A shared a accumulates: the first entry overwrites, the others add.
+    for (std::size_t i = 0; i < g.batch; ++i)
+      entries(dc.data() + (long long)i * g.c_step, b.data() + (long long)i * g.b_step, i == 0 ? T(0) : T(1),
+              da.data(), 0, 1);
+  }
+  return da;
+}
+
+/// dL/dB of C = batch_matmul(a, b) given dc (batch, m, n), shaped like b; a 2-D (shared)
+/// b gets the sum over the batch, in one gemm when the batch folds into m
+/// (kernels/cpu/matmul.hpp's batch_matmul_grad_b).
+template <class T>
+device_array<T> batch_matmul_grad_b(const device_array<T>& dc, const device_array<T>& a, const device_array<T>& b,
+                                    bool trans_a = false, bool trans_b = false) {
+  const auto g = detail::batch_dims("batch_matmul_grad_b", a, trans_a, b, trans_b);
+  detail::require_dc("batch_matmul_grad_b", dc, g);
+  const auto& d = g.d;
+  device_array<T> db(b.shape());
+  if (d.m == 0 || g.batch == 0) {
+    tessera::storage<T, cuda_device>::fill(db, T(0));
+    return db;
+  }
+  const int ldc = std::max(1, d.n), lda = std::max(1, trans_a ? d.m : d.k);
+  if (g.folds(trans_a)) {
+    // (batch*m, k)^T (batch*m, n): the sum over the batch in one gemm.
+    const std::size_t rows = g.batch * std::size_t(d.m);
+    if (rows > std::size_t(INT_MAX))
+      throw error("batch_matmul_grad_b: a matrix dim exceeds the cuBLAS int range: " + std::to_string(rows));
+    const int mm = int(rows);
+    if (!trans_b)
+      detail::gemm(true, false, d.k, d.n, mm, T(1), a.data(), lda, dc.data(), ldc, T(0), db.data(), std::max(1, d.n));
+    else
+      detail::gemm(true, false, d.n, d.k, mm, T(1), dc.data(), ldc, a.data(), lda, T(0), db.data(), std::max(1, d.k));
+    return db;
+  }
+  // Entry i (kernels/cpu/matmul.hpp's grad_b_gemm):
+  //   trans_b false: dB_i (k x n) = op(A_i)^T dC_i;  trans_b true: dB_i (n x k) = dC_i^T op(A_i).
+  auto entries = [&](const T* a0, const T* dc0, T beta, T* db0, long long sb, int count) {
+    if (!trans_b)
+      detail::gemm_strided_batched(!trans_a, false, d.k, d.n, d.m, T(1), a0, lda, g.a_step, dc0, ldc, g.c_step, beta,
+                                   db0, std::max(1, d.n), sb, count);
+    else
+      detail::gemm_strided_batched(true, trans_a, d.n, d.k, d.m, T(1), dc0, ldc, g.c_step, a0, lda, g.a_step, beta,
+                                   db0, std::max(1, d.k), sb, count);
+  };
+  if (g.b_batched) {
+    entries(a.data(), dc.data(), T(0), db.data(), g.b_step, int(g.batch));
+  } else {
+    for (std::size_t i = 0; i < g.batch; ++i)
+      entries(a.data() + (long long)i * g.a_step, dc.data() + (long long)i * g.c_step, i == 0 ? T(0) : T(1),
+              db.data(), 0, 1);
+  }
+  return db;
+}
+
 }  // namespace tessera::kernels::cuda
 // ---- tessera/kernels/cuda/optim.cuh ----
 // Fused optimizer updates on device arrays: one pass over a parameter shard, its
-// gradient and its state, the GPU twins of backend<cpu_device>'s updates. nvcc only.
+// gradient and its state, the GPU twins of backend<cpu_device>'s updates (momentum) and
+// of kernels/cpu/optim.hpp's (SGD with or without momentum, Adam and AdamW), with the
+// same per-element arithmetic; the step's scalars (Adam's bias corrections) are
+// computed on the host as there. nvcc only.
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -1626,6 +1802,49 @@ __global__ void momentum_kernel(T* p, T* a, const T* g, std::int64_t n, T lr, T 
     a[i] = v;
     p[i] -= lr * v;
   }
+}
+
+__device__ inline float sqrt_of(float v) { return sqrtf(v); }
+__device__ inline double sqrt_of(double v) { return ::sqrt(v); }
+
+template <class T>
+__global__ void sgd_kernel(T* p, const T* g, std::int64_t n, T lr, T wd, bool decay) {
+  TESSERA_GRID_STRIDE(i, n) {
+    if (decay) p[i] -= lr * (g[i] + wd * p[i]);
+    else p[i] -= lr * g[i];
+  }
+}
+
+template <class T>
+__global__ void sgd_momentum_kernel(T* p, const T* g, T* buf, std::int64_t n, T lr, T mu, T keep, T take, T wd,
+                                    bool nesterov) {
+  TESSERA_GRID_STRIDE(i, n) {
+    const T d = g[i] + wd * p[i];
+    const T b = keep * buf[i] + take * d;
+    buf[i] = b;
+    p[i] -= lr * (nesterov ? d + mu * b : b);
+  }
+}
+
+template <class T>
+__global__ void adam_kernel(T* p, const T* g, T* m, T* v, std::int64_t n, T beta1, T beta2, T eps, T step, T inv_bc2,
+                            T shrink, T l2) {
+  TESSERA_GRID_STRIDE(i, n) {
+    const T x = p[i] * shrink;
+    const T d = g[i] + l2 * x;
+    const T mi = beta1 * m[i] + (T(1) - beta1) * d;
+    const T vi = beta2 * v[i] + (T(1) - beta2) * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = x - step * mi / (sqrt_of(vi) * inv_bc2 + eps);
+  }
+}
+
+template <class T>
+void require_size(const char* fn, const char* name, const device_array<T>& a, std::size_t want) {
+  if (a.size() != want)
+    throw error(std::string(fn) + ": " + name + " has " + std::to_string(a.size()) + " elements, the parameter " +
+                std::to_string(want));
 }
 
 }  // namespace detail
@@ -1644,12 +1863,715 @@ void momentum_update(device_array<T>& param, device_array<T>& accum, const devic
   tessera::cuda::check_launch("momentum_update");
 }
 
+/// p -= lr * (g + weight_decay * p), in place (kernels/cpu/optim.hpp's sgd_update).
+template <class T>
+void sgd_update(device_array<T>& param, const device_array<T>& grad, T lr, T weight_decay = T(0)) {
+  detail::require_size("sgd_update", "the gradient", grad, param.size());
+  const std::int64_t n = std::int64_t(param.size());
+  if (n == 0) return;
+  detail::sgd_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      param.data(), grad.data(), n, lr, weight_decay, weight_decay != T(0));
+  tessera::cuda::check_launch("sgd_update");
+}
+
+/// SGD with momentum, in place (kernels/cpu/optim.hpp's sgd_momentum_update):
+///   d = g + weight_decay * p;  buf = first_step ? d : momentum * buf + (1 - dampening) * d
+///   p -= lr * (nesterov ? d + momentum * buf : buf)
+template <class T>
+void sgd_momentum_update(device_array<T>& param, const device_array<T>& grad, device_array<T>& buf, T lr, T momentum,
+                         T dampening, T weight_decay, bool nesterov, bool first_step) {
+  detail::require_size("sgd_momentum_update", "the gradient", grad, param.size());
+  detail::require_size("sgd_momentum_update", "the momentum buffer", buf, param.size());
+  const std::int64_t n = std::int64_t(param.size());
+  if (n == 0) return;
+  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
+  detail::sgd_momentum_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0,
+                                tessera::cuda::stream()>>>(param.data(), grad.data(), buf.data(), n, lr, momentum,
+                                                           keep, take, weight_decay, nesterov);
+  tessera::cuda::check_launch("sgd_momentum_update");
+}
+
+/// Adam, or AdamW with `decoupled`, at step t >= 1, in place (kernels/cpu/optim.hpp's
+/// adam_update; the bias corrections computed on the host in double, as there).
+template <class T>
+void adam_update(device_array<T>& param, const device_array<T>& grad, device_array<T>& m, device_array<T>& v, T lr,
+                 T beta1, T beta2, T eps, T weight_decay, bool decoupled, std::int64_t t) {
+  detail::require_size("adam_update", "the gradient", grad, param.size());
+  detail::require_size("adam_update", "the first moment", m, param.size());
+  detail::require_size("adam_update", "the second moment", v, param.size());
+  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
+  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
+  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+  const T step = lr / bc1;
+  const T inv_bc2 = T(1) / bc2_sqrt;
+  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
+  const T l2 = decoupled ? T(0) : weight_decay;
+  const std::int64_t n = std::int64_t(param.size());
+  if (n == 0) return;
+  detail::adam_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      param.data(), grad.data(), m.data(), v.data(), n, beta1, beta2, eps, step, inv_bc2, shrink, l2);
+  tessera::cuda::check_launch("adam_update");
+}
+
+}  // namespace tessera::kernels::cuda
+// ---- tessera/kernels/cuda/shape.cuh ----
+// Data-movement kernels on device arrays, the GPU twins of kernels/cpu/shape.hpp:
+// transpose and strided_slice as strided gathers, strided_slice_grad as a strided
+// scatter into zeros, concat and split as copies of row blocks. The same shape rules
+// and error texts as the CPU kernels (their planning functions are shared). nvcc only.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::kernels::cuda {
+
+namespace detail {
+
+struct copy_f {
+  template <class T> __device__ T operator()(T v) const { return v; }
+};
+
+// out[m(i)] = in[i] for the n elements of a box (m's offsets distinct: no races).
+template <class T>
+__global__ void scatter_strided_kernel(T* out, const T* in, std::int64_t n, tessera::cuda::strided_map<1> m) {
+  TESSERA_GRID_STRIDE(i, n) {
+    std::int64_t off[1];
+    m.offsets(i, off);
+    out[off[0]] = in[i];
+  }
+}
+
+// For o < outer and c < chunk: dst[o * dst_row + dst_at + c] = src[o * src_row + src_at + c].
+template <class T>
+__global__ void copy_rows_kernel(T* dst, std::int64_t dst_row, std::int64_t dst_at, const T* src,
+                                 std::int64_t src_row, std::int64_t src_at, std::int64_t outer, std::int64_t chunk) {
+  TESSERA_GRID_STRIDE(k, outer * chunk) {
+    const std::int64_t o = k / chunk, c = k % chunk;
+    dst[o * dst_row + dst_at + c] = src[o * src_row + src_at + c];
+  }
+}
+
+template <class T>
+void copy_rows(const char* fn, T* dst, std::int64_t dst_row, std::int64_t dst_at, const T* src, std::int64_t src_row,
+               std::int64_t src_at, std::int64_t outer, std::int64_t chunk) {
+  if (outer <= 0 || chunk <= 0) return;
+  copy_rows_kernel<<<tessera::cuda::grid_for(outer * chunk), tessera::cuda::block_threads, 0,
+                     tessera::cuda::stream()>>>(dst, dst_row, dst_at, src, src_row, src_at, outer, chunk);
+  tessera::cuda::check_launch(fn);
+}
+
+template <class S>
+shape_vec to_vec(const S& s) {
+  return shape_vec(s.begin(), s.end());
+}
+
+// The strided maps index at most max_tensor_ndim dims.
+inline void require_rank(const char* fn, std::size_t ndim) {
+  if (ndim > std::size_t(max_tensor_ndim))
+    throw error(std::string(fn) + ": rank " + std::to_string(ndim) + " exceeds the " +
+                std::to_string(max_tensor_ndim) + " dims the GPU kernels index");
+}
+
+// y (contiguous, `shape`) [i] = x[base + sum_d idx_d * st_d].
+template <class T>
+device_array<T> gather_strided(const char* fn, const device_array<T>& x, const shape_vec& shape, std::int64_t base,
+                               const cd::stride_type& st) {
+  require_rank(fn, shape.size());
+  device_array<T> y(shape);
+  tessera::cuda::strided_map<1> m = make_map<1>(shape, {st});
+  m.base[0] = base;
+  map_strided(fn, y.data(), shape, m, copy_f{}, x.data());
+  return y;
+}
+
+}  // namespace detail
+
+/// y = x permuted by perm (kernels/cpu/shape.hpp's transpose on the GPU).
+template <class T>
+device_array<T> transpose(const device_array<T>& x, const std::vector<int>& perm) {
+  const auto p = detail::cd::check_perm("transpose", perm, x.shape());
+  const detail::cd::stride_type own = detail::cd::row_major_strides(x.shape());
+  detail::shape_vec shape(p.size());
+  detail::cd::stride_type st(p.size());
+  for (std::size_t d = 0; d < p.size(); ++d) {
+    shape[d] = x.shape()[p[d]];
+    st[d] = own[p[d]];
+  }
+  return detail::gather_strided("transpose", x, shape, 0, st);
+}
+
+/// The gradient of y = transpose(x, perm): dy transposed by the inverse permutation.
+template <class T>
+device_array<T> transpose_grad(const device_array<T>& dy, const std::vector<int>& perm) {
+  const auto p = detail::cd::check_perm("transpose_grad", perm, dy.shape());
+  std::vector<int> inverse(p.size());
+  for (std::size_t d = 0; d < p.size(); ++d) inverse[p[d]] = int(d);
+  return transpose(dy, inverse);
+}
+
+/// x[begin:end:strides] with Python slice semantics (kernels/cpu/shape.hpp's
+/// strided_slice on the GPU).
+template <class T>
+device_array<T> strided_slice(const device_array<T>& x, const std::vector<index_t>& begin,
+                              const std::vector<index_t>& end, const std::vector<index_t>& strides = {}) {
+  const auto dims = detail::cd::plan_slice("strided_slice", x.shape(), begin, end, strides);
+  const auto shape = detail::to_vec(detail::cd::slice_shape(dims));
+  const auto [base, st] = detail::cd::slice_walk(x.shape(), dims);
+  return detail::gather_strided("strided_slice", x, shape, base, st);
+}
+
+/// The gradient of y = strided_slice(x, ...) for x of shape `input_shape`: dy scattered
+/// into zeros at the sliced positions.
+template <class T>
+device_array<T> strided_slice_grad(const device_array<T>& dy, const std::vector<std::size_t>& input_shape,
+                                   const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                   const std::vector<index_t>& strides = {}) {
+  const auto dims = detail::cd::plan_slice("strided_slice_grad", input_shape, begin, end, strides);
+  const auto shape = detail::to_vec(detail::cd::slice_shape(dims));
+  if (!detail::cd::same_shape(dy.shape(), shape))
+    throw error("strided_slice_grad: dy is " + detail::cd::shape_text(dy.shape()) + ", expected " +
+                detail::cd::shape_text(shape) + ", the slice's shape for input " +
+                detail::cd::shape_text(input_shape));
+  detail::require_rank("strided_slice_grad", shape.size());
+  const auto [base, st] = detail::cd::slice_walk(input_shape, dims);
+  device_array<T> dx(input_shape);
+  tessera::storage<T, cuda_device>::fill(dx, T(0));
+  const std::int64_t n = detail::count_of(shape);
+  if (n > 0) {
+    tessera::cuda::strided_map<1> m = detail::make_map<1>(shape, {st});
+    m.base[0] = base;
+    detail::scatter_strided_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0,
+                                     tessera::cuda::stream()>>>(dx.data(), dy.data(), n, m);
+    tessera::cuda::check_launch("strided_slice_grad");
+  }
+  return dx;
+}
+
+/// The inputs joined along `axis`; every other dim must agree (kernels/cpu/shape.hpp's
+/// concat on the GPU).
+template <class T>
+device_array<T> concat(const std::vector<const device_array<T>*>& in, int axis = 0) {
+  if (in.empty()) throw error("concat: needs at least one input");
+  const device_array<T>& first = *in[0];
+  const std::size_t ax = detail::cd::normalize_axis(axis, first.dimension(), "concat");
+  detail::shape_vec shape = first.shape();
+  shape[ax] = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const auto& s = in[i]->shape();
+    bool agree = s.size() == first.dimension();
+    for (std::size_t d = 0; agree && d < s.size(); ++d) agree = d == ax || s[d] == first.shape()[d];
+    if (!agree)
+      throw error("concat: input " + std::to_string(i) + " is " + detail::cd::shape_text(s) + ", input 0 is " +
+                  detail::cd::shape_text(first.shape()) + ": the dims other than axis " + std::to_string(ax) +
+                  " must agree");
+    shape[ax] += s[ax];
+  }
+  device_array<T> out(shape);
+  const auto [outer, inner] = detail::cd::outer_inner(shape, ax);
+  const std::int64_t row = std::int64_t(shape[ax] * inner);  // output elements per outer index
+  std::int64_t at = 0;                                        // offset of input i's block in a row
+  for (const device_array<T>* x : in) {
+    const std::int64_t chunk = std::int64_t(x->shape()[ax] * inner);
+    detail::copy_rows("concat", out.data(), row, at, x->data(), chunk, 0, std::int64_t(outer), chunk);
+    at += chunk;
+  }
+  return out;
+}
+
+/// x cut along `axis` into pieces of the given extents (kernels/cpu/shape.hpp's split on
+/// the GPU).
+template <class T>
+std::vector<device_array<T>> split(const device_array<T>& x, const std::vector<std::size_t>& sizes, int axis = 0) {
+  const std::size_t ax = detail::cd::normalize_axis(axis, x.dimension(), "split");
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  if (total != x.shape()[ax])
+    throw error("split: sizes " + detail::cd::list_text(sizes) + " add up to " + std::to_string(total) + ", x " +
+                detail::cd::shape_text(x.shape()) + " has extent " + std::to_string(x.shape()[ax]) + " at axis " +
+                std::to_string(ax));
+  const auto [outer, inner] = detail::cd::outer_inner(x.shape(), ax);
+  const std::int64_t row = std::int64_t(x.shape()[ax] * inner);
+  std::vector<device_array<T>> out;
+  out.reserve(sizes.size());
+  std::int64_t at = 0;
+  for (std::size_t s : sizes) {
+    detail::shape_vec shape = x.shape();
+    shape[ax] = s;
+    device_array<T> piece(shape);
+    const std::int64_t chunk = std::int64_t(s * inner);
+    detail::copy_rows("split", piece.data(), chunk, 0, x.data(), row, at, std::int64_t(outer), chunk);
+    at += chunk;
+    out.push_back(std::move(piece));
+  }
+  return out;
+}
+
+}  // namespace tessera::kernels::cuda
+// ---- tessera/kernels/cuda/sharded.cuh ----
+// The local pieces of the operators that combine values across ranks, on device arrays:
+// the GPU twins of kernels/cpu/sharded.hpp (softmax and log-softmax along an axis and
+// their backward, sparse softmax cross entropy, argmax, one-hot on a piece of the
+// depth, type conversion), with the same arithmetic per element. A row kernel gives one
+// thread to each vector along the axis (consecutive threads read consecutive elements
+// when the axis is not the last); when the axis is the last dim (contiguous rows), the
+// row maxima and sums take a warp per row (sums then differ from the host's sequential
+// ones by rounding; maxima are exact). Element kernels take one thread per element.
+// Labels and floating-point indices are checked on the host (a copy of the small index
+// array), so the errors are the CPU kernels' own. nvcc only.
+
+#include <cuda_runtime.h>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::kernels::cuda {
+
+namespace detail {
+
+/// (outer, n, inner) around an axis, as kernels/cpu/softmax.hpp's view_around.
+struct axis_geom {
+  std::int64_t outer = 1, n = 1, inner = 1;
+  std::int64_t rows() const { return outer * inner; }
+  std::int64_t size() const { return outer * n * inner; }
+};
+
+inline axis_geom geom_around(const char* fn, const shape_vec& shape, int axis) {
+  const cd::axis_view v = cd::view_around(fn, shape, axis);
+  return {std::int64_t(v.outer), std::int64_t(v.n), std::int64_t(v.inner)};
+}
+
+template <class A>
+void require_rows(const char* fn, const char* name, const A& a, std::int64_t rows) {
+  if (std::int64_t(a.size()) != rows)
+    throw error(std::string(fn) + ": " + name + " has " + std::to_string(a.size()) + " elements, expected " +
+                std::to_string(rows) + " (one per vector along the axis)");
+}
+
+// The first element of row `row` (= o * inner + i) in an (outer, n, inner) array.
+__device__ inline std::int64_t row_base(std::int64_t row, std::int64_t n, std::int64_t inner) {
+  return (row / inner) * n * inner + row % inner;
+}
+// The row of element k.
+__device__ inline std::int64_t row_of(std::int64_t k, std::int64_t n, std::int64_t inner) {
+  return (k / (n * inner)) * inner + k % inner;
+}
+
+template <class T>
+__global__ void axis_max_kernel(const T* x, T* max, std::int64_t rows, std::int64_t n, std::int64_t inner, T init) {
+  TESSERA_GRID_STRIDE(row, rows) {
+    const std::int64_t b = row_base(row, n, inner);
+    T m = init;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const T v = x[b + j * inner];
+      m = m < v ? v : m;  // std::max(m, v)
+    }
+    max[row] = m;
+  }
+}
+
+template <class T>
+__global__ void axis_sum_kernel(const T* x, const T* max, T* sum, std::int64_t rows, std::int64_t n,
+                                std::int64_t inner) {
+  TESSERA_GRID_STRIDE(row, rows) {
+    const std::int64_t b = row_base(row, n, inner);
+    const T m = max[row];
+    T s = T(0);
+    for (std::int64_t j = 0; j < n; ++j) s += exp_of(x[b + j * inner] - m);
+    sum[row] = s;
+  }
+}
+
+template <class T>
+__global__ void axis_out_kernel(const T* x, const T* max, const T* sum, T* y, std::int64_t size, std::int64_t n,
+                                std::int64_t inner, bool log) {
+  TESSERA_GRID_STRIDE(k, size) {
+    const std::int64_t row = row_of(k, n, inner);
+    if (log) {
+      const T lse = max[row] + log_of(sum[row]);
+      y[k] = x[k] - lse;
+    } else {
+      const T inv = T(1) / sum[row];
+      y[k] = exp_of(x[k] - max[row]) * inv;
+    }
+  }
+}
+
+template <class T>
+__global__ void axis_grad_sum_kernel(const T* g, const T* y, T* acc, std::int64_t rows, std::int64_t n,
+                                     std::int64_t inner, bool log) {
+  TESSERA_GRID_STRIDE(row, rows) {
+    const std::int64_t b = row_base(row, n, inner);
+    T a = T(0);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t at = b + j * inner;
+      a += log ? g[at] : g[at] * y[at];
+    }
+    acc[row] = a;
+  }
+}
+
+template <class T>
+__global__ void axis_grad_kernel(const T* g, const T* y, const T* acc, T* dx, std::int64_t size, std::int64_t n,
+                                 std::int64_t inner, bool log) {
+  TESSERA_GRID_STRIDE(k, size) {
+    const T a = acc[row_of(k, n, inner)];
+    dx[k] = log ? g[k] - exp_of(y[k]) * a : y[k] * (g[k] - a);
+  }
+}
+
+template <class T>
+__global__ void sparse_ce_loss_kernel(const T* max, const T* terms, T* loss, std::int64_t rows) {
+  TESSERA_GRID_STRIDE(i, rows) { loss[i] = max[i] + log_of(terms[i]) - terms[rows + i]; }
+}
+
+template <class T>
+__global__ void sparse_ce_grad_kernel(const T* g, const T* x, const std::int64_t* column, const T* max, const T* terms,
+                                      T* dx, std::int64_t rows, std::int64_t cols) {
+  TESSERA_GRID_STRIDE(k, rows * cols) {
+    const std::int64_t i = k / cols, j = k % cols;
+    const T inv = T(1) / terms[i];
+    const T hot = j == column[i] ? T(1) : T(0);
+    dx[k] = g[i] * (exp_of(x[k] - max[i]) * inv - hot);
+  }
+}
+
+template <class T>
+__global__ void argmax_kernel(const T* x, T* best, std::int64_t* index, std::int64_t rows, std::int64_t n,
+                              std::int64_t inner, std::int64_t first, T lowest) {
+  TESSERA_GRID_STRIDE(row, rows) {
+    const std::int64_t b = row_base(row, n, inner);
+    T m = lowest;
+    std::int64_t at = -1;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const T e = x[b + j * inner];
+      if (at < 0 || e > m) {
+        m = e;
+        at = first + j;
+      }
+    }
+    best[row] = m;
+    index[row] = at;
+  }
+}
+
+template <class T>
+__global__ void argmax_resolve_kernel(std::int64_t* index, const T* best, const T* top, std::int64_t n) {
+  TESSERA_GRID_STRIDE(o, n) {
+    if (!(best[o] == top[o])) index[o] = INT64_MAX;
+  }
+}
+
+template <class T, class I>
+__global__ void one_hot_kernel(const I* idx, T* out, std::int64_t count, std::int64_t depth, std::int64_t first,
+                               std::int64_t local_depth, T on, T off) {
+  TESSERA_GRID_STRIDE(k, count * local_depth) {
+    const std::int64_t r = k / local_depth, c = k % local_depth;
+    const auto v = std::int64_t(idx[r]);
+    // Outside [0, depth) stays outside after the shift: a row of `off`.
+    const std::int64_t shifted = v >= 0 && v < depth ? v - first : std::int64_t(-1);
+    out[k] = shifted == c ? on : off;
+  }
+}
+
+template <class To, class From>
+__global__ void convert_kernel(const From* x, To* y, std::int64_t n) {
+  TESSERA_GRID_STRIDE(i, n) { y[i] = To(x[i]); }
+}
+
+// ---- one warp per contiguous row (the axis is the last dim: inner == 1) ----
+
+template <class T>
+struct max_comb {
+  __device__ T operator()(T a, T b) const { return a < b ? b : a; }  // std::max(a, b)
+};
+template <class T>
+struct sum_comb {
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+// x[row n + j]
+template <class T>
+struct plain_load {
+  const T* x;
+  std::int64_t n;
+  __device__ T operator()(std::int64_t row, std::int64_t j) const { return x[row * n + j]; }
+};
+// exp(x[row n + j] - max[row])
+template <class T>
+struct exp_load {
+  const T* x;
+  const T* max;
+  std::int64_t n;
+  __device__ T operator()(std::int64_t row, std::int64_t j) const { return exp_of(x[row * n + j] - max[row]); }
+};
+// dy (log-softmax) or dy * y (softmax) at [row n + j]
+template <class T>
+struct grad_load {
+  const T* g;
+  const T* y;
+  std::int64_t n;
+  bool log;
+  __device__ T operator()(std::int64_t row, std::int64_t j) const {
+    const std::int64_t k = row * n + j;
+    return log ? g[k] : g[k] * y[k];
+  }
+};
+
+// out[row] = comb over j < n of load(row, j), from init: each lane combines every 32nd
+// element, then the warp combines the lanes. A whole warp takes one row at a time, so
+// the full-mask shuffles see every lane.
+template <class T, class Load, class Comb>
+__global__ void warp_rows_kernel(T* out, std::int64_t rows, std::int64_t n, Load load, Comb comb, T init) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    T acc = init;
+    for (std::int64_t j = lane; j < n; j += 32) acc = comb(acc, load(row, j));
+    for (int o = 16; o > 0; o /= 2) acc = comb(acc, __shfl_down_sync(0xffffffffu, acc, o));
+    if (lane == 0) out[row] = acc;
+  }
+}
+
+template <class T, class Load, class Comb>
+void warp_rows(const char* name, T* out, std::int64_t rows, std::int64_t n, Load load, Comb comb, T init) {
+  if (rows <= 0) return;
+  constexpr int warps_per_block = tessera::cuda::block_threads / 32;
+  const std::int64_t blocks = (rows + warps_per_block - 1) / warps_per_block;
+  warp_rows_kernel<<<unsigned(blocks < 65535 ? blocks : 65535), tessera::cuda::block_threads, 0,
+                     tessera::cuda::stream()>>>(out, rows, n, load, comb, init);
+  tessera::cuda::check_launch(name);
+}
+
+// The label's logit of each row (0 where another rank holds it).
+template <class T>
+__global__ void sparse_ce_picked_kernel(const T* x, const std::int64_t* column, T* picked, std::int64_t rows,
+                                        std::int64_t cols) {
+  TESSERA_GRID_STRIDE(i, rows) {
+    const std::int64_t c = column[i];
+    picked[i] = c >= 0 && c < cols ? x[i * cols + c] : T(0);
+  }
+}
+
+/// kernel<<<...>>>(args...) over n items (grid-stride) on tessera's stream, launch
+/// checked; nothing for n <= 0.
+template <class... P, class... A>
+void launch_over(const char* name, std::int64_t n, void (*kernel)(P...), A... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "launch_over: one argument per kernel parameter");
+  if (n <= 0) return;
+  kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(P(args)...);
+  tessera::cuda::check_launch(name);
+}
+
+}  // namespace detail
+
+// ---- softmax along an axis ----------------------------------------------------------
+
+/// The max of every vector along `axis` (-inf for an empty one): (rows,).
+template <class T>
+device_array<T> softmax_axis_max(const device_array<T>& x, int axis) {
+  const detail::axis_geom v = detail::geom_around("softmax", x.shape(), axis);
+  device_array<T> max(std::vector<std::size_t>{std::size_t(v.rows())});
+  if (v.inner == 1)  // contiguous rows: a warp each
+    detail::warp_rows("softmax_axis_max", max.data(), v.rows(), v.n, detail::plain_load<T>{x.data(), v.n},
+                      detail::max_comb<T>{}, -std::numeric_limits<T>::infinity());
+  else
+    detail::launch_over("softmax_axis_max", v.rows(), detail::axis_max_kernel<T>, x.data(), max.data(), v.rows(), v.n,
+                        v.inner, -std::numeric_limits<T>::infinity());
+  return max;
+}
+
+/// sum exp(x - max[row]) of every vector along `axis`: (rows,).
+template <class T>
+device_array<T> softmax_axis_sum(const device_array<T>& x, int axis, const device_array<T>& max) {
+  const detail::axis_geom v = detail::geom_around("softmax", x.shape(), axis);
+  detail::require_rows("softmax_axis_sum", "max", max, v.rows());
+  device_array<T> sum(std::vector<std::size_t>{std::size_t(v.rows())});
+  if (v.inner == 1)
+    detail::warp_rows("softmax_axis_sum", sum.data(), v.rows(), v.n, detail::exp_load<T>{x.data(), max.data(), v.n},
+                      detail::sum_comb<T>{}, T(0));
+  else
+    detail::launch_over("softmax_axis_sum", v.rows(), detail::axis_sum_kernel<T>, x.data(), max.data(), sum.data(),
+                        v.rows(), v.n, v.inner);
+  return sum;
+}
+
+/// softmax (or, with `log`, log-softmax) from the row max and sum: x's shape.
+template <class T>
+device_array<T> softmax_axis_out(const device_array<T>& x, int axis, const device_array<T>& max,
+                                 const device_array<T>& sum, bool log) {
+  const detail::axis_geom v = detail::geom_around("softmax", x.shape(), axis);
+  detail::require_rows("softmax_axis_out", "max", max, v.rows());
+  detail::require_rows("softmax_axis_out", "sum", sum, v.rows());
+  device_array<T> y(x.shape());
+  detail::launch_over("softmax_axis_out", v.size(), detail::axis_out_kernel<T>, x.data(), max.data(), sum.data(),
+                      y.data(), v.size(), v.n, v.inner, log);
+  return y;
+}
+
+/// The backward's row sum: sum(dy * y) (softmax) or sum(dy) (log-softmax): (rows,).
+template <class T>
+device_array<T> softmax_axis_grad_sum(const device_array<T>& dy, const device_array<T>& y, int axis, bool log) {
+  const detail::axis_geom v = detail::geom_around("softmax_backward", y.shape(), axis);
+  if (dy.shape() != y.shape())
+    throw error("softmax_axis_grad_sum: dy is " + detail::cd::shape_text(dy.shape()) + ", y is " +
+                detail::cd::shape_text(y.shape()));
+  device_array<T> acc(std::vector<std::size_t>{std::size_t(v.rows())});
+  if (v.inner == 1)
+    detail::warp_rows("softmax_axis_grad_sum", acc.data(), v.rows(), v.n,
+                      detail::grad_load<T>{dy.data(), y.data(), v.n, log}, detail::sum_comb<T>{}, T(0));
+  else
+    detail::launch_over("softmax_axis_grad_sum", v.rows(), detail::axis_grad_sum_kernel<T>, dy.data(), y.data(),
+                        acc.data(), v.rows(), v.n, v.inner, log);
+  return acc;
+}
+
+/// dx = y (dy - acc) (softmax) or dy - exp(y) acc (log-softmax): y's shape.
+template <class T>
+device_array<T> softmax_axis_grad(const device_array<T>& dy, const device_array<T>& y, int axis,
+                                  const device_array<T>& acc, bool log) {
+  const detail::axis_geom v = detail::geom_around("softmax_backward", y.shape(), axis);
+  if (dy.shape() != y.shape())
+    throw error("softmax_axis_grad: dy is " + detail::cd::shape_text(dy.shape()) + ", y is " +
+                detail::cd::shape_text(y.shape()));
+  detail::require_rows("softmax_axis_grad", "acc", acc, v.rows());
+  device_array<T> dx(y.shape());
+  detail::launch_over("softmax_axis_grad", v.size(), detail::axis_grad_kernel<T>, dy.data(), y.data(), acc.data(),
+                      dx.data(), v.size(), v.n, v.inner, log);
+  return dx;
+}
+
+// ---- sparse softmax cross entropy ---------------------------------------------------
+
+/// Each row's label as a local column (-1 where another rank holds it): the labels are
+/// copied to the host and checked there (kernels/cpu/sharded.hpp's errors): (rows,).
+template <class L>
+device_array<std::int64_t> sparse_ce_columns(const device_array<L>& labels, index_t classes, index_t first_row,
+                                             index_t first_col, std::size_t cols) {
+  const std::vector<L> host = labels.to_vector();
+  std::vector<std::int64_t> column(host.size());
+  detail::cd::sparse_ce_column_of(host.data(), host.size(), classes, first_row, first_col, cols, column.data());
+  return device_array<std::int64_t>::from_host(column.data(), column.size(),
+                                               std::vector<std::size_t>{column.size()});
+}
+
+/// (2, rows) for logits x (rows, cols): sum exp(x - max) per row, then the label's logit.
+template <class T>
+device_array<T> sparse_ce_terms(const device_array<T>& x, const device_array<std::int64_t>& column,
+                                const device_array<T>& max) {
+  if (x.dimension() != 2) throw error("sparse_ce_terms: x must be 2-D, x is " + detail::cd::shape_text(x.shape()));
+  const std::int64_t rows = std::int64_t(x.shape()[0]), cols = std::int64_t(x.shape()[1]);
+  detail::require_rows("sparse_ce_terms", "column", column, rows);
+  detail::require_rows("sparse_ce_terms", "max", max, rows);
+  device_array<T> terms(std::vector<std::size_t>{2, std::size_t(rows)});
+  // terms[0, rows): a warp per row sums exp(x - max); terms[rows, 2 rows): the picked logits.
+  detail::warp_rows("sparse_ce_terms", terms.data(), rows, cols, detail::exp_load<T>{x.data(), max.data(), cols},
+                    detail::sum_comb<T>{}, T(0));
+  detail::launch_over("sparse_ce_terms", rows, detail::sparse_ce_picked_kernel<T>, x.data(), column.data(),
+                      terms.data() + rows, rows, cols);
+  return terms;
+}
+
+/// The per-row loss max + log(sum) - picked: (rows,).
+template <class T>
+device_array<T> sparse_ce_loss(const device_array<T>& max, const device_array<T>& terms) {
+  const std::int64_t rows = std::int64_t(max.size());
+  detail::require_rows("sparse_ce_loss", "terms", terms, 2 * rows);
+  device_array<T> loss(std::vector<std::size_t>{std::size_t(rows)});
+  detail::launch_over("sparse_ce_loss", rows, detail::sparse_ce_loss_kernel<T>, max.data(), terms.data(), loss.data(),
+                      rows);
+  return loss;
+}
+
+/// dx = dloss (softmax(x) - [j == column]) on this rank's columns: x's shape.
+template <class T>
+device_array<T> sparse_ce_grad(const device_array<T>& dloss, const device_array<T>& x,
+                               const device_array<std::int64_t>& column, const device_array<T>& max,
+                               const device_array<T>& terms) {
+  if (x.dimension() != 2) throw error("sparse_ce_grad: x must be 2-D, x is " + detail::cd::shape_text(x.shape()));
+  const std::int64_t rows = std::int64_t(x.shape()[0]), cols = std::int64_t(x.shape()[1]);
+  detail::require_rows("sparse_ce_grad", "dloss", dloss, rows);
+  detail::require_rows("sparse_ce_grad", "column", column, rows);
+  detail::require_rows("sparse_ce_grad", "max", max, rows);
+  detail::require_rows("sparse_ce_grad", "terms", terms, 2 * rows);
+  device_array<T> dx(x.shape());
+  detail::launch_over("sparse_ce_grad", rows * cols, detail::sparse_ce_grad_kernel<T>, dloss.data(), x.data(),
+                      column.data(), max.data(), terms.data(), dx.data(), rows, cols);
+  return dx;
+}
+
+// ---- argmax ---------------------------------------------------------------------------
+
+/// The local maximum of every vector along `axis` and the index of its first occurrence,
+/// counted from `first`: ((rows,) values, (rows,) int64 indices).
+template <class T>
+std::pair<device_array<T>, device_array<std::int64_t>> argmax_local(const device_array<T>& x, int axis,
+                                                                    std::int64_t first) {
+  const detail::axis_geom v = detail::geom_around("argmax", x.shape(), axis);
+  const std::vector<std::size_t> shape{std::size_t(v.rows())};
+  device_array<T> best(shape);
+  device_array<std::int64_t> index(shape);
+  detail::launch_over("argmax_local", v.rows(), detail::argmax_kernel<T>, x.data(), best.data(), index.data(), v.rows(),
+                      v.n, v.inner, first, std::numeric_limits<T>::lowest());
+  return {std::move(best), std::move(index)};
+}
+
+/// In place: index = INT64_MAX where best is not the group's top.
+template <class T>
+void argmax_resolve(device_array<std::int64_t>& index, const device_array<T>& best, const device_array<T>& top) {
+  const std::int64_t n = std::int64_t(index.size());
+  detail::require_rows("argmax_resolve", "best", best, n);
+  detail::require_rows("argmax_resolve", "top", top, n);
+  detail::launch_over("argmax_resolve", n, detail::argmax_resolve_kernel<T>, index.data(), best.data(), top.data(), n);
+}
+
+// ---- one-hot, conversion --------------------------------------------------------------
+
+/// indices.shape + (local_depth,) for this rank's piece [first, first + local_depth) of
+/// a depth of `depth` (kernels/cpu/sharded.hpp's one_hot_piece). Floating-point
+/// indices are checked on the host first.
+template <class T, class I>
+device_array<T> one_hot(const device_array<I>& indices, index_t depth, index_t first, index_t local_depth, T on,
+                        T off) {
+  if constexpr (std::floating_point<I>) {
+    const std::vector<I> host = indices.to_vector();
+    detail::cd::require_integer_indices(host.data(), host.size());
+  }
+  if (local_depth < 0) throw error("one_hot: depth must not be negative: depth " + std::to_string(local_depth));
+  std::vector<std::size_t> shape = indices.shape();
+  shape.push_back(std::size_t(local_depth));
+  device_array<T> out(shape);
+  const std::int64_t count = std::int64_t(indices.size());
+  detail::launch_over("one_hot", count * local_depth, detail::one_hot_kernel<T, I>, indices.data(), out.data(), count,
+                      depth, first, local_depth, on, off);
+  return out;
+}
+
+/// x's elements converted to To (static_cast), same shape.
+template <class To, class From>
+device_array<To> convert(const device_array<From>& x) {
+  device_array<To> y(x.shape());
+  const std::int64_t n = std::int64_t(x.size());
+  detail::launch_over("convert", n, detail::convert_kernel<To, From>, x.data(), y.data(), n);
+  return y;
+}
+
 }  // namespace tessera::kernels::cuda
 // ---- tessera/kernels/cuda/backend.cuh ----
 // The GPU's kernels under backend<cuda_device>'s names (kernels/backend.hpp): thin
 // forwards to kernels/cuda/, which does the math on cuda::device_array shards on
 // tessera's stream. nvcc only.
 
+#include <cstddef>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace tessera::kernels {
@@ -1691,6 +2613,49 @@ struct backend<cuda_device> {
     return cuda::matmul_grad_b(dc, a, b, ta, tb);
   }
 
+  // ---- batched products ----
+  template <class T>
+  static array<T> batch_matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cuda::batch_matmul(a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cuda::batch_matmul_grad_a(dc, a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_b(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cuda::batch_matmul_grad_b(dc, a, b, ta, tb);
+  }
+
+  // ---- data movement ----
+  template <class T>
+  static array<T> transpose(const array<T>& x, const std::vector<int>& perm) {
+    return cuda::transpose(x, perm);
+  }
+  template <class T>
+  static array<T> transpose_grad(const array<T>& dy, const std::vector<int>& perm) {
+    return cuda::transpose_grad(dy, perm);
+  }
+  template <class T>
+  static array<T> strided_slice(const array<T>& x, const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                const std::vector<index_t>& strides) {
+    return cuda::strided_slice(x, begin, end, strides);
+  }
+  template <class T>
+  static array<T> strided_slice_grad(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                     const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                     const std::vector<index_t>& strides) {
+    return cuda::strided_slice_grad(dy, x_shape, begin, end, strides);
+  }
+  template <class T>
+  static array<T> concat(const std::vector<const array<T>*>& xs, int axis) {
+    return cuda::concat(xs, axis);
+  }
+  template <class T>
+  static std::vector<array<T>> split(const array<T>& x, const std::vector<std::size_t>& sizes, int axis) {
+    return cuda::split(x, sizes, axis);
+  }
+
   // ---- reductions ----
   template <class T>
   static array<T> reduce_sum(const array<T>& x, const std::vector<int>& axes, bool keep) {
@@ -1729,10 +2694,80 @@ struct backend<cuda_device> {
     return cuda::ce_grad(dloss, x, t, m, s);
   }
 
+  // ---- softmax along an axis, sparse cross entropy, argmax, one-hot (kernels/cuda/sharded.cuh) ----
+  template <class T>
+  static array<T> softmax_axis_max(const array<T>& x, int axis) {
+    return cuda::softmax_axis_max(x, axis);
+  }
+  template <class T>
+  static array<T> softmax_axis_sum(const array<T>& x, int axis, const array<T>& max) {
+    return cuda::softmax_axis_sum(x, axis, max);
+  }
+  template <class T>
+  static array<T> softmax_axis_out(const array<T>& x, int axis, const array<T>& max, const array<T>& sum, bool log) {
+    return cuda::softmax_axis_out(x, axis, max, sum, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad_sum(const array<T>& dy, const array<T>& y, int axis, bool log) {
+    return cuda::softmax_axis_grad_sum(dy, y, axis, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad(const array<T>& dy, const array<T>& y, int axis, const array<T>& acc, bool log) {
+    return cuda::softmax_axis_grad(dy, y, axis, acc, log);
+  }
+  template <class L>
+  static array<std::int64_t> sparse_ce_columns(const array<L>& labels, index_t classes, index_t first_row,
+                                               index_t first_col, std::size_t cols) {
+    return cuda::sparse_ce_columns(labels, classes, first_row, first_col, cols);
+  }
+  template <class T>
+  static array<T> sparse_ce_terms(const array<T>& x, const array<std::int64_t>& column, const array<T>& max) {
+    return cuda::sparse_ce_terms(x, column, max);
+  }
+  template <class T>
+  static array<T> sparse_ce_loss(const array<T>& max, const array<T>& terms) {
+    return cuda::sparse_ce_loss(max, terms);
+  }
+  template <class T>
+  static array<T> sparse_ce_grad(const array<T>& dloss, const array<T>& x, const array<std::int64_t>& column,
+                                 const array<T>& max, const array<T>& terms) {
+    return cuda::sparse_ce_grad(dloss, x, column, max, terms);
+  }
+  template <class T>
+  static std::pair<array<T>, array<std::int64_t>> argmax_local(const array<T>& x, int axis, std::int64_t first) {
+    return cuda::argmax_local(x, axis, first);
+  }
+  template <class T>
+  static void argmax_resolve(array<std::int64_t>& index, const array<T>& best, const array<T>& top) {
+    cuda::argmax_resolve(index, best, top);
+  }
+  template <class T, class I>
+  static array<T> one_hot(const array<I>& indices, index_t depth, index_t first, index_t local_depth, T on, T off) {
+    return cuda::one_hot<T>(indices, depth, first, local_depth, on, off);
+  }
+  template <class To, class From>
+  static array<To> convert(const array<From>& x) {
+    return cuda::convert<To>(x);
+  }
+
   // ---- optimizer updates ----
   template <class T>
   static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum) {
     cuda::momentum_update(param, accum, grad, lr, momentum);
+  }
+  template <class T>
+  static void sgd_update(array<T>& param, const array<T>& grad, T lr, T weight_decay) {
+    cuda::sgd_update(param, grad, lr, weight_decay);
+  }
+  template <class T>
+  static void sgd_momentum_update(array<T>& param, const array<T>& grad, array<T>& buf, T lr, T momentum,
+                                  T dampening, T weight_decay, bool nesterov, bool first_step) {
+    cuda::sgd_momentum_update(param, grad, buf, lr, momentum, dampening, weight_decay, nesterov, first_step);
+  }
+  template <class T>
+  static void adam_update(array<T>& param, const array<T>& grad, array<T>& m, array<T>& v, T lr, T beta1, T beta2,
+                          T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    cuda::adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t);
   }
 };
 

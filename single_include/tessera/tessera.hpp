@@ -12164,7 +12164,27 @@ namespace tessera::kernels {
 ///     reduce_max_tie_counts(x, y, axes, keep), reduce_max_spread(dy, x, y, ties, axes, keep)
 ///   cross entropy pieces (kernels/cpu/softmax.hpp): ce_row_max(x), ce_row_terms(x, t, m),
 ///     ce_loss(s), ce_grad(dloss, x, t, m, s)
-///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum)
+///   batched products: batch_matmul(a, b, ta, tb), batch_matmul_grad_a(dc, a, b, ta, tb),
+///     batch_matmul_grad_b(dc, a, b, ta, tb) (a 3-D batch with a 2-D operand shared)
+///   data movement: transpose(x, perm), transpose_grad(dy, perm),
+///     strided_slice(x, begin, end, strides), strided_slice_grad(dy, x_shape, begin, end,
+///     strides), concat(pointers to the inputs, axis), split(x, sizes, axis) (a vector)
+///   softmax along an axis (kernels/cpu/sharded.hpp; a row is one vector along the axis):
+///     softmax_axis_max(x, axis), softmax_axis_sum(x, axis, max),
+///     softmax_axis_out(x, axis, max, sum, log), softmax_axis_grad_sum(dy, y, axis, log),
+///     softmax_axis_grad(dy, y, axis, acc, log)
+///   sparse cross entropy pieces: sparse_ce_columns(labels, classes, first_row, first_col,
+///     cols) (int64; checks the labels), sparse_ce_terms(x, column, max),
+///     sparse_ce_loss(max, terms), sparse_ce_grad(dloss, x, column, max, terms)
+///   argmax pieces: argmax_local(x, axis, first) (a pair: values, int64 indices);
+///     argmax_resolve(index, best, top) in place
+///   one_hot<T>(indices, depth, first, local_depth, on, off) (this rank's piece of the
+///     depth); convert<To>(x) (element type conversion)
+///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum),
+///     sgd_update(param, grad, lr, weight_decay), sgd_momentum_update(param, grad, buf, lr,
+///     momentum, dampening, weight_decay, nesterov, first_step), adam_update(param, grad,
+///     m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t) (kernels/cpu/optim.hpp's
+///     formulas)
 ///
 /// The primary template is never defined: using a device whose kernels are not
 /// included is a compile error naming backend<D>.
@@ -12177,8 +12197,448 @@ struct backend;
 // forwards to kernels/cpu/, which does the math on xt::xarray shards.
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
+// ---- tessera/kernels/cpu/optim.hpp ----
+// The optimizers' updates as fused per-element kernels: one pass over a parameter's
+// shard, its gradient and its state (spans of equal length), no temporaries. Each
+// states its formula; the CUDA kernels mirror these signatures.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+[[noreturn, gnu::cold]] inline void optim_size_fail(const char* fn, const char* name, std::size_t n,
+                                                    std::size_t want) {
+  throw error(std::string(fn) + ": " + name + " has " + std::to_string(n) + " elements, the parameter " +
+              std::to_string(want));
+}
+template <class S>
+inline void optim_check(const char* fn, const char* name, const S& s, std::size_t want) {
+  if (s.size() != want) [[unlikely]]
+    optim_size_fail(fn, name, s.size(), want);
+}
+}  // namespace detail
+
+/// Plain gradient descent with L2 weight decay:
+///   p -= lr * (g + weight_decay * p)
+template <class T>
+void sgd_update(std::span<T> p, std::span<const T> g, T lr, T weight_decay = T(0)) {
+  detail::optim_check("sgd_update", "the gradient", g, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  if (weight_decay == T(0))
+    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * pg[i];
+  else
+    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * (pg[i] + weight_decay * pp[i]);
+}
+
+/// SGD with momentum, PyTorch's torch.optim.SGD (and MindSpore's nn.SGD):
+///   d = g + weight_decay * p
+///   buf = first_step ? d : momentum * buf + (1 - dampening) * d
+///   p -= lr * (nesterov ? d + momentum * buf : buf)
+template <class T>
+void sgd_momentum_update(std::span<T> p, std::span<const T> g, std::span<T> buf, T lr, T momentum,
+                         T dampening, T weight_decay, bool nesterov, bool first_step) {
+  detail::optim_check("sgd_momentum_update", "the gradient", g, p.size());
+  detail::optim_check("sgd_momentum_update", "the momentum buffer", buf, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pb = buf.data();
+  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
+  for (std::size_t i = 0; i < n; ++i) {
+    const T d = pg[i] + weight_decay * pp[i];
+    const T b = keep * pb[i] + take * d;
+    pb[i] = b;
+    pp[i] -= lr * (nesterov ? d + momentum * b : b);
+  }
+}
+
+/// MindSpore's nn.Momentum (ApplyMomentum):
+///   d = g + weight_decay * p
+///   accum = momentum * accum + d
+///   p -= lr * (nesterov ? d + momentum * accum : accum)
+/// (accum starts at zero, so the first step moves by lr * d, as PyTorch's SGD does.)
+template <class T>
+void momentum_update(std::span<T> p, std::span<const T> g, std::span<T> accum, T lr, T momentum,
+                     T weight_decay = T(0), bool nesterov = false) {
+  detail::optim_check("momentum_update", "the gradient", g, p.size());
+  detail::optim_check("momentum_update", "the accumulator", accum, p.size());
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pa = accum.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const T d = pg[i] + weight_decay * pp[i];
+    const T a = momentum * pa[i] + d;
+    pa[i] = a;
+    pp[i] -= lr * (nesterov ? d + momentum * a : a);
+  }
+}
+
+/// Adam (PyTorch's torch.optim.Adam) and, with `decoupled`, AdamW (torch.optim.AdamW),
+/// at step t = 1, 2, ...:
+///   Adam:  d = g + weight_decay * p          AdamW: p *= 1 - lr * weight_decay; d = g
+///   m = beta1 * m + (1 - beta1) * d
+///   v = beta2 * v + (1 - beta2) * d^2
+///   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+template <class T>
+void adam_update(std::span<T> p, std::span<const T> g, std::span<T> m, std::span<T> v, T lr, T beta1, T beta2,
+                 T eps, T weight_decay, bool decoupled, std::int64_t t) {
+  detail::optim_check("adam_update", "the gradient", g, p.size());
+  detail::optim_check("adam_update", "the first moment", m, p.size());
+  detail::optim_check("adam_update", "the second moment", v, p.size());
+  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
+  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
+  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+  const T step = lr / bc1;
+  const T inv_bc2 = T(1) / bc2_sqrt;
+  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
+  const T l2 = decoupled ? T(0) : weight_decay;
+  const std::size_t n = p.size();
+  T* __restrict pp = p.data();
+  const T* __restrict pg = g.data();
+  T* __restrict pm = m.data();
+  T* __restrict pv = v.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const T x = pp[i] * shrink;
+    const T d = pg[i] + l2 * x;
+    const T mi = beta1 * pm[i] + (T(1) - beta1) * d;
+    const T vi = beta2 * pv[i] + (T(1) - beta2) * d * d;
+    pm[i] = mi;
+    pv[i] = vi;
+    pp[i] = x - step * mi / (std::sqrt(vi) * inv_bc2 + eps);
+  }
+}
+
+/// x *= a.
+template <class T>
+void scale(std::span<T> x, T a) {
+  for (T& v : x) v *= a;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/sharded.hpp ----
+// The local pieces of the operators that combine values across ranks between kernels:
+// softmax and log-softmax along an axis (row max, row sum, output; the backward's row
+// sum and gradient), sparse softmax cross entropy (label columns, row terms, loss,
+// gradient), argmax (local best and index; the tie resolution), one-hot on a piece of
+// the depth, and a type conversion. The ops (ops/softmax_axis.hpp,
+// ops/sparse_cross_entropy.hpp, ops/argmax.hpp, ops/one_hot.hpp) all-reduce the row
+// arrays in between. A "row" is one vector along the axis: row = o * inner + i for a
+// tensor seen as (outer, n, inner); row arrays are 1-D of outer * inner elements.
+// kernels/cuda/sharded.cuh mirrors every function.
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+// Calls f(row, base) for every vector along the axis (base: its first element).
+template <class F>
+void for_each_row(const axis_view& v, F&& f) {
+  for (std::size_t o = 0; o < v.outer; ++o)
+    for (std::size_t i = 0; i < v.inner; ++i) f(o * v.inner + i, o * v.n * v.inner + i);
+}
+
+template <class T, class A>
+void require_rows(std::string_view fn, const char* name, const A& a, std::size_t rows) {
+  if (a.size() != rows)
+    throw error(std::string(fn) + ": " + name + " has " + std::to_string(a.size()) + " elements, expected " +
+                std::to_string(rows) + " (one per vector along the axis)");
+}
+
+/// Throws unless every index is an integer (floating-point indices only):
+/// "one_hot: index 2.5 at local position 3 is not an integer".
+template <class I>
+void require_integer_indices(const I* p, std::size_t n) {
+  if constexpr (std::floating_point<I>) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(std::floor(p[i]) == p[i])) {
+        std::ostringstream text;
+        text << "one_hot: index " << p[i] << " at local position " << i << " is not an integer";
+        throw error(text.str());
+      }
+  }
+}
+
+/// The local column of each row's label (-1 where another rank of the class group holds
+/// it), for labels of rows first_row... of a (rows, classes) problem whose local columns
+/// are [first_col, first_col + cols). Throws on a label outside [0, classes) or one that
+/// is not an integer: "sparse_softmax_cross_entropy: label 9 at row 3 is out of range
+/// [0, 8)".
+template <class L>
+void sparse_ce_column_of(const L* labels, std::size_t rows, index_t classes, index_t first_row, index_t first_col,
+                         std::size_t cols, std::int64_t* column) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const L v = labels[i];
+    auto where = [&] { return " at row " + std::to_string(first_row + index_t(i)); };
+    if constexpr (std::floating_point<L>) {
+      if (!(std::floor(v) == v)) {
+        std::ostringstream text;
+        text << "sparse_softmax_cross_entropy: label " << v << where() << " is not an integer";
+        throw error(text.str());
+      }
+    }
+    const auto k = std::int64_t(v);
+    if (k < 0 || k >= classes)
+      throw error("sparse_softmax_cross_entropy: label " + std::to_string(k) + where() + " is out of range [0, " +
+                  std::to_string(classes) + ")");
+    column[i] = k >= first_col && k < first_col + index_t(cols) ? k - first_col : -1;
+  }
+}
+
+}  // namespace detail
+
+// ---- softmax along an axis ----------------------------------------------------------
+
+/// The max of every vector along `axis` (-inf for an empty one; a NaN is skipped unless
+/// it comes first, as std::max does): (rows,).
+template <class T>
+xt::xarray<T> softmax_axis_max(const xt::xarray<T>& x, int axis) {
+  const detail::axis_view v = detail::view_around("softmax", x.shape(), axis);
+  auto max = detail::filled_array<T>(std::vector<std::size_t>{v.outer * v.inner}, -std::numeric_limits<T>::infinity());
+  const T* p = x.data();
+  T* m = max.data();
+  detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) m[row] = std::max(m[row], p[b + j * v.inner]);
+  });
+  return max;
+}
+
+/// sum exp(x - max[row]) of every vector along `axis`: (rows,).
+template <class T>
+xt::xarray<T> softmax_axis_sum(const xt::xarray<T>& x, int axis, const xt::xarray<T>& max) {
+  const detail::axis_view v = detail::view_around("softmax", x.shape(), axis);
+  detail::require_rows<T>("softmax_axis_sum", "max", max, v.outer * v.inner);
+  auto sum = detail::filled_array<T>(std::vector<std::size_t>{v.outer * v.inner}, T(0));
+  const T* p = x.data();
+  const T* m = max.data();
+  T* s = sum.data();
+  detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) s[row] += std::exp(p[b + j * v.inner] - m[row]);
+  });
+  return sum;
+}
+
+/// softmax (exp(x - max) / sum) or, with `log`, log-softmax (x - max - log(sum)) from
+/// the (global) row max and sum: x's shape.
+template <class T>
+xt::xarray<T> softmax_axis_out(const xt::xarray<T>& x, int axis, const xt::xarray<T>& max,
+                               const xt::xarray<T>& sum, bool log) {
+  const detail::axis_view v = detail::view_around("softmax", x.shape(), axis);
+  detail::require_rows<T>("softmax_axis_out", "max", max, v.outer * v.inner);
+  detail::require_rows<T>("softmax_axis_out", "sum", sum, v.outer * v.inner);
+  auto y = detail::empty_array<T>(x.shape());
+  const T* p = x.data();
+  const T* m = max.data();
+  const T* s = sum.data();
+  T* o = y.data();
+  detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
+    if (log) {
+      const T lse = m[row] + std::log(s[row]);
+      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = p[b + j * v.inner] - lse;
+    } else {
+      const T inv = T(1) / s[row];
+      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = std::exp(p[b + j * v.inner] - m[row]) * inv;
+    }
+  });
+  return y;
+}
+
+/// The backward's row sum: sum(dy * y) (softmax) or sum(dy) (log-softmax): (rows,).
+template <class T>
+xt::xarray<T> softmax_axis_grad_sum(const xt::xarray<T>& dy, const xt::xarray<T>& y, int axis, bool log) {
+  const detail::axis_view v = detail::view_around("softmax_backward", y.shape(), axis);
+  if (!detail::same_shape(dy, y))
+    throw error("softmax_axis_grad_sum: dy is " + detail::shape_text(dy) + ", y is " + detail::shape_text(y));
+  auto acc = detail::filled_array<T>(std::vector<std::size_t>{v.outer * v.inner}, T(0));
+  const T* g = dy.data();
+  const T* py = y.data();
+  T* a = acc.data();
+  detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) {
+      const std::size_t at = b + j * v.inner;
+      a[row] += log ? g[at] : g[at] * py[at];
+    }
+  });
+  return acc;
+}
+
+/// dx from the (global) row sum `acc`: y (dy - acc) (softmax) or dy - exp(y) acc
+/// (log-softmax): y's shape.
+template <class T>
+xt::xarray<T> softmax_axis_grad(const xt::xarray<T>& dy, const xt::xarray<T>& y, int axis,
+                                const xt::xarray<T>& acc, bool log) {
+  const detail::axis_view v = detail::view_around("softmax_backward", y.shape(), axis);
+  if (!detail::same_shape(dy, y))
+    throw error("softmax_axis_grad: dy is " + detail::shape_text(dy) + ", y is " + detail::shape_text(y));
+  detail::require_rows<T>("softmax_axis_grad", "acc", acc, v.outer * v.inner);
+  auto dx = detail::empty_array<T>(y.shape());
+  const T* g = dy.data();
+  const T* py = y.data();
+  const T* a = acc.data();
+  T* o = dx.data();
+  detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) {
+      const std::size_t at = b + j * v.inner;
+      o[at] = log ? g[at] - std::exp(py[at]) * a[row] : py[at] * (g[at] - a[row]);
+    }
+  });
+  return dx;
+}
+
+// ---- sparse softmax cross entropy ---------------------------------------------------
+
+/// Each row's label as a local column (-1 where another rank holds it), checked (see
+/// detail::sparse_ce_column_of): (rows,) int64.
+template <class L>
+xt::xarray<std::int64_t> sparse_ce_columns(const xt::xarray<L>& labels, index_t classes, index_t first_row,
+                                           index_t first_col, std::size_t cols) {
+  auto column = detail::empty_array<std::int64_t>(std::vector<std::size_t>{labels.size()});
+  detail::sparse_ce_column_of(labels.data(), labels.size(), classes, first_row, first_col, cols, column.data());
+  return column;
+}
+
+/// (2, rows) for logits x (rows, cols): sum exp(x - max) per row, then the label's logit
+/// (0 where column is -1).
+template <class T>
+xt::xarray<T> sparse_ce_terms(const xt::xarray<T>& x, const xt::xarray<std::int64_t>& column,
+                              const xt::xarray<T>& max) {
+  if (x.dimension() != 2) throw error("sparse_ce_terms: x must be 2-D, x is " + detail::shape_text(x));
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  detail::require_rows<T>("sparse_ce_terms", "column", column, rows);
+  detail::require_rows<T>("sparse_ce_terms", "max", max, rows);
+  auto acc = detail::filled_array<T>(std::vector<std::size_t>{2, rows}, T(0));
+  const T* px = x.data();
+  T* a = acc.data();
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t j = 0; j < cols; ++j) a[i] += std::exp(px[i * cols + j] - max.data()[i]);
+    if (column.data()[i] >= 0) a[rows + i] = px[i * cols + std::size_t(column.data()[i])];
+  }
+  return acc;
+}
+
+/// The per-row loss max + log(sum) - picked from the (global) max and terms: (rows,).
+template <class T>
+xt::xarray<T> sparse_ce_loss(const xt::xarray<T>& max, const xt::xarray<T>& terms) {
+  const std::size_t rows = max.size();
+  detail::require_rows<T>("sparse_ce_loss", "terms", terms, 2 * rows);
+  auto loss = detail::empty_array<T>(std::vector<std::size_t>{rows});
+  for (std::size_t i = 0; i < rows; ++i)
+    loss.data()[i] = max.data()[i] + std::log(terms.data()[i]) - terms.data()[rows + i];
+  return loss;
+}
+
+/// dx = dloss (softmax(x) - [j == column]) on this rank's columns: x's shape.
+template <class T>
+xt::xarray<T> sparse_ce_grad(const xt::xarray<T>& dloss, const xt::xarray<T>& x,
+                             const xt::xarray<std::int64_t>& column, const xt::xarray<T>& max,
+                             const xt::xarray<T>& terms) {
+  if (x.dimension() != 2) throw error("sparse_ce_grad: x must be 2-D, x is " + detail::shape_text(x));
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  detail::require_rows<T>("sparse_ce_grad", "dloss", dloss, rows);
+  detail::require_rows<T>("sparse_ce_grad", "column", column, rows);
+  detail::require_rows<T>("sparse_ce_grad", "max", max, rows);
+  detail::require_rows<T>("sparse_ce_grad", "terms", terms, 2 * rows);
+  auto dx = detail::empty_array<T>(x.shape());
+  const T* px = x.data();
+  const T* g = dloss.data();
+  T* o = dx.data();
+  for (std::size_t i = 0; i < rows; ++i) {
+    const T inv = T(1) / terms.data()[i];
+    for (std::size_t j = 0; j < cols; ++j) {
+      const std::size_t k = i * cols + j;
+      const T hot = std::int64_t(j) == column.data()[i] ? T(1) : T(0);
+      o[k] = g[i] * (std::exp(px[k] - max.data()[i]) * inv - hot);
+    }
+  }
+  return dx;
+}
+
+// ---- argmax ---------------------------------------------------------------------------
+
+/// The local maximum of every vector along `axis` and the index of its first occurrence,
+/// counted from `first` (the shard's offset along the axis): ((rows,) values, (rows,)
+/// int64 indices; index -1 for an empty axis).
+template <class T>
+std::pair<xt::xarray<T>, xt::xarray<std::int64_t>> argmax_local(const xt::xarray<T>& x, int axis,
+                                                                std::int64_t first) {
+  const detail::axis_view v = detail::view_around("argmax", x.shape(), axis);
+  const std::size_t rows = v.outer * v.inner;
+  auto best = detail::filled_array<T>(std::vector<std::size_t>{rows}, std::numeric_limits<T>::lowest());
+  auto index = detail::filled_array<std::int64_t>(std::vector<std::size_t>{rows}, std::int64_t(-1));
+  const T* p = x.data();
+  detail::for_each_row(v, [&](std::size_t row, std::size_t b) {
+    for (std::size_t j = 0; j < v.n; ++j) {
+      const T e = p[b + j * v.inner];
+      if (index.data()[row] < 0 || e > best.data()[row]) {
+        best.data()[row] = e;
+        index.data()[row] = first + std::int64_t(j);
+      }
+    }
+  });
+  return {std::move(best), std::move(index)};
+}
+
+/// In place: index = INT64_MAX where this rank's best is not the group's top (so that
+/// an all-reduce (min) of the indices gives the first global maximum).
+template <class T>
+void argmax_resolve(xt::xarray<std::int64_t>& index, const xt::xarray<T>& best, const xt::xarray<T>& top) {
+  detail::require_rows<T>("argmax_resolve", "best", best, index.size());
+  detail::require_rows<T>("argmax_resolve", "top", top, index.size());
+  for (std::size_t o = 0; o < index.size(); ++o)
+    if (!(best.data()[o] == top.data()[o])) index.data()[o] = std::numeric_limits<std::int64_t>::max();
+}
+
+// ---- one-hot, conversion --------------------------------------------------------------
+
+/// indices.shape + (local_depth,) for this rank's piece [first, first + local_depth) of
+/// a depth of `depth`: `on` where the index (in [0, depth)) falls on the piece, `off`
+/// elsewhere. Throws on a non-integer floating-point index.
+template <class T, class I>
+xt::xarray<T> one_hot_piece(const xt::xarray<I>& indices, index_t depth, index_t first, index_t local_depth, T on,
+                            T off) {
+  detail::require_integer_indices(indices.data(), indices.size());
+  xt::xarray<std::int64_t> shifted = xt::xarray<std::int64_t>::from_shape(indices.shape());
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    const auto k = std::int64_t(indices.data()[i]);
+    // Outside [0, depth) stays outside after the shift, so it gives a row of `off`.
+    shifted.data()[i] = k >= 0 && k < depth ? k - first : std::int64_t(-1);
+  }
+  return one_hot<T>(shifted, local_depth, on, off);
+}
+
+/// x's elements converted to To (static_cast), same shape.
+template <class To, class From>
+xt::xarray<To> convert(const xt::xarray<From>& x) {
+  auto y = detail::empty_array<To>(x.shape());
+  for (std::size_t i = 0; i < x.size(); ++i) y.data()[i] = To(x.data()[i]);
+  return y;
+}
+
+}  // namespace tessera::kernels::cpu
 
 namespace tessera::kernels {
 
@@ -12225,6 +12685,49 @@ struct backend<cpu_device> {
     return cpu::matmul_grad_b(dc, a, b, ta, tb);
   }
 
+  // ---- batched products ----
+  template <class T>
+  static array<T> batch_matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::batch_matmul(a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::batch_matmul_grad_a(dc, a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_b(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::batch_matmul_grad_b(dc, a, b, ta, tb);
+  }
+
+  // ---- data movement ----
+  template <class T>
+  static array<T> transpose(const array<T>& x, const std::vector<int>& perm) {
+    return cpu::transpose(x, perm);
+  }
+  template <class T>
+  static array<T> transpose_grad(const array<T>& dy, const std::vector<int>& perm) {
+    return cpu::transpose_grad(dy, perm);
+  }
+  template <class T>
+  static array<T> strided_slice(const array<T>& x, const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                const std::vector<index_t>& strides) {
+    return cpu::strided_slice(x, begin, end, strides);
+  }
+  template <class T>
+  static array<T> strided_slice_grad(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                     const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                     const std::vector<index_t>& strides) {
+    return cpu::strided_slice_grad(dy, x_shape, begin, end, strides);
+  }
+  template <class T>
+  static array<T> concat(const std::vector<const array<T>*>& xs, int axis) {
+    return cpu::detail::concat_impl(xs, axis);
+  }
+  template <class T>
+  static std::vector<array<T>> split(const array<T>& x, const std::vector<std::size_t>& sizes, int axis) {
+    return cpu::split(x, sizes, axis);
+  }
+
   // ---- reductions ----
   template <class T>
   static array<T> reduce_sum(const array<T>& x, const std::vector<int>& axes, bool keep) {
@@ -12263,6 +12766,62 @@ struct backend<cpu_device> {
     return cpu::ce_grad(dloss, x, t, m, s);
   }
 
+  // ---- softmax along an axis, sparse cross entropy, argmax, one-hot (kernels/cpu/sharded.hpp) ----
+  template <class T>
+  static array<T> softmax_axis_max(const array<T>& x, int axis) {
+    return cpu::softmax_axis_max(x, axis);
+  }
+  template <class T>
+  static array<T> softmax_axis_sum(const array<T>& x, int axis, const array<T>& max) {
+    return cpu::softmax_axis_sum(x, axis, max);
+  }
+  template <class T>
+  static array<T> softmax_axis_out(const array<T>& x, int axis, const array<T>& max, const array<T>& sum, bool log) {
+    return cpu::softmax_axis_out(x, axis, max, sum, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad_sum(const array<T>& dy, const array<T>& y, int axis, bool log) {
+    return cpu::softmax_axis_grad_sum(dy, y, axis, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad(const array<T>& dy, const array<T>& y, int axis, const array<T>& acc, bool log) {
+    return cpu::softmax_axis_grad(dy, y, axis, acc, log);
+  }
+  template <class L>
+  static array<std::int64_t> sparse_ce_columns(const array<L>& labels, index_t classes, index_t first_row,
+                                               index_t first_col, std::size_t cols) {
+    return cpu::sparse_ce_columns(labels, classes, first_row, first_col, cols);
+  }
+  template <class T>
+  static array<T> sparse_ce_terms(const array<T>& x, const array<std::int64_t>& column, const array<T>& max) {
+    return cpu::sparse_ce_terms(x, column, max);
+  }
+  template <class T>
+  static array<T> sparse_ce_loss(const array<T>& max, const array<T>& terms) {
+    return cpu::sparse_ce_loss(max, terms);
+  }
+  template <class T>
+  static array<T> sparse_ce_grad(const array<T>& dloss, const array<T>& x, const array<std::int64_t>& column,
+                                 const array<T>& max, const array<T>& terms) {
+    return cpu::sparse_ce_grad(dloss, x, column, max, terms);
+  }
+  template <class T>
+  static std::pair<array<T>, array<std::int64_t>> argmax_local(const array<T>& x, int axis, std::int64_t first) {
+    return cpu::argmax_local(x, axis, first);
+  }
+  template <class T>
+  static void argmax_resolve(array<std::int64_t>& index, const array<T>& best, const array<T>& top) {
+    cpu::argmax_resolve(index, best, top);
+  }
+  template <class T, class I>
+  static array<T> one_hot(const array<I>& indices, index_t depth, index_t first, index_t local_depth, T on, T off) {
+    return cpu::one_hot_piece<T>(indices, depth, first, local_depth, on, off);
+  }
+  template <class To, class From>
+  static array<To> convert(const array<From>& x) {
+    return cpu::convert<To>(x);
+  }
+
   // ---- optimizer updates ----
   /// accum = momentum * accum + grad; param -= lr * accum (MindSpore's Momentum).
   template <class T>
@@ -12274,6 +12833,28 @@ struct backend<cpu_device> {
       a[i] = momentum * a[i] + g[i];
       p[i] -= lr * a[i];
     }
+  }
+  /// p -= lr * (g + weight_decay * p) (kernels/cpu/optim.hpp's sgd_update).
+  template <class T>
+  static void sgd_update(array<T>& param, const array<T>& grad, T lr, T weight_decay) {
+    cpu::sgd_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()), lr,
+                    weight_decay);
+  }
+  /// SGD with momentum, dampening, weight decay and Nesterov (kernels/cpu/optim.hpp).
+  template <class T>
+  static void sgd_momentum_update(array<T>& param, const array<T>& grad, array<T>& buf, T lr, T momentum,
+                                  T dampening, T weight_decay, bool nesterov, bool first_step) {
+    cpu::sgd_momentum_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()),
+                             std::span<T>(buf.data(), buf.size()), lr, momentum, dampening, weight_decay, nesterov,
+                             first_step);
+  }
+  /// Adam, or AdamW with `decoupled`, at step t >= 1 (kernels/cpu/optim.hpp's adam_update).
+  template <class T>
+  static void adam_update(array<T>& param, const array<T>& grad, array<T>& m, array<T>& v, T lr, T beta1, T beta2,
+                          T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    cpu::adam_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()),
+                     std::span<T>(m.data(), m.size()), std::span<T>(v.data(), v.size()), lr, beta1, beta2, eps,
+                     weight_decay, decoupled, t);
   }
 };
 
@@ -13659,8 +14240,8 @@ tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& o
 }  // namespace tessera::ops
 // ---- tessera/ops/batch_matmul.hpp ----
 // Sharded BatchMatMul: the sharding rule (ops/batch_matmul_rule.hpp), the local batched
-// product (kernels/cpu/matmul.hpp) and its backward. Inputs in other layouts are
-// redistributed first, by the cheapest plan.
+// product (the tensors' device's backend: BLAS on the host, cuBLAS on a GPU) and its
+// backward. Inputs in other layouts are redistributed first, by the cheapest plan.
 
 #include <cstddef>
 #include <optional>
@@ -13699,22 +14280,22 @@ struct batch_matmul_op {
 namespace detail {
 
 // A shard seen as the kernels' rank 2 or 3: leading batch dims folded into one (a
-// row-major copy only when there are several of them).
-template <class T>
+// row-major copy only when there are several of them). A is the shard's array type.
+template <class A>
 class batched_view {
  public:
-  explicit batched_view(const xt::xarray<T>& x) : x_(&x) {
+  explicit batched_view(const A& x) : x_(&x) {
     if (x.dimension() <= 3) return;
     std::size_t b = 1;
     for (std::size_t d = 0; d + 2 < x.dimension(); ++d) b *= x.shape()[d];
     folded_ = x;
-    folded_->reshape({b, x.shape()[x.dimension() - 2], x.shape()[x.dimension() - 1]});
+    folded_->reshape(std::vector<std::size_t>{b, x.shape()[x.dimension() - 2], x.shape()[x.dimension() - 1]});
   }
-  const xt::xarray<T>& operator*() const { return folded_ ? *folded_ : *x_; }
+  const A& operator*() const { return folded_ ? *folded_ : *x_; }
 
  private:
-  const xt::xarray<T>* x_;
-  std::optional<xt::xarray<T>> folded_;
+  const A* x_;
+  std::optional<A> folded_;
 };
 
 }  // namespace detail
@@ -13722,27 +14303,30 @@ class batched_view {
 /// C = op(A) op(B) for every batch entry, on this rank's shards. A and B are
 /// redistributed to the rule's layouts if they are not in them; C comes back in the
 /// rule's output layout, partial over the contraction axis when the strategy splits it.
-template <class T, class C>
-dist_tensor<T> batch_matmul(const batch_matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
-                            device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> batch_matmul(const batch_matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                             device_context<C>& ctx) {
+  using A = typename tensor_on<T, D>::array_type;
   const batch_matmul_layouts r =
       pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  const detail::batched_view<T> va(la->local()), vb(lb->local());
-  return dist_tensor<T>(r.c, r.shape, ctx.rank(),
-                        kernels::cpu::batch_matmul(*va, *vb, op.trans_a, op.trans_b));
+  const detail::batched_view<A> va(la->local()), vb(lb->local());
+  return tensor_on<T, D>(r.c, r.shape, ctx.rank(),
+                         kernels::backend<D>::batch_matmul(*va, *vb, op.trans_a, op.trans_b));
 }
 
 /// The gradients of C = batch_matmul(A, B) given dC (any layout of C's shape; partial
 /// sums are resolved first): dA in the rule's grad_a layout, dB in grad_b. A shared
 /// input's gradient is summed over the batch entries this rank holds, and partial over
 /// the batch axes.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matmul_op& op,
-                                                                const dist_tensor<T>& dc,
-                                                                const dist_tensor<T>& a,
-                                                                const dist_tensor<T>& b,
-                                                                device_context<C>& ctx) {
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>, tensor_on<T, D>> batch_matmul_backward(const batch_matmul_op& op,
+                                                                  const tensor_on<T, D>& dc,
+                                                                  const tensor_on<T, D>& a,
+                                                                  const tensor_on<T, D>& b,
+                                                                  device_context<C>& ctx) {
+  using A = typename tensor_on<T, D>::array_type;
+  using K = kernels::backend<D>;
   const batch_matmul_layouts r =
       pass_product(op.rule(ctx.size(), a.global_shape(), b.global_shape()), a.layout(), b.layout());
   if (!(dc.global_shape() == r.shape))
@@ -13750,24 +14334,19 @@ std::pair<dist_tensor<T>, dist_tensor<T>> batch_matmul_backward(const batch_matm
                 to_string(r.shape));
   const auto ldc = in_layout(dc, r.c.without_partial(), ctx);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  const detail::batched_view<T> vdc(ldc->local()), va(la->local()), vb(lb->local());
-  namespace k = kernels::cpu;
-  return {dist_tensor<T>(r.grad_a, a.global_shape(), ctx.rank(),
-                         k::batch_matmul_grad_a(*vdc, *va, *vb, op.trans_a, op.trans_b)),
-          dist_tensor<T>(r.grad_b, b.global_shape(), ctx.rank(),
-                         k::batch_matmul_grad_b(*vdc, *va, *vb, op.trans_a, op.trans_b))};
+  const detail::batched_view<A> vdc(ldc->local()), va(la->local()), vb(lb->local());
+  return {tensor_on<T, D>(r.grad_a, a.global_shape(), ctx.rank(),
+                          K::batch_matmul_grad_a(*vdc, *va, *vb, op.trans_a, op.trans_b)),
+          tensor_on<T, D>(r.grad_b, b.global_shape(), ctx.rank(),
+                          K::batch_matmul_grad_b(*vdc, *va, *vb, op.trans_a, op.trans_b))};
 }
 
 }  // namespace tessera::ops
 // ---- tessera/ops/one_hot.hpp ----
-// Sharded OneHot: the sharding rule (ops/one_hot_rule.hpp) and the local kernel
-// (kernels/cpu/softmax.hpp's one_hot) on each rank's piece of the depth. Indices in
+// Sharded OneHot: the sharding rule (ops/one_hot_rule.hpp) and the local kernel (the
+// tensors' device's backend: one_hot on each rank's piece of the depth). Indices in
 // other layouts are redistributed first. Indices are integers, so there is no backward.
 
-#include <cmath>
-#include <concepts>
-#include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -13801,29 +14380,14 @@ struct one_hot_op {
 /// piece of the depth from the indices it holds: no communication beyond bringing the
 /// indices to the rule's layout. Throws on a non-integer index: "one_hot: index 2.5 at
 /// local position 3 is not an integer".
-template <class T, class I, class C>
-dist_tensor<T> one_hot(const one_hot_op& op, const dist_tensor<I>& indices, T on, T off,
-                       device_context<C>& ctx) {
+template <class T, class I, class D, class C>
+tensor_on<T, D> one_hot(const one_hot_op& op, const tensor_on<I, D>& indices, T on, T off, device_context<C>& ctx) {
   const one_hot_layouts r = op.rule(ctx.size(), indices.global_shape());
   const auto li = in_layout(indices, r.indices, ctx);
   const index_t local_depth = op.depth / r.depth_split;
   const index_t first = group_index(r.dev, axis_list{r.depth_axis}, ctx.rank()) * local_depth;
-  const xt::xarray<I>& idx = li->local();
-  xt::xarray<std::int64_t> shifted = xt::xarray<std::int64_t>::from_shape(idx.shape());
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    const I v = idx.data()[i];
-    if constexpr (std::floating_point<I>) {
-      if (!(std::floor(v) == v)) {
-        std::ostringstream text;
-        text << "one_hot: index " << v << " at local position " << i << " is not an integer";
-        throw error(text.str());
-      }
-    }
-    const auto k = std::int64_t(v);
-    // Outside [0, depth) stays outside after the shift, so it gives a row of `off`.
-    shifted.data()[i] = k >= 0 && k < op.depth ? k - first : std::int64_t(-1);
-  }
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::one_hot<T>(shifted, local_depth, on, off));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                         kernels::backend<D>::template one_hot<T>(li->local(), op.depth, first, local_depth, on, off));
 }
 
 }  // namespace tessera::ops
@@ -13831,16 +14395,12 @@ dist_tensor<T> one_hot(const one_hot_op& op, const dist_tensor<I>& indices, T on
 // Sharded Softmax and LogSoftmax along one axis, and their backwards. The sharding
 // rule is ops/softmax_axis_rule.hpp; the single-process reference kernels/cpu/softmax.hpp.
 // With the softmax axis split, the row max and the row sums combine across the axis
-// group (two all-reduces of one value per row), as softmax_cross_entropy does.
+// group (two all-reduces of one value per row), as softmax_cross_entropy does. The local
+// pieces are the tensors' device's backend (kernels/cpu/sharded.hpp on the host).
 
-#include <algorithm>
-#include <cmath>
-#include <cstddef>
-#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace tessera::ops {
 
@@ -13869,84 +14429,42 @@ using log_softmax_op = softmax_axis_op<true>;
 
 namespace detail {
 
-// Calls f(row, base) for every vector along the axis of a shard (row = o * inner + i).
-template <class F>
-void for_each_row(const kernels::cpu::detail::axis_view& v, F&& f) {
-  for (std::size_t o = 0; o < v.outer; ++o)
-    for (std::size_t i = 0; i < v.inner; ++i) f(o * v.inner + i, o * v.n * v.inner + i);
+// Combines a row array over the softmax axis group (nothing when the axis is not split).
+template <class A, class C>
+void combine_over_group(const softmax_layouts& r, A& acc, reduce_op how, device_context<C>& ctx) {
+  using T = typename A::value_type;
+  if (!r.group.empty()) ctx.on(r.dev).group(r.group).all_reduce(std::span<T>(acc.data(), acc.size()), how);
 }
 
-// Sums `acc` over the softmax axis group (nothing when the axis is not split).
-template <class T, class C>
-void sum_over_group(const softmax_layouts& r, std::vector<T>& acc, reduce_op how, device_context<C>& ctx) {
-  if (!r.group.empty()) ctx.on(r.dev).group(r.group).all_reduce(std::span<T>(acc), how);
-}
-
-template <bool Log, class T, class C>
-dist_tensor<T> softmax_axis_forward(const softmax_axis_op<Log>& op, const dist_tensor<T>& x,
-                                    device_context<C>& ctx) {
+template <bool Log, class T, class D, class C>
+tensor_on<T, D> softmax_axis_forward(const softmax_axis_op<Log>& op, const tensor_on<T, D>& x,
+                                     device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const softmax_layouts r = op.rule(ctx.size(), x.global_shape());
   const auto lx = in_layout(x, r.in, ctx);
-  const xt::xarray<T>& px = lx->local();
-  namespace kd = kernels::cpu::detail;
-  const kd::axis_view v = kd::view_around(op.name(), px.shape(), r.axis);
-  const std::size_t rows = v.outer * v.inner;
+  const auto& px = lx->local();
   // The GLOBAL row max, then the global sum of exp(x - max), as the kernel computes them.
-  std::vector<T> max(rows, -std::numeric_limits<T>::infinity()), sum(rows, T(0));
-  const T* p = px.data();
-  for_each_row(v, [&](std::size_t row, std::size_t b) {
-    for (std::size_t j = 0; j < v.n; ++j) max[row] = std::max(max[row], p[b + j * v.inner]);
-  });
-  sum_over_group(r, max, reduce_op::max, ctx);
-  for_each_row(v, [&](std::size_t row, std::size_t b) {
-    for (std::size_t j = 0; j < v.n; ++j) sum[row] += std::exp(p[b + j * v.inner] - max[row]);
-  });
-  sum_over_group(r, sum, reduce_op::sum, ctx);
-  auto y = kd::empty_array<T>(px.shape());
-  T* o = y.data();
-  for_each_row(v, [&](std::size_t row, std::size_t b) {
-    if constexpr (Log) {
-      const T lse = max[row] + std::log(sum[row]);
-      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = p[b + j * v.inner] - lse;
-    } else {
-      const T inv = T(1) / sum[row];
-      for (std::size_t j = 0; j < v.n; ++j) o[b + j * v.inner] = std::exp(p[b + j * v.inner] - max[row]) * inv;
-    }
-  });
-  return dist_tensor<T>(r.out, x.global_shape(), ctx.rank(), std::move(y));
+  auto max = K::softmax_axis_max(px, r.axis);
+  combine_over_group(r, max, reduce_op::max, ctx);
+  auto sum = K::softmax_axis_sum(px, r.axis, max);
+  combine_over_group(r, sum, reduce_op::sum, ctx);
+  return tensor_on<T, D>(r.out, x.global_shape(), ctx.rank(), K::softmax_axis_out(px, r.axis, max, sum, Log));
 }
 
-template <bool Log, class T, class C>
-dist_tensor<T> softmax_axis_backward(const softmax_axis_op<Log>& op, const dist_tensor<T>& dy,
-                                     const dist_tensor<T>& y, device_context<C>& ctx) {
+template <bool Log, class T, class D, class C>
+tensor_on<T, D> softmax_axis_backward(const softmax_axis_op<Log>& op, const tensor_on<T, D>& dy,
+                                      const tensor_on<T, D>& y, device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const softmax_layouts r = op.rule(ctx.size(), y.global_shape());
   if (!(dy.global_shape() == y.global_shape()))
     throw error(std::string(op.name()) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(y.global_shape()) + ", the shape of y");
   const auto ldy = in_layout(dy, r.out, ctx), ly = in_layout(y, r.out, ctx);
-  const xt::xarray<T>& g = ldy->local();
-  const xt::xarray<T>& py = ly->local();
-  namespace kd = kernels::cpu::detail;
-  const kd::axis_view v = kd::view_around(std::string(op.name()) + "_backward", py.shape(), r.axis);
   // softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy).
-  std::vector<T> acc(v.outer * v.inner, T(0));
-  for_each_row(v, [&](std::size_t row, std::size_t b) {
-    for (std::size_t j = 0; j < v.n; ++j) {
-      const std::size_t at = b + j * v.inner;
-      acc[row] += Log ? g.data()[at] : g.data()[at] * py.data()[at];
-    }
-  });
-  sum_over_group(r, acc, reduce_op::sum, ctx);
-  auto dx = kd::empty_array<T>(py.shape());
-  T* o = dx.data();
-  for_each_row(v, [&](std::size_t row, std::size_t b) {
-    for (std::size_t j = 0; j < v.n; ++j) {
-      const std::size_t at = b + j * v.inner;
-      if constexpr (Log) o[at] = g.data()[at] - std::exp(py.data()[at]) * acc[row];
-      else o[at] = py.data()[at] * (g.data()[at] - acc[row]);
-    }
-  });
-  return dist_tensor<T>(r.in, y.global_shape(), ctx.rank(), std::move(dx));
+  auto acc = K::softmax_axis_grad_sum(ldy->local(), ly->local(), r.axis, Log);
+  combine_over_group(r, acc, reduce_op::sum, ctx);
+  return tensor_on<T, D>(r.in, y.global_shape(), ctx.rank(),
+                         K::softmax_axis_grad(ldy->local(), ly->local(), r.axis, acc, Log));
 }
 
 }  // namespace detail
@@ -13954,37 +14472,38 @@ dist_tensor<T> softmax_axis_backward(const softmax_axis_op<Log>& op, const dist_
 /// exp(x) / sum(exp(x)) along op.axis, on this rank's shard (x in any layout; brought to
 /// the rule's). Computed around the GLOBAL max of each vector: no exp overflows. The
 /// output has the input's rule layout.
-template <class T, class C>
-dist_tensor<T> softmax(const softmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> softmax(const softmax_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::softmax_axis_forward(op, x, ctx);
 }
 
 /// x - logsumexp(x) along op.axis (see softmax); accurate where softmax underflows.
-template <class T, class C>
-dist_tensor<T> log_softmax(const log_softmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> log_softmax(const log_softmax_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::softmax_axis_forward(op, x, ctx);
 }
 
 /// dx of y = softmax(x) given dy and the forward output y (any layouts of x's shape):
 /// dx = y (dy - sum(dy y, axis)), in the rule's input layout.
-template <class T, class C>
-dist_tensor<T> softmax_backward(const softmax_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& y,
-                                device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> softmax_backward(const softmax_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& y,
+                                 device_context<C>& ctx) {
   return detail::softmax_axis_backward(op, dy, y, ctx);
 }
 
 /// dx of y = log_softmax(x) given dy and y: dx = dy - exp(y) sum(dy, axis).
-template <class T, class C>
-dist_tensor<T> log_softmax_backward(const log_softmax_op& op, const dist_tensor<T>& dy,
-                                    const dist_tensor<T>& y, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> log_softmax_backward(const log_softmax_op& op, const tensor_on<T, D>& dy,
+                                     const tensor_on<T, D>& y, device_context<C>& ctx) {
   return detail::softmax_axis_backward(op, dy, y, ctx);
 }
 
 }  // namespace tessera::ops
 // ---- tessera/ops/shape.hpp ----
 // Sharded data-movement operators: Transpose, Reshape, Flatten, StridedSlice and Concat,
-// and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels
-// kernels/cpu/shape.hpp. Inputs in other layouts are redistributed first.
+// and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels the
+// tensors' device's backend (kernels/cpu/shape.hpp on the host). Inputs in other
+// layouts are redistributed first.
 
 #include <array>
 #include <cstddef>
@@ -14005,15 +14524,15 @@ inline void require_rule(const status& s, std::string_view op, const strategy& s
   throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
 }
 
-template <class T>
-void require_dy(std::string_view fn, const dist_tensor<T>& dy, const extents& expected) {
+template <class Tensor>
+void require_dy(std::string_view fn, const Tensor& dy, const extents& expected) {
   if (!(dy.global_shape() == expected))
     throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
                 to_string(expected));
 }
 
-template <class T>
-xt::xarray<T> copy_of(const xt::xarray<T>& x) {
+template <class A>
+A copy_of(const A& x) {
   return x;
 }
 }  // namespace detail
@@ -14041,23 +14560,23 @@ struct transpose_op {
 
 /// y = x permuted by op.perm, on this rank's shard: the output's layout is the input's,
 /// permuted, so no data moves between ranks (x in another layout is redistributed first).
-template <class T, class C>
-dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> transpose(const transpose_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::transpose(lx->local(), op.perm_vector(r)));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::transpose(lx->local(), op.perm_vector(r)));
 }
 
 /// dx of y = transpose(x, perm): dy (any layout of y's shape) transposed back, in the
 /// rule's input layout.
-template <class T, class C>
-dist_tensor<T> transpose_backward(const transpose_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                  device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> transpose_backward(const transpose_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                   device_context<C>& ctx) {
   const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
-  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
-                        kernels::cpu::transpose_grad(ldy->local(), op.perm_vector(r)));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(),
+                         kernels::backend<D>::transpose_grad(ldy->local(), op.perm_vector(r)));
 }
 
 // ---- Reshape and Flatten -----------------------------------------------------------
@@ -14092,47 +14611,47 @@ struct flatten_op {
 };
 
 namespace detail {
-template <class Op, class T, class C>
-dist_tensor<T> reshape_forward(const Op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class Op, class T, class D, class C>
+tensor_on<T, D> reshape_forward(const Op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);  // a move when the strategy's splits do not survive
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
 }
-template <class Op, class T, class C>
-dist_tensor<T> reshape_backward(const Op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                device_context<C>& ctx) {
+template <class Op, class T, class D, class C>
+tensor_on<T, D> reshape_backward(const Op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                 device_context<C>& ctx) {
   const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
-  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(), copy_of(ldy->local()));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(), copy_of(ldy->local()));
 }
 }  // namespace detail
 
 /// y = x's elements in row-major order in op.target's shape. Each rank reshapes its own
 /// shard when the strategy's splits survive the reshape (see reshape_rule); otherwise x
 /// is first redistributed to the rule's `in` layout, where they do.
-template <class T, class C>
-dist_tensor<T> reshape(const reshape_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reshape(const reshape_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reshape_forward(op, x, ctx);
 }
 
 /// dx of y = reshape(x, target): dy reshaped back, in the rule's `in` layout.
-template <class T, class C>
-dist_tensor<T> reshape_backward(const reshape_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reshape_backward(const reshape_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                 device_context<C>& ctx) {
   return detail::reshape_backward(op, dy, x, ctx);
 }
 
 /// y = x as (shape[0], the product of the other dims) (see reshape).
-template <class T, class C>
-dist_tensor<T> flatten(const flatten_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> flatten(const flatten_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reshape_forward(op, x, ctx);
 }
 
 /// dx of y = flatten(x): dy reshaped back to x's shape.
-template <class T, class C>
-dist_tensor<T> flatten_backward(const flatten_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> flatten_backward(const flatten_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                 device_context<C>& ctx) {
   return detail::reshape_backward(op, dy, x, ctx);
 }
 
@@ -14173,27 +14692,28 @@ struct strided_slice_op {
 /// y = x[begin:end:strides] on this rank's shard. Dims taken whole keep their splits;
 /// a cut dim must be whole on every rank, so where the strategy splits one, x is first
 /// gathered along it (the rule's `in` layout).
-template <class T, class C>
-dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> strided_slice(const strided_slice_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   const auto s = op.local(r);
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::strided_slice(lx->local(), s.begin, s.end, s.strides));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                         kernels::backend<D>::strided_slice(lx->local(), s.begin, s.end, s.strides));
 }
 
 /// dx of y = strided_slice(x, ...): dy (any layout of y's shape) scattered into zeros
 /// at the sliced positions, in the rule's `in` layout.
-template <class T, class C>
-dist_tensor<T> strided_slice_backward(const strided_slice_op& op, const dist_tensor<T>& dy,
-                                      const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> strided_slice_backward(const strided_slice_op& op, const tensor_on<T, D>& dy,
+                                       const tensor_on<T, D>& x, device_context<C>& ctx) {
   const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   const auto s = op.local(r);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
-                        kernels::cpu::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(),
+                         kernels::backend<D>::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
 }
 
 // ---- Concat ------------------------------------------------------------------------
@@ -14212,8 +14732,8 @@ struct concat_op {
     detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
     return concat_rule(st, device_num, shapes, axis);
   }
-  template <class T>
-  concat_layouts rule(int device_num, const std::vector<const dist_tensor<T>*>& xs) const {
+  template <class T, class D>
+  concat_layouts rule(int device_num, const std::vector<const tensor_on<T, D>*>& xs) const {
     shape_list shapes;
     shapes.n = int(xs.size());
     for (std::size_t i = 0; i < xs.size() && i < std::size_t(max_strategy_inputs); ++i)
@@ -14238,57 +14758,58 @@ constexpr concat_layouts concat_pass(concat_layouts r, const layout* actual, int
 }
 
 namespace detail {
-template <class T>
-concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const dist_tensor<T>*>& xs) {
+template <class T, class D>
+concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const tensor_on<T, D>*>& xs) {
   std::vector<layout> actual;
-  for (const dist_tensor<T>* x : xs) actual.push_back(x->layout());
+  for (const tensor_on<T, D>* x : xs) actual.push_back(x->layout());
   return concat_pass(op.rule(device_num, xs), actual.data(), int(actual.size()));
 }
-template <class T>
-std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& xs) {
-  std::vector<const dist_tensor<T>*> p;
-  for (const dist_tensor<T>& x : xs) p.push_back(&x);
+template <class T, class D>
+std::vector<const tensor_on<T, D>*> pointers(const std::vector<tensor_on<T, D>>& xs) {
+  std::vector<const tensor_on<T, D>*> p;
+  for (const tensor_on<T, D>& x : xs) p.push_back(&x);
   return p;
 }
 }  // namespace detail
 
 /// The inputs joined along op.axis, each rank joining its shards: no communication
 /// beyond bringing inputs to the rule's layout.
-template <class T, class C>
-dist_tensor<T> concat(const concat_op& op, const std::vector<const dist_tensor<T>*>& xs, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> concat(const concat_op& op, const std::vector<const tensor_on<T, D>*>& xs, device_context<C>& ctx) {
   const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
-  std::vector<laid_out<T>> in;
+  using laid = laid_out<T, D>;
+  std::vector<laid> in;
   in.reserve(xs.size());
-  for (const dist_tensor<T>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
-  std::vector<const xt::xarray<T>*> shards;
-  for (const laid_out<T>& x : in) shards.push_back(&x->local());
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::detail::concat_impl(shards, r.axis));
+  for (const tensor_on<T, D>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
+  std::vector<const typename tensor_on<T, D>::array_type*> shards;
+  for (const laid& x : in) shards.push_back(&x->local());
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::concat(shards, r.axis));
 }
-template <class T, class C>
-dist_tensor<T> concat(const concat_op& op, const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> concat(const concat_op& op, const std::vector<tensor_on<T, D>>& xs, device_context<C>& ctx) {
   return concat(op, detail::pointers(xs), ctx);
 }
 
 /// The inputs' gradients of y = concat(xs, axis): dy (any layout of y's shape) cut
 /// along the axis into the inputs' extents, each in the rule's input layout.
-template <class T, class C>
-std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
-                                            const std::vector<const dist_tensor<T>*>& xs,
-                                            device_context<C>& ctx) {
+template <class T, class D, class C>
+std::vector<tensor_on<T, D>> concat_backward(const concat_op& op, const tensor_on<T, D>& dy,
+                                             const std::vector<const tensor_on<T, D>*>& xs,
+                                             device_context<C>& ctx) {
   const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
   detail::require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   std::vector<std::size_t> sizes;
-  for (const dist_tensor<T>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
-  std::vector<xt::xarray<T>> pieces = kernels::cpu::split(ldy->local(), sizes, r.axis);
-  std::vector<dist_tensor<T>> dxs;
+  for (const tensor_on<T, D>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
+  auto pieces = kernels::backend<D>::split(ldy->local(), sizes, r.axis);
+  std::vector<tensor_on<T, D>> dxs;
   for (std::size_t i = 0; i < xs.size(); ++i)
     dxs.emplace_back(r.in.without_partial(), xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
   return dxs;
 }
-template <class T, class C>
-std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
-                                            const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+template <class T, class D, class C>
+std::vector<tensor_on<T, D>> concat_backward(const concat_op& op, const tensor_on<T, D>& dy,
+                                             const std::vector<tensor_on<T, D>>& xs, device_context<C>& ctx) {
   return concat_backward(op, dy, detail::pointers(xs), ctx);
 }
 
@@ -14298,14 +14819,13 @@ std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tens
 // sharding rule is ops/argmax_rule.hpp. With the axis split, each rank finds its local
 // maximum and index; one all-reduce (max) of the values and one (min) of the indices
 // that attain the global maximum give every rank of the axis group the global index.
-// Indices are not differentiable: there is no backward.
+// Indices are not differentiable: there is no backward. The local pieces are the
+// tensors' device's backend (kernels/cpu/sharded.hpp on the host).
 
-#include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
+#include <string>
 #include <string_view>
-#include <vector>
 
 namespace tessera::ops {
 
@@ -14330,42 +14850,23 @@ struct argmax_op {
 /// vector along the axis, as integers of type I, in the rule's output layout. x (any
 /// layout) is brought to the rule's layout first. The axis must not be empty. (NaN
 /// inputs give unspecified indices.)
-template <class I = std::int32_t, class T, class C>
-dist_tensor<I> argmax(const argmax_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class I = std::int32_t, class T, class D, class C>
+tensor_on<I, D> argmax(const argmax_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const argmax_layouts r = op.rule(ctx.size(), x.global_shape());
   if (x.global_shape().v[r.axis] == 0)
     throw error("argmax: cannot take the argmax over an empty dim: dim " + std::to_string(r.axis) +
                 " of x " + to_string(x.global_shape()) + " has extent 0");
   const auto lx = in_layout(x, r.in, ctx);
-  const xt::xarray<T>& px = lx->local();
-  namespace kd = kernels::cpu::detail;
-  const kd::reduction red = kd::plan_reduction("argmax", px.shape(), {r.axis}, false);
-  const std::size_t n = px.shape()[std::size_t(r.axis)];
-  std::size_t inner = 1;
-  for (std::size_t d = std::size_t(r.axis) + 1; d < px.dimension(); ++d) inner *= px.shape()[d];
-  const std::int64_t first = lx->local_offset().v[r.axis];
-  const std::size_t outs = px.size() / (n == 0 ? 1 : n);
-  std::vector<T> best(outs, std::numeric_limits<T>::lowest());
-  std::vector<std::int64_t> index(outs, -1);
-  const T* p = px.data();
-  kd::strided_loop<1>(px.shape(), {&red.strides}, {0}, [&](std::size_t i, const auto& off) {
-    const std::size_t o = std::size_t(off[0]);
-    if (index[o] < 0 || p[i] > best[o]) {
-      best[o] = p[i];
-      index[o] = first + std::int64_t(i / inner % n);
-    }
-  });
+  auto [best, index] = K::argmax_local(lx->local(), r.axis, std::int64_t(lx->local_offset().v[r.axis]));
   if (!r.group.empty()) {
     C& g = ctx.on(r.dev).group(r.group);
-    std::vector<T> top = best;
-    g.all_reduce(std::span<T>(top), reduce_op::max);
-    for (std::size_t o = 0; o < outs; ++o)
-      if (!(best[o] == top[o])) index[o] = std::numeric_limits<std::int64_t>::max();
-    g.all_reduce(std::span<std::int64_t>(index), reduce_op::min);
+    auto top = best;
+    g.all_reduce(std::span<T>(top.data(), top.size()), reduce_op::max);
+    K::argmax_resolve(index, best, top);
+    g.all_reduce(std::span<std::int64_t>(index.data(), index.size()), reduce_op::min);
   }
-  xt::xarray<I> y = xt::xarray<I>::from_shape({outs});
-  for (std::size_t o = 0; o < outs; ++o) y.data()[o] = I(index[o]);
-  return dist_tensor<I>(r.out, r.shape, ctx.rank(), std::move(y));
+  return tensor_on<I, D>(r.out, r.shape, ctx.rank(), K::template convert<I>(index));
 }
 
 }  // namespace tessera::ops
@@ -14373,20 +14874,15 @@ dist_tensor<I> argmax(const argmax_op& op, const dist_tensor<T>& x, device_conte
 // Sharded SparseSoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C)
 // against integer class labels (B,) (stored as integers or integer-valued floats) and
 // its gradient wrt the logits. The sharding rule is ops/sparse_cross_entropy_rule.hpp;
-// the single-process reference kernels/cpu/softmax.hpp. With the class dim split, the
+// the single-process reference kernels/cpu/softmax.hpp; the local pieces the tensors'
+// device's backend (kernels/cpu/sharded.hpp on the host). With the class dim split, the
 // row max and the row sums (with the label's logit) combine across the class axis.
 
-#include <algorithm>
-#include <cmath>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace tessera::ops {
 
@@ -14415,57 +14911,31 @@ struct sparse_softmax_cross_entropy_op {
 
 namespace detail {
 
-// Per local row: the GLOBAL row max, the global sum of exp(x - max), the label's logit
-// (from the rank of the class group that holds it) and the label's local column (-1
-// on the other ranks).
-template <class T>
+// Per local row: the label's local column (-1 on the other ranks of the class group),
+// the GLOBAL row max, and the global terms (2, rows): the sum of exp(x - max) and the
+// label's logit (from the rank of the class group that holds it).
+template <class A, class I>
 struct sparse_ce_rows {
-  std::size_t rows = 0, cols = 0;
-  std::vector<T> max, sum, picked;
-  std::vector<std::int64_t> column;
+  I column;
+  A max, terms;
 };
 
-template <class T, class L, class C>
-sparse_ce_rows<T> sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const dist_tensor<T>& x,
-                                      const dist_tensor<L>& t, device_context<C>& ctx) {
+template <class T, class L, class D, class C>
+sparse_ce_rows<typename tensor_on<T, D>::array_type, typename tensor_on<std::int64_t, D>::array_type>
+sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const tensor_on<T, D>& x, const tensor_on<L, D>& t,
+                    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const auto& px = x.local();
-  sparse_ce_rows<T> s;
-  s.rows = px.shape()[0];
-  s.cols = px.shape()[1];
   const index_t classes = x.global_shape().v[1];
   const index_t first_row = t.local_offset().v[0], first_col = x.local_offset().v[1];
-  s.column.assign(s.rows, -1);
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    const L v = t.local().data()[i];
-    auto where = [&] { return " at row " + std::to_string(first_row + index_t(i)); };
-    if constexpr (std::floating_point<L>) {
-      if (!(std::floor(v) == v)) {
-        std::ostringstream text;
-        text << "sparse_softmax_cross_entropy: label " << v << where() << " is not an integer";
-        throw error(text.str());
-      }
-    }
-    const auto k = std::int64_t(v);
-    if (k < 0 || k >= classes)
-      throw error("sparse_softmax_cross_entropy: label " + std::to_string(k) + where() +
-                  " is out of range [0, " + std::to_string(classes) + ")");
-    if (k >= first_col && k < first_col + index_t(s.cols)) s.column[i] = k - first_col;
-  }
-  s.max.assign(s.rows, -std::numeric_limits<T>::infinity());
-  for (std::size_t i = 0; i < s.rows; ++i)
-    for (std::size_t j = 0; j < s.cols; ++j) s.max[i] = std::max(s.max[i], px.data()[i * s.cols + j]);
+  auto column = K::sparse_ce_columns(t.local(), classes, first_row, first_col, px.shape()[1]);
+  auto max = K::softmax_axis_max(px, 1);
   C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
-  if (group) group->all_reduce(std::span<T>(s.max), reduce_op::max);
+  if (group) group->all_reduce(std::span<T>(max.data(), max.size()), reduce_op::max);
   // The sums and the label's logit in one buffer: one all_reduce (sum) for both.
-  std::vector<T> acc(2 * s.rows, T(0));
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    for (std::size_t j = 0; j < s.cols; ++j) acc[i] += std::exp(px.data()[i * s.cols + j] - s.max[i]);
-    if (s.column[i] >= 0) acc[s.rows + i] = px.data()[i * s.cols + std::size_t(s.column[i])];
-  }
-  if (group) group->all_reduce(std::span<T>(acc), reduce_op::sum);
-  s.sum.assign(acc.begin(), acc.begin() + std::ptrdiff_t(s.rows));
-  s.picked.assign(acc.begin() + std::ptrdiff_t(s.rows), acc.end());
-  return s;
+  auto terms = K::sparse_ce_terms(px, column, max);
+  if (group) group->all_reduce(std::span<T>(terms.data(), terms.size()), reduce_op::sum);
+  return {std::move(column), std::move(max), std::move(terms)};
 }
 
 }  // namespace detail
@@ -14477,28 +14947,25 @@ sparse_ce_rows<T> sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, con
 /// layout: split by the batch axis, the full loss on every rank of a class group.
 /// Throws on a label outside [0, C): "sparse_softmax_cross_entropy: label 9 at row 3 is
 /// out of range [0, 8)", or one that is not an integer.
-template <class T, class L, class C>
-dist_tensor<T> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_op& op,
-                                            const dist_tensor<T>& logits, const dist_tensor<L>& labels,
-                                            device_context<C>& ctx) {
+template <class T, class L, class D, class C>
+tensor_on<T, D> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_op& op,
+                                             const tensor_on<T, D>& logits, const tensor_on<L, D>& labels,
+                                             device_context<C>& ctx) {
   const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
-  dist_tensor<T> y(r.out, r.shape, ctx.rank());
-  T* o = y.local().data();
-  for (std::size_t i = 0; i < s.rows; ++i) o[i] = s.max[i] + std::log(s.sum[i]) - s.picked[i];
-  return y;
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::sparse_ce_loss(s.max, s.terms));
 }
 
 /// dlogits of loss = sparse_softmax_cross_entropy(logits, labels) given dloss (B,) in any
 /// layout (partial sums are resolved first):
 ///   dlogits_ij = dloss_i * (softmax(x_i)_j - [j == label_i])
 /// in the logits' rule layout. Labels get no gradient.
-template <class T, class L, class C>
-dist_tensor<T> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_entropy_op& op,
-                                                     const dist_tensor<T>& dloss, const dist_tensor<T>& logits,
-                                                     const dist_tensor<L>& labels, device_context<C>& ctx) {
+template <class T, class L, class D, class C>
+tensor_on<T, D> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_entropy_op& op,
+                                                      const tensor_on<T, D>& dloss, const tensor_on<T, D>& logits,
+                                                      const tensor_on<L, D>& labels, device_context<C>& ctx) {
   const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   if (!(dloss.global_shape() == r.shape))
     throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
@@ -14506,20 +14973,9 @@ dist_tensor<T> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_
   const auto lg = in_layout(dloss, r.out, ctx);
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
-  dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
-  const T* px = lx->local().data();
-  const T* g = lg->local().data();
-  T* o = dx.local().data();
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    const T inv = T(1) / s.sum[i];
-    for (std::size_t j = 0; j < s.cols; ++j) {
-      const std::size_t k = i * s.cols + j;
-      const T hot = std::int64_t(j) == s.column[i] ? T(1) : T(0);
-      o[k] = g[i] * (std::exp(px[k] - s.max[i]) * inv - hot);
-    }
-  }
-  return dx;
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
+                         kernels::backend<D>::sparse_ce_grad(lg->local(), lx->local(), s.column, s.max, s.terms));
 }
 
 }  // namespace tessera::ops
@@ -14857,26 +15313,24 @@ var<T, C, D> reduce_min(const ops::reduce_min_op& op, var<T, C, D> x) {
                                    [](auto&&... a) { return ops::reduce_min_backward(a...); });
 }
 
-// The operators below run on host tensors (var<T, C>, the cpu_device default).
-
 /// C = op(A) op(B) per batch entry with BatchMatMul's strategy.
-template <class T, class C>
-var<T, C> batch_matmul(const ops::batch_matmul_op& op, var<T, C> a, var<T, C> b) {
+template <class T, class C, class D>
+var<T, C, D> batch_matmul(const ops::batch_matmul_op& op, var<T, C, D> a, var<T, C, D> b) {
   return detail::binary(op, a, b, [](auto&&... x) { return ops::batch_matmul(x...); },
                         [](auto&&... x) { return ops::batch_matmul_backward(x...); });
 }
 
 /// one_hot(indices) with values `on` and `off`: data, not differentiable (a constant on
 /// the tape, like a leaf without gradient).
-template <class T, class C>
-var<T, C> one_hot(const ops::one_hot_op& op, var<T, C> indices, T on = T(1), T off = T(0)) {
-  tape<T, C>& t = *indices.t;
+template <class T, class C, class D>
+var<T, C, D> one_hot(const ops::one_hot_op& op, var<T, C, D> indices, T on = T(1), T off = T(0)) {
+  tape<T, C, D>& t = *indices.t;
   return t.leaf(ops::one_hot(op, indices.value(), on, off, t.ctx()), false);
 }
 
 /// softmax(x) along op.axis; the backward reads the output.
-template <class T, class C>
-var<T, C> softmax(const ops::softmax_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> softmax(const ops::softmax_op& op, var<T, C, D> x) {
   return detail::unary_with_output(
       op, x, [](auto&&... a) { return ops::softmax(a...); },
       [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
@@ -14884,8 +15338,8 @@ var<T, C> softmax(const ops::softmax_op& op, var<T, C> x) {
       });
 }
 /// log_softmax(x) along op.axis; the backward reads the output.
-template <class T, class C>
-var<T, C> log_softmax(const ops::log_softmax_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> log_softmax(const ops::log_softmax_op& op, var<T, C, D> x) {
   return detail::unary_with_output(
       op, x, [](auto&&... a) { return ops::log_softmax(a...); },
       [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
@@ -14893,68 +15347,68 @@ var<T, C> log_softmax(const ops::log_softmax_op& op, var<T, C> x) {
       });
 }
 
-template <class T, class C>
-var<T, C> transpose(const ops::transpose_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> transpose(const ops::transpose_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::transpose(a...); },
                        [](auto&&... a) { return ops::transpose_backward(a...); });
 }
-template <class T, class C>
-var<T, C> reshape(const ops::reshape_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> reshape(const ops::reshape_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::reshape(a...); },
                        [](auto&&... a) { return ops::reshape_backward(a...); });
 }
-template <class T, class C>
-var<T, C> flatten(const ops::flatten_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> flatten(const ops::flatten_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::flatten(a...); },
                        [](auto&&... a) { return ops::flatten_backward(a...); });
 }
-template <class T, class C>
-var<T, C> strided_slice(const ops::strided_slice_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> strided_slice(const ops::strided_slice_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::strided_slice(a...); },
                        [](auto&&... a) { return ops::strided_slice_backward(a...); });
 }
 /// The values joined along op.axis (all on one tape); each gets its slice of the gradient.
-template <class T, class C>
-var<T, C> concat(const ops::concat_op& op, const std::vector<var<T, C>>& xs) {
+template <class T, class C, class D>
+var<T, C, D> concat(const ops::concat_op& op, const std::vector<var<T, C, D>>& xs) {
   if (xs.empty()) throw error("concat: needs at least one input");
-  tape<T, C>& t = *xs[0].t;
-  std::vector<const dist_tensor<T>*> values;
+  tape<T, C, D>& t = *xs[0].t;
+  std::vector<const tensor_on<T, D>*> values;
   std::vector<int> ids;
-  for (const var<T, C>& x : xs) {
+  for (const var<T, C, D>& x : xs) {
     values.push_back(&x.value());
     ids.push_back(x.id);
   }
-  dist_tensor<T> y = ops::concat(op, values, t.ctx());
-  return t.record(std::move(y), [op, ids](tape<T, C>& tp, const dist_tensor<T>& g) {
-    std::vector<const dist_tensor<T>*> in;
+  tensor_on<T, D> y = ops::concat(op, values, t.ctx());
+  return t.record(std::move(y), [op, ids](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+    std::vector<const tensor_on<T, D>*> in;
     for (int id : ids) in.push_back(&tp.value(id));
-    std::vector<dist_tensor<T>> dxs = ops::concat_backward(op, g, in, tp.ctx());
+    std::vector<tensor_on<T, D>> dxs = ops::concat_backward(op, g, in, tp.ctx());
     for (std::size_t i = 0; i < ids.size(); ++i) tp.add_grad(ids[i], std::move(dxs[i]));
   });
 }
 /// concat of a braced list: concat(op, {a, b}).
-template <class T, class C>
-var<T, C> concat(const ops::concat_op& op, std::initializer_list<var<T, C>> xs) {
-  return concat(op, std::vector<var<T, C>>(xs));
+template <class T, class C, class D>
+var<T, C, D> concat(const ops::concat_op& op, std::initializer_list<var<T, C, D>> xs) {
+  return concat(op, std::vector<var<T, C, D>>(xs));
 }
 
 /// The per-sample loss (B,) of softmax(logits) against class labels (B,) (integer-valued);
 /// only the logits get a gradient.
-template <class T, class C>
-var<T, C> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C> logits,
-                                       var<T, C> labels) {
-  tape<T, C>& t = *logits.t;
-  dist_tensor<T> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
-  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+template <class T, class C, class D>
+var<T, C, D> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C, D> logits,
+                                       var<T, C, D> labels) {
+  tape<T, C, D>& t = *logits.t;
+  tensor_on<T, D> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
   });
 }
 
 /// The indices of the maxima along op.axis, as values of T (for accuracy): a constant on
 /// the tape.
-template <class T, class C>
-var<T, C> argmax(const ops::argmax_op& op, var<T, C> x) {
-  tape<T, C>& t = *x.t;
+template <class T, class C, class D>
+var<T, C, D> argmax(const ops::argmax_op& op, var<T, C, D> x) {
+  tape<T, C, D>& t = *x.t;
   return t.leaf(ops::argmax<T>(op, x.value(), t.ctx()), false);
 }
 
@@ -15471,132 +15925,6 @@ class executor {
 }  // namespace tessera::graph
 
 // nn/, optim/ and train/: modules, losses, optimizers, the gradient reducer, Model
-// ---- tessera/kernels/cpu/optim.hpp ----
-// The optimizers' updates as fused per-element kernels: one pass over a parameter's
-// shard, its gradient and its state (spans of equal length), no temporaries. Each
-// states its formula; the CUDA kernels mirror these signatures.
-
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string>
-
-namespace tessera::kernels::cpu {
-
-namespace detail {
-[[noreturn, gnu::cold]] inline void optim_size_fail(const char* fn, const char* name, std::size_t n,
-                                                    std::size_t want) {
-  throw error(std::string(fn) + ": " + name + " has " + std::to_string(n) + " elements, the parameter " +
-              std::to_string(want));
-}
-template <class S>
-inline void optim_check(const char* fn, const char* name, const S& s, std::size_t want) {
-  if (s.size() != want) [[unlikely]]
-    optim_size_fail(fn, name, s.size(), want);
-}
-}  // namespace detail
-
-/// Plain gradient descent with L2 weight decay:
-///   p -= lr * (g + weight_decay * p)
-template <class T>
-void sgd_update(std::span<T> p, std::span<const T> g, T lr, T weight_decay = T(0)) {
-  detail::optim_check("sgd_update", "the gradient", g, p.size());
-  const std::size_t n = p.size();
-  T* __restrict pp = p.data();
-  const T* __restrict pg = g.data();
-  if (weight_decay == T(0))
-    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * pg[i];
-  else
-    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * (pg[i] + weight_decay * pp[i]);
-}
-
-/// SGD with momentum, PyTorch's torch.optim.SGD (and MindSpore's nn.SGD):
-///   d = g + weight_decay * p
-///   buf = first_step ? d : momentum * buf + (1 - dampening) * d
-///   p -= lr * (nesterov ? d + momentum * buf : buf)
-template <class T>
-void sgd_momentum_update(std::span<T> p, std::span<const T> g, std::span<T> buf, T lr, T momentum,
-                         T dampening, T weight_decay, bool nesterov, bool first_step) {
-  detail::optim_check("sgd_momentum_update", "the gradient", g, p.size());
-  detail::optim_check("sgd_momentum_update", "the momentum buffer", buf, p.size());
-  const std::size_t n = p.size();
-  T* __restrict pp = p.data();
-  const T* __restrict pg = g.data();
-  T* __restrict pb = buf.data();
-  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
-  for (std::size_t i = 0; i < n; ++i) {
-    const T d = pg[i] + weight_decay * pp[i];
-    const T b = keep * pb[i] + take * d;
-    pb[i] = b;
-    pp[i] -= lr * (nesterov ? d + momentum * b : b);
-  }
-}
-
-/// MindSpore's nn.Momentum (ApplyMomentum):
-///   d = g + weight_decay * p
-///   accum = momentum * accum + d
-///   p -= lr * (nesterov ? d + momentum * accum : accum)
-/// (accum starts at zero, so the first step moves by lr * d, as PyTorch's SGD does.)
-template <class T>
-void momentum_update(std::span<T> p, std::span<const T> g, std::span<T> accum, T lr, T momentum,
-                     T weight_decay = T(0), bool nesterov = false) {
-  detail::optim_check("momentum_update", "the gradient", g, p.size());
-  detail::optim_check("momentum_update", "the accumulator", accum, p.size());
-  const std::size_t n = p.size();
-  T* __restrict pp = p.data();
-  const T* __restrict pg = g.data();
-  T* __restrict pa = accum.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const T d = pg[i] + weight_decay * pp[i];
-    const T a = momentum * pa[i] + d;
-    pa[i] = a;
-    pp[i] -= lr * (nesterov ? d + momentum * a : a);
-  }
-}
-
-/// Adam (PyTorch's torch.optim.Adam) and, with `decoupled`, AdamW (torch.optim.AdamW),
-/// at step t = 1, 2, ...:
-///   Adam:  d = g + weight_decay * p          AdamW: p *= 1 - lr * weight_decay; d = g
-///   m = beta1 * m + (1 - beta1) * d
-///   v = beta2 * v + (1 - beta2) * d^2
-///   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-template <class T>
-void adam_update(std::span<T> p, std::span<const T> g, std::span<T> m, std::span<T> v, T lr, T beta1, T beta2,
-                 T eps, T weight_decay, bool decoupled, std::int64_t t) {
-  detail::optim_check("adam_update", "the gradient", g, p.size());
-  detail::optim_check("adam_update", "the first moment", m, p.size());
-  detail::optim_check("adam_update", "the second moment", v, p.size());
-  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
-  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
-  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
-  const T step = lr / bc1;
-  const T inv_bc2 = T(1) / bc2_sqrt;
-  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
-  const T l2 = decoupled ? T(0) : weight_decay;
-  const std::size_t n = p.size();
-  T* __restrict pp = p.data();
-  const T* __restrict pg = g.data();
-  T* __restrict pm = m.data();
-  T* __restrict pv = v.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const T x = pp[i] * shrink;
-    const T d = pg[i] + l2 * x;
-    const T mi = beta1 * pm[i] + (T(1) - beta1) * d;
-    const T vi = beta2 * pv[i] + (T(1) - beta2) * d * d;
-    pm[i] = mi;
-    pv[i] = vi;
-    pp[i] = x - step * mi / (std::sqrt(vi) * inv_bc2 + eps);
-  }
-}
-
-/// x *= a.
-template <class T>
-void scale(std::span<T> x, T a) {
-  for (T& v : x) v *= a;
-}
-
-}  // namespace tessera::kernels::cpu
 // ---- tessera/nn/init.hpp ----
 // Parameter initializers (MindSpore's mindspore.common.initializer) drawn from a
 // counter-based generator: the value at each global index depends only on the seed,
@@ -16847,6 +17175,35 @@ learning_rate<T> cosine_lr(T base, std::int64_t total_steps, T min_lr = T(0)) {
   });
 }
 
+namespace detail {
+
+/// The checks of a step over bare tensors: one gradient per parameter, each in its
+/// parameter's layout and shape.
+/// "sgd: the gradient of parameter 0 is (3,) [-], the parameter (2,) [-]".
+template <class Tensor>
+void check_tensor_step(const std::string& name, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+  if (grads.size() != params.size())
+    throw error(name + ": " + std::to_string(grads.size()) + " gradients for " + std::to_string(params.size()) +
+                " parameters");
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!(grads[i].layout() == params[i].layout()) || !(grads[i].global_shape() == params[i].global_shape()))
+      throw error(name + ": the gradient of parameter " + std::to_string(i) + " is " +
+                  to_string(grads[i].global_shape()) + " " + to_string(grads[i].layout()) + ", the parameter " +
+                  to_string(params[i].global_shape()) + " " + to_string(params[i].layout()));
+}
+
+/// A zeroed state shard per parameter of a step over bare tensors (made at first use).
+template <class Tensor>
+void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const std::vector<Tensor>& params) {
+  if (!state.empty()) return;
+  for (const Tensor& p : params) {
+    state.push_back(Tensor::storage_type::empty(p.local_shape()));
+    Tensor::storage_type::fill(state.back(), typename Tensor::value_type(0));
+  }
+}
+
+}  // namespace detail
+
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
 /// in the order of parameters(), to update the parameters.
 template <class T>
@@ -16927,7 +17284,8 @@ class optimizer {
 // ---- tessera/optim/sgd.hpp ----
 // SGD over sharded parameters, MindSpore's nn.SGD and PyTorch's torch.optim.SGD:
 // plain gradient descent, or with momentum (optionally Nesterov), dampening and L2
-// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update.
+// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update (over bare
+// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
 
 #include <cstddef>
 #include <span>
@@ -16946,9 +17304,14 @@ namespace tessera::optim {
 ///
 ///     optim::sgd<float> opt(net.trainable_params(), 1e-2f);   // the seed's SGD(params, 1e-2)
 ///     opt(grads);
-template <class T>
+///
+/// It also runs over bare tensors of device D: `sgd<float, cuda_device> opt(lr, mu);
+/// opt.step(params, grads)`.
+template <class T, class D = cpu_device>
 class sgd : public optimizer<T> {
  public:
+  using tensor = tensor_on<T, D>;
+
   sgd(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
       T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
       : optimizer<T>("sgd", std::move(params), std::move(lr), weight_decay),
@@ -16961,7 +17324,28 @@ class sgd : public optimizer<T> {
                   std::to_string(momentum) + " and dampening " + std::to_string(dampening));
   }
 
+  /// Over bare tensors (no parameter objects): see step(params, grads).
+  explicit sgd(T learning_rate, T momentum = T(0), T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
+      : sgd(std::vector<nn::parameter<T>*>{}, learning_rate, momentum, dampening, weight_decay, nesterov) {}
+
   T momentum() const { return momentum_; }
+
+  using optimizer<T>::step;
+  /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
+  /// with the update of the parameter objects' steps.
+  void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
+    detail::check_tensor_step(this->name_, params, grads);
+    using K = kernels::backend<D>;
+    const T lr = this->lr_(this->step_);
+    if (momentum_ != T(0)) detail::ensure_tensor_state(tensor_buf_, params);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (momentum_ == T(0)) K::sgd_update(params[i].local(), grads[i].local(), lr, this->weight_decay_);
+      else
+        K::sgd_momentum_update(params[i].local(), grads[i].local(), tensor_buf_[i], lr, momentum_, dampening_,
+                               this->weight_decay_, nesterov_, this->step_ == 0);
+    }
+    ++this->step_;
+  }
 
  protected:
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
@@ -16975,6 +17359,7 @@ class sgd : public optimizer<T> {
   T momentum_, dampening_;
   bool nesterov_;
   std::vector<std::vector<T>> buf_;
+  std::vector<typename tensor::array_type> tensor_buf_;
 };
 
 }  // namespace tessera::optim
@@ -17067,7 +17452,8 @@ class momentum : public optimizer<T> {
 }  // namespace tessera::optim
 // ---- tessera/optim/adam.hpp ----
 // Adam and AdamW over sharded parameters, with PyTorch's update (torch.optim.Adam and
-// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update.
+// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update (over bare
+// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
 
 #include <cstddef>
 #include <span>
@@ -17081,12 +17467,34 @@ namespace tessera::optim {
 ///   d = g + weight_decay * p            (L2 decay, added to the gradient)
 ///   m = beta1 m + (1 - beta1) d;  v = beta2 v + (1 - beta2) d^2
 ///   p -= lr / (1 - beta1^t) * m / (sqrt(v / (1 - beta2^t)) + eps)
-template <class T>
+///
+/// It also runs over bare tensors of device D: `adam<float, cuda_device> opt(lr);
+/// opt.step(params, grads)`.
+template <class T, class D = cpu_device>
 class adam : public optimizer<T> {
  public:
+  using tensor = tensor_on<T, D>;
+
   adam(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
        T eps = T(1e-8), T weight_decay = T(0))
       : adam("adam", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, false) {}
+  /// Over bare tensors (no parameter objects): see step(params, grads).
+  explicit adam(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(0))
+      : adam(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
+
+  using optimizer<T>::step;
+  /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
+  /// with the update of the parameter objects' steps.
+  void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
+    detail::check_tensor_step(this->name_, params, grads);
+    detail::ensure_tensor_state(tensor_m_, params);
+    detail::ensure_tensor_state(tensor_v_, params);
+    const T lr = this->lr_(this->step_);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      kernels::backend<D>::adam_update(params[i].local(), grads[i].local(), tensor_m_[i], tensor_v_[i], lr, beta1_,
+                                       beta2_, eps_, this->weight_decay_, decoupled_, this->step_ + 1);
+    ++this->step_;
+  }
 
  protected:
   adam(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
@@ -17113,18 +17521,22 @@ class adam : public optimizer<T> {
   T beta1_, beta2_, eps_;
   bool decoupled_;
   std::vector<std::vector<T>> m_, v_;
+  std::vector<typename tensor::array_type> tensor_m_, tensor_v_;
 };
 
 /// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to
 /// the parameter before the update, p *= 1 - lr * weight_decay, and not to the
 /// gradient. (MindSpore's AdamWeightDecay decays alike but skips Adam's bias
 /// correction.)
-template <class T>
-class adamw : public adam<T> {
+template <class T, class D = cpu_device>
+class adamw : public adam<T, D> {
  public:
   adamw(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
         T eps = T(1e-8), T weight_decay = T(1e-2))
-      : adam<T>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
+      : adam<T, D>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
+  /// Over bare tensors (no parameter objects): see adam::step(params, grads).
+  explicit adamw(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(1e-2))
+      : adamw(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
 };
 
 }  // namespace tessera::optim

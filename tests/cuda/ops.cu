@@ -9,12 +9,21 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "device_under_test.hpp"
+#include "ops/sharded_testing.hpp"
+#include <tessera/autodiff/ops.hpp>
+#include <tessera/ops/argmax.hpp>
+#include <tessera/ops/batch_matmul.hpp>
+#include <tessera/ops/one_hot.hpp>
+#include <tessera/ops/shape.hpp>
+#include <tessera/ops/softmax_axis.hpp>
+#include <tessera/ops/sparse_cross_entropy.hpp>
 
 namespace matmul_on_gpu {
 #include "ops/test_matmul.cpp"
@@ -27,6 +36,24 @@ namespace reduce_on_gpu {
 }
 namespace softmax_on_gpu {
 #include "ops/test_softmax.cpp"
+}
+namespace batch_matmul_on_gpu {
+#include "ops/test_batch_matmul.cpp"
+}
+namespace one_hot_on_gpu {
+#include "ops/test_one_hot.cpp"
+}
+namespace softmax_axis_on_gpu {
+#include "ops/test_softmax_axis.cpp"
+}
+namespace shape_on_gpu {
+#include "ops/test_shape.cpp"
+}
+namespace argmax_on_gpu {
+#include "ops/test_argmax.cpp"
+}
+namespace sparse_cross_entropy_on_gpu {
+#include "ops/test_sparse_cross_entropy.cpp"
 }
 namespace autodiff_on_gpu {
 #include "autodiff/test_value_and_grad.cpp"

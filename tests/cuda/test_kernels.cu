@@ -287,3 +287,265 @@ TEST_CASE("device arrays copy deeply and move their block") {
   CHECK_THROWS_WITH_AS(c.reshape(shape_of({5, 3})), "device_array::reshape: a shape of 15 elements for an array of 16",
                        error);
 }
+
+// ---- the kernels of the later operators (BatchMatMul, shape ops, Softmax along an axis,
+// sparse cross entropy, ArgMax, OneHot) and of SGD and Adam ----
+
+namespace {
+
+template <class T>
+cuda::device_array<T> dev_of(const xt::xarray<T>& h) {
+  return storage<T, cuda_device>::from_host(h);
+}
+template <class T>
+xt::xarray<T> host_of(const cuda::device_array<T>& d) {
+  return storage<T, cuda_device>::to_host(d);
+}
+
+}  // namespace
+
+TEST_CASE("batch_matmul and its gradients equal the host's: batched, shared a, shared b, every transpose") {
+  constexpr std::size_t B = 5, m = 7, k = 11, n = 6;
+  for (int shared = 0; shared < 3; ++shared)  // 0: both batched, 1: a shared, 2: b shared
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        CAPTURE(shared);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        std::vector<std::size_t> sa = ta ? shape_of({k, m}) : shape_of({m, k});
+        std::vector<std::size_t> sb = tb ? shape_of({n, k}) : shape_of({k, n});
+        if (shared != 1) sa.insert(sa.begin(), B);
+        if (shared != 2) sb.insert(sb.begin(), B);
+        const xt::xarray<float> a = host_array(sa, 40), b = host_array(sb, 41);
+        const xt::xarray<float> dc = host_array(shape_of({B, m, n}), 42);
+        CHECK(same_values(host(kc::batch_matmul(dev(a), dev(b), ta, tb)), kh::batch_matmul(a, b, ta, tb)));
+        CHECK(same_values(host(kc::batch_matmul_grad_a(dev(dc), dev(a), dev(b), ta, tb)),
+                          kh::batch_matmul_grad_a(dc, a, b, ta, tb)));
+        CHECK(same_values(host(kc::batch_matmul_grad_b(dev(dc), dev(a), dev(b), ta, tb)),
+                          kh::batch_matmul_grad_b(dc, a, b, ta, tb)));
+      }
+  // An empty batch and an empty contraction give zeros.
+  const xt::xarray<float> a0 = xt::xarray<float>::from_shape({0, 3, 4}), b0 = host_array(shape_of({4, 2}), 43);
+  const xt::xarray<float> dc0 = xt::xarray<float>::from_shape({0, 3, 2});
+  CHECK(same_values(host(kc::batch_matmul_grad_b(dev(dc0), dev(a0), dev(b0))), kh::batch_matmul_grad_b(dc0, a0, b0)));
+  const xt::xarray<float> a1 = xt::xarray<float>::from_shape({2, 3, 0}), b1 = xt::xarray<float>::from_shape({0, 4});
+  CHECK(same_values(host(kc::batch_matmul(dev(a1), dev(b1))), kh::batch_matmul(a1, b1)));
+  CHECK_THROWS_WITH_AS(kc::batch_matmul(darray(shape_of({2, 3, 4})), darray(shape_of({3, 4, 5}))),
+                       "batch_matmul: batch dims differ: a is (2, 3, 4), b is (3, 4, 5)", error);
+  CHECK_THROWS_WITH_AS(kc::batch_matmul(darray(shape_of({3, 4})), darray(shape_of({4, 5}))),
+                       "batch_matmul: a or b must be 3-D (batch, rows, cols): a is (3, 4), b is (4, 5)", error);
+}
+
+TEST_CASE("transpose, strided_slice, concat, split and their gradients equal the host's") {
+  const xt::xarray<float> x = host_array(shape_of({3, 4, 5}), 44);
+  for (const std::vector<int>& perm : {std::vector<int>{0, 1, 2}, {2, 0, 1}, {1, 2, 0}, {-1, -3, -2}}) {
+    CHECK(same_values(host(kc::transpose(dev(x), perm)), kh::transpose(x, perm)));
+    const xt::xarray<float> dy = kh::transpose(x, perm);
+    CHECK(same_values(host(kc::transpose_grad(dev(dy), perm)), kh::transpose_grad(dy, perm)));
+  }
+  const xt::xarray<float> x0 = host_array(shape_of({}), 45);  // 0-D: nothing to permute
+  CHECK(same_values(host(kc::transpose(dev(x0), {})), kh::transpose(x0, {})));
+  struct slice {
+    std::vector<index_t> begin, end, strides;
+  };
+  for (const slice& s : {slice{{0}, {2}, {}}, slice{{1, -1}, {3, 0}, {1, -1}},
+                         slice{{2, 4, 4}, {-4, -5, 0}, {-2, -2, -3}}, slice{{0, 1, 0}, {3, 4, 5}, {2, 2, 2}},
+                         slice{{5}, {9}, {1}}}) {
+    const xt::xarray<float> y = kh::strided_slice(x, s.begin, s.end, s.strides);
+    CHECK(same_values(host(kc::strided_slice(dev(x), s.begin, s.end, s.strides)), y));
+    const xt::xarray<float> dy = host_array(std::vector<std::size_t>(y.shape().begin(), y.shape().end()), 46);
+    CHECK(same_values(host(kc::strided_slice_grad(dev(dy), shape_of({3, 4, 5}), s.begin, s.end, s.strides)),
+                      kh::strided_slice_grad(dy, {3, 4, 5}, s.begin, s.end, s.strides)));
+  }
+  CHECK_THROWS_WITH_AS(kc::strided_slice(dev(x), {0}, {2}, {0}), "strided_slice: strides [0] has 0 at dim 0", error);
+  for (int axis : {0, 1, 2, -1}) {
+    CAPTURE(axis);
+    std::vector<std::size_t> s1 = shape_of({3, 4, 5}), s2 = s1;
+    const std::size_t ax = std::size_t(axis < 0 ? axis + 3 : axis);
+    s1[ax] = 2;
+    s2[ax] = 3;
+    const xt::xarray<float> p1 = host_array(s1, 47), p2 = host_array(s2, 48), p3 = host_array(s1, 49);
+    const darray d1 = dev(p1), d2 = dev(p2), d3 = dev(p3);
+    const xt::xarray<float> joined = kh::concat({p1, p2, p3}, axis);
+    CHECK(same_values(host(kc::concat<float>({&d1, &d2, &d3}, axis)), joined));
+    const std::vector<xt::xarray<float>> pieces = kh::split(joined, {2, 3, 2}, axis);
+    const std::vector<darray> got = kc::split(dev(joined), {2, 3, 2}, axis);
+    REQUIRE(got.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(same_values(host(got[i]), pieces[i]));
+  }
+  const darray a = darray(shape_of({2, 5})), b = darray(shape_of({3, 4}));
+  CHECK_THROWS_WITH_AS(kc::concat<float>({&b, &a}, 0),
+                       "concat: input 1 is (2, 5), input 0 is (3, 4): the dims other than axis 0 must agree", error);
+  CHECK_THROWS_WITH_AS(kc::split(darray(shape_of({4, 6})), {2, 3}, 0),
+                       "split: sizes [2, 3] add up to 5, x (4, 6) has extent 4 at axis 0", error);
+}
+
+TEST_CASE("softmax and log-softmax pieces along every axis equal the host's") {
+  for (const auto& s : {shape_of({4, 5, 6}), shape_of({2, 300}), shape_of({7})}) {
+    const xt::xarray<float> x = host_array(s, 50, false, -6, 6), dy = host_array(s, 51, false);
+    for (int axis = -1; axis < int(s.size()); ++axis)
+      for (bool log : {false, true}) {
+        CAPTURE(axis);
+        CAPTURE(log);
+        const xt::xarray<float> mh = kh::softmax_axis_max(x, axis), sh = kh::softmax_axis_sum(x, axis, mh);
+        const darray md = kc::softmax_axis_max(dev(x), axis);
+        CHECK(same_values(host(md), mh));
+        CHECK(near(host(kc::softmax_axis_sum(dev(x), axis, md)), sh, 1e-5f));
+        const xt::xarray<float> yh = kh::softmax_axis_out(x, axis, mh, sh, log);
+        CHECK(near(host(kc::softmax_axis_out(dev(x), axis, dev(mh), dev(sh), log)), yh, 1e-5f));
+        const xt::xarray<float> ah = kh::softmax_axis_grad_sum(dy, yh, axis, log);
+        CHECK(near(host(kc::softmax_axis_grad_sum(dev(dy), dev(yh), axis, log)), ah, 1e-5f));
+        CHECK(near(host(kc::softmax_axis_grad(dev(dy), dev(yh), axis, dev(ah), log)),
+                   kh::softmax_axis_grad(dy, yh, axis, ah, log), 1e-5f));
+      }
+    // The whole chain against the host's single-process softmax.
+    CHECK(near(host(kc::softmax_axis_out(dev(x), 0, kc::softmax_axis_max(dev(x), 0),
+                                         kc::softmax_axis_sum(dev(x), 0, kc::softmax_axis_max(dev(x), 0)), false)),
+               kh::softmax(x, 0), 1e-5f));
+  }
+}
+
+TEST_CASE("sparse softmax cross entropy pieces equal the host's, with the host's label errors") {
+  constexpr std::size_t rows = 9, cols = 13;
+  const xt::xarray<float> x = host_array(shape_of({rows, cols}), 52, false, -5, 5);
+  const xt::xarray<float> dl = host_array(shape_of({rows}), 53, false);
+  xt::xarray<std::int32_t> labels = xt::xarray<std::int32_t>::from_shape({rows});
+  for (std::size_t i = 0; i < rows; ++i) labels.data()[i] = std::int32_t(i * 5 % 20);  // some out of [4, 8)
+  for (index_t first_col : {index_t(0), index_t(4)}) {
+    const index_t classes = 20;
+    const xt::xarray<std::int64_t> ch = kh::sparse_ce_columns(labels, classes, 3, first_col, cols);
+    const cuda::device_array<std::int64_t> cd = kc::sparse_ce_columns(dev_of(labels), classes, 3, first_col, cols);
+    CHECK(host_of(cd) == ch);
+    const xt::xarray<float> mh = kh::softmax_axis_max(x, 1), th = kh::sparse_ce_terms(x, ch, mh);
+    CHECK(near(host(kc::sparse_ce_terms(dev(x), cd, dev(mh))), th, 1e-5f));
+    CHECK(near(host(kc::sparse_ce_loss(dev(mh), dev(th))), kh::sparse_ce_loss(mh, th), 1e-6f));
+    CHECK(near(host(kc::sparse_ce_grad(dev(dl), dev(x), cd, dev(mh), dev(th))), kh::sparse_ce_grad(dl, x, ch, mh, th),
+               1e-5f));
+  }
+  const xt::xarray<float> bad{1.0f, 2.5f};
+  CHECK_THROWS_WITH_AS(kc::sparse_ce_columns(dev(bad), 8, 3, 0, 8),
+                       "sparse_softmax_cross_entropy: label 2.5 at row 4 is not an integer", error);
+  const xt::xarray<std::int64_t> big{1, 9};
+  CHECK_THROWS_WITH_AS(kc::sparse_ce_columns(dev_of(big), 8, 2, 0, 8),
+                       "sparse_softmax_cross_entropy: label 9 at row 3 is out of range [0, 8)", error);
+}
+
+TEST_CASE("argmax pieces, the tie resolution and conversion equal the host's") {
+  xt::xarray<float> x = host_array(shape_of({4, 6, 5}), 54);
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(int(x.data()[i]) % 3);  // many ties
+  for (int axis = -1; axis < 3; ++axis) {
+    CAPTURE(axis);
+    const auto [bh, ih] = kh::argmax_local(x, axis, 10);
+    auto [bd, id] = kc::argmax_local(dev(x), axis, 10);
+    CHECK(same_values(host(bd), bh));
+    CHECK(host_of(id) == ih);
+    // A "group top" one above every other row's best: those rows give up their index.
+    xt::xarray<float> top = bh;
+    for (std::size_t o = 0; o < top.size(); o += 2) top.data()[o] += 1.0f;
+    xt::xarray<std::int64_t> rh = ih;
+    kh::argmax_resolve(rh, bh, top);
+    kc::argmax_resolve(id, bd, dev(top));
+    CHECK(host_of(id) == rh);
+    CHECK(host_of(kc::convert<std::int32_t>(id)) == kh::convert<std::int32_t>(rh));
+    CHECK(host_of(kc::convert<float>(id)) == kh::convert<float>(rh));
+  }
+}
+
+TEST_CASE("one_hot pieces of the depth equal the host's, with the host's index errors") {
+  xt::xarray<std::int32_t> idx = xt::xarray<std::int32_t>::from_shape({3, 4});
+  for (std::size_t i = 0; i < idx.size(); ++i) idx.data()[i] = std::int32_t(i * 3 % 11) - 1;  // -1 and >= depth too
+  for (index_t first : {index_t(0), index_t(4), index_t(8)}) {
+    CAPTURE(first);
+    CHECK(host(kc::one_hot<float>(dev_of(idx), 9, first, 4, 1.0f, -0.5f)) ==
+          kh::one_hot_piece<float>(idx, 9, first, 4, 1.0f, -0.5f));
+    const xt::xarray<double> fidx = xt::cast<double>(idx);
+    CHECK(host_of(kc::one_hot<double>(dev_of(fidx), 9, first, 4, 2.0, 0.0)) ==
+          kh::one_hot_piece<double>(fidx, 9, first, 4, 2.0, 0.0));
+  }
+  const xt::xarray<float> bad{0.0f, 1.0f, 2.0f, 2.5f};
+  CHECK_THROWS_WITH_AS(kc::one_hot<float>(dev(bad), 4, 0, 4, 1.0f, 0.0f),
+                       "one_hot: index 2.5 at local position 3 is not an integer", error);
+}
+
+TEST_CASE("SGD (plain, momentum, Nesterov, dampening, weight decay) and Adam/AdamW updates equal the host's") {
+  using KH = kernels::backend<cpu_device>;
+  using KD = kernels::backend<cuda_device>;
+  const xt::xarray<float> p0 = host_array(shape_of({1001}), 55, false), g = host_array(shape_of({1001}), 56, false);
+  for (float wd : {0.0f, 0.01f}) {
+    xt::xarray<float> ph = p0;
+    darray pd = dev(p0);
+    KH::sgd_update(ph, g, 0.1f, wd);
+    KD::sgd_update(pd, dev(g), 0.1f, wd);
+    CHECK(near(host(pd), ph, 1e-6f));
+  }
+  struct sgd_case {
+    float mu, damp, wd;
+    bool nesterov;
+  };
+  for (const sgd_case& c : {sgd_case{0.9f, 0.0f, 0.0f, false}, sgd_case{0.8f, 0.1f, 0.01f, false},
+                            sgd_case{0.9f, 0.0f, 0.01f, true}}) {
+    xt::xarray<float> ph = p0, bh = xt::zeros<float>({1001});
+    darray pd = dev(p0), bd = dev(bh);
+    for (int t = 0; t < 3; ++t) {
+      KH::sgd_momentum_update(ph, g, bh, 0.05f, c.mu, c.damp, c.wd, c.nesterov, t == 0);
+      KD::sgd_momentum_update(pd, dev(g), bd, 0.05f, c.mu, c.damp, c.wd, c.nesterov, t == 0);
+    }
+    CHECK(near(host(pd), ph, 1e-5f));
+    CHECK(near(host(bd), bh, 1e-5f));
+  }
+  for (bool decoupled : {false, true}) {
+    CAPTURE(decoupled);
+    xt::xarray<float> ph = p0, mh = xt::zeros<float>({1001}), vh = xt::zeros<float>({1001});
+    darray pd = dev(p0), md = dev(mh), vd = dev(vh);
+    for (std::int64_t t = 1; t <= 4; ++t) {
+      KH::adam_update(ph, g, mh, vh, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+      KD::adam_update(pd, dev(g), md, vd, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+    }
+    CHECK(near(host(pd), ph, 1e-5f));
+    CHECK(near(host(md), mh, 1e-5f));
+    CHECK(near(host(vd), vh, 1e-5f));
+  }
+  darray pd = dev(p0), md = dev(p0), vd = dev(p0);
+  CHECK_THROWS_WITH_AS(KD::adam_update(pd, dev(g), md, vd, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, false, 0),
+                       "adam_update: the step t counts from 1, got 0", error);
+  darray small(shape_of({3}));
+  CHECK_THROWS_WITH_AS(KD::sgd_update(pd, small, 0.1f, 0.0f),
+                       "sgd_update: the gradient has 3 elements, the parameter 1001", error);
+}
+
+TEST_CASE("optim::sgd, adam and adamw over bare device tensors take the host tensors' steps") {
+  const layout l = layout::replicated(mesh{1}, 1);
+  const xt::xarray<float> p0 = host_array(shape_of({300}), 57, false), g0 = host_array(shape_of({300}), 58, false);
+  auto host_tensor = [&](const xt::xarray<float>& v) {
+    return tensor_on<float, cpu_device>(l, extents{300}, 0, xt::xarray<float>(v));
+  };
+  auto run = [&](auto& on_host, auto& on_gpu) {
+    std::vector<tensor_on<float, cpu_device>> ph{host_tensor(p0)}, gh{host_tensor(g0)};
+    std::vector<tensor_on<float, cuda_device>> pd{to_device(ph[0])}, gd{to_device(gh[0])};
+    for (int t = 0; t < 3; ++t) {
+      on_host.step(ph, gh);
+      on_gpu.step(pd, gd);
+    }
+    CHECK(near(host(pd[0].local()), ph[0].local(), 1e-5f));
+  };
+  {
+    optim::sgd<float> h(0.05f, 0.9f, 0.1f, 0.01f);
+    optim::sgd<float, cuda_device> d(0.05f, 0.9f, 0.1f, 0.01f);
+    run(h, d);
+  }
+  {
+    optim::sgd<float> h(0.05f, 0.9f, 0.0f, 0.01f, true);
+    optim::sgd<float, cuda_device> d(0.05f, 0.9f, 0.0f, 0.01f, true);
+    run(h, d);
+  }
+  {
+    optim::adam<float> h(1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    optim::adam<float, cuda_device> d(1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    run(h, d);
+  }
+  {
+    optim::adamw<float> h(1e-2f);
+    optim::adamw<float, cuda_device> d(1e-2f);
+    run(h, d);
+  }
+}

@@ -13,6 +13,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
+#include "device_under_test.hpp"
 
 namespace tessera::testing {
 
@@ -55,9 +56,14 @@ xt::xarray<T> smooth_tensor(const extents& shape, int seed) {
   return x;
 }
 
-/// This rank's shard of a global tensor under a non-partial layout.
+/// A tensor on the test device (the host, or the GPU when the file is compiled with
+/// TESSERA_TEST_CUDA, as tests/cuda/ops.cu does).
 template <class T>
-dist_tensor<T> shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
+using dev_tensor = tensor_on<T, test_device>;
+
+/// This rank's shard of a global tensor under a non-partial layout, on the test device.
+template <class T>
+dev_tensor<T> shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
   const extents shape = extents_of(std::vector<std::size_t>(g.shape().begin(), g.shape().end()));
   dist_tensor<T> t(l, shape, rank);
   t.fill_global([&](const auto& i) {
@@ -65,14 +71,14 @@ dist_tensor<T> shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
     for (int d = 0; d < shape.ndim; ++d) lin = lin * g.shape()[d] + std::size_t(i[d]);
     return g.data()[lin];
   });
-  return t;
+  return to_test_device(t);
 }
 
-/// The whole tensor on every rank: redistributed to the replicated layout of the
-/// world's mesh (which also resolves partial values).
-template <class T, class C>
-xt::xarray<T> gather(const dist_tensor<T>& x, device_context<C>& ctx) {
-  return redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx).local();
+/// The whole tensor on every rank, on the host: redistributed to the replicated layout
+/// of the world's mesh (which also resolves partial values).
+template <class T, class D, class C>
+xt::xarray<T> gather(const tensor_on<T, D>& x, device_context<C>& ctx) {
+  return storage<T, D>::to_host(redistribute(x, layout::replicated(mesh{ctx.size()}, x.ndim()), ctx).local());
 }
 
 /// Equal shapes and elements equal to `rel` relative (absolute near 0); NaN equals NaN.

@@ -17,7 +17,7 @@ using namespace tessera::testing;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<test_comm>;
 
 // The single-process reference: the first index of the maximum along `axis`.
 xt::xarray<std::int32_t> argmax_ref(const xt::xarray<float>& x, int axis) {
@@ -51,7 +51,7 @@ TEST_CASE("argmax rule: the reduction's layouts, resolved over the axis group") 
 }
 
 TEST_CASE("argmax: every strategy and axis gives the first global maximum's index") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -66,12 +66,12 @@ TEST_CASE("argmax: every strategy and axis gives the first global maximum's inde
         CAPTURE(to_string(op.st));
         CAPTURE(axis);
         const argmax_layouts r = op.rule(p, shape);
-        const dist_tensor<float> x = shard_of(gx, cases % 2 ? r.in : flat(p, shape.ndim), me);
-        const dist_tensor<std::int32_t> y = ops::argmax(op, x, ctx);
+        const dev_tensor<float> x = shard_of(gx, cases % 2 ? r.in : flat(p, shape.ndim), me);
+        const dev_tensor<std::int32_t> y = ops::argmax(op, x, ctx);
         CHECK(y.layout() == r.out);
         CHECK(!y.layout().has_partial());
         CHECK(gather(y, ctx) == ref);
-        const dist_tensor<float> yf = ops::argmax<float>(op, x, ctx);
+        const dev_tensor<float> yf = ops::argmax<float>(op, x, ctx);
         CHECK(gather(yf, ctx) == xt::cast<float>(ref));
         ++cases;
       }

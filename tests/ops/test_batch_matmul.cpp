@@ -18,7 +18,7 @@ namespace k = tessera::kernels::cpu;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<test_comm>;
 
 // A product of batch dims `batch` (empty: none), (m, k) x (k, n), with A or B shared.
 struct case_shape {
@@ -94,7 +94,7 @@ TEST_CASE("batch_matmul rule: batch axes, MatMul's (m, k, n), shared inputs") {
 }
 
 TEST_CASE("batch_matmul: every strategy, transpose and shared input gives the single-process results") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const std::vector<case_shape> cases = {
@@ -138,12 +138,12 @@ TEST_CASE("batch_matmul: every strategy, transpose and shared input gives the si
           // mesh (the operator redistributes them across device matrices).
           for (bool in_rule_layout : {true, false}) {
             if (!in_rule_layout && &c != &cases[0]) continue;
-            const dist_tensor<float> a = shard_of(ga, in_rule_layout ? r.a : flat(p, as.ndim), me);
-            const dist_tensor<float> b = shard_of(gb, in_rule_layout ? r.b : flat(p, bs.ndim), me);
-            const dist_tensor<float> y = ops::batch_matmul(op, a, b, ctx);
+            const dev_tensor<float> a = shard_of(ga, in_rule_layout ? r.a : flat(p, as.ndim), me);
+            const dev_tensor<float> b = shard_of(gb, in_rule_layout ? r.b : flat(p, bs.ndim), me);
+            const dev_tensor<float> y = ops::batch_matmul(op, a, b, ctx);
             CHECK(y.layout() == r.c);
             CHECK(gather(y, ctx) == c_ref);
-            const dist_tensor<float> dc = shard_of(gdc, flat(p, cs.ndim), me);
+            const dev_tensor<float> dc = shard_of(gdc, flat(p, cs.ndim), me);
             const auto [da, db] = ops::batch_matmul_backward(op, dc, a, b, ctx);
             CHECK(da.layout() == r.grad_a);
             CHECK(db.layout() == r.grad_b);

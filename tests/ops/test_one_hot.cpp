@@ -19,7 +19,7 @@ namespace k = tessera::kernels::cpu;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<test_comm>;
 
 constexpr index_t depth = 8;
 
@@ -48,7 +48,7 @@ TEST_CASE("one_hot rule: the output split by the strategy, the indices by its le
 }
 
 TEST_CASE("one_hot: every strategy equals the single-process kernel") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -65,14 +65,14 @@ TEST_CASE("one_hot: every strategy equals the single-process kernel") {
         const ops::one_hot_op op{st, depth};
         const one_hot_layouts r = op.rule(p, shape);
         // int32 indices in the rule's layout: each rank writes its piece, no traffic.
-        const dist_tensor<std::int32_t> idx = shard_of(gi, r.indices, me);
+        const dev_tensor<std::int32_t> idx = shard_of(gi, r.indices, me);
         ctx.reset_stats();
-        const dist_tensor<float> y = ops::one_hot(op, idx, 2.5f, -1.0f, ctx);
+        const dev_tensor<float> y = ops::one_hot(op, idx, 2.5f, -1.0f, ctx);
         CHECK(ctx.total_stats().calls == 0);
         CHECK(y.layout() == r.out);
         CHECK(gather(y, ctx) == ref);
         // Float indices, replicated on the flat mesh: redistributed first.
-        const dist_tensor<float> fidx = shard_of(gf, flat(p, shape.ndim), me);
+        const dev_tensor<float> fidx = shard_of(gf, flat(p, shape.ndim), me);
         CHECK(gather(ops::one_hot(op, fidx, 2.5f, -1.0f, ctx), ctx) == ref);
         ++cases;
       }
@@ -108,9 +108,9 @@ TEST_CASE("one_hot: bad strategies, depths and indices give the rule and the num
   CHECK(text(strategy{{4, 4}}, extents{16}, 8) ==
         "one_hot: strategy: the product of an input's splits must divide the device count: input 0: "
         "product of splits 16, device count 8; strategy ((4, 4),)");
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
-  dist_tensor<float> half = shard_of(xt::xarray<float>{0.0f, 1.5f}, flat(world.size(), 1), world.rank());
+  dev_tensor<float> half = shard_of(xt::xarray<float>{0.0f, 1.5f}, flat(world.size(), 1), world.rank());
   CHECK_THROWS_WITH_AS(ops::one_hot(ops::one_hot_op{strategy{{1, 1}}, 4}, half, 1.0f, 0.0f, ctx),
                        "one_hot: index 1.5 at local position 1 is not an integer", error);
 }

@@ -21,7 +21,7 @@ namespace k = tessera::kernels::cpu;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<test_comm>;
 constexpr index_t end_of_dim = std::numeric_limits<index_t>::max();
 constexpr index_t before_start = std::numeric_limits<index_t>::min();
 
@@ -87,7 +87,7 @@ TEST_CASE("shape rules: the layouts of the doc examples") {
 }
 
 TEST_CASE("transpose: every strategy and perm, without communication") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -110,13 +110,13 @@ TEST_CASE("transpose: every strategy and perm, without communication") {
         const ops::transpose_op op{strategy{s}, perm};
         CAPTURE(to_string(op.st));
         const transpose_layouts r = op.rule(p, pc.shape);
-        const dist_tensor<float> x = shard_of(gx, r.in, me);
-        dist_tensor<float> y(r.out, ys, me);
+        const dev_tensor<float> x = shard_of(gx, r.in, me);
+        dev_tensor<float> y(r.out, ys, me);
         CHECK(calls_of(ctx, [&] { y = ops::transpose(op, x, ctx); }) == 0);
         CHECK(y.layout() == r.out);
         CHECK(gather(y, ctx) == y_ref);
-        const dist_tensor<float> dy = shard_of(gdy, r.out, me);
-        dist_tensor<float> dx(r.in, pc.shape, me);
+        const dev_tensor<float> dy = shard_of(gdy, r.out, me);
+        dev_tensor<float> dx(r.in, pc.shape, me);
         CHECK(calls_of(ctx, [&] { dx = ops::transpose_backward(op, dy, x, ctx); }) == 0);
         CHECK(gather(dx, ctx) == dx_ref);
         // From the flat mesh: redistributed, same values.
@@ -130,7 +130,7 @@ TEST_CASE("transpose: every strategy and perm, without communication") {
 }
 
 TEST_CASE("reshape and flatten: every strategy; shards stay in place unless the rule moves them") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0, kept = 0;
@@ -160,15 +160,15 @@ TEST_CASE("reshape and flatten: every strategy; shards stay in place unless the 
         const reshape_layouts r = op.rule(p, rc.shape);
         CHECK(r.shape == ys);
         // x as the strategy lays it out: no traffic exactly when the rule keeps it in place.
-        const dist_tensor<float> x = shard_of(gx, strategy_layout(s, p), me);
-        dist_tensor<float> y(r.out, ys, me);
+        const dev_tensor<float> x = shard_of(gx, strategy_layout(s, p), me);
+        dev_tensor<float> y(r.out, ys, me);
         const std::int64_t calls = calls_of(ctx, [&] { y = ops::reshape(op, x, ctx); });
         if (p > 1) CHECK((calls == 0) == !r.moves);
         kept += r.moves ? 0 : 1;
         CHECK(y.layout() == r.out);
         CHECK(gather(y, ctx) == y_ref);
-        const dist_tensor<float> dy = shard_of(gdy, r.out, me);
-        dist_tensor<float> dx(r.in, rc.shape, me);
+        const dev_tensor<float> dy = shard_of(gdy, r.out, me);
+        dev_tensor<float> dx(r.in, rc.shape, me);
         CHECK(calls_of(ctx, [&] { dx = ops::reshape_backward(op, dy, x, ctx); }) == 0);
         CHECK(dx.layout() == r.in);
         CHECK(gather(dx, ctx) == dx_ref);
@@ -182,8 +182,8 @@ TEST_CASE("reshape and flatten: every strategy; shards stay in place unless the 
   for (const split_tuple& s : split_tuples(fs, p)) {
     const ops::flatten_op op{strategy{s}};
     CAPTURE(to_string(op.st));
-    const dist_tensor<float> x = shard_of(gx, flat(p, 3), me);
-    const dist_tensor<float> y = ops::flatten(op, x, ctx);
+    const dev_tensor<float> x = shard_of(gx, flat(p, 3), me);
+    const dev_tensor<float> y = ops::flatten(op, x, ctx);
     CHECK(y.global_shape() == extents{4, 12});
     CHECK(gather(y, ctx) == k::reshape(gx, {4, 12}));
     CHECK(gather(ops::flatten_backward(op, y, x, ctx), ctx) == gx);
@@ -194,7 +194,7 @@ TEST_CASE("reshape and flatten: every strategy; shards stay in place unless the 
 }
 
 TEST_CASE("strided_slice: every strategy; whole dims keep their splits, cut dims are gathered") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -223,14 +223,14 @@ TEST_CASE("strided_slice: every strategy; whole dims keep their splits, cut dims
       CAPTURE(cases);
       const strided_slice_layouts r = op.rule(p, sc.shape);
       CHECK(r.shape == ys);
-      const dist_tensor<float> x = shard_of(gx, strategy_layout(s, p), me);
-      dist_tensor<float> y(r.out, ys, me);
+      const dev_tensor<float> x = shard_of(gx, strategy_layout(s, p), me);
+      dev_tensor<float> y(r.out, ys, me);
       const std::int64_t calls = calls_of(ctx, [&] { y = ops::strided_slice(op, x, ctx); });
       if (p > 1) CHECK((calls == 0) == !r.moves);
       CHECK(y.layout() == r.out);
       CHECK(gather(y, ctx) == y_ref);
-      const dist_tensor<float> dy = shard_of(gdy, flat(p, ys.ndim), me);
-      const dist_tensor<float> dx = ops::strided_slice_backward(op, dy, x, ctx);
+      const dev_tensor<float> dy = shard_of(gdy, flat(p, ys.ndim), me);
+      const dev_tensor<float> dx = ops::strided_slice_backward(op, dy, x, ctx);
       CHECK(dx.layout() == r.in);
       CHECK(gather(dx, ctx) == dx_ref);
       ++cases;
@@ -241,7 +241,7 @@ TEST_CASE("strided_slice: every strategy; whole dims keep their splits, cut dims
 }
 
 TEST_CASE("concat: every strategy with the axis unsplit, without communication") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -274,14 +274,14 @@ TEST_CASE("concat: every strategy with the axis unsplit, without communication")
       shape_list shapes;
       for (const extents& e : cc.shapes) shapes.v[shapes.n++] = e;
       const concat_layouts r = op.rule(p, shapes);
-      std::vector<dist_tensor<float>> xs;
+      std::vector<dev_tensor<float>> xs;
       for (const auto& g : gxs) xs.push_back(shard_of(g, r.in, me));
-      dist_tensor<float> y(r.out, ys, me);
+      dev_tensor<float> y(r.out, ys, me);
       CHECK(calls_of(ctx, [&] { y = ops::concat(op, xs, ctx); }) == 0);
       CHECK(y.layout() == r.out);
       CHECK(gather(y, ctx) == y_ref);
-      const dist_tensor<float> dy = shard_of(gdy, r.out, me);
-      std::vector<dist_tensor<float>> dxs;
+      const dev_tensor<float> dy = shard_of(gdy, r.out, me);
+      std::vector<dev_tensor<float>> dxs;
       CHECK(calls_of(ctx, [&] { dxs = ops::concat_backward(op, dy, xs, ctx); }) == 0);
       for (std::size_t i = 0; i < dxs.size(); ++i) {
         CHECK(dxs[i].layout() == r.in);

@@ -18,7 +18,7 @@ using namespace tessera::testing;
 namespace k = tessera::kernels::cpu;
 
 namespace {
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<test_comm>;
 }  // namespace
 
 TEST_CASE("softmax rule: the input's layout; a split axis names its group") {
@@ -34,7 +34,7 @@ TEST_CASE("softmax rule: the input's layout; a split axis names its group") {
 }
 
 TEST_CASE("softmax, log_softmax: every strategy and axis equals the single-process kernels") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   int cases = 0;
@@ -52,14 +52,14 @@ TEST_CASE("softmax, log_softmax: every strategy and axis equals the single-proce
         const softmax_layouts r = op.rule(p, shape);
         const bool in_rule_layout = cases % 2 == 0;  // alternately: inputs redistributed first
         const layout l = in_rule_layout ? r.in : flat(p, shape.ndim);
-        const dist_tensor<float> x = shard_of(gx, l, me), dy = shard_of(gdy, flat(p, shape.ndim), me);
-        const dist_tensor<float> y = ops::softmax(op, x, ctx);
+        const dev_tensor<float> x = shard_of(gx, l, me), dy = shard_of(gdy, flat(p, shape.ndim), me);
+        const dev_tensor<float> y = ops::softmax(op, x, ctx);
         CHECK(y.layout() == r.out);
         CHECK(close(gather(y, ctx), sm));
-        const dist_tensor<float> dx = ops::softmax_backward(op, dy, y, ctx);
+        const dev_tensor<float> dx = ops::softmax_backward(op, dy, y, ctx);
         CHECK(dx.layout() == r.in);
         CHECK(close(gather(dx, ctx), dsm));
-        const dist_tensor<float> ly = ops::log_softmax(lop, x, ctx);
+        const dev_tensor<float> ly = ops::log_softmax(lop, x, ctx);
         CHECK(close(gather(ly, ctx), lsm));
         CHECK(close(gather(ops::log_softmax_backward(lop, dy, ly, ctx), ctx), dlsm));
         ++cases;
@@ -71,14 +71,14 @@ TEST_CASE("softmax, log_softmax: every strategy and axis equals the single-proce
 }
 
 TEST_CASE("softmax: numerically stable with the axis split") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const extents shape{4, 16};
   const xt::xarray<float> gx = smooth_tensor(shape, 3) * 200.0f + 1000.0f;
   const ops::softmax_op op{strategy{{1, p}}, 1};
   const ops::log_softmax_op lop{strategy{{1, p}}, 1};
-  const dist_tensor<float> x = shard_of(gx, op.rule(p, shape).in, me);
+  const dev_tensor<float> x = shard_of(gx, op.rule(p, shape).in, me);
   const xt::xarray<float> y = gather(ops::softmax(op, x, ctx), ctx), ly = gather(ops::log_softmax(lop, x, ctx), ctx);
   for (float v : y) CHECK(std::isfinite(v));
   for (float v : ly) CHECK(std::isfinite(v));

@@ -24,7 +24,7 @@ namespace k = tessera::kernels::cpu;
 
 namespace {
 
-using ctx_t = device_context<mpi_communicator>;
+using ctx_t = device_context<test_comm>;
 constexpr index_t B = 16, C = 8;
 
 xt::xarray<std::int32_t> labels_global() {
@@ -53,7 +53,7 @@ TEST_CASE("sparse_softmax_cross_entropy rule: logits (b, c), labels and loss spl
 }
 
 TEST_CASE("sparse_softmax_cross_entropy: every strategy equals the single-process kernel") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = smooth_tensor(extents{B, C}, 1);
@@ -66,7 +66,7 @@ TEST_CASE("sparse_softmax_cross_entropy: every strategy equals the single-proces
     for (index_t j = 0; j < C; ++j) dx_ref(i, j) *= gdy(i);
   // The one-hot form gives the same loss.
   const k::cross_entropy_result<float> dense = k::softmax_cross_entropy(gx, k::one_hot<float>(gt, C));
-  const dist_tensor<float> dy = shard_of(gdy, flat(p, 1), me);
+  const dev_tensor<float> dy = shard_of(gdy, flat(p, 1), me);
   int cases = 0;
   for (const strategy& st : strategies(p)) {
     CAPTURE(to_string(st));
@@ -74,17 +74,17 @@ TEST_CASE("sparse_softmax_cross_entropy: every strategy equals the single-proces
     const sparse_cross_entropy_layouts r = op.rule(p, extents{B, C}, extents{B});
     for (bool in_rule_layout : {true, false}) {
       CAPTURE(in_rule_layout);
-      const dist_tensor<float> x = shard_of(gx, in_rule_layout ? r.logits : flat(p, 2), me);
-      const dist_tensor<std::int32_t> t = shard_of(gt, in_rule_layout ? r.labels : flat(p, 1), me);
-      const dist_tensor<float> loss = ops::sparse_softmax_cross_entropy(op, x, t, ctx);
+      const dev_tensor<float> x = shard_of(gx, in_rule_layout ? r.logits : flat(p, 2), me);
+      const dev_tensor<std::int32_t> t = shard_of(gt, in_rule_layout ? r.labels : flat(p, 1), me);
+      const dev_tensor<float> loss = ops::sparse_softmax_cross_entropy(op, x, t, ctx);
       CHECK(loss.layout() == r.out);
       CHECK(close(gather(loss, ctx), ref.loss));
       CHECK(close(gather(loss, ctx), dense.loss));
-      const dist_tensor<float> dx = ops::sparse_softmax_cross_entropy_backward(op, dy, x, t, ctx);
+      const dev_tensor<float> dx = ops::sparse_softmax_cross_entropy_backward(op, dy, x, t, ctx);
       CHECK(dx.layout() == r.logits);
       CHECK(close(gather(dx, ctx), dx_ref));
       // Float labels, as a tape carries them.
-      const dist_tensor<float> tf = shard_of(gtf, in_rule_layout ? r.labels : flat(p, 1), me);
+      const dev_tensor<float> tf = shard_of(gtf, in_rule_layout ? r.labels : flat(p, 1), me);
       CHECK(close(gather(ops::sparse_softmax_cross_entropy(op, x, tf, ctx), ctx), ref.loss));
       CHECK(close(gather(ops::sparse_softmax_cross_entropy_backward(op, dy, x, tf, ctx), ctx), dx_ref));
       ++cases;
@@ -116,11 +116,11 @@ TEST_CASE("sparse_softmax_cross_entropy: bad labels, strategies and shapes give 
                        "sparse_softmax_cross_entropy: layout: a tensor dim must be divisible by the product of its "
                        "splits: dim 1 has extent 6, split into 4 pieces; strategy ((2, 4), (2,))",
                        error);
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const ops::sparse_softmax_cross_entropy_op op{strategy{{1, 1}, {1}}};
-  const dist_tensor<float> logits = shard_of(smooth_tensor(extents{4, 5}, 1), flat(p, 2), me);
+  const dev_tensor<float> logits = shard_of(smooth_tensor(extents{4, 5}, 1), flat(p, 2), me);
   CHECK_THROWS_WITH_AS(ops::sparse_softmax_cross_entropy(
                            op, logits, shard_of(xt::xarray<std::int32_t>{0, 1, 2, 7}, flat(p, 1), me), ctx),
                        "sparse_softmax_cross_entropy: label 7 at row 3 is out of range [0, 5)", error);
@@ -130,7 +130,7 @@ TEST_CASE("sparse_softmax_cross_entropy: bad labels, strategies and shapes give 
 }
 
 TEST_CASE("sparse_softmax_cross_entropy: value_and_grad of the mean loss equals the single-process gradient") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = smooth_tensor(extents{B, C}, 3);
@@ -145,10 +145,10 @@ TEST_CASE("sparse_softmax_cross_entropy: value_and_grad of the mean loss equals 
     const ops::sparse_softmax_cross_entropy_op op{st};
     const ops::reduce_mean_op mean{strategy{{st.in[0].v[0]}}, {}, false};
     const sparse_cross_entropy_layouts r = op.rule(p, extents{B, C}, extents{B});
-    const dist_tensor<float> t = shard_of(xt::xarray<float>(xt::cast<float>(gt)), r.labels, me);
-    const std::vector<dist_tensor<float>> params = {shard_of(gx, r.logits, me)};
+    const dev_tensor<float> t = shard_of(xt::xarray<float>(xt::cast<float>(gt)), r.labels, me);
+    const std::vector<dev_tensor<float>> params = {shard_of(gx, r.logits, me)};
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, mpi_communicator>& tp, const auto& w) {
+        [&](autodiff::tape<float, test_comm, test_device>& tp, const auto& w) {
           return autodiff::reduce_mean(mean, autodiff::sparse_softmax_cross_entropy(op, w[0], tp.leaf(t, false)));
         },
         params, ctx);

@@ -53,3 +53,31 @@ TEST_CASE("adam: bad settings are errors") {
   CHECK_THROWS_WITH(optim::adam<double>({&p}, 0.1, 1.0), "adam: beta1 and beta2 must be in [0, 1), got 1.000000 and 0.999000");
   CHECK_THROWS_WITH(optim::adamw<double>({&p}, 0.1, 0.9, 0.999, 0.0), "adamw: eps must be positive, got 0.000000");
 }
+
+TEST_CASE("adam and adamw: over bare tensors (step(params, grads)) they take the parameter objects' steps") {
+  for (bool decoupled : {false, true}) {
+    CAPTURE(decoupled);
+    const std::vector<double> init{0.4, -1.2, 0.0, 2.5};
+    auto p = param("p", init);
+    std::unique_ptr<optim::optimizer<double>> by_param;
+    std::unique_ptr<optim::adam<double>> bare;
+    if (decoupled) {
+      by_param = std::make_unique<optim::adamw<double>>(std::vector{&p}, 0.02, 0.85, 0.99, 1e-7, 0.05);
+      bare = std::make_unique<optim::adamw<double>>(0.02, 0.85, 0.99, 1e-7, 0.05);
+    } else {
+      by_param = std::make_unique<optim::adam<double>>(std::vector{&p}, 0.02, 0.85, 0.99, 1e-7, 0.05);
+      bare = std::make_unique<optim::adam<double>>(0.02, 0.85, 0.99, 1e-7, 0.05);
+    }
+    std::vector<dist_tensor<double>> params{grad(p, init)};
+    for (int t = 1; t <= 5; ++t) {
+      const std::vector<double> g{0.3 * t, -0.1, std::sin(double(t)), 1.0 / t};
+      (*by_param)({grad(p, g)});
+      bare->step(params, {grad(p, g)});
+    }
+    for (std::size_t i = 0; i < init.size(); ++i) CHECK(params[0].data()[i] == values(p)[i]);
+  }
+  optim::adamw<double> opt(0.1);
+  std::vector<dist_tensor<double>> params;
+  params.emplace_back(layout::replicated(mesh{1}, 1), extents{2}, 0);
+  CHECK_THROWS_WITH(opt.step(params, {}), "adamw: 0 gradients for 1 parameters");
+}

@@ -79,3 +79,34 @@ TEST_CASE("sgd: invalid settings are errors") {
                     "dampening 0.000000");
   CHECK_THROWS_WITH(optim::sgd<double>({nullptr}, 0.1), "sgd: parameter 0 is null");
 }
+
+TEST_CASE("sgd: over bare tensors (step(params, grads)) it takes the parameter objects' steps") {
+  struct setting {
+    double mu, tau, wd;
+    bool nesterov;
+  };
+  for (const setting s : {setting{0.0, 0.0, 0.05, false}, setting{0.9, 0.3, 0.01, false},
+                          setting{0.8, 0.0, 0.02, true}}) {
+    CAPTURE(s.mu);
+    const std::vector<double> init{0.3, -0.7, 1.1};
+    auto p = param("p", init);
+    optim::sgd<double> by_param({&p}, 0.05, s.mu, s.tau, s.wd, s.nesterov);
+    optim::sgd<double> bare(0.05, s.mu, s.tau, s.wd, s.nesterov);
+    std::vector<dist_tensor<double>> params{grad(p, init)};  // a tensor in p's layout holding init
+    for (int t = 0; t < 4; ++t) {
+      const std::vector<double> g{0.2 * t, -0.5, 0.1 * t * t};
+      by_param({grad(p, g)});
+      bare.step(params, {grad(p, g)});
+    }
+    CHECK(bare.global_step() == 4);
+    for (std::size_t i = 0; i < init.size(); ++i) CHECK(params[0].data()[i] == values(p)[i]);
+  }
+  optim::sgd<double> opt(0.1);
+  std::vector<dist_tensor<double>> params;
+  params.emplace_back(layout::replicated(mesh{1}, 1), extents{2}, 0);
+  std::vector<dist_tensor<double>> grads;
+  grads.emplace_back(layout::replicated(mesh{1}, 1), extents{3}, 0);
+  CHECK_THROWS_WITH(opt.step(params, grads), "sgd: the gradient of parameter 0 is (3,) [-], the parameter (2,) [-]");
+  grads.clear();
+  CHECK_THROWS_WITH(opt.step(params, grads), "sgd: 0 gradients for 1 parameters");
+}

@@ -156,26 +156,24 @@ var<T, C, D> reduce_min(const ops::reduce_min_op& op, var<T, C, D> x) {
                                    [](auto&&... a) { return ops::reduce_min_backward(a...); });
 }
 
-// The operators below run on host tensors (var<T, C>, the cpu_device default).
-
 /// C = op(A) op(B) per batch entry with BatchMatMul's strategy.
-template <class T, class C>
-var<T, C> batch_matmul(const ops::batch_matmul_op& op, var<T, C> a, var<T, C> b) {
+template <class T, class C, class D>
+var<T, C, D> batch_matmul(const ops::batch_matmul_op& op, var<T, C, D> a, var<T, C, D> b) {
   return detail::binary(op, a, b, [](auto&&... x) { return ops::batch_matmul(x...); },
                         [](auto&&... x) { return ops::batch_matmul_backward(x...); });
 }
 
 /// one_hot(indices) with values `on` and `off`: data, not differentiable (a constant on
 /// the tape, like a leaf without gradient).
-template <class T, class C>
-var<T, C> one_hot(const ops::one_hot_op& op, var<T, C> indices, T on = T(1), T off = T(0)) {
-  tape<T, C>& t = *indices.t;
+template <class T, class C, class D>
+var<T, C, D> one_hot(const ops::one_hot_op& op, var<T, C, D> indices, T on = T(1), T off = T(0)) {
+  tape<T, C, D>& t = *indices.t;
   return t.leaf(ops::one_hot(op, indices.value(), on, off, t.ctx()), false);
 }
 
 /// softmax(x) along op.axis; the backward reads the output.
-template <class T, class C>
-var<T, C> softmax(const ops::softmax_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> softmax(const ops::softmax_op& op, var<T, C, D> x) {
   return detail::unary_with_output(
       op, x, [](auto&&... a) { return ops::softmax(a...); },
       [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
@@ -183,8 +181,8 @@ var<T, C> softmax(const ops::softmax_op& op, var<T, C> x) {
       });
 }
 /// log_softmax(x) along op.axis; the backward reads the output.
-template <class T, class C>
-var<T, C> log_softmax(const ops::log_softmax_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> log_softmax(const ops::log_softmax_op& op, var<T, C, D> x) {
   return detail::unary_with_output(
       op, x, [](auto&&... a) { return ops::log_softmax(a...); },
       [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
@@ -192,68 +190,68 @@ var<T, C> log_softmax(const ops::log_softmax_op& op, var<T, C> x) {
       });
 }
 
-template <class T, class C>
-var<T, C> transpose(const ops::transpose_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> transpose(const ops::transpose_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::transpose(a...); },
                        [](auto&&... a) { return ops::transpose_backward(a...); });
 }
-template <class T, class C>
-var<T, C> reshape(const ops::reshape_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> reshape(const ops::reshape_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::reshape(a...); },
                        [](auto&&... a) { return ops::reshape_backward(a...); });
 }
-template <class T, class C>
-var<T, C> flatten(const ops::flatten_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> flatten(const ops::flatten_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::flatten(a...); },
                        [](auto&&... a) { return ops::flatten_backward(a...); });
 }
-template <class T, class C>
-var<T, C> strided_slice(const ops::strided_slice_op& op, var<T, C> x) {
+template <class T, class C, class D>
+var<T, C, D> strided_slice(const ops::strided_slice_op& op, var<T, C, D> x) {
   return detail::unary(op, x, [](auto&&... a) { return ops::strided_slice(a...); },
                        [](auto&&... a) { return ops::strided_slice_backward(a...); });
 }
 /// The values joined along op.axis (all on one tape); each gets its slice of the gradient.
-template <class T, class C>
-var<T, C> concat(const ops::concat_op& op, const std::vector<var<T, C>>& xs) {
+template <class T, class C, class D>
+var<T, C, D> concat(const ops::concat_op& op, const std::vector<var<T, C, D>>& xs) {
   if (xs.empty()) throw error("concat: needs at least one input");
-  tape<T, C>& t = *xs[0].t;
-  std::vector<const dist_tensor<T>*> values;
+  tape<T, C, D>& t = *xs[0].t;
+  std::vector<const tensor_on<T, D>*> values;
   std::vector<int> ids;
-  for (const var<T, C>& x : xs) {
+  for (const var<T, C, D>& x : xs) {
     values.push_back(&x.value());
     ids.push_back(x.id);
   }
-  dist_tensor<T> y = ops::concat(op, values, t.ctx());
-  return t.record(std::move(y), [op, ids](tape<T, C>& tp, const dist_tensor<T>& g) {
-    std::vector<const dist_tensor<T>*> in;
+  tensor_on<T, D> y = ops::concat(op, values, t.ctx());
+  return t.record(std::move(y), [op, ids](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+    std::vector<const tensor_on<T, D>*> in;
     for (int id : ids) in.push_back(&tp.value(id));
-    std::vector<dist_tensor<T>> dxs = ops::concat_backward(op, g, in, tp.ctx());
+    std::vector<tensor_on<T, D>> dxs = ops::concat_backward(op, g, in, tp.ctx());
     for (std::size_t i = 0; i < ids.size(); ++i) tp.add_grad(ids[i], std::move(dxs[i]));
   });
 }
 /// concat of a braced list: concat(op, {a, b}).
-template <class T, class C>
-var<T, C> concat(const ops::concat_op& op, std::initializer_list<var<T, C>> xs) {
-  return concat(op, std::vector<var<T, C>>(xs));
+template <class T, class C, class D>
+var<T, C, D> concat(const ops::concat_op& op, std::initializer_list<var<T, C, D>> xs) {
+  return concat(op, std::vector<var<T, C, D>>(xs));
 }
 
 /// The per-sample loss (B,) of softmax(logits) against class labels (B,) (integer-valued);
 /// only the logits get a gradient.
-template <class T, class C>
-var<T, C> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C> logits,
-                                       var<T, C> labels) {
-  tape<T, C>& t = *logits.t;
-  dist_tensor<T> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
-  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C>& tp, const dist_tensor<T>& g) {
+template <class T, class C, class D>
+var<T, C, D> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C, D> logits,
+                                       var<T, C, D> labels) {
+  tape<T, C, D>& t = *logits.t;
+  tensor_on<T, D> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
+  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
     tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
   });
 }
 
 /// The indices of the maxima along op.axis, as values of T (for accuracy): a constant on
 /// the tape.
-template <class T, class C>
-var<T, C> argmax(const ops::argmax_op& op, var<T, C> x) {
-  tape<T, C>& t = *x.t;
+template <class T, class C, class D>
+var<T, C, D> argmax(const ops::argmax_op& op, var<T, C, D> x) {
+  tape<T, C, D>& t = *x.t;
   return t.leaf(ops::argmax<T>(op, x.value(), t.ctx()), false);
 }
 

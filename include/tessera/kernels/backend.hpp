@@ -22,7 +22,27 @@ namespace tessera::kernels {
 ///     reduce_max_tie_counts(x, y, axes, keep), reduce_max_spread(dy, x, y, ties, axes, keep)
 ///   cross entropy pieces (kernels/cpu/softmax.hpp): ce_row_max(x), ce_row_terms(x, t, m),
 ///     ce_loss(s), ce_grad(dloss, x, t, m, s)
-///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum)
+///   batched products: batch_matmul(a, b, ta, tb), batch_matmul_grad_a(dc, a, b, ta, tb),
+///     batch_matmul_grad_b(dc, a, b, ta, tb) (a 3-D batch with a 2-D operand shared)
+///   data movement: transpose(x, perm), transpose_grad(dy, perm),
+///     strided_slice(x, begin, end, strides), strided_slice_grad(dy, x_shape, begin, end,
+///     strides), concat(pointers to the inputs, axis), split(x, sizes, axis) (a vector)
+///   softmax along an axis (kernels/cpu/sharded.hpp; a row is one vector along the axis):
+///     softmax_axis_max(x, axis), softmax_axis_sum(x, axis, max),
+///     softmax_axis_out(x, axis, max, sum, log), softmax_axis_grad_sum(dy, y, axis, log),
+///     softmax_axis_grad(dy, y, axis, acc, log)
+///   sparse cross entropy pieces: sparse_ce_columns(labels, classes, first_row, first_col,
+///     cols) (int64; checks the labels), sparse_ce_terms(x, column, max),
+///     sparse_ce_loss(max, terms), sparse_ce_grad(dloss, x, column, max, terms)
+///   argmax pieces: argmax_local(x, axis, first) (a pair: values, int64 indices);
+///     argmax_resolve(index, best, top) in place
+///   one_hot<T>(indices, depth, first, local_depth, on, off) (this rank's piece of the
+///     depth); convert<To>(x) (element type conversion)
+///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum),
+///     sgd_update(param, grad, lr, weight_decay), sgd_momentum_update(param, grad, buf, lr,
+///     momentum, dampening, weight_decay, nesterov, first_step), adam_update(param, grad,
+///     m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t) (kernels/cpu/optim.hpp's
+///     formulas)
 ///
 /// The primary template is never defined: using a device whose kernels are not
 /// included is a compile error naming backend<D>.

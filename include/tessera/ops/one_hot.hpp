@@ -1,12 +1,8 @@
-// Sharded OneHot: the sharding rule (ops/one_hot_rule.hpp) and the local kernel
-// (kernels/cpu/softmax.hpp's one_hot) on each rank's piece of the depth. Indices in
+// Sharded OneHot: the sharding rule (ops/one_hot_rule.hpp) and the local kernel (the
+// tensors' device's backend: one_hot on each rank's piece of the depth). Indices in
 // other layouts are redistributed first. Indices are integers, so there is no backward.
 #pragma once
 
-#include <cmath>
-#include <concepts>
-#include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <tessera/comm/mesh_comm.hpp>
@@ -14,7 +10,7 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
-#include <tessera/kernels/cpu/softmax.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/one_hot_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -48,29 +44,14 @@ struct one_hot_op {
 /// piece of the depth from the indices it holds: no communication beyond bringing the
 /// indices to the rule's layout. Throws on a non-integer index: "one_hot: index 2.5 at
 /// local position 3 is not an integer".
-template <class T, class I, class C>
-dist_tensor<T> one_hot(const one_hot_op& op, const dist_tensor<I>& indices, T on, T off,
-                       device_context<C>& ctx) {
+template <class T, class I, class D, class C>
+tensor_on<T, D> one_hot(const one_hot_op& op, const tensor_on<I, D>& indices, T on, T off, device_context<C>& ctx) {
   const one_hot_layouts r = op.rule(ctx.size(), indices.global_shape());
   const auto li = in_layout(indices, r.indices, ctx);
   const index_t local_depth = op.depth / r.depth_split;
   const index_t first = group_index(r.dev, axis_list{r.depth_axis}, ctx.rank()) * local_depth;
-  const xt::xarray<I>& idx = li->local();
-  xt::xarray<std::int64_t> shifted = xt::xarray<std::int64_t>::from_shape(idx.shape());
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    const I v = idx.data()[i];
-    if constexpr (std::floating_point<I>) {
-      if (!(std::floor(v) == v)) {
-        std::ostringstream text;
-        text << "one_hot: index " << v << " at local position " << i << " is not an integer";
-        throw error(text.str());
-      }
-    }
-    const auto k = std::int64_t(v);
-    // Outside [0, depth) stays outside after the shift, so it gives a row of `off`.
-    shifted.data()[i] = k >= 0 && k < op.depth ? k - first : std::int64_t(-1);
-  }
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::one_hot<T>(shifted, local_depth, on, off));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                         kernels::backend<D>::template one_hot<T>(li->local(), op.depth, first, local_depth, on, off));
 }
 
 }  // namespace tessera::ops

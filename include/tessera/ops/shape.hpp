@@ -1,6 +1,7 @@
 // Sharded data-movement operators: Transpose, Reshape, Flatten, StridedSlice and Concat,
-// and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels
-// kernels/cpu/shape.hpp. Inputs in other layouts are redistributed first.
+// and their backwards. The sharding rules are ops/shape_rule.hpp, the local kernels the
+// tensors' device's backend (kernels/cpu/shape.hpp on the host). Inputs in other
+// layouts are redistributed first.
 #pragma once
 
 #include <array>
@@ -15,7 +16,7 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
-#include <tessera/kernels/cpu/shape.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/shape_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
@@ -31,15 +32,15 @@ inline void require_rule(const status& s, std::string_view op, const strategy& s
   throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
 }
 
-template <class T>
-void require_dy(std::string_view fn, const dist_tensor<T>& dy, const extents& expected) {
+template <class Tensor>
+void require_dy(std::string_view fn, const Tensor& dy, const extents& expected) {
   if (!(dy.global_shape() == expected))
     throw error(std::string(fn) + "_backward: dy is " + to_string(dy.global_shape()) + ", expected " +
                 to_string(expected));
 }
 
-template <class T>
-xt::xarray<T> copy_of(const xt::xarray<T>& x) {
+template <class A>
+A copy_of(const A& x) {
   return x;
 }
 }  // namespace detail
@@ -67,23 +68,23 @@ struct transpose_op {
 
 /// y = x permuted by op.perm, on this rank's shard: the output's layout is the input's,
 /// permuted, so no data moves between ranks (x in another layout is redistributed first).
-template <class T, class C>
-dist_tensor<T> transpose(const transpose_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> transpose(const transpose_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::transpose(lx->local(), op.perm_vector(r)));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::transpose(lx->local(), op.perm_vector(r)));
 }
 
 /// dx of y = transpose(x, perm): dy (any layout of y's shape) transposed back, in the
 /// rule's input layout.
-template <class T, class C>
-dist_tensor<T> transpose_backward(const transpose_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                  device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> transpose_backward(const transpose_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                   device_context<C>& ctx) {
   const transpose_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
-  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
-                        kernels::cpu::transpose_grad(ldy->local(), op.perm_vector(r)));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(),
+                         kernels::backend<D>::transpose_grad(ldy->local(), op.perm_vector(r)));
 }
 
 // ---- Reshape and Flatten -----------------------------------------------------------
@@ -118,47 +119,47 @@ struct flatten_op {
 };
 
 namespace detail {
-template <class Op, class T, class C>
-dist_tensor<T> reshape_forward(const Op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class Op, class T, class D, class C>
+tensor_on<T, D> reshape_forward(const Op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);  // a move when the strategy's splits do not survive
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), copy_of(lx->local()));
 }
-template <class Op, class T, class C>
-dist_tensor<T> reshape_backward(const Op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                device_context<C>& ctx) {
+template <class Op, class T, class D, class C>
+tensor_on<T, D> reshape_backward(const Op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                 device_context<C>& ctx) {
   const reshape_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
-  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(), copy_of(ldy->local()));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(), copy_of(ldy->local()));
 }
 }  // namespace detail
 
 /// y = x's elements in row-major order in op.target's shape. Each rank reshapes its own
 /// shard when the strategy's splits survive the reshape (see reshape_rule); otherwise x
 /// is first redistributed to the rule's `in` layout, where they do.
-template <class T, class C>
-dist_tensor<T> reshape(const reshape_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reshape(const reshape_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reshape_forward(op, x, ctx);
 }
 
 /// dx of y = reshape(x, target): dy reshaped back, in the rule's `in` layout.
-template <class T, class C>
-dist_tensor<T> reshape_backward(const reshape_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> reshape_backward(const reshape_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                 device_context<C>& ctx) {
   return detail::reshape_backward(op, dy, x, ctx);
 }
 
 /// y = x as (shape[0], the product of the other dims) (see reshape).
-template <class T, class C>
-dist_tensor<T> flatten(const flatten_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> flatten(const flatten_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   return detail::reshape_forward(op, x, ctx);
 }
 
 /// dx of y = flatten(x): dy reshaped back to x's shape.
-template <class T, class C>
-dist_tensor<T> flatten_backward(const flatten_op& op, const dist_tensor<T>& dy, const dist_tensor<T>& x,
-                                device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> flatten_backward(const flatten_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
+                                 device_context<C>& ctx) {
   return detail::reshape_backward(op, dy, x, ctx);
 }
 
@@ -199,27 +200,28 @@ struct strided_slice_op {
 /// y = x[begin:end:strides] on this rank's shard. Dims taken whole keep their splits;
 /// a cut dim must be whole on every rank, so where the strategy splits one, x is first
 /// gathered along it (the rule's `in` layout).
-template <class T, class C>
-dist_tensor<T> strided_slice(const strided_slice_op& op, const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> strided_slice(const strided_slice_op& op, const tensor_on<T, D>& x, device_context<C>& ctx) {
   const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   const auto lx = in_layout(x, r.in, ctx);
   const auto s = op.local(r);
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::strided_slice(lx->local(), s.begin, s.end, s.strides));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                         kernels::backend<D>::strided_slice(lx->local(), s.begin, s.end, s.strides));
 }
 
 /// dx of y = strided_slice(x, ...): dy (any layout of y's shape) scattered into zeros
 /// at the sliced positions, in the rule's `in` layout.
-template <class T, class C>
-dist_tensor<T> strided_slice_backward(const strided_slice_op& op, const dist_tensor<T>& dy,
-                                      const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> strided_slice_backward(const strided_slice_op& op, const tensor_on<T, D>& dy,
+                                       const tensor_on<T, D>& x, device_context<C>& ctx) {
   const strided_slice_layouts r = pass_unary(op.rule(ctx.size(), x.global_shape()), x.layout());
   detail::require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   const auto s = op.local(r);
   const extents ls = local_shape(r.in, x.global_shape());
   const std::vector<std::size_t> shard(ls.v.begin(), ls.v.begin() + ls.ndim);
-  return dist_tensor<T>(r.in.without_partial(), x.global_shape(), ctx.rank(),
-                        kernels::cpu::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
+  return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(),
+                         kernels::backend<D>::strided_slice_grad(ldy->local(), shard, s.begin, s.end, s.strides));
 }
 
 // ---- Concat ------------------------------------------------------------------------
@@ -238,8 +240,8 @@ struct concat_op {
     detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
     return concat_rule(st, device_num, shapes, axis);
   }
-  template <class T>
-  concat_layouts rule(int device_num, const std::vector<const dist_tensor<T>*>& xs) const {
+  template <class T, class D>
+  concat_layouts rule(int device_num, const std::vector<const tensor_on<T, D>*>& xs) const {
     shape_list shapes;
     shapes.n = int(xs.size());
     for (std::size_t i = 0; i < xs.size() && i < std::size_t(max_strategy_inputs); ++i)
@@ -264,57 +266,58 @@ constexpr concat_layouts concat_pass(concat_layouts r, const layout* actual, int
 }
 
 namespace detail {
-template <class T>
-concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const dist_tensor<T>*>& xs) {
+template <class T, class D>
+concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const tensor_on<T, D>*>& xs) {
   std::vector<layout> actual;
-  for (const dist_tensor<T>* x : xs) actual.push_back(x->layout());
+  for (const tensor_on<T, D>* x : xs) actual.push_back(x->layout());
   return concat_pass(op.rule(device_num, xs), actual.data(), int(actual.size()));
 }
-template <class T>
-std::vector<const dist_tensor<T>*> pointers(const std::vector<dist_tensor<T>>& xs) {
-  std::vector<const dist_tensor<T>*> p;
-  for (const dist_tensor<T>& x : xs) p.push_back(&x);
+template <class T, class D>
+std::vector<const tensor_on<T, D>*> pointers(const std::vector<tensor_on<T, D>>& xs) {
+  std::vector<const tensor_on<T, D>*> p;
+  for (const tensor_on<T, D>& x : xs) p.push_back(&x);
   return p;
 }
 }  // namespace detail
 
 /// The inputs joined along op.axis, each rank joining its shards: no communication
 /// beyond bringing inputs to the rule's layout.
-template <class T, class C>
-dist_tensor<T> concat(const concat_op& op, const std::vector<const dist_tensor<T>*>& xs, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> concat(const concat_op& op, const std::vector<const tensor_on<T, D>*>& xs, device_context<C>& ctx) {
   const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
-  std::vector<laid_out<T>> in;
+  using laid = laid_out<T, D>;
+  std::vector<laid> in;
   in.reserve(xs.size());
-  for (const dist_tensor<T>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
-  std::vector<const xt::xarray<T>*> shards;
-  for (const laid_out<T>& x : in) shards.push_back(&x->local());
-  return dist_tensor<T>(r.out, r.shape, ctx.rank(), kernels::cpu::detail::concat_impl(shards, r.axis));
+  for (const tensor_on<T, D>* x : xs) in.push_back(in_layout(*x, r.in, ctx));
+  std::vector<const typename tensor_on<T, D>::array_type*> shards;
+  for (const laid& x : in) shards.push_back(&x->local());
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::concat(shards, r.axis));
 }
-template <class T, class C>
-dist_tensor<T> concat(const concat_op& op, const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+template <class T, class D, class C>
+tensor_on<T, D> concat(const concat_op& op, const std::vector<tensor_on<T, D>>& xs, device_context<C>& ctx) {
   return concat(op, detail::pointers(xs), ctx);
 }
 
 /// The inputs' gradients of y = concat(xs, axis): dy (any layout of y's shape) cut
 /// along the axis into the inputs' extents, each in the rule's input layout.
-template <class T, class C>
-std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
-                                            const std::vector<const dist_tensor<T>*>& xs,
-                                            device_context<C>& ctx) {
+template <class T, class D, class C>
+std::vector<tensor_on<T, D>> concat_backward(const concat_op& op, const tensor_on<T, D>& dy,
+                                             const std::vector<const tensor_on<T, D>*>& xs,
+                                             device_context<C>& ctx) {
   const concat_layouts r = detail::concat_layouts_for(op, ctx.size(), xs);
   detail::require_dy(op.name(), dy, r.shape);
   const auto ldy = in_layout(dy, r.out.without_partial(), ctx);
   std::vector<std::size_t> sizes;
-  for (const dist_tensor<T>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
-  std::vector<xt::xarray<T>> pieces = kernels::cpu::split(ldy->local(), sizes, r.axis);
-  std::vector<dist_tensor<T>> dxs;
+  for (const tensor_on<T, D>* x : xs) sizes.push_back(std::size_t(x->global_shape().v[r.axis]));
+  auto pieces = kernels::backend<D>::split(ldy->local(), sizes, r.axis);
+  std::vector<tensor_on<T, D>> dxs;
   for (std::size_t i = 0; i < xs.size(); ++i)
     dxs.emplace_back(r.in.without_partial(), xs[i]->global_shape(), ctx.rank(), std::move(pieces[i]));
   return dxs;
 }
-template <class T, class C>
-std::vector<dist_tensor<T>> concat_backward(const concat_op& op, const dist_tensor<T>& dy,
-                                            const std::vector<dist_tensor<T>>& xs, device_context<C>& ctx) {
+template <class T, class D, class C>
+std::vector<tensor_on<T, D>> concat_backward(const concat_op& op, const tensor_on<T, D>& dy,
+                                             const std::vector<tensor_on<T, D>>& xs, device_context<C>& ctx) {
   return concat_backward(op, dy, detail::pointers(xs), ctx);
 }
 

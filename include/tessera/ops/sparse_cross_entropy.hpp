@@ -1,27 +1,23 @@
 // Sharded SparseSoftmaxCrossEntropyWithLogits: the per-sample loss of logits (B, C)
 // against integer class labels (B,) (stored as integers or integer-valued floats) and
 // its gradient wrt the logits. The sharding rule is ops/sparse_cross_entropy_rule.hpp;
-// the single-process reference kernels/cpu/softmax.hpp. With the class dim split, the
+// the single-process reference kernels/cpu/softmax.hpp; the local pieces the tensors'
+// device's backend (kernels/cpu/sharded.hpp on the host). With the class dim split, the
 // row max and the row sums (with the label's logit) combine across the class axis.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <vector>
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/format.hpp>
 #include <tessera/core/reduce_op.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/sparse_cross_entropy_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -52,57 +48,31 @@ struct sparse_softmax_cross_entropy_op {
 
 namespace detail {
 
-// Per local row: the GLOBAL row max, the global sum of exp(x - max), the label's logit
-// (from the rank of the class group that holds it) and the label's local column (-1
-// on the other ranks).
-template <class T>
+// Per local row: the label's local column (-1 on the other ranks of the class group),
+// the GLOBAL row max, and the global terms (2, rows): the sum of exp(x - max) and the
+// label's logit (from the rank of the class group that holds it).
+template <class A, class I>
 struct sparse_ce_rows {
-  std::size_t rows = 0, cols = 0;
-  std::vector<T> max, sum, picked;
-  std::vector<std::int64_t> column;
+  I column;
+  A max, terms;
 };
 
-template <class T, class L, class C>
-sparse_ce_rows<T> sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const dist_tensor<T>& x,
-                                      const dist_tensor<L>& t, device_context<C>& ctx) {
+template <class T, class L, class D, class C>
+sparse_ce_rows<typename tensor_on<T, D>::array_type, typename tensor_on<std::int64_t, D>::array_type>
+sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const tensor_on<T, D>& x, const tensor_on<L, D>& t,
+                    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
   const auto& px = x.local();
-  sparse_ce_rows<T> s;
-  s.rows = px.shape()[0];
-  s.cols = px.shape()[1];
   const index_t classes = x.global_shape().v[1];
   const index_t first_row = t.local_offset().v[0], first_col = x.local_offset().v[1];
-  s.column.assign(s.rows, -1);
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    const L v = t.local().data()[i];
-    auto where = [&] { return " at row " + std::to_string(first_row + index_t(i)); };
-    if constexpr (std::floating_point<L>) {
-      if (!(std::floor(v) == v)) {
-        std::ostringstream text;
-        text << "sparse_softmax_cross_entropy: label " << v << where() << " is not an integer";
-        throw error(text.str());
-      }
-    }
-    const auto k = std::int64_t(v);
-    if (k < 0 || k >= classes)
-      throw error("sparse_softmax_cross_entropy: label " + std::to_string(k) + where() +
-                  " is out of range [0, " + std::to_string(classes) + ")");
-    if (k >= first_col && k < first_col + index_t(s.cols)) s.column[i] = k - first_col;
-  }
-  s.max.assign(s.rows, -std::numeric_limits<T>::infinity());
-  for (std::size_t i = 0; i < s.rows; ++i)
-    for (std::size_t j = 0; j < s.cols; ++j) s.max[i] = std::max(s.max[i], px.data()[i * s.cols + j]);
+  auto column = K::sparse_ce_columns(t.local(), classes, first_row, first_col, px.shape()[1]);
+  auto max = K::softmax_axis_max(px, 1);
   C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
-  if (group) group->all_reduce(std::span<T>(s.max), reduce_op::max);
+  if (group) group->all_reduce(std::span<T>(max.data(), max.size()), reduce_op::max);
   // The sums and the label's logit in one buffer: one all_reduce (sum) for both.
-  std::vector<T> acc(2 * s.rows, T(0));
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    for (std::size_t j = 0; j < s.cols; ++j) acc[i] += std::exp(px.data()[i * s.cols + j] - s.max[i]);
-    if (s.column[i] >= 0) acc[s.rows + i] = px.data()[i * s.cols + std::size_t(s.column[i])];
-  }
-  if (group) group->all_reduce(std::span<T>(acc), reduce_op::sum);
-  s.sum.assign(acc.begin(), acc.begin() + std::ptrdiff_t(s.rows));
-  s.picked.assign(acc.begin() + std::ptrdiff_t(s.rows), acc.end());
-  return s;
+  auto terms = K::sparse_ce_terms(px, column, max);
+  if (group) group->all_reduce(std::span<T>(terms.data(), terms.size()), reduce_op::sum);
+  return {std::move(column), std::move(max), std::move(terms)};
 }
 
 }  // namespace detail
@@ -114,28 +84,25 @@ sparse_ce_rows<T> sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, con
 /// layout: split by the batch axis, the full loss on every rank of a class group.
 /// Throws on a label outside [0, C): "sparse_softmax_cross_entropy: label 9 at row 3 is
 /// out of range [0, 8)", or one that is not an integer.
-template <class T, class L, class C>
-dist_tensor<T> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_op& op,
-                                            const dist_tensor<T>& logits, const dist_tensor<L>& labels,
-                                            device_context<C>& ctx) {
+template <class T, class L, class D, class C>
+tensor_on<T, D> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_op& op,
+                                             const tensor_on<T, D>& logits, const tensor_on<L, D>& labels,
+                                             device_context<C>& ctx) {
   const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
-  dist_tensor<T> y(r.out, r.shape, ctx.rank());
-  T* o = y.local().data();
-  for (std::size_t i = 0; i < s.rows; ++i) o[i] = s.max[i] + std::log(s.sum[i]) - s.picked[i];
-  return y;
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::sparse_ce_loss(s.max, s.terms));
 }
 
 /// dlogits of loss = sparse_softmax_cross_entropy(logits, labels) given dloss (B,) in any
 /// layout (partial sums are resolved first):
 ///   dlogits_ij = dloss_i * (softmax(x_i)_j - [j == label_i])
 /// in the logits' rule layout. Labels get no gradient.
-template <class T, class L, class C>
-dist_tensor<T> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_entropy_op& op,
-                                                     const dist_tensor<T>& dloss, const dist_tensor<T>& logits,
-                                                     const dist_tensor<L>& labels, device_context<C>& ctx) {
+template <class T, class L, class D, class C>
+tensor_on<T, D> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_entropy_op& op,
+                                                      const tensor_on<T, D>& dloss, const tensor_on<T, D>& logits,
+                                                      const tensor_on<L, D>& labels, device_context<C>& ctx) {
   const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   if (!(dloss.global_shape() == r.shape))
     throw error(std::string(op.name()) + "_backward: dloss is " + to_string(dloss.global_shape()) +
@@ -143,20 +110,9 @@ dist_tensor<T> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross_
   const auto lg = in_layout(dloss, r.out, ctx);
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const detail::sparse_ce_rows<T> s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
-  dist_tensor<T> dx(r.logits, logits.global_shape(), ctx.rank());
-  const T* px = lx->local().data();
-  const T* g = lg->local().data();
-  T* o = dx.local().data();
-  for (std::size_t i = 0; i < s.rows; ++i) {
-    const T inv = T(1) / s.sum[i];
-    for (std::size_t j = 0; j < s.cols; ++j) {
-      const std::size_t k = i * s.cols + j;
-      const T hot = std::int64_t(j) == s.column[i] ? T(1) : T(0);
-      o[k] = g[i] * (std::exp(px[k] - s.max[i]) * inv - hot);
-    }
-  }
-  return dx;
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
+                         kernels::backend<D>::sparse_ce_grad(lg->local(), lx->local(), s.column, s.max, s.terms));
 }
 
 }  // namespace tessera::ops

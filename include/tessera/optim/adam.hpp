@@ -1,5 +1,6 @@
 // Adam and AdamW over sharded parameters, with PyTorch's update (torch.optim.Adam and
-// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update.
+// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update (over bare
+// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
 #pragma once
 
 #include <cstddef>
@@ -8,8 +9,10 @@
 #include <utility>
 #include <vector>
 #include <tessera/core/error.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/kernels/cpu/optim.hpp>
 #include <tessera/optim/optimizer.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::optim {
 
@@ -17,12 +20,34 @@ namespace tessera::optim {
 ///   d = g + weight_decay * p            (L2 decay, added to the gradient)
 ///   m = beta1 m + (1 - beta1) d;  v = beta2 v + (1 - beta2) d^2
 ///   p -= lr / (1 - beta1^t) * m / (sqrt(v / (1 - beta2^t)) + eps)
-template <class T>
+///
+/// It also runs over bare tensors of device D: `adam<float, cuda_device> opt(lr);
+/// opt.step(params, grads)`.
+template <class T, class D = cpu_device>
 class adam : public optimizer<T> {
  public:
+  using tensor = tensor_on<T, D>;
+
   adam(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
        T eps = T(1e-8), T weight_decay = T(0))
       : adam("adam", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, false) {}
+  /// Over bare tensors (no parameter objects): see step(params, grads).
+  explicit adam(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(0))
+      : adam(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
+
+  using optimizer<T>::step;
+  /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
+  /// with the update of the parameter objects' steps.
+  void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
+    detail::check_tensor_step(this->name_, params, grads);
+    detail::ensure_tensor_state(tensor_m_, params);
+    detail::ensure_tensor_state(tensor_v_, params);
+    const T lr = this->lr_(this->step_);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      kernels::backend<D>::adam_update(params[i].local(), grads[i].local(), tensor_m_[i], tensor_v_[i], lr, beta1_,
+                                       beta2_, eps_, this->weight_decay_, decoupled_, this->step_ + 1);
+    ++this->step_;
+  }
 
  protected:
   adam(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
@@ -49,18 +74,22 @@ class adam : public optimizer<T> {
   T beta1_, beta2_, eps_;
   bool decoupled_;
   std::vector<std::vector<T>> m_, v_;
+  std::vector<typename tensor::array_type> tensor_m_, tensor_v_;
 };
 
 /// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to
 /// the parameter before the update, p *= 1 - lr * weight_decay, and not to the
 /// gradient. (MindSpore's AdamWeightDecay decays alike but skips Adam's bias
 /// correction.)
-template <class T>
-class adamw : public adam<T> {
+template <class T, class D = cpu_device>
+class adamw : public adam<T, D> {
  public:
   adamw(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
         T eps = T(1e-8), T weight_decay = T(1e-2))
-      : adam<T>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
+      : adam<T, D>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
+  /// Over bare tensors (no parameter objects): see adam::step(params, grads).
+  explicit adamw(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(1e-2))
+      : adamw(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
 };
 
 }  // namespace tessera::optim

@@ -57,6 +57,35 @@ learning_rate<T> cosine_lr(T base, std::int64_t total_steps, T min_lr = T(0)) {
   });
 }
 
+namespace detail {
+
+/// The checks of a step over bare tensors: one gradient per parameter, each in its
+/// parameter's layout and shape.
+/// "sgd: the gradient of parameter 0 is (3,) [-], the parameter (2,) [-]".
+template <class Tensor>
+void check_tensor_step(const std::string& name, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+  if (grads.size() != params.size())
+    throw error(name + ": " + std::to_string(grads.size()) + " gradients for " + std::to_string(params.size()) +
+                " parameters");
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!(grads[i].layout() == params[i].layout()) || !(grads[i].global_shape() == params[i].global_shape()))
+      throw error(name + ": the gradient of parameter " + std::to_string(i) + " is " +
+                  to_string(grads[i].global_shape()) + " " + to_string(grads[i].layout()) + ", the parameter " +
+                  to_string(params[i].global_shape()) + " " + to_string(params[i].layout()));
+}
+
+/// A zeroed state shard per parameter of a step over bare tensors (made at first use).
+template <class Tensor>
+void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const std::vector<Tensor>& params) {
+  if (!state.empty()) return;
+  for (const Tensor& p : params) {
+    state.push_back(Tensor::storage_type::empty(p.local_shape()));
+    Tensor::storage_type::fill(state.back(), typename Tensor::value_type(0));
+  }
+}
+
+}  // namespace detail
+
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
 /// in the order of parameters(), to update the parameters.
 template <class T>

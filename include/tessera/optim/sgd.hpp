@@ -1,6 +1,7 @@
 // SGD over sharded parameters, MindSpore's nn.SGD and PyTorch's torch.optim.SGD:
 // plain gradient descent, or with momentum (optionally Nesterov), dampening and L2
-// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update.
+// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update (over bare
+// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
 #pragma once
 
 #include <cstddef>
@@ -9,8 +10,10 @@
 #include <utility>
 #include <vector>
 #include <tessera/core/error.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/kernels/cpu/optim.hpp>
 #include <tessera/optim/optimizer.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::optim {
 
@@ -23,9 +26,14 @@ namespace tessera::optim {
 ///
 ///     optim::sgd<float> opt(net.trainable_params(), 1e-2f);   // the seed's SGD(params, 1e-2)
 ///     opt(grads);
-template <class T>
+///
+/// It also runs over bare tensors of device D: `sgd<float, cuda_device> opt(lr, mu);
+/// opt.step(params, grads)`.
+template <class T, class D = cpu_device>
 class sgd : public optimizer<T> {
  public:
+  using tensor = tensor_on<T, D>;
+
   sgd(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
       T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
       : optimizer<T>("sgd", std::move(params), std::move(lr), weight_decay),
@@ -38,7 +46,28 @@ class sgd : public optimizer<T> {
                   std::to_string(momentum) + " and dampening " + std::to_string(dampening));
   }
 
+  /// Over bare tensors (no parameter objects): see step(params, grads).
+  explicit sgd(T learning_rate, T momentum = T(0), T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
+      : sgd(std::vector<nn::parameter<T>*>{}, learning_rate, momentum, dampening, weight_decay, nesterov) {}
+
   T momentum() const { return momentum_; }
+
+  using optimizer<T>::step;
+  /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
+  /// with the update of the parameter objects' steps.
+  void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
+    detail::check_tensor_step(this->name_, params, grads);
+    using K = kernels::backend<D>;
+    const T lr = this->lr_(this->step_);
+    if (momentum_ != T(0)) detail::ensure_tensor_state(tensor_buf_, params);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (momentum_ == T(0)) K::sgd_update(params[i].local(), grads[i].local(), lr, this->weight_decay_);
+      else
+        K::sgd_momentum_update(params[i].local(), grads[i].local(), tensor_buf_[i], lr, momentum_, dampening_,
+                               this->weight_decay_, nesterov_, this->step_ == 0);
+    }
+    ++this->step_;
+  }
 
  protected:
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
@@ -52,6 +81,7 @@ class sgd : public optimizer<T> {
   T momentum_, dampening_;
   bool nesterov_;
   std::vector<std::vector<T>> buf_;
+  std::vector<typename tensor::array_type> tensor_buf_;
 };
 
 }  // namespace tessera::optim

@@ -3,13 +3,19 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/kernels/backend.hpp>
 #include <tessera/kernels/cpu/elementwise.hpp>
 #include <tessera/kernels/cpu/matmul.hpp>
+#include <tessera/kernels/cpu/optim.hpp>
 #include <tessera/kernels/cpu/reduce.hpp>
+#include <tessera/kernels/cpu/shape.hpp>
+#include <tessera/kernels/cpu/sharded.hpp>
 #include <tessera/kernels/cpu/softmax.hpp>
 #include <tessera/tensor/host_storage.hpp>
 
@@ -58,6 +64,49 @@ struct backend<cpu_device> {
     return cpu::matmul_grad_b(dc, a, b, ta, tb);
   }
 
+  // ---- batched products ----
+  template <class T>
+  static array<T> batch_matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::batch_matmul(a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::batch_matmul_grad_a(dc, a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_b(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cpu::batch_matmul_grad_b(dc, a, b, ta, tb);
+  }
+
+  // ---- data movement ----
+  template <class T>
+  static array<T> transpose(const array<T>& x, const std::vector<int>& perm) {
+    return cpu::transpose(x, perm);
+  }
+  template <class T>
+  static array<T> transpose_grad(const array<T>& dy, const std::vector<int>& perm) {
+    return cpu::transpose_grad(dy, perm);
+  }
+  template <class T>
+  static array<T> strided_slice(const array<T>& x, const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                const std::vector<index_t>& strides) {
+    return cpu::strided_slice(x, begin, end, strides);
+  }
+  template <class T>
+  static array<T> strided_slice_grad(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                     const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                     const std::vector<index_t>& strides) {
+    return cpu::strided_slice_grad(dy, x_shape, begin, end, strides);
+  }
+  template <class T>
+  static array<T> concat(const std::vector<const array<T>*>& xs, int axis) {
+    return cpu::detail::concat_impl(xs, axis);
+  }
+  template <class T>
+  static std::vector<array<T>> split(const array<T>& x, const std::vector<std::size_t>& sizes, int axis) {
+    return cpu::split(x, sizes, axis);
+  }
+
   // ---- reductions ----
   template <class T>
   static array<T> reduce_sum(const array<T>& x, const std::vector<int>& axes, bool keep) {
@@ -96,6 +145,62 @@ struct backend<cpu_device> {
     return cpu::ce_grad(dloss, x, t, m, s);
   }
 
+  // ---- softmax along an axis, sparse cross entropy, argmax, one-hot (kernels/cpu/sharded.hpp) ----
+  template <class T>
+  static array<T> softmax_axis_max(const array<T>& x, int axis) {
+    return cpu::softmax_axis_max(x, axis);
+  }
+  template <class T>
+  static array<T> softmax_axis_sum(const array<T>& x, int axis, const array<T>& max) {
+    return cpu::softmax_axis_sum(x, axis, max);
+  }
+  template <class T>
+  static array<T> softmax_axis_out(const array<T>& x, int axis, const array<T>& max, const array<T>& sum, bool log) {
+    return cpu::softmax_axis_out(x, axis, max, sum, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad_sum(const array<T>& dy, const array<T>& y, int axis, bool log) {
+    return cpu::softmax_axis_grad_sum(dy, y, axis, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad(const array<T>& dy, const array<T>& y, int axis, const array<T>& acc, bool log) {
+    return cpu::softmax_axis_grad(dy, y, axis, acc, log);
+  }
+  template <class L>
+  static array<std::int64_t> sparse_ce_columns(const array<L>& labels, index_t classes, index_t first_row,
+                                               index_t first_col, std::size_t cols) {
+    return cpu::sparse_ce_columns(labels, classes, first_row, first_col, cols);
+  }
+  template <class T>
+  static array<T> sparse_ce_terms(const array<T>& x, const array<std::int64_t>& column, const array<T>& max) {
+    return cpu::sparse_ce_terms(x, column, max);
+  }
+  template <class T>
+  static array<T> sparse_ce_loss(const array<T>& max, const array<T>& terms) {
+    return cpu::sparse_ce_loss(max, terms);
+  }
+  template <class T>
+  static array<T> sparse_ce_grad(const array<T>& dloss, const array<T>& x, const array<std::int64_t>& column,
+                                 const array<T>& max, const array<T>& terms) {
+    return cpu::sparse_ce_grad(dloss, x, column, max, terms);
+  }
+  template <class T>
+  static std::pair<array<T>, array<std::int64_t>> argmax_local(const array<T>& x, int axis, std::int64_t first) {
+    return cpu::argmax_local(x, axis, first);
+  }
+  template <class T>
+  static void argmax_resolve(array<std::int64_t>& index, const array<T>& best, const array<T>& top) {
+    cpu::argmax_resolve(index, best, top);
+  }
+  template <class T, class I>
+  static array<T> one_hot(const array<I>& indices, index_t depth, index_t first, index_t local_depth, T on, T off) {
+    return cpu::one_hot_piece<T>(indices, depth, first, local_depth, on, off);
+  }
+  template <class To, class From>
+  static array<To> convert(const array<From>& x) {
+    return cpu::convert<To>(x);
+  }
+
   // ---- optimizer updates ----
   /// accum = momentum * accum + grad; param -= lr * accum (MindSpore's Momentum).
   template <class T>
@@ -107,6 +212,28 @@ struct backend<cpu_device> {
       a[i] = momentum * a[i] + g[i];
       p[i] -= lr * a[i];
     }
+  }
+  /// p -= lr * (g + weight_decay * p) (kernels/cpu/optim.hpp's sgd_update).
+  template <class T>
+  static void sgd_update(array<T>& param, const array<T>& grad, T lr, T weight_decay) {
+    cpu::sgd_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()), lr,
+                    weight_decay);
+  }
+  /// SGD with momentum, dampening, weight decay and Nesterov (kernels/cpu/optim.hpp).
+  template <class T>
+  static void sgd_momentum_update(array<T>& param, const array<T>& grad, array<T>& buf, T lr, T momentum,
+                                  T dampening, T weight_decay, bool nesterov, bool first_step) {
+    cpu::sgd_momentum_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()),
+                             std::span<T>(buf.data(), buf.size()), lr, momentum, dampening, weight_decay, nesterov,
+                             first_step);
+  }
+  /// Adam, or AdamW with `decoupled`, at step t >= 1 (kernels/cpu/optim.hpp's adam_update).
+  template <class T>
+  static void adam_update(array<T>& param, const array<T>& grad, array<T>& m, array<T>& v, T lr, T beta1, T beta2,
+                          T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    cpu::adam_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()),
+                     std::span<T>(m.data(), m.size()), std::span<T>(v.data(), v.size()), lr, beta1, beta2, eps,
+                     weight_decay, decoupled, t);
   }
 };
 

@@ -3,7 +3,11 @@
 // tessera's stream. nvcc only.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <utility>
 #include <vector>
+#include <tessera/core/config.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/cuda/device_array.hpp>
 #include <tessera/kernels/backend.hpp>
@@ -11,6 +15,8 @@
 #include <tessera/kernels/cuda/matmul.cuh>
 #include <tessera/kernels/cuda/optim.cuh>
 #include <tessera/kernels/cuda/reduce.cuh>
+#include <tessera/kernels/cuda/shape.cuh>
+#include <tessera/kernels/cuda/sharded.cuh>
 #include <tessera/kernels/cuda/softmax.cuh>
 #include <tessera/tensor/cuda_storage.cuh>
 
@@ -53,6 +59,49 @@ struct backend<cuda_device> {
     return cuda::matmul_grad_b(dc, a, b, ta, tb);
   }
 
+  // ---- batched products ----
+  template <class T>
+  static array<T> batch_matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cuda::batch_matmul(a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cuda::batch_matmul_grad_a(dc, a, b, ta, tb);
+  }
+  template <class T>
+  static array<T> batch_matmul_grad_b(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
+    return cuda::batch_matmul_grad_b(dc, a, b, ta, tb);
+  }
+
+  // ---- data movement ----
+  template <class T>
+  static array<T> transpose(const array<T>& x, const std::vector<int>& perm) {
+    return cuda::transpose(x, perm);
+  }
+  template <class T>
+  static array<T> transpose_grad(const array<T>& dy, const std::vector<int>& perm) {
+    return cuda::transpose_grad(dy, perm);
+  }
+  template <class T>
+  static array<T> strided_slice(const array<T>& x, const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                const std::vector<index_t>& strides) {
+    return cuda::strided_slice(x, begin, end, strides);
+  }
+  template <class T>
+  static array<T> strided_slice_grad(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                     const std::vector<index_t>& begin, const std::vector<index_t>& end,
+                                     const std::vector<index_t>& strides) {
+    return cuda::strided_slice_grad(dy, x_shape, begin, end, strides);
+  }
+  template <class T>
+  static array<T> concat(const std::vector<const array<T>*>& xs, int axis) {
+    return cuda::concat(xs, axis);
+  }
+  template <class T>
+  static std::vector<array<T>> split(const array<T>& x, const std::vector<std::size_t>& sizes, int axis) {
+    return cuda::split(x, sizes, axis);
+  }
+
   // ---- reductions ----
   template <class T>
   static array<T> reduce_sum(const array<T>& x, const std::vector<int>& axes, bool keep) {
@@ -91,10 +140,80 @@ struct backend<cuda_device> {
     return cuda::ce_grad(dloss, x, t, m, s);
   }
 
+  // ---- softmax along an axis, sparse cross entropy, argmax, one-hot (kernels/cuda/sharded.cuh) ----
+  template <class T>
+  static array<T> softmax_axis_max(const array<T>& x, int axis) {
+    return cuda::softmax_axis_max(x, axis);
+  }
+  template <class T>
+  static array<T> softmax_axis_sum(const array<T>& x, int axis, const array<T>& max) {
+    return cuda::softmax_axis_sum(x, axis, max);
+  }
+  template <class T>
+  static array<T> softmax_axis_out(const array<T>& x, int axis, const array<T>& max, const array<T>& sum, bool log) {
+    return cuda::softmax_axis_out(x, axis, max, sum, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad_sum(const array<T>& dy, const array<T>& y, int axis, bool log) {
+    return cuda::softmax_axis_grad_sum(dy, y, axis, log);
+  }
+  template <class T>
+  static array<T> softmax_axis_grad(const array<T>& dy, const array<T>& y, int axis, const array<T>& acc, bool log) {
+    return cuda::softmax_axis_grad(dy, y, axis, acc, log);
+  }
+  template <class L>
+  static array<std::int64_t> sparse_ce_columns(const array<L>& labels, index_t classes, index_t first_row,
+                                               index_t first_col, std::size_t cols) {
+    return cuda::sparse_ce_columns(labels, classes, first_row, first_col, cols);
+  }
+  template <class T>
+  static array<T> sparse_ce_terms(const array<T>& x, const array<std::int64_t>& column, const array<T>& max) {
+    return cuda::sparse_ce_terms(x, column, max);
+  }
+  template <class T>
+  static array<T> sparse_ce_loss(const array<T>& max, const array<T>& terms) {
+    return cuda::sparse_ce_loss(max, terms);
+  }
+  template <class T>
+  static array<T> sparse_ce_grad(const array<T>& dloss, const array<T>& x, const array<std::int64_t>& column,
+                                 const array<T>& max, const array<T>& terms) {
+    return cuda::sparse_ce_grad(dloss, x, column, max, terms);
+  }
+  template <class T>
+  static std::pair<array<T>, array<std::int64_t>> argmax_local(const array<T>& x, int axis, std::int64_t first) {
+    return cuda::argmax_local(x, axis, first);
+  }
+  template <class T>
+  static void argmax_resolve(array<std::int64_t>& index, const array<T>& best, const array<T>& top) {
+    cuda::argmax_resolve(index, best, top);
+  }
+  template <class T, class I>
+  static array<T> one_hot(const array<I>& indices, index_t depth, index_t first, index_t local_depth, T on, T off) {
+    return cuda::one_hot<T>(indices, depth, first, local_depth, on, off);
+  }
+  template <class To, class From>
+  static array<To> convert(const array<From>& x) {
+    return cuda::convert<To>(x);
+  }
+
   // ---- optimizer updates ----
   template <class T>
   static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum) {
     cuda::momentum_update(param, accum, grad, lr, momentum);
+  }
+  template <class T>
+  static void sgd_update(array<T>& param, const array<T>& grad, T lr, T weight_decay) {
+    cuda::sgd_update(param, grad, lr, weight_decay);
+  }
+  template <class T>
+  static void sgd_momentum_update(array<T>& param, const array<T>& grad, array<T>& buf, T lr, T momentum,
+                                  T dampening, T weight_decay, bool nesterov, bool first_step) {
+    cuda::sgd_momentum_update(param, grad, buf, lr, momentum, dampening, weight_decay, nesterov, first_step);
+  }
+  template <class T>
+  static void adam_update(array<T>& param, const array<T>& grad, array<T>& m, array<T>& v, T lr, T beta1, T beta2,
+                          T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    cuda::adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t);
   }
 };
 

@@ -1,9 +1,13 @@
 // Fused optimizer updates on device arrays: one pass over a parameter shard, its
-// gradient and its state, the GPU twins of backend<cpu_device>'s updates. nvcc only.
+// gradient and its state, the GPU twins of backend<cpu_device>'s updates (momentum) and
+// of kernels/cpu/optim.hpp's (SGD with or without momentum, Adam and AdamW), with the
+// same per-element arithmetic; the step's scalars (Adam's bias corrections) are
+// computed on the host as there. nvcc only.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <tessera/core/error.hpp>
@@ -23,6 +27,49 @@ __global__ void momentum_kernel(T* p, T* a, const T* g, std::int64_t n, T lr, T 
   }
 }
 
+__device__ inline float sqrt_of(float v) { return sqrtf(v); }
+__device__ inline double sqrt_of(double v) { return ::sqrt(v); }
+
+template <class T>
+__global__ void sgd_kernel(T* p, const T* g, std::int64_t n, T lr, T wd, bool decay) {
+  TESSERA_GRID_STRIDE(i, n) {
+    if (decay) p[i] -= lr * (g[i] + wd * p[i]);
+    else p[i] -= lr * g[i];
+  }
+}
+
+template <class T>
+__global__ void sgd_momentum_kernel(T* p, const T* g, T* buf, std::int64_t n, T lr, T mu, T keep, T take, T wd,
+                                    bool nesterov) {
+  TESSERA_GRID_STRIDE(i, n) {
+    const T d = g[i] + wd * p[i];
+    const T b = keep * buf[i] + take * d;
+    buf[i] = b;
+    p[i] -= lr * (nesterov ? d + mu * b : b);
+  }
+}
+
+template <class T>
+__global__ void adam_kernel(T* p, const T* g, T* m, T* v, std::int64_t n, T beta1, T beta2, T eps, T step, T inv_bc2,
+                            T shrink, T l2) {
+  TESSERA_GRID_STRIDE(i, n) {
+    const T x = p[i] * shrink;
+    const T d = g[i] + l2 * x;
+    const T mi = beta1 * m[i] + (T(1) - beta1) * d;
+    const T vi = beta2 * v[i] + (T(1) - beta2) * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = x - step * mi / (sqrt_of(vi) * inv_bc2 + eps);
+  }
+}
+
+template <class T>
+void require_size(const char* fn, const char* name, const device_array<T>& a, std::size_t want) {
+  if (a.size() != want)
+    throw error(std::string(fn) + ": " + name + " has " + std::to_string(a.size()) + " elements, the parameter " +
+                std::to_string(want));
+}
+
 }  // namespace detail
 
 /// accum = momentum * accum + grad; param -= lr * accum (MindSpore's Momentum), in place.
@@ -37,6 +84,56 @@ void momentum_update(device_array<T>& param, device_array<T>& accum, const devic
   detail::momentum_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
       param.data(), accum.data(), grad.data(), n, lr, momentum);
   tessera::cuda::check_launch("momentum_update");
+}
+
+/// p -= lr * (g + weight_decay * p), in place (kernels/cpu/optim.hpp's sgd_update).
+template <class T>
+void sgd_update(device_array<T>& param, const device_array<T>& grad, T lr, T weight_decay = T(0)) {
+  detail::require_size("sgd_update", "the gradient", grad, param.size());
+  const std::int64_t n = std::int64_t(param.size());
+  if (n == 0) return;
+  detail::sgd_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      param.data(), grad.data(), n, lr, weight_decay, weight_decay != T(0));
+  tessera::cuda::check_launch("sgd_update");
+}
+
+/// SGD with momentum, in place (kernels/cpu/optim.hpp's sgd_momentum_update):
+///   d = g + weight_decay * p;  buf = first_step ? d : momentum * buf + (1 - dampening) * d
+///   p -= lr * (nesterov ? d + momentum * buf : buf)
+template <class T>
+void sgd_momentum_update(device_array<T>& param, const device_array<T>& grad, device_array<T>& buf, T lr, T momentum,
+                         T dampening, T weight_decay, bool nesterov, bool first_step) {
+  detail::require_size("sgd_momentum_update", "the gradient", grad, param.size());
+  detail::require_size("sgd_momentum_update", "the momentum buffer", buf, param.size());
+  const std::int64_t n = std::int64_t(param.size());
+  if (n == 0) return;
+  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
+  detail::sgd_momentum_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0,
+                                tessera::cuda::stream()>>>(param.data(), grad.data(), buf.data(), n, lr, momentum,
+                                                           keep, take, weight_decay, nesterov);
+  tessera::cuda::check_launch("sgd_momentum_update");
+}
+
+/// Adam, or AdamW with `decoupled`, at step t >= 1, in place (kernels/cpu/optim.hpp's
+/// adam_update; the bias corrections computed on the host in double, as there).
+template <class T>
+void adam_update(device_array<T>& param, const device_array<T>& grad, device_array<T>& m, device_array<T>& v, T lr,
+                 T beta1, T beta2, T eps, T weight_decay, bool decoupled, std::int64_t t) {
+  detail::require_size("adam_update", "the gradient", grad, param.size());
+  detail::require_size("adam_update", "the first moment", m, param.size());
+  detail::require_size("adam_update", "the second moment", v, param.size());
+  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
+  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
+  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+  const T step = lr / bc1;
+  const T inv_bc2 = T(1) / bc2_sqrt;
+  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
+  const T l2 = decoupled ? T(0) : weight_decay;
+  const std::int64_t n = std::int64_t(param.size());
+  if (n == 0) return;
+  detail::adam_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      param.data(), grad.data(), m.data(), v.data(), n, beta1, beta2, eps, step, inv_bc2, shrink, l2);
+  tessera::cuda::check_launch("adam_update");
 }
 
 }  // namespace tessera::kernels::cuda
