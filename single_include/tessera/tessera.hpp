@@ -17109,6 +17109,65 @@ inline std::vector<int> all_axes(int ndim) {
   return a;
 }
 
+
+/// MSELoss as a device other than the host runs it, with D's kernels: the sum of the
+/// squared differences (one reduction) times `scale`, and 2 scale (x - target) for the
+/// gradient. `target` is x's shard of the target. (Generic over D, so the tests check
+/// it on the host too.)
+template <class T, class C, class D>
+autodiff::var<T, C, D> mse_by_backend(autodiff::var<T, C, D> x, const typename storage<T, D>::array& target,
+                                      T scale) {
+  using K = kernels::backend<D>;
+  using array = typename storage<T, D>::array;
+  autodiff::tape<T, C, D>& t = *x.t;
+  const tensor_on<T, D>& xv = x.value();
+  const array d = K::template sub<T>(xv.local(), target);
+  array acc = K::template reduce_sum<T>(K::template mul<T>(d, d), all_axes(int(d.dimension())), false);
+  K::template scale<T>(acc, scale);
+  tensor_on<T, D> loss(scalar_partial_layout(xv.layout()), extents{}, xv.rank(), std::move(acc));
+  return t.record(std::move(loss),
+                  [ix = x.id, target_local = array(target), scale](autodiff::tape<T, C, D>& tp,
+                                                                  const tensor_on<T, D>& g) {
+                    require_scalar_grad(g, "mse_loss");
+                    const tensor_on<T, D>& xv2 = tp.value(ix);
+                    const T k = T(2) * scale * scalar_value(g, tp.ctx());
+                    array dx = K::template sub<T>(xv2.local(), target_local);
+                    K::template scale<T>(dx, k);
+                    tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(), std::move(dx)));
+                  },
+                  t.requires_grad(x.id));
+}
+
+/// CrossEntropyLoss as a device other than the host runs it: the labels are checked on
+/// the host (the host path's message), made values of T and copied to device D, then
+/// the sharded SparseSoftmaxCrossEntropyWithLogits and the mean or sum over the batch
+/// run there, whatever splits the logits. (Generic over D, so the tests check it on
+/// the host too.)
+template <class T, class C, class D, std::integral I>
+autodiff::var<T, C, D> cross_entropy_by_operator(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels,
+                                                 reduction r) {
+  autodiff::tape<T, C, D>& t = *logits.t;
+  const tensor_on<T, D>& xv = logits.value();
+  const std::uint64_t cls = std::uint64_t(xv.global_shape()[1]);
+  const index_t row0 = labels.local_offset()[0];
+  xt::xarray<T> lab = xt::xarray<T>::from_shape(labels.local().shape());
+  for (std::size_t i = 0; i < labels.local().size(); ++i) {
+    const I v = labels.local().data()[i];
+    if (v < 0 || std::uint64_t(v) >= cls)
+      throw error("cross_entropy_loss: label " + std::to_string(v) + " of sample " +
+                  std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) + " classes");
+    lab.data()[i] = T(v);
+  }
+  // Before the leaf: recording moves the tape's values (xv would dangle).
+  const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
+  const autodiff::var<T, C, D> y = t.leaf(
+      tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab)), false);
+  const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
+  const autodiff::var<T, C, D> per_sample = autodiff::sparse_softmax_cross_entropy(op, logits, y);
+  if (r == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
+  return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
+}
+
 }  // namespace detail
 
 /// MindSpore's nn.MSELoss: mean (or sum) over every element of (x - target)^2. The
@@ -17130,7 +17189,7 @@ class mse_loss : public module<T, D> {
                   to_string(xv.global_shape()));
     const laid_out<T, D> ly = detail::placed_as(target, xv.layout(), t.ctx());
     const T scale = r_ == reduction::mean ? T(1) / T(xv.global_shape().size()) : T(1);
-    if constexpr (!detail::on_host<D>) return on_device(x, ly->local(), scale);
+    if constexpr (!detail::on_host<D>) return detail::mse_by_backend(x, ly->local(), scale);
     else {
       const T* px = xv.local().data();
       const T* py = ly->local().data();
@@ -17159,31 +17218,6 @@ class mse_loss : public module<T, D> {
   }
 
  private:
-  using array = typename storage<T, D>::array;
-  // The device's kernels: the sum of the squared differences (one reduction), and
-  // 2 k (x - target) for the gradient.
-  template <class C>
-  autodiff::var<T, C, D> on_device(autodiff::var<T, C, D> x, const array& target, T scale) {
-    using K = kernels::backend<D>;
-    autodiff::tape<T, C, D>& t = *x.t;
-    const tensor_on<T, D>& xv = x.value();
-    const array d = K::template sub<T>(xv.local(), target);
-    array acc = K::template reduce_sum<T>(K::template mul<T>(d, d), detail::all_axes(int(d.dimension())), false);
-    K::template scale<T>(acc, scale);
-    tensor_on<T, D> loss(detail::scalar_partial_layout(xv.layout()), extents{}, xv.rank(), std::move(acc));
-    return t.record(std::move(loss),
-                    [ix = x.id, target_local = array(target), scale](autodiff::tape<T, C, D>& tp,
-                                                                    const tensor_on<T, D>& g) {
-                      detail::require_scalar_grad(g, "mse_loss");
-                      const tensor_on<T, D>& xv2 = tp.value(ix);
-                      const T k = T(2) * scale * detail::scalar_value(g, tp.ctx());
-                      array dx = K::template sub<T>(xv2.local(), target_local);
-                      K::template scale<T>(dx, k);
-                      tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(), std::move(dx)));
-                    },
-                    t.requires_grad(x.id));
-  }
-
   reduction r_;
 };
 
@@ -17216,7 +17250,7 @@ class cross_entropy_loss : public module<T, D> {
       throw error("cross_entropy_loss: the labels are " + to_string(labels.global_shape()) + ", expected (" +
                   std::to_string(gs[0]) + ",) for logits " + to_string(gs));
     if constexpr (!detail::on_host<D>) {
-      return on_device(logits, labels);
+      return detail::cross_entropy_by_operator(logits, labels, r_);
     } else {
       if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
 
@@ -17270,34 +17304,6 @@ class cross_entropy_loss : public module<T, D> {
   }
 
  private:
-  // On a device: the labels are checked on the host (the host path's message), made
-  // values of T, copied to the device, and the sharded SparseSoftmaxCrossEntropyWithLogits
-  // and the mean or sum over the batch run there, whatever splits the logits.
-  template <class C, std::integral I>
-  autodiff::var<T, C, D> on_device(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels) {
-    autodiff::tape<T, C, D>& t = *logits.t;
-    const tensor_on<T, D>& xv = logits.value();
-    const std::uint64_t cls = std::uint64_t(xv.global_shape()[1]);
-    const index_t row0 = labels.local_offset()[0];
-    xt::xarray<T> lab = xt::xarray<T>::from_shape(labels.local().shape());
-    for (std::size_t i = 0; i < labels.local().size(); ++i) {
-      const I v = labels.local().data()[i];
-      if (v < 0 || std::uint64_t(v) >= cls)
-        throw error("cross_entropy_loss: label " + std::to_string(v) + " of sample " +
-                    std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) + " classes");
-      lab.data()[i] = T(v);
-    }
-    const autodiff::var<T, C, D> y = t.leaf(
-        tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab)),
-        false);
-    const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
-    const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
-    const autodiff::var<T, C, D> per_sample = autodiff::sparse_softmax_cross_entropy(op, logits, y);
-    if (r_ == reduction::mean)
-      return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
-    return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
-  }
-
   // The class dim is split: the sharded SparseSoftmaxCrossEntropyWithLogits (its row
   // max and sums combined over the class axis), then the mean or sum over the batch.
   template <class C, std::integral I>
