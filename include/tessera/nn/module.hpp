@@ -170,9 +170,14 @@ class parameter {
     }
   }
   /// Gives a used gradient shard's storage back for the next step (the optimizer does
-  /// after its update).
+  /// after its update). On a device it is not kept: the device's kernels write new
+  /// arrays, and its caching allocator reuses the block once the caller frees it.
   void recycle_grad_storage(array&& a) {
-    if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+    } else {
+      (void)a;
+    }
   }
 
  private:
