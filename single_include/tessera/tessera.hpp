@@ -16550,7 +16550,8 @@ inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int dev
 // value_and_grad differentiates a network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
 // and the element-wise layers keep their input's layout, all on local shards without
-// communication; with one (`shard`) the sharded operators of ops/ run it.
+// communication; with one (`shard`) the sharded operators of ops/ run it. Every layer
+// takes the device of its parameters and tape values as a second template argument.
 
 #include <algorithm>
 #include <cmath>
@@ -16650,7 +16651,9 @@ struct first_module<M, Rest...> {
 /// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
 /// weight and bias replicated, and the weight's and bias's gradients partial sums over
 /// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
-/// run fused on local shards; otherwise through ops::matmul and ops::bias_add.
+/// run fused on local shards; otherwise through ops::matmul and ops::bias_add. On a
+/// device other than the host (D = cuda_device) the fused path runs D's kernels
+/// (cuBLAS, the bias-add and column-sum kernels) on the same layouts.
 template <class T = float, class D = cpu_device>
 class dense : public module<T, D> {
   index_t in_, out_;
