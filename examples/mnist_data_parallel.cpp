@@ -13,7 +13,12 @@
 // the mean step (forward, backward, gradient reduction, update) after 10 warm-up steps;
 // --batch N: samples per rank (32); --verify: each rank then trains the same network
 // alone on the whole global batches and checks that its losses equal the data-parallel
-// ones (the one-rank oracle; the check the tests run).
+// ones (the one-rank oracle; the check the tests run); --device cpu|cuda (cpu): where
+// the parameters, activations and gradients live. With cuda each rank uses the GPU
+// of its node-local rank (round-robin), every batch is copied to it per step, and the
+// gradients are reduced through MPI staged in pinned host memory; the logs are the
+// same. The accuracy is measured on the host, with the trained parameters copied back.
+// Built by nvcc where CMake finds it (then --device cuda is available).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,7 +28,10 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 #include <unistd.h>
 #include <tessera/comm/local.hpp>
@@ -39,6 +47,12 @@
 #include <tessera/train/grad_reducer.hpp>
 #include <tessera/train/data.hpp>
 #include <tessera/train/model.hpp>
+#if defined(__CUDACC__)
+#include <tessera/cuda.hpp>
+#define MNIST_WITH_CUDA 1
+#else
+#define MNIST_WITH_CUDA 0
+#endif
 
 using namespace tessera;
 
@@ -51,16 +65,19 @@ struct options {
   std::int64_t steps = -1;
   std::int64_t batch = 32;
   bool verify = false;
+  std::string device = "cpu";
 };
 
-// Seed 002's network.
-struct network : nn::module<float> {
-  nn::flatten<float> flatten;
-  nn::sequential<nn::dense<float>, nn::relu<float>, nn::dense<float>, nn::relu<float>, nn::dense<float>>
-      dense_relu_sequential{nn::dense<float>(28 * 28, 512, "normal", "zeros"), nn::relu<float>(),
-                            nn::dense<float>(512, 512, "normal", "zeros"), nn::relu<float>(),
-                            nn::dense<float>(512, 10, "normal", "zeros")};
-  void visit(nn::visitor<float>& v) override {
+// Seed 002's network, its parameters on device D.
+template <class D = cpu_device>
+struct network : nn::module<float, D> {
+  using dense = nn::dense<float, D>;
+  using relu = nn::relu<float, D>;
+  nn::flatten<float, D> flatten;
+  nn::sequential<dense, relu, dense, relu, dense> dense_relu_sequential{
+      dense(28 * 28, 512, "normal", "zeros"), relu(), dense(512, 512, "normal", "zeros"), relu(),
+      dense(512, 10, "normal", "zeros")};
+  void visit(nn::visitor<float, D>& v) override {
     v.child("flatten", flatten);
     v.child("dense_relu_sequential", dense_relu_sequential);
   }
@@ -104,19 +121,46 @@ std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> tensors(const data::row
           dist_tensor<std::int32_t>(layout(mesh{p}, {{0}}), extents{rows * p}, rank, std::move(y))};
 }
 
+// A host batch on device D (itself on the host).
+template <class D>
+tensor_on<float, D> on_device(dist_tensor<float>&& x) {
+#if MNIST_WITH_CUDA
+  if constexpr (std::is_same_v<D, cuda_device>) return to_device(x);
+  else
+#endif
+    return std::move(x);
+}
+
+// Calls f(ctx) with a context whose communicator carries device D's buffers: `host`
+// itself for the host, a staging communicator over a duplicate of it for GPU shards.
+template <class D, class H, class F>
+void with_device_context(H& host, F&& f) {
+#if MNIST_WITH_CUDA
+  if constexpr (std::is_same_v<D, cuda_device>) {
+    staged_communicator<H> staged(host.split(0, host.rank()));
+    device_context<staged_communicator<H>> ctx(staged);
+    f(ctx);
+  } else
+#endif
+  {
+    device_context<H> ctx(host);
+    f(ctx);
+  }
+}
+
 // Trains on the ranks of ctx, each reading shard `shard` of `shards`; returns every
 // step's loss when `record` (resolving the loss each step), else only those printed.
-template <class C>
+template <class D, class C>
 std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
                          std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print, bool record,
-                         network& net) {
+                         network<D>& net) {
   const int p = ctx.size(), me = ctx.rank();
   net.build(ctx, 1);
-  nn::cross_entropy_loss<float> loss_fn;
-  optim::sgd<float> optimizer(net.trainable_params(), 1e-2f);
+  nn::cross_entropy_loss<float, D> loss_fn;
+  optim::sgd<float, D> optimizer(net.trainable_params(), 1e-2f);
   auto forward_fn = [&](auto data, const dist_tensor<std::int32_t>& label) { return loss_fn(net(data), label); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
-  train::distributed_grad_reducer<float, C> grad_reducer(optimizer.parameters(), ctx);
+  train::distributed_grad_reducer<float, C, D> grad_reducer(optimizer.parameters(), ctx);
   const data::dataset data_set = mnist(dir, "train", shards, shard, batch);
 
   std::vector<float> losses;
@@ -128,8 +172,9 @@ std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const s
     std::int64_t i = 0;
     for (const data::row& b : data_set.epoch(epoch)) {
       if (o.steps >= 0 && step >= o.steps) break;
-      const auto [data, label] = tensors(b, p, me);
+      auto [host_data, label] = tensors(b, p, me);
       const auto t0 = std::chrono::steady_clock::now();
+      const tensor_on<float, D> data = on_device<D>(std::move(host_data));
       auto [loss, grads] = grad_fn(data, label);
       grads = grad_reducer(grads);
       optimizer(grads);
@@ -176,76 +221,132 @@ options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = number(i);
     else if (a == "--batch") o.batch = number(i);
     else if (a == "--verify") o.verify = true;
+    else if (a == "--device") o.device = value(i);
     else
       throw error("mnist_data_parallel: unknown argument '" + a +
                   "'; usage: mnist_data_parallel (--data DIR | --synthetic) [--epochs N] [--steps N] [--batch N] "
-                  "[--verify]");
+                  "[--verify] [--device cpu|cuda]");
   }
+  if (o.device != "cpu" && o.device != "cuda")
+    throw error("mnist_data_parallel: unknown device '" + o.device + "' (expected cpu or cuda)");
+#if !MNIST_WITH_CUDA
+  if (o.device == "cuda")
+    throw error("mnist_data_parallel: --device cuda: this build has no CUDA (nvcc was not found)");
+#endif
   if (o.synthetic == !o.data_dir.empty())
     throw error("mnist_data_parallel: give either --data DIR (the MNIST idx-ubyte files) or --synthetic");
   if (o.batch < 1) throw error("mnist_data_parallel: --batch must be at least 1");
   return o;
 }
 
+// The parameters of `net` copied into `host_net` (built on the host ranks of `ctx`
+// in the same layouts): the host twin on which the accuracy is measured.
+template <class D, class C>
+void copy_to_host(network<D>& net, network<cpu_device>& host_net, device_context<C>& ctx) {
+  host_net.build(ctx, 1);
+  const auto from = net.parameters();
+  const auto to = host_net.parameters();
+  for (std::size_t i = 0; i < from.size(); ++i) {
+#if MNIST_WITH_CUDA
+    if constexpr (std::is_same_v<D, cuda_device>) to[i]->set_data(to_host(from[i]->data()));
+    else
+#endif
+      to[i]->set_data(from[i]->data());
+  }
+}
+
+// The example on device D: training, accuracy, and the --verify oracle.
+template <class D>
+void run(mpi_communicator& world, const options& o) {
+  const int p = world.size(), me = world.rank();
+#if MNIST_WITH_CUDA
+  if constexpr (std::is_same_v<D, cuda_device>) cuda::select_device(world.node_local().rank());
+#endif
+  std::filesystem::path dir = o.data_dir;
+  if (o.synthetic) {
+    // Rank 0 writes the files into a fresh folder every rank then reads.
+    std::vector<char> name(256, '\0');
+    if (me == 0) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-mnist-XXXXXX").string();
+      if (!::mkdtemp(tmpl.data())) throw error("mnist_data_parallel: cannot make a temporary folder " + tmpl);
+      write_synthetic(tmpl);
+      std::copy(tmpl.begin(), tmpl.end(), name.begin());
+    }
+    world.broadcast(std::span<char>(name), 0);
+    dir = std::string(name.data());
+  }
+  struct cleanup {
+    bool on;
+    std::filesystem::path dir;
+    mpi_communicator& w;
+    ~cleanup() {
+      if (!on) return;
+      w.barrier();
+      if (w.rank() == 0) std::filesystem::remove_all(dir);
+    }
+  } remove_synthetic{o.synthetic, dir, world};
+
+  network<D> net;
+  std::vector<float> losses;
+  with_device_context<D>(world, [&](auto& ctx) {
+    losses = train_mnist(ctx, o, dir, p, me, o.batch, true, o.verify, net);
+  });
+
+  // Accuracy on the test files, each rank its shard (batches of 100 per rank), on the
+  // host.
+  device_context<mpi_communicator> ctx(world);
+  nn::cross_entropy_loss<float> loss_fn;
+  const data::dataset test_set = mnist(dir, "test", p, me, 100);
+  train::eval_result m;
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    m = train::evaluate(net, loss_fn, test_set, ctx);
+  } else {
+    network<cpu_device> host_net;
+    copy_to_host(net, host_net, ctx);
+    m = train::evaluate(host_net, loss_fn, test_set, ctx);
+  }
+  std::printf("accuracy: %.4f\n", m.accuracy);
+
+  if (o.verify) {
+    // The oracle: the same training on this process alone, whole global batches.
+    local_communicator one;
+    network<D> alone;
+    std::vector<float> ref;
+    with_device_context<D>(one, [&](auto& solo) {
+      ref = train_mnist(solo, o, dir, 1, 0, o.batch * p, false, true, alone);
+    });
+    if (ref.size() != losses.size())
+      throw error("mnist_data_parallel: --verify: " + std::to_string(losses.size()) + " data-parallel steps, " +
+                  std::to_string(ref.size()) + " steps alone");
+    double worst = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+      worst = std::max(worst, std::abs(double(losses[i]) - ref[i]) / std::abs(double(ref[i])));
+    if (me == 0)
+      std::printf("one-rank training, global batch %lld: %zu losses, largest relative difference %.3g\n",
+                  (long long)(o.batch * p), ref.size(), worst);
+    if (worst > 1e-5)
+      throw error("mnist_data_parallel: the " + std::to_string(p) + "-rank losses differ from the one-rank losses by " +
+                  std::to_string(worst) + " (relative), more than 1e-5");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   train::retain_freed_memory();  // a training process: keep freed step memory for the next step
+#if MNIST_WITH_CUDA
+  // Without a GPU, --device cuda exits with 77 before MPI starts (the tests' "skipped").
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--device" && std::string(argv[i + 1]) == "cuda" && !cuda::available()) {
+      std::fprintf(stderr, "mnist_data_parallel: --device cuda: no CUDA device\n");
+      return 77;
+    }
+#endif
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
     const options o = parse(argc, argv);
-    device_context<mpi_communicator> ctx(world);
-    const int p = world.size(), me = world.rank();
-    std::filesystem::path dir = o.data_dir;
-    if (o.synthetic) {
-      // Rank 0 writes the files into a fresh folder every rank then reads.
-      std::vector<char> name(256, '\0');
-      if (me == 0) {
-        std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-mnist-XXXXXX").string();
-        if (!::mkdtemp(tmpl.data())) throw error("mnist_data_parallel: cannot make a temporary folder " + tmpl);
-        write_synthetic(tmpl);
-        std::copy(tmpl.begin(), tmpl.end(), name.begin());
-      }
-      world.broadcast(std::span<char>(name), 0);
-      dir = std::string(name.data());
-    }
-    struct cleanup {
-      bool on;
-      std::filesystem::path dir;
-      mpi_communicator& w;
-      ~cleanup() {
-        if (!on) return;
-        w.barrier();
-        if (w.rank() == 0) std::filesystem::remove_all(dir);
-      }
-    } remove_synthetic{o.synthetic, dir, world};
-
-    network net;
-    const std::vector<float> losses = train_mnist(ctx, o, dir, p, me, o.batch, true, o.verify, net);
-
-    // Accuracy on the test files, each rank its shard (batches of 100 per rank).
-    nn::cross_entropy_loss<float> loss_fn;
-    const data::dataset test_set = mnist(dir, "test", p, me, 100);
-    const train::eval_result m = train::evaluate(net, loss_fn, test_set, ctx);
-    std::printf("accuracy: %.4f\n", m.accuracy);
-
-    if (o.verify) {
-      // The oracle: the same training on this process alone, whole global batches.
-      local_communicator one;
-      device_context<local_communicator> solo(one);
-      network alone;
-      const std::vector<float> ref = train_mnist(solo, o, dir, 1, 0, o.batch * p, false, true, alone);
-      if (ref.size() != losses.size())
-        throw error("mnist_data_parallel: --verify: " + std::to_string(losses.size()) + " data-parallel steps, " +
-                    std::to_string(ref.size()) + " steps alone");
-      double worst = 0;
-      for (std::size_t i = 0; i < ref.size(); ++i)
-        worst = std::max(worst, std::abs(double(losses[i]) - ref[i]) / std::abs(double(ref[i])));
-      if (me == 0)
-        std::printf("one-rank training, global batch %lld: %zu losses, largest relative difference %.3g\n",
-                    (long long)(o.batch * p), ref.size(), worst);
-      if (worst > 1e-5)
-        throw error("mnist_data_parallel: the " + std::to_string(p) + "-rank losses differ from the one-rank losses by " +
-                    std::to_string(worst) + " (relative), more than 1e-5");
-    }
+#if MNIST_WITH_CUDA
+    if (o.device == "cuda") return run<cuda_device>(world, o);
+#endif
+    run<cpu_device>(world, o);
   });
 }

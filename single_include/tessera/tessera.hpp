@@ -16157,17 +16157,18 @@ class initializer {
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace tessera::nn {
 
-template <class T>
+template <class T, class D = cpu_device>
 class parameter;
 
 /// Told by a training step as each parameter's gradient becomes final during the
 /// backward pass (train::distributed_grad_reducer is one: it starts reducing at once).
-template <class T>
+template <class T, class D = cpu_device>
 class grad_listener {
  public:
   virtual ~grad_listener() = default;
@@ -16178,18 +16179,24 @@ class grad_listener {
   /// given the step's gradients back (the tensor object itself may move), so the
   /// listener may reduce it in place. `nodes_left` is the number of tape nodes the
   /// backward pass has still to visit.
-  virtual void grad_ready(parameter<T>& p, dist_tensor<T>& g, int nodes_left) = 0;
+  virtual void grad_ready(parameter<T, D>& p, tensor_on<T, D>& g, int nodes_left) = 0;
 };
 
 /// A trainable tensor of a module: a global shape, an initializer and, once built, this
-/// rank's shard (a dist_tensor in the layout the module's strategy gives it).
+/// rank's shard (a tensor of device D in the layout the module's strategy gives it).
+/// The initializer draws on the host in the same order on every device, so a
+/// parameter of a GPU network holds the very values of its host twin.
 ///
 ///     nn::parameter<float> w(extents{512, 784}, "normal");
 ///     w.build(layout::replicated(mesh{2}, 2), rank, seed);   // modules do this in build()
 ///     w.data().local();                                     // this rank's shard
-template <class T>
+template <class T, class D>
 class parameter {
  public:
+  using tensor = tensor_on<T, D>;
+  /// The shard's array type (xt::xarray<T> on the host).
+  using array = typename storage<T, D>::array;
+
   parameter(extents shape, initializer init, bool requires_grad = true)
       : shape_(shape), init_(std::move(init)), requires_grad_(requires_grad) {}
 
@@ -16207,11 +16214,11 @@ class parameter {
   bool built() const { return data_.has_value(); }
   /// This rank's shard; throws before the network is built:
   /// "parameter 'fc.weight': not built yet: call build(ctx) on the network first".
-  dist_tensor<T>& data() {
+  tensor& data() {
     if (!data_) not_built();
     return *data_;
   }
-  const dist_tensor<T>& data() const {
+  const tensor& data() const {
     if (!data_) not_built();
     return *data_;
   }
@@ -16223,6 +16230,7 @@ class parameter {
 
   /// Draws the global tensor from the initializer under `seed` and keeps this rank's
   /// shard of `l`: the value at a global index depends only on (seed, name, index).
+  /// The shard is drawn on the host and copied to device D.
   void build(const tessera::layout& l, int rank, std::uint64_t seed) {
     dist_tensor<T> t(l, shape_, rank);
     const initializer::drawer d = init_.draw(shape_, stream_key(seed, name_));
@@ -16237,11 +16245,15 @@ class parameter {
       for (int k = 0; k < shape_.ndim; ++k) lin += idx[k] * stride[k];
       return T(d(std::uint64_t(lin)));
     });
-    data_ = std::move(t);
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      data_ = std::move(t);
+    } else {
+      data_ = tensor(t.layout(), t.global_shape(), t.rank(), storage<T, D>::from_host(t.local()));
+    }
   }
 
   /// Replaces the value (same global shape; any layout).
-  void set_data(dist_tensor<T> v) {
+  void set_data(tensor v) {
     if (!(v.global_shape() == shape_))
       throw error("parameter '" + name_ + "': set_data: the value is " + to_string(v.global_shape()) +
                   ", the parameter " + to_string(shape_));
@@ -16255,7 +16267,7 @@ class parameter {
   /// it (its gradient is then final as soon as the backward pass has passed them). It
   /// needs a gradient only when a training step asked for one (expect_grad).
   template <class C>
-  autodiff::var<T, C> on(autodiff::tape<T, C>& t) {
+  autodiff::var<T, C, D> on(autodiff::tape<T, C, D>& t) {
     if (bind_.serial != t.serial()) bind_ = binding{t.serial(), -1, false, -1};
     if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
     return {&t, bind_.id};
@@ -16269,27 +16281,42 @@ class parameter {
   void unbind() { bind_ = binding{}; }
 
   /// The listener told of this parameter's final gradient during backward (or null).
-  grad_listener<T>* listener() const { return listener_; }
-  void set_listener(grad_listener<T>* l) { listener_ = l; }
+  grad_listener<T, D>* listener() const { return listener_; }
+  void set_listener(grad_listener<T, D>* l) { listener_ = l; }
 
   /// Storage for this parameter's next gradient shard, of shape `local_shape`: the
   /// last one given back (recycle_grad_storage) when it has that size, else new. A
   /// step then writes its gradient where the last step's was, instead of in fresh
   /// memory (which the system must map and zero page by page).
-  xt::xarray<T> take_grad_storage(const extents& local_shape) {
-    const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
-    if (spare_ && index_t(spare_->size()) == local_shape.size()) {
-      xt::xarray<T> a = std::move(*spare_);
-      spare_.reset();
-      a.reshape(shape);
-      return a;
+  array take_grad_storage(const extents& local_shape) {
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
+      if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+        xt::xarray<T> a = std::move(*spare_);
+        spare_.reset();
+        a.reshape(shape);
+        return a;
+      }
+      return xt::xarray<T>::from_shape(shape);
+    } else {
+      if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+        array a = std::move(*spare_);
+        spare_.reset();
+        a.reshape(typename array::shape_type(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim));
+        return a;
+      }
+      return storage<T, D>::empty(local_shape);
     }
-    return xt::xarray<T>::from_shape(shape);
   }
   /// Gives a used gradient shard's storage back for the next step (the optimizer does
-  /// after its update).
-  void recycle_grad_storage(xt::xarray<T>&& a) {
-    if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+  /// after its update). On a device it is not kept: the device's kernels write new
+  /// arrays, and its caching allocator reuses the block once the caller frees it.
+  void recycle_grad_storage(array&& a) {
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+    } else {
+      (void)a;
+    }
   }
 
  private:
@@ -16307,40 +16334,40 @@ class parameter {
   extents shape_;
   initializer init_;
   bool requires_grad_ = true;
-  std::optional<dist_tensor<T>> data_;
+  std::optional<tensor> data_;
   std::optional<tessera::layout> target_;
   binding bind_;
-  grad_listener<T>* listener_ = nullptr;
-  std::optional<xt::xarray<T>> spare_;
+  grad_listener<T, D>* listener_ = nullptr;
+  std::optional<array> spare_;
 };
 
-template <class T>
+template <class T, class D = cpu_device>
 class module;
 
 /// What a module's visit() is given: one call per direct parameter and child module.
-template <class T>
+template <class T, class D = cpu_device>
 class visitor {
  public:
   virtual ~visitor() = default;
-  virtual void param(std::string_view name, parameter<T>& p) = 0;
-  virtual void child(std::string_view name, module<T>& m) = 0;
+  virtual void param(std::string_view name, parameter<T, D>& p) = 0;
+  virtual void child(std::string_view name, module<T, D>& m) = 0;
 };
 
 namespace detail {
-template <class T, class P, class M>
-class lambda_visitor final : public visitor<T> {
+template <class T, class D, class P, class M>
+class lambda_visitor final : public visitor<T, D> {
  public:
   lambda_visitor(P p, M m) : p_(std::move(p)), m_(std::move(m)) {}
-  void param(std::string_view name, parameter<T>& x) override { p_(name, x); }
-  void child(std::string_view name, module<T>& x) override { m_(name, x); }
+  void param(std::string_view name, parameter<T, D>& x) override { p_(name, x); }
+  void child(std::string_view name, module<T, D>& x) override { m_(name, x); }
 
  private:
   P p_;
   M m_;
 };
-template <class T, class P, class M>
-void visit_with(module<T>& m, P p, M c) {
-  lambda_visitor<T, P, M> v(std::move(p), std::move(c));
+template <class T, class D, class P, class M>
+void visit_with(module<T, D>& m, P p, M c) {
+  lambda_visitor<T, D, P, M> v(std::move(p), std::move(c));
   m.visit(v);
 }
 }  // namespace detail
@@ -16364,15 +16391,20 @@ void visit_with(module<T>& m, P p, M c) {
 ///
 /// A module refers to its members, not to copies: once its parameters are given to an
 /// optimizer, a network must stay where it is (not be moved or copied).
-template <class T>
+///
+/// D is the device of the parameters and of the tapes the forward pass runs on: a
+/// network of `nn::dense<float, cuda_device>` layers keeps its weights on the GPU and
+/// takes `autodiff::var<float, C, cuda_device>` inputs.
+template <class T, class D>
 class module {
  public:
   using value_type = T;
+  using device_type = D;
   virtual ~module() = default;
 
   /// Calls v.param(name, p) for each direct parameter and v.child(name, m) for each
   /// direct child module.
-  virtual void visit(visitor<T>& v) = 0;
+  virtual void visit(visitor<T, D>& v) = 0;
 
   /// Sets the target layouts of the module's own parameters for `device_num` devices,
   /// from its operators' strategies (data parallel where none is set).
@@ -16388,20 +16420,20 @@ class module {
 
   /// Every parameter of the module and its descendants with its dotted name, in visit
   /// order (MindSpore's parameters_and_names).
-  std::vector<std::pair<std::string, parameter<T>*>> named_parameters(const std::string& prefix = "") {
-    std::vector<std::pair<std::string, parameter<T>*>> out;
+  std::vector<std::pair<std::string, parameter<T, D>*>> named_parameters(const std::string& prefix = "") {
+    std::vector<std::pair<std::string, parameter<T, D>*>> out;
     collect(*this, prefix, out);
     return out;
   }
   /// Every parameter, in visit order.
-  std::vector<parameter<T>*> parameters() {
-    std::vector<parameter<T>*> out;
+  std::vector<parameter<T, D>*> parameters() {
+    std::vector<parameter<T, D>*> out;
     for (auto& [n, p] : named_parameters()) out.push_back(p);
     return out;
   }
   /// The parameters that require a gradient (MindSpore's trainable_params).
-  std::vector<parameter<T>*> trainable_params() {
-    std::vector<parameter<T>*> out;
+  std::vector<parameter<T, D>*> trainable_params() {
+    std::vector<parameter<T, D>*> out;
     for (auto& [n, p] : named_parameters())
       if (p->requires_grad()) out.push_back(p);
     return out;
@@ -16411,8 +16443,8 @@ class module {
   /// is the identity in evaluation mode). Modules start in training mode.
   auto set_train(bool mode = true) -> module& {
     training_ = mode;
-    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
-                          [mode](std::string_view, module<T>& m) { m.set_train(mode); });
+    detail::visit_with<T, D>(*this, [](std::string_view, parameter<T, D>&) {},
+                          [mode](std::string_view, module<T, D>& m) { m.set_train(mode); });
     return *this;
   }
   bool training() const { return training_; }
@@ -16422,8 +16454,8 @@ class module {
   /// replicated). Call before build().
   auto set_data_parallel() -> module& {
     reset_strategies();
-    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
-                          [](std::string_view, module<T>& m) { m.set_data_parallel(); });
+    detail::visit_with<T, D>(*this, [](std::string_view, parameter<T, D>&) {},
+                          [](std::string_view, module<T, D>& m) { m.set_data_parallel(); });
     return *this;
   }
 
@@ -16449,18 +16481,18 @@ class module {
   bool built() const { return built_; }
 
  private:
-  static void collect(module<T>& m, const std::string& prefix,
-                      std::vector<std::pair<std::string, parameter<T>*>>& out) {
-    detail::visit_with<T>(
-        m, [&](std::string_view name, parameter<T>& p) { out.emplace_back(join(prefix, name), &p); },
-        [&](std::string_view name, module<T>& c) { collect(c, join(prefix, name), out); });
+  static void collect(module<T, D>& m, const std::string& prefix,
+                      std::vector<std::pair<std::string, parameter<T, D>*>>& out) {
+    detail::visit_with<T, D>(
+        m, [&](std::string_view name, parameter<T, D>& p) { out.emplace_back(join(prefix, name), &p); },
+        [&](std::string_view name, module<T, D>& c) { collect(c, join(prefix, name), out); });
   }
-  static void prepare(module<T>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
+  static void prepare(module<T, D>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
     m.place(device_num);
     m.named(prefix, seed);
-    detail::visit_with<T>(
-        m, [&](std::string_view name, parameter<T>& p) { p.set_name(join(prefix, name)); },
-        [&](std::string_view name, module<T>& c) { prepare(c, join(prefix, name), device_num, seed); });
+    detail::visit_with<T, D>(
+        m, [&](std::string_view name, parameter<T, D>& p) { p.set_name(join(prefix, name)); },
+        [&](std::string_view name, module<T, D>& c) { prepare(c, join(prefix, name), device_num, seed); });
   }
   static std::string join(const std::string& prefix, std::string_view name) {
     return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
@@ -16486,10 +16518,10 @@ inline bool same_placement(const layout& a, const layout& b) {
 
 /// `x` as a shard of layout `l`: x itself (borrowed, no copy) when it is placed the
 /// same way, else its redistribution.
-template <class T, class C>
-laid_out<T> placed_as(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  if (same_placement(x.layout(), l)) return laid_out<T>(x);
-  return laid_out<T>(redistribute(x, l, ctx));
+template <class T, class D, class C>
+laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
+  if (same_placement(x.layout(), l)) return laid_out<T, D>(x);
+  return laid_out<T, D>(redistribute(x, l, ctx));
 }
 
 /// The mesh axes that split dim `d` of `l` (as an axis mask).
@@ -16518,7 +16550,8 @@ inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int dev
 // value_and_grad differentiates a network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
 // and the element-wise layers keep their input's layout, all on local shards without
-// communication; with one (`shard`) the sharded operators of ops/ run it.
+// communication; with one (`shard`) the sharded operators of ops/ run it. Every layer
+// takes the device of its parameters and tape values as a second template argument.
 
 #include <algorithm>
 #include <cmath>
@@ -16539,14 +16572,14 @@ namespace detail {
 /// The value of `x` with its partial sums resolved: `x` itself when it holds none, else
 /// a node on the tape that redistributes it to the same layout without partial axes
 /// (the gradient of that sum reaches every partial term unchanged).
-template <class T, class C>
-autodiff::var<T, C> resolved(autodiff::var<T, C> x) {
-  const dist_tensor<T>& v = x.value();
+template <class T, class C, class D>
+autodiff::var<T, C, D> resolved(autodiff::var<T, C, D> x) {
+  const tensor_on<T, D>& v = x.value();
   if (!v.layout().has_partial()) return x;
-  autodiff::tape<T, C>& t = *x.t;
-  dist_tensor<T> r = redistribute(v, v.layout().without_partial(), t.ctx());
+  autodiff::tape<T, C, D>& t = *x.t;
+  tensor_on<T, D> r = redistribute(v, v.layout().without_partial(), t.ctx());
   return t.record(std::move(r),
-                  [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) { tp.add_grad(ix, g); },
+                  [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
                   t.requires_grad(x.id));
 }
 
@@ -16566,6 +16599,29 @@ void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
     for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
     f(std::size_t(lin), std::uint64_t(glob));
   });
+}
+
+/// Whether D is the host (the layers' host paths are written against xtensor).
+template <class D>
+inline constexpr bool on_host = std::is_same_v<D, cpu_device>;
+
+/// A host array's copy on device D (the array itself on the host).
+template <class T, class D>
+typename storage<T, D>::array host_to(xt::xarray<T>&& a) {
+  if constexpr (on_host<D>) return std::move(a);
+  else return storage<T, D>::from_host(a);
+}
+
+/// Dropout's factors for the shard of `l` on `rank` (global shape `g`): `scale` where
+/// call `call` keeps the element, 0 where it drops it. Drawn on the host in the order
+/// of the host path, so every device multiplies by the same numbers.
+template <class T, class Keep>
+xt::xarray<T> dropout_factors(const layout& l, const extents& g, int rank, T scale, Keep&& keep) {
+  const extents ls = local_shape(l, g);
+  xt::xarray<T> m = xt::xarray<T>::from_shape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
+  T* pm = m.data();
+  for_each_global(l, g, rank, [&](std::size_t i, std::uint64_t gi) { pm[i] = keep(gi) ? scale : T(0); });
+  return m;
 }
 
 template <class... M>
@@ -16595,9 +16651,11 @@ struct first_module<M, Rest...> {
 /// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
 /// weight and bias replicated, and the weight's and bias's gradients partial sums over
 /// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
-/// run fused on local shards; otherwise through ops::matmul and ops::bias_add.
-template <class T = float>
-class dense : public module<T> {
+/// run fused on local shards; otherwise through ops::matmul and ops::bias_add. On a
+/// device other than the host (D = cuda_device) the fused path runs D's kernels
+/// (cuBLAS, the bias-add and column-sum kernels) on the same layouts.
+template <class T = float, class D = cpu_device>
+class dense : public module<T, D> {
   index_t in_, out_;
   bool has_bias_;
 
@@ -16614,8 +16672,8 @@ class dense : public module<T> {
 
   /// MatMul with weight transposed; an empty strategy (the default) is data parallel.
   ops::matmul_op matmul{{}, false, true};
-  parameter<T> weight;
-  parameter<T> bias;
+  parameter<T, D> weight;
+  parameter<T, D> bias;
 
   /// Sets MatMul's strategy ((m, k), (n, k)); call before build().
   dense& shard(const strategy& st) {
@@ -16627,7 +16685,7 @@ class dense : public module<T> {
   index_t out_channels() const { return out_; }
   bool has_bias() const { return has_bias_; }
 
-  void visit(visitor<T>& v) override {
+  void visit(visitor<T, D>& v) override {
     v.param("weight", weight);
     if (has_bias_) v.param("bias", bias);
   }
@@ -16656,56 +16714,81 @@ class dense : public module<T> {
   }
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
-    autodiff::tape<T, C>& t = *x.t;
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+    autodiff::tape<T, C, D>& t = *x.t;
     if (x.value().ndim() != 2 || x.value().global_shape()[1] != in_)
       throw error("dense: the input is " + to_string(x.value().global_shape()) + ", expected (batch, " +
                   std::to_string(in_) + ")");
     if (rule_.dev.ndim == 0)
       throw error("dense: not placed yet: call build(ctx) on the network first");
     // The leaves first: recording moves the tape's values (references to them would dangle).
-    const autodiff::var<T, C> w = weight.on(t);
-    std::optional<autodiff::var<T, C>> b;
+    const autodiff::var<T, C, D> w = weight.on(t);
+    std::optional<autodiff::var<T, C, D>> b;
     if (has_bias_) b = bias.on(t);
-    const dist_tensor<T>& xv = x.value();
+    const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      const autodiff::var<T, C> y = autodiff::matmul(op_, x, w);
+      const autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
       return b ? autodiff::bias_add(bias_op_, y, *b) : y;
     }
+    using K = kernels::backend<D>;
+    using array = typename storage<T, D>::array;
     device_context<C>& ctx = t.ctx();
-    const laid_out<T> lx = detail::placed_as(xv, rule_.a, ctx);
-    const laid_out<T> lw = detail::placed_as(w.value(), rule_.b, ctx);
-    xt::xarray<T> y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
-    if (b) {
-      const laid_out<T> lb = detail::placed_as(b->value(), bias_layout_, ctx);
-      add_rows(y, lb->local());
+    const laid_out<T, D> lx = detail::placed_as(xv, rule_.a, ctx);
+    const laid_out<T, D> lw = detail::placed_as(w.value(), rule_.b, ctx);
+    array y;
+    if constexpr (detail::on_host<D>) {
+      y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
+      if (b) {
+        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+        add_rows(y, lb->local());
+      }
+    } else {
+      y = K::template matmul<T>(lx->local(), lw->local(), false, true);
+      if (b) {
+        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+        y = K::template bias_add<T>(y, lb->local());
+      }
     }
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
-    dist_tensor<T> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
+    tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
     return t.record(std::move(out),
                     [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
-                     wp = &weight, bp = &bias](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                     wp = &weight, bp = &bias](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
                       device_context<C>& c = tp.ctx();
-                      const laid_out<T> dy = detail::placed_as(g, r.c.without_partial(), c);
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const dist_tensor<T>& wv = tp.value(iw);
-                      const laid_out<T> lx2 = detail::placed_as(xv2, r.a, c);
-                      const laid_out<T> lw2 = detail::placed_as(wv, r.b, c);
+                      const laid_out<T, D> dy = detail::placed_as(g, r.c.without_partial(), c);
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const tensor_on<T, D>& wv = tp.value(iw);
+                      const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
+                      const laid_out<T, D> lw2 = detail::placed_as(wv, r.b, c);
                       if (ib >= 0 && tp.requires_grad(ib)) {
-                        xt::xarray<T> db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
-                        column_sums(dy->local(), db);
-                        tp.add_grad(ib, dist_tensor<T>(bgl, bp->shape(), c.rank(), std::move(db)));
+                        array db;
+                        if constexpr (detail::on_host<D>) {
+                          db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                          column_sums(dy->local(), db);
+                        } else {
+                          db = K::template reduce_sum<T>(dy->local(), std::vector<int>{0}, false);
+                        }
+                        tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
                       }
                       if (tp.requires_grad(iw)) {
                         // dW (out, in) = dy^T x, written over the last step's storage.
-                        xt::xarray<T> dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                        kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
-                        tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                        array dw;
+                        if constexpr (detail::on_host<D>) {
+                          dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                          kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                        } else {
+                          dw = K::template matmul<T>(dy->local(), lx2->local(), true, false);
+                        }
+                        tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
                       }
-                      if (tp.requires_grad(ix))
-                        tp.add_grad(ix, dist_tensor<T>(r.grad_a, xv2.global_shape(), c.rank(),
-                                                       kernels::cpu::matmul_grad_a(dy->local(), lx2->local(),
-                                                                                   lw2->local(), false, true)));
+                      if (tp.requires_grad(ix)) {
+                        array dx;
+                        if constexpr (detail::on_host<D>)
+                          dx = kernels::cpu::matmul_grad_a(dy->local(), lx2->local(), lw2->local(), false, true);
+                        else
+                          dx = K::template matmul_grad_a<T>(dy->local(), lx2->local(), lw2->local(), false, true);
+                        tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
+                      }
                     },
                     rg);
   }
@@ -16746,8 +16829,8 @@ class dense : public module<T> {
 
 /// max(x, 0). Without a strategy it keeps the input's layout (partial sums resolved
 /// first); with one, ops::relu runs it: `relu.shard(strategy{{2, 4}})`.
-template <class T = float>
-class relu : public module<T> {
+template <class T = float, class D = cpu_device>
+class relu : public module<T, D> {
  public:
   std::optional<ops::relu_op> op;
 
@@ -16755,24 +16838,35 @@ class relu : public module<T> {
     op = ops::relu_op{st};
     return *this;
   }
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
   void reset_strategies() override { op.reset(); }
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
     if (op) return autodiff::relu(*op, x);
     x = detail::resolved(x);
-    autodiff::tape<T, C>& t = *x.t;
-    const dist_tensor<T>& xv = x.value();
-    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank(), kernels::cpu::relu(xv.local()));
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
+    tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(), forward(xv.local()));
     return t.record(std::move(y),
-                    [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const laid_out<T> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
-                      tp.add_grad(ix, dist_tensor<T>(xv2.layout(), xv2.global_shape(), xv2.rank(),
-                                                     kernels::cpu::relu_grad(dy->local(), xv2.local())));
+                    [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const laid_out<T, D> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
+                      tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(),
+                                                      backward(dy->local(), xv2.local())));
                     },
                     t.requires_grad(x.id));
+  }
+
+ private:
+  using array = typename storage<T, D>::array;
+  static array forward(const array& x) {
+    if constexpr (detail::on_host<D>) return kernels::cpu::relu(x);
+    else return kernels::backend<D>::template relu<T>(x);
+  }
+  static array backward(const array& dy, const array& x) {
+    if constexpr (detail::on_host<D>) return kernels::cpu::relu_grad(dy, x);
+    else return kernels::backend<D>::template relu_grad<T>(dy, x);
   }
 };
 
@@ -16780,34 +16874,34 @@ class relu : public module<T> {
 
 /// (batch, d1, d2, ...) -> (batch, d1 * d2 * ...), MindSpore's nn.Flatten. The batch dim
 /// keeps its split; the other dims are gathered first if some rank splits them.
-template <class T = float>
-class flatten : public module<T> {
+template <class T = float, class D = cpu_device>
+class flatten : public module<T, D> {
  public:
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
-    autodiff::tape<T, C>& t = *x.t;
-    const dist_tensor<T>& xv = x.value();
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
     if (xv.ndim() < 1) throw error("flatten: the input must have a batch dim, got shape ()");
     const extents& gs = xv.global_shape();
     index_t features = 1;
     for (int d = 1; d < gs.ndim; ++d) features *= gs[d];
     layout in = xv.layout();
     for (int d = 1; d < in.ndim; ++d) in.split[d] = axis_list{};
-    const laid_out<T> lx = detail::placed_as(xv, in, t.ctx());
+    const laid_out<T, D> lx = detail::placed_as(xv, in, t.ctx());
     layout out_l(in.dev, {in.split[0], axis_list{}});
     out_l.partial = in.partial;
     out_l.op = in.op;
-    xt::xarray<T> y = lx->local();
-    dist_tensor<T> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
+    typename storage<T, D>::array y = lx->local();
+    tensor_on<T, D> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
     return t.record(std::move(out),
-                    [ix = x.id, in, out_l](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const laid_out<T> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
-                      xt::xarray<T> d = dy->local();
-                      tp.add_grad(ix, dist_tensor<T>(in.without_partial(), xv2.global_shape(), xv2.rank(),
-                                                     std::move(d)));
+                    [ix = x.id, in, out_l](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
+                      typename storage<T, D>::array d = dy->local();
+                      tp.add_grad(ix, tensor_on<T, D>(in.without_partial(), xv2.global_shape(), xv2.rank(),
+                                                      std::move(d)));
                     },
                     t.requires_grad(x.id));
   }
@@ -16820,8 +16914,10 @@ class flatten : public module<T> {
 /// The mask is a function of (seed, the layer's name, the call count, the element's
 /// global index): replicas of a tensor draw the same mask, the shards of a split one
 /// the pieces of the one-rank mask, so a run on N ranks drops what a run on one does.
-template <class T = float>
-class dropout : public module<T> {
+/// On a device other than the host the mask is drawn on the host and copied, so
+/// every device drops the same elements and scales by the same factor.
+template <class T = float, class D = cpu_device>
+class dropout : public module<T, D> {
  public:
   explicit dropout(double p = 0.5) : p_(p) {
     if (!(p >= 0.0 && p < 1.0))
@@ -16831,44 +16927,78 @@ class dropout : public module<T> {
   /// Training-mode calls so far (the mask of call s is keyed by s).
   std::uint64_t calls() const { return calls_; }
 
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
   void named(std::string_view full_name, std::uint64_t seed) override { key_ = stream_key(seed, full_name); }
 
   /// Whether call `call` keeps the element at global index i.
   bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
     if (!this->training() || p_ == 0.0) return x;
-    autodiff::tape<T, C>& t = *x.t;
-    const dist_tensor<T>& xv = x.value();
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
     const std::uint64_t call = calls_++;
     const T scale = T(1.0 / (1.0 - p_));
     const std::uint64_t key = key_;
     const double p = p_;
-    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
-    const T* px = xv.local().data();
-    T* py = y.local().data();
-    detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
-      py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
-    });
-    return t.record(std::move(y),
-                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
-                      dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
-                      const T* pg = dy->local().data();
-                      T* pd = dx.local().data();
-                      detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
-                                              [&](std::size_t l, std::uint64_t gi) {
-                                                pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
-                                              });
-                      tp.add_grad(ix, std::move(dx));
-                    },
-                    t.requires_grad(x.id));
+    if constexpr (!detail::on_host<D>) {
+      return on_device(x, call, scale, key, p);
+    } else {
+      dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
+      const T* px = xv.local().data();
+      T* py = y.local().data();
+      detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
+        py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
+      });
+      return t.record(std::move(y),
+                      [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                        const dist_tensor<T>& xv2 = tp.value(ix);
+                        const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
+                        dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
+                        const T* pg = dy->local().data();
+                        T* pd = dx.local().data();
+                        detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
+                                                [&](std::size_t l, std::uint64_t gi) {
+                                                  pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
+                                                });
+                        tp.add_grad(ix, std::move(dx));
+                      },
+                      t.requires_grad(x.id));
+    }
   }
 
  private:
+  // x times the host-drawn factors (scale or 0), copied to the device; the backward
+  // multiplies the gradient by the same factors (drawn again on the host).
+  template <class C>
+  autodiff::var<T, C, D> on_device(autodiff::var<T, C, D> x, std::uint64_t call, T scale, std::uint64_t key,
+                                   double p) {
+    using K = kernels::backend<D>;
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
+    tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(),
+                      K::template mul<T>(xv.local(), factors(xv.layout(), xv.global_shape(), xv.rank(), call,
+                                                             scale, key, p)));
+    return t.record(std::move(y),
+                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const layout l = xv2.layout().without_partial();
+                      const laid_out<T, D> dy = detail::placed_as(g, l, tp.ctx());
+                      auto f = factors(l, xv2.global_shape(), xv2.rank(), call, scale, key, p);
+                      tp.add_grad(ix, tensor_on<T, D>(l, xv2.global_shape(), xv2.rank(),
+                                                      K::template mul<T>(dy->local(), f)));
+                    },
+                    t.requires_grad(x.id));
+  }
+  // The factors of call `call` for the shard of `l` on `rank`, drawn on the host and
+  // copied to device D.
+  static typename storage<T, D>::array factors(const layout& l, const extents& g, int rank, std::uint64_t call,
+                                               T scale, std::uint64_t key, double p) {
+    return detail::host_to<T, D>(detail::dropout_factors<T>(
+        l, g, rank, scale, [&](std::uint64_t gi) { return keep(key, p, call, gi); }));
+  }
+
   static bool keep(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
     return random_stream(mix64(key ^ mix64(call + 1))).uniform01(i) >= p;
   }
@@ -16886,13 +17016,18 @@ class dropout : public module<T> {
 ///                        nn::dense(512, 10, "normal", "zeros"));
 ///     seq.get<0>().shard(...);
 template <class... M>
-class sequential : public module<typename detail::first_module<M...>::type::value_type> {
+class sequential : public module<typename detail::first_module<M...>::type::value_type,
+                                 typename detail::first_module<M...>::type::device_type> {
  public:
   using value_type = typename detail::first_module<M...>::type::value_type;
+  using device_type = typename detail::first_module<M...>::type::device_type;
   static_assert(sizeof...(M) > 0, "sequential: needs at least one layer");
   static_assert((std::is_same_v<typename M::value_type, value_type> && ...),
                 "sequential: every layer must have the same element type");
-  static_assert((std::is_base_of_v<module<value_type>, M> && ...), "sequential: every layer must be a module");
+  static_assert((std::is_same_v<typename M::device_type, device_type> && ...),
+                "sequential: every layer must be on the same device");
+  static_assert((std::is_base_of_v<module<value_type, device_type>, M> && ...),
+                "sequential: every layer must be a module");
 
   explicit sequential(M... layers) : layers_(std::move(layers)...) {}
 
@@ -16902,7 +17037,7 @@ class sequential : public module<typename detail::first_module<M...>::type::valu
     return std::get<I>(layers_);
   }
 
-  void visit(visitor<value_type>& v) override {
+  void visit(visitor<value_type, device_type>& v) override {
     visit_each(v, std::index_sequence_for<M...>{});
   }
 
@@ -16913,7 +17048,7 @@ class sequential : public module<typename detail::first_module<M...>::type::valu
 
  private:
   template <std::size_t... I>
-  void visit_each(visitor<value_type>& v, std::index_sequence<I...>) {
+  void visit_each(visitor<value_type, device_type>& v, std::index_sequence<I...>) {
     (v.child(std::to_string(I), std::get<I>(layers_)), ...);
   }
   template <std::size_t I, class V>
@@ -16958,61 +17093,136 @@ inline layout scalar_partial_layout(const layout& l) {
   return s;
 }
 
-template <class T>
-void require_scalar_grad(const dist_tensor<T>& g, const char* who) {
+template <class T, class D>
+void require_scalar_grad(const tensor_on<T, D>& g, const char* who) {
   if (g.ndim() != 0) throw error(std::string(who) + ": the gradient of the loss must be a scalar");
 }
 
-// The value of a scalar with its partial sums resolved.
-template <class T, class C>
-T scalar_value(const dist_tensor<T>& g, device_context<C>& ctx) {
-  if (!g.layout().has_partial()) return g.local()();
-  return redistribute(g, g.layout().without_partial(), ctx).local()();
+// The value of a scalar with its partial sums resolved (read back to the host).
+template <class T, class D, class C>
+T scalar_value(const tensor_on<T, D>& g, device_context<C>& ctx) {
+  if constexpr (on_host<D>) {
+    if (!g.layout().has_partial()) return g.local()();
+    return redistribute(g, g.layout().without_partial(), ctx).local()();
+  } else {
+    if (!g.layout().has_partial()) return storage<T, D>::to_host(g.local())();
+    return storage<T, D>::to_host(redistribute(g, g.layout().without_partial(), ctx).local())();
+  }
+}
+
+// All the axes of an array of `ndim` dims.
+inline std::vector<int> all_axes(int ndim) {
+  std::vector<int> a(static_cast<std::size_t>(ndim));
+  for (int d = 0; d < ndim; ++d) a[std::size_t(d)] = d;
+  return a;
+}
+
+
+/// MSELoss as a device other than the host runs it, with D's kernels: the sum of the
+/// squared differences (one reduction) times `scale`, and 2 scale (x - target) for the
+/// gradient. `target` is x's shard of the target. (Generic over D, so the tests check
+/// it on the host too.)
+template <class T, class C, class D>
+autodiff::var<T, C, D> mse_by_backend(autodiff::var<T, C, D> x, const typename storage<T, D>::array& target,
+                                      T scale) {
+  using K = kernels::backend<D>;
+  using array = typename storage<T, D>::array;
+  autodiff::tape<T, C, D>& t = *x.t;
+  const tensor_on<T, D>& xv = x.value();
+  const array d = K::template sub<T>(xv.local(), target);
+  array acc = K::template reduce_sum<T>(K::template mul<T>(d, d), all_axes(int(d.dimension())), false);
+  K::template scale<T>(acc, scale);
+  tensor_on<T, D> loss(scalar_partial_layout(xv.layout()), extents{}, xv.rank(), std::move(acc));
+  return t.record(std::move(loss),
+                  [ix = x.id, target_local = array(target), scale](autodiff::tape<T, C, D>& tp,
+                                                                  const tensor_on<T, D>& g) {
+                    require_scalar_grad(g, "mse_loss");
+                    const tensor_on<T, D>& xv2 = tp.value(ix);
+                    const T k = T(2) * scale * scalar_value(g, tp.ctx());
+                    array dx = K::template sub<T>(xv2.local(), target_local);
+                    K::template scale<T>(dx, k);
+                    tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(), std::move(dx)));
+                  },
+                  t.requires_grad(x.id));
+}
+
+/// CrossEntropyLoss as a device other than the host runs it: the labels are checked on
+/// the host (the host path's message), made values of T and copied to device D, then
+/// the sharded SparseSoftmaxCrossEntropyWithLogits and the mean or sum over the batch
+/// run there, whatever splits the logits. (Generic over D, so the tests check it on
+/// the host too.)
+template <class T, class C, class D, std::integral I>
+autodiff::var<T, C, D> cross_entropy_by_operator(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels,
+                                                 reduction r) {
+  autodiff::tape<T, C, D>& t = *logits.t;
+  const tensor_on<T, D>& xv = logits.value();
+  const std::uint64_t cls = std::uint64_t(xv.global_shape()[1]);
+  const index_t row0 = labels.local_offset()[0];
+  xt::xarray<T> lab = xt::xarray<T>::from_shape(labels.local().shape());
+  for (std::size_t i = 0; i < labels.local().size(); ++i) {
+    const I v = labels.local().data()[i];
+    if (v < 0 || std::uint64_t(v) >= cls)
+      throw error("cross_entropy_loss: label " + std::to_string(v) + " of sample " +
+                  std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) + " classes");
+    lab.data()[i] = T(v);
+  }
+  // Before the leaf: recording moves the tape's values (xv would dangle).
+  const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
+  const autodiff::var<T, C, D> y = t.leaf(
+      tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab)), false);
+  const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
+  const autodiff::var<T, C, D> per_sample = autodiff::sparse_softmax_cross_entropy(op, logits, y);
+  if (r == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
+  return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
 }
 
 }  // namespace detail
 
 /// MindSpore's nn.MSELoss: mean (or sum) over every element of (x - target)^2. The
 /// target is data (no gradient) of x's shape, in any layout.
-template <class T = float>
-class mse_loss : public module<T> {
+template <class T = float, class D = cpu_device>
+class mse_loss : public module<T, D> {
  public:
   explicit mse_loss(reduction r = reduction::mean) : r_(r) {}
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
 
+  /// `target` is on the network's device D.
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x, const dist_tensor<T>& target) {
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x, const tensor_on<T, D>& target) {
     x = detail::resolved(x);
-    autodiff::tape<T, C>& t = *x.t;
-    const dist_tensor<T>& xv = x.value();
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
     if (!(target.global_shape() == xv.global_shape()))
       throw error("mse_loss: the target is " + to_string(target.global_shape()) + ", the input " +
                   to_string(xv.global_shape()));
-    const laid_out<T> ly = detail::placed_as(target, xv.layout(), t.ctx());
+    const laid_out<T, D> ly = detail::placed_as(target, xv.layout(), t.ctx());
     const T scale = r_ == reduction::mean ? T(1) / T(xv.global_shape().size()) : T(1);
-    const T* px = xv.local().data();
-    const T* py = ly->local().data();
-    double acc = 0;
-    for (std::size_t i = 0; i < xv.local().size(); ++i) {
-      const double d = double(px[i]) - double(py[i]);
-      acc += d * d;
+    if constexpr (!detail::on_host<D>) return detail::mse_by_backend(x, ly->local(), scale);
+    else {
+      const T* px = xv.local().data();
+      const T* py = ly->local().data();
+      double acc = 0;
+      for (std::size_t i = 0; i < xv.local().size(); ++i) {
+        const double d = double(px[i]) - double(py[i]);
+        acc += d * d;
+      }
+      dist_tensor<T> loss(detail::scalar_partial_layout(xv.layout()), extents{}, xv.rank());
+      loss.local()() = T(acc) * scale;
+      return t.record(std::move(loss),
+                      [ix = x.id, target_local = xt::xarray<T>(ly->local()), scale](autodiff::tape<T, C>& tp,
+                                                                                     const dist_tensor<T>& g) {
+                        detail::require_scalar_grad(g, "mse_loss");
+                        const dist_tensor<T>& xv2 = tp.value(ix);
+                        const T k = T(2) * scale * detail::scalar_value(g, tp.ctx());
+                        dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
+                        const T* a = xv2.local().data();
+                        const T* b = target_local.data();
+                        T* o = dx.local().data();
+                        for (std::size_t i = 0; i < dx.local().size(); ++i) o[i] = k * (a[i] - b[i]);
+                        tp.add_grad(ix, std::move(dx));
+                      },
+                      t.requires_grad(x.id));
     }
-    dist_tensor<T> loss(detail::scalar_partial_layout(xv.layout()), extents{}, xv.rank());
-    loss.local()() = T(acc) * scale;
-    return t.record(std::move(loss),
-                    [ix = x.id, target_local = xt::xarray<T>(ly->local()), scale](autodiff::tape<T, C>& tp,
-                                                                                   const dist_tensor<T>& g) {
-                      detail::require_scalar_grad(g, "mse_loss");
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const T k = T(2) * scale * detail::scalar_value(g, tp.ctx());
-                      dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
-                      const T* a = xv2.local().data();
-                      const T* b = target_local.data();
-                      T* o = dx.local().data();
-                      for (std::size_t i = 0; i < dx.local().size(); ++i) o[i] = k * (a[i] - b[i]);
-                      tp.add_grad(ix, std::move(dx));
-                    },
-                    t.requires_grad(x.id));
   }
 
  private:
@@ -17029,71 +17239,76 @@ class mse_loss : public module<T> {
 /// With the class dim whole on every rank (data parallel, or the batch split any way)
 /// each rank computes its rows locally; with the class dim split it runs
 /// ops::sparse_softmax_cross_entropy and ops::reduce_mean.
-template <class T = float>
-class cross_entropy_loss : public module<T> {
+template <class T = float, class D = cpu_device>
+class cross_entropy_loss : public module<T, D> {
  public:
   explicit cross_entropy_loss(reduction r = reduction::mean) : r_(r) {}
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
 
+  /// The labels stay on the host whatever the device (they are checked there).
   template <class C, std::integral I>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels) {
     logits = detail::resolved(logits);
-    autodiff::tape<T, C>& t = *logits.t;
-    const dist_tensor<T>& xv = logits.value();
+    autodiff::tape<T, C, D>& t = *logits.t;
+    const tensor_on<T, D>& xv = logits.value();
     const extents& gs = xv.global_shape();
     if (xv.ndim() != 2)
       throw error("cross_entropy_loss: the logits must be (batch, classes), got " + to_string(gs));
     if (labels.ndim() != 1 || labels.global_shape()[0] != gs[0])
       throw error("cross_entropy_loss: the labels are " + to_string(labels.global_shape()) + ", expected (" +
                   std::to_string(gs[0]) + ",) for logits " + to_string(gs));
-    if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
+    if constexpr (!detail::on_host<D>) {
+      return detail::cross_entropy_by_operator(logits, labels, r_);
+    } else {
+      if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
 
-    device_context<C>& ctx = t.ctx();
-    const layout& xl = xv.layout();
-    const laid_out<I> ly = detail::placed_as(labels, layout(xl.dev, {xl.split[0]}), ctx);
-    const std::size_t rows = xv.local().shape()[0], cls = std::size_t(gs[1]);
-    const index_t row0 = xv.local_offset()[0];
-    std::vector<I> lab(ly->local().begin(), ly->local().end());
-    for (std::size_t i = 0; i < rows; ++i)
-      if (lab[i] < 0 || std::uint64_t(lab[i]) >= cls)
-        throw error("cross_entropy_loss: label " + std::to_string(lab[i]) + " of sample " +
-                    std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) +
-                    " classes");
-    const T scale = r_ == reduction::mean ? T(1) / T(gs[0]) : T(1);
-    const T* px = xv.local().data();
-    double acc = 0;
-    for (std::size_t i = 0; i < rows; ++i) {
-      const T* row = px + i * cls;
-      const T m = *std::max_element(row, row + cls);
-      double s = 0;
-      for (std::size_t j = 0; j < cls; ++j) s += std::exp(double(row[j] - m));
-      acc += std::log(s) + double(m) - double(row[std::size_t(lab[i])]);
+      device_context<C>& ctx = t.ctx();
+      const layout& xl = xv.layout();
+      const laid_out<I> ly = detail::placed_as(labels, layout(xl.dev, {xl.split[0]}), ctx);
+      const std::size_t rows = xv.local().shape()[0], cls = std::size_t(gs[1]);
+      const index_t row0 = xv.local_offset()[0];
+      std::vector<I> lab(ly->local().begin(), ly->local().end());
+      for (std::size_t i = 0; i < rows; ++i)
+        if (lab[i] < 0 || std::uint64_t(lab[i]) >= cls)
+          throw error("cross_entropy_loss: label " + std::to_string(lab[i]) + " of sample " +
+                      std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) +
+                      " classes");
+      const T scale = r_ == reduction::mean ? T(1) / T(gs[0]) : T(1);
+      const T* px = xv.local().data();
+      double acc = 0;
+      for (std::size_t i = 0; i < rows; ++i) {
+        const T* row = px + i * cls;
+        const T m = *std::max_element(row, row + cls);
+        double s = 0;
+        for (std::size_t j = 0; j < cls; ++j) s += std::exp(double(row[j] - m));
+        acc += std::log(s) + double(m) - double(row[std::size_t(lab[i])]);
+      }
+      dist_tensor<T> loss(detail::scalar_partial_layout(xl), extents{}, xv.rank());
+      loss.local()() = T(acc) * scale;
+      return t.record(std::move(loss),
+                      [ix = logits.id, lab = std::move(lab), scale](autodiff::tape<T, C>& tp,
+                                                                    const dist_tensor<T>& g) {
+                        detail::require_scalar_grad(g, "cross_entropy_loss");
+                        const dist_tensor<T>& xv2 = tp.value(ix);
+                        const T k = scale * detail::scalar_value(g, tp.ctx());
+                        const std::size_t r = xv2.local().shape()[0], c = xv2.local().shape()[1];
+                        dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
+                        const T* x = xv2.local().data();
+                        T* o = dx.local().data();
+                        for (std::size_t i = 0; i < r; ++i) {
+                          const T* row = x + i * c;
+                          T* out = o + i * c;
+                          const T m = *std::max_element(row, row + c);
+                          T s = 0;
+                          for (std::size_t j = 0; j < c; ++j) s += (out[j] = std::exp(row[j] - m));
+                          const T inv = k / s;
+                          for (std::size_t j = 0; j < c; ++j) out[j] *= inv;
+                          out[std::size_t(lab[i])] -= k;
+                        }
+                        tp.add_grad(ix, std::move(dx));
+                      },
+                      t.requires_grad(logits.id));
     }
-    dist_tensor<T> loss(detail::scalar_partial_layout(xl), extents{}, xv.rank());
-    loss.local()() = T(acc) * scale;
-    return t.record(std::move(loss),
-                    [ix = logits.id, lab = std::move(lab), scale](autodiff::tape<T, C>& tp,
-                                                                  const dist_tensor<T>& g) {
-                      detail::require_scalar_grad(g, "cross_entropy_loss");
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const T k = scale * detail::scalar_value(g, tp.ctx());
-                      const std::size_t r = xv2.local().shape()[0], c = xv2.local().shape()[1];
-                      dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
-                      const T* x = xv2.local().data();
-                      T* o = dx.local().data();
-                      for (std::size_t i = 0; i < r; ++i) {
-                        const T* row = x + i * c;
-                        T* out = o + i * c;
-                        const T m = *std::max_element(row, row + c);
-                        T s = 0;
-                        for (std::size_t j = 0; j < c; ++j) s += (out[j] = std::exp(row[j] - m));
-                        const T inv = k / s;
-                        for (std::size_t j = 0; j < c; ++j) out[j] *= inv;
-                        out[std::size_t(lab[i])] -= k;
-                      }
-                      tp.add_grad(ix, std::move(dx));
-                    },
-                    t.requires_grad(logits.id));
   }
 
  private:
@@ -17134,6 +17349,7 @@ class cross_entropy_loss : public module<T> {
 #include <numbers>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17205,15 +17421,20 @@ void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const 
 }  // namespace detail
 
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
-/// in the order of parameters(), to update the parameters.
-template <class T>
+/// in the order of parameters(), to update the parameters. D is the device of the
+/// parameters and gradients (the host by default; on a GPU each update is the
+/// backend's fused kernel over the shard).
+template <class T, class D = cpu_device>
 class optimizer {
  public:
+  using tensor = tensor_on<T, D>;
+  using array = typename storage<T, D>::array;
+
   virtual ~optimizer() = default;
   optimizer(const optimizer&) = delete;
   optimizer& operator=(const optimizer&) = delete;
 
-  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const std::vector<nn::parameter<T, D>*>& parameters() const { return params_; }
   /// Steps taken so far.
   std::int64_t global_step() const { return step_; }
   /// The learning rate of the next step.
@@ -17225,27 +17446,30 @@ class optimizer {
   /// "sgd: the gradient of parameter 'fc.weight' is (10, 512) [0, -] partial sum {0}, the
   /// parameter (10, 512) [-, -]: reduce gradients over the data-parallel ranks first
   /// (train::distributed_grad_reducer)".
-  void operator()(const std::vector<dist_tensor<T>>& grads) { step(grads); }
+  void operator()(const std::vector<tensor>& grads) { step(grads); }
   /// The same step, then each gradient's storage goes back to its parameter, where the
   /// next step's gradient is written (no fresh memory each step): `grads` is left empty.
-  void operator()(std::vector<dist_tensor<T>>& grads) {
+  void operator()(std::vector<tensor>& grads) {
     step(grads);
     for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(std::move(grads[i].local()));
     grads.clear();
   }
-  void operator()(std::vector<dist_tensor<T>>&& grads) { (*this)(grads); }
-  void step(const std::vector<dist_tensor<T>>& grads) {
+  void operator()(std::vector<tensor>&& grads) { (*this)(grads); }
+  void step(const std::vector<tensor>& grads) {
     if (grads.size() != params_.size())
       throw error(name_ + ": " + std::to_string(grads.size()) + " gradients for " +
                   std::to_string(params_.size()) + " parameters");
     for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i) update(i, params_[i]->data().data(), grads[i].data(), lr);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if constexpr (std::is_same_v<D, cpu_device>) update(i, params_[i]->data().data(), grads[i].data(), lr);
+      else update_on_device(i, params_[i]->data().local(), grads[i].local(), lr);
+    }
     ++step_;
   }
 
  protected:
-  optimizer(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T weight_decay)
+  optimizer(std::string name, std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T weight_decay)
       : name_(std::move(name)), params_(std::move(params)), lr_(std::move(lr)), weight_decay_(weight_decay) {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!params_[i]) throw error(name_ + ": parameter " + std::to_string(i) + " is null");
@@ -17253,6 +17477,24 @@ class optimizer {
 
   /// Updates parameter i's shard `p` with its gradient `g` at learning rate `lr`.
   virtual void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) = 0;
+  /// The same on a device other than the host: `p` and `g` are the shards' arrays.
+  virtual void update_on_device(std::size_t i, array& p, const array& g, T lr) {
+    (void)i;
+    (void)p;
+    (void)g;
+    (void)lr;
+    throw error(name_ + ": no update of parameters on device " + std::string(D::name));
+  }
+
+  /// A zeroed state array per parameter of device D, the shape of its shard (made at
+  /// first use).
+  void ensure_device_state(std::vector<array>& state) const {
+    if (!state.empty()) return;
+    for (const nn::parameter<T, D>* p : params_) {
+      state.push_back(storage<T, D>::empty(p->data().local_shape()));
+      storage<T, D>::fill(state.back(), T(0));
+    }
+  }
 
   /// A zeroed state buffer per parameter, the size of its shard (made at first use).
   void ensure_state(std::vector<std::vector<T>>& state) const {
@@ -17261,7 +17503,7 @@ class optimizer {
     for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(params_[i]->data().data().size(), T(0));
   }
 
-  void check(std::size_t i, const dist_tensor<T>& p, const dist_tensor<T>& g) const {
+  void check(std::size_t i, const tensor& p, const tensor& g) const {
     if (g.layout() == p.layout() && g.global_shape() == p.global_shape()) return;
     const std::string who = params_.empty() || !params_[i] ? "parameter " + std::to_string(i)
                                                             : "parameter '" + params_[i]->name() + "'";
@@ -17274,7 +17516,7 @@ class optimizer {
   }
 
   std::string name_;
-  std::vector<nn::parameter<T>*> params_;
+  std::vector<nn::parameter<T, D>*> params_;
   learning_rate<T> lr_;
   T weight_decay_;
   std::int64_t step_ = 0;
@@ -17308,13 +17550,13 @@ namespace tessera::optim {
 /// It also runs over bare tensors of device D: `sgd<float, cuda_device> opt(lr, mu);
 /// opt.step(params, grads)`.
 template <class T, class D = cpu_device>
-class sgd : public optimizer<T> {
+class sgd : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
 
-  sgd(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
+  sgd(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
       T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
-      : optimizer<T>("sgd", std::move(params), std::move(lr), weight_decay),
+      : optimizer<T, D>("sgd", std::move(params), std::move(lr), weight_decay),
         momentum_(momentum),
         dampening_(dampening),
         nesterov_(nesterov) {
@@ -17326,11 +17568,11 @@ class sgd : public optimizer<T> {
 
   /// Over bare tensors (no parameter objects): see step(params, grads).
   explicit sgd(T learning_rate, T momentum = T(0), T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
-      : sgd(std::vector<nn::parameter<T>*>{}, learning_rate, momentum, dampening, weight_decay, nesterov) {}
+      : sgd(std::vector<nn::parameter<T, D>*>{}, learning_rate, momentum, dampening, weight_decay, nesterov) {}
 
   T momentum() const { return momentum_; }
 
-  using optimizer<T>::step;
+  using optimizer<T, D>::step;
   /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
   /// with the update of the parameter objects' steps.
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
@@ -17354,11 +17596,20 @@ class sgd : public optimizer<T> {
     kernels::cpu::sgd_momentum_update(p, g, std::span<T>(buf_[i]), lr, momentum_, dampening_,
                                       this->weight_decay_, nesterov_, this->step_ == 0);
   }
+  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
+                        T lr) override {
+    using K = kernels::backend<D>;
+    if (momentum_ == T(0)) return K::sgd_update(p, g, lr, this->weight_decay_);
+    this->ensure_device_state(param_buf_);
+    K::sgd_momentum_update(p, g, param_buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
+                           this->step_ == 0);
+  }
 
  private:
   T momentum_, dampening_;
   bool nesterov_;
   std::vector<std::vector<T>> buf_;
+  std::vector<typename tensor::array_type> param_buf_;
   std::vector<typename tensor::array_type> tensor_buf_;
 };
 
@@ -17390,13 +17641,13 @@ namespace tessera::optim {
 /// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
 /// opt.step(params, grads)`.
 template <class T, class D = cpu_device>
-class momentum : public optimizer<T> {
+class momentum : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
 
-  momentum(std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
+  momentum(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
            bool nesterov = false)
-      : optimizer<T>("momentum", std::move(params), std::move(lr), weight_decay),
+      : optimizer<T, D>("momentum", std::move(params), std::move(lr), weight_decay),
         mu_(momentum_factor),
         nesterov_(nesterov) {
     if (momentum_factor < T(0))
@@ -17404,9 +17655,9 @@ class momentum : public optimizer<T> {
   }
   /// Over bare tensors (no parameter objects): see step(params, grads).
   momentum(T learning_rate, T momentum_factor)
-      : momentum(std::vector<nn::parameter<T>*>{}, learning_rate, momentum_factor) {}
+      : momentum(std::vector<nn::parameter<T, D>*>{}, learning_rate, momentum_factor) {}
 
-  using optimizer<T>::step;
+  using optimizer<T, D>::step;
 
   /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape).
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
@@ -17441,12 +17692,21 @@ class momentum : public optimizer<T> {
     this->ensure_state(accum_);
     kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
+  // The device's kernel has neither weight decay nor Nesterov's variant: those are refused.
+  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
+                        T lr) override {
+    if (this->weight_decay_ != T(0) || nesterov_)
+      throw error("momentum: weight decay and nesterov are not implemented on device " + std::string(D::name));
+    this->ensure_device_state(param_accum_);
+    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_);
+  }
 
  private:
   T mu_;
   bool nesterov_;
   std::vector<std::vector<T>> accum_;
   std::vector<typename tensor::array_type> tensor_accum_;
+  std::vector<typename tensor::array_type> param_accum_;
 };
 
 }  // namespace tessera::optim
@@ -17471,18 +17731,18 @@ namespace tessera::optim {
 /// It also runs over bare tensors of device D: `adam<float, cuda_device> opt(lr);
 /// opt.step(params, grads)`.
 template <class T, class D = cpu_device>
-class adam : public optimizer<T> {
+class adam : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
 
-  adam(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+  adam(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
        T eps = T(1e-8), T weight_decay = T(0))
       : adam("adam", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, false) {}
   /// Over bare tensors (no parameter objects): see step(params, grads).
   explicit adam(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(0))
-      : adam(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
+      : adam(std::vector<nn::parameter<T, D>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
 
-  using optimizer<T>::step;
+  using optimizer<T, D>::step;
   /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
   /// with the update of the parameter objects' steps.
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
@@ -17497,9 +17757,9 @@ class adam : public optimizer<T> {
   }
 
  protected:
-  adam(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
+  adam(std::string name, std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
        T weight_decay, bool decoupled)
-      : optimizer<T>(name, std::move(params), std::move(lr), weight_decay),
+      : optimizer<T, D>(name, std::move(params), std::move(lr), weight_decay),
         beta1_(beta1),
         beta2_(beta2),
         eps_(eps),
@@ -17516,12 +17776,20 @@ class adam : public optimizer<T> {
     kernels::cpu::adam_update(p, g, std::span<T>(m_[i]), std::span<T>(v_[i]), lr, beta1_, beta2_, eps_,
                               this->weight_decay_, decoupled_, this->step_ + 1);
   }
+  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
+                        T lr) override {
+    this->ensure_device_state(param_m_);
+    this->ensure_device_state(param_v_);
+    kernels::backend<D>::adam_update(p, g, param_m_[i], param_v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_,
+                                     decoupled_, this->step_ + 1);
+  }
 
  private:
   T beta1_, beta2_, eps_;
   bool decoupled_;
   std::vector<std::vector<T>> m_, v_;
   std::vector<typename tensor::array_type> tensor_m_, tensor_v_;
+  std::vector<typename tensor::array_type> param_m_, param_v_;
 };
 
 /// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to
@@ -17531,12 +17799,12 @@ class adam : public optimizer<T> {
 template <class T, class D = cpu_device>
 class adamw : public adam<T, D> {
  public:
-  adamw(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+  adamw(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
         T eps = T(1e-8), T weight_decay = T(1e-2))
       : adam<T, D>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
   /// Over bare tensors (no parameter objects): see adam::step(params, grads).
   explicit adamw(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(1e-2))
-      : adamw(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
+      : adamw(std::vector<nn::parameter<T, D>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
 };
 
 }  // namespace tessera::optim
@@ -17567,37 +17835,39 @@ namespace detail {
 
 template <class X>
 struct is_var : std::false_type {};
-template <class T, class C>
-struct is_var<autodiff::var<T, C>> : std::true_type {};
+template <class T, class C, class D>
+struct is_var<autodiff::var<T, C, D>> : std::true_type {};
 
 template <class X>
 struct is_var_pair : std::false_type {};
-template <class T, class C>
-struct is_var_pair<std::pair<autodiff::var<T, C>, autodiff::var<T, C>>> : std::true_type {};
+template <class T, class C, class D>
+struct is_var_pair<std::pair<autodiff::var<T, C, D>, autodiff::var<T, C, D>>> : std::true_type {};
 
-// A dist_tensor<T> argument enters the tape as a data leaf (no copy); others pass as
+// A tensor_on<T, D> argument enters the tape as a data leaf (no copy); others pass as
 // they are (labels of an integer type, options, ...).
-template <class T, class C, class A>
-decltype(auto) wrap_argument(autodiff::tape<T, C>& t, const A& a) {
-  if constexpr (std::is_same_v<A, dist_tensor<T>>) return t.leaf_view(a, false);
+template <class T, class C, class D, class A>
+decltype(auto) wrap_argument(autodiff::tape<T, C, D>& t, const A& a) {
+  if constexpr (std::is_same_v<A, tensor_on<T, D>>) return t.leaf_view(a, false);
   else return (a);
 }
 
 }  // namespace detail
 
 /// The callable value_and_grad returns. Call it with the forward function's
-/// arguments; every dist_tensor<T> argument reaches the forward function as a tape
-/// value (autodiff::var), the others unchanged.
-template <class T, class C, class F>
+/// arguments; every tensor_on<T, D> argument (a tensor of the parameters' device)
+/// reaches the forward function as a tape value (autodiff::var), the others unchanged.
+template <class T, class C, class F, class D = cpu_device>
 class grad_function {
  public:
-  grad_function(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+  using tensor = tensor_on<T, D>;
+
+  grad_function(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
       : f_(std::move(f)), params_(std::move(params)), ctx_(&ctx) {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!params_[i]) throw error("value_and_grad: parameter " + std::to_string(i) + " is null");
   }
 
-  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const std::vector<nn::parameter<T, D>*>& parameters() const { return params_; }
 
   /// Runs the forward function and the backward pass. Returns (loss, gradients), or,
   /// when the forward function returns a pair (loss, aux) (MindSpore's has_aux),
@@ -17606,11 +17876,11 @@ class grad_function {
   /// parameter i's, in the layout the backward pass produced.
   template <class... Args>
   auto operator()(const Args&... args) {
-    autodiff::tape<T, C> t(*ctx_);
+    autodiff::tape<T, C, D> t(*ctx_);
     const std::uint64_t serial = t.serial();
     for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->expect_grad(serial, int(i));
     struct unbind_all {
-      std::vector<nn::parameter<T>*>& ps;
+      std::vector<nn::parameter<T, D>*>& ps;
       ~unbind_all() {
         for (auto* p : ps) p->unbind();
       }
@@ -17621,40 +17891,40 @@ class grad_function {
     static_assert(detail::is_var<R>::value || detail::is_var_pair<R>::value,
                   "value_and_grad: the forward function must return a tape value (the loss) or a pair "
                   "(loss, aux) of tape values");
-    autodiff::var<T, C> loss;
+    autodiff::var<T, C, D> loss;
     if constexpr (detail::is_var<R>::value) loss = out;
     else loss = out.first;
 
-    std::vector<std::optional<dist_tensor<T>>> grads(params_.size());
+    std::vector<std::optional<tensor>> grads(params_.size());
     run_backward(t, serial, loss, grads);
-    std::vector<dist_tensor<T>> result;
+    std::vector<tensor> result;
     result.reserve(grads.size());
     for (auto& g : grads) result.push_back(std::move(*g));
     if constexpr (detail::is_var<R>::value) {
-      return std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>>(loss.value(), std::move(result));
+      return std::pair<tensor, std::vector<tensor>>(loss.value(), std::move(result));
     } else {
-      return std::pair<std::pair<dist_tensor<T>, dist_tensor<T>>, std::vector<dist_tensor<T>>>(
+      return std::pair<std::pair<tensor, tensor>, std::vector<tensor>>(
           {loss.value(), out.second.value()}, std::move(result));
     }
   }
 
  private:
-  void run_backward(autodiff::tape<T, C>& t, std::uint64_t serial, autodiff::var<T, C> loss,
-                    std::vector<std::optional<dist_tensor<T>>>& grads) {
+  void run_backward(autodiff::tape<T, C, D>& t, std::uint64_t serial, autodiff::var<T, C, D> loss,
+                    std::vector<std::optional<tensor>>& grads) {
     // slot_of[id]: which parameter the leaf with tape id `id` is.
     std::vector<int> slot_of(std::size_t(t.size()), -1);
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const int id = params_[i]->leaf_id(serial);
       if (id >= 0) slot_of[std::size_t(id)] = int(i);
     }
-    std::vector<nn::grad_listener<T>*> listeners;
+    std::vector<nn::grad_listener<T, D>*> listeners;
     for (auto* p : params_)
       if (p->listener() && std::find(listeners.begin(), listeners.end(), p->listener()) == listeners.end())
         listeners.push_back(p->listener());
     for (auto* l : listeners) l->backward_begin();
 
-    auto deliver = [&](std::size_t i, std::optional<dist_tensor<T>> g, int nodes_left) {
-      nn::parameter<T>& p = *params_[i];
+    auto deliver = [&](std::size_t i, std::optional<tensor> g, int nodes_left) {
+      nn::parameter<T, D>& p = *params_[i];
       if (!g) g.emplace(p.layout(), p.shape(), p.data().rank());  // no gradient reached it: zeros
       grads[i] = std::move(g);
       if (p.listener()) p.listener()->grad_ready(p, *grads[i], nodes_left);
@@ -17670,7 +17940,7 @@ class grad_function {
   }
 
   F f_;
-  std::vector<nn::parameter<T>*> params_;
+  std::vector<nn::parameter<T, D>*> params_;
   device_context<C>* ctx_;
 };
 
@@ -17701,18 +17971,27 @@ inline void retain_freed_memory() {
 ///     auto forward_fn = [&](auto x, const dist_tensor<int>& y) { return loss_fn(net(x), y); };
 ///     auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
 ///     auto [loss, grads] = grad_fn(images, labels);
-template <class T, class C, class F>
-grad_function<T, C, F> value_and_grad(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx) {
-  return grad_function<T, C, F>(std::move(f), std::move(params), ctx);
+///
+/// The parameters' device D is the tapes': a network on the GPU takes its inputs as
+/// tensor_on<T, cuda_device> (labels stay on the host) and gives device gradients.
+template <class T, class C, class F, class D>
+grad_function<T, C, F, D> value_and_grad(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx) {
+  return grad_function<T, C, F, D>(std::move(f), std::move(params), ctx);
 }
 
 /// The value of a scalar loss as every rank sees it: its partial sums resolved (one
 /// small all-reduce when the loss is partial). Collective: every rank must call it.
-template <class T, class C>
-T scalar(const dist_tensor<T>& loss, device_context<C>& ctx) {
+/// A loss on a device is read back to the host.
+template <class T, class C, class D>
+T scalar(const tensor_on<T, D>& loss, device_context<C>& ctx) {
   if (loss.ndim() != 0) throw error("scalar: the loss must be a scalar, got shape " + to_string(loss.global_shape()));
-  if (!loss.layout().has_partial()) return loss.local()();
-  return redistribute(loss, loss.layout().without_partial(), ctx).local()();
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    if (!loss.layout().has_partial()) return loss.local()();
+    return redistribute(loss, loss.layout().without_partial(), ctx).local()();
+  } else {
+    if (!loss.layout().has_partial()) return storage<T, D>::to_host(loss.local())();
+    return storage<T, D>::to_host(redistribute(loss, loss.layout().without_partial(), ctx).local())();
+  }
 }
 
 }  // namespace tessera::train
@@ -17759,13 +18038,15 @@ inline std::vector<int> group_ranks(const mesh& m, const axis_list& axes, int ra
 /// Sets every replica of each parameter to the value its replica group's member
 /// `root` holds (member 0 of a data-parallel group is world rank 0): MindSpore's
 /// parameter_broadcast. Collective over the ranks of the parameters' meshes.
-template <class T, class C>
-void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_context<C>& ctx, int root = 0) {
-  for (nn::parameter<T>* p : params) {
-    dist_tensor<T>& d = p->data();
+/// Parameters on a device other than the host need a communicator of that device's
+/// buffers (staged_communicator over MPI for GPU shards).
+template <class T, class C, class D>
+void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, device_context<C>& ctx, int root = 0) {
+  for (nn::parameter<T, D>* p : params) {
+    tensor_on<T, D>& d = p->data();
     const axis_list axes = detail::replica_axis_list(d.layout());
     if (group_size(d.layout().dev, axes) == 1) continue;
-    ctx.on(d.layout().dev).group(axes).broadcast(d.data(), root);
+    ctx.on(d.layout().dev).group(axes).broadcast(std::span<T>(d.local().data(), d.local().size()), root);
   }
 }
 
@@ -17800,9 +18081,16 @@ void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_c
 ///
 /// Until operator() has returned, a gradient being reduced must not be read. The
 /// reducer must outlive the steps that use it and not move (its parameters point to it).
-template <class T, class C>
-class distributed_grad_reducer final : public nn::grad_listener<T> {
+///
+/// Parameters on a device D other than the host (a GPU) have device gradients, which C
+/// must carry (staged_communicator over MPI, through pinned host memory): there each
+/// gradient is its own bucket, reduced in place (no packing into a bucket buffer), and
+/// the reductions still start during the backward pass.
+template <class T, class C, class D = cpu_device>
+class distributed_grad_reducer final : public nn::grad_listener<T, D> {
  public:
+  using tensor = tensor_on<T, D>;
+
   struct options {
     /// gradients_mean (see above).
     bool mean = true;
@@ -17835,9 +18123,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     int group_size = 1;
   };
 
-  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
       : distributed_grad_reducer(std::move(params), ctx, options{}) {}
-  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx, options opt)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx, options opt)
       : params_(std::move(params)), ctx_(&ctx), opt_(opt) {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i]) throw error("distributed_grad_reducer: parameter " + std::to_string(i) + " is null");
@@ -17865,7 +18153,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       if (b.req) b.req->wait();
   }
 
-  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const std::vector<nn::parameter<T, D>*>& parameters() const { return params_; }
   const options& config() const { return opt_; }
 
   /// The buckets (after the first step, or at once when the parameters were built).
@@ -17879,7 +18167,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
 
   /// Waits for the gradients of this step (or reduces them now) and returns them in
   /// the parameters' layouts. The argument's shards are moved into the result.
-  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>& grads) {
+  std::vector<tensor> operator()(std::vector<tensor>& grads) {
     if (grads.size() != params_.size())
       throw error("distributed_grad_reducer: " + std::to_string(grads.size()) + " gradients for " +
                   std::to_string(params_.size()) + " parameters");
@@ -17897,13 +18185,13 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
         b.req->wait();
         b.req.reset();
       }
-    std::vector<dist_tensor<T>> out;
+    std::vector<tensor> out;
     out.reserve(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i) out.push_back(finish(i, grads[i]));
     in_step_ = false;
     return out;
   }
-  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>&& grads) { return (*this)(grads); }
+  std::vector<tensor> operator()(std::vector<tensor>&& grads) { return (*this)(grads); }
 
   // ---- grad_listener ----------------------------------------------------------
 
@@ -17911,7 +18199,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     if (opt_.overlap) begin_step();
   }
 
-  void grad_ready(nn::parameter<T>& p, dist_tensor<T>& g, int nodes_left) override {
+  void grad_ready(nn::parameter<T, D>& p, tensor& g, int nodes_left) override {
     if (!opt_.overlap) return;  // operator() reduces everything
     const auto it = std::find(params_.begin(), params_.end(), &p);
     if (it == params_.end()) return;
@@ -17931,6 +18219,8 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     for (bucket& b : buckets_) b.ready = 0;
     started_ = 0;
   }
+
+  static constexpr bool on_host = std::is_same_v<D, cpu_device>;
 
   using request_t = std::remove_cvref_t<decltype(std::declval<C&>().iall_reduce(std::declval<std::span<T>>(),
                                                                                reduce_op::sum))>;
@@ -17957,15 +18247,15 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     // The open bucket of each group of ranks.
     std::vector<std::pair<std::vector<int>, std::size_t>> open;
     for (std::size_t k = params_.size(); k-- > 0;) {
-      nn::parameter<T>& p = *params_[k];
+      nn::parameter<T, D>& p = *params_[k];
       const layout& l = p.layout();
       if (l.has_partial())
         throw error("distributed_grad_reducer: parameter '" + p.name() + "' has a partial layout " + to_string(l));
       const axis_list axes = detail::replica_axis_list(l);
       std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
-      const std::size_t n = std::size_t(p.data().data().size());
+      const std::size_t n = std::size_t(p.data().local().size());
       auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
-      const bool alone = n * sizeof(T) >= opt_.alone_bytes;
+      const bool alone = !on_host || n * sizeof(T) >= opt_.alone_bytes;
       if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
         open.erase(it);
         it = open.end();
@@ -17993,7 +18283,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
 
   // True when g is p's layout made partial (sum) over exactly p's replica axes of size
   // more than one: then the sum over the bucket's group resolves it.
-  static bool on_plan(const nn::parameter<T>& p, const dist_tensor<T>& g) {
+  static bool on_plan(const nn::parameter<T, D>& p, const tensor& g) {
     const layout& pl = p.layout();
     const layout& gl = g.layout();
     if (!(gl.without_partial() == pl) || (gl.has_partial() && gl.op != reduce_op::sum)) return false;
@@ -18006,7 +18296,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     return true;
   }
 
-  void deliver(std::size_t i, dist_tensor<T>& g, int nodes_left) {
+  void deliver(std::size_t i, tensor& g, int nodes_left) {
     param_state& s = state_[i];
     if (s.delivered)
       throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() +
@@ -18016,14 +18306,16 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
                   to_string(g.global_shape()) + ", the parameter " + to_string(params_[i]->shape()));
     s.delivered = true;
     s.on_plan = on_plan(*params_[i], g);
-    s.data = g.data().data();
+    s.data = g.local().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
-      T* dst = b.buffer.data() + s.offset;
-      const std::size_t n = std::size_t(g.data().size());
-      if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
-      else std::fill(dst, dst + n, T(0));
+    if constexpr (on_host) {
+      if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
+        T* dst = b.buffer.data() + s.offset;
+        const std::size_t n = std::size_t(g.data().size());
+        if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
+        else std::fill(dst, dst + n, T(0));
+      }
     }
     if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
     progress();
@@ -18057,38 +18349,47 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       }
   }
 
-  dist_tensor<T> finish(std::size_t i, dist_tensor<T>& g) {
-    nn::parameter<T>& p = *params_[i];
+  // Multiplies every element of the array by `factor` (the host loop, or D's kernel).
+  static void scale(typename tensor::array_type& a, T factor) {
+    if constexpr (on_host) {
+      for (T& v : std::span<T>(a.data(), a.size())) v *= factor;
+    } else {
+      kernels::backend<D>::scale(a, factor);
+    }
+  }
+
+  tensor finish(std::size_t i, tensor& g) {
+    nn::parameter<T, D>& p = *params_[i];
     const param_state& s = state_[i];
     const bucket& b = buckets_[s.bucket];
     const layout& pl = p.layout();
     T factor = T(1);
     if (!opt_.mean) factor = T(group_size(pl.dev, detail::replica_axis_list(pl)));
     if (!s.on_plan) {
-      dist_tensor<T> r = g.layout() == pl ? std::move(g) : redistribute(g, pl, *ctx_);
-      if (factor != T(1))
-        for (T& v : r.data()) v *= factor;
+      tensor r = g.layout() == pl ? std::move(g) : redistribute(g, pl, *ctx_);
+      if (factor != T(1)) scale(r.local(), factor);
       return r;
     }
-    T* dst = g.data().data();
+    T* dst = g.local().data();
     if (b.members.size() > 1 && b.comm) {
-      const T* src = b.buffer.data() + s.offset;
-      const std::size_t n = std::size_t(g.data().size());
-      if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
-      else
-        for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+      if constexpr (on_host) {  // packed buckets are the host's only
+        const T* src = b.buffer.data() + s.offset;
+        const std::size_t n = std::size_t(g.data().size());
+        if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
+        else
+          for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+      }
     } else if (b.comm) {
       if (dst != s.data)
         throw error("distributed_grad_reducer: the gradient of parameter '" + p.name() +
                     "' is not the one handed over during the step (a copy?); pass the step's gradients "
                     "themselves: grads = reducer(grads)");
-      if (factor != T(1))
-        for (T& v : g.data()) v *= factor;
+      if (factor != T(1)) scale(g.local(), factor);
     }
-    return dist_tensor<T>(pl, p.shape(), g.rank(), std::move(g.local()));
+    return tensor(pl, p.shape(), g.rank(), std::move(g.local()));
   }
 
-  std::vector<nn::parameter<T>*> params_;
+  std::vector<nn::parameter<T, D>*> params_;
   device_context<C>* ctx_;
   options opt_;
   bool planned_ = false;

@@ -4,14 +4,17 @@
 // strategies (the output features split; the contraction split, through ops::); ReLU
 // and Flatten in a network; Dropout's mask (its rate and scale, the identity in eval
 // mode, the same on every rank for replicated data, the one-rank mask's pieces for
-// split data); Sequential's order; and the errors.
+// split data; the factors a device multiplies by equal the host's mask); Sequential's
+// order; and the errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/nn/layers.hpp>
 #include <tessera/nn/loss.hpp>
 
@@ -257,6 +260,34 @@ TEST_CASE("dropout: rate, scale, eval identity; the one-rank mask, and equal on 
     CHECK(d(xv).id == xv.id);
   }
   CHECK_THROWS_WITH(nn::dropout<double>(1.0), "dropout: p must be in [0, 1): got 1.000000");
+}
+
+TEST_CASE("dropout: the factors a device multiplies by are drawn on the host as the host's mask") {
+  // A GPU's dropout multiplies by these factors (copied to the device): on every shard
+  // x times them is the host path's output, exactly.
+  mpi_communicator world = mpi_communicator::world();
+  ctx_t ctx(world);
+  const int p = world.size();
+  const arr x = pattern<double>({12, 12}, 3);
+  for (const layout& l : {layout(mesh{p}, {{0}, {}}), layout(mesh{p}, {{}, {0}}), layout::replicated(mesh{p}, 2)}) {
+    CAPTURE(to_string(l));
+    nn::dropout<double> d(0.4);
+    d.named("drop", 9);
+    tape_t tp(ctx);
+    const auto xv = tp.leaf(shard_of(x, l, world.rank()), false);
+    const arr y = d(xv).value().local();
+    const arr f = nn::detail::dropout_factors<double>(l, extents{12, 12}, world.rank(), 1.0 / 0.6,
+                                                      [&](std::uint64_t i) { return d.keep(0, i); });
+    const arr fx = kernels::backend<cpu_device>::mul(xv.value().local(), f);
+    REQUIRE(fx.size() == y.size());
+    std::size_t dropped = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      CHECK(fx.data()[i] == y.data()[i]);
+      dropped += f.data()[i] == 0.0;
+    }
+    CHECK(dropped > 0);
+    CHECK(dropped < y.size());
+  }
 }
 
 TEST_CASE("layers: bad input is an error naming the layer") {

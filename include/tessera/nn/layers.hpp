@@ -3,7 +3,8 @@
 // value_and_grad differentiates a network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
 // and the element-wise layers keep their input's layout, all on local shards without
-// communication; with one (`shard`) the sharded operators of ops/ run it.
+// communication; with one (`shard`) the sharded operators of ops/ run it. Every layer
+// takes the device of its parameters and tape values as a second template argument.
 #pragma once
 
 #include <algorithm>
@@ -35,14 +36,14 @@ namespace detail {
 /// The value of `x` with its partial sums resolved: `x` itself when it holds none, else
 /// a node on the tape that redistributes it to the same layout without partial axes
 /// (the gradient of that sum reaches every partial term unchanged).
-template <class T, class C>
-autodiff::var<T, C> resolved(autodiff::var<T, C> x) {
-  const dist_tensor<T>& v = x.value();
+template <class T, class C, class D>
+autodiff::var<T, C, D> resolved(autodiff::var<T, C, D> x) {
+  const tensor_on<T, D>& v = x.value();
   if (!v.layout().has_partial()) return x;
-  autodiff::tape<T, C>& t = *x.t;
-  dist_tensor<T> r = redistribute(v, v.layout().without_partial(), t.ctx());
+  autodiff::tape<T, C, D>& t = *x.t;
+  tensor_on<T, D> r = redistribute(v, v.layout().without_partial(), t.ctx());
   return t.record(std::move(r),
-                  [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) { tp.add_grad(ix, g); },
+                  [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
                   t.requires_grad(x.id));
 }
 
@@ -62,6 +63,29 @@ void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
     for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
     f(std::size_t(lin), std::uint64_t(glob));
   });
+}
+
+/// Whether D is the host (the layers' host paths are written against xtensor).
+template <class D>
+inline constexpr bool on_host = std::is_same_v<D, cpu_device>;
+
+/// A host array's copy on device D (the array itself on the host).
+template <class T, class D>
+typename storage<T, D>::array host_to(xt::xarray<T>&& a) {
+  if constexpr (on_host<D>) return std::move(a);
+  else return storage<T, D>::from_host(a);
+}
+
+/// Dropout's factors for the shard of `l` on `rank` (global shape `g`): `scale` where
+/// call `call` keeps the element, 0 where it drops it. Drawn on the host in the order
+/// of the host path, so every device multiplies by the same numbers.
+template <class T, class Keep>
+xt::xarray<T> dropout_factors(const layout& l, const extents& g, int rank, T scale, Keep&& keep) {
+  const extents ls = local_shape(l, g);
+  xt::xarray<T> m = xt::xarray<T>::from_shape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
+  T* pm = m.data();
+  for_each_global(l, g, rank, [&](std::size_t i, std::uint64_t gi) { pm[i] = keep(gi) ? scale : T(0); });
+  return m;
 }
 
 template <class... M>
@@ -91,9 +115,11 @@ struct first_module<M, Rest...> {
 /// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
 /// weight and bias replicated, and the weight's and bias's gradients partial sums over
 /// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
-/// run fused on local shards; otherwise through ops::matmul and ops::bias_add.
-template <class T = float>
-class dense : public module<T> {
+/// run fused on local shards; otherwise through ops::matmul and ops::bias_add. On a
+/// device other than the host (D = cuda_device) the fused path runs D's kernels
+/// (cuBLAS, the bias-add and column-sum kernels) on the same layouts.
+template <class T = float, class D = cpu_device>
+class dense : public module<T, D> {
   index_t in_, out_;
   bool has_bias_;
 
@@ -110,8 +136,8 @@ class dense : public module<T> {
 
   /// MatMul with weight transposed; an empty strategy (the default) is data parallel.
   ops::matmul_op matmul{{}, false, true};
-  parameter<T> weight;
-  parameter<T> bias;
+  parameter<T, D> weight;
+  parameter<T, D> bias;
 
   /// Sets MatMul's strategy ((m, k), (n, k)); call before build().
   dense& shard(const strategy& st) {
@@ -123,7 +149,7 @@ class dense : public module<T> {
   index_t out_channels() const { return out_; }
   bool has_bias() const { return has_bias_; }
 
-  void visit(visitor<T>& v) override {
+  void visit(visitor<T, D>& v) override {
     v.param("weight", weight);
     if (has_bias_) v.param("bias", bias);
   }
@@ -152,56 +178,81 @@ class dense : public module<T> {
   }
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
-    autodiff::tape<T, C>& t = *x.t;
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+    autodiff::tape<T, C, D>& t = *x.t;
     if (x.value().ndim() != 2 || x.value().global_shape()[1] != in_)
       throw error("dense: the input is " + to_string(x.value().global_shape()) + ", expected (batch, " +
                   std::to_string(in_) + ")");
     if (rule_.dev.ndim == 0)
       throw error("dense: not placed yet: call build(ctx) on the network first");
     // The leaves first: recording moves the tape's values (references to them would dangle).
-    const autodiff::var<T, C> w = weight.on(t);
-    std::optional<autodiff::var<T, C>> b;
+    const autodiff::var<T, C, D> w = weight.on(t);
+    std::optional<autodiff::var<T, C, D>> b;
     if (has_bias_) b = bias.on(t);
-    const dist_tensor<T>& xv = x.value();
+    const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      const autodiff::var<T, C> y = autodiff::matmul(op_, x, w);
+      const autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
       return b ? autodiff::bias_add(bias_op_, y, *b) : y;
     }
+    using K = kernels::backend<D>;
+    using array = typename storage<T, D>::array;
     device_context<C>& ctx = t.ctx();
-    const laid_out<T> lx = detail::placed_as(xv, rule_.a, ctx);
-    const laid_out<T> lw = detail::placed_as(w.value(), rule_.b, ctx);
-    xt::xarray<T> y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
-    if (b) {
-      const laid_out<T> lb = detail::placed_as(b->value(), bias_layout_, ctx);
-      add_rows(y, lb->local());
+    const laid_out<T, D> lx = detail::placed_as(xv, rule_.a, ctx);
+    const laid_out<T, D> lw = detail::placed_as(w.value(), rule_.b, ctx);
+    array y;
+    if constexpr (detail::on_host<D>) {
+      y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
+      if (b) {
+        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+        add_rows(y, lb->local());
+      }
+    } else {
+      y = K::template matmul<T>(lx->local(), lw->local(), false, true);
+      if (b) {
+        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+        y = K::template bias_add<T>(y, lb->local());
+      }
     }
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
-    dist_tensor<T> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
+    tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
     return t.record(std::move(out),
                     [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
-                     wp = &weight, bp = &bias](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                     wp = &weight, bp = &bias](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
                       device_context<C>& c = tp.ctx();
-                      const laid_out<T> dy = detail::placed_as(g, r.c.without_partial(), c);
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const dist_tensor<T>& wv = tp.value(iw);
-                      const laid_out<T> lx2 = detail::placed_as(xv2, r.a, c);
-                      const laid_out<T> lw2 = detail::placed_as(wv, r.b, c);
+                      const laid_out<T, D> dy = detail::placed_as(g, r.c.without_partial(), c);
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const tensor_on<T, D>& wv = tp.value(iw);
+                      const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
+                      const laid_out<T, D> lw2 = detail::placed_as(wv, r.b, c);
                       if (ib >= 0 && tp.requires_grad(ib)) {
-                        xt::xarray<T> db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
-                        column_sums(dy->local(), db);
-                        tp.add_grad(ib, dist_tensor<T>(bgl, bp->shape(), c.rank(), std::move(db)));
+                        array db;
+                        if constexpr (detail::on_host<D>) {
+                          db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                          column_sums(dy->local(), db);
+                        } else {
+                          db = K::template reduce_sum<T>(dy->local(), std::vector<int>{0}, false);
+                        }
+                        tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
                       }
                       if (tp.requires_grad(iw)) {
                         // dW (out, in) = dy^T x, written over the last step's storage.
-                        xt::xarray<T> dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                        kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
-                        tp.add_grad(iw, dist_tensor<T>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                        array dw;
+                        if constexpr (detail::on_host<D>) {
+                          dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                          kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                        } else {
+                          dw = K::template matmul<T>(dy->local(), lx2->local(), true, false);
+                        }
+                        tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
                       }
-                      if (tp.requires_grad(ix))
-                        tp.add_grad(ix, dist_tensor<T>(r.grad_a, xv2.global_shape(), c.rank(),
-                                                       kernels::cpu::matmul_grad_a(dy->local(), lx2->local(),
-                                                                                   lw2->local(), false, true)));
+                      if (tp.requires_grad(ix)) {
+                        array dx;
+                        if constexpr (detail::on_host<D>)
+                          dx = kernels::cpu::matmul_grad_a(dy->local(), lx2->local(), lw2->local(), false, true);
+                        else
+                          dx = K::template matmul_grad_a<T>(dy->local(), lx2->local(), lw2->local(), false, true);
+                        tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
+                      }
                     },
                     rg);
   }
@@ -242,8 +293,8 @@ class dense : public module<T> {
 
 /// max(x, 0). Without a strategy it keeps the input's layout (partial sums resolved
 /// first); with one, ops::relu runs it: `relu.shard(strategy{{2, 4}})`.
-template <class T = float>
-class relu : public module<T> {
+template <class T = float, class D = cpu_device>
+class relu : public module<T, D> {
  public:
   std::optional<ops::relu_op> op;
 
@@ -251,24 +302,35 @@ class relu : public module<T> {
     op = ops::relu_op{st};
     return *this;
   }
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
   void reset_strategies() override { op.reset(); }
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
     if (op) return autodiff::relu(*op, x);
     x = detail::resolved(x);
-    autodiff::tape<T, C>& t = *x.t;
-    const dist_tensor<T>& xv = x.value();
-    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank(), kernels::cpu::relu(xv.local()));
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
+    tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(), forward(xv.local()));
     return t.record(std::move(y),
-                    [ix = x.id](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const laid_out<T> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
-                      tp.add_grad(ix, dist_tensor<T>(xv2.layout(), xv2.global_shape(), xv2.rank(),
-                                                     kernels::cpu::relu_grad(dy->local(), xv2.local())));
+                    [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const laid_out<T, D> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
+                      tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(),
+                                                      backward(dy->local(), xv2.local())));
                     },
                     t.requires_grad(x.id));
+  }
+
+ private:
+  using array = typename storage<T, D>::array;
+  static array forward(const array& x) {
+    if constexpr (detail::on_host<D>) return kernels::cpu::relu(x);
+    else return kernels::backend<D>::template relu<T>(x);
+  }
+  static array backward(const array& dy, const array& x) {
+    if constexpr (detail::on_host<D>) return kernels::cpu::relu_grad(dy, x);
+    else return kernels::backend<D>::template relu_grad<T>(dy, x);
   }
 };
 
@@ -276,34 +338,34 @@ class relu : public module<T> {
 
 /// (batch, d1, d2, ...) -> (batch, d1 * d2 * ...), MindSpore's nn.Flatten. The batch dim
 /// keeps its split; the other dims are gathered first if some rank splits them.
-template <class T = float>
-class flatten : public module<T> {
+template <class T = float, class D = cpu_device>
+class flatten : public module<T, D> {
  public:
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
-    autodiff::tape<T, C>& t = *x.t;
-    const dist_tensor<T>& xv = x.value();
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
     if (xv.ndim() < 1) throw error("flatten: the input must have a batch dim, got shape ()");
     const extents& gs = xv.global_shape();
     index_t features = 1;
     for (int d = 1; d < gs.ndim; ++d) features *= gs[d];
     layout in = xv.layout();
     for (int d = 1; d < in.ndim; ++d) in.split[d] = axis_list{};
-    const laid_out<T> lx = detail::placed_as(xv, in, t.ctx());
+    const laid_out<T, D> lx = detail::placed_as(xv, in, t.ctx());
     layout out_l(in.dev, {in.split[0], axis_list{}});
     out_l.partial = in.partial;
     out_l.op = in.op;
-    xt::xarray<T> y = lx->local();
-    dist_tensor<T> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
+    typename storage<T, D>::array y = lx->local();
+    tensor_on<T, D> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
     return t.record(std::move(out),
-                    [ix = x.id, in, out_l](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const laid_out<T> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
-                      xt::xarray<T> d = dy->local();
-                      tp.add_grad(ix, dist_tensor<T>(in.without_partial(), xv2.global_shape(), xv2.rank(),
-                                                     std::move(d)));
+                    [ix = x.id, in, out_l](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
+                      typename storage<T, D>::array d = dy->local();
+                      tp.add_grad(ix, tensor_on<T, D>(in.without_partial(), xv2.global_shape(), xv2.rank(),
+                                                      std::move(d)));
                     },
                     t.requires_grad(x.id));
   }
@@ -316,8 +378,10 @@ class flatten : public module<T> {
 /// The mask is a function of (seed, the layer's name, the call count, the element's
 /// global index): replicas of a tensor draw the same mask, the shards of a split one
 /// the pieces of the one-rank mask, so a run on N ranks drops what a run on one does.
-template <class T = float>
-class dropout : public module<T> {
+/// On a device other than the host the mask is drawn on the host and copied, so
+/// every device drops the same elements and scales by the same factor.
+template <class T = float, class D = cpu_device>
+class dropout : public module<T, D> {
  public:
   explicit dropout(double p = 0.5) : p_(p) {
     if (!(p >= 0.0 && p < 1.0))
@@ -327,44 +391,78 @@ class dropout : public module<T> {
   /// Training-mode calls so far (the mask of call s is keyed by s).
   std::uint64_t calls() const { return calls_; }
 
-  void visit(visitor<T>&) override {}
+  void visit(visitor<T, D>&) override {}
   void named(std::string_view full_name, std::uint64_t seed) override { key_ = stream_key(seed, full_name); }
 
   /// Whether call `call` keeps the element at global index i.
   bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
 
   template <class C>
-  autodiff::var<T, C> operator()(autodiff::var<T, C> x) {
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
     if (!this->training() || p_ == 0.0) return x;
-    autodiff::tape<T, C>& t = *x.t;
-    const dist_tensor<T>& xv = x.value();
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
     const std::uint64_t call = calls_++;
     const T scale = T(1.0 / (1.0 - p_));
     const std::uint64_t key = key_;
     const double p = p_;
-    dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
-    const T* px = xv.local().data();
-    T* py = y.local().data();
-    detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
-      py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
-    });
-    return t.record(std::move(y),
-                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-                      const dist_tensor<T>& xv2 = tp.value(ix);
-                      const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
-                      dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
-                      const T* pg = dy->local().data();
-                      T* pd = dx.local().data();
-                      detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
-                                              [&](std::size_t l, std::uint64_t gi) {
-                                                pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
-                                              });
-                      tp.add_grad(ix, std::move(dx));
-                    },
-                    t.requires_grad(x.id));
+    if constexpr (!detail::on_host<D>) {
+      return on_device(x, call, scale, key, p);
+    } else {
+      dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
+      const T* px = xv.local().data();
+      T* py = y.local().data();
+      detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
+        py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
+      });
+      return t.record(std::move(y),
+                      [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                        const dist_tensor<T>& xv2 = tp.value(ix);
+                        const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
+                        dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
+                        const T* pg = dy->local().data();
+                        T* pd = dx.local().data();
+                        detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
+                                                [&](std::size_t l, std::uint64_t gi) {
+                                                  pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
+                                                });
+                        tp.add_grad(ix, std::move(dx));
+                      },
+                      t.requires_grad(x.id));
+    }
   }
 
  private:
+  // x times the host-drawn factors (scale or 0), copied to the device; the backward
+  // multiplies the gradient by the same factors (drawn again on the host).
+  template <class C>
+  autodiff::var<T, C, D> on_device(autodiff::var<T, C, D> x, std::uint64_t call, T scale, std::uint64_t key,
+                                   double p) {
+    using K = kernels::backend<D>;
+    autodiff::tape<T, C, D>& t = *x.t;
+    const tensor_on<T, D>& xv = x.value();
+    tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(),
+                      K::template mul<T>(xv.local(), factors(xv.layout(), xv.global_shape(), xv.rank(), call,
+                                                             scale, key, p)));
+    return t.record(std::move(y),
+                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                      const tensor_on<T, D>& xv2 = tp.value(ix);
+                      const layout l = xv2.layout().without_partial();
+                      const laid_out<T, D> dy = detail::placed_as(g, l, tp.ctx());
+                      auto f = factors(l, xv2.global_shape(), xv2.rank(), call, scale, key, p);
+                      tp.add_grad(ix, tensor_on<T, D>(l, xv2.global_shape(), xv2.rank(),
+                                                      K::template mul<T>(dy->local(), f)));
+                    },
+                    t.requires_grad(x.id));
+  }
+  // The factors of call `call` for the shard of `l` on `rank`, drawn on the host and
+  // copied to device D.
+  static typename storage<T, D>::array factors(const layout& l, const extents& g, int rank, std::uint64_t call,
+                                               T scale, std::uint64_t key, double p) {
+    return detail::host_to<T, D>(detail::dropout_factors<T>(
+        l, g, rank, scale, [&](std::uint64_t gi) { return keep(key, p, call, gi); }));
+  }
+
   static bool keep(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
     return random_stream(mix64(key ^ mix64(call + 1))).uniform01(i) >= p;
   }
@@ -382,13 +480,18 @@ class dropout : public module<T> {
 ///                        nn::dense(512, 10, "normal", "zeros"));
 ///     seq.get<0>().shard(...);
 template <class... M>
-class sequential : public module<typename detail::first_module<M...>::type::value_type> {
+class sequential : public module<typename detail::first_module<M...>::type::value_type,
+                                 typename detail::first_module<M...>::type::device_type> {
  public:
   using value_type = typename detail::first_module<M...>::type::value_type;
+  using device_type = typename detail::first_module<M...>::type::device_type;
   static_assert(sizeof...(M) > 0, "sequential: needs at least one layer");
   static_assert((std::is_same_v<typename M::value_type, value_type> && ...),
                 "sequential: every layer must have the same element type");
-  static_assert((std::is_base_of_v<module<value_type>, M> && ...), "sequential: every layer must be a module");
+  static_assert((std::is_same_v<typename M::device_type, device_type> && ...),
+                "sequential: every layer must be on the same device");
+  static_assert((std::is_base_of_v<module<value_type, device_type>, M> && ...),
+                "sequential: every layer must be a module");
 
   explicit sequential(M... layers) : layers_(std::move(layers)...) {}
 
@@ -398,7 +501,7 @@ class sequential : public module<typename detail::first_module<M...>::type::valu
     return std::get<I>(layers_);
   }
 
-  void visit(visitor<value_type>& v) override {
+  void visit(visitor<value_type, device_type>& v) override {
     visit_each(v, std::index_sequence_for<M...>{});
   }
 
@@ -409,7 +512,7 @@ class sequential : public module<typename detail::first_module<M...>::type::valu
 
  private:
   template <std::size_t... I>
-  void visit_each(visitor<value_type>& v, std::index_sequence<I...>) {
+  void visit_each(visitor<value_type, device_type>& v, std::index_sequence<I...>) {
     (v.child(std::to_string(I), std::get<I>(layers_)), ...);
   }
   template <std::size_t I, class V>

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <tessera/autodiff/tape.hpp>
@@ -23,12 +24,12 @@
 
 namespace tessera::nn {
 
-template <class T>
+template <class T, class D = cpu_device>
 class parameter;
 
 /// Told by a training step as each parameter's gradient becomes final during the
 /// backward pass (train::distributed_grad_reducer is one: it starts reducing at once).
-template <class T>
+template <class T, class D = cpu_device>
 class grad_listener {
  public:
   virtual ~grad_listener() = default;
@@ -39,18 +40,24 @@ class grad_listener {
   /// given the step's gradients back (the tensor object itself may move), so the
   /// listener may reduce it in place. `nodes_left` is the number of tape nodes the
   /// backward pass has still to visit.
-  virtual void grad_ready(parameter<T>& p, dist_tensor<T>& g, int nodes_left) = 0;
+  virtual void grad_ready(parameter<T, D>& p, tensor_on<T, D>& g, int nodes_left) = 0;
 };
 
 /// A trainable tensor of a module: a global shape, an initializer and, once built, this
-/// rank's shard (a dist_tensor in the layout the module's strategy gives it).
+/// rank's shard (a tensor of device D in the layout the module's strategy gives it).
+/// The initializer draws on the host in the same order on every device, so a
+/// parameter of a GPU network holds the very values of its host twin.
 ///
 ///     nn::parameter<float> w(extents{512, 784}, "normal");
 ///     w.build(layout::replicated(mesh{2}, 2), rank, seed);   // modules do this in build()
 ///     w.data().local();                                     // this rank's shard
-template <class T>
+template <class T, class D>
 class parameter {
  public:
+  using tensor = tensor_on<T, D>;
+  /// The shard's array type (xt::xarray<T> on the host).
+  using array = typename storage<T, D>::array;
+
   parameter(extents shape, initializer init, bool requires_grad = true)
       : shape_(shape), init_(std::move(init)), requires_grad_(requires_grad) {}
 
@@ -68,11 +75,11 @@ class parameter {
   bool built() const { return data_.has_value(); }
   /// This rank's shard; throws before the network is built:
   /// "parameter 'fc.weight': not built yet: call build(ctx) on the network first".
-  dist_tensor<T>& data() {
+  tensor& data() {
     if (!data_) not_built();
     return *data_;
   }
-  const dist_tensor<T>& data() const {
+  const tensor& data() const {
     if (!data_) not_built();
     return *data_;
   }
@@ -84,6 +91,7 @@ class parameter {
 
   /// Draws the global tensor from the initializer under `seed` and keeps this rank's
   /// shard of `l`: the value at a global index depends only on (seed, name, index).
+  /// The shard is drawn on the host and copied to device D.
   void build(const tessera::layout& l, int rank, std::uint64_t seed) {
     dist_tensor<T> t(l, shape_, rank);
     const initializer::drawer d = init_.draw(shape_, stream_key(seed, name_));
@@ -98,11 +106,15 @@ class parameter {
       for (int k = 0; k < shape_.ndim; ++k) lin += idx[k] * stride[k];
       return T(d(std::uint64_t(lin)));
     });
-    data_ = std::move(t);
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      data_ = std::move(t);
+    } else {
+      data_ = tensor(t.layout(), t.global_shape(), t.rank(), storage<T, D>::from_host(t.local()));
+    }
   }
 
   /// Replaces the value (same global shape; any layout).
-  void set_data(dist_tensor<T> v) {
+  void set_data(tensor v) {
     if (!(v.global_shape() == shape_))
       throw error("parameter '" + name_ + "': set_data: the value is " + to_string(v.global_shape()) +
                   ", the parameter " + to_string(shape_));
@@ -116,7 +128,7 @@ class parameter {
   /// it (its gradient is then final as soon as the backward pass has passed them). It
   /// needs a gradient only when a training step asked for one (expect_grad).
   template <class C>
-  autodiff::var<T, C> on(autodiff::tape<T, C>& t) {
+  autodiff::var<T, C, D> on(autodiff::tape<T, C, D>& t) {
     if (bind_.serial != t.serial()) bind_ = binding{t.serial(), -1, false, -1};
     if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
     return {&t, bind_.id};
@@ -130,27 +142,42 @@ class parameter {
   void unbind() { bind_ = binding{}; }
 
   /// The listener told of this parameter's final gradient during backward (or null).
-  grad_listener<T>* listener() const { return listener_; }
-  void set_listener(grad_listener<T>* l) { listener_ = l; }
+  grad_listener<T, D>* listener() const { return listener_; }
+  void set_listener(grad_listener<T, D>* l) { listener_ = l; }
 
   /// Storage for this parameter's next gradient shard, of shape `local_shape`: the
   /// last one given back (recycle_grad_storage) when it has that size, else new. A
   /// step then writes its gradient where the last step's was, instead of in fresh
   /// memory (which the system must map and zero page by page).
-  xt::xarray<T> take_grad_storage(const extents& local_shape) {
-    const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
-    if (spare_ && index_t(spare_->size()) == local_shape.size()) {
-      xt::xarray<T> a = std::move(*spare_);
-      spare_.reset();
-      a.reshape(shape);
-      return a;
+  array take_grad_storage(const extents& local_shape) {
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      const std::vector<std::size_t> shape(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim);
+      if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+        xt::xarray<T> a = std::move(*spare_);
+        spare_.reset();
+        a.reshape(shape);
+        return a;
+      }
+      return xt::xarray<T>::from_shape(shape);
+    } else {
+      if (spare_ && index_t(spare_->size()) == local_shape.size()) {
+        array a = std::move(*spare_);
+        spare_.reset();
+        a.reshape(typename array::shape_type(local_shape.v.begin(), local_shape.v.begin() + local_shape.ndim));
+        return a;
+      }
+      return storage<T, D>::empty(local_shape);
     }
-    return xt::xarray<T>::from_shape(shape);
   }
   /// Gives a used gradient shard's storage back for the next step (the optimizer does
-  /// after its update).
-  void recycle_grad_storage(xt::xarray<T>&& a) {
-    if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+  /// after its update). On a device it is not kept: the device's kernels write new
+  /// arrays, and its caching allocator reuses the block once the caller frees it.
+  void recycle_grad_storage(array&& a) {
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+    } else {
+      (void)a;
+    }
   }
 
  private:
@@ -168,40 +195,40 @@ class parameter {
   extents shape_;
   initializer init_;
   bool requires_grad_ = true;
-  std::optional<dist_tensor<T>> data_;
+  std::optional<tensor> data_;
   std::optional<tessera::layout> target_;
   binding bind_;
-  grad_listener<T>* listener_ = nullptr;
-  std::optional<xt::xarray<T>> spare_;
+  grad_listener<T, D>* listener_ = nullptr;
+  std::optional<array> spare_;
 };
 
-template <class T>
+template <class T, class D = cpu_device>
 class module;
 
 /// What a module's visit() is given: one call per direct parameter and child module.
-template <class T>
+template <class T, class D = cpu_device>
 class visitor {
  public:
   virtual ~visitor() = default;
-  virtual void param(std::string_view name, parameter<T>& p) = 0;
-  virtual void child(std::string_view name, module<T>& m) = 0;
+  virtual void param(std::string_view name, parameter<T, D>& p) = 0;
+  virtual void child(std::string_view name, module<T, D>& m) = 0;
 };
 
 namespace detail {
-template <class T, class P, class M>
-class lambda_visitor final : public visitor<T> {
+template <class T, class D, class P, class M>
+class lambda_visitor final : public visitor<T, D> {
  public:
   lambda_visitor(P p, M m) : p_(std::move(p)), m_(std::move(m)) {}
-  void param(std::string_view name, parameter<T>& x) override { p_(name, x); }
-  void child(std::string_view name, module<T>& x) override { m_(name, x); }
+  void param(std::string_view name, parameter<T, D>& x) override { p_(name, x); }
+  void child(std::string_view name, module<T, D>& x) override { m_(name, x); }
 
  private:
   P p_;
   M m_;
 };
-template <class T, class P, class M>
-void visit_with(module<T>& m, P p, M c) {
-  lambda_visitor<T, P, M> v(std::move(p), std::move(c));
+template <class T, class D, class P, class M>
+void visit_with(module<T, D>& m, P p, M c) {
+  lambda_visitor<T, D, P, M> v(std::move(p), std::move(c));
   m.visit(v);
 }
 }  // namespace detail
@@ -225,15 +252,20 @@ void visit_with(module<T>& m, P p, M c) {
 ///
 /// A module refers to its members, not to copies: once its parameters are given to an
 /// optimizer, a network must stay where it is (not be moved or copied).
-template <class T>
+///
+/// D is the device of the parameters and of the tapes the forward pass runs on: a
+/// network of `nn::dense<float, cuda_device>` layers keeps its weights on the GPU and
+/// takes `autodiff::var<float, C, cuda_device>` inputs.
+template <class T, class D>
 class module {
  public:
   using value_type = T;
+  using device_type = D;
   virtual ~module() = default;
 
   /// Calls v.param(name, p) for each direct parameter and v.child(name, m) for each
   /// direct child module.
-  virtual void visit(visitor<T>& v) = 0;
+  virtual void visit(visitor<T, D>& v) = 0;
 
   /// Sets the target layouts of the module's own parameters for `device_num` devices,
   /// from its operators' strategies (data parallel where none is set).
@@ -249,20 +281,20 @@ class module {
 
   /// Every parameter of the module and its descendants with its dotted name, in visit
   /// order (MindSpore's parameters_and_names).
-  std::vector<std::pair<std::string, parameter<T>*>> named_parameters(const std::string& prefix = "") {
-    std::vector<std::pair<std::string, parameter<T>*>> out;
+  std::vector<std::pair<std::string, parameter<T, D>*>> named_parameters(const std::string& prefix = "") {
+    std::vector<std::pair<std::string, parameter<T, D>*>> out;
     collect(*this, prefix, out);
     return out;
   }
   /// Every parameter, in visit order.
-  std::vector<parameter<T>*> parameters() {
-    std::vector<parameter<T>*> out;
+  std::vector<parameter<T, D>*> parameters() {
+    std::vector<parameter<T, D>*> out;
     for (auto& [n, p] : named_parameters()) out.push_back(p);
     return out;
   }
   /// The parameters that require a gradient (MindSpore's trainable_params).
-  std::vector<parameter<T>*> trainable_params() {
-    std::vector<parameter<T>*> out;
+  std::vector<parameter<T, D>*> trainable_params() {
+    std::vector<parameter<T, D>*> out;
     for (auto& [n, p] : named_parameters())
       if (p->requires_grad()) out.push_back(p);
     return out;
@@ -272,8 +304,8 @@ class module {
   /// is the identity in evaluation mode). Modules start in training mode.
   auto set_train(bool mode = true) -> module& {
     training_ = mode;
-    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
-                          [mode](std::string_view, module<T>& m) { m.set_train(mode); });
+    detail::visit_with<T, D>(*this, [](std::string_view, parameter<T, D>&) {},
+                          [mode](std::string_view, module<T, D>& m) { m.set_train(mode); });
     return *this;
   }
   bool training() const { return training_; }
@@ -283,8 +315,8 @@ class module {
   /// replicated). Call before build().
   auto set_data_parallel() -> module& {
     reset_strategies();
-    detail::visit_with<T>(*this, [](std::string_view, parameter<T>&) {},
-                          [](std::string_view, module<T>& m) { m.set_data_parallel(); });
+    detail::visit_with<T, D>(*this, [](std::string_view, parameter<T, D>&) {},
+                          [](std::string_view, module<T, D>& m) { m.set_data_parallel(); });
     return *this;
   }
 
@@ -310,18 +342,18 @@ class module {
   bool built() const { return built_; }
 
  private:
-  static void collect(module<T>& m, const std::string& prefix,
-                      std::vector<std::pair<std::string, parameter<T>*>>& out) {
-    detail::visit_with<T>(
-        m, [&](std::string_view name, parameter<T>& p) { out.emplace_back(join(prefix, name), &p); },
-        [&](std::string_view name, module<T>& c) { collect(c, join(prefix, name), out); });
+  static void collect(module<T, D>& m, const std::string& prefix,
+                      std::vector<std::pair<std::string, parameter<T, D>*>>& out) {
+    detail::visit_with<T, D>(
+        m, [&](std::string_view name, parameter<T, D>& p) { out.emplace_back(join(prefix, name), &p); },
+        [&](std::string_view name, module<T, D>& c) { collect(c, join(prefix, name), out); });
   }
-  static void prepare(module<T>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
+  static void prepare(module<T, D>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
     m.place(device_num);
     m.named(prefix, seed);
-    detail::visit_with<T>(
-        m, [&](std::string_view name, parameter<T>& p) { p.set_name(join(prefix, name)); },
-        [&](std::string_view name, module<T>& c) { prepare(c, join(prefix, name), device_num, seed); });
+    detail::visit_with<T, D>(
+        m, [&](std::string_view name, parameter<T, D>& p) { p.set_name(join(prefix, name)); },
+        [&](std::string_view name, module<T, D>& c) { prepare(c, join(prefix, name), device_num, seed); });
   }
   static std::string join(const std::string& prefix, std::string_view name) {
     return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
@@ -347,10 +379,10 @@ inline bool same_placement(const layout& a, const layout& b) {
 
 /// `x` as a shard of layout `l`: x itself (borrowed, no copy) when it is placed the
 /// same way, else its redistribution.
-template <class T, class C>
-laid_out<T> placed_as(const dist_tensor<T>& x, const layout& l, device_context<C>& ctx) {
-  if (same_placement(x.layout(), l)) return laid_out<T>(x);
-  return laid_out<T>(redistribute(x, l, ctx));
+template <class T, class D, class C>
+laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
+  if (same_placement(x.layout(), l)) return laid_out<T, D>(x);
+  return laid_out<T, D>(redistribute(x, l, ctx));
 }
 
 /// The mesh axes that split dim `d` of `l` (as an axis mask).

@@ -24,18 +24,18 @@ namespace tessera::optim {
 /// It also runs over bare tensors of device D: `adam<float, cuda_device> opt(lr);
 /// opt.step(params, grads)`.
 template <class T, class D = cpu_device>
-class adam : public optimizer<T> {
+class adam : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
 
-  adam(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+  adam(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
        T eps = T(1e-8), T weight_decay = T(0))
       : adam("adam", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, false) {}
   /// Over bare tensors (no parameter objects): see step(params, grads).
   explicit adam(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(0))
-      : adam(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
+      : adam(std::vector<nn::parameter<T, D>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
 
-  using optimizer<T>::step;
+  using optimizer<T, D>::step;
   /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
   /// with the update of the parameter objects' steps.
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
@@ -50,9 +50,9 @@ class adam : public optimizer<T> {
   }
 
  protected:
-  adam(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
+  adam(std::string name, std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T beta1, T beta2, T eps,
        T weight_decay, bool decoupled)
-      : optimizer<T>(name, std::move(params), std::move(lr), weight_decay),
+      : optimizer<T, D>(name, std::move(params), std::move(lr), weight_decay),
         beta1_(beta1),
         beta2_(beta2),
         eps_(eps),
@@ -69,12 +69,20 @@ class adam : public optimizer<T> {
     kernels::cpu::adam_update(p, g, std::span<T>(m_[i]), std::span<T>(v_[i]), lr, beta1_, beta2_, eps_,
                               this->weight_decay_, decoupled_, this->step_ + 1);
   }
+  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
+                        T lr) override {
+    this->ensure_device_state(param_m_);
+    this->ensure_device_state(param_v_);
+    kernels::backend<D>::adam_update(p, g, param_m_[i], param_v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_,
+                                     decoupled_, this->step_ + 1);
+  }
 
  private:
   T beta1_, beta2_, eps_;
   bool decoupled_;
   std::vector<std::vector<T>> m_, v_;
   std::vector<typename tensor::array_type> tensor_m_, tensor_v_;
+  std::vector<typename tensor::array_type> param_m_, param_v_;
 };
 
 /// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to
@@ -84,12 +92,12 @@ class adam : public optimizer<T> {
 template <class T, class D = cpu_device>
 class adamw : public adam<T, D> {
  public:
-  adamw(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
+  adamw(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
         T eps = T(1e-8), T weight_decay = T(1e-2))
       : adam<T, D>("adamw", std::move(params), std::move(lr), beta1, beta2, eps, weight_decay, true) {}
   /// Over bare tensors (no parameter objects): see adam::step(params, grads).
   explicit adamw(T learning_rate, T beta1 = T(0.9), T beta2 = T(0.999), T eps = T(1e-8), T weight_decay = T(1e-2))
-      : adamw(std::vector<nn::parameter<T>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
+      : adamw(std::vector<nn::parameter<T, D>*>{}, learning_rate, beta1, beta2, eps, weight_decay) {}
 };
 
 }  // namespace tessera::optim

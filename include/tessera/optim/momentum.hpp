@@ -31,13 +31,13 @@ namespace tessera::optim {
 /// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
 /// opt.step(params, grads)`.
 template <class T, class D = cpu_device>
-class momentum : public optimizer<T> {
+class momentum : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
 
-  momentum(std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
+  momentum(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
            bool nesterov = false)
-      : optimizer<T>("momentum", std::move(params), std::move(lr), weight_decay),
+      : optimizer<T, D>("momentum", std::move(params), std::move(lr), weight_decay),
         mu_(momentum_factor),
         nesterov_(nesterov) {
     if (momentum_factor < T(0))
@@ -45,9 +45,9 @@ class momentum : public optimizer<T> {
   }
   /// Over bare tensors (no parameter objects): see step(params, grads).
   momentum(T learning_rate, T momentum_factor)
-      : momentum(std::vector<nn::parameter<T>*>{}, learning_rate, momentum_factor) {}
+      : momentum(std::vector<nn::parameter<T, D>*>{}, learning_rate, momentum_factor) {}
 
-  using optimizer<T>::step;
+  using optimizer<T, D>::step;
 
   /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape).
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
@@ -82,12 +82,21 @@ class momentum : public optimizer<T> {
     this->ensure_state(accum_);
     kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
+  // The device's kernel has neither weight decay nor Nesterov's variant: those are refused.
+  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
+                        T lr) override {
+    if (this->weight_decay_ != T(0) || nesterov_)
+      throw error("momentum: weight decay and nesterov are not implemented on device " + std::string(D::name));
+    this->ensure_device_state(param_accum_);
+    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_);
+  }
 
  private:
   T mu_;
   bool nesterov_;
   std::vector<std::vector<T>> accum_;
   std::vector<typename tensor::array_type> tensor_accum_;
+  std::vector<typename tensor::array_type> param_accum_;
 };
 
 }  // namespace tessera::optim

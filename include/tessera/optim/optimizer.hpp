@@ -12,6 +12,7 @@
 #include <numbers>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <tessera/core/error.hpp>
@@ -87,15 +88,20 @@ void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const 
 }  // namespace detail
 
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
-/// in the order of parameters(), to update the parameters.
-template <class T>
+/// in the order of parameters(), to update the parameters. D is the device of the
+/// parameters and gradients (the host by default; on a GPU each update is the
+/// backend's fused kernel over the shard).
+template <class T, class D = cpu_device>
 class optimizer {
  public:
+  using tensor = tensor_on<T, D>;
+  using array = typename storage<T, D>::array;
+
   virtual ~optimizer() = default;
   optimizer(const optimizer&) = delete;
   optimizer& operator=(const optimizer&) = delete;
 
-  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const std::vector<nn::parameter<T, D>*>& parameters() const { return params_; }
   /// Steps taken so far.
   std::int64_t global_step() const { return step_; }
   /// The learning rate of the next step.
@@ -107,27 +113,30 @@ class optimizer {
   /// "sgd: the gradient of parameter 'fc.weight' is (10, 512) [0, -] partial sum {0}, the
   /// parameter (10, 512) [-, -]: reduce gradients over the data-parallel ranks first
   /// (train::distributed_grad_reducer)".
-  void operator()(const std::vector<dist_tensor<T>>& grads) { step(grads); }
+  void operator()(const std::vector<tensor>& grads) { step(grads); }
   /// The same step, then each gradient's storage goes back to its parameter, where the
   /// next step's gradient is written (no fresh memory each step): `grads` is left empty.
-  void operator()(std::vector<dist_tensor<T>>& grads) {
+  void operator()(std::vector<tensor>& grads) {
     step(grads);
     for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(std::move(grads[i].local()));
     grads.clear();
   }
-  void operator()(std::vector<dist_tensor<T>>&& grads) { (*this)(grads); }
-  void step(const std::vector<dist_tensor<T>>& grads) {
+  void operator()(std::vector<tensor>&& grads) { (*this)(grads); }
+  void step(const std::vector<tensor>& grads) {
     if (grads.size() != params_.size())
       throw error(name_ + ": " + std::to_string(grads.size()) + " gradients for " +
                   std::to_string(params_.size()) + " parameters");
     for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i) update(i, params_[i]->data().data(), grads[i].data(), lr);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if constexpr (std::is_same_v<D, cpu_device>) update(i, params_[i]->data().data(), grads[i].data(), lr);
+      else update_on_device(i, params_[i]->data().local(), grads[i].local(), lr);
+    }
     ++step_;
   }
 
  protected:
-  optimizer(std::string name, std::vector<nn::parameter<T>*> params, learning_rate<T> lr, T weight_decay)
+  optimizer(std::string name, std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T weight_decay)
       : name_(std::move(name)), params_(std::move(params)), lr_(std::move(lr)), weight_decay_(weight_decay) {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!params_[i]) throw error(name_ + ": parameter " + std::to_string(i) + " is null");
@@ -135,6 +144,24 @@ class optimizer {
 
   /// Updates parameter i's shard `p` with its gradient `g` at learning rate `lr`.
   virtual void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) = 0;
+  /// The same on a device other than the host: `p` and `g` are the shards' arrays.
+  virtual void update_on_device(std::size_t i, array& p, const array& g, T lr) {
+    (void)i;
+    (void)p;
+    (void)g;
+    (void)lr;
+    throw error(name_ + ": no update of parameters on device " + std::string(D::name));
+  }
+
+  /// A zeroed state array per parameter of device D, the shape of its shard (made at
+  /// first use).
+  void ensure_device_state(std::vector<array>& state) const {
+    if (!state.empty()) return;
+    for (const nn::parameter<T, D>* p : params_) {
+      state.push_back(storage<T, D>::empty(p->data().local_shape()));
+      storage<T, D>::fill(state.back(), T(0));
+    }
+  }
 
   /// A zeroed state buffer per parameter, the size of its shard (made at first use).
   void ensure_state(std::vector<std::vector<T>>& state) const {
@@ -143,7 +170,7 @@ class optimizer {
     for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(params_[i]->data().data().size(), T(0));
   }
 
-  void check(std::size_t i, const dist_tensor<T>& p, const dist_tensor<T>& g) const {
+  void check(std::size_t i, const tensor& p, const tensor& g) const {
     if (g.layout() == p.layout() && g.global_shape() == p.global_shape()) return;
     const std::string who = params_.empty() || !params_[i] ? "parameter " + std::to_string(i)
                                                             : "parameter '" + params_[i]->name() + "'";
@@ -156,7 +183,7 @@ class optimizer {
   }
 
   std::string name_;
-  std::vector<nn::parameter<T>*> params_;
+  std::vector<nn::parameter<T, D>*> params_;
   learning_rate<T> lr_;
   T weight_decay_;
   std::int64_t step_ = 0;

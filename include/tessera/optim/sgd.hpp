@@ -30,13 +30,13 @@ namespace tessera::optim {
 /// It also runs over bare tensors of device D: `sgd<float, cuda_device> opt(lr, mu);
 /// opt.step(params, grads)`.
 template <class T, class D = cpu_device>
-class sgd : public optimizer<T> {
+class sgd : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
 
-  sgd(std::vector<nn::parameter<T>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
+  sgd(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
       T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
-      : optimizer<T>("sgd", std::move(params), std::move(lr), weight_decay),
+      : optimizer<T, D>("sgd", std::move(params), std::move(lr), weight_decay),
         momentum_(momentum),
         dampening_(dampening),
         nesterov_(nesterov) {
@@ -48,11 +48,11 @@ class sgd : public optimizer<T> {
 
   /// Over bare tensors (no parameter objects): see step(params, grads).
   explicit sgd(T learning_rate, T momentum = T(0), T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
-      : sgd(std::vector<nn::parameter<T>*>{}, learning_rate, momentum, dampening, weight_decay, nesterov) {}
+      : sgd(std::vector<nn::parameter<T, D>*>{}, learning_rate, momentum, dampening, weight_decay, nesterov) {}
 
   T momentum() const { return momentum_; }
 
-  using optimizer<T>::step;
+  using optimizer<T, D>::step;
   /// One step over bare tensors: params[i] moves by grads[i] (same layout and shape),
   /// with the update of the parameter objects' steps.
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
@@ -76,11 +76,20 @@ class sgd : public optimizer<T> {
     kernels::cpu::sgd_momentum_update(p, g, std::span<T>(buf_[i]), lr, momentum_, dampening_,
                                       this->weight_decay_, nesterov_, this->step_ == 0);
   }
+  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
+                        T lr) override {
+    using K = kernels::backend<D>;
+    if (momentum_ == T(0)) return K::sgd_update(p, g, lr, this->weight_decay_);
+    this->ensure_device_state(param_buf_);
+    K::sgd_momentum_update(p, g, param_buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
+                           this->step_ == 0);
+  }
 
  private:
   T momentum_, dampening_;
   bool nesterov_;
   std::vector<std::vector<T>> buf_;
+  std::vector<typename tensor::array_type> param_buf_;
   std::vector<typename tensor::array_type> tensor_buf_;
 };
 

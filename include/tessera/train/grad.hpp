@@ -30,37 +30,39 @@ namespace detail {
 
 template <class X>
 struct is_var : std::false_type {};
-template <class T, class C>
-struct is_var<autodiff::var<T, C>> : std::true_type {};
+template <class T, class C, class D>
+struct is_var<autodiff::var<T, C, D>> : std::true_type {};
 
 template <class X>
 struct is_var_pair : std::false_type {};
-template <class T, class C>
-struct is_var_pair<std::pair<autodiff::var<T, C>, autodiff::var<T, C>>> : std::true_type {};
+template <class T, class C, class D>
+struct is_var_pair<std::pair<autodiff::var<T, C, D>, autodiff::var<T, C, D>>> : std::true_type {};
 
-// A dist_tensor<T> argument enters the tape as a data leaf (no copy); others pass as
+// A tensor_on<T, D> argument enters the tape as a data leaf (no copy); others pass as
 // they are (labels of an integer type, options, ...).
-template <class T, class C, class A>
-decltype(auto) wrap_argument(autodiff::tape<T, C>& t, const A& a) {
-  if constexpr (std::is_same_v<A, dist_tensor<T>>) return t.leaf_view(a, false);
+template <class T, class C, class D, class A>
+decltype(auto) wrap_argument(autodiff::tape<T, C, D>& t, const A& a) {
+  if constexpr (std::is_same_v<A, tensor_on<T, D>>) return t.leaf_view(a, false);
   else return (a);
 }
 
 }  // namespace detail
 
 /// The callable value_and_grad returns. Call it with the forward function's
-/// arguments; every dist_tensor<T> argument reaches the forward function as a tape
-/// value (autodiff::var), the others unchanged.
-template <class T, class C, class F>
+/// arguments; every tensor_on<T, D> argument (a tensor of the parameters' device)
+/// reaches the forward function as a tape value (autodiff::var), the others unchanged.
+template <class T, class C, class F, class D = cpu_device>
 class grad_function {
  public:
-  grad_function(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+  using tensor = tensor_on<T, D>;
+
+  grad_function(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
       : f_(std::move(f)), params_(std::move(params)), ctx_(&ctx) {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!params_[i]) throw error("value_and_grad: parameter " + std::to_string(i) + " is null");
   }
 
-  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const std::vector<nn::parameter<T, D>*>& parameters() const { return params_; }
 
   /// Runs the forward function and the backward pass. Returns (loss, gradients), or,
   /// when the forward function returns a pair (loss, aux) (MindSpore's has_aux),
@@ -69,11 +71,11 @@ class grad_function {
   /// parameter i's, in the layout the backward pass produced.
   template <class... Args>
   auto operator()(const Args&... args) {
-    autodiff::tape<T, C> t(*ctx_);
+    autodiff::tape<T, C, D> t(*ctx_);
     const std::uint64_t serial = t.serial();
     for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->expect_grad(serial, int(i));
     struct unbind_all {
-      std::vector<nn::parameter<T>*>& ps;
+      std::vector<nn::parameter<T, D>*>& ps;
       ~unbind_all() {
         for (auto* p : ps) p->unbind();
       }
@@ -84,40 +86,40 @@ class grad_function {
     static_assert(detail::is_var<R>::value || detail::is_var_pair<R>::value,
                   "value_and_grad: the forward function must return a tape value (the loss) or a pair "
                   "(loss, aux) of tape values");
-    autodiff::var<T, C> loss;
+    autodiff::var<T, C, D> loss;
     if constexpr (detail::is_var<R>::value) loss = out;
     else loss = out.first;
 
-    std::vector<std::optional<dist_tensor<T>>> grads(params_.size());
+    std::vector<std::optional<tensor>> grads(params_.size());
     run_backward(t, serial, loss, grads);
-    std::vector<dist_tensor<T>> result;
+    std::vector<tensor> result;
     result.reserve(grads.size());
     for (auto& g : grads) result.push_back(std::move(*g));
     if constexpr (detail::is_var<R>::value) {
-      return std::pair<dist_tensor<T>, std::vector<dist_tensor<T>>>(loss.value(), std::move(result));
+      return std::pair<tensor, std::vector<tensor>>(loss.value(), std::move(result));
     } else {
-      return std::pair<std::pair<dist_tensor<T>, dist_tensor<T>>, std::vector<dist_tensor<T>>>(
+      return std::pair<std::pair<tensor, tensor>, std::vector<tensor>>(
           {loss.value(), out.second.value()}, std::move(result));
     }
   }
 
  private:
-  void run_backward(autodiff::tape<T, C>& t, std::uint64_t serial, autodiff::var<T, C> loss,
-                    std::vector<std::optional<dist_tensor<T>>>& grads) {
+  void run_backward(autodiff::tape<T, C, D>& t, std::uint64_t serial, autodiff::var<T, C, D> loss,
+                    std::vector<std::optional<tensor>>& grads) {
     // slot_of[id]: which parameter the leaf with tape id `id` is.
     std::vector<int> slot_of(std::size_t(t.size()), -1);
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const int id = params_[i]->leaf_id(serial);
       if (id >= 0) slot_of[std::size_t(id)] = int(i);
     }
-    std::vector<nn::grad_listener<T>*> listeners;
+    std::vector<nn::grad_listener<T, D>*> listeners;
     for (auto* p : params_)
       if (p->listener() && std::find(listeners.begin(), listeners.end(), p->listener()) == listeners.end())
         listeners.push_back(p->listener());
     for (auto* l : listeners) l->backward_begin();
 
-    auto deliver = [&](std::size_t i, std::optional<dist_tensor<T>> g, int nodes_left) {
-      nn::parameter<T>& p = *params_[i];
+    auto deliver = [&](std::size_t i, std::optional<tensor> g, int nodes_left) {
+      nn::parameter<T, D>& p = *params_[i];
       if (!g) g.emplace(p.layout(), p.shape(), p.data().rank());  // no gradient reached it: zeros
       grads[i] = std::move(g);
       if (p.listener()) p.listener()->grad_ready(p, *grads[i], nodes_left);
@@ -133,7 +135,7 @@ class grad_function {
   }
 
   F f_;
-  std::vector<nn::parameter<T>*> params_;
+  std::vector<nn::parameter<T, D>*> params_;
   device_context<C>* ctx_;
 };
 
@@ -164,18 +166,27 @@ inline void retain_freed_memory() {
 ///     auto forward_fn = [&](auto x, const dist_tensor<int>& y) { return loss_fn(net(x), y); };
 ///     auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
 ///     auto [loss, grads] = grad_fn(images, labels);
-template <class T, class C, class F>
-grad_function<T, C, F> value_and_grad(F f, std::vector<nn::parameter<T>*> params, device_context<C>& ctx) {
-  return grad_function<T, C, F>(std::move(f), std::move(params), ctx);
+///
+/// The parameters' device D is the tapes': a network on the GPU takes its inputs as
+/// tensor_on<T, cuda_device> (labels stay on the host) and gives device gradients.
+template <class T, class C, class F, class D>
+grad_function<T, C, F, D> value_and_grad(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx) {
+  return grad_function<T, C, F, D>(std::move(f), std::move(params), ctx);
 }
 
 /// The value of a scalar loss as every rank sees it: its partial sums resolved (one
 /// small all-reduce when the loss is partial). Collective: every rank must call it.
-template <class T, class C>
-T scalar(const dist_tensor<T>& loss, device_context<C>& ctx) {
+/// A loss on a device is read back to the host.
+template <class T, class C, class D>
+T scalar(const tensor_on<T, D>& loss, device_context<C>& ctx) {
   if (loss.ndim() != 0) throw error("scalar: the loss must be a scalar, got shape " + to_string(loss.global_shape()));
-  if (!loss.layout().has_partial()) return loss.local()();
-  return redistribute(loss, loss.layout().without_partial(), ctx).local()();
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    if (!loss.layout().has_partial()) return loss.local()();
+    return redistribute(loss, loss.layout().without_partial(), ctx).local()();
+  } else {
+    if (!loss.layout().has_partial()) return storage<T, D>::to_host(loss.local())();
+    return storage<T, D>::to_host(redistribute(loss, loss.layout().without_partial(), ctx).local())();
+  }
 }
 
 }  // namespace tessera::train

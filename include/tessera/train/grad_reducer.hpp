@@ -19,6 +19,7 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/mesh.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/backend.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -48,13 +49,15 @@ inline std::vector<int> group_ranks(const mesh& m, const axis_list& axes, int ra
 /// Sets every replica of each parameter to the value its replica group's member
 /// `root` holds (member 0 of a data-parallel group is world rank 0): MindSpore's
 /// parameter_broadcast. Collective over the ranks of the parameters' meshes.
-template <class T, class C>
-void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_context<C>& ctx, int root = 0) {
-  for (nn::parameter<T>* p : params) {
-    dist_tensor<T>& d = p->data();
+/// Parameters on a device other than the host need a communicator of that device's
+/// buffers (staged_communicator over MPI for GPU shards).
+template <class T, class C, class D>
+void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, device_context<C>& ctx, int root = 0) {
+  for (nn::parameter<T, D>* p : params) {
+    tensor_on<T, D>& d = p->data();
     const axis_list axes = detail::replica_axis_list(d.layout());
     if (group_size(d.layout().dev, axes) == 1) continue;
-    ctx.on(d.layout().dev).group(axes).broadcast(d.data(), root);
+    ctx.on(d.layout().dev).group(axes).broadcast(std::span<T>(d.local().data(), d.local().size()), root);
   }
 }
 
@@ -89,9 +92,16 @@ void broadcast_parameters(const std::vector<nn::parameter<T>*>& params, device_c
 ///
 /// Until operator() has returned, a gradient being reduced must not be read. The
 /// reducer must outlive the steps that use it and not move (its parameters point to it).
-template <class T, class C>
-class distributed_grad_reducer final : public nn::grad_listener<T> {
+///
+/// Parameters on a device D other than the host (a GPU) have device gradients, which C
+/// must carry (staged_communicator over MPI, through pinned host memory): there each
+/// gradient is its own bucket, reduced in place (no packing into a bucket buffer), and
+/// the reductions still start during the backward pass.
+template <class T, class C, class D = cpu_device>
+class distributed_grad_reducer final : public nn::grad_listener<T, D> {
  public:
+  using tensor = tensor_on<T, D>;
+
   struct options {
     /// gradients_mean (see above).
     bool mean = true;
@@ -124,9 +134,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     int group_size = 1;
   };
 
-  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
       : distributed_grad_reducer(std::move(params), ctx, options{}) {}
-  distributed_grad_reducer(std::vector<nn::parameter<T>*> params, device_context<C>& ctx, options opt)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx, options opt)
       : params_(std::move(params)), ctx_(&ctx), opt_(opt) {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i]) throw error("distributed_grad_reducer: parameter " + std::to_string(i) + " is null");
@@ -154,7 +164,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       if (b.req) b.req->wait();
   }
 
-  const std::vector<nn::parameter<T>*>& parameters() const { return params_; }
+  const std::vector<nn::parameter<T, D>*>& parameters() const { return params_; }
   const options& config() const { return opt_; }
 
   /// The buckets (after the first step, or at once when the parameters were built).
@@ -168,7 +178,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
 
   /// Waits for the gradients of this step (or reduces them now) and returns them in
   /// the parameters' layouts. The argument's shards are moved into the result.
-  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>& grads) {
+  std::vector<tensor> operator()(std::vector<tensor>& grads) {
     if (grads.size() != params_.size())
       throw error("distributed_grad_reducer: " + std::to_string(grads.size()) + " gradients for " +
                   std::to_string(params_.size()) + " parameters");
@@ -186,13 +196,13 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
         b.req->wait();
         b.req.reset();
       }
-    std::vector<dist_tensor<T>> out;
+    std::vector<tensor> out;
     out.reserve(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i) out.push_back(finish(i, grads[i]));
     in_step_ = false;
     return out;
   }
-  std::vector<dist_tensor<T>> operator()(std::vector<dist_tensor<T>>&& grads) { return (*this)(grads); }
+  std::vector<tensor> operator()(std::vector<tensor>&& grads) { return (*this)(grads); }
 
   // ---- grad_listener ----------------------------------------------------------
 
@@ -200,7 +210,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     if (opt_.overlap) begin_step();
   }
 
-  void grad_ready(nn::parameter<T>& p, dist_tensor<T>& g, int nodes_left) override {
+  void grad_ready(nn::parameter<T, D>& p, tensor& g, int nodes_left) override {
     if (!opt_.overlap) return;  // operator() reduces everything
     const auto it = std::find(params_.begin(), params_.end(), &p);
     if (it == params_.end()) return;
@@ -220,6 +230,8 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     for (bucket& b : buckets_) b.ready = 0;
     started_ = 0;
   }
+
+  static constexpr bool on_host = std::is_same_v<D, cpu_device>;
 
   using request_t = std::remove_cvref_t<decltype(std::declval<C&>().iall_reduce(std::declval<std::span<T>>(),
                                                                                reduce_op::sum))>;
@@ -246,15 +258,15 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     // The open bucket of each group of ranks.
     std::vector<std::pair<std::vector<int>, std::size_t>> open;
     for (std::size_t k = params_.size(); k-- > 0;) {
-      nn::parameter<T>& p = *params_[k];
+      nn::parameter<T, D>& p = *params_[k];
       const layout& l = p.layout();
       if (l.has_partial())
         throw error("distributed_grad_reducer: parameter '" + p.name() + "' has a partial layout " + to_string(l));
       const axis_list axes = detail::replica_axis_list(l);
       std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
-      const std::size_t n = std::size_t(p.data().data().size());
+      const std::size_t n = std::size_t(p.data().local().size());
       auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
-      const bool alone = n * sizeof(T) >= opt_.alone_bytes;
+      const bool alone = !on_host || n * sizeof(T) >= opt_.alone_bytes;
       if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
         open.erase(it);
         it = open.end();
@@ -282,7 +294,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
 
   // True when g is p's layout made partial (sum) over exactly p's replica axes of size
   // more than one: then the sum over the bucket's group resolves it.
-  static bool on_plan(const nn::parameter<T>& p, const dist_tensor<T>& g) {
+  static bool on_plan(const nn::parameter<T, D>& p, const tensor& g) {
     const layout& pl = p.layout();
     const layout& gl = g.layout();
     if (!(gl.without_partial() == pl) || (gl.has_partial() && gl.op != reduce_op::sum)) return false;
@@ -295,7 +307,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
     return true;
   }
 
-  void deliver(std::size_t i, dist_tensor<T>& g, int nodes_left) {
+  void deliver(std::size_t i, tensor& g, int nodes_left) {
     param_state& s = state_[i];
     if (s.delivered)
       throw error("distributed_grad_reducer: the gradient of parameter '" + params_[i]->name() +
@@ -305,14 +317,16 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
                   to_string(g.global_shape()) + ", the parameter " + to_string(params_[i]->shape()));
     s.delivered = true;
     s.on_plan = on_plan(*params_[i], g);
-    s.data = g.data().data();
+    s.data = g.local().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
-      T* dst = b.buffer.data() + s.offset;
-      const std::size_t n = std::size_t(g.data().size());
-      if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
-      else std::fill(dst, dst + n, T(0));
+    if constexpr (on_host) {
+      if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
+        T* dst = b.buffer.data() + s.offset;
+        const std::size_t n = std::size_t(g.data().size());
+        if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
+        else std::fill(dst, dst + n, T(0));
+      }
     }
     if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
     progress();
@@ -346,38 +360,47 @@ class distributed_grad_reducer final : public nn::grad_listener<T> {
       }
   }
 
-  dist_tensor<T> finish(std::size_t i, dist_tensor<T>& g) {
-    nn::parameter<T>& p = *params_[i];
+  // Multiplies every element of the array by `factor` (the host loop, or D's kernel).
+  static void scale(typename tensor::array_type& a, T factor) {
+    if constexpr (on_host) {
+      for (T& v : std::span<T>(a.data(), a.size())) v *= factor;
+    } else {
+      kernels::backend<D>::scale(a, factor);
+    }
+  }
+
+  tensor finish(std::size_t i, tensor& g) {
+    nn::parameter<T, D>& p = *params_[i];
     const param_state& s = state_[i];
     const bucket& b = buckets_[s.bucket];
     const layout& pl = p.layout();
     T factor = T(1);
     if (!opt_.mean) factor = T(group_size(pl.dev, detail::replica_axis_list(pl)));
     if (!s.on_plan) {
-      dist_tensor<T> r = g.layout() == pl ? std::move(g) : redistribute(g, pl, *ctx_);
-      if (factor != T(1))
-        for (T& v : r.data()) v *= factor;
+      tensor r = g.layout() == pl ? std::move(g) : redistribute(g, pl, *ctx_);
+      if (factor != T(1)) scale(r.local(), factor);
       return r;
     }
-    T* dst = g.data().data();
+    T* dst = g.local().data();
     if (b.members.size() > 1 && b.comm) {
-      const T* src = b.buffer.data() + s.offset;
-      const std::size_t n = std::size_t(g.data().size());
-      if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
-      else
-        for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+      if constexpr (on_host) {  // packed buckets are the host's only
+        const T* src = b.buffer.data() + s.offset;
+        const std::size_t n = std::size_t(g.data().size());
+        if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
+        else
+          for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+      }
     } else if (b.comm) {
       if (dst != s.data)
         throw error("distributed_grad_reducer: the gradient of parameter '" + p.name() +
                     "' is not the one handed over during the step (a copy?); pass the step's gradients "
                     "themselves: grads = reducer(grads)");
-      if (factor != T(1))
-        for (T& v : g.data()) v *= factor;
+      if (factor != T(1)) scale(g.local(), factor);
     }
-    return dist_tensor<T>(pl, p.shape(), g.rank(), std::move(g.local()));
+    return tensor(pl, p.shape(), g.rank(), std::move(g.local()));
   }
 
-  std::vector<nn::parameter<T>*> params_;
+  std::vector<nn::parameter<T, D>*> params_;
   device_context<C>* ctx_;
   options opt_;
   bool planned_ = false;

@@ -1,0 +1,238 @@
+// nn/ and optim/ on the GPU: an MNIST-sized network (flatten, dense, ReLU, dropout,
+// dense, cross entropy) built from one seed on the host and on the GPU and trained the
+// same steps of SGD with momentum (optim::sgd over the parameters) on each.
+// Parameters are drawn on the host and copied, dropout's masks are drawn on the host,
+// so the two runs must agree to float rounding at every step: the losses, and every
+// parameter at the end. On 2 ranks the batch is split and the gradients' partial sums
+// go through MPI with staging in host memory.
+#define TESSERA_TEST_CUDA 1
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "device_under_test.hpp"
+
+namespace {
+
+using namespace tessera;
+
+template <class D>
+struct mlp : nn::module<float, D> {
+  nn::flatten<float, D> flatten;
+  nn::dense<float, D> fc1{784, 64};
+  nn::relu<float, D> act;
+  nn::dropout<float, D> drop{0.25};
+  nn::dense<float, D> fc2{64, 10, "normal", "zeros"};
+  void visit(nn::visitor<float, D>& v) override {
+    v.child("flatten", flatten);
+    v.child("fc1", fc1);
+    v.child("act", act);
+    v.child("drop", drop);
+    v.child("fc2", fc2);
+  }
+  template <class V>
+  V operator()(V x) {
+    return fc2(drop(act(fc1(flatten(x)))));
+  }
+};
+
+constexpr index_t batch = 32;
+
+// This rank's rows of step `s`'s images (batch, 28, 28), values in [0, 1).
+dist_tensor<float> images(int step, int p, int rank) {
+  dist_tensor<float> x(layout(mesh{p}, {{0}, {}, {}}), extents{batch, 28, 28}, rank);
+  x.fill_global([&](const auto& i) {
+    const std::uint64_t k = std::uint64_t((i[0] * 28 + i[1]) * 28 + i[2]);
+    return float(nn::random_stream(std::uint64_t(step) + 1).uniform01(k));
+  });
+  return x;
+}
+
+dist_tensor<std::int32_t> labels(int step, int p, int rank) {
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{batch}, rank);
+  y.fill_global([&](const auto& i) { return std::int32_t((i[0] * 7 + step * 3) % 10); });
+  return y;
+}
+
+template <class D>
+tensor_on<float, D> on(const dist_tensor<float>& x) {
+  if constexpr (std::is_same_v<D, cpu_device>) return x;
+  else return to_device(x);
+}
+
+// The global value of `x` on the host.
+template <class D, class C>
+xt::xarray<float> global_of(const tensor_on<float, D>& x, device_context<C>& ctx) {
+  const tensor_on<float, D> r = redistribute(x, layout::replicated(x.layout().dev, x.ndim()), ctx);
+  return storage<float, D>::to_host(r.local());
+}
+
+struct run_result {
+  std::vector<float> losses;
+  std::vector<xt::xarray<float>> params;
+};
+
+// `steps` steps of SGD (rate 0.1, momentum 0.9) on device D over communicator `comm`.
+template <class D, class C>
+run_result train_mlp(C& comm, int steps) {
+  device_context<C> ctx(comm);
+  const int p = ctx.size();
+  mlp<D> net;
+  net.build(ctx, 7);
+  const auto params = net.trainable_params();
+  optim::sgd<float, D> opt(params, 0.1f, 0.9f);
+  run_result out;
+  for (int s = 0; s < steps; ++s) {
+    autodiff::tape<float, C, D> tp(ctx);
+    for (std::size_t i = 0; i < params.size(); ++i) params[i]->expect_grad(tp.serial(), int(i));
+    const auto x = tp.leaf(on<D>(images(s, p, ctx.rank())), false);
+    const auto loss = nn::cross_entropy_loss<float, D>{}(net(x), labels(s, p, ctx.rank()));
+    out.losses.push_back(nn::detail::scalar_value(loss.value(), ctx));
+    tp.backward(loss);
+    // The gradients in the parameters' layouts: the partial sums over the ranks resolved.
+    std::vector<tensor_on<float, D>> grads;
+    for (nn::parameter<float, D>* q : params)
+      grads.push_back(tp.grad(autodiff::var<float, C, D>{&tp, q->leaf_id(tp.serial())}));
+    opt(grads);
+    for (nn::parameter<float, D>* q : params) q->unbind();
+  }
+  for (nn::parameter<float, D>* q : params) out.params.push_back(global_of<D>(q->data(), ctx));
+  return out;
+}
+
+// The same training through train/: value_and_grad over the parameters, the
+// distributed_grad_reducer (buckets started during the backward pass) and the
+// optimizer's step over the parameters, as examples/mnist_data_parallel runs it.
+template <class D, class C>
+run_result train_with_reducer(C& comm, int steps) {
+  device_context<C> ctx(comm);
+  const int p = ctx.size();
+  mlp<D> net;
+  net.build(ctx, 7);
+  nn::cross_entropy_loss<float, D> loss_fn;
+  optim::sgd<float, D> opt(net.trainable_params(), 0.1f, 0.9f);
+  auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
+  auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
+  train::distributed_grad_reducer grad_reducer(opt.parameters(), ctx);
+  static_assert(std::is_same_v<decltype(grad_reducer), train::distributed_grad_reducer<float, C, D>>);
+  run_result out;
+  for (int s = 0; s < steps; ++s) {
+    const tensor_on<float, D> x = on<D>(images(s, p, ctx.rank()));
+    auto [loss, grads] = grad_fn(x, labels(s, p, ctx.rank()));
+    grads = grad_reducer(grads);
+    opt(grads);
+    out.losses.push_back(train::scalar(loss, ctx));
+  }
+  for (nn::parameter<float, D>* q : net.trainable_params()) out.params.push_back(global_of<D>(q->data(), ctx));
+  return out;
+}
+
+bool close(const xt::xarray<float>& a, const xt::xarray<float>& b, double tol) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(std::abs(double(a.data()[i]) - double(b.data()[i])) <= tol * (1 + std::abs(double(b.data()[i])))))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("nn on the GPU: an MLP trained on the device follows the host run") {
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  const int steps = 5;
+  const run_result h = train_mlp<cpu_device>(host, steps);
+  const run_result g = train_mlp<cuda_device>(dev, steps);
+  REQUIRE(g.losses.size() == h.losses.size());
+  for (std::size_t s = 0; s < h.losses.size(); ++s) {
+    INFO("step " << s << ": host loss " << h.losses[s] << ", GPU loss " << g.losses[s]);
+    CHECK(std::abs(double(g.losses[s]) - double(h.losses[s])) <= 1e-4 * (1 + std::abs(double(h.losses[s]))));
+  }
+  // Training moved the parameters (the comparison below is not of untouched values).
+  CHECK(h.losses.back() != h.losses.front());
+  REQUIRE(g.params.size() == h.params.size());
+  for (std::size_t i = 0; i < h.params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(close(g.params[i], h.params[i], 1e-4));
+  }
+}
+
+TEST_CASE("train on the GPU: value_and_grad, the gradient reducer and SGD follow the host run") {
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  const int steps = 5;
+  const run_result h = train_with_reducer<cpu_device>(host, steps);
+  const run_result g = train_with_reducer<cuda_device>(dev, steps);
+  // The host run through train/ is the host run of the tape loop above.
+  const run_result t = train_mlp<cpu_device>(host, steps);
+  REQUIRE(g.losses.size() == h.losses.size());
+  for (std::size_t s = 0; s < h.losses.size(); ++s) {
+    INFO("step " << s << ": host loss " << h.losses[s] << ", GPU loss " << g.losses[s]);
+    CHECK(std::abs(double(g.losses[s]) - double(h.losses[s])) <= 1e-4 * (1 + std::abs(double(h.losses[s]))));
+    CHECK(std::abs(double(t.losses[s]) - double(h.losses[s])) <= 1e-5 * (1 + std::abs(double(h.losses[s]))));
+  }
+  REQUIRE(g.params.size() == h.params.size());
+  for (std::size_t i = 0; i < h.params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(close(g.params[i], h.params[i], 1e-4));
+  }
+}
+
+TEST_CASE("nn on the GPU: parameters are drawn on the host and copied") {
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  device_context<mpi_communicator> hc(host);
+  device_context<testing::test_comm> dc(dev);
+  mlp<cpu_device> a;
+  mlp<cuda_device> b;
+  a.build(hc, 3);
+  b.build(dc, 3);
+  const auto pa = a.named_parameters();
+  const auto pb = b.named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    CHECK(pa[i].first == pb[i].first);
+    const xt::xarray<float> ha = pa[i].second->data().local();
+    const xt::xarray<float> hb = storage<float, cuda_device>::to_host(pb[i].second->data().local());
+    REQUIRE(ha.size() == hb.size());
+    bool same = true;
+    for (std::size_t k = 0; k < ha.size(); ++k) same = same && ha.data()[k] == hb.data()[k];
+    CHECK(same);
+  }
+}
+
+TEST_CASE("nn on the GPU: dropout drops what the host drops") {
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  device_context<mpi_communicator> hc(host);
+  device_context<testing::test_comm> dc(dev);
+  const int p = hc.size();
+  nn::dropout<float, cpu_device> a(0.5);
+  nn::dropout<float, cuda_device> b(0.5);
+  a.named("drop", 11);
+  b.named("drop", 11);
+  const dist_tensor<float> x = images(0, p, hc.rank());
+  autodiff::tape<float, mpi_communicator, cpu_device> ta(hc);
+  autodiff::tape<float, testing::test_comm, cuda_device> tb(dc);
+  const auto va = ta.leaf(x, true);
+  const auto vb = tb.leaf(to_device(x), true);
+  const auto ya = a(va);
+  const auto yb = b(vb);
+  const xt::xarray<float> ha = ya.value().local();
+  const xt::xarray<float> hb = storage<float, cuda_device>::to_host(yb.value().local());
+  REQUIRE(ha.size() == hb.size());
+  std::size_t zeros = 0;
+  bool same = true;
+  for (std::size_t k = 0; k < ha.size(); ++k) {
+    same = same && ha.data()[k] == hb.data()[k];
+    zeros += ha.data()[k] == 0.0f;
+  }
+  CHECK(same);
+  CHECK(zeros > 0);
+  CHECK(zeros < ha.size());
+}
