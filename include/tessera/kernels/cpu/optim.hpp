@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <tessera/core/error.hpp>
+#include <tessera/kernels/optim_step.hpp>
 
 namespace tessera::kernels::cpu {
 
@@ -52,7 +53,7 @@ void sgd_momentum_update(std::span<T> p, std::span<const T> g, std::span<T> buf,
   T* __restrict pp = p.data();
   const T* __restrict pg = g.data();
   T* __restrict pb = buf.data();
-  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
+  const auto [keep, take] = sgd_momentum_step_for(momentum, dampening, first_step);
   for (std::size_t i = 0; i < n; ++i) {
     const T d = pg[i] + weight_decay * pp[i];
     const T b = keep * pb[i] + take * d;
@@ -95,13 +96,7 @@ void adam_update(std::span<T> p, std::span<const T> g, std::span<T> m, std::span
   detail::optim_check("adam_update", "the gradient", g, p.size());
   detail::optim_check("adam_update", "the first moment", m, p.size());
   detail::optim_check("adam_update", "the second moment", v, p.size());
-  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
-  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
-  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
-  const T step = lr / bc1;
-  const T inv_bc2 = T(1) / bc2_sqrt;
-  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
-  const T l2 = decoupled ? T(0) : weight_decay;
+  const auto [step, inv_bc2, shrink, l2] = adam_step_for(lr, beta1, beta2, weight_decay, decoupled, t);
   const std::size_t n = p.size();
   T* __restrict pp = p.data();
   const T* __restrict pg = g.data();

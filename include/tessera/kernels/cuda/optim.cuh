@@ -13,6 +13,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/cuda/device_array.hpp>
 #include <tessera/cuda/launch.cuh>
+#include <tessera/kernels/optim_step.hpp>
 
 namespace tessera::kernels::cuda {
 
@@ -107,7 +108,7 @@ void sgd_momentum_update(device_array<T>& param, const device_array<T>& grad, de
   detail::require_size("sgd_momentum_update", "the momentum buffer", buf, param.size());
   const std::int64_t n = std::int64_t(param.size());
   if (n == 0) return;
-  const T keep = first_step ? T(0) : momentum, take = first_step ? T(1) : T(1) - dampening;
+  const auto [keep, take] = sgd_momentum_step_for(momentum, dampening, first_step);
   detail::sgd_momentum_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0,
                                 tessera::cuda::stream()>>>(param.data(), grad.data(), buf.data(), n, lr, momentum,
                                                            keep, take, weight_decay, nesterov);
@@ -122,13 +123,7 @@ void adam_update(device_array<T>& param, const device_array<T>& grad, device_arr
   detail::require_size("adam_update", "the gradient", grad, param.size());
   detail::require_size("adam_update", "the first moment", m, param.size());
   detail::require_size("adam_update", "the second moment", v, param.size());
-  if (t < 1) throw error("adam_update: the step t counts from 1, got " + std::to_string(t));
-  const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
-  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
-  const T step = lr / bc1;
-  const T inv_bc2 = T(1) / bc2_sqrt;
-  const T shrink = decoupled ? T(1) - lr * weight_decay : T(1);
-  const T l2 = decoupled ? T(0) : weight_decay;
+  const auto [step, inv_bc2, shrink, l2] = adam_step_for(lr, beta1, beta2, weight_decay, decoupled, t);
   const std::int64_t n = std::int64_t(param.size());
   if (n == 0) return;
   detail::adam_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
