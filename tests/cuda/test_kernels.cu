@@ -256,6 +256,18 @@ TEST_CASE("momentum update equals the host's to float rounding (the GPU fuses mu
   kc::momentum_update(pd, ad, dev(g), 0.2f, 0.9f);
   CHECK(near(host(pd), ph, 1e-6f));
   CHECK(near(host(ad), ah, 1e-6f));
+  // With weight decay and Nesterov's variant, on the vector path and an unaligned tail.
+  for (const bool nesterov : {false, true}) {
+    xt::xarray<float> pw = p, aw = a;
+    kernels::backend<cpu_device>::momentum_update(pw, aw, g, 0.2f, 0.9f, 0.01f, nesterov);
+    darray pdw = dev(p), adw = dev(a);
+    kernels::backend<cuda_device>::momentum_update(pdw, adw, dev(g), 0.2f, 0.9f, 0.01f, nesterov);
+    CHECK(near(host(pdw), pw, 1e-6f));
+    CHECK(near(host(adw), aw, 1e-6f));
+  }
+  darray short_grad = dev(xt::xarray<float>(xt::zeros<float>({1000})));
+  CHECK_THROWS_WITH(kc::momentum_update(pd, ad, short_grad, 0.2f, 0.9f),
+                    "momentum_update: the gradient has 1000 elements, the parameter 1001");
 }
 
 TEST_CASE("the caching allocator reuses freed blocks") {

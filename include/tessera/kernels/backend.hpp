@@ -38,7 +38,8 @@ namespace tessera::kernels {
 ///     argmax_resolve(index, best, top) in place
 ///   one_hot<T>(indices, depth, first, local_depth, on, off) (this rank's piece of the
 ///     depth); convert<To>(x) (element type conversion)
-///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum),
+///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum,
+///     weight_decay, nesterov),
 ///     sgd_update(param, grad, lr, weight_decay), sgd_momentum_update(param, grad, buf, lr,
 ///     momentum, dampening, weight_decay, nesterov, first_step), adam_update(param, grad,
 ///     m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t) (kernels/cpu/optim.hpp's

@@ -29,7 +29,8 @@ namespace tessera::optim {
 ///     opt(grads);
 ///
 /// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
-/// opt.step(params, grads)`.
+/// opt.step(params, grads)`. On a device (D = cuda_device) the update is one fused
+/// kernel with the same arithmetic, weight decay and Nesterov included.
 template <class T, class D = cpu_device>
 class momentum : public optimizer<T, D> {
  public:
@@ -71,7 +72,8 @@ class momentum : public optimizer<T, D> {
                                       std::span<T>(tensor_accum_[i].data(), tensor_accum_[i].size()), lr, mu_,
                                       this->weight_decay_, nesterov_);
       } else {
-        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_);
+        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_,
+                                             this->weight_decay_, nesterov_);
       }
     }
     ++this->step_;
@@ -82,13 +84,10 @@ class momentum : public optimizer<T, D> {
     this->ensure_state(accum_);
     kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
-  // The device's kernel has neither weight decay nor Nesterov's variant: those are refused.
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
-    if (this->weight_decay_ != T(0) || nesterov_)
-      throw error("momentum: weight decay and nesterov are not implemented on device " + std::string(D::name));
     this->ensure_device_state(param_accum_);
-    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_);
+    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
   }
 
  private:

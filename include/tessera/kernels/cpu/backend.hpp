@@ -202,16 +202,14 @@ struct backend<cpu_device> {
   }
 
   // ---- optimizer updates ----
-  /// accum = momentum * accum + grad; param -= lr * accum (MindSpore's Momentum).
+  /// MindSpore's Momentum, kernels/cpu/optim.hpp's momentum_update: d = grad +
+  /// weight_decay * param; accum = momentum * accum + d; param -= lr * (nesterov ?
+  /// d + momentum * accum : accum).
   template <class T>
-  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum) {
-    T* p = param.data();
-    T* a = accum.data();
-    const T* g = grad.data();
-    for (std::size_t i = 0; i < param.size(); ++i) {
-      a[i] = momentum * a[i] + g[i];
-      p[i] -= lr * a[i];
-    }
+  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum,
+                              T weight_decay = T(0), bool nesterov = false) {
+    cpu::momentum_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()),
+                         std::span<T>(accum.data(), accum.size()), lr, momentum, weight_decay, nesterov);
   }
   /// p -= lr * (g + weight_decay * p) (kernels/cpu/optim.hpp's sgd_update).
   template <class T>

@@ -198,8 +198,9 @@ struct backend<cuda_device> {
 
   // ---- optimizer updates ----
   template <class T>
-  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum) {
-    cuda::momentum_update(param, accum, grad, lr, momentum);
+  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum,
+                              T weight_decay = T(0), bool nesterov = false) {
+    cuda::momentum_update(param, accum, grad, lr, momentum, weight_decay, nesterov);
   }
   template <class T>
   static void sgd_update(array<T>& param, const array<T>& grad, T lr, T weight_decay) {
