@@ -270,6 +270,38 @@ TEST_CASE("momentum update equals the host's to float rounding (the GPU fuses mu
                     "momentum_update: the gradient has 1000 elements, the parameter 1001");
 }
 
+TEST_CASE("fused maps: one kernel with the host's functors, values as the host's") {
+  namespace fz = kernels::fused;
+  using KD = kernels::backend<cuda_device>;
+  using KH = kernels::backend<cpu_device>;
+  // 1001 columns: the row kernel without vectors; 1024: with them. 4099 elements: a tail.
+  for (const auto& shape : {shape_of({3, 1001}), shape_of({5, 1024}), shape_of({4099})}) {
+    CAPTURE(shape.size());
+    const xt::xarray<float> dy = host_array(shape, 60, false), a = host_array(shape, 61, false),
+                            b = host_array(shape, 62, false, 0.5f, 2.0f);
+    CHECK(near(host(KD::fused_map<float>("t", fz::div_grad_divisor{}, dev(dy), dev(a), dev(b))),
+               KH::fused_map<float>("t", fz::div_grad_divisor{}, dy, a, b), 1e-6f));
+    CHECK(near(host(KD::fused_map<float>("t", fz::exp_grad{}, dev(dy), dev(a))),
+               KH::fused_map<float>("t", fz::exp_grad{}, dy, a), 1e-6f));
+    CHECK(near(host(KD::fused_map<float>("t", fz::act_grad<fz::activation::sigmoid>{}, dev(dy), dev(b))),
+               KH::fused_map<float>("t", fz::act_grad<fz::activation::sigmoid>{}, dy, b), 1e-6f));
+    CHECK(near(host(KD::fused_map<float>("t", fz::act_value<fz::activation::tanh>{}, dev(a))),
+               KH::fused_map<float>("t", fz::act_value<fz::activation::tanh>{}, a), 1e-6f));
+    const xt::xarray<float> bias = host_array(shape_of({shape.back()}), 63, false);
+    CHECK(near(host(KD::fused_bias_map<float>("t", dev(a), dev(bias), fz::bias_act<fz::activation::relu>{})),
+               KH::fused_bias_map<float>("t", a, bias, fz::bias_act<fz::activation::relu>{}), 1e-6f));
+    CHECK(near(host(KD::fused_bias_map<float>("t", dev(a), dev(bias), fz::bias_act<fz::activation::sigmoid>{})),
+               KH::fused_bias_map<float>("t", a, bias, fz::bias_act<fz::activation::sigmoid>{}), 1e-6f));
+    CHECK(same_values(host(KD::bias_add<float>(dev(a), dev(bias))), KH::bias_add<float>(a, bias)));
+  }
+  CHECK_THROWS_WITH(KD::fused_map<float>("div_backward", fz::div_grad_divisor{}, dev(host_array(shape_of({3, 5}), 1)),
+                                         dev(host_array(shape_of({3, 5}), 2)), dev(host_array(shape_of({5}), 3))),
+                    "div_backward: shapes differ: operand 0 is (3, 5), operand 2 is (5,)");
+  CHECK_THROWS_WITH(KD::fused_bias_map<float>("dense", dev(host_array(shape_of({5, 4}), 1)),
+                                              dev(host_array(shape_of({3}), 2)), fz::bias_act<fz::activation::relu>{}),
+                    "dense: bias is (3,), expected (4,) for x (5, 4)");
+}
+
 TEST_CASE("the caching allocator reuses freed blocks") {
   cuda::caching_allocator& al = cuda::allocator();
   { darray warm(shape_of({1 << 20})); }

@@ -1,11 +1,15 @@
 // Tests of kernels/cpu/elementwise.hpp: broadcasting arithmetic against a naive
 // multi-index loop, reduce_to_shape as the backward of every broadcast (finite
-// differences), the unary maps, relu_grad and bias_add.
+// differences), the unary maps, relu_grad, bias_add, and the fused maps with
+// kernels/fused.hpp's functors (equal to their unfused chains; the activations'
+// gradients against finite differences).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <functional>
+#include <type_traits>
 #include <tessera/kernels/cpu/elementwise.hpp>
+#include <tessera/kernels/fused.hpp>
 
 #include "finite_difference.hpp"
 
@@ -225,4 +229,54 @@ TEST_CASE("bias_add adds along the last dim; bias_add_grad_bias sums the rest") 
         "bias_add: x must have at least one dim, x is ()");
   CHECK(thrown([] { cpu::bias_add_grad_bias(array(1.0)); }) ==
         "bias_add_grad_bias: dy must have at least one dim, dy is ()");
+}
+
+TEST_CASE("fused_map runs a chain in one pass with the chain's values; shapes must agree") {
+  namespace fz = tessera::kernels::fused;
+  const array dy = random_array({3, 5}, 30), a = random_array({3, 5}, 31), b = random_away_from_zero({3, 5}, 32);
+  // Div's divisor gradient and Exp's gradient equal their unfused chains exactly.
+  CHECK(cpu::fused_map("t", fz::div_grad_divisor{}, dy, a, b) == cpu::neg(cpu::div(cpu::mul(dy, a), cpu::mul(b, b))));
+  CHECK(cpu::fused_map("t", fz::exp_grad{}, dy, a) == cpu::mul(dy, cpu::exp(a)));
+  // A unary map, and a 0-D array.
+  CHECK(cpu::fused_map("t", fz::act_value<fz::activation::relu>{}, a) == cpu::relu(a));
+  CHECK(cpu::fused_map("t", [](double v) { return 2 * v; }, array(1.5)) == array(3.0));
+  CHECK(thrown([&] { cpu::fused_map("div_backward", fz::div_grad_divisor{}, dy, a, random_array({5}, 1)); }) ==
+        "div_backward: shapes differ: operand 0 is (3, 5), operand 2 is (5,)");
+}
+
+TEST_CASE("the activations: values, gradients from the output against finite differences") {
+  namespace fz = tessera::kernels::fused;
+  const array x = random_array({4, 6}, 40, -3.0, 3.0);
+  auto check = [&](auto A, double (*f)(double)) {
+    using act = fz::act<decltype(A)::value>;
+    CAPTURE(fz::name(decltype(A)::value));
+    auto value = [](const array& v) { return cpu::fused_map("value", fz::act_value<decltype(A)::value>{}, v); };
+    const array y = value(x);
+    for (std::size_t i = 0; i < x.size(); ++i) CHECK(y.data()[i] == doctest::Approx(f(x.data()[i])).epsilon(1e-15));
+    CHECK(act{}.value(0.5) == doctest::Approx(f(0.5)).epsilon(1e-15));
+    CHECK(gradient_error(value,
+                         [&](const array& dy, const array& v) {
+                           return cpu::fused_map("grad", fz::act_grad<decltype(A)::value>{}, dy, value(v));
+                         },
+                         random_away_from_zero({4, 6}, 41)) < 1e-6);
+  };
+  using fz::activation;
+  check(std::integral_constant<activation, activation::none>{}, [](double v) { return v; });
+  check(std::integral_constant<activation, activation::relu>{}, [](double v) { return v > 0 ? v : 0.0; });
+  check(std::integral_constant<activation, activation::sigmoid>{}, [](double v) { return 1 / (1 + std::exp(-v)); });
+  check(std::integral_constant<activation, activation::tanh>{}, [](double v) { return std::tanh(v); });
+}
+
+TEST_CASE("fused_bias_map: the bias and an activation in one pass over x's storage") {
+  namespace fz = tessera::kernels::fused;
+  const array x = random_array({5, 4}, 50), bias = random_array({4}, 51);
+  array moved = x;
+  const double* storage = moved.data();
+  const array y = cpu::fused_bias_map("dense", std::move(moved), bias, fz::bias_act<fz::activation::tanh>{});
+  CHECK(y.data() == storage);  // written in place
+  const array want = cpu::fused_map("t", fz::act_value<fz::activation::tanh>{}, cpu::bias_add(x, bias));
+  CHECK(y == want);
+  CHECK(cpu::fused_bias_map("t", x, bias, fz::bias_act<fz::activation::none>{}) == cpu::bias_add(x, bias));
+  CHECK(thrown([&] { cpu::fused_bias_map("dense", x, random_array({3}, 1), fz::bias_act<fz::activation::relu>{}); }) ==
+        "dense: bias is (3,), expected (4,) for x (5, 4)");
 }

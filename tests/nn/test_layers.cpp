@@ -1,7 +1,8 @@
 // Tests of nn/layers.hpp under mpiexec (1, 2 and 4 ranks): Dense's output and its
 // weight, bias and input gradients equal hand-computed ones (plain loops on the global
 // arrays) and central finite differences, data parallel and under model-parallel
-// strategies (the output features split; the contraction split, through ops::); ReLU
+// strategies (the output features split; the contraction split, through ops::), with
+// and without its fused activation (ReLU, Sigmoid, Tanh); the Sigmoid and Tanh layers; ReLU
 // and Flatten in a network; Dropout's mask (its rate and scale, the identity in eval
 // mode, the same on every rank for replicated data, the one-rank mask's pieces for
 // split data; the factors a device multiplies by equal the host's mask); Sequential's
@@ -32,13 +33,32 @@ constexpr std::size_t B = 8, IN = 6, OUT = 4;
 
 std::vector<double> flat(const arr& a) { return std::vector<double>(a.begin(), a.end()); }
 
-// y = x w^T + b, and for loss = mean((y - t)^2): dy = 2 (y - t) / (B OUT), dw = dy^T x,
-// db = column sums of dy, dx = dy w.
+// The activation's value and its derivative at z, by the textbook formulas.
+double act_value(nn::activation a, double z) {
+  switch (a) {
+    case nn::activation::relu: return z > 0 ? z : 0;
+    case nn::activation::sigmoid: return 1 / (1 + std::exp(-z));
+    case nn::activation::tanh: return std::tanh(z);
+    default: return z;
+  }
+}
+double act_slope(nn::activation a, double z) {
+  switch (a) {
+    case nn::activation::relu: return z > 0 ? 1 : 0;
+    case nn::activation::sigmoid: return act_value(a, z) * (1 - act_value(a, z));
+    case nn::activation::tanh: return 1 - std::tanh(z) * std::tanh(z);
+    default: return 1;
+  }
+}
+
+// y = act(x w^T + b), and for loss = mean((y - t)^2): dy = 2 (y - t) / (B OUT),
+// dz = dy act'(z), dw = dz^T x, db = column sums of dz, dx = dz w.
 struct dense_reference {
   arr y, dw, db, dx;
   double loss = 0;
-  dense_reference(const arr& x, const arr& w, const arr& b, const arr& t) {
+  dense_reference(const arr& x, const arr& w, const arr& b, const arr& t, nn::activation act = nn::activation::none) {
     y = arr::from_shape({B, OUT});
+    arr z = arr::from_shape({B, OUT});
     dw = xt::zeros<double>({OUT, IN});
     db = xt::zeros<double>({OUT});
     dx = xt::zeros<double>({B, IN});
@@ -46,16 +66,17 @@ struct dense_reference {
       for (std::size_t o = 0; o < OUT; ++o) {
         double s = b(o);
         for (std::size_t k = 0; k < IN; ++k) s += x(i, k) * w(o, k);
-        y(i, o) = s;
-        loss += (s - t(i, o)) * (s - t(i, o)) / double(B * OUT);
+        z(i, o) = s;
+        y(i, o) = act_value(act, s);
+        loss += (y(i, o) - t(i, o)) * (y(i, o) - t(i, o)) / double(B * OUT);
       }
     for (std::size_t i = 0; i < B; ++i)
       for (std::size_t o = 0; o < OUT; ++o) {
-        const double dy = 2 * (y(i, o) - t(i, o)) / double(B * OUT);
-        db(o) += dy;
+        const double dz = 2 * (y(i, o) - t(i, o)) / double(B * OUT) * act_slope(act, z(i, o));
+        db(o) += dz;
         for (std::size_t k = 0; k < IN; ++k) {
-          dw(o, k) += dy * x(i, k);
-          dx(i, k) += dy * w(o, k);
+          dw(o, k) += dz * x(i, k);
+          dx(i, k) += dz * w(o, k);
         }
       }
   }
@@ -80,7 +101,7 @@ dense_run run_dense(nn::dense<double>& fc, const arr& x, const arr& t, ctx_t& ct
   r.loss = gather(loss.value(), ctx)();
   r.y = gather(y.value(), ctx);
   r.dw = gather(tp.grad({&tp, fc.weight.leaf_id(tp.serial())}), ctx);
-  r.db = gather(tp.grad({&tp, fc.bias.leaf_id(tp.serial())}), ctx);
+  if (fc.has_bias()) r.db = gather(tp.grad({&tp, fc.bias.leaf_id(tp.serial())}), ctx);
   r.dx = gather(tp.grad(xv), ctx);
   fc.weight.unbind();
   fc.bias.unbind();
@@ -127,6 +148,70 @@ TEST_CASE("dense: output and gradients equal the hand-computed ones, data parall
       CHECK(close(r.dx, ref.dx, 1e-12));
     }
   }
+}
+
+TEST_CASE("dense with a fused activation: output and gradients equal the hand-computed ones, every strategy") {
+  mpi_communicator world = mpi_communicator::world();
+  ctx_t ctx(world);
+  const int p = world.size();
+  const arr x = pattern<double>({B, IN}, 1), w = pattern<double>({OUT, IN}, 2), b = pattern<double>({OUT}, 3),
+            t = pattern<double>({B, OUT}, 4);
+  std::vector<strategy> strategies{strategy{}};
+  if (p > 1) {
+    strategies.push_back(strategy{{1, 1}, {p, 1}});
+    strategies.push_back(strategy{{1, 2}, {p / 2, 2}});  // the contraction split: ops::, then the activation
+  }
+  for (const nn::activation act : {nn::activation::relu, nn::activation::sigmoid, nn::activation::tanh}) {
+    CAPTURE(std::string(kernels::fused::name(act)));
+    const dense_reference ref(x, w, b, t, act);
+    for (const bool has_bias : {true, false}) {
+      CAPTURE(has_bias);
+      const dense_reference ref_nb(x, w, xt::zeros<double>({OUT}), t, act);
+      const dense_reference& want = has_bias ? ref : ref_nb;
+      for (const strategy& st : strategies) {
+        CAPTURE(to_string(st));
+        nn::dense<double> fc(IN, OUT, nn::initializer::values(flat(w)), nn::initializer::values(flat(b)), has_bias,
+                             act);
+        CHECK(fc.act() == act);
+        if (st.n) fc.shard(st);
+        fc.build(ctx);
+        const dense_run r = run_dense(fc, x, t, ctx, layout(mesh{p}, {{0}, {}}));
+        CHECK(r.loss == doctest::Approx(want.loss).epsilon(1e-12));
+        CHECK(close(r.y, want.y, 1e-12));
+        CHECK(close(r.dw, want.dw, 1e-12));
+        if (has_bias) CHECK(close(r.db, want.db, 1e-12));
+        CHECK(close(r.dx, want.dx, 1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("sigmoid and tanh layers: the values and gradients of the formulas, in the input's layout") {
+  mpi_communicator world = mpi_communicator::world();
+  ctx_t ctx(world);
+  const int p = world.size();
+  const arr x = pattern<double>({B, OUT}, 8);
+  auto run = [&](auto& layer, nn::activation act) {
+    CAPTURE(std::string(kernels::fused::name(act)));
+    tape_t tp(ctx);
+    const layout xl(mesh{p}, {{0}, {}});
+    const auto xv = tp.leaf(shard_of(x, xl, ctx.rank()), true);
+    const auto y = layer(xv);
+    CHECK(y.value().layout() == xl);
+    nn::mse_loss<double> mse;
+    const arr t = xt::zeros<double>({B, OUT});
+    tp.backward(mse(y, shard_of(t, xl, ctx.rank())));
+    const arr gy = gather(y.value(), ctx), gdx = gather(tp.grad(xv), ctx);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double v = act_value(act, x.data()[i]);
+      CHECK(gy.data()[i] == doctest::Approx(v).epsilon(1e-15));
+      CHECK(gdx.data()[i] == doctest::Approx(2 * v / double(B * OUT) * act_slope(act, x.data()[i])).epsilon(1e-12));
+    }
+  };
+  nn::sigmoid<double> sig;
+  nn::tanh<double> th;
+  run(sig, nn::activation::sigmoid);
+  run(th, nn::activation::tanh);
 }
 
 TEST_CASE("dense: gradients equal central finite differences of the loss") {

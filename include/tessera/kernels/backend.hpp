@@ -4,6 +4,7 @@
 // its own header (kernels/cpu/backend.hpp, kernels/cuda/backend.cuh).
 #pragma once
 
+#include <tessera/kernels/fused.hpp>
 #include <tessera/tensor/device.hpp>
 
 namespace tessera::kernels {
@@ -15,6 +16,10 @@ namespace tessera::kernels {
 ///   element-wise (NumPy broadcasting): add sub mul div (a, b); relu exp log neg (x);
 ///     relu_grad(dy, x); bias_add(x, bias); reduce_to_shape(g, shape) (a broadcast's
 ///     backward); scale(x, s) and add_to(dst, src) in place
+///   fused chains (kernels/fused.hpp's functors, callable on every device):
+///     fused_map(fn, f, x0, xs...) (one pass over arrays of one shape),
+///     fused_bias_map(fn, x, bias, f) (f(x, bias) with the bias repeated along the rows,
+///     in x's storage when x is an rvalue)
 ///   matrix products: matmul(a, b, ta, tb), matmul_grad_a(dc, a, b, ta, tb),
 ///     matmul_grad_b(dc, a, b, ta, tb)
 ///   reductions over `axes` (non-negative, ascending): reduce_sum(x, axes, keep),

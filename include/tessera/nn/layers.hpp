@@ -1,5 +1,5 @@
-// The layers: Dense (MindSpore's nn.Dense), ReLU, Flatten, Dropout and
-// SequentialCell. Each forward pass runs on tape values (autodiff::var), so
+// The layers: Dense (MindSpore's nn.Dense, with its activation fused into the
+// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each forward pass runs on tape values (autodiff::var), so
 // value_and_grad differentiates a network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
 // and the element-wise layers keep their input's layout, all on local shards without
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,12 +25,17 @@
 #include <tessera/core/geometry.hpp>
 #include <tessera/kernels/cpu/elementwise.hpp>
 #include <tessera/kernels/cpu/matmul.hpp>
+#include <tessera/kernels/fused.hpp>
 #include <tessera/nn/init.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
 
 namespace tessera::nn {
+
+/// The activations nn::dense fuses (MindSpore's Dense(..., activation='relu')): none,
+/// relu, sigmoid, tanh (kernels/fused.hpp).
+using activation = kernels::fused::activation;
 
 namespace detail {
 
@@ -88,6 +94,46 @@ xt::xarray<T> dropout_factors(const layout& l, const extents& g, int rank, T sca
   return m;
 }
 
+/// f(std::integral_constant<activation, a>{}) for the run-time activation a: the
+/// fused kernels take the activation as a type.
+template <class F>
+decltype(auto) with_activation(kernels::fused::activation a, F&& f) {
+  using kernels::fused::activation;
+  switch (a) {
+    case activation::relu: return f(std::integral_constant<activation, activation::relu>{});
+    case activation::sigmoid: return f(std::integral_constant<activation, activation::sigmoid>{});
+    case activation::tanh: return f(std::integral_constant<activation, activation::tanh>{});
+    default: return f(std::integral_constant<activation, activation::none>{});
+  }
+}
+
+/// act(x) on x's shards, in x's layout (partial sums resolved first), one fused pass;
+/// the backward is one pass too, dy * act'(x) from the output.
+template <class T, class C, class D>
+autodiff::var<T, C, D> activate(autodiff::var<T, C, D> x, kernels::fused::activation a, const char* fn) {
+  using K = kernels::backend<D>;
+  x = resolved(x);
+  autodiff::tape<T, C, D>& t = *x.t;
+  const tensor_on<T, D>& xv = x.value();
+  auto y = with_activation(a, [&](auto A) {
+    return K::template fused_map<T>(fn, kernels::fused::act_value<A.value>{}, xv.local());
+  });
+  auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
+  const autodiff::var<T, C, D> out = t.record(
+      tensor_on<T, D>(xv.layout(), xv.global_shape(), xv.rank(), std::move(y)),
+      [ix = x.id, self, a, fn](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+        const tensor_on<T, D>& yv = tp.value(*self);
+        const laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
+        auto dx = with_activation(a, [&](auto A) {
+          return K::template fused_map<T>(fn, kernels::fused::act_grad<A.value>{}, dy->local(), yv.local());
+        });
+        tp.add_grad(ix, tensor_on<T, D>(yv.layout(), yv.global_shape(), yv.rank(), std::move(dx)));
+      },
+      t.requires_grad(x.id));
+  *self = out.id;
+  return out;
+}
+
 template <class... M>
 struct first_module {
   using type = void;
@@ -101,11 +147,13 @@ struct first_module<M, Rest...> {
 
 // ---- Dense ---------------------------------------------------------------------------
 
-/// MindSpore's nn.Dense: y = x weight^T + bias, x (batch, in_channels), weight
-/// (out_channels, in_channels), bias (out_channels,).
+/// MindSpore's nn.Dense: y = act(x weight^T + bias), x (batch, in_channels), weight
+/// (out_channels, in_channels), bias (out_channels,), act none (the default), relu,
+/// sigmoid or tanh.
 ///
 ///     nn::dense<float> fc(784, 512, "normal", "zeros");   // the seed's layer
 ///     fc.shard(strategy{{2, 1}, {4, 1}});                  // optional: MatMul's strategy
+///     nn::dense<float> hidden(784, 512, {}, {}, true, nn::activation::relu);
 ///
 /// Defaults as MindSpore's (and PyTorch's Linear): weight he_uniform(sqrt 5), i.e.
 /// U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in), 1/sqrt(in)).
@@ -115,20 +163,24 @@ struct first_module<M, Rest...> {
 /// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
 /// weight and bias replicated, and the weight's and bias's gradients partial sums over
 /// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
-/// run fused on local shards; otherwise through ops::matmul and ops::bias_add. On a
-/// device other than the host (D = cuda_device) the fused path runs D's kernels
-/// (cuBLAS, the bias-add and column-sum kernels) on the same layouts.
+/// run fused on local shards, the bias and the activation as one pass over the product
+/// (and the activation's backward as one pass over the output gradient); otherwise
+/// through ops::matmul and ops::bias_add, then the activation in one pass. On a device
+/// other than the host (D = cuda_device) the fused path runs D's kernels (cuBLAS, the
+/// fused row-broadcast map and the column-sum kernel) on the same layouts.
 template <class T = float, class D = cpu_device>
 class dense : public module<T, D> {
   index_t in_, out_;
   bool has_bias_;
+  activation act_;
 
  public:
   dense(index_t in_channels, index_t out_channels, std::optional<initializer> weight_init = {},
-        std::optional<initializer> bias_init = {}, bool has_bias = true)
+        std::optional<initializer> bias_init = {}, bool has_bias = true, activation act = activation::none)
       : in_(checked(in_channels, out_channels, 0)),
         out_(checked(in_channels, out_channels, 1)),
         has_bias_(has_bias),
+        act_(act),
         weight(extents{out_channels, in_channels},
                weight_init ? *weight_init : initializer::he_uniform(std::sqrt(5.0))),
         bias(extents{out_channels},
@@ -148,6 +200,7 @@ class dense : public module<T, D> {
   index_t in_channels() const { return in_; }
   index_t out_channels() const { return out_; }
   bool has_bias() const { return has_bias_; }
+  activation act() const { return act_; }
 
   void visit(visitor<T, D>& v) override {
     v.param("weight", weight);
@@ -191,35 +244,46 @@ class dense : public module<T, D> {
     if (has_bias_) b = bias.on(t);
     const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      const autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
-      return b ? autodiff::bias_add(bias_op_, y, *b) : y;
+      autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
+      if (b) y = autodiff::bias_add(bias_op_, y, *b);
+      return act_ == activation::none ? y : detail::activate(y, act_, "dense");
     }
     using K = kernels::backend<D>;
     using array = typename storage<T, D>::array;
     device_context<C>& ctx = t.ctx();
     const laid_out<T, D> lx = detail::placed_as(xv, rule_.a, ctx);
     const laid_out<T, D> lw = detail::placed_as(w.value(), rule_.b, ctx);
+    // The epilogue: bias and activation in one pass over the product, in place.
     array y;
-    if constexpr (detail::on_host<D>) {
-      y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
-      if (b) {
-        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
-        add_rows(y, lb->local());
-      }
-    } else {
-      y = K::template matmul<T>(lx->local(), lw->local(), false, true);
-      if (b) {
-        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
-        y = K::template bias_add<T>(y, lb->local());
-      }
+    if constexpr (detail::on_host<D>) y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
+    else y = K::template matmul<T>(lx->local(), lw->local(), false, true);
+    if (b) {
+      const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+      y = detail::with_activation(act_, [&](auto A) {
+        return K::template fused_bias_map<T>("dense", std::move(y), lb->local(), kernels::fused::bias_act<A.value>{});
+      });
+    } else if (act_ != activation::none) {
+      y = detail::with_activation(act_, [&](auto A) {
+        return K::template fused_map<T>("dense", kernels::fused::act_value<A.value>{}, y);
+      });
     }
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
     tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
-    return t.record(std::move(out),
+    auto self = std::make_shared<int>(-1);  // the output's id, for the activation's backward
+    const autodiff::var<T, C, D> result = t.record(
+        std::move(out),
                     [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
-                     wp = &weight, bp = &bias](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                     wp = &weight, bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
                       device_context<C>& c = tp.ctx();
-                      const laid_out<T, D> dy = detail::placed_as(g, r.c.without_partial(), c);
+                      const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
+                      // dz = dy * act'(z) from the output, one pass; dy itself without one.
+                      std::optional<array> dz_own;
+                      if (act != activation::none)
+                        dz_own = detail::with_activation(act, [&](auto A) {
+                          return K::template fused_map<T>("dense_backward", kernels::fused::act_grad<A.value>{},
+                                                          dy0->local(), tp.value(*self).local());
+                        });
+                      const array& dz = dz_own ? *dz_own : dy0->local();
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const tensor_on<T, D>& wv = tp.value(iw);
                       const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
@@ -228,33 +292,35 @@ class dense : public module<T, D> {
                         array db;
                         if constexpr (detail::on_host<D>) {
                           db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
-                          column_sums(dy->local(), db);
+                          column_sums(dz, db);
                         } else {
-                          db = K::template reduce_sum<T>(dy->local(), std::vector<int>{0}, false);
+                          db = K::template reduce_sum<T>(dz, std::vector<int>{0}, false);
                         }
                         tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
                       }
                       if (tp.requires_grad(iw)) {
-                        // dW (out, in) = dy^T x, written over the last step's storage.
+                        // dW (out, in) = dz^T x, written over the last step's storage.
                         array dw;
                         if constexpr (detail::on_host<D>) {
                           dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                          kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                          kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
                         } else {
-                          dw = K::template matmul<T>(dy->local(), lx2->local(), true, false);
+                          dw = K::template matmul<T>(dz, lx2->local(), true, false);
                         }
                         tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
                       }
                       if (tp.requires_grad(ix)) {
                         array dx;
                         if constexpr (detail::on_host<D>)
-                          dx = kernels::cpu::matmul_grad_a(dy->local(), lx2->local(), lw2->local(), false, true);
+                          dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
                         else
-                          dx = K::template matmul_grad_a<T>(dy->local(), lx2->local(), lw2->local(), false, true);
+                          dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
                         tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
                       }
                     },
                     rg);
+    *self = result.id;
+    return result;
   }
 
  private:
@@ -272,14 +338,6 @@ class dense : public module<T, D> {
     const T* g = dy.data();
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t j = 0; j < cols; ++j) o[j] += g[r * cols + j];
-  }
-  static void add_rows(xt::xarray<T>& y, const xt::xarray<T>& b) {
-    const std::size_t c = b.size();
-    const std::size_t rows = c == 0 ? 0 : y.size() / c;
-    T* p = y.data();
-    const T* q = b.data();
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t j = 0; j < c; ++j) p[r * c + j] += q[j];
   }
 
   ops::matmul_op op_{};
@@ -333,6 +391,32 @@ class relu : public module<T, D> {
     else return kernels::backend<D>::template relu_grad<T>(dy, x);
   }
 };
+
+// ---- Sigmoid, Tanh ------------------------------------------------------------------
+
+/// An element-wise activation that keeps its input's layout (partial sums resolved
+/// first), forward and backward each one fused pass (kernels/fused.hpp).
+template <activation A, class T = float, class D = cpu_device>
+class activation_layer : public module<T, D> {
+ public:
+  void visit(visitor<T, D>&) override {}
+  void reset_strategies() override {}
+
+  template <class C>
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+    return detail::activate(x, A, name_of());
+  }
+
+ private:
+  static constexpr const char* name_of() { return A == activation::sigmoid ? "sigmoid" : "tanh"; }
+};
+
+/// 1 / (1 + e^-x), MindSpore's nn.Sigmoid.
+template <class T = float, class D = cpu_device>
+using sigmoid = activation_layer<activation::sigmoid, T, D>;
+/// tanh x, MindSpore's nn.Tanh.
+template <class T = float, class D = cpu_device>
+using tanh = activation_layer<activation::tanh, T, D>;
 
 // ---- Flatten -----------------------------------------------------------------------
 

@@ -167,9 +167,14 @@ auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
     const A& a = x[0]->local();
     const A& b = x[1]->local();
     if (i == 0) return k::div(dy, b);
-    return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
+    // -dy a / b^2: one fused pass where nothing broadcasts (the shards' shapes are
+    // equal, so dy's is theirs), else the broadcasting steps.
+    if (x[0]->local_shape() == x[1]->local_shape())
+      return k::template fused_map<T>("div_backward", kernels::fused::div_grad_divisor{}, dy, a, b);
+    return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));
   } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
-  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0]->local()));
+  else if constexpr (K == exp)
+    return k::template fused_map<T>("exp_backward", kernels::fused::exp_grad{}, dy, x[0]->local());
   else if constexpr (K == log) return k::div(dy, x[0]->local());
   else return k::neg(dy);
 }

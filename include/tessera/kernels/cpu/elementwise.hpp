@@ -1,5 +1,6 @@
 // Elementwise kernels: binary arithmetic with NumPy broadcasting, unary maps, their
-// gradients, reduce_to_shape (the backward of a broadcast), and bias_add.
+// gradients, reduce_to_shape (the backward of a broadcast), bias_add, and the fused
+// maps (fused_map, fused_bias_map) that run a chain of element-wise steps in one pass.
 //
 // Broadcasting (NumPy): shapes align on the right; a missing dim or a dim of 1
 // stretches to the other operand's extent. (3, 1) and (1, 4) give (3, 4); a 0-D
@@ -168,23 +169,72 @@ xt::xarray<T> reduce_to_shape(const xt::xarray<T>& grad, shape_arg shape) {
   return out;
 }
 
+namespace detail {
+
+/// The size of x's last dim, checked against the bias's: "bias_add: bias is (5,),
+/// expected (4,) for x (2, 4)" (fn names the caller).
+template <class T>
+std::size_t bias_width(std::string_view fn, const xt::xarray<T>& x, const xt::xarray<T>& bias) {
+  if (x.dimension() == 0) throw error(std::string(fn) + ": x must have at least one dim, x is ()");
+  const std::size_t c = x.shape()[x.dimension() - 1];
+  if (bias.dimension() != 1 || bias.shape()[0] != c)
+    throw error(std::string(fn) + ": bias is " + shape_text(bias) + ", expected (" + std::to_string(c) +
+                ",) for x " + shape_text(x));
+  return c;
+}
+
+}  // namespace detail
+
+/// out[i] = f(x0[i], xs[i]...) over arrays of one shape, in one pass: a fused chain of
+/// element-wise steps (kernels/fused.hpp's functors, or any callable). `fn` names the
+/// caller in the error: "div_backward: shapes differ: operand 0 is (2, 3), operand 1
+/// is (3,)".
+template <class T, class F, class... X>
+xt::xarray<T> fused_map(std::string_view fn, F f, const xt::xarray<T>& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (detail::require_same_shape(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  (void)fn;
+  auto out = detail::empty_array<T>(x0.shape());
+  T* o = out.data();
+  const T* p0 = x0.data();
+  const std::size_t n = out.size();
+  [&](const auto*... p) {
+    for (std::size_t i = 0; i < n; ++i) o[i] = f(p0[i], p[i]...);
+  }(xs.data()...);
+  return out;
+}
+
+namespace detail {
+
+// out = f(x, bias) with the bias repeated along the rows; out may be x.
+template <class T, class F>
+void bias_map_to(std::string_view fn, const xt::xarray<T>& x, const xt::xarray<T>& bias, T* out, F f) {
+  const std::size_t c = bias_width(fn, x, bias);
+  const T* px = x.data();
+  const T* pb = bias.data();
+  const std::size_t rows = c == 0 ? 0 : x.size() / c;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < c; ++j) out[r * c + j] = f(px[r * c + j], pb[j]);
+}
+
+}  // namespace detail
+
+/// f(x, bias) with the bias (c,) repeated along x's (..., c) leading dims, in one pass
+/// over x's own storage (pass an rvalue to reuse it): nn::dense fuses its bias and
+/// activation as f(x, b) = act(x + b). The bias is checked as bias_add's.
+template <class T, class F>
+xt::xarray<T> fused_bias_map(std::string_view fn, xt::xarray<T> x, const xt::xarray<T>& bias, F f) {
+  detail::bias_map_to(fn, x, bias, x.data(), f);
+  return x;
+}
+
 /// x + bias along x's last dim: x (..., c), bias (c,). Throws when bias is not 1-D or
 /// its size differs from x's last dim:
 /// "bias_add: bias is (5,), expected (4,) for x (2, 4)".
 template <class T>
 xt::xarray<T> bias_add(const xt::xarray<T>& x, const xt::xarray<T>& bias) {
-  if (x.dimension() == 0) throw error("bias_add: x must have at least one dim, x is ()");
-  const std::size_t c = x.shape()[x.dimension() - 1];
-  if (bias.dimension() != 1 || bias.shape()[0] != c)
-    throw error("bias_add: bias is " + detail::shape_text(bias) + ", expected (" +
-                std::to_string(c) + ",) for x " + detail::shape_text(x));
   auto out = detail::empty_array<T>(x.shape());
-  const T* px = x.data();
-  const T* pb = bias.data();
-  T* o = out.data();
-  const std::size_t rows = c == 0 ? 0 : x.size() / c;
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < c; ++j) o[r * c + j] = px[r * c + j] + pb[j];
+  detail::bias_map_to("bias_add", x, bias, out.data(), [](T v, T b) { return v + b; });
   return out;
 }
 

@@ -38,6 +38,14 @@ struct backend<cuda_device> {
   template <class T> static array<T> neg(const array<T>& x) { return cuda::neg(x); }
   template <class T> static array<T> relu_grad(const array<T>& dy, const array<T>& x) { return cuda::relu_grad(dy, x); }
   template <class T> static array<T> bias_add(const array<T>& x, const array<T>& b) { return cuda::bias_add(x, b); }
+  template <class T, class F, class... X>
+  static array<T> fused_map(const char* fn, F f, const array<T>& x0, const X&... xs) {
+    return cuda::fused_map(fn, f, x0, xs...);
+  }
+  template <class T, class F>
+  static array<T> fused_bias_map(const char* fn, array<T> x, const array<T>& bias, F f) {
+    return cuda::fused_bias_map(fn, std::move(x), bias, f);
+  }
   template <class T>
   static array<T> reduce_to_shape(const array<T>& g, const extents& shape) {
     return cuda::reduce_to_shape(g, detail::shape_vector(shape));

@@ -143,8 +143,8 @@ template <class T>
 void require_same_size(const char* fn, const char* na, const device_array<T>& a, const char* nb,
                        const device_array<T>& b) {
   if (!cd::same_shape(a.shape(), b.shape()))
-    throw error(std::string(fn) + ": " + na + " is " + cd::shape_text(a.shape()) + " and " + nb + " is " +
-                cd::shape_text(b.shape()) + "; they must have the same shape");
+    throw error(std::string(fn) + ": shapes differ: " + na + " is " + cd::shape_text(a.shape()) + ", " + nb +
+                " is " + cd::shape_text(b.shape()));
 }
 
 }  // namespace detail
@@ -176,15 +176,49 @@ device_array<T> relu_grad(const device_array<T>& dy, const device_array<T>& x) {
   return dx;
 }
 
+/// out[i] = f(x0[i], xs[i]...) over device arrays of one shape, in one kernel (16-byte
+/// vector loads when aligned): kernels/cpu/elementwise.hpp's fused_map with a functor
+/// callable in device code (kernels/fused.hpp's). Same error text as the host's.
+template <class T, class F, class... X>
+device_array<T> fused_map(const char* fn, F f, const device_array<T>& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (detail::require_same_size(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  device_array<T> out(x0.shape());
+  detail::map_contiguous(fn, out.data(), std::int64_t(out.size()), f, x0.data(), xs.data()...);
+  return out;
+}
+
+namespace detail {
+
+// out = f(x, bias) with the bias repeated along the rows (the row-broadcast kernel); out
+// may be x. The checks and texts are the host's.
+template <class T, class F>
+void bias_map_to(const char* fn, const device_array<T>& x, const device_array<T>& bias, T* out, F f) {
+  if (x.dimension() == 0) throw error(std::string(fn) + ": x must have at least one dim, x is ()");
+  const std::size_t c = x.shape()[x.dimension() - 1];
+  if (bias.dimension() != 1 || bias.shape()[0] != c)
+    throw error(std::string(fn) + ": bias is " + cd::shape_text(bias.shape()) + ", expected (" + std::to_string(c) +
+                ",) for x " + cd::shape_text(x.shape()));
+  if (x.size() > 0 && c > 0) row_broadcast(fn, out, x.data(), bias.data(), std::int64_t(x.size()), std::int64_t(c), false, f);
+}
+
+}  // namespace detail
+
+/// f(x, bias) with the bias (c,) repeated along x's leading dims, in one kernel over x's
+/// own storage (pass an rvalue to reuse it): kernels/cpu/elementwise.hpp's
+/// fused_bias_map.
+template <class T, class F>
+device_array<T> fused_bias_map(const char* fn, device_array<T> x, const device_array<T>& bias, F f) {
+  detail::bias_map_to(fn, x, bias, x.data(), f);
+  return x;
+}
+
 /// x + bias along x's last dim: x (..., c), bias (c,). Same errors as the CPU kernel.
 template <class T>
 device_array<T> bias_add(const device_array<T>& x, const device_array<T>& bias) {
-  if (x.dimension() == 0) throw error("bias_add: x must have at least one dim, x is ()");
-  const std::size_t c = x.shape()[x.dimension() - 1];
-  if (bias.dimension() != 1 || bias.shape()[0] != c)
-    throw error("bias_add: bias is " + detail::cd::shape_text(bias.shape()) + ", expected (" + std::to_string(c) +
-                ",) for x " + detail::cd::shape_text(x.shape()));
-  return detail::broadcast_binary("bias_add", x, bias, detail::add_f{});
+  device_array<T> out(x.shape());
+  detail::bias_map_to("bias_add", x, bias, out.data(), detail::add_f{});
+  return out;
 }
 
 /// x *= s, in place.
