@@ -6,9 +6,11 @@
 //   sharded MatMul (ops::matmul on a one-rank context: the rule, the layout checks, the
 //   caching allocator and the backend's cuBLAS call) against cublas/<precision>/<n>, a
 //   direct cublasGemmEx into a preallocated C. Precision fp32 (full fp32 math) and tf32.
-// - bandwidth/<kernel>: element-wise, reduction and optimizer kernels on 2^26-float
-//   (256 MiB) arrays, counting the bytes each must read and write, against the
-//   device's nominal memory bandwidth and a device-to-device cudaMemcpy (copy).
+// - bandwidth/<kernel>: element-wise, reduction, fused (Dense's bias and activation,
+//   an activation's backward) and optimizer kernels on 2^26-float (256 MiB) arrays,
+//   counting the bytes each must read and write, against the device's nominal memory
+//   bandwidth and a device-to-device cudaMemcpy (copy); and the bias and ReLU as two
+//   kernels against one fused pass.
 // - step/<device>/<network>: one training step (forward, backward, Momentum update)
 //   of the seeds' MLPs, quickstart (32 -> 16 -> 16, batch 16) and MNIST
 //   (784 -> 512 -> 512 -> 10, batch 256, softmax cross entropy), on the GPU and on the
@@ -172,6 +174,34 @@ void bm_momentum(benchmark::State& state) {
   bandwidth(state, "momentum_update", 5.0 * big * 4, [&] { kc::momentum_update(p, a, g, 1e-3f, 0.9f); });
 }
 
+void bm_momentum_nesterov(benchmark::State& state) {
+  darray p = random_device({big}, 1), a = random_device({big}, 2);
+  const darray g = random_device({big}, 3);
+  bandwidth(state, "momentum_nesterov_wd", 5.0 * big * 4,
+            [&] { kc::momentum_update(p, a, g, 1e-3f, 0.9f, 1e-4f, true); });
+}
+// Dense's epilogue: the bias and ReLU fused in one in-place pass, against bias_add then
+// relu (two passes, two new arrays); and the activation's fused backward.
+void bm_bias_relu_fused(benchmark::State& state) {
+  darray x = random_device({big / row, row}, 1);
+  const darray b = random_device({row}, 2);
+  namespace fz = kernels::fused;
+  bandwidth(state, "bias_relu_fused", 2.0 * big * 4,
+            [&] { x = kc::fused_bias_map("dense", std::move(x), b, fz::bias_act<fz::activation::relu>{}); });
+}
+void bm_bias_relu_separate(benchmark::State& state) {
+  const darray x = random_device({big / row, row}, 1), b = random_device({row}, 2);
+  bandwidth(state, "bias_relu_separate", 4.0 * big * 4,
+            [&] { benchmark::DoNotOptimize(kc::relu(kc::bias_add(x, b)).data()); });
+}
+void bm_act_grad(benchmark::State& state) {
+  const darray dy = random_device({big}, 1), y = random_device({big}, 2);
+  namespace fz = kernels::fused;
+  bandwidth(state, "sigmoid_grad_fused", 3.0 * big * 4, [&] {
+    benchmark::DoNotOptimize(kc::fused_map("dense_backward", fz::act_grad<fz::activation::sigmoid>{}, dy, y).data());
+  });
+}
+
 // ---- training steps ----------------------------------------------------------------------
 
 template <class D>
@@ -266,12 +296,15 @@ void print_summary() {
   std::printf("  kernel bandwidth, 2^26 floats (fraction of nominal peak; of cudaMemcpy D2D at %.0f GB/s):\n", copy_gbs);
   const std::pair<const char*, double> kernels[] = {
       {"add", 3}, {"bias_add", 2}, {"relu", 2}, {"exp", 2}, {"scale_in_place", 2}, {"reduce_sum_all", 1},
-      {"reduce_sum_rows", 1}, {"reduce_sum_columns", 1}, {"reduce_max_rows", 1}, {"momentum_update", 5}};
+      {"reduce_sum_rows", 1}, {"reduce_sum_columns", 1}, {"reduce_max_rows", 1}, {"momentum_update", 5},
+      {"momentum_nesterov_wd", 5}, {"bias_relu_fused", 2}, {"bias_relu_separate", 4}, {"sigmoid_grad_fused", 3}};
   for (const auto& [name, arrays] : kernels) {
     const double gbs = arrays * big * 4 / t(std::string("bandwidth/") + name) / 1e9;
     std::printf("    %-20s %7.0f GB/s  %.2f of peak  %.2f of copy\n", name, gbs, gbs / dev.memory_bandwidth_gbs,
                 gbs / copy_gbs);
   }
+  std::printf("  Dense's epilogue, bias_add then relu / fused bias and relu (time ratio): %.2f\n",
+              t("bandwidth/bias_relu_separate") / t("bandwidth/bias_relu_fused"));
   std::printf("  training step, CPU time / GPU time:\n");
   for (const char* net : {"quickstart", "mnist"})
     std::printf("    %-10s cpu %.3f ms, gpu %.3f ms: %.2fx\n", net, t(std::string("step/cpu/") + net) * 1e3,
@@ -296,7 +329,9 @@ int main(int argc, char** argv) {
            {"bandwidth/relu", bm_relu}, {"bandwidth/exp", bm_exp}, {"bandwidth/scale_in_place", bm_scale},
            {"bandwidth/reduce_sum_all", bm_sum_all}, {"bandwidth/reduce_sum_rows", bm_sum_rows},
            {"bandwidth/reduce_sum_columns", bm_sum_cols}, {"bandwidth/reduce_max_rows", bm_max_rows},
-           {"bandwidth/momentum_update", bm_momentum}})
+           {"bandwidth/momentum_update", bm_momentum}, {"bandwidth/momentum_nesterov_wd", bm_momentum_nesterov},
+           {"bandwidth/bias_relu_fused", bm_bias_relu_fused}, {"bandwidth/bias_relu_separate", bm_bias_relu_separate},
+           {"bandwidth/sigmoid_grad_fused", bm_act_grad}})
     benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Unit(benchmark::kMicrosecond);
   const std::vector<index_t> quick{32, 16, 16}, mnist{784, 512, 512, 10};
   benchmark::RegisterBenchmark("step/cpu/quickstart", bm_step<cpu_device>, "cpu/quickstart", quick, 16, false)->UseManualTime()->Unit(benchmark::kMicrosecond);

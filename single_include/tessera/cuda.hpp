@@ -863,8 +863,8 @@ template <class T>
 void require_same_size(const char* fn, const char* na, const device_array<T>& a, const char* nb,
                        const device_array<T>& b) {
   if (!cd::same_shape(a.shape(), b.shape()))
-    throw error(std::string(fn) + ": " + na + " is " + cd::shape_text(a.shape()) + " and " + nb + " is " +
-                cd::shape_text(b.shape()) + "; they must have the same shape");
+    throw error(std::string(fn) + ": shapes differ: " + na + " is " + cd::shape_text(a.shape()) + ", " + nb +
+                " is " + cd::shape_text(b.shape()));
 }
 
 }  // namespace detail
@@ -896,15 +896,49 @@ device_array<T> relu_grad(const device_array<T>& dy, const device_array<T>& x) {
   return dx;
 }
 
+/// out[i] = f(x0[i], xs[i]...) over device arrays of one shape, in one kernel (16-byte
+/// vector loads when aligned): kernels/cpu/elementwise.hpp's fused_map with a functor
+/// callable in device code (kernels/fused.hpp's). Same error text as the host's.
+template <class T, class F, class... X>
+device_array<T> fused_map(const char* fn, F f, const device_array<T>& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (detail::require_same_size(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  device_array<T> out(x0.shape());
+  detail::map_contiguous(fn, out.data(), std::int64_t(out.size()), f, x0.data(), xs.data()...);
+  return out;
+}
+
+namespace detail {
+
+// out = f(x, bias) with the bias repeated along the rows (the row-broadcast kernel); out
+// may be x. The checks and texts are the host's.
+template <class T, class F>
+void bias_map_to(const char* fn, const device_array<T>& x, const device_array<T>& bias, T* out, F f) {
+  if (x.dimension() == 0) throw error(std::string(fn) + ": x must have at least one dim, x is ()");
+  const std::size_t c = x.shape()[x.dimension() - 1];
+  if (bias.dimension() != 1 || bias.shape()[0] != c)
+    throw error(std::string(fn) + ": bias is " + cd::shape_text(bias.shape()) + ", expected (" + std::to_string(c) +
+                ",) for x " + cd::shape_text(x.shape()));
+  if (x.size() > 0 && c > 0) row_broadcast(fn, out, x.data(), bias.data(), std::int64_t(x.size()), std::int64_t(c), false, f);
+}
+
+}  // namespace detail
+
+/// f(x, bias) with the bias (c,) repeated along x's leading dims, in one kernel over x's
+/// own storage (pass an rvalue to reuse it): kernels/cpu/elementwise.hpp's
+/// fused_bias_map.
+template <class T, class F>
+device_array<T> fused_bias_map(const char* fn, device_array<T> x, const device_array<T>& bias, F f) {
+  detail::bias_map_to(fn, x, bias, x.data(), f);
+  return x;
+}
+
 /// x + bias along x's last dim: x (..., c), bias (c,). Same errors as the CPU kernel.
 template <class T>
 device_array<T> bias_add(const device_array<T>& x, const device_array<T>& bias) {
-  if (x.dimension() == 0) throw error("bias_add: x must have at least one dim, x is ()");
-  const std::size_t c = x.shape()[x.dimension() - 1];
-  if (bias.dimension() != 1 || bias.shape()[0] != c)
-    throw error("bias_add: bias is " + detail::cd::shape_text(bias.shape()) + ", expected (" + std::to_string(c) +
-                ",) for x " + detail::cd::shape_text(x.shape()));
-  return detail::broadcast_binary("bias_add", x, bias, detail::add_f{});
+  device_array<T> out(x.shape());
+  detail::bias_map_to("bias_add", x, bias, out.data(), detail::add_f{});
+  return out;
 }
 
 /// x *= s, in place.
@@ -1780,10 +1814,9 @@ device_array<T> batch_matmul_grad_b(const device_array<T>& dc, const device_arra
 }  // namespace tessera::kernels::cuda
 // ---- tessera/kernels/cuda/optim.cuh ----
 // Fused optimizer updates on device arrays: one pass over a parameter shard, its
-// gradient and its state, the GPU twins of backend<cpu_device>'s updates (momentum) and
-// of kernels/cpu/optim.hpp's (SGD with or without momentum, Adam and AdamW), with the
-// same per-element arithmetic; the step's scalars (Adam's bias corrections) are
-// computed on the host as there. nvcc only.
+// gradient and its state, the GPU twins of kernels/cpu/optim.hpp's (Momentum, SGD with
+// or without momentum, Adam and AdamW), with the same per-element arithmetic; the
+// step's scalars (Adam's bias corrections) are computed on the host as there. nvcc only.
 
 #include <cuda_runtime.h>
 
@@ -1795,12 +1828,32 @@ namespace tessera::kernels::cuda {
 
 namespace detail {
 
+// One element of MindSpore's Momentum (kernels/cpu/optim.hpp's momentum_update).
 template <class T>
-__global__ void momentum_kernel(T* p, T* a, const T* g, std::int64_t n, T lr, T mu) {
+__device__ __forceinline__ void momentum_step(T& p, T& a, T g, T lr, T mu, T wd, bool nesterov) {
+  const T d = g + wd * p;
+  const T v = mu * a + d;
+  a = v;
+  p -= lr * (nesterov ? d + mu * v : v);
+}
+
+template <class T>
+__global__ void momentum_kernel(T* p, T* a, const T* g, std::int64_t n, T lr, T mu, T wd, bool nesterov) {
+  TESSERA_GRID_STRIDE(i, n) momentum_step(p[i], a[i], g[i], lr, mu, wd, nesterov);
+}
+
+// The same over 16-byte vectors (n counts vectors): five streams of one element size,
+// one load or store instruction each.
+template <class T>
+__global__ void momentum_vec_kernel(vec16<T>* p, vec16<T>* a, const vec16<T>* g, std::int64_t n, T lr, T mu, T wd,
+                                    bool nesterov) {
   TESSERA_GRID_STRIDE(i, n) {
-    const T v = mu * a[i] + g[i];
-    a[i] = v;
-    p[i] -= lr * v;
+    vec16<T> pv = p[i], av = a[i];
+    const vec16<T> gv = g[i];
+#pragma unroll
+    for (int k = 0; k < vec16<T>::n; ++k) momentum_step(pv.v[k], av.v[k], gv.v[k], lr, mu, wd, nesterov);
+    p[i] = pv;
+    a[i] = av;
   }
 }
 
@@ -1849,18 +1902,35 @@ void require_size(const char* fn, const char* name, const device_array<T>& a, st
 
 }  // namespace detail
 
-/// accum = momentum * accum + grad; param -= lr * accum (MindSpore's Momentum), in place.
+/// MindSpore's Momentum in place (kernels/cpu/optim.hpp's momentum_update):
+///   d = g + weight_decay * p;  accum = momentum * accum + d
+///   p -= lr * (nesterov ? d + momentum * accum : accum)
+/// 16-byte vector loads for the bulk when the three arrays are aligned.
 template <class T>
 void momentum_update(device_array<T>& param, device_array<T>& accum, const device_array<T>& grad, T lr,
-                     T momentum) {
-  if (accum.size() != param.size() || grad.size() != param.size())
-    throw error("momentum_update: param has " + std::to_string(param.size()) + " elements, accum " +
-                std::to_string(accum.size()) + ", grad " + std::to_string(grad.size()));
+                     T momentum, T weight_decay = T(0), bool nesterov = false) {
+  detail::require_size("momentum_update", "the gradient", grad, param.size());
+  detail::require_size("momentum_update", "the accumulator", accum, param.size());
   const std::int64_t n = std::int64_t(param.size());
   if (n == 0) return;
-  detail::momentum_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
-      param.data(), accum.data(), grad.data(), n, lr, momentum);
-  tessera::cuda::check_launch("momentum_update");
+  constexpr int V = detail::vec16<T>::n;
+  std::int64_t done = 0;
+  if (V > 1 && n >= V && detail::aligned16(param.data()) && detail::aligned16(accum.data()) && detail::aligned16(grad.data())) {
+    const std::int64_t nv = n / V;
+    detail::momentum_vec_kernel<<<tessera::cuda::grid_for(nv), tessera::cuda::block_threads, 0,
+                                  tessera::cuda::stream()>>>(reinterpret_cast<detail::vec16<T>*>(param.data()),
+                                                             reinterpret_cast<detail::vec16<T>*>(accum.data()),
+                                                             reinterpret_cast<const detail::vec16<T>*>(grad.data()), nv, lr,
+                                                             momentum, weight_decay, nesterov);
+    tessera::cuda::check_launch("momentum_update");
+    done = nv * V;
+  }
+  if (done < n) {
+    detail::momentum_kernel<<<tessera::cuda::grid_for(n - done), tessera::cuda::block_threads, 0,
+                              tessera::cuda::stream()>>>(param.data() + done, accum.data() + done, grad.data() + done,
+                                                         n - done, lr, momentum, weight_decay, nesterov);
+    tessera::cuda::check_launch("momentum_update");
+  }
 }
 
 /// p -= lr * (g + weight_decay * p), in place (kernels/cpu/optim.hpp's sgd_update).
@@ -2586,6 +2656,14 @@ struct backend<cuda_device> {
   template <class T> static array<T> neg(const array<T>& x) { return cuda::neg(x); }
   template <class T> static array<T> relu_grad(const array<T>& dy, const array<T>& x) { return cuda::relu_grad(dy, x); }
   template <class T> static array<T> bias_add(const array<T>& x, const array<T>& b) { return cuda::bias_add(x, b); }
+  template <class T, class F, class... X>
+  static array<T> fused_map(const char* fn, F f, const array<T>& x0, const X&... xs) {
+    return cuda::fused_map(fn, f, x0, xs...);
+  }
+  template <class T, class F>
+  static array<T> fused_bias_map(const char* fn, array<T> x, const array<T>& bias, F f) {
+    return cuda::fused_bias_map(fn, std::move(x), bias, f);
+  }
   template <class T>
   static array<T> reduce_to_shape(const array<T>& g, const extents& shape) {
     return cuda::reduce_to_shape(g, detail::shape_vector(shape));
@@ -2746,8 +2824,9 @@ struct backend<cuda_device> {
 
   // ---- optimizer updates ----
   template <class T>
-  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum) {
-    cuda::momentum_update(param, accum, grad, lr, momentum);
+  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum,
+                              T weight_decay = T(0), bool nesterov = false) {
+    cuda::momentum_update(param, accum, grad, lr, momentum, weight_decay, nesterov);
   }
   template <class T>
   static void sgd_update(array<T>& param, const array<T>& grad, T lr, T weight_decay) {

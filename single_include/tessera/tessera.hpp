@@ -11022,7 +11022,8 @@ xt::xarray<T> batch_matmul_grad_b(const xt::xarray<T>& dc, const xt::xarray<T>& 
 }  // namespace tessera::kernels::cpu
 // ---- tessera/kernels/cpu/elementwise.hpp ----
 // Elementwise kernels: binary arithmetic with NumPy broadcasting, unary maps, their
-// gradients, reduce_to_shape (the backward of a broadcast), and bias_add.
+// gradients, reduce_to_shape (the backward of a broadcast), bias_add, and the fused
+// maps (fused_map, fused_bias_map) that run a chain of element-wise steps in one pass.
 //
 // Broadcasting (NumPy): shapes align on the right; a missing dim or a dim of 1
 // stretches to the other operand's extent. (3, 1) and (1, 4) give (3, 4); a 0-D
@@ -11188,23 +11189,72 @@ xt::xarray<T> reduce_to_shape(const xt::xarray<T>& grad, shape_arg shape) {
   return out;
 }
 
+namespace detail {
+
+/// The size of x's last dim, checked against the bias's: "bias_add: bias is (5,),
+/// expected (4,) for x (2, 4)" (fn names the caller).
+template <class T>
+std::size_t bias_width(std::string_view fn, const xt::xarray<T>& x, const xt::xarray<T>& bias) {
+  if (x.dimension() == 0) throw error(std::string(fn) + ": x must have at least one dim, x is ()");
+  const std::size_t c = x.shape()[x.dimension() - 1];
+  if (bias.dimension() != 1 || bias.shape()[0] != c)
+    throw error(std::string(fn) + ": bias is " + shape_text(bias) + ", expected (" + std::to_string(c) +
+                ",) for x " + shape_text(x));
+  return c;
+}
+
+}  // namespace detail
+
+/// out[i] = f(x0[i], xs[i]...) over arrays of one shape, in one pass: a fused chain of
+/// element-wise steps (kernels/fused.hpp's functors, or any callable). `fn` names the
+/// caller in the error: "div_backward: shapes differ: operand 0 is (2, 3), operand 1
+/// is (3,)".
+template <class T, class F, class... X>
+xt::xarray<T> fused_map(std::string_view fn, F f, const xt::xarray<T>& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (detail::require_same_shape(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  (void)fn;
+  auto out = detail::empty_array<T>(x0.shape());
+  T* o = out.data();
+  const T* p0 = x0.data();
+  const std::size_t n = out.size();
+  [&](const auto*... p) {
+    for (std::size_t i = 0; i < n; ++i) o[i] = f(p0[i], p[i]...);
+  }(xs.data()...);
+  return out;
+}
+
+namespace detail {
+
+// out = f(x, bias) with the bias repeated along the rows; out may be x.
+template <class T, class F>
+void bias_map_to(std::string_view fn, const xt::xarray<T>& x, const xt::xarray<T>& bias, T* out, F f) {
+  const std::size_t c = bias_width(fn, x, bias);
+  const T* px = x.data();
+  const T* pb = bias.data();
+  const std::size_t rows = c == 0 ? 0 : x.size() / c;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < c; ++j) out[r * c + j] = f(px[r * c + j], pb[j]);
+}
+
+}  // namespace detail
+
+/// f(x, bias) with the bias (c,) repeated along x's (..., c) leading dims, in one pass
+/// over x's own storage (pass an rvalue to reuse it): nn::dense fuses its bias and
+/// activation as f(x, b) = act(x + b). The bias is checked as bias_add's.
+template <class T, class F>
+xt::xarray<T> fused_bias_map(std::string_view fn, xt::xarray<T> x, const xt::xarray<T>& bias, F f) {
+  detail::bias_map_to(fn, x, bias, x.data(), f);
+  return x;
+}
+
 /// x + bias along x's last dim: x (..., c), bias (c,). Throws when bias is not 1-D or
 /// its size differs from x's last dim:
 /// "bias_add: bias is (5,), expected (4,) for x (2, 4)".
 template <class T>
 xt::xarray<T> bias_add(const xt::xarray<T>& x, const xt::xarray<T>& bias) {
-  if (x.dimension() == 0) throw error("bias_add: x must have at least one dim, x is ()");
-  const std::size_t c = x.shape()[x.dimension() - 1];
-  if (bias.dimension() != 1 || bias.shape()[0] != c)
-    throw error("bias_add: bias is " + detail::shape_text(bias) + ", expected (" +
-                std::to_string(c) + ",) for x " + detail::shape_text(x));
   auto out = detail::empty_array<T>(x.shape());
-  const T* px = x.data();
-  const T* pb = bias.data();
-  T* o = out.data();
-  const std::size_t rows = c == 0 ? 0 : x.size() / c;
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < c; ++j) o[r * c + j] = px[r * c + j] + pb[j];
+  detail::bias_map_to("bias_add", x, bias, out.data(), [](T v, T b) { return v + b; });
   return out;
 }
 
@@ -12147,6 +12197,127 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 // on the device of its tensors. Standard library only; each device specialises it in
 // its own header (kernels/cpu/backend.hpp, kernels/cuda/backend.cuh).
 
+// ---- tessera/kernels/fused.hpp ----
+// Element functors of fused element-wise chains, written once for the host and the GPU:
+// each is callable in host code and, compiled by nvcc, in device code (TESSERA_HD), so
+// backend<D>::map and bias_map run the same arithmetic on every device in one pass over
+// memory. The activations of nn::dense (identity, ReLU, sigmoid, tanh) and the backward
+// chains of the element-wise operators live here. Standard library only.
+
+#include <cmath>
+#include <string_view>
+
+#if defined(__CUDACC__)
+/// Callable from host and device code (nvcc); plain host functions otherwise.
+#define TESSERA_HD __host__ __device__
+#else
+#define TESSERA_HD
+#endif
+
+namespace tessera::kernels::fused {
+
+/// e^v with the device's own exp in device code and the C library's on the host.
+TESSERA_HD inline float exp_of(float v) {
+#if defined(__CUDA_ARCH__)
+  return expf(v);
+#else
+  return std::exp(v);
+#endif
+}
+TESSERA_HD inline double exp_of(double v) {
+#if defined(__CUDA_ARCH__)
+  return ::exp(v);
+#else
+  return std::exp(v);
+#endif
+}
+TESSERA_HD inline float tanh_of(float v) {
+#if defined(__CUDA_ARCH__)
+  return tanhf(v);
+#else
+  return std::tanh(v);
+#endif
+}
+TESSERA_HD inline double tanh_of(double v) {
+#if defined(__CUDA_ARCH__)
+  return ::tanh(v);
+#else
+  return std::tanh(v);
+#endif
+}
+
+// ---- activations: value(x), and the derivative from the output, dy * f'(x) with y = f(x)
+
+/// The activations nn::dense fuses into its epilogue. Each has `value(x)` and
+/// `grad(dy, y)` = dy * f'(x) computed from the output y = f(x), so a backward pass
+/// keeps only the output.
+enum class activation { none, relu, sigmoid, tanh };
+
+constexpr std::string_view name(activation a) {
+  switch (a) {
+    case activation::relu: return "relu";
+    case activation::sigmoid: return "sigmoid";
+    case activation::tanh: return "tanh";
+    default: return "none";
+  }
+}
+
+template <activation A>
+struct act;
+
+template <>
+struct act<activation::none> {
+  template <class T> TESSERA_HD T value(T x) const { return x; }
+  template <class T> TESSERA_HD T grad(T dy, T) const { return dy; }
+};
+/// max(x, 0); the derivative is 1 where the output is positive (0 at x = 0, as
+/// kernels' relu_grad).
+template <>
+struct act<activation::relu> {
+  template <class T> TESSERA_HD T value(T x) const { return x > T(0) ? x : T(0); }
+  template <class T> TESSERA_HD T grad(T dy, T y) const { return y > T(0) ? dy : T(0); }
+};
+/// 1 / (1 + e^-x); f' = y (1 - y).
+template <>
+struct act<activation::sigmoid> {
+  template <class T> TESSERA_HD T value(T x) const { return T(1) / (T(1) + exp_of(-x)); }
+  template <class T> TESSERA_HD T grad(T dy, T y) const { return dy * y * (T(1) - y); }
+};
+/// tanh x; f' = 1 - y^2.
+template <>
+struct act<activation::tanh> {
+  template <class T> TESSERA_HD T value(T x) const { return tanh_of(x); }
+  template <class T> TESSERA_HD T grad(T dy, T y) const { return dy * (T(1) - y * y); }
+};
+
+/// f(x + b): the bias add and the activation in one pass (bias_map's functor).
+template <activation A>
+struct bias_act {
+  template <class T> TESSERA_HD T operator()(T x, T b) const { return act<A>{}.value(x + b); }
+};
+/// f(x) alone (map's functor).
+template <activation A>
+struct act_value {
+  template <class T> TESSERA_HD T operator()(T x) const { return act<A>{}.value(x); }
+};
+/// dy * f'(x) from y = f(x) (map's functor over dy and y).
+template <activation A>
+struct act_grad {
+  template <class T> TESSERA_HD T operator()(T dy, T y) const { return act<A>{}.grad(dy, y); }
+};
+
+// ---- backward chains of the element-wise operators -------------------------------------
+
+/// Div's gradient for its divisor: -dy a / b^2, in one pass instead of four.
+struct div_grad_divisor {
+  template <class T> TESSERA_HD T operator()(T dy, T a, T b) const { return -(dy * a) / (b * b); }
+};
+/// Exp's gradient from its input: dy e^x, in one pass instead of two.
+struct exp_grad {
+  template <class T> TESSERA_HD T operator()(T dy, T x) const { return dy * exp_of(x); }
+};
+
+}  // namespace tessera::kernels::fused
 
 namespace tessera::kernels {
 
@@ -12157,6 +12328,10 @@ namespace tessera::kernels {
 ///   element-wise (NumPy broadcasting): add sub mul div (a, b); relu exp log neg (x);
 ///     relu_grad(dy, x); bias_add(x, bias); reduce_to_shape(g, shape) (a broadcast's
 ///     backward); scale(x, s) and add_to(dst, src) in place
+///   fused chains (kernels/fused.hpp's functors, callable on every device):
+///     fused_map(fn, f, x0, xs...) (one pass over arrays of one shape),
+///     fused_bias_map(fn, x, bias, f) (f(x, bias) with the bias repeated along the rows,
+///     in x's storage when x is an rvalue)
 ///   matrix products: matmul(a, b, ta, tb), matmul_grad_a(dc, a, b, ta, tb),
 ///     matmul_grad_b(dc, a, b, ta, tb)
 ///   reductions over `axes` (non-negative, ascending): reduce_sum(x, axes, keep),
@@ -12180,7 +12355,8 @@ namespace tessera::kernels {
 ///     argmax_resolve(index, best, top) in place
 ///   one_hot<T>(indices, depth, first, local_depth, on, off) (this rank's piece of the
 ///     depth); convert<To>(x) (element type conversion)
-///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum),
+///   optimizer updates, in place: momentum_update(param, accum, grad, lr, momentum,
+///     weight_decay, nesterov),
 ///     sgd_update(param, grad, lr, weight_decay), sgd_momentum_update(param, grad, buf, lr,
 ///     momentum, dampening, weight_decay, nesterov, first_step), adam_update(param, grad,
 ///     m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t) (kernels/cpu/optim.hpp's
@@ -12693,6 +12869,14 @@ struct backend<cpu_device> {
   template <class T> static array<T> neg(const array<T>& x) { return cpu::neg(x); }
   template <class T> static array<T> relu_grad(const array<T>& dy, const array<T>& x) { return cpu::relu_grad(dy, x); }
   template <class T> static array<T> bias_add(const array<T>& x, const array<T>& b) { return cpu::bias_add(x, b); }
+  template <class T, class F, class... X>
+  static array<T> fused_map(const char* fn, F f, const array<T>& x0, const X&... xs) {
+    return cpu::fused_map(fn, f, x0, xs...);
+  }
+  template <class T, class F>
+  static array<T> fused_bias_map(const char* fn, array<T> x, const array<T>& bias, F f) {
+    return cpu::fused_bias_map(fn, std::move(x), bias, f);
+  }
   template <class T>
   static array<T> reduce_to_shape(const array<T>& g, const extents& shape) {
     return cpu::reduce_to_shape(g, detail::shape_vector(shape));
@@ -12858,16 +13042,14 @@ struct backend<cpu_device> {
   }
 
   // ---- optimizer updates ----
-  /// accum = momentum * accum + grad; param -= lr * accum (MindSpore's Momentum).
+  /// MindSpore's Momentum, kernels/cpu/optim.hpp's momentum_update: d = grad +
+  /// weight_decay * param; accum = momentum * accum + d; param -= lr * (nesterov ?
+  /// d + momentum * accum : accum).
   template <class T>
-  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum) {
-    T* p = param.data();
-    T* a = accum.data();
-    const T* g = grad.data();
-    for (std::size_t i = 0; i < param.size(); ++i) {
-      a[i] = momentum * a[i] + g[i];
-      p[i] -= lr * a[i];
-    }
+  static void momentum_update(array<T>& param, array<T>& accum, const array<T>& grad, T lr, T momentum,
+                              T weight_decay = T(0), bool nesterov = false) {
+    cpu::momentum_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()),
+                         std::span<T>(accum.data(), accum.size()), lr, momentum, weight_decay, nesterov);
   }
   /// p -= lr * (g + weight_decay * p) (kernels/cpu/optim.hpp's sgd_update).
   template <class T>
@@ -13806,9 +13988,14 @@ auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
     const A& a = x[0]->local();
     const A& b = x[1]->local();
     if (i == 0) return k::div(dy, b);
-    return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));  // -dy a / b^2
+    // -dy a / b^2: one fused pass where nothing broadcasts (the shards' shapes are
+    // equal, so dy's is theirs), else the broadcasting steps.
+    if (x[0]->local_shape() == x[1]->local_shape())
+      return k::template fused_map<T>("div_backward", kernels::fused::div_grad_divisor{}, dy, a, b);
+    return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));
   } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
-  else if constexpr (K == exp) return k::mul(dy, k::exp(x[0]->local()));
+  else if constexpr (K == exp)
+    return k::template fused_map<T>("exp_backward", kernels::fused::exp_grad{}, dy, x[0]->local());
   else if constexpr (K == log) return k::div(dy, x[0]->local());
   else return k::neg(dy);
 }
@@ -16580,8 +16767,8 @@ inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int dev
 
 }  // namespace tessera::nn
 // ---- tessera/nn/layers.hpp ----
-// The layers: Dense (MindSpore's nn.Dense), ReLU, Flatten, Dropout and
-// SequentialCell. Each forward pass runs on tape values (autodiff::var), so
+// The layers: Dense (MindSpore's nn.Dense, with its activation fused into the
+// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each forward pass runs on tape values (autodiff::var), so
 // value_and_grad differentiates a network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
 // and the element-wise layers keep their input's layout, all on local shards without
@@ -16592,6 +16779,7 @@ inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int dev
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16601,6 +16789,10 @@ inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int dev
 #include <vector>
 
 namespace tessera::nn {
+
+/// The activations nn::dense fuses (MindSpore's Dense(..., activation='relu')): none,
+/// relu, sigmoid, tanh (kernels/fused.hpp).
+using activation = kernels::fused::activation;
 
 namespace detail {
 
@@ -16659,6 +16851,46 @@ xt::xarray<T> dropout_factors(const layout& l, const extents& g, int rank, T sca
   return m;
 }
 
+/// f(std::integral_constant<activation, a>{}) for the run-time activation a: the
+/// fused kernels take the activation as a type.
+template <class F>
+decltype(auto) with_activation(kernels::fused::activation a, F&& f) {
+  using kernels::fused::activation;
+  switch (a) {
+    case activation::relu: return f(std::integral_constant<activation, activation::relu>{});
+    case activation::sigmoid: return f(std::integral_constant<activation, activation::sigmoid>{});
+    case activation::tanh: return f(std::integral_constant<activation, activation::tanh>{});
+    default: return f(std::integral_constant<activation, activation::none>{});
+  }
+}
+
+/// act(x) on x's shards, in x's layout (partial sums resolved first), one fused pass;
+/// the backward is one pass too, dy * act'(x) from the output.
+template <class T, class C, class D>
+autodiff::var<T, C, D> activate(autodiff::var<T, C, D> x, kernels::fused::activation a, const char* fn) {
+  using K = kernels::backend<D>;
+  x = resolved(x);
+  autodiff::tape<T, C, D>& t = *x.t;
+  const tensor_on<T, D>& xv = x.value();
+  auto y = with_activation(a, [&](auto A) {
+    return K::template fused_map<T>(fn, kernels::fused::act_value<A.value>{}, xv.local());
+  });
+  auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
+  const autodiff::var<T, C, D> out = t.record(
+      tensor_on<T, D>(xv.layout(), xv.global_shape(), xv.rank(), std::move(y)),
+      [ix = x.id, self, a, fn](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+        const tensor_on<T, D>& yv = tp.value(*self);
+        const laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
+        auto dx = with_activation(a, [&](auto A) {
+          return K::template fused_map<T>(fn, kernels::fused::act_grad<A.value>{}, dy->local(), yv.local());
+        });
+        tp.add_grad(ix, tensor_on<T, D>(yv.layout(), yv.global_shape(), yv.rank(), std::move(dx)));
+      },
+      t.requires_grad(x.id));
+  *self = out.id;
+  return out;
+}
+
 template <class... M>
 struct first_module {
   using type = void;
@@ -16672,11 +16904,13 @@ struct first_module<M, Rest...> {
 
 // ---- Dense ---------------------------------------------------------------------------
 
-/// MindSpore's nn.Dense: y = x weight^T + bias, x (batch, in_channels), weight
-/// (out_channels, in_channels), bias (out_channels,).
+/// MindSpore's nn.Dense: y = act(x weight^T + bias), x (batch, in_channels), weight
+/// (out_channels, in_channels), bias (out_channels,), act none (the default), relu,
+/// sigmoid or tanh.
 ///
 ///     nn::dense<float> fc(784, 512, "normal", "zeros");   // the seed's layer
 ///     fc.shard(strategy{{2, 1}, {4, 1}});                  // optional: MatMul's strategy
+///     nn::dense<float> hidden(784, 512, {}, {}, true, nn::activation::relu);
 ///
 /// Defaults as MindSpore's (and PyTorch's Linear): weight he_uniform(sqrt 5), i.e.
 /// U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in), 1/sqrt(in)).
@@ -16686,20 +16920,24 @@ struct first_module<M, Rest...> {
 /// is data parallel, ((device_num, 1), (1, 1)): the batch split over every rank, the
 /// weight and bias replicated, and the weight's and bias's gradients partial sums over
 /// the ranks (a gradient reducer resolves them). When k is 1 the product and the bias
-/// run fused on local shards; otherwise through ops::matmul and ops::bias_add. On a
-/// device other than the host (D = cuda_device) the fused path runs D's kernels
-/// (cuBLAS, the bias-add and column-sum kernels) on the same layouts.
+/// run fused on local shards, the bias and the activation as one pass over the product
+/// (and the activation's backward as one pass over the output gradient); otherwise
+/// through ops::matmul and ops::bias_add, then the activation in one pass. On a device
+/// other than the host (D = cuda_device) the fused path runs D's kernels (cuBLAS, the
+/// fused row-broadcast map and the column-sum kernel) on the same layouts.
 template <class T = float, class D = cpu_device>
 class dense : public module<T, D> {
   index_t in_, out_;
   bool has_bias_;
+  activation act_;
 
  public:
   dense(index_t in_channels, index_t out_channels, std::optional<initializer> weight_init = {},
-        std::optional<initializer> bias_init = {}, bool has_bias = true)
+        std::optional<initializer> bias_init = {}, bool has_bias = true, activation act = activation::none)
       : in_(checked(in_channels, out_channels, 0)),
         out_(checked(in_channels, out_channels, 1)),
         has_bias_(has_bias),
+        act_(act),
         weight(extents{out_channels, in_channels},
                weight_init ? *weight_init : initializer::he_uniform(std::sqrt(5.0))),
         bias(extents{out_channels},
@@ -16719,6 +16957,7 @@ class dense : public module<T, D> {
   index_t in_channels() const { return in_; }
   index_t out_channels() const { return out_; }
   bool has_bias() const { return has_bias_; }
+  activation act() const { return act_; }
 
   void visit(visitor<T, D>& v) override {
     v.param("weight", weight);
@@ -16762,35 +17001,46 @@ class dense : public module<T, D> {
     if (has_bias_) b = bias.on(t);
     const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      const autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
-      return b ? autodiff::bias_add(bias_op_, y, *b) : y;
+      autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
+      if (b) y = autodiff::bias_add(bias_op_, y, *b);
+      return act_ == activation::none ? y : detail::activate(y, act_, "dense");
     }
     using K = kernels::backend<D>;
     using array = typename storage<T, D>::array;
     device_context<C>& ctx = t.ctx();
     const laid_out<T, D> lx = detail::placed_as(xv, rule_.a, ctx);
     const laid_out<T, D> lw = detail::placed_as(w.value(), rule_.b, ctx);
+    // The epilogue: bias and activation in one pass over the product, in place.
     array y;
-    if constexpr (detail::on_host<D>) {
-      y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
-      if (b) {
-        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
-        add_rows(y, lb->local());
-      }
-    } else {
-      y = K::template matmul<T>(lx->local(), lw->local(), false, true);
-      if (b) {
-        const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
-        y = K::template bias_add<T>(y, lb->local());
-      }
+    if constexpr (detail::on_host<D>) y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
+    else y = K::template matmul<T>(lx->local(), lw->local(), false, true);
+    if (b) {
+      const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
+      y = detail::with_activation(act_, [&](auto A) {
+        return K::template fused_bias_map<T>("dense", std::move(y), lb->local(), kernels::fused::bias_act<A.value>{});
+      });
+    } else if (act_ != activation::none) {
+      y = detail::with_activation(act_, [&](auto A) {
+        return K::template fused_map<T>("dense", kernels::fused::act_value<A.value>{}, y);
+      });
     }
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
     tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
-    return t.record(std::move(out),
+    auto self = std::make_shared<int>(-1);  // the output's id, for the activation's backward
+    const autodiff::var<T, C, D> result = t.record(
+        std::move(out),
                     [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
-                     wp = &weight, bp = &bias](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                     wp = &weight, bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
                       device_context<C>& c = tp.ctx();
-                      const laid_out<T, D> dy = detail::placed_as(g, r.c.without_partial(), c);
+                      const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
+                      // dz = dy * act'(z) from the output, one pass; dy itself without one.
+                      std::optional<array> dz_own;
+                      if (act != activation::none)
+                        dz_own = detail::with_activation(act, [&](auto A) {
+                          return K::template fused_map<T>("dense_backward", kernels::fused::act_grad<A.value>{},
+                                                          dy0->local(), tp.value(*self).local());
+                        });
+                      const array& dz = dz_own ? *dz_own : dy0->local();
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const tensor_on<T, D>& wv = tp.value(iw);
                       const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
@@ -16799,33 +17049,35 @@ class dense : public module<T, D> {
                         array db;
                         if constexpr (detail::on_host<D>) {
                           db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
-                          column_sums(dy->local(), db);
+                          column_sums(dz, db);
                         } else {
-                          db = K::template reduce_sum<T>(dy->local(), std::vector<int>{0}, false);
+                          db = K::template reduce_sum<T>(dz, std::vector<int>{0}, false);
                         }
                         tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
                       }
                       if (tp.requires_grad(iw)) {
-                        // dW (out, in) = dy^T x, written over the last step's storage.
+                        // dW (out, in) = dz^T x, written over the last step's storage.
                         array dw;
                         if constexpr (detail::on_host<D>) {
                           dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                          kernels::cpu::matmul_into(dw, dy->local(), lx2->local(), true, false, T(0));
+                          kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
                         } else {
-                          dw = K::template matmul<T>(dy->local(), lx2->local(), true, false);
+                          dw = K::template matmul<T>(dz, lx2->local(), true, false);
                         }
                         tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
                       }
                       if (tp.requires_grad(ix)) {
                         array dx;
                         if constexpr (detail::on_host<D>)
-                          dx = kernels::cpu::matmul_grad_a(dy->local(), lx2->local(), lw2->local(), false, true);
+                          dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
                         else
-                          dx = K::template matmul_grad_a<T>(dy->local(), lx2->local(), lw2->local(), false, true);
+                          dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
                         tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
                       }
                     },
                     rg);
+    *self = result.id;
+    return result;
   }
 
  private:
@@ -16843,14 +17095,6 @@ class dense : public module<T, D> {
     const T* g = dy.data();
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t j = 0; j < cols; ++j) o[j] += g[r * cols + j];
-  }
-  static void add_rows(xt::xarray<T>& y, const xt::xarray<T>& b) {
-    const std::size_t c = b.size();
-    const std::size_t rows = c == 0 ? 0 : y.size() / c;
-    T* p = y.data();
-    const T* q = b.data();
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t j = 0; j < c; ++j) p[r * c + j] += q[j];
   }
 
   ops::matmul_op op_{};
@@ -16904,6 +17148,32 @@ class relu : public module<T, D> {
     else return kernels::backend<D>::template relu_grad<T>(dy, x);
   }
 };
+
+// ---- Sigmoid, Tanh ------------------------------------------------------------------
+
+/// An element-wise activation that keeps its input's layout (partial sums resolved
+/// first), forward and backward each one fused pass (kernels/fused.hpp).
+template <activation A, class T = float, class D = cpu_device>
+class activation_layer : public module<T, D> {
+ public:
+  void visit(visitor<T, D>&) override {}
+  void reset_strategies() override {}
+
+  template <class C>
+  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+    return detail::activate(x, A, name_of());
+  }
+
+ private:
+  static constexpr const char* name_of() { return A == activation::sigmoid ? "sigmoid" : "tanh"; }
+};
+
+/// 1 / (1 + e^-x), MindSpore's nn.Sigmoid.
+template <class T = float, class D = cpu_device>
+using sigmoid = activation_layer<activation::sigmoid, T, D>;
+/// tanh x, MindSpore's nn.Tanh.
+template <class T = float, class D = cpu_device>
+using tanh = activation_layer<activation::tanh, T, D>;
 
 // ---- Flatten -----------------------------------------------------------------------
 
@@ -17674,7 +17944,8 @@ namespace tessera::optim {
 ///     opt(grads);
 ///
 /// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
-/// opt.step(params, grads)`.
+/// opt.step(params, grads)`. On a device (D = cuda_device) the update is one fused
+/// kernel with the same arithmetic, weight decay and Nesterov included.
 template <class T, class D = cpu_device>
 class momentum : public optimizer<T, D> {
  public:
@@ -17716,7 +17987,8 @@ class momentum : public optimizer<T, D> {
                                       std::span<T>(tensor_accum_[i].data(), tensor_accum_[i].size()), lr, mu_,
                                       this->weight_decay_, nesterov_);
       } else {
-        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_);
+        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_,
+                                             this->weight_decay_, nesterov_);
       }
     }
     ++this->step_;
@@ -17727,13 +17999,10 @@ class momentum : public optimizer<T, D> {
     this->ensure_state(accum_);
     kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
-  // The device's kernel has neither weight decay nor Nesterov's variant: those are refused.
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
-    if (this->weight_decay_ != T(0) || nesterov_)
-      throw error("momentum: weight decay and nesterov are not implemented on device " + std::string(D::name));
     this->ensure_device_state(param_accum_);
-    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_);
+    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
   }
 
  private:
