@@ -275,11 +275,12 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
 ///     model.train(10, dataset, {&lm});
 template <class Net, class Loss, class C>
 class model {
+  using D = detail::device_of_net_t<Net>;
+
  public:
   using T = typename Net::value_type;
-  /// The device of the network's parameters.
-  using device_type = detail::device_of_net_t<Net>;
-  using D = device_type;
+  /// The device of the network's parameters (cpu_device, cuda_device).
+  using device_type = D;
 
   struct options {
     bool gradients_mean = true;                         ///< see distributed_grad_reducer
@@ -312,7 +313,8 @@ class model {
         std::vector<std::pair<std::string, dist_tensor<T>>> out;
         for (auto& [name, p] : net->named_parameters()) {
           const tensor_on<T, D>& d = p->data();
-          out.emplace_back(name, dist_tensor<T>(d.layout(), d.global_shape(), d.rank(), storage<T, D>::to_host(d.local())));
+          out.emplace_back(name,
+                           dist_tensor<T>(d.layout(), d.global_shape(), d.rank(), storage<T, D>::to_host(d.local())));
         }
         return out;
       };
@@ -371,8 +373,8 @@ class model {
       reducer_ = std::make_unique<distributed_grad_reducer<T, C, D>>(
           opt_->parameters(), *ctx_,
           typename distributed_grad_reducer<T, C, D>::options{.mean = opt_config_.gradients_mean,
-                                                            .bucket_bytes = opt_config_.bucket_bytes,
-                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
+                                                               .bucket_bytes = opt_config_.bucket_bytes,
+                                                               .parameter_broadcast = opt_config_.parameter_broadcast});
   }
 
   Net* net_;
