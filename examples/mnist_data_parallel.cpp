@@ -15,10 +15,12 @@
 // alone on the whole global batches and checks that its losses equal the data-parallel
 // ones (the one-rank oracle; the check the tests run); --device cpu|cuda (cpu): where
 // the parameters, activations and gradients live. With cuda each rank uses the GPU
-// of its node-local rank (round-robin), every batch is copied to it per step, and the
-// gradients are reduced through MPI staged in pinned host memory; the logs are the
-// same. The accuracy is measured on the host, with the trained parameters copied back.
-// Built by nvcc where CMake finds it (then --device cuda is available).
+// of its node-local rank (round-robin), and the same training runs through
+// train::model on the GPU network (every batch copied to the GPU per step, the
+// gradients reduced in the reducer's packed buckets through MPI staged in pinned host
+// memory, the log written by a callback); the logs are the same, and the accuracy is
+// measured on the GPU (train::evaluate). Built by nvcc where CMake finds it (then
+// --device cuda is available).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -121,16 +123,6 @@ std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> tensors(const data::row
           dist_tensor<std::int32_t>(layout(mesh{p}, {{0}}), extents{rows * p}, rank, std::move(y))};
 }
 
-// A host batch on device D (itself on the host).
-template <class D>
-tensor_on<float, D> on_device(dist_tensor<float>&& x) {
-#if MNIST_WITH_CUDA
-  if constexpr (std::is_same_v<D, cuda_device>) return to_device(x);
-  else
-#endif
-    return std::move(x);
-}
-
 // Calls f(ctx) with a context whose communicator carries device D's buffers: `host`
 // itself for the host, a staging communicator over a duplicate of it for GPU shards.
 template <class D, class H, class F>
@@ -148,12 +140,66 @@ void with_device_context(H& host, F&& f) {
   }
 }
 
+constexpr std::int64_t warmup = 10;  // steps before the timed ones
+
+// The hand-written loop's log, step limit and step timing as a callback of
+// train::model: `epoch: E step: S, loss is L` every 10 steps of an epoch (S from 0),
+// every step's loss when `record`, a stop after `steps` steps.
+class mnist_log : public train::callback<float> {
+ public:
+  mnist_log(const options& o, bool print, bool record) : o_(&o), print_(print), record_(record) {}
+  void on_step_end(train::run_context<float>& rc) override {
+    const std::int64_t i = rc.step_in_epoch - 1, step = rc.step - 1;
+    if (step >= warmup) {
+      timed_ += rc.step_seconds;
+      ++timed_steps_;
+    }
+    const float l = float(rc.loss);
+    if (record_) losses_.push_back(l);
+    if (print_ && i % 10 == 0)
+      std::printf("epoch: %d step: %lld, loss is %.8g\n", rc.epoch - 1, (long long)i, double(l));
+    if (o_->steps >= 0 && rc.step >= o_->steps) rc.request_stop();
+  }
+  std::vector<float>& losses() { return losses_; }
+  double timed() const { return timed_; }
+  std::int64_t timed_steps() const { return timed_steps_; }
+
+ private:
+  const options* o_;
+  bool print_, record_;
+  std::vector<float> losses_;
+  double timed_ = 0;
+  std::int64_t timed_steps_ = 0;
+};
+
+void print_step_time(double timed, std::int64_t timed_steps) {
+  if (timed_steps > 0) std::printf("step time: %.3f ms\n", 1e3 * timed / double(timed_steps));
+  else std::printf("step time: no steps after the %lld warm-up steps\n", (long long)warmup);
+}
+
+// The training of train_mnist through train::model (the network on device D).
+template <class D, class C>
+std::vector<float> train_mnist_model(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
+                                     std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print,
+                                     bool record, network<D>& net) {
+  net.build(ctx, 1);
+  nn::cross_entropy_loss<float, D> loss_fn;
+  optim::sgd<float, D> optimizer(net.trainable_params(), 1e-2f);
+  train::model model(net, loss_fn, optimizer, ctx);
+  data::dataset data_set = mnist(dir, "train", shards, shard, batch);
+  mnist_log log(o, print, record);
+  model.train(o.steps == 0 ? 0 : o.epochs, data_set, {&log});
+  if (print && o.steps >= 0) print_step_time(log.timed(), log.timed_steps());
+  return std::move(log.losses());
+}
+
 // Trains on the ranks of ctx, each reading shard `shard` of `shards`; returns every
 // step's loss when `record` (resolving the loss each step), else only those printed.
-template <class D, class C>
-std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
-                         std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print, bool record,
-                         network<D>& net) {
+template <class C>
+std::vector<float> train_mnist_loop(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
+                                    std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print,
+                                    bool record, network<cpu_device>& net) {
+  using D = cpu_device;
   const int p = ctx.size(), me = ctx.rank();
   net.build(ctx, 1);
   nn::cross_entropy_loss<float, D> loss_fn;
@@ -167,14 +213,13 @@ std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const s
   std::int64_t step = 0;
   double timed = 0;
   std::int64_t timed_steps = 0;
-  constexpr std::int64_t warmup = 10;
   for (int epoch = 0; epoch < o.epochs && (o.steps < 0 || step < o.steps); ++epoch) {
     std::int64_t i = 0;
     for (const data::row& b : data_set.epoch(epoch)) {
       if (o.steps >= 0 && step >= o.steps) break;
       auto [host_data, label] = tensors(b, p, me);
       const auto t0 = std::chrono::steady_clock::now();
-      const tensor_on<float, D> data = on_device<D>(std::move(host_data));
+      const dist_tensor<float> data = std::move(host_data);
       auto [loss, grads] = grad_fn(data, label);
       grads = grad_reducer(grads);
       optimizer(grads);
@@ -192,11 +237,19 @@ std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const s
       ++step;
     }
   }
-  if (print && o.steps >= 0) {
-    if (timed_steps > 0) std::printf("step time: %.3f ms\n", 1e3 * timed / double(timed_steps));
-    else std::printf("step time: no steps after the %lld warm-up steps\n", (long long)warmup);
-  }
+  if (print && o.steps >= 0) print_step_time(timed, timed_steps);
   return losses;
+}
+
+// The training on device D: the seed's hand-written loop on the host, train::model
+// on a GPU.
+template <class D, class C>
+std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
+                               std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print, bool record,
+                               network<D>& net) {
+  if constexpr (std::is_same_v<D, cpu_device>)
+    return train_mnist_loop(ctx, o, dir, shards, shard, batch, print, record, net);
+  else return train_mnist_model(ctx, o, dir, shards, shard, batch, print, record, net);
 }
 
 options parse(int argc, char** argv) {
@@ -239,22 +292,6 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-// The parameters of `net` copied into `host_net` (built on the host ranks of `ctx`
-// in the same layouts): the host twin on which the accuracy is measured.
-template <class D, class C>
-void copy_to_host(network<D>& net, network<cpu_device>& host_net, device_context<C>& ctx) {
-  host_net.build(ctx, 1);
-  const auto from = net.parameters();
-  const auto to = host_net.parameters();
-  for (std::size_t i = 0; i < from.size(); ++i) {
-#if MNIST_WITH_CUDA
-    if constexpr (std::is_same_v<D, cuda_device>) to[i]->set_data(to_host(from[i]->data()));
-    else
-#endif
-      to[i]->set_data(from[i]->data());
-  }
-}
-
 // The example on device D: training, accuracy, and the --verify oracle.
 template <class D>
 void run(mpi_communicator& world, const options& o) {
@@ -288,22 +325,24 @@ void run(mpi_communicator& world, const options& o) {
 
   network<D> net;
   std::vector<float> losses;
+  train::eval_result m;
   with_device_context<D>(world, [&](auto& ctx) {
     losses = train_mnist(ctx, o, dir, p, me, o.batch, true, o.verify, net);
+    if constexpr (!std::is_same_v<D, cpu_device>) {
+      // Accuracy on the test files, each rank its shard (batches of 100 per rank), on
+      // the device.
+      nn::cross_entropy_loss<float, D> loss_fn;
+      const data::dataset test_set = mnist(dir, "test", p, me, 100);
+      m = train::evaluate(net, loss_fn, test_set, ctx);
+    }
   });
 
-  // Accuracy on the test files, each rank its shard (batches of 100 per rank), on the
-  // host.
-  device_context<mpi_communicator> ctx(world);
-  nn::cross_entropy_loss<float> loss_fn;
-  const data::dataset test_set = mnist(dir, "test", p, me, 100);
-  train::eval_result m;
   if constexpr (std::is_same_v<D, cpu_device>) {
+    // Accuracy on the test files, each rank its shard (batches of 100 per rank).
+    device_context<mpi_communicator> ctx(world);
+    nn::cross_entropy_loss<float> loss_fn;
+    const data::dataset test_set = mnist(dir, "test", p, me, 100);
     m = train::evaluate(net, loss_fn, test_set, ctx);
-  } else {
-    network<cpu_device> host_net;
-    copy_to_host(net, host_net, ctx);
-    m = train::evaluate(host_net, loss_fn, test_set, ctx);
   }
   std::printf("accuracy: %.4f\n", m.accuracy);
 

@@ -483,6 +483,7 @@ inline std::array<std::int64_t, max_tensor_ndim> row_major(const extents& s) {
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <xtensor/xarray.hpp>
 
@@ -571,6 +572,20 @@ struct storage<T, cuda_device> {
   }
   static array from_host(const xt::xarray<T>& h) {
     return array::from_host(h.data(), h.size(), std::vector<std::size_t>(h.shape().begin(), h.shape().end()));
+  }
+
+  /// n elements from src to dst, both in device memory: one cudaMemcpyAsync on
+  /// tessera's stream (after the kernels that wrote src, before those that read dst).
+  static void copy_n(const T* src, T* dst, std::size_t n) {
+    if (n == 0) return;
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, cuda::stream()));
+  }
+  /// n elements at p (device memory) set to value, on tessera's stream.
+  static void fill_n(T* p, std::size_t n, T value) {
+    if (n == 0) return;
+    detail::fill_kernel<<<cuda::grid_for(std::int64_t(n)), cuda::block_threads, 0, cuda::stream()>>>(
+        p, std::int64_t(n), value);
+    cuda::check_launch("fill_n");
   }
 };
 

@@ -9256,6 +9256,11 @@ struct cuda_device {
 ///                          const extents& box);
 ///     static xt::xarray<T> to_host(const array&);
 ///     static array from_host(const xt::xarray<T>&);
+///     // n elements from src to dst, and n elements at p set to value; pointers into
+///     // this device's memory (on a GPU: queued on tessera's stream, in order with
+///     // the kernels before and after)
+///     static void copy_n(const T* src, T* dst, std::size_t n);
+///     static void fill_n(T* p, std::size_t n, T value);
 ///
 /// The primary template is never defined: a device whose header is missing is an error
 /// naming the trait and the device.
@@ -9373,6 +9378,8 @@ struct storage<T, cpu_device> {
   }
   static const xt::xarray<T>& to_host(const array& a) { return a; }
   static array from_host(const xt::xarray<T>& a) { return a; }
+  static void copy_n(const T* src, T* dst, std::size_t n) { std::copy_n(src, n, dst); }
+  static void fill_n(T* p, std::size_t n, T value) { std::fill_n(p, n, value); }
 };
 
 template <class T>
@@ -18387,9 +18394,12 @@ void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, devic
 /// reducer must outlive the steps that use it and not move (its parameters point to it).
 ///
 /// Parameters on a device D other than the host (a GPU) have device gradients, which C
-/// must carry (staged_communicator over MPI, through pinned host memory): there each
-/// gradient is its own bucket, reduced in place (no packing into a bucket buffer), and
-/// the reductions still start during the backward pass.
+/// must carry (staged_communicator over MPI, through pinned host memory). Their buckets
+/// are the host's, parameter for parameter (the plan depends only on the parameters'
+/// sizes and layouts): a bucket buffer in D's memory (storage<T, D>::array), each
+/// gradient copied into it at its offset and back on completion by D's copy_n (on a GPU
+/// a device-to-device copy on tessera's stream, ordered with the kernels that made the
+/// gradient and with the communicator's staging).
 template <class T, class C, class D = cpu_device>
 class distributed_grad_reducer final : public nn::grad_listener<T, D> {
  public:
@@ -18534,7 +18544,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     std::vector<int> ranks;
     std::vector<std::size_t> members;
     std::size_t elements = 0;
-    std::vector<T> buffer;  // packed gradients (buckets of two or more)
+    typename storage<T, D>::array buffer;  // packed gradients (buckets of two or more), in D's memory
     std::size_t ready = 0;
     std::optional<request_t> req;
   };
@@ -18559,7 +18569,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
       std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
       const std::size_t n = std::size_t(p.data().local().size());
       auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
-      const bool alone = !on_host || n * sizeof(T) >= opt_.alone_bytes;
+      const bool alone = n * sizeof(T) >= opt_.alone_bytes;
       if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
         open.erase(it);
         it = open.end();
@@ -18581,7 +18591,10 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
       if (alone) open.erase(it);  // nothing joins it
     }
     for (bucket& b : buckets_)
-      if (b.members.size() > 1 && b.comm) b.buffer.assign(b.elements, T(0));
+      if (b.members.size() > 1 && b.comm) {
+        b.buffer = storage<T, D>::empty(extents{index_t(b.elements)});
+        storage<T, D>::fill(b.buffer, T(0));
+      }
     planned_ = true;
   }
 
@@ -18613,13 +18626,11 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     s.data = g.local().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if constexpr (on_host) {
-      if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
-        T* dst = b.buffer.data() + s.offset;
-        const std::size_t n = std::size_t(g.data().size());
-        if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
-        else std::fill(dst, dst + n, T(0));
-      }
+    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
+      T* dst = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.local().size());
+      if (s.on_plan) storage<T, D>::copy_n(g.local().data(), dst, n);
+      else storage<T, D>::fill_n(dst, n, T(0));
     }
     if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
     progress();
@@ -18676,12 +18687,15 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     }
     T* dst = g.local().data();
     if (b.members.size() > 1 && b.comm) {
-      if constexpr (on_host) {  // packed buckets are the host's only
-        const T* src = b.buffer.data() + s.offset;
-        const std::size_t n = std::size_t(g.data().size());
+      const T* src = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.local().size());
+      if constexpr (on_host) {
         if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
         else
           for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+      } else {
+        storage<T, D>::copy_n(src, dst, n);
+        if (factor != T(1)) scale(g.local(), factor);
       }
     } else if (b.comm) {
       if (dst != s.data)
@@ -18716,6 +18730,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -18738,8 +18753,14 @@ struct run_context {
   std::int64_t batch_samples = 0;     ///< samples in the step's global batch
   int rank = 0;                       ///< this rank
   int ranks = 1;                      ///< the number of ranks
-  /// The network's parameters with their dotted names (for checkpoints).
+  /// The network's parameters with their dotted names (for checkpoints); empty for a
+  /// network on another device (see host_parameters).
   std::vector<std::pair<std::string, nn::parameter<T>*>> parameters;
+  /// For a network on a device other than the host (a GPU): its parameters copied to
+  /// the host, with their dotted names, layouts and ranks (waits for the device; each
+  /// call copies). Unset (empty) for a host network, whose `parameters` are the tensors
+  /// themselves.
+  std::function<std::vector<std::pair<std::string, dist_tensor<T>>>()> host_parameters;
   /// Set by a callback to end the training after this step (MindSpore's request_stop).
   bool stop_requested = false;
   void request_stop() { stop_requested = true; }
@@ -18898,8 +18919,11 @@ class progress_bar : public callback<T> {
 // trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
 // rank reads its own shard of the data (the batch split over the ranks), the
 // gradients are reduced over the ranks by a distributed_grad_reducer during the
-// backward pass, and every rank steps the optimizer on its shards.
+// backward pass, and every rank steps the optimizer on its shards. The network may
+// live on any device (its parameters' device D, deduced from its type): the data
+// pipeline's host batches are copied to D for each step and the loss read back.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -18966,14 +18990,47 @@ std::int64_t batches_per_epoch(const D& ds) {
   else return -1;
 }
 
+/// The device of a network's parameters (Net::device_type; the host for a network
+/// that does not name one).
+template <class Net>
+struct device_of_net {
+  using type = cpu_device;
+};
+template <class Net>
+  requires requires { typename Net::device_type; }
+struct device_of_net<Net> {
+  using type = typename Net::device_type;
+};
+template <class Net>
+using device_of_net_t = typename device_of_net<Net>::type;
+
+// A small all-reduce of host values over the world of ctx: through C itself when it
+// takes host memory; when its collectives take device buffers, through its host
+// communicator (staged_communicator::host()), else through a copy in D's memory.
+template <class D, class U, class C>
+void host_all_reduce(device_context<C>& ctx, std::span<U> v, reduce_op op) {
+  if constexpr (!takes_device_buffers<C>) {
+    ctx.world().all_reduce(v, op);
+  } else if constexpr (requires { ctx.world().host().all_reduce(v, op); }) {
+    ctx.world().host().all_reduce(v, op);
+  } else {
+    xt::xarray<U> h = xt::xarray<U>::from_shape({v.size()});
+    std::copy(v.begin(), v.end(), h.data());
+    auto d = storage<U, D>::from_host(h);
+    ctx.world().all_reduce(std::span<U>(d.data(), d.size()), op);
+    h = storage<U, D>::to_host(d);
+    std::copy_n(h.data(), v.size(), v.begin());
+  }
+}
+
 // The ranks agree that each has a batch of the same size, or that all are done.
 // Throws on every rank otherwise (a rank with fewer batches would leave the others
 // waiting in a collective).
-template <class C>
+template <class D, class C>
 bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
   std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
   // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
-  ctx.world().all_reduce(std::span<std::int64_t>(v), reduce_op::max);
+  host_all_reduce<D>(ctx, std::span<std::int64_t>(v), reduce_op::max);
   const bool any = v[2] == 1, all = v[3] == -1;
   if (!any) return false;
   if (!all)
@@ -18985,9 +19042,17 @@ bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const 
   return true;
 }
 
-// This rank's rows as shards of the global batch, split over every rank.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+// A host tensor on device D: itself on the host, its shard copied to D elsewhere.
+template <class D, class T>
+tensor_on<T, D> host_to(tensor_on<T, cpu_device>&& x) {
+  if constexpr (std::is_same_v<D, cpu_device>) return std::move(x);
+  else return tensor_on<T, D>(x.layout(), x.global_shape(), x.rank(), storage<T, D>::from_host(x.local()));
+}
+
+// This rank's rows as shards of the global batch, split over every rank: the inputs
+// on device D (copied there), the labels on the host (as the losses take them).
+template <class D, class T, class C>
+std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
   const int p = ctx.size();
   const index_t rows = index_t(b.inputs.shape()[0]);
   if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
@@ -19004,28 +19069,40 @@ std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& 
   xl.split[0] = axis_list{0};
   dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
   dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
-  return {std::move(x), std::move(y)};
+  return {host_to<D>(std::move(x)), std::move(y)};
 }
 
 // Rows whose largest logit is at the label, counted once over the ranks that share
-// them (the ranks of a row's replicas are told apart by their coordinates).
-template <class T, class C>
-double count_correct(const dist_tensor<T>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+// them (the ranks of a row's replicas are told apart by their coordinates). Logits
+// on a device are laid out there (the labels copied to it) and read back.
+template <class T, class D, class C>
+double count_correct(const tensor_on<T, D>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
   const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
-  const laid_out<T> lx = nn::detail::placed_as(logits, rows, ctx);
-  const laid_out<std::int32_t> ly = nn::detail::placed_as(labels, layout(rows.dev, {rows.split[0]}), ctx);
+  const laid_out<T, D> lx = nn::detail::placed_as(logits, rows, ctx);
+  // The labels on D (a copy off the host), then in the rows' layout.
+  std::optional<tensor_on<std::int32_t, D>> labels_copy;
+  const tensor_on<std::int32_t, D>* yd = nullptr;
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    yd = &labels;
+  } else {
+    labels_copy.emplace(host_to<D>(dist_tensor<std::int32_t>(labels)));
+    yd = &*labels_copy;
+  }
+  const laid_out<std::int32_t, D> ly = nn::detail::placed_as(*yd, layout(rows.dev, {rows.split[0]}), ctx);
   // Count only on the first replica of each row block.
   const mesh_coords c = rows.dev.coords(ctx.rank());
   for (int a = 0; a < rows.dev.ndim; ++a)
     if (!rows.split[0].contains(a) && c[a] != 0) return 0;
-  const auto& x = lx->local();
+  // On the host: the shards themselves; elsewhere: their copies.
+  const auto& x = storage<T, D>::to_host(lx->local());
+  const auto& y = storage<std::int32_t, D>::to_host(ly->local());
   const std::size_t n = x.shape()[0], k = x.shape()[1];
   double correct = 0;
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t best = 0;
     for (std::size_t j = 1; j < k; ++j)
       if (x.data()[i * k + j] > x.data()[i * k + best]) best = j;
-    correct += std::int32_t(best) == ly->local().data()[i] ? 1 : 0;
+    correct += std::int32_t(best) == y.data()[i] ? 1 : 0;
   }
   return correct;
 }
@@ -19042,10 +19119,13 @@ struct eval_result {
 /// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
 /// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
 /// rows: each sample counted once. Collective. The dataset is read as Model::train
-/// reads it.
+/// reads it. A network on a device D (Net::device_type) is evaluated there: each
+/// batch's inputs are copied to D, its loss and correct rows read back; C must then
+/// carry D's buffers (staged_communicator over MPI for a GPU).
 template <class Net, class Loss, class Dataset, class C>
 eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
   using T = typename Net::value_type;
+  using D = detail::device_of_net_t<Net>;
   const bool was_training = net.training();
   net.set_train(false);
   double correct = 0, loss_sum = 0;
@@ -19057,9 +19137,9 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
     const bool have = !(it == end);
     std::optional<local_batch<T>> b;
     if (have) b = to_local_batch(detail::tag<T>{}, *it);
-    if (!detail::agree_on_batch(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
-    const auto [x, y] = detail::to_tensors(*b, ctx);
-    autodiff::tape<T, C> t(ctx);
+    if (!detail::agree_on_batch<D>(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
+    const auto [x, y] = detail::to_tensors<D>(*b, ctx);
+    autodiff::tape<T, C, D> t(ctx);
     const auto logits = net(t.leaf_view(x, false));
     const auto loss = loss_fn(logits, y);
     loss_sum += double(scalar(loss.value(), ctx));
@@ -19070,7 +19150,7 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
   }
   net.set_train(was_training);
   std::vector<double> c{correct};
-  ctx.world().all_reduce(std::span<double>(c), reduce_op::sum);
+  detail::host_all_reduce<D>(ctx, std::span<double>(c), reduce_op::sum);
   eval_result r;
   r.samples = samples;
   r.accuracy = samples ? c[0] / double(samples) : 0.0;
@@ -19090,10 +19170,25 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
 /// a range, iterated once per epoch, or an object with epoch(e) (each epoch its own
 /// pass). Every rank must see batches of the same size, as many as the others: the
 /// ranks check it together at each step (an error, not a hang, otherwise).
+///
+/// The network, loss and optimizer may live on a device D other than the host (a GPU:
+/// nn::module<float, cuda_device>, optim::sgd<float, cuda_device>), deduced from the
+/// network's type; ctx's communicator must then carry D's buffers
+/// (staged_communicator<mpi_communicator> for GPU shards through MPI). The batches stay
+/// host arrays: each step copies its inputs to D (the labels stay on the host, as the
+/// losses take them) and reads the loss back for the callbacks, which are the host's
+/// (run_context's host_parameters gives checkpoints the parameters' host copies).
+///
+///     train::model model(gpu_net, loss_fn, opt, ctx);   // ctx over staged_communicator<mpi_communicator>
+///     model.train(10, dataset, {&lm});
 template <class Net, class Loss, class C>
 class model {
+  using D = detail::device_of_net_t<Net>;
+
  public:
   using T = typename Net::value_type;
+  /// The device of the network's parameters (cpu_device, cuda_device).
+  using device_type = D;
 
   struct options {
     bool gradients_mean = true;                         ///< see distributed_grad_reducer
@@ -19101,9 +19196,9 @@ class model {
     bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
   };
 
-  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx)
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx)
       : model(net, loss_fn, opt, ctx, options{}) {}
-  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx, options o)
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx, options o)
       : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
 
   Net& network() { return *net_; }
@@ -19119,7 +19214,19 @@ class model {
     rc.rank = ctx_->rank();
     rc.ranks = ctx_->size();
     rc.steps_per_epoch = detail::batches_per_epoch(dataset);
-    rc.parameters = net_->named_parameters();
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      rc.parameters = net_->named_parameters();
+    } else {
+      rc.host_parameters = [net = net_] {
+        std::vector<std::pair<std::string, dist_tensor<T>>> out;
+        for (auto& [name, p] : net->named_parameters()) {
+          const tensor_on<T, D>& d = p->data();
+          out.emplace_back(name,
+                           dist_tensor<T>(d.layout(), d.global_shape(), d.rank(), storage<T, D>::to_host(d.local())));
+        }
+        return out;
+      };
+    }
     auto grad_fn = value_and_grad(
         [this](auto x, const dist_tensor<std::int32_t>& y) { return (*loss_)((*net_)(x), y); },
         opt_->parameters(), *ctx_);
@@ -19135,8 +19242,9 @@ class model {
         const bool have = !(it == end);
         std::optional<local_batch<T>> b;
         if (have) b = to_local_batch(detail::tag<T>{}, *it);
-        if (!detail::agree_on_batch(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train")) break;
-        const auto [x, y] = detail::to_tensors(*b, *ctx_);
+        if (!detail::agree_on_batch<D>(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train"))
+          break;
+        const auto [x, y] = detail::to_tensors<D>(*b, *ctx_);
         rc.batch_samples = x.global_shape()[0];
         for (auto* cb : callbacks) cb->on_step_begin(rc);
         const auto t0 = std::chrono::steady_clock::now();
@@ -19164,25 +19272,25 @@ class model {
   }
 
   /// The gradient reducer (made at the first train or eval).
-  distributed_grad_reducer<T, C>* reducer() { return reducer_.get(); }
+  distributed_grad_reducer<T, C, D>* reducer() { return reducer_.get(); }
 
  private:
   void prepare() {
     if (!net_->built()) net_->build(*ctx_);
     if (!reducer_)
-      reducer_ = std::make_unique<distributed_grad_reducer<T, C>>(
+      reducer_ = std::make_unique<distributed_grad_reducer<T, C, D>>(
           opt_->parameters(), *ctx_,
-          typename distributed_grad_reducer<T, C>::options{.mean = opt_config_.gradients_mean,
-                                                            .bucket_bytes = opt_config_.bucket_bytes,
-                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
+          typename distributed_grad_reducer<T, C, D>::options{.mean = opt_config_.gradients_mean,
+                                                               .bucket_bytes = opt_config_.bucket_bytes,
+                                                               .parameter_broadcast = opt_config_.parameter_broadcast});
   }
 
   Net* net_;
   Loss* loss_;
-  optim::optimizer<T>* opt_;
+  optim::optimizer<T, D>* opt_;
   device_context<C>* ctx_;
   options opt_config_;
-  std::unique_ptr<distributed_grad_reducer<T, C>> reducer_;
+  std::unique_ptr<distributed_grad_reducer<T, C, D>> reducer_;
 };
 
 }  // namespace tessera::train
@@ -21035,14 +21143,27 @@ train::local_batch<T> to_local_batch(train::detail::tag<T>, const row& b) {
 // CheckpointConfig): a callback that saves the network's parameters through io/'s
 // checkpoint writer every N steps and at the end of the training, named
 // "<prefix>-<epoch>_<step>.safetensors", keeping the newest keep_checkpoint_max.
+// Parameters on a device (a GPU) are copied to the host to be written.
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace tessera::train {
+
+namespace detail {
+/// The host communicator under a communicator of device buffers (host()), or C itself.
+template <class C>
+auto& host_comm_of(C& c) {
+  if constexpr (requires { c.host(); }) return c.host();
+  else return c;
+}
+}  // namespace detail
 
 /// MindSpore's ModelCheckpoint(prefix, directory, config). Saving is collective: every
 /// rank calls the hooks at the same steps.
@@ -21063,6 +21184,12 @@ namespace tessera::train {
 ///     train::model_checkpoint<float, mpi_communicator> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
 ///                                                            {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
 ///     model.train(10, dataset, {&loss_cb, &ckpt});
+///
+/// A network on a device other than the host (a GPU) is saved from its parameters'
+/// host copies (run_context::host_parameters); the checkpoint is the same file. When
+/// ctx's communicator carries device buffers (the model's staged_communicator), the
+/// save's communication goes through its host communicator (host()); a host context
+/// (device_context<mpi_communicator>) may be passed as well.
 template <class T, class C>
 class model_checkpoint : public callback<T> {
  public:
@@ -21077,6 +21204,10 @@ class model_checkpoint : public callback<T> {
       : model_checkpoint(std::move(prefix), std::move(directory), ctx, config{}) {}
   model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx, config c)
       : prefix_(std::move(prefix)), dir_(std::move(directory)), ctx_(&ctx), cfg_(c) {
+    if constexpr (takes_device_buffers<C>)
+      static_assert(requires { ctx.world().host(); },
+                    "model_checkpoint: a communicator of device buffers needs a host communicator (host()) to "
+                    "save through; pass a context over a host communicator (mpi_communicator)");
     if (c.save_checkpoint_steps < 1)
       throw error("model_checkpoint: save_checkpoint_steps must be at least 1, got " +
                   std::to_string(c.save_checkpoint_steps));
@@ -21099,13 +21230,17 @@ class model_checkpoint : public callback<T> {
 
  private:
   void save(run_context<T>& rc) {
+    // A device network's parameters: their host copies, alive until written.
+    std::vector<std::pair<std::string, dist_tensor<T>>> copies;
+    if (rc.host_parameters) copies = rc.host_parameters();
     std::vector<io::param_ref> refs;
-    refs.reserve(rc.parameters.size());
+    refs.reserve(rc.parameters.size() + copies.size());
     for (auto& [name, p] : rc.parameters) refs.emplace_back(name, p->data());
+    for (auto& [name, t] : copies) refs.emplace_back(name, t);
     const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
     io::save_options how;
     how.integrated_save = cfg_.integrated_save;
-    const std::filesystem::path written = io::save_checkpoint(file, std::span<const io::param_ref>(refs), *ctx_, how);
+    const std::filesystem::path written = write(file, std::span<const io::param_ref>(refs), how);
     if (!cfg_.integrated_save || ctx_->rank() == 0) {
       const std::filesystem::path folder = written.has_parent_path() ? written.parent_path() : ".";
       io::rotate_checkpoints(folder, prefix_, cfg_.keep_checkpoint_max);
@@ -21114,9 +21249,24 @@ class model_checkpoint : public callback<T> {
     last_saved_ = rc.step;
   }
 
+  // io::save_checkpoint over host memory: ctx itself, or, when its communicator takes
+  // device buffers, a context over its host communicator (made at the first save).
+  std::filesystem::path write(const std::filesystem::path& file, std::span<const io::param_ref> refs,
+                              const io::save_options& how) {
+    if constexpr (!takes_device_buffers<C>) {
+      return io::save_checkpoint(file, refs, *ctx_, how);
+    } else {
+      if (!host_ctx_) host_ctx_.emplace(detail::host_comm_of(ctx_->world()));
+      return io::save_checkpoint(file, refs, *host_ctx_, how);
+    }
+  }
+
+  using host_comm = std::remove_reference_t<decltype(detail::host_comm_of(std::declval<C&>()))>;
+
   std::string prefix_;
   std::filesystem::path dir_;
   device_context<C>* ctx_;
+  std::optional<device_context<host_comm>> host_ctx_;
   config cfg_;
   std::int64_t last_saved_ = 0;
   std::vector<std::filesystem::path> saved_;

@@ -2,7 +2,8 @@
 // during Model.train saves every N steps and at the end, each rank into its own
 // folder (or rank 0 one whole file with integrated_save), keeps the newest
 // keep_checkpoint_max, and the newest loads back into a fresh network as the trained
-// parameters; bad settings are errors.
+// parameters; a device network's parameters are written from their host copies; bad
+// settings are errors.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -132,4 +133,43 @@ TEST_CASE("model_checkpoint: bad settings are errors") {
   CHECK_THROWS_WITH(ckpt_t("net", "d", ctx, {.save_checkpoint_steps = 1, .keep_checkpoint_max = 0}),
                     "model_checkpoint: keep_checkpoint_max must be at least 1, got 0");
   CHECK_THROWS_WITH(ckpt_t("", "d", ctx), doctest::Contains("checkpoint_file_name"));
+}
+
+TEST_CASE("model_checkpoint: a device network is written from its parameters' host copies") {
+  // What train::model hands a callback for a network on a GPU: no `parameters`, and
+  // host_parameters() making host copies (here of a host network, so that the test runs
+  // on the host); the checkpoint is made from those copies, once per save.
+  mpi_communicator world = mpi_communicator::world();
+  device_context<mpi_communicator> ctx(world);
+  temp_folder tmp(world);
+  mlp net;
+  net.build(ctx, 3);
+  int calls = 0;
+  train::run_context<float> rc;
+  rc.epoch = 1;
+  rc.host_parameters = [&] {
+    ++calls;
+    std::vector<std::pair<std::string, dist_tensor<float>>> out;
+    for (auto& [name, q] : net.named_parameters()) out.emplace_back(name, dist_tensor<float>(q->data()));
+    return out;
+  };
+  train::model_checkpoint<float, mpi_communicator> ckpt(
+      "dev", tmp.path, ctx, {.save_checkpoint_steps = 2, .keep_checkpoint_max = 1, .integrated_save = true});
+  for (int s = 1; s <= 3; ++s) {
+    rc.step = rc.step_in_epoch = s;
+    ckpt.on_step_end(rc);
+  }
+  ckpt.on_train_end(rc);
+  CHECK(calls == 2);  // steps 2 and 3
+  world.barrier();
+  CHECK(names_in(tmp.path) == std::vector<std::string>{"dev-1_3.safetensors"});
+  mlp fresh;
+  fresh.build(ctx, 5);
+  std::vector<io::param_ref> refs;
+  for (auto& [name, q] : fresh.named_parameters()) refs.emplace_back(name, q->data());
+  io::load_distributed_checkpoint(tmp.path / "dev-1_3.safetensors", refs);
+  const auto a = net.parameters(), b = fresh.parameters();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    CHECK(std::equal(a[i]->data().data().begin(), a[i]->data().data().end(), b[i]->data().data().begin()));
 }

@@ -32,6 +32,11 @@ struct cuda_device {
 ///                          const extents& box);
 ///     static xt::xarray<T> to_host(const array&);
 ///     static array from_host(const xt::xarray<T>&);
+///     // n elements from src to dst, and n elements at p set to value; pointers into
+///     // this device's memory (on a GPU: queued on tessera's stream, in order with
+///     // the kernels before and after)
+///     static void copy_n(const T* src, T* dst, std::size_t n);
+///     static void fill_n(T* p, std::size_t n, T value);
 ///
 /// The primary template is never defined: a device whose header is missing is an error
 /// naming the trait and the device.

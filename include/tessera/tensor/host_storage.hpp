@@ -30,6 +30,8 @@ struct storage<T, cpu_device> {
   }
   static const xt::xarray<T>& to_host(const array& a) { return a; }
   static array from_host(const xt::xarray<T>& a) { return a; }
+  static void copy_n(const T* src, T* dst, std::size_t n) { std::copy_n(src, n, dst); }
+  static void fill_n(T* p, std::size_t n, T value) { std::fill_n(p, n, value); }
 };
 
 template <class T>

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -33,8 +34,14 @@ struct run_context {
   std::int64_t batch_samples = 0;     ///< samples in the step's global batch
   int rank = 0;                       ///< this rank
   int ranks = 1;                      ///< the number of ranks
-  /// The network's parameters with their dotted names (for checkpoints).
+  /// The network's parameters with their dotted names (for checkpoints); empty for a
+  /// network on another device (see host_parameters).
   std::vector<std::pair<std::string, nn::parameter<T>*>> parameters;
+  /// For a network on a device other than the host (a GPU): its parameters copied to
+  /// the host, with their dotted names, layouts and ranks (waits for the device; each
+  /// call copies). Unset (empty) for a host network, whose `parameters` are the tensors
+  /// themselves.
+  std::function<std::vector<std::pair<std::string, dist_tensor<T>>>()> host_parameters;
   /// Set by a callback to end the training after this step (MindSpore's request_stop).
   bool stop_requested = false;
   void request_stop() { stop_requested = true; }

@@ -2,11 +2,15 @@
 // CheckpointConfig): a callback that saves the network's parameters through io/'s
 // checkpoint writer every N steps and at the end of the training, named
 // "<prefix>-<epoch>_<step>.safetensors", keeping the newest keep_checkpoint_max.
+// Parameters on a device (a GPU) are copied to the host to be written.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <tessera/comm/mesh_comm.hpp>
@@ -16,6 +20,15 @@
 #include <tessera/train/callbacks.hpp>
 
 namespace tessera::train {
+
+namespace detail {
+/// The host communicator under a communicator of device buffers (host()), or C itself.
+template <class C>
+auto& host_comm_of(C& c) {
+  if constexpr (requires { c.host(); }) return c.host();
+  else return c;
+}
+}  // namespace detail
 
 /// MindSpore's ModelCheckpoint(prefix, directory, config). Saving is collective: every
 /// rank calls the hooks at the same steps.
@@ -36,6 +49,12 @@ namespace tessera::train {
 ///     train::model_checkpoint<float, mpi_communicator> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
 ///                                                            {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
 ///     model.train(10, dataset, {&loss_cb, &ckpt});
+///
+/// A network on a device other than the host (a GPU) is saved from its parameters'
+/// host copies (run_context::host_parameters); the checkpoint is the same file. When
+/// ctx's communicator carries device buffers (the model's staged_communicator), the
+/// save's communication goes through its host communicator (host()); a host context
+/// (device_context<mpi_communicator>) may be passed as well.
 template <class T, class C>
 class model_checkpoint : public callback<T> {
  public:
@@ -50,6 +69,10 @@ class model_checkpoint : public callback<T> {
       : model_checkpoint(std::move(prefix), std::move(directory), ctx, config{}) {}
   model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx, config c)
       : prefix_(std::move(prefix)), dir_(std::move(directory)), ctx_(&ctx), cfg_(c) {
+    if constexpr (takes_device_buffers<C>)
+      static_assert(requires { ctx.world().host(); },
+                    "model_checkpoint: a communicator of device buffers needs a host communicator (host()) to "
+                    "save through; pass a context over a host communicator (mpi_communicator)");
     if (c.save_checkpoint_steps < 1)
       throw error("model_checkpoint: save_checkpoint_steps must be at least 1, got " +
                   std::to_string(c.save_checkpoint_steps));
@@ -72,13 +95,17 @@ class model_checkpoint : public callback<T> {
 
  private:
   void save(run_context<T>& rc) {
+    // A device network's parameters: their host copies, alive until written.
+    std::vector<std::pair<std::string, dist_tensor<T>>> copies;
+    if (rc.host_parameters) copies = rc.host_parameters();
     std::vector<io::param_ref> refs;
-    refs.reserve(rc.parameters.size());
+    refs.reserve(rc.parameters.size() + copies.size());
     for (auto& [name, p] : rc.parameters) refs.emplace_back(name, p->data());
+    for (auto& [name, t] : copies) refs.emplace_back(name, t);
     const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
     io::save_options how;
     how.integrated_save = cfg_.integrated_save;
-    const std::filesystem::path written = io::save_checkpoint(file, std::span<const io::param_ref>(refs), *ctx_, how);
+    const std::filesystem::path written = write(file, std::span<const io::param_ref>(refs), how);
     if (!cfg_.integrated_save || ctx_->rank() == 0) {
       const std::filesystem::path folder = written.has_parent_path() ? written.parent_path() : ".";
       io::rotate_checkpoints(folder, prefix_, cfg_.keep_checkpoint_max);
@@ -87,9 +114,24 @@ class model_checkpoint : public callback<T> {
     last_saved_ = rc.step;
   }
 
+  // io::save_checkpoint over host memory: ctx itself, or, when its communicator takes
+  // device buffers, a context over its host communicator (made at the first save).
+  std::filesystem::path write(const std::filesystem::path& file, std::span<const io::param_ref> refs,
+                              const io::save_options& how) {
+    if constexpr (!takes_device_buffers<C>) {
+      return io::save_checkpoint(file, refs, *ctx_, how);
+    } else {
+      if (!host_ctx_) host_ctx_.emplace(detail::host_comm_of(ctx_->world()));
+      return io::save_checkpoint(file, refs, *host_ctx_, how);
+    }
+  }
+
+  using host_comm = std::remove_reference_t<decltype(detail::host_comm_of(std::declval<C&>()))>;
+
   std::string prefix_;
   std::filesystem::path dir_;
   device_context<C>* ctx_;
+  std::optional<device_context<host_comm>> host_ctx_;
   config cfg_;
   std::int64_t last_saved_ = 0;
   std::vector<std::filesystem::path> saved_;

@@ -94,9 +94,12 @@ void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, devic
 /// reducer must outlive the steps that use it and not move (its parameters point to it).
 ///
 /// Parameters on a device D other than the host (a GPU) have device gradients, which C
-/// must carry (staged_communicator over MPI, through pinned host memory): there each
-/// gradient is its own bucket, reduced in place (no packing into a bucket buffer), and
-/// the reductions still start during the backward pass.
+/// must carry (staged_communicator over MPI, through pinned host memory). Their buckets
+/// are the host's, parameter for parameter (the plan depends only on the parameters'
+/// sizes and layouts): a bucket buffer in D's memory (storage<T, D>::array), each
+/// gradient copied into it at its offset and back on completion by D's copy_n (on a GPU
+/// a device-to-device copy on tessera's stream, ordered with the kernels that made the
+/// gradient and with the communicator's staging).
 template <class T, class C, class D = cpu_device>
 class distributed_grad_reducer final : public nn::grad_listener<T, D> {
  public:
@@ -241,7 +244,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     std::vector<int> ranks;
     std::vector<std::size_t> members;
     std::size_t elements = 0;
-    std::vector<T> buffer;  // packed gradients (buckets of two or more)
+    typename storage<T, D>::array buffer;  // packed gradients (buckets of two or more), in D's memory
     std::size_t ready = 0;
     std::optional<request_t> req;
   };
@@ -266,7 +269,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
       std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
       const std::size_t n = std::size_t(p.data().local().size());
       auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
-      const bool alone = !on_host || n * sizeof(T) >= opt_.alone_bytes;
+      const bool alone = n * sizeof(T) >= opt_.alone_bytes;
       if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
         open.erase(it);
         it = open.end();
@@ -288,7 +291,10 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
       if (alone) open.erase(it);  // nothing joins it
     }
     for (bucket& b : buckets_)
-      if (b.members.size() > 1 && b.comm) b.buffer.assign(b.elements, T(0));
+      if (b.members.size() > 1 && b.comm) {
+        b.buffer = storage<T, D>::empty(extents{index_t(b.elements)});
+        storage<T, D>::fill(b.buffer, T(0));
+      }
     planned_ = true;
   }
 
@@ -320,13 +326,11 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     s.data = g.local().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if constexpr (on_host) {
-      if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
-        T* dst = b.buffer.data() + s.offset;
-        const std::size_t n = std::size_t(g.data().size());
-        if (s.on_plan) std::memcpy(dst, g.data().data(), n * sizeof(T));
-        else std::fill(dst, dst + n, T(0));
-      }
+    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
+      T* dst = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.local().size());
+      if (s.on_plan) storage<T, D>::copy_n(g.local().data(), dst, n);
+      else storage<T, D>::fill_n(dst, n, T(0));
     }
     if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
     progress();
@@ -383,12 +387,15 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     }
     T* dst = g.local().data();
     if (b.members.size() > 1 && b.comm) {
-      if constexpr (on_host) {  // packed buckets are the host's only
-        const T* src = b.buffer.data() + s.offset;
-        const std::size_t n = std::size_t(g.data().size());
+      const T* src = b.buffer.data() + s.offset;
+      const std::size_t n = std::size_t(g.local().size());
+      if constexpr (on_host) {
         if (factor == T(1)) std::memcpy(dst, src, n * sizeof(T));
         else
           for (std::size_t j = 0; j < n; ++j) dst[j] = factor * src[j];
+      } else {
+        storage<T, D>::copy_n(src, dst, n);
+        if (factor != T(1)) scale(g.local(), factor);
       }
     } else if (b.comm) {
       if (dst != s.data)

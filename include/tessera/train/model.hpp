@@ -2,9 +2,12 @@
 // trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
 // rank reads its own shard of the data (the batch split over the ranks), the
 // gradients are reduced over the ranks by a distributed_grad_reducer during the
-// backward pass, and every rank steps the optimizer on its shards.
+// backward pass, and every rank steps the optimizer on its shards. The network may
+// live on any device (its parameters' device D, deduced from its type): the data
+// pipeline's host batches are copied to D for each step and the loss read back.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -19,6 +22,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/optim/optimizer.hpp>
+#include <tessera/tensor/device.hpp>
 #include <tessera/train/callbacks.hpp>
 #include <tessera/train/grad.hpp>
 #include <tessera/train/grad_reducer.hpp>
@@ -78,14 +82,47 @@ std::int64_t batches_per_epoch(const D& ds) {
   else return -1;
 }
 
+/// The device of a network's parameters (Net::device_type; the host for a network
+/// that does not name one).
+template <class Net>
+struct device_of_net {
+  using type = cpu_device;
+};
+template <class Net>
+  requires requires { typename Net::device_type; }
+struct device_of_net<Net> {
+  using type = typename Net::device_type;
+};
+template <class Net>
+using device_of_net_t = typename device_of_net<Net>::type;
+
+// A small all-reduce of host values over the world of ctx: through C itself when it
+// takes host memory; when its collectives take device buffers, through its host
+// communicator (staged_communicator::host()), else through a copy in D's memory.
+template <class D, class U, class C>
+void host_all_reduce(device_context<C>& ctx, std::span<U> v, reduce_op op) {
+  if constexpr (!takes_device_buffers<C>) {
+    ctx.world().all_reduce(v, op);
+  } else if constexpr (requires { ctx.world().host().all_reduce(v, op); }) {
+    ctx.world().host().all_reduce(v, op);
+  } else {
+    xt::xarray<U> h = xt::xarray<U>::from_shape({v.size()});
+    std::copy(v.begin(), v.end(), h.data());
+    auto d = storage<U, D>::from_host(h);
+    ctx.world().all_reduce(std::span<U>(d.data(), d.size()), op);
+    h = storage<U, D>::to_host(d);
+    std::copy_n(h.data(), v.size(), v.begin());
+  }
+}
+
 // The ranks agree that each has a batch of the same size, or that all are done.
 // Throws on every rank otherwise (a rank with fewer batches would leave the others
 // waiting in a collective).
-template <class C>
+template <class D, class C>
 bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
   std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
   // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
-  ctx.world().all_reduce(std::span<std::int64_t>(v), reduce_op::max);
+  host_all_reduce<D>(ctx, std::span<std::int64_t>(v), reduce_op::max);
   const bool any = v[2] == 1, all = v[3] == -1;
   if (!any) return false;
   if (!all)
@@ -97,9 +134,17 @@ bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const 
   return true;
 }
 
-// This rank's rows as shards of the global batch, split over every rank.
-template <class T, class C>
-std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+// A host tensor on device D: itself on the host, its shard copied to D elsewhere.
+template <class D, class T>
+tensor_on<T, D> host_to(tensor_on<T, cpu_device>&& x) {
+  if constexpr (std::is_same_v<D, cpu_device>) return std::move(x);
+  else return tensor_on<T, D>(x.layout(), x.global_shape(), x.rank(), storage<T, D>::from_host(x.local()));
+}
+
+// This rank's rows as shards of the global batch, split over every rank: the inputs
+// on device D (copied there), the labels on the host (as the losses take them).
+template <class D, class T, class C>
+std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
   const int p = ctx.size();
   const index_t rows = index_t(b.inputs.shape()[0]);
   if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
@@ -116,28 +161,40 @@ std::pair<dist_tensor<T>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& 
   xl.split[0] = axis_list{0};
   dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
   dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
-  return {std::move(x), std::move(y)};
+  return {host_to<D>(std::move(x)), std::move(y)};
 }
 
 // Rows whose largest logit is at the label, counted once over the ranks that share
-// them (the ranks of a row's replicas are told apart by their coordinates).
-template <class T, class C>
-double count_correct(const dist_tensor<T>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+// them (the ranks of a row's replicas are told apart by their coordinates). Logits
+// on a device are laid out there (the labels copied to it) and read back.
+template <class T, class D, class C>
+double count_correct(const tensor_on<T, D>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
   const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
-  const laid_out<T> lx = nn::detail::placed_as(logits, rows, ctx);
-  const laid_out<std::int32_t> ly = nn::detail::placed_as(labels, layout(rows.dev, {rows.split[0]}), ctx);
+  const laid_out<T, D> lx = nn::detail::placed_as(logits, rows, ctx);
+  // The labels on D (a copy off the host), then in the rows' layout.
+  std::optional<tensor_on<std::int32_t, D>> labels_copy;
+  const tensor_on<std::int32_t, D>* yd = nullptr;
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    yd = &labels;
+  } else {
+    labels_copy.emplace(host_to<D>(dist_tensor<std::int32_t>(labels)));
+    yd = &*labels_copy;
+  }
+  const laid_out<std::int32_t, D> ly = nn::detail::placed_as(*yd, layout(rows.dev, {rows.split[0]}), ctx);
   // Count only on the first replica of each row block.
   const mesh_coords c = rows.dev.coords(ctx.rank());
   for (int a = 0; a < rows.dev.ndim; ++a)
     if (!rows.split[0].contains(a) && c[a] != 0) return 0;
-  const auto& x = lx->local();
+  // On the host: the shards themselves; elsewhere: their copies.
+  const auto& x = storage<T, D>::to_host(lx->local());
+  const auto& y = storage<std::int32_t, D>::to_host(ly->local());
   const std::size_t n = x.shape()[0], k = x.shape()[1];
   double correct = 0;
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t best = 0;
     for (std::size_t j = 1; j < k; ++j)
       if (x.data()[i * k + j] > x.data()[i * k + best]) best = j;
-    correct += std::int32_t(best) == ly->local().data()[i] ? 1 : 0;
+    correct += std::int32_t(best) == y.data()[i] ? 1 : 0;
   }
   return correct;
 }
@@ -154,10 +211,13 @@ struct eval_result {
 /// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
 /// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
 /// rows: each sample counted once. Collective. The dataset is read as Model::train
-/// reads it.
+/// reads it. A network on a device D (Net::device_type) is evaluated there: each
+/// batch's inputs are copied to D, its loss and correct rows read back; C must then
+/// carry D's buffers (staged_communicator over MPI for a GPU).
 template <class Net, class Loss, class Dataset, class C>
 eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
   using T = typename Net::value_type;
+  using D = detail::device_of_net_t<Net>;
   const bool was_training = net.training();
   net.set_train(false);
   double correct = 0, loss_sum = 0;
@@ -169,9 +229,9 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
     const bool have = !(it == end);
     std::optional<local_batch<T>> b;
     if (have) b = to_local_batch(detail::tag<T>{}, *it);
-    if (!detail::agree_on_batch(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
-    const auto [x, y] = detail::to_tensors(*b, ctx);
-    autodiff::tape<T, C> t(ctx);
+    if (!detail::agree_on_batch<D>(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
+    const auto [x, y] = detail::to_tensors<D>(*b, ctx);
+    autodiff::tape<T, C, D> t(ctx);
     const auto logits = net(t.leaf_view(x, false));
     const auto loss = loss_fn(logits, y);
     loss_sum += double(scalar(loss.value(), ctx));
@@ -182,7 +242,7 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
   }
   net.set_train(was_training);
   std::vector<double> c{correct};
-  ctx.world().all_reduce(std::span<double>(c), reduce_op::sum);
+  detail::host_all_reduce<D>(ctx, std::span<double>(c), reduce_op::sum);
   eval_result r;
   r.samples = samples;
   r.accuracy = samples ? c[0] / double(samples) : 0.0;
@@ -202,10 +262,25 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
 /// a range, iterated once per epoch, or an object with epoch(e) (each epoch its own
 /// pass). Every rank must see batches of the same size, as many as the others: the
 /// ranks check it together at each step (an error, not a hang, otherwise).
+///
+/// The network, loss and optimizer may live on a device D other than the host (a GPU:
+/// nn::module<float, cuda_device>, optim::sgd<float, cuda_device>), deduced from the
+/// network's type; ctx's communicator must then carry D's buffers
+/// (staged_communicator<mpi_communicator> for GPU shards through MPI). The batches stay
+/// host arrays: each step copies its inputs to D (the labels stay on the host, as the
+/// losses take them) and reads the loss back for the callbacks, which are the host's
+/// (run_context's host_parameters gives checkpoints the parameters' host copies).
+///
+///     train::model model(gpu_net, loss_fn, opt, ctx);   // ctx over staged_communicator<mpi_communicator>
+///     model.train(10, dataset, {&lm});
 template <class Net, class Loss, class C>
 class model {
+  using D = detail::device_of_net_t<Net>;
+
  public:
   using T = typename Net::value_type;
+  /// The device of the network's parameters (cpu_device, cuda_device).
+  using device_type = D;
 
   struct options {
     bool gradients_mean = true;                         ///< see distributed_grad_reducer
@@ -213,9 +288,9 @@ class model {
     bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
   };
 
-  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx)
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx)
       : model(net, loss_fn, opt, ctx, options{}) {}
-  model(Net& net, Loss& loss_fn, optim::optimizer<T>& opt, device_context<C>& ctx, options o)
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx, options o)
       : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
 
   Net& network() { return *net_; }
@@ -231,7 +306,19 @@ class model {
     rc.rank = ctx_->rank();
     rc.ranks = ctx_->size();
     rc.steps_per_epoch = detail::batches_per_epoch(dataset);
-    rc.parameters = net_->named_parameters();
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      rc.parameters = net_->named_parameters();
+    } else {
+      rc.host_parameters = [net = net_] {
+        std::vector<std::pair<std::string, dist_tensor<T>>> out;
+        for (auto& [name, p] : net->named_parameters()) {
+          const tensor_on<T, D>& d = p->data();
+          out.emplace_back(name,
+                           dist_tensor<T>(d.layout(), d.global_shape(), d.rank(), storage<T, D>::to_host(d.local())));
+        }
+        return out;
+      };
+    }
     auto grad_fn = value_and_grad(
         [this](auto x, const dist_tensor<std::int32_t>& y) { return (*loss_)((*net_)(x), y); },
         opt_->parameters(), *ctx_);
@@ -247,8 +334,9 @@ class model {
         const bool have = !(it == end);
         std::optional<local_batch<T>> b;
         if (have) b = to_local_batch(detail::tag<T>{}, *it);
-        if (!detail::agree_on_batch(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train")) break;
-        const auto [x, y] = detail::to_tensors(*b, *ctx_);
+        if (!detail::agree_on_batch<D>(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train"))
+          break;
+        const auto [x, y] = detail::to_tensors<D>(*b, *ctx_);
         rc.batch_samples = x.global_shape()[0];
         for (auto* cb : callbacks) cb->on_step_begin(rc);
         const auto t0 = std::chrono::steady_clock::now();
@@ -276,25 +364,25 @@ class model {
   }
 
   /// The gradient reducer (made at the first train or eval).
-  distributed_grad_reducer<T, C>* reducer() { return reducer_.get(); }
+  distributed_grad_reducer<T, C, D>* reducer() { return reducer_.get(); }
 
  private:
   void prepare() {
     if (!net_->built()) net_->build(*ctx_);
     if (!reducer_)
-      reducer_ = std::make_unique<distributed_grad_reducer<T, C>>(
+      reducer_ = std::make_unique<distributed_grad_reducer<T, C, D>>(
           opt_->parameters(), *ctx_,
-          typename distributed_grad_reducer<T, C>::options{.mean = opt_config_.gradients_mean,
-                                                            .bucket_bytes = opt_config_.bucket_bytes,
-                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
+          typename distributed_grad_reducer<T, C, D>::options{.mean = opt_config_.gradients_mean,
+                                                               .bucket_bytes = opt_config_.bucket_bytes,
+                                                               .parameter_broadcast = opt_config_.parameter_broadcast});
   }
 
   Net* net_;
   Loss* loss_;
-  optim::optimizer<T>* opt_;
+  optim::optimizer<T, D>* opt_;
   device_context<C>* ctx_;
   options opt_config_;
-  std::unique_ptr<distributed_grad_reducer<T, C>> reducer_;
+  std::unique_ptr<distributed_grad_reducer<T, C, D>> reducer_;
 };
 
 }  // namespace tessera::train

@@ -1,0 +1,301 @@
+// train/ on the GPU, against the same program on the host (FP32 matmuls, TF32 off):
+// train::model on a GPU MLP gives the host model's losses step by step, its
+// parameters and evaluate's accuracy; the distributed_grad_reducer on the GPU has the
+// host's bucket plan (small gradients packed into shared buckets) and returns the host
+// reducer's gradients, mean and sum, two steps in a row (the bucket buffers reused);
+// model_checkpoint saves the GPU network's parameters as the host would. On 2 ranks
+// the batch is split (data parallel) and the buckets are reduced through MPI staged in
+// host memory (staged_communicator<mpi_communicator>).
+#define TESSERA_TEST_CUDA 1
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <unistd.h>
+
+#include "device_under_test.hpp"
+
+namespace {
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+constexpr index_t in_features = 12, hidden = 16, classes = 4;
+
+// A small MLP of the seed's shape on device D: Flatten, Dense-ReLU-Dense-ReLU-Dense.
+template <class D>
+struct mlp : nn::module<float, D> {
+  using dense = nn::dense<float, D>;
+  using relu = nn::relu<float, D>;
+  nn::flatten<float, D> flatten;
+  nn::sequential<dense, relu, dense, relu, dense> seq{
+      dense(in_features, hidden, nn::initializer::normal(0.3), "uniform"), relu(),
+      dense(hidden, hidden, nn::initializer::normal(0.3), "uniform"), relu(),
+      dense(hidden, classes, nn::initializer::normal(0.3), "uniform")};
+  void visit(nn::visitor<float, D>& v) override {
+    v.child("flatten", flatten);
+    v.child("seq", seq);
+  }
+  template <class V>
+  V operator()(V x) {
+    return seq(flatten(x));
+  }
+};
+
+using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
+
+// Global batch `step` of `rows` samples (rows, 3, 4); the label is the largest of the
+// first `classes` inputs (learnable).
+batch_t global_batch(std::int64_t step, std::size_t rows) {
+  xt::xarray<float> x = xt::xarray<float>::from_shape({rows, 3, 4});
+  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({rows});
+  for (std::size_t i = 0; i < rows; ++i) {
+    const std::uint64_t s = std::uint64_t(step) * 1000003u + i;
+    float best = -1e30f;
+    for (std::size_t k = 0; k < 12; ++k) {
+      const float v = float(nn::random_stream(s).uniform01(k)) * 2.0f - 1.0f;
+      x.data()[i * 12 + k] = v;
+      if (k < std::size_t(classes) && v > best) {
+        best = v;
+        y(i) = std::int32_t(k);
+      }
+    }
+  }
+  return {x, y};
+}
+
+// Rows [r b, (r + 1) b) of a global array split over p ranks.
+template <class T>
+xt::xarray<T> block(const xt::xarray<T>& g, int r, int p) {
+  const std::size_t rows = g.shape()[0] / std::size_t(p), row = g.size() / g.shape()[0];
+  auto shape = g.shape();
+  shape[0] = rows;
+  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  std::copy(g.data() + std::size_t(r) * rows * row, g.data() + std::size_t(r + 1) * rows * row, out.data());
+  return out;
+}
+
+// This rank's blocks of `steps` global batches of `rows` samples, from batch `first`.
+std::vector<batch_t> shard(int steps, std::size_t rows, int r, int p, std::int64_t first = 0) {
+  std::vector<batch_t> out;
+  for (int s = 0; s < steps; ++s) {
+    const batch_t g = global_batch(first + s, rows);
+    out.emplace_back(block(g.first, r, p), block(g.second, r, p));
+  }
+  return out;
+}
+
+// The global value of `x` on the host.
+template <class D, class C>
+xt::xarray<float> global_of(const tensor_on<float, D>& x, device_context<C>& ctx) {
+  const tensor_on<float, D> r = redistribute(x, layout::replicated(x.layout().dev, x.ndim()), ctx);
+  return storage<float, D>::to_host(r.local());
+}
+
+template <class D>
+tensor_on<float, D> on(const dist_tensor<float>& x) {
+  if constexpr (std::is_same_v<D, cpu_device>) return x;
+  else return to_device(x);
+}
+
+bool close(const xt::xarray<float>& a, const xt::xarray<float>& b, double tol) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(std::abs(double(a.data()[i]) - double(b.data()[i])) <= tol * (1 + std::abs(double(b.data()[i])))))
+      return false;
+  return true;
+}
+
+// Records each step's loss.
+struct recorder : train::callback<float> {
+  std::vector<double> losses;
+  void on_step_end(train::run_context<float>& rc) override { losses.push_back(rc.loss); }
+};
+
+// The reducer's bucket size in these tests: the MLP's six gradients (16 to 1024
+// bytes) fall into buckets of two, two and one parameters, so that both the packed
+// buckets and the in-place one are exercised.
+constexpr std::size_t bucket_bytes = 1200;
+
+struct model_result {
+  std::vector<double> losses;
+  std::vector<xt::xarray<float>> params;
+  train::eval_result eval;
+  std::vector<std::vector<std::size_t>> buckets;
+};
+
+// train::model on device D over communicator `comm`: 2 epochs of 6 batches of 32
+// global samples, SGD with momentum, then evaluate on 4 other batches.
+template <class D, class C>
+model_result run_model(C& comm) {
+  device_context<C> ctx(comm);
+  const int p = ctx.size(), r = ctx.rank();
+  mlp<D> net;
+  net.build(ctx, 3);
+  nn::cross_entropy_loss<float, D> loss_fn;
+  optim::sgd<float, D> opt(net.trainable_params(), 0.1f, 0.9f);
+  train::model model(net, loss_fn, opt, ctx, {.bucket_bytes = bucket_bytes});
+  static_assert(std::is_same_v<typename decltype(model)::device_type, D>);
+  auto data = shard(6, 32, r, p);
+  recorder rec;
+  model.train(2, data, {&rec});
+  auto test = shard(4, 40, r, p, 100);
+  model_result out;
+  out.losses = rec.losses;
+  out.eval = model.eval(test);
+  for (nn::parameter<float, D>* q : net.trainable_params()) out.params.push_back(global_of<D>(q->data(), ctx));
+  for (const auto& b : model.reducer()->buckets()) out.buckets.push_back(b.params);
+  return out;
+}
+
+struct reducer_result {
+  std::vector<typename train::distributed_grad_reducer<float, mpi_communicator>::bucket_info> buckets;
+  std::vector<xt::xarray<float>> grads;  // step by step, parameter by parameter
+};
+
+// Two steps of value_and_grad and the reducer (no update) on device D.
+template <class D, class C>
+reducer_result reduce_steps(C& comm, bool mean) {
+  device_context<C> ctx(comm);
+  const int p = ctx.size(), r = ctx.rank();
+  mlp<D> net;
+  net.build(ctx, 5);
+  nn::cross_entropy_loss<float, D> loss_fn;
+  auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
+  auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
+  train::distributed_grad_reducer<float, C, D> reducer(net.trainable_params(), ctx,
+                                                        {.mean = mean, .bucket_bytes = bucket_bytes});
+  reducer_result out;
+  for (const auto& b : reducer.buckets()) out.buckets.push_back({b.params, b.bytes, b.group_size});
+  for (int s = 0; s < 2; ++s) {
+    const batch_t g = global_batch(10 + s, 32);
+    const index_t rows = 32;
+    const dist_tensor<float> x(layout(mesh{p}, {{0}, {}, {}}), extents{rows, 3, 4}, r, block(g.first, r, p));
+    const dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows}, r, block(g.second, r, p));
+    const tensor_on<float, D> xd = on<D>(x);
+    auto [loss, grads] = grad_fn(xd, y);
+    grads = reducer(grads);
+    for (const auto& gr : grads) out.grads.push_back(global_of<D>(gr, ctx));
+  }
+  return out;
+}
+
+// A fresh folder, the same on every rank (rank 0 makes it); removed at the end.
+struct temp_folder {
+  mpi_communicator& world;
+  fs::path path;
+  explicit temp_folder(mpi_communicator& w) : world(w) {
+    std::vector<char> name(256, '\0');
+    if (w.rank() == 0) {
+      std::string t = (fs::temp_directory_path() / "tessera-cuda-ckpt-XXXXXX").string();
+      REQUIRE(::mkdtemp(t.data()) != nullptr);
+      std::copy(t.begin(), t.end(), name.begin());
+    }
+    w.broadcast(std::span<char>(name), 0);
+    path = std::string(name.data());
+  }
+  ~temp_folder() {
+    world.barrier();
+    if (world.rank() == 0) fs::remove_all(path);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("train::model on the GPU: the host model's losses, parameters and accuracy") {
+  kernels::cuda::set_matmul_precision(kernels::cuda::matmul_precision::fp32);  // no TF32
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  const model_result h = run_model<cpu_device>(host);
+  const model_result g = run_model<cuda_device>(dev);
+  REQUIRE(h.losses.size() == 12);
+  REQUIRE(g.losses.size() == h.losses.size());
+  for (std::size_t s = 0; s < h.losses.size(); ++s) {
+    INFO("step " << s << ": host loss " << h.losses[s] << ", GPU loss " << g.losses[s]);
+    CHECK(std::abs(g.losses[s] - h.losses[s]) <= 1e-4 * (1 + std::abs(h.losses[s])));
+  }
+  CHECK(h.losses.back() < h.losses.front());  // it learned: the comparison is of moving values
+  REQUIRE(g.params.size() == h.params.size());
+  for (std::size_t i = 0; i < h.params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(close(g.params[i], h.params[i], 1e-4));
+  }
+  CHECK(g.buckets == h.buckets);
+  CHECK(g.eval.samples == 160);
+  CHECK(g.eval.samples == h.eval.samples);
+  CHECK(g.eval.accuracy == h.eval.accuracy);
+  CHECK(std::abs(g.eval.loss - h.eval.loss) <= 1e-4 * (1 + std::abs(h.eval.loss)));
+}
+
+TEST_CASE("distributed_grad_reducer on the GPU: the host's bucket plan and gradients, packed") {
+  kernels::cuda::set_matmul_precision(kernels::cuda::matmul_precision::fp32);
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  for (const bool mean : {true, false}) {
+    INFO("mean " << mean);
+    const reducer_result h = reduce_steps<cpu_device>(host, mean);
+    const reducer_result g = reduce_steps<cuda_device>(dev, mean);
+    // The plan: the same buckets, members, sizes and groups.
+    REQUIRE(g.buckets.size() == h.buckets.size());
+    for (std::size_t k = 0; k < h.buckets.size(); ++k) {
+      INFO("bucket " << k);
+      CHECK(g.buckets[k].params == h.buckets[k].params);
+      CHECK(g.buckets[k].bytes == h.buckets[k].bytes);
+      CHECK(g.buckets[k].group_size == h.buckets[k].group_size);
+    }
+    // Small gradients share buckets (the packed path), a bucket of one is reduced in place.
+    CHECK(std::any_of(h.buckets.begin(), h.buckets.end(), [](const auto& b) { return b.params.size() > 1; }));
+    CHECK(std::any_of(h.buckets.begin(), h.buckets.end(), [](const auto& b) { return b.params.size() == 1; }));
+    CHECK(h.buckets.front().group_size == host.size());
+    REQUIRE(g.grads.size() == h.grads.size());
+    REQUIRE(h.grads.size() == 12);
+    for (std::size_t i = 0; i < h.grads.size(); ++i) {
+      INFO("step " << i / 6 << " gradient " << i % 6);
+      CHECK(close(g.grads[i], h.grads[i], 1e-4));
+    }
+  }
+}
+
+TEST_CASE("model_checkpoint on the GPU: the device parameters saved through the host") {
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  device_context<testing::test_comm> ctx(dev);
+  device_context<mpi_communicator> hctx(host);
+  const int p = ctx.size(), r = ctx.rank();
+  temp_folder tmp(host);
+  mlp<cuda_device> net;
+  nn::cross_entropy_loss<float, cuda_device> loss_fn;
+  optim::sgd<float, cuda_device> opt(net.trainable_params(), 0.1f);
+  train::model model(net, loss_fn, opt, ctx);
+  // Each rank its folder; and rank 0 one whole file, gathered through the host communicator.
+  train::model_checkpoint<float, testing::test_comm> shards("net", tmp.path / ("ckpt_" + std::to_string(r)), ctx,
+                                                            {.save_checkpoint_steps = 2, .keep_checkpoint_max = 1});
+  train::model_checkpoint<float, testing::test_comm> whole(
+      "whole", tmp.path, ctx, {.save_checkpoint_steps = 3, .keep_checkpoint_max = 1, .integrated_save = true});
+  auto data = shard(3, 16, r, p);
+  model.train(1, data, {&shards, &whole});
+  host.barrier();
+  for (const fs::path& file : {tmp.path / "ckpt_0" / "net-1_3.safetensors", tmp.path / "whole-1_3.safetensors"}) {
+    INFO(file.string());
+    mlp<cpu_device> fresh;
+    fresh.build(hctx, 99);
+    std::vector<io::param_ref> refs;
+    for (auto& [name, q] : fresh.named_parameters()) refs.emplace_back(name, q->data());
+    io::load_distributed_checkpoint(file, refs);
+    const auto a = net.parameters();
+    const auto b = fresh.parameters();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const xt::xarray<float> want = storage<float, cuda_device>::to_host(a[i]->data().local());
+      CHECK(std::equal(want.data(), want.data() + want.size(), b[i]->data().local().data()));
+    }
+  }
+}
