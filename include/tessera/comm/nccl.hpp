@@ -5,6 +5,9 @@
 // launches. Made from a host communicator that shares the unique id (MPI), split per
 // mesh-axis group with ncclCommSplit. When a rank ends the job on an error (run_mpi),
 // every live NCCL communicator is aborted first, so no kernel waits for a dead peer.
+// The non-blocking calls (iall_reduce, ireduce_scatter, ibroadcast) run on a
+// communication stream of the communicator's own, after the work queued on tessera's
+// stream so far and alongside the kernels queued after them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -105,38 +108,104 @@ struct nccl_registry {
 }  // namespace detail
 
 /// One rank's NCCL communicator. Buffers are device memory; every call returns once its
-/// work is queued on tessera's stream (barrier and request::wait wait for it).
+/// work is queued. The blocking collectives run on tessera's stream, ordered with the
+/// kernels before and after them (barrier waits for them). The non-blocking ones run on
+/// the communicator's communication stream, made on first use: each waits (an event)
+/// for the work queued on tessera's stream before it, then runs alongside the kernels
+/// queued after it; its request's wait() orders tessera's stream after it, test()
+/// polls it. Blocking calls queued after a non-blocking one run after it.
+///
+///     auto r = nc.ireduce_scatter(std::span<const float>(send.data(), g * n),
+///                                 std::span<float>(recv.data(), n), reduce_op::sum);
+///     ... kernels reading neither buffer run alongside ...
+///     r.wait();  // kernels queued from here on see recv
 class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
 
-  /// A pending iall_reduce: an event recorded after it on the stream.
+  /// A pending non-blocking call: an event recorded after it on the communicator's
+  /// communication stream. Move-only. test() returns true once the event has completed;
+  /// wait() does not block the host: it makes tessera's stream wait for the event, so
+  /// every kernel queued afterwards sees the result (cuda::synchronize() then waits for
+  /// it too). Both first check NCCL's asynchronous error of the communicator, naming the
+  /// call ("iall_reduce: ncclAllReduce failed: ..."). The destructor of a pending
+  /// request orders tessera's stream after it, as wait() does, never throwing. A request
+  /// must not outlive its communicator.
   class request {
    public:
     request() = default;
-    explicit request(cudaEvent_t e) : e_(e) {}
-    request(request&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+    request(request&& o) noexcept
+        : e_(std::exchange(o.e_, nullptr)), comm_(o.comm_), fn_(o.fn_), call_(o.call_) {}
     request& operator=(request&& o) noexcept {
       if (this != &o) {
-        reset();
+        complete_quietly();
         e_ = std::exchange(o.e_, nullptr);
+        comm_ = o.comm_;
+        fn_ = o.fn_;
+        call_ = o.call_;
       }
       return *this;
     }
     request(const request&) = delete;
     request& operator=(const request&) = delete;
-    ~request() { reset(); }
+    ~request() { complete_quietly(); }
+
+    /// Orders tessera's stream after the operation (cudaStreamWaitEvent); the host does
+    /// not wait.
     void wait() {
-      if (e_) TESSERA_CUDA_CHECK(cudaEventSynchronize(e_));
-      reset();
+      if (!e_) return;
+      check_async();
+      finish();
     }
 
+    /// True once the operation has completed on the device (cudaEventQuery).
+    bool test() {
+      if (!e_) return true;
+      const cudaError_t rc = cudaEventQuery(e_);
+      if (rc == cudaErrorNotReady) {
+        check_async();  // a failed peer shows here while the event never completes
+        return false;
+      }
+      if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        cuda::fail(rc, (std::string(fn_) + ": cudaEventQuery").c_str());
+      }
+      check_async();
+      finish();
+      return true;
+    }
+
+    /// True until wait() or a successful test().
+    bool pending() const noexcept { return e_ != nullptr; }
+
    private:
-    void reset() noexcept {
-      if (e_) cudaEventDestroy(e_);
+    friend class nccl_communicator;
+    request(cudaEvent_t e, ncclComm_t comm, const char* fn, const char* call)
+        : e_(e), comm_(comm), fn_(fn), call_(call) {}
+
+    void check_async() {
+      ncclResult_t async = ncclSuccess;
+      detail::nccl_call(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError", comm_);
+      if (async != ncclSuccess && async != ncclInProgress) [[unlikely]]
+        detail::nccl_fail(async, (std::string(fn_) + ": " + call_).c_str(), comm_);
+    }
+    void finish() {
+      const cudaError_t rc = cudaStreamWaitEvent(cuda::stream(), e_, 0);
+      cudaEventDestroy(e_);  // released once the wait has been satisfied
+      e_ = nullptr;
+      if (rc != cudaSuccess) cuda::fail(rc, (std::string(fn_) + ": cudaStreamWaitEvent").c_str());
+    }
+    void complete_quietly() noexcept {
+      if (!e_) return;
+      if (cudaStreamWaitEvent(cuda::stream(), e_, 0) != cudaSuccess) (void)cudaGetLastError();
+      cudaEventDestroy(e_);
       e_ = nullptr;
     }
+
     cudaEvent_t e_ = nullptr;
+    ncclComm_t comm_ = nullptr;
+    const char* fn_ = "";    // the tessera call: "iall_reduce"
+    const char* call_ = "";  // NCCL's: "ncclAllReduce"
   };
 
   /// The NCCL communicator of every rank of `host` (collective over host, e.g. the MPI
@@ -162,7 +231,11 @@ class nccl_communicator {
         rank_(o.rank_),
         size_(o.size_),
         stats_(o.stats_),
-        barrier_buf_(std::exchange(o.barrier_buf_, nullptr)) {}
+        barrier_buf_(std::exchange(o.barrier_buf_, nullptr)),
+        comm_stream_(std::move(o.comm_stream_)),
+        after_compute_(std::exchange(o.after_compute_, nullptr)),
+        after_comm_(std::exchange(o.after_comm_, nullptr)),
+        comm_ahead_(std::exchange(o.comm_ahead_, false)) {}
   nccl_communicator& operator=(nccl_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -171,6 +244,10 @@ class nccl_communicator {
       size_ = o.size_;
       stats_ = o.stats_;
       barrier_buf_ = std::exchange(o.barrier_buf_, nullptr);
+      comm_stream_ = std::move(o.comm_stream_);
+      after_compute_ = std::exchange(o.after_compute_, nullptr);
+      after_comm_ = std::exchange(o.after_comm_, nullptr);
+      comm_ahead_ = std::exchange(o.comm_ahead_, false);
     }
     return *this;
   }
@@ -183,6 +260,7 @@ class nccl_communicator {
   template <comm_element T>
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_all_reduce<T>(in, out);
+    after_nonblocking();
     call(ncclAllReduce(in.data(), out.data(), in.size(), detail::nccl_datatype<T>(),
                        detail::nccl_op<T>(op, "all_reduce"), comm_, cuda::stream()),
          "ncclAllReduce");
@@ -195,6 +273,7 @@ class nccl_communicator {
   template <comm_element T>
   void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
     detail::check_all_gather<T>(in, out, size_);
+    after_nonblocking();
     call(ncclAllGather(in.data(), out.data(), in.size(), detail::nccl_datatype<T>(), comm_, cuda::stream()),
          "ncclAllGather");
     detail::count(stats_, cost::all_gather(detail::byte_size(in), size_));
@@ -202,6 +281,7 @@ class nccl_communicator {
   template <comm_element T>
   void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size_);
+    after_nonblocking();
     call(ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_datatype<T>(),
                            detail::nccl_op<T>(op, "reduce_scatter"), comm_, cuda::stream()),
          "ncclReduceScatter");
@@ -233,6 +313,7 @@ class nccl_communicator {
   template <comm_element T>
   void broadcast(std::span<T> buf, int root) {
     detail::check_rank("broadcast", "root", root, size_);
+    after_nonblocking();
     call(ncclBroadcast(buf.data(), buf.data(), buf.size(), detail::nccl_datatype<T>(), root, comm_, cuda::stream()),
          "ncclBroadcast");
     detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
@@ -245,6 +326,7 @@ class nccl_communicator {
     using U = std::remove_const_t<T>;
     detail::check_rank("send", "dest", dest, size_);
     detail::check_tag("send", tag);
+    after_nonblocking();
     call(ncclSend(buf.data(), buf.size(), detail::nccl_datatype<U>(), dest, comm_, cuda::stream()), "ncclSend");
     detail::count(stats_, 0);
   }
@@ -252,24 +334,54 @@ class nccl_communicator {
   void recv(std::span<T> buf, int source, int tag = 0) {
     detail::check_rank("recv", "source", source, size_);
     detail::check_tag("recv", tag);
+    after_nonblocking();
     call(ncclRecv(buf.data(), buf.size(), detail::nccl_datatype<T>(), source, comm_, cuda::stream()), "ncclRecv");
     detail::count(stats_, detail::byte_size(buf));
   }
   /// Every rank reaches this point, and everything queued before it has finished.
   void barrier() {
     if (!barrier_buf_) TESSERA_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    after_nonblocking();
     call(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, cuda::stream()), "ncclAllReduce");
     cuda::synchronize();
     check_async("barrier");
     detail::count(stats_, 0);
   }
+  /// all_reduce of `inout` in place, queued on the communication stream after the work
+  /// queued so far on tessera's stream; returns at once. `inout` must stay alive, and
+  /// untouched by later kernels, until the request is waited for (or tested true).
   template <comm_element T>
   [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
-    all_reduce(inout, op);
-    cudaEvent_t e = nullptr;
-    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    TESSERA_CUDA_CHECK(cudaEventRecord(e, cuda::stream()));
-    return request(e);
+    const ncclRedOp_t nop = detail::nccl_op<T>(op, "iall_reduce");
+    cudaStream_t s = begin_nonblocking();
+    call(ncclAllReduce(inout.data(), inout.data(), inout.size(), detail::nccl_datatype<T>(), nop, comm_, s),
+         "iall_reduce: ncclAllReduce");
+    detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size_));
+    return end_nonblocking(s, "iall_reduce", "ncclAllReduce");
+  }
+  /// reduce_scatter on the communication stream (as iall_reduce); sizes are checked as
+  /// reduce_scatter's ("ireduce_scatter: in has 10 elements, expected 4 ranks x 3 = 12").
+  template <comm_element T>
+  [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                        reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size_, "ireduce_scatter");
+    const ncclRedOp_t nop = detail::nccl_op<T>(op, "ireduce_scatter");
+    cudaStream_t s = begin_nonblocking();
+    call(ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_datatype<T>(), nop, comm_, s),
+         "ireduce_scatter: ncclReduceScatter");
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
+    return end_nonblocking(s, "ireduce_scatter", "ncclReduceScatter");
+  }
+  /// broadcast on the communication stream (as iall_reduce); the root is checked as
+  /// broadcast's ("ibroadcast: root 5 is out of range for 4 ranks").
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size_);
+    cudaStream_t s = begin_nonblocking();
+    call(ncclBroadcast(buf.data(), buf.data(), buf.size(), detail::nccl_datatype<T>(), root, comm_, s),
+         "ibroadcast: ncclBroadcast");
+    detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
+    return end_nonblocking(s, "ibroadcast", "ncclBroadcast");
   }
   /// The communicator of the ranks with the same color, ordered by key (collective).
   nccl_communicator split(int color, int key) {
@@ -290,6 +402,40 @@ class nccl_communicator {
     call(ncclCommUserRank(c, &rank_), "ncclCommUserRank");
   }
   void call(ncclResult_t rc, const char* what) { detail::nccl_call(rc, what, comm_); }
+
+  // The communication stream, made on first use, after the work queued so far on
+  // tessera's stream (an event recorded there, waited for on the communication stream).
+  cudaStream_t begin_nonblocking() {
+    if (!after_compute_) {
+      comm_stream_ = cuda::stream_handle();
+      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_compute_, cudaEventDisableTiming));
+      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_comm_, cudaEventDisableTiming));
+    }
+    cudaStream_t s = comm_stream_.get();
+    TESSERA_CUDA_CHECK(cudaEventRecord(after_compute_, cuda::stream()));
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, after_compute_, 0));
+    return s;
+  }
+  // The request of the call just queued on s; blocking calls queued on tessera's stream
+  // from now on come after it (NCCL runs one communicator's operations in the order
+  // they are issued on every rank: they must not overlap on the device).
+  request end_nonblocking(cudaStream_t s, const char* fn, const char* nccl_call_name) {
+    TESSERA_CUDA_CHECK(cudaEventRecord(after_comm_, s));
+    comm_ahead_ = true;
+    cudaEvent_t e = nullptr;
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    if (const cudaError_t rc = cudaEventRecord(e, s); rc != cudaSuccess) {
+      cudaEventDestroy(e);
+      cuda::fail(rc, "cudaEventRecord(e, comm_stream)");
+    }
+    return request(e, comm_, fn, nccl_call_name);
+  }
+  // Before a blocking call on tessera's stream: after the non-blocking ones in flight.
+  void after_nonblocking() {
+    if (!comm_ahead_) return;
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), after_comm_, 0));
+    comm_ahead_ = false;
+  }
   void check_async(const char* fn) {
     ncclResult_t async = ncclSuccess;
     call(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
@@ -299,6 +445,7 @@ class nccl_communicator {
   template <class T, class SC, class SD, class RC, class RD>
   void grouped_exchange(const T* in, T* out, SC scount, SD sdispl, RC rcount, RD rdispl) {
     const ncclDataType_t t = detail::nccl_datatype<T>();
+    after_nonblocking();
     // This rank's own block is a device copy; the rest one group of sends and receives.
     if (const std::size_t n = scount(rank_); n > 0)
       TESSERA_CUDA_CHECK(cudaMemcpyAsync(out + rdispl(rank_), in + sdispl(rank_), n * sizeof(T),
@@ -313,6 +460,12 @@ class nccl_communicator {
   }
 
   void release() noexcept {
+    if (comm_ahead_) cudaStreamWaitEvent(cuda::stream(), after_comm_, 0);  // frees after them
+    comm_ahead_ = false;
+    if (after_compute_) cudaEventDestroy(after_compute_);
+    if (after_comm_) cudaEventDestroy(after_comm_);
+    after_compute_ = after_comm_ = nullptr;
+    comm_stream_ = cuda::stream_handle(nullptr);
     if (barrier_buf_) cudaFree(barrier_buf_);
     barrier_buf_ = nullptr;
     if (comm_) {
@@ -327,8 +480,13 @@ class nccl_communicator {
   int size_ = 0;
   traffic stats_{};
   float* barrier_buf_ = nullptr;
+  cuda::stream_handle comm_stream_{nullptr};  // the non-blocking calls' stream (made on first use)
+  cudaEvent_t after_compute_ = nullptr;       // recorded on tessera's stream before each of them
+  cudaEvent_t after_comm_ = nullptr;          // recorded on comm_stream_ after each of them
+  bool comm_ahead_ = false;                   // one may still run: blocking calls wait for it
 };
 
 static_assert(communicator<nccl_communicator>);
+static_assert(nonblocking_communicator<nccl_communicator>);
 
 }  // namespace tessera

@@ -16,7 +16,8 @@ namespace tessera::kernels {
 ///     relu_grad(dy, x); bias_add(x, bias); reduce_to_shape(g, shape) (a broadcast's
 ///     backward); scale(x, s) and add_to(dst, src) in place
 ///   matrix products: matmul(a, b, ta, tb), matmul_grad_a(dc, a, b, ta, tb),
-///     matmul_grad_b(dc, a, b, ta, tb)
+///     matmul_grad_b(dc, a, b, ta, tb); gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+///     ldc) on pointers into the device's memory, row-major (returns nothing)
 ///   reductions over `axes` (non-negative, ascending): reduce_sum(x, axes, keep),
 ///     reduce_max(x, axes, keep), reduce_sum_grad(dy, x_shape, axes, keep),
 ///     reduce_max_tie_counts(x, y, axes, keep), reduce_max_spread(dy, x, y, ties, axes, keep)
