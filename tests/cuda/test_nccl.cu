@@ -88,8 +88,8 @@ TEST_CASE("nccl_communicator: non-blocking calls equal the blocking ones, severa
   auto ar2 = dev(x), rs_in2 = dev(x), rs2 = dev(std::vector<float>(x.size() / std::size_t(g))), bc2 = dev(x);
   nc.reset_stats();
   auto r1 = nc.iall_reduce(std::span<float>(ar2.data(), x.size()), reduce_op::sum);
-  auto r2 = nc.ireduce_scatter(std::span<const float>(rs_in2.data(), x.size()), std::span<float>(rs2.data(), rs2.size()),
-                               reduce_op::max);
+  auto r2 = nc.ireduce_scatter(std::span<const float>(rs_in2.data(), x.size()),
+                               std::span<float>(rs2.data(), rs2.size()), reduce_op::max);
   auto r3 = nc.ibroadcast(std::span<float>(bc2.data(), x.size()), 0);
   CHECK(nc.stats() == blocking);  // counted when started
   CHECK(r3.pending());
@@ -119,6 +119,15 @@ TEST_CASE("nccl_communicator: non-blocking calls equal the blocking ones, severa
   nc.all_reduce(std::span<float>(ar2.data(), x.size()), reduce_op::sum);
   r6.wait();
   CHECK(ar2.to_vector() == ar.to_vector());
+  // Two communicators' non-blocking calls in flight together (one communication stream
+  // runs them in the order issued).
+  nccl_communicator sub = nc.split(0, 0);
+  auto ra = nc.iall_reduce(std::span<float>(ar2.data(), x.size()), reduce_op::sum);
+  auto rb = sub.ibroadcast(std::span<float>(bc2.data(), x.size()), 0);
+  rb.wait();
+  ra.wait();
+  CHECK(ar2.to_vector() == ar.to_vector());
+  CHECK(bc2.to_vector() == bc.to_vector());
   CHECK_THROWS_WITH_AS((void)nc.ibroadcast(std::span<float>(bc2.data(), x.size()), 2),
                        "ibroadcast: root 2 is out of range for 1 ranks", error);
   CHECK_THROWS_WITH_AS((void)nc.ireduce_scatter(std::span<const float>(rs_in2.data(), 3),

@@ -5,9 +5,9 @@
 // launches. Made from a host communicator that shares the unique id (MPI), split per
 // mesh-axis group with ncclCommSplit. When a rank ends the job on an error (run_mpi),
 // every live NCCL communicator is aborted first, so no kernel waits for a dead peer.
-// The non-blocking calls (iall_reduce, ireduce_scatter, ibroadcast) run on a
-// communication stream of the communicator's own, after the work queued on tessera's
-// stream so far and alongside the kernels queued after them.
+// The non-blocking calls (iall_reduce, ireduce_scatter, ibroadcast) run on the device's
+// communication stream, after the work queued on tessera's stream so far and alongside
+// the kernels queued after them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -105,15 +105,43 @@ struct nccl_registry {
   }
 };
 
+/// The communication stream of the current device, shared by its NCCL communicators:
+/// their non-blocking calls run on it in the order they are issued, and the blocking
+/// ones (on tessera's stream) after those issued before them. So every NCCL operation of
+/// a device runs in issue order, the same on every rank: NCCL kernels wait for their
+/// peers, and operations of different communicators running at once may deadlock (NCCL's
+/// "using multiple communicators concurrently"). Made on first use, never destroyed.
+struct nccl_lane {
+  cuda::stream_handle stream;
+  cudaEvent_t after_compute = nullptr;  ///< recorded on tessera's stream before each call
+  cudaEvent_t after_comm = nullptr;     ///< recorded on the stream after each call
+  bool comm_ahead = false;              ///< one may still run: blocking calls wait for it
+
+  nccl_lane() {
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_compute, cudaEventDisableTiming));
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_comm, cudaEventDisableTiming));
+  }
+  static nccl_lane& current() {
+    constexpr int max_devices = 64;
+    static nccl_lane* lanes[max_devices] = {};
+    const int d = cuda::current_device();
+    if (d >= max_devices) comm_fail("nccl_communicator: device index " + std::to_string(d) + " exceeds 64");
+    if (!lanes[d]) lanes[d] = new nccl_lane();  // never destroyed: outlives every communicator
+    return *lanes[d];
+  }
+};
+
 }  // namespace detail
 
 /// One rank's NCCL communicator. Buffers are device memory; every call returns once its
 /// work is queued. The blocking collectives run on tessera's stream, ordered with the
 /// kernels before and after them (barrier waits for them). The non-blocking ones run on
-/// the communicator's communication stream, made on first use: each waits (an event)
-/// for the work queued on tessera's stream before it, then runs alongside the kernels
-/// queued after it; its request's wait() orders tessera's stream after it, test()
-/// polls it. Blocking calls queued after a non-blocking one run after it.
+/// the device's communication stream (detail::nccl_lane, shared by the device's NCCL
+/// communicators, made on first use): each waits (an event) for the work queued on
+/// tessera's stream before it, then runs alongside the kernels queued after it; its
+/// request's wait() orders tessera's stream after it, test() polls it. Blocking calls
+/// queued after a non-blocking one run after it: every NCCL operation of a device runs
+/// in the order it was issued.
 ///
 ///     auto r = nc.ireduce_scatter(std::span<const float>(send.data(), g * n),
 ///                                 std::span<float>(recv.data(), n), reduce_op::sum);
@@ -231,11 +259,7 @@ class nccl_communicator {
         rank_(o.rank_),
         size_(o.size_),
         stats_(o.stats_),
-        barrier_buf_(std::exchange(o.barrier_buf_, nullptr)),
-        comm_stream_(std::move(o.comm_stream_)),
-        after_compute_(std::exchange(o.after_compute_, nullptr)),
-        after_comm_(std::exchange(o.after_comm_, nullptr)),
-        comm_ahead_(std::exchange(o.comm_ahead_, false)) {}
+        barrier_buf_(std::exchange(o.barrier_buf_, nullptr)) {}
   nccl_communicator& operator=(nccl_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -244,10 +268,6 @@ class nccl_communicator {
       size_ = o.size_;
       stats_ = o.stats_;
       barrier_buf_ = std::exchange(o.barrier_buf_, nullptr);
-      comm_stream_ = std::move(o.comm_stream_);
-      after_compute_ = std::exchange(o.after_compute_, nullptr);
-      after_comm_ = std::exchange(o.after_comm_, nullptr);
-      comm_ahead_ = std::exchange(o.comm_ahead_, false);
     }
     return *this;
   }
@@ -403,39 +423,37 @@ class nccl_communicator {
   }
   void call(ncclResult_t rc, const char* what) { detail::nccl_call(rc, what, comm_); }
 
-  // The communication stream, made on first use, after the work queued so far on
-  // tessera's stream (an event recorded there, waited for on the communication stream).
-  cudaStream_t begin_nonblocking() {
-    if (!after_compute_) {
-      comm_stream_ = cuda::stream_handle();
-      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_compute_, cudaEventDisableTiming));
-      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_comm_, cudaEventDisableTiming));
-    }
-    cudaStream_t s = comm_stream_.get();
-    TESSERA_CUDA_CHECK(cudaEventRecord(after_compute_, cuda::stream()));
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, after_compute_, 0));
-    return s;
+  // The communication stream after the work queued so far on tessera's stream (an
+  // event recorded there, waited for on the communication stream).
+  static cudaStream_t begin_nonblocking() {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    TESSERA_CUDA_CHECK(cudaEventRecord(l.after_compute, cuda::stream()));
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(l.stream.get(), l.after_compute, 0));
+    return l.stream.get();
   }
   // The request of the call just queued on s; blocking calls queued on tessera's stream
-  // from now on come after it (NCCL runs one communicator's operations in the order
-  // they are issued on every rank: they must not overlap on the device).
+  // from now on come after it.
   request end_nonblocking(cudaStream_t s, const char* fn, const char* nccl_call_name) {
-    TESSERA_CUDA_CHECK(cudaEventRecord(after_comm_, s));
-    comm_ahead_ = true;
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    TESSERA_CUDA_CHECK(cudaEventRecord(l.after_comm, s));
+    l.comm_ahead = true;
     cudaEvent_t e = nullptr;
     TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     if (const cudaError_t rc = cudaEventRecord(e, s); rc != cudaSuccess) {
       cudaEventDestroy(e);
-      cuda::fail(rc, "cudaEventRecord(e, comm_stream)");
+      cuda::fail(rc, "cudaEventRecord(e, communication stream)");
     }
     return request(e, comm_, fn, nccl_call_name);
   }
-  // Before a blocking call on tessera's stream: after the non-blocking ones in flight.
-  void after_nonblocking() {
-    if (!comm_ahead_) return;
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), after_comm_, 0));
-    comm_ahead_ = false;
+  // Before a blocking call on tessera's stream: after the non-blocking ones queued on
+  // the communication stream (of any communicator of this device).
+  static void after_nonblocking() {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    if (!l.comm_ahead) return;
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), l.after_comm, 0));
+    l.comm_ahead = false;
   }
+
   void check_async(const char* fn) {
     ncclResult_t async = ncclSuccess;
     call(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
@@ -460,12 +478,6 @@ class nccl_communicator {
   }
 
   void release() noexcept {
-    if (comm_ahead_) cudaStreamWaitEvent(cuda::stream(), after_comm_, 0);  // frees after them
-    comm_ahead_ = false;
-    if (after_compute_) cudaEventDestroy(after_compute_);
-    if (after_comm_) cudaEventDestroy(after_comm_);
-    after_compute_ = after_comm_ = nullptr;
-    comm_stream_ = cuda::stream_handle(nullptr);
     if (barrier_buf_) cudaFree(barrier_buf_);
     barrier_buf_ = nullptr;
     if (comm_) {
@@ -480,10 +492,6 @@ class nccl_communicator {
   int size_ = 0;
   traffic stats_{};
   float* barrier_buf_ = nullptr;
-  cuda::stream_handle comm_stream_{nullptr};  // the non-blocking calls' stream (made on first use)
-  cudaEvent_t after_compute_ = nullptr;       // recorded on tessera's stream before each of them
-  cudaEvent_t after_comm_ = nullptr;          // recorded on comm_stream_ after each of them
-  bool comm_ahead_ = false;                   // one may still run: blocking calls wait for it
 };
 
 static_assert(communicator<nccl_communicator>);

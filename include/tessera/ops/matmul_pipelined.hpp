@@ -390,6 +390,7 @@ void run_device_pipeline(int n, Compute&& compute, Start&& start, Finish&& finis
     compute(i);
     flight.push_back(start(i));
     while (finished <= i && flight[std::size_t(finished)].test()) finish(finished++);
+    for (int j = finished + 1; j <= i; ++j) (void)flight[std::size_t(j)].test();  // progress
   }
   for (; finished < n; ++finished) {
     flight[std::size_t(finished)].wait();
@@ -594,7 +595,8 @@ tensor_on<T, D> summa_on_device(const matmul_op& op, const tensor_on<T, D>& a, c
                               i(std::max<index_t>(1, ldb)), t == 0 ? T(0) : T(1), out.data(),
                               i(std::max<index_t>(1, ln)));
     if (t + slots < np) post(t + slots);
-    for (int u = t + 1; u < std::min(np, t + 1 + slots); ++u) flight_a[std::size_t(u)].test(), flight_b[std::size_t(u)].test();
+    for (int u = t + 1; u < std::min(np, t + 1 + slots); ++u)  // progress
+      (void)flight_a[std::size_t(u)].test(), (void)flight_b[std::size_t(u)].test();
   }
   pipeline_stats st;
   st.pieces = np;
@@ -632,6 +634,13 @@ tensor_on<T, D> summa_on_device(const matmul_op& op, const tensor_on<T, D>& a, c
 /// product in the rule's layout. Inputs not in the rule's layouts are redistributed
 /// first, as ops::matmul does. `stats`, when given, receives the time spent (the
 /// products run on the compute thread, so its busy time is their time).
+///
+/// Device tensors (tensor_on<T, cuda_device>, with a communicator of device buffers:
+/// nccl_communicator, staged_communicator<mpi_communicator>) take the same pieces: the
+/// calling thread queues each product on the device's stream (its backend's gemm) and
+/// starts the piece's collective right after it, so the device multiplies the next
+/// pieces while it runs; `stats->compute_s` is 0 there (the products run
+/// asynchronously), and the result is ready for the kernels queued after the call.
 ///
 /// Example: ((1, 2), (2, 1)) on 2 ranks, A and B 4096 x 4096, scatter_rows, chunks 4:
 /// each rank multiplies its (4096 x 2048) x (2048 x 4096) as 4 products of 1639, 1229,
@@ -723,7 +732,8 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
         auto finish = [&](int i) {
           const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
           const T* src = recv.data() + R * c0;
-          for (index_t x = 0; x < R; ++x) std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
+          for (index_t x = 0; x < R; ++x)
+            std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
         };
         st.compute_s = detail::run_chunk_pipeline(nc, compute, start, finish, opt.poll_us);
         st.pieces = nc;
@@ -769,6 +779,12 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
 /// first (with one rank per mesh row and column, no panel is broadcast). A panel of A's
 /// columns is packed for its broadcast unless it is contiguous (a whole block, or A
 /// transposed); panels are used in place where they lie in this rank's shard.
+///
+/// Device tensors: the calling thread waits for panel t's broadcasts (on NCCL, the
+/// stream waits; staged, the copy to the device is queued), queues its product on the
+/// device's stream and starts the broadcasts of panel t + 2 into the slot it read, so
+/// they run while the device multiplies; packing is the device's copy_box;
+/// `stats->compute_s` is 0.
 ///
 /// Example: ((1, 1), (1, 2)) on 2 ranks (ScaLAPACK's 1 x 2 grid), A and B 4096 x 4096
 /// split by columns: chunks 4 -> panels of 256, 768, 1024, 1024 and 1024 columns of A
@@ -854,7 +870,8 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
       return o;
     };
 
-    xt::xarray<T> out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
+    xt::xarray<T> out =
+        kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
     if (np == 0) std::fill(out.data(), out.data() + out.size(), T(0));
     std::atomic<int> ready{0}, consumed{0};
     using request = decltype(row.ibroadcast(std::span<T>(), 0));
