@@ -2942,20 +2942,18 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
     return lease(shared_from_this(), b);
   }
 
-  /// Free blocks kept (the rest are freed when given back).
+  /// Free blocks kept; beyond that the smallest is freed.
   static constexpr std::size_t max_free = 8;
-
-  /// Blocks held for reuse now.
-  std::size_t free_blocks() const {
-    std::lock_guard lock(mutex_);
-    return free_.size();
-  }
 
  private:
   void give_back(block b) noexcept {
     {
       std::lock_guard lock(mutex_);
-      if (free_.size() < max_free) {
+      if (free_.size() >= max_free) {  // keep the larger blocks: they fit more calls
+        auto smallest = std::min_element(free_.begin(), free_.end(),
+                                         [](const block& x, const block& y) { return x.n < y.n; });
+        if (smallest->n < b.n) std::swap(*smallest, b);
+      } else {
         try {
           free_.push_back(b);
           return;
@@ -3431,7 +3429,7 @@ class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
 
-  /// A pending non-blocking call: an event recorded after it on the communicator's
+  /// A pending non-blocking call: an event recorded after it on the device's
   /// communication stream. Move-only. test() returns true once the event has completed;
   /// wait() does not block the host: it makes tessera's stream wait for the event, so
   /// every kernel queued afterwards sees the result (cuda::synchronize() then waits for

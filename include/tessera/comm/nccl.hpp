@@ -151,7 +151,7 @@ class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
 
-  /// A pending non-blocking call: an event recorded after it on the communicator's
+  /// A pending non-blocking call: an event recorded after it on the device's
   /// communication stream. Move-only. test() returns true once the event has completed;
   /// wait() does not block the host: it makes tessera's stream wait for the event, so
   /// every kernel queued afterwards sees the result (cuda::synchronize() then waits for

@@ -165,20 +165,18 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
     return lease(shared_from_this(), b);
   }
 
-  /// Free blocks kept (the rest are freed when given back).
+  /// Free blocks kept; beyond that the smallest is freed.
   static constexpr std::size_t max_free = 8;
-
-  /// Blocks held for reuse now.
-  std::size_t free_blocks() const {
-    std::lock_guard lock(mutex_);
-    return free_.size();
-  }
 
  private:
   void give_back(block b) noexcept {
     {
       std::lock_guard lock(mutex_);
-      if (free_.size() < max_free) {
+      if (free_.size() >= max_free) {  // keep the larger blocks: they fit more calls
+        auto smallest = std::min_element(free_.begin(), free_.end(),
+                                         [](const block& x, const block& y) { return x.n < y.n; });
+        if (smallest->n < b.n) std::swap(*smallest, b);
+      } else {
         try {
           free_.push_back(b);
           return;
