@@ -1,12 +1,14 @@
 // The NCCL communicator on one rank (this machine has one GPU, and NCCL refuses two
 // ranks on one device): every collective's result and traffic count, splits, a
-// grouped all_to_all_v, and a redistribution of device tensors over NCCL.
+// grouped all_to_all_v, a redistribution of device tensors over NCCL, the non-blocking
+// calls against the blocking ones, and the pipelined matmuls on device tensors.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <vector>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/cuda.hpp>
+#include <tessera/ops/matmul_pipelined.hpp>
 
 using namespace tessera;
 using S = storage<float, cuda_device>;
@@ -134,4 +136,31 @@ TEST_CASE("nccl_communicator: non-blocking calls equal the blocking ones, severa
                                                 std::span<float>(rs2.data(), 2), reduce_op::sum),
                        "ireduce_scatter: in has 3 elements, expected 1 ranks x 2 = 2", error);
   nc.barrier();
+}
+
+TEST_CASE("matmul_overlapped and matmul_summa on device tensors over NCCL") {
+  mpi_communicator world = mpi_communicator::world();
+  nccl_communicator nc = nccl_communicator::create(world);
+  device_context<nccl_communicator> ctx(nc);
+  const int p = world.size();
+  const index_t m = 6, k = 4, n = 5;
+  const layout rep = layout::replicated(mesh{p}, 2);
+  dist_tensor<float> a(rep, extents{m, k}, world.rank()), b(rep, extents{k, n}, world.rank());
+  a.fill_global([](const auto& i) { return float(int(i[0] * 3 + i[1]) % 7 - 3); });
+  b.fill_global([](const auto& i) { return float(int(i[0] * 5 + 2 * i[1]) % 5 - 2); });
+  std::vector<float> c_ref(std::size_t(m * n), 0);  // small integers: exact
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      for (index_t x = 0; x < k; ++x) c_ref[std::size_t(i * n + j)] += a.local()(i, x) * b.local()(x, j);
+  const tensor_on<float, cuda_device> da = to_device(a), db = to_device(b);
+  const ops::matmul_op op{strategy{{1, 1}, {1, p}}};
+  for (auto how : {ops::partial_resolution::scatter_rows, ops::partial_resolution::scatter_cols,
+                   ops::partial_resolution::all_reduce}) {
+    const auto c = ops::matmul_overlapped(op, da, db, ctx, how, {3, 0});
+    const auto full = to_host(redistribute(c, layout::replicated(mesh{p}, 2), ctx));
+    CHECK(std::vector<float>(full.local().begin(), full.local().end()) == c_ref);
+  }
+  const auto s = ops::matmul_summa(op, da, db, ctx, {3, 0});
+  const auto full = to_host(redistribute(s, layout::replicated(mesh{p}, 2), ctx));
+  CHECK(std::vector<float>(full.local().begin(), full.local().end()) == c_ref);
 }
