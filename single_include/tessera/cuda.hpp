@@ -117,8 +117,6 @@ class stream_handle {
   /// A new non-blocking stream on the current device (it does not synchronise with the
   /// legacy default stream).
   stream_handle() { TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  /// No stream yet (get() is nullptr); a stream may be moved in later.
-  explicit stream_handle(std::nullptr_t) noexcept {}
   stream_handle(const stream_handle&) = delete;
   stream_handle& operator=(const stream_handle&) = delete;
   stream_handle(stream_handle&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
