@@ -2691,6 +2691,13 @@ struct backend<cuda_device> {
   static array<T> matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
     return cuda::matmul(a, b, ta, tb);
   }
+  /// Row-major C (m x n, row stride ldc) = alpha op(A) op(B) + beta C on pointers into
+  /// device memory, queued on tessera's stream (cuBLAS).
+  template <class T>
+  static void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
+                   T* c, int ldc) {
+    cuda::detail::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
   template <class T>
   static array<T> matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
     return cuda::matmul_grad_a(dc, a, b, ta, tb);
@@ -2867,14 +2874,22 @@ struct backend<cuda_device> {
 // Each call copies its device input to pinned host memory, runs C's collective there,
 // and copies the result back: how tensors on a GPU redistribute over an MPI that is not
 // CUDA-aware, and how several ranks sharing one GPU communicate (NCCL refuses that).
-// The traffic counted is C's, so plans' byte counts hold unchanged.
+// The non-blocking collectives (iall_reduce, ireduce_scatter, ibroadcast), when C has
+// them, stage into pinned buffers of their own, start C's call and return: the copy
+// back to the device happens when the request completes. The traffic counted is C's,
+// so plans' byte counts hold unchanged.
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -2918,19 +2933,174 @@ class pinned_buffer {
   std::size_t n_ = 0;
 };
 
+/// Pinned host blocks reused across the non-blocking calls of one staged communicator
+/// (cudaMallocHost is slow: a block is allocated once and handed from request to
+/// request). A block comes back with an event recorded after the last copy that reads
+/// it on tessera's stream; it is handed out again only once that event has completed.
+/// Shared (std::shared_ptr) by the communicator and its requests, so a request may
+/// outlive a moved-from communicator.
+class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
+ public:
+  struct block {
+    void* p = nullptr;
+    std::size_t n = 0;
+    cudaEvent_t done = nullptr;  ///< recorded after the last copy that used the block
+  };
+
+  /// A block of pinned memory lent by the pool: returned to it when destroyed.
+  class lease {
+   public:
+    lease() = default;
+    lease(std::shared_ptr<pinned_pool> pool, block b) : pool_(std::move(pool)), b_(b) {}
+    lease(lease&& o) noexcept : pool_(std::move(o.pool_)), b_(std::exchange(o.b_, block{})) {}
+    lease& operator=(lease&& o) noexcept {
+      if (this != &o) {
+        reset();
+        pool_ = std::move(o.pool_);
+        b_ = std::exchange(o.b_, block{});
+      }
+      return *this;
+    }
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() { reset(); }
+
+    void* data() const noexcept { return b_.p; }
+    /// Gives the block back after the copies queued so far on tessera's stream (an
+    /// event recorded there); the next user waits for that event.
+    void release_after_stream() noexcept {
+      if (b_.p && b_.done && cudaEventRecord(b_.done, cuda::stream()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaStreamSynchronize(cuda::stream());  // the event could not be recorded: wait instead
+      }
+      reset();
+    }
+    /// Drops the block without giving it back (after a failure that may leave a
+    /// transfer into it running): it is never freed nor reused.
+    void abandon() noexcept {
+      b_ = block{};
+      pool_.reset();
+    }
+
+   private:
+    void reset() noexcept {
+      if (pool_ && b_.p) pool_->give_back(b_);
+      pool_.reset();
+      b_ = block{};
+    }
+    std::shared_ptr<pinned_pool> pool_;
+    block b_;
+  };
+
+  pinned_pool() = default;
+  pinned_pool(const pinned_pool&) = delete;
+  pinned_pool& operator=(const pinned_pool&) = delete;
+  ~pinned_pool() {
+    for (block& b : free_) destroy(b);
+  }
+
+  /// A block of at least `bytes` bytes (at least 1): the smallest free one that fits,
+  /// once its last copy has completed, or a new one.
+  lease take(std::size_t bytes) {
+    bytes = std::max<std::size_t>(bytes, 1);
+    block b;
+    {
+      std::lock_guard lock(mutex_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->n >= bytes && (best == free_.end() || it->n < best->n)) best = it;
+      if (best != free_.end()) {
+        b = *best;
+        free_.erase(best);
+      }
+    }
+    if (b.p) {
+      if (const cudaError_t rc = cudaEventSynchronize(b.done); rc != cudaSuccess) {
+        destroy(b);
+        cuda::fail(rc, "cudaEventSynchronize(pinned block)");
+      }
+      return lease(shared_from_this(), b);
+    }
+    // New blocks are rounded up to a power of two (at least 4 KiB) so that they fit
+    // the next calls of similar sizes.
+    std::size_t n = 4096;
+    while (n < bytes) n *= 2;
+    TESSERA_CUDA_CHECK(cudaMallocHost(&b.p, n));
+    b.n = n;
+    if (const cudaError_t rc = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming); rc != cudaSuccess) {
+      cudaFreeHost(b.p);
+      cuda::fail(rc, "cudaEventCreateWithFlags");
+    }
+    return lease(shared_from_this(), b);
+  }
+
+  /// Free blocks kept; beyond that the smallest is freed.
+  static constexpr std::size_t max_free = 8;
+
+ private:
+  void give_back(block b) noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      if (free_.size() >= max_free) {  // keep the larger blocks: they fit more calls
+        auto smallest = std::min_element(free_.begin(), free_.end(),
+                                         [](const block& x, const block& y) { return x.n < y.n; });
+        if (smallest->n < b.n) std::swap(*smallest, b);
+      } else {
+        try {
+          free_.push_back(b);
+          return;
+        } catch (...) {
+        }
+      }
+    }
+    destroy(b);
+  }
+  static void destroy(block& b) noexcept {
+    if (b.done) {
+      cudaEventSynchronize(b.done);
+      cudaEventDestroy(b.done);
+    }
+    if (b.p) cudaFreeHost(b.p);
+    b = block{};
+  }
+
+  mutable std::mutex mutex_;
+  std::vector<block> free_;
+};
+
 }  // namespace detail
 
 /// The communicator concept over device buffers, delegating to the host communicator
-/// C (an mpi_communicator, or local_communicator). Every call waits for tessera's
-/// stream before reading device memory and returns once the result is back on the
-/// device. Move-only when C is.
+/// C (an mpi_communicator, or local_communicator). Every blocking call waits for
+/// tessera's stream before reading device memory and returns once the result is back
+/// on the device. Move-only when C is.
+///
+/// When C is a nonblocking_communicator, so is this: iall_reduce, ireduce_scatter and
+/// ibroadcast copy their device input into a pinned host block of their own (from a
+/// pool reused across calls; D2H on tessera's stream, which is synchronised, so every
+/// kernel that wrote the input has finished), start C's non-blocking call on it and
+/// return. The request's test() polls C's request; once C's operation is complete
+/// (test() true, or wait()) the result is copied back to the device buffer on
+/// tessera's stream, so every kernel queued afterwards sees it. Several may be in
+/// flight, completed in any order; a request destroyed unfinished is waited for (and
+/// its result copied back) without throwing. ibroadcast copies the root's buffer only
+/// (the others' contents are replaced), and copies back on the others only. Otherwise
+/// iall_reduce is the blocking all_reduce, returning a completed request.
+///
+///     staged_communicator<mpi_communicator> comm(mpi_communicator::world());
+///     auto r1 = comm.iall_reduce(std::span<float>(grad1.data(), n1), reduce_op::sum);
+///     auto r2 = comm.iall_reduce(std::span<float>(grad2.data(), n2), reduce_op::sum);
+///     ... kernels that touch neither buffer ...
+///     r2.wait();  // grad2 reduced, on the device, for the kernels queued from here on
+///     r1.wait();
 template <communicator C>
 class staged_communicator {
  public:
   /// Spans passed to the collectives point into device memory.
   static constexpr bool device_buffers = true;
 
-  /// Completed at once (the staged collective is synchronous).
+  /// The request of iall_reduce when C has no non-blocking calls: completed at once
+  /// (the staged collective is synchronous).
   class request {
    public:
     request() = default;
@@ -2939,6 +3109,94 @@ class staged_communicator {
     request(const request&) = delete;
     request& operator=(const request&) = delete;
     void wait() {}
+    bool test() { return true; }
+  };
+
+  /// A pending non-blocking call staged through pinned memory: C's request R on a
+  /// pinned block, and where its result goes on the device. Move-only; wait() and a
+  /// true test() copy the result back (queued on tessera's stream); the destructor
+  /// waits if still pending, never throwing.
+  template <class R>
+  class staged_request {
+   public:
+    staged_request() = default;
+    staged_request(staged_request&& o) noexcept
+        : inner_(std::move(o.inner_)),
+          block_(std::move(o.block_)),
+          host_(o.host_),
+          dev_(o.dev_),
+          bytes_(o.bytes_) {
+      o.inner_.reset();
+    }
+    staged_request& operator=(staged_request&& o) noexcept {
+      if (this != &o) {
+        complete_quietly();
+        inner_ = std::move(o.inner_);
+        o.inner_.reset();
+        block_ = std::move(o.block_);
+        host_ = o.host_;
+        dev_ = o.dev_;
+        bytes_ = o.bytes_;
+      }
+      return *this;
+    }
+    staged_request(const staged_request&) = delete;
+    staged_request& operator=(const staged_request&) = delete;
+    ~staged_request() { complete_quietly(); }
+
+    /// Blocks until C's operation is complete, then queues the copy of the result to the
+    /// device on tessera's stream (kernels queued after wait() see it).
+    void wait() {
+      if (!inner_) return;
+      inner_->wait();
+      finish();
+    }
+
+    /// Polls C's operation; once it is complete, queues the copy back (as wait()) and
+    /// returns true.
+    bool test() {
+      if (!inner_) return true;
+      if (!inner_->test()) return false;
+      finish();
+      return true;
+    }
+
+    /// True until wait() or a successful test().
+    bool pending() const noexcept { return inner_.has_value(); }
+
+   private:
+    friend class staged_communicator;
+    staged_request(R inner, detail::pinned_pool::lease block, const void* host, void* dev, std::size_t bytes)
+        : inner_(std::move(inner)), block_(std::move(block)), host_(host), dev_(dev), bytes_(bytes) {}
+
+    void finish() {
+      inner_.reset();
+      if (bytes_ > 0) {
+        const cudaError_t rc = cudaMemcpyAsync(dev_, host_, bytes_, cudaMemcpyHostToDevice, cuda::stream());
+        if (rc != cudaSuccess) {
+          block_.release_after_stream();
+          cuda::fail(rc, "cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream)");
+        }
+      }
+      block_.release_after_stream();  // reused once the copy has read it
+    }
+
+    void complete_quietly() noexcept {
+      if (!inner_) return;
+      try {
+        inner_->wait();
+        finish();
+      } catch (...) {
+        inner_.reset();
+        block_.abandon();  // C's transfer may still write into it
+      }
+    }
+
+    std::optional<R> inner_;
+    detail::pinned_pool::lease block_;
+    const void* host_ = nullptr;  // the result in the pinned block
+    void* dev_ = nullptr;         // where it goes
+    std::size_t bytes_ = 0;       // 0: nothing to copy back
   };
 
   explicit staged_communicator(C host) : host_(std::move(host)) {}
@@ -3017,10 +3275,63 @@ class staged_communicator {
     cuda::synchronize();
     host_.barrier();
   }
+  /// The blocking all_reduce, returning a completed request (C has no non-blocking
+  /// calls).
   template <comm_element T>
+    requires(!nonblocking_communicator<C>)
   [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
     all_reduce(inout, op);
     return request{};
+  }
+
+  /// Stages `inout` to a pinned block (waiting for tessera's stream), starts C's
+  /// iall_reduce there and returns; the reduced values are copied back to `inout` when
+  /// the request completes. `inout` must stay alive, and untouched, until then.
+  template <comm_element T>
+    requires nonblocking_communicator<C>
+  [[nodiscard]] auto iall_reduce(std::span<T> inout, reduce_op op) {
+    detail::pinned_pool::lease blk = pool_->take(inout.size() * sizeof(T));
+    T* h = static_cast<T*>(blk.data());
+    copy_to_host(h, inout.data(), inout.size());
+    auto inner = host_.iall_reduce(std::span<T>(h, inout.size()), op);
+    return staged_request<decltype(inner)>(std::move(inner), std::move(blk), h, inout.data(),
+                                           inout.size() * sizeof(T));
+  }
+
+  /// Stages `in` to a pinned block (waiting for tessera's stream), starts C's
+  /// ireduce_scatter into a second part of the block and returns; this rank's block of
+  /// the result is copied to `out` when the request completes. Sizes are checked as
+  /// reduce_scatter's ("ireduce_scatter: in has 10 elements, expected 4 ranks x 3 = 12").
+  template <comm_element T>
+    requires nonblocking_communicator<C>
+  [[nodiscard]] auto ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size(), "ireduce_scatter");
+    // in, then out at the next multiple of 256 bytes.
+    const std::size_t in_bytes = in.size() * sizeof(T), out_at = (in_bytes + 255) / 256 * 256;
+    detail::pinned_pool::lease blk = pool_->take(out_at + out.size() * sizeof(T));
+    T* hi = static_cast<T*>(blk.data());
+    T* ho = reinterpret_cast<T*>(static_cast<char*>(blk.data()) + out_at);
+    copy_to_host(hi, in.data(), in.size());
+    auto inner = host_.ireduce_scatter(std::span<const T>(hi, in.size()), std::span<T>(ho, out.size()), op);
+    return staged_request<decltype(inner)>(std::move(inner), std::move(blk), ho, out.data(),
+                                           out.size() * sizeof(T));
+  }
+
+  /// Starts C's ibroadcast on a pinned block and returns. The root stages its buffer
+  /// first (waiting for tessera's stream) and leaves it as it is; the other ranks start
+  /// at once, and their buffer receives the root's values when the request completes.
+  /// The root is checked as broadcast's ("ibroadcast: root 5 is out of range for 4 ranks").
+  template <comm_element T>
+    requires nonblocking_communicator<C>
+  [[nodiscard]] auto ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size());
+    const bool is_root = rank() == root;
+    detail::pinned_pool::lease blk = pool_->take(buf.size() * sizeof(T));
+    T* h = static_cast<T*>(blk.data());
+    if (is_root) copy_to_host(h, buf.data(), buf.size());
+    auto inner = host_.ibroadcast(std::span<T>(h, buf.size()), root);
+    return staged_request<decltype(inner)>(std::move(inner), std::move(blk), h, buf.data(),
+                                           is_root ? 0 : buf.size() * sizeof(T));
   }
   staged_communicator split(int color, int key) { return staged_communicator(host_.split(color, key)); }
 
@@ -3054,6 +3365,7 @@ class staged_communicator {
 
   C host_;
   detail::pinned_buffer a_, b_;
+  std::shared_ptr<detail::pinned_pool> pool_ = std::make_shared<detail::pinned_pool>();
 };
 
 }  // namespace tessera
@@ -3066,6 +3378,9 @@ class staged_communicator {
 // launches. Made from a host communicator that shares the unique id (MPI), split per
 // mesh-axis group with ncclCommSplit. When a rank ends the job on an error (run_mpi),
 // every live NCCL communicator is aborted first, so no kernel waits for a dead peer.
+// The non-blocking calls (iall_reduce, ireduce_scatter, ibroadcast) run on the device's
+// communication stream, after the work queued on tessera's stream so far and alongside
+// the kernels queued after them.
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -3160,41 +3475,135 @@ struct nccl_registry {
   }
 };
 
+/// The communication stream of the current device, shared by its NCCL communicators:
+/// their non-blocking calls run on it in the order they are issued, and the blocking
+/// ones (on tessera's stream) after those issued before them. So every NCCL operation of
+/// a device runs in issue order, the same on every rank: NCCL kernels wait for their
+/// peers, and operations of different communicators running at once may deadlock (NCCL's
+/// "using multiple communicators concurrently"). Made on first use, never destroyed.
+struct nccl_lane {
+  cuda::stream_handle stream;
+  cudaEvent_t after_compute = nullptr;  ///< recorded on tessera's stream before each call
+  cudaEvent_t after_comm = nullptr;     ///< recorded on the stream after each call
+  bool comm_ahead = false;              ///< one may still run: blocking calls wait for it
+
+  nccl_lane() {
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_compute, cudaEventDisableTiming));
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_comm, cudaEventDisableTiming));
+  }
+  static nccl_lane& current() {
+    constexpr int max_devices = 64;
+    static nccl_lane* lanes[max_devices] = {};
+    const int d = cuda::current_device();
+    if (d >= max_devices) comm_fail("nccl_communicator: device index " + std::to_string(d) + " exceeds 64");
+    if (!lanes[d]) lanes[d] = new nccl_lane();  // never destroyed: outlives every communicator
+    return *lanes[d];
+  }
+};
+
 }  // namespace detail
 
 /// One rank's NCCL communicator. Buffers are device memory; every call returns once its
-/// work is queued on tessera's stream (barrier and request::wait wait for it).
+/// work is queued. The blocking collectives run on tessera's stream, ordered with the
+/// kernels before and after them (barrier waits for them). The non-blocking ones run on
+/// the device's communication stream (detail::nccl_lane, shared by the device's NCCL
+/// communicators, made on first use): each waits (an event) for the work queued on
+/// tessera's stream before it, then runs alongside the kernels queued after it; its
+/// request's wait() orders tessera's stream after it, test() polls it. Blocking calls
+/// queued after a non-blocking one run after it: every NCCL operation of a device runs
+/// in the order it was issued.
+///
+///     auto r = nc.ireduce_scatter(std::span<const float>(send.data(), g * n),
+///                                 std::span<float>(recv.data(), n), reduce_op::sum);
+///     ... kernels reading neither buffer run alongside ...
+///     r.wait();  // kernels queued from here on see recv
 class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
 
-  /// A pending iall_reduce: an event recorded after it on the stream.
+  /// A pending non-blocking call: an event recorded after it on the device's
+  /// communication stream. Move-only. test() returns true once the event has completed;
+  /// wait() does not block the host: it makes tessera's stream wait for the event, so
+  /// every kernel queued afterwards sees the result (cuda::synchronize() then waits for
+  /// it too). Both first check NCCL's asynchronous error of the communicator, naming the
+  /// call ("iall_reduce: ncclAllReduce failed: ..."). The destructor of a pending
+  /// request orders tessera's stream after it, as wait() does, never throwing. A request
+  /// must not outlive its communicator.
   class request {
    public:
     request() = default;
-    explicit request(cudaEvent_t e) : e_(e) {}
-    request(request&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+    request(request&& o) noexcept
+        : e_(std::exchange(o.e_, nullptr)), comm_(o.comm_), fn_(o.fn_), call_(o.call_) {}
     request& operator=(request&& o) noexcept {
       if (this != &o) {
-        reset();
+        complete_quietly();
         e_ = std::exchange(o.e_, nullptr);
+        comm_ = o.comm_;
+        fn_ = o.fn_;
+        call_ = o.call_;
       }
       return *this;
     }
     request(const request&) = delete;
     request& operator=(const request&) = delete;
-    ~request() { reset(); }
+    ~request() { complete_quietly(); }
+
+    /// Orders tessera's stream after the operation (cudaStreamWaitEvent); the host does
+    /// not wait.
     void wait() {
-      if (e_) TESSERA_CUDA_CHECK(cudaEventSynchronize(e_));
-      reset();
+      if (!e_) return;
+      check_async();
+      finish();
     }
 
+    /// True once the operation has completed on the device (cudaEventQuery).
+    bool test() {
+      if (!e_) return true;
+      const cudaError_t rc = cudaEventQuery(e_);
+      if (rc == cudaErrorNotReady) {
+        check_async();  // a failed peer shows here while the event never completes
+        return false;
+      }
+      if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        cuda::fail(rc, (std::string(fn_) + ": cudaEventQuery").c_str());
+      }
+      check_async();
+      finish();
+      return true;
+    }
+
+    /// True until wait() or a successful test().
+    bool pending() const noexcept { return e_ != nullptr; }
+
    private:
-    void reset() noexcept {
-      if (e_) cudaEventDestroy(e_);
+    friend class nccl_communicator;
+    request(cudaEvent_t e, ncclComm_t comm, const char* fn, const char* call)
+        : e_(e), comm_(comm), fn_(fn), call_(call) {}
+
+    void check_async() {
+      ncclResult_t async = ncclSuccess;
+      detail::nccl_call(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError", comm_);
+      if (async != ncclSuccess && async != ncclInProgress) [[unlikely]]
+        detail::nccl_fail(async, (std::string(fn_) + ": " + call_).c_str(), comm_);
+    }
+    void finish() {
+      const cudaError_t rc = cudaStreamWaitEvent(cuda::stream(), e_, 0);
+      cudaEventDestroy(e_);  // released once the wait has been satisfied
+      e_ = nullptr;
+      if (rc != cudaSuccess) cuda::fail(rc, (std::string(fn_) + ": cudaStreamWaitEvent").c_str());
+    }
+    void complete_quietly() noexcept {
+      if (!e_) return;
+      if (cudaStreamWaitEvent(cuda::stream(), e_, 0) != cudaSuccess) (void)cudaGetLastError();
+      cudaEventDestroy(e_);
       e_ = nullptr;
     }
+
     cudaEvent_t e_ = nullptr;
+    ncclComm_t comm_ = nullptr;
+    const char* fn_ = "";    // the tessera call: "iall_reduce"
+    const char* call_ = "";  // NCCL's: "ncclAllReduce"
   };
 
   /// The NCCL communicator of every rank of `host` (collective over host, e.g. the MPI
@@ -3241,6 +3650,7 @@ class nccl_communicator {
   template <comm_element T>
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_all_reduce<T>(in, out);
+    after_nonblocking();
     call(ncclAllReduce(in.data(), out.data(), in.size(), detail::nccl_datatype<T>(),
                        detail::nccl_op<T>(op, "all_reduce"), comm_, cuda::stream()),
          "ncclAllReduce");
@@ -3253,6 +3663,7 @@ class nccl_communicator {
   template <comm_element T>
   void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
     detail::check_all_gather<T>(in, out, size_);
+    after_nonblocking();
     call(ncclAllGather(in.data(), out.data(), in.size(), detail::nccl_datatype<T>(), comm_, cuda::stream()),
          "ncclAllGather");
     detail::count(stats_, cost::all_gather(detail::byte_size(in), size_));
@@ -3260,6 +3671,7 @@ class nccl_communicator {
   template <comm_element T>
   void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size_);
+    after_nonblocking();
     call(ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_datatype<T>(),
                            detail::nccl_op<T>(op, "reduce_scatter"), comm_, cuda::stream()),
          "ncclReduceScatter");
@@ -3291,6 +3703,7 @@ class nccl_communicator {
   template <comm_element T>
   void broadcast(std::span<T> buf, int root) {
     detail::check_rank("broadcast", "root", root, size_);
+    after_nonblocking();
     call(ncclBroadcast(buf.data(), buf.data(), buf.size(), detail::nccl_datatype<T>(), root, comm_, cuda::stream()),
          "ncclBroadcast");
     detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
@@ -3303,6 +3716,7 @@ class nccl_communicator {
     using U = std::remove_const_t<T>;
     detail::check_rank("send", "dest", dest, size_);
     detail::check_tag("send", tag);
+    after_nonblocking();
     call(ncclSend(buf.data(), buf.size(), detail::nccl_datatype<U>(), dest, comm_, cuda::stream()), "ncclSend");
     detail::count(stats_, 0);
   }
@@ -3310,24 +3724,54 @@ class nccl_communicator {
   void recv(std::span<T> buf, int source, int tag = 0) {
     detail::check_rank("recv", "source", source, size_);
     detail::check_tag("recv", tag);
+    after_nonblocking();
     call(ncclRecv(buf.data(), buf.size(), detail::nccl_datatype<T>(), source, comm_, cuda::stream()), "ncclRecv");
     detail::count(stats_, detail::byte_size(buf));
   }
   /// Every rank reaches this point, and everything queued before it has finished.
   void barrier() {
     if (!barrier_buf_) TESSERA_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    after_nonblocking();
     call(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, cuda::stream()), "ncclAllReduce");
     cuda::synchronize();
     check_async("barrier");
     detail::count(stats_, 0);
   }
+  /// all_reduce of `inout` in place, queued on the communication stream after the work
+  /// queued so far on tessera's stream; returns at once. `inout` must stay alive, and
+  /// untouched by later kernels, until the request is waited for (or tested true).
   template <comm_element T>
   [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
-    all_reduce(inout, op);
-    cudaEvent_t e = nullptr;
-    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    TESSERA_CUDA_CHECK(cudaEventRecord(e, cuda::stream()));
-    return request(e);
+    const ncclRedOp_t nop = detail::nccl_op<T>(op, "iall_reduce");
+    cudaStream_t s = begin_nonblocking();
+    call(ncclAllReduce(inout.data(), inout.data(), inout.size(), detail::nccl_datatype<T>(), nop, comm_, s),
+         "iall_reduce: ncclAllReduce");
+    detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size_));
+    return end_nonblocking(s, "iall_reduce", "ncclAllReduce");
+  }
+  /// reduce_scatter on the communication stream (as iall_reduce); sizes are checked as
+  /// reduce_scatter's ("ireduce_scatter: in has 10 elements, expected 4 ranks x 3 = 12").
+  template <comm_element T>
+  [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                        reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size_, "ireduce_scatter");
+    const ncclRedOp_t nop = detail::nccl_op<T>(op, "ireduce_scatter");
+    cudaStream_t s = begin_nonblocking();
+    call(ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_datatype<T>(), nop, comm_, s),
+         "ireduce_scatter: ncclReduceScatter");
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
+    return end_nonblocking(s, "ireduce_scatter", "ncclReduceScatter");
+  }
+  /// broadcast on the communication stream (as iall_reduce); the root is checked as
+  /// broadcast's ("ibroadcast: root 5 is out of range for 4 ranks").
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size_);
+    cudaStream_t s = begin_nonblocking();
+    call(ncclBroadcast(buf.data(), buf.data(), buf.size(), detail::nccl_datatype<T>(), root, comm_, s),
+         "ibroadcast: ncclBroadcast");
+    detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
+    return end_nonblocking(s, "ibroadcast", "ncclBroadcast");
   }
   /// The communicator of the ranks with the same color, ordered by key (collective).
   nccl_communicator split(int color, int key) {
@@ -3348,6 +3792,38 @@ class nccl_communicator {
     call(ncclCommUserRank(c, &rank_), "ncclCommUserRank");
   }
   void call(ncclResult_t rc, const char* what) { detail::nccl_call(rc, what, comm_); }
+
+  // The communication stream after the work queued so far on tessera's stream (an
+  // event recorded there, waited for on the communication stream).
+  static cudaStream_t begin_nonblocking() {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    TESSERA_CUDA_CHECK(cudaEventRecord(l.after_compute, cuda::stream()));
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(l.stream.get(), l.after_compute, 0));
+    return l.stream.get();
+  }
+  // The request of the call just queued on s; blocking calls queued on tessera's stream
+  // from now on come after it.
+  request end_nonblocking(cudaStream_t s, const char* fn, const char* nccl_call_name) {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    TESSERA_CUDA_CHECK(cudaEventRecord(l.after_comm, s));
+    l.comm_ahead = true;
+    cudaEvent_t e = nullptr;
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    if (const cudaError_t rc = cudaEventRecord(e, s); rc != cudaSuccess) {
+      cudaEventDestroy(e);
+      cuda::fail(rc, "cudaEventRecord(e, communication stream)");
+    }
+    return request(e, comm_, fn, nccl_call_name);
+  }
+  // Before a blocking call on tessera's stream: after the non-blocking ones queued on
+  // the communication stream (of any communicator of this device).
+  static void after_nonblocking() {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    if (!l.comm_ahead) return;
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), l.after_comm, 0));
+    l.comm_ahead = false;
+  }
+
   void check_async(const char* fn) {
     ncclResult_t async = ncclSuccess;
     call(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
@@ -3357,6 +3833,7 @@ class nccl_communicator {
   template <class T, class SC, class SD, class RC, class RD>
   void grouped_exchange(const T* in, T* out, SC scount, SD sdispl, RC rcount, RD rdispl) {
     const ncclDataType_t t = detail::nccl_datatype<T>();
+    after_nonblocking();
     // This rank's own block is a device copy; the rest one group of sends and receives.
     if (const std::size_t n = scount(rank_); n > 0)
       TESSERA_CUDA_CHECK(cudaMemcpyAsync(out + rdispl(rank_), in + sdispl(rank_), n * sizeof(T),
@@ -3388,6 +3865,7 @@ class nccl_communicator {
 };
 
 static_assert(communicator<nccl_communicator>);
+static_assert(nonblocking_communicator<nccl_communicator>);
 
 }  // namespace tessera
 #endif

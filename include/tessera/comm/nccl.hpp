@@ -5,6 +5,9 @@
 // launches. Made from a host communicator that shares the unique id (MPI), split per
 // mesh-axis group with ncclCommSplit. When a rank ends the job on an error (run_mpi),
 // every live NCCL communicator is aborted first, so no kernel waits for a dead peer.
+// The non-blocking calls (iall_reduce, ireduce_scatter, ibroadcast) run on the device's
+// communication stream, after the work queued on tessera's stream so far and alongside
+// the kernels queued after them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -102,41 +105,135 @@ struct nccl_registry {
   }
 };
 
+/// The communication stream of the current device, shared by its NCCL communicators:
+/// their non-blocking calls run on it in the order they are issued, and the blocking
+/// ones (on tessera's stream) after those issued before them. So every NCCL operation of
+/// a device runs in issue order, the same on every rank: NCCL kernels wait for their
+/// peers, and operations of different communicators running at once may deadlock (NCCL's
+/// "using multiple communicators concurrently"). Made on first use, never destroyed.
+struct nccl_lane {
+  cuda::stream_handle stream;
+  cudaEvent_t after_compute = nullptr;  ///< recorded on tessera's stream before each call
+  cudaEvent_t after_comm = nullptr;     ///< recorded on the stream after each call
+  bool comm_ahead = false;              ///< one may still run: blocking calls wait for it
+
+  nccl_lane() {
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_compute, cudaEventDisableTiming));
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&after_comm, cudaEventDisableTiming));
+  }
+  static nccl_lane& current() {
+    constexpr int max_devices = 64;
+    static nccl_lane* lanes[max_devices] = {};
+    const int d = cuda::current_device();
+    if (d >= max_devices) comm_fail("nccl_communicator: device index " + std::to_string(d) + " exceeds 64");
+    if (!lanes[d]) lanes[d] = new nccl_lane();  // never destroyed: outlives every communicator
+    return *lanes[d];
+  }
+};
+
 }  // namespace detail
 
 /// One rank's NCCL communicator. Buffers are device memory; every call returns once its
-/// work is queued on tessera's stream (barrier and request::wait wait for it).
+/// work is queued. The blocking collectives run on tessera's stream, ordered with the
+/// kernels before and after them (barrier waits for them). The non-blocking ones run on
+/// the device's communication stream (detail::nccl_lane, shared by the device's NCCL
+/// communicators, made on first use): each waits (an event) for the work queued on
+/// tessera's stream before it, then runs alongside the kernels queued after it; its
+/// request's wait() orders tessera's stream after it, test() polls it. Blocking calls
+/// queued after a non-blocking one run after it: every NCCL operation of a device runs
+/// in the order it was issued.
+///
+///     auto r = nc.ireduce_scatter(std::span<const float>(send.data(), g * n),
+///                                 std::span<float>(recv.data(), n), reduce_op::sum);
+///     ... kernels reading neither buffer run alongside ...
+///     r.wait();  // kernels queued from here on see recv
 class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
 
-  /// A pending iall_reduce: an event recorded after it on the stream.
+  /// A pending non-blocking call: an event recorded after it on the device's
+  /// communication stream. Move-only. test() returns true once the event has completed;
+  /// wait() does not block the host: it makes tessera's stream wait for the event, so
+  /// every kernel queued afterwards sees the result (cuda::synchronize() then waits for
+  /// it too). Both first check NCCL's asynchronous error of the communicator, naming the
+  /// call ("iall_reduce: ncclAllReduce failed: ..."). The destructor of a pending
+  /// request orders tessera's stream after it, as wait() does, never throwing. A request
+  /// must not outlive its communicator.
   class request {
    public:
     request() = default;
-    explicit request(cudaEvent_t e) : e_(e) {}
-    request(request&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+    request(request&& o) noexcept
+        : e_(std::exchange(o.e_, nullptr)), comm_(o.comm_), fn_(o.fn_), call_(o.call_) {}
     request& operator=(request&& o) noexcept {
       if (this != &o) {
-        reset();
+        complete_quietly();
         e_ = std::exchange(o.e_, nullptr);
+        comm_ = o.comm_;
+        fn_ = o.fn_;
+        call_ = o.call_;
       }
       return *this;
     }
     request(const request&) = delete;
     request& operator=(const request&) = delete;
-    ~request() { reset(); }
+    ~request() { complete_quietly(); }
+
+    /// Orders tessera's stream after the operation (cudaStreamWaitEvent); the host does
+    /// not wait.
     void wait() {
-      if (e_) TESSERA_CUDA_CHECK(cudaEventSynchronize(e_));
-      reset();
+      if (!e_) return;
+      check_async();
+      finish();
     }
 
+    /// True once the operation has completed on the device (cudaEventQuery).
+    bool test() {
+      if (!e_) return true;
+      const cudaError_t rc = cudaEventQuery(e_);
+      if (rc == cudaErrorNotReady) {
+        check_async();  // a failed peer shows here while the event never completes
+        return false;
+      }
+      if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        cuda::fail(rc, (std::string(fn_) + ": cudaEventQuery").c_str());
+      }
+      check_async();
+      finish();
+      return true;
+    }
+
+    /// True until wait() or a successful test().
+    bool pending() const noexcept { return e_ != nullptr; }
+
    private:
-    void reset() noexcept {
-      if (e_) cudaEventDestroy(e_);
+    friend class nccl_communicator;
+    request(cudaEvent_t e, ncclComm_t comm, const char* fn, const char* call)
+        : e_(e), comm_(comm), fn_(fn), call_(call) {}
+
+    void check_async() {
+      ncclResult_t async = ncclSuccess;
+      detail::nccl_call(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError", comm_);
+      if (async != ncclSuccess && async != ncclInProgress) [[unlikely]]
+        detail::nccl_fail(async, (std::string(fn_) + ": " + call_).c_str(), comm_);
+    }
+    void finish() {
+      const cudaError_t rc = cudaStreamWaitEvent(cuda::stream(), e_, 0);
+      cudaEventDestroy(e_);  // released once the wait has been satisfied
+      e_ = nullptr;
+      if (rc != cudaSuccess) cuda::fail(rc, (std::string(fn_) + ": cudaStreamWaitEvent").c_str());
+    }
+    void complete_quietly() noexcept {
+      if (!e_) return;
+      if (cudaStreamWaitEvent(cuda::stream(), e_, 0) != cudaSuccess) (void)cudaGetLastError();
+      cudaEventDestroy(e_);
       e_ = nullptr;
     }
+
     cudaEvent_t e_ = nullptr;
+    ncclComm_t comm_ = nullptr;
+    const char* fn_ = "";    // the tessera call: "iall_reduce"
+    const char* call_ = "";  // NCCL's: "ncclAllReduce"
   };
 
   /// The NCCL communicator of every rank of `host` (collective over host, e.g. the MPI
@@ -183,6 +280,7 @@ class nccl_communicator {
   template <comm_element T>
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_all_reduce<T>(in, out);
+    after_nonblocking();
     call(ncclAllReduce(in.data(), out.data(), in.size(), detail::nccl_datatype<T>(),
                        detail::nccl_op<T>(op, "all_reduce"), comm_, cuda::stream()),
          "ncclAllReduce");
@@ -195,6 +293,7 @@ class nccl_communicator {
   template <comm_element T>
   void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
     detail::check_all_gather<T>(in, out, size_);
+    after_nonblocking();
     call(ncclAllGather(in.data(), out.data(), in.size(), detail::nccl_datatype<T>(), comm_, cuda::stream()),
          "ncclAllGather");
     detail::count(stats_, cost::all_gather(detail::byte_size(in), size_));
@@ -202,6 +301,7 @@ class nccl_communicator {
   template <comm_element T>
   void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size_);
+    after_nonblocking();
     call(ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_datatype<T>(),
                            detail::nccl_op<T>(op, "reduce_scatter"), comm_, cuda::stream()),
          "ncclReduceScatter");
@@ -233,6 +333,7 @@ class nccl_communicator {
   template <comm_element T>
   void broadcast(std::span<T> buf, int root) {
     detail::check_rank("broadcast", "root", root, size_);
+    after_nonblocking();
     call(ncclBroadcast(buf.data(), buf.data(), buf.size(), detail::nccl_datatype<T>(), root, comm_, cuda::stream()),
          "ncclBroadcast");
     detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
@@ -245,6 +346,7 @@ class nccl_communicator {
     using U = std::remove_const_t<T>;
     detail::check_rank("send", "dest", dest, size_);
     detail::check_tag("send", tag);
+    after_nonblocking();
     call(ncclSend(buf.data(), buf.size(), detail::nccl_datatype<U>(), dest, comm_, cuda::stream()), "ncclSend");
     detail::count(stats_, 0);
   }
@@ -252,24 +354,54 @@ class nccl_communicator {
   void recv(std::span<T> buf, int source, int tag = 0) {
     detail::check_rank("recv", "source", source, size_);
     detail::check_tag("recv", tag);
+    after_nonblocking();
     call(ncclRecv(buf.data(), buf.size(), detail::nccl_datatype<T>(), source, comm_, cuda::stream()), "ncclRecv");
     detail::count(stats_, detail::byte_size(buf));
   }
   /// Every rank reaches this point, and everything queued before it has finished.
   void barrier() {
     if (!barrier_buf_) TESSERA_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    after_nonblocking();
     call(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, cuda::stream()), "ncclAllReduce");
     cuda::synchronize();
     check_async("barrier");
     detail::count(stats_, 0);
   }
+  /// all_reduce of `inout` in place, queued on the communication stream after the work
+  /// queued so far on tessera's stream; returns at once. `inout` must stay alive, and
+  /// untouched by later kernels, until the request is waited for (or tested true).
   template <comm_element T>
   [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
-    all_reduce(inout, op);
-    cudaEvent_t e = nullptr;
-    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    TESSERA_CUDA_CHECK(cudaEventRecord(e, cuda::stream()));
-    return request(e);
+    const ncclRedOp_t nop = detail::nccl_op<T>(op, "iall_reduce");
+    cudaStream_t s = begin_nonblocking();
+    call(ncclAllReduce(inout.data(), inout.data(), inout.size(), detail::nccl_datatype<T>(), nop, comm_, s),
+         "iall_reduce: ncclAllReduce");
+    detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size_));
+    return end_nonblocking(s, "iall_reduce", "ncclAllReduce");
+  }
+  /// reduce_scatter on the communication stream (as iall_reduce); sizes are checked as
+  /// reduce_scatter's ("ireduce_scatter: in has 10 elements, expected 4 ranks x 3 = 12").
+  template <comm_element T>
+  [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                        reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size_, "ireduce_scatter");
+    const ncclRedOp_t nop = detail::nccl_op<T>(op, "ireduce_scatter");
+    cudaStream_t s = begin_nonblocking();
+    call(ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_datatype<T>(), nop, comm_, s),
+         "ireduce_scatter: ncclReduceScatter");
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size_));
+    return end_nonblocking(s, "ireduce_scatter", "ncclReduceScatter");
+  }
+  /// broadcast on the communication stream (as iall_reduce); the root is checked as
+  /// broadcast's ("ibroadcast: root 5 is out of range for 4 ranks").
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size_);
+    cudaStream_t s = begin_nonblocking();
+    call(ncclBroadcast(buf.data(), buf.data(), buf.size(), detail::nccl_datatype<T>(), root, comm_, s),
+         "ibroadcast: ncclBroadcast");
+    detail::count(stats_, rank_ == root ? 0 : cost::broadcast(detail::byte_size(buf), size_));
+    return end_nonblocking(s, "ibroadcast", "ncclBroadcast");
   }
   /// The communicator of the ranks with the same color, ordered by key (collective).
   nccl_communicator split(int color, int key) {
@@ -290,6 +422,38 @@ class nccl_communicator {
     call(ncclCommUserRank(c, &rank_), "ncclCommUserRank");
   }
   void call(ncclResult_t rc, const char* what) { detail::nccl_call(rc, what, comm_); }
+
+  // The communication stream after the work queued so far on tessera's stream (an
+  // event recorded there, waited for on the communication stream).
+  static cudaStream_t begin_nonblocking() {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    TESSERA_CUDA_CHECK(cudaEventRecord(l.after_compute, cuda::stream()));
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(l.stream.get(), l.after_compute, 0));
+    return l.stream.get();
+  }
+  // The request of the call just queued on s; blocking calls queued on tessera's stream
+  // from now on come after it.
+  request end_nonblocking(cudaStream_t s, const char* fn, const char* nccl_call_name) {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    TESSERA_CUDA_CHECK(cudaEventRecord(l.after_comm, s));
+    l.comm_ahead = true;
+    cudaEvent_t e = nullptr;
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    if (const cudaError_t rc = cudaEventRecord(e, s); rc != cudaSuccess) {
+      cudaEventDestroy(e);
+      cuda::fail(rc, "cudaEventRecord(e, communication stream)");
+    }
+    return request(e, comm_, fn, nccl_call_name);
+  }
+  // Before a blocking call on tessera's stream: after the non-blocking ones queued on
+  // the communication stream (of any communicator of this device).
+  static void after_nonblocking() {
+    detail::nccl_lane& l = detail::nccl_lane::current();
+    if (!l.comm_ahead) return;
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), l.after_comm, 0));
+    l.comm_ahead = false;
+  }
+
   void check_async(const char* fn) {
     ncclResult_t async = ncclSuccess;
     call(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
@@ -299,6 +463,7 @@ class nccl_communicator {
   template <class T, class SC, class SD, class RC, class RD>
   void grouped_exchange(const T* in, T* out, SC scount, SD sdispl, RC rcount, RD rdispl) {
     const ncclDataType_t t = detail::nccl_datatype<T>();
+    after_nonblocking();
     // This rank's own block is a device copy; the rest one group of sends and receives.
     if (const std::size_t n = scount(rank_); n > 0)
       TESSERA_CUDA_CHECK(cudaMemcpyAsync(out + rdispl(rank_), in + sdispl(rank_), n * sizeof(T),
@@ -330,5 +495,6 @@ class nccl_communicator {
 };
 
 static_assert(communicator<nccl_communicator>);
+static_assert(nonblocking_communicator<nccl_communicator>);
 
 }  // namespace tessera

@@ -2,15 +2,23 @@
 // Each call copies its device input to pinned host memory, runs C's collective there,
 // and copies the result back: how tensors on a GPU redistribute over an MPI that is not
 // CUDA-aware, and how several ranks sharing one GPU communicate (NCCL refuses that).
-// The traffic counted is C's, so plans' byte counts hold unchanged.
+// The non-blocking collectives (iall_reduce, ireduce_scatter, ibroadcast), when C has
+// them, stage into pinned buffers of their own, start C's call and return: the copy
+// back to the device happens when the request completes. The traffic counted is C's,
+// so plans' byte counts hold unchanged.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 #include <tessera/comm/communicator.hpp>
 #include <tessera/cuda/runtime.hpp>
 
@@ -56,19 +64,174 @@ class pinned_buffer {
   std::size_t n_ = 0;
 };
 
+/// Pinned host blocks reused across the non-blocking calls of one staged communicator
+/// (cudaMallocHost is slow: a block is allocated once and handed from request to
+/// request). A block comes back with an event recorded after the last copy that reads
+/// it on tessera's stream; it is handed out again only once that event has completed.
+/// Shared (std::shared_ptr) by the communicator and its requests, so a request may
+/// outlive a moved-from communicator.
+class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
+ public:
+  struct block {
+    void* p = nullptr;
+    std::size_t n = 0;
+    cudaEvent_t done = nullptr;  ///< recorded after the last copy that used the block
+  };
+
+  /// A block of pinned memory lent by the pool: returned to it when destroyed.
+  class lease {
+   public:
+    lease() = default;
+    lease(std::shared_ptr<pinned_pool> pool, block b) : pool_(std::move(pool)), b_(b) {}
+    lease(lease&& o) noexcept : pool_(std::move(o.pool_)), b_(std::exchange(o.b_, block{})) {}
+    lease& operator=(lease&& o) noexcept {
+      if (this != &o) {
+        reset();
+        pool_ = std::move(o.pool_);
+        b_ = std::exchange(o.b_, block{});
+      }
+      return *this;
+    }
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() { reset(); }
+
+    void* data() const noexcept { return b_.p; }
+    /// Gives the block back after the copies queued so far on tessera's stream (an
+    /// event recorded there); the next user waits for that event.
+    void release_after_stream() noexcept {
+      if (b_.p && b_.done && cudaEventRecord(b_.done, cuda::stream()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaStreamSynchronize(cuda::stream());  // the event could not be recorded: wait instead
+      }
+      reset();
+    }
+    /// Drops the block without giving it back (after a failure that may leave a
+    /// transfer into it running): it is never freed nor reused.
+    void abandon() noexcept {
+      b_ = block{};
+      pool_.reset();
+    }
+
+   private:
+    void reset() noexcept {
+      if (pool_ && b_.p) pool_->give_back(b_);
+      pool_.reset();
+      b_ = block{};
+    }
+    std::shared_ptr<pinned_pool> pool_;
+    block b_;
+  };
+
+  pinned_pool() = default;
+  pinned_pool(const pinned_pool&) = delete;
+  pinned_pool& operator=(const pinned_pool&) = delete;
+  ~pinned_pool() {
+    for (block& b : free_) destroy(b);
+  }
+
+  /// A block of at least `bytes` bytes (at least 1): the smallest free one that fits,
+  /// once its last copy has completed, or a new one.
+  lease take(std::size_t bytes) {
+    bytes = std::max<std::size_t>(bytes, 1);
+    block b;
+    {
+      std::lock_guard lock(mutex_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->n >= bytes && (best == free_.end() || it->n < best->n)) best = it;
+      if (best != free_.end()) {
+        b = *best;
+        free_.erase(best);
+      }
+    }
+    if (b.p) {
+      if (const cudaError_t rc = cudaEventSynchronize(b.done); rc != cudaSuccess) {
+        destroy(b);
+        cuda::fail(rc, "cudaEventSynchronize(pinned block)");
+      }
+      return lease(shared_from_this(), b);
+    }
+    // New blocks are rounded up to a power of two (at least 4 KiB) so that they fit
+    // the next calls of similar sizes.
+    std::size_t n = 4096;
+    while (n < bytes) n *= 2;
+    TESSERA_CUDA_CHECK(cudaMallocHost(&b.p, n));
+    b.n = n;
+    if (const cudaError_t rc = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming); rc != cudaSuccess) {
+      cudaFreeHost(b.p);
+      cuda::fail(rc, "cudaEventCreateWithFlags");
+    }
+    return lease(shared_from_this(), b);
+  }
+
+  /// Free blocks kept; beyond that the smallest is freed.
+  static constexpr std::size_t max_free = 8;
+
+ private:
+  void give_back(block b) noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      if (free_.size() >= max_free) {  // keep the larger blocks: they fit more calls
+        auto smallest = std::min_element(free_.begin(), free_.end(),
+                                         [](const block& x, const block& y) { return x.n < y.n; });
+        if (smallest->n < b.n) std::swap(*smallest, b);
+      } else {
+        try {
+          free_.push_back(b);
+          return;
+        } catch (...) {
+        }
+      }
+    }
+    destroy(b);
+  }
+  static void destroy(block& b) noexcept {
+    if (b.done) {
+      cudaEventSynchronize(b.done);
+      cudaEventDestroy(b.done);
+    }
+    if (b.p) cudaFreeHost(b.p);
+    b = block{};
+  }
+
+  mutable std::mutex mutex_;
+  std::vector<block> free_;
+};
+
 }  // namespace detail
 
 /// The communicator concept over device buffers, delegating to the host communicator
-/// C (an mpi_communicator, or local_communicator). Every call waits for tessera's
-/// stream before reading device memory and returns once the result is back on the
-/// device. Move-only when C is.
+/// C (an mpi_communicator, or local_communicator). Every blocking call waits for
+/// tessera's stream before reading device memory and returns once the result is back
+/// on the device. Move-only when C is.
+///
+/// When C is a nonblocking_communicator, so is this: iall_reduce, ireduce_scatter and
+/// ibroadcast copy their device input into a pinned host block of their own (from a
+/// pool reused across calls; D2H on tessera's stream, which is synchronised, so every
+/// kernel that wrote the input has finished), start C's non-blocking call on it and
+/// return. The request's test() polls C's request; once C's operation is complete
+/// (test() true, or wait()) the result is copied back to the device buffer on
+/// tessera's stream, so every kernel queued afterwards sees it. Several may be in
+/// flight, completed in any order; a request destroyed unfinished is waited for (and
+/// its result copied back) without throwing. ibroadcast copies the root's buffer only
+/// (the others' contents are replaced), and copies back on the others only. Otherwise
+/// iall_reduce is the blocking all_reduce, returning a completed request.
+///
+///     staged_communicator<mpi_communicator> comm(mpi_communicator::world());
+///     auto r1 = comm.iall_reduce(std::span<float>(grad1.data(), n1), reduce_op::sum);
+///     auto r2 = comm.iall_reduce(std::span<float>(grad2.data(), n2), reduce_op::sum);
+///     ... kernels that touch neither buffer ...
+///     r2.wait();  // grad2 reduced, on the device, for the kernels queued from here on
+///     r1.wait();
 template <communicator C>
 class staged_communicator {
  public:
   /// Spans passed to the collectives point into device memory.
   static constexpr bool device_buffers = true;
 
-  /// Completed at once (the staged collective is synchronous).
+  /// The request of iall_reduce when C has no non-blocking calls: completed at once
+  /// (the staged collective is synchronous).
   class request {
    public:
     request() = default;
@@ -77,6 +240,94 @@ class staged_communicator {
     request(const request&) = delete;
     request& operator=(const request&) = delete;
     void wait() {}
+    bool test() { return true; }
+  };
+
+  /// A pending non-blocking call staged through pinned memory: C's request R on a
+  /// pinned block, and where its result goes on the device. Move-only; wait() and a
+  /// true test() copy the result back (queued on tessera's stream); the destructor
+  /// waits if still pending, never throwing.
+  template <class R>
+  class staged_request {
+   public:
+    staged_request() = default;
+    staged_request(staged_request&& o) noexcept
+        : inner_(std::move(o.inner_)),
+          block_(std::move(o.block_)),
+          host_(o.host_),
+          dev_(o.dev_),
+          bytes_(o.bytes_) {
+      o.inner_.reset();
+    }
+    staged_request& operator=(staged_request&& o) noexcept {
+      if (this != &o) {
+        complete_quietly();
+        inner_ = std::move(o.inner_);
+        o.inner_.reset();
+        block_ = std::move(o.block_);
+        host_ = o.host_;
+        dev_ = o.dev_;
+        bytes_ = o.bytes_;
+      }
+      return *this;
+    }
+    staged_request(const staged_request&) = delete;
+    staged_request& operator=(const staged_request&) = delete;
+    ~staged_request() { complete_quietly(); }
+
+    /// Blocks until C's operation is complete, then queues the copy of the result to the
+    /// device on tessera's stream (kernels queued after wait() see it).
+    void wait() {
+      if (!inner_) return;
+      inner_->wait();
+      finish();
+    }
+
+    /// Polls C's operation; once it is complete, queues the copy back (as wait()) and
+    /// returns true.
+    bool test() {
+      if (!inner_) return true;
+      if (!inner_->test()) return false;
+      finish();
+      return true;
+    }
+
+    /// True until wait() or a successful test().
+    bool pending() const noexcept { return inner_.has_value(); }
+
+   private:
+    friend class staged_communicator;
+    staged_request(R inner, detail::pinned_pool::lease block, const void* host, void* dev, std::size_t bytes)
+        : inner_(std::move(inner)), block_(std::move(block)), host_(host), dev_(dev), bytes_(bytes) {}
+
+    void finish() {
+      inner_.reset();
+      if (bytes_ > 0) {
+        const cudaError_t rc = cudaMemcpyAsync(dev_, host_, bytes_, cudaMemcpyHostToDevice, cuda::stream());
+        if (rc != cudaSuccess) {
+          block_.release_after_stream();
+          cuda::fail(rc, "cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream)");
+        }
+      }
+      block_.release_after_stream();  // reused once the copy has read it
+    }
+
+    void complete_quietly() noexcept {
+      if (!inner_) return;
+      try {
+        inner_->wait();
+        finish();
+      } catch (...) {
+        inner_.reset();
+        block_.abandon();  // C's transfer may still write into it
+      }
+    }
+
+    std::optional<R> inner_;
+    detail::pinned_pool::lease block_;
+    const void* host_ = nullptr;  // the result in the pinned block
+    void* dev_ = nullptr;         // where it goes
+    std::size_t bytes_ = 0;       // 0: nothing to copy back
   };
 
   explicit staged_communicator(C host) : host_(std::move(host)) {}
@@ -155,10 +406,63 @@ class staged_communicator {
     cuda::synchronize();
     host_.barrier();
   }
+  /// The blocking all_reduce, returning a completed request (C has no non-blocking
+  /// calls).
   template <comm_element T>
+    requires(!nonblocking_communicator<C>)
   [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
     all_reduce(inout, op);
     return request{};
+  }
+
+  /// Stages `inout` to a pinned block (waiting for tessera's stream), starts C's
+  /// iall_reduce there and returns; the reduced values are copied back to `inout` when
+  /// the request completes. `inout` must stay alive, and untouched, until then.
+  template <comm_element T>
+    requires nonblocking_communicator<C>
+  [[nodiscard]] auto iall_reduce(std::span<T> inout, reduce_op op) {
+    detail::pinned_pool::lease blk = pool_->take(inout.size() * sizeof(T));
+    T* h = static_cast<T*>(blk.data());
+    copy_to_host(h, inout.data(), inout.size());
+    auto inner = host_.iall_reduce(std::span<T>(h, inout.size()), op);
+    return staged_request<decltype(inner)>(std::move(inner), std::move(blk), h, inout.data(),
+                                           inout.size() * sizeof(T));
+  }
+
+  /// Stages `in` to a pinned block (waiting for tessera's stream), starts C's
+  /// ireduce_scatter into a second part of the block and returns; this rank's block of
+  /// the result is copied to `out` when the request completes. Sizes are checked as
+  /// reduce_scatter's ("ireduce_scatter: in has 10 elements, expected 4 ranks x 3 = 12").
+  template <comm_element T>
+    requires nonblocking_communicator<C>
+  [[nodiscard]] auto ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size(), "ireduce_scatter");
+    // in, then out at the next multiple of 256 bytes.
+    const std::size_t in_bytes = in.size() * sizeof(T), out_at = (in_bytes + 255) / 256 * 256;
+    detail::pinned_pool::lease blk = pool_->take(out_at + out.size() * sizeof(T));
+    T* hi = static_cast<T*>(blk.data());
+    T* ho = reinterpret_cast<T*>(static_cast<char*>(blk.data()) + out_at);
+    copy_to_host(hi, in.data(), in.size());
+    auto inner = host_.ireduce_scatter(std::span<const T>(hi, in.size()), std::span<T>(ho, out.size()), op);
+    return staged_request<decltype(inner)>(std::move(inner), std::move(blk), ho, out.data(),
+                                           out.size() * sizeof(T));
+  }
+
+  /// Starts C's ibroadcast on a pinned block and returns. The root stages its buffer
+  /// first (waiting for tessera's stream) and leaves it as it is; the other ranks start
+  /// at once, and their buffer receives the root's values when the request completes.
+  /// The root is checked as broadcast's ("ibroadcast: root 5 is out of range for 4 ranks").
+  template <comm_element T>
+    requires nonblocking_communicator<C>
+  [[nodiscard]] auto ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size());
+    const bool is_root = rank() == root;
+    detail::pinned_pool::lease blk = pool_->take(buf.size() * sizeof(T));
+    T* h = static_cast<T*>(blk.data());
+    if (is_root) copy_to_host(h, buf.data(), buf.size());
+    auto inner = host_.ibroadcast(std::span<T>(h, buf.size()), root);
+    return staged_request<decltype(inner)>(std::move(inner), std::move(blk), h, buf.data(),
+                                           is_root ? 0 : buf.size() * sizeof(T));
   }
   staged_communicator split(int color, int key) { return staged_communicator(host_.split(color, key)); }
 
@@ -192,6 +496,7 @@ class staged_communicator {
 
   C host_;
   detail::pinned_buffer a_, b_;
+  std::shared_ptr<detail::pinned_pool> pool_ = std::make_shared<detail::pinned_pool>();
 };
 
 }  // namespace tessera

@@ -21,7 +21,8 @@ namespace tessera::kernels {
 ///     fused_bias_map(fn, x, bias, f) (f(x, bias) with the bias repeated along the rows,
 ///     in x's storage when x is an rvalue)
 ///   matrix products: matmul(a, b, ta, tb), matmul_grad_a(dc, a, b, ta, tb),
-///     matmul_grad_b(dc, a, b, ta, tb)
+///     matmul_grad_b(dc, a, b, ta, tb); gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+///     ldc) on pointers into the device's memory, row-major (returns nothing)
 ///   reductions over `axes` (non-negative, ascending): reduce_sum(x, axes, keep),
 ///     reduce_max(x, axes, keep), reduce_sum_grad(dy, x_shape, axes, keep),
 ///     reduce_max_tie_counts(x, y, axes, keep), reduce_max_spread(dy, x, y, ties, axes, keep)

@@ -1,8 +1,9 @@
-// Sharded MatMul with its communication overlapped with the local product (host
-// tensors): a contraction-split strategy resolves the partial sums of one chunk of C
+// Sharded MatMul with its communication overlapped with the local product: a
+// contraction-split strategy resolves the partial sums of one chunk of C
 // while the next chunk is multiplied (matmul_overlapped), and a strategy on a 2-D mesh
 // broadcasts the next panel of A and B while the current one is multiplied (SUMMA,
-// matmul_summa). The products are BLAS calls on the shards in place.
+// matmul_summa). The products are the device's gemm on the shards in place: BLAS on
+// a compute thread for host tensors, queued on the stream for device tensors.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <tessera/comm/communicator.hpp>
@@ -22,9 +24,11 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/format.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/backend.hpp>
 #include <tessera/kernels/cpu/blas.hpp>
 #include <tessera/kernels/cpu/common.hpp>
 #include <tessera/ops/matmul.hpp>
+#include <tessera/tensor/device.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
@@ -334,7 +338,7 @@ void pack_block(const T* src, index_t ld, index_t rows, index_t cols, T* dst) {
     std::memcpy(dst + i * cols, src + i * ld, std::size_t(cols) * sizeof(T));
 }
 
-template <class T, class C>
+template <class T, class D, class C>
 void check_pipelined_types(const char* fn) {
   (void)fn;
   static_assert(kernels::cpu::blas_scalar<T>,
@@ -342,11 +346,264 @@ void check_pipelined_types(const char* fn) {
   static_assert(nonblocking_communicator<C>,
                 "matmul_overlapped / matmul_summa: the communicator must start collectives "
                 "without waiting (nonblocking_communicator: ireduce_scatter, ibroadcast, "
-                "iall_reduce), e.g. mpi_communicator or local_communicator");
-  static_assert(!takes_device_buffers<C>,
-                "matmul_overlapped / matmul_summa: host tensors need a communicator of host memory");
+                "iall_reduce), e.g. mpi_communicator or local_communicator, and on a GPU "
+                "nccl_communicator or staged_communicator<mpi_communicator>");
+  if constexpr (std::is_same_v<D, cpu_device>)
+    static_assert(!takes_device_buffers<C>,
+                  "matmul_overlapped / matmul_summa: host tensors need a communicator of host memory");
+  else
+    static_assert(takes_device_buffers<C>,
+                  "matmul_overlapped / matmul_summa: device tensors need a communicator of device buffers "
+                  "(nccl_communicator, staged_communicator)");
 }
 
+// ---- device tensors ------------------------------------------------------------------
+// On a device the products are queued on its stream by the calling thread (no compute
+// thread: queuing returns at once), each piece's collective started right after its
+// product is queued, so the device runs the next products while it is in flight (NCCL
+// on its communication stream; the staged communicator's host transfer). The buffers
+// are the device's arrays (storage<T, D>), packed and copied with its copy_box, the
+// products its backend's gemm; stream order keeps every buffer safe.
+
+/// gemm of rows [r0, r0 + rows) of op(A) and columns [c0, c0 + w) of op(B) on device D,
+/// as sub_product.
+template <class D, class T>
+void device_sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln, index_t r0,
+                        index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
+  const T* pa = ta ? a + r0 : a + r0 * lk;
+  const T* pb = tb ? b + c0 * lk : b + c0;
+  const index_t lda = std::max<index_t>(1, ta ? lm : lk), ldb = std::max<index_t>(1, tb ? lk : ln);
+  auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_overlapped"); };
+  kernels::backend<D>::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
+                            i(std::max<index_t>(1, ldc)));
+}
+
+/// The chunk pipeline on a device: queue compute(i), start(i) at once, finish in order
+/// the requests that are complete; then wait for the rest.
+template <class Compute, class Start, class Finish>
+void run_device_pipeline(int n, Compute&& compute, Start&& start, Finish&& finish) {
+  using request = decltype(start(0));
+  std::vector<request> flight;
+  flight.reserve(std::size_t(n));
+  int finished = 0;
+  for (int i = 0; i < n; ++i) {
+    compute(i);
+    flight.push_back(start(i));
+    while (finished <= i && flight[std::size_t(finished)].test()) finish(finished++);
+    for (int j = finished + 1; j <= i; ++j) (void)flight[std::size_t(j)].test();  // progress
+  }
+  for (; finished < n; ++finished) {
+    flight[std::size_t(finished)].wait();
+    finish(finished);
+  }
+}
+
+template <class T, class D, class C>
+tensor_on<T, D> overlapped_on_device(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                                     device_context<C>& ctx, partial_resolution how, const pipeline_options& opt,
+                                     pipeline_stats* stats) {
+  using S = storage<T, D>;
+  const auto t0 = pipeline_clock::now();
+  check_pipeline_options("matmul_overlapped", opt);
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const layout out_l = resolved_layout(r, how);
+  if (const status s = check(out_l, cs); !s.ok())
+    throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
+                "strategy " + to_string(op.st));
+  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const T* pa = la->local().data();
+  const T* pb = lb->local().data();
+  const bool ta = op.trans_a, tb = op.trans_b;
+  const extents sa = la->local_shape(), sb = lb->local_shape();
+  const index_t lm = ta ? sa.v[1] : sa.v[0], lk = ta ? sa.v[0] : sa.v[1], ln = tb ? sb.v[0] : sb.v[1];
+  auto product = [&](index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc) {
+    device_sub_product<D>(pa, pb, ta, tb, lm, lk, ln, r0, rows, c0, w, dst, ldc, T(0));
+  };
+  pipeline_stats st;
+  int k_axis = -1;
+  for (int ax = 0; ax < r.c.dev.ndim; ++ax)
+    if (r.c.is_partial(ax)) k_axis = ax;
+  const int g = k_axis >= 0 ? r.dev.dims[k_axis] : 1;
+  typename S::array out;
+  if (g == 1) {
+    out = S::empty(extents{lm, ln});
+    product(0, lm, 0, ln, out.data(), ln);
+    st.pieces = 1;
+  } else {
+    C& group = ctx.on(r.dev).group(axis_list{k_axis});
+    const bool rows = how == partial_resolution::scatter_rows;
+    const index_t R = rows ? lm / g : lm, W = how == partial_resolution::scatter_cols ? ln / g : ln;
+    out = S::empty(extents{R, W});
+    const int n = int(std::min<index_t>(opt.chunks, R));
+    const std::vector<index_t> row_cuts = shrinking_cuts(R, n);
+    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
+    auto none = [](int) {};
+    st.pieces = n;
+    if (how == partial_resolution::all_reduce) {
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        product(r0, rs, 0, ln, out.data() + r0 * ln, ln);
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
+      };
+      run_device_pipeline(n, compute, start, none);
+    } else if (rows) {
+      // As on the host: chunks of columns into g blocks of R x w; each arrived block
+      // copied into its columns of the output shard (copy_box, queued on the stream).
+      const int nc = int(std::min<index_t>(opt.chunks, ln));
+      const std::vector<index_t> col_cuts = shrinking_cuts(ln, nc);
+      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
+      typename S::array send = S::empty(extents{lm * ln}), recv = S::empty(extents{R * ln});
+      auto compute = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        product(0, lm, c0, w, send.data() + lm * c0, w);
+      };
+      auto start = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
+                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
+      };
+      auto finish = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        S::copy_box(recv.data() + R * c0, extents{R, w}, extents{0, 0}, out.data(), extents{R, ln}, extents{0, c0},
+                    extents{R, w});
+      };
+      run_device_pipeline(nc, compute, start, finish);
+      st.pieces = nc;
+    } else {
+      // scatter_cols: member j's columns into the j-th block of the chunk's send buffer;
+      // the ReduceScatter lands in the chunk's rows of the output shard.
+      typename S::array send = S::empty(extents{lm * ln});
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        T* chunk = send.data() + g * r0 * W;
+        for (int j = 0; j < g; ++j) product(r0, rs, j * W, W, chunk + j * rs * W, W);
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
+                                     std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
+      };
+      run_device_pipeline(n, compute, start, none);
+    }
+  }
+  st.total_s = seconds_since(t0);
+  if (stats) *stats = st;
+  return tensor_on<T, D>(out_l, cs, ctx.rank(), std::move(out));
+}
+
+template <class T, class D, class C>
+tensor_on<T, D> summa_on_device(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                                device_context<C>& ctx, const pipeline_options& opt, pipeline_stats* stats) {
+  using S = storage<T, D>;
+  const auto t0 = pipeline_clock::now();
+  check_pipeline_options("matmul_summa", opt);
+  const summa_layouts sl = summa_rule(op, ctx.size());
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const bool ta = op.trans_a, tb = op.trans_b;
+  const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
+  for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
+    if (const status e = check(l, s); !e.ok())
+      throw error(e, std::string("matmul_summa: ") + name + " " + to_string(s) + " in the layout " + to_string(l),
+                  "strategy " + to_string(op.st));
+  const auto la = in_layout(a, sl.a, ctx), lb = in_layout(b, sl.b, ctx);
+  const int first = r.dev.ndim == 4 ? 1 : 0;
+  const int am = first, an = first + 2;
+  const int pm = r.dev.dims[am], pn = r.dev.dims[an];
+  const extents sa = la->local_shape(), sb = lb->local_shape();
+  const index_t lm = ta ? sa.v[1] : sa.v[0], ka = ta ? sa.v[0] : sa.v[1];
+  const index_t ln = tb ? sb.v[0] : sb.v[1], kb = tb ? sb.v[1] : sb.v[0];
+  const T* pa = la->local().data();
+  const T* pb = lb->local().data();
+  mesh_comm<C>& mc = ctx.on(r.dev);
+  C& row = mc.group(axis_list{an});
+  C& col = mc.group(axis_list{am});
+  const int segments = int(summa_panels(k, pn, pm, 1).size());
+  const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
+  std::vector<summa_panel> panels = summa_panels(k, pn, pm, per_segment);
+  if (pm > 1 || pn > 1) split_first_panel(panels);
+  const int np = int(panels.size());
+  index_t wmax = 0;
+  for (const auto& p : panels) wmax = std::max(wmax, p.w);
+
+  // Two slots of panel buffers, panel t in slot t % 2: the broadcast of panel t + 2 is
+  // queued after the product of panel t, which read the slot.
+  constexpr int slots = 2;
+  std::vector<typename S::array> abuf, bbuf;
+  for (int s = 0; s < slots; ++s) {
+    abuf.push_back(S::empty(extents{pn > 1 ? lm * wmax : 0}));
+    bbuf.push_back(S::empty(extents{pm > 1 ? wmax * ln : 0}));
+  }
+  using request = decltype(row.ibroadcast(std::span<T>(), 0));
+  std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
+  auto post = [&](int t) {
+    const summa_panel& p = panels[std::size_t(t)];
+    const int s = t % slots;
+    if (pn > 1) {
+      T* buf = abuf[std::size_t(s)].data();
+      if (row.rank() == p.a_owner) {
+        if (ta || p.w == ka)  // contiguous in the shard: sent in place (a root's buffer is only read)
+          buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
+        else
+          S::copy_box(pa, extents{lm, ka}, extents{0, p.a_off}, buf, extents{lm, p.w}, extents{0, 0},
+                      extents{lm, p.w});
+      }
+      flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, std::size_t(lm * p.w)), p.a_owner);
+    }
+    if (pm > 1) {
+      T* buf = bbuf[std::size_t(s)].data();
+      if (col.rank() == p.b_owner) {
+        if (!tb || p.w == kb)
+          buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
+        else
+          S::copy_box(pb, extents{ln, kb}, extents{0, p.b_off}, buf, extents{ln, p.w}, extents{0, 0},
+                      extents{ln, p.w});
+      }
+      flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, std::size_t(p.w * ln)), p.b_owner);
+    }
+  };
+
+  typename S::array out = S::empty(extents{lm, ln});
+  if (np == 0) S::fill(out, T(0));
+  for (int t = 0; t < std::min(np, slots); ++t) post(t);
+  for (int t = 0; t < np; ++t) {
+    flight_a[std::size_t(t)].wait();
+    flight_b[std::size_t(t)].wait();
+    const summa_panel& p = panels[std::size_t(t)];
+    const T *oa = nullptr, *ob = nullptr;
+    index_t lda = 1, ldb = 1;
+    if (pn == 1 || row.rank() == p.a_owner) {
+      oa = ta ? pa + p.a_off * lm : pa + p.a_off;
+      lda = ta ? lm : ka;
+    } else {
+      oa = abuf[std::size_t(t % slots)].data();
+      lda = ta ? lm : p.w;
+    }
+    if (pm == 1 || col.rank() == p.b_owner) {
+      ob = tb ? pb + p.b_off : pb + p.b_off * ln;
+      ldb = tb ? kb : ln;
+    } else {
+      ob = bbuf[std::size_t(t % slots)].data();
+      ldb = tb ? p.w : ln;
+    }
+    auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
+    kernels::backend<D>::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), oa, i(std::max<index_t>(1, lda)), ob,
+                              i(std::max<index_t>(1, ldb)), t == 0 ? T(0) : T(1), out.data(),
+                              i(std::max<index_t>(1, ln)));
+    if (t + slots < np) post(t + slots);
+    for (int u = t + 1; u < std::min(np, t + 1 + slots); ++u)  // progress
+      (void)flight_a[std::size_t(u)].test(), (void)flight_b[std::size_t(u)].test();
+  }
+  pipeline_stats st;
+  st.pieces = np;
+  st.total_s = seconds_since(t0);
+  if (stats) *stats = st;
+  return tensor_on<T, D>(r.c, cs, ctx.rank(), std::move(out));
+}
 }  // namespace detail
 
 /// C = op(A) op(B) as ops::matmul computes it followed by the resolution of the partial
@@ -378,6 +635,13 @@ void check_pipelined_types(const char* fn) {
 /// first, as ops::matmul does. `stats`, when given, receives the time spent (the
 /// products run on the compute thread, so its busy time is their time).
 ///
+/// Device tensors (tensor_on<T, cuda_device>, with a communicator of device buffers:
+/// nccl_communicator, staged_communicator<mpi_communicator>) take the same pieces: the
+/// calling thread queues each product on the device's stream (its backend's gemm) and
+/// starts the piece's collective right after it, so the device multiplies the next
+/// pieces while it runs; `stats->compute_s` is 0 there (the products run
+/// asynchronously), and the result is ready for the kernels queued after the call.
+///
 /// Example: ((1, 2), (2, 1)) on 2 ranks, A and B 4096 x 4096, scatter_rows, chunks 4:
 /// each rank multiplies its (4096 x 2048) x (2048 x 4096) as 4 products of 1639, 1229,
 /// 819 and 409 columns; chunk i's ReduceScatter (4096 x 1639 floats in, half of them
@@ -387,112 +651,117 @@ void check_pipelined_types(const char* fn) {
 /// Throws tessera::error when chunks < 1 or poll_us < 0 ("matmul_overlapped: chunks must
 /// be at least 1: chunks 0"), for a bad strategy or shapes (as ops::matmul), and when
 /// C's shape does not divide into the output layout.
-template <class T, class C>
-dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
-                                 device_context<C>& ctx,
-                                 partial_resolution how = partial_resolution::scatter_rows,
-                                 const pipeline_options& opt = {}, pipeline_stats* stats = nullptr) {
-  detail::check_pipelined_types<T, C>("matmul_overlapped");
-  const auto t0 = detail::pipeline_clock::now();
-  detail::check_pipeline_options("matmul_overlapped", opt);
-  const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
-                                                 op.trans_b, op.st);
-  const layout out_l = resolved_layout(r, how);
-  if (const status s = check(out_l, cs); !s.ok())
-    throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
-                "strategy " + to_string(op.st));
-  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  const T* pa = la->local().data();
-  const T* pb = lb->local().data();
-  const bool ta = op.trans_a, tb = op.trans_b;
-  const extents sa = la->local_shape(), sb = lb->local_shape();
-  const index_t lm = ta ? sa.v[1] : sa.v[0], lk = ta ? sa.v[0] : sa.v[1], ln = tb ? sb.v[0] : sb.v[1];
-  pipeline_stats st;
-
-  int k_axis = -1;
-  for (int ax = 0; ax < r.c.dev.ndim; ++ax)
-    if (r.c.is_partial(ax)) k_axis = ax;
-  const int g = k_axis >= 0 ? r.dev.dims[k_axis] : 1;
-  xt::xarray<T> out;
-  if (g == 1) {
-    // No partial sums to resolve (or a one-rank contraction group): one product.
-    out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
-    const auto tc = detail::pipeline_clock::now();
-    detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, 0, ln, out.data(), ln, T(0));
-    st.compute_s = detail::seconds_since(tc);
-    st.pieces = 1;
+template <class T, class D, class C>
+tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                                  device_context<C>& ctx,
+                                  partial_resolution how = partial_resolution::scatter_rows,
+                                  const pipeline_options& opt = {}, pipeline_stats* stats = nullptr) {
+  detail::check_pipelined_types<T, D, C>("matmul_overlapped");
+  if constexpr (!std::is_same_v<D, cpu_device>) {
+    return detail::overlapped_on_device(op, a, b, ctx, how, opt, stats);
   } else {
-    C& group = ctx.on(r.dev).group(axis_list{k_axis});
-    // Rows per output block (R), columns per block (W), and the output shard.
-    const bool rows = how == partial_resolution::scatter_rows, cols = how == partial_resolution::scatter_cols;
-    const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
-    out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R), std::size_t(W)});
-    const int n = int(std::min<index_t>(opt.chunks, R));
-    const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
-    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
-    auto none = [](int) {};
-    if (how == partial_resolution::all_reduce) {
-      // Chunks of rows, computed in place into C's shard and all-reduced there.
-      auto compute = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, 0, ln, out.data() + r0 * ln, ln, T(0));
-      };
-      auto start = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
-      };
-      st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
-    } else if (rows) {
-      // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
-      // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
-      // j. The ReduceScatter lands in a block of R x w, copied into columns
-      // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
-      const int nc = int(std::min<index_t>(opt.chunks, ln));
-      const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
-      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
-      xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
-      xt::xarray<T> recv = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R * ln)});
-      auto compute = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, c0, w, send.data() + lm * c0, w, T(0));
-      };
-      auto start = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
-                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
-      };
-      auto finish = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        const T* src = recv.data() + R * c0;
-        for (index_t x = 0; x < R; ++x) std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
-      };
-      st.compute_s = detail::run_chunk_pipeline(nc, compute, start, finish, opt.poll_us);
-      st.pieces = nc;
+    const auto t0 = detail::pipeline_clock::now();
+    detail::check_pipeline_options("matmul_overlapped", opt);
+    const matmul_layouts r = op.rule(ctx.size());
+    const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
+                                                   op.trans_b, op.st);
+    const layout out_l = resolved_layout(r, how);
+    if (const status s = check(out_l, cs); !s.ok())
+      throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
+                  "strategy " + to_string(op.st));
+    const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+    const T* pa = la->local().data();
+    const T* pb = lb->local().data();
+    const bool ta = op.trans_a, tb = op.trans_b;
+    const extents sa = la->local_shape(), sb = lb->local_shape();
+    const index_t lm = ta ? sa.v[1] : sa.v[0], lk = ta ? sa.v[0] : sa.v[1], ln = tb ? sb.v[0] : sb.v[1];
+    pipeline_stats st;
+
+    int k_axis = -1;
+    for (int ax = 0; ax < r.c.dev.ndim; ++ax)
+      if (r.c.is_partial(ax)) k_axis = ax;
+    const int g = k_axis >= 0 ? r.dev.dims[k_axis] : 1;
+    xt::xarray<T> out;
+    if (g == 1) {
+      // No partial sums to resolve (or a one-rank contraction group): one product.
+      out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
+      const auto tc = detail::pipeline_clock::now();
+      detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, 0, ln, out.data(), ln, T(0));
+      st.compute_s = detail::seconds_since(tc);
+      st.pieces = 1;
     } else {
-      // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
-      // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
-      // g * begin(i) * W of one buffer as large as the local product), and the
-      // ReduceScatter lands in the chunk's rows of the output shard: no copy.
-      xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
-      auto compute = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        T* chunk = send.data() + g * r0 * W;
-        for (int j = 0; j < g; ++j)
-          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, j * W, W, chunk + j * rs * W, W, T(0));
-      };
-      auto start = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
-                                     std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
-      };
-      st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
+      C& group = ctx.on(r.dev).group(axis_list{k_axis});
+      // Rows per output block (R), columns per block (W), and the output shard.
+      const bool rows = how == partial_resolution::scatter_rows, cols = how == partial_resolution::scatter_cols;
+      const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
+      out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R), std::size_t(W)});
+      const int n = int(std::min<index_t>(opt.chunks, R));
+      const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
+      auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
+      auto none = [](int) {};
+      if (how == partial_resolution::all_reduce) {
+        // Chunks of rows, computed in place into C's shard and all-reduced there.
+        auto compute = [&](int i) {
+          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, 0, ln, out.data() + r0 * ln, ln, T(0));
+        };
+        auto start = [&](int i) {
+          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+          return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
+        };
+        st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
+      } else if (rows) {
+        // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
+        // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
+        // j. The ReduceScatter lands in a block of R x w, copied into columns
+        // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
+        const int nc = int(std::min<index_t>(opt.chunks, ln));
+        const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
+        auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
+        xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
+        xt::xarray<T> recv = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R * ln)});
+        auto compute = [&](int i) {
+          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, c0, w, send.data() + lm * c0, w, T(0));
+        };
+        auto start = [&](int i) {
+          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+          return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
+                                       std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
+        };
+        auto finish = [&](int i) {
+          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+          const T* src = recv.data() + R * c0;
+          for (index_t x = 0; x < R; ++x)
+            std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
+        };
+        st.compute_s = detail::run_chunk_pipeline(nc, compute, start, finish, opt.poll_us);
+        st.pieces = nc;
+      } else {
+        // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
+        // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
+        // g * begin(i) * W of one buffer as large as the local product), and the
+        // ReduceScatter lands in the chunk's rows of the output shard: no copy.
+        xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
+        auto compute = [&](int i) {
+          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+          T* chunk = send.data() + g * r0 * W;
+          for (int j = 0; j < g; ++j)
+            detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, j * W, W, chunk + j * rs * W, W, T(0));
+        };
+        auto start = [&](int i) {
+          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+          return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
+                                       std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
+        };
+        st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
+      }
+      if (!rows) st.pieces = n;
     }
-    if (!rows) st.pieces = n;
+    st.total_s = detail::seconds_since(t0);
+    if (stats) *stats = st;
+    return dist_tensor<T>(out_l, cs, ctx.rank(), std::move(out));
   }
-  st.total_s = detail::seconds_since(t0);
-  if (stats) *stats = st;
-  return dist_tensor<T>(out_l, cs, ctx.rank(), std::move(out));
 }
 
 /// C = op(A) op(B) for a strategy that does not split the contraction dim,
@@ -511,6 +780,12 @@ dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, c
 /// columns is packed for its broadcast unless it is contiguous (a whole block, or A
 /// transposed); panels are used in place where they lie in this rank's shard.
 ///
+/// Device tensors: the calling thread waits for panel t's broadcasts (on NCCL, the
+/// stream waits; staged, the copy to the device is queued), queues its product on the
+/// device's stream and starts the broadcasts of panel t + 2 into the slot it read, so
+/// they run while the device multiplies; packing is the device's copy_box;
+/// `stats->compute_s` is 0.
+///
 /// Example: ((1, 1), (1, 2)) on 2 ranks (ScaLAPACK's 1 x 2 grid), A and B 4096 x 4096
 /// split by columns: chunks 4 -> panels of 256, 768, 1024, 1024 and 1024 columns of A
 /// (2048 per rank), each broadcast to the other rank while the previous one is
@@ -519,169 +794,174 @@ dist_tensor<T> matmul_overlapped(const matmul_op& op, const dist_tensor<T>& a, c
 /// Throws tessera::error when the strategy splits the contraction dim ("matmul_summa:
 /// the strategy must not split the contraction dim ..."), for bad options, strategies
 /// or shapes.
-template <class T, class C>
-dist_tensor<T> matmul_summa(const matmul_op& op, const dist_tensor<T>& a, const dist_tensor<T>& b,
-                            device_context<C>& ctx, const pipeline_options& opt = {},
-                            pipeline_stats* stats = nullptr) {
-  detail::check_pipelined_types<T, C>("matmul_summa");
-  const auto t0 = detail::pipeline_clock::now();
-  detail::check_pipeline_options("matmul_summa", opt);
-  const summa_layouts sl = summa_rule(op, ctx.size());
-  const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
-                                                 op.trans_b, op.st);
-  const bool ta = op.trans_a, tb = op.trans_b;
-  const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
-  for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
-    if (const status e = check(l, s); !e.ok())
-      throw error(e, std::string("matmul_summa: ") + name + " " + to_string(s) + " in the layout " + to_string(l),
-                  "strategy " + to_string(op.st));
-  const auto la = in_layout(a, sl.a, ctx), lb = in_layout(b, sl.b, ctx);
-  const int first = r.dev.ndim == 4 ? 1 : 0;
-  const int am = first, an = first + 2;
-  const int pm = r.dev.dims[am], pn = r.dev.dims[an];
-  const extents sa = la->local_shape(), sb = lb->local_shape();
-  const index_t lm = ta ? sa.v[1] : sa.v[0], ka = ta ? sa.v[0] : sa.v[1];  // A's block: lm x ka
-  const index_t ln = tb ? sb.v[0] : sb.v[1], kb = tb ? sb.v[1] : sb.v[0];  // B's block: kb x ln
-  const T* pa = la->local().data();
-  const T* pb = lb->local().data();
-  pipeline_stats st;
+template <class T, class D, class C>
+tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                             device_context<C>& ctx, const pipeline_options& opt = {},
+                             pipeline_stats* stats = nullptr) {
+  detail::check_pipelined_types<T, D, C>("matmul_summa");
+  if constexpr (!std::is_same_v<D, cpu_device>) {
+    return detail::summa_on_device(op, a, b, ctx, opt, stats);
+  } else {
+    const auto t0 = detail::pipeline_clock::now();
+    detail::check_pipeline_options("matmul_summa", opt);
+    const summa_layouts sl = summa_rule(op, ctx.size());
+    const matmul_layouts r = op.rule(ctx.size());
+    const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
+                                                   op.trans_b, op.st);
+    const bool ta = op.trans_a, tb = op.trans_b;
+    const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
+    for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
+      if (const status e = check(l, s); !e.ok())
+        throw error(e, std::string("matmul_summa: ") + name + " " + to_string(s) + " in the layout " + to_string(l),
+                    "strategy " + to_string(op.st));
+    const auto la = in_layout(a, sl.a, ctx), lb = in_layout(b, sl.b, ctx);
+    const int first = r.dev.ndim == 4 ? 1 : 0;
+    const int am = first, an = first + 2;
+    const int pm = r.dev.dims[am], pn = r.dev.dims[an];
+    const extents sa = la->local_shape(), sb = lb->local_shape();
+    const index_t lm = ta ? sa.v[1] : sa.v[0], ka = ta ? sa.v[0] : sa.v[1];  // A's block: lm x ka
+    const index_t ln = tb ? sb.v[0] : sb.v[1], kb = tb ? sb.v[1] : sb.v[0];  // B's block: kb x ln
+    const T* pa = la->local().data();
+    const T* pb = lb->local().data();
+    pipeline_stats st;
 
-  mesh_comm<C>& mc = ctx.on(r.dev);
-  C& row = mc.group(axis_list{an});  // the ranks of this mesh row: A's panels
-  C& col = mc.group(axis_list{am});  // the ranks of this mesh column: B's panels
-  const int segments = int(detail::summa_panels(k, pn, pm, 1).size());
-  const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
-  std::vector<detail::summa_panel> panels = detail::summa_panels(k, pn, pm, per_segment);
-  if (pm > 1 || pn > 1) detail::split_first_panel(panels);
-  const int np = int(panels.size());
-  index_t wmax = 0;
-  for (const auto& p : panels) wmax = std::max(wmax, p.w);
+    mesh_comm<C>& mc = ctx.on(r.dev);
+    C& row = mc.group(axis_list{an});  // the ranks of this mesh row: A's panels
+    C& col = mc.group(axis_list{am});  // the ranks of this mesh column: B's panels
+    const int segments = int(detail::summa_panels(k, pn, pm, 1).size());
+    const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
+    std::vector<detail::summa_panel> panels = detail::summa_panels(k, pn, pm, per_segment);
+    if (pm > 1 || pn > 1) detail::split_first_panel(panels);
+    const int np = int(panels.size());
+    index_t wmax = 0;
+    for (const auto& p : panels) wmax = std::max(wmax, p.w);
 
-  // Two slots of panel buffers, panel t in slot t % 2.
-  constexpr int slots = 2;
-  std::vector<T> abuf[slots], bbuf[slots];
-  for (int s = 0; s < slots; ++s) {
-    if (pn > 1) abuf[s].resize(std::size_t(lm * wmax));
-    if (pm > 1) bbuf[s].resize(std::size_t(wmax * ln));
-  }
-  // Where panel t's operands are read: this rank's shard in place when it holds them,
-  // else the slot its broadcast lands in. lda / ldb are the row strides.
-  struct operands {
-    const T* a = nullptr;
-    const T* b = nullptr;
-    index_t lda = 1, ldb = 1;
-  };
-  auto operands_of = [&](int t) {
-    const detail::summa_panel& p = panels[std::size_t(t)];
-    operands o;
-    if (pn == 1 || row.rank() == p.a_owner) {
-      o.a = ta ? pa + p.a_off * lm : pa + p.a_off;
-      o.lda = ta ? lm : ka;
-    } else {
-      o.a = abuf[t % slots].data();
-      o.lda = ta ? lm : p.w;
+    // Two slots of panel buffers, panel t in slot t % 2.
+    constexpr int slots = 2;
+    std::vector<T> abuf[slots], bbuf[slots];
+    for (int s = 0; s < slots; ++s) {
+      if (pn > 1) abuf[s].resize(std::size_t(lm * wmax));
+      if (pm > 1) bbuf[s].resize(std::size_t(wmax * ln));
     }
-    if (pm == 1 || col.rank() == p.b_owner) {
-      o.b = tb ? pb + p.b_off : pb + p.b_off * ln;
-      o.ldb = tb ? kb : ln;
-    } else {
-      o.b = bbuf[t % slots].data();
-      o.ldb = tb ? p.w : ln;
-    }
-    return o;
-  };
-
-  xt::xarray<T> out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
-  if (np == 0) std::fill(out.data(), out.data() + out.size(), T(0));
-  std::atomic<int> ready{0}, consumed{0};
-  using request = decltype(row.ibroadcast(std::span<T>(), 0));
-  std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
-  // Starts panel t's broadcasts: the owner sends its shard's panel (packed when its
-  // columns are strided), the others receive into slot t % 2.
-  auto post = [&](int t) {
-    const detail::summa_panel& p = panels[std::size_t(t)];
-    const int s = t % slots;
-    if (pn > 1) {
-      const std::size_t count = std::size_t(lm * p.w);
-      T* buf = abuf[s].data();
-      if (row.rank() == p.a_owner) {
-        if (ta || p.w == ka)  // contiguous in the shard: sent in place (MPI only reads a root's buffer)
-          buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
-        else
-          detail::pack_block(pa + p.a_off, ka, lm, p.w, buf);
-      }
-      flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, count), p.a_owner);
-    }
-    if (pm > 1) {
-      const std::size_t count = std::size_t(p.w * ln);
-      T* buf = bbuf[s].data();
-      if (col.rank() == p.b_owner) {
-        if (!tb || p.w == kb)
-          buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
-        else
-          detail::pack_block(pb + p.b_off, kb, ln, p.w, buf);
-      }
-      flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, count), p.b_owner);
-    }
-  };
-
-  double gemm_s = 0;  // the compute thread's time in products (not waiting for panels)
-  detail::pipeline_events events;  // a panel multiplied, or the work ended
-  detail::compute_thread worker([&](const std::atomic<bool>& stop) {
-    for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
-      for (int seen = ready.load(std::memory_order_acquire); seen <= t && !stop.load(std::memory_order_relaxed);
-           seen = ready.load(std::memory_order_acquire))
-        ready.wait(seen, std::memory_order_acquire);
-      if (stop.load(std::memory_order_relaxed)) break;
-      const auto tg = detail::pipeline_clock::now();
-      const operands o = operands_of(t);
+    // Where panel t's operands are read: this rank's shard in place when it holds them,
+    // else the slot its broadcast lands in. lda / ldb are the row strides.
+    struct operands {
+      const T* a = nullptr;
+      const T* b = nullptr;
+      index_t lda = 1, ldb = 1;
+    };
+    auto operands_of = [&](int t) {
       const detail::summa_panel& p = panels[std::size_t(t)];
-      auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
-      kernels::cpu::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), o.a, i(std::max<index_t>(1, o.lda)), o.b,
-                         i(std::max<index_t>(1, o.ldb)), t == 0 ? T(0) : T(1), out.data(),
-                         i(std::max<index_t>(1, ln)));
-      gemm_s += detail::seconds_since(tg);
-      consumed.store(t + 1, std::memory_order_release);
-      events.signal();
-    }
-  }, &events);
-  struct wake_on_exit {  // a failure here must not leave the worker waiting for a panel
-    detail::compute_thread& worker;
-    std::atomic<int>& ready;
-    int np;
-    ~wake_on_exit() {
-      if (ready.load() < np) {
-        worker.request_stop();
-        ready.store(np + 1);
-        ready.notify_all();
+      operands o;
+      if (pn == 1 || row.rank() == p.a_owner) {
+        o.a = ta ? pa + p.a_off * lm : pa + p.a_off;
+        o.lda = ta ? lm : ka;
+      } else {
+        o.a = abuf[t % slots].data();
+        o.lda = ta ? lm : p.w;
       }
+      if (pm == 1 || col.rank() == p.b_owner) {
+        o.b = tb ? pb + p.b_off : pb + p.b_off * ln;
+        o.ldb = tb ? kb : ln;
+      } else {
+        o.b = bbuf[t % slots].data();
+        o.ldb = tb ? p.w : ln;
+      }
+      return o;
+    };
+
+    xt::xarray<T> out =
+        kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
+    if (np == 0) std::fill(out.data(), out.data() + out.size(), T(0));
+    std::atomic<int> ready{0}, consumed{0};
+    using request = decltype(row.ibroadcast(std::span<T>(), 0));
+    std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
+    // Starts panel t's broadcasts: the owner sends its shard's panel (packed when its
+    // columns are strided), the others receive into slot t % 2.
+    auto post = [&](int t) {
+      const detail::summa_panel& p = panels[std::size_t(t)];
+      const int s = t % slots;
+      if (pn > 1) {
+        const std::size_t count = std::size_t(lm * p.w);
+        T* buf = abuf[s].data();
+        if (row.rank() == p.a_owner) {
+          if (ta || p.w == ka)  // contiguous in the shard: sent in place (MPI only reads a root's buffer)
+            buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
+          else
+            detail::pack_block(pa + p.a_off, ka, lm, p.w, buf);
+        }
+        flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, count), p.a_owner);
+      }
+      if (pm > 1) {
+        const std::size_t count = std::size_t(p.w * ln);
+        T* buf = bbuf[s].data();
+        if (col.rank() == p.b_owner) {
+          if (!tb || p.w == kb)
+            buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
+          else
+            detail::pack_block(pb + p.b_off, kb, ln, p.w, buf);
+        }
+        flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, count), p.b_owner);
+      }
+    };
+
+    double gemm_s = 0;  // the compute thread's time in products (not waiting for panels)
+    detail::pipeline_events events;  // a panel multiplied, or the work ended
+    detail::compute_thread worker([&](const std::atomic<bool>& stop) {
+      for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
+        for (int seen = ready.load(std::memory_order_acquire); seen <= t && !stop.load(std::memory_order_relaxed);
+             seen = ready.load(std::memory_order_acquire))
+          ready.wait(seen, std::memory_order_acquire);
+        if (stop.load(std::memory_order_relaxed)) break;
+        const auto tg = detail::pipeline_clock::now();
+        const operands o = operands_of(t);
+        const detail::summa_panel& p = panels[std::size_t(t)];
+        auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
+        kernels::cpu::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), o.a, i(std::max<index_t>(1, o.lda)), o.b,
+                           i(std::max<index_t>(1, o.ldb)), t == 0 ? T(0) : T(1), out.data(),
+                           i(std::max<index_t>(1, ln)));
+        gemm_s += detail::seconds_since(tg);
+        consumed.store(t + 1, std::memory_order_release);
+        events.signal();
+      }
+    }, &events);
+    struct wake_on_exit {  // a failure here must not leave the worker waiting for a panel
+      detail::compute_thread& worker;
+      std::atomic<int>& ready;
+      int np;
+      ~wake_on_exit() {
+        if (ready.load() < np) {
+          worker.request_stop();
+          ready.store(np + 1);
+          ready.notify_all();
+        }
+      }
+    } wake{worker, ready, np};
+    int posted = 0, done = 0;
+    detail::poll_backoff backoff(opt.poll_us);
+    while (done < np) {
+      const int seen = events.seen();
+      while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) {
+        post(posted++);
+        backoff.event();
+      }
+      while (done < posted && flight_a[std::size_t(done)].test() && flight_b[std::size_t(done)].test()) {
+        ready.store(++done, std::memory_order_release);
+        ready.notify_all();
+        backoff.event();
+      }
+      for (int t = done + 1; t < posted; ++t) flight_a[std::size_t(t)].test(), flight_b[std::size_t(t)].test();
+      if (done == np || worker.done()) break;
+      if (done == posted) events.wait(seen);  // nothing in flight: sleep until a slot is free
+      else backoff.pause();
     }
-  } wake{worker, ready, np};
-  int posted = 0, done = 0;
-  detail::poll_backoff backoff(opt.poll_us);
-  while (done < np) {
-    const int seen = events.seen();
-    while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) {
-      post(posted++);
-      backoff.event();
-    }
-    while (done < posted && flight_a[std::size_t(done)].test() && flight_b[std::size_t(done)].test()) {
-      ready.store(++done, std::memory_order_release);
-      ready.notify_all();
-      backoff.event();
-    }
-    for (int t = done + 1; t < posted; ++t) flight_a[std::size_t(t)].test(), flight_b[std::size_t(t)].test();
-    if (done == np || worker.done()) break;
-    if (done == posted) events.wait(seen);  // nothing in flight: sleep until a slot is free
-    else backoff.pause();
+    worker.join();
+    st.compute_s = gemm_s;
+    st.pieces = np;
+    st.total_s = detail::seconds_since(t0);
+    if (stats) *stats = st;
+    return dist_tensor<T>(r.c, cs, ctx.rank(), std::move(out));
   }
-  worker.join();
-  st.compute_s = gemm_s;
-  st.pieces = np;
-  st.total_s = detail::seconds_since(t0);
-  if (stats) *stats = st;
-  return dist_tensor<T>(r.c, cs, ctx.rank(), std::move(out));
 }
 
 }  // namespace tessera::ops

@@ -63,6 +63,13 @@ struct backend<cpu_device> {
   static array<T> matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
     return cpu::matmul(a, b, ta, tb);
   }
+  /// Row-major C (m x n, row stride ldc) = alpha op(A) op(B) + beta C on pointers into
+  /// this device's memory (BLAS's gemm).
+  template <class T>
+  static void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
+                   T* c, int ldc) {
+    cpu::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
   template <class T>
   static array<T> matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
     return cpu::matmul_grad_a(dc, a, b, ta, tb);

@@ -58,6 +58,13 @@ struct backend<cuda_device> {
   static array<T> matmul(const array<T>& a, const array<T>& b, bool ta, bool tb) {
     return cuda::matmul(a, b, ta, tb);
   }
+  /// Row-major C (m x n, row stride ldc) = alpha op(A) op(B) + beta C on pointers into
+  /// device memory, queued on tessera's stream (cuBLAS).
+  template <class T>
+  static void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
+                   T* c, int ldc) {
+    cuda::detail::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
   template <class T>
   static array<T> matmul_grad_a(const array<T>& dc, const array<T>& a, const array<T>& b, bool ta, bool tb) {
     return cuda::matmul_grad_a(dc, a, b, ta, tb);
