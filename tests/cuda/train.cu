@@ -19,79 +19,21 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include <unistd.h>
 
 #include "device_under_test.hpp"
+#include "train/train_test.hpp"
 
 namespace {
 
 using namespace tessera;
 namespace fs = std::filesystem;
 
-constexpr index_t in_features = 12, hidden = 16, classes = 4;
-
-// A small MLP of the seed's shape on device D: Flatten, Dense-ReLU-Dense-ReLU-Dense.
+using train_test::batch;
+using train_test::batch_t;
+using train_test::block;
+using train_test::shard;
 template <class D>
-struct mlp : nn::module<float, D> {
-  using dense = nn::dense<float, D>;
-  using relu = nn::relu<float, D>;
-  nn::flatten<float, D> flatten;
-  nn::sequential<dense, relu, dense, relu, dense> seq{
-      dense(in_features, hidden, nn::initializer::normal(0.3), "uniform"), relu(),
-      dense(hidden, hidden, nn::initializer::normal(0.3), "uniform"), relu(),
-      dense(hidden, classes, nn::initializer::normal(0.3), "uniform")};
-  void visit(nn::visitor<float, D>& v) override {
-    v.child("flatten", flatten);
-    v.child("seq", seq);
-  }
-  template <class V>
-  V operator()(V x) {
-    return seq(flatten(x));
-  }
-};
-
-using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
-
-// Global batch `step` of `rows` samples (rows, 3, 4); the label is the largest of the
-// first `classes` inputs (learnable).
-batch_t global_batch(std::int64_t step, std::size_t rows) {
-  xt::xarray<float> x = xt::xarray<float>::from_shape({rows, 3, 4});
-  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({rows});
-  for (std::size_t i = 0; i < rows; ++i) {
-    const std::uint64_t s = std::uint64_t(step) * 1000003u + i;
-    float best = -1e30f;
-    for (std::size_t k = 0; k < 12; ++k) {
-      const float v = float(nn::random_stream(s).uniform01(k)) * 2.0f - 1.0f;
-      x.data()[i * 12 + k] = v;
-      if (k < std::size_t(classes) && v > best) {
-        best = v;
-        y(i) = std::int32_t(k);
-      }
-    }
-  }
-  return {x, y};
-}
-
-// Rows [r b, (r + 1) b) of a global array split over p ranks.
-template <class T>
-xt::xarray<T> block(const xt::xarray<T>& g, int r, int p) {
-  const std::size_t rows = g.shape()[0] / std::size_t(p), row = g.size() / g.shape()[0];
-  auto shape = g.shape();
-  shape[0] = rows;
-  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
-  std::copy(g.data() + std::size_t(r) * rows * row, g.data() + std::size_t(r + 1) * rows * row, out.data());
-  return out;
-}
-
-// This rank's blocks of `steps` global batches of `rows` samples, from batch `first`.
-std::vector<batch_t> shard(int steps, std::size_t rows, int r, int p, std::int64_t first = 0) {
-  std::vector<batch_t> out;
-  for (int s = 0; s < steps; ++s) {
-    const batch_t g = global_batch(first + s, rows);
-    out.emplace_back(block(g.first, r, p), block(g.second, r, p));
-  }
-  return out;
-}
+using mlp = train_test::basic_mlp<D>;
 
 // The global value of `x` on the host.
 template <class D, class C>
@@ -176,7 +118,7 @@ reducer_result reduce_steps(C& comm, bool mean) {
   reducer_result out;
   for (const auto& b : reducer.buckets()) out.buckets.push_back({b.params, b.bytes, b.group_size});
   for (int s = 0; s < 2; ++s) {
-    const batch_t g = global_batch(10 + s, 32);
+    const batch_t g = batch(10 + s, 32);
     const index_t rows = 32;
     const dist_tensor<float> x(layout(mesh{p}, {{0}, {}, {}}), extents{rows, 3, 4}, r, block(g.first, r, p));
     const dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows}, r, block(g.second, r, p));
@@ -188,25 +130,6 @@ reducer_result reduce_steps(C& comm, bool mean) {
   return out;
 }
 
-// A fresh folder, the same on every rank (rank 0 makes it); removed at the end.
-struct temp_folder {
-  mpi_communicator& world;
-  fs::path path;
-  explicit temp_folder(mpi_communicator& w) : world(w) {
-    std::vector<char> name(256, '\0');
-    if (w.rank() == 0) {
-      std::string t = (fs::temp_directory_path() / "tessera-cuda-ckpt-XXXXXX").string();
-      REQUIRE(::mkdtemp(t.data()) != nullptr);
-      std::copy(t.begin(), t.end(), name.begin());
-    }
-    w.broadcast(std::span<char>(name), 0);
-    path = std::string(name.data());
-  }
-  ~temp_folder() {
-    world.barrier();
-    if (world.rank() == 0) fs::remove_all(path);
-  }
-};
 
 }  // namespace
 
@@ -270,7 +193,7 @@ TEST_CASE("model_checkpoint on the GPU: the device parameters saved through the 
   device_context<testing::test_comm> ctx(dev);
   device_context<mpi_communicator> hctx(host);
   const int p = ctx.size(), r = ctx.rank();
-  temp_folder tmp(host);
+  train_test::temp_folder<mpi_communicator> tmp(host);
   mlp<cuda_device> net;
   nn::cross_entropy_loss<float, cuda_device> loss_fn;
   optim::sgd<float, cuda_device> opt(net.trainable_params(), 0.1f);

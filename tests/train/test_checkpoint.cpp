@@ -6,11 +6,9 @@
 // settings are errors.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
-#include <unistd.h>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/optim/sgd.hpp>
 #include <tessera/train/checkpoint.hpp>
@@ -24,42 +22,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
-
-// A fresh folder, the same on every rank (rank 0 makes it); removed at the end.
-struct temp_folder {
-  mpi_communicator& world;
-  fs::path path;
-  explicit temp_folder(mpi_communicator& w) : world(w) {
-    std::vector<char> name(256, '\0');
-    if (w.rank() == 0) {
-      std::string t = (fs::temp_directory_path() / "tessera-ckpt-XXXXXX").string();
-      REQUIRE(::mkdtemp(t.data()) != nullptr);
-      std::copy(t.begin(), t.end(), name.begin());
-    }
-    w.broadcast(std::span<char>(name), 0);
-    path = std::string(name.data());
-  }
-  ~temp_folder() {
-    world.barrier();
-    if (world.rank() == 0) fs::remove_all(path);
-  }
-};
-
 std::vector<std::string> names_in(const fs::path& dir) {
   std::vector<std::string> out;
   if (!fs::is_directory(dir)) return out;
   for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<batch_t> shard(int steps, std::size_t rows, int r, int p) {
-  std::vector<batch_t> out;
-  for (int s = 0; s < steps; ++s) {
-    const auto g = batch(s, rows);
-    out.emplace_back(block(g.first, r, p), block(g.second, r, p));
-  }
   return out;
 }
 
@@ -69,7 +36,7 @@ TEST_CASE("model_checkpoint: every N steps and at the end, each rank in its fold
   mpi_communicator world = mpi_communicator::world();
   device_context<mpi_communicator> ctx(world);
   const int p = world.size(), r = world.rank();
-  temp_folder tmp(world);
+  temp_folder<mpi_communicator> tmp(world);
   const fs::path mine = tmp.path / ("ckpt_" + std::to_string(r));  // the seeds' per-rank directory
 
   auto data = shard(3, 16, r, p);
@@ -104,7 +71,7 @@ TEST_CASE("model_checkpoint: every N steps and at the end, each rank in its fold
 TEST_CASE("model_checkpoint: integrated_save writes one whole file on rank 0") {
   mpi_communicator world = mpi_communicator::world();
   device_context<mpi_communicator> ctx(world);
-  temp_folder tmp(world);
+  temp_folder<mpi_communicator> tmp(world);
   auto data = shard(2, 8, world.rank(), world.size());
   mlp net;
   nn::cross_entropy_loss<float> ce;
@@ -141,7 +108,7 @@ TEST_CASE("model_checkpoint: a device network is written from its parameters' ho
   // on the host); the checkpoint is made from those copies, once per save.
   mpi_communicator world = mpi_communicator::world();
   device_context<mpi_communicator> ctx(world);
-  temp_folder tmp(world);
+  temp_folder<mpi_communicator> tmp(world);
   mlp net;
   net.build(ctx, 3);
   int calls = 0;

@@ -22,18 +22,6 @@ using namespace train_test;
 
 namespace {
 
-using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
-
-// `steps` global batches of `rows` samples; this rank's blocks of them.
-std::vector<batch_t> shard(int steps, std::size_t rows, int r, int p, std::int64_t first = 0) {
-  std::vector<batch_t> out;
-  for (int s = 0; s < steps; ++s) {
-    const auto g = batch(first + s, rows);
-    out.emplace_back(block(g.first, r, p), block(g.second, r, p));
-  }
-  return out;
-}
-
 // Records the hooks it sees and each step's loss.
 struct recorder : train::callback<float> {
   std::string hooks;

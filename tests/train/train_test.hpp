@@ -1,8 +1,17 @@
-// Shared by the train tests: a small MLP of the seed's shape, synthetic batches, and
-// gathering shards.
+// Shared by the train tests (host and GPU): a small MLP of the seed's shape on any
+// device, synthetic batches and their shards, gathering shards, and a temporary folder
+// shared by the ranks.
 #pragma once
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/exec/redistribute.hpp>
@@ -15,14 +24,17 @@ using namespace tessera;
 
 constexpr index_t IN = 12, HID = 16, OUT = 4;
 
-/// The seed's MLP at a small size: Flatten, Dense-ReLU-Dense-ReLU-Dense, normal weights.
-struct mlp : nn::module<float> {
-  nn::flatten<float> flatten;
-  nn::sequential<nn::dense<float>, nn::relu<float>, nn::dense<float>, nn::relu<float>, nn::dense<float>> seq{
-      nn::dense<float>(IN, HID, nn::initializer::normal(0.3), "uniform"), nn::relu<float>(),
-      nn::dense<float>(HID, HID, nn::initializer::normal(0.3), "uniform"), nn::relu<float>(),
-      nn::dense<float>(HID, OUT, nn::initializer::normal(0.3), "uniform")};
-  void visit(nn::visitor<float>& v) override {
+/// The seed's MLP at a small size on device D: Flatten, Dense-ReLU-Dense-ReLU-Dense,
+/// normal weights.
+template <class D>
+struct basic_mlp : nn::module<float, D> {
+  using dense = nn::dense<float, D>;
+  using relu = nn::relu<float, D>;
+  nn::flatten<float, D> flatten;
+  nn::sequential<dense, relu, dense, relu, dense> seq{dense(IN, HID, nn::initializer::normal(0.3), "uniform"), relu(),
+                                                      dense(HID, HID, nn::initializer::normal(0.3), "uniform"), relu(),
+                                                      dense(HID, OUT, nn::initializer::normal(0.3), "uniform")};
+  void visit(nn::visitor<float, D>& v) override {
     v.child("flatten", flatten);
     v.child("seq", seq);
   }
@@ -31,10 +43,13 @@ struct mlp : nn::module<float> {
     return seq(flatten(x));
   }
 };
+using mlp = basic_mlp<cpu_device>;
+
+using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
 
 /// Global batch `step` of `rows` samples: inputs (rows, 3, 4) and labels in [0, OUT),
 /// the label a function of the inputs (learnable).
-inline std::pair<xt::xarray<float>, xt::xarray<std::int32_t>> batch(std::int64_t step, std::size_t rows) {
+inline batch_t batch(std::int64_t step, std::size_t rows) {
   xt::xarray<float> x = xt::xarray<float>::from_shape({rows, 3, 4});
   xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({rows});
   for (std::size_t i = 0; i < rows; ++i) {
@@ -62,6 +77,38 @@ xt::xarray<T> block(const xt::xarray<T>& g, int r, int p) {
   std::copy(g.data() + std::size_t(r) * rows * row, g.data() + std::size_t(r + 1) * rows * row, out.data());
   return out;
 }
+
+/// Rank r's blocks of `steps` global batches of `rows` samples, from batch `first`.
+inline std::vector<batch_t> shard(int steps, std::size_t rows, int r, int p, std::int64_t first = 0) {
+  std::vector<batch_t> out;
+  for (int s = 0; s < steps; ++s) {
+    const batch_t g = batch(first + s, rows);
+    out.emplace_back(block(g.first, r, p), block(g.second, r, p));
+  }
+  return out;
+}
+
+/// A fresh folder, the same on every rank of `world` (rank 0 makes it); removed at the
+/// end.
+template <class W>
+struct temp_folder {
+  W& world;
+  std::filesystem::path path;
+  explicit temp_folder(W& w) : world(w) {
+    std::vector<char> name(256, '\0');
+    if (w.rank() == 0) {
+      std::string t = (std::filesystem::temp_directory_path() / "tessera-ckpt-XXXXXX").string();
+      if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("temp_folder: mkdtemp failed for " + t);
+      std::copy(t.begin(), t.end(), name.begin());
+    }
+    w.broadcast(std::span<char>(name), 0);
+    path = std::string(name.data());
+  }
+  ~temp_folder() {
+    world.barrier();
+    if (world.rank() == 0) std::filesystem::remove_all(path);
+  }
+};
 
 /// x and y as dist_tensors with the batch split over the ranks of ctx.
 template <class C>
