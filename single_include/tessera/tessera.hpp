@@ -13521,6 +13521,99 @@ void check_pipelined_types(const char* fn) {
 // are the device's arrays (storage<T, D>), packed and copied with its copy_box, the
 // products its backend's gemm; stream order keeps every buffer safe.
 
+// matmul_overlapped's operands in the rule's layouts and the sizes of their blocks (A's
+// lm x lk, B's lk x ln), the output's shape and layout, and the contraction group: its
+// mesh axis and size g (1: no partial sums to resolve). Host and device paths share it.
+template <class T, class D>
+struct overlapped_setup {
+  matmul_layouts r;
+  extents cs;
+  layout out_l;
+  laid_out<T, D> la, lb;
+  bool ta, tb;
+  index_t lm, lk, ln;
+  int k_axis, g;
+};
+
+template <class T, class D, class C>
+overlapped_setup<T, D> overlapped_prepare(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                                          device_context<C>& ctx, partial_resolution how,
+                                          const pipeline_options& opt) {
+  check_pipeline_options("matmul_overlapped", opt);
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const layout out_l = resolved_layout(r, how);
+  if (const status s = check(out_l, cs); !s.ok())
+    throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
+                "strategy " + to_string(op.st));
+  laid_out<T, D> la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
+  const bool ta = op.trans_a, tb = op.trans_b;
+  const extents sa = la->local_shape(), sb = lb->local_shape();
+  int k_axis = -1;
+  for (int ax = 0; ax < r.c.dev.ndim; ++ax)
+    if (r.c.is_partial(ax)) k_axis = ax;
+  const int g = k_axis >= 0 ? r.dev.dims[k_axis] : 1;
+  return {r, cs, out_l, std::move(la), std::move(lb), ta, tb, ta ? sa.v[1] : sa.v[0], ta ? sa.v[0] : sa.v[1],
+          tb ? sb.v[0] : sb.v[1], k_axis, g};
+}
+
+// matmul_summa's operands in SUMMA's layouts, the sizes of their blocks (A's lm x ka,
+// B's kb x ln), the mesh axes of C's rows (am, pm ranks) and columns (an, pn ranks),
+// and the panels of the contraction, as the host and device paths share them.
+template <class T, class D>
+struct summa_setup {
+  matmul_layouts r;
+  extents cs;
+  laid_out<T, D> la, lb;
+  bool ta, tb;
+  int am, an, pm, pn;
+  index_t lm, ka, ln, kb;
+  std::vector<summa_panel> panels;
+  index_t wmax;  // the widest panel
+};
+
+template <class T, class D, class C>
+summa_setup<T, D> summa_prepare(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
+                                device_context<C>& ctx, const pipeline_options& opt) {
+  check_pipeline_options("matmul_summa", opt);
+  const summa_layouts sl = summa_rule(op, ctx.size());
+  const matmul_layouts r = op.rule(ctx.size());
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const bool ta = op.trans_a, tb = op.trans_b;
+  const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
+  for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
+    if (const status e = check(l, s); !e.ok())
+      throw error(e, std::string("matmul_summa: ") + name + " " + to_string(s) + " in the layout " + to_string(l),
+                  "strategy " + to_string(op.st));
+  laid_out<T, D> la = in_layout(a, sl.a, ctx), lb = in_layout(b, sl.b, ctx);
+  const int first = r.dev.ndim == 4 ? 1 : 0;
+  const int am = first, an = first + 2;
+  const int pm = r.dev.dims[am], pn = r.dev.dims[an];
+  const extents sa = la->local_shape(), sb = lb->local_shape();
+  const int segments = int(summa_panels(k, pn, pm, 1).size());
+  const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
+  std::vector<summa_panel> panels = summa_panels(k, pn, pm, per_segment);
+  if (pm > 1 || pn > 1) split_first_panel(panels);
+  index_t wmax = 0;
+  for (const auto& p : panels) wmax = std::max(wmax, p.w);
+  return {r,
+          cs,
+          std::move(la),
+          std::move(lb),
+          ta,
+          tb,
+          am,
+          an,
+          pm,
+          pn,
+          ta ? sa.v[1] : sa.v[0],
+          ta ? sa.v[0] : sa.v[1],
+          tb ? sb.v[0] : sb.v[1],
+          tb ? sb.v[1] : sb.v[0],
+          std::move(panels),
+          wmax};
+}
+
 /// gemm of rows [r0, r0 + rows) of op(A) and columns [c0, c0 + w) of op(B) on device D,
 /// as sub_product.
 template <class D, class T>
@@ -13560,27 +13653,17 @@ tensor_on<T, D> overlapped_on_device(const matmul_op& op, const tensor_on<T, D>&
                                      pipeline_stats* stats) {
   using S = storage<T, D>;
   const auto t0 = pipeline_clock::now();
-  check_pipeline_options("matmul_overlapped", opt);
-  const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
-  const layout out_l = resolved_layout(r, how);
-  if (const status s = check(out_l, cs); !s.ok())
-    throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
-                "strategy " + to_string(op.st));
-  const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-  const T* pa = la->local().data();
-  const T* pb = lb->local().data();
-  const bool ta = op.trans_a, tb = op.trans_b;
-  const extents sa = la->local_shape(), sb = lb->local_shape();
-  const index_t lm = ta ? sa.v[1] : sa.v[0], lk = ta ? sa.v[0] : sa.v[1], ln = tb ? sb.v[0] : sb.v[1];
+  const overlapped_setup<T, D> su = overlapped_prepare(op, a, b, ctx, how, opt);
+  const matmul_layouts& r = su.r;
+  const T* pa = su.la->local().data();
+  const T* pb = su.lb->local().data();
+  const bool ta = su.ta, tb = su.tb;
+  const index_t lm = su.lm, lk = su.lk, ln = su.ln;
+  const int k_axis = su.k_axis, g = su.g;
   auto product = [&](index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc) {
     device_sub_product<D>(pa, pb, ta, tb, lm, lk, ln, r0, rows, c0, w, dst, ldc, T(0));
   };
   pipeline_stats st;
-  int k_axis = -1;
-  for (int ax = 0; ax < r.c.dev.ndim; ++ax)
-    if (r.c.is_partial(ax)) k_axis = ax;
-  const int g = k_axis >= 0 ? r.dev.dims[k_axis] : 1;
   typename S::array out;
   if (g == 1) {
     out = S::empty(extents{lm, ln});
@@ -13648,7 +13731,7 @@ tensor_on<T, D> overlapped_on_device(const matmul_op& op, const tensor_on<T, D>&
   }
   st.total_s = seconds_since(t0);
   if (stats) *stats = st;
-  return tensor_on<T, D>(out_l, cs, ctx.rank(), std::move(out));
+  return tensor_on<T, D>(su.out_l, su.cs, ctx.rank(), std::move(out));
 }
 
 template <class T, class D, class C>
@@ -13656,35 +13739,17 @@ tensor_on<T, D> summa_on_device(const matmul_op& op, const tensor_on<T, D>& a, c
                                 device_context<C>& ctx, const pipeline_options& opt, pipeline_stats* stats) {
   using S = storage<T, D>;
   const auto t0 = pipeline_clock::now();
-  check_pipeline_options("matmul_summa", opt);
-  const summa_layouts sl = summa_rule(op, ctx.size());
-  const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
-  const bool ta = op.trans_a, tb = op.trans_b;
-  const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
-  for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
-    if (const status e = check(l, s); !e.ok())
-      throw error(e, std::string("matmul_summa: ") + name + " " + to_string(s) + " in the layout " + to_string(l),
-                  "strategy " + to_string(op.st));
-  const auto la = in_layout(a, sl.a, ctx), lb = in_layout(b, sl.b, ctx);
-  const int first = r.dev.ndim == 4 ? 1 : 0;
-  const int am = first, an = first + 2;
-  const int pm = r.dev.dims[am], pn = r.dev.dims[an];
-  const extents sa = la->local_shape(), sb = lb->local_shape();
-  const index_t lm = ta ? sa.v[1] : sa.v[0], ka = ta ? sa.v[0] : sa.v[1];
-  const index_t ln = tb ? sb.v[0] : sb.v[1], kb = tb ? sb.v[1] : sb.v[0];
-  const T* pa = la->local().data();
-  const T* pb = lb->local().data();
-  mesh_comm<C>& mc = ctx.on(r.dev);
-  C& row = mc.group(axis_list{an});
-  C& col = mc.group(axis_list{am});
-  const int segments = int(summa_panels(k, pn, pm, 1).size());
-  const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
-  std::vector<summa_panel> panels = summa_panels(k, pn, pm, per_segment);
-  if (pm > 1 || pn > 1) split_first_panel(panels);
+  const summa_setup<T, D> su = summa_prepare(op, a, b, ctx, opt);
+  const bool ta = su.ta, tb = su.tb;
+  const int pm = su.pm, pn = su.pn;
+  const index_t lm = su.lm, ka = su.ka, ln = su.ln, kb = su.kb, wmax = su.wmax;
+  const T* pa = su.la->local().data();
+  const T* pb = su.lb->local().data();
+  mesh_comm<C>& mc = ctx.on(su.r.dev);
+  C& row = mc.group(axis_list{su.an});
+  C& col = mc.group(axis_list{su.am});
+  const std::vector<summa_panel>& panels = su.panels;
   const int np = int(panels.size());
-  index_t wmax = 0;
-  for (const auto& p : panels) wmax = std::max(wmax, p.w);
 
   // Two slots of panel buffers, panel t in slot t % 2: the broadcast of panel t + 2 is
   // queued after the product of panel t, which read the slot.
@@ -13758,7 +13823,7 @@ tensor_on<T, D> summa_on_device(const matmul_op& op, const tensor_on<T, D>& a, c
   st.pieces = np;
   st.total_s = seconds_since(t0);
   if (stats) *stats = st;
-  return tensor_on<T, D>(r.c, cs, ctx.rank(), std::move(out));
+  return tensor_on<T, D>(su.r.c, su.cs, ctx.rank(), std::move(out));
 }
 }  // namespace detail
 
@@ -13817,26 +13882,14 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
     return detail::overlapped_on_device(op, a, b, ctx, how, opt, stats);
   } else {
     const auto t0 = detail::pipeline_clock::now();
-    detail::check_pipeline_options("matmul_overlapped", opt);
-    const matmul_layouts r = op.rule(ctx.size());
-    const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
-                                                   op.trans_b, op.st);
-    const layout out_l = resolved_layout(r, how);
-    if (const status s = check(out_l, cs); !s.ok())
-      throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
-                  "strategy " + to_string(op.st));
-    const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
-    const T* pa = la->local().data();
-    const T* pb = lb->local().data();
-    const bool ta = op.trans_a, tb = op.trans_b;
-    const extents sa = la->local_shape(), sb = lb->local_shape();
-    const index_t lm = ta ? sa.v[1] : sa.v[0], lk = ta ? sa.v[0] : sa.v[1], ln = tb ? sb.v[0] : sb.v[1];
+    const detail::overlapped_setup<T, D> su = detail::overlapped_prepare(op, a, b, ctx, how, opt);
+    const matmul_layouts& r = su.r;
+    const T* pa = su.la->local().data();
+    const T* pb = su.lb->local().data();
+    const bool ta = su.ta, tb = su.tb;
+    const index_t lm = su.lm, lk = su.lk, ln = su.ln;
+    const int k_axis = su.k_axis, g = su.g;
     pipeline_stats st;
-
-    int k_axis = -1;
-    for (int ax = 0; ax < r.c.dev.ndim; ++ax)
-      if (r.c.is_partial(ax)) k_axis = ax;
-    const int g = k_axis >= 0 ? r.dev.dims[k_axis] : 1;
     xt::xarray<T> out;
     if (g == 1) {
       // No partial sums to resolve (or a one-rank contraction group): one product.
@@ -13916,7 +13969,7 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
     }
     st.total_s = detail::seconds_since(t0);
     if (stats) *stats = st;
-    return dist_tensor<T>(out_l, cs, ctx.rank(), std::move(out));
+    return dist_tensor<T>(su.out_l, su.cs, ctx.rank(), std::move(out));
   }
 }
 
@@ -13959,38 +14012,21 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
     return detail::summa_on_device(op, a, b, ctx, opt, stats);
   } else {
     const auto t0 = detail::pipeline_clock::now();
-    detail::check_pipeline_options("matmul_summa", opt);
-    const summa_layouts sl = summa_rule(op, ctx.size());
-    const matmul_layouts r = op.rule(ctx.size());
-    const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
-                                                   op.trans_b, op.st);
-    const bool ta = op.trans_a, tb = op.trans_b;
-    const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
-    for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
-      if (const status e = check(l, s); !e.ok())
-        throw error(e, std::string("matmul_summa: ") + name + " " + to_string(s) + " in the layout " + to_string(l),
-                    "strategy " + to_string(op.st));
-    const auto la = in_layout(a, sl.a, ctx), lb = in_layout(b, sl.b, ctx);
-    const int first = r.dev.ndim == 4 ? 1 : 0;
-    const int am = first, an = first + 2;
-    const int pm = r.dev.dims[am], pn = r.dev.dims[an];
-    const extents sa = la->local_shape(), sb = lb->local_shape();
-    const index_t lm = ta ? sa.v[1] : sa.v[0], ka = ta ? sa.v[0] : sa.v[1];  // A's block: lm x ka
-    const index_t ln = tb ? sb.v[0] : sb.v[1], kb = tb ? sb.v[1] : sb.v[0];  // B's block: kb x ln
-    const T* pa = la->local().data();
-    const T* pb = lb->local().data();
+    const detail::summa_setup<T, D> su = detail::summa_prepare(op, a, b, ctx, opt);
+    const bool ta = su.ta, tb = su.tb;
+    const int pm = su.pm, pn = su.pn;
+    const index_t lm = su.lm, ka = su.ka;  // A's block: lm x ka
+    const index_t ln = su.ln, kb = su.kb;  // B's block: kb x ln
+    const index_t wmax = su.wmax;
+    const T* pa = su.la->local().data();
+    const T* pb = su.lb->local().data();
     pipeline_stats st;
 
-    mesh_comm<C>& mc = ctx.on(r.dev);
-    C& row = mc.group(axis_list{an});  // the ranks of this mesh row: A's panels
-    C& col = mc.group(axis_list{am});  // the ranks of this mesh column: B's panels
-    const int segments = int(detail::summa_panels(k, pn, pm, 1).size());
-    const int per_segment = std::max(1, (opt.chunks + std::max(1, segments) - 1) / std::max(1, segments));
-    std::vector<detail::summa_panel> panels = detail::summa_panels(k, pn, pm, per_segment);
-    if (pm > 1 || pn > 1) detail::split_first_panel(panels);
+    mesh_comm<C>& mc = ctx.on(su.r.dev);
+    C& row = mc.group(axis_list{su.an});  // the ranks of this mesh row: A's panels
+    C& col = mc.group(axis_list{su.am});  // the ranks of this mesh column: B's panels
+    const std::vector<detail::summa_panel>& panels = su.panels;
     const int np = int(panels.size());
-    index_t wmax = 0;
-    for (const auto& p : panels) wmax = std::max(wmax, p.w);
 
     // Two slots of panel buffers, panel t in slot t % 2.
     constexpr int slots = 2;
@@ -14116,7 +14152,7 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
     st.pieces = np;
     st.total_s = detail::seconds_since(t0);
     if (stats) *stats = st;
-    return dist_tensor<T>(r.c, cs, ctx.rank(), std::move(out));
+    return dist_tensor<T>(su.r.c, su.cs, ctx.rank(), std::move(out));
   }
 }
 
