@@ -1,6 +1,7 @@
 // The layers: Dense (MindSpore's nn.Dense, with its activation fused into the
-// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each forward pass runs on tape values (autodiff::var), so
-// value_and_grad differentiates a network of them. Without a strategy, a layer runs
+// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each
+// forward pass runs on tape values (autodiff::var), so value_and_grad differentiates a
+// network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
 // and the element-wise layers keep their input's layout, all on local shards without
 // communication; with one (`shard`) the sharded operators of ops/ run it. Every layer
@@ -270,55 +271,55 @@ class dense : public module<T, D> {
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
     tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
     auto self = std::make_shared<int>(-1);  // the output's id, for the activation's backward
-    const autodiff::var<T, C, D> result = t.record(
-        std::move(out),
-                    [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
-                     wp = &weight, bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-                      device_context<C>& c = tp.ctx();
-                      const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
-                      // dz = dy * act'(z) from the output, one pass; dy itself without one.
-                      std::optional<array> dz_own;
-                      if (act != activation::none)
-                        dz_own = detail::with_activation(act, [&](auto A) {
-                          return K::template fused_map<T>("dense_backward", kernels::fused::act_grad<A.value>{},
-                                                          dy0->local(), tp.value(*self).local());
-                        });
-                      const array& dz = dz_own ? *dz_own : dy0->local();
-                      const tensor_on<T, D>& xv2 = tp.value(ix);
-                      const tensor_on<T, D>& wv = tp.value(iw);
-                      const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
-                      const laid_out<T, D> lw2 = detail::placed_as(wv, r.b, c);
-                      if (ib >= 0 && tp.requires_grad(ib)) {
-                        array db;
-                        if constexpr (detail::on_host<D>) {
-                          db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
-                          column_sums(dz, db);
-                        } else {
-                          db = K::template reduce_sum<T>(dz, std::vector<int>{0}, false);
-                        }
-                        tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
-                      }
-                      if (tp.requires_grad(iw)) {
-                        // dW (out, in) = dz^T x, written over the last step's storage.
-                        array dw;
-                        if constexpr (detail::on_host<D>) {
-                          dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                          kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
-                        } else {
-                          dw = K::template matmul<T>(dz, lx2->local(), true, false);
-                        }
-                        tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
-                      }
-                      if (tp.requires_grad(ix)) {
-                        array dx;
-                        if constexpr (detail::on_host<D>)
-                          dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
-                        else
-                          dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
-                        tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
-                      }
-                    },
-                    rg);
+    const autodiff::var<T, C, D> result =
+        t.record(std::move(out),
+                 [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1, wp = &weight,
+                  bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                   device_context<C>& c = tp.ctx();
+                   const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
+                   // dz = dy * act'(z) from the output, one pass; dy itself without one.
+                   std::optional<array> dz_own;
+                   if (act != activation::none)
+                     dz_own = detail::with_activation(act, [&](auto A) {
+                       return K::template fused_map<T>("dense_backward", kernels::fused::act_grad<A.value>{},
+                                                       dy0->local(), tp.value(*self).local());
+                     });
+                   const array& dz = dz_own ? *dz_own : dy0->local();
+                   const tensor_on<T, D>& xv2 = tp.value(ix);
+                   const tensor_on<T, D>& wv = tp.value(iw);
+                   const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
+                   const laid_out<T, D> lw2 = detail::placed_as(wv, r.b, c);
+                   if (ib >= 0 && tp.requires_grad(ib)) {
+                     array db;
+                     if constexpr (detail::on_host<D>) {
+                       db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                       column_sums(dz, db);
+                     } else {
+                       db = K::template reduce_sum<T>(dz, std::vector<int>{0}, false);
+                     }
+                     tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
+                   }
+                   if (tp.requires_grad(iw)) {
+                     // dW (out, in) = dz^T x, written over the last step's storage.
+                     array dw;
+                     if constexpr (detail::on_host<D>) {
+                       dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                       kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
+                     } else {
+                       dw = K::template matmul<T>(dz, lx2->local(), true, false);
+                     }
+                     tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                   }
+                   if (tp.requires_grad(ix)) {
+                     array dx;
+                     if constexpr (detail::on_host<D>)
+                       dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
+                     else
+                       dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
+                     tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
+                   }
+                 },
+                 rg);
     *self = result.id;
     return result;
   }

@@ -199,7 +199,8 @@ void bias_map_to(const char* fn, const device_array<T>& x, const device_array<T>
   if (bias.dimension() != 1 || bias.shape()[0] != c)
     throw error(std::string(fn) + ": bias is " + cd::shape_text(bias.shape()) + ", expected (" + std::to_string(c) +
                 ",) for x " + cd::shape_text(x.shape()));
-  if (x.size() > 0 && c > 0) row_broadcast(fn, out, x.data(), bias.data(), std::int64_t(x.size()), std::int64_t(c), false, f);
+  if (x.size() > 0 && c > 0)
+    row_broadcast(fn, out, x.data(), bias.data(), std::int64_t(x.size()), std::int64_t(c), false, f);
 }
 
 }  // namespace detail
