@@ -934,7 +934,8 @@ void bias_map_to(const char* fn, const device_array<T>& x, const device_array<T>
   if (bias.dimension() != 1 || bias.shape()[0] != c)
     throw error(std::string(fn) + ": bias is " + cd::shape_text(bias.shape()) + ", expected (" + std::to_string(c) +
                 ",) for x " + cd::shape_text(x.shape()));
-  if (x.size() > 0 && c > 0) row_broadcast(fn, out, x.data(), bias.data(), std::int64_t(x.size()), std::int64_t(c), false, f);
+  if (x.size() > 0 && c > 0)
+    row_broadcast(fn, out, x.data(), bias.data(), std::int64_t(x.size()), std::int64_t(c), false, f);
 }
 
 }  // namespace detail
@@ -1928,22 +1929,25 @@ void momentum_update(device_array<T>& param, device_array<T>& accum, const devic
   detail::require_size("momentum_update", "the accumulator", accum, param.size());
   const std::int64_t n = std::int64_t(param.size());
   if (n == 0) return;
-  constexpr int V = detail::vec16<T>::n;
+  using vec = detail::vec16<T>;
+  constexpr int V = vec::n;
   std::int64_t done = 0;
-  if (V > 1 && n >= V && detail::aligned16(param.data()) && detail::aligned16(accum.data()) && detail::aligned16(grad.data())) {
+  T* p = param.data();
+  T* a = accum.data();
+  const T* g = grad.data();
+  if (V > 1 && n >= V && detail::aligned16(p) && detail::aligned16(a) && detail::aligned16(g)) {
     const std::int64_t nv = n / V;
     detail::momentum_vec_kernel<<<tessera::cuda::grid_for(nv), tessera::cuda::block_threads, 0,
-                                  tessera::cuda::stream()>>>(reinterpret_cast<detail::vec16<T>*>(param.data()),
-                                                             reinterpret_cast<detail::vec16<T>*>(accum.data()),
-                                                             reinterpret_cast<const detail::vec16<T>*>(grad.data()), nv, lr,
-                                                             momentum, weight_decay, nesterov);
+                                  tessera::cuda::stream()>>>(reinterpret_cast<vec*>(p), reinterpret_cast<vec*>(a),
+                                                             reinterpret_cast<const vec*>(g), nv, lr, momentum,
+                                                             weight_decay, nesterov);
     tessera::cuda::check_launch("momentum_update");
     done = nv * V;
   }
   if (done < n) {
     detail::momentum_kernel<<<tessera::cuda::grid_for(n - done), tessera::cuda::block_threads, 0,
-                              tessera::cuda::stream()>>>(param.data() + done, accum.data() + done, grad.data() + done,
-                                                         n - done, lr, momentum, weight_decay, nesterov);
+                              tessera::cuda::stream()>>>(p + done, a + done, g + done, n - done, lr, momentum,
+                                                         weight_decay, nesterov);
     tessera::cuda::check_launch("momentum_update");
   }
 }

@@ -15728,16 +15728,52 @@ std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
 
 namespace tessera::autodiff {
 
+namespace detail {
+// MatMul's backward on the tape, whichever forward computed C (ops::matmul or a
+// pipelined one): dC is brought to C's layout without partial sums, and dA and dB land
+// in the rule's gradient layouts.
+template <class T, class C, class D>
+auto matmul_grads(const ops::matmul_op& op, int ia, int ib) {
+  return [op, ia, ib](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+    auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
+    tp.add_grad(ia, std::move(da));
+    tp.add_grad(ib, std::move(db));
+  };
+}
+}  // namespace detail
+
 /// C = op(A) op(B) with MatMul's strategy; dA and dB in the rule's gradient layouts.
 template <class T, class C, class D>
 var<T, C, D> matmul(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b) {
   tape<T, C, D>& t = *a.t;
   tensor_on<T, D> c = ops::matmul(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(c), [op, ia = a.id, ib = b.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
-    tp.add_grad(ia, std::move(da));
-    tp.add_grad(ib, std::move(db));
-  });
+  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+}
+
+/// C = op(A) op(B) by ops::matmul_overlapped: the contraction's partial sums resolved
+/// as `how` says, chunk by chunk, while the next chunk is multiplied (C in
+/// ops::resolved_layout(rule, how)). The backward is MatMul's. C's communicator must be
+/// non-blocking (mpi_communicator, local_communicator, the staged and NCCL ones).
+///
+///     auto h = autodiff::matmul_overlapped(ops::matmul_op{strategy{{1, 4}, {4, 1}}}, x, w);
+template <class T, class C, class D>
+var<T, C, D> matmul_overlapped(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+                               ops::partial_resolution how = ops::partial_resolution::scatter_rows,
+                               const ops::pipeline_options& opt = {}) {
+  tape<T, C, D>& t = *a.t;
+  tensor_on<T, D> c = ops::matmul_overlapped(op, a.value(), b.value(), t.ctx(), how, opt);
+  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+}
+
+/// C = op(A) op(B) by SUMMA (ops::matmul_summa), for strategies ((pm, 1), (1, pn)): the
+/// panels of A and B broadcast along the mesh's rows and columns while the previous
+/// panels are multiplied. The backward is MatMul's.
+template <class T, class C, class D>
+var<T, C, D> matmul_summa(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+                          const ops::pipeline_options& opt = {}) {
+  tape<T, C, D>& t = *a.t;
+  tensor_on<T, D> c = ops::matmul_summa(op, a.value(), b.value(), t.ctx(), opt);
+  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
 }
 
 namespace detail {
@@ -17097,8 +17133,9 @@ inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int dev
 }  // namespace tessera::nn
 // ---- tessera/nn/layers.hpp ----
 // The layers: Dense (MindSpore's nn.Dense, with its activation fused into the
-// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each forward pass runs on tape values (autodiff::var), so
-// value_and_grad differentiates a network of them. Without a strategy, a layer runs
+// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each
+// forward pass runs on tape values (autodiff::var), so value_and_grad differentiates a
+// network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
 // and the element-wise layers keep their input's layout, all on local shards without
 // communication; with one (`shard`) the sharded operators of ops/ run it. Every layer
@@ -17356,55 +17393,55 @@ class dense : public module<T, D> {
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
     tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
     auto self = std::make_shared<int>(-1);  // the output's id, for the activation's backward
-    const autodiff::var<T, C, D> result = t.record(
-        std::move(out),
-                    [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1,
-                     wp = &weight, bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-                      device_context<C>& c = tp.ctx();
-                      const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
-                      // dz = dy * act'(z) from the output, one pass; dy itself without one.
-                      std::optional<array> dz_own;
-                      if (act != activation::none)
-                        dz_own = detail::with_activation(act, [&](auto A) {
-                          return K::template fused_map<T>("dense_backward", kernels::fused::act_grad<A.value>{},
-                                                          dy0->local(), tp.value(*self).local());
-                        });
-                      const array& dz = dz_own ? *dz_own : dy0->local();
-                      const tensor_on<T, D>& xv2 = tp.value(ix);
-                      const tensor_on<T, D>& wv = tp.value(iw);
-                      const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
-                      const laid_out<T, D> lw2 = detail::placed_as(wv, r.b, c);
-                      if (ib >= 0 && tp.requires_grad(ib)) {
-                        array db;
-                        if constexpr (detail::on_host<D>) {
-                          db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
-                          column_sums(dz, db);
-                        } else {
-                          db = K::template reduce_sum<T>(dz, std::vector<int>{0}, false);
-                        }
-                        tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
-                      }
-                      if (tp.requires_grad(iw)) {
-                        // dW (out, in) = dz^T x, written over the last step's storage.
-                        array dw;
-                        if constexpr (detail::on_host<D>) {
-                          dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                          kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
-                        } else {
-                          dw = K::template matmul<T>(dz, lx2->local(), true, false);
-                        }
-                        tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
-                      }
-                      if (tp.requires_grad(ix)) {
-                        array dx;
-                        if constexpr (detail::on_host<D>)
-                          dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
-                        else
-                          dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
-                        tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
-                      }
-                    },
-                    rg);
+    const autodiff::var<T, C, D> result =
+        t.record(std::move(out),
+                 [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1, wp = &weight,
+                  bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                   device_context<C>& c = tp.ctx();
+                   const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
+                   // dz = dy * act'(z) from the output, one pass; dy itself without one.
+                   std::optional<array> dz_own;
+                   if (act != activation::none)
+                     dz_own = detail::with_activation(act, [&](auto A) {
+                       return K::template fused_map<T>("dense_backward", kernels::fused::act_grad<A.value>{},
+                                                       dy0->local(), tp.value(*self).local());
+                     });
+                   const array& dz = dz_own ? *dz_own : dy0->local();
+                   const tensor_on<T, D>& xv2 = tp.value(ix);
+                   const tensor_on<T, D>& wv = tp.value(iw);
+                   const laid_out<T, D> lx2 = detail::placed_as(xv2, r.a, c);
+                   const laid_out<T, D> lw2 = detail::placed_as(wv, r.b, c);
+                   if (ib >= 0 && tp.requires_grad(ib)) {
+                     array db;
+                     if constexpr (detail::on_host<D>) {
+                       db = bp->take_grad_storage(local_shape(bgl, bp->shape()));
+                       column_sums(dz, db);
+                     } else {
+                       db = K::template reduce_sum<T>(dz, std::vector<int>{0}, false);
+                     }
+                     tp.add_grad(ib, tensor_on<T, D>(bgl, bp->shape(), c.rank(), std::move(db)));
+                   }
+                   if (tp.requires_grad(iw)) {
+                     // dW (out, in) = dz^T x, written over the last step's storage.
+                     array dw;
+                     if constexpr (detail::on_host<D>) {
+                       dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
+                       kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
+                     } else {
+                       dw = K::template matmul<T>(dz, lx2->local(), true, false);
+                     }
+                     tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
+                   }
+                   if (tp.requires_grad(ix)) {
+                     array dx;
+                     if constexpr (detail::on_host<D>)
+                       dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
+                     else
+                       dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
+                     tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
+                   }
+                 },
+                 rg);
     *self = result.id;
     return result;
   }

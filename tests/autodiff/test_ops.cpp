@@ -2,7 +2,8 @@
 // loss = sum(r * f(x, w)) (r a fixed tensor) run with value_and_grad under every
 // strategy that fits the ranks gives the loss and the gradients of the same program run
 // on one rank (a one-rank communicator, every strategy split 1 way), to float rounding;
-// and the one-rank gradients agree with central differences of the loss.
+// and the one-rank gradients agree with central differences of the loss. The pipelined
+// matmuls (matmul_overlapped, matmul_summa) are checked so against their one-rank run.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -147,6 +148,30 @@ TEST_CASE("autodiff: div, exp, log, neg, reduce_max, reduce_min") {
                      })));
   check_wrapper(make("reduce_min", x, {smooth_tensor(x, 5)}, TESSERA_PROGRAM({
                        return autodiff::reduce_min(ops::reduce_min_op{strategy{s}, {0}, false}, w[0]);
+                     })));
+}
+
+TEST_CASE("autodiff: the pipelined matmuls give MatMul's loss and gradients") {
+  // x (8, 6), w (6, 8); s splits (m, k, n): every contraction split, each resolution.
+  for (const auto how : {ops::partial_resolution::scatter_rows, ops::partial_resolution::scatter_cols,
+                         ops::partial_resolution::all_reduce})
+    check_wrapper(make("matmul_overlapped", extents{8, 6, 8}, {smooth_tensor(extents{8, 6}, 1), smooth_tensor(extents{6, 8}, 2)},
+                       [how](auto& tp, const auto& w, const split_tuple& s) {
+                         (void)tp;
+                         const strategy st{split_tuple{s.v[0], s.v[1]}, split_tuple{s.v[1], s.v[2]}};
+                         return autodiff::matmul_overlapped(ops::matmul_op{st}, w[0], w[1], how, {3, 50});
+                       }));
+  // SUMMA: s splits (m, n), the contraction whole (A's is cut in pn panels, B's in pm:
+  // k = 8); both operands transposed too.
+  check_wrapper(make("matmul_summa", extents{8, 4}, {smooth_tensor(extents{8, 8}, 3), smooth_tensor(extents{8, 4}, 4)},
+                     TESSERA_PROGRAM({
+                       const strategy st{split_tuple{s.v[0], 1}, split_tuple{1, s.v[1]}};
+                       return autodiff::matmul_summa(ops::matmul_op{st}, w[0], w[1], {2, 50});
+                     })));
+  check_wrapper(make("matmul_summa transposed", extents{8, 4},
+                     {smooth_tensor(extents{8, 8}, 5), smooth_tensor(extents{4, 8}, 6)}, TESSERA_PROGRAM({
+                       const strategy st{split_tuple{1, s.v[0]}, split_tuple{s.v[1], 1}};
+                       return autodiff::matmul_summa(ops::matmul_op{st, true, true}, w[0], w[1]);
                      })));
 }
 

@@ -11,6 +11,7 @@
 #include <tessera/ops/batch_matmul.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
+#include <tessera/ops/matmul_pipelined.hpp>
 #include <tessera/ops/one_hot.hpp>
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/shape.hpp>
@@ -20,16 +21,52 @@
 
 namespace tessera::autodiff {
 
+namespace detail {
+// MatMul's backward on the tape, whichever forward computed C (ops::matmul or a
+// pipelined one): dC is brought to C's layout without partial sums, and dA and dB land
+// in the rule's gradient layouts.
+template <class T, class C, class D>
+auto matmul_grads(const ops::matmul_op& op, int ia, int ib) {
+  return [op, ia, ib](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+    auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
+    tp.add_grad(ia, std::move(da));
+    tp.add_grad(ib, std::move(db));
+  };
+}
+}  // namespace detail
+
 /// C = op(A) op(B) with MatMul's strategy; dA and dB in the rule's gradient layouts.
 template <class T, class C, class D>
 var<T, C, D> matmul(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b) {
   tape<T, C, D>& t = *a.t;
   tensor_on<T, D> c = ops::matmul(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(c), [op, ia = a.id, ib = b.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
-    tp.add_grad(ia, std::move(da));
-    tp.add_grad(ib, std::move(db));
-  });
+  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+}
+
+/// C = op(A) op(B) by ops::matmul_overlapped: the contraction's partial sums resolved
+/// as `how` says, chunk by chunk, while the next chunk is multiplied (C in
+/// ops::resolved_layout(rule, how)). The backward is MatMul's. C's communicator must be
+/// non-blocking (mpi_communicator, local_communicator, the staged and NCCL ones).
+///
+///     auto h = autodiff::matmul_overlapped(ops::matmul_op{strategy{{1, 4}, {4, 1}}}, x, w);
+template <class T, class C, class D>
+var<T, C, D> matmul_overlapped(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+                               ops::partial_resolution how = ops::partial_resolution::scatter_rows,
+                               const ops::pipeline_options& opt = {}) {
+  tape<T, C, D>& t = *a.t;
+  tensor_on<T, D> c = ops::matmul_overlapped(op, a.value(), b.value(), t.ctx(), how, opt);
+  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+}
+
+/// C = op(A) op(B) by SUMMA (ops::matmul_summa), for strategies ((pm, 1), (1, pn)): the
+/// panels of A and B broadcast along the mesh's rows and columns while the previous
+/// panels are multiplied. The backward is MatMul's.
+template <class T, class C, class D>
+var<T, C, D> matmul_summa(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+                          const ops::pipeline_options& opt = {}) {
+  tape<T, C, D>& t = *a.t;
+  tensor_on<T, D> c = ops::matmul_summa(op, a.value(), b.value(), t.ctx(), opt);
+  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
 }
 
 namespace detail {
