@@ -25,17 +25,6 @@ using dcomm = staged_communicator<mpi_communicator>;
 using dtensor = tensor_on<float, cuda_device>;
 constexpr index_t M = 16, K = 8, N = 24;
 
-std::vector<strategy> strategies(int p, bool ta, bool tb, bool k_split_only_one = false) {
-  std::vector<strategy> out;
-  for (int m = 1; m <= p; ++m)
-    for (int k = 1; k <= p; ++k)
-      for (int n = 1; n <= p; ++n) {
-        if (p % (m * k * n) != 0 || (k_split_only_one && k != 1)) continue;
-        out.push_back(strategy{ta ? split_tuple{k, m} : split_tuple{m, k}, tb ? split_tuple{n, k} : split_tuple{k, n}});
-      }
-  return out;
-}
-
 }  // namespace
 
 static_assert(nonblocking_communicator<dcomm>);
@@ -52,7 +41,7 @@ TEST_CASE("matmul_overlapped on device tensors equals the host pipeline and ops:
       const xt::xarray<float> ga = integer_tensor(ta ? extents{K, M} : extents{M, K}, 1);
       const xt::xarray<float> gb = integer_tensor(tb ? extents{N, K} : extents{K, N}, 2);
       const xt::xarray<float> c_ref = kernels::cpu::matmul(ga, gb, ta, tb);
-      for (const strategy& st : strategies(p, ta, tb)) {
+      for (const strategy& st : testing::matmul_strategies(p, ta, tb)) {
         const ops::matmul_op op{st, ta, tb};
         const matmul_layouts r = op.rule(p);
         CAPTURE(to_string(st));
@@ -102,7 +91,7 @@ TEST_CASE("matmul_summa on device tensors equals the host pipeline and ops::matm
       const xt::xarray<float> ga = integer_tensor(ta ? extents{K, M} : extents{M, K}, 5);
       const xt::xarray<float> gb = integer_tensor(tb ? extents{N, K} : extents{K, N}, 6);
       const xt::xarray<float> c_ref = kernels::cpu::matmul(ga, gb, ta, tb);
-      for (const strategy& st : strategies(p, ta, tb, true)) {
+      for (const strategy& st : testing::matmul_strategies(p, ta, tb, true)) {
         const ops::matmul_op op{st, ta, tb};
         const matmul_layouts r = op.rule(p);
         const ops::summa_layouts sl = ops::summa_rule(op, p);

@@ -120,4 +120,17 @@ inline std::vector<split_tuple> split_tuples(const extents& shape, int p, const 
 /// tests give inputs in when they make an operator redistribute them.
 inline layout flat(int p, int n) { return layout::replicated(mesh{p}, n); }
 
+/// Every strategy of MatMul on p devices: (m, k, n) with m k n dividing p, as split
+/// tuples for the transpose flags (k = 1 only, SUMMA's, with k_split_only_one).
+inline std::vector<strategy> matmul_strategies(int p, bool ta, bool tb, bool k_split_only_one = false) {
+  std::vector<strategy> out;
+  for (int m = 1; m <= p; ++m)
+    for (int k = 1; k <= p; ++k)
+      for (int n = 1; n <= p; ++n) {
+        if (p % (m * k * n) != 0 || (k_split_only_one && k != 1)) continue;
+        out.push_back(strategy{ta ? split_tuple{k, m} : split_tuple{m, k}, tb ? split_tuple{n, k} : split_tuple{k, n}});
+      }
+  return out;
+}
+
 }  // namespace tessera::testing

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "device_under_test.hpp"
+#include "ops/sharded_testing.hpp"
 
 #include <string>
 #include <vector>
@@ -38,19 +39,6 @@ xt::xarray<float> gather(const testing::test_tensor& x, device_context<testing::
   return testing::host_shard(redistribute(x, layout::replicated(mesh{ctx.size()}, 2), ctx));
 }
 
-std::vector<strategy> strategies(int p, bool ta, bool tb) {
-  std::vector<strategy> out;
-  for (int m = 1; m <= p; ++m)
-    for (int k = 1; k <= p; ++k)
-      for (int n = 1; n <= p; ++n) {
-        if (p % (m * k * n) != 0) continue;
-        const split_tuple a = ta ? split_tuple{k, m} : split_tuple{m, k};
-        const split_tuple b = tb ? split_tuple{n, k} : split_tuple{k, n};
-        out.push_back(strategy{a, b});
-      }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("matmul: every strategy and transpose gives the single-process product and gradients") {
@@ -67,7 +55,7 @@ TEST_CASE("matmul: every strategy and transpose gives the single-process product
       const xt::xarray<float> c_ref = kernels::cpu::matmul(ga, gb, ta, tb);
       const xt::xarray<float> da_ref = kernels::cpu::matmul_grad_a(gdc, ga, gb, ta, tb);
       const xt::xarray<float> db_ref = kernels::cpu::matmul_grad_b(gdc, ga, gb, ta, tb);
-      for (const strategy& st : strategies(p, ta, tb)) {
+      for (const strategy& st : testing::matmul_strategies(p, ta, tb)) {
         const ops::matmul_op op{st, ta, tb};
         const matmul_layouts r = op.rule(p);
         CAPTURE(to_string(st));

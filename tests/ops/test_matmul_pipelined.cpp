@@ -24,19 +24,6 @@ namespace {
 
 constexpr index_t M = 16, K = 8, N = 24;
 
-// Every strategy of MatMul on p devices: (m, k, n) with m k n dividing p, as split
-// tuples for the transpose flags.
-std::vector<strategy> strategies(int p, bool ta, bool tb, bool k_split_only_one = false) {
-  std::vector<strategy> out;
-  for (int m = 1; m <= p; ++m)
-    for (int k = 1; k <= p; ++k)
-      for (int n = 1; n <= p; ++n) {
-        if (p % (m * k * n) != 0 || (k_split_only_one && k != 1)) continue;
-        out.push_back(strategy{ta ? split_tuple{k, m} : split_tuple{m, k}, tb ? split_tuple{n, k} : split_tuple{k, n}});
-      }
-  return out;
-}
-
 const char* name_of(ops::partial_resolution how) {
   switch (how) {
     case ops::partial_resolution::scatter_rows: return "scatter_rows";
@@ -57,7 +44,7 @@ TEST_CASE("matmul_overlapped: every strategy, transpose, resolution and chunk co
       const xt::xarray<float> ga = integer_tensor(ta ? extents{K, M} : extents{M, K}, 1);
       const xt::xarray<float> gb = integer_tensor(tb ? extents{N, K} : extents{K, N}, 2);
       const xt::xarray<float> c_ref = kernels::cpu::matmul(ga, gb, ta, tb);
-      for (const strategy& st : strategies(p, ta, tb)) {
+      for (const strategy& st : testing::matmul_strategies(p, ta, tb)) {
         const ops::matmul_op op{st, ta, tb};
         const matmul_layouts r = op.rule(p);
         CAPTURE(to_string(st));
@@ -130,7 +117,7 @@ TEST_CASE("matmul_summa: every strategy without a contraction split, transposes,
       const xt::xarray<float> ga = integer_tensor(ta ? extents{K, M} : extents{M, K}, 5);
       const xt::xarray<float> gb = integer_tensor(tb ? extents{N, K} : extents{K, N}, 6);
       const xt::xarray<float> c_ref = kernels::cpu::matmul(ga, gb, ta, tb);
-      for (const strategy& st : strategies(p, ta, tb, true)) {
+      for (const strategy& st : testing::matmul_strategies(p, ta, tb, true)) {
         const ops::matmul_op op{st, ta, tb};
         const matmul_layouts r = op.rule(p);
         const ops::summa_layouts sl = ops::summa_rule(op, p);
