@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <numeric>
 #include <span>
@@ -217,16 +216,17 @@ inline std::vector<index_t> shrinking_cuts(index_t total, int n) {
 }
 
 /// gemm of rows [r0, r0 + rows) of op(A) (lm x lk) and columns [c0, c0 + w) of op(B)
-/// (lk x ln), read in place from row-major shards, into dst (rows x w, row stride ldc).
-template <class T>
-void sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln,
-                 index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
+/// (lk x ln), read in place from row-major shards, into dst (rows x w, row stride ldc),
+/// by device D's backend: BLAS on the host, cuBLAS queued on the stream on a GPU.
+template <class D, class T>
+void sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln, index_t r0,
+                 index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
   const T* pa = ta ? a + r0 : a + r0 * lk;
   const T* pb = tb ? b + c0 * lk : b + c0;
   const index_t lda = std::max<index_t>(1, ta ? lm : lk), ldb = std::max<index_t>(1, tb ? lk : ln);
   auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_overlapped"); };
-  kernels::cpu::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
-                     i(std::max<index_t>(1, ldc)));
+  kernels::backend<D>::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
+                            i(std::max<index_t>(1, ldc)));
 }
 
 /// Runs a chunk pipeline: the compute thread runs compute(i) for i = 0 .. n - 1; the
@@ -330,14 +330,6 @@ inline void split_first_panel(std::vector<summa_panel>& panels) {
   panels.insert(panels.begin(), head);
 }
 
-// Copies rows x cols of a row-major matrix (row stride ld) starting at src to dst
-// (packed, row stride cols).
-template <class T>
-void pack_block(const T* src, index_t ld, index_t rows, index_t cols, T* dst) {
-  for (index_t i = 0; i < rows; ++i)
-    std::memcpy(dst + i * cols, src + i * ld, std::size_t(cols) * sizeof(T));
-}
-
 template <class T, class D, class C>
 void check_pipelined_types(const char* fn) {
   (void)fn;
@@ -357,13 +349,7 @@ void check_pipelined_types(const char* fn) {
                   "(nccl_communicator, staged_communicator)");
 }
 
-// ---- device tensors ------------------------------------------------------------------
-// On a device the products are queued on its stream by the calling thread (no compute
-// thread: queuing returns at once), each piece's collective started right after its
-// product is queued, so the device runs the next products while it is in flight (NCCL
-// on its communication stream; the staged communicator's host transfer). The buffers
-// are the device's arrays (storage<T, D>), packed and copied with its copy_box, the
-// products its backend's gemm; stream order keeps every buffer safe.
+// ---- what the host and device paths share -------------------------------------------
 
 // matmul_overlapped's operands in the rule's layouts and the sizes of their blocks (A's
 // lm x lk, B's lk x ln), the output's shape and layout, and the contraction group: its
@@ -458,18 +444,12 @@ summa_setup<T, D> summa_prepare(const matmul_op& op, const tensor_on<T, D>& a, c
           wmax};
 }
 
-/// gemm of rows [r0, r0 + rows) of op(A) and columns [c0, c0 + w) of op(B) on device D,
-/// as sub_product.
-template <class D, class T>
-void device_sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln, index_t r0,
-                        index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
-  const T* pa = ta ? a + r0 : a + r0 * lk;
-  const T* pb = tb ? b + c0 * lk : b + c0;
-  const index_t lda = std::max<index_t>(1, ta ? lm : lk), ldb = std::max<index_t>(1, tb ? lk : ln);
-  auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_overlapped"); };
-  kernels::backend<D>::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
-                            i(std::max<index_t>(1, ldc)));
-}
+// On a device the products are queued on its stream by the calling thread (no compute
+// thread: queuing returns at once), each piece's collective started right after its
+// product is queued, so the device runs the next products while it is in flight (NCCL
+// on its communication stream; the staged communicator's host transfer). The buffers
+// are the device's arrays (storage<T, D>), packed and copied with its copy_box, the
+// products its backend's gemm; stream order keeps every buffer safe.
 
 /// The chunk pipeline on a device: queue compute(i), start(i) at once, finish in order
 /// the requests that are complete; then wait for the rest.
@@ -491,184 +471,118 @@ void run_device_pipeline(int n, Compute&& compute, Start&& start, Finish&& finis
   }
 }
 
-template <class T, class D, class C>
-tensor_on<T, D> overlapped_on_device(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
-                                     device_context<C>& ctx, partial_resolution how, const pipeline_options& opt,
-                                     pipeline_stats* stats) {
-  using S = storage<T, D>;
-  const auto t0 = pipeline_clock::now();
-  const overlapped_setup<T, D> su = overlapped_prepare(op, a, b, ctx, how, opt);
-  const matmul_layouts& r = su.r;
-  const T* pa = su.la->local().data();
-  const T* pb = su.lb->local().data();
-  const bool ta = su.ta, tb = su.tb;
-  const index_t lm = su.lm, lk = su.lk, ln = su.ln;
-  const int k_axis = su.k_axis, g = su.g;
-  auto product = [&](index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc) {
-    device_sub_product<D>(pa, pb, ta, tb, lm, lk, ln, r0, rows, c0, w, dst, ldc, T(0));
-  };
-  pipeline_stats st;
-  typename S::array out;
-  if (g == 1) {
-    out = S::empty(extents{lm, ln});
-    product(0, lm, 0, ln, out.data(), ln);
-    st.pieces = 1;
+/// A chunk pipeline on device D: on the host run_chunk_pipeline (the products on a
+/// compute thread; returns its busy time), on a device run_device_pipeline (returns 0:
+/// the products run asynchronously).
+template <class D, class Compute, class Start, class Finish>
+double run_pieces(int n, Compute&& compute, Start&& start, Finish&& finish, int poll_us) {
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    return run_chunk_pipeline(n, compute, start, finish, poll_us);
   } else {
-    C& group = ctx.on(r.dev).group(axis_list{k_axis});
-    const bool rows = how == partial_resolution::scatter_rows;
-    const index_t R = rows ? lm / g : lm, W = how == partial_resolution::scatter_cols ? ln / g : ln;
-    out = S::empty(extents{R, W});
-    const int n = int(std::min<index_t>(opt.chunks, R));
-    const std::vector<index_t> row_cuts = shrinking_cuts(R, n);
-    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
-    auto none = [](int) {};
-    st.pieces = n;
-    if (how == partial_resolution::all_reduce) {
-      auto compute = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        product(r0, rs, 0, ln, out.data() + r0 * ln, ln);
-      };
-      auto start = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
-      };
-      run_device_pipeline(n, compute, start, none);
-    } else if (rows) {
-      // As on the host: chunks of columns into g blocks of R x w; each arrived block
-      // copied into its columns of the output shard (copy_box, queued on the stream).
-      const int nc = int(std::min<index_t>(opt.chunks, ln));
-      const std::vector<index_t> col_cuts = shrinking_cuts(ln, nc);
-      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
-      typename S::array send = S::empty(extents{lm * ln}), recv = S::empty(extents{R * ln});
-      auto compute = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        product(0, lm, c0, w, send.data() + lm * c0, w);
-      };
-      auto start = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
-                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
-      };
-      auto finish = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        S::copy_box(recv.data() + R * c0, extents{R, w}, extents{0, 0}, out.data(), extents{R, ln}, extents{0, c0},
-                    extents{R, w});
-      };
-      run_device_pipeline(nc, compute, start, finish);
-      st.pieces = nc;
-    } else {
-      // scatter_cols: member j's columns into the j-th block of the chunk's send buffer;
-      // the ReduceScatter lands in the chunk's rows of the output shard.
-      typename S::array send = S::empty(extents{lm * ln});
-      auto compute = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        T* chunk = send.data() + g * r0 * W;
-        for (int j = 0; j < g; ++j) product(r0, rs, j * W, W, chunk + j * rs * W, W);
-      };
-      auto start = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
-                                     std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
-      };
-      run_device_pipeline(n, compute, start, none);
-    }
+    run_device_pipeline(n, compute, start, finish);
+    return 0;
   }
-  st.total_s = seconds_since(t0);
-  if (stats) *stats = st;
-  return tensor_on<T, D>(su.out_l, su.cs, ctx.rank(), std::move(out));
 }
 
+/// SUMMA's panel traffic on device D, which the host's and the device's loops share:
+/// two slots of panel buffers (panel t lands in slot t % 2); post(t) starts panel t's
+/// broadcasts (each owner sends its shard's panel: in place when it is contiguous, else
+/// packed into the slot by the device's copy_box); multiply(t, c) adds panel t's
+/// product to C's block (c, lm x ln; panel 0 overwrites it), reading each operand in
+/// place where this rank holds it, else from the slot its broadcast landed in.
 template <class T, class D, class C>
-tensor_on<T, D> summa_on_device(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
-                                device_context<C>& ctx, const pipeline_options& opt, pipeline_stats* stats) {
+struct summa_traffic {
   using S = storage<T, D>;
-  const auto t0 = pipeline_clock::now();
-  const summa_setup<T, D> su = summa_prepare(op, a, b, ctx, opt);
-  const bool ta = su.ta, tb = su.tb;
-  const int pm = su.pm, pn = su.pn;
-  const index_t lm = su.lm, ka = su.ka, ln = su.ln, kb = su.kb, wmax = su.wmax;
-  const T* pa = su.la->local().data();
-  const T* pb = su.lb->local().data();
-  mesh_comm<C>& mc = ctx.on(su.r.dev);
-  C& row = mc.group(axis_list{su.an});
-  C& col = mc.group(axis_list{su.am});
-  const std::vector<summa_panel>& panels = su.panels;
-  const int np = int(panels.size());
+  using request = decltype(std::declval<C&>().ibroadcast(std::span<T>(), 0));
+  static constexpr int slots = 2;
 
-  // Two slots of panel buffers, panel t in slot t % 2: the broadcast of panel t + 2 is
-  // queued after the product of panel t, which read the slot.
-  constexpr int slots = 2;
+  const summa_setup<T, D>& su;
+  C& row;  // the ranks of this mesh row: A's panels
+  C& col;  // the ranks of this mesh column: B's panels
+  const T* pa;
+  const T* pb;
   std::vector<typename S::array> abuf, bbuf;
-  for (int s = 0; s < slots; ++s) {
-    abuf.push_back(S::empty(extents{pn > 1 ? lm * wmax : 0}));
-    bbuf.push_back(S::empty(extents{pm > 1 ? wmax * ln : 0}));
+  std::vector<request> flight_a, flight_b;
+
+  summa_traffic(const summa_setup<T, D>& s, mesh_comm<C>& mc)
+      : su(s),
+        row(mc.group(axis_list{s.an})),
+        col(mc.group(axis_list{s.am})),
+        pa(s.la->local().data()),
+        pb(s.lb->local().data()),
+        flight_a(s.panels.size()),
+        flight_b(s.panels.size()) {
+    for (int k = 0; k < slots; ++k) {
+      abuf.push_back(S::empty(extents{su.pn > 1 ? su.lm * su.wmax : 0}));
+      bbuf.push_back(S::empty(extents{su.pm > 1 ? su.wmax * su.ln : 0}));
+    }
   }
-  using request = decltype(row.ibroadcast(std::span<T>(), 0));
-  std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
-  auto post = [&](int t) {
-    const summa_panel& p = panels[std::size_t(t)];
-    const int s = t % slots;
-    if (pn > 1) {
-      T* buf = abuf[std::size_t(s)].data();
+
+  void post(int t) {
+    const summa_panel& p = su.panels[std::size_t(t)];
+    const std::size_t slot = std::size_t(t % slots);
+    const index_t lm = su.lm, ln = su.ln, ka = su.ka, kb = su.kb;
+    if (su.pn > 1) {
+      T* buf = abuf[slot].data();
       if (row.rank() == p.a_owner) {
-        if (ta || p.w == ka)  // contiguous in the shard: sent in place (a root's buffer is only read)
-          buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
+        if (su.ta || p.w == ka)  // contiguous in the shard: sent in place (a root's buffer is only read)
+          buf = const_cast<T*>(su.ta ? pa + p.a_off * lm : pa + p.a_off);
         else
           S::copy_box(pa, extents{lm, ka}, extents{0, p.a_off}, buf, extents{lm, p.w}, extents{0, 0},
                       extents{lm, p.w});
       }
       flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, std::size_t(lm * p.w)), p.a_owner);
     }
-    if (pm > 1) {
-      T* buf = bbuf[std::size_t(s)].data();
+    if (su.pm > 1) {
+      T* buf = bbuf[slot].data();
       if (col.rank() == p.b_owner) {
-        if (!tb || p.w == kb)
-          buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
+        if (!su.tb || p.w == kb)
+          buf = const_cast<T*>(su.tb ? pb + p.b_off : pb + p.b_off * ln);
         else
           S::copy_box(pb, extents{ln, kb}, extents{0, p.b_off}, buf, extents{ln, p.w}, extents{0, 0},
                       extents{ln, p.w});
       }
       flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, std::size_t(p.w * ln)), p.b_owner);
     }
-  };
+  }
 
-  typename S::array out = S::empty(extents{lm, ln});
-  if (np == 0) S::fill(out, T(0));
-  for (int t = 0; t < std::min(np, slots); ++t) post(t);
-  for (int t = 0; t < np; ++t) {
+  /// Whether panel t's broadcasts are complete (both are polled).
+  bool test(int t) {
+    const bool a = flight_a[std::size_t(t)].test();
+    return flight_b[std::size_t(t)].test() && a;
+  }
+  void wait(int t) {
     flight_a[std::size_t(t)].wait();
     flight_b[std::size_t(t)].wait();
-    const summa_panel& p = panels[std::size_t(t)];
+  }
+
+  void multiply(int t, T* c) const {
+    const summa_panel& p = su.panels[std::size_t(t)];
+    const std::size_t slot = std::size_t(t % slots);
+    const bool ta = su.ta, tb = su.tb;
+    const index_t lm = su.lm, ln = su.ln;
     const T *oa = nullptr, *ob = nullptr;
-    index_t lda = 1, ldb = 1;
-    if (pn == 1 || row.rank() == p.a_owner) {
+    index_t lda = 1, ldb = 1;  // row strides
+    if (su.pn == 1 || row.rank() == p.a_owner) {
       oa = ta ? pa + p.a_off * lm : pa + p.a_off;
-      lda = ta ? lm : ka;
+      lda = ta ? lm : su.ka;
     } else {
-      oa = abuf[std::size_t(t % slots)].data();
+      oa = abuf[slot].data();
       lda = ta ? lm : p.w;
     }
-    if (pm == 1 || col.rank() == p.b_owner) {
+    if (su.pm == 1 || col.rank() == p.b_owner) {
       ob = tb ? pb + p.b_off : pb + p.b_off * ln;
-      ldb = tb ? kb : ln;
+      ldb = tb ? su.kb : ln;
     } else {
-      ob = bbuf[std::size_t(t % slots)].data();
+      ob = bbuf[slot].data();
       ldb = tb ? p.w : ln;
     }
     auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
     kernels::backend<D>::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), oa, i(std::max<index_t>(1, lda)), ob,
-                              i(std::max<index_t>(1, ldb)), t == 0 ? T(0) : T(1), out.data(),
+                              i(std::max<index_t>(1, ldb)), t == 0 ? T(0) : T(1), c,
                               i(std::max<index_t>(1, ln)));
-    if (t + slots < np) post(t + slots);
-    for (int u = t + 1; u < std::min(np, t + 1 + slots); ++u)  // progress
-      (void)flight_a[std::size_t(u)].test(), (void)flight_b[std::size_t(u)].test();
   }
-  pipeline_stats st;
-  st.pieces = np;
-  st.total_s = seconds_since(t0);
-  if (stats) *stats = st;
-  return tensor_on<T, D>(su.r.c, su.cs, ctx.rank(), std::move(out));
-}
+};
 }  // namespace detail
 
 /// C = op(A) op(B) as ops::matmul computes it followed by the resolution of the partial
@@ -722,99 +636,97 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
                                   partial_resolution how = partial_resolution::scatter_rows,
                                   const pipeline_options& opt = {}, pipeline_stats* stats = nullptr) {
   detail::check_pipelined_types<T, D, C>("matmul_overlapped");
-  if constexpr (!std::is_same_v<D, cpu_device>) {
-    return detail::overlapped_on_device(op, a, b, ctx, how, opt, stats);
+  using S = storage<T, D>;
+  constexpr bool host = std::is_same_v<D, cpu_device>;
+  const auto t0 = detail::pipeline_clock::now();
+  const detail::overlapped_setup<T, D> su = detail::overlapped_prepare(op, a, b, ctx, how, opt);
+  const T* pa = su.la->local().data();
+  const T* pb = su.lb->local().data();
+  const bool ta = su.ta, tb = su.tb;
+  const index_t lm = su.lm, lk = su.lk, ln = su.ln;
+  const int g = su.g;
+  // Rows [r0, r0 + rows) and columns [c0, c0 + w) of the local product into dst.
+  auto product = [&](index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc) {
+    detail::sub_product<D>(pa, pb, ta, tb, lm, lk, ln, r0, rows, c0, w, dst, ldc, T(0));
+  };
+  pipeline_stats st;
+  typename S::array out;
+  if (g == 1) {
+    // No partial sums to resolve (or a one-rank contraction group): one product.
+    out = S::empty(extents{lm, ln});
+    const auto tc = detail::pipeline_clock::now();
+    product(0, lm, 0, ln, out.data(), ln);
+    st.compute_s = host ? detail::seconds_since(tc) : 0.0;
+    st.pieces = 1;
   } else {
-    const auto t0 = detail::pipeline_clock::now();
-    const detail::overlapped_setup<T, D> su = detail::overlapped_prepare(op, a, b, ctx, how, opt);
-    const matmul_layouts& r = su.r;
-    const T* pa = su.la->local().data();
-    const T* pb = su.lb->local().data();
-    const bool ta = su.ta, tb = su.tb;
-    const index_t lm = su.lm, lk = su.lk, ln = su.ln;
-    const int k_axis = su.k_axis, g = su.g;
-    pipeline_stats st;
-    xt::xarray<T> out;
-    if (g == 1) {
-      // No partial sums to resolve (or a one-rank contraction group): one product.
-      out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
-      const auto tc = detail::pipeline_clock::now();
-      detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, 0, ln, out.data(), ln, T(0));
-      st.compute_s = detail::seconds_since(tc);
-      st.pieces = 1;
+    C& group = ctx.on(su.r.dev).group(axis_list{su.k_axis});
+    // Rows per output block (R), columns per block (W), and the output shard.
+    const bool rows = how == partial_resolution::scatter_rows, cols = how == partial_resolution::scatter_cols;
+    const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
+    out = S::empty(extents{R, W});
+    const int n = int(std::min<index_t>(opt.chunks, R));
+    const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
+    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
+    auto none = [](int) {};
+    st.pieces = n;
+    if (how == partial_resolution::all_reduce) {
+      // Chunks of rows, computed in place into C's shard and all-reduced there.
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        product(r0, rs, 0, ln, out.data() + r0 * ln, ln);
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
+      };
+      st.compute_s = detail::run_pieces<D>(n, compute, start, none, opt.poll_us);
+    } else if (rows) {
+      // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
+      // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
+      // j. The ReduceScatter lands in a block of R x w, copied into columns
+      // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
+      const int nc = int(std::min<index_t>(opt.chunks, ln));
+      const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
+      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
+      typename S::array send = S::empty(extents{lm * ln}), recv = S::empty(extents{R * ln});
+      auto compute = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        product(0, lm, c0, w, send.data() + lm * c0, w);
+      };
+      auto start = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
+                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
+      };
+      auto finish = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        S::copy_box(recv.data() + R * c0, extents{R, w}, extents{0, 0}, out.data(), extents{R, ln}, extents{0, c0},
+                    extents{R, w});
+      };
+      st.compute_s = detail::run_pieces<D>(nc, compute, start, finish, opt.poll_us);
+      st.pieces = nc;
     } else {
-      C& group = ctx.on(r.dev).group(axis_list{k_axis});
-      // Rows per output block (R), columns per block (W), and the output shard.
-      const bool rows = how == partial_resolution::scatter_rows, cols = how == partial_resolution::scatter_cols;
-      const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
-      out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R), std::size_t(W)});
-      const int n = int(std::min<index_t>(opt.chunks, R));
-      const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
-      auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
-      auto none = [](int) {};
-      if (how == partial_resolution::all_reduce) {
-        // Chunks of rows, computed in place into C's shard and all-reduced there.
-        auto compute = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, 0, ln, out.data() + r0 * ln, ln, T(0));
-        };
-        auto start = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
-        };
-        st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
-      } else if (rows) {
-        // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
-        // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
-        // j. The ReduceScatter lands in a block of R x w, copied into columns
-        // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
-        const int nc = int(std::min<index_t>(opt.chunks, ln));
-        const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
-        auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
-        xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
-        xt::xarray<T> recv = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R * ln)});
-        auto compute = [&](int i) {
-          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, c0, w, send.data() + lm * c0, w, T(0));
-        };
-        auto start = [&](int i) {
-          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-          return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
-                                       std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
-        };
-        auto finish = [&](int i) {
-          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-          const T* src = recv.data() + R * c0;
-          for (index_t x = 0; x < R; ++x)
-            std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
-        };
-        st.compute_s = detail::run_chunk_pipeline(nc, compute, start, finish, opt.poll_us);
-        st.pieces = nc;
-      } else {
-        // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
-        // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
-        // g * begin(i) * W of one buffer as large as the local product), and the
-        // ReduceScatter lands in the chunk's rows of the output shard: no copy.
-        xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
-        auto compute = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          T* chunk = send.data() + g * r0 * W;
-          for (int j = 0; j < g; ++j)
-            detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, j * W, W, chunk + j * rs * W, W, T(0));
-        };
-        auto start = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
-                                       std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
-        };
-        st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
-      }
-      if (!rows) st.pieces = n;
+      // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
+      // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
+      // g * begin(i) * W of one buffer as large as the local product), and the
+      // ReduceScatter lands in the chunk's rows of the output shard: no copy.
+      typename S::array send = S::empty(extents{lm * ln});
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        T* chunk = send.data() + g * r0 * W;
+        for (int j = 0; j < g; ++j) product(r0, rs, j * W, W, chunk + j * rs * W, W);
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
+                                     std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
+      };
+      st.compute_s = detail::run_pieces<D>(n, compute, start, none, opt.poll_us);
     }
-    st.total_s = detail::seconds_since(t0);
-    if (stats) *stats = st;
-    return dist_tensor<T>(su.out_l, su.cs, ctx.rank(), std::move(out));
   }
+  st.total_s = detail::seconds_since(t0);
+  if (stats) *stats = st;
+  return tensor_on<T, D>(su.out_l, su.cs, ctx.rank(), std::move(out));
 }
 
 /// C = op(A) op(B) for a strategy that does not split the contraction dim,
@@ -852,115 +764,50 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
                              device_context<C>& ctx, const pipeline_options& opt = {},
                              pipeline_stats* stats = nullptr) {
   detail::check_pipelined_types<T, D, C>("matmul_summa");
+  using S = storage<T, D>;
+  const auto t0 = detail::pipeline_clock::now();
+  const detail::summa_setup<T, D> su = detail::summa_prepare(op, a, b, ctx, opt);
+  detail::summa_traffic<T, D, C> io(su, ctx.on(su.r.dev));
+  constexpr int slots = detail::summa_traffic<T, D, C>::slots;
+  const int np = int(su.panels.size());
+  typename S::array out = S::empty(extents{su.lm, su.ln});
+  if (np == 0) S::fill(out, T(0));
+  pipeline_stats st;
+  st.pieces = np;
+
   if constexpr (!std::is_same_v<D, cpu_device>) {
-    return detail::summa_on_device(op, a, b, ctx, opt, stats);
-  } else {
-    const auto t0 = detail::pipeline_clock::now();
-    const detail::summa_setup<T, D> su = detail::summa_prepare(op, a, b, ctx, opt);
-    const bool ta = su.ta, tb = su.tb;
-    const int pm = su.pm, pn = su.pn;
-    const index_t lm = su.lm, ka = su.ka;  // A's block: lm x ka
-    const index_t ln = su.ln, kb = su.kb;  // B's block: kb x ln
-    const index_t wmax = su.wmax;
-    const T* pa = su.la->local().data();
-    const T* pb = su.lb->local().data();
-    pipeline_stats st;
-
-    mesh_comm<C>& mc = ctx.on(su.r.dev);
-    C& row = mc.group(axis_list{su.an});  // the ranks of this mesh row: A's panels
-    C& col = mc.group(axis_list{su.am});  // the ranks of this mesh column: B's panels
-    const std::vector<detail::summa_panel>& panels = su.panels;
-    const int np = int(panels.size());
-
-    // Two slots of panel buffers, panel t in slot t % 2.
-    constexpr int slots = 2;
-    std::vector<T> abuf[slots], bbuf[slots];
-    for (int s = 0; s < slots; ++s) {
-      if (pn > 1) abuf[s].resize(std::size_t(lm * wmax));
-      if (pm > 1) bbuf[s].resize(std::size_t(wmax * ln));
+    // The calling thread waits for panel t's broadcasts, queues its product and starts
+    // the broadcasts of panel t + 2 into the slot the product reads: stream order
+    // makes the product read the slot before they land.
+    for (int t = 0; t < std::min(np, slots); ++t) io.post(t);
+    for (int t = 0; t < np; ++t) {
+      io.wait(t);
+      io.multiply(t, out.data());
+      if (t + slots < np) io.post(t + slots);
+      for (int u = t + 1; u < std::min(np, t + 1 + slots); ++u) (void)io.test(u);  // progress
     }
-    // Where panel t's operands are read: this rank's shard in place when it holds them,
-    // else the slot its broadcast lands in. lda / ldb are the row strides.
-    struct operands {
-      const T* a = nullptr;
-      const T* b = nullptr;
-      index_t lda = 1, ldb = 1;
-    };
-    auto operands_of = [&](int t) {
-      const detail::summa_panel& p = panels[std::size_t(t)];
-      operands o;
-      if (pn == 1 || row.rank() == p.a_owner) {
-        o.a = ta ? pa + p.a_off * lm : pa + p.a_off;
-        o.lda = ta ? lm : ka;
-      } else {
-        o.a = abuf[t % slots].data();
-        o.lda = ta ? lm : p.w;
-      }
-      if (pm == 1 || col.rank() == p.b_owner) {
-        o.b = tb ? pb + p.b_off : pb + p.b_off * ln;
-        o.ldb = tb ? kb : ln;
-      } else {
-        o.b = bbuf[t % slots].data();
-        o.ldb = tb ? p.w : ln;
-      }
-      return o;
-    };
-
-    xt::xarray<T> out =
-        kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
-    if (np == 0) std::fill(out.data(), out.data() + out.size(), T(0));
+  } else {
+    // The compute thread multiplies panel t once the calling thread has seen its
+    // broadcasts complete (ready > t); the calling thread posts panel t + 2 once panel
+    // t is multiplied (consumed > t), freeing its slot.
     std::atomic<int> ready{0}, consumed{0};
-    using request = decltype(row.ibroadcast(std::span<T>(), 0));
-    std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
-    // Starts panel t's broadcasts: the owner sends its shard's panel (packed when its
-    // columns are strided), the others receive into slot t % 2.
-    auto post = [&](int t) {
-      const detail::summa_panel& p = panels[std::size_t(t)];
-      const int s = t % slots;
-      if (pn > 1) {
-        const std::size_t count = std::size_t(lm * p.w);
-        T* buf = abuf[s].data();
-        if (row.rank() == p.a_owner) {
-          if (ta || p.w == ka)  // contiguous in the shard: sent in place (MPI only reads a root's buffer)
-            buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
-          else
-            detail::pack_block(pa + p.a_off, ka, lm, p.w, buf);
-        }
-        flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, count), p.a_owner);
-      }
-      if (pm > 1) {
-        const std::size_t count = std::size_t(p.w * ln);
-        T* buf = bbuf[s].data();
-        if (col.rank() == p.b_owner) {
-          if (!tb || p.w == kb)
-            buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
-          else
-            detail::pack_block(pb + p.b_off, kb, ln, p.w, buf);
-        }
-        flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, count), p.b_owner);
-      }
-    };
-
-    double gemm_s = 0;  // the compute thread's time in products (not waiting for panels)
+    double gemm_s = 0;               // the compute thread's time in products (not waiting for panels)
     detail::pipeline_events events;  // a panel multiplied, or the work ended
-    detail::compute_thread worker([&](const std::atomic<bool>& stop) {
-      for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
-        for (int seen = ready.load(std::memory_order_acquire); seen <= t && !stop.load(std::memory_order_relaxed);
-             seen = ready.load(std::memory_order_acquire))
-          ready.wait(seen, std::memory_order_acquire);
-        if (stop.load(std::memory_order_relaxed)) break;
-        const auto tg = detail::pipeline_clock::now();
-        const operands o = operands_of(t);
-        const detail::summa_panel& p = panels[std::size_t(t)];
-        auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
-        kernels::cpu::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), o.a, i(std::max<index_t>(1, o.lda)), o.b,
-                           i(std::max<index_t>(1, o.ldb)), t == 0 ? T(0) : T(1), out.data(),
-                           i(std::max<index_t>(1, ln)));
-        gemm_s += detail::seconds_since(tg);
-        consumed.store(t + 1, std::memory_order_release);
-        events.signal();
-      }
-    }, &events);
+    detail::compute_thread worker(
+        [&](const std::atomic<bool>& stop) {
+          for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
+            for (int seen = ready.load(std::memory_order_acquire);
+                 seen <= t && !stop.load(std::memory_order_relaxed); seen = ready.load(std::memory_order_acquire))
+              ready.wait(seen, std::memory_order_acquire);
+            if (stop.load(std::memory_order_relaxed)) break;
+            const auto tg = detail::pipeline_clock::now();
+            io.multiply(t, out.data());
+            gemm_s += detail::seconds_since(tg);
+            consumed.store(t + 1, std::memory_order_release);
+            events.signal();
+          }
+        },
+        &events);
     struct wake_on_exit {  // a failure here must not leave the worker waiting for a panel
       detail::compute_thread& worker;
       std::atomic<int>& ready;
@@ -978,26 +825,25 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
     while (done < np) {
       const int seen = events.seen();
       while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) {
-        post(posted++);
+        io.post(posted++);
         backoff.event();
       }
-      while (done < posted && flight_a[std::size_t(done)].test() && flight_b[std::size_t(done)].test()) {
+      while (done < posted && io.test(done)) {
         ready.store(++done, std::memory_order_release);
         ready.notify_all();
         backoff.event();
       }
-      for (int t = done + 1; t < posted; ++t) flight_a[std::size_t(t)].test(), flight_b[std::size_t(t)].test();
+      for (int t = done + 1; t < posted; ++t) (void)io.test(t);
       if (done == np || worker.done()) break;
       if (done == posted) events.wait(seen);  // nothing in flight: sleep until a slot is free
       else backoff.pause();
     }
     worker.join();
     st.compute_s = gemm_s;
-    st.pieces = np;
-    st.total_s = detail::seconds_since(t0);
-    if (stats) *stats = st;
-    return dist_tensor<T>(su.r.c, su.cs, ctx.rank(), std::move(out));
   }
+  st.total_s = detail::seconds_since(t0);
+  if (stats) *stats = st;
+  return tensor_on<T, D>(su.r.c, su.cs, ctx.rank(), std::move(out));
 }
 
 }  // namespace tessera::ops
