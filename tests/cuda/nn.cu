@@ -1,6 +1,8 @@
-// nn/ and optim/ on the GPU: an MNIST-sized network (flatten, dense, ReLU, dropout,
-// dense, cross entropy) built from one seed on the host and on the GPU and trained the
-// same steps of SGD with momentum (optim::sgd over the parameters) on each.
+// nn/ and optim/ on the GPU: MNIST-sized networks built from one seed on the host and
+// on the GPU and trained the same steps of SGD with momentum (optim::sgd over the
+// parameters) on each: one with flatten, dense, ReLU, dropout, dense, cross entropy;
+// one with Dense's fused activations (ReLU, Sigmoid, Tanh), the Sigmoid and Tanh
+// layers, a Dense whose output features are split and one whose contraction is split.
 // Parameters are drawn on the host and copied, dropout's masks are drawn on the host,
 // so the two runs must agree to float rounding at every step: the losses, and every
 // parameter at the end. On 2 ranks the batch is split and the gradients' partial sums
@@ -41,6 +43,39 @@ struct mlp : nn::module<float, D> {
   }
 };
 
+// Dense's fused epilogues and backwards (bias and activation in one pass), the
+// activation layers, and the model-parallel paths of Dense: fc2's output features split
+// over the ranks (its output, Tanh's input and output split by columns), fc3's
+// contraction split the same way (ops::matmul's partial sums resolved before its
+// activation, no bias).
+template <class D>
+struct fused_mlp : nn::module<float, D> {
+  nn::flatten<float, D> flatten;
+  nn::dense<float, D> fc1{784, 64, {}, {}, true, nn::activation::relu};
+  nn::dense<float, D> fc2{64, 32, {}, {}, true, nn::activation::sigmoid};
+  nn::tanh<float, D> th;
+  nn::dense<float, D> fc3{32, 32, {}, {}, false, nn::activation::tanh};
+  nn::sigmoid<float, D> sig;
+  nn::dense<float, D> fc4{32, 10, "normal", "zeros"};
+  void shard(int p) {
+    fc2.shard(strategy{{1, 1}, {p, 1}});
+    fc3.shard(strategy{{1, p}, {1, p}});
+  }
+  void visit(nn::visitor<float, D>& v) override {
+    v.child("flatten", flatten);
+    v.child("fc1", fc1);
+    v.child("fc2", fc2);
+    v.child("th", th);
+    v.child("fc3", fc3);
+    v.child("sig", sig);
+    v.child("fc4", fc4);
+  }
+  template <class V>
+  V operator()(V x) {
+    return fc4(sig(fc3(th(fc2(fc1(flatten(x)))))));
+  }
+};
+
 constexpr index_t batch = 32;
 
 // This rank's rows of step `s`'s images (batch, 28, 28), values in [0, 1).
@@ -77,12 +112,14 @@ struct run_result {
   std::vector<xt::xarray<float>> params;
 };
 
-// `steps` steps of SGD (rate 0.1, momentum 0.9) on device D over communicator `comm`.
-template <class D, class C>
+// `steps` steps of SGD (rate 0.1, momentum 0.9) of network Net on device D over
+// communicator `comm`.
+template <template <class> class Net, class D, class C>
 run_result train_mlp(C& comm, int steps) {
   device_context<C> ctx(comm);
   const int p = ctx.size();
-  mlp<D> net;
+  Net<D> net;
+  if constexpr (requires { net.shard(p); }) net.shard(p);
   net.build(ctx, 7);
   const auto params = net.trainable_params();
   optim::sgd<float, D> opt(params, 0.1f, 0.9f);
@@ -146,14 +183,33 @@ TEST_CASE("nn on the GPU: an MLP trained on the device follows the host run") {
   mpi_communicator host = mpi_communicator::world();
   testing::test_comm dev = testing::test_world();
   const int steps = 5;
-  const run_result h = train_mlp<cpu_device>(host, steps);
-  const run_result g = train_mlp<cuda_device>(dev, steps);
+  const run_result h = train_mlp<mlp, cpu_device>(host, steps);
+  const run_result g = train_mlp<mlp, cuda_device>(dev, steps);
   REQUIRE(g.losses.size() == h.losses.size());
   for (std::size_t s = 0; s < h.losses.size(); ++s) {
     INFO("step " << s << ": host loss " << h.losses[s] << ", GPU loss " << g.losses[s]);
     CHECK(std::abs(double(g.losses[s]) - double(h.losses[s])) <= 1e-4 * (1 + std::abs(double(h.losses[s]))));
   }
   // Training moved the parameters (the comparison below is not of untouched values).
+  CHECK(h.losses.back() != h.losses.front());
+  REQUIRE(g.params.size() == h.params.size());
+  for (std::size_t i = 0; i < h.params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(close(g.params[i], h.params[i], 1e-4));
+  }
+}
+
+TEST_CASE("nn on the GPU: Dense's fused activations, Sigmoid, Tanh and model-parallel Dense follow the host") {
+  mpi_communicator host = mpi_communicator::world();
+  testing::test_comm dev = testing::test_world();
+  const int steps = 5;
+  const run_result h = train_mlp<fused_mlp, cpu_device>(host, steps);
+  const run_result g = train_mlp<fused_mlp, cuda_device>(dev, steps);
+  REQUIRE(g.losses.size() == h.losses.size());
+  for (std::size_t s = 0; s < h.losses.size(); ++s) {
+    INFO("step " << s << ": host loss " << h.losses[s] << ", GPU loss " << g.losses[s]);
+    CHECK(std::abs(double(g.losses[s]) - double(h.losses[s])) <= 1e-4 * (1 + std::abs(double(h.losses[s]))));
+  }
   CHECK(h.losses.back() != h.losses.front());
   REQUIRE(g.params.size() == h.params.size());
   for (std::size_t i = 0; i < h.params.size(); ++i) {
@@ -169,7 +225,7 @@ TEST_CASE("train on the GPU: value_and_grad, the gradient reducer and SGD follow
   const run_result h = train_with_reducer<cpu_device>(host, steps);
   const run_result g = train_with_reducer<cuda_device>(dev, steps);
   // The host run through train/ is the host run of the tape loop above.
-  const run_result t = train_mlp<cpu_device>(host, steps);
+  const run_result t = train_mlp<mlp, cpu_device>(host, steps);
   REQUIRE(g.losses.size() == h.losses.size());
   for (std::size_t s = 0; s < h.losses.size(); ++s) {
     INFO("step " << s << ": host loss " << h.losses[s] << ", GPU loss " << g.losses[s]);
