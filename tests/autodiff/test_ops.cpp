@@ -4,7 +4,12 @@
 // on one rank (a one-rank communicator, every strategy split 1 way), to float rounding;
 // and the one-rank gradients agree with central differences of the loss. The pipelined
 // matmuls (matmul_overlapped, matmul_summa) are checked so against their one-rank run.
+// The N-rank runs are on the test device (tests/cuda/autodiff.cu: the GPU); the one-rank
+// reference and the differences stay on the host.
 #include <doctest/doctest.h>
+
+#include "device_under_test.hpp"
+#include "ops/sharded_testing.hpp"
 
 #include <cmath>
 #include <functional>
@@ -14,50 +19,52 @@
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/core/format.hpp>
-#include "../ops/sharded_testing.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
 
 namespace {
 
-// One program: given the tape, the parameters and a split tuple s (all 1 on one rank),
-// the value whose weighted sum is the loss.
-template <class C>
-using program = std::function<autodiff::var<float, C>(autodiff::tape<float, C>&,
-                                                      const std::vector<autodiff::var<float, C>>&,
-                                                      const split_tuple&)>;
+// One program on device D: given the tape, the parameters and a split tuple s (all 1 on
+// one rank), the value whose weighted sum is the loss.
+template <class C, class D>
+using program = std::function<autodiff::var<float, C, D>(autodiff::tape<float, C, D>&,
+                                                         const std::vector<autodiff::var<float, C, D>>&,
+                                                         const split_tuple&)>;
 
 // sum(r * y): r (data) is brought to y's layout by Mul, whose strategy is y's split tuple.
-template <class C>
-autodiff::var<float, C> weighted_sum(autodiff::tape<float, C>& tp, autodiff::var<float, C> y) {
-  const dist_tensor<float>& v = y.value();
+template <class C, class D>
+autodiff::var<float, C, D> weighted_sum(autodiff::tape<float, C, D>& tp, autodiff::var<float, C, D> y) {
+  const tensor_on<float, D>& v = y.value();
   const split_tuple s = to_split_tuple(v.layout());
   const xt::xarray<float> r = smooth_tensor(v.global_shape(), 9);
-  const auto rv = tp.leaf(shard_of(r, flat(tp.ctx().size(), v.ndim()), tp.ctx().rank()), false);
+  const auto rv = tp.leaf(shard_on<D>(r, flat(tp.ctx().size(), v.ndim()), tp.ctx().rank()), false);
   const auto prod = autodiff::mul(ops::mul_op{strategy{s, s}}, y, rv);
   return autodiff::reduce_sum(ops::reduce_sum_op{strategy{s}, {}, false}, prod);
 }
 
-template <class C>
-std::pair<xt::xarray<float>, std::vector<xt::xarray<float>>> run(const program<C>& f,
+// The loss and the gradients, gathered to the host.
+template <class C, class D>
+std::pair<xt::xarray<float>, std::vector<xt::xarray<float>>> run(const program<C, D>& f,
                                                                  const std::vector<xt::xarray<float>>& params,
                                                                  const split_tuple& s, device_context<C>& ctx) {
-  std::vector<dist_tensor<float>> ps;
-  for (const auto& g : params) ps.push_back(shard_of(g, flat(ctx.size(), int(g.dimension())), ctx.rank()));
+  std::vector<tensor_on<float, D>> ps;
+  for (const auto& g : params) ps.push_back(shard_on<D>(g, flat(ctx.size(), int(g.dimension())), ctx.rank()));
   auto [loss, grads] = autodiff::value_and_grad(
-      [&](autodiff::tape<float, C>& tp, const auto& w) { return weighted_sum(tp, f(tp, w, s)); }, ps, ctx);
+      [&](autodiff::tape<float, C, D>& tp, const auto& w) { return weighted_sum(tp, f(tp, w, s)); }, ps, ctx);
   std::vector<xt::xarray<float>> g;
   for (const auto& d : grads) g.push_back(gather(d, ctx));
   return {gather(loss, ctx), std::move(g)};
 }
 
-// The loss alone, for finite differences.
-float loss_of(const program<local_communicator>& f, const std::vector<xt::xarray<float>>& params,
-              const split_tuple& s, device_context<local_communicator>& ctx) {
+// The one-rank program's loss alone, on the host, for finite differences.
+using host_program = program<local_communicator, cpu_device>;
+
+float loss_of(const host_program& f, const std::vector<xt::xarray<float>>& params, const split_tuple& s,
+              device_context<local_communicator>& ctx) {
   autodiff::tape<float, local_communicator> tp(ctx);
   std::vector<autodiff::var<float, local_communicator>> w;
-  for (const auto& g : params) w.push_back(tp.leaf(shard_of(g, flat(1, int(g.dimension())), 0)));
+  for (const auto& g : params) w.push_back(tp.leaf(host_shard_of(g, flat(1, int(g.dimension())), 0)));
   return weighted_sum(tp, f(tp, w, s)).value().local()();
 }
 
@@ -68,18 +75,19 @@ split_tuple ones(int n) {
   return s;
 }
 
-// Runs `f` on one rank and under every split tuple of `shape` on all ranks; compares.
+// Runs `f` on one rank (the host) and under every split tuple of `shape` on all ranks
+// (the test device); compares.
 struct wrapper_check {
   std::string name;
   extents shape;  // the split tuples enumerated
   std::vector<xt::xarray<float>> params;
-  program<mpi_communicator> sharded;
-  program<local_communicator> single;
+  program<test_comm, test_device> sharded;
+  host_program single;
 };
 
 void check_wrapper(const wrapper_check& w) {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  test_comm world = test_world();
+  device_context<test_comm> ctx(world);
   local_communicator one;
   device_context<local_communicator> solo(one);
   const auto [loss_ref, grads_ref] = run(w.single, w.params, ones(w.shape.ndim), solo);
@@ -115,7 +123,7 @@ void check_wrapper(const wrapper_check& w) {
   CHECK(cases > 0);
 }
 
-// The same program for both communicators.
+// The same program for both communicators and devices.
 #define TESSERA_PROGRAM(...)                          \
   [](auto& tp, const auto& w, const split_tuple& s) { \
     (void)tp;                                         \
@@ -125,7 +133,7 @@ void check_wrapper(const wrapper_check& w) {
 
 template <class F>
 wrapper_check make(std::string name, extents shape, std::vector<xt::xarray<float>> params, F f) {
-  return {std::move(name), shape, std::move(params), program<mpi_communicator>(f), program<local_communicator>(f)};
+  return {std::move(name), shape, std::move(params), program<test_comm, test_device>(f), host_program(f)};
 }
 
 xt::xarray<float> positive(const extents& shape, int seed) { return smooth_tensor(shape, seed) + 3.0f; }

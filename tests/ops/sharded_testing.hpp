@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <type_traits>
 #include <vector>
 #include <xtensor/xarray.hpp>
 #include <tessera/comm/mesh_comm.hpp>
@@ -61,9 +62,9 @@ xt::xarray<T> smooth_tensor(const extents& shape, int seed) {
 template <class T>
 using dev_tensor = tensor_on<T, test_device>;
 
-/// This rank's shard of a global tensor under a non-partial layout, on the test device.
+/// This rank's shard of a global tensor under a non-partial layout, on the host.
 template <class T>
-dev_tensor<T> shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
+dist_tensor<T> host_shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
   const extents shape = extents_of(std::vector<std::size_t>(g.shape().begin(), g.shape().end()));
   dist_tensor<T> t(l, shape, rank);
   t.fill_global([&](const auto& i) {
@@ -71,7 +72,25 @@ dev_tensor<T> shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
     for (int d = 0; d < shape.ndim; ++d) lin = lin * g.shape()[d] + std::size_t(i[d]);
     return g.data()[lin];
   });
-  return to_test_device(t);
+  return t;
+}
+
+/// This rank's shard of a global tensor under a non-partial layout, on the test device.
+template <class T>
+dev_tensor<T> shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
+  return to_test_device(host_shard_of(g, l, rank));
+}
+
+/// This rank's shard on device D: the host (a one-rank reference run) or the test
+/// device.
+template <class D, class T>
+tensor_on<T, D> shard_on(const xt::xarray<T>& g, const layout& l, int rank) {
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    return host_shard_of(g, l, rank);
+  } else {
+    static_assert(std::is_same_v<D, test_device>, "shard_on: the device must be the host or the test device");
+    return shard_of(g, l, rank);
+  }
 }
 
 /// The whole tensor on every rank, on the host: redistributed to the replicated layout

@@ -2,9 +2,13 @@
 // linear operator given partial sums (constructed, or made by a contraction-split
 // MatMul) keeps them partial where its rule holds replicas, and its output, once
 // resolved, and its inputs' gradients equal those of the whole computation; operators
-// that are not linear resolve them. The constexpr rule's own cases are in
+// that are not linear resolve them. The tensors are on the test device
+// (tests/cuda/autodiff.cu: the GPU). The constexpr rule's own cases are in
 // tests/static/static_linear_rule.cpp.
 #include <doctest/doctest.h>
+
+#include "device_under_test.hpp"
+#include "ops/sharded_testing.hpp"
 
 #include <functional>
 #include <string>
@@ -17,21 +21,20 @@
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/shape.hpp>
 
-#include "sharded_testing.hpp"
-
 using namespace tessera;
 using namespace tessera::testing;
 
 namespace {
 
-using tensor = dist_tensor<float>;
-using ctx_t = device_context<mpi_communicator>;
+using tensor = test_tensor;
+using ctx_t = device_context<test_comm>;
 
 // Partial sums of the global tensor g under the non-partial placement of `l` (l's
 // partial axes): each rank's shard of g, split into integer terms (rank 0 of each
-// partial group holds the shard minus the others' terms), exact in float.
+// partial group holds the shard minus the others' terms), exact in float. Made on the
+// host, then moved to the test device.
 tensor partial_of(const xt::xarray<float>& g, const layout& l, int rank, int seed) {
-  tensor whole = shard_of(g, l.without_partial(), rank);
+  const dist_tensor<float> whole = host_shard_of(g, l.without_partial(), rank);
   const auto c = l.dev.coords(rank);
   int group = 1, first = 1;
   for (int a = 0; a < l.dev.ndim; ++a)
@@ -43,7 +46,7 @@ tensor partial_of(const xt::xarray<float>& g, const layout& l, int rank, int see
                                                     whole.local().shape().begin(), whole.local().shape().end())),
                                                 seed + 17);
   xt::xarray<float> mine = first ? xt::xarray<float>(whole.local() - float(group - 1) * term) : term;
-  return tensor(l, whole.global_shape(), rank, std::move(mine));
+  return to_test_device(dist_tensor<float>(l, whole.global_shape(), rank, std::move(mine)));
 }
 
 tensor whole_of(const xt::xarray<float>& g, int p, int rank) {
@@ -222,13 +225,13 @@ std::vector<op_case> cases() {
 }  // namespace
 
 TEST_CASE("linear operators keep partial inputs partial; the resolved output and the gradients are the whole ones") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   for (const op_case& c : cases()) check_case(c, ctx);
 }
 
 TEST_CASE("partial sums of a contraction-split MatMul through Neg, Transpose and a MatMul, resolved at ReLU") {
-  mpi_communicator world = mpi_communicator::world();
+  test_comm world = test_world();
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> ga = integer_tensor(extents{8, 16}, 1), gb = integer_tensor(extents{16, 8}, 2),

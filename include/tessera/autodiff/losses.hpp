@@ -92,42 +92,42 @@ struct softmax_cross_entropy_expand_op {
 
 namespace detail {
 // A scalar constant on the tape, laid out as operator input `i` needs it (no gradient).
-template <class T, class C>
-var<T, C> scalar_constant(tape<T, C>& t, const layout& l, T value) {
-  dist_tensor<T> c(l, extents{}, t.ctx().rank());
-  c.local().fill(value);
+template <class T, class C, class D>
+var<T, C, D> scalar_constant(tape<T, C, D>& t, const layout& l, T value) {
+  tensor_on<T, D> c(l, extents{}, t.ctx().rank());
+  tensor_on<T, D>::storage_type::fill(c.local(), value);
   return t.leaf(std::move(c), false);
 }
 }  // namespace detail
 
-/// The mean cross entropy of softmax(logits) (host tensors) against `labels`: one-hot (or distribution)
+/// The mean cross entropy of softmax(logits) against `labels`: one-hot (or distribution)
 /// labels (B, C), or class indices (B,) when op.sparse. A scalar, differentiable wrt
 /// the logits.
-template <class T, class C>
-var<T, C> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, C> logits,
-                                       var<T, C> labels) {
-  tape<T, C>& t = *logits.t;
+template <class T, class C, class D>
+var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, C, D> logits,
+                                          var<T, C, D> labels) {
+  tape<T, C, D>& t = *logits.t;
   const extents xs = logits.value().global_shape();
   if (xs.ndim != 2)
     throw error("softmax_cross_entropy_expand: logits must have rank 2 (batch, classes), logits is " +
                 to_string(xs));
   const int p = t.ctx().size();
-  const var<T, C> logit_max = reduce_max(op.max, logits);
-  const var<T, C> e = exp(op.exp, sub(op.sub, logits, logit_max));
-  const var<T, C> exp_sum = reduce_sum(op.sum, e);
-  const var<T, C> softmax = div(op.div, e, exp_sum);
-  var<T, C> label = labels;
+  const var<T, C, D> logit_max = reduce_max(op.max, logits);
+  const var<T, C, D> e = exp(op.exp, sub(op.sub, logits, logit_max));
+  const var<T, C, D> exp_sum = reduce_sum(op.sum, e);
+  const var<T, C, D> softmax = div(op.div, e, exp_sum);
+  var<T, C, D> label = labels;
   if (op.sparse) {
     ops::one_hot_op onehot = op.onehot;
     onehot.depth = xs.v[1];
     label = one_hot(onehot, labels, T(1), T(0));
   }
   const shape_list eps_shapes{xs, extents{}};
-  const var<T, C> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
-  const var<T, C> log_softmax = log(op.log, add(op.add_eps, softmax, eps));
-  const var<T, C> loss = reduce_sum(op.sum_cross_entropy, mul(op.mul, log_softmax, label));
+  const var<T, C, D> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
+  const var<T, C, D> log_softmax = log(op.log, add(op.add_eps, softmax, eps));
+  const var<T, C, D> loss = reduce_sum(op.sum_cross_entropy, mul(op.mul, log_softmax, label));
   const shape_list neg_shapes{extents{}, extents{xs.v[0]}};
-  const var<T, C> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
+  const var<T, C, D> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
   return reduce_mean(op.mean, mul(op.mul2, minus_one, loss));
 }
 
