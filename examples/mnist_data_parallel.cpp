@@ -20,7 +20,10 @@
 // gradients reduced in the reducer's packed buckets through MPI staged in pinned host
 // memory, the log written by a callback); the logs are the same, and the accuracy is
 // measured on the GPU (train::evaluate). Built by nvcc where CMake finds it (then
-// --device cuda is available).
+// --device cuda is available). --parallel-optimizer: optimizer parallel (MindSpore's
+// enable_parallel_optimizer): the gradients go to SGD as the backward pass leaves them,
+// each reduce-scattered into the piece of the parameter this rank updates, the pieces
+// then all-gathered (no gradient reducer; the same losses).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -68,6 +71,7 @@ struct options {
   std::int64_t batch = 32;
   bool verify = false;
   std::string device = "cpu";
+  bool parallel_optimizer = false;
 };
 
 // Seed 002's network, its parameters on device D.
@@ -185,6 +189,7 @@ std::vector<float> train_mnist_model(device_context<C>& ctx, const options& o, c
   net.build(ctx, 1);
   nn::cross_entropy_loss<float, D> loss_fn;
   optim::sgd<float, D> optimizer(net.trainable_params(), 1e-2f);
+  if (o.parallel_optimizer) optimizer.enable_parallel_optimizer(ctx, {.threshold_bytes = 0});
   train::model model(net, loss_fn, optimizer, ctx);
   data::dataset data_set = mnist(dir, "train", shards, shard, batch);
   mnist_log log(o, print, record);
@@ -206,7 +211,10 @@ std::vector<float> train_mnist_loop(device_context<C>& ctx, const options& o, co
   optim::sgd<float, D> optimizer(net.trainable_params(), 1e-2f);
   auto forward_fn = [&](auto data, const dist_tensor<std::int32_t>& label) { return loss_fn(net(data), label); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
-  train::distributed_grad_reducer<float, C, D> grad_reducer(optimizer.parameters(), ctx);
+  // With optimizer parallel the step reduces the gradients itself: no reducer.
+  std::optional<train::distributed_grad_reducer<float, C, D>> grad_reducer;
+  if (o.parallel_optimizer) optimizer.enable_parallel_optimizer(ctx, {.threshold_bytes = 0});
+  else grad_reducer.emplace(optimizer.parameters(), ctx);
   const data::dataset data_set = mnist(dir, "train", shards, shard, batch);
 
   std::vector<float> losses;
@@ -221,7 +229,7 @@ std::vector<float> train_mnist_loop(device_context<C>& ctx, const options& o, co
       const auto t0 = std::chrono::steady_clock::now();
       const dist_tensor<float> data = std::move(host_data);
       auto [loss, grads] = grad_fn(data, label);
-      grads = grad_reducer(grads);
+      if (grad_reducer) grads = (*grad_reducer)(grads);
       optimizer(grads);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (step >= warmup) {
@@ -275,10 +283,11 @@ options parse(int argc, char** argv) {
     else if (a == "--batch") o.batch = number(i);
     else if (a == "--verify") o.verify = true;
     else if (a == "--device") o.device = value(i);
+    else if (a == "--parallel-optimizer") o.parallel_optimizer = true;
     else
       throw error("mnist_data_parallel: unknown argument '" + a +
                   "'; usage: mnist_data_parallel (--data DIR | --synthetic) [--epochs N] [--steps N] [--batch N] "
-                  "[--verify] [--device cpu|cuda]");
+                  "[--verify] [--device cpu|cuda] [--parallel-optimizer]");
   }
   if (o.device != "cpu" && o.device != "cuda")
     throw error("mnist_data_parallel: unknown device '" + o.device + "' (expected cpu or cuda)");

@@ -13176,7 +13176,6 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> matmul_backward(const matmul_op& op,
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <numeric>
 #include <span>
@@ -13373,16 +13372,17 @@ inline std::vector<index_t> shrinking_cuts(index_t total, int n) {
 }
 
 /// gemm of rows [r0, r0 + rows) of op(A) (lm x lk) and columns [c0, c0 + w) of op(B)
-/// (lk x ln), read in place from row-major shards, into dst (rows x w, row stride ldc).
-template <class T>
-void sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln,
-                 index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
+/// (lk x ln), read in place from row-major shards, into dst (rows x w, row stride ldc),
+/// by device D's backend: BLAS on the host, cuBLAS queued on the stream on a GPU.
+template <class D, class T>
+void sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln, index_t r0,
+                 index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
   const T* pa = ta ? a + r0 : a + r0 * lk;
   const T* pb = tb ? b + c0 * lk : b + c0;
   const index_t lda = std::max<index_t>(1, ta ? lm : lk), ldb = std::max<index_t>(1, tb ? lk : ln);
   auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_overlapped"); };
-  kernels::cpu::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
-                     i(std::max<index_t>(1, ldc)));
+  kernels::backend<D>::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
+                            i(std::max<index_t>(1, ldc)));
 }
 
 /// Runs a chunk pipeline: the compute thread runs compute(i) for i = 0 .. n - 1; the
@@ -13486,14 +13486,6 @@ inline void split_first_panel(std::vector<summa_panel>& panels) {
   panels.insert(panels.begin(), head);
 }
 
-// Copies rows x cols of a row-major matrix (row stride ld) starting at src to dst
-// (packed, row stride cols).
-template <class T>
-void pack_block(const T* src, index_t ld, index_t rows, index_t cols, T* dst) {
-  for (index_t i = 0; i < rows; ++i)
-    std::memcpy(dst + i * cols, src + i * ld, std::size_t(cols) * sizeof(T));
-}
-
 template <class T, class D, class C>
 void check_pipelined_types(const char* fn) {
   (void)fn;
@@ -13513,13 +13505,7 @@ void check_pipelined_types(const char* fn) {
                   "(nccl_communicator, staged_communicator)");
 }
 
-// ---- device tensors ------------------------------------------------------------------
-// On a device the products are queued on its stream by the calling thread (no compute
-// thread: queuing returns at once), each piece's collective started right after its
-// product is queued, so the device runs the next products while it is in flight (NCCL
-// on its communication stream; the staged communicator's host transfer). The buffers
-// are the device's arrays (storage<T, D>), packed and copied with its copy_box, the
-// products its backend's gemm; stream order keeps every buffer safe.
+// ---- what the host and device paths share -------------------------------------------
 
 // matmul_overlapped's operands in the rule's layouts and the sizes of their blocks (A's
 // lm x lk, B's lk x ln), the output's shape and layout, and the contraction group: its
@@ -13614,18 +13600,12 @@ summa_setup<T, D> summa_prepare(const matmul_op& op, const tensor_on<T, D>& a, c
           wmax};
 }
 
-/// gemm of rows [r0, r0 + rows) of op(A) and columns [c0, c0 + w) of op(B) on device D,
-/// as sub_product.
-template <class D, class T>
-void device_sub_product(const T* a, const T* b, bool ta, bool tb, index_t lm, index_t lk, index_t ln, index_t r0,
-                        index_t rows, index_t c0, index_t w, T* dst, index_t ldc, T beta) {
-  const T* pa = ta ? a + r0 : a + r0 * lk;
-  const T* pb = tb ? b + c0 * lk : b + c0;
-  const index_t lda = std::max<index_t>(1, ta ? lm : lk), ldb = std::max<index_t>(1, tb ? lk : ln);
-  auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_overlapped"); };
-  kernels::backend<D>::gemm(ta, tb, i(rows), i(w), i(lk), T(1), pa, i(lda), pb, i(ldb), beta, dst,
-                            i(std::max<index_t>(1, ldc)));
-}
+// On a device the products are queued on its stream by the calling thread (no compute
+// thread: queuing returns at once), each piece's collective started right after its
+// product is queued, so the device runs the next products while it is in flight (NCCL
+// on its communication stream; the staged communicator's host transfer). The buffers
+// are the device's arrays (storage<T, D>), packed and copied with its copy_box, the
+// products its backend's gemm; stream order keeps every buffer safe.
 
 /// The chunk pipeline on a device: queue compute(i), start(i) at once, finish in order
 /// the requests that are complete; then wait for the rest.
@@ -13647,184 +13627,118 @@ void run_device_pipeline(int n, Compute&& compute, Start&& start, Finish&& finis
   }
 }
 
-template <class T, class D, class C>
-tensor_on<T, D> overlapped_on_device(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
-                                     device_context<C>& ctx, partial_resolution how, const pipeline_options& opt,
-                                     pipeline_stats* stats) {
-  using S = storage<T, D>;
-  const auto t0 = pipeline_clock::now();
-  const overlapped_setup<T, D> su = overlapped_prepare(op, a, b, ctx, how, opt);
-  const matmul_layouts& r = su.r;
-  const T* pa = su.la->local().data();
-  const T* pb = su.lb->local().data();
-  const bool ta = su.ta, tb = su.tb;
-  const index_t lm = su.lm, lk = su.lk, ln = su.ln;
-  const int k_axis = su.k_axis, g = su.g;
-  auto product = [&](index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc) {
-    device_sub_product<D>(pa, pb, ta, tb, lm, lk, ln, r0, rows, c0, w, dst, ldc, T(0));
-  };
-  pipeline_stats st;
-  typename S::array out;
-  if (g == 1) {
-    out = S::empty(extents{lm, ln});
-    product(0, lm, 0, ln, out.data(), ln);
-    st.pieces = 1;
+/// A chunk pipeline on device D: on the host run_chunk_pipeline (the products on a
+/// compute thread; returns its busy time), on a device run_device_pipeline (returns 0:
+/// the products run asynchronously).
+template <class D, class Compute, class Start, class Finish>
+double run_pieces(int n, Compute&& compute, Start&& start, Finish&& finish, int poll_us) {
+  if constexpr (std::is_same_v<D, cpu_device>) {
+    return run_chunk_pipeline(n, compute, start, finish, poll_us);
   } else {
-    C& group = ctx.on(r.dev).group(axis_list{k_axis});
-    const bool rows = how == partial_resolution::scatter_rows;
-    const index_t R = rows ? lm / g : lm, W = how == partial_resolution::scatter_cols ? ln / g : ln;
-    out = S::empty(extents{R, W});
-    const int n = int(std::min<index_t>(opt.chunks, R));
-    const std::vector<index_t> row_cuts = shrinking_cuts(R, n);
-    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
-    auto none = [](int) {};
-    st.pieces = n;
-    if (how == partial_resolution::all_reduce) {
-      auto compute = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        product(r0, rs, 0, ln, out.data() + r0 * ln, ln);
-      };
-      auto start = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
-      };
-      run_device_pipeline(n, compute, start, none);
-    } else if (rows) {
-      // As on the host: chunks of columns into g blocks of R x w; each arrived block
-      // copied into its columns of the output shard (copy_box, queued on the stream).
-      const int nc = int(std::min<index_t>(opt.chunks, ln));
-      const std::vector<index_t> col_cuts = shrinking_cuts(ln, nc);
-      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
-      typename S::array send = S::empty(extents{lm * ln}), recv = S::empty(extents{R * ln});
-      auto compute = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        product(0, lm, c0, w, send.data() + lm * c0, w);
-      };
-      auto start = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
-                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
-      };
-      auto finish = [&](int i) {
-        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-        S::copy_box(recv.data() + R * c0, extents{R, w}, extents{0, 0}, out.data(), extents{R, ln}, extents{0, c0},
-                    extents{R, w});
-      };
-      run_device_pipeline(nc, compute, start, finish);
-      st.pieces = nc;
-    } else {
-      // scatter_cols: member j's columns into the j-th block of the chunk's send buffer;
-      // the ReduceScatter lands in the chunk's rows of the output shard.
-      typename S::array send = S::empty(extents{lm * ln});
-      auto compute = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        T* chunk = send.data() + g * r0 * W;
-        for (int j = 0; j < g; ++j) product(r0, rs, j * W, W, chunk + j * rs * W, W);
-      };
-      auto start = [&](int i) {
-        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-        return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
-                                     std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
-      };
-      run_device_pipeline(n, compute, start, none);
-    }
+    run_device_pipeline(n, compute, start, finish);
+    return 0;
   }
-  st.total_s = seconds_since(t0);
-  if (stats) *stats = st;
-  return tensor_on<T, D>(su.out_l, su.cs, ctx.rank(), std::move(out));
 }
 
+/// SUMMA's panel traffic on device D, which the host's and the device's loops share:
+/// two slots of panel buffers (panel t lands in slot t % 2); post(t) starts panel t's
+/// broadcasts (each owner sends its shard's panel: in place when it is contiguous, else
+/// packed into the slot by the device's copy_box); multiply(t, c) adds panel t's
+/// product to C's block (c, lm x ln; panel 0 overwrites it), reading each operand in
+/// place where this rank holds it, else from the slot its broadcast landed in.
 template <class T, class D, class C>
-tensor_on<T, D> summa_on_device(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
-                                device_context<C>& ctx, const pipeline_options& opt, pipeline_stats* stats) {
+struct summa_traffic {
   using S = storage<T, D>;
-  const auto t0 = pipeline_clock::now();
-  const summa_setup<T, D> su = summa_prepare(op, a, b, ctx, opt);
-  const bool ta = su.ta, tb = su.tb;
-  const int pm = su.pm, pn = su.pn;
-  const index_t lm = su.lm, ka = su.ka, ln = su.ln, kb = su.kb, wmax = su.wmax;
-  const T* pa = su.la->local().data();
-  const T* pb = su.lb->local().data();
-  mesh_comm<C>& mc = ctx.on(su.r.dev);
-  C& row = mc.group(axis_list{su.an});
-  C& col = mc.group(axis_list{su.am});
-  const std::vector<summa_panel>& panels = su.panels;
-  const int np = int(panels.size());
+  using request = decltype(std::declval<C&>().ibroadcast(std::span<T>(), 0));
+  static constexpr int slots = 2;
 
-  // Two slots of panel buffers, panel t in slot t % 2: the broadcast of panel t + 2 is
-  // queued after the product of panel t, which read the slot.
-  constexpr int slots = 2;
+  const summa_setup<T, D>& su;
+  C& row;  // the ranks of this mesh row: A's panels
+  C& col;  // the ranks of this mesh column: B's panels
+  const T* pa;
+  const T* pb;
   std::vector<typename S::array> abuf, bbuf;
-  for (int s = 0; s < slots; ++s) {
-    abuf.push_back(S::empty(extents{pn > 1 ? lm * wmax : 0}));
-    bbuf.push_back(S::empty(extents{pm > 1 ? wmax * ln : 0}));
+  std::vector<request> flight_a, flight_b;
+
+  summa_traffic(const summa_setup<T, D>& s, mesh_comm<C>& mc)
+      : su(s),
+        row(mc.group(axis_list{s.an})),
+        col(mc.group(axis_list{s.am})),
+        pa(s.la->local().data()),
+        pb(s.lb->local().data()),
+        flight_a(s.panels.size()),
+        flight_b(s.panels.size()) {
+    for (int k = 0; k < slots; ++k) {
+      abuf.push_back(S::empty(extents{su.pn > 1 ? su.lm * su.wmax : 0}));
+      bbuf.push_back(S::empty(extents{su.pm > 1 ? su.wmax * su.ln : 0}));
+    }
   }
-  using request = decltype(row.ibroadcast(std::span<T>(), 0));
-  std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
-  auto post = [&](int t) {
-    const summa_panel& p = panels[std::size_t(t)];
-    const int s = t % slots;
-    if (pn > 1) {
-      T* buf = abuf[std::size_t(s)].data();
+
+  void post(int t) {
+    const summa_panel& p = su.panels[std::size_t(t)];
+    const std::size_t slot = std::size_t(t % slots);
+    const index_t lm = su.lm, ln = su.ln, ka = su.ka, kb = su.kb;
+    if (su.pn > 1) {
+      T* buf = abuf[slot].data();
       if (row.rank() == p.a_owner) {
-        if (ta || p.w == ka)  // contiguous in the shard: sent in place (a root's buffer is only read)
-          buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
+        if (su.ta || p.w == ka)  // contiguous in the shard: sent in place (a root's buffer is only read)
+          buf = const_cast<T*>(su.ta ? pa + p.a_off * lm : pa + p.a_off);
         else
           S::copy_box(pa, extents{lm, ka}, extents{0, p.a_off}, buf, extents{lm, p.w}, extents{0, 0},
                       extents{lm, p.w});
       }
       flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, std::size_t(lm * p.w)), p.a_owner);
     }
-    if (pm > 1) {
-      T* buf = bbuf[std::size_t(s)].data();
+    if (su.pm > 1) {
+      T* buf = bbuf[slot].data();
       if (col.rank() == p.b_owner) {
-        if (!tb || p.w == kb)
-          buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
+        if (!su.tb || p.w == kb)
+          buf = const_cast<T*>(su.tb ? pb + p.b_off : pb + p.b_off * ln);
         else
           S::copy_box(pb, extents{ln, kb}, extents{0, p.b_off}, buf, extents{ln, p.w}, extents{0, 0},
                       extents{ln, p.w});
       }
       flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, std::size_t(p.w * ln)), p.b_owner);
     }
-  };
+  }
 
-  typename S::array out = S::empty(extents{lm, ln});
-  if (np == 0) S::fill(out, T(0));
-  for (int t = 0; t < std::min(np, slots); ++t) post(t);
-  for (int t = 0; t < np; ++t) {
+  /// Whether panel t's broadcasts are complete (both are polled).
+  bool test(int t) {
+    const bool a = flight_a[std::size_t(t)].test();
+    return flight_b[std::size_t(t)].test() && a;
+  }
+  void wait(int t) {
     flight_a[std::size_t(t)].wait();
     flight_b[std::size_t(t)].wait();
-    const summa_panel& p = panels[std::size_t(t)];
+  }
+
+  void multiply(int t, T* c) const {
+    const summa_panel& p = su.panels[std::size_t(t)];
+    const std::size_t slot = std::size_t(t % slots);
+    const bool ta = su.ta, tb = su.tb;
+    const index_t lm = su.lm, ln = su.ln;
     const T *oa = nullptr, *ob = nullptr;
-    index_t lda = 1, ldb = 1;
-    if (pn == 1 || row.rank() == p.a_owner) {
+    index_t lda = 1, ldb = 1;  // row strides
+    if (su.pn == 1 || row.rank() == p.a_owner) {
       oa = ta ? pa + p.a_off * lm : pa + p.a_off;
-      lda = ta ? lm : ka;
+      lda = ta ? lm : su.ka;
     } else {
-      oa = abuf[std::size_t(t % slots)].data();
+      oa = abuf[slot].data();
       lda = ta ? lm : p.w;
     }
-    if (pm == 1 || col.rank() == p.b_owner) {
+    if (su.pm == 1 || col.rank() == p.b_owner) {
       ob = tb ? pb + p.b_off : pb + p.b_off * ln;
-      ldb = tb ? kb : ln;
+      ldb = tb ? su.kb : ln;
     } else {
-      ob = bbuf[std::size_t(t % slots)].data();
+      ob = bbuf[slot].data();
       ldb = tb ? p.w : ln;
     }
     auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
     kernels::backend<D>::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), oa, i(std::max<index_t>(1, lda)), ob,
-                              i(std::max<index_t>(1, ldb)), t == 0 ? T(0) : T(1), out.data(),
+                              i(std::max<index_t>(1, ldb)), t == 0 ? T(0) : T(1), c,
                               i(std::max<index_t>(1, ln)));
-    if (t + slots < np) post(t + slots);
-    for (int u = t + 1; u < std::min(np, t + 1 + slots); ++u)  // progress
-      (void)flight_a[std::size_t(u)].test(), (void)flight_b[std::size_t(u)].test();
   }
-  pipeline_stats st;
-  st.pieces = np;
-  st.total_s = seconds_since(t0);
-  if (stats) *stats = st;
-  return tensor_on<T, D>(su.r.c, su.cs, ctx.rank(), std::move(out));
-}
+};
 }  // namespace detail
 
 /// C = op(A) op(B) as ops::matmul computes it followed by the resolution of the partial
@@ -13878,99 +13792,97 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
                                   partial_resolution how = partial_resolution::scatter_rows,
                                   const pipeline_options& opt = {}, pipeline_stats* stats = nullptr) {
   detail::check_pipelined_types<T, D, C>("matmul_overlapped");
-  if constexpr (!std::is_same_v<D, cpu_device>) {
-    return detail::overlapped_on_device(op, a, b, ctx, how, opt, stats);
+  using S = storage<T, D>;
+  constexpr bool host = std::is_same_v<D, cpu_device>;
+  const auto t0 = detail::pipeline_clock::now();
+  const detail::overlapped_setup<T, D> su = detail::overlapped_prepare(op, a, b, ctx, how, opt);
+  const T* pa = su.la->local().data();
+  const T* pb = su.lb->local().data();
+  const bool ta = su.ta, tb = su.tb;
+  const index_t lm = su.lm, lk = su.lk, ln = su.ln;
+  const int g = su.g;
+  // Rows [r0, r0 + rows) and columns [c0, c0 + w) of the local product into dst.
+  auto product = [&](index_t r0, index_t rows, index_t c0, index_t w, T* dst, index_t ldc) {
+    detail::sub_product<D>(pa, pb, ta, tb, lm, lk, ln, r0, rows, c0, w, dst, ldc, T(0));
+  };
+  pipeline_stats st;
+  typename S::array out;
+  if (g == 1) {
+    // No partial sums to resolve (or a one-rank contraction group): one product.
+    out = S::empty(extents{lm, ln});
+    const auto tc = detail::pipeline_clock::now();
+    product(0, lm, 0, ln, out.data(), ln);
+    st.compute_s = host ? detail::seconds_since(tc) : 0.0;
+    st.pieces = 1;
   } else {
-    const auto t0 = detail::pipeline_clock::now();
-    const detail::overlapped_setup<T, D> su = detail::overlapped_prepare(op, a, b, ctx, how, opt);
-    const matmul_layouts& r = su.r;
-    const T* pa = su.la->local().data();
-    const T* pb = su.lb->local().data();
-    const bool ta = su.ta, tb = su.tb;
-    const index_t lm = su.lm, lk = su.lk, ln = su.ln;
-    const int k_axis = su.k_axis, g = su.g;
-    pipeline_stats st;
-    xt::xarray<T> out;
-    if (g == 1) {
-      // No partial sums to resolve (or a one-rank contraction group): one product.
-      out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
-      const auto tc = detail::pipeline_clock::now();
-      detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, 0, ln, out.data(), ln, T(0));
-      st.compute_s = detail::seconds_since(tc);
-      st.pieces = 1;
+    C& group = ctx.on(su.r.dev).group(axis_list{su.k_axis});
+    // Rows per output block (R), columns per block (W), and the output shard.
+    const bool rows = how == partial_resolution::scatter_rows, cols = how == partial_resolution::scatter_cols;
+    const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
+    out = S::empty(extents{R, W});
+    const int n = int(std::min<index_t>(opt.chunks, R));
+    const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
+    auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
+    auto none = [](int) {};
+    st.pieces = n;
+    if (how == partial_resolution::all_reduce) {
+      // Chunks of rows, computed in place into C's shard and all-reduced there.
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        product(r0, rs, 0, ln, out.data() + r0 * ln, ln);
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
+      };
+      st.compute_s = detail::run_pieces<D>(n, compute, start, none, opt.poll_us);
+    } else if (rows) {
+      // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
+      // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
+      // j. The ReduceScatter lands in a block of R x w, copied into columns
+      // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
+      const int nc = int(std::min<index_t>(opt.chunks, ln));
+      const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
+      auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
+      typename S::array send = S::empty(extents{lm * ln}), recv = S::empty(extents{R * ln});
+      auto compute = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        product(0, lm, c0, w, send.data() + lm * c0, w);
+      };
+      auto start = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
+                                     std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
+      };
+      auto finish = [&](int i) {
+        const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
+        S::copy_box(recv.data() + R * c0, extents{R, w}, extents{0, 0}, out.data(), extents{R, ln}, extents{0, c0},
+                    extents{R, w});
+      };
+      st.compute_s = detail::run_pieces<D>(nc, compute, start, finish, opt.poll_us);
+      st.pieces = nc;
     } else {
-      C& group = ctx.on(r.dev).group(axis_list{k_axis});
-      // Rows per output block (R), columns per block (W), and the output shard.
-      const bool rows = how == partial_resolution::scatter_rows, cols = how == partial_resolution::scatter_cols;
-      const index_t R = rows ? lm / g : lm, W = cols ? ln / g : ln;
-      out = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R), std::size_t(W)});
-      const int n = int(std::min<index_t>(opt.chunks, R));
-      const std::vector<index_t> row_cuts = detail::shrinking_cuts(R, n);
-      auto begin = [&](int i) { return row_cuts[std::size_t(i)]; };
-      auto none = [](int) {};
-      if (how == partial_resolution::all_reduce) {
-        // Chunks of rows, computed in place into C's shard and all-reduced there.
-        auto compute = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, 0, ln, out.data() + r0 * ln, ln, T(0));
-        };
-        auto start = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          return group.iall_reduce(std::span<T>(out.data() + r0 * ln, std::size_t(rs * ln)), reduce_op::sum);
-        };
-        st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
-      } else if (rows) {
-        // Chunks of columns, one product each (all of C's rows: BLAS packs each operand
-        // once per chunk), into a buffer of lm x w: g blocks of R x w, block j for member
-        // j. The ReduceScatter lands in a block of R x w, copied into columns
-        // [c0, c0 + w) of the output shard by the calling thread (overlapped too).
-        const int nc = int(std::min<index_t>(opt.chunks, ln));
-        const std::vector<index_t> col_cuts = detail::shrinking_cuts(ln, nc);
-        auto cbegin = [&](int i) { return col_cuts[std::size_t(i)]; };
-        xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
-        xt::xarray<T> recv = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(R * ln)});
-        auto compute = [&](int i) {
-          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-          detail::sub_product(pa, pb, ta, tb, lm, lk, ln, 0, lm, c0, w, send.data() + lm * c0, w, T(0));
-        };
-        auto start = [&](int i) {
-          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-          return group.ireduce_scatter(std::span<const T>(send.data() + lm * c0, std::size_t(lm * w)),
-                                       std::span<T>(recv.data() + R * c0, std::size_t(R * w)), reduce_op::sum);
-        };
-        auto finish = [&](int i) {
-          const index_t c0 = cbegin(i), w = cbegin(i + 1) - c0;
-          const T* src = recv.data() + R * c0;
-          for (index_t x = 0; x < R; ++x)
-            std::memcpy(out.data() + x * ln + c0, src + x * w, std::size_t(w) * sizeof(T));
-        };
-        st.compute_s = detail::run_chunk_pipeline(nc, compute, start, finish, opt.poll_us);
-        st.pieces = nc;
-      } else {
-        // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
-        // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
-        // g * begin(i) * W of one buffer as large as the local product), and the
-        // ReduceScatter lands in the chunk's rows of the output shard: no copy.
-        xt::xarray<T> send = kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm * ln)});
-        auto compute = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          T* chunk = send.data() + g * r0 * W;
-          for (int j = 0; j < g; ++j)
-            detail::sub_product(pa, pb, ta, tb, lm, lk, ln, r0, rs, j * W, W, chunk + j * rs * W, W, T(0));
-        };
-        auto start = [&](int i) {
-          const index_t r0 = begin(i), rs = begin(i + 1) - r0;
-          return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
-                                       std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
-        };
-        st.compute_s = detail::run_chunk_pipeline(n, compute, start, none, opt.poll_us);
-      }
-      if (!rows) st.pieces = n;
+      // Chunks of rows; in each, member j's columns [j W, (j + 1) W) are computed straight
+      // into the j-th block of the chunk's send buffer (g blocks of rows x W, at offset
+      // g * begin(i) * W of one buffer as large as the local product), and the
+      // ReduceScatter lands in the chunk's rows of the output shard: no copy.
+      typename S::array send = S::empty(extents{lm * ln});
+      auto compute = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        T* chunk = send.data() + g * r0 * W;
+        for (int j = 0; j < g; ++j) product(r0, rs, j * W, W, chunk + j * rs * W, W);
+      };
+      auto start = [&](int i) {
+        const index_t r0 = begin(i), rs = begin(i + 1) - r0;
+        return group.ireduce_scatter(std::span<const T>(send.data() + g * r0 * W, std::size_t(g * rs * W)),
+                                     std::span<T>(out.data() + r0 * W, std::size_t(rs * W)), reduce_op::sum);
+      };
+      st.compute_s = detail::run_pieces<D>(n, compute, start, none, opt.poll_us);
     }
-    st.total_s = detail::seconds_since(t0);
-    if (stats) *stats = st;
-    return dist_tensor<T>(su.out_l, su.cs, ctx.rank(), std::move(out));
   }
+  st.total_s = detail::seconds_since(t0);
+  if (stats) *stats = st;
+  return tensor_on<T, D>(su.out_l, su.cs, ctx.rank(), std::move(out));
 }
 
 /// C = op(A) op(B) for a strategy that does not split the contraction dim,
@@ -14008,115 +13920,50 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
                              device_context<C>& ctx, const pipeline_options& opt = {},
                              pipeline_stats* stats = nullptr) {
   detail::check_pipelined_types<T, D, C>("matmul_summa");
+  using S = storage<T, D>;
+  const auto t0 = detail::pipeline_clock::now();
+  const detail::summa_setup<T, D> su = detail::summa_prepare(op, a, b, ctx, opt);
+  detail::summa_traffic<T, D, C> io(su, ctx.on(su.r.dev));
+  constexpr int slots = detail::summa_traffic<T, D, C>::slots;
+  const int np = int(su.panels.size());
+  typename S::array out = S::empty(extents{su.lm, su.ln});
+  if (np == 0) S::fill(out, T(0));
+  pipeline_stats st;
+  st.pieces = np;
+
   if constexpr (!std::is_same_v<D, cpu_device>) {
-    return detail::summa_on_device(op, a, b, ctx, opt, stats);
-  } else {
-    const auto t0 = detail::pipeline_clock::now();
-    const detail::summa_setup<T, D> su = detail::summa_prepare(op, a, b, ctx, opt);
-    const bool ta = su.ta, tb = su.tb;
-    const int pm = su.pm, pn = su.pn;
-    const index_t lm = su.lm, ka = su.ka;  // A's block: lm x ka
-    const index_t ln = su.ln, kb = su.kb;  // B's block: kb x ln
-    const index_t wmax = su.wmax;
-    const T* pa = su.la->local().data();
-    const T* pb = su.lb->local().data();
-    pipeline_stats st;
-
-    mesh_comm<C>& mc = ctx.on(su.r.dev);
-    C& row = mc.group(axis_list{su.an});  // the ranks of this mesh row: A's panels
-    C& col = mc.group(axis_list{su.am});  // the ranks of this mesh column: B's panels
-    const std::vector<detail::summa_panel>& panels = su.panels;
-    const int np = int(panels.size());
-
-    // Two slots of panel buffers, panel t in slot t % 2.
-    constexpr int slots = 2;
-    std::vector<T> abuf[slots], bbuf[slots];
-    for (int s = 0; s < slots; ++s) {
-      if (pn > 1) abuf[s].resize(std::size_t(lm * wmax));
-      if (pm > 1) bbuf[s].resize(std::size_t(wmax * ln));
+    // The calling thread waits for panel t's broadcasts, queues its product and starts
+    // the broadcasts of panel t + 2 into the slot the product reads: stream order
+    // makes the product read the slot before they land.
+    for (int t = 0; t < std::min(np, slots); ++t) io.post(t);
+    for (int t = 0; t < np; ++t) {
+      io.wait(t);
+      io.multiply(t, out.data());
+      if (t + slots < np) io.post(t + slots);
+      for (int u = t + 1; u < std::min(np, t + 1 + slots); ++u) (void)io.test(u);  // progress
     }
-    // Where panel t's operands are read: this rank's shard in place when it holds them,
-    // else the slot its broadcast lands in. lda / ldb are the row strides.
-    struct operands {
-      const T* a = nullptr;
-      const T* b = nullptr;
-      index_t lda = 1, ldb = 1;
-    };
-    auto operands_of = [&](int t) {
-      const detail::summa_panel& p = panels[std::size_t(t)];
-      operands o;
-      if (pn == 1 || row.rank() == p.a_owner) {
-        o.a = ta ? pa + p.a_off * lm : pa + p.a_off;
-        o.lda = ta ? lm : ka;
-      } else {
-        o.a = abuf[t % slots].data();
-        o.lda = ta ? lm : p.w;
-      }
-      if (pm == 1 || col.rank() == p.b_owner) {
-        o.b = tb ? pb + p.b_off : pb + p.b_off * ln;
-        o.ldb = tb ? kb : ln;
-      } else {
-        o.b = bbuf[t % slots].data();
-        o.ldb = tb ? p.w : ln;
-      }
-      return o;
-    };
-
-    xt::xarray<T> out =
-        kernels::cpu::detail::empty_array<T>(std::vector<std::size_t>{std::size_t(lm), std::size_t(ln)});
-    if (np == 0) std::fill(out.data(), out.data() + out.size(), T(0));
+  } else {
+    // The compute thread multiplies panel t once the calling thread has seen its
+    // broadcasts complete (ready > t); the calling thread posts panel t + 2 once panel
+    // t is multiplied (consumed > t), freeing its slot.
     std::atomic<int> ready{0}, consumed{0};
-    using request = decltype(row.ibroadcast(std::span<T>(), 0));
-    std::vector<request> flight_a(static_cast<std::size_t>(np)), flight_b(static_cast<std::size_t>(np));
-    // Starts panel t's broadcasts: the owner sends its shard's panel (packed when its
-    // columns are strided), the others receive into slot t % 2.
-    auto post = [&](int t) {
-      const detail::summa_panel& p = panels[std::size_t(t)];
-      const int s = t % slots;
-      if (pn > 1) {
-        const std::size_t count = std::size_t(lm * p.w);
-        T* buf = abuf[s].data();
-        if (row.rank() == p.a_owner) {
-          if (ta || p.w == ka)  // contiguous in the shard: sent in place (MPI only reads a root's buffer)
-            buf = const_cast<T*>(ta ? pa + p.a_off * lm : pa + p.a_off);
-          else
-            detail::pack_block(pa + p.a_off, ka, lm, p.w, buf);
-        }
-        flight_a[std::size_t(t)] = row.ibroadcast(std::span<T>(buf, count), p.a_owner);
-      }
-      if (pm > 1) {
-        const std::size_t count = std::size_t(p.w * ln);
-        T* buf = bbuf[s].data();
-        if (col.rank() == p.b_owner) {
-          if (!tb || p.w == kb)
-            buf = const_cast<T*>(tb ? pb + p.b_off : pb + p.b_off * ln);
-          else
-            detail::pack_block(pb + p.b_off, kb, ln, p.w, buf);
-        }
-        flight_b[std::size_t(t)] = col.ibroadcast(std::span<T>(buf, count), p.b_owner);
-      }
-    };
-
-    double gemm_s = 0;  // the compute thread's time in products (not waiting for panels)
+    double gemm_s = 0;               // the compute thread's time in products (not waiting for panels)
     detail::pipeline_events events;  // a panel multiplied, or the work ended
-    detail::compute_thread worker([&](const std::atomic<bool>& stop) {
-      for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
-        for (int seen = ready.load(std::memory_order_acquire); seen <= t && !stop.load(std::memory_order_relaxed);
-             seen = ready.load(std::memory_order_acquire))
-          ready.wait(seen, std::memory_order_acquire);
-        if (stop.load(std::memory_order_relaxed)) break;
-        const auto tg = detail::pipeline_clock::now();
-        const operands o = operands_of(t);
-        const detail::summa_panel& p = panels[std::size_t(t)];
-        auto i = [](index_t v) { return kernels::cpu::detail::blas_int(std::size_t(v), "matmul_summa"); };
-        kernels::cpu::gemm(ta, tb, i(lm), i(ln), i(p.w), T(1), o.a, i(std::max<index_t>(1, o.lda)), o.b,
-                           i(std::max<index_t>(1, o.ldb)), t == 0 ? T(0) : T(1), out.data(),
-                           i(std::max<index_t>(1, ln)));
-        gemm_s += detail::seconds_since(tg);
-        consumed.store(t + 1, std::memory_order_release);
-        events.signal();
-      }
-    }, &events);
+    detail::compute_thread worker(
+        [&](const std::atomic<bool>& stop) {
+          for (int t = 0; t < np && !stop.load(std::memory_order_relaxed); ++t) {
+            for (int seen = ready.load(std::memory_order_acquire);
+                 seen <= t && !stop.load(std::memory_order_relaxed); seen = ready.load(std::memory_order_acquire))
+              ready.wait(seen, std::memory_order_acquire);
+            if (stop.load(std::memory_order_relaxed)) break;
+            const auto tg = detail::pipeline_clock::now();
+            io.multiply(t, out.data());
+            gemm_s += detail::seconds_since(tg);
+            consumed.store(t + 1, std::memory_order_release);
+            events.signal();
+          }
+        },
+        &events);
     struct wake_on_exit {  // a failure here must not leave the worker waiting for a panel
       detail::compute_thread& worker;
       std::atomic<int>& ready;
@@ -14134,26 +13981,25 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
     while (done < np) {
       const int seen = events.seen();
       while (posted < np && posted < consumed.load(std::memory_order_acquire) + slots) {
-        post(posted++);
+        io.post(posted++);
         backoff.event();
       }
-      while (done < posted && flight_a[std::size_t(done)].test() && flight_b[std::size_t(done)].test()) {
+      while (done < posted && io.test(done)) {
         ready.store(++done, std::memory_order_release);
         ready.notify_all();
         backoff.event();
       }
-      for (int t = done + 1; t < posted; ++t) flight_a[std::size_t(t)].test(), flight_b[std::size_t(t)].test();
+      for (int t = done + 1; t < posted; ++t) (void)io.test(t);
       if (done == np || worker.done()) break;
       if (done == posted) events.wait(seen);  // nothing in flight: sleep until a slot is free
       else backoff.pause();
     }
     worker.join();
     st.compute_s = gemm_s;
-    st.pieces = np;
-    st.total_s = detail::seconds_since(t0);
-    if (stats) *stats = st;
-    return dist_tensor<T>(su.r.c, su.cs, ctx.rank(), std::move(out));
   }
+  st.total_s = detail::seconds_since(t0);
+  if (stats) *stats = st;
+  return tensor_on<T, D>(su.r.c, su.cs, ctx.rank(), std::move(out));
 }
 
 }  // namespace tessera::ops
@@ -18011,13 +17857,16 @@ class cross_entropy_loss : public module<T, D> {
 // the step (constant, step decay, cosine), weight decay, the step count, and the
 // checks on the gradients it is given. Each rank updates its own shards: gradients
 // arrive in the parameters' layouts (a gradient reducer has resolved partial sums), so
-// a step needs no communication.
+// a step needs no communication. With optimizer parallel (enable_parallel_optimizer)
+// each parameter's state and update are split further over the ranks that hold its
+// replicas: the step then reduce-scatters the gradients and gathers the parameters.
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <numbers>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -18091,15 +17940,66 @@ void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const 
 
 }  // namespace detail
 
+/// Where optimizer parallel (MindSpore's enable_parallel_optimizer) puts the state and
+/// the update of a parameter of `shape` laid out as `l`: `l` with its first dim that
+/// can take them also split by the mesh axes holding replicas of it (after the axes
+/// that split it already; axes of one rank left out), so that each replica updates its
+/// own piece; `l` itself when no axis holds replicas or no dim divides. Examples, mesh{8}: a (512, 784) weight
+/// replicated [-, -] -> [0, -] (64 rows a rank); a (6, 16) one -> [-, 0] (6 rows do not
+/// divide into 8); (10,) -> [-] (whole). mesh{2, 4}, a (16, 32) weight split [1, -]
+/// (rows by axis 1, replicas on axis 0) -> [1.0, -] (rows in 8 pieces, axis 1 major).
+constexpr layout state_layout(const layout& l, const extents& shape) {
+  axis_mask replicas = 0;  // the axes holding replicas, of more than one rank
+  index_t copies = 1;
+  for (int a = 0; a < l.dev.ndim; ++a)
+    if ((l.replica_axes() >> a & 1u) && l.dev.dims[a] > 1) {
+      replicas |= 1u << a;
+      copies *= l.dev.dims[a];
+    }
+  if (copies == 1 || l.ndim != shape.ndim) return l;
+  for (int d = 0; d < l.ndim; ++d) {
+    const index_t pieces = index_t(l.pieces(d)) * copies;
+    if (shape.v[d] <= 0 || shape.v[d] % pieces != 0) continue;
+    axis_list axes = l.split[d];
+    for (int a = 0; a < l.dev.ndim; ++a)
+      if (replicas >> a & 1u) axes.push_back(a);
+    return l.with_split(d, axes);
+  }
+  return l;
+}
+
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
 /// in the order of parameters(), to update the parameters. D is the device of the
 /// parameters and gradients (the host by default; on a GPU each update is the
 /// backend's fused kernel over the shard).
+///
+/// Optimizer parallel (MindSpore's enable_parallel_optimizer): after
+/// `opt.enable_parallel_optimizer(ctx)` each parameter's state (momentum, Adam's
+/// moments) and update are split over the ranks that hold replicas of the parameter,
+/// in state_layout(i): a data-parallel network on 8 ranks keeps an eighth of each
+/// state per rank. The step then takes the gradients as the backward pass leaves them
+/// (partial sums over the replicas; no gradient reducer): each is reduce-scattered into
+/// its piece, the piece of the parameter updated, and the pieces all-gathered back
+/// into the parameter, as many bytes as the AllReduce they replace. The result is the
+/// gradient reducer's (gradients_mean) followed by the plain step, to float rounding.
+///
+///     optim::adam<float> opt(net.trainable_params(), 1e-3f);
+///     opt.enable_parallel_optimizer(ctx);           // before the first step
+///     auto [loss, grads] = grad_fn(x, y);           // partial sums over the replicas
+///     opt(grads);                                   // ReduceScatter, update, AllGather
 template <class T, class D = cpu_device>
 class optimizer {
  public:
   using tensor = tensor_on<T, D>;
   using array = typename storage<T, D>::array;
+
+  /// Options of optimizer parallel.
+  struct parallel_options {
+    /// A parameter of fewer bytes keeps its whole state on every rank, its gradient
+    /// all-reduced (MindSpore's parallel_optimizer_threshold, 64 KB): splitting it
+    /// would save little memory for two collectives' latency.
+    std::size_t threshold_bytes = std::size_t(64) << 10;
+  };
 
   virtual ~optimizer() = default;
   optimizer(const optimizer&) = delete;
@@ -18130,13 +18030,44 @@ class optimizer {
     if (grads.size() != params_.size())
       throw error(name_ + ": " + std::to_string(grads.size()) + " gradients for " +
                   std::to_string(params_.size()) + " parameters");
+    if (parallel_) {
+      parallel_step(grads);
+      return;
+    }
     for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if constexpr (std::is_same_v<D, cpu_device>) update(i, params_[i]->data().data(), grads[i].data(), lr);
-      else update_on_device(i, params_[i]->data().local(), grads[i].local(), lr);
-    }
+    for (std::size_t i = 0; i < params_.size(); ++i) apply(i, params_[i]->data(), grads[i], lr);
     ++step_;
+  }
+
+  /// Turns on optimizer parallel over the ranks of `ctx` (see the class comment). Call
+  /// it before the first step; the network need not be built yet (the layouts are
+  /// taken at the first step). `ctx` must outlive the optimizer's steps.
+  /// Throws after a step: "adam: enable_parallel_optimizer after 3 steps: the state is
+  /// already whole on every rank; enable it before the first step".
+  template <class C>
+  void enable_parallel_optimizer(device_context<C>& ctx, parallel_options o = {}) {
+    if (step_ != 0)
+      throw error(name_ + ": enable_parallel_optimizer after " + std::to_string(step_) +
+                  " steps: the state is already whole on every rank; enable it before the first step");
+    parallel_.emplace();
+    parallel_->opt = o;
+    parallel_->move = [&ctx](const tensor& x, const layout& l) { return redistribute(x, l, ctx); };
+  }
+  /// Whether optimizer parallel is on: the step then takes the gradients as the
+  /// backward pass leaves them and reduces them itself (train::model runs no gradient
+  /// reducer for it).
+  bool reduces_gradients() const { return parallel_.has_value(); }
+  /// The layout of parameter i's state and update: state_layout of the parameter's
+  /// with optimizer parallel on (above the threshold), else the parameter's own.
+  layout state_layout(std::size_t i) const {
+    if (i >= params_.size())
+      throw error(name_ + ": state_layout: parameter " + std::to_string(i) + " of " + std::to_string(params_.size()));
+    if (parallel_ && i < parallel_->layouts.size()) return parallel_->layouts[i];
+    const nn::parameter<T, D>& p = *params_[i];
+    if (!parallel_) return p.layout();
+    const std::size_t bytes = std::size_t(p.shape().size()) * sizeof(T);
+    return bytes < parallel_->opt.threshold_bytes ? p.layout() : optim::state_layout(p.layout(), p.shape());
   }
 
  protected:
@@ -18157,21 +18088,22 @@ class optimizer {
     throw error(name_ + ": no update of parameters on device " + std::string(D::name));
   }
 
-  /// A zeroed state array per parameter of device D, the shape of its shard (made at
-  /// first use).
+  /// A zeroed state array per parameter of device D, the shape of its piece of state
+  /// (its shard, or less with optimizer parallel; made at first use).
   void ensure_device_state(std::vector<array>& state) const {
     if (!state.empty()) return;
-    for (const nn::parameter<T, D>* p : params_) {
-      state.push_back(storage<T, D>::empty(p->data().local_shape()));
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      state.push_back(storage<T, D>::empty(state_shape(i)));
       storage<T, D>::fill(state.back(), T(0));
     }
   }
 
-  /// A zeroed state buffer per parameter, the size of its shard (made at first use).
+  /// A zeroed state buffer per parameter, the size of its piece of state (made at
+  /// first use).
   void ensure_state(std::vector<std::vector<T>>& state) const {
     if (!state.empty()) return;
     state.resize(params_.size());
-    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(params_[i]->data().data().size(), T(0));
+    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(std::size_t(state_shape(i).size()), T(0));
   }
 
   void check(std::size_t i, const tensor& p, const tensor& g) const {
@@ -18191,6 +18123,59 @@ class optimizer {
   learning_rate<T> lr_;
   T weight_decay_;
   std::int64_t step_ = 0;
+
+ private:
+  struct parallel_state {
+    parallel_options opt;
+    std::function<tensor(const tensor&, const layout&)> move;  // redistribute over the context's ranks
+    std::vector<layout> layouts;                               // each parameter's state layout
+  };
+  std::optional<parallel_state> parallel_;
+
+  // Parameter i's shard `p` moves by `g` (same layout).
+  void apply(std::size_t i, tensor& p, const tensor& g, T lr) {
+    if constexpr (std::is_same_v<D, cpu_device>) update(i, p.data(), g.data(), lr);
+    else update_on_device(i, p.local(), g.local(), lr);
+  }
+
+  extents state_shape(std::size_t i) const {
+    if (parallel_ && i < parallel_->layouts.size()) return local_shape(parallel_->layouts[i], params_[i]->shape());
+    return params_[i]->data().local_shape();
+  }
+
+  // Optimizer parallel's step: each gradient into its state layout (a ReduceScatter of
+  // partial sums; a local slice of a reduced gradient), the parameter's piece updated
+  // there and gathered back into the parameter's layout.
+  void parallel_step(const std::vector<tensor>& grads) {
+    parallel_state& par = *parallel_;
+    if (par.layouts.empty())
+      for (std::size_t i = 0; i < params_.size(); ++i) par.layouts.push_back(state_layout(i));
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const tensor& p = params_[i]->data();
+      const tensor& g = grads[i];
+      if (!(g.global_shape() == p.global_shape()) || !(g.layout().dev == p.layout().dev))
+        throw error(name_ + ": the gradient of parameter '" + params_[i]->name() + "' is " +
+                    to_string(g.global_shape()) + " " + to_string(g.layout()) + ", the parameter " +
+                    to_string(p.global_shape()) + " " + to_string(p.layout()) + " on mesh " +
+                    to_string(p.layout().dev) + ": optimizer parallel needs the parameter's shape on its mesh");
+    }
+    const T lr = lr_(step_);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      nn::parameter<T, D>& p = *params_[i];
+      const layout& sl = par.layouts[i];
+      std::optional<tensor> moved;
+      if (!(grads[i].layout() == sl)) moved = par.move(grads[i], sl);
+      const tensor& g = moved ? *moved : grads[i];
+      if (sl == p.layout()) {
+        apply(i, p.data(), g, lr);
+      } else {
+        tensor piece = par.move(p.data(), sl);  // a local slice: this rank's piece
+        apply(i, piece, g, lr);
+        p.set_data(par.move(piece, p.layout()));  // AllGather over the replicas
+      }
+    }
+    ++step_;
+  }
 };
 
 }  // namespace tessera::optim
@@ -19278,7 +19263,8 @@ class progress_bar : public callback<T> {
 // trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
 // rank reads its own shard of the data (the batch split over the ranks), the
 // gradients are reduced over the ranks by a distributed_grad_reducer during the
-// backward pass, and every rank steps the optimizer on its shards. The network may
+// backward pass (or, with optimizer parallel, reduce-scattered by the optimizer's
+// step), and every rank steps the optimizer on its shards. The network may
 // live on any device (its parameters' device D, deduced from its type): the data
 // pipeline's host batches are copied to D for each step and the loss read back.
 
@@ -19608,7 +19594,7 @@ class model {
         for (auto* cb : callbacks) cb->on_step_begin(rc);
         const auto t0 = std::chrono::steady_clock::now();
         auto [loss, grads] = grad_fn(x, y);
-        grads = (*reducer_)(grads);
+        if (reducer_) grads = (*reducer_)(grads);  // none with optimizer parallel: the step reduces
         (*opt_)(grads);
         rc.loss = double(scalar(loss, *ctx_));
         rc.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -19630,12 +19616,21 @@ class model {
     return evaluate(*net_, *loss_, dataset, *ctx_);
   }
 
-  /// The gradient reducer (made at the first train or eval).
+  /// The gradient reducer (made at the first train or eval; none when the optimizer
+  /// reduces the gradients itself, with optimizer parallel).
   distributed_grad_reducer<T, C, D>* reducer() { return reducer_.get(); }
 
  private:
   void prepare() {
     if (!net_->built()) net_->build(*ctx_);
+    if (opt_->reduces_gradients()) {
+      if (!opt_config_.gradients_mean)
+        throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
+                    "gradients' partial sums (gradients_mean = true) and has no other mode");
+      if (opt_config_.parameter_broadcast && !broadcast_done_) broadcast_parameters(opt_->parameters(), *ctx_);
+      broadcast_done_ = true;
+      return;
+    }
     if (!reducer_)
       reducer_ = std::make_unique<distributed_grad_reducer<T, C, D>>(
           opt_->parameters(), *ctx_,
@@ -19650,6 +19645,7 @@ class model {
   device_context<C>* ctx_;
   options opt_config_;
   std::unique_ptr<distributed_grad_reducer<T, C, D>> reducer_;
+  bool broadcast_done_ = false;
 };
 
 }  // namespace tessera::train

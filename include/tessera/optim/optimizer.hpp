@@ -2,7 +2,9 @@
 // the step (constant, step decay, cosine), weight decay, the step count, and the
 // checks on the gradients it is given. Each rank updates its own shards: gradients
 // arrive in the parameters' layouts (a gradient reducer has resolved partial sums), so
-// a step needs no communication.
+// a step needs no communication. With optimizer parallel (enable_parallel_optimizer)
+// each parameter's state and update are split further over the ranks that hold its
+// replicas: the step then reduce-scatters the gradients and gathers the parameters.
 #pragma once
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <numbers>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -17,6 +20,8 @@
 #include <vector>
 #include <tessera/core/error.hpp>
 #include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
+#include <tessera/exec/redistribute.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -87,15 +92,66 @@ void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const 
 
 }  // namespace detail
 
+/// Where optimizer parallel (MindSpore's enable_parallel_optimizer) puts the state and
+/// the update of a parameter of `shape` laid out as `l`: `l` with its first dim that
+/// can take them also split by the mesh axes holding replicas of it (after the axes
+/// that split it already; axes of one rank left out), so that each replica updates its
+/// own piece; `l` itself when no axis holds replicas or no dim divides. Examples, mesh{8}: a (512, 784) weight
+/// replicated [-, -] -> [0, -] (64 rows a rank); a (6, 16) one -> [-, 0] (6 rows do not
+/// divide into 8); (10,) -> [-] (whole). mesh{2, 4}, a (16, 32) weight split [1, -]
+/// (rows by axis 1, replicas on axis 0) -> [1.0, -] (rows in 8 pieces, axis 1 major).
+constexpr layout state_layout(const layout& l, const extents& shape) {
+  axis_mask replicas = 0;  // the axes holding replicas, of more than one rank
+  index_t copies = 1;
+  for (int a = 0; a < l.dev.ndim; ++a)
+    if ((l.replica_axes() >> a & 1u) && l.dev.dims[a] > 1) {
+      replicas |= 1u << a;
+      copies *= l.dev.dims[a];
+    }
+  if (copies == 1 || l.ndim != shape.ndim) return l;
+  for (int d = 0; d < l.ndim; ++d) {
+    const index_t pieces = index_t(l.pieces(d)) * copies;
+    if (shape.v[d] <= 0 || shape.v[d] % pieces != 0) continue;
+    axis_list axes = l.split[d];
+    for (int a = 0; a < l.dev.ndim; ++a)
+      if (replicas >> a & 1u) axes.push_back(a);
+    return l.with_split(d, axes);
+  }
+  return l;
+}
+
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
 /// in the order of parameters(), to update the parameters. D is the device of the
 /// parameters and gradients (the host by default; on a GPU each update is the
 /// backend's fused kernel over the shard).
+///
+/// Optimizer parallel (MindSpore's enable_parallel_optimizer): after
+/// `opt.enable_parallel_optimizer(ctx)` each parameter's state (momentum, Adam's
+/// moments) and update are split over the ranks that hold replicas of the parameter,
+/// in state_layout(i): a data-parallel network on 8 ranks keeps an eighth of each
+/// state per rank. The step then takes the gradients as the backward pass leaves them
+/// (partial sums over the replicas; no gradient reducer): each is reduce-scattered into
+/// its piece, the piece of the parameter updated, and the pieces all-gathered back
+/// into the parameter, as many bytes as the AllReduce they replace. The result is the
+/// gradient reducer's (gradients_mean) followed by the plain step, to float rounding.
+///
+///     optim::adam<float> opt(net.trainable_params(), 1e-3f);
+///     opt.enable_parallel_optimizer(ctx);           // before the first step
+///     auto [loss, grads] = grad_fn(x, y);           // partial sums over the replicas
+///     opt(grads);                                   // ReduceScatter, update, AllGather
 template <class T, class D = cpu_device>
 class optimizer {
  public:
   using tensor = tensor_on<T, D>;
   using array = typename storage<T, D>::array;
+
+  /// Options of optimizer parallel.
+  struct parallel_options {
+    /// A parameter of fewer bytes keeps its whole state on every rank, its gradient
+    /// all-reduced (MindSpore's parallel_optimizer_threshold, 64 KB): splitting it
+    /// would save little memory for two collectives' latency.
+    std::size_t threshold_bytes = std::size_t(64) << 10;
+  };
 
   virtual ~optimizer() = default;
   optimizer(const optimizer&) = delete;
@@ -126,13 +182,44 @@ class optimizer {
     if (grads.size() != params_.size())
       throw error(name_ + ": " + std::to_string(grads.size()) + " gradients for " +
                   std::to_string(params_.size()) + " parameters");
+    if (parallel_) {
+      parallel_step(grads);
+      return;
+    }
     for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if constexpr (std::is_same_v<D, cpu_device>) update(i, params_[i]->data().data(), grads[i].data(), lr);
-      else update_on_device(i, params_[i]->data().local(), grads[i].local(), lr);
-    }
+    for (std::size_t i = 0; i < params_.size(); ++i) apply(i, params_[i]->data(), grads[i], lr);
     ++step_;
+  }
+
+  /// Turns on optimizer parallel over the ranks of `ctx` (see the class comment). Call
+  /// it before the first step; the network need not be built yet (the layouts are
+  /// taken at the first step). `ctx` must outlive the optimizer's steps.
+  /// Throws after a step: "adam: enable_parallel_optimizer after 3 steps: the state is
+  /// already whole on every rank; enable it before the first step".
+  template <class C>
+  void enable_parallel_optimizer(device_context<C>& ctx, parallel_options o = {}) {
+    if (step_ != 0)
+      throw error(name_ + ": enable_parallel_optimizer after " + std::to_string(step_) +
+                  " steps: the state is already whole on every rank; enable it before the first step");
+    parallel_.emplace();
+    parallel_->opt = o;
+    parallel_->move = [&ctx](const tensor& x, const layout& l) { return redistribute(x, l, ctx); };
+  }
+  /// Whether optimizer parallel is on: the step then takes the gradients as the
+  /// backward pass leaves them and reduces them itself (train::model runs no gradient
+  /// reducer for it).
+  bool reduces_gradients() const { return parallel_.has_value(); }
+  /// The layout of parameter i's state and update: state_layout of the parameter's
+  /// with optimizer parallel on (above the threshold), else the parameter's own.
+  layout state_layout(std::size_t i) const {
+    if (i >= params_.size())
+      throw error(name_ + ": state_layout: parameter " + std::to_string(i) + " of " + std::to_string(params_.size()));
+    if (parallel_ && i < parallel_->layouts.size()) return parallel_->layouts[i];
+    const nn::parameter<T, D>& p = *params_[i];
+    if (!parallel_) return p.layout();
+    const std::size_t bytes = std::size_t(p.shape().size()) * sizeof(T);
+    return bytes < parallel_->opt.threshold_bytes ? p.layout() : optim::state_layout(p.layout(), p.shape());
   }
 
  protected:
@@ -153,21 +240,22 @@ class optimizer {
     throw error(name_ + ": no update of parameters on device " + std::string(D::name));
   }
 
-  /// A zeroed state array per parameter of device D, the shape of its shard (made at
-  /// first use).
+  /// A zeroed state array per parameter of device D, the shape of its piece of state
+  /// (its shard, or less with optimizer parallel; made at first use).
   void ensure_device_state(std::vector<array>& state) const {
     if (!state.empty()) return;
-    for (const nn::parameter<T, D>* p : params_) {
-      state.push_back(storage<T, D>::empty(p->data().local_shape()));
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      state.push_back(storage<T, D>::empty(state_shape(i)));
       storage<T, D>::fill(state.back(), T(0));
     }
   }
 
-  /// A zeroed state buffer per parameter, the size of its shard (made at first use).
+  /// A zeroed state buffer per parameter, the size of its piece of state (made at
+  /// first use).
   void ensure_state(std::vector<std::vector<T>>& state) const {
     if (!state.empty()) return;
     state.resize(params_.size());
-    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(params_[i]->data().data().size(), T(0));
+    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(std::size_t(state_shape(i).size()), T(0));
   }
 
   void check(std::size_t i, const tensor& p, const tensor& g) const {
@@ -187,6 +275,59 @@ class optimizer {
   learning_rate<T> lr_;
   T weight_decay_;
   std::int64_t step_ = 0;
+
+ private:
+  struct parallel_state {
+    parallel_options opt;
+    std::function<tensor(const tensor&, const layout&)> move;  // redistribute over the context's ranks
+    std::vector<layout> layouts;                               // each parameter's state layout
+  };
+  std::optional<parallel_state> parallel_;
+
+  // Parameter i's shard `p` moves by `g` (same layout).
+  void apply(std::size_t i, tensor& p, const tensor& g, T lr) {
+    if constexpr (std::is_same_v<D, cpu_device>) update(i, p.data(), g.data(), lr);
+    else update_on_device(i, p.local(), g.local(), lr);
+  }
+
+  extents state_shape(std::size_t i) const {
+    if (parallel_ && i < parallel_->layouts.size()) return local_shape(parallel_->layouts[i], params_[i]->shape());
+    return params_[i]->data().local_shape();
+  }
+
+  // Optimizer parallel's step: each gradient into its state layout (a ReduceScatter of
+  // partial sums; a local slice of a reduced gradient), the parameter's piece updated
+  // there and gathered back into the parameter's layout.
+  void parallel_step(const std::vector<tensor>& grads) {
+    parallel_state& par = *parallel_;
+    if (par.layouts.empty())
+      for (std::size_t i = 0; i < params_.size(); ++i) par.layouts.push_back(state_layout(i));
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const tensor& p = params_[i]->data();
+      const tensor& g = grads[i];
+      if (!(g.global_shape() == p.global_shape()) || !(g.layout().dev == p.layout().dev))
+        throw error(name_ + ": the gradient of parameter '" + params_[i]->name() + "' is " +
+                    to_string(g.global_shape()) + " " + to_string(g.layout()) + ", the parameter " +
+                    to_string(p.global_shape()) + " " + to_string(p.layout()) + " on mesh " +
+                    to_string(p.layout().dev) + ": optimizer parallel needs the parameter's shape on its mesh");
+    }
+    const T lr = lr_(step_);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      nn::parameter<T, D>& p = *params_[i];
+      const layout& sl = par.layouts[i];
+      std::optional<tensor> moved;
+      if (!(grads[i].layout() == sl)) moved = par.move(grads[i], sl);
+      const tensor& g = moved ? *moved : grads[i];
+      if (sl == p.layout()) {
+        apply(i, p.data(), g, lr);
+      } else {
+        tensor piece = par.move(p.data(), sl);  // a local slice: this rank's piece
+        apply(i, piece, g, lr);
+        p.set_data(par.move(piece, p.layout()));  // AllGather over the replicas
+      }
+    }
+    ++step_;
+  }
 };
 
 }  // namespace tessera::optim

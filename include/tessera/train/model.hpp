@@ -2,7 +2,8 @@
 // trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
 // rank reads its own shard of the data (the batch split over the ranks), the
 // gradients are reduced over the ranks by a distributed_grad_reducer during the
-// backward pass, and every rank steps the optimizer on its shards. The network may
+// backward pass (or, with optimizer parallel, reduce-scattered by the optimizer's
+// step), and every rank steps the optimizer on its shards. The network may
 // live on any device (its parameters' device D, deduced from its type): the data
 // pipeline's host batches are copied to D for each step and the loss read back.
 #pragma once
@@ -341,7 +342,7 @@ class model {
         for (auto* cb : callbacks) cb->on_step_begin(rc);
         const auto t0 = std::chrono::steady_clock::now();
         auto [loss, grads] = grad_fn(x, y);
-        grads = (*reducer_)(grads);
+        if (reducer_) grads = (*reducer_)(grads);  // none with optimizer parallel: the step reduces
         (*opt_)(grads);
         rc.loss = double(scalar(loss, *ctx_));
         rc.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -363,12 +364,21 @@ class model {
     return evaluate(*net_, *loss_, dataset, *ctx_);
   }
 
-  /// The gradient reducer (made at the first train or eval).
+  /// The gradient reducer (made at the first train or eval; none when the optimizer
+  /// reduces the gradients itself, with optimizer parallel).
   distributed_grad_reducer<T, C, D>* reducer() { return reducer_.get(); }
 
  private:
   void prepare() {
     if (!net_->built()) net_->build(*ctx_);
+    if (opt_->reduces_gradients()) {
+      if (!opt_config_.gradients_mean)
+        throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
+                    "gradients' partial sums (gradients_mean = true) and has no other mode");
+      if (opt_config_.parameter_broadcast && !broadcast_done_) broadcast_parameters(opt_->parameters(), *ctx_);
+      broadcast_done_ = true;
+      return;
+    }
     if (!reducer_)
       reducer_ = std::make_unique<distributed_grad_reducer<T, C, D>>(
           opt_->parameters(), *ctx_,
@@ -383,6 +393,7 @@ class model {
   device_context<C>* ctx_;
   options opt_config_;
   std::unique_ptr<distributed_grad_reducer<T, C, D>> reducer_;
+  bool broadcast_done_ = false;
 };
 
 }  // namespace tessera::train
