@@ -16,7 +16,10 @@
 // first network was built, against memory_budget_mib, twice the parameters, gradients,
 // optimizer state and activations of a step. Peers: `compute_only` runs the same step on each rank alone (a one-rank
 // communicator: no reduction), the floor the reduction adds to; the PyTorch DDP peer is
-// benchmarks/peers/ddp_mnist.py.
+// benchmarks/peers/ddp_mnist.py. `adam/data_parallel` and `adam/parallel_optimizer` run
+// the step with Adam(1e-3), through the reducer and with optimizer parallel (the
+// gradients reduce-scattered, each rank updating its piece of every parameter, the
+// pieces all-gathered); optimizer_state_bytes_per_rank is Adam's two moments on a rank.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <mpi.h>
@@ -25,12 +28,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/nn/layers.hpp>
 #include <tessera/nn/loss.hpp>
+#include <tessera/optim/adam.hpp>
 #include <tessera/optim/sgd.hpp>
 #include <tessera/train/grad.hpp>
 #include <tessera/train/grad_reducer.hpp>
@@ -86,38 +91,56 @@ struct step_times {
   double total = 0, forward_backward = 0, reduce = 0, update = 0;
 };
 
+// The step's optimizer: the seed's SGD(1e-2), or Adam(1e-3) through the reducer or with
+// optimizer parallel (no reducer: the step reduce-scatters and gathers).
+enum class optimizer_kind { sgd, adam, adam_parallel };
+
+struct run_result {
+  std::vector<step_times> times;
+  std::size_t grad_bytes = 0;   // the gradients of a rank
+  std::size_t state_bytes = 0;  // the optimizer's state on a rank
+};
+
 // Runs timed_steps steps of the network on the ranks of `ctx` (which may be one rank
 // alone); returns each step's times on this rank.
 template <class C>
-std::vector<step_times> run_steps(device_context<C>& ctx,
-                                  const typename train::distributed_grad_reducer<float, C>::options& ro,
-                                  std::size_t* grad_bytes) {
+run_result run_steps(device_context<C>& ctx, const typename train::distributed_grad_reducer<float, C>::options& ro,
+                     optimizer_kind kind = optimizer_kind::sgd) {
   network net;
   net.build(ctx, 1);
   nn::cross_entropy_loss<float> loss_fn;
-  optim::sgd<float> opt(net.trainable_params(), 1e-2f);
-  train::distributed_grad_reducer<float, C> grad_reducer(opt.parameters(), ctx, ro);
+  std::unique_ptr<optim::optimizer<float>> opt;
+  if (kind == optimizer_kind::sgd) opt = std::make_unique<optim::sgd<float>>(net.trainable_params(), 1e-2f);
+  else opt = std::make_unique<optim::adam<float>>(net.trainable_params(), 1e-3f);
+  if (kind == optimizer_kind::adam_parallel) opt->enable_parallel_optimizer(ctx);
+  std::unique_ptr<train::distributed_grad_reducer<float, C>> grad_reducer;
+  if (!opt->reduces_gradients())
+    grad_reducer = std::make_unique<train::distributed_grad_reducer<float, C>>(opt->parameters(), ctx, ro);
   auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
   const auto [x, y] = make_batch(ctx);
-  *grad_bytes = 0;
-  for (auto* p : opt.parameters()) *grad_bytes += p->data().data().size() * sizeof(float);
-  std::vector<step_times> out;
+  run_result out;
+  for (auto* p : opt->parameters()) out.grad_bytes += p->data().data().size() * sizeof(float);
   for (int s = 0; s < warmup_steps + timed_steps; ++s) {
     world_ptr->barrier();
     const double t0 = MPI_Wtime();
     auto [loss, grads] = grad_fn(x, y);
     const double t1 = MPI_Wtime();
-    grads = grad_reducer(grads);
+    if (grad_reducer) grads = (*grad_reducer)(grads);
     const double t2 = MPI_Wtime();
-    opt(grads);
+    (*opt)(grads);
     const double t3 = MPI_Wtime();
-    if (s >= warmup_steps) out.push_back({t3 - t0, t1 - t0, t2 - t1, t3 - t2});
+    if (s >= warmup_steps) out.times.push_back({t3 - t0, t1 - t0, t2 - t1, t3 - t2});
   }
+  if (kind != optimizer_kind::sgd)  // Adam's two moments, each the size of a piece of state
+    for (std::size_t i = 0; i < opt->parameters().size(); ++i)
+      out.state_bytes +=
+          2 * std::size_t(local_shape(opt->state_layout(i), opt->parameters()[i]->shape()).size()) * sizeof(float);
   return out;
 }
 
-void report(benchmark::State& state, std::vector<step_times> mine, std::size_t grad_bytes) {
+void report(benchmark::State& state, std::vector<step_times> mine, std::size_t grad_bytes,
+            std::size_t state_bytes = 0) {
   mpi_communicator& world = *world_ptr;
   // The slowest rank, step by step (each part on the rank whose step was slowest).
   std::vector<double> total(mine.size());
@@ -143,6 +166,7 @@ void report(benchmark::State& state, std::vector<step_times> mine, std::size_t g
   state.counters["reduce_wait_ms"] = 1e3 * parts[1] / n;
   state.counters["update_ms"] = 1e3 * parts[2] / n;
   state.counters["grad_bytes_per_rank"] = double(grad_bytes);
+  state.counters["optimizer_state_bytes_per_rank"] = double(state_bytes);
   state.counters["ranks"] = world.size();
   std::vector<double> rss(std::size_t(world.size()), 0.0), all(rss.size());
   rss[std::size_t(world.rank())] = peak_rss_mib();
@@ -151,8 +175,8 @@ void report(benchmark::State& state, std::vector<step_times> mine, std::size_t g
   state.counters["peak_rss_mib"] = *std::max_element(all.begin(), all.end());
   // What training added to the process (the peak over the baseline of MPI, BLAS and the
   // program), against the budget: twice the parameters, gradients, optimizer
-  // state (none: SGD without momentum) and one batch's activations (the input and
-  // every layer's output, before and after ReLU).
+  // state (none for SGD without momentum; Adam's is reported above, not budgeted) and
+  // one batch's activations (the input and every layer's output, before and after ReLU).
   std::vector<double> added{peak_rss_mib() - baseline_rss_mib};
   world.all_reduce(std::span<double>(added), reduce_op::max);
   const double params = 784.0 * 512 + 512 + 512.0 * 512 + 512 + 512.0 * 10 + 10;
@@ -164,19 +188,17 @@ void report(benchmark::State& state, std::vector<step_times> mine, std::size_t g
 
 using reducer_options = train::distributed_grad_reducer<float, mpi_communicator>::options;
 
-void bm_data_parallel(benchmark::State& state, reducer_options ro) {
+void bm_data_parallel(benchmark::State& state, reducer_options ro, optimizer_kind kind = optimizer_kind::sgd) {
   device_context<mpi_communicator> ctx(*world_ptr);
-  std::size_t grad_bytes = 0;
-  auto times = run_steps(ctx, ro, &grad_bytes);
-  report(state, std::move(times), grad_bytes);
+  run_result r = run_steps(ctx, ro, kind);
+  report(state, std::move(r.times), r.grad_bytes, r.state_bytes);
 }
 
 void bm_compute_only(benchmark::State& state) {
   local_communicator one;
   device_context<local_communicator> ctx(one);
-  std::size_t grad_bytes = 0;
-  auto times = run_steps(ctx, train::distributed_grad_reducer<float, local_communicator>::options{}, &grad_bytes);
-  report(state, std::move(times), 0);
+  run_result r = run_steps(ctx, train::distributed_grad_reducer<float, local_communicator>::options{});
+  report(state, std::move(r.times), 0);
 }
 
 // Discards results on ranks other than 0 (every rank runs every benchmark).
@@ -213,6 +235,10 @@ int main(int argc, char** argv) {
     add("mnist_step/data_parallel/no_overlap",
         [](benchmark::State& s) { bm_data_parallel(s, reducer_options{.overlap = false}); });
     add("mnist_step/compute_only", [](benchmark::State& s) { bm_compute_only(s); });
+    add("mnist_step/adam/data_parallel",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{}, optimizer_kind::adam); });
+    add("mnist_step/adam/parallel_optimizer",
+        [](benchmark::State& s) { bm_data_parallel(s, reducer_options{}, optimizer_kind::adam_parallel); });
     if (world.rank() == 0) {
       benchmark::RunSpecifiedBenchmarks();
     } else {
