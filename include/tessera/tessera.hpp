@@ -108,6 +108,7 @@
 #include <tessera/train/grad_reducer.hpp>
 #include <tessera/train/callbacks.hpp>
 #include <tessera/train/model.hpp>
+#include <tessera/train/pipeline.hpp>
 #endif
 
 // data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch

@@ -15494,15 +15494,17 @@ class tape {
     tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
     tensor::storage_type::fill(seed.local(), T(1));
     add_grad(loss.id, std::move(seed));
-    for (int id = loss.id; id >= 0; --id) {
-      node& n = nodes_[std::size_t(id)];
-      if (n.grad && n.backward) {
-        const tensor g = *n.grad;  // the backward may add to earlier nodes only
-        n.backward(*this, g);
-      } else if (!n.backward && n.requires_grad && leaf_hook_) {
-        leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
-      }
-    }
+    run_backward(loss.id, false);
+  }
+
+  /// Runs a backward pass from `y` with `dy` as its gradient (y's shape, any layout).
+  /// The gradients of the operator outputs it passes are used up (each output's
+  /// backward runs once), so that passes from several outputs of one tape add up: the
+  /// leaves' gradients accumulate over the passes, as a pipeline's micro-batches need
+  /// (each pass from one micro-batch's output, the parameters' leaves shared).
+  void backward(var<T, C, D> y, tensor dy) {
+    add_grad(y.id, std::move(dy));
+    run_backward(y.id, true);
   }
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
@@ -15533,6 +15535,22 @@ class tape {
     return nodes_[std::size_t(id)];
   }
   const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
+
+  // The nodes from `from` down to 0: each operator output with a gradient runs its
+  // backward (the gradient then dropped when `consume`), each leaf that needs one is
+  // told to the hook.
+  void run_backward(int from, bool consume) {
+    for (int id = from; id >= 0; --id) {
+      node& n = nodes_[std::size_t(id)];
+      if (n.grad && n.backward) {
+        const tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
+        if (consume) n.grad.reset();
+        n.backward(*this, g);
+      } else if (!n.backward && n.requires_grad && leaf_hook_) {
+        leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
+      }
+    }
+  }
 
   static std::uint64_t next_serial() {
     static std::atomic<std::uint64_t> counter{0};
@@ -19649,6 +19667,246 @@ class model {
 };
 
 }  // namespace tessera::train
+// ---- tessera/train/pipeline.hpp ----
+// Pipeline parallel (MindSpore's pipeline_stages, with PipelineCell's micro-batches):
+// the ranks split into stages of equal size, each holding one part of the network; a
+// training step cuts the batch into micro-batches that flow through the stages, each
+// stage's output sent to the next stage's ranks and the gradient of its input sent back,
+// in the 1F1B order (one forward, one backward), which keeps the activations of at
+// most as many micro-batches as there are stages on a stage. Inside a stage the ranks
+// run data or model parallel as anywhere else: the stage is their world.
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::train {
+
+/// The ranks of `ctx` as `stages` pipeline stages of equal size: stage s holds world
+/// ranks [s q, (s + 1) q), q = size / stages (MindSpore's order), and rank i of stage s
+/// sends its shard of the stage's output to rank i of stage s + 1. Each rank builds only
+/// its own stage's layers, on stage_context(), the ranks of its stage.
+///
+///     train::pipeline<float, mpi_communicator> pp(ctx, 2);   // 8 ranks: 2 stages of 4
+///     auto& sc = pp.stage_context();
+///     if (pp.stage() == 0) first.build(sc); else second.build(sc);
+///     auto r = pp.step(params, 4, [&](auto& tape, int m, auto x) {   // 4 micro-batches
+///       if (pp.stage() == 0) return first(tape.leaf(inputs(m), false));
+///       return loss_fn(second(*x), labels(m));      // the last stage: micro-batch m's loss
+///     });
+///     opt(r.grads);                                 // this stage's parameters
+///
+/// A step equals the same training on one rank with the whole batch (to float rounding)
+/// when the micro-batches are equal parts of it and each stage's loss is a mean over
+/// its micro-batch: the step's loss is the mean of the micro-batches' losses, and the
+/// gradients their mean's.
+///
+/// Needs a communicator with non-blocking sends (isend: mpi_communicator), host
+/// tensors.
+template <class T, class C, class D = cpu_device>
+class pipeline {
+  static_assert(requires(C& c, std::span<const T> b) { c.isend(b, 0, 0); },
+                "train::pipeline: the communicator must start sends without waiting (isend: mpi_communicator): "
+                "activations cross the gradients between two stages, and two blocking sends would deadlock");
+  static_assert(std::is_same_v<D, cpu_device>, "train::pipeline: host tensors only (D = cpu_device)");
+
+ public:
+  using tensor = tensor_on<T, D>;
+  using tape_t = autodiff::tape<T, C, D>;
+  using var_t = autodiff::var<T, C, D>;
+
+  /// What a step gives: the loss of the whole batch on every rank (the mean of the
+  /// micro-batches' losses), and the gradient of each of this stage's parameters, in
+  /// its layout (summed over the stage's ranks, as a gradient reducer's mean).
+  struct step_result {
+    T loss = T(0);
+    std::vector<tensor> grads;
+  };
+
+  /// Throws unless `stages` divides the ranks: "pipeline: 3 stages do not divide 8
+  /// ranks into stages of equal size".
+  pipeline(device_context<C>& ctx, int stages) : world_(&ctx), stages_(stages) {
+    const int p = ctx.size();
+    if (stages < 1 || p % stages != 0)
+      throw error("pipeline: " + std::to_string(stages) + " stages do not divide " + std::to_string(p) +
+                  " ranks into stages of equal size");
+    per_stage_ = p / stages;
+    stage_ = ctx.rank() / per_stage_;
+    C& group = ctx.on(mesh{stages, per_stage_}).group(axis_list{1});
+    stage_ctx_ = std::make_unique<device_context<C>>(group);
+  }
+
+  int stages() const { return stages_; }
+  /// This rank's stage, 0 for the first.
+  int stage() const { return stage_; }
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == stages_ - 1; }
+  /// The ranks of this rank's stage: build the stage's layers and its data on it.
+  device_context<C>& stage_context() { return *stage_ctx_; }
+
+  /// One training step of `micro` micro-batches (at least 1). `stage_fn(tape, m, x)` is
+  /// this stage's part for micro-batch m, recorded on `tape` (one tape for the step:
+  /// the stage's parameters are bound to it once): x is the previous stage's output (a
+  /// leaf on the tape, std::nullopt on the first stage, which reads micro-batch m's
+  /// inputs itself). The last stage returns micro-batch m's loss, a scalar; the others
+  /// their output, which the next stage's ranks receive shard for shard. `params` are
+  /// this stage's parameters (those its stage_fn uses), in the order of the gradients
+  /// returned. Every rank of the world calls it with the same `micro`.
+  template <class F>
+  step_result step(const std::vector<nn::parameter<T, D>*>& params, int micro, F&& stage_fn) {
+    if (micro < 1 || micro > max_micro)
+      throw error("pipeline: the number of micro-batches must be in [1, " + std::to_string(max_micro) + "], got " +
+                  std::to_string(micro));
+    device_context<C>& sc = *stage_ctx_;
+    tape_t tape(sc);
+    for (std::size_t i = 0; i < params.size(); ++i) params[i]->expect_grad(tape.serial(), int(i));
+    flight_ flight;
+    std::vector<std::optional<var_t>> inputs(static_cast<std::size_t>(micro)),
+        outputs(static_cast<std::size_t>(micro));
+    T loss_sum = T(0);
+
+    auto forward = [&](int m) {
+      std::optional<var_t> x;
+      if (!first_stage()) x = tape.leaf(receive_activation(m), true);
+      const var_t y = stage_fn(tape, m, x);
+      inputs[std::size_t(m)] = x;
+      outputs[std::size_t(m)] = y;
+      if (last_stage()) {
+        if (y.value().ndim() != 0)
+          throw error("pipeline: the last stage must return micro-batch " + std::to_string(m) +
+                      "'s loss, a scalar; it returned shape " + to_string(y.value().global_shape()));
+        loss_sum += scalar(y.value(), sc);
+      } else {
+        if (y.value().ndim() == 0)
+          throw error("pipeline: stage " + std::to_string(stage_) + " of " + std::to_string(stages_) +
+                      " returned a scalar for micro-batch " + std::to_string(m) +
+                      "; only the last stage returns the loss");
+        const tensor& v = y.value();  // partial sums resolved before they leave the stage
+        send_activation(flight, v.layout().has_partial() ? redistribute(v, v.layout().without_partial(), sc) : v, m);
+      }
+    };
+    auto backward = [&](int m) {
+      const var_t y = *outputs[std::size_t(m)];
+      if (last_stage()) {
+        // The step's loss is the mean of the micro-batches': each seeds 1 / micro.
+        const tensor& l = y.value();
+        tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
+        tensor::storage_type::fill(seed.local(), T(1) / T(micro));
+        tape.backward(y, std::move(seed));
+      } else {
+        tape.backward(y, receive_gradient(y.value(), m));
+      }
+      if (!first_stage()) send_gradient(flight, tape.grad(*inputs[std::size_t(m)]), m);
+    };
+
+    // 1F1B: stage s runs the forwards of the first (stages - s - 1) micro-batches, then
+    // alternates one forward and one backward, then the backwards left.
+    const int warmup = std::min(stages_ - stage_ - 1, micro);
+    for (int m = 0; m < warmup; ++m) forward(m);
+    for (int m = warmup; m < micro; ++m) {
+      forward(m);
+      backward(m - warmup);
+    }
+    for (int m = micro - warmup; m < micro; ++m) backward(m);
+    flight.wait();
+
+    step_result r;
+    r.grads.reserve(params.size());
+    for (nn::parameter<T, D>* q : params) {
+      const int id = q->leaf_id(tape.serial());
+      r.grads.push_back(id >= 0 ? tape.grad(var_t{&tape, id}) : tensor(q->layout(), q->shape(), sc.rank()));
+      q->unbind();
+    }
+    // The loss, from the last stage's first rank to every rank.
+    std::vector<double> loss{last_stage() && sc.rank() == 0 ? double(loss_sum) / micro : 0.0};
+    world_->world().all_reduce(std::span<double>(loss), reduce_op::sum);
+    r.loss = T(loss[0]);
+    return r;
+  }
+
+  /// The most micro-batches a step takes (each uses three message tags).
+  static constexpr int max_micro = 4096;
+
+ private:
+  // What the receiver of an activation must know to hold it: its global shape and
+  // layout on the stage's device matrix, sent as bytes (every rank runs the same
+  // build, so the types' bytes mean the same everywhere).
+  struct header {
+    extents shape;
+    layout l;
+  };
+  static_assert(std::is_trivially_copyable_v<header>);
+
+  // Sends in flight and what they read: kept until the step's end.
+  struct flight_ {
+    std::deque<header> headers;
+    std::deque<tensor> tensors;
+    std::vector<decltype(std::declval<C&>().isend(std::span<const T>(), 0, 0))> requests;
+    void wait() {
+      for (auto& q : requests) q.wait();
+      requests.clear();
+    }
+  };
+
+  int peer(int stage_offset) const { return world_->rank() + stage_offset * per_stage_; }
+  static int tag(int m, int kind) { return 3 * m + kind; }  // 0 header, 1 activation, 2 gradient
+
+  void send_activation(flight_& f, const tensor& y, int m) {
+    f.headers.push_back(header{y.global_shape(), y.layout()});
+    const header& h = f.headers.back();
+    C& w = world_->world();
+    f.requests.push_back(
+        w.isend(std::span<const char>(reinterpret_cast<const char*>(&h), sizeof(header)), peer(1), tag(m, 0)));
+    f.tensors.push_back(y);
+    const tensor& t = f.tensors.back();
+    f.requests.push_back(w.isend(std::span<const T>(t.local().data(), t.local().size()), peer(1), tag(m, 1)));
+  }
+
+  tensor receive_activation(int m) {
+    header h;
+    C& w = world_->world();
+    w.recv(std::span<char>(reinterpret_cast<char*>(&h), sizeof(header)), peer(-1), tag(m, 0));
+    if (h.l.dev.size() != per_stage_)
+      throw error("pipeline: stage " + std::to_string(stage_) + " received micro-batch " + std::to_string(m) +
+                  "'s input on device matrix " + to_string(h.l.dev) + ", not one of its " +
+                  std::to_string(per_stage_) + " ranks");
+    tensor x(h.l, h.shape, stage_ctx_->rank());
+    w.recv(std::span<T>(x.local().data(), x.local().size()), peer(-1), tag(m, 1));
+    return x;
+  }
+
+  // The gradient of this stage's output y for micro-batch m, in the layout y was sent
+  // in (y's, partial sums resolved).
+  tensor receive_gradient(const tensor& y, int m) {
+    tensor g(y.layout().without_partial(), y.global_shape(), stage_ctx_->rank());
+    world_->world().recv(std::span<T>(g.local().data(), g.local().size()), peer(1), tag(m, 2));
+    return g;
+  }
+
+  // dx in the layout of the input x: the layout the previous stage sent its output in,
+  // in which it receives the gradient.
+  void send_gradient(flight_& f, tensor dx, int m) {
+    f.tensors.push_back(std::move(dx));
+    const tensor& t = f.tensors.back();
+    f.requests.push_back(
+        world_->world().isend(std::span<const T>(t.local().data(), t.local().size()), peer(-1), tag(m, 2)));
+  }
+
+  device_context<C>* world_;
+  int stages_;
+  int per_stage_ = 1;
+  int stage_ = 0;
+  std::unique_ptr<device_context<C>> stage_ctx_;
+};
+
+}  // namespace tessera::train
 #endif
 
 // data/: datasets (MNIST, CIFAR-10, generators), sharding, transforms, prefetch
@@ -22217,6 +22475,20 @@ class mpi_communicator {
     detail::mpi_call(MPI_Send(buf.data(), n, detail::mpi_datatype<U>(), dest, tag, comm_),
                      "MPI_Send");
     detail::count(stats_, 0);
+  }
+
+  /// Starts a send of buf to rank `dest` (MPI_Isend): buf must stay alive and unchanged
+  /// until the request completes. Sends that cross between two ranks cannot deadlock,
+  /// as two blocking ones can (a pipeline's activations one way, gradients the other).
+  template <comm_element T>
+  [[nodiscard]] request isend(std::span<const T> buf, int dest, int tag = 0) {
+    detail::check_rank("isend", "dest", dest, size_);
+    detail::check_tag("isend", tag);
+    const int n = detail::mpi_count("isend", "buf", buf.size());
+    request r;
+    detail::mpi_call(MPI_Isend(buf.data(), n, detail::mpi_datatype<T>(), dest, tag, comm_, &r.req_), "MPI_Isend");
+    detail::count(stats_, 0);
+    return r;
   }
 
   /// Blocking receive from rank `source` into buf; the message may be shorter than

@@ -239,6 +239,30 @@ TEST_CASE_TEMPLATE("mpi: send and recv around a ring", T, float, double, std::in
   }
 }
 
+TEST_CASE("mpi: isend crosses a receive both ways: every rank sends first, then receives") {
+  // Large messages (4 MiB: past eager delivery), every rank sending to both neighbours
+  // before receiving: blocking sends would wait for each other; isend completes once
+  // the receives are posted.
+  mpi_communicator c = mpi_communicator::world();
+  const int g = c.size(), r = c.rank();
+  if (g == 1) return;
+  const int next = (r + 1) % g, prev = (r + g - 1) % g;
+  const std::size_t n = std::size_t(1) << 20;
+  std::vector<float> to_next(n, float(r)), to_prev(n, float(-r)), from_prev(n), from_next(n);
+  auto a = c.isend(std::span<const float>(to_next), next, 3);
+  auto b = c.isend(std::span<const float>(to_prev), prev, 4);
+  c.recv(std::span<float>(from_prev), prev, 3);
+  c.recv(std::span<float>(from_next), next, 4);
+  a.wait();
+  b.wait();
+  CHECK(!a.pending());
+  CHECK(from_prev.front() == float(prev));
+  CHECK(from_prev.back() == float(prev));
+  CHECK(from_next[n / 2] == float(-next));
+  CHECK_THROWS_WITH((void)c.isend(std::span<const float>(to_next), g, 0),
+                    ("isend: dest " + std::to_string(g) + " is out of range for " + std::to_string(g) + " ranks").c_str());
+}
+
 TEST_CASE("mpi: iall_reduce buckets") {
   mpi_communicator c = mpi_communicator::world();
   const int g = c.size(), r = c.rank();

@@ -121,15 +121,17 @@ class tape {
     tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
     tensor::storage_type::fill(seed.local(), T(1));
     add_grad(loss.id, std::move(seed));
-    for (int id = loss.id; id >= 0; --id) {
-      node& n = nodes_[std::size_t(id)];
-      if (n.grad && n.backward) {
-        const tensor g = *n.grad;  // the backward may add to earlier nodes only
-        n.backward(*this, g);
-      } else if (!n.backward && n.requires_grad && leaf_hook_) {
-        leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
-      }
-    }
+    run_backward(loss.id, false);
+  }
+
+  /// Runs a backward pass from `y` with `dy` as its gradient (y's shape, any layout).
+  /// The gradients of the operator outputs it passes are used up (each output's
+  /// backward runs once), so that passes from several outputs of one tape add up: the
+  /// leaves' gradients accumulate over the passes, as a pipeline's micro-batches need
+  /// (each pass from one micro-batch's output, the parameters' leaves shared).
+  void backward(var<T, C, D> y, tensor dy) {
+    add_grad(y.id, std::move(dy));
+    run_backward(y.id, true);
   }
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
@@ -160,6 +162,22 @@ class tape {
     return nodes_[std::size_t(id)];
   }
   const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
+
+  // The nodes from `from` down to 0: each operator output with a gradient runs its
+  // backward (the gradient then dropped when `consume`), each leaf that needs one is
+  // told to the hook.
+  void run_backward(int from, bool consume) {
+    for (int id = from; id >= 0; --id) {
+      node& n = nodes_[std::size_t(id)];
+      if (n.grad && n.backward) {
+        const tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
+        if (consume) n.grad.reset();
+        n.backward(*this, g);
+      } else if (!n.backward && n.requires_grad && leaf_hook_) {
+        leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
+      }
+    }
+  }
 
   static std::uint64_t next_serial() {
     static std::atomic<std::uint64_t> counter{0};

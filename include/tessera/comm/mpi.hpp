@@ -585,6 +585,20 @@ class mpi_communicator {
     detail::count(stats_, 0);
   }
 
+  /// Starts a send of buf to rank `dest` (MPI_Isend): buf must stay alive and unchanged
+  /// until the request completes. Sends that cross between two ranks cannot deadlock,
+  /// as two blocking ones can (a pipeline's activations one way, gradients the other).
+  template <comm_element T>
+  [[nodiscard]] request isend(std::span<const T> buf, int dest, int tag = 0) {
+    detail::check_rank("isend", "dest", dest, size_);
+    detail::check_tag("isend", tag);
+    const int n = detail::mpi_count("isend", "buf", buf.size());
+    request r;
+    detail::mpi_call(MPI_Isend(buf.data(), n, detail::mpi_datatype<T>(), dest, tag, comm_, &r.req_), "MPI_Isend");
+    detail::count(stats_, 0);
+    return r;
+  }
+
   /// Blocking receive from rank `source` into buf; the message may be shorter than
   /// buf (the bytes counted are the message's), a longer one is an error.
   template <comm_element T>
