@@ -10,6 +10,8 @@
 //   mpiexec -n 8 quickstart --save-graphs DIR    # writes DIR/rank_R/{step_parallel_begin.ir,execute.ir,execute.dot}
 //   quickstart --stand-alone                     # the same training (global batch 16) on one rank
 //   mpiexec -n 8 quickstart --device cuda        # shards on the GPUs (ranks share them round-robin)
+//   mpiexec -n 8 quickstart --search dynamic_programming   # the other operators' strategies by
+//                                                          # dynamic programming over bytes and work
 //
 // Built by nvcc where CMake finds it (then --device cuda is available); by the host
 // compiler otherwise.
@@ -95,13 +97,14 @@ auto device_comm(H& host) {
 // every step.
 template <class D, class H>
 std::vector<float> train_network(H& world, graph::parallel_mode mode, index_t global_batch, bool print,
-                                 const std::string& save_dir) {
+                                 const std::string& save_dir,
+                                 graph::search_mode search = graph::search_mode::sharding_propagation) {
   auto comm = device_comm<D>(world);
   using C = decltype(comm);
   const int p = world.size(), me = world.rank();
   graph::parallel_config cfg;
   cfg.mode = mode;
-  cfg.search = graph::search_mode::sharding_propagation;
+  cfg.search = search;
   cfg.dataset = graph::dataset_strategy::data_parallel();
   cfg.device_num = p;
   graph::executor<float, C, D> ex(graph::parallelize(trace_net(global_batch, p), cfg), comm);
@@ -115,7 +118,7 @@ std::vector<float> train_network(H& world, graph::parallel_mode mode, index_t gl
   const graph::parallel_graph& pg = ex.plan();
   if (print && me == 0) {
     std::cout << "quickstart on " << p << (p == 1 ? " rank" : " ranks") << " (" << D::name << "), " << to_string(mode)
-              << (mode == graph::parallel_mode::auto_parallel ? " with sharding_propagation" : "")
+              << (mode == graph::parallel_mode::auto_parallel ? " with " + std::string(to_string(search)) : "")
               << ", dataset_strategy data_parallel; rank 0's shards:\n";
     const graph::traced_graph& g = pg.traced();
     for (int id = 0; id < g.size(); ++id) {
@@ -151,7 +154,7 @@ std::vector<float> train_network(H& world, graph::parallel_mode mode, index_t gl
 
 // Trains on `device`: the seed's run on every rank of the job, or --stand-alone on one.
 template <class D>
-int run(int argc, char** argv, bool verify, bool stand_alone, const std::string& save_dir) {
+int run(int argc, char** argv, bool verify, bool stand_alone, const std::string& save_dir, graph::search_mode search) {
   if (stand_alone) {
     local_communicator one;
     // The seed's global batch: 8 ranks x 2 samples.
@@ -163,7 +166,8 @@ int run(int argc, char** argv, bool verify, bool stand_alone, const std::string&
     if constexpr (std::is_same_v<D, cuda_device>) cuda::select_device(world.node_local().rank());
 #endif
     const index_t global_batch = per_rank_batch * world.size();
-    const std::vector<float> losses = train_network<D>(world, graph::parallel_mode::auto_parallel, global_batch, true, save_dir);
+    const std::vector<float> losses =
+        train_network<D>(world, graph::parallel_mode::auto_parallel, global_batch, true, save_dir, search);
     if (losses.back() >= losses.front())
       throw error("quickstart: the loss did not fall: " + std::to_string(losses.front()) + " -> " +
                   std::to_string(losses.back()));
@@ -188,18 +192,24 @@ int run(int argc, char** argv, bool verify, bool stand_alone, const std::string&
 int main(int argc, char** argv) {
   bool verify = false, stand_alone = false;
   std::string save_dir, device = "cpu";
+  graph::search_mode search = graph::search_mode::sharding_propagation;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--verify") == 0) verify = true;
     else if (std::strcmp(argv[i], "--stand-alone") == 0) stand_alone = true;
     else if (std::strcmp(argv[i], "--save-graphs") == 0 && i + 1 < argc) save_dir = argv[++i];
     else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+    else if (std::strcmp(argv[i], "--search") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "dynamic_programming") == 0)
+      search = graph::search_mode::dynamic_programming, ++i;
+    else if (std::strcmp(argv[i], "--search") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "sharding_propagation") == 0)
+      search = graph::search_mode::sharding_propagation, ++i;
     else {
       std::cerr << "quickstart: unknown argument " << argv[i]
-                << " (expected --verify, --stand-alone, --save-graphs DIR or --device cpu|cuda)\n";
+                << " (expected --verify, --stand-alone, --save-graphs DIR, --device cpu|cuda or --search "
+                   "sharding_propagation|dynamic_programming)\n";
       return 2;
     }
   }
-  if (device == "cpu") return run<cpu_device>(argc, argv, verify, stand_alone, save_dir);
+  if (device == "cpu") return run<cpu_device>(argc, argv, verify, stand_alone, save_dir, search);
   if (device != "cuda") {
     std::cerr << "quickstart: unknown device " << device << " (expected cpu or cuda)\n";
     return 2;
@@ -209,7 +219,7 @@ int main(int argc, char** argv) {
     std::cerr << "quickstart: --device cuda: no CUDA device\n";
     return 2;
   }
-  return run<cuda_device>(argc, argv, verify, stand_alone, save_dir);
+  return run<cuda_device>(argc, argv, verify, stand_alone, save_dir, search);
 #else
   std::cerr << "quickstart: --device cuda: this build has no CUDA (nvcc was not found)\n";
   return 2;

@@ -6324,6 +6324,16 @@ class op_def {
     (void)st, (void)device_num, (void)in, (void)elem_bytes;
     return {};
   }
+  /// The floating-point operations of one rank's forward computation under layouts
+  /// `l` (the dynamic_programming search's compute cost; graph/parallel.hpp). By
+  /// default one per element of the rank's input and output shards: what an
+  /// element-wise operator, a reduction or a copy touches. The products count their
+  /// multiply-adds (matmul_def).
+  virtual double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
+    double w = double(local_shape(l.out, out).size());
+    for (int i = 0; i < in.n; ++i) w += double(local_shape(l.in[i], in[i]).size());
+    return w;
+  }
 };
 
 /// The layouts `l` with partial sums passed through as `p` says (partial_pass).
@@ -6480,6 +6490,11 @@ class matmul_def : public op_def {
   std::string default_name() const override { return "matmul"; }
   int arity() const override { return 2; }
   linearity linear() const override { return linearity::each(2); }
+  /// 2 m k n / (the devices that split them): each rank's product of its shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const override {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(transpose_a ? a[0] : a[1]);
+  }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }
@@ -6884,6 +6899,11 @@ class batch_matmul_def : public op_def {
   std::string default_name() const override { return "batch_matmul"; }
   int arity() const override { return 2; }
   linearity linear() const override { return linearity::each(2); }
+  /// 2 (batch m n) k on each rank's shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const override {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(transpose_a ? a[a.ndim - 2] : a[a.ndim - 1]);
+  }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }
@@ -8253,11 +8273,23 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
 // | stand_alone        | all ones: every rank computes everything              | global              |
 // | data_parallel      | op_def::data_parallel: the batch split over all ranks, parameters replicated, gradients all-reduced | global |
 // | semi_auto_parallel | the shard() strategies; data_parallel for the others  | global              |
-// | auto_parallel      | the shard() strategies; sharding propagation for the others (graph/propagate.hpp) | global |
+// | auto_parallel      | the shard() strategies; for the others, sharding propagation (graph/propagate.hpp) or dynamic programming (below) | global |
 // | hybrid_parallel    | all ones on each rank's own tensors; the user places AllReduce nodes; layer-wise parallel parameters are already sliced | each rank's own |
 //
 // stand_alone, data_parallel and hybrid_parallel ignore shard() strategies (as MindSpore
 // does).
+//
+// auto_parallel's two searches (parallel_config::search):
+// - sharding_propagation: the unconfigured operators linked to configured ones take the
+//   strategies that move the fewest bytes per rank; the others run data parallel.
+// - dynamic_programming: every unconfigured operator takes the strategy that minimises
+//   a training step's estimated time on one rank, in bytes: the bytes it receives (the
+//   same price) plus its floating-point operations (op_def::forward_work, forward and
+//   backward counted as three forwards) over parallel_config::flops_per_byte, the
+//   machine's balance. Splitting an operator's work over more ranks is then worth the
+//   communication it costs; no configured operator is needed. Solved by the same
+//   solver: exactly by dynamic programming where the operators' links form a tree (a
+//   chain of layers), by enumeration or greedily otherwise.
 //
 // Data import (the dataset strategy; each input's layout on the device matrix (N,)):
 //
@@ -8290,10 +8322,13 @@ constexpr std::string_view to_string(parallel_mode m) {
   return "?";
 }
 
-/// auto_parallel's strategy search. Only sharding propagation is implemented.
-enum class search_mode { sharding_propagation };
+/// auto_parallel's strategy search (see the top of this header). MindSpore's third,
+/// recursive_programming, is not implemented.
+enum class search_mode { sharding_propagation, dynamic_programming };
 
-constexpr std::string_view to_string(search_mode) { return "sharding_propagation"; }
+constexpr std::string_view to_string(search_mode m) {
+  return m == search_mode::dynamic_programming ? "dynamic_programming" : "sharding_propagation";
+}
 
 /// How each rank gets its data (MindSpore's dataset_strategy / full_batch).
 class dataset_strategy {
@@ -8340,15 +8375,21 @@ struct parallel_config {
   dataset_strategy dataset = dataset_strategy::data_parallel();
   int device_num = 1;      ///< the number of ranks
   index_t elem_bytes = 4;  ///< bytes per element (4: float)
+  /// dynamic_programming's machine balance: the floating-point operations a rank does
+  /// in the time it receives one byte from another. About 10 on the build machine
+  /// (90 GFLOP/s of BLAS per rank, bench_matmul; 5-13 GB/s through MPI,
+  /// bench_collectives); a GPU over NVLink is nearer 100.
+  double flops_per_byte = 10;
 };
 
 /// Where an operator's strategy came from.
-enum class strategy_source { user, sharding_propagation, data_parallel, stand_alone };
+enum class strategy_source { user, sharding_propagation, dynamic_programming, data_parallel, stand_alone };
 
 constexpr std::string_view to_string(strategy_source s) {
   switch (s) {
     case strategy_source::user: return "user";
     case strategy_source::sharding_propagation: return "sharding_propagation";
+    case strategy_source::dynamic_programming: return "dynamic_programming";
     case strategy_source::data_parallel: return "data_parallel";
     case strategy_source::stand_alone: return "stand_alone";
   }
@@ -8422,6 +8463,13 @@ class parallel_graph {
   /// per rank of every edge's forward and backward redistribution, of the operators'
   /// own collectives and of the loss's fetch (see graph/propagate.hpp).
   index_t priced_bytes() const { return priced_; }
+  /// The floating-point operations of a training step on one rank, as
+  /// dynamic_programming counts them: each operator's forward_work, three times when
+  /// its backward runs (forward, and the gradients of its inputs).
+  double work_per_rank() const { return work_; }
+  /// What dynamic_programming minimises: priced_bytes() + work_per_rank() /
+  /// flops_per_byte, a step's time on one rank in the time of a byte received.
+  double step_cost() const { return double(priced_) + work_ / cfg_.flops_per_byte; }
   /// The bytes `rank` receives in one training step: the priced redistributions,
   /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces.
   index_t bytes_for_rank(int rank) const {
@@ -8451,6 +8499,7 @@ class parallel_graph {
   route loss_fetch_;
   std::vector<gradient_reduction> grad_reductions_;
   index_t priced_ = 0;
+  double work_ = 0;
 };
 
 namespace detail {
@@ -8485,6 +8534,12 @@ inline op_layouts evaluate_or_throw(const traced_graph& g, int id, const strateg
   evaluation e = evaluate(g, id, st, device_num);
   if (!e.lay) throw error(e.s, e.context, where(st, device_num, src));
   return std::move(*e.lay);
+}
+
+// The work of operator `id` in a training step under layouts `l` (work_per_rank).
+inline double op_work(const traced_graph& g, int id, const op_layouts& l, bool backward) {
+  const node& n = g.at(id);
+  return (backward ? 3.0 : 1.0) * n.op->forward_work(l, g.input_shapes(id), n.shape);
 }
 
 // Every split 1: the data-parallel strategy on one device.
@@ -8528,6 +8583,8 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   const int N = cfg.device_num;
   if (N < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(N));
   if (cfg.elem_bytes < 1) throw error("parallelize: elem_bytes must be positive, got " + std::to_string(cfg.elem_bytes));
+  if (!(cfg.flops_per_byte > 0))
+    throw error("parallelize: flops_per_byte must be positive, got " + std::to_string(cfg.flops_per_byte));
   if (g.loss() < 0) throw error("parallelize: the graph has no loss (build it with graph_builder::build)");
   const parallel_mode mode = cfg.mode;
   const bool hybrid = mode == parallel_mode::hybrid_parallel;
@@ -8667,15 +8724,28 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     pg.ops_[id] = std::move(o);
   }
   detail::route_cache rc(cfg.elem_bytes);
+  const bool dp = mode == parallel_mode::auto_parallel && cfg.search == search_mode::dynamic_programming;
   if (any_free) {
-    const graph_problem gp = build_problem(pin, rc);
+    graph_problem gp = build_problem(pin, rc);
+    if (dp)  // every operator a choice, priced with its work too (in bytes' time)
+      for (std::size_t v = 0; v < gp.vars.size(); ++v) {
+        const int id = gp.vars[v];
+        for (std::size_t k = 0; k < gp.pb.unary[v].size(); ++k) {
+          const double w = detail::op_work(g, id, pin.free[id].lay[k], pg.needs_grad_[id]) / cfg.flops_per_byte;
+          gp.pb.unary[v][k] = detail::add_bytes(gp.pb.unary[v][k], w >= double(infinite_bytes) ? infinite_bytes
+                                                                                               : index_t(w + 0.5));
+        }
+        gp.pb.anchored[v] = true;
+      }
     const search_result r = solve(gp.pb);
     for (std::size_t v = 0; v < gp.vars.size(); ++v) {
       const int id = gp.vars[v];
       op_plan o;
       if (r.pick[v] >= 0) {
         o.st = pin.free[id].st[r.pick[v]];
-        o.source = pin.anchor[id] ? fixed_source[id] : strategy_source::sharding_propagation;
+        o.source = pin.anchor[id] ? fixed_source[id]
+                   : dp           ? strategy_source::dynamic_programming
+                                  : strategy_source::sharding_propagation;
         o.lay = pin.free[id].lay[r.pick[v]];
       } else {
         o.st = g.at(id).op->data_parallel(N, g.input_shapes(id));
@@ -8689,6 +8759,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     if (pg.ops_[id]) {
       op_plan& o = *pg.ops_[id];
       o.collectives = g.at(id).op->collectives(o.st, N, g.input_shapes(id), cfg.elem_bytes);
+      pg.work_ += detail::op_work(g, id, o.lay, pg.needs_grad_[id]);
       pg.value_layout_[id] = o.lay.out;
       pg.grad_layout_[id] = o.lay.out_grad;
     }
@@ -8769,8 +8840,8 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
 //     %4(matmul) = MatMul(%0, %2) {transpose_a: false, transpose_b: false} {in_strategy: ((2, 4), (4, 1)), source: user}
 //         : (<Tensor[Float32], (16, 32)>, <Tensor[Float32], (32, 16)>) -> (<Tensor[Float32], (16, 16)>)
 //
-// (`%id` is the node id; source is user, sharding_propagation, data_parallel or
-// stand_alone. Inputs show their dataset strategy, parameters their flags.) The last
+// (`%id` is the node id; source is user, sharding_propagation, dynamic_programming,
+// data_parallel or stand_alone. Inputs show their dataset strategy, parameters their flags.) The last
 // line is `return %<loss id>`.
 //
 // execute.ir: the graph this rank runs in one training step, with the communication

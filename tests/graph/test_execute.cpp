@@ -90,6 +90,14 @@ parallel_config config(parallel_mode m, int n, dataset_strategy d = dataset_stra
   return c;
 }
 
+// auto_parallel with the dynamic_programming search and the given machine balance.
+parallel_config dynamic_programming(int n, double flops_per_byte) {
+  parallel_config c = config(parallel_mode::auto_parallel, n);
+  c.search = search_mode::dynamic_programming;
+  c.flops_per_byte = flops_per_byte;
+  return c;
+}
+
 // A network traced with a strategy for some operators: `semi` gives every operator
 // one (those it names), `configured` only the first MatMul.
 using tracer = std::function<traced_graph(int p, bool semi)>;
@@ -230,6 +238,8 @@ TEST_CASE("every parallel mode gives the stand-alone loss and gradients") {
         {"semi_auto_parallel", semi, config(parallel_mode::semi_auto_parallel, p)},
         {"auto_parallel", configured, config(parallel_mode::auto_parallel, p)},
         {"auto_parallel, full_batch", configured, config(parallel_mode::auto_parallel, p, dataset_strategy::full_batch())},
+        {"auto_parallel, dynamic_programming", configured, dynamic_programming(p, 10)},
+        {"auto_parallel, dynamic_programming, compute dear", configured, dynamic_programming(p, 0.05)},
     };
     for (const mode_case& c : cases) {
       CAPTURE(c.what);

@@ -2,7 +2,8 @@
 // min-sum solver against enumeration on random problems, and, on small graphs of 3 to
 // 6 operators, the strategies sharding propagation picks against the minimum over
 // every assignment of candidate strategies, priced here from the operators' rules and
-// the planner.
+// the planner; the same for the dynamic_programming search, whose price adds each
+// operator's work; and what that search picks for large batches and for large weights.
 #include <doctest/doctest.h>
 
 #include <functional>
@@ -167,8 +168,10 @@ struct brute_result {
 
 // The price (see graph/propagate.hpp) of every assignment of candidates to the
 // operators without a strategy, and of `chosen`; data inputs are split by the batch
-// over (n,).
-brute_result brute_force_price(const traced_graph& g, int n, const std::vector<op_plan>& chosen) {
+// over (n,). With flops_per_byte > 0, dynamic_programming's: each operator's work
+// (three forwards where its backward runs) over flops_per_byte, in whole bytes, added.
+brute_result brute_force_price(const traced_graph& g, int n, const std::vector<op_plan>& chosen,
+                               double flops_per_byte = 0) {
   const int size = g.size();
   // needs_grad: depends on a parameter and receives a gradient.
   std::vector<bool> dep(node_count(g), false), rec(node_count(g), false);
@@ -223,6 +226,9 @@ brute_result brute_force_price(const traced_graph& g, int n, const std::vector<o
     auto lay = [&](int id) -> const op_layouts& { return lays[id][pick[id]]; };
     for (int c : ops) {
       const node& nd = g.at(c);
+      if (flops_per_byte > 0)
+        add(index_t((needs(c) ? 3.0 : 1.0) * nd.op->forward_work(lay(c), g.input_shapes(c), nd.shape) / flops_per_byte +
+                    0.5));
       for (const internal_collective& ic : nd.op->collectives(options[c][pick[c]], n, g.input_shapes(c), 4))
         if (!ic.backward || needs(c)) add(ic.bytes);
       for (std::size_t s = 0; s < nd.inputs.size(); ++s) {
@@ -379,6 +385,98 @@ TEST_CASE("sharding propagation: the least total price over every assignment of 
         if (g.at(id).kind == node_kind::op) CHECK(again.op(id).st == pg.op(id).st);
     }
   }
+}
+
+TEST_CASE("dynamic_programming: the least bytes and work over every assignment, no configured operator needed") {
+  // The graphs above, and two with no configured operator (small enough to enumerate).
+  std::vector<case_graph> cases = graphs();
+  cases.push_back({"unconfigured: MatMul, ReLU, MatMul, ReduceMean", [](int) {
+                     graph_builder b;
+                     const value x = b.input("x", {16, 32});
+                     const value h = b.relu(b.matmul(x, b.parameter("w", {32, 16})));
+                     return b.build(b.reduce_mean(b.matmul(h, b.parameter("w2", {16, 8}))));
+                   }});
+  cases.push_back({"unconfigured: softmax cross entropy of a biased MatMul", [](int) {
+                     graph_builder b;
+                     const value x = b.input("x", {16, 32}), labels = b.input("labels", {16, 8});
+                     const value logits = b.bias_add(b.matmul(x, b.parameter("w", {32, 8})), b.parameter("b", {8}));
+                     return b.build(b.reduce_mean(b.softmax_cross_entropy(logits, labels)));
+                   }});
+  for (const double fpb : {0.05, 10.0}) {  // compute dear, compute cheap
+    for (int n : {2, 4}) {
+      for (const case_graph& cg : cases) {
+        CAPTURE(fpb);
+        CAPTURE(n);
+        CAPTURE(cg.name);
+        const traced_graph g = cg.make(n);
+        parallel_config cfg;
+        cfg.mode = parallel_mode::auto_parallel;
+        cfg.search = search_mode::dynamic_programming;
+        cfg.device_num = n;
+        cfg.flops_per_byte = fpb;
+        const parallel_graph pg = parallelize(g, cfg);
+        std::vector<op_plan> chosen(std::size_t(g.size()));
+        double work = 0;
+        for (int id = 0; id < g.size(); ++id)
+          if (g.at(id).kind == node_kind::op) {
+            chosen[id] = pg.op(id);
+            CHECK(pg.op(id).source ==
+                  (g.at(id).user_strategy ? strategy_source::user : strategy_source::dynamic_programming));
+            work += (pg.needs_grad(id) ? 3.0 : 1.0) *
+                    g.at(id).op->forward_work(pg.op(id).lay, g.input_shapes(id), g.at(id).shape);
+          }
+        const brute_result r = brute_force_price(g, n, chosen, fpb);
+        CHECK(r.best < infinite_bytes);
+        CHECK(r.of_choice == r.best);
+        CHECK(pg.work_per_rank() == doctest::Approx(work));
+        CHECK(pg.step_cost() == doctest::Approx(double(pg.priced_bytes()) + work / fpb));
+      }
+    }
+  }
+}
+
+TEST_CASE("dynamic_programming: a large batch runs data parallel, a large weight is split") {
+  parallel_config cfg;
+  cfg.mode = parallel_mode::auto_parallel;
+  cfg.search = search_mode::dynamic_programming;
+  cfg.device_num = 4;
+  {
+    // 4096 samples through a 64 x 64 weight: splitting the batch moves only the weight's
+    // gradient (16 KiB); any other split moves activations of 4096 rows.
+    graph_builder b;
+    const value x = b.input("x", {4096, 64});
+    const value mm = b.matmul(x, b.parameter("w", {64, 64}));
+    const traced_graph g = b.build(b.reduce_mean(b.relu(mm)));
+    const parallel_graph pg = parallelize(g, cfg);
+    CHECK(pg.op(mm.id()).st == strategy{{4, 1}, {1, 1}});
+    CHECK(pg.op(mm.id()).source == strategy_source::dynamic_programming);
+  }
+  {
+    // 4 samples through a 2048 x 2048 weight: data parallel would all-reduce its 16 MiB
+    // gradient; the search splits the weight instead, and each rank multiplies a
+    // quarter of it.
+    graph_builder b;
+    const value x = b.input("x", {4, 2048});
+    const value mm = b.matmul(x, b.parameter("w", {2048, 2048}));
+    const traced_graph g = b.build(b.reduce_mean(b.relu(mm)));
+    const parallel_graph pg = parallelize(g, cfg);
+    const strategy& st = pg.op(mm.id()).st;
+    CHECK(st.in[1].v[0] * st.in[1].v[1] == 4);  // the weight in 4 pieces
+    parallel_config dp = cfg;
+    dp.mode = parallel_mode::data_parallel;
+    const parallel_graph data = parallelize(g, dp);
+    CHECK(pg.step_cost() < data.step_cost());
+    CHECK(pg.work_per_rank() == doctest::Approx(data.work_per_rank()).epsilon(0.01));  // the same split of the work
+  }
+  // Sharding propagation leaves a graph without a configured operator data parallel.
+  graph_builder b;
+  const value x = b.input("x", {4, 2048});
+  const value mm = b.matmul(x, b.parameter("w", {2048, 2048}));
+  const traced_graph g = b.build(b.reduce_mean(b.relu(mm)));
+  cfg.search = search_mode::sharding_propagation;
+  CHECK(parallelize(g, cfg).op(mm.id()).source == strategy_source::data_parallel);
+  cfg.flops_per_byte = 0;
+  CHECK_THROWS_WITH(parallelize(g, cfg), "parallelize: flops_per_byte must be positive, got 0.000000");
 }
 
 TEST_CASE("sharding propagation on the quickstart: the first MatMul's output reduce-scattered over ranks 0-3") {

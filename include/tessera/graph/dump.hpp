@@ -10,8 +10,8 @@
 //     %4(matmul) = MatMul(%0, %2) {transpose_a: false, transpose_b: false} {in_strategy: ((2, 4), (4, 1)), source: user}
 //         : (<Tensor[Float32], (16, 32)>, <Tensor[Float32], (32, 16)>) -> (<Tensor[Float32], (16, 16)>)
 //
-// (`%id` is the node id; source is user, sharding_propagation, data_parallel or
-// stand_alone. Inputs show their dataset strategy, parameters their flags.) The last
+// (`%id` is the node id; source is user, sharding_propagation, dynamic_programming,
+// data_parallel or stand_alone. Inputs show their dataset strategy, parameters their flags.) The last
 // line is `return %<loss id>`.
 //
 // execute.ir: the graph this rank runs in one training step, with the communication

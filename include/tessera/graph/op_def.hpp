@@ -14,6 +14,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/mesh.hpp>
 #include <tessera/core/reduce_op.hpp>
@@ -114,6 +115,16 @@ class op_def {
                                                        const shape_list& in, index_t elem_bytes) const {
     (void)st, (void)device_num, (void)in, (void)elem_bytes;
     return {};
+  }
+  /// The floating-point operations of one rank's forward computation under layouts
+  /// `l` (the dynamic_programming search's compute cost; graph/parallel.hpp). By
+  /// default one per element of the rank's input and output shards: what an
+  /// element-wise operator, a reduction or a copy touches. The products count their
+  /// multiply-adds (matmul_def).
+  virtual double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
+    double w = double(local_shape(l.out, out).size());
+    for (int i = 0; i < in.n; ++i) w += double(local_shape(l.in[i], in[i]).size());
+    return w;
   }
 };
 
@@ -271,6 +282,11 @@ class matmul_def : public op_def {
   std::string default_name() const override { return "matmul"; }
   int arity() const override { return 2; }
   linearity linear() const override { return linearity::each(2); }
+  /// 2 m k n / (the devices that split them): each rank's product of its shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const override {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(transpose_a ? a[0] : a[1]);
+  }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }

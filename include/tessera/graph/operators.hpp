@@ -65,6 +65,11 @@ class batch_matmul_def : public op_def {
   std::string default_name() const override { return "batch_matmul"; }
   int arity() const override { return 2; }
   linearity linear() const override { return linearity::each(2); }
+  /// 2 (batch m n) k on each rank's shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const override {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(transpose_a ? a[a.ndim - 2] : a[a.ndim - 1]);
+  }
   std::string attributes() const override {
     return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
   }
