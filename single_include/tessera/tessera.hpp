@@ -18033,10 +18033,11 @@ void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const 
 /// the update of a parameter of `shape` laid out as `l`: `l` with its first dim that
 /// can take them also split by the mesh axes holding replicas of it (after the axes
 /// that split it already; axes of one rank left out), so that each replica updates its
-/// own piece; `l` itself when no axis holds replicas or no dim divides. Examples, mesh{8}: a (512, 784) weight
-/// replicated [-, -] -> [0, -] (64 rows a rank); a (6, 16) one -> [-, 0] (6 rows do not
-/// divide into 8); (10,) -> [-] (whole). mesh{2, 4}, a (16, 32) weight split [1, -]
-/// (rows by axis 1, replicas on axis 0) -> [1.0, -] (rows in 8 pieces, axis 1 major).
+/// own piece; `l` itself when no axis holds replicas or no dim divides.
+/// Examples, mesh{8}: a (512, 784) weight replicated [-, -] -> [0, -] (64 rows a rank);
+/// a (6, 16) one -> [-, 0] (6 rows do not divide into 8); (10,) -> [-] (whole).
+/// mesh{2, 4}, a (16, 32) weight split [1, -] (rows by axis 1, replicas on axis 0) ->
+/// [1.0, -] (rows in 8 pieces, axis 1 major).
 constexpr layout state_layout(const layout& l, const extents& shape) {
   axis_mask replicas = 0;  // the axes holding replicas, of more than one rank
   index_t copies = 1;
