@@ -20,6 +20,10 @@
 // the step with Adam(1e-3), through the reducer and with optimizer parallel (the
 // gradients reduce-scattered, each rank updating its piece of every parameter, the
 // pieces all-gathered); optimizer_state_bytes_per_rank is Adam's two moments on a rank.
+// `pipeline/2_stages/micro=M` (an even number of ranks) cuts the network in two
+// pipeline stages (Flatten, Dense, ReLU | Dense, ReLU, Dense, the loss), each on half
+// the ranks (data parallel inside), and runs the same global batch as M micro-batches
+// in the 1F1B order (train::pipeline); grad_bytes_per_rank is then the stage's share.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <mpi.h>
@@ -29,6 +33,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 #include <tessera/comm/local.hpp>
@@ -39,6 +44,7 @@
 #include <tessera/optim/sgd.hpp>
 #include <tessera/train/grad.hpp>
 #include <tessera/train/grad_reducer.hpp>
+#include <tessera/train/pipeline.hpp>
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -65,6 +71,30 @@ struct network : nn::module<float> {
   template <class V>
   V operator()(V x) {
     return dense_relu_sequential(flatten(x));
+  }
+};
+
+// The network cut in two pipeline stages.
+struct first_stage : nn::module<float> {
+  nn::flatten<float> flatten;
+  nn::dense<float> fc1{28 * 28, 512, "normal", "zeros"};
+  nn::relu<float> act;
+  void visit(nn::visitor<float>& v) override { v.child("fc1", fc1); }
+  template <class V>
+  V operator()(V x) {
+    return act(fc1(flatten(x)));
+  }
+};
+struct second_stage : nn::module<float> {
+  nn::dense<float> fc2{512, 512, "normal", "zeros"}, fc3{512, 10, "normal", "zeros"};
+  nn::relu<float> act;
+  void visit(nn::visitor<float>& v) override {
+    v.child("fc2", fc2);
+    v.child("fc3", fc3);
+  }
+  template <class V>
+  V operator()(V x) {
+    return fc3(act(fc2(x)));
   }
 };
 
@@ -139,6 +169,55 @@ run_result run_steps(device_context<C>& ctx, const typename train::distributed_g
   return out;
 }
 
+// Runs timed_steps steps of the two-stage pipeline over the ranks of `ctx` (an even
+// number), the global batch (per_rank_batch a rank) cut into `micro` micro-batches.
+run_result run_pipeline_steps(device_context<mpi_communicator>& ctx, int micro) {
+  train::pipeline<float, mpi_communicator> pp(ctx, 2);
+  device_context<mpi_communicator>& sc = pp.stage_context();
+  const int q = sc.size();
+  first_stage a;
+  second_stage b;
+  std::vector<nn::parameter<float>*> params;
+  if (pp.first_stage()) {
+    a.build(sc, 1);
+    params = a.trainable_params();
+  } else {
+    b.build(sc, 1);
+    params = b.trainable_params();
+  }
+  nn::cross_entropy_loss<float> loss_fn;
+  optim::sgd<float> opt(params, 1e-2f);
+  const index_t rows = per_rank_batch * ctx.size() / micro;  // a micro-batch, over the stage's q ranks
+  std::vector<dist_tensor<float>> xs;
+  std::vector<dist_tensor<std::int32_t>> ys;
+  const nn::random_stream rs(7);
+  for (int m = 0; m < micro; ++m) {
+    dist_tensor<float> x(layout(mesh{q}, {{0}, {}, {}, {}}), extents{rows, 1, 28, 28}, sc.rank());
+    x.fill_global([&](const auto& i) { return float(rs.uniform01(std::uint64_t((m * rows + i[0]) * 784 + i[2] * 28 + i[3]))); });
+    dist_tensor<std::int32_t> y(layout(mesh{q}, {{0}}), extents{rows}, sc.rank());
+    y.fill_global([&](const auto& i) { return std::int32_t((m * rows + i[0]) * 7 % 10); });
+    xs.push_back(std::move(x));
+    ys.push_back(std::move(y));
+  }
+  using tape_t = autodiff::tape<float, mpi_communicator>;
+  using var_t = autodiff::var<float, mpi_communicator>;
+  run_result out;
+  for (auto* p : params) out.grad_bytes += p->data().data().size() * sizeof(float);
+  for (int s = 0; s < warmup_steps + timed_steps; ++s) {
+    world_ptr->barrier();
+    const double t0 = MPI_Wtime();
+    auto r = pp.step(params, micro, [&](tape_t& tp, int m, std::optional<var_t> x) -> var_t {
+      if (!x) return a(tp.leaf(xs[std::size_t(m)], false));
+      return loss_fn(b(*x), ys[std::size_t(m)]);
+    });
+    const double t1 = MPI_Wtime();
+    opt(r.grads);
+    const double t2 = MPI_Wtime();
+    if (s >= warmup_steps) out.times.push_back({t2 - t0, t1 - t0, 0, t2 - t1});
+  }
+  return out;
+}
+
 void report(benchmark::State& state, std::vector<step_times> mine, std::size_t grad_bytes,
             std::size_t state_bytes = 0) {
   mpi_communicator& world = *world_ptr;
@@ -194,6 +273,12 @@ void bm_data_parallel(benchmark::State& state, reducer_options ro, optimizer_kin
   report(state, std::move(r.times), r.grad_bytes, r.state_bytes);
 }
 
+void bm_pipeline(benchmark::State& state, int micro) {
+  device_context<mpi_communicator> ctx(*world_ptr);
+  run_result r = run_pipeline_steps(ctx, micro);
+  report(state, std::move(r.times), r.grad_bytes);
+}
+
 void bm_compute_only(benchmark::State& state) {
   local_communicator one;
   device_context<local_communicator> ctx(one);
@@ -239,6 +324,10 @@ int main(int argc, char** argv) {
         [](benchmark::State& s) { bm_data_parallel(s, reducer_options{}, optimizer_kind::adam); });
     add("mnist_step/adam/parallel_optimizer",
         [](benchmark::State& s) { bm_data_parallel(s, reducer_options{}, optimizer_kind::adam_parallel); });
+    if (world.size() % 2 == 0)
+      for (int micro : {1, 2, 4, 8})
+        add(("mnist_step/pipeline/2_stages/micro=" + std::to_string(micro)).c_str(),
+            [micro](benchmark::State& s) { bm_pipeline(s, micro); });
     if (world.rank() == 0) {
       benchmark::RunSpecifiedBenchmarks();
     } else {
