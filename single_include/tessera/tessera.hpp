@@ -20488,6 +20488,128 @@ class prefetch_node final : public node {
 #include <string>
 #include <utility>
 #include <vector>
+// ---- tessera/data/parallel_map.hpp ----
+// Parallel map workers (MindSpore's num_parallel_workers): a map's transforms run on
+// several threads, the rows handed out in their order.
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tessera::data::detail {
+
+/// A pass whose rows, read from `child` in order by the consumer's thread, are each
+/// given to `work` (which changes the row in place) on one of `workers` threads, and
+/// handed out in the child's order. Up to 2 x workers rows are in flight, so the
+/// threads stay busy while the consumer takes the oldest. Since each row's result
+/// depends only on the row (a transform is seeded by the row's index and pass), the
+/// rows are those of the sequential map, whatever the threads' timing. An exception in
+/// `work` is rethrown by next() when its row's turn comes (the rows before it are
+/// handed out first); one in the child's next() at once. Destroying the cursor stops
+/// the threads after their current row and joins them.
+class parallel_map_cursor final : public cursor {
+ public:
+  parallel_map_cursor(std::unique_ptr<cursor> child, std::function<void(row&)> work, int workers)
+      : child_(std::move(child)), work_(std::move(work)), window_(2 * static_cast<std::size_t>(workers)) {
+    for (int t = 0; t < workers; ++t) threads_.emplace_back([this] { run(); });
+  }
+  ~parallel_map_cursor() override {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    has_work_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  parallel_map_cursor(const parallel_map_cursor&) = delete;
+  parallel_map_cursor& operator=(const parallel_map_cursor&) = delete;
+
+  std::optional<row> next() override {
+    fill();
+    if (order_.empty()) return std::nullopt;
+    const std::shared_ptr<job> j = std::move(order_.front());
+    order_.pop_front();
+    {
+      std::unique_lock lock(m_);
+      done_.wait(lock, [&] { return j->done; });
+    }
+    if (j->error) std::rethrow_exception(j->error);
+    fill();  // the slot just freed: the next row starts before the consumer uses this one
+    return std::move(j->r);
+  }
+
+ private:
+  struct job {
+    row r;
+    bool done = false;
+    std::exception_ptr error;
+  };
+
+  // Reads rows from the child until the window is full or the child is exhausted.
+  void fill() {
+    while (!exhausted_ && order_.size() < window_) {
+      std::optional<row> r = child_->next();
+      if (!r) {
+        exhausted_ = true;
+        return;
+      }
+      auto j = std::make_shared<job>();
+      j->r = std::move(*r);
+      order_.push_back(j);
+      {
+        std::lock_guard lock(m_);
+        queue_.push_back(std::move(j));
+      }
+      has_work_.notify_one();
+    }
+  }
+
+  void run() {
+    for (;;) {
+      std::shared_ptr<job> j;
+      {
+        std::unique_lock lock(m_);
+        has_work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        j = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        work_(j->r);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(m_);
+        j->error = error;
+        j->done = true;
+      }
+      done_.notify_all();
+    }
+  }
+
+  std::unique_ptr<cursor> child_;
+  std::function<void(row&)> work_;
+  std::size_t window_;
+  bool exhausted_ = false;                   // the consumer's thread only
+  std::deque<std::shared_ptr<job>> order_;   // rows in flight, in the child's order (the consumer's)
+  std::mutex m_;
+  std::condition_variable has_work_, done_;
+  std::deque<std::shared_ptr<job>> queue_;   // rows no thread has taken yet
+  bool stop_ = false;
+  std::vector<std::thread> threads_;  // last: started once the members above exist
+};
+
+}  // namespace tessera::data::detail
 
 namespace tessera::data {
 
@@ -20550,35 +20672,43 @@ class shuffle_node final : public node {
   std::uint64_t seed_;
 };
 
-/// dataset::map: applies transforms, in order, to one column of every row.
+/// dataset::map: applies transforms, in order, to one column of every row; with
+/// more than one worker, on that many threads (parallel_map_cursor), the rows in order.
 class map_node final : public node {
  public:
-  map_node(node_ptr child, std::vector<transform> ops, std::string column)
-      : child_(std::move(child)), ops_(std::move(ops)), column_(std::move(column)) {
+  map_node(node_ptr child, std::vector<transform> ops, std::string column, int workers)
+      : child_(std::move(child)), ops_(std::move(ops)), column_(std::move(column)), workers_(workers) {
     const auto& names = child_->columns();
     bool found = false;
     for (std::size_t i = 0; i < names.size(); ++i)
       if (names[i] == column_) found = true;
     if (!found) throw error("map: no column '" + column_ + "'; the columns are " + row::join(names));
+    if (workers < 1)
+      throw error("map: num_parallel_workers must be at least 1: got " + std::to_string(workers));
   }
   std::unique_ptr<cursor> open(std::int64_t pass) const override {
-    return std::make_unique<map_cursor>(
-        std::static_pointer_cast<const map_node>(shared_from_this()), child_->open(pass), pass);
+    auto self = std::static_pointer_cast<const map_node>(shared_from_this());
+    if (workers_ == 1) return std::make_unique<map_cursor>(std::move(self), child_->open(pass), pass);
+    return std::make_unique<parallel_map_cursor>(
+        child_->open(pass), [self, pass](row& r) { self->apply(r, pass); }, workers_);
   }
   std::int64_t size() const override { return child_->size(); }
   const std::vector<std::string>& columns() const override { return child_->columns(); }
 
  private:
+  void apply(row& r, std::int64_t pass) const {
+    array& v = r[column_];
+    const sample_info info{r.index, pass};
+    for (const transform& op : ops_) v = op(std::move(v), info);
+  }
+
   class map_cursor final : public cursor {
    public:
     map_cursor(std::shared_ptr<const map_node> n, std::unique_ptr<cursor> c, std::int64_t pass)
         : node_(std::move(n)), child_(std::move(c)), pass_(pass) {}
     std::optional<row> next() override {
       std::optional<row> r = child_->next();
-      if (!r) return r;
-      array& v = (*r)[node_->column_];
-      const sample_info info{r->index, pass_};
-      for (const transform& op : node_->ops_) v = op(std::move(v), info);
+      if (r) node_->apply(*r, pass_);
       return r;
     }
 
@@ -20591,6 +20721,7 @@ class map_node final : public node {
   node_ptr child_;
   std::vector<transform> ops_;
   std::string column_;
+  int workers_;
 };
 
 /// dataset::batch: stacks `size` consecutive rows column by column (data::stack). The
@@ -20754,9 +20885,12 @@ class dataset {
   dataset shuffle(std::int64_t buffer_size, std::uint64_t seed = 0) const {
     return wrap<detail::shuffle_node>(buffer_size, seed);
   }
-  /// Applies `ops` in order to column `column` of every row.
-  dataset map(std::vector<transform> ops, const std::string& column) const {
-    return wrap<detail::map_node>(std::move(ops), column);
+  /// Applies `ops` in order to column `column` of every row, on `num_parallel_workers`
+  /// threads (MindSpore's argument of that name; 1: on the consumer's thread). The rows
+  /// are the same, in the same order, for any number of workers: a random transform is
+  /// seeded by the row's index and the pass.
+  dataset map(std::vector<transform> ops, const std::string& column, int num_parallel_workers = 1) const {
+    return wrap<detail::map_node>(std::move(ops), column, num_parallel_workers);
   }
   /// Groups `size` consecutive rows into one, each column stacked along a new leading
   /// dim; the last, shorter batch is dropped when drop_remainder.

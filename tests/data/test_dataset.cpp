@@ -1,13 +1,18 @@
 // data/dataset.hpp: batch, repeat, shuffle and map on generator datasets; sizes,
-// determinism, and the operations' errors.
+// determinism, map on several worker threads (the sequential rows, in order), and the
+// operations' errors.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 #include <tessera/data/source.hpp>
+#include <tessera/data/transforms.hpp>
 
 using namespace tessera;
 using data::array;
@@ -139,6 +144,72 @@ TEST_CASE("map: applies its transforms in order to one column, with the row's in
       CHECK(r->values[1] == array(xt::xarray<float>{(i + 1) * 2, static_cast<float>(1000 * pass) + i}));
     }
   CHECK_THROWS_WITH_AS(counting(4).map({plus_one}, "x"), "map: no column 'x'; the columns are v, w", error);
+}
+
+TEST_CASE("map with worker threads: the sequential map's rows, in order, for any number of workers") {
+  // A random transform (seeded by index and pass) and one that sleeps a different time
+  // for each row, so that the threads finish out of order.
+  const data::transform jitter = [](array a, const data::sample_info& s) {
+    std::this_thread::sleep_for(std::chrono::microseconds((s.index * 7919) % 13 * 50));
+    a.get<float>() += static_cast<float>(s.index % 5);
+    return a;
+  };
+  const data::dataset images = data::generator_dataset(
+      [](std::int64_t i) {
+        xt::xarray<float> img = xt::xarray<float>::from_shape({6, 6, 1});
+        for (std::size_t k = 0; k < img.size(); ++k) img.data()[k] = static_cast<float>(i * 100 + std::int64_t(k));
+        return std::vector<array>{array::scalar(static_cast<std::int32_t>(i)), array(std::move(img))};
+      },
+      {"v", "image"}, 40, {.shuffle = true, .seed = 3});
+  const std::vector<data::transform> ops{data::random_crop(4, 4, 1, 5), jitter};
+  auto rows = [](const data::dataset& ds, std::int64_t pass) {
+    std::vector<data::row> out;
+    for (const data::row& r : ds.epoch(pass)) out.push_back(r);
+    return out;
+  };
+  for (const std::int64_t pass : {0, 2}) {
+    const std::vector<data::row> want = rows(images.map(ops, "image").batch(3), pass);
+    REQUIRE(want.size() == 14);
+    for (const int workers : {2, 4, 8}) {
+      CAPTURE(pass);
+      CAPTURE(workers);
+      for (const data::dataset& ds : {images.map(ops, "image", workers).batch(3),
+                                      images.map(ops, "image", workers).batch(3).prefetch(2)}) {
+        const std::vector<data::row> got = rows(ds, pass);
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          CHECK(got[i].index == want[i].index);
+          CHECK(got[i]["v"] == want[i]["v"]);
+          CHECK(got[i]["image"] == want[i]["image"]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("map with worker threads: a transform's error after the rows before it; a pass left early") {
+  std::atomic<int> calls{0};
+  const data::transform fails_at_5 = [&](array a, const data::sample_info& s) {
+    ++calls;
+    if (s.index == 5) throw std::runtime_error("transform failed at row 5");
+    return a;
+  };
+  {
+    auto it = counting(20).map({fails_at_5}, "w", 3).epoch(0);
+    for (std::int32_t i = 0; i < 5; ++i) CHECK(it.next()->index == i);
+    CHECK_THROWS_WITH(it.next(), "transform failed at row 5");
+  }
+  // Left after two rows of many: the threads stop after the rows in flight (at most
+  // twice the workers, read ahead of the consumer).
+  calls = 0;
+  {
+    auto early = counting(1000).map({fails_at_5}, "w", 4).epoch(0);
+    CHECK(early.next()->index == 0);
+    CHECK(early.next()->index == 1);
+  }
+  CHECK(calls.load() <= 2 + 2 * 4);
+  CHECK_THROWS_WITH_AS(counting(4).map({fails_at_5}, "w", 0),
+                       "map: num_parallel_workers must be at least 1: got 0", error);
 }
 
 TEST_CASE("iteration: passes are independent; several iterators at once, in several threads") {

@@ -13,6 +13,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/data/column.hpp>
 #include <tessera/data/node.hpp>
+#include <tessera/data/parallel_map.hpp>
 #include <tessera/data/prefetch.hpp>
 #include <tessera/data/random.hpp>
 
@@ -77,35 +78,43 @@ class shuffle_node final : public node {
   std::uint64_t seed_;
 };
 
-/// dataset::map: applies transforms, in order, to one column of every row.
+/// dataset::map: applies transforms, in order, to one column of every row; with
+/// more than one worker, on that many threads (parallel_map_cursor), the rows in order.
 class map_node final : public node {
  public:
-  map_node(node_ptr child, std::vector<transform> ops, std::string column)
-      : child_(std::move(child)), ops_(std::move(ops)), column_(std::move(column)) {
+  map_node(node_ptr child, std::vector<transform> ops, std::string column, int workers)
+      : child_(std::move(child)), ops_(std::move(ops)), column_(std::move(column)), workers_(workers) {
     const auto& names = child_->columns();
     bool found = false;
     for (std::size_t i = 0; i < names.size(); ++i)
       if (names[i] == column_) found = true;
     if (!found) throw error("map: no column '" + column_ + "'; the columns are " + row::join(names));
+    if (workers < 1)
+      throw error("map: num_parallel_workers must be at least 1: got " + std::to_string(workers));
   }
   std::unique_ptr<cursor> open(std::int64_t pass) const override {
-    return std::make_unique<map_cursor>(
-        std::static_pointer_cast<const map_node>(shared_from_this()), child_->open(pass), pass);
+    auto self = std::static_pointer_cast<const map_node>(shared_from_this());
+    if (workers_ == 1) return std::make_unique<map_cursor>(std::move(self), child_->open(pass), pass);
+    return std::make_unique<parallel_map_cursor>(
+        child_->open(pass), [self, pass](row& r) { self->apply(r, pass); }, workers_);
   }
   std::int64_t size() const override { return child_->size(); }
   const std::vector<std::string>& columns() const override { return child_->columns(); }
 
  private:
+  void apply(row& r, std::int64_t pass) const {
+    array& v = r[column_];
+    const sample_info info{r.index, pass};
+    for (const transform& op : ops_) v = op(std::move(v), info);
+  }
+
   class map_cursor final : public cursor {
    public:
     map_cursor(std::shared_ptr<const map_node> n, std::unique_ptr<cursor> c, std::int64_t pass)
         : node_(std::move(n)), child_(std::move(c)), pass_(pass) {}
     std::optional<row> next() override {
       std::optional<row> r = child_->next();
-      if (!r) return r;
-      array& v = (*r)[node_->column_];
-      const sample_info info{r->index, pass_};
-      for (const transform& op : node_->ops_) v = op(std::move(v), info);
+      if (r) node_->apply(*r, pass_);
       return r;
     }
 
@@ -118,6 +127,7 @@ class map_node final : public node {
   node_ptr child_;
   std::vector<transform> ops_;
   std::string column_;
+  int workers_;
 };
 
 /// dataset::batch: stacks `size` consecutive rows column by column (data::stack). The
@@ -281,9 +291,12 @@ class dataset {
   dataset shuffle(std::int64_t buffer_size, std::uint64_t seed = 0) const {
     return wrap<detail::shuffle_node>(buffer_size, seed);
   }
-  /// Applies `ops` in order to column `column` of every row.
-  dataset map(std::vector<transform> ops, const std::string& column) const {
-    return wrap<detail::map_node>(std::move(ops), column);
+  /// Applies `ops` in order to column `column` of every row, on `num_parallel_workers`
+  /// threads (MindSpore's argument of that name; 1: on the consumer's thread). The rows
+  /// are the same, in the same order, for any number of workers: a random transform is
+  /// seeded by the row's index and the pass.
+  dataset map(std::vector<transform> ops, const std::string& column, int num_parallel_workers = 1) const {
+    return wrap<detail::map_node>(std::move(ops), column, num_parallel_workers);
   }
   /// Groups `size` consecutive rows into one, each column stacked along a new leading
   /// dim; the last, shorter batch is dropped when drop_remainder.
