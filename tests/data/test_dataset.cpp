@@ -212,6 +212,64 @@ TEST_CASE("map with worker threads: a transform's error after the rows before it
                        "map: num_parallel_workers must be at least 1: got 0", error);
 }
 
+TEST_CASE("slice: each rank's shard of a column by a layout, the pieces covering the whole") {
+  // Batches of 16 rows of 32 features ("w" widened), labels ("v") (16,).
+  const data::dataset wide = data::generator_dataset(
+      [](std::int64_t i) {
+        xt::xarray<float> f = xt::xarray<float>::from_shape({32});
+        for (std::size_t k = 0; k < 32; ++k) f(k) = static_cast<float>(i * 100 + std::int64_t(k));
+        return std::vector<array>{array::scalar(static_cast<std::int32_t>(i)), array(std::move(f))};
+      },
+      {"v", "w"}, 32);
+  const data::dataset ds = wide.batch(16);
+  const layout blocks(mesh{2, 4}, {{0}, {1}});  // rows in 2, features in 4: (8, 8) a rank
+  for (std::int64_t pass : {0, 1}) {
+    std::vector<data::row> whole;
+    for (const data::row& r : ds.epoch(pass)) whole.push_back(r);
+    for (int rank = 0; rank < 8; ++rank) {
+      CAPTURE(rank);
+      std::size_t b = 0;
+      for (const data::row& r : ds.slice("w", blocks, rank).slice("v", layout(mesh{8}, {{0}}), rank).epoch(pass)) {
+        const xt::xarray<float>& w = r["w"].get<float>();
+        const xt::xarray<float>& g = whole[b]["w"].get<float>();
+        REQUIRE(w.shape() == std::vector<std::size_t>{8, 8});
+        const std::size_t r0 = std::size_t(rank / 4) * 8, c0 = std::size_t(rank % 4) * 8;
+        bool same = true;
+        for (std::size_t i = 0; i < 8; ++i)
+          for (std::size_t j = 0; j < 8; ++j) same = same && w(i, j) == g(r0 + i, c0 + j);
+        CHECK(same);
+        const xt::xarray<std::int32_t>& v = r["v"].get<std::int32_t>();
+        REQUIRE(v.size() == 2);
+        CHECK(v(0) == whole[b]["v"].get<std::int32_t>()(std::size_t(2 * rank)));
+        CHECK(v(1) == whole[b]["v"].get<std::int32_t>()(std::size_t(2 * rank + 1)));
+        ++b;
+      }
+      CHECK(b == whole.size());
+    }
+  }
+  // A replicated layout keeps the whole value.
+  auto it = ds.slice("w", layout::replicated(mesh{4}, 2), 3).epoch(0);
+  CHECK(it.next()->values[1] == (*ds.epoch(0).next()).values[1]);
+}
+
+TEST_CASE("slice: errors name the column, shapes, layout and numbers") {
+  const data::dataset ds = counting(8).batch(4);  // w: (4, 2)
+  CHECK_THROWS_WITH_AS(ds.slice("x", layout(mesh{2}, {{0}, {}}), 0), "slice: no column 'x'; the columns are v, w",
+                       error);
+  CHECK_THROWS_WITH_AS(ds.slice("w", layout(mesh{2}, {{0}, {}}), 2),
+                       "slice: column 'w': rank 2 is out of range for mesh (2,) of 2 ranks", error);
+  CHECK_THROWS_WITH_AS(ds.slice("w", layout(mesh{2, 2}, {{0}, {}}).with_partial(1), 0),
+                       "slice: column 'w': layout [0, -] partial sum {1} holds partial sums; data is whole", error);
+  auto rank_1 = ds.slice("w", layout(mesh{2}, {{0}}), 0).epoch(0);
+  CHECK_THROWS_WITH_AS(rank_1.next(), "slice: column 'w' (4, 2) in layout [0] on mesh (2,): the value has rank 2, the layout 1",
+                       error);
+  auto uneven = ds.slice("w", layout(mesh{4}, {{}, {0}}), 0).epoch(0);
+  CHECK_THROWS_WITH_AS(uneven.next(),
+                       "slice: column 'w' (4, 2) in layout [-, 0] on mesh (4,): layout: a tensor dim must be divisible "
+                       "by the product of its splits: dim 1 has extent 2, split into 4 pieces",
+                       error);
+}
+
 TEST_CASE("iteration: passes are independent; several iterators at once, in several threads") {
   const data::dataset ds = counting(40, {.shuffle = true, .seed = 2}).shuffle(8, 1).batch(3);
   const std::vector<std::int32_t> expected = values(ds, 1);

@@ -1,5 +1,5 @@
 // dataset: a lazily evaluated pipeline of rows (a source, then shuffle, map, batch,
-// repeat, prefetch), iterated one pass (epoch) at a time.
+// slice, repeat, prefetch), iterated one pass (epoch) at a time.
 #pragma once
 
 #include <cstddef>
@@ -11,11 +11,15 @@
 #include <utility>
 #include <vector>
 #include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
+#include <tessera/core/layout.hpp>
 #include <tessera/data/column.hpp>
 #include <tessera/data/node.hpp>
 #include <tessera/data/parallel_map.hpp>
 #include <tessera/data/prefetch.hpp>
 #include <tessera/data/random.hpp>
+#include <tessera/tensor/copy_box.hpp>
 
 namespace tessera::data {
 
@@ -128,6 +132,78 @@ class map_node final : public node {
   std::vector<transform> ops_;
   std::string column_;
   int workers_;
+};
+
+/// dataset::slice: each row's column `column` cut to rank `rank`'s shard of layout `l`
+/// (geometry's shard_box: the same slicing as every other shard of tessera).
+class slice_node final : public node {
+ public:
+  slice_node(node_ptr child, std::string column, layout l, int rank)
+      : child_(std::move(child)), column_(std::move(column)), layout_(l), rank_(rank) {
+    const auto& names = child_->columns();
+    bool found = false;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == column_) found = true;
+    if (!found) throw error("slice: no column '" + column_ + "'; the columns are " + row::join(names));
+    if (const status st = check(l); !st.ok()) throw error(st, "slice: column '" + column_ + "': layout " + to_string(l));
+    if (l.has_partial())
+      throw error("slice: column '" + column_ + "': layout " + to_string(l) + " holds partial sums; data is whole");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error("slice: column '" + column_ + "': rank " + std::to_string(rank) + " is out of range for mesh " +
+                  to_string(l.dev) + " of " + std::to_string(l.dev.size()) + " ranks");
+  }
+  std::unique_ptr<cursor> open(std::int64_t pass) const override {
+    return std::make_unique<slice_cursor>(std::static_pointer_cast<const slice_node>(shared_from_this()),
+                                          child_->open(pass));
+  }
+  std::int64_t size() const override { return child_->size(); }
+  const std::vector<std::string>& columns() const override { return child_->columns(); }
+
+ private:
+  array cut(const array& v) const {
+    const std::vector<std::size_t> dims = v.shape();
+    if (dims.size() > std::size_t(max_tensor_ndim))
+      throw error("slice: column '" + column_ + "': a value of rank " + std::to_string(dims.size()) +
+                  ", more than " + std::to_string(max_tensor_ndim));
+    extents shape;
+    shape.ndim = int(dims.size());
+    for (std::size_t d = 0; d < dims.size(); ++d) shape.v[d] = index_t(dims[d]);
+    const std::string who = "slice: column '" + column_ + "' " + to_string(shape) + " in layout " +
+                            to_string(layout_) + " on mesh " + to_string(layout_.dev);
+    if (shape.ndim != layout_.ndim)
+      throw error(who + ": the value has rank " + std::to_string(shape.ndim) + ", the layout " +
+                  std::to_string(layout_.ndim));
+    if (const status st = check(layout_, shape); !st.ok()) throw error(st, who);
+    const box b = shard_box(layout_, shape, rank_);
+    return v.visit([&](const auto& a) {
+      using T = typename std::decay_t<decltype(a)>::value_type;
+      xt::xarray<T> out = xt::xarray<T>::from_shape(
+          std::vector<std::size_t>(b.shape.v.begin(), b.shape.v.begin() + b.shape.ndim));
+      tessera::detail::copy_box(a.data(), shape, b.offset, out.data(), b.shape, tessera::detail::origin(shape.ndim),
+                                b.shape);
+      return array(std::move(out));
+    });
+  }
+
+  class slice_cursor final : public cursor {
+   public:
+    slice_cursor(std::shared_ptr<const slice_node> n, std::unique_ptr<cursor> c)
+        : node_(std::move(n)), child_(std::move(c)) {}
+    std::optional<row> next() override {
+      std::optional<row> r = child_->next();
+      if (r) (*r)[node_->column_] = node_->cut((*r)[node_->column_]);
+      return r;
+    }
+
+   private:
+    std::shared_ptr<const slice_node> node_;
+    std::unique_ptr<cursor> child_;
+  };
+
+  node_ptr child_;
+  std::string column_;
+  layout layout_;
+  int rank_;
 };
 
 /// dataset::batch: stacks `size` consecutive rows column by column (data::stack). The
@@ -302,6 +378,16 @@ class dataset {
   /// dim; the last, shorter batch is dropped when drop_remainder.
   dataset batch(std::int64_t size, bool drop_remainder = false) const {
     return wrap<detail::batch_node>(size, drop_remainder);
+  }
+  /// Cuts column `column` of every row to rank `rank`'s shard of layout `l` (a value of
+  /// l's rank, its extents divisible by l's splits): MindSpore's per-input
+  /// dataset_strategy, each rank feeding its piece of every input. After batch(), dim 0
+  /// is the batch: layout(mesh{8}, {{}, {0}}) keeps every sample and gives rank r the
+  /// r-th eighth of the features.
+  ///
+  ///     ds.batch(16).slice("image", layout(mesh{2, 4}, {{0}, {1}}), rank)  // (16, 32) -> (8, 8)
+  dataset slice(const std::string& column, const layout& l, int rank) const {
+    return wrap<detail::slice_node>(column, l, rank);
   }
   /// `count` passes of this dataset in one, each shuffled and augmented anew.
   dataset repeat(std::int64_t count) const { return wrap<detail::repeat_node>(count); }
