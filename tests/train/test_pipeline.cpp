@@ -101,12 +101,6 @@ struct parts_net : nn::module<float> {
   }
 };
 
-// Rows [m r, (m + 1) r) of a global array (micro-batch m of r rows).
-template <class T>
-xt::xarray<T> micro_rows(const xt::xarray<T>& g, int m, int micro) {
-  return block(g, m, micro);
-}
-
 // Trains the pipeline of `stages` stages with `micro` micro-batches; checks every step's
 // loss and this stage's final parameters against the reference.
 void check_pipeline(const reference& ref, int stages, int micro, bool model_parallel) {
@@ -132,13 +126,13 @@ void check_pipeline(const reference& ref, int stages, int micro, bool model_para
     auto r = pp.step(params, micro, [&](tape_t& tp, int m, std::optional<var_t> x) -> var_t {
       var_t v = x ? *x : var_t{};
       if (!x) {  // the first stage: this rank's rows of micro-batch m
-        const xt::xarray<float> mx = micro_rows(g.first, m, micro);
+        const xt::xarray<float> mx = block(g.first, m, micro);  // micro-batch m
         v = tp.leaf(dist_tensor<float>(layout(mesh{q}, {{0}, {}, {}}), extents{rows, 3, 4}, me, block(mx, me, q)),
                     false);
       }
       for (int k = k0; k < k1; ++k) v = net.part(k, v);
       if (!pp.last_stage()) return v;
-      const xt::xarray<std::int32_t> my = micro_rows(g.second, m, micro);
+      const xt::xarray<std::int32_t> my = block(g.second, m, micro);
       return ce(v, dist_tensor<std::int32_t>(layout(mesh{q}, {{0}}), extents{rows}, me, block(my, me, q)));
     });
     CAPTURE(s);
