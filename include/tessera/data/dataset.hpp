@@ -82,17 +82,21 @@ class shuffle_node final : public node {
   std::uint64_t seed_;
 };
 
+/// "map: no column 'x'; the columns are v, w" unless `n` has column `column`.
+inline void require_column(const node& n, const std::string& column, const char* op) {
+  const auto& names = n.columns();
+  for (const std::string& name : names)
+    if (name == column) return;
+  throw error(std::string(op) + ": no column '" + column + "'; the columns are " + row::join(names));
+}
+
 /// dataset::map: applies transforms, in order, to one column of every row; with
 /// more than one worker, on that many threads (parallel_map_cursor), the rows in order.
 class map_node final : public node {
  public:
   map_node(node_ptr child, std::vector<transform> ops, std::string column, int workers)
       : child_(std::move(child)), ops_(std::move(ops)), column_(std::move(column)), workers_(workers) {
-    const auto& names = child_->columns();
-    bool found = false;
-    for (std::size_t i = 0; i < names.size(); ++i)
-      if (names[i] == column_) found = true;
-    if (!found) throw error("map: no column '" + column_ + "'; the columns are " + row::join(names));
+    require_column(*child_, column_, "map");
     if (workers < 1)
       throw error("map: num_parallel_workers must be at least 1: got " + std::to_string(workers));
   }
@@ -140,11 +144,7 @@ class slice_node final : public node {
  public:
   slice_node(node_ptr child, std::string column, layout l, int rank)
       : child_(std::move(child)), column_(std::move(column)), layout_(l), rank_(rank) {
-    const auto& names = child_->columns();
-    bool found = false;
-    for (std::size_t i = 0; i < names.size(); ++i)
-      if (names[i] == column_) found = true;
-    if (!found) throw error("slice: no column '" + column_ + "'; the columns are " + row::join(names));
+    require_column(*child_, column_, "slice");
     if (const status st = check(l); !st.ok()) throw error(st, "slice: column '" + column_ + "': layout " + to_string(l));
     if (l.has_partial())
       throw error("slice: column '" + column_ + "': layout " + to_string(l) + " holds partial sums; data is whole");
