@@ -15524,7 +15524,12 @@ class tape {
     return {this, int(nodes_.size()) - 1};
   }
 
-  const tensor& value(int id) const { return at(id).val(); }
+  const tensor& value(int id) const {
+    const node& n = at(id);
+    if (n.released)
+      throw error("autodiff: value " + std::to_string(id) + " was released (by a consuming backward pass or release())");
+    return n.val();
+  }
   /// Whether gradients flow to node `id`: a leaf made with requires_grad, or an
   /// operator's output recorded as needing one.
   bool requires_grad(int id) const { return at(id).requires_grad; }
@@ -15546,6 +15551,10 @@ class tape {
   void add_grad(int id, tensor g) {
     node& n = at(id);
     if (!n.requires_grad) return;
+    if (n.released)
+      throw error("autodiff: a gradient for value " + std::to_string(id) +
+                  ", released by an earlier consuming backward pass: the outputs of such passes must share "
+                  "no operator output, only leaves");
     if (!(g.global_shape() == n.val().global_shape()))
       throw error("autodiff: a gradient of shape " + to_string(g.global_shape()) +
                   " for a value of shape " + to_string(n.val().global_shape()));
@@ -15569,20 +15578,47 @@ class tape {
   }
 
   /// Runs a backward pass from `y` with `dy` as its gradient (y's shape, any layout).
-  /// The gradients of the operator outputs it passes are used up (each output's
-  /// backward runs once), so that passes from several outputs of one tape add up: the
-  /// leaves' gradients accumulate over the passes, as a pipeline's micro-batches need
-  /// (each pass from one micro-batch's output, the parameters' leaves shared).
+  /// The operator outputs it passes are used up: each one's backward runs once, and
+  /// then its value, gradient and backward function (with what it saved) are released.
+  /// So passes from several outputs of one tape add up at the leaves, whose gradients
+  /// accumulate, and each pass frees what it went through: a pipeline's micro-batches,
+  /// one pass each from its output, keep only the activations of those in flight. The
+  /// outputs must share no operator output, only leaves (a later pass reaching a
+  /// released value is an error).
   void backward(var<T, C, D> y, tensor dy) {
     add_grad(y.id, std::move(dy));
     run_backward(y.id, true);
+  }
+
+  /// Releases the values, gradients and backward functions of nodes [first, last],
+  /// which nothing on the tape may use again, except the leaves that refer to a value
+  /// outside the tape (leaf_view: parameters). A pipeline stage releases so what one
+  /// micro-batch recorded (its input, and the values no gradient reached) once that
+  /// micro-batch's backward pass is done.
+  void release_range(int first, int last) {
+    for (int id = first; id <= last; ++id) {
+      node& n = at(id);
+      if (n.view) continue;
+      n.value.reset();
+      n.grad.reset();
+      n.backward = nullptr;
+      n.released = true;
+    }
+  }
+
+  /// The values the tape still holds (operator outputs and copied leaves; not the
+  /// leaves that refer to values outside it).
+  int live_values() const {
+    int k = 0;
+    for (const node& n : nodes_) k += n.value ? 1 : 0;
+    return k;
   }
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
   /// reached it.
   tensor grad(var<T, C, D> v) {
     node& n = at(v.id);
-    const tensor& value = n.val();
+    const tensor& value = this->value(v.id);
     if (!n.grad) {
       tensor z(value.layout(), value.global_shape(), value.rank());
       return z;
@@ -15598,6 +15634,7 @@ class tape {
     std::optional<tensor> grad;
     bool requires_grad = true;
     const tensor* view = nullptr;  // leaf_view: the value lives there
+    bool released = false;         // used up by a consuming pass, or release()
     const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {
@@ -15608,15 +15645,21 @@ class tape {
   const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
 
   // The nodes from `from` down to 0: each operator output with a gradient runs its
-  // backward (the gradient then dropped when `consume`), each leaf that needs one is
+  // backward (then, when `consume`, the node is released), each leaf that needs one is
   // told to the hook.
   void run_backward(int from, bool consume) {
     for (int id = from; id >= 0; --id) {
       node& n = nodes_[std::size_t(id)];
+      if (n.released) continue;
       if (n.grad && n.backward) {
         const tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
         if (consume) n.grad.reset();
         n.backward(*this, g);
+        if (consume) {  // nodes above `id` have run: none reads it again
+          n.value.reset();
+          n.backward = nullptr;
+          n.released = true;
+        }
       } else if (!n.backward && n.requires_grad && leaf_hook_) {
         leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
       }
@@ -19745,8 +19788,9 @@ class model {
 // training step cuts the batch into micro-batches that flow through the stages, each
 // stage's output sent to the next stage's ranks and the gradient of its input sent back,
 // in the 1F1B order (one forward, one backward), which keeps the activations of at
-// most as many micro-batches as there are stages on a stage. Inside a stage the ranks
-// run data or model parallel as anywhere else: the stage is their world.
+// most as many micro-batches as there are stages on a stage (each micro-batch's are
+// released by its backward pass). Inside a stage the ranks run data or model parallel
+// as anywhere else: the stage is their world.
 
 #include <algorithm>
 #include <cstddef>
@@ -19830,7 +19874,10 @@ class pipeline {
   /// inputs itself). The last stage returns micro-batch m's loss, a scalar; the others
   /// their output, which the next stage's ranks receive shard for shard. `params` are
   /// this stage's parameters (those its stage_fn uses), in the order of the gradients
-  /// returned. Every rank of the world calls it with the same `micro`.
+  /// returned. Every rank of the world calls it with the same `micro`. What a
+  /// micro-batch records on the tape is released once its backward pass is done (the
+  /// parameters excepted): stage_fn must not use a value recorded for another
+  /// micro-batch.
   template <class F>
   step_result step(const std::vector<nn::parameter<T, D>*>& params, int micro, F&& stage_fn) {
     if (micro < 1 || micro > max_micro)
@@ -19842,9 +19889,11 @@ class pipeline {
     flight_ flight;
     std::vector<std::optional<var_t>> inputs(static_cast<std::size_t>(micro)),
         outputs(static_cast<std::size_t>(micro));
+    std::vector<int> first_node(static_cast<std::size_t>(micro));  // the first node each micro-batch recorded
     T loss_sum = T(0);
 
     auto forward = [&](int m) {
+      first_node[std::size_t(m)] = tape.size();
       std::optional<var_t> x;
       if (!first_stage()) x = tape.leaf(receive_activation(m), true);
       const var_t y = stage_fn(tape, m, x);
@@ -19876,6 +19925,7 @@ class pipeline {
         tape.backward(y, receive_gradient(y.value(), m));
       }
       if (!first_stage()) send_gradient(flight, tape.grad(*inputs[std::size_t(m)]), m);
+      tape.release_range(first_node[std::size_t(m)], y.id);  // micro-batch m's values, parameters kept
     };
 
     // 1F1B: stage s runs the forwards of the first (stages - s - 1) micro-batches, then

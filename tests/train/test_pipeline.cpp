@@ -103,7 +103,10 @@ struct parts_net : nn::module<float> {
 
 // Trains the pipeline of `stages` stages with `micro` micro-batches; checks every step's
 // loss and this stage's final parameters against the reference.
-void check_pipeline(const reference& ref, int stages, int micro, bool model_parallel) {
+// `live`, when given, receives the tape's live operator outputs as each micro-batch's
+// forward starts on this stage.
+void check_pipeline(const reference& ref, int stages, int micro, bool model_parallel,
+                    std::vector<int>* live = nullptr) {
   mpi_communicator world = mpi_communicator::world();
   device_context<mpi_communicator> ctx(world);
   train::pipeline<float, mpi_communicator> pp(ctx, stages);
@@ -124,6 +127,7 @@ void check_pipeline(const reference& ref, int stages, int micro, bool model_para
     const batch_t g = batch(s, global_rows);
     const index_t rows = index_t(global_rows) / micro;
     auto r = pp.step(params, micro, [&](tape_t& tp, int m, std::optional<var_t> x) -> var_t {
+      if (live && s == 0) live->push_back(tp.live_values());
       var_t v = x ? *x : var_t{};
       if (!x) {  // the first stage: this rank's rows of micro-batch m
         const xt::xarray<float> mx = block(g.first, m, micro);  // micro-batch m
@@ -163,6 +167,26 @@ TEST_CASE("pipeline: every stage count and micro-batch count gives the one-rank 
   }
 }
 
+TEST_CASE("pipeline: 1F1B keeps the activations of the micro-batches in flight only") {
+  // 2 stages, 8 micro-batches: the first stage has one micro-batch in flight when each
+  // later forward starts (the one before released by its backward pass), the last only
+  // the input it has just received: the tape's live values stay level instead of
+  // growing with m.
+  const reference ref = train_alone();
+  const int p = mpi_communicator::world().size();
+  if (p % 2 != 0) return;
+  std::vector<int> live;
+  check_pipeline(ref, 2, 8, false, &live);
+  REQUIRE(live.size() == 8);
+  const bool first = mpi_communicator::world().rank() < p / 2;
+  CHECK(live[0] == (first ? 0 : 1));
+  for (std::size_t m = 1; m < live.size(); ++m) {
+    CAPTURE(m);
+    CHECK(live[m] == (first ? live[1] : 1));
+  }
+  if (first) CHECK(live[1] > 1);
+}
+
 TEST_CASE("pipeline: a model-parallel layer inside a stage") {
   const reference ref = train_alone();
   const int p = mpi_communicator::world().size();
@@ -171,7 +195,7 @@ TEST_CASE("pipeline: a model-parallel layer inside a stage") {
 
 TEST_CASE("tape: backward passes from several outputs add up at the leaves") {
   // y_m = sum(w * x_m) for two x: one tape, two passes (dy 1 and 2) give w the gradient
-  // x_0 + 2 x_1; each operator's backward runs once.
+  // x_0 + 2 x_1; each operator's backward runs once, and its value is released.
   local_communicator one;
   device_context<local_communicator> solo(one);
   autodiff::tape<float, local_communicator> tp(solo);
@@ -187,12 +211,16 @@ TEST_CASE("tape: backward passes from several outputs add up at the leaves") {
   dist_tensor<float> one_(layout::replicated(mesh{1}, 0), extents{}, 0), two(layout::replicated(mesh{1}, 0), extents{}, 0);
   one_.local()() = 1;
   two.local()() = 2;
+  CHECK(tp.live_values() == 7);  // w, the two x, the two products and the two sums
   tp.backward(ys[0], one_);
+  CHECK(tp.live_values() == 5);  // the first pass released its product and sum
   tp.backward(ys[1], two);
+  CHECK(tp.live_values() == 3);
   const xt::xarray<float> gw = tp.grad(wv).local();
   CHECK(gw(0) == 1.0f);
   CHECK(gw(1) == 10.0f);
   CHECK(gw(2) == 4.0f);
+  CHECK_THROWS_WITH(ys[0].value(), "autodiff: value 3 was released (by a consuming backward pass or release())");
 }
 
 TEST_CASE("pipeline: errors") {

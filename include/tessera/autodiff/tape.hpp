@@ -80,7 +80,12 @@ class tape {
     return {this, int(nodes_.size()) - 1};
   }
 
-  const tensor& value(int id) const { return at(id).val(); }
+  const tensor& value(int id) const {
+    const node& n = at(id);
+    if (n.released)
+      throw error("autodiff: value " + std::to_string(id) + " was released (by a consuming backward pass or release())");
+    return n.val();
+  }
   /// Whether gradients flow to node `id`: a leaf made with requires_grad, or an
   /// operator's output recorded as needing one.
   bool requires_grad(int id) const { return at(id).requires_grad; }
@@ -102,6 +107,10 @@ class tape {
   void add_grad(int id, tensor g) {
     node& n = at(id);
     if (!n.requires_grad) return;
+    if (n.released)
+      throw error("autodiff: a gradient for value " + std::to_string(id) +
+                  ", released by an earlier consuming backward pass: the outputs of such passes must share "
+                  "no operator output, only leaves");
     if (!(g.global_shape() == n.val().global_shape()))
       throw error("autodiff: a gradient of shape " + to_string(g.global_shape()) +
                   " for a value of shape " + to_string(n.val().global_shape()));
@@ -125,20 +134,47 @@ class tape {
   }
 
   /// Runs a backward pass from `y` with `dy` as its gradient (y's shape, any layout).
-  /// The gradients of the operator outputs it passes are used up (each output's
-  /// backward runs once), so that passes from several outputs of one tape add up: the
-  /// leaves' gradients accumulate over the passes, as a pipeline's micro-batches need
-  /// (each pass from one micro-batch's output, the parameters' leaves shared).
+  /// The operator outputs it passes are used up: each one's backward runs once, and
+  /// then its value, gradient and backward function (with what it saved) are released.
+  /// So passes from several outputs of one tape add up at the leaves, whose gradients
+  /// accumulate, and each pass frees what it went through: a pipeline's micro-batches,
+  /// one pass each from its output, keep only the activations of those in flight. The
+  /// outputs must share no operator output, only leaves (a later pass reaching a
+  /// released value is an error).
   void backward(var<T, C, D> y, tensor dy) {
     add_grad(y.id, std::move(dy));
     run_backward(y.id, true);
+  }
+
+  /// Releases the values, gradients and backward functions of nodes [first, last],
+  /// which nothing on the tape may use again, except the leaves that refer to a value
+  /// outside the tape (leaf_view: parameters). A pipeline stage releases so what one
+  /// micro-batch recorded (its input, and the values no gradient reached) once that
+  /// micro-batch's backward pass is done.
+  void release_range(int first, int last) {
+    for (int id = first; id <= last; ++id) {
+      node& n = at(id);
+      if (n.view) continue;
+      n.value.reset();
+      n.grad.reset();
+      n.backward = nullptr;
+      n.released = true;
+    }
+  }
+
+  /// The values the tape still holds (operator outputs and copied leaves; not the
+  /// leaves that refer to values outside it).
+  int live_values() const {
+    int k = 0;
+    for (const node& n : nodes_) k += n.value ? 1 : 0;
+    return k;
   }
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
   /// reached it.
   tensor grad(var<T, C, D> v) {
     node& n = at(v.id);
-    const tensor& value = n.val();
+    const tensor& value = this->value(v.id);
     if (!n.grad) {
       tensor z(value.layout(), value.global_shape(), value.rank());
       return z;
@@ -154,6 +190,7 @@ class tape {
     std::optional<tensor> grad;
     bool requires_grad = true;
     const tensor* view = nullptr;  // leaf_view: the value lives there
+    bool released = false;         // used up by a consuming pass, or release()
     const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {
@@ -164,15 +201,21 @@ class tape {
   const node& at(int id) const { return const_cast<tape*>(this)->at(id); }
 
   // The nodes from `from` down to 0: each operator output with a gradient runs its
-  // backward (the gradient then dropped when `consume`), each leaf that needs one is
+  // backward (then, when `consume`, the node is released), each leaf that needs one is
   // told to the hook.
   void run_backward(int from, bool consume) {
     for (int id = from; id >= 0; --id) {
       node& n = nodes_[std::size_t(id)];
+      if (n.released) continue;
       if (n.grad && n.backward) {
         const tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
         if (consume) n.grad.reset();
         n.backward(*this, g);
+        if (consume) {  // nodes above `id` have run: none reads it again
+          n.value.reset();
+          n.backward = nullptr;
+          n.released = true;
+        }
       } else if (!n.backward && n.requires_grad && leaf_hook_) {
         leaf_hook_(id);  // nodes below `id` were recorded before it: none uses it
       }

@@ -3,8 +3,9 @@
 // training step cuts the batch into micro-batches that flow through the stages, each
 // stage's output sent to the next stage's ranks and the gradient of its input sent back,
 // in the 1F1B order (one forward, one backward), which keeps the activations of at
-// most as many micro-batches as there are stages on a stage. Inside a stage the ranks
-// run data or model parallel as anywhere else: the stage is their world.
+// most as many micro-batches as there are stages on a stage (each micro-batch's are
+// released by its backward pass). Inside a stage the ranks run data or model parallel
+// as anywhere else: the stage is their world.
 #pragma once
 
 #include <algorithm>
@@ -97,7 +98,10 @@ class pipeline {
   /// inputs itself). The last stage returns micro-batch m's loss, a scalar; the others
   /// their output, which the next stage's ranks receive shard for shard. `params` are
   /// this stage's parameters (those its stage_fn uses), in the order of the gradients
-  /// returned. Every rank of the world calls it with the same `micro`.
+  /// returned. Every rank of the world calls it with the same `micro`. What a
+  /// micro-batch records on the tape is released once its backward pass is done (the
+  /// parameters excepted): stage_fn must not use a value recorded for another
+  /// micro-batch.
   template <class F>
   step_result step(const std::vector<nn::parameter<T, D>*>& params, int micro, F&& stage_fn) {
     if (micro < 1 || micro > max_micro)
@@ -109,9 +113,11 @@ class pipeline {
     flight_ flight;
     std::vector<std::optional<var_t>> inputs(static_cast<std::size_t>(micro)),
         outputs(static_cast<std::size_t>(micro));
+    std::vector<int> first_node(static_cast<std::size_t>(micro));  // the first node each micro-batch recorded
     T loss_sum = T(0);
 
     auto forward = [&](int m) {
+      first_node[std::size_t(m)] = tape.size();
       std::optional<var_t> x;
       if (!first_stage()) x = tape.leaf(receive_activation(m), true);
       const var_t y = stage_fn(tape, m, x);
@@ -143,6 +149,7 @@ class pipeline {
         tape.backward(y, receive_gradient(y.value(), m));
       }
       if (!first_stage()) send_gradient(flight, tape.grad(*inputs[std::size_t(m)]), m);
+      tape.release_range(first_node[std::size_t(m)], y.id);  // micro-batch m's values, parameters kept
     };
 
     // 1F1B: stage s runs the forwards of the first (stages - s - 1) micro-batches, then
