@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "device_under_test.hpp"
+#include "nn/nn_test.hpp"
 
 namespace {
 
@@ -169,14 +170,6 @@ run_result train_with_reducer(C& comm, int steps) {
   return out;
 }
 
-bool close(const xt::xarray<float>& a, const xt::xarray<float>& b, double tol) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(double(a.data()[i]) - double(b.data()[i])) <= tol * (1 + std::abs(double(b.data()[i])))))
-      return false;
-  return true;
-}
-
 // The GPU run `g` follows the host run `h`: every step's loss and every parameter at
 // the end, to 1e-4 (relative); and training moved them (the comparison is not of
 // untouched values).
@@ -190,7 +183,7 @@ void check_follows(const run_result& g, const run_result& h) {
   REQUIRE(g.params.size() == h.params.size());
   for (std::size_t i = 0; i < h.params.size(); ++i) {
     INFO("parameter " << i);
-    CHECK(close(g.params[i], h.params[i], 1e-4));
+    CHECK(nn_test::close(g.params[i], h.params[i], 1e-4));
   }
 }
 

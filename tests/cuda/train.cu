@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "device_under_test.hpp"
+#include "nn/nn_test.hpp"
 #include "train/train_test.hpp"
 
 namespace {
@@ -46,14 +47,6 @@ template <class D>
 tensor_on<float, D> on(const dist_tensor<float>& x) {
   if constexpr (std::is_same_v<D, cpu_device>) return x;
   else return to_device(x);
-}
-
-bool close(const xt::xarray<float>& a, const xt::xarray<float>& b, double tol) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(double(a.data()[i]) - double(b.data()[i])) <= tol * (1 + std::abs(double(b.data()[i])))))
-      return false;
-  return true;
 }
 
 // Records each step's loss.
@@ -149,7 +142,7 @@ TEST_CASE("train::model on the GPU: the host model's losses, parameters and accu
   REQUIRE(g.params.size() == h.params.size());
   for (std::size_t i = 0; i < h.params.size(); ++i) {
     INFO("parameter " << i);
-    CHECK(close(g.params[i], h.params[i], 1e-4));
+    CHECK(nn_test::close(g.params[i], h.params[i], 1e-4));
   }
   CHECK(g.buckets == h.buckets);
   CHECK(g.eval.samples == 160);
@@ -182,7 +175,7 @@ TEST_CASE("distributed_grad_reducer on the GPU: the host's bucket plan and gradi
     REQUIRE(h.grads.size() == 12);
     for (std::size_t i = 0; i < h.grads.size(); ++i) {
       INFO("step " << i / 6 << " gradient " << i % 6);
-      CHECK(close(g.grads[i], h.grads[i], 1e-4));
+      CHECK(nn_test::close(g.grads[i], h.grads[i], 1e-4));
     }
   }
 }

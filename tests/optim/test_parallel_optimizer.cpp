@@ -20,6 +20,7 @@
 #include <tessera/optim/sgd.hpp>
 #include <tessera/plan/planner.hpp>
 #include <tessera/train/grad.hpp>
+#include <tessera/train/grad_reducer.hpp>
 #include <tessera/train/model.hpp>
 
 #include "../train/train_test.hpp"
@@ -188,10 +189,7 @@ TEST_CASE("optimizer parallel: its collectives move the bytes of the AllReduce t
     for (std::size_t i = 0; i < opt.parameters().size(); ++i) {
       const nn::parameter<float>& q = *opt.parameters()[i];
       const layout l = q.layout(), sl = opt.state_layout(i);
-      axis_list replicas;
-      for (int a = 0; a < l.dev.ndim; ++a)
-        if (l.replica_axes() >> a & 1u) replicas.push_back(a);
-      const layout partial = l.with_partial(replicas);  // the backward pass's gradient
+      const layout partial = l.with_partial(train::detail::replica_axis_list(l));  // the backward pass's gradient
       const index_t all_reduce = plan_redistribution(partial, l, q.shape(), 4).bytes_per_rank();
       const index_t scatter = plan_redistribution(partial, sl, q.shape(), 4).bytes_per_rank();
       const index_t gather = plan_redistribution(sl, l, q.shape(), 4).bytes_per_rank();
