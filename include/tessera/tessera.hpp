@@ -31,7 +31,8 @@
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mesh_comm.hpp>
 
-// ops/: operators' sharding rules (standard library only)
+// ops/: operators' definitions and sharding rules (standard library only)
+#include <tessera/ops/definition.hpp>
 #include <tessera/ops/matmul_rule.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/linear_rule.hpp>
@@ -44,6 +45,8 @@
 #include <tessera/ops/shape_rule.hpp>
 #include <tessera/ops/argmax_rule.hpp>
 #include <tessera/ops/sparse_cross_entropy_rule.hpp>
+#include <tessera/ops/all_reduce_rule.hpp>
+#include <tessera/ops/operators.hpp>
 
 // io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
 // (standard library only)
@@ -55,10 +58,9 @@
 #include <tessera/io/rotation.hpp>
 #include <tessera/io/strategy_file.hpp>
 
-// graph/: the traced graph, its operators, sharding propagation, the parallel pass and
-// the dumps (standard library only)
+// graph/: the traced graph, its view of the operators, sharding propagation, the
+// parallel pass and the dumps (standard library only)
 #include <tessera/graph/op_def.hpp>
-#include <tessera/graph/operators.hpp>
 #include <tessera/graph/graph.hpp>
 #include <tessera/graph/propagate.hpp>
 #include <tessera/graph/parallel.hpp>
@@ -89,6 +91,8 @@
 #include <tessera/ops/shape.hpp>
 #include <tessera/ops/argmax.hpp>
 #include <tessera/ops/sparse_cross_entropy.hpp>
+#include <tessera/ops/all_reduce.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>
 #include <tessera/autodiff/losses.hpp>

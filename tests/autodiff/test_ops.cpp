@@ -39,8 +39,8 @@ autodiff::var<float, C, D> weighted_sum(autodiff::tape<float, C, D>& tp, autodif
   const split_tuple s = to_split_tuple(v.layout());
   const xt::xarray<float> r = smooth_tensor(v.global_shape(), 9);
   const auto rv = tp.leaf(shard_on<D>(r, flat(tp.ctx().size(), v.ndim()), tp.ctx().rank()), false);
-  const auto prod = autodiff::mul(ops::mul_op{strategy{s, s}}, y, rv);
-  return autodiff::reduce_sum(ops::reduce_sum_op{strategy{s}, {}, false}, prod);
+  const auto prod = autodiff::apply(ops::mul_op{strategy{s, s}}, y, rv);
+  return autodiff::apply(ops::reduce_sum_op{strategy{s}, {}, false}, prod);
 }
 
 // The loss and the gradients, gathered to the host.
@@ -143,19 +143,19 @@ xt::xarray<float> positive(const extents& shape, int seed) { return smooth_tenso
 TEST_CASE("autodiff: div, exp, log, neg, reduce_max, reduce_min") {
   const extents x{8, 4};
   check_wrapper(make("div", x, {smooth_tensor(x, 1), positive(x, 2)}, TESSERA_PROGRAM({
-                       return autodiff::div(ops::div_op{strategy{s, s}}, w[0], w[1]);
+                       return autodiff::apply(ops::div_op{strategy{s, s}}, w[0], w[1]);
                      })));
   check_wrapper(make("exp, neg", x, {smooth_tensor(x, 1)}, TESSERA_PROGRAM({
-                       return autodiff::exp(ops::exp_op{strategy{s}}, autodiff::neg(ops::neg_op{strategy{s}}, w[0]));
+                       return autodiff::apply(ops::exp_op{strategy{s}}, autodiff::apply(ops::neg_op{strategy{s}}, w[0]));
                      })));
   check_wrapper(make("log", x, {positive(x, 3)}, TESSERA_PROGRAM({
-                       return autodiff::log(ops::log_op{strategy{s}}, w[0]);
+                       return autodiff::apply(ops::log_op{strategy{s}}, w[0]);
                      })));
   check_wrapper(make("reduce_max", x, {smooth_tensor(x, 4)}, TESSERA_PROGRAM({
-                       return autodiff::reduce_max(ops::reduce_max_op{strategy{s}, {-1}, true}, w[0]);
+                       return autodiff::apply(ops::reduce_max_op{strategy{s}, {-1}, true}, w[0]);
                      })));
   check_wrapper(make("reduce_min", x, {smooth_tensor(x, 5)}, TESSERA_PROGRAM({
-                       return autodiff::reduce_min(ops::reduce_min_op{strategy{s}, {0}, false}, w[0]);
+                       return autodiff::apply(ops::reduce_min_op{strategy{s}, {0}, false}, w[0]);
                      })));
 }
 
@@ -188,7 +188,7 @@ TEST_CASE("autodiff: batch_matmul with a shared weight") {
   check_wrapper(make("batch_matmul", extents{4, 8, 2, 4}, {smooth_tensor(extents{4, 8, 6}, 1), smooth_tensor(extents{6, 4}, 2)},
                      TESSERA_PROGRAM({
                        const strategy st{split_tuple{s.v[0], s.v[1], s.v[2]}, split_tuple{s.v[2], s.v[3]}};
-                       return autodiff::batch_matmul(ops::batch_matmul_op{st}, w[0], w[1]);
+                       return autodiff::apply(ops::batch_matmul_op{st}, w[0], w[1]);
                      })));
 }
 
@@ -198,11 +198,11 @@ TEST_CASE("autodiff: softmax and log_softmax along each axis") {
     CAPTURE(axis);
     check_wrapper(make("softmax", x, {smooth_tensor(x, 1)}, [axis](auto& tp, const auto& w, const split_tuple& s) {
       (void)tp;
-      return autodiff::softmax(ops::softmax_op{strategy{s}, axis}, w[0]);
+      return autodiff::apply(ops::softmax_op{strategy{s}, axis}, w[0]);
     }));
     check_wrapper(make("log_softmax", x, {smooth_tensor(x, 2)}, [axis](auto& tp, const auto& w, const split_tuple& s) {
       (void)tp;
-      return autodiff::log_softmax(ops::log_softmax_op{strategy{s}, axis}, w[0]);
+      return autodiff::apply(ops::log_softmax_op{strategy{s}, axis}, w[0]);
     }));
   }
 }
@@ -210,23 +210,23 @@ TEST_CASE("autodiff: softmax and log_softmax along each axis") {
 TEST_CASE("autodiff: transpose, reshape, flatten, strided_slice, concat") {
   const extents x{4, 2, 8};
   check_wrapper(make("transpose", x, {smooth_tensor(x, 1)}, TESSERA_PROGRAM({
-                       return autodiff::transpose(ops::transpose_op{strategy{s}, dim_list{2, 0, 1}}, w[0]);
+                       return autodiff::apply(ops::transpose_op{strategy{s}, dim_list{2, 0, 1}}, w[0]);
                      })));
   check_wrapper(make("reshape", x, {smooth_tensor(x, 2)}, TESSERA_PROGRAM({
-                       return autodiff::reshape(ops::reshape_op{strategy{s}, extents{8, -1}}, w[0]);
+                       return autodiff::apply(ops::reshape_op{strategy{s}, extents{8, -1}}, w[0]);
                      })));
   check_wrapper(make("flatten", x, {smooth_tensor(x, 3)}, TESSERA_PROGRAM({
-                       return autodiff::flatten(ops::flatten_op{strategy{s}}, w[0]);
+                       return autodiff::apply(ops::flatten_op{strategy{s}}, w[0]);
                      })));
   check_wrapper(make("strided_slice", x, {smooth_tensor(x, 4)}, TESSERA_PROGRAM({
                        const ops::strided_slice_op op{strategy{s}, index_list{0, 0, 1}, index_list{4, 2, 8},
                                                       index_list{1, 1, 2}};
-                       return autodiff::strided_slice(op, w[0]);
+                       return autodiff::apply(op, w[0]);
                      })));
   // Concat along dim 1 (unsplit): s's dim 1 is set to 1; the second input feeds twice.
   check_wrapper(make("concat", extents{4, 1, 8}, {smooth_tensor(x, 5), smooth_tensor(extents{4, 3, 8}, 6)},
                      TESSERA_PROGRAM({
-                       return autodiff::concat(ops::concat_op{strategy{s, s, s}, 1}, {w[0], w[1], w[1]});
+                       return autodiff::apply(ops::concat_op{strategy{s, s, s}, 1}, {w[0], w[1], w[1]});
                      })));
 }
 
@@ -234,8 +234,8 @@ TEST_CASE("autodiff: one_hot and argmax are constants on the tape") {
   const extents x{8, 4};
   // sum(r * x * one_hot(argmax(x))): the gradient reaches x only at each row's maximum.
   check_wrapper(make("one_hot of argmax", x, {smooth_tensor(x, 1)}, TESSERA_PROGRAM({
-                       const auto idx = autodiff::argmax(ops::argmax_op{strategy{s}, -1}, w[0]);
-                       const auto hot = autodiff::one_hot(ops::one_hot_op{strategy{s}, 4}, idx);
-                       return autodiff::mul(ops::mul_op{strategy{s, s}}, w[0], hot);
+                       const auto idx = autodiff::apply(ops::argmax_op{strategy{s}, -1}, w[0]);
+                       const auto hot = autodiff::apply(ops::one_hot_op{strategy{s}, 4}, idx);
+                       return autodiff::apply(ops::mul_op{strategy{s, s}}, w[0], hot);
                      })));
 }

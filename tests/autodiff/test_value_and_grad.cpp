@@ -95,10 +95,10 @@ TEST_CASE("value_and_grad of the seed's MLP equals the single-process computatio
     auto [loss, grads] = autodiff::value_and_grad(
         [&](autodiff::tape<float, testing::test_comm, testing::test_device>& tp, const auto& w) {
           const auto xin = tp.leaf(x, false), target = tp.leaf(t, false);
-          const auto hid = autodiff::relu(relu, autodiff::matmul(mm1, xin, w[0]));
-          const auto out = autodiff::matmul(mm2, hid, w[1]);
-          const auto diff = autodiff::sub(sub, out, target);
-          return autodiff::reduce_mean(mean, autodiff::mul(mul, diff, diff));
+          const auto hid = autodiff::apply(relu, autodiff::apply(mm1, xin, w[0]));
+          const auto out = autodiff::apply(mm2, hid, w[1]);
+          const auto diff = autodiff::apply(sub, out, target);
+          return autodiff::apply(mean, autodiff::apply(mul, diff, diff));
         },
         params, ctx);
     const xt::xarray<float> l = gather(loss, ctx);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 #include <tessera/graph/op_def.hpp>
+#include <tessera/ops/operators.hpp>
 
 namespace tessera::graph::testing {
 
@@ -64,6 +65,12 @@ inline void check_candidates(const op_def& op, const shape_list& in, int n, std:
   for (const strategy& st : all_strategies(ranks, n))
     if (valid(op, st, n, in)) want.insert(to_string(st));
   CHECK(got == want);
+}
+
+// check_candidates of an operator definition, through the graph's view of it.
+template <ops::operator_definition Op>
+void check_candidates(const Op& op, const shape_list& in, int n, std::vector<int> ranks = {}) {
+  check_candidates(*make_op(op), in, n, std::move(ranks));
 }
 
 inline std::vector<std::string> keys(const std::vector<strategy>& c) {

@@ -49,9 +49,16 @@ struct outcome {
 
 // One forward and backward of `g` on the ranks of `comm`, from whole values; checks that
 // the communicators moved the planned bytes.
+template <class Op>
+struct opaque;
+
 template <class C>
 outcome run(const traced_graph& g, const parallel_config& cfg, C& comm, const values& v) {
   executor<float, C> ex(parallelize(g, cfg), comm);
+  ex.template add_operator<opaque<ops::neg_op>>();
+  ex.template add_operator<opaque<ops::mul_op>>();
+  ex.template add_operator<opaque<ops::transpose_op>>();
+  ex.template add_operator<opaque<ops::matmul_op>>();
   std::vector<xt::xarray<float>> whole;
   for (int id : g.inputs()) whole.push_back(v.at(g.at(id).name));
   for (int id : g.parameters()) ex.set_parameter(g.at(id).name, v.at(g.at(id).name));
@@ -185,12 +192,11 @@ traced_graph shapes(int p, bool semi) {
   return b.build(b.add(l12, l34));
 }
 
-// An operator definition as `Def`, but linear in nothing: how the graph priced and ran
+// An operator definition as `Op`, but linear in nothing: how the graph priced and ran
 // a network before partial sums flowed through linear operators.
-template <class Def>
-struct opaque : Def {
-  using Def::Def;
-  linearity linear() const override { return {}; }
+template <class Op>
+struct opaque : Op {
+  linearity linear() const { return {}; }
 };
 
 // A MatMul with its contraction split, then linear operators (Neg, Mul by a scale,
@@ -200,13 +206,13 @@ traced_graph linear_chain(int p, bool linear) {
   graph_builder b;
   const value x = b.input("x", {16, 32});
   const value c = b.matmul(x, b.parameter("w", {32, 16})).shard({{1, p}, {p, 1}});
-  auto unary = [&](std::shared_ptr<const op_def> lin, std::shared_ptr<const op_def> opq, const std::vector<value>& in) {
-    return b.apply(linear ? lin : opq, in);
+  auto unary = [&]<class Op>(Op op, const std::vector<value>& in) {
+    return linear ? b.apply(op, in) : b.apply(opaque<Op>{op}, in);
   };
-  const value n = unary(neg_def(), std::make_shared<elementwise_def>("Neg", "neg", 1), {c});
-  const value m = unary(mul_def(), std::make_shared<elementwise_def>("Mul", "mul", 2), {n, b.parameter("scale", {1})});
-  const value t = unary(std::make_shared<transpose_def>(dim_list{1, 0}), std::make_shared<opaque<transpose_def>>(dim_list{1, 0}), {m});
-  const value h = unary(std::make_shared<matmul_def>(), std::make_shared<opaque<matmul_def>>(), {t, b.parameter("w2", {16, 4})});
+  const value n = unary(ops::neg_op{}, {c});
+  const value m = unary(ops::mul_op{}, {n, b.parameter("scale", {1})});
+  const value t = unary(ops::transpose_op{{}, {1, 0}}, {m});
+  const value h = unary(ops::matmul_op{}, {t, b.parameter("w2", {16, 4})});
   return b.build(b.reduce_mean(b.relu(h).shard({{p, 1}})));  // ReLU wants its rows split
 }
 
@@ -388,35 +394,59 @@ TEST_CASE("training: Momentum steps on 1 rank and on all of them agree") {
   for (std::size_t i = 0; i < alone.second.size(); ++i) CHECK(close(par.second[i], alone.second[i]));
 }
 
-namespace {
-// An operator defined outside the graph layer: y = x * x, element by element, with the
-// unary element-wise rule, run through Mul.
-class square_def : public elementwise_def {
- public:
-  square_def() : elementwise_def("Square", "square", 1) {}
-};
-}  // namespace
+namespace user {
+// An operator defined outside the library: y = x * x, element by element. Its
+// definition takes the element-wise rule (ops/elementwise_rule.hpp); its forward and
+// backward run Mul, found by argument-dependent lookup in this namespace.
+struct square_op {
+  strategy st;
 
-TEST_CASE("an operator plugged in with its rule and its runner") {
+  static constexpr std::string_view type() { return "Square"; }
+  static constexpr std::string_view name() { return "square"; }
+  static constexpr int arity = 1;
+
+  extents output_shape(const shape_list& in) const { return in[0]; }
+  status check(const strategy& s, int n, const shape_list& in) const { return check_elementwise(s, n, in); }
+  op_layouts layouts(const strategy& s, int n, const shape_list& in) const { return ops::relu_op{}.layouts(s, n, in); }
+  std::vector<strategy> candidates(int n, const shape_list& in) const { return ops::relu_op{}.candidates(n, in); }
+  strategy data_parallel(int n, const shape_list& in) const { return ops::relu_op{}.data_parallel(n, in); }
+  ops::mul_op mul() const { return ops::mul_op{strategy{st.in[0], st.in[0]}}; }
+};
+
+template <class T, class D, class C>
+tensor_on<T, D> forward(const square_op& op, ops::op_inputs<T, D> x, device_context<C>& ctx) {
+  return ops::mul(op.mul(), *x[0], *x[0], ctx);
+}
+template <class T, class D, class C>
+ops::op_grads<T, D> backward(const square_op& op, const tensor_on<T, D>& dy, ops::op_inputs<T, D> x,
+                             const tensor_on<T, D>&, device_context<C>& ctx) {
+  tensor_on<T, D> dx = ops::mul(op.mul(), dy, *x[0], ctx);
+  kernels::backend<D>::scale(dx.local(), T(2));
+  return ops::grads_of(std::move(dx));
+}
+}  // namespace user
+
+TEST_CASE("an operator defined outside the library, run once the executor is told of it") {
   mpi_communicator world = mpi_communicator::world();
   const int p = world.size();
   graph_builder b;
   const value x = b.input("x", {8, 8});
-  const value h = b.apply(std::make_shared<square_def>(), {b.matmul(x, b.parameter("w", {8, 8}))});
+  const value h = b.apply(user::square_op{}, {b.matmul(x, b.parameter("w", {8, 8}))});
+  CHECK(h.name() == "square");
   const traced_graph g = b.build(b.reduce_sum(h));
   const values v = data_for(g);
-  using tape_t = autodiff::tape<float, mpi_communicator>;
-  using var_t = autodiff::var<float, mpi_communicator>;
-  const auto square = [](tape_t&, const op_def&, const op_plan& pl, const std::vector<var_t>& in) {
-    return autodiff::mul(ops::mul_op{strategy{pl.st.in[0], pl.st.in[0]}}, in[0], in[0]);
-  };
   executor<float, mpi_communicator> ex(parallelize(g, config(parallel_mode::data_parallel, p)), world);
   ex.set_parameter("w", v.at("w"));
   const auto batch = ex.slice_batch({v.at("x")});
-  CHECK_THROWS_WITH_AS(ex.value_and_grad(batch),
-                       "graph executor: no runner for operator type Square (Square 'square'); add one with "
-                       "executor::add_runner", error);
-  ex.add_runner("Square", square);
+  std::string what;
+  try {
+    ex.value_and_grad(batch);
+  } catch (const error& e) {
+    what = e.what();
+  }
+  CHECK(what.starts_with("graph executor: Square 'square' is an operator defined outside the library ("));
+  CHECK(what.ends_with("); let the executor run it with add_operator<Op>()"));
+  ex.add_operator<user::square_op>();
   const auto r = ex.value_and_grad(batch);
   // The reference: sum((x w)^2) and its gradient 2 x^T (x w).
   const xt::xarray<float> xw = kernels::cpu::matmul(v.at("x"), v.at("w"));

@@ -111,7 +111,7 @@ TEST_CASE("graph_builder: shapes that do not fit are errors naming the operator 
                        "graph: SoftmaxCrossEntropyWithLogits 'softmax_cross_entropy': softmax_cross_entropy: logits "
                        "must have rank 2 (batch, classes): input 0 has rank 1", error);
   CHECK_THROWS_WITH_AS(b.input("z", {4, 0}), "graph: input 'z': every extent must be positive, shape (4, 0)", error);
-  CHECK_THROWS_WITH_AS(b.apply(relu_def(), {x, x}), "graph: ReLU takes 1 input, got 2", error);
+  CHECK_THROWS_WITH_AS(b.apply(ops::relu_op{}, {x, x}), "graph: ReLU takes 1 input, got 2", error);
   graph_builder other;
   const value o = other.input("o", {16, 32});
   CHECK_THROWS_WITH_AS(b.add(x, o), "graph: Add 'add': an input comes from another graph_builder", error);

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 #include <tessera/graph/graph.hpp>
-#include <tessera/graph/operators.hpp>
 #include "candidates.hpp"
 
 using namespace tessera;
@@ -16,65 +15,67 @@ using namespace tessera::graph::testing;
 
 TEST_CASE("candidates of the other operators: every valid strategy, once") {
   for (int n : {1, 2, 4, 8}) {
-    check_candidates(batch_matmul_def(), {extents{4, 8, 16}, extents{4, 16, 8}}, n);
-    check_candidates(batch_matmul_def(false, true), {extents{4, 8, 16}, extents{8, 16}}, n);  // B shared
-    check_candidates(batch_matmul_def(true, false), {extents{16, 8}, extents{2, 16, 4}}, n);  // A shared
-    check_candidates(one_hot_def(8), {extents{16}}, n, {2});  // the strategy splits the output (16, 8)
-    check_candidates(softmax_def(-1, false), {extents{8, 12}}, n);
-    check_candidates(softmax_def(0, true), {extents{8, 4}}, n);
-    check_candidates(transpose_def({1, 0, 2}), {extents{4, 8, 2}}, n);
-    check_candidates(reshape_def({2, 8, 6}), {extents{16, 6}}, n);
-    check_candidates(reshape_def({}, true), {extents{4, 2, 6}}, n);
-    check_candidates(strided_slice_def({0, 2}, {8, 10}, {1, 2}), {extents{8, 16}}, n);
-    check_candidates(concat_def(1, 2), {extents{8, 4}, extents{8, 12}}, n);
-    check_candidates(concat_def(0, 3), {extents{2, 8}, extents{4, 8}, extents{2, 8}}, n);
-    check_candidates(argmax_def(-1), {extents{16, 8}}, n);
-    check_candidates(sparse_softmax_cross_entropy_def(), {extents{16, 8}, extents{16}}, n);
-    check_candidates(reduce_def(reduce_op::min, {0}, true), {extents{16, 24}}, n);
+    check_candidates(ops::batch_matmul_op{}, {extents{4, 8, 16}, extents{4, 16, 8}}, n);
+    check_candidates(ops::batch_matmul_op{{}, false, true}, {extents{4, 8, 16}, extents{8, 16}}, n);  // B shared
+    check_candidates(ops::batch_matmul_op{{}, true, false}, {extents{16, 8}, extents{2, 16, 4}}, n);  // A shared
+    check_candidates(ops::one_hot_op{{}, 8}, {extents{16}}, n, {2});  // the strategy splits the output (16, 8)
+    check_candidates(ops::softmax_op{{}, -1}, {extents{8, 12}}, n);
+    check_candidates(ops::log_softmax_op{{}, 0}, {extents{8, 4}}, n);
+    check_candidates(ops::transpose_op{{}, {1, 0, 2}}, {extents{4, 8, 2}}, n);
+    check_candidates(ops::reshape_op{{}, {2, 8, 6}}, {extents{16, 6}}, n);
+    check_candidates(ops::flatten_op{}, {extents{4, 2, 6}}, n);
+    check_candidates(ops::strided_slice_op{{}, {0, 2}, {8, 10}, {1, 2}}, {extents{8, 16}}, n);
+    check_candidates(ops::concat_op{{}, 1}, {extents{8, 4}, extents{8, 12}}, n);
+    check_candidates(ops::concat_op{{}, 0}, {extents{2, 8}, extents{4, 8}, extents{2, 8}}, n);
+    check_candidates(ops::argmax_op{{}, -1}, {extents{16, 8}}, n);
+    check_candidates(ops::sparse_softmax_cross_entropy_op{}, {extents{16, 8}, extents{16}}, n);
+    check_candidates(ops::reduce_min_op{{}, {0}, true}, {extents{16, 24}}, n);
   }
-  CHECK(keys(concat_def(1, 2).candidates(2, {extents{4, 2}, extents{4, 6}})) ==
+  CHECK(keys(ops::concat_op{{}, 1}.candidates(2, {extents{4, 2}, extents{4, 6}})) ==
         std::vector<std::string>{"((2, 1), (2, 1))", "((1, 1), (1, 1))"});
-  CHECK(keys(one_hot_def(4).candidates(2, {extents{4}})) ==
+  CHECK(keys(ops::one_hot_op{{}, 4}.candidates(2, {extents{4}})) ==
         std::vector<std::string>{"((2, 1),)", "((1, 2),)", "((1, 1),)"});
 }
 
 TEST_CASE("data_parallel strategies of the other operators") {
-  CHECK(batch_matmul_def().data_parallel(4, {extents{4, 8, 16}, extents{4, 16, 8}}) ==
+  CHECK(ops::batch_matmul_op{}.data_parallel(4, {extents{4, 8, 16}, extents{4, 16, 8}}) ==
         strategy{{4, 1, 1}, {4, 1, 1}});
-  CHECK(batch_matmul_def().data_parallel(4, {extents{8, 16}, extents{4, 16, 8}}) == strategy{{1, 1}, {4, 1, 1}});
-  CHECK(one_hot_def(8).data_parallel(8, {extents{16}}) == strategy{{8, 1}});
-  CHECK(transpose_def({1, 0}).data_parallel(8, {extents{4, 16}}) == strategy{{1, 8}});  // the output's dim 0
-  CHECK(reshape_def({}, true).data_parallel(2, {extents{4, 2, 3}}) == strategy{{2, 1, 1}});
-  CHECK(concat_def(1, 2).data_parallel(8, {extents{16, 4}, extents{16, 4}}) == strategy{{8, 1}, {8, 1}});
-  CHECK(concat_def(0, 2).data_parallel(8, {extents{16, 4}, extents{16, 4}}) == strategy{{1, 1}, {1, 1}});
-  CHECK(sparse_softmax_cross_entropy_def().data_parallel(4, {}) == strategy{{4, 1}, {4}});
-  CHECK(argmax_def(1).data_parallel(2, {extents{4, 4}}) == strategy{{2, 1}});
+  CHECK(ops::batch_matmul_op{}.data_parallel(4, {extents{8, 16}, extents{4, 16, 8}}) == strategy{{1, 1}, {4, 1, 1}});
+  CHECK(ops::one_hot_op{{}, 8}.data_parallel(8, {extents{16}}) == strategy{{8, 1}});
+  CHECK(ops::transpose_op{{}, {1, 0}}.data_parallel(8, {extents{4, 16}}) == strategy{{1, 8}});  // the output's dim 0
+  CHECK(ops::flatten_op{}.data_parallel(2, {extents{4, 2, 3}}) == strategy{{2, 1, 1}});
+  CHECK(ops::concat_op{{}, 1}.data_parallel(8, {extents{16, 4}, extents{16, 4}}) == strategy{{8, 1}, {8, 1}});
+  CHECK(ops::concat_op{{}, 0}.data_parallel(8, {extents{16, 4}, extents{16, 4}}) == strategy{{1, 1}, {1, 1}});
+  CHECK(ops::sparse_softmax_cross_entropy_op{}.data_parallel(4, {}) == strategy{{4, 1}, {4}});
+  CHECK(ops::argmax_op{{}, 1}.data_parallel(2, {extents{4, 4}}) == strategy{{2, 1}});
 }
 
 TEST_CASE("collectives of the other operators, and what gets no gradient") {
   // Softmax over a split axis: row maxima and sums forward, the gradient's row sums.
-  const auto sm = softmax_def(-1, false).collectives(strategy{{2, 4}}, 8, {extents{16, 8}}, 4);
+  const auto sm = ops::collectives_of(ops::softmax_op{{}, -1}, strategy{{2, 4}}, 8, {extents{16, 8}}, 4);
   REQUIRE(sm.size() == 3);
   CHECK(sm[0].bytes == cost::all_reduce(8 * 4, 4));
   CHECK(sm[2].backward);
-  CHECK(softmax_def(-1, false).collectives(strategy{{8, 1}}, 8, {extents{16, 8}}, 4).empty());
+  CHECK(ops::collectives_of(ops::softmax_op{{}, -1}, strategy{{8, 1}}, 8, {extents{16, 8}}, 4).empty());
   // ArgMax over a split axis: the maxima, then 8-byte indices.
-  const auto am = argmax_def(-1).collectives(strategy{{2, 4}}, 8, {extents{16, 8}}, 4);
+  const auto am = ops::collectives_of(ops::argmax_op{{}, -1}, strategy{{2, 4}}, 8, {extents{16, 8}}, 4);
   REQUIRE(am.size() == 2);
   CHECK(am[1].bytes == cost::all_reduce(8 * 8, 4));
   CHECK(am[1].op == reduce_op::min);
-  const auto ce = sparse_softmax_cross_entropy_def().collectives(strategy{{2, 4}, {2}}, 8, {extents{16, 8}, extents{16}}, 4);
+  const auto ce = ops::collectives_of(ops::sparse_softmax_cross_entropy_op{}, strategy{{2, 4}, {2}}, 8, {extents{16, 8}, extents{16}}, 4);
   REQUIRE(ce.size() == 4);
   CHECK(ce[1].bytes == cost::all_reduce(2 * 8 * 4, 4));
-  // ReduceMin over two split dims: each reduction priced by the planner, one step per axis.
-  const auto rm = reduce_def(reduce_op::min, {}, false).collectives(strategy{{2, 4}}, 8, {extents{16, 8}}, 4);
+  // ReduceMin over two split dims: the minimum and the tie counts each resolved by one
+  // AllReduce over the group of both axes.
+  const auto rm = ops::collectives_of(ops::reduce_min_op{{}, {}, false}, strategy{{2, 4}}, 8, {extents{16, 8}}, 4);
   REQUIRE(rm.size() == 2);
   CHECK(rm[0].op == reduce_op::min);
-  CHECK(rm[0].bytes == cost::all_reduce(4, 2) + cost::all_reduce(4, 4));
-  CHECK(!one_hot_def(4).differentiable(0));
-  CHECK(!argmax_def(0).differentiable(0));
-  CHECK(!sparse_softmax_cross_entropy_def().differentiable(1));
-  CHECK(sparse_softmax_cross_entropy_def().differentiable(0));
+  CHECK(rm[0].axes == axis_list{0, 1});
+  CHECK(rm[0].bytes == cost::all_reduce(4, 8));
+  CHECK(!ops::differentiable_in(ops::one_hot_op{{}, 4}, 0));
+  CHECK(!ops::differentiable_in(ops::argmax_op{{}, 0}, 0));
+  CHECK(!ops::differentiable_in(ops::sparse_softmax_cross_entropy_op{}, 1));
+  CHECK(ops::differentiable_in(ops::sparse_softmax_cross_entropy_op{}, 0));
 }
 
 TEST_CASE("graph_builder: the other operators' shapes and errors") {

@@ -190,7 +190,7 @@ TEST_CASE("softmax_cross_entropy: value_and_grad of the mean loss equals the sin
     auto [loss, grads] = autodiff::value_and_grad(
         [&](autodiff::tape<float, testing::test_comm, testing::test_device>& tp, const auto& w) {
           const auto labels = tp.leaf(t, false);
-          return autodiff::reduce_mean(mean, autodiff::softmax_cross_entropy(op, w[0], labels));
+          return autodiff::apply(mean, autodiff::apply(op, w[0], labels));
         },
         params, ctx);
     const testing::test_tensor l = redistribute(loss, layout::replicated(mesh{p}, 0), ctx);

@@ -205,8 +205,8 @@ TEST_CASE("tape: backward passes from several outputs add up at the leaves") {
   std::vector<autodiff::var<float, local_communicator>> ys;
   for (const xt::xarray<float>& xs : {xt::xarray<float>{1, 0, 2}, xt::xarray<float>{0, 5, 1}}) {
     const auto xv = tp.leaf(dist_tensor<float>(l, extents{3}, 0, xt::xarray<float>(xs)), false);
-    ys.push_back(autodiff::reduce_sum(ops::reduce_sum_op{strategy{{1}}, {}, false},
-                                      autodiff::mul(ops::mul_op{strategy{{1}, {1}}}, wv, xv)));
+    ys.push_back(autodiff::apply(ops::reduce_sum_op{strategy{{1}}, {}, false},
+                                      autodiff::apply(ops::mul_op{strategy{{1}, {1}}}, wv, xv)));
   }
   dist_tensor<float> one_(layout::replicated(mesh{1}, 0), extents{}, 0), two(layout::replicated(mesh{1}, 0), extents{}, 0);
   one_.local()() = 1;

@@ -31,8 +31,8 @@ struct mse_loss_op {
 /// by redistributing it to a replicated layout).
 template <class T, class C, class D>
 var<T, C, D> mse_loss(const mse_loss_op& op, var<T, C, D> x, var<T, C, D> target) {
-  const var<T, C, D> d = sub(op.sub, x, target);
-  return reduce_mean(op.mean, mul(op.square, d, d));
+  const var<T, C, D> d = autodiff::apply(op.sub, x, target);
+  return autodiff::apply(op.mean, autodiff::apply(op.square, d, d));
 }
 
 /// Seed 003's SoftmaxCrossEntropyExpand: the mean over the batch of the softmax cross
@@ -112,23 +112,23 @@ var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op&
     throw error("softmax_cross_entropy_expand: logits must have rank 2 (batch, classes), logits is " +
                 to_string(xs));
   const int p = t.ctx().size();
-  const var<T, C, D> logit_max = reduce_max(op.max, logits);
-  const var<T, C, D> e = exp(op.exp, sub(op.sub, logits, logit_max));
-  const var<T, C, D> exp_sum = reduce_sum(op.sum, e);
-  const var<T, C, D> softmax = div(op.div, e, exp_sum);
+  const var<T, C, D> logit_max = autodiff::apply(op.max, logits);
+  const var<T, C, D> e = autodiff::apply(op.exp, autodiff::apply(op.sub, logits, logit_max));
+  const var<T, C, D> exp_sum = autodiff::apply(op.sum, e);
+  const var<T, C, D> softmax = autodiff::apply(op.div, e, exp_sum);
   var<T, C, D> label = labels;
   if (op.sparse) {
     ops::one_hot_op onehot = op.onehot;
     onehot.depth = xs.v[1];
-    label = one_hot(onehot, labels, T(1), T(0));
+    label = autodiff::apply(onehot, labels);
   }
   const shape_list eps_shapes{xs, extents{}};
   const var<T, C, D> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
-  const var<T, C, D> log_softmax = log(op.log, add(op.add_eps, softmax, eps));
-  const var<T, C, D> loss = reduce_sum(op.sum_cross_entropy, mul(op.mul, log_softmax, label));
+  const var<T, C, D> log_softmax = autodiff::apply(op.log, autodiff::apply(op.add_eps, softmax, eps));
+  const var<T, C, D> loss = autodiff::apply(op.sum_cross_entropy, autodiff::apply(op.mul, log_softmax, label));
   const shape_list neg_shapes{extents{}, extents{xs.v[0]}};
   const var<T, C, D> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
-  return reduce_mean(op.mean, mul(op.mul2, minus_one, loss));
+  return autodiff::apply(op.mean, autodiff::apply(op.mul2, minus_one, loss));
 }
 
 }  // namespace tessera::autodiff

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 
 namespace tessera {
@@ -53,6 +54,24 @@ struct strategy {
   constexpr int size() const { return n; }
   constexpr const split_tuple& operator[](int i) const { return in[i]; }
   friend constexpr bool operator==(const strategy&, const strategy&) = default;
+};
+
+/// The global shapes of an operator's inputs, one per input, e.g.
+/// shape_list{extents{16, 32}, extents{32}}. A structural type (a template argument).
+struct shape_list {
+  int n = 0;
+  std::array<extents, max_strategy_inputs> v{};
+
+  constexpr shape_list() = default;
+  constexpr shape_list(std::initializer_list<extents> shapes) {
+    for (const extents& e : shapes) {
+      if (n < max_strategy_inputs) v[n] = e;
+      ++n;
+    }
+  }
+  constexpr int size() const { return n; }
+  constexpr const extents& operator[](int i) const { return v[i]; }
+  friend constexpr bool operator==(const shape_list&, const shape_list&) = default;
 };
 
 /// Checks one split tuple (input `input`) against a device count: entries positive,

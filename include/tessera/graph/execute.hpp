@@ -8,7 +8,8 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
-#include <map>
+#include <typeindex>
+#include <unordered_map>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,136 +31,37 @@
 #include <tessera/graph/dump.hpp>
 #include <tessera/graph/op_def.hpp>
 #include <tessera/graph/parallel.hpp>
-#include <tessera/ops/elementwise.hpp>
-#include <tessera/ops/matmul.hpp>
-#include <tessera/ops/reduce.hpp>
-#include <tessera/ops/softmax.hpp>
-#include <tessera/ops/argmax.hpp>
-#include <tessera/ops/batch_matmul.hpp>
-#include <tessera/ops/one_hot.hpp>
-#include <tessera/ops/shape.hpp>
-#include <tessera/ops/softmax_axis.hpp>
-#include <tessera/ops/sparse_cross_entropy.hpp>
+#include <tessera/ops/definition.hpp>
+#include <tessera/ops/operators.hpp>
 #include <tessera/tensor/copy_box.hpp>
 #include <tessera/tensor/device.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::graph {
 
-/// Runs one operator on the tape: given its definition, its plan (strategy and
-/// layouts) and its inputs (already in the layouts the plan names), records the
-/// output and its backward, and returns the output. The output must be in the plan's
-/// out layout, and the backward must give each input's gradient in its in_grad layout.
+/// Runs one operator of the graph on the tape: given its op_def, its plan (strategy
+/// and layouts) and its inputs (already in the layouts the plan names), records the
+/// output and its backward, and returns the output.
 template <class T, class C, class D = cpu_device>
-using op_runner = std::function<autodiff::var<T, C, D>(autodiff::tape<T, C, D>&, const op_def&, const op_plan&,
-                                                       const std::vector<autodiff::var<T, C, D>>&)>;
+using op_runner = autodiff::var<T, C, D> (*)(const op_def&, const op_plan&, const std::vector<autodiff::var<T, C, D>>&);
 
 namespace detail {
 
-template <class Def>
-const Def& def_as(const op_def& d) {
-  const Def* p = dynamic_cast<const Def*>(&d);
-  if (!p) throw error("graph executor: operator " + d.type() + " is not of the class its runner expects");
-  return *p;
+// The runner of every operator definition Op: the definition with the plan's strategy,
+// recorded by autodiff::apply (its one forward and backward).
+template <ops::operator_definition Op, class T, class C, class D>
+autodiff::var<T, C, D> run_definition(const op_def& d, const op_plan& p, const std::vector<autodiff::var<T, C, D>>& x) {
+  Op op = *d.definition<Op>();
+  op.st = p.st;
+  return autodiff::apply(op, x);
+}
+
+template <class T, class C, class D, class... Ops>
+void add_runners(std::unordered_map<std::type_index, op_runner<T, C, D>>& r, ops::type_list<Ops...>) {
+  (r.emplace(std::type_index(typeid(Ops)), &run_definition<Ops, T, C, D>), ...);
 }
 
 }  // namespace detail
-
-/// The runners of the operators of graph/op_def.hpp, by type.
-template <class T, class C, class D = cpu_device>
-std::map<std::string, op_runner<T, C, D>> builtin_runners() {
-  using var = autodiff::var<T, C, D>;
-  using tape = autodiff::tape<T, C, D>;
-  using tensor = tensor_on<T, D>;
-  using ins = std::vector<var>;
-  std::map<std::string, op_runner<T, C, D>> r;
-  r["MatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const matmul_def& m = detail::def_as<matmul_def>(d);
-    return autodiff::matmul(ops::matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
-  };
-  r["Add"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::add(ops::add_op{p.st}, x[0], x[1]); };
-  r["Sub"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::sub(ops::sub_op{p.st}, x[0], x[1]); };
-  r["Mul"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::mul(ops::mul_op{p.st}, x[0], x[1]); };
-  r["BiasAdd"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-    return autodiff::bias_add(ops::bias_add_op{p.st}, x[0], x[1]);
-  };
-  r["RealDiv"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::div(ops::div_op{p.st}, x[0], x[1]); };
-  r["ReLU"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::relu(ops::relu_op{p.st}, x[0]); };
-  r["Exp"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::exp(ops::exp_op{p.st}, x[0]); };
-  r["Log"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::log(ops::log_op{p.st}, x[0]); };
-  r["Neg"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::neg(ops::neg_op{p.st}, x[0]); };
-  r["ReduceSum"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_sum(ops::reduce_sum_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["ReduceMean"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_mean(ops::reduce_mean_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["ReduceMax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_max(ops::reduce_max_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["ReduceMin"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_min(ops::reduce_min_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["SoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-    return autodiff::softmax_cross_entropy(ops::softmax_cross_entropy_op{p.st}, x[0], x[1]);
-  };
-  r["AllReduce"] = [](tape& t, const op_def& d, const op_plan&, const ins& x) {
-    const std::pair<mesh, axis_list> grp = detail::def_as<all_reduce_def>(d).group(t.ctx().size());
-    const mesh m = grp.first;
-    const axis_list axes = grp.second;
-    auto sum = [m, axes](tape& tp, const tensor& v) {
-      tensor y(v);
-      tp.ctx().on(m).group(axes).all_reduce(y.data(), reduce_op::sum);
-      return y;
-    };
-    return t.record(sum(t, x[0].value()), [sum, ix = x[0].id](tape& tp, const tensor& g) {
-      tp.add_grad(ix, sum(tp, g));
-    });
-  };
-  // The operators whose sharded implementation is host-only.
-  if constexpr (std::is_same_v<D, cpu_device>) {
-    r["BatchMatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      const batch_matmul_def& m = detail::def_as<batch_matmul_def>(d);
-      return autodiff::batch_matmul(ops::batch_matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
-    };
-    r["OneHot"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::one_hot(ops::one_hot_op{p.st, detail::def_as<one_hot_def>(d).depth}, x[0]);
-    };
-    r["Softmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::softmax(ops::softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
-    };
-    r["LogSoftmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::log_softmax(ops::log_softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
-    };
-    r["Transpose"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::transpose(ops::transpose_op{p.st, detail::def_as<transpose_def>(d).perm}, x[0]);
-    };
-    r["Reshape"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::reshape(ops::reshape_op{p.st, detail::def_as<reshape_def>(d).target}, x[0]);
-    };
-    r["Flatten"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-      return autodiff::flatten(ops::flatten_op{p.st}, x[0]);
-    };
-    r["StridedSlice"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      const strided_slice_def& m = detail::def_as<strided_slice_def>(d);
-      return autodiff::strided_slice(ops::strided_slice_op{p.st, m.begin, m.end, m.strides}, x[0]);
-    };
-    r["Concat"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::concat(ops::concat_op{p.st, detail::def_as<concat_def>(d).axis}, x);
-    };
-    r["Argmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::argmax(ops::argmax_op{p.st, detail::def_as<argmax_def>(d).axis}, x[0]);
-    };
-    r["SparseSoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-      return autodiff::sparse_softmax_cross_entropy(ops::sparse_softmax_cross_entropy_op{p.st}, x[0], x[1]);
-    };
-  }
-  return r;
-}
 
 /// Runs a parallel graph on the ranks of `world` (whose size must be the graph's
 /// device count; every rank runs the same calls). Holds a copy of the graph and the
@@ -185,7 +87,8 @@ class executor {
     std::vector<tensor> grads;
   };
 
-  executor(const parallel_graph& pg, C& world) : pg_(pg), ctx_(world), runners_(builtin_runners<T, C, D>()) {
+  executor(const parallel_graph& pg, C& world) : pg_(pg), ctx_(world) {
+    detail::add_runners<T, C, D>(runners_, ops::builtin_operators{});
     if (world.size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
                   " devices, the communicator has " + std::to_string(world.size()) + " ranks");
@@ -196,9 +99,13 @@ class executor {
     for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_.rank());
   }
 
-  /// Adds or replaces the runner of an operator type (the extension point of
-  /// op_def's defined outside graph/op_def.hpp).
-  void add_runner(const std::string& type, op_runner<T, C, D> r) { runners_[type] = std::move(r); }
+  /// Lets the executor run an operator defined outside the library (the library's own,
+  /// ops::builtin_operators, it knows): its definition's forward and backward, found by
+  /// argument-dependent lookup, run on this executor's tensors.
+  template <ops::operator_definition Op>
+  void add_operator() {
+    runners_[std::type_index(typeid(Op))] = &detail::run_definition<Op, T, C, D>;
+  }
 
   const parallel_graph& plan() const { return pg_; }
   device_context<C>& context() { return ctx_; }
@@ -374,11 +281,11 @@ class executor {
         std::vector<var> in;
         for (std::size_t s = 0; s < n.inputs.size(); ++s)
           in.push_back(along_edge(t, pg_.edge(id, int(s)), v[std::size_t(n.inputs[s])]));
-        const auto it = runners_.find(n.op->type());
+        const auto it = runners_.find(n.op->definition_type());
         if (it == runners_.end())
-          throw error("graph executor: no runner for operator type " + n.op->type() + " (" + g.describe(id) +
-                      "); add one with executor::add_runner");
-        var out = it->second(t, *n.op, pg_.op(id), in);
+          throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
+                      n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
+        var out = it->second(*n.op, pg_.op(id), in);
         if (!(out.value().layout() == pg_.value_layout(id)))
           throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
                       ", its rule says " + describe(pg_.value_layout(id)));
@@ -398,7 +305,7 @@ class executor {
 
   const parallel_graph pg_;
   device_context<C> ctx_;
-  std::map<std::string, op_runner<T, C, D>> runners_;
+  std::unordered_map<std::type_index, op_runner<T, C, D>> runners_;
   std::vector<tensor> params_;
   std::vector<var> param_vars_;
   traffic last_{};

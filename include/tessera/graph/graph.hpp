@@ -15,7 +15,7 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/graph/op_def.hpp>
-#include <tessera/graph/operators.hpp>
+#include <tessera/ops/operators.hpp>
 
 namespace tessera::graph {
 
@@ -158,14 +158,27 @@ class graph_builder {
     return add_leaf(node_kind::parameter, std::move(name), shape, layerwise_parallel);
   }
 
-  /// Applies any operator to values of this builder: the extension point for
-  /// operators defined elsewhere.
+  /// Applies an operator definition (ops/definition.hpp) to values of this builder: the
+  /// way every operator enters the graph, the library's and any other. A strategy set
+  /// on the definition (op.st) is the node's, as shard() sets it.
+  ///
+  ///     auto h = b.apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, {x, w});
+  template <ops::operator_definition Op>
+  value apply(Op op, const std::vector<value>& in) {
+    const strategy st = op.st;
+    value v = apply(make_op(std::move(op)), in);
+    if (st.n > 0) v.shard(st);
+    return v;
+  }
+
+  /// Applies an operator already in the graph's form (an op_def).
   value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in) {
     if (!op) throw error("graph: apply needs an operator");
     const std::string what = op->type();
-    if (int(in.size()) != op->arity())
+    if (op->arity() >= 0 && int(in.size()) != op->arity())
       throw error("graph: " + what + " takes " + std::to_string(op->arity()) +
                   (op->arity() == 1 ? " input, got " : " inputs, got ") + std::to_string(in.size()));
+    if (in.empty()) throw error("graph: " + what + ": needs at least one input");
     if (int(in.size()) > max_strategy_inputs)
       throw error("graph: " + what + ": at most " + std::to_string(max_strategy_inputs) + " inputs");
     node n;
@@ -186,64 +199,64 @@ class graph_builder {
     return push(std::move(n));
   }
 
+  // The library's operators by name: each is apply() of its definition.
+
   /// op(A) op(B), op transposing when the flag is set.
   value matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
-    return apply(std::make_shared<matmul_def>(transpose_a, transpose_b), {a, b});
+    return apply(ops::matmul_op{{}, transpose_a, transpose_b}, {a, b});
   }
-  value add(value a, value b) { return apply(add_def(), {a, b}); }
-  value sub(value a, value b) { return apply(sub_def(), {a, b}); }
-  value mul(value a, value b) { return apply(mul_def(), {a, b}); }
-  value div(value a, value b) { return apply(div_def(), {a, b}); }
+  value add(value a, value b) { return apply(ops::add_op{}, {a, b}); }
+  value sub(value a, value b) { return apply(ops::sub_op{}, {a, b}); }
+  value mul(value a, value b) { return apply(ops::mul_op{}, {a, b}); }
+  value div(value a, value b) { return apply(ops::div_op{}, {a, b}); }
   /// x (..., c) + bias (c,).
-  value bias_add(value x, value bias) { return apply(bias_add_def(), {x, bias}); }
-  value relu(value x) { return apply(relu_def(), {x}); }
-  value exp(value x) { return apply(exp_def(), {x}); }
-  value log(value x) { return apply(log_def(), {x}); }
-  value neg(value x) { return apply(neg_def(), {x}); }
+  value bias_add(value x, value bias) { return apply(ops::bias_add_op{}, {x, bias}); }
+  value relu(value x) { return apply(ops::relu_op{}, {x}); }
+  value exp(value x) { return apply(ops::exp_op{}, {x}); }
+  value log(value x) { return apply(ops::log_op{}, {x}); }
+  value neg(value x) { return apply(ops::neg_op{}, {x}); }
   /// Sum over `dims` (empty: every dim; negative counts from the end).
   value reduce_sum(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::sum, dims, keep_dims), {x});
+    return apply(ops::reduce_sum_op{{}, dims, keep_dims}, {x});
   }
   value reduce_mean(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::mean, dims, keep_dims), {x});
+    return apply(ops::reduce_mean_op{{}, dims, keep_dims}, {x});
   }
   value reduce_max(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::max, dims, keep_dims), {x});
+    return apply(ops::reduce_max_op{{}, dims, keep_dims}, {x});
+  }
+  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(ops::reduce_min_op{{}, dims, keep_dims}, {x});
   }
   /// The per-sample loss (B,) of logits (B, C) against labels (B, C).
   value softmax_cross_entropy(value logits, value labels) {
-    return apply(std::make_shared<softmax_cross_entropy_def>(), {logits, labels});
+    return apply(ops::softmax_cross_entropy_op{}, {logits, labels});
   }
   /// The per-sample loss (B,) of logits (B, C) against class labels (B,) (integer values).
   value sparse_softmax_cross_entropy(value logits, value labels) {
-    return apply(std::make_shared<sparse_softmax_cross_entropy_def>(), {logits, labels});
-  }
-  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::min, dims, keep_dims), {x});
+    return apply(ops::sparse_softmax_cross_entropy_op{}, {logits, labels});
   }
   /// A MatMul per batch entry (an input of rank 2 is shared by every entry).
   value batch_matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
-    return apply(std::make_shared<batch_matmul_def>(transpose_a, transpose_b), {a, b});
+    return apply(ops::batch_matmul_op{{}, transpose_a, transpose_b}, {a, b});
   }
   /// indices (integer values) -> indices.shape + (depth,), 1 at each index, 0 elsewhere.
-  value one_hot(value indices, index_t depth) { return apply(std::make_shared<one_hot_def>(depth), {indices}); }
-  value softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, false), {x}); }
-  value log_softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, true), {x}); }
-  value transpose(value x, dim_list perm) { return apply(std::make_shared<transpose_def>(perm), {x}); }
+  value one_hot(value indices, index_t depth) { return apply(ops::one_hot_op{{}, depth}, {indices}); }
+  value softmax(value x, int axis = -1) { return apply(ops::softmax_op{{}, axis}, {x}); }
+  value log_softmax(value x, int axis = -1) { return apply(ops::log_softmax_op{{}, axis}, {x}); }
+  value transpose(value x, dim_list perm) { return apply(ops::transpose_op{{}, perm}, {x}); }
   /// x's elements in `target`'s shape (one entry may be -1: inferred).
-  value reshape(value x, const extents& target) { return apply(std::make_shared<reshape_def>(target), {x}); }
+  value reshape(value x, const extents& target) { return apply(ops::reshape_op{{}, target}, {x}); }
   /// (shape[0], the product of the other dims).
-  value flatten(value x) { return apply(std::make_shared<reshape_def>(extents{}, true), {x}); }
+  value flatten(value x) { return apply(ops::flatten_op{}, {x}); }
   /// x[begin:end:strides] on the leading dims, Python's semantics (no strides: all 1).
   value strided_slice(value x, index_list begin, index_list end, index_list strides = {}) {
-    return apply(std::make_shared<strided_slice_def>(begin, end, strides), {x});
+    return apply(ops::strided_slice_op{{}, begin, end, strides}, {x});
   }
   /// The values joined along `axis`.
-  value concat(const std::vector<value>& xs, int axis = 0) {
-    return apply(std::make_shared<concat_def>(axis, int(xs.size())), xs);
-  }
+  value concat(const std::vector<value>& xs, int axis = 0) { return apply(ops::concat_op{{}, axis}, xs); }
   /// The index of the maximum along `axis`, as a value (no gradient).
-  value argmax(value x, int axis = -1) { return apply(std::make_shared<argmax_def>(axis), {x}); }
+  value argmax(value x, int axis = -1) { return apply(ops::argmax_op{{}, axis}, {x}); }
   /// MSELoss: the mean over every element of (pred - label)^2, as Sub, Mul and
   /// ReduceMean (named "<prefix>.sub", ".mul", ".reduce_mean"; the last one returned).
   value mse_loss(value pred, value label, const std::string& prefix = "mse_loss") {
@@ -251,11 +264,11 @@ class graph_builder {
     return reduce_mean(mul(d, d).named(prefix + ".mul")).named(prefix + ".reduce_mean");
   }
   /// hybrid_parallel: the sum of every rank's x, on every rank.
-  value all_reduce(value x) { return apply(std::make_shared<all_reduce_def>(), {x}); }
+  value all_reduce(value x) { return apply(ops::all_reduce_op{}, {x}); }
   /// hybrid_parallel: the sum over the group of this rank on mesh axes `axes` of
   /// `group_mesh` (whose size must be the device count).
   value all_reduce(value x, const mesh& group_mesh, const axis_list& axes) {
-    return apply(std::make_shared<all_reduce_def>(group_mesh, axes), {x});
+    return apply(ops::all_reduce_op{{}, group_mesh, axes}, {x});
   }
 
   /// The graph whose loss is `loss`: a scalar (rank 0) to which every node

@@ -369,16 +369,13 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
         throw error("parallelize: parameter '" + nd.name + "' is layer-wise parallel, which only hybrid_parallel supports, not " +
                     std::string(to_string(mode)));
     } else if (nd.kind == node_kind::op) {
-      if (const auto* ar = dynamic_cast<const all_reduce_def*>(nd.op.get())) {
-        if (!hybrid)
-          throw error("parallelize: " + g.describe(id) + " is a hybrid_parallel operator; in " + std::string(to_string(mode)) +
-                      " the parallel pass places communication itself");
-        if (ar->group_mesh)
-          if (const status s = check_mesh_size(*ar->group_mesh, N); !s.ok())
-            throw error(s, "parallelize: " + g.describe(id) + ": group mesh " + to_string(*ar->group_mesh));
-        for (int i = 0; i < ar->axes.n; ++i)
-          if (ar->axes[i] < 0 || ar->axes[i] >= (ar->group_mesh ? ar->group_mesh->ndim : 1))
-            throw error("parallelize: " + g.describe(id) + ": mesh axis " + std::to_string(ar->axes[i]) + " out of range");
+      if (nd.op->hybrid_only() && !hybrid)
+        throw error("parallelize: " + g.describe(id) + " is a hybrid_parallel operator; in " + std::string(to_string(mode)) +
+                    " the parallel pass places communication itself");
+      try {
+        nd.op->validate(N);
+      } catch (const error& e) {
+        throw error("parallelize: " + g.describe(id) + ": " + e.what());
       }
       for (std::size_t s = 0; s < nd.inputs.size(); ++s)
         if (pg.needs_grad_[nd.inputs[s]] && nd.op->differentiable(int(s))) pg.needs_grad_[id] = true;

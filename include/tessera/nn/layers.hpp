@@ -245,8 +245,8 @@ class dense : public module<T, D> {
     if (has_bias_) b = bias.on(t);
     const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
-      if (b) y = autodiff::bias_add(bias_op_, y, *b);
+      autodiff::var<T, C, D> y = autodiff::apply(op_, x, w);
+      if (b) y = autodiff::apply(bias_op_, y, *b);
       return act_ == activation::none ? y : detail::activate(y, act_, "dense");
     }
     using K = kernels::backend<D>;
@@ -366,7 +366,7 @@ class relu : public module<T, D> {
 
   template <class C>
   autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
-    if (op) return autodiff::relu(*op, x);
+    if (op) return autodiff::apply(*op, x);
     x = detail::resolved(x);
     autodiff::tape<T, C, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();

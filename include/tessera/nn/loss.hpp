@@ -114,9 +114,9 @@ autodiff::var<T, C, D> cross_entropy_by_operator(autodiff::var<T, C, D> logits, 
   const autodiff::var<T, C, D> y = t.leaf(
       tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab)), false);
   const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
-  const autodiff::var<T, C, D> per_sample = autodiff::sparse_softmax_cross_entropy(op, logits, y);
-  if (r == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
-  return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
+  const autodiff::var<T, C, D> per_sample = autodiff::apply(op, logits, y);
+  if (r == reduction::mean) return autodiff::apply(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
+  return autodiff::apply(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
 }
 
 }  // namespace detail
@@ -270,8 +270,8 @@ class cross_entropy_loss : public module<T, D> {
           tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), labels, tp.ctx()));
         },
         t.requires_grad(logits.id));
-    if (r_ == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, y);
-    return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, y);
+    if (r_ == reduction::mean) return autodiff::apply(ops::reduce_mean_op{strategy{{b}}, {}, false}, y);
+    return autodiff::apply(ops::reduce_sum_op{strategy{{b}}, {}, false}, y);
   }
 
   reduction r_;

@@ -18,26 +18,10 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/argmax_rule.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
-
-/// ArgMax along `axis` with a shard strategy, as `Argmax(axis).shard(((2, 4),))`.
-struct argmax_op {
-  strategy st;
-  int axis = -1;
-
-  static constexpr std::string_view name() { return "argmax"; }
-
-  /// The rule; throws tessera::error naming the operator, the rule broken, the numbers
-  /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
-  /// input rank 2; strategy ((2, 4),)".
-  argmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_argmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
-    return argmax_rule(st, device_num, shape, axis);
-  }
-};
 
 /// The index (along op.axis, in the global tensor) of the first maximum of every
 /// vector along the axis, as integers of type I, in the rule's output layout. x (any
@@ -52,14 +36,20 @@ tensor_on<I, D> argmax(const argmax_op& op, const tensor_on<T, D>& x, device_con
                 " of x " + to_string(x.global_shape()) + " has extent 0");
   const auto lx = in_layout(x, r.in, ctx);
   auto [best, index] = K::argmax_local(lx->local(), r.axis, std::int64_t(lx->local_offset().v[r.axis]));
-  if (!r.group.empty()) {
-    C& g = ctx.on(r.dev).group(r.group);
+  if (const auto cs = argmax_op::group_collectives(r, x.global_shape()); !cs.empty()) {
     auto top = best;
-    g.all_reduce(std::span<T>(top.data(), top.size()), reduce_op::max);
+    run_internal(cs[0], std::span<T>(top.data(), top.size()), ctx, op.name());
     K::argmax_resolve(index, best, top);
-    g.all_reduce(std::span<std::int64_t>(index.data(), index.size()), reduce_op::min);
+    run_internal(cs[1], std::span<std::int64_t>(index.data(), index.size()), ctx, op.name());
   }
   return tensor_on<I, D>(r.out, r.shape, ctx.rank(), K::template convert<I>(index));
+}
+
+/// ArgMax's forward as every operator's (ops/run.hpp): the indices as values of T. It
+/// has no backward (nothing is differentiable).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const argmax_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return argmax<T>(op, *x[0], ctx);
 }
 
 }  // namespace tessera::ops

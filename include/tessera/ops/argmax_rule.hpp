@@ -1,14 +1,19 @@
-// ArgMax's sharding rule: the index of the maximum along one axis, as a reduction over
-// that axis whose partial results (a maximum and its index per rank) the operator
-// resolves itself, so the output holds whole indices. Standard library only and
-// constexpr.
+// ArgMax's definition: the sharding rule (the index of the maximum along one axis, as a
+// reduction over that axis whose partial results, a maximum and its index per rank, the
+// operator resolves itself, so the output holds whole indices), constexpr, and the
+// operator type ops::argmax_op. Standard library only; the forward is in ops/argmax.hpp.
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/reduce_op.hpp>
+#include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 
 namespace tessera {
@@ -56,5 +61,61 @@ inline constexpr argmax_layouts static_argmax_rule = [] {
   if constexpr (s.ok()) return argmax_rule(St, DeviceNum, Shape, Axis);
   else return argmax_layouts{};
 }();
+
+namespace ops {
+
+/// ArgMax along `axis` with a shard strategy, as `Argmax(axis).shard(((2, 4),))`: the
+/// index of the maximum (as a value of the tensors' type in the graph), data with no
+/// gradient; rule argmax_rule. Candidates: every split tuple of the input; a split axis
+/// combines the maxima and then the indices over its group. Data parallel: dim 0.
+struct argmax_op {
+  strategy st;
+  int axis = -1;
+
+  static constexpr std::string_view type() { return "Argmax"; }
+  static constexpr std::string_view name() { return "argmax"; }
+  static constexpr int arity = 1;
+
+  bool differentiable(int) const { return false; }
+  std::string attributes() const { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_argmax(all_ones(in), 1, in[0], axis));
+    return argmax_rule(all_ones(in), 1, in[0], axis).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_argmax(s, device_num, in[0], axis);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const argmax_layouts r = argmax_rule(s, device_num, in[0], axis);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    return group_collectives(argmax_rule(s, device_num, in[0], axis), in[0]);
+  }
+  /// The AllReduces over the axis group when the axis is split (none otherwise): [0] the
+  /// maxima, [1] the first index of each maximum (8-byte integers), one per local row.
+  static std::vector<internal_collective> group_collectives(const argmax_layouts& r, const extents& shape) {
+    if (r.group.empty()) return {};
+    const index_t rows = local_rows(r.in, shape, r.axis);
+    internal_collective index = all_reduce_of(reduce_op::min, r.dev, r.group, rows, "the first index of each maximum");
+    index.element_bytes = 8;
+    return {all_reduce_of(reduce_op::max, r.dev, r.group, rows, "the maxima"), index};
+  }
+
+  /// The rule; throws tessera::error naming the operator, the rule broken, the numbers
+  /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
+  /// input rank 2; strategy ((2, 4),)".
+  argmax_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_argmax(st, device_num, shape, axis);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return argmax_rule(st, device_num, shape, axis);
+  }
+};
+
+}  // namespace ops
 
 }  // namespace tessera

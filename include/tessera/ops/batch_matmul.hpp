@@ -15,36 +15,11 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/batch_matmul_rule.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/ops/linear_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
-
-/// BatchMatMul with a shard strategy, as `BatchMatMul(transpose_a, transpose_b).shard(st)`:
-/// A (batch..., m, k) times B (batch..., k, n), either of them possibly a plain matrix
-/// shared by every batch entry; the strategy splits every dim of each input.
-struct batch_matmul_op {
-  strategy st;
-  bool trans_a = false;
-  bool trans_b = false;
-
-  static constexpr std::string_view name() { return "batch_matmul"; }
-
-  /// The rule on `device_num` devices for inputs of the given global shapes; throws
-  /// tessera::error naming the rule broken, the numbers and the strategy:
-  /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
-  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
-  /// (1, 2, 1))".
-  batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
-    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
-      throw error(s, own ? std::string_view{} : name(),
-                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
-    }
-    return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
-  }
-};
 
 namespace detail {
 
@@ -108,6 +83,18 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> batch_matmul_backward(const batch_ma
                           K::batch_matmul_grad_a(*vdc, *va, *vb, op.trans_a, op.trans_b)),
           tensor_on<T, D>(r.grad_b, b.global_shape(), ctx.rank(),
                           K::batch_matmul_grad_b(*vdc, *va, *vb, op.trans_a, op.trans_b))};
+}
+
+/// BatchMatMul's forward and backward as every operator's (ops/run.hpp).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const batch_matmul_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return batch_matmul(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const batch_matmul_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  auto [da, db] = batch_matmul_backward(op, dy, *x[0], *x[1], ctx);
+  return grads_of(std::move(da), std::move(db));
 }
 
 }  // namespace tessera::ops

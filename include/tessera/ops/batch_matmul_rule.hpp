@@ -1,13 +1,21 @@
-// BatchMatMul's sharding rule: C[..., :, :] = op(A[..., :, :]) op(B[..., :, :]) over
-// batch dims split like an element-wise operator's and a contraction split that leaves
-// partial sums, as MatMul's. Standard library only and constexpr.
+// BatchMatMul's definition: the sharding rule (C[..., :, :] = op(A[..., :, :])
+// op(B[..., :, :]) over batch dims split like an element-wise operator's and a
+// contraction split that leaves partial sums, as MatMul's), constexpr, and the operator
+// type ops::batch_matmul_op. Standard library only; the forward and backward are in
+// ops/batch_matmul.hpp.
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 #include <tessera/ops/split_check.hpp>
 
 namespace tessera {
@@ -151,5 +159,109 @@ inline constexpr batch_matmul_layouts static_batch_matmul_rule = [] {
   if constexpr (s.ok()) return batch_matmul_rule(St, DeviceNum, A, B, TransA, TransB);
   else return batch_matmul_layouts{};
 }();
+
+namespace ops {
+
+/// BatchMatMul with a shard strategy, as `BatchMatMul(transpose_a, transpose_b).shard(st)`:
+/// A (batch..., m, k) times B (batch..., k, n), either of them possibly a plain matrix
+/// shared by every batch entry; the strategy splits every dim of each input; rule
+/// batch_matmul_rule. Linear in either operand. Candidates: every split of the batch
+/// dims, m, k and n whose device matrix divides the device count (the batched inputs'
+/// batch dims split alike). Data parallel: batch dim 0 split over every device.
+struct batch_matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  static constexpr std::string_view type() { return "BatchMatMul"; }
+  static constexpr std::string_view name() { return "batch_matmul"; }
+  static constexpr int arity = 2;
+
+  std::string attributes() const {
+    return "transpose_a: " + bool_text(trans_a) + ", transpose_b: " + bool_text(trans_b);
+  }
+  linearity linear() const { return linearity::each(2); }
+  /// 2 (batch m n) k on each rank's shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(trans_a ? a[a.ndim - 2] : a[a.ndim - 1]);
+  }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_batch_matmul(all_ones(in), 1, in[0], in[1], trans_a, trans_b));
+    return batch_matmul_rule(all_ones(in), 1, in[0], in[1], trans_a, trans_b).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_batch_matmul(s, device_num, in[0], in[1], trans_a, trans_b);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const batch_matmul_layouts r = batch_matmul_rule(s, device_num, in[0], in[1], trans_a, trans_b);
+    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    const extents out = output_shape(in);
+    const int nb = out.ndim - 2;
+    extents dims = out;  // (batch..., m, k, n)
+    dims.ndim = nb + 3;
+    dims.v[nb + 1] = trans_a ? in[0][in[0].ndim - 2] : in[0][in[0].ndim - 1];
+    dims.v[nb + 2] = out[nb + 1];
+    std::vector<strategy> c;
+    for_each_split(dims, device_num, [&](const split_tuple& t) {
+      const strategy s = make(t, in);
+      if (check(s, device_num, in).ok()) c.push_back(s);
+    });
+    order_candidates(c, [&](const strategy& s) { return devices(s, in); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    split_tuple t = ones(output_shape(in).ndim + 1);
+    t.v[0] = device_num;
+    return make(t, in);
+  }
+
+  /// The strategy of batch splits, then m, k and n: t = (b..., m, k, n).
+  strategy make(const split_tuple& t, const shape_list& in) const {
+    const int nb = t.n - 3;
+    const int m = t[nb], k = t[nb + 1], n = t[nb + 2];
+    strategy s{ones(in[0].ndim), ones(in[1].ndim)};
+    for (int i = 0; i < 2; ++i)
+      if (in[i].ndim == nb + 2)
+        for (int d = 0; d < nb; ++d) s.in[i].v[d] = t[d];
+    split_tuple& a = s.in[0];
+    split_tuple& b = s.in[1];
+    a.v[a.n - 2] = trans_a ? k : m;
+    a.v[a.n - 1] = trans_a ? m : k;
+    b.v[b.n - 2] = trans_b ? n : k;
+    b.v[b.n - 1] = trans_b ? k : n;
+    return s;
+  }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
+  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
+  /// (1, 2, 1))".
+  batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
+    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
+      throw error(s, own ? std::string_view{} : name(),
+                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
+    }
+    return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
+  }
+
+ private:
+  int devices(const strategy& s, const shape_list& in) const {
+    const split_tuple& batched = in[0].ndim >= in[1].ndim ? s.in[0] : s.in[1];
+    const int nb = batched.n - 2;
+    int p = 1;
+    for (int d = 0; d < nb; ++d) p *= batched[d];
+    const split_tuple& a = s.in[0];
+    const split_tuple& b = s.in[1];
+    return p * a[a.n - 2] * a[a.n - 1] * (trans_b ? b[b.n - 2] : b[b.n - 1]);
+  }
+};
+
+}  // namespace ops
 
 }  // namespace tessera

@@ -17,54 +17,10 @@
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/linear_rule.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
-
-/// Which element-wise operator.
-enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
-
-constexpr std::string_view name(elementwise_kind k) {
-  switch (k) {
-    case elementwise_kind::add: return "add";
-    case elementwise_kind::sub: return "sub";
-    case elementwise_kind::mul: return "mul";
-    case elementwise_kind::div: return "div";
-    case elementwise_kind::relu: return "relu";
-    case elementwise_kind::exp: return "exp";
-    case elementwise_kind::log: return "log";
-    case elementwise_kind::neg: return "neg";
-    case elementwise_kind::bias_add: return "bias_add";
-  }
-  return "?";
-}
-
-/// Number of inputs of an element-wise operator.
-constexpr int arity(elementwise_kind k) {
-  switch (k) {
-    case elementwise_kind::add:
-    case elementwise_kind::sub:
-    case elementwise_kind::mul:
-    case elementwise_kind::div:
-    case elementwise_kind::bias_add: return 2;
-    default: return 1;
-  }
-}
-
-/// The inputs an element-wise operator is linear in (ops/linear_rule.hpp): Add, Sub and
-/// BiasAdd in both together (both partial alike), Mul in either factor, RealDiv in its
-/// numerator, Neg in its input; ReLU, Exp and Log in none.
-constexpr linearity linear_in(elementwise_kind k) {
-  switch (k) {
-    case elementwise_kind::add:
-    case elementwise_kind::sub:
-    case elementwise_kind::bias_add: return linearity::all(2);
-    case elementwise_kind::mul: return linearity::each(2);
-    case elementwise_kind::div:
-    case elementwise_kind::neg: return linearity::jointly(1u);
-    default: return {};
-  }
-}
 
 /// The rule's layouts when partial sums pass through (see partial_pass).
 constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pass& p) {
@@ -77,42 +33,6 @@ constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pas
   r.dev = p.dev;
   return r;
 }
-
-/// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
-/// one split tuple per input (a binary operator broadcasts its inputs as NumPy does;
-/// BiasAdd's strategy is ((..., c), (c,)) with c the split of the last dim).
-template <elementwise_kind K>
-struct elementwise_op {
-  strategy st;
-
-  /// The rule on `device_num` devices for inputs of the given global shapes; throws
-  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
-  /// "add: elementwise: a broadcast dim cannot be split: input 1, dim 0 has extent 1 and
-  /// split 2; strategy ((2, 4), (2, 4))".
-  elementwise_layouts rule(int device_num, const shape_list& shapes) const {
-    if constexpr (K == elementwise_kind::bias_add) {
-      const extents& x = shapes[0];
-      const extents& b = shapes[1];
-      if (shapes.n != 2 || x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
-        throw error("bias_add: bias is " + (shapes.n > 1 ? to_string(b) : std::string("missing")) +
-                    ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
-                    ",) for x " + to_string(x));
-    }
-    const status s = check_elementwise(st, device_num, shapes);
-    if (!s.ok()) throw error(s, name(K), "strategy " + to_string(st));
-    return elementwise_rule(st, device_num, shapes);
-  }
-};
-
-using add_op = elementwise_op<elementwise_kind::add>;
-using sub_op = elementwise_op<elementwise_kind::sub>;
-using mul_op = elementwise_op<elementwise_kind::mul>;
-using div_op = elementwise_op<elementwise_kind::div>;
-using relu_op = elementwise_op<elementwise_kind::relu>;
-using exp_op = elementwise_op<elementwise_kind::exp>;
-using log_op = elementwise_op<elementwise_kind::log>;
-using neg_op = elementwise_op<elementwise_kind::neg>;
-using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 
 namespace detail {
 
@@ -127,10 +47,10 @@ struct elementwise_inputs {
 template <elementwise_kind K, class T, class D, class C, class... X>
 elementwise_inputs<T, D, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
                                                            device_context<C>& ctx, const X&... x) {
-  static_assert(sizeof...(X) == std::size_t(arity(K)));
+  static_assert(sizeof...(X) == std::size_t(kind_arity(K)));
   elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
   const std::array<layout, sizeof...(X)> actual{x.layout()...};
-  r = with_pass(r, pass_partial(linear_in(K), actual.data(), r.in.data(), r.n, r.out));
+  r = with_pass(r, pass_partial(kind_linearity(K), actual.data(), r.in.data(), r.n, r.out));
   int i = 0;
   auto place = [&](const tensor_on<T, D>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
@@ -194,7 +114,7 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
                                                                device_context<C>& ctx, const X&... x) {
   const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
   if (!(dy.global_shape() == in.r.shape))
-    throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
+    throw error(std::string(kind_name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
   const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
@@ -335,6 +255,24 @@ template <class T, class D, class C>
 tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const tensor_on<T, D>& x,
                             device_context<C>& ctx) {
   return std::move(detail::elementwise_backward<elementwise_kind::neg, T, D>(op, dy, ctx, x)[0]);
+}
+
+/// The element-wise operators' forward and backward as every operator's (ops/run.hpp).
+template <elementwise_kind K, class T, class D, class C>
+tensor_on<T, D> forward(const elementwise_op<K>& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  if constexpr (kind_arity(K) == 2) return detail::elementwise_forward<K, T, D>(op, ctx, *x[0], *x[1]);
+  else return detail::elementwise_forward<K, T, D>(op, ctx, *x[0]);
+}
+template <elementwise_kind K, class T, class D, class C>
+op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  if constexpr (kind_arity(K) == 2) {
+    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0], *x[1]);
+    return grads_of(std::move(g[0]), std::move(g[1]));
+  } else {
+    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
+    return grads_of(std::move(g[0]));
+  }
 }
 
 }  // namespace tessera::ops

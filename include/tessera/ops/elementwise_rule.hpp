@@ -1,36 +1,25 @@
-// The sharding rule of element-wise operators (Add, Sub, Mul, Div, ReLU, Exp, ...,
-// BiasAdd) with NumPy broadcasting: from a shard strategy such as ((2, 4), (1, 4)) and
-// the inputs' shapes to the operator's device matrix and the layouts of its inputs,
-// output and gradients. Standard library only and constexpr.
+// The element-wise operators' definition (Add, Sub, Mul, RealDiv, ReLU, Exp, Log, Neg,
+// BiasAdd) with NumPy broadcasting: the sharding rule, from a shard strategy such as
+// ((2, 4), (1, 4)) and the inputs' shapes to the operator's device matrix and the
+// layouts of its inputs, output and gradients (constexpr), and the operator type
+// ops::elementwise_op<K>. Standard library only; the forward and backward are in
+// ops/elementwise.hpp.
 #pragma once
 
 #include <array>
 #include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
+#include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 
 namespace tessera {
-
-/// The global shapes of an operator's inputs, one per input, e.g.
-/// shape_list{extents{16, 32}, extents{32}}. A structural type (a template argument).
-struct shape_list {
-  int n = 0;
-  std::array<extents, max_strategy_inputs> v{};
-
-  constexpr shape_list() = default;
-  constexpr shape_list(std::initializer_list<extents> shapes) {
-    for (const extents& e : shapes) {
-      if (n < max_strategy_inputs) v[n] = e;
-      ++n;
-    }
-  }
-  constexpr int size() const { return n; }
-  constexpr const extents& operator[](int i) const { return v[i]; }
-  friend constexpr bool operator==(const shape_list&, const shape_list&) = default;
-};
 
 /// The layouts of y = f(x0, x1, ...) applied element by element with broadcasting.
 struct elementwise_layouts {
@@ -197,5 +186,184 @@ inline constexpr elementwise_layouts static_elementwise_rule = [] {
   if constexpr (s.ok()) return elementwise_rule(St, DeviceNum, Shapes);
   else return elementwise_layouts{};
 }();
+
+namespace ops {
+
+/// Which element-wise operator.
+enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
+
+/// Its instance and error name: "add", "div", "bias_add", ...
+constexpr std::string_view kind_name(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add: return "add";
+    case elementwise_kind::sub: return "sub";
+    case elementwise_kind::mul: return "mul";
+    case elementwise_kind::div: return "div";
+    case elementwise_kind::relu: return "relu";
+    case elementwise_kind::exp: return "exp";
+    case elementwise_kind::log: return "log";
+    case elementwise_kind::neg: return "neg";
+    case elementwise_kind::bias_add: return "bias_add";
+  }
+  return "?";
+}
+
+/// Its type as the IR prints it (MindSpore's primitive names): "Add", "RealDiv", ...
+constexpr std::string_view kind_type(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add: return "Add";
+    case elementwise_kind::sub: return "Sub";
+    case elementwise_kind::mul: return "Mul";
+    case elementwise_kind::div: return "RealDiv";
+    case elementwise_kind::relu: return "ReLU";
+    case elementwise_kind::exp: return "Exp";
+    case elementwise_kind::log: return "Log";
+    case elementwise_kind::neg: return "Neg";
+    case elementwise_kind::bias_add: return "BiasAdd";
+  }
+  return "?";
+}
+
+/// Its number of inputs.
+constexpr int kind_arity(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::mul:
+    case elementwise_kind::div:
+    case elementwise_kind::bias_add: return 2;
+    default: return 1;
+  }
+}
+
+/// The inputs it is linear in (ops/linear_rule.hpp): Add, Sub and BiasAdd in both
+/// together (both partial alike), Mul in either factor, RealDiv in its numerator, Neg in
+/// its input; ReLU, Exp and Log in none.
+constexpr linearity kind_linearity(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::bias_add: return linearity::all(2);
+    case elementwise_kind::mul: return linearity::each(2);
+    case elementwise_kind::div:
+    case elementwise_kind::neg: return linearity::jointly(1u);
+    default: return {};
+  }
+}
+
+/// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
+/// one split tuple per input (a binary operator broadcasts its inputs as NumPy does;
+/// BiasAdd's strategy is ((..., c), (c,)) with c the split of the last dim); rule
+/// elementwise_rule. Candidates: one per split tuple of the output (each split dividing
+/// its extent, the product dividing the device count); each input takes the output's
+/// splits on the dims it does not broadcast and 1 elsewhere. Data parallel: the
+/// output's dim 0 split over every device.
+template <elementwise_kind K>
+struct elementwise_op {
+  strategy st;
+
+  static constexpr std::string_view type() { return kind_type(K); }
+  static constexpr std::string_view name() { return kind_name(K); }
+  static constexpr int arity = kind_arity(K);
+
+  linearity linear() const { return kind_linearity(K); }
+
+  /// The output's shape; throws when the shapes do not broadcast, or for BiasAdd when
+  /// the bias is not (c,) for x (..., c): "bias is (3,), expected (32,) for x (16, 32)".
+  extents output_shape(const shape_list& in) const {
+    if (in.n != arity) throw error(std::string(name()) + ": takes " + std::to_string(arity) + " inputs, got " + std::to_string(in.n));
+    if constexpr (K == elementwise_kind::bias_add) {
+      const extents& x = in[0];
+      const extents& b = in[1];
+      if (x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
+        throw error("bias is " + to_string(b) + ", expected (" +
+                    (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) + ",) for x " + to_string(x));
+    }
+    require_shapes(check_elementwise(all_ones(in), 1, in));
+    return elementwise_shape(in);
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_elementwise(s, device_num, in);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const elementwise_layouts r = elementwise_rule(s, device_num, in);
+    op_layouts l{r.dev, {}, r.out, {}, r.out};
+    for (int i = 0; i < r.n; ++i) {
+      l.in.push_back(r.in[i]);
+      l.in_grad.push_back(r.grad[i]);
+    }
+    return l;
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    const extents out = elementwise_shape(in);
+    std::vector<strategy> c;
+    for_each_split(out, device_num, [&](const split_tuple& t) { c.push_back(from_output(t, in)); });
+    order_candidates(c, [&](const strategy& s) { return output_split(s, in).product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    split_tuple t = ones(elementwise_shape(in).ndim);
+    if (t.n > 0) t.v[0] = device_num;
+    return from_output(t, in);
+  }
+
+  /// The strategy whose output is split by `t`: every input takes t's splits on the
+  /// dims it does not broadcast. Example: Add (16, 32) + (32,) with output splits
+  /// (2, 4) -> ((2, 4), (4,)).
+  static strategy from_output(const split_tuple& t, const shape_list& in) {
+    const extents out = elementwise_shape(in);
+    strategy s;
+    s.n = in.n;
+    for (int i = 0; i < in.n; ++i) {
+      s.in[i] = ones(in[i].ndim);
+      for (int d = 0; d < in[i].ndim; ++d) {
+        const int j = d + out.ndim - in[i].ndim;
+        if (in[i][d] == out[j] && (in[i][d] != 1)) s.in[i].v[d] = t[j];
+      }
+    }
+    return s;
+  }
+  /// The output's splits under a strategy (the inverse of from_output).
+  static split_tuple output_split(const strategy& s, const shape_list& in) {
+    const extents out = elementwise_shape(in);
+    split_tuple t = ones(out.ndim);
+    for (int i = 0; i < in.n; ++i)
+      for (int d = 0; d < in[i].ndim; ++d) {
+        const int j = d + out.ndim - in[i].ndim;
+        if (s.in[i].v[d] > 1) t.v[j] = s.in[i].v[d];
+      }
+    return t;
+  }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "add: elementwise: a broadcast dim cannot be split: input 1, dim 0 has extent 1 and
+  /// split 2; strategy ((2, 4), (2, 4))".
+  elementwise_layouts rule(int device_num, const shape_list& shapes) const {
+    if constexpr (K == elementwise_kind::bias_add) {
+      const extents& x = shapes[0];
+      const extents& b = shapes[1];
+      if (shapes.n != 2 || x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
+        throw error("bias_add: bias is " + (shapes.n > 1 ? to_string(b) : std::string("missing")) +
+                    ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
+                    ",) for x " + to_string(x));
+    }
+    const status s = check_elementwise(st, device_num, shapes);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return elementwise_rule(st, device_num, shapes);
+  }
+};
+
+using add_op = elementwise_op<elementwise_kind::add>;
+using sub_op = elementwise_op<elementwise_kind::sub>;
+using mul_op = elementwise_op<elementwise_kind::mul>;
+using div_op = elementwise_op<elementwise_kind::div>;
+using relu_op = elementwise_op<elementwise_kind::relu>;
+using exp_op = elementwise_op<elementwise_kind::exp>;
+using log_op = elementwise_op<elementwise_kind::log>;
+using neg_op = elementwise_op<elementwise_kind::neg>;
+using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
+
+}  // namespace ops
 
 }  // namespace tessera

@@ -12,37 +12,21 @@
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/matmul_rule.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
 
-/// MatMul with a shard strategy, as `MatMul(transpose_a, transpose_b).shard(st)`.
-struct matmul_op {
-  strategy st;
-  bool trans_a = false;
-  bool trans_b = false;
-
-  /// The rule on `device_num` devices; throws tessera::error naming the rule broken,
-  /// the numbers and the strategy.
-  matmul_layouts rule(int device_num) const {
-    const status s = check_matmul(st, device_num, trans_a, trans_b);
-    if (!s.ok()) throw error(s, "", "strategy " + to_string(st));
-    return matmul_rule(st, device_num, trans_a, trans_b);
-  }
-};
-
 namespace detail {
-inline extents matmul_output_shape(const extents& a, const extents& b, bool trans_a, bool trans_b,
-                                   const strategy& st) {
-  const index_t m = trans_a ? a[1] : a[0], ka = trans_a ? a[0] : a[1];
-  const index_t kb = trans_b ? b[1] : b[0], n = trans_b ? b[0] : b[1];
-  if (a.ndim != 2 || b.ndim != 2 || ka != kb)
-    throw error("matmul: shapes " + to_string(a) + " and " + to_string(b) +
-                " do not multiply (transpose_a " + (trans_a ? "true" : "false") + ", transpose_b " +
-                (trans_b ? "true" : "false") + "); strategy " + to_string(st));
-  return extents{m, n};
+// C's shape, or the shape error with the operator and the strategy:
+// "matmul: shapes (8, 8) and (5, 8) do not multiply (...); strategy ((1, 1), (1, 2))".
+inline extents matmul_output_shape(const extents& a, const extents& b, const matmul_op& op) {
+  try {
+    return op.output_shape(shape_list{a, b});
+  } catch (const error& e) {
+    throw error("matmul: " + std::string(e.what()) + "; strategy " + to_string(op.st));
+  }
 }
-
 }  // namespace detail
 
 /// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
@@ -55,8 +39,7 @@ template <class T, class D, class C>
 tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                        device_context<C>& ctx) {
   const matmul_layouts r = pass_product(op.rule(ctx.size()), a.layout(), b.layout());
-  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
-                                                 op.trans_b, op.st);
+  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   using K = kernels::backend<D>;
   return tensor_on<T, D>(r.c, cs, ctx.rank(), K::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
@@ -77,6 +60,18 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> matmul_backward(const matmul_op& op,
                           K::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
           tensor_on<T, D>(r.grad_b, b.global_shape(), ctx.rank(),
                           K::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
+}
+
+/// MatMul's forward and backward as every operator's (ops/run.hpp).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const matmul_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return matmul(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const matmul_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>&,
+                        device_context<C>& ctx) {
+  auto [da, db] = matmul_backward(op, dy, *x[0], *x[1], ctx);
+  return grads_of(std::move(da), std::move(db));
 }
 
 }  // namespace tessera::ops

@@ -371,7 +371,7 @@ overlapped_setup<T, D> overlapped_prepare(const matmul_op& op, const tensor_on<T
                                           const pipeline_options& opt) {
   check_pipeline_options("matmul_overlapped", opt);
   const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op);
   const layout out_l = resolved_layout(r, how);
   if (const status s = check(out_l, cs); !s.ok())
     throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
@@ -408,7 +408,7 @@ summa_setup<T, D> summa_prepare(const matmul_op& op, const tensor_on<T, D>& a, c
   check_pipeline_options("matmul_summa", opt);
   const summa_layouts sl = summa_rule(op, ctx.size());
   const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op);
   const bool ta = op.trans_a, tb = op.trans_b;
   const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
   for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})

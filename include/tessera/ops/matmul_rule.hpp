@@ -1,12 +1,18 @@
-// MatMul's sharding rule: from a shard strategy such as ((2, 4), (4, 1)) to the
-// operator's device matrix and the layouts of its inputs, output and gradients.
-// Standard library only and constexpr, so a static strategy is checked and turned
-// into layouts by the compiler.
+// MatMul's definition: its sharding rule, from a shard strategy such as ((2, 4), (4, 1))
+// to the operator's device matrix and the layouts of its inputs, output and gradients
+// (constexpr, so a static strategy is checked and turned into layouts by the compiler),
+// and the operator type ops::matmul_op built on it. Standard library only; the forward
+// and backward are in ops/matmul.hpp.
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 
 namespace tessera {
 
@@ -73,5 +79,74 @@ inline constexpr matmul_layouts static_matmul_rule = [] {
   if constexpr (s.ok()) return matmul_rule(St, DeviceNum, TransA, TransB);
   else return matmul_layouts{};
 }();
+
+namespace ops {
+
+/// MatMul with a shard strategy, as `MatMul(transpose_a, transpose_b).shard(st)`: C =
+/// op(A) op(B) of two matrices, op transposing when its flag is set; rule matmul_rule.
+/// Linear in either operand. Candidates: every ((m, k), (k, n)) (swapped for a
+/// transposed operand) with m, k, n dividing C's rows, the contraction and C's columns
+/// and m k n dividing the device count. Data parallel: m = device count.
+struct matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  static constexpr std::string_view type() { return "MatMul"; }
+  static constexpr std::string_view name() { return "matmul"; }
+  static constexpr int arity = 2;
+
+  std::string attributes() const {
+    return "transpose_a: " + bool_text(trans_a) + ", transpose_b: " + bool_text(trans_b);
+  }
+  linearity linear() const { return linearity::each(2); }
+
+  /// C's shape; throws "shapes (16, 32) and (16, 16) do not multiply (transpose_a
+  /// false, transpose_b false)".
+  extents output_shape(const shape_list& in) const {
+    const extents& a = in[0];
+    const extents& b = in[1];
+    if (in.n != 2 || a.ndim != 2 || b.ndim != 2 || (trans_a ? a[0] : a[1]) != (trans_b ? b[1] : b[0]))
+      throw error("shapes " + to_string(a) + " and " + to_string(b) + " do not multiply (transpose_a " +
+                  bool_text(trans_a) + ", transpose_b " + bool_text(trans_b) + ")");
+    return extents{trans_a ? a[1] : a[0], trans_b ? b[0] : b[1]};
+  }
+  status check(const strategy& s, int device_num, const shape_list&) const {
+    return check_matmul(s, device_num, trans_a, trans_b);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list&) const {
+    const matmul_layouts r = matmul_rule(s, device_num, trans_a, trans_b);
+    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    const extents c = output_shape(in);
+    const index_t k = trans_a ? in[0][0] : in[0][1];
+    std::vector<strategy> out;
+    for_each_split(extents{c[0], k, c[1]}, device_num,
+                   [&](const split_tuple& t) { out.push_back(make(t[0], t[1], t[2])); });
+    order_candidates(out, [&](const strategy& s) { return s.in[0].product() * (trans_b ? s.in[1].v[0] : s.in[1].v[1]); });
+    return out;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const { return make(device_num, 1, 1); }
+  /// 2 m k n / (the devices that split them): each rank's product of its shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(trans_a ? a[0] : a[1]);
+  }
+
+  /// The strategy of row, contraction and column splits (m, k, n).
+  strategy make(int m, int k, int n) const {
+    return strategy{trans_a ? split_tuple{k, m} : split_tuple{m, k}, trans_b ? split_tuple{n, k} : split_tuple{k, n}};
+  }
+  /// The rule on `device_num` devices; throws tessera::error naming the rule broken,
+  /// the numbers and the strategy.
+  matmul_layouts rule(int device_num) const {
+    const status s = check_matmul(st, device_num, trans_a, trans_b);
+    if (!s.ok()) throw error(s, "", "strategy " + to_string(st));
+    return matmul_rule(st, device_num, trans_a, trans_b);
+  }
+};
+
+}  // namespace ops
 
 }  // namespace tessera

@@ -12,31 +12,10 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/one_hot_rule.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
-
-/// OneHot with a shard strategy, as `OneHot().shard(((2, 4), (), ()))` applied with
-/// `depth` classes (axis -1: the depth is the output's last dim).
-struct one_hot_op {
-  strategy st;
-  index_t depth = 0;
-
-  static constexpr std::string_view name() { return "one_hot"; }
-
-  /// The rule on `device_num` devices for indices of global shape `indices`; throws
-  /// tessera::error naming the rule broken, the numbers and the strategy:
-  /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
-  /// 1 entries for an output of rank 2; strategy ((2,),)".
-  one_hot_layouts rule(int device_num, const extents& indices) const {
-    const status s = check_one_hot(st, device_num, indices, depth);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("one_hot");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
-    return one_hot_rule(st, device_num, indices, depth);
-  }
-};
 
 /// indices (any layout, integer or integer-valued floating point) -> indices.shape +
 /// (depth,): `on` where the last index equals the index, `off` elsewhere; an index
@@ -52,6 +31,13 @@ tensor_on<T, D> one_hot(const one_hot_op& op, const tensor_on<I, D>& indices, T 
   const index_t first = group_index(r.dev, axis_list{r.depth_axis}, ctx.rank()) * local_depth;
   return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
                          kernels::backend<D>::template one_hot<T>(li->local(), op.depth, first, local_depth, on, off));
+}
+
+/// OneHot's forward as every operator's (ops/run.hpp), with the definition's on and off
+/// values. It has no backward (the indices are data).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const one_hot_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return one_hot(op, *x[0], T(op.on), T(op.off), ctx);
 }
 
 }  // namespace tessera::ops

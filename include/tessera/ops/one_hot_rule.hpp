@@ -1,13 +1,19 @@
-// OneHot's sharding rule: indices (...) -> (..., depth), the strategy splitting the
-// output, i.e. the indices' dims and optionally the depth. Standard library only and
-// constexpr.
+// OneHot's definition: the sharding rule (indices (...) -> (..., depth), the strategy
+// splitting the output, i.e. the indices' dims and optionally the depth), constexpr, and
+// the operator type ops::one_hot_op. Standard library only; the forward is in
+// ops/one_hot.hpp.
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
+#include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 #include <tessera/ops/split_check.hpp>
 
 namespace tessera {
@@ -75,5 +81,70 @@ inline constexpr one_hot_layouts static_one_hot_rule = [] {
   if constexpr (s.ok()) return one_hot_rule(St, DeviceNum, Indices, Depth);
   else return one_hot_layouts{};
 }();
+
+namespace ops {
+
+/// OneHot with a shard strategy, as `OneHot().shard(((2, 4), (), ()))` applied with
+/// `depth` classes (axis -1: the depth is the output's last dim), `on` at each index and
+/// `off` elsewhere; rule one_hot_rule. Its strategy splits the OUTPUT, as MindSpore's
+/// ((b, d),): one entry per output dim. The indices get no gradient. Candidates: every
+/// split tuple of the output. Data parallel: output dim 0.
+struct one_hot_op {
+  strategy st;
+  index_t depth = 0;
+  double on = 1;
+  double off = 0;
+
+  static constexpr std::string_view type() { return "OneHot"; }
+  static constexpr std::string_view name() { return "one_hot"; }
+  static constexpr int arity = 1;
+
+  bool differentiable(int) const { return false; }
+  std::string attributes() const { return "depth: " + std::to_string(depth) + ", axis: -1"; }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_one_hot(strategy{ones(in[0].ndim + 1)}, 1, in[0], depth));
+    extents out = in[0];
+    out.v[out.ndim++] = depth;
+    return out;
+  }
+  /// ((b, d),), or MindSpore's ((b, d), (), ()) (empty tuples for the on and off values).
+  status check_form(const strategy& s, const shape_list& in) const {
+    if (s.n != 1 && s.n != 3) return fail(errc::one_hot_inputs, -1, -1, s.n);
+    for (int i = 1; i < s.n; ++i)
+      if (s.in[i].n != 0) return fail(errc::one_hot_value_split, i, -1, s.in[i].n);
+    if (s.in[0].n != in[0].ndim + 1) return fail(errc::one_hot_ndim, -1, -1, s.in[0].n, in[0].ndim + 1);
+    for (int d = 0; d < s.in[0].n; ++d)
+      if (s.in[0].v[d] < 1) return fail(errc::strategy_split, 0, d, s.in[0].v[d]);
+    return {};
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_one_hot(s, device_num, in[0], depth);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const one_hot_layouts r = one_hot_rule(s, device_num, in[0], depth);
+    return {r.dev, {r.indices}, r.out, {r.indices}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(output_shape(in), device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    return split_dim(output_shape(in), 0, device_num);
+  }
+
+  /// The rule on `device_num` devices for indices of global shape `indices`; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
+  /// 1 entries for an output of rank 2; strategy ((2,),)".
+  one_hot_layouts rule(int device_num, const extents& indices) const {
+    const status s = check_one_hot(st, device_num, indices, depth);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("one_hot");
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return one_hot_rule(st, device_num, indices, depth);
+  }
+};
+
+}  // namespace ops
 
 }  // namespace tessera

@@ -17,43 +17,10 @@
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
-
-/// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))`
-/// applied over `dims`. How is sum, mean, max or min.
-template <reduce_op How>
-struct reduction_op {
-  strategy st;
-  dim_list dims;  ///< the reduced dims ({} = every dim; negative counts from the end)
-  bool keep_dims = false;
-
-  static constexpr std::string_view name() {
-    switch (How) {
-      case reduce_op::sum: return "reduce_sum";
-      case reduce_op::mean: return "reduce_mean";
-      case reduce_op::max: return "reduce_max";
-      case reduce_op::min: return "reduce_min";
-    }
-    return "reduce";
-  }
-
-  /// The rule on `device_num` devices for an input of global shape `shape`; throws
-  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
-  /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
-  /// strategy ((2, 4),)".
-  reduce_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_reduce(st, device_num, shape, dims);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
-    return reduce_rule(st, device_num, shape, dims, keep_dims, How);
-  }
-};
-
-using reduce_sum_op = reduction_op<reduce_op::sum>;
-using reduce_mean_op = reduction_op<reduce_op::mean>;
-using reduce_max_op = reduction_op<reduce_op::max>;
-using reduce_min_op = reduction_op<reduce_op::min>;
 
 /// The rule's layouts for an input arriving in `x`: a partial input of ReduceSum or
 /// ReduceMean whose partial axes the rule holds replicas on stays partial, and so does
@@ -115,6 +82,43 @@ tensor_on<T, D> reduce_spread(std::string_view fn, const reduce_layouts& r, bool
   return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(), std::move(g));
 }
 
+// The backward of ReduceMax (negate = false) and ReduceMin (negate = true: min(x) =
+// -max(-x), negation is exact, so the same ties) given dy and the forward output y. The
+// partial extrema and the tie counts are resolved by the definition's two collectives
+// (reduction_op::backward_collectives); a y in another layout is redistributed.
+template <reduce_op How, class T, class D, class C>
+tensor_on<T, D> reduce_extremum_backward(const reduction_op<How>& op, const tensor_on<T, D>& dy,
+                                         const tensor_on<T, D>& x, const tensor_on<T, D>& y,
+                                         device_context<C>& ctx, bool negate) {
+  using K = kernels::backend<D>;
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const std::vector<internal_collective> cs = reduction_op<How>::backward_collectives(r);
+  const auto ldy = reduce_dy(op.name(), r, dy, ctx);
+  const auto lx = in_layout(x, r.in, ctx);
+  // y resolved: the forward's partial extrema reduced by the first collective.
+  if (!(y.global_shape() == r.shape))
+    throw error(std::string(op.name()) + "_backward: y is " + to_string(y.global_shape()) + ", expected " +
+                to_string(r.shape));
+  typename tensor_on<T, D>::array_type ys;
+  if (!cs.empty() && y.layout() == r.out) {
+    ys = y.local();
+    run_internal(cs[0], std::span<T>(ys.data(), ys.size()), ctx, op.name());
+  } else {
+    ys = in_layout(y, r.out.without_partial(), ctx)->local();
+  }
+  auto xs = lx->local();
+  if (negate) {
+    xs = K::neg(xs);
+    ys = K::neg(ys);
+  }
+  const std::vector<int> axes = reduced_axes(r, x.ndim());
+  // Local tie counts, summed over the reduced dims' axes by the second collective.
+  auto ties = K::reduce_max_tie_counts(xs, ys, axes, op.keep_dims);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(ties.data(), ties.size()), ctx, op.name());
+  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(),
+                         K::reduce_max_spread(ldy->local(), xs, ys, ties, axes, op.keep_dims));
+}
+
 }  // namespace detail
 
 /// The sum of x over op.dims on this rank's shard: the output keeps the kept dims'
@@ -167,21 +171,7 @@ template <class T, class D, class C>
 tensor_on<T, D> reduce_max_backward(const reduce_max_op& op, const tensor_on<T, D>& dy,
                                     const tensor_on<T, D>& x, const tensor_on<T, D>& y,
                                     device_context<C>& ctx) {
-  using K = kernels::backend<D>;
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
-  const auto lx = in_layout(x, r.in, ctx);
-  const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
-  // Local tie counts, partial sums over the reduced dims' axes, then resolved.
-  layout count_layout = r.out;
-  count_layout.op = reduce_op::sum;
-  const tensor_on<T, D> ties(count_layout, r.shape, ctx.rank(),
-                             K::reduce_max_tie_counts(lx->local(), ly->local(), axes, op.keep_dims));
-  const auto all_ties = in_layout(ties, r.out.without_partial(), ctx);
-  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(),
-                         K::reduce_max_spread(ldy->local(), lx->local(), ly->local(), all_ties->local(), axes,
-                                              op.keep_dims));
+  return detail::reduce_extremum_backward(op, dy, x, y, ctx, false);
 }
 
 /// The minimum of x over op.dims: the output is partial (min) over the mesh axes of
@@ -198,14 +188,20 @@ template <class T, class D, class C>
 tensor_on<T, D> reduce_min_backward(const reduce_min_op& op, const tensor_on<T, D>& dy,
                                     const tensor_on<T, D>& x, const tensor_on<T, D>& y,
                                     device_context<C>& ctx) {
-  using K = kernels::backend<D>;
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  // Resolved first: a negated partial minimum would be a partial maximum.
-  const auto lx = in_layout(x, r.in, ctx);
-  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
-  const tensor_on<T, D> nx(lx->layout(), x.global_shape(), ctx.rank(), K::neg(lx->local()));
-  const tensor_on<T, D> ny(ly->layout(), y.global_shape(), ctx.rank(), K::neg(ly->local()));
-  return reduce_max_backward(reduce_max_op{op.st, op.dims, op.keep_dims}, dy, nx, ny, ctx);
+  return detail::reduce_extremum_backward(op, dy, x, y, ctx, true);
+}
+
+/// The reductions' forward and backward as every operator's (ops/run.hpp).
+template <reduce_op How, class T, class D, class C>
+tensor_on<T, D> forward(const reduction_op<How>& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, *x[0], ctx);
+}
+template <reduce_op How, class T, class D, class C>
+op_grads<T, D> backward(const reduction_op<How>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  if constexpr (How == reduce_op::sum) return grads_of(reduce_sum_backward(op, dy, *x[0], ctx));
+  else if constexpr (How == reduce_op::mean) return grads_of(reduce_mean_backward(op, dy, *x[0], ctx));
+  else return grads_of(detail::reduce_extremum_backward(op, dy, *x[0], y, ctx, How == reduce_op::min));
 }
 
 }  // namespace tessera::ops

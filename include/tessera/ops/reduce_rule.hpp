@@ -1,16 +1,23 @@
-// The sharding rule of reductions over a list of dims (ReduceSum, ReduceMean,
-// ReduceMax, ReduceMin, with keep_dims): from the input's split tuple to the layouts
-// of input and output. Standard library only and constexpr.
+// The reductions' definition (ReduceSum, ReduceMean, ReduceMax, ReduceMin over a list
+// of dims, with keep_dims): the sharding rule, from the input's split tuple to the
+// layouts of input and output (constexpr), and the operator type ops::reduction_op<How>.
+// Standard library only; the forward and backward are in ops/reduce.hpp.
 #pragma once
 
 #include <array>
 #include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/reduce_op.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 
 namespace tessera {
 
@@ -121,5 +128,96 @@ inline constexpr reduce_layouts static_reduce_rule = [] {
   if constexpr (s.ok()) return reduce_rule(St, DeviceNum, Shape, Dims, KeepDims, How);
   else return reduce_layouts{};
 }();
+
+namespace ops {
+
+/// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))` applied
+/// over `dims`; How is sum, mean, max or min; rule reduce_rule (a split reduced dim
+/// leaves the output partial). ReduceSum and ReduceMean are linear in their input.
+/// Candidates: every split tuple of the input. Data parallel: the input's dim 0 split
+/// over every device.
+template <reduce_op How>
+struct reduction_op {
+  strategy st;
+  dim_list dims;  ///< the reduced dims ({} = every dim; negative counts from the end)
+  bool keep_dims = false;
+
+  static constexpr std::string_view type() {
+    switch (How) {
+      case reduce_op::mean: return "ReduceMean";
+      case reduce_op::max: return "ReduceMax";
+      case reduce_op::min: return "ReduceMin";
+      default: return "ReduceSum";
+    }
+  }
+  static constexpr std::string_view name() {
+    switch (How) {
+      case reduce_op::mean: return "reduce_mean";
+      case reduce_op::max: return "reduce_max";
+      case reduce_op::min: return "reduce_min";
+      default: return "reduce_sum";
+    }
+  }
+  static constexpr int arity = 1;
+
+  linearity linear() const { return reduction_linearity(How); }
+  std::string attributes() const { return "axis: " + tuple_text(dims) + ", keep_dims: " + bool_text(keep_dims); }
+  extents output_shape(const shape_list& in) const {
+    const strategy one{ones(in[0].ndim)};
+    require_shapes(check_reduce(one, 1, in[0], dims));
+    return reduce_rule(one, 1, in[0], dims, keep_dims, How).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_reduce(s, device_num, in[0], dims);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const reduce_layouts r = reduce_rule(s, device_num, in[0], dims, keep_dims, How);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+
+  /// The backward of ReduceMax (ReduceMin) resolves the partial maxima (minima) and the
+  /// counts of ties over the axes of split reduced dims: two AllReduces of the output's
+  /// shard. None for the others, and none when no reduced dim is split.
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    if constexpr (How != reduce_op::max && How != reduce_op::min) {
+      (void)s, (void)device_num, (void)in;
+      return {};
+    } else {
+      return backward_collectives(reduce_rule(s, device_num, in[0], dims, keep_dims, How));
+    }
+  }
+  /// The two AllReduces of collectives() for the rule `r`: [0] the extrema, [1] the
+  /// counts of ties (empty when the output holds no partial results).
+  static std::vector<internal_collective> backward_collectives(const reduce_layouts& r) {
+    if (!r.out.has_partial()) return {};
+    axis_list axes;
+    for (int a = 0; a < r.dev.ndim; ++a)
+      if (r.out.is_partial(a)) axes.push_back(a);
+    const index_t n = local_shape(r.out, r.shape).size();
+    return {all_reduce_of(How, r.dev, axes, n, How == reduce_op::max ? "the maxima" : "the minima", true),
+            all_reduce_of(reduce_op::sum, r.dev, axes, n, "the counts of ties", true)};
+  }
+
+  /// The rule on `device_num` devices for an input of global shape `shape`; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
+  /// strategy ((2, 4),)".
+  reduce_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_reduce(st, device_num, shape, dims);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return reduce_rule(st, device_num, shape, dims, keep_dims, How);
+  }
+};
+
+using reduce_sum_op = reduction_op<reduce_op::sum>;
+using reduce_mean_op = reduction_op<reduce_op::mean>;
+using reduce_max_op = reduction_op<reduce_op::max>;
+using reduce_min_op = reduction_op<reduce_op::min>;
+
+}  // namespace ops
 
 }  // namespace tessera

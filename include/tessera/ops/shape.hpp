@@ -18,19 +18,13 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/ops/linear_rule.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/ops/shape_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
 
 namespace detail {
-// Throws the rule's error, prefixed with the operator's name unless the rule's text
-// already starts with it.
-inline void require_rule(const status& s, std::string_view op, const strategy& st) {
-  if (s.ok()) return;
-  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
-  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
-}
 
 template <class Tensor>
 void require_dy(std::string_view fn, const Tensor& dy, const extents& expected) {
@@ -46,25 +40,6 @@ A copy_of(const A& x) {
 }  // namespace detail
 
 // ---- Transpose -----------------------------------------------------------------------
-
-/// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
-/// applied with `perm`.
-struct transpose_op {
-  strategy st;
-  dim_list perm;
-
-  static constexpr std::string_view name() { return "transpose"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
-  /// rank 2; strategy ((2, 4),)".
-  transpose_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
-    return transpose_rule(st, device_num, shape, perm);
-  }
-  std::vector<int> perm_vector(const transpose_layouts& r) const {
-    return std::vector<int>(r.perm.v.begin(), r.perm.v.begin() + r.perm.n);
-  }
-};
 
 /// y = x permuted by op.perm, on this rank's shard: the output's layout is the input's,
 /// permuted, so no data moves between ranks (x in another layout is redistributed first).
@@ -88,35 +63,6 @@ tensor_on<T, D> transpose_backward(const transpose_op& op, const tensor_on<T, D>
 }
 
 // ---- Reshape and Flatten -----------------------------------------------------------
-
-/// Reshape with a shard strategy for its input, as `Reshape().shard(((2, 1),))` applied
-/// with `target` (one entry may be -1, inferred).
-struct reshape_op {
-  strategy st;
-  extents target;
-
-  static constexpr std::string_view name() { return "reshape"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "reshape: the target shape must have the input's number of elements: the input
-  /// has 128 elements, the target 96; strategy ((2, 1),)".
-  reshape_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_reshape(st, device_num, shape, target), name(), st);
-    return reshape_rule(st, device_num, shape, target);
-  }
-};
-
-/// Flatten with a shard strategy for its input: reshape to (shape[0], the product of
-/// the other dims).
-struct flatten_op {
-  strategy st;
-
-  static constexpr std::string_view name() { return "flatten"; }
-  reshape_op as_reshape(const extents& shape) const { return reshape_op{st, flatten_target(shape)}; }
-  reshape_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_reshape(st, device_num, shape, flatten_target(shape)), name(), st);
-    return reshape_rule(st, device_num, shape, flatten_target(shape));
-  }
-};
 
 namespace detail {
 template <class Op, class T, class D, class C>
@@ -165,38 +111,6 @@ tensor_on<T, D> flatten_backward(const flatten_op& op, const tensor_on<T, D>& dy
 
 // ---- StridedSlice ------------------------------------------------------------------
 
-/// StridedSlice with a shard strategy for its input, as
-/// `StridedSlice().shard(((2, 1),))` applied with begin, end and strides (Python slice
-/// semantics on the leading dims; no strides: all 1).
-struct strided_slice_op {
-  strategy st;
-  index_list begin, end, strides;
-
-  static constexpr std::string_view name() { return "strided_slice"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
-  strided_slice_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
-    return strided_slice_rule(st, device_num, shape, begin, end, strides);
-  }
-
-  /// The slice each rank applies to its shard: the cut dims as given (they are whole
-  /// on every rank), the whole dims taken whole.
-  struct local_slice {
-    std::vector<index_t> begin, end, strides;
-  };
-  local_slice local(const strided_slice_layouts& r) const {
-    local_slice s;
-    for (int d = 0; d < begin.n; ++d) {
-      const bool cut = (r.cut >> d & 1u) != 0;
-      s.begin.push_back(cut ? begin.v[d] : 0);
-      s.end.push_back(cut ? end.v[d] : std::numeric_limits<index_t>::max());
-      s.strides.push_back(cut && strides.n ? strides.v[d] : 1);
-    }
-    return s;
-  }
-};
-
 /// y = x[begin:end:strides] on this rank's shard. Dims taken whole keep their splits;
 /// a cut dim must be whole on every rank, so where the strategy splits one, x is first
 /// gathered along it (the rule's `in` layout).
@@ -226,30 +140,6 @@ tensor_on<T, D> strided_slice_backward(const strided_slice_op& op, const tensor_
 
 // ---- Concat ------------------------------------------------------------------------
 
-/// Concat with a shard strategy, as `Concat(axis).shard(((2, 1), (2, 1)))`: one split
-/// tuple per input, all alike, the axis unsplit.
-struct concat_op {
-  strategy st;
-  int axis = 0;
-
-  static constexpr std::string_view name() { return "concat"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
-  /// ((2, 4), (2, 4))".
-  concat_layouts rule(int device_num, const shape_list& shapes) const {
-    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
-    return concat_rule(st, device_num, shapes, axis);
-  }
-  template <class T, class D>
-  concat_layouts rule(int device_num, const std::vector<const tensor_on<T, D>*>& xs) const {
-    shape_list shapes;
-    shapes.n = int(xs.size());
-    for (std::size_t i = 0; i < xs.size() && i < std::size_t(max_strategy_inputs); ++i)
-      shapes.v[i] = xs[i]->global_shape();
-    return rule(device_num, shapes);
-  }
-};
-
 /// Concat's layouts for inputs arriving in `actual` (n of them): Concat is linear in all
 /// its inputs together, so inputs that are all partial sums over the same mesh axes,
 /// where the rule holds replicas, stay partial and so does the output.
@@ -268,9 +158,16 @@ constexpr concat_layouts concat_pass(concat_layouts r, const layout* actual, int
 namespace detail {
 template <class T, class D>
 concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const tensor_on<T, D>*>& xs) {
+  if (xs.empty() || xs.size() > std::size_t(max_strategy_inputs))
+    throw error("concat: needs between 1 and " + std::to_string(max_strategy_inputs) + " inputs, got " +
+                std::to_string(xs.size()));
+  shape_list shapes;
   std::vector<layout> actual;
-  for (const tensor_on<T, D>* x : xs) actual.push_back(x->layout());
-  return concat_pass(op.rule(device_num, xs), actual.data(), int(actual.size()));
+  for (const tensor_on<T, D>* x : xs) {
+    shapes.v[shapes.n++] = x->global_shape();
+    actual.push_back(x->layout());
+  }
+  return concat_pass(op.rule(device_num, shapes), actual.data(), int(actual.size()));
 }
 template <class T, class D>
 std::vector<const tensor_on<T, D>*> pointers(const std::vector<tensor_on<T, D>>& xs) {
@@ -319,6 +216,56 @@ template <class T, class D, class C>
 std::vector<tensor_on<T, D>> concat_backward(const concat_op& op, const tensor_on<T, D>& dy,
                                              const std::vector<tensor_on<T, D>>& xs, device_context<C>& ctx) {
   return concat_backward(op, dy, detail::pointers(xs), ctx);
+}
+
+/// The data-movement operators' forwards and backwards as every operator's (ops/run.hpp).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const transpose_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return transpose(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const transpose_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(transpose_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const reshape_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const reshape_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(detail::reshape_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const flatten_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const flatten_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(detail::reshape_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const strided_slice_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return strided_slice(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const strided_slice_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(strided_slice_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const concat_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return concat(op, std::vector<const tensor_on<T, D>*>(x.begin(), x.end()), ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const concat_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  op_grads<T, D> g;
+  for (tensor_on<T, D>& dx : concat_backward(op, dy, std::vector<const tensor_on<T, D>*>(x.begin(), x.end()), ctx))
+    g.emplace_back(std::move(dx));
+  return g;
 }
 
 }  // namespace tessera::ops

@@ -1,17 +1,25 @@
-// The sharding rules of the data-movement operators: Transpose (permutes the layout),
-// Reshape and Flatten (keep shards in place where the split dims survive), StridedSlice
-// (slices unsplit dims locally) and Concat (along an unsplit axis). Standard library
-// only and constexpr.
+// The data-movement operators' definitions: the sharding rules (constexpr) of Transpose
+// (permutes the layout), Reshape and Flatten (keep shards in place where the split dims
+// survive), StridedSlice (slices unsplit dims locally) and Concat (along an unsplit
+// axis), and the operator types ops::transpose_op, reshape_op, flatten_op,
+// strided_slice_op and concat_op. Standard library only; the forwards and backwards are
+// in ops/shape.hpp.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
+#include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/split_check.hpp>
@@ -404,5 +412,253 @@ inline constexpr concat_layouts static_concat_rule = [] {
   if constexpr (s.ok()) return concat_rule(St, DeviceNum, Shapes, Axis);
   else return concat_layouts{};
 }();
+
+namespace ops {
+
+namespace detail {
+// Throws the rule's error, prefixed with the operator's name unless the rule's text
+// already starts with it.
+inline void require_rule(const status& s, std::string_view op, const strategy& st) {
+  if (s.ok()) return;
+  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
+  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
+}
+}  // namespace detail
+
+/// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
+/// applied with `perm`; rule transpose_rule: the shards are permuted in place, no
+/// communication. Linear. Candidates: every split tuple of the input. Data parallel: the
+/// input's dim perm[0] (the output's dim 0).
+struct transpose_op {
+  strategy st;
+  dim_list perm;
+
+  static constexpr std::string_view type() { return "Transpose"; }
+  static constexpr std::string_view name() { return "transpose"; }
+  static constexpr int arity = 1;
+
+  linearity linear() const { return linearity::jointly(1u); }
+  std::string attributes() const { return "perm: " + tuple_text(perm); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_transpose(all_ones(in), 1, in[0], perm));
+    return transpose_rule(all_ones(in), 1, in[0], perm).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_transpose(s, device_num, in[0], perm);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const transpose_layouts r = transpose_rule(s, device_num, in[0], perm);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    const int p0 = perm.n > 0 ? (perm.v[0] < 0 ? perm.v[0] + in[0].ndim : perm.v[0]) : 0;
+    return split_dim(in[0], p0, device_num);
+  }
+
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
+  /// rank 2; strategy ((2, 4),)".
+  transpose_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
+    return transpose_rule(st, device_num, shape, perm);
+  }
+  std::vector<int> perm_vector(const transpose_layouts& r) const {
+    return std::vector<int>(r.perm.v.begin(), r.perm.v.begin() + r.perm.n);
+  }
+};
+
+namespace detail {
+// Reshape's and Flatten's definition, from the target each gives for an input shape.
+template <class Op>
+struct reshape_definition {
+  static constexpr int arity = 1;
+  linearity linear() const { return linearity::jointly(1u); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_reshape(all_ones(in), 1, in[0], self().target_of(in[0])));
+    return reshape_rule(all_ones(in), 1, in[0], self().target_of(in[0])).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_reshape(s, device_num, in[0], self().target_of(in[0]));
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const reshape_layouts r = reshape_rule(s, device_num, in[0], self().target_of(in[0]));
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "reshape: the target shape must have the input's number of elements: the input
+  /// has 128 elements, the target 96; strategy ((2, 1),)".
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    require_rule(check_reshape(self().st, device_num, shape, self().target_of(shape)), Op::name(), self().st);
+    return reshape_rule(self().st, device_num, shape, self().target_of(shape));
+  }
+
+ private:
+  const Op& self() const { return static_cast<const Op&>(*this); }
+};
+}  // namespace detail
+
+/// Reshape with a shard strategy for its input, as `Reshape().shard(((2, 1),))` applied
+/// with `target` (one entry may be -1, inferred); rule reshape_rule: the shards stay in
+/// place when only the first dim of each group of dims is split, else the input is
+/// redistributed first (the rule's `in`). Linear. Candidates: every split tuple of the
+/// input. Data parallel: dim 0.
+struct reshape_op : detail::reshape_definition<reshape_op> {
+  strategy st;
+  extents target;
+
+  reshape_op() = default;
+  reshape_op(strategy s, extents t) : st(s), target(t) {}
+
+  static constexpr std::string_view type() { return "Reshape"; }
+  static constexpr std::string_view name() { return "reshape"; }
+  std::string attributes() const {
+    std::string s = "shape: (";
+    for (int d = 0; d < target.ndim; ++d) s += (d ? ", " : "") + std::to_string(target.v[d]);
+    return s + (target.ndim == 1 ? ",)" : ")");
+  }
+  extents target_of(const extents&) const { return target; }
+};
+
+/// Flatten with a shard strategy for its input: reshape to (shape[0], the product of the
+/// other dims), as reshape_op.
+struct flatten_op : detail::reshape_definition<flatten_op> {
+  strategy st;
+
+  flatten_op() = default;
+  explicit flatten_op(strategy s) : st(s) {}
+
+  static constexpr std::string_view type() { return "Flatten"; }
+  static constexpr std::string_view name() { return "flatten"; }
+  extents target_of(const extents& shape) const { return flatten_target(shape); }
+  reshape_op as_reshape(const extents& shape) const { return reshape_op{st, flatten_target(shape)}; }
+};
+
+/// StridedSlice with a shard strategy for its input, as `StridedSlice().shard(((2, 1),))`
+/// applied with begin, end and strides (Python slice semantics on the leading dims; no
+/// strides: all 1); rule strided_slice_rule: a dim taken whole keeps its split, a cut dim
+/// is whole on every rank (gathered first when the strategy splits it). Linear.
+/// Candidates: every split tuple of the input. Data parallel: dim 0.
+struct strided_slice_op {
+  strategy st;
+  index_list begin, end, strides;
+
+  static constexpr std::string_view type() { return "StridedSlice"; }
+  static constexpr std::string_view name() { return "strided_slice"; }
+  static constexpr int arity = 1;
+
+  linearity linear() const { return linearity::jointly(1u); }
+  std::string attributes() const {
+    return "begin: " + tuple_text(begin) + ", end: " + tuple_text(end) + ", strides: " + tuple_text(strides);
+  }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_strided_slice(all_ones(in), 1, in[0], begin, end, strides));
+    return strided_slice_rule(all_ones(in), 1, in[0], begin, end, strides).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_strided_slice(s, device_num, in[0], begin, end, strides);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const strided_slice_layouts r = strided_slice_rule(s, device_num, in[0], begin, end, strides);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
+  strided_slice_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
+    return strided_slice_rule(st, device_num, shape, begin, end, strides);
+  }
+
+  /// The slice each rank applies to its shard: the cut dims as given (they are whole
+  /// on every rank), the whole dims taken whole.
+  struct local_slice {
+    std::vector<index_t> begin, end, strides;
+  };
+  local_slice local(const strided_slice_layouts& r) const {
+    local_slice s;
+    for (int d = 0; d < begin.n; ++d) {
+      const bool cut = (r.cut >> d & 1u) != 0;
+      s.begin.push_back(cut ? begin.v[d] : 0);
+      s.end.push_back(cut ? end.v[d] : std::numeric_limits<index_t>::max());
+      s.strides.push_back(cut && strides.n ? strides.v[d] : 1);
+    }
+    return s;
+  }
+};
+
+/// Concat with a shard strategy, as `Concat(axis).shard(((2, 1), (2, 1)))`: one split
+/// tuple per input, all alike, the axis unsplit; rule concat_rule: each rank joins its
+/// shards. Linear in every input together. Candidates: every split tuple of the inputs
+/// with the axis unsplit, given to each. Data parallel: dim 0 split over every device
+/// (whole when dim 0 is the axis).
+struct concat_op {
+  strategy st;
+  int axis = 0;
+
+  static constexpr std::string_view type() { return "Concat"; }
+  static constexpr std::string_view name() { return "concat"; }
+  static constexpr int arity = -1;
+
+  linearity linear() const { return linearity::all(max_strategy_inputs); }
+  std::string attributes() const { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_concat(all_ones(in), 1, in, axis));
+    return concat_rule(all_ones(in), 1, in, axis).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_concat(s, device_num, in, axis);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const concat_layouts r = concat_rule(s, device_num, in, axis);
+    op_layouts l{r.dev, {}, r.out, {}, r.out};
+    for (int i = 0; i < in.n; ++i) {
+      l.in.push_back(r.in);
+      l.in_grad.push_back(r.in);
+    }
+    return l;
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    extents s = in[0];
+    s.v[resolved_axis(s)] = 1;  // the axis stays whole
+    std::vector<strategy> c;
+    for_each_split(s, device_num, [&](const split_tuple& t) { c.push_back(all(t, in)); });
+    order_candidates(c, [](const strategy& x) { return x.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    split_tuple t = ones(in[0].ndim);
+    if (t.n > 0 && resolved_axis(in[0]) != 0) t.v[0] = device_num;
+    return all(t, in);
+  }
+
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
+  /// ((2, 4), (2, 4))".
+  concat_layouts rule(int device_num, const shape_list& shapes) const {
+    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
+    return concat_rule(st, device_num, shapes, axis);
+  }
+
+ private:
+  int resolved_axis(const extents& s) const { return axis < 0 ? axis + s.ndim : axis; }
+  static strategy all(const split_tuple& t, const shape_list& in) {
+    strategy s;
+    for (int i = 0; i < in.n; ++i) s.in[s.n++] = t;
+    return s;
+  }
+};
+
+}  // namespace ops
 
 }  // namespace tessera

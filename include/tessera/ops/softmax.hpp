@@ -16,34 +16,11 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/ops/softmax_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
-
-/// SoftmaxCrossEntropyWithLogits with a shard strategy, as
-/// `SoftmaxCrossEntropyWithLogits().shard(((2, 4), (2, 4)))`: logits and labels split
-/// alike, rows b ways and classes c ways.
-struct softmax_cross_entropy_op {
-  strategy st;
-
-  static constexpr std::string_view name() { return "softmax_cross_entropy"; }
-
-  /// The rule on `device_num` devices for logits and labels of the given global
-  /// shapes; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "softmax_cross_entropy: logits and labels must be split alike: dim 1: labels split
-  /// 2 ways, logits 4 ways; strategy ((2, 4), (2, 2))".
-  cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      // The operator's own rules already start with its name.
-      const bool own = s.code == errc::cross_entropy_rank || s.code == errc::cross_entropy_shapes ||
-                       s.code == errc::cross_entropy_split;
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
-    return softmax_cross_entropy_rule(st, device_num, logits);
-  }
-};
 
 namespace detail {
 
@@ -57,14 +34,14 @@ struct ce_rows {
 template <class T, class D, class C>
 ce_rows<typename tensor_on<T, D>::array_type> ce_row_stats(const cross_entropy_layouts& r,
                                                            const tensor_on<T, D>& x,
-                                                           const tensor_on<T, D>& t,
+                                                           const tensor_on<T, D>& t, bool backward,
                                                            device_context<C>& ctx) {
   using K = kernels::backend<D>;
-  C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
+  const auto cs = softmax_cross_entropy_op::row_collectives(r, x.global_shape(), backward);
   auto m = K::ce_row_max(x.local());
-  if (group) group->all_reduce(std::span<T>(m.data(), m.size()), reduce_op::max);
+  if (!cs.empty()) run_internal(cs[0], std::span<T>(m.data(), m.size()), ctx, softmax_cross_entropy_op::name());
   auto s = K::ce_row_terms(x.local(), t.local(), m);  // one all_reduce for the three
-  if (group) group->all_reduce(std::span<T>(s.data(), s.size()), reduce_op::sum);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(s.data(), s.size()), ctx, softmax_cross_entropy_op::name());
   return {std::move(m), std::move(s)};
 }
 
@@ -82,7 +59,7 @@ tensor_on<T, D> softmax_cross_entropy(const softmax_cross_entropy_op& op, const 
   const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
+  const auto st = detail::ce_row_stats(r, *lx, *lt, false, ctx);
   return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::ce_loss(st.s));
 }
 
@@ -101,9 +78,23 @@ tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& o
   const auto lg = in_layout(dloss, r.out, ctx);
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
+  const auto st = detail::ce_row_stats(r, *lx, *lt, true, ctx);
   return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
                          kernels::backend<D>::ce_grad(lg->local(), lx->local(), lt->local(), st.m, st.s));
+}
+
+/// SoftmaxCrossEntropyWithLogits' forward and backward as every operator's (ops/run.hpp):
+/// the labels get no gradient.
+template <class T, class D, class C>
+tensor_on<T, D> forward(const softmax_cross_entropy_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return softmax_cross_entropy(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const softmax_cross_entropy_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  op_grads<T, D> g = grads_of(softmax_cross_entropy_backward(op, dy, *x[0], *x[1], ctx));
+  g.emplace_back();
+  return g;
 }
 
 }  // namespace tessera::ops

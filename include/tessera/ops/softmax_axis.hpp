@@ -15,42 +15,14 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/ops/softmax_axis_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
 
-/// Softmax (Log = false) or LogSoftmax (Log = true) along `axis` with a shard strategy,
-/// as `Softmax(axis).shard(((2, 4),))`.
-template <bool Log>
-struct softmax_axis_op {
-  strategy st;
-  int axis = -1;
-
-  static constexpr std::string_view name() { return Log ? "log_softmax" : "softmax"; }
-
-  /// The rule on `device_num` devices for an input of global shape `shape`; throws
-  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
-  /// "log_softmax: softmax: the axis must name a dim of the input: axis 2, input rank 2;
-  /// strategy ((2, 4),)".
-  softmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_softmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
-    return softmax_rule(st, device_num, shape, axis);
-  }
-};
-
-using softmax_op = softmax_axis_op<false>;
-using log_softmax_op = softmax_axis_op<true>;
-
 namespace detail {
 
-// Combines a row array over the softmax axis group (nothing when the axis is not split).
-template <class A, class C>
-void combine_over_group(const softmax_layouts& r, A& acc, reduce_op how, device_context<C>& ctx) {
-  using T = typename A::value_type;
-  if (!r.group.empty()) ctx.on(r.dev).group(r.group).all_reduce(std::span<T>(acc.data(), acc.size()), how);
-}
 
 template <bool Log, class T, class D, class C>
 tensor_on<T, D> softmax_axis_forward(const softmax_axis_op<Log>& op, const tensor_on<T, D>& x,
@@ -60,10 +32,11 @@ tensor_on<T, D> softmax_axis_forward(const softmax_axis_op<Log>& op, const tenso
   const auto lx = in_layout(x, r.in, ctx);
   const auto& px = lx->local();
   // The GLOBAL row max, then the global sum of exp(x - max), as the kernel computes them.
+  const auto cs = softmax_axis_op<Log>::forward_collectives(r, x.global_shape());
   auto max = K::softmax_axis_max(px, r.axis);
-  combine_over_group(r, max, reduce_op::max, ctx);
+  if (!cs.empty()) run_internal(cs[0], std::span<T>(max.data(), max.size()), ctx, op.name());
   auto sum = K::softmax_axis_sum(px, r.axis, max);
-  combine_over_group(r, sum, reduce_op::sum, ctx);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(sum.data(), sum.size()), ctx, op.name());
   return tensor_on<T, D>(r.out, x.global_shape(), ctx.rank(), K::softmax_axis_out(px, r.axis, max, sum, Log));
 }
 
@@ -78,7 +51,9 @@ tensor_on<T, D> softmax_axis_backward(const softmax_axis_op<Log>& op, const tens
   const auto ldy = in_layout(dy, r.out, ctx), ly = in_layout(y, r.out, ctx);
   // softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy).
   auto acc = K::softmax_axis_grad_sum(ldy->local(), ly->local(), r.axis, Log);
-  combine_over_group(r, acc, reduce_op::sum, ctx);
+  if (!r.group.empty())
+    run_internal(softmax_axis_op<Log>::backward_collective(r, y.global_shape()), std::span<T>(acc.data(), acc.size()),
+                 ctx, op.name());
   return tensor_on<T, D>(r.in, y.global_shape(), ctx.rank(),
                          K::softmax_axis_grad(ldy->local(), ly->local(), r.axis, acc, Log));
 }
@@ -112,6 +87,18 @@ template <class T, class D, class C>
 tensor_on<T, D> log_softmax_backward(const log_softmax_op& op, const tensor_on<T, D>& dy,
                                      const tensor_on<T, D>& y, device_context<C>& ctx) {
   return detail::softmax_axis_backward(op, dy, y, ctx);
+}
+
+/// Softmax's and LogSoftmax's forward and backward as every operator's (ops/run.hpp):
+/// the backward reads the output.
+template <bool Log, class T, class D, class C>
+tensor_on<T, D> forward(const softmax_axis_op<Log>& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::softmax_axis_forward(op, *x[0], ctx);
+}
+template <bool Log, class T, class D, class C>
+op_grads<T, D> backward(const softmax_axis_op<Log>& op, const tensor_on<T, D>& dy, op_inputs<T, D>,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  return grads_of(detail::softmax_axis_backward(op, dy, y, ctx));
 }
 
 }  // namespace tessera::ops

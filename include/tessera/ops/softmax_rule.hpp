@@ -1,13 +1,20 @@
-// The sharding rule of SoftmaxCrossEntropyWithLogits: logits (B, C) and one-hot (or
-// distribution) labels (B, C) split alike by ((b, c), (b, c)), the class dim possibly
-// split; the output is the per-sample loss (B,). Standard library only and constexpr.
+// SoftmaxCrossEntropyWithLogits' definition: the sharding rule (logits (B, C) and
+// one-hot (or distribution) labels (B, C) split alike by ((b, c), (b, c)), the class dim
+// possibly split; the output is the per-sample loss (B,)), constexpr, and the operator
+// type ops::softmax_cross_entropy_op. Standard library only; the forward and backward
+// are in ops/softmax.hpp.
 #pragma once
 
+#include <string_view>
+#include <vector>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
 #include <tessera/core/strategy.hpp>
+#include <tessera/ops/definition.hpp>
 
 namespace tessera {
 
@@ -78,5 +85,78 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
   if constexpr (s.ok()) return softmax_cross_entropy_rule(St, DeviceNum, Logits);
   else return cross_entropy_layouts{};
 }();
+
+namespace ops {
+
+/// SoftmaxCrossEntropyWithLogits with a shard strategy, as
+/// `SoftmaxCrossEntropyWithLogits().shard(((2, 4), (2, 4)))`: logits and labels split
+/// alike, rows b ways and classes c ways; rule softmax_cross_entropy_rule. Labels get no
+/// gradient. Candidates: every ((b, c), (b, c)) with b | B, c | C and b c dividing the
+/// device count. Data parallel: b = device count. With the class dim split (c > 1) it
+/// combines row maxima and row sums over the class axis, forward and backward.
+struct softmax_cross_entropy_op {
+  strategy st;
+
+  static constexpr std::string_view type() { return "SoftmaxCrossEntropyWithLogits"; }
+  static constexpr std::string_view name() { return "softmax_cross_entropy"; }
+  static constexpr int arity = 2;
+
+  bool differentiable(int i) const { return i == 0; }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_softmax_cross_entropy(all_ones(in), 1, in[0], in[1]));
+    return extents{in[0][0]};
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_softmax_cross_entropy(s, device_num, in[0], in[1]);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const cross_entropy_layouts r = softmax_cross_entropy_rule(s, device_num, in[0]);
+    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    std::vector<strategy> c;
+    for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, t}); });
+    order_candidates(c, [](const strategy& s) { return s.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const {
+    return strategy{{device_num, 1}, {device_num, 1}};
+  }
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    const cross_entropy_layouts r = softmax_cross_entropy_rule(s, device_num, in[0]);
+    std::vector<internal_collective> c = row_collectives(r, in[0], false);
+    for (const internal_collective& b : row_collectives(r, in[0], true)) c.push_back(b);
+    return c;
+  }
+  /// The AllReduces over the class axis that combine each local row's statistics when
+  /// the classes are split (none otherwise): [0] the row maxima (one per row), [1] the row
+  /// sums, label masses and label-weighted terms (three per row). The forward runs them,
+  /// and the backward again.
+  static std::vector<internal_collective> row_collectives(const cross_entropy_layouts& r, const extents& logits,
+                                                          bool backward) {
+    if (r.class_split <= 1) return {};
+    const index_t rows = local_shape(r.logits, logits)[0];
+    const axis_list axes{r.class_axis};
+    return {all_reduce_of(reduce_op::max, r.dev, axes, rows, "row maxima", backward),
+            all_reduce_of(reduce_op::sum, r.dev, axes, 3 * rows, "row sums", backward)};
+  }
+
+  /// The rule on `device_num` devices for logits and labels of the given global
+  /// shapes; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "softmax_cross_entropy: logits and labels must be split alike: dim 1: labels split
+  /// 2 ways, logits 4 ways; strategy ((2, 4), (2, 2))".
+  cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
+    const status s = check_softmax_cross_entropy(st, device_num, logits, labels);
+    if (!s.ok()) {
+      // The operator's own rules already start with its name.
+      const bool own = s.code == errc::cross_entropy_rank || s.code == errc::cross_entropy_shapes ||
+                       s.code == errc::cross_entropy_split;
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return softmax_cross_entropy_rule(st, device_num, logits);
+  }
+};
+
+}  // namespace ops
 
 }  // namespace tessera

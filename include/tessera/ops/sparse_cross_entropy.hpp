@@ -18,33 +18,11 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
+#include <tessera/ops/run.hpp>
 #include <tessera/ops/sparse_cross_entropy_rule.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
 namespace tessera::ops {
-
-/// SparseSoftmaxCrossEntropyWithLogits with a shard strategy, as
-/// `SparseSoftmaxCrossEntropyWithLogits().shard(((2, 4), (2,)))`: the logits' rows b
-/// ways and classes c ways, the labels as the rows. Returns the per-sample loss (as
-/// SoftmaxCrossEntropyWithLogits does; reduce_mean gives MindSpore's mean loss).
-struct sparse_softmax_cross_entropy_op {
-  strategy st;
-
-  static constexpr std::string_view name() { return "sparse_softmax_cross_entropy"; }
-
-  /// The rule on `device_num` devices for logits and labels of the given global shapes;
-  /// throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "sparse_softmax_cross_entropy: labels must be split as the logits' batch dim: labels
-  /// split 4 ways, the logits' batch dim 2 ways; strategy ((2, 4), (4,))".
-  sparse_cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_sparse_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("sparse_softmax_cross_entropy");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
-    return sparse_softmax_cross_entropy_rule(st, device_num, logits);
-  }
-};
 
 namespace detail {
 
@@ -60,18 +38,19 @@ struct sparse_ce_rows {
 template <class T, class L, class D, class C>
 sparse_ce_rows<typename tensor_on<T, D>::array_type, typename tensor_on<std::int64_t, D>::array_type>
 sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const tensor_on<T, D>& x, const tensor_on<L, D>& t,
-                    device_context<C>& ctx) {
+                    bool backward, device_context<C>& ctx) {
   using K = kernels::backend<D>;
+  const auto cs = sparse_softmax_cross_entropy_op::row_collectives(r, x.global_shape(), backward);
+  constexpr std::string_view who = sparse_softmax_cross_entropy_op::name();
   const auto& px = x.local();
   const index_t classes = x.global_shape().v[1];
   const index_t first_row = t.local_offset().v[0], first_col = x.local_offset().v[1];
   auto column = K::sparse_ce_columns(t.local(), classes, first_row, first_col, px.shape()[1]);
   auto max = K::softmax_axis_max(px, 1);
-  C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
-  if (group) group->all_reduce(std::span<T>(max.data(), max.size()), reduce_op::max);
+  if (!cs.empty()) run_internal(cs[0], std::span<T>(max.data(), max.size()), ctx, who);
   // The sums and the label's logit in one buffer: one all_reduce (sum) for both.
   auto terms = K::sparse_ce_terms(px, column, max);
-  if (group) group->all_reduce(std::span<T>(terms.data(), terms.size()), reduce_op::sum);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(terms.data(), terms.size()), ctx, who);
   return {std::move(column), std::move(max), std::move(terms)};
 }
 
@@ -91,7 +70,7 @@ tensor_on<T, D> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_
   const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, false, ctx);
   return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::sparse_ce_loss(s.max, s.terms));
 }
 
@@ -110,9 +89,23 @@ tensor_on<T, D> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross
   const auto lg = in_layout(dloss, r.out, ctx);
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, true, ctx);
   return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
                          kernels::backend<D>::sparse_ce_grad(lg->local(), lx->local(), s.column, s.max, s.terms));
+}
+
+/// The sparse cross entropy's forward and backward as every operator's (ops/run.hpp):
+/// labels of the tensors' type, integer-valued; they get no gradient.
+template <class T, class D, class C>
+tensor_on<T, D> forward(const sparse_softmax_cross_entropy_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return sparse_softmax_cross_entropy(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const sparse_softmax_cross_entropy_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  op_grads<T, D> g = grads_of(sparse_softmax_cross_entropy_backward(op, dy, *x[0], *x[1], ctx));
+  g.emplace_back();
+  return g;
 }
 
 }  // namespace tessera::ops
