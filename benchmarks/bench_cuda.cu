@@ -235,17 +235,17 @@ struct mlp {
         [&](autodiff::tape<float, C, D>& tp, const auto& w) {
           auto h = tp.leaf(data[0], false);
           for (std::size_t i = 0; i < w.size(); ++i) {
-            h = autodiff::matmul(mm, h, w[i]);
-            if (i + 1 < w.size()) h = autodiff::relu(relu, h);
+            h = autodiff::apply(mm, h, w[i]);
+            if (i + 1 < w.size()) h = autodiff::apply(relu, h);
           }
           const auto t = tp.leaf(data[1], false);
           if (classify)
-            return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{1}}, {}, false},
-                                         autodiff::softmax_cross_entropy(
+            return autodiff::apply(ops::reduce_mean_op{strategy{{1}}, {}, false},
+                                         autodiff::apply(
                                              ops::softmax_cross_entropy_op{strategy{{1, 1}, {1, 1}}}, h, t));
-          const auto d = autodiff::sub(ops::sub_op{strategy{{1, 1}, {1, 1}}}, h, t);
-          return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{1, 1}}, {}, false},
-                                       autodiff::mul(ops::mul_op{strategy{{1, 1}, {1, 1}}}, d, d));
+          const auto d = autodiff::apply(ops::sub_op{strategy{{1, 1}, {1, 1}}}, h, t);
+          return autodiff::apply(ops::reduce_mean_op{strategy{{1, 1}}, {}, false},
+                                       autodiff::apply(ops::mul_op{strategy{{1, 1}, {1, 1}}}, d, d));
         },
         params, ctx);
     opt.step(params, grads);

@@ -109,9 +109,9 @@ std::vector<float> train_network(C& world, bool parallel, bool print) {
     auto [loss, grads] = autodiff::value_and_grad(
         [&](autodiff::tape<float, C>& tp, const auto& w) {
           const auto in = tp.leaf(x, false), target = tp.leaf(t, false);
-          const auto h = autodiff::matmul(mm2, autodiff::matmul(mm1, in, w[0]), w[1]);
-          const auto d = autodiff::sub(sub, autodiff::reduce_sum(rsum, h), target);
-          return autodiff::reduce_mean(mean, autodiff::mul(mul, d, d));
+          const auto h = autodiff::apply(mm2, autodiff::apply(mm1, in, w[0]), w[1]);
+          const auto d = autodiff::apply(sub, autodiff::apply(rsum, h), target);
+          return autodiff::apply(mean, autodiff::apply(mul, d, d));
         },
         params, ctx);
     opt.step(params, grads);
