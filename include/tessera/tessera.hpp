@@ -14,6 +14,7 @@
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/geometry.hpp>
+#include <tessera/core/text_cursor.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/core/enumerate.hpp>
 #include <tessera/core/format.hpp>

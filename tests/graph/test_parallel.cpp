@@ -174,7 +174,7 @@ TEST_CASE("data import: a dataset strategy that does not fit is an error naming 
                        "parallelize: dataset_strategy ((1, 8), (1, 8)) needs parallel_mode semi_auto_parallel or "
                        "auto_parallel, not hybrid_parallel", error);
   CHECK_THROWS_WITH_AS(dataset_strategy::parse("((1, 8), (1, x))"),
-                       "parse_strategy: an unexpected character 'x' in \"((1, 8), (1, x))\"", error);
+                       "parse_strategy: expected a split, found 'x' at character 13 in \"((1, 8), (1, x))\"", error);
   (void)odd;
 }
 
