@@ -1,9 +1,10 @@
 // The umbrella header: includes all of tessera. Only includes.
 //
-// Order: the standard-library-only headers first, unconditionally, then the
-// headers that need xtensor or MPI inside __has_include blocks. tools/amalgamate.py
-// inlines each header where it is first included, so a header first included
-// inside a conditional block must not be needed unconditionally later.
+// Order: the headers that need only the standard library (and nlohmann/json, a
+// required dependency) first, unconditionally, then the headers that need xtensor or
+// MPI inside __has_include blocks. tools/amalgamate.py inlines each header where it
+// is first included, so a header first included inside a conditional block must not
+// be needed unconditionally later.
 #pragma once
 
 // core/: the layout algebra (standard library only)
@@ -47,7 +48,7 @@
 #include <tessera/ops/sparse_cross_entropy_rule.hpp>
 
 // io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
-// (standard library only)
+// (standard library and nlohmann/json)
 #include <tessera/io/json.hpp>
 #include <tessera/io/layout_text.hpp>
 #include <tessera/io/atomic_file.hpp>
