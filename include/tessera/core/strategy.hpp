@@ -252,7 +252,8 @@ inline split_tuple read_split_tuple(text_cursor& c, bool square_too) {
 ///     parse_strategy: expected ',' or ')', found '4' at character 4 in "((2 4))"
 ///     parse_strategy: strategy: every split must be positive: input 0, dim 1: split 0; in "((2, 0),)"
 ///
-/// @post parse_strategy(to_string(st)) == st for every strategy st of positive splits
+/// @post parse_strategy(to_string(st)) == st for every strategy st whose splits lie in
+///       [1, 2^30]
 inline strategy parse_strategy(std::string_view text) {
   text_cursor c(text, "parse_strategy");
   strategy st;

@@ -68,7 +68,8 @@ inline extents parse_extents(std::string_view text) {
 
 /// Reads one input's split tuple as to_string(split_tuple) prints it: "(2, 4)", "(8,)".
 /// The same reader as parse_strategy's inputs; splits must be positive.
-/// @post parse_split_tuple(to_string(s)) == s for every split tuple s of positive splits
+/// @post parse_split_tuple(to_string(s)) == s for every split tuple s whose splits lie
+///       in [1, 2^30]
 inline split_tuple parse_split_tuple(std::string_view text) {
   text_cursor c(text, "parse_split_tuple");
   const split_tuple s = tessera::detail::read_split_tuple(c, false);
