@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -229,6 +230,14 @@ class staged_communicator {
  public:
   /// Spans passed to the collectives point into device memory.
   static constexpr bool device_buffers = true;
+
+  /// The element types C moves.
+  template <class T>
+  static constexpr bool supports_element = comm_supports<C, T>;
+
+  /// The name of the backend, "staged"; any_communicator reports "staged(<C's name>)",
+  /// e.g. "staged(mpi)".
+  static constexpr std::string_view backend() noexcept { return "staged"; }
 
   /// The request of iall_reduce when C has no non-blocking calls: completed at once
   /// (the staged collective is synchronous).
