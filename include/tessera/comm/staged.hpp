@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -339,7 +340,12 @@ class staged_communicator {
     std::size_t bytes_ = 0;       // 0: nothing to copy back
   };
 
-  explicit staged_communicator(C host) : host_(std::move(host)) {}
+  /// Takes over `host` (moved in). A template taking a C only, so that moving a staged
+  /// communicator never tries to convert it to C (a C that converts from every
+  /// communicator, any_communicator, would make that question depend on itself).
+  template <class H>
+    requires std::same_as<std::remove_cvref_t<H>, C>
+  explicit staged_communicator(H&& host) : host_(std::forward<H>(host)) {}
 
   int rank() const { return host_.rank(); }
   int size() const { return host_.size(); }
@@ -507,5 +513,8 @@ class staged_communicator {
   detail::pinned_buffer a_, b_;
   std::shared_ptr<detail::pinned_pool> pool_ = std::make_shared<detail::pinned_pool>();
 };
+
+template <class C>
+staged_communicator(C) -> staged_communicator<C>;
 
 }  // namespace tessera
