@@ -365,8 +365,58 @@ std::string backend_name_of(C& c) {
   std::string name = "custom";
   if constexpr (requires { { c.backend() } -> std::convertible_to<std::string_view>; })
     name = std::string(std::string_view(c.backend()));
-  if constexpr (requires { c.host(); }) name += "(" + backend_name_of(c.host()) + ")";
+  if constexpr (requires { c.host(); }) {
+    const std::string host = backend_name_of(c.host());
+    name.push_back('(');
+    name.append(host);
+    name.push_back(')');
+  }
   return name;
+}
+
+// The optional calls of a communicator C on element type T.
+template <class C, class T>
+concept has_ireduce_scatter = requires(C& c, std::span<const T> in, std::span<T> out, reduce_op op) {
+  c.ireduce_scatter(in, out, op);
+};
+template <class C, class T>
+concept has_ibroadcast = requires(C& c, std::span<T> buf, int root) { c.ibroadcast(buf, root); };
+template <class C, class T>
+concept has_isend = requires(C& c, std::span<const T> buf, int peer) { c.isend(buf, peer, peer); };
+template <class C>
+concept has_node_local = requires(C& c) {
+  { c.node_local() } -> communicator;
+};
+
+// The non-blocking calls a communicator may lack, as function templates (so that a call
+// C lacks is never looked up): ireduce_scatter and ibroadcast are emulated by the
+// blocking call (arguments checked under the non-blocking name), returning a completed
+// request; isend is an error, since a blocking send in its place could deadlock (two
+// ranks sending to each other before receiving).
+template <class T, class C>
+any_request start_reduce_scatter(C& c, std::span<const T> in, std::span<T> out, reduce_op op) {
+  if constexpr (has_ireduce_scatter<C, T>) {
+    return any_request(c.ireduce_scatter(in, out, op));
+  } else {
+    check_reduce_scatter<T>(in, out, c.size(), "ireduce_scatter");
+    c.reduce_scatter(in, out, op);
+    return any_request{};
+  }
+}
+template <class T, class C>
+any_request start_broadcast(C& c, std::span<T> buf, int root) {
+  if constexpr (has_ibroadcast<C, T>) {
+    return any_request(c.ibroadcast(buf, root));
+  } else {
+    check_rank("ibroadcast", "root", root, c.size());
+    c.broadcast(buf, root);
+    return any_request{};
+  }
+}
+template <class T, class C>
+any_request start_send(C& c, std::span<const T> buf, int dest, int tag, std::string_view backend) {
+  if constexpr (has_isend<C, T>) return any_request(c.isend(buf, dest, tag));
+  else fail_missing_call("isend", backend, "non-blocking send");
 }
 
 template <class C>
@@ -424,55 +474,25 @@ class comm_model final : public comm_interface {
                                  [&]<class T>() -> any_request { return any_request(c_.iall_reduce(typed<T>(inout), op)); });
   }
 
-  // C's ireduce_scatter when it has one; else the blocking reduce_scatter (sizes checked
-  // under the non-blocking call's name), returning a completed request.
   any_request ireduce_scatter(erased_cspan in, erased_span out, element_kind k, reduce_op op) override {
     return dispatch<any_request>("ireduce_scatter", k, [&]<class T>() -> any_request {
-      const std::span<const T> i = typed<T>(in);
-      const std::span<T> o = typed<T>(out);
-      if constexpr (requires { c_.ireduce_scatter(i, o, op); }) {
-        return any_request(c_.ireduce_scatter(i, o, op));
-      } else {
-        check_reduce_scatter<T>(i, o, c_.size(), "ireduce_scatter");
-        c_.reduce_scatter(i, o, op);
-        return any_request{};
-      }
+      return start_reduce_scatter<T>(c_, typed<T>(in), typed<T>(out), op);
     });
   }
-
-  // C's ibroadcast when it has one; else the blocking broadcast (root checked under the
-  // non-blocking call's name), returning a completed request.
   any_request ibroadcast(erased_span buf, int root, element_kind k) override {
-    return dispatch<any_request>("ibroadcast", k, [&]<class T>() -> any_request {
-      const std::span<T> b = typed<T>(buf);
-      if constexpr (requires { c_.ibroadcast(b, root); }) {
-        return any_request(c_.ibroadcast(b, root));
-      } else {
-        check_rank("ibroadcast", "root", root, c_.size());
-        c_.broadcast(b, root);
-        return any_request{};
-      }
-    });
+    return dispatch<any_request>("ibroadcast", k,
+                                 [&]<class T>() -> any_request { return start_broadcast<T>(c_, typed<T>(buf), root); });
   }
-
-  // C's isend; a blocking send in its place could deadlock (two ranks sending to each
-  // other before receiving), so a C without one is an error.
   any_request isend(erased_cspan buf, int dest, int tag, element_kind k) override {
-    return dispatch<any_request>("isend", k, [&]<class T>() -> any_request {
-      const std::span<const T> b = typed<T>(buf);
-      if constexpr (requires { c_.isend(b, dest, tag); }) {
-        return any_request(c_.isend(b, dest, tag));
-      } else {
-        fail_missing_call("isend", name_, "non-blocking send");
-      }
-    });
+    return dispatch<any_request>("isend", k,
+                                 [&]<class T>() -> any_request { return start_send<T>(c_, typed<T>(buf), dest, tag, name_); });
   }
 
   std::unique_ptr<comm_interface> split(int color, int key) override { return make_model(c_.split(color, key)); }
 
   // C's node_local() when it has one; a one-rank communicator is its own node (a split).
   std::unique_ptr<comm_interface> node_local() override {
-    if constexpr (requires { { c_.node_local() } -> communicator; }) {
+    if constexpr (has_node_local<C>) {
       return make_model(c_.node_local());
     } else {
       if (c_.size() != 1)
