@@ -28,6 +28,9 @@ static_assert(communicator<any_communicator>);
 static_assert(nonblocking_communicator<any_communicator>);
 static_assert(std::is_convertible_v<mpi_communicator, any_communicator>);
 static_assert(!std::is_convertible_v<mpi_communicator&, any_communicator>);  // move-only: moved in
+// iall_reduce's, ibroadcast's and isend's requests are kept inside any_request (no allocation).
+static_assert(sizeof(mpi_communicator::request) <= any_request::inline_bytes &&
+              std::is_nothrow_move_constructible_v<mpi_communicator::request>);
 
 namespace {
 

@@ -17,6 +17,7 @@ using namespace tessera;
 static_assert(std::is_convertible_v<nccl_communicator, any_communicator>);
 static_assert(comm_supports<nccl_communicator, float> && comm_supports<nccl_communicator, std::int64_t>);
 static_assert(!comm_supports<nccl_communicator, short> && !comm_supports<nccl_communicator, long double>);
+static_assert(sizeof(nccl_communicator::request) <= any_request::inline_bytes);  // kept inside, no allocation
 
 TEST_CASE("any_communicator over nccl_communicator") {
   mpi_communicator world = mpi_communicator::world();
