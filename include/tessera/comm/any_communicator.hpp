@@ -154,19 +154,19 @@ struct erased_cspan {
 };
 
 template <class T>
-erased_span erase(std::span<T> s) noexcept {
+erased_span erase_type(std::span<T> s) noexcept {
   return {static_cast<void*>(s.data()), s.size()};
 }
 template <class T>
-erased_cspan erase(std::span<const T> s) noexcept {
+erased_cspan erase_type(std::span<const T> s) noexcept {
   return {static_cast<const void*>(s.data()), s.size()};
 }
 template <class T>
-std::span<T> typed(erased_span s) noexcept {
+std::span<T> as_typed(erased_span s) noexcept {
   return {static_cast<T*>(s.data), s.size};
 }
 template <class T>
-std::span<const T> typed(erased_cspan s) noexcept {
+std::span<const T> as_typed(erased_cspan s) noexcept {
   return {static_cast<const T*>(s.data), s.size};
 }
 
@@ -437,55 +437,55 @@ class comm_model final : public comm_interface {
   explicit comm_model(A&&... a) : c_(std::forward<A>(a)...), name_(backend_name_of(c_)) {}
 
   void all_reduce(erased_cspan in, erased_span out, element_kind k, reduce_op op) override {
-    dispatch<void>("all_reduce", k, [&]<class T>() { c_.all_reduce(typed<T>(in), typed<T>(out), op); });
+    dispatch<void>("all_reduce", k, [&]<class T>() { c_.all_reduce(as_typed<T>(in), as_typed<T>(out), op); });
   }
   void all_reduce(erased_span inout, element_kind k, reduce_op op) override {
-    dispatch<void>("all_reduce", k, [&]<class T>() { c_.all_reduce(typed<T>(inout), op); });
+    dispatch<void>("all_reduce", k, [&]<class T>() { c_.all_reduce(as_typed<T>(inout), op); });
   }
   void all_gather(erased_cspan in, erased_span out, element_kind k) override {
-    dispatch<void>("all_gather", k, [&]<class T>() { c_.all_gather(typed<T>(in), typed<T>(out)); });
+    dispatch<void>("all_gather", k, [&]<class T>() { c_.all_gather(as_typed<T>(in), as_typed<T>(out)); });
   }
   void reduce_scatter(erased_cspan in, erased_span out, element_kind k, reduce_op op) override {
-    dispatch<void>("reduce_scatter", k, [&]<class T>() { c_.reduce_scatter(typed<T>(in), typed<T>(out), op); });
+    dispatch<void>("reduce_scatter", k, [&]<class T>() { c_.reduce_scatter(as_typed<T>(in), as_typed<T>(out), op); });
   }
   void all_to_all(erased_cspan in, erased_span out, element_kind k) override {
-    dispatch<void>("all_to_all", k, [&]<class T>() { c_.all_to_all(typed<T>(in), typed<T>(out)); });
+    dispatch<void>("all_to_all", k, [&]<class T>() { c_.all_to_all(as_typed<T>(in), as_typed<T>(out)); });
   }
   void all_to_all_v(erased_cspan in, std::span<const int> send_counts, std::span<const int> send_displs,
                     erased_span out, std::span<const int> recv_counts, std::span<const int> recv_displs,
                     element_kind k) override {
     dispatch<void>("all_to_all_v", k, [&]<class T>() {
-      c_.all_to_all_v(typed<T>(in), send_counts, send_displs, typed<T>(out), recv_counts, recv_displs);
+      c_.all_to_all_v(as_typed<T>(in), send_counts, send_displs, as_typed<T>(out), recv_counts, recv_displs);
     });
   }
   void broadcast(erased_span buf, int root, element_kind k) override {
-    dispatch<void>("broadcast", k, [&]<class T>() { c_.broadcast(typed<T>(buf), root); });
+    dispatch<void>("broadcast", k, [&]<class T>() { c_.broadcast(as_typed<T>(buf), root); });
   }
   void send(erased_cspan buf, int dest, int tag, element_kind k) override {
-    dispatch<void>("send", k, [&]<class T>() { c_.send(typed<T>(buf), dest, tag); });
+    dispatch<void>("send", k, [&]<class T>() { c_.send(as_typed<T>(buf), dest, tag); });
   }
   void recv(erased_span buf, int source, int tag, element_kind k) override {
-    dispatch<void>("recv", k, [&]<class T>() { c_.recv(typed<T>(buf), source, tag); });
+    dispatch<void>("recv", k, [&]<class T>() { c_.recv(as_typed<T>(buf), source, tag); });
   }
   void barrier() override { c_.barrier(); }
 
   any_request iall_reduce(erased_span inout, element_kind k, reduce_op op) override {
     return dispatch<any_request>("iall_reduce", k,
-                                 [&]<class T>() -> any_request { return any_request(c_.iall_reduce(typed<T>(inout), op)); });
+                                 [&]<class T>() -> any_request { return any_request(c_.iall_reduce(as_typed<T>(inout), op)); });
   }
 
   any_request ireduce_scatter(erased_cspan in, erased_span out, element_kind k, reduce_op op) override {
     return dispatch<any_request>("ireduce_scatter", k, [&]<class T>() -> any_request {
-      return start_reduce_scatter<T>(c_, typed<T>(in), typed<T>(out), op);
+      return start_reduce_scatter<T>(c_, as_typed<T>(in), as_typed<T>(out), op);
     });
   }
   any_request ibroadcast(erased_span buf, int root, element_kind k) override {
     return dispatch<any_request>("ibroadcast", k,
-                                 [&]<class T>() -> any_request { return start_broadcast<T>(c_, typed<T>(buf), root); });
+                                 [&]<class T>() -> any_request { return start_broadcast<T>(c_, as_typed<T>(buf), root); });
   }
   any_request isend(erased_cspan buf, int dest, int tag, element_kind k) override {
     return dispatch<any_request>("isend", k,
-                                 [&]<class T>() -> any_request { return start_send<T>(c_, typed<T>(buf), dest, tag, name_); });
+                                 [&]<class T>() -> any_request { return start_send<T>(c_, as_typed<T>(buf), dest, tag, name_); });
   }
 
   std::unique_ptr<comm_interface> split(int color, int key) override { return make_model(c_.split(color, key)); }
@@ -637,66 +637,66 @@ class any_communicator {
 
   template <comm_element T>
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
-    impl().all_reduce(detail::erase(in), detail::erase(out), detail::element_kind_v<T>, op);
+    impl().all_reduce(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>, op);
   }
   template <comm_element T>
   void all_reduce(std::span<T> inout, reduce_op op) {
-    impl().all_reduce(detail::erase(inout), detail::element_kind_v<T>, op);
+    impl().all_reduce(detail::erase_type(inout), detail::element_kind_v<T>, op);
   }
   template <comm_element T>
   void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
-    impl().all_gather(detail::erase(in), detail::erase(out), detail::element_kind_v<T>);
+    impl().all_gather(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>);
   }
   template <comm_element T>
   void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
-    impl().reduce_scatter(detail::erase(in), detail::erase(out), detail::element_kind_v<T>, op);
+    impl().reduce_scatter(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>, op);
   }
   template <comm_element T>
   void all_to_all(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
-    impl().all_to_all(detail::erase(in), detail::erase(out), detail::element_kind_v<T>);
+    impl().all_to_all(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>);
   }
   template <comm_element T>
   void all_to_all_v(std::span<const std::type_identity_t<T>> in, std::span<const int> send_counts,
                     std::span<const int> send_displs, std::span<T> out, std::span<const int> recv_counts,
                     std::span<const int> recv_displs) {
-    impl().all_to_all_v(detail::erase(in), send_counts, send_displs, detail::erase(out), recv_counts, recv_displs,
+    impl().all_to_all_v(detail::erase_type(in), send_counts, send_displs, detail::erase_type(out), recv_counts, recv_displs,
                         detail::element_kind_v<T>);
   }
   template <comm_element T>
   void broadcast(std::span<T> buf, int root) {
-    impl().broadcast(detail::erase(buf), root, detail::element_kind_v<T>);
+    impl().broadcast(detail::erase_type(buf), root, detail::element_kind_v<T>);
   }
   /// Accepts std::span<T> or std::span<const T>.
   template <class T>
     requires comm_element<std::remove_const_t<T>>
   void send(std::span<T> buf, int dest, int tag = 0) {
     using U = std::remove_const_t<T>;
-    impl().send(detail::erase(std::span<const U>(buf)), dest, tag, detail::element_kind_v<U>);
+    impl().send(detail::erase_type(std::span<const U>(buf)), dest, tag, detail::element_kind_v<U>);
   }
   template <comm_element T>
   void recv(std::span<T> buf, int source, int tag = 0) {
-    impl().recv(detail::erase(buf), source, tag, detail::element_kind_v<T>);
+    impl().recv(detail::erase_type(buf), source, tag, detail::element_kind_v<T>);
   }
   void barrier() { impl().barrier(); }
 
   template <comm_element T>
   [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
-    return impl().iall_reduce(detail::erase(inout), detail::element_kind_v<T>, op);
+    return impl().iall_reduce(detail::erase_type(inout), detail::element_kind_v<T>, op);
   }
   template <comm_element T>
   [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
                                         reduce_op op) {
-    return impl().ireduce_scatter(detail::erase(in), detail::erase(out), detail::element_kind_v<T>, op);
+    return impl().ireduce_scatter(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>, op);
   }
   template <comm_element T>
   [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
-    return impl().ibroadcast(detail::erase(buf), root, detail::element_kind_v<T>);
+    return impl().ibroadcast(detail::erase_type(buf), root, detail::element_kind_v<T>);
   }
   /// Starts a send of buf to rank `dest` (the wrapped communicator's isend: buf must
   /// stay alive and unchanged until the request completes).
   template <comm_element T>
   [[nodiscard]] request isend(std::span<const T> buf, int dest, int tag = 0) {
-    return impl().isend(detail::erase(buf), dest, tag, detail::element_kind_v<T>);
+    return impl().isend(detail::erase_type(buf), dest, tag, detail::element_kind_v<T>);
   }
 
   /// The ranks with equal `color`, ordered by `key`: a handle of the same backend
