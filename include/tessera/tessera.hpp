@@ -27,11 +27,12 @@
 #include <tessera/plan/planner.hpp>
 #include <tessera/plan/format.hpp>
 
-// comm/: the communicator concept, the one-rank communicator and the mesh's
-// communicators (standard library only)
+// comm/: the communicator concept, the one-rank communicator, the mesh's
+// communicators and the any_communicator handle (standard library only)
 #include <tessera/comm/communicator.hpp>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mesh_comm.hpp>
+#include <tessera/comm/any_communicator.hpp>
 
 // ops/: operators' sharding rules (standard library only)
 #include <tessera/ops/matmul_rule.hpp>
@@ -134,7 +135,8 @@
 #endif
 #endif
 
-// comm/mpi.hpp: the MPI communicator
+// comm/mpi.hpp: the MPI communicator; comm/launch.hpp: tessera::run
 #if __has_include(<mpi.h>)
 #include <tessera/comm/mpi.hpp>
+#include <tessera/comm/launch.hpp>
 #endif
