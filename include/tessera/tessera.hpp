@@ -25,6 +25,7 @@
 #include <tessera/plan/cost.hpp>
 #include <tessera/plan/step.hpp>
 #include <tessera/plan/planner.hpp>
+#include <tessera/plan/cache.hpp>
 #include <tessera/plan/format.hpp>
 
 // comm/: the communicator concept, the one-rank communicator, the mesh's

@@ -24,6 +24,7 @@
 #include <tessera/ops/matmul_rule.hpp>
 #include <tessera/ops/reduce_rule.hpp>
 #include <tessera/ops/softmax_rule.hpp>
+#include <tessera/plan/cache.hpp>
 #include <tessera/plan/cost.hpp>
 #include <tessera/plan/planner.hpp>
 
@@ -250,9 +251,9 @@ inline split_tuple ones(int n) {
 inline std::string bool_text(bool b) { return b ? "true" : "false"; }
 
 // The bytes per rank that resolve a partial layout (its reduction into the layout
-// without partial axes), as the planner prices it.
+// without partial axes), as the planner prices it (planned once per process).
 inline index_t resolve_bytes(const layout& partial, const extents& shape, index_t elem_bytes) {
-  return plan_redistribution(partial, partial.without_partial(), shape, elem_bytes).bytes_per_rank();
+  return cached_plan(partial, partial.without_partial(), shape, elem_bytes)->p.bytes_per_rank();
 }
 
 // The number of vectors along dim `axis` in a rank's shard of `shape` under `l`.
