@@ -12,9 +12,10 @@ half (include/tessera/cuda.hpp) for nvcc translation units: it includes
 Starting from include/tessera/tessera.hpp (the umbrella), every line
 `#include <tessera/...>` (or "tessera/...") is replaced by the text of that header,
 recursively, the first time the header is met; later includes of the same header
-are dropped (the semantics of `#pragma once`). Every other include line is kept as
-it is, and the `#pragma once` lines of the inlined headers are removed: the output
-has one `#pragma once` at its top.
+are dropped (the semantics of `#pragma once`). Every other include line (the
+standard library's, and third-party headers such as <nlohmann/json.hpp> or
+<xtensor/xarray.hpp>) is kept as it is, and the `#pragma once` lines of the inlined
+headers are removed: the output has one `#pragma once` at its top.
 
 Inlining is textual and ignores the preprocessor. The umbrella includes some
 headers inside `#if __has_include(...)` blocks; a header inlined for the first time

@@ -1,9 +1,10 @@
 // The umbrella header: includes all of tessera. Only includes.
 //
-// Order: the standard-library-only headers first, unconditionally, then the
-// headers that need xtensor or MPI inside __has_include blocks. tools/amalgamate.py
-// inlines each header where it is first included, so a header first included
-// inside a conditional block must not be needed unconditionally later.
+// Order: the headers that need only the standard library (and nlohmann/json, a
+// required dependency) first, unconditionally, then the headers that need xtensor or
+// MPI inside __has_include blocks. tools/amalgamate.py inlines each header where it
+// is first included, so a header first included inside a conditional block must not
+// be needed unconditionally later.
 #pragma once
 
 // core/: the layout algebra (standard library only)
@@ -14,6 +15,7 @@
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/geometry.hpp>
+#include <tessera/core/text_cursor.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/core/enumerate.hpp>
 #include <tessera/core/format.hpp>
@@ -23,13 +25,15 @@
 #include <tessera/plan/cost.hpp>
 #include <tessera/plan/step.hpp>
 #include <tessera/plan/planner.hpp>
+#include <tessera/plan/cache.hpp>
 #include <tessera/plan/format.hpp>
 
-// comm/: the communicator concept, the one-rank communicator and the mesh's
-// communicators (standard library only)
+// comm/: the communicator concept, the one-rank communicator, the mesh's
+// communicators and the any_communicator handle (standard library only)
 #include <tessera/comm/communicator.hpp>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mesh_comm.hpp>
+#include <tessera/comm/any_communicator.hpp>
 
 // ops/: operators' definitions and sharding rules (standard library only)
 #include <tessera/ops/definition.hpp>
@@ -49,7 +53,7 @@
 #include <tessera/ops/operators.hpp>
 
 // io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
-// (standard library only)
+// (standard library and nlohmann/json)
 #include <tessera/io/json.hpp>
 #include <tessera/io/layout_text.hpp>
 #include <tessera/io/atomic_file.hpp>
@@ -136,7 +140,8 @@
 #endif
 #endif
 
-// comm/mpi.hpp: the MPI communicator
+// comm/mpi.hpp: the MPI communicator; comm/launch.hpp: tessera::run
 #if __has_include(<mpi.h>)
 #include <tessera/comm/mpi.hpp>
+#include <tessera/comm/launch.hpp>
 #endif

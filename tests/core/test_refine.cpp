@@ -1,5 +1,6 @@
-// Tests of core/refine.hpp: common refinements of device matrices, and layouts moved
-// onto them with every rank's shard unchanged.
+// Tests of core/refine.hpp: common refinements of device matrices, layouts moved
+// onto them with every rank's shard unchanged, and same_placement against the shards
+// and partial groups of every rank.
 #include <doctest/doctest.h>
 
 #include <utility>
@@ -63,4 +64,93 @@ TEST_CASE("refined layouts keep every rank's shard and partial group") {
     }
   }
   CHECK(checked >= 500);  // 542 layouts over these pairs and ranks
+}
+
+TEST_CASE("same_placement: layouts on different device matrices that put the same shard on every rank") {
+  CHECK(same_placement(layout(mesh{2, 1, 1}, {{0}, {2}}), layout(mesh{2, 1}, {{0}, {}})));
+  CHECK(same_placement(layout(mesh{2, 1}, {{0}, {}}), layout(mesh{2}, {{0}, {}})));
+  CHECK(same_placement(layout::replicated(mesh{8}, 2), layout::replicated(mesh{2, 4, 1}, 2)));
+  CHECK(same_placement(layout(mesh{8}, {{0}, {}}), layout(mesh{2, 4}, {{0, 1}, {}})));
+  CHECK(!same_placement(layout(mesh{8}, {{0}, {}}), layout(mesh{2, 4}, {{1, 0}, {}})));  // another order
+  CHECK(!same_placement(layout(mesh{2}, {{0}, {}}), layout::replicated(mesh{2}, 2)));
+  CHECK(!same_placement(layout(mesh{2}, {{0}, {}}), layout(mesh{2}, {{}, {0}})));
+  CHECK(!same_placement(layout::replicated(mesh{2}, 2), layout::replicated(mesh{2}, 2).with_partial(0)));
+  CHECK(!same_placement(layout(mesh{2, 4}, {{0}, {}}), layout(mesh{2, 4}, {{0}, {}}).with_partial(1)));
+  CHECK(!same_placement(layout::replicated(mesh{4}, 2), layout::replicated(mesh{8}, 2)));
+  CHECK(!same_placement(layout(mesh{2, 3}, {{0}, {}}), layout(mesh{3, 2}, {{0}, {}})));
+  CHECK(!same_placement(layout(mesh{2, 3}, {{0}, {1}}), layout(mesh{3, 2}, {{0}, {1}})));
+  // (2, 3) and (3, 2) share no refinement, yet cut rows into the same 6 pieces.
+  CHECK(same_placement(layout(mesh{2, 3}, {{0, 1}, {}}), layout(mesh{3, 2}, {{0, 1}, {}})));
+  CHECK(same_placement(layout::replicated(mesh{2, 3}, 1).with_partial(axis_list{0, 1}),
+                       layout::replicated(mesh{3, 2}, 1).with_partial(axis_list{0, 1})));
+  CHECK(!same_placement(layout::replicated(mesh{2, 3}, 1).with_partial(axis_list{0, 1}),
+                        layout::replicated(mesh{3, 2}, 1).with_partial(axis_list{0, 1}, reduce_op::max)));
+  // Partial over an axis of size 1 only: one rank per group, nothing to reduce.
+  CHECK(same_placement(layout(mesh{2, 1}, {{0}}).with_partial(1), layout(mesh{2}, {{0}})));
+  CHECK(same_placement(layout(mesh{2, 3, 1}, {{0, 1}}).with_partial(2), layout(mesh{3, 2}, {{0, 1}})));
+  static_assert(same_placement(layout(mesh{2, 1, 1}, {{0}, {2}}), layout(mesh{2, 1}, {{0}, {}})));
+}
+
+namespace {
+
+// Whether `a` and `b` give every rank the same shard of `g` and the same partial group
+// (and, where the groups have more than one rank, the same reduction): by the slice
+// geometry and the mesh coordinates alone.
+bool same_shards_and_groups(const layout& a, const layout& b, const extents& g) {
+  const int p = a.dev.size();
+  if (b.dev.size() != p) return false;
+  auto together = [](const layout& l, int r, int s) {
+    const mesh_coords cr = l.dev.coords(r), cs = l.dev.coords(s);
+    for (int x = 0; x < l.dev.ndim; ++x)
+      if (!l.is_partial(x) && cr[x] != cs[x]) return false;
+    return true;
+  };
+  bool grouped = false;
+  for (int r = 0; r < p; ++r) {
+    if (!(shard_box(a, g, r) == shard_box(b, g, r))) return false;
+    for (int s = 0; s < p; ++s) {
+      if (together(a, r, s) != together(b, r, s)) return false;
+      grouped |= s != r && together(a, r, s);
+    }
+  }
+  return !grouped || a.op == b.op;
+}
+
+}  // namespace
+
+TEST_CASE("same_placement: exactly when every rank's shard and partial group agree") {
+  const std::vector<std::pair<mesh, mesh>> pairs = {
+      {mesh{2, 3}, mesh{3, 2}}, {mesh{2, 4}, mesh{4, 2}}, {mesh{8}, mesh{2, 4}},
+      {mesh{2, 4, 1}, mesh{8}}, {mesh{2, 1}, mesh{2}},    {mesh{2, 3, 1}, mesh{3, 2}},
+      {mesh{6}, mesh{2, 3}},    {mesh{6}, mesh{3, 2}},    {mesh{2, 2}, mesh{2, 2}},
+      {mesh{1}, mesh{1, 1}},
+  };
+  int checked = 0, same = 0;
+  for (const auto& [ma, mb] : pairs)
+    for (int nd = 1; nd <= 2; ++nd) {
+      extents g;
+      g.ndim = nd;
+      for (int d = 0; d < nd; ++d) g.v[d] = 48 * (d + 1);
+      std::vector<layout> la, lb;
+      for (reduce_op op : {reduce_op::sum, reduce_op::max}) {
+        for_each_layout(ma, nd, true, [&](const layout& l) { la.push_back(l); }, op);
+        for_each_layout(mb, nd, true, [&](const layout& l) { lb.push_back(l); }, op);
+      }
+      for (const layout& a : la)
+        for (const layout& b : lb) {
+          const bool want = same_shards_and_groups(a, b, g);
+          if (same_placement(a, b) != want || same_placement(b, a) != want) {
+            CAPTURE(to_string(a));
+            CAPTURE(to_string(a.dev));
+            CAPTURE(to_string(b));
+            CAPTURE(to_string(b.dev));
+            CHECK(same_placement(a, b) == want);
+            CHECK(same_placement(b, a) == want);
+          }
+          ++checked;
+          same += want ? 1 : 0;
+        }
+    }
+  MESSAGE(checked << " pairs, " << same << " placed alike");
+  CHECK(same > 50);
 }

@@ -190,10 +190,63 @@ TEST_CASE("dist_tensor redistribution: static plans and run-time plans agree") {
   dist_tensor<float, a, extents{16, 32}> x(world.rank());
   static_assert(decltype(x)::static_local_shape() == extents{8, 8});
   x.fill_global([](const auto& i) { return float(i[0] * 32 + i[1]); });
+  const plan_cache_stats before = process_plan_cache().stats();
   auto y = redistribute<b>(x, mc);  // plan computed by the compiler
   static_assert(decltype(y)::static_local_shape() == extents{2, 32});
+  // A static plan never reaches the run-time cache.
+  CHECK(process_plan_cache().stats().planned == before.planned);
+  CHECK(process_plan_cache().stats().hits == before.hits);
   const dist_tensor<float> z = redistribute(x, b, mc);  // plan computed at run time
   CHECK(y.local() == z.local());
   const extents off = y.local_offset();
   CHECK(y.local()(0, 0) == float(off[0] * 32));
+}
+
+TEST_CASE("run-time plans: the second redistribution of a pair is not planned again") {
+  testing::test_comm world = testing::test_world();
+  const int p = world.size();
+  device_context<testing::test_comm> ctx(world);
+  // A shape no other test of this process uses, so the first call plans.
+  const extents g{8 * index_t(p), 24};
+  const layout rows(mesh{p}, {{0}, {}});
+  const layout rep = layout::replicated(mesh{p}, 2);
+  // The same rows on another device matrix of the same ranks: (p, 1).
+  const layout rows_p1(mesh{p, 1}, {{0}, {1}});
+  dist_tensor<float> h(rows, g, world.rank());
+  h.fill_global([&](const auto& i) { return float(i[0] * 24 + i[1]); });
+  const testing::test_tensor x = testing::to_test_device(h);
+
+  const plan_cache_stats s0 = process_plan_cache().stats();
+  const testing::test_tensor y1 = redistribute(x, rep, ctx);
+  const plan_cache_stats s1 = process_plan_cache().stats();
+  CHECK(s1.planned == s0.planned + 1);
+  const testing::test_tensor y2 = redistribute(x, rep, ctx);
+  const plan_cache_stats s2 = process_plan_cache().stats();
+  CHECK(s2.planned == s1.planned);
+  CHECK(s2.hits == s1.hits + 1);
+  CHECK(testing::host_shard(y1) == testing::host_shard(y2));
+  dist_tensor<float> whole(rep, g, world.rank());
+  whole.fill_global([&](const auto& i) { return float(i[0] * 24 + i[1]); });
+  CHECK(testing::host_shard(y2) == whole.local());
+
+  // Across device matrices: planned once on their common refinement, then reused;
+  // the communicator counts the cached plan's bytes both times.
+  const testing::test_tensor z1 = redistribute(x, layout::replicated(mesh{p, 1}, 2), ctx);
+  const plan_cache_stats s3 = process_plan_cache().stats();
+  CHECK(s3.planned == s2.planned + 1);
+  ctx.reset_stats();
+  const testing::test_tensor z2 = redistribute(x, layout::replicated(mesh{p, 1}, 2), ctx);
+  CHECK(process_plan_cache().stats().planned == s3.planned);
+  const auto rp = cached_plan(rows, layout::replicated(mesh{p, 1}, 2), g, 4);
+  CHECK(rp->fine == mesh{p});
+  CHECK(ctx.total_stats().bytes == rp->p.bytes_for_rank(world.rank()));
+  CHECK(testing::host_shard(z2) == whole.local());
+
+  // A tensor already placed as wanted (same shards, another device matrix) is taken
+  // as it is: no plan, no copy.
+  const plan_cache_stats s4 = process_plan_cache().stats();
+  const laid_out<float, testing::test_device> same = in_layout(x, rows_p1, ctx);
+  CHECK(&*same == &x);
+  CHECK(process_plan_cache().stats().planned == s4.planned);
+  CHECK(process_plan_cache().stats().hits == s4.hits);
 }

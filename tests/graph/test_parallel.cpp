@@ -56,7 +56,7 @@ TEST_CASE("data_parallel: the batch split over every rank, parameters replicated
     }
   for (int x : g.inputs()) CHECK(pg.local_shape(x)[0] == 2);
   for (int p : g.parameters()) {
-    CHECK(same_distribution(pg.value_layout(p), layout::replicated(mesh{8}, 2), g.at(p).shape));
+    CHECK(same_placement(pg.value_layout(p), layout::replicated(mesh{8}, 2)));
     // The gradient's one redistribution: an AllReduce over all 8 ranks.
     const auto [c, s] = g.consumers(p).front();
     const edge_plan& e = pg.edge(c, s);
@@ -174,7 +174,7 @@ TEST_CASE("data import: a dataset strategy that does not fit is an error naming 
                        "parallelize: dataset_strategy ((1, 8), (1, 8)) needs parallel_mode semi_auto_parallel or "
                        "auto_parallel, not hybrid_parallel", error);
   CHECK_THROWS_WITH_AS(dataset_strategy::parse("((1, 8), (1, x))"),
-                       "parse_strategy: an unexpected character 'x' in \"((1, 8), (1, x))\"", error);
+                       "parse_strategy: expected a split, found 'x' at character 13 in \"((1, 8), (1, x))\"", error);
   (void)odd;
 }
 
@@ -199,7 +199,7 @@ TEST_CASE("a parameter read by several operators must get one layout") {
   const value cy = c.matmul(ch, cw);
   const traced_graph cg = c.build(c.reduce_mean(cy));
   const parallel_graph pg = parallelize(cg, config(parallel_mode::auto_parallel, 8));
-  CHECK(same_distribution(pg.op(cy.id()).lay.in[1], pg.value_layout(cw.id()), extents{16, 16}));
+  CHECK(same_placement(pg.op(cy.id()).lay.in[1], pg.value_layout(cw.id())));
   CHECK(pg.priced_bytes() < infinite_bytes);
   // Data parallel replicates w for the MatMul but splits it by rows for a Mul.
   graph_builder d;

@@ -42,17 +42,6 @@ TEST_CASE("plan_route: on the common refinement of two device matrices") {
   CHECK(bad.bytes() == infinite_bytes);
 }
 
-TEST_CASE("same_distribution: the same shard on every rank") {
-  const extents s{16, 8};
-  CHECK(same_distribution(layout::replicated(mesh{8}, 2), layout::replicated(mesh{2, 4, 1}, 2), s));
-  CHECK(same_distribution(layout(mesh{8}, {{0}, {}}), layout(mesh{2, 4}, {{0, 1}, {}}), s));
-  CHECK(!same_distribution(layout(mesh{8}, {{0}, {}}), layout(mesh{2, 4}, {{1, 0}, {}}), s));  // another order
-  CHECK(!same_distribution(layout(mesh{2, 4}, {{0}, {}}), layout(mesh{2, 4}, {{0}, {}}).with_partial(1), s));
-  CHECK(!same_distribution(layout::replicated(mesh{4}, 2), layout::replicated(mesh{8}, 2), s));
-  CHECK(same_distribution(layout(mesh{2, 3}, {{0}, {}}), layout(mesh{2, 3}, {{0}, {}}), extents{6, 6}));
-  CHECK(!same_distribution(layout(mesh{2, 3}, {{0}, {1}}), layout(mesh{3, 2}, {{0}, {1}}), extents{6, 6}));
-}
-
 // ---- the solver --------------------------------------------------------------------
 
 namespace {
@@ -243,7 +232,7 @@ brute_result brute_force_price(const traced_graph& g, int n, const std::vector<o
         } else if (pn.kind == node_kind::parameter) {
           const auto [c0, s0] = g.consumers(p).front();
           const layout& pl = lay(c0).in[s0];
-          if (!same_distribution(pl, in, pn.shape) || in.has_partial()) add(infinite_bytes);
+          if (!same_placement(pl, in) || in.has_partial()) add(infinite_bytes);
           if (back) add(price(lay(c).in_grad[s], pl, pn.shape));
         } else {
           add(into(lay(p).out, in, pn.shape));

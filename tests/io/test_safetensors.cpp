@@ -282,7 +282,19 @@ TEST_CASE("safetensors: malformed files are errors naming the file and the numbe
         f + "header length 1000 runs past the end of the file (10 bytes, 2 after the length field)");
   CHECK(open_error(raw_file("{}", "", std::uint64_t(1) << 40)) ==
         f + "header length 1099511627776 exceeds the format's limit of 100000000 bytes");
-  CHECK(open_error(raw_file("{\"x\":")) == f + "header: invalid JSON at byte 5: expected a value, found end of input");
+  CHECK(open_error(raw_file("{\"x\":")) == f + "header: invalid JSON at byte 5 (line 1, column 6): syntax error while "
+                                                "parsing value - unexpected end of input; expected '[', '{', or a literal");
+  // strict JSON: a tensor named twice, trailing text inside the header length, NUL bytes
+  const std::string x_entry = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  CHECK(open_error(raw_file("{\"x\":" + x_entry + ",\"x\":" + x_entry + "}", "abcd")) ==
+        f + "header: invalid JSON at byte 56 (line 1, column 57): duplicate object key \"x\"");
+  CHECK(open_error(raw_file(R"({"__metadata__":{"k":"a","k":"b"}})")) ==
+        f + "header: invalid JSON at byte 27 (line 1, column 28): duplicate object key \"k\"");
+  CHECK(open_error(raw_file("{\"x\":" + x_entry + "} {}", "abcd")) ==
+        f + "header: invalid JSON at byte 55 (line 1, column 56): syntax error while parsing value - unexpected '{'; "
+            "expected end of input");
+  CHECK(open_error(raw_file("{\"x\":" + x_entry + "}" + std::string(6, '\0'), "abcd")) ==
+        f + "header: invalid JSON at byte 54 (line 1, column 55): unexpected NUL byte (JSON text holds none)");
   CHECK(open_error(raw_file("[1, 2]")) == f + "the header must be a JSON object, found an array");
   CHECK(open_error(raw_file(entry(R"({"dtype":"F8","shape":[1],"data_offsets":[0,1]})"), "\x01")) ==
         f + "tensor 'x': unknown dtype \"F8\" (known: BOOL, U8, I8, U16, I16, U32, I32, U64, I64, F16, BF16, F32, F64)");

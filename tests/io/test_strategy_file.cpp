@@ -2,8 +2,8 @@
 // parameters' layouts, partial ones included) saved and loaded is equal to itself,
 // over every layout of small tensors; the file is the documented JSON; each kind of
 // corrupt or invalid file is an error naming the field and the numbers; an invalid
-// map is refused before anything is written; random corruptions parse or throw
-// tessera::error.
+// map is refused before anything is written; the file is strict JSON (duplicate keys
+// and trailing text are errors); random corruptions parse or throw tessera::error.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -99,13 +99,21 @@ TEST_CASE("strategy files: the seed's strategies round-trip, as the documented J
   save_strategy_file(p, s);
   CHECK(load_strategy_file(p) == s);
   const json::value v = json::parse(slurp(p));
-  CHECK(v.at("format").as_string() == "tessera.strategy");
-  CHECK(v.at("version").as_integer() == 1);
-  CHECK(v.at("device_num").as_integer() == 8);
+  CHECK(v.at("format").get<std::string>() == "tessera.strategy");
+  CHECK(json::to_int64(v.at("version")) == 1);
+  CHECK(json::to_int64(v.at("device_num")) == 8);
   CHECK(json::dump(v.at("operators").at("fc1.matmul")) == "[[2,4],[4,1]]");
   CHECK(json::dump(v.at("parameters").at("fc1.out")) ==
+        R"({"layout":"[0, 2] partial sum {1}","mesh":[2,4,1],"shape":[16,16]})");
+  // the file keeps the documented order of its fields, one per line, splits on one line
+  const std::string text = slurp(p);
+  CHECK(text.rfind("{\n  \"format\": \"tessera.strategy\",\n  \"version\": 1,\n  \"device_num\": 8,\n", 0) == 0);
+  CHECK(text.find("    \"fc1.matmul\": [[2, 4], [4, 1]],\n") != std::string::npos);
+  CHECK(text.find("    \"fc1.out\": {\n      \"shape\": [16, 16],\n      \"mesh\": [2, 4, 1],\n      \"layout\": "
+                  "\"[0, 2] partial sum {1}\"\n    },\n") != std::string::npos);
+  CHECK(json::dump(to_json(s)["parameters"]["fc1.out"]) ==
         R"({"shape":[16,16],"mesh":[2,4,1],"layout":"[0, 2] partial sum {1}"})");
-  CHECK(slurp(p).find("    \"fc1.matmul\": [[2, 4], [4, 1]],\n") != std::string::npos);
+  CHECK(text.back() == '\n');
 }
 
 TEST_CASE("strategy files: every layout of small parameters round-trips") {
@@ -118,7 +126,7 @@ TEST_CASE("strategy files: every layout of small parameters round-trips") {
       g.ndim = ndim;
       for (int d = 0; d < ndim; ++d) g.v[d] = 8;
       for (reduce_op op : {reduce_op::sum, reduce_op::max})
-        for_each_layout(m, ndim, true, [&](const layout& l) { s.parameters["p" + std::to_string(i++)] = {g, l}; }, op);
+        for_each_layout(m, ndim, true, [&](const layout& l) { s.parameters[std::string("p").append(std::to_string(i++))] = {g, l}; }, op);
     }
     s.operators["op"] = strategy{{m.size(), 1}, {1, 1}};
     const fs::path p = tmp() / "all.json";
@@ -129,8 +137,21 @@ TEST_CASE("strategy files: every layout of small parameters round-trips") {
 }
 
 TEST_CASE("strategy files: corrupt or invalid files are errors naming the field") {
-  CHECK(load_error("") == "load_strategy_file: F: invalid JSON at byte 0: expected a value, found end of input");
-  CHECK(load_error(json::dump(to_json(seed_strategies()), 2).substr(0, 60)).find("load_strategy_file: F: invalid JSON at byte 60") == 0);
+  CHECK(load_error("") == "load_strategy_file: F: invalid JSON at byte 0 (line 1, column 1): syntax error while "
+                          "parsing value - unexpected end of input; expected '[', '{', or a literal");
+  CHECK(load_error(json::dump(to_json(seed_strategies()), 2).substr(0, 60))
+            .find("load_strategy_file: F: invalid JSON at byte 60 (line 4, column ") == 0);
+  // strict JSON: duplicate keys (which would silently pick one strategy), trailing text
+  CHECK(load_error(edited("\"relu\": [[2, 4]]", "\"relu\": [[2, 4]], \"relu\": [[8, 1]]")) ==
+        "load_strategy_file: F: invalid JSON at byte 219 (line 9, column 28): duplicate object key \"relu\"");
+  CHECK(load_error(edited("\"version\": 1", "\"version\": 1, \"version\": 2")) ==
+        "load_strategy_file: F: invalid JSON at byte 58 (line 3, column 25): duplicate object key \"version\"");
+  CHECK(load_error(json::dump(to_json(seed_strategies()), 2) + "\n}") ==
+        "load_strategy_file: F: invalid JSON at byte 564 (line 30, column 1): syntax error while parsing value - "
+        "unexpected '}'; expected end of input");
+  CHECK(load_error(json::dump(to_json(seed_strategies()), 2) + "{}").find("expected end of input") != std::string::npos);
+  CHECK(load_error("{\"format\": \"tessera.strategy\", // a comment\n}")
+            .find("load_strategy_file: F: invalid JSON at byte 31 (line 1, column 32): ") == 0);
   CHECK(load_error("[]") == "load_strategy_file: F: the file must be a JSON object, found an array");
   CHECK(load_error(edited("\"format\": \"tessera.strategy\"", "\"format\": \"mindspore\"")) ==
         "load_strategy_file: F: \"format\" must be \"tessera.strategy\"");
@@ -198,8 +219,9 @@ TEST_CASE("strategy files: random corruptions parse or throw tessera::error") {
     try {
       (void)strategy_map_from_json(json::parse(t, "fuzz"), "fuzz");
       ++ok;
-    } catch (const error&) {
+    } catch (const error& e) {
       ++rejected;
+      CHECK(std::string(e.what()).rfind("fuzz: ", 0) == 0);
     }
   }
   CHECK(ok + rejected == 400);

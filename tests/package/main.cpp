@@ -1,7 +1,9 @@
-// A consumer of tessera: the mesh algebra through the package's include path, and
-// mpi.h through tessera::mpi (no MPI call: the program runs without a launcher).
+// A consumer of tessera: the mesh algebra through the package's include path, JSON
+// through the nlohmann/json that tessera::tessera brings, and mpi.h through
+// tessera::mpi (no MPI call: the program runs without a launcher).
 #include <mpi.h>
 #include <tessera/core/mesh.hpp>
+#include <tessera/io/json.hpp>
 
 #include <cstdio>
 
@@ -14,6 +16,11 @@ int main() {
   const auto c = m.coords(5);
   if (c[0] != 1 || c[1] != 1 || m.rank_of(c) != 5) {
     std::puts("tessera consumer: wrong mesh coordinates");
+    return 1;
+  }
+  const tessera::io::json::value v = tessera::io::json::parse(R"({"mesh": [2, 4]})", "consumer");
+  if (v.at("mesh").size() != 2 || tessera::io::json::to_int64(v.at("mesh")[1]) != 4) {
+    std::puts("tessera consumer: wrong JSON");
     return 1;
   }
   std::puts("tessera consumer: ok");

@@ -156,6 +156,29 @@ inline constexpr bool takes_device_buffers = [] {
   else return false;
 }();
 
+/// Whether communicator C moves elements of type T: true for every comm_element unless C
+/// declares `template <class T> static constexpr bool supports_element` (nccl_communicator:
+/// no 16-bit integers, no long double; staged_communicator<H>: H's). Typed code gets a
+/// compile-time error for an unsupported type; any_communicator asks this trait and
+/// throws, naming the call, the backend and the type.
+template <class C, class T>
+inline constexpr bool comm_supports = [] {
+  if constexpr (!comm_element<T>) return false;
+  else if constexpr (requires { C::template supports_element<T>; }) return bool(C::template supports_element<T>);
+  else return true;
+}();
+
+/// Whether communicator `c` moves device buffers, at run time: `c.device_buffers()`
+/// where C answers at run time (any_communicator, whose backend is chosen when the job
+/// starts), else takes_device_buffers<C>. Generic code that branches on
+/// takes_device_buffers<C> at compile time must ask this for any_communicator, whose
+/// takes_device_buffers is false whatever it holds.
+template <class C>
+bool uses_device_buffers(const C& c) {
+  if constexpr (requires { { c.device_buffers() } -> std::convertible_to<bool>; }) return c.device_buffers();
+  else return takes_device_buffers<C>;
+}
+
 namespace detail {
 
 // ---- argument checks shared by the backends -------------------------------------

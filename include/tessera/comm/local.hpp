@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <tessera/comm/communicator.hpp>
 
@@ -35,6 +36,9 @@ class local_communicator {
   };
 
   local_communicator() = default;
+
+  /// The name of the backend, "local" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "local"; }
 
   int rank() const { return 0; }
   int size() const { return 1; }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -478,6 +479,9 @@ class mpi_communicator {
   mpi_communicator(const mpi_communicator&) = delete;
   mpi_communicator& operator=(const mpi_communicator&) = delete;
   ~mpi_communicator() { release(); }
+
+  /// The name of the backend, "mpi" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "mpi"; }
 
   /// The MPI handle (MPI_COMM_NULL after a move).
   MPI_Comm native() const noexcept { return comm_; }

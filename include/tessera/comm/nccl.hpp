@@ -20,6 +20,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <tessera/comm/communicator.hpp>
@@ -47,6 +48,13 @@ struct no_nccl_datatype_for {
                 "float, double, std::int8_t, std::uint8_t, std::int32_t, std::uint32_t, std::int64_t or "
                 "std::uint64_t");
 };
+
+/// Whether NCCL has a datatype for T: float, double and integers of 1, 4 or 8 bytes.
+template <class T>
+inline constexpr bool has_nccl_datatype =
+    std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, double> ||
+    (std::is_integral_v<T> && !std::is_same_v<std::remove_cv_t<T>, bool> &&
+     (sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8));
 
 template <class T>
 constexpr ncclDataType_t nccl_datatype() {
@@ -150,6 +158,14 @@ struct nccl_lane {
 class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
+
+  /// The element types NCCL moves (detail::has_nccl_datatype): float, double and
+  /// integers of 1, 4 or 8 bytes; not 16-bit integers nor long double.
+  template <class T>
+  static constexpr bool supports_element = detail::has_nccl_datatype<T>;
+
+  /// The name of the backend, "nccl" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "nccl"; }
 
   /// A pending non-blocking call: an event recorded after it on the device's
   /// communication stream. Move-only. test() returns true once the event has completed;

@@ -11,11 +11,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -230,6 +232,14 @@ class staged_communicator {
   /// Spans passed to the collectives point into device memory.
   static constexpr bool device_buffers = true;
 
+  /// The element types C moves.
+  template <class T>
+  static constexpr bool supports_element = comm_supports<C, T>;
+
+  /// The name of the backend, "staged"; any_communicator reports "staged(<C's name>)",
+  /// e.g. "staged(mpi)".
+  static constexpr std::string_view backend() noexcept { return "staged"; }
+
   /// The request of iall_reduce when C has no non-blocking calls: completed at once
   /// (the staged collective is synchronous).
   class request {
@@ -330,7 +340,12 @@ class staged_communicator {
     std::size_t bytes_ = 0;       // 0: nothing to copy back
   };
 
-  explicit staged_communicator(C host) : host_(std::move(host)) {}
+  /// Takes over `host` (moved in). A template taking a C only, so that moving a staged
+  /// communicator never tries to convert it to C (a C that converts from every
+  /// communicator, any_communicator, would make that question depend on itself).
+  template <class H>
+    requires std::same_as<std::remove_cvref_t<H>, C>
+  explicit staged_communicator(H&& host) : host_(std::forward<H>(host)) {}
 
   int rank() const { return host_.rank(); }
   int size() const { return host_.size(); }
@@ -498,5 +513,8 @@ class staged_communicator {
   detail::pinned_buffer a_, b_;
   std::shared_ptr<detail::pinned_pool> pool_ = std::make_shared<detail::pinned_pool>();
 };
+
+template <class C>
+staged_communicator(C) -> staged_communicator<C>;
 
 }  // namespace tessera

@@ -85,4 +85,48 @@ constexpr layout refine(const layout& l, const mesh& fine) {
   return out;
 }
 
+namespace detail {
+// The mesh axes of `l` that hold partial values, in axis order.
+constexpr axis_list partial_axes(const layout& l) {
+  axis_list out;
+  for (int a = 0; a < l.dev.ndim; ++a)
+    if (l.is_partial(a)) out.push_back(a);
+  return out;
+}
+}  // namespace detail
+
+/// Whether layouts `a` and `b` of one tensor, possibly on different device matrices of
+/// the same ranks, put the same shard on every rank and agree on what is partial: the
+/// same ranks reduce together, with the same operation. Matrices with a common
+/// refinement place alike exactly the layouts that are equal written on it; for
+/// others ((2, 3) and (3, 2)) every rank's piece of every dim and its partial group
+/// are compared. Examples: [0, -] on (2, 1, 1) and [0, -] on (2, 1): true (MatMul
+/// ((2, 1), (1, 1)) and ReLU ((2, 1)) place a batch-split tensor alike); [0, -] on
+/// (8,) and [0 1, -] on (2, 4): true; [0, -] on (8,) and [1 0, -] on (2, 4): false
+/// (another piece order); replicated on (4,) and on (8,): false (other ranks).
+/// @post for valid layouts of a tensor whose extents are positive and divisible by
+///       both: the result is true iff every rank's shard_box and partial group are
+///       equal under a and b (tests/core/test_refine.cpp checks every pair)
+constexpr bool same_placement(const layout& a, const layout& b) {
+  if (a == b) return true;
+  if (a.ndim != b.ndim || a.dev.size() != b.dev.size()) return false;
+  if (check_refinement(a.dev, b.dev).ok()) {
+    const mesh fine = common_refinement(a.dev, b.dev);
+    return refine(a, fine) == refine(b, fine);
+  }
+  // Partial over axes of size 1 only is not partial (refine drops such axes too).
+  const axis_list pa = detail::partial_axes(a), pb = detail::partial_axes(b);
+  const bool a_partial = group_size(a.dev, pa) > 1, b_partial = group_size(b.dev, pb) > 1;
+  if (a_partial != b_partial || (a_partial && a.op != b.op)) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.pieces(d) != b.pieces(d)) return false;
+  for (int r = 0; r < a.dev.size(); ++r) {
+    for (int d = 0; d < a.ndim; ++d)
+      if (group_index(a.dev, a.split[d], r) != group_index(b.dev, b.split[d], r)) return false;
+    // The same partial groups: each rank's group starts at the same (lowest) rank.
+    if (group_member(a.dev, pa, r, 0) != group_member(b.dev, pb, r, 0)) return false;
+  }
+  return true;
+}
+
 }  // namespace tessera

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -10,6 +11,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
+#include <tessera/core/text_cursor.hpp>
 
 namespace tessera {
 
@@ -31,6 +33,7 @@ struct split_tuple {
   }
   constexpr int size() const { return n; }
   constexpr int operator[](int d) const { return v[d]; }
+  /// @pre the product fits in an int (check() verifies that it divides the device count)
   constexpr int product() const {
     int p = 1;
     for (int d = 0; d < n; ++d) p *= v[d];
@@ -74,15 +77,25 @@ struct shape_list {
   friend constexpr bool operator==(const shape_list&, const shape_list&) = default;
 };
 
-/// Checks one split tuple (input `input`) against a device count: entries positive,
-/// and their product divides the device count (the quotient is the number of
-/// replicas, MindSpore's repeated calculation).
-constexpr status check(const split_tuple& s, int device_num, int input = 0) {
+/// Checks the entries of one split tuple (input `input`): at most max_tensor_ndim
+/// of them, each positive.
+constexpr status check_splits(const split_tuple& s, int input = 0) {
   if (s.n < 0 || s.n > max_tensor_ndim) return fail(errc::strategy_ndim, input, -1, s.n);
   for (int d = 0; d < s.n; ++d)
     if (s.v[d] < 1) return fail(errc::strategy_split, input, d, s.v[d]);
-  if (device_num < 1 || device_num % s.product() != 0)
-    return fail(errc::strategy_device_num, input, -1, s.product(), device_num);
+  return {};
+}
+
+/// Checks one split tuple (input `input`) against a device count: entries positive,
+/// and their product divides the device count (the quotient is the number of
+/// replicas, MindSpore's repeated calculation). The product is computed in 64 bits,
+/// saturating, so that no split tuple overflows it.
+constexpr status check(const split_tuple& s, int device_num, int input = 0) {
+  if (status st = check_splits(s, input); !st.ok()) return st;
+  std::int64_t p = 1;
+  for (int d = 0; d < s.n; ++d)
+    p = p > INT64_MAX / s.v[d] ? INT64_MAX : p * s.v[d];
+  if (device_num < 1 || device_num % p != 0) return fail(errc::strategy_device_num, input, -1, p, device_num);
   return {};
 }
 
@@ -224,43 +237,57 @@ inline std::string to_string(const strategy& st) {
   return out + (st.n == 1 ? ",)" : ")");
 }
 
-/// Reads a strategy written as nested tuples, "((2, 4), (4, 1))"; also accepts
-/// brackets and a trailing comma, as Python prints one-element tuples.
+namespace detail {
+
+/// The largest split the text forms accept.
+inline constexpr std::int64_t max_text_split = std::int64_t(1) << 30;
+
+/// Reads one split tuple at the cursor, "(2, 4)" (or "[2, 4]" when `square_too`): at
+/// most max_tensor_ndim splits, each in [0, 2^30] (positive splits are check_splits'
+/// business, which reports the input and the dim).
+inline split_tuple read_split_tuple(text_cursor& c, bool square_too) {
+  if (!c.at('(') && !(square_too && c.at('[')))
+    c.fail("expected a split tuple such as (2, 4), found " + c.here());
+  split_tuple s;
+  c.tuple(
+      [&](int d) {
+        if (c.at('(') || c.at('[')) c.fail("tuples nested deeper than two levels: expected a split, found " + c.here());
+        if (d >= max_tensor_ndim)
+          c.fail("more than max_tensor_ndim = " + std::to_string(max_tensor_ndim) + " dims in one split tuple");
+        s.v[d] = int(c.number("a split", max_text_split));
+        s.n = d + 1;
+      },
+      square_too);
+  return s;
+}
+
+}  // namespace detail
+
+/// Reads a strategy written as nested tuples, "((2, 4), (4, 1))", as to_string prints
+/// it; also accepts brackets, "[[2, 4], [4, 1]]", trailing commas and free spaces.
+/// Malformed text is an error with the position, a split that is not positive an
+/// error naming the input and the dim:
+///
+///     parse_strategy: expected ',' or ')', found '4' at character 4 in "((2 4))"
+///     parse_strategy: strategy: every split must be positive: input 0, dim 1: split 0; in "((2, 0),)"
+///
+/// @post parse_strategy(to_string(st)) == st for every strategy st whose splits lie in
+///       [1, 2^30]
 inline strategy parse_strategy(std::string_view text) {
+  text_cursor c(text, "parse_strategy");
   strategy st;
-  int depth = 0;
-  split_tuple cur;
-  bool in_number = false;
-  int number = 0;
-  auto bad = [&](std::string_view why) {
-    return error("parse_strategy: " + std::string(why) + " in \"" + std::string(text) + "\"");
-  };
-  for (char c : text) {
-    if (c >= '0' && c <= '9') {
-      if (depth != 2) throw bad("a number outside an input tuple");
-      number = (in_number ? number * 10 : 0) + (c - '0');
-      in_number = true;
-      continue;
-    }
-    if (in_number) {
-      if (cur.n >= max_tensor_ndim) throw bad("too many dims in one input");
-      cur.v[cur.n++] = number;
-      in_number = false;
-    }
-    if (c == '(' || c == '[') {
-      if (++depth > 2) throw bad("tuples nested deeper than two levels");
-      if (depth == 2) cur = split_tuple{};
-    } else if (c == ')' || c == ']') {
-      if (depth == 2) {
-        if (st.n >= max_strategy_inputs) throw bad("too many inputs");
-        st.in[st.n++] = cur;
-      }
-      if (--depth < 0) throw bad("an unmatched closing bracket");
-    } else if (c != ',' && c != ' ' && c != '\t' && c != '\n') {
-      throw bad(std::string("an unexpected character '") + c + "'");
-    }
-  }
-  if (depth != 0) throw bad("an unclosed bracket");
+  c.tuple(
+      [&](int i) {
+        if (i >= max_strategy_inputs)
+          c.fail("more than max_strategy_inputs = " + std::to_string(max_strategy_inputs) + " inputs");
+        st.in[i] = detail::read_split_tuple(c, true);
+        st.n = i + 1;
+      },
+      true);
+  c.finish("strategy");
+  for (int i = 0; i < st.n; ++i)
+    if (status s = check_splits(st.in[i], i); !s.ok())
+      throw error(s, "parse_strategy", "in \"" + std::string(text) + "\"");
   return st;
 }
 

@@ -14,6 +14,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/geometry.hpp>
 #include <tessera/core/refine.hpp>
+#include <tessera/plan/cache.hpp>
 #include <tessera/plan/planner.hpp>
 #include <tessera/tensor/copy_box.hpp>
 #include <tessera/tensor/device.hpp>
@@ -253,7 +254,7 @@ A execute(const plan& p, A&& in, mesh_comm<C>& mc) {
 
 /// Redistributes `x` to the static layout `To`. With a static layout and shape on both
 /// sides the plan is a compile-time constant (static_plan); otherwise it is planned at
-/// run time by the same function.
+/// run time by the same function, once per process (plan/cache.hpp).
 template <layout To, class T, auto L, auto G, class D, class C>
 dist_tensor<T, To, G, D> redistribute(const dist_tensor<T, L, G, D>& x, mesh_comm<C>& mc) {
   if constexpr (detail::is_static_layout<L> && detail::is_static_shape<G>) {
@@ -264,34 +265,28 @@ dist_tensor<T, To, G, D> redistribute(const dist_tensor<T, L, G, D>& x, mesh_com
       return out;
     }
   }
-  const plan p = plan_redistribution(x.layout(), To, x.global_shape(), index_t(sizeof(T)));
+  const auto rp = cached_plan(x.layout(), To, x.global_shape(), index_t(sizeof(T)));
   dist_tensor<T, To, G, D> out(To, x.global_shape(), x.rank());
-  out.assign_local(execute(p, x.local(), mc));
+  out.assign_local(execute(rp->p, x.local(), mc));
   return out;
 }
 
-/// Redistributes `x` to a layout known only at run time.
+/// Redistributes `x` to a layout known only at run time, on `mc`'s mesh (planned once
+/// per process).
 template <class T, auto L, auto G, class D, class C>
 tensor_on<T, D> redistribute(const dist_tensor<T, L, G, D>& x, const layout& to, mesh_comm<C>& mc) {
-  const plan p = plan_redistribution(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
-  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), mc));
+  const auto rp = cached_plan(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
+  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(rp->p, x.local(), mc));
 }
 
 /// Redistributes `x` to `to`, which may be on another device matrix of the same ranks
 /// (each operator has its own): both layouts are written on the two meshes' common
 /// refinement (core/refine.hpp), which leaves every shard where it is, and planned
-/// there.
+/// there (plan_across_meshes, once per process: cached_plan).
 template <class T, auto L, auto G, class D, class C>
 tensor_on<T, D> redistribute(const dist_tensor<T, L, G, D>& x, const layout& to, device_context<C>& ctx) {
-  const layout& from = x.layout();
-  if (from.dev == to.dev) {
-    const plan p = plan_redistribution(from, to, x.global_shape(), index_t(sizeof(T)));
-    return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), ctx.on(from.dev)));
-  }
-  require(check_refinement(from.dev, to.dev), "redistribute");
-  const mesh fine = common_refinement(from.dev, to.dev);
-  const plan p = plan_redistribution(refine(from, fine), refine(to, fine), x.global_shape(), index_t(sizeof(T)));
-  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), ctx.on(fine)));
+  const auto rp = cached_plan(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
+  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(rp->p, x.local(), ctx.on(rp->fine)));
 }
 
 /// A tensor in a wanted layout, as an operator takes its inputs: the caller's own tensor
@@ -310,11 +305,12 @@ class laid_out {
   std::optional<tensor_on<T, D>> owned_;
 };
 
-/// `x` laid out as `l`: x itself when it already is, else redistributed (possibly from
-/// another device matrix of the same ranks).
+/// `x` laid out as `l`: x itself (borrowed, no copy) when it places the same shard on
+/// every rank (same_placement: possibly on another device matrix of the same ranks,
+/// then its layout() stays x's), else redistributed into `l`.
 template <class T, class D, class C>
 laid_out<T, D> in_layout(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
-  if (x.layout() == l) return laid_out<T, D>(x);
+  if (same_placement(x.layout(), l)) return laid_out<T, D>(x);
   return laid_out<T, D>(redistribute(x, l, ctx));
 }
 

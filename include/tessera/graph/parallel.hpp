@@ -519,7 +519,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     for (std::size_t k = 1; k < readers.size(); ++k) {
       const auto [ck, sk] = readers[k];
       const layout& other = pg.ops_[ck]->lay.in[sk];
-      if (!same_distribution(first, other, g.at(p).shape)) {
+      if (!same_placement(first, other)) {
         auto who = [&](int c) {
           return g.describe(c) + " with strategy " + to_string(pg.ops_[c]->st) + " (" +
                  std::string(to_string(pg.ops_[c]->source)) + ")";

@@ -61,6 +61,7 @@
 #include <tessera/core/refine.hpp>
 #include <tessera/graph/graph.hpp>
 #include <tessera/graph/op_def.hpp>
+#include <tessera/plan/cache.hpp>
 #include <tessera/plan/planner.hpp>
 
 namespace tessera::graph {
@@ -82,46 +83,24 @@ struct route {
   bool empty() const { return feasible && p.empty(); }
 };
 
-/// The route of a tensor of shape `shape` from `from` to `to`. Example: the seed's
+/// The route of a tensor of shape `shape` from `from` to `to`: plan/cache.hpp's
+/// plan_across_meshes, planned once per process (cached_plan). Example: the seed's
 /// first MatMul output ([0, 2] partial sum {1} on (2, 4, 1)) to ReLU (2, 4) ([0, 1] on
 /// (2, 4)): refinement (2, 4), one reduce_scatter over mesh axis 1, 384 bytes for
-/// (16, 16) floats.
+/// (16, 16) floats. Whether two layouts place a value alike is core/refine.hpp's
+/// same_placement.
 inline route plan_route(const layout& from, const layout& to, const extents& shape, index_t elem_bytes) {
   route r;
   r.from = from;
   r.to = to;
-  if (from.dev == to.dev) {
-    r.fine = from.dev;
-    r.p = plan_redistribution(from, to, shape, elem_bytes);
-    return r;
-  }
-  if (!check_refinement(from.dev, to.dev).ok()) {
+  if (!(from.dev == to.dev) && !check_refinement(from.dev, to.dev).ok()) {
     r.feasible = false;
     return r;
   }
-  r.fine = common_refinement(from.dev, to.dev);
-  r.p = plan_redistribution(refine(from, r.fine), refine(to, r.fine), shape, elem_bytes);
+  const auto rp = cached_plan(from, to, shape, elem_bytes);
+  r.fine = rp->fine;
+  r.p = rp->p;
   return r;
-}
-
-/// Whether two layouts of a tensor of shape `shape`, possibly on different device
-/// matrices of the same ranks, put the same shard on every rank (and agree on what is
-/// partial).
-inline bool same_distribution(const layout& a, const layout& b, const extents& shape) {
-  if (a == b) return true;
-  if (a.dev.size() != b.dev.size() || a.ndim != b.ndim) return false;
-  if (check_refinement(a.dev, b.dev).ok()) {
-    const mesh fine = common_refinement(a.dev, b.dev);
-    const layout ra = refine(a, fine), rb = refine(b, fine);
-    if (ra.partial != rb.partial || (ra.has_partial() && ra.op != rb.op)) return false;
-    for (int r = 0; r < fine.size(); ++r)
-      if (!(shard_box(ra, shape, r) == shard_box(rb, shape, r))) return false;
-    return true;
-  }
-  if (a.has_partial() || b.has_partial()) return false;
-  for (int r = 0; r < a.dev.size(); ++r)
-    if (!(shard_box(a, shape, r) == shard_box(b, shape, r))) return false;
-  return true;
 }
 
 /// "[1, 2] on device matrix (2, 4, 1)": a layout as the graph's errors and dumps print
@@ -542,7 +521,6 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
   for (int p : g.parameters()) {
     const auto readers = g.consumers(p);
     if (readers.size() < 2) continue;
-    const extents& shape = g.at(p).shape;
     const auto [c0, s0] = readers[0];
     for (std::size_t k = 1; k < readers.size(); ++k) {
       const auto [ck, sk] = readers[k];
@@ -551,7 +529,7 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
       for (int a = 0; a < count(c0); ++a)
         for (int b = 0; b < count(ck); ++b) {
           if (c0 == ck && a != b) continue;
-          const bool same = same_distribution(lay(c0, a).in[s0], lay(ck, b).in[sk], shape);
+          const bool same = same_placement(lay(c0, a).in[s0], lay(ck, b).in[sk]);
           if (same) continue;
           if (c0 == ck) {
             pb.unary[v0][a] = infinite_bytes;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -211,12 +212,16 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;  // the format's 
 /// with spaces so that the data starts at a multiple of 8 bytes.
 inline std::string make_header(std::span<const tensor_spec> specs, const std::map<std::string, std::string>& metadata,
                                const std::filesystem::path& file) {
+  // A name or metadata string that is not valid UTF-8 cannot be written as JSON.
+  auto text_of = [&](const json::ordered_value& v) {
+    try {
+      return json::dump(v);
+    } catch (const error& e) {
+      throw error("write_safetensors: " + file.string() + ": " + e.what());
+    }
+  };
   std::string text = "{";
-  if (!metadata.empty()) {
-    json::value m = json::value::object();
-    for (const auto& [k, v] : metadata) m.append_new(k, json::value(v));
-    text += "\"__metadata__\":" + json::dump(m);
-  }
+  if (!metadata.empty()) text += "\"__metadata__\":" + text_of(json::ordered_value(metadata));
   std::set<std::string_view> names;
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -225,18 +230,18 @@ inline std::string make_header(std::span<const tensor_spec> specs, const std::ma
     if (s.name.empty()) throw error("write_safetensors: " + file.string() + ": tensor " + std::to_string(i) + " has an empty name");
     if (s.name == "__metadata__") throw error(where + ": the name is reserved for the metadata");
     if (!names.insert(s.name).second) throw error(where + ": the name is used twice");
-    json::value shape = json::value::array();
+    json::ordered_value shape = json::ordered_value::array();
     for (index_t e : s.shape) {
       if (e < 0) throw error(where + ": shape " + shape_string(s.shape) + " has a negative extent");
-      shape.push_back(json::value(static_cast<long long>(e)));
+      shape.push_back(std::int64_t(e));
     }
     const std::uint64_t n = s.nbytes();
-    const json::value entry = json::value::object_of(
-        {{"dtype", json::value(dtype_name(s.type))},
-         {"shape", std::move(shape)},
-         {"data_offsets", json::value::array_of({json::value(offset), json::value(offset + n)})}});
+    json::ordered_value entry = json::ordered_value::object();
+    json::append_new(entry, "dtype", std::string(dtype_name(s.type)));
+    json::append_new(entry, "shape", std::move(shape));
+    json::append_new(entry, "data_offsets", json::ordered_value::array({offset, offset + n}));
     if (text.size() > 1) text += ',';
-    text += json::dump(json::value(s.name)) + ":" + json::dump(entry);
+    text += text_of(json::ordered_value(s.name)) + ":" + text_of(entry);
     offset += n;
   }
   text += '}';
@@ -654,19 +659,15 @@ class safetensors_reader {
   }
 
   void parse_header(const std::string& text) {
-    const std::string ctx = "safetensors: " + path_.string() + ": header";
-    const json::value h = json::parse(text, ctx);
-    if (!h.is_object()) fail("the header must be a JSON object, found " + std::string(json::to_string(h.type())));
-    for (std::size_t i = 0; i < h.size(); ++i) {
-      const std::string& key = h.keys()[i];
-      const json::value& v = h.member(i);
+    const json::value h = json::parse(text, "safetensors: " + path_.string() + ": header");
+    if (!h.is_object()) fail("the header must be a JSON object, found " + std::string(json::kind_name(h)));
+    for (const auto& [key, v] : h.get_ref<const json::value::object_t&>()) {
       if (key == "__metadata__") {
-        if (!v.is_object()) fail("\"__metadata__\" must be an object of strings, found " + std::string(json::to_string(v.type())));
-        for (std::size_t j = 0; j < v.size(); ++j) {
-          if (!v.member(j).is_string())
-            fail("\"__metadata__\" must be an object of strings; \"" + v.keys()[j] + "\" is " +
-                 std::string(json::to_string(v.member(j).type())));
-          metadata_[v.keys()[j]] = v.member(j).as_string();
+        if (!v.is_object()) fail("\"__metadata__\" must be an object of strings, found " + std::string(json::kind_name(v)));
+        for (const auto& [k, x] : v.get_ref<const json::value::object_t&>()) {
+          if (!x.is_string())
+            fail("\"__metadata__\" must be an object of strings; \"" + k + "\" is " + std::string(json::kind_name(x)));
+          metadata_[k] = x.get_ref<const std::string&>();
         }
         continue;
       }
@@ -701,39 +702,41 @@ class safetensors_reader {
 
   tensor_info parse_entry(const std::string& name, const json::value& v) const {
     const std::string what = "tensor '" + name + "'";
-    if (!v.is_object()) fail(what + ": the entry must be an object, found " + std::string(json::to_string(v.type())));
-    for (const std::string& k : v.keys())
+    if (!v.is_object()) fail(what + ": the entry must be an object, found " + std::string(json::kind_name(v)));
+    for (const auto& [k, x] : v.get_ref<const json::value::object_t&>())
       if (k != "dtype" && k != "shape" && k != "data_offsets")
         fail(what + ": unknown key \"" + k + "\" (an entry has dtype, shape and data_offsets)");
-    const json::value* dt = v.find("dtype");
-    const json::value* sh = v.find("shape");
-    const json::value* of = v.find("data_offsets");
-    if (!dt || !sh || !of)
-      fail(what + ": the entry lacks \"" + std::string(!dt ? "dtype" : !sh ? "shape" : "data_offsets") + "\"");
+    const auto dt = v.find("dtype");
+    const auto sh = v.find("shape");
+    const auto of = v.find("data_offsets");
+    if (dt == v.end() || sh == v.end() || of == v.end())
+      fail(what + ": the entry lacks \"" +
+           std::string(dt == v.end() ? "dtype" : sh == v.end() ? "shape" : "data_offsets") + "\"");
     tensor_info t;
     t.name = name;
-    if (!dt->is_string()) fail(what + ": dtype must be a string, found " + std::string(json::to_string(dt->type())));
-    if (!parse_dtype(dt->as_string(), t.type))
-      fail(what + ": unknown dtype \"" + dt->as_string() + "\" (known: " + dtype_names() + ")");
-    if (!sh->is_array()) fail(what + ": shape must be an array, found " + std::string(json::to_string(sh->type())));
+    if (!dt->is_string()) fail(what + ": dtype must be a string, found " + std::string(json::kind_name(*dt)));
+    const std::string& dtype_text = dt->get_ref<const std::string&>();
+    if (!parse_dtype(dtype_text, t.type))
+      fail(what + ": unknown dtype \"" + dtype_text + "\" (known: " + dtype_names() + ")");
+    if (!sh->is_array()) fail(what + ": shape must be an array, found " + std::string(json::kind_name(*sh)));
     for (std::size_t d = 0; d < sh->size(); ++d) {
-      const json::value& e = (*sh)[d];
-      if (!e.is_integer() || e.as_integer() < 0)
-        fail(what + ": shape entry " + std::to_string(d) + " must be a non-negative integer");
-      t.shape.push_back(e.as_integer());
+      const std::int64_t e = json::to_int64((*sh)[d]).value_or(-1);
+      if (e < 0) fail(what + ": shape entry " + std::to_string(d) + " must be a non-negative integer");
+      t.shape.push_back(e);
     }
-    if (!of->is_array() || of->size() != 2 || !(*of)[0].is_integer() || !(*of)[1].is_integer() ||
-        (*of)[0].as_integer() < 0 || (*of)[1].as_integer() < 0)
-      fail(what + ": data_offsets must be an array of two non-negative integers");
-    t.begin = std::uint64_t((*of)[0].as_integer());
-    t.end = std::uint64_t((*of)[1].as_integer());
+    std::int64_t offsets[2] = {-1, -1};
+    if (of->is_array() && of->size() == 2)
+      for (std::size_t i = 0; i < 2; ++i) offsets[i] = json::to_int64((*of)[i]).value_or(-1);
+    if (offsets[0] < 0 || offsets[1] < 0) fail(what + ": data_offsets must be an array of two non-negative integers");
+    t.begin = std::uint64_t(offsets[0]);
+    t.end = std::uint64_t(offsets[1]);
     if (t.end < t.begin)
       fail(what + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] end before they begin");
     const index_t numel = t.numel();
     if (numel < 0) fail(what + ": shape " + shape_string(t.shape) + " has too many elements");
     const std::uint64_t es = dtype_size(t.type);
     if (std::uint64_t(numel) > ~std::uint64_t(0) / es || std::uint64_t(numel) * es != t.nbytes())
-      fail(what + ": shape " + shape_string(t.shape) + " of " + dt->as_string() + " needs " + std::to_string(numel) +
+      fail(what + ": shape " + shape_string(t.shape) + " of " + dtype_text + " needs " + std::to_string(numel) +
            " x " + std::to_string(es) + " = " + std::to_string(std::uint64_t(numel) * es) +
            " bytes, data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] hold " +
            std::to_string(t.nbytes()));

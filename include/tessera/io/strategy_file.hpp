@@ -2,10 +2,12 @@
 // operator's shard strategy and each parameter's layout, as JSON, validated on load.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -56,31 +58,36 @@ inline constexpr int strategy_file_version = 1;
 ///
 /// A strategy is MindSpore's shard tuple as nested arrays; a layout is the text
 /// to_string(layout) prints (parse_layout reads it) on the mesh "mesh" gives.
-inline json::value to_json(const strategy_map& s) {
-  json::value ops = json::value::object();
+inline json::ordered_value to_json(const strategy_map& s) {
+  using ordered = json::ordered_value;
+  ordered ops = ordered::object();
   for (const auto& [name, st] : s.operators) {
-    json::value inputs = json::value::array();
+    ordered inputs = ordered::array();
     for (int i = 0; i < st.n; ++i) {
-      json::value t = json::value::array();
+      ordered t = ordered::array();
       for (int d = 0; d < st.in[i].n; ++d) t.push_back(st.in[i].v[d]);
       inputs.push_back(std::move(t));
     }
-    ops.append_new(name, std::move(inputs));
+    json::append_new(ops, name, std::move(inputs));
   }
-  json::value params = json::value::object();
+  ordered params = ordered::object();
   for (const auto& [name, p] : s.parameters) {
-    json::value shape = json::value::array(), dev = json::value::array();
-    for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(static_cast<long long>(p.shape.v[d]));
+    ordered shape = ordered::array(), dev = ordered::array();
+    for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(std::int64_t(p.shape.v[d]));
     for (int a = 0; a < p.placement.dev.ndim; ++a) dev.push_back(p.placement.dev.dims[a]);
-    params.append_new(name, json::value::object_of({{"shape", std::move(shape)},
-                                             {"mesh", std::move(dev)},
-                                             {"layout", json::value(to_string(p.placement))}}));
+    ordered entry = ordered::object();
+    json::append_new(entry, "shape", std::move(shape));
+    json::append_new(entry, "mesh", std::move(dev));
+    json::append_new(entry, "layout", to_string(p.placement));
+    json::append_new(params, name, std::move(entry));
   }
-  return json::value::object_of({{"format", json::value(strategy_file_format)},
-                                 {"version", json::value(strategy_file_version)},
-                                 {"device_num", json::value(s.device_num)},
-                                 {"operators", std::move(ops)},
-                                 {"parameters", std::move(params)}});
+  ordered file = ordered::object();
+  json::append_new(file, "format", std::string(strategy_file_format));
+  json::append_new(file, "version", strategy_file_version);
+  json::append_new(file, "device_num", s.device_num);
+  json::append_new(file, "operators", std::move(ops));
+  json::append_new(file, "parameters", std::move(params));
+  return file;
 }
 
 namespace detail {
@@ -91,54 +98,56 @@ class strategy_reader {
 
   strategy_map read(const json::value& v) {
     strategy_map out;
-    if (!v.is_object()) fail("the file", "must be a JSON object, found " + std::string(json::to_string(v.type())));
+    if (!v.is_object()) fail("the file", "must be a JSON object, found " + std::string(json::kind_name(v)));
     only_keys(v, "the file", {"format", "version", "device_num", "operators", "parameters"});
     const json::value& format = need(v, "format", "the file");
-    if (!format.is_string() || format.as_string() != strategy_file_format)
+    if (!format.is_string() || format.get_ref<const std::string&>() != strategy_file_format)
       fail("\"format\"", "must be \"" + std::string(strategy_file_format) + "\"");
     const json::value& version = need(v, "version", "the file");
-    if (!version.is_integer() || version.as_integer() != strategy_file_version)
+    if (json::to_int64(version) != strategy_file_version)
       fail("\"version\"", "is " + json::dump(version) + ", this tessera reads version " +
                               std::to_string(strategy_file_version));
     const json::value& dn = need(v, "device_num", "the file");
-    if (!dn.is_integer() || dn.as_integer() < 1 || dn.as_integer() > (1 << 24))
+    const std::optional<std::int64_t> device_num = json::to_int64(dn);
+    if (!device_num || *device_num < 1 || *device_num > (1 << 24))
       fail("\"device_num\"", "must be a positive integer, found " + json::dump(dn));
-    out.device_num = int(dn.as_integer());
+    out.device_num = int(*device_num);
 
     const json::value& ops = need(v, "operators", "the file");
     if (!ops.is_object()) fail("\"operators\"", "must be an object (operator name -> strategy)");
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const std::string where = "operators.\"" + ops.keys()[i] + "\"";
-      out.operators.emplace(ops.keys()[i], read_strategy(ops.member(i), out.device_num, where));
-    }
+    for (const auto& [name, st] : members(ops))
+      out.operators.emplace(name, read_strategy(st, out.device_num, "operators.\"" + name + "\""));
     const json::value& params = need(v, "parameters", "the file");
     if (!params.is_object()) fail("\"parameters\"", "must be an object (parameter name -> layout)");
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const std::string where = "parameters.\"" + params.keys()[i] + "\"";
-      out.parameters.emplace(params.keys()[i], read_parameter(params.member(i), out.device_num, where));
-    }
+    for (const auto& [name, p] : members(params))
+      out.parameters.emplace(name, read_parameter(p, out.device_num, "parameters.\"" + name + "\""));
     return out;
   }
 
  private:
+  static const json::value::object_t& members(const json::value& obj) {
+    return obj.get_ref<const json::value::object_t&>();
+  }
   [[noreturn]] void fail(const std::string& where, const std::string& what) const {
     throw error(ctx_ + ": " + where + " " + what);
   }
-  const json::value& need(const json::value& obj, std::string_view key, const std::string& where) const {
-    if (const json::value* x = obj.find(key)) return *x;
-    fail(where, "lacks \"" + std::string(key) + "\"");
+  const json::value& need(const json::value& obj, const std::string& key, const std::string& where) const {
+    const auto it = obj.find(key);
+    if (it == obj.end()) fail(where, "lacks \"" + key + "\"");
+    return *it;
   }
   void only_keys(const json::value& obj, const std::string& where, std::initializer_list<std::string_view> keys) const {
-    for (const std::string& k : obj.keys()) {
+    for (const auto& [k, x] : members(obj)) {
       bool known = false;
-      for (std::string_view x : keys) known = known || k == x;
+      for (std::string_view key : keys) known = known || k == key;
       if (!known) fail(where, "has an unknown key \"" + k + "\"");
     }
   }
   std::int64_t int_in(const json::value& x, std::int64_t lo, std::int64_t hi, const std::string& where) const {
-    if (!x.is_integer() || x.as_integer() < lo || x.as_integer() > hi)
+    const std::optional<std::int64_t> i = json::to_int64(x);
+    if (!i || *i < lo || *i > hi)
       fail(where, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found " + json::dump(x));
-    return x.as_integer();
+    return *i;
   }
 
   strategy read_strategy(const json::value& v, int device_num, const std::string& where) const {
@@ -183,13 +192,14 @@ class strategy_reader {
     if (status s = check_mesh_size(m, device_num); !s.ok())
       throw error(s, ctx_ + ": " + where + ".mesh", "mesh " + to_string(m) + ", device_num " + std::to_string(device_num));
     if (!text.is_string()) fail(where + ".layout", "must be a string such as \"[0, -]\"");
+    const std::string& layout_text = text.get_ref<const std::string&>();
     try {
-      p.placement = parse_layout(m, text.as_string());
+      p.placement = parse_layout(m, layout_text);
     } catch (const error& e) {
       throw error(ctx_ + ": " + where + ".layout: " + e.what());
     }
     if (status s = check(p.placement, p.shape); !s.ok())
-      throw error(s, ctx_ + ": " + where, "layout " + text.as_string() + " on mesh " + to_string(m) + ", shape " + to_string(p.shape));
+      throw error(s, ctx_ + ": " + where, "layout " + layout_text + " on mesh " + to_string(m) + ", shape " + to_string(p.shape));
     return p;
   }
 
@@ -211,13 +221,21 @@ inline strategy_map strategy_map_from_json(const json::value& v, std::string_vie
 /// Writes a strategy file (the JSON form, indented), atomically. The map is validated
 /// as load would, so a file that saves also loads.
 inline void save_strategy_file(const std::filesystem::path& file, const strategy_map& s) {
-  const json::value v = to_json(s);
-  (void)strategy_map_from_json(v, "save_strategy_file: " + file.string());
+  const std::string ctx = "save_strategy_file: " + file.string();
+  const json::ordered_value v = to_json(s);
+  (void)strategy_map_from_json(json::value(v), ctx);
+  std::string text;
+  try {
+    text = json::dump(v, 2) + "\n";
+  } catch (const error& e) {
+    throw error(ctx + ": " + e.what());
+  }
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  write_file_atomically(file, json::dump(v, 2) + "\n");
+  write_file_atomically(file, text);
 }
 
-/// Reads and validates a strategy file (strategy_map_from_json).
+/// Reads and validates a strategy file (strict JSON: json::parse; then
+/// strategy_map_from_json).
 inline strategy_map load_strategy_file(const std::filesystem::path& file) {
   const std::string ctx = "load_strategy_file: " + file.string();
   std::ifstream in(file, std::ios::binary);

@@ -365,24 +365,14 @@ class module {
 
 namespace detail {
 
-/// True when layouts `a` and `b` (possibly on different device matrices of the same
-/// ranks) put the same shard on every rank: written on their meshes' common
-/// refinement they are equal. Operators with different strategies have different
-/// device matrices ((2, 1, 1) for MatMul ((2, 1), (1, 1)), (2, 1) for ReLU ((2, 1)))
-/// that place a batch-split tensor identically.
-inline bool same_placement(const layout& a, const layout& b) {
-  if (a == b) return true;
-  if (a.dev.size() != b.dev.size() || !check_refinement(a.dev, b.dev).ok()) return false;
-  const mesh fine = common_refinement(a.dev, b.dev);
-  return refine(a, fine) == refine(b, fine);
-}
-
 /// `x` as a shard of layout `l`: x itself (borrowed, no copy) when it is placed the
-/// same way, else its redistribution.
+/// same way (core/refine.hpp's same_placement: operators with different strategies have
+/// different device matrices, (2, 1, 1) for MatMul ((2, 1), (1, 1)) and (2, 1) for ReLU
+/// ((2, 1)), that place a batch-split tensor identically), else its redistribution:
+/// exec/redistribute.hpp's in_layout.
 template <class T, class D, class C>
 laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
-  if (same_placement(x.layout(), l)) return laid_out<T, D>(x);
-  return laid_out<T, D>(redistribute(x, l, ctx));
+  return in_layout(x, l, ctx);
 }
 
 /// The mesh axes that split dim `d` of `l` (as an axis mask).

@@ -18,6 +18,7 @@
 #include <tessera/core/extents.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/core/format.hpp>
+#include <tessera/core/refine.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/ops/definition.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
@@ -130,7 +131,7 @@ struct reshape_layouts {
   layout in;          ///< the layout the local reshape reads (and the input's gradient)
   layout out;         ///< the output: the same shards, seen in the target shape
   extents shape;      ///< the target with its -1 resolved
-  bool moves = false; ///< in differs from the strategy's layout: x is redistributed first
+  bool moves = false; ///< in places x unlike the strategy's layout: x is redistributed first
   friend constexpr bool operator==(const reshape_layouts&, const reshape_layouts&) = default;
 };
 
@@ -197,7 +198,7 @@ constexpr reshape_layouts reshape_rule(const strategy& st, int device_num, const
   r.out = layout::replicated(r.dev, r.shape.ndim);
   if (shape.size() == 0) {  // no elements: nothing to keep in place
     for (int d = 0; d < shape.ndim; ++d) r.in.split[d] = axis_list{};
-    r.moves = !(r.in == base);
+    r.moves = !same_placement(r.in, base);
     return r;
   }
   const extents& s = shape;
@@ -231,7 +232,7 @@ constexpr reshape_layouts reshape_rule(const strategy& st, int device_num, const
     for (int k = 0; k < kept.n; ++k) r.in.split[gi].push_back(kept.v[k]);
     r.out.split[gj] = (i - gi == 1 && j - gj == 1) ? r.in.split[gi] : kept;
   }
-  r.moves = !(r.in == base);
+  r.moves = !same_placement(r.in, base);
   return r;
 }
 
@@ -266,7 +267,7 @@ struct strided_slice_layouts {
   layout out;          ///< as `in`: every split dim is taken whole, so it keeps its split
   extents shape;       ///< the slice's global shape
   unsigned cut = 0;    ///< bit d set: dim d is not taken whole (sliced on every rank alike)
-  bool moves = false;  ///< the strategy split a cut dim: x is redistributed (gathered) first
+  bool moves = false;  ///< the strategy split a cut dim over several ranks: x is gathered first
   friend constexpr bool operator==(const strided_slice_layouts&, const strided_slice_layouts&) = default;
 };
 
@@ -331,7 +332,7 @@ constexpr strided_slice_layouts strided_slice_rule(const strategy& st, int devic
     }
   }
   r.out = r.in;
-  r.moves = !(r.in == base);
+  r.moves = !same_placement(r.in, base);
   return r;
 }
 

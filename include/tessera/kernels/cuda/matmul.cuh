@@ -17,6 +17,7 @@
 #include <tessera/cuda/device_array.hpp>
 #include <tessera/cuda/runtime.hpp>
 #include <tessera/kernels/cpu/matmul.hpp>
+#include <tessera/kernels/cuda/common.cuh>
 #include <tessera/tensor/cuda_storage.cuh>
 
 namespace tessera::kernels::cuda {

@@ -1,0 +1,32 @@
+// A job started by tessera::run: every rank prints the backend, rank and size of its
+// world, and the ranks meet in a barrier. With --fail-on=R, rank R throws after the
+// first barrier while the others wait in a second one: tessera::run must print the
+// error and end the whole job (nonzero exit) within seconds. Run by the comm_run_*
+// tests, with and without mpiexec.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tessera/comm/launch.hpp>
+
+int main(int argc, char** argv) {
+  int fail_on = -1;
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--fail-on=", 10) == 0) fail_on = std::atoi(argv[i] + 10);
+  return tessera::run(argc, argv, [&](tessera::any_communicator& world) {
+    std::printf("backend %s rank %d size %d\n", std::string(world.backend()).c_str(), world.rank(), world.size());
+    std::fflush(stdout);
+    world.barrier();  // everyone is up
+    if (world.rank() == fail_on) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      throw std::runtime_error("deliberate failure on rank " + std::to_string(fail_on));
+    }
+    world.barrier();  // never completes when a rank failed
+    if (fail_on >= 0 && world.size() > 1)
+      std::printf("rank %d: passed a barrier that rank %d never reached\n", world.rank(), fail_on);
+    return 0;
+  });
+}

@@ -1,0 +1,36 @@
+# Test headers.preamble (cmake -P): every public header under HEADER_ROOT/tessera/
+# starts with its purpose comment (first line `// ...`) and has `#pragma once` before
+# its first other preprocessor directive. Fails naming each header that does not.
+cmake_minimum_required(VERSION 3.20)
+if(NOT HEADER_ROOT)
+  message(FATAL_ERROR "preamble.cmake: HEADER_ROOT is not set")
+endif()
+
+file(GLOB_RECURSE headers RELATIVE "${HEADER_ROOT}"
+     "${HEADER_ROOT}/tessera/*.hpp" "${HEADER_ROOT}/tessera/*.cuh" "${HEADER_ROOT}/tessera/*.h")
+list(SORT headers)
+set(problems "")
+foreach(header IN LISTS headers)
+  file(STRINGS "${HEADER_ROOT}/${header}" first_line LIMIT_COUNT 1)
+  if(NOT first_line MATCHES "^//")
+    list(APPEND problems "${header}: the first line is not its purpose comment (`// ...`)")
+  endif()
+  file(STRINGS "${HEADER_ROOT}/${header}" directives REGEX "^[ \t]*#")
+  list(LENGTH directives count)
+  if(count EQUAL 0)
+    list(APPEND problems "${header}: no `#pragma once`")
+  else()
+    list(GET directives 0 first_directive)
+    if(NOT first_directive MATCHES "^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$")
+      list(APPEND problems "${header}: `#pragma once` is not its first directive")
+    endif()
+  endif()
+endforeach()
+
+list(LENGTH headers header_count)
+list(LENGTH problems problem_count)
+if(problem_count GREATER 0)
+  string(REPLACE ";" "\n  " problems "${problems}")
+  message(FATAL_ERROR "headers.preamble: ${problem_count} of ${header_count} headers:\n  ${problems}")
+endif()
+message(STATUS "headers.preamble: ${header_count} headers, each with its purpose comment and #pragma once")
