@@ -227,12 +227,11 @@ struct mlp {
     data.push_back(make(batch, dims.back(), classify));
   }
 
-  template <class C>
-  float step(device_context<C>& ctx, optim::momentum<float, D>& opt) {
+  float step(context& ctx, optim::momentum<float, D>& opt) {
     const ops::matmul_op mm{strategy{{1, 1}, {1, 1}}};
     const ops::relu_op relu{strategy{{1, 1}}};
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, C, D>& tp, const auto& w) {
+        [&](autodiff::tape<float, D>& tp, const auto& w) {
           auto h = tp.leaf(data[0], false);
           for (std::size_t i = 0; i < w.size(); ++i) {
             h = autodiff::apply(mm, h, w[i]);
@@ -262,7 +261,7 @@ void bm_step(benchmark::State& state, std::string name, std::vector<index_t> dim
     else return C(local_communicator{});
   };
   C world = make_world();
-  device_context<C> ctx(world);
+  context ctx(world);
   mlp<D> net(std::move(dims), batch, classify);
   optim::momentum<float, D> opt(0.01f, 0.9f);
   net.step(ctx, opt);  // warm-up

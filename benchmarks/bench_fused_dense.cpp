@@ -29,7 +29,7 @@
 namespace {
 
 using namespace tessera;
-using ctx_t = device_context<local_communicator>;
+using ctx_t = context;
 
 struct shape {
   index_t batch, in, out;
@@ -46,7 +46,7 @@ dist_tensor<float> random_input(const shape& s) {
 template <class Net>
 void step(Net&& net, const std::vector<nn::parameter<float>*>& params, const dist_tensor<float>& x,
           const dist_tensor<float>& zeros, ctx_t& ctx) {
-  autodiff::tape<float, local_communicator> tp(ctx);
+  autodiff::tape<float> tp(ctx);
   for (std::size_t i = 0; i < params.size(); ++i) params[i]->expect_grad(tp.serial(), int(i));
   const auto xv = tp.leaf(x, true);
   nn::mse_loss<float> mse;
@@ -82,7 +82,7 @@ double median(std::vector<double> v) {
 template <class Act>
 void bm_paired(benchmark::State& state, nn::activation a) {
   const shape s = shapes[state.range(0)];
-  local_communicator one;
+  any_communicator one{local_communicator{}};
   ctx_t ctx(one);
   pair_of_layers<Act> layers(s, a, ctx);
   const dist_tensor<float> x = random_input(s);

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 #include <tessera/comm/local.hpp>
+#include <tessera/comm/launch.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/nn/layers.hpp>
 #include <tessera/nn/loss.hpp>
@@ -52,7 +53,7 @@ namespace {
 
 using namespace tessera;
 
-mpi_communicator* world_ptr = nullptr;
+any_communicator* world_ptr = nullptr;
 double baseline_rss_mib = 0;  // each rank's peak resident memory before any network exists
 constexpr index_t per_rank_batch = 32;
 constexpr int warmup_steps = 20, timed_steps = 300;
@@ -99,8 +100,7 @@ struct second_stage : nn::module<float> {
 };
 
 // A batch of images (batch, 1, 28, 28) in [0, 1) and labels, this rank's rows.
-template <class C>
-std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> make_batch(device_context<C>& ctx) {
+std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> make_batch(context& ctx) {
   const int p = ctx.size();
   const index_t b = per_rank_batch * p;
   dist_tensor<float> x(layout(mesh{p}, {{0}, {}, {}, {}}), extents{b, 1, 28, 28}, ctx.rank());
@@ -133,8 +133,7 @@ struct run_result {
 
 // Runs timed_steps steps of the network on the ranks of `ctx` (which may be one rank
 // alone); returns each step's times on this rank.
-template <class C>
-run_result run_steps(device_context<C>& ctx, const typename train::distributed_grad_reducer<float, C>::options& ro,
+run_result run_steps(context& ctx, const typename train::distributed_grad_reducer<float>::options& ro,
                      optimizer_kind kind = optimizer_kind::sgd) {
   network net;
   net.build(ctx, 1);
@@ -143,9 +142,9 @@ run_result run_steps(device_context<C>& ctx, const typename train::distributed_g
   if (kind == optimizer_kind::sgd) opt = std::make_unique<optim::sgd<float>>(net.trainable_params(), 1e-2f);
   else opt = std::make_unique<optim::adam<float>>(net.trainable_params(), 1e-3f);
   if (kind == optimizer_kind::adam_parallel) opt->enable_parallel_optimizer(ctx);
-  std::unique_ptr<train::distributed_grad_reducer<float, C>> grad_reducer;
+  std::unique_ptr<train::distributed_grad_reducer<float>> grad_reducer;
   if (!opt->reduces_gradients())
-    grad_reducer = std::make_unique<train::distributed_grad_reducer<float, C>>(opt->parameters(), ctx, ro);
+    grad_reducer = std::make_unique<train::distributed_grad_reducer<float>>(opt->parameters(), ctx, ro);
   auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
   const auto [x, y] = make_batch(ctx);
@@ -171,9 +170,9 @@ run_result run_steps(device_context<C>& ctx, const typename train::distributed_g
 
 // Runs timed_steps steps of the two-stage pipeline over the ranks of `ctx` (an even
 // number), the global batch (per_rank_batch a rank) cut into `micro` micro-batches.
-run_result run_pipeline_steps(device_context<mpi_communicator>& ctx, int micro) {
-  train::pipeline<float, mpi_communicator> pp(ctx, 2);
-  device_context<mpi_communicator>& sc = pp.stage_context();
+run_result run_pipeline_steps(context& ctx, int micro) {
+  train::pipeline<float> pp(ctx, 2);
+  context& sc = pp.stage_context();
   const int q = sc.size();
   first_stage a;
   second_stage b;
@@ -199,8 +198,8 @@ run_result run_pipeline_steps(device_context<mpi_communicator>& ctx, int micro) 
     xs.push_back(std::move(x));
     ys.push_back(std::move(y));
   }
-  using tape_t = autodiff::tape<float, mpi_communicator>;
-  using var_t = autodiff::var<float, mpi_communicator>;
+  using tape_t = autodiff::tape<float>;
+  using var_t = autodiff::var<float>;
   run_result out;
   for (auto* p : params) out.grad_bytes += p->data().data().size() * sizeof(float);
   for (int s = 0; s < warmup_steps + timed_steps; ++s) {
@@ -220,7 +219,7 @@ run_result run_pipeline_steps(device_context<mpi_communicator>& ctx, int micro) 
 
 void report(benchmark::State& state, std::vector<step_times> mine, std::size_t grad_bytes,
             std::size_t state_bytes = 0) {
-  mpi_communicator& world = *world_ptr;
+  any_communicator& world = *world_ptr;
   // The slowest rank, step by step (each part on the rank whose step was slowest).
   std::vector<double> total(mine.size());
   for (std::size_t i = 0; i < mine.size(); ++i) total[i] = mine[i].total;
@@ -265,24 +264,24 @@ void report(benchmark::State& state, std::vector<step_times> mine, std::size_t g
   state.counters["samples_per_s"] = double(per_rank_batch * world.size()) / (sorted[sorted.size() / 2]);
 }
 
-using reducer_options = train::distributed_grad_reducer<float, mpi_communicator>::options;
+using reducer_options = train::distributed_grad_reducer<float>::options;
 
 void bm_data_parallel(benchmark::State& state, reducer_options ro, optimizer_kind kind = optimizer_kind::sgd) {
-  device_context<mpi_communicator> ctx(*world_ptr);
+  context ctx(*world_ptr);
   run_result r = run_steps(ctx, ro, kind);
   report(state, std::move(r.times), r.grad_bytes, r.state_bytes);
 }
 
 void bm_pipeline(benchmark::State& state, int micro) {
-  device_context<mpi_communicator> ctx(*world_ptr);
+  context ctx(*world_ptr);
   run_result r = run_pipeline_steps(ctx, micro);
   report(state, std::move(r.times), r.grad_bytes);
 }
 
 void bm_compute_only(benchmark::State& state) {
-  local_communicator one;
-  device_context<local_communicator> ctx(one);
-  run_result r = run_steps(ctx, train::distributed_grad_reducer<float, local_communicator>::options{});
+  any_communicator one{local_communicator{}};
+  context ctx(one);
+  run_result r = run_steps(ctx, train::distributed_grad_reducer<float>::options{});
   report(state, std::move(r.times), 0);
 }
 
@@ -299,7 +298,7 @@ int main(int argc, char** argv) {
   bool to_file = false;
   for (int i = 0; i < argc; ++i) to_file |= std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
   train::retain_freed_memory();  // a training process: keep freed step memory for the next step
-  return run_mpi(argc, argv, [&](mpi_communicator& world) {
+  return tessera::run(argc, argv, [&](any_communicator& world) {
     world_ptr = &world;
     baseline_rss_mib = peak_rss_mib();
     static char null_out[] = "--benchmark_out=/dev/null";

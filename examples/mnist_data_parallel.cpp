@@ -40,6 +40,7 @@
 #include <vector>
 #include <unistd.h>
 #include <tessera/comm/local.hpp>
+#include <tessera/comm/launch.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/data/dataset.hpp>
 #include <tessera/data/mnist.hpp>
@@ -129,17 +130,17 @@ std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> tensors(const data::row
 
 // Calls f(ctx) with a context whose communicator carries device D's buffers: `host`
 // itself for the host, a staging communicator over a duplicate of it for GPU shards.
-template <class D, class H, class F>
-void with_device_context(H& host, F&& f) {
+template <class D, class F>
+void with_device_context(any_communicator& host, F&& f) {
 #if MNIST_WITH_CUDA
   if constexpr (std::is_same_v<D, cuda_device>) {
-    staged_communicator<H> staged(host.split(0, host.rank()));
-    device_context<staged_communicator<H>> ctx(staged);
+    any_communicator staged(staged_communicator(host.split(0, host.rank())));
+    context ctx(staged);
     f(ctx);
   } else
 #endif
   {
-    device_context<H> ctx(host);
+    context ctx(host);
     f(ctx);
   }
 }
@@ -182,8 +183,8 @@ void print_step_time(double timed, std::int64_t timed_steps) {
 }
 
 // The training of train_mnist through train::model (the network on device D).
-template <class D, class C>
-std::vector<float> train_mnist_model(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
+template <class D>
+std::vector<float> train_mnist_model(context& ctx, const options& o, const std::filesystem::path& dir,
                                      std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print,
                                      bool record, network<D>& net) {
   net.build(ctx, 1);
@@ -200,8 +201,7 @@ std::vector<float> train_mnist_model(device_context<C>& ctx, const options& o, c
 
 // Trains on the ranks of ctx, each reading shard `shard` of `shards`; returns every
 // step's loss when `record` (resolving the loss each step), else only those printed.
-template <class C>
-std::vector<float> train_mnist_loop(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
+std::vector<float> train_mnist_loop(context& ctx, const options& o, const std::filesystem::path& dir,
                                     std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print,
                                     bool record, network<cpu_device>& net) {
   using D = cpu_device;
@@ -212,7 +212,7 @@ std::vector<float> train_mnist_loop(device_context<C>& ctx, const options& o, co
   auto forward_fn = [&](auto data, const dist_tensor<std::int32_t>& label) { return loss_fn(net(data), label); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
   // With optimizer parallel the step reduces the gradients itself: no reducer.
-  std::optional<train::distributed_grad_reducer<float, C, D>> grad_reducer;
+  std::optional<train::distributed_grad_reducer<float, D>> grad_reducer;
   if (o.parallel_optimizer) optimizer.enable_parallel_optimizer(ctx, {.threshold_bytes = 0});
   else grad_reducer.emplace(optimizer.parameters(), ctx);
   const data::dataset data_set = mnist(dir, "train", shards, shard, batch);
@@ -251,8 +251,8 @@ std::vector<float> train_mnist_loop(device_context<C>& ctx, const options& o, co
 
 // The training on device D: the seed's hand-written loop on the host, train::model
 // on a GPU.
-template <class D, class C>
-std::vector<float> train_mnist(device_context<C>& ctx, const options& o, const std::filesystem::path& dir,
+template <class D>
+std::vector<float> train_mnist(context& ctx, const options& o, const std::filesystem::path& dir,
                                std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print, bool record,
                                network<D>& net) {
   if constexpr (std::is_same_v<D, cpu_device>)
@@ -303,7 +303,7 @@ options parse(int argc, char** argv) {
 
 // The example on device D: training, accuracy, and the --verify oracle.
 template <class D>
-void run(mpi_communicator& world, const options& o) {
+void run(any_communicator& world, const options& o) {
   const int p = world.size(), me = world.rank();
 #if MNIST_WITH_CUDA
   if constexpr (std::is_same_v<D, cuda_device>) cuda::select_device(world.node_local().rank());
@@ -324,7 +324,7 @@ void run(mpi_communicator& world, const options& o) {
   struct cleanup {
     bool on;
     std::filesystem::path dir;
-    mpi_communicator& w;
+    any_communicator& w;
     ~cleanup() {
       if (!on) return;
       w.barrier();
@@ -348,7 +348,7 @@ void run(mpi_communicator& world, const options& o) {
 
   if constexpr (std::is_same_v<D, cpu_device>) {
     // Accuracy on the test files, each rank its shard (batches of 100 per rank).
-    device_context<mpi_communicator> ctx(world);
+    context ctx(world);
     nn::cross_entropy_loss<float> loss_fn;
     const data::dataset test_set = mnist(dir, "test", p, me, 100);
     m = train::evaluate(net, loss_fn, test_set, ctx);
@@ -357,7 +357,7 @@ void run(mpi_communicator& world, const options& o) {
 
   if (o.verify) {
     // The oracle: the same training on this process alone, whole global batches.
-    local_communicator one;
+    any_communicator one{local_communicator{}};
     network<D> alone;
     std::vector<float> ref;
     with_device_context<D>(one, [&](auto& solo) {
@@ -390,7 +390,7 @@ int main(int argc, char** argv) {
       return 77;
     }
 #endif
-  return run_mpi(argc, argv, [&](mpi_communicator& world) {
+  return tessera::run(argc, argv, [&](any_communicator& world) {
     const options o = parse(argc, argv);
 #if MNIST_WITH_CUDA
     if (o.device == "cuda") return run<cuda_device>(world, o);

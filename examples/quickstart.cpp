@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 #include <tessera/tessera.hpp>
+#include <tessera/comm/launch.hpp>
 #include <tessera/graph/execute.hpp>
 #include <tessera/optim/momentum.hpp>
 #if defined(__CUDACC__)
@@ -81,12 +82,12 @@ graph::traced_graph trace_net(index_t global_batch, int p) {
   return b.build(b.mse_loss(out, label));
 }
 
-// The communicator the shards of device D move through: the host one itself, or for
-// GPU shards a staging communicator of device buffers over a duplicate of it.
-template <class D, class H>
-auto device_comm(H& host) {
+// The communicator the shards of device D move through: a duplicate of the host world,
+// or for GPU shards a staging communicator of device buffers over one.
+template <class D>
+any_communicator device_comm(any_communicator& host) {
 #if QUICKSTART_WITH_CUDA
-  if constexpr (std::is_same_v<D, cuda_device>) return staged_communicator<H>(host.split(0, host.rank()));
+  if constexpr (std::is_same_v<D, cuda_device>) return any_communicator(staged_communicator(host.split(0, host.rank())));
   else
 #endif
     return host.split(0, host.rank());
@@ -95,19 +96,18 @@ auto device_comm(H& host) {
 // Trains the network on the ranks of `world` (a host communicator) with its shards on
 // device D, a global batch of `global_batch` samples, in `mode`; returns the loss of
 // every step.
-template <class D, class H>
-std::vector<float> train_network(H& world, graph::parallel_mode mode, index_t global_batch, bool print,
+template <class D>
+std::vector<float> train_network(any_communicator& world, graph::parallel_mode mode, index_t global_batch, bool print,
                                  const std::string& save_dir,
                                  graph::search_mode search = graph::search_mode::sharding_propagation) {
-  auto comm = device_comm<D>(world);
-  using C = decltype(comm);
+  any_communicator comm = device_comm<D>(world);
   const int p = world.size(), me = world.rank();
   graph::parallel_config cfg;
   cfg.mode = mode;
   cfg.search = search;
   cfg.dataset = graph::dataset_strategy::data_parallel();
   cfg.device_num = p;
-  graph::executor<float, C, D> ex(graph::parallelize(trace_net(global_batch, p), cfg), comm);
+  graph::executor<float, D> ex(graph::parallelize(trace_net(global_batch, p), cfg), comm);
   if (!save_dir.empty()) ex.save_graphs(save_dir);
   ex.set_parameter("w", normal_init(in_dim, hidden_dim, 2));
   ex.set_parameter("w2", normal_init(hidden_dim, out_dim, 3));
@@ -156,12 +156,12 @@ std::vector<float> train_network(H& world, graph::parallel_mode mode, index_t gl
 template <class D>
 int run(int argc, char** argv, bool verify, bool stand_alone, const std::string& save_dir, graph::search_mode search) {
   if (stand_alone) {
-    local_communicator one;
+    any_communicator one{local_communicator{}};
     // The seed's global batch: 8 ranks x 2 samples.
     train_network<D>(one, graph::parallel_mode::stand_alone, per_rank_batch * 8, true, save_dir);
     return 0;
   }
-  return run_mpi(argc, argv, [&](mpi_communicator& world) {
+  return tessera::run(argc, argv, [&](any_communicator& world) {
 #if QUICKSTART_WITH_CUDA
     if constexpr (std::is_same_v<D, cuda_device>) cuda::select_device(world.node_local().rank());
 #endif
@@ -173,7 +173,7 @@ int run(int argc, char** argv, bool verify, bool stand_alone, const std::string&
                   std::to_string(losses.back()));
     if (!verify) return;
     // The oracle: the same training on one rank (this process alone) gives the same losses.
-    local_communicator one;
+    any_communicator one{local_communicator{}};
     const std::vector<float> alone = train_network<D>(one, graph::parallel_mode::stand_alone, global_batch, false, "");
     double worst = 0;
     for (std::size_t i = 0; i < losses.size(); ++i)

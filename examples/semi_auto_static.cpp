@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 #include <tessera/tessera.hpp>
+#include <tessera/comm/launch.hpp>
 #include <tessera/optim/momentum.hpp>
 
 using namespace tessera;
@@ -75,7 +76,7 @@ void fill_from(Tensor& t, const xt::xarray<float>& g) {
 // rank). Returns the losses.
 template <class C>
 std::vector<float> train_network(C& world, bool parallel, bool print) {
-  device_context<C> ctx(world);
+  context ctx(world);
   const int p = world.size(), me = world.rank();
   const ops::matmul_op mm1{parallel ? fc_strategy : strategy{{1, 1}, {1, 1}}};
   const ops::matmul_op mm2{parallel ? fc2_strategy : strategy{{1, 1}, {1, 1}}};
@@ -107,7 +108,7 @@ std::vector<float> train_network(C& world, bool parallel, bool print) {
   std::vector<float> losses;
   for (int step = 1; step <= 5; ++step) {
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, C>& tp, const auto& w) {
+        [&](autodiff::tape<float>& tp, const auto& w) {
           const auto in = tp.leaf(x, false), target = tp.leaf(t, false);
           const auto h = autodiff::apply(mm2, autodiff::apply(mm1, in, w[0]), w[1]);
           const auto d = autodiff::apply(sub, autodiff::apply(rsum, h), target);
@@ -126,7 +127,7 @@ std::vector<float> train_network(C& world, bool parallel, bool print) {
 
 int main(int argc, char** argv) {
   const bool verify = argc > 1 && std::strcmp(argv[1], "--verify") == 0;
-  return run_mpi(argc, argv, [&](mpi_communicator& world) {
+  return tessera::run(argc, argv, [&](any_communicator& world) {
     if (world.size() != devices)
       throw error("semi_auto_static: the strategies are for " + std::to_string(devices) +
                   " devices; run it with mpiexec -n 8, not " + std::to_string(world.size()));
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
     if (!(losses.back() < losses.front()))
       throw error("semi_auto_static: the loss did not fall");
     if (!verify) return;
-    local_communicator one;
+    any_communicator one{local_communicator{}};
     const std::vector<float> alone = train_network(one, false, false);
     double worst = 0;
     for (std::size_t i = 0; i < losses.size(); ++i)

@@ -44,15 +44,15 @@ xt::xarray<std::int32_t> class_labels() {
 
 // The mean expanded cross entropy and d/dlogits, with logits laid out as `lx`, on
 // device D.
-template <class D, class Comm>
+template <class D>
 std::pair<xt::xarray<float>, tensor_on<float, D>> expand_loss(const autodiff::softmax_cross_entropy_expand_op& op,
                                                               const xt::xarray<float>& gx,
                                                               const xt::xarray<float>& labels, const layout& lx,
-                                                              device_context<Comm>& ctx) {
+                                                              context& ctx) {
   const int p = ctx.size(), me = ctx.rank();
   const tensor_on<float, D> t = shard_on<D>(labels, flat(p, int(labels.dimension())), me);
   auto [loss, grads] = autodiff::value_and_grad(
-      [&](autodiff::tape<float, Comm, D>& tp, const auto& w) {
+      [&](autodiff::tape<float, D>& tp, const auto& w) {
         return autodiff::softmax_cross_entropy_expand(op, w[0], tp.leaf(t, false));
       },
       std::vector<tensor_on<float, D>>{shard_on<D>(gx, lx, me)}, ctx);
@@ -62,10 +62,10 @@ std::pair<xt::xarray<float>, tensor_on<float, D>> expand_loss(const autodiff::so
 }  // namespace
 
 TEST_CASE("mse_loss: every strategy gives the one-rank loss and gradient") {
-  test_comm world = test_world();
-  device_context<test_comm> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(test_world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   const int p = world.size(), me = world.rank();
   const extents shape{B, C};
   const xt::xarray<float> gx = smooth_tensor(shape, 1), gt = smooth_tensor(shape, 2);
@@ -76,7 +76,7 @@ TEST_CASE("mse_loss: every strategy gives the one-rank loss and gradient") {
   {
     const dist_tensor<float> t = host_shard_of(gt, flat(1, 2), 0);
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, local_communicator>& tp, const auto& w) {
+        [&](autodiff::tape<float>& tp, const auto& w) {
           return autodiff::mse_loss(autodiff::mse_loss_op::split_as(split_tuple{1, 1}), w[0], tp.leaf(t, false));
         },
         std::vector<dist_tensor<float>>{host_shard_of(gx, flat(1, 2), 0)}, solo);
@@ -90,7 +90,7 @@ TEST_CASE("mse_loss: every strategy gives the one-rank loss and gradient") {
     const layout lx = op.sub.rule(p, shape_list{shape, shape}).in[0];
     const test_tensor t = shard_of(gt, flat(p, 2), me);
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, test_comm, test_device>& tp, const auto& w) {
+        [&](autodiff::tape<float, test_device>& tp, const auto& w) {
           return autodiff::mse_loss(op, w[0], tp.leaf(t, false));
         },
         std::vector<test_tensor>{shard_of(gx, lx, me)}, ctx);
@@ -103,10 +103,10 @@ TEST_CASE("mse_loss: every strategy gives the one-rank loss and gradient") {
 }
 
 TEST_CASE("softmax_cross_entropy_expand: shards like any composition, dense and sparse labels") {
-  test_comm world = test_world();
-  device_context<test_comm> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(test_world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   const int p = world.size();
   const xt::xarray<float> gx = smooth_tensor(extents{B, C}, 3) * 2.0f;
   const xt::xarray<std::int32_t> classes = class_labels();

@@ -27,14 +27,14 @@ namespace {
 
 // One program on device D: given the tape, the parameters and a split tuple s (all 1 on
 // one rank), the value whose weighted sum is the loss.
-template <class C, class D>
-using program = std::function<autodiff::var<float, C, D>(autodiff::tape<float, C, D>&,
-                                                         const std::vector<autodiff::var<float, C, D>>&,
+template <class D>
+using program = std::function<autodiff::var<float, D>(autodiff::tape<float, D>&,
+                                                         const std::vector<autodiff::var<float, D>>&,
                                                          const split_tuple&)>;
 
 // sum(r * y): r (data) is brought to y's layout by Mul, whose strategy is y's split tuple.
-template <class C, class D>
-autodiff::var<float, C, D> weighted_sum(autodiff::tape<float, C, D>& tp, autodiff::var<float, C, D> y) {
+template <class D>
+autodiff::var<float, D> weighted_sum(autodiff::tape<float, D>& tp, autodiff::var<float, D> y) {
   const tensor_on<float, D>& v = y.value();
   const split_tuple s = to_split_tuple(v.layout());
   const xt::xarray<float> r = smooth_tensor(v.global_shape(), 9);
@@ -44,26 +44,26 @@ autodiff::var<float, C, D> weighted_sum(autodiff::tape<float, C, D>& tp, autodif
 }
 
 // The loss and the gradients, gathered to the host.
-template <class C, class D>
-std::pair<xt::xarray<float>, std::vector<xt::xarray<float>>> run(const program<C, D>& f,
+template <class D>
+std::pair<xt::xarray<float>, std::vector<xt::xarray<float>>> run(const program<D>& f,
                                                                  const std::vector<xt::xarray<float>>& params,
-                                                                 const split_tuple& s, device_context<C>& ctx) {
+                                                                 const split_tuple& s, context& ctx) {
   std::vector<tensor_on<float, D>> ps;
   for (const auto& g : params) ps.push_back(shard_on<D>(g, flat(ctx.size(), int(g.dimension())), ctx.rank()));
   auto [loss, grads] = autodiff::value_and_grad(
-      [&](autodiff::tape<float, C, D>& tp, const auto& w) { return weighted_sum(tp, f(tp, w, s)); }, ps, ctx);
+      [&](autodiff::tape<float, D>& tp, const auto& w) { return weighted_sum(tp, f(tp, w, s)); }, ps, ctx);
   std::vector<xt::xarray<float>> g;
   for (const auto& d : grads) g.push_back(gather(d, ctx));
   return {gather(loss, ctx), std::move(g)};
 }
 
 // The one-rank program's loss alone, on the host, for finite differences.
-using host_program = program<local_communicator, cpu_device>;
+using host_program = program<cpu_device>;
 
 float loss_of(const host_program& f, const std::vector<xt::xarray<float>>& params, const split_tuple& s,
-              device_context<local_communicator>& ctx) {
-  autodiff::tape<float, local_communicator> tp(ctx);
-  std::vector<autodiff::var<float, local_communicator>> w;
+              context& ctx) {
+  autodiff::tape<float> tp(ctx);
+  std::vector<autodiff::var<float>> w;
   for (const auto& g : params) w.push_back(tp.leaf(host_shard_of(g, flat(1, int(g.dimension())), 0)));
   return weighted_sum(tp, f(tp, w, s)).value().local()();
 }
@@ -81,15 +81,15 @@ struct wrapper_check {
   std::string name;
   extents shape;  // the split tuples enumerated
   std::vector<xt::xarray<float>> params;
-  program<test_comm, test_device> sharded;
+  program<test_device> sharded;
   host_program single;
 };
 
 void check_wrapper(const wrapper_check& w) {
-  test_comm world = test_world();
-  device_context<test_comm> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(test_world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   const auto [loss_ref, grads_ref] = run(w.single, w.params, ones(w.shape.ndim), solo);
   // The one-rank gradients are the loss' derivatives: central differences on rank 0.
   if (world.rank() == 0) {
@@ -133,7 +133,7 @@ void check_wrapper(const wrapper_check& w) {
 
 template <class F>
 wrapper_check make(std::string name, extents shape, std::vector<xt::xarray<float>> params, F f) {
-  return {std::move(name), shape, std::move(params), program<test_comm, test_device>(f), host_program(f)};
+  return {std::move(name), shape, std::move(params), program<test_device>(f), host_program(f)};
 }
 
 xt::xarray<float> positive(const extents& shape, int seed) { return smooth_tensor(shape, seed) + 3.0f; }

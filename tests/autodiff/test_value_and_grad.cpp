@@ -14,7 +14,7 @@
 #include <tessera/core/format.hpp>
 
 using namespace tessera;
-using ctx_t = device_context<testing::test_comm>;
+using ctx_t = context;
 
 namespace {
 
@@ -64,7 +64,7 @@ bool close(const xt::xarray<float>& x, const xt::xarray<float>& y) {
 }  // namespace
 
 TEST_CASE("value_and_grad of the seed's MLP equals the single-process computation") {
-  testing::test_comm world = testing::test_world();
+  any_communicator world(testing::test_world());
   ctx_t ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = matrix(B, IN, 1), gw = matrix(IN, HID, 2), gw2 = matrix(HID, OUT, 3),
@@ -93,7 +93,7 @@ TEST_CASE("value_and_grad of the seed's MLP equals the single-process computatio
     const std::vector<testing::test_tensor> params = {shard_of(gw, mm1.rule(p).b, me),
                                                     shard_of(gw2, mm2.rule(p).b, me)};
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, testing::test_comm, testing::test_device>& tp, const auto& w) {
+        [&](autodiff::tape<float, testing::test_device>& tp, const auto& w) {
           const auto xin = tp.leaf(x, false), target = tp.leaf(t, false);
           const auto hid = autodiff::apply(relu, autodiff::apply(mm1, xin, w[0]));
           const auto out = autodiff::apply(mm2, hid, w[1]);
@@ -111,9 +111,9 @@ TEST_CASE("value_and_grad of the seed's MLP equals the single-process computatio
 }
 
 TEST_CASE("backward needs a scalar loss") {
-  testing::test_comm world = testing::test_world();
+  any_communicator world(testing::test_world());
   ctx_t ctx(world);
-  autodiff::tape<float, testing::test_comm, testing::test_device> tp(ctx);
+  autodiff::tape<float, testing::test_device> tp(ctx);
   const auto v = tp.leaf(testing::test_tensor(layout::replicated(mesh{world.size()}, 2), extents{2, 2}, world.rank()));
   CHECK_THROWS_WITH_AS(tp.backward(v), "autodiff: backward starts from a scalar loss, got shape (2, 2)", error);
 }

@@ -102,8 +102,8 @@ tensor_on<float, D> on(const dist_tensor<float>& x) {
 }
 
 // The global value of `x` on the host.
-template <class D, class C>
-xt::xarray<float> global_of(const tensor_on<float, D>& x, device_context<C>& ctx) {
+template <class D>
+xt::xarray<float> global_of(const tensor_on<float, D>& x, context& ctx) {
   const tensor_on<float, D> r = redistribute(x, layout::replicated(x.layout().dev, x.ndim()), ctx);
   return storage<float, D>::to_host(r.local());
 }
@@ -117,7 +117,7 @@ struct run_result {
 // communicator `comm`.
 template <template <class> class Net, class D, class C>
 run_result train_mlp(C& comm, int steps) {
-  device_context<C> ctx(comm);
+  context ctx(comm);
   const int p = ctx.size();
   Net<D> net;
   if constexpr (requires { net.shard(p); }) net.shard(p);
@@ -126,7 +126,7 @@ run_result train_mlp(C& comm, int steps) {
   optim::sgd<float, D> opt(params, 0.1f, 0.9f);
   run_result out;
   for (int s = 0; s < steps; ++s) {
-    autodiff::tape<float, C, D> tp(ctx);
+    autodiff::tape<float, D> tp(ctx);
     for (std::size_t i = 0; i < params.size(); ++i) params[i]->expect_grad(tp.serial(), int(i));
     const auto x = tp.leaf(on<D>(images(s, p, ctx.rank())), false);
     const auto loss = nn::cross_entropy_loss<float, D>{}(net(x), labels(s, p, ctx.rank()));
@@ -135,7 +135,7 @@ run_result train_mlp(C& comm, int steps) {
     // The gradients in the parameters' layouts: the partial sums over the ranks resolved.
     std::vector<tensor_on<float, D>> grads;
     for (nn::parameter<float, D>* q : params)
-      grads.push_back(tp.grad(autodiff::var<float, C, D>{&tp, q->leaf_id(tp.serial())}));
+      grads.push_back(tp.grad(autodiff::var<float, D>{&tp, q->leaf_id(tp.serial())}));
     opt(grads);
     for (nn::parameter<float, D>* q : params) q->unbind();
   }
@@ -148,7 +148,7 @@ run_result train_mlp(C& comm, int steps) {
 // optimizer's step over the parameters, as examples/mnist_data_parallel runs it.
 template <class D, class C>
 run_result train_with_reducer(C& comm, int steps) {
-  device_context<C> ctx(comm);
+  context ctx(comm);
   const int p = ctx.size();
   mlp<D> net;
   net.build(ctx, 7);
@@ -157,7 +157,7 @@ run_result train_with_reducer(C& comm, int steps) {
   auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
   train::distributed_grad_reducer grad_reducer(opt.parameters(), ctx);
-  static_assert(std::is_same_v<decltype(grad_reducer), train::distributed_grad_reducer<float, C, D>>);
+  static_assert(std::is_same_v<decltype(grad_reducer), train::distributed_grad_reducer<float, D>>);
   run_result out;
   for (int s = 0; s < steps; ++s) {
     const tensor_on<float, D> x = on<D>(images(s, p, ctx.rank()));
@@ -191,21 +191,21 @@ void check_follows(const run_result& g, const run_result& h) {
 
 TEST_CASE("nn on the GPU: an MLP trained on the device follows the host run") {
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
+  any_communicator dev(testing::test_world());
   const int steps = 5;
   check_follows(train_mlp<mlp, cuda_device>(dev, steps), train_mlp<mlp, cpu_device>(host, steps));
 }
 
 TEST_CASE("nn on the GPU: Dense's fused activations, Sigmoid, Tanh and model-parallel Dense follow the host") {
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
+  any_communicator dev(testing::test_world());
   const int steps = 5;
   check_follows(train_mlp<fused_mlp, cuda_device>(dev, steps), train_mlp<fused_mlp, cpu_device>(host, steps));
 }
 
 TEST_CASE("train on the GPU: value_and_grad, the gradient reducer and SGD follow the host run") {
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
+  any_communicator dev(testing::test_world());
   const int steps = 5;
   const run_result h = train_with_reducer<cpu_device>(host, steps);
   const run_result g = train_with_reducer<cuda_device>(dev, steps);
@@ -218,9 +218,9 @@ TEST_CASE("train on the GPU: value_and_grad, the gradient reducer and SGD follow
 
 TEST_CASE("nn on the GPU: parameters are drawn on the host and copied") {
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
-  device_context<mpi_communicator> hc(host);
-  device_context<testing::test_comm> dc(dev);
+  any_communicator dev(testing::test_world());
+  context hc(host);
+  context dc(dev);
   mlp<cpu_device> a;
   mlp<cuda_device> b;
   a.build(hc, 3);
@@ -241,17 +241,17 @@ TEST_CASE("nn on the GPU: parameters are drawn on the host and copied") {
 
 TEST_CASE("nn on the GPU: dropout drops what the host drops") {
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
-  device_context<mpi_communicator> hc(host);
-  device_context<testing::test_comm> dc(dev);
+  any_communicator dev(testing::test_world());
+  context hc(host);
+  context dc(dev);
   const int p = hc.size();
   nn::dropout<float, cpu_device> a(0.5);
   nn::dropout<float, cuda_device> b(0.5);
   a.named("drop", 11);
   b.named("drop", 11);
   const dist_tensor<float> x = images(0, p, hc.rank());
-  autodiff::tape<float, mpi_communicator, cpu_device> ta(hc);
-  autodiff::tape<float, testing::test_comm, cuda_device> tb(dc);
+  autodiff::tape<float, cpu_device> ta(hc);
+  autodiff::tape<float, cuda_device> tb(dc);
   const auto va = ta.leaf(x, true);
   const auto vb = tb.leaf(to_device(x), true);
   const auto ya = a(va);

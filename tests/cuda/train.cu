@@ -37,8 +37,8 @@ template <class D>
 using mlp = train_test::basic_mlp<D>;
 
 // The global value of `x` on the host.
-template <class D, class C>
-xt::xarray<float> global_of(const tensor_on<float, D>& x, device_context<C>& ctx) {
+template <class D>
+xt::xarray<float> global_of(const tensor_on<float, D>& x, context& ctx) {
   const tensor_on<float, D> r = redistribute(x, layout::replicated(x.layout().dev, x.ndim()), ctx);
   return storage<float, D>::to_host(r.local());
 }
@@ -71,7 +71,7 @@ struct model_result {
 // global samples, SGD with momentum, then evaluate on 4 other batches.
 template <class D, class C>
 model_result run_model(C& comm) {
-  device_context<C> ctx(comm);
+  context ctx(comm);
   const int p = ctx.size(), r = ctx.rank();
   mlp<D> net;
   net.build(ctx, 3);
@@ -92,21 +92,21 @@ model_result run_model(C& comm) {
 }
 
 struct reducer_result {
-  std::vector<typename train::distributed_grad_reducer<float, mpi_communicator>::bucket_info> buckets;
+  std::vector<typename train::distributed_grad_reducer<float>::bucket_info> buckets;
   std::vector<xt::xarray<float>> grads;  // step by step, parameter by parameter
 };
 
 // Two steps of value_and_grad and the reducer (no update) on device D.
 template <class D, class C>
 reducer_result reduce_steps(C& comm, bool mean) {
-  device_context<C> ctx(comm);
+  context ctx(comm);
   const int p = ctx.size(), r = ctx.rank();
   mlp<D> net;
   net.build(ctx, 5);
   nn::cross_entropy_loss<float, D> loss_fn;
   auto forward_fn = [&](auto x, const dist_tensor<std::int32_t>& y) { return loss_fn(net(x), y); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
-  train::distributed_grad_reducer<float, C, D> reducer(net.trainable_params(), ctx,
+  train::distributed_grad_reducer<float, D> reducer(net.trainable_params(), ctx,
                                                         {.mean = mean, .bucket_bytes = bucket_bytes});
   reducer_result out;
   for (const auto& b : reducer.buckets()) out.buckets.push_back({b.params, b.bytes, b.group_size});
@@ -129,7 +129,7 @@ reducer_result reduce_steps(C& comm, bool mean) {
 TEST_CASE("train::model on the GPU: the host model's losses, parameters and accuracy") {
   kernels::cuda::set_matmul_precision(kernels::cuda::matmul_precision::fp32);  // no TF32
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
+  any_communicator dev(testing::test_world());
   const model_result h = run_model<cpu_device>(host);
   const model_result g = run_model<cuda_device>(dev);
   REQUIRE(h.losses.size() == 12);
@@ -154,7 +154,7 @@ TEST_CASE("train::model on the GPU: the host model's losses, parameters and accu
 TEST_CASE("distributed_grad_reducer on the GPU: the host's bucket plan and gradients, packed") {
   kernels::cuda::set_matmul_precision(kernels::cuda::matmul_precision::fp32);
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
+  any_communicator dev(testing::test_world());
   for (const bool mean : {true, false}) {
     INFO("mean " << mean);
     const reducer_result h = reduce_steps<cpu_device>(host, mean);
@@ -182,9 +182,9 @@ TEST_CASE("distributed_grad_reducer on the GPU: the host's bucket plan and gradi
 
 TEST_CASE("model_checkpoint on the GPU: the device parameters saved through the host") {
   mpi_communicator host = mpi_communicator::world();
-  testing::test_comm dev = testing::test_world();
-  device_context<testing::test_comm> ctx(dev);
-  device_context<mpi_communicator> hctx(host);
+  any_communicator dev(testing::test_world());
+  context ctx(dev);
+  context hctx(host);
   const int p = ctx.size(), r = ctx.rank();
   train_test::temp_folder<mpi_communicator> tmp(host);
   mlp<cuda_device> net;
@@ -192,9 +192,9 @@ TEST_CASE("model_checkpoint on the GPU: the device parameters saved through the 
   optim::sgd<float, cuda_device> opt(net.trainable_params(), 0.1f);
   train::model model(net, loss_fn, opt, ctx);
   // Each rank its folder; and rank 0 one whole file, gathered through the host communicator.
-  train::model_checkpoint<float, testing::test_comm> shards("net", tmp.path / ("ckpt_" + std::to_string(r)), ctx,
+  train::model_checkpoint<float> shards("net", tmp.path / ("ckpt_" + std::to_string(r)), ctx,
                                                             {.save_checkpoint_steps = 2, .keep_checkpoint_max = 1});
-  train::model_checkpoint<float, testing::test_comm> whole(
+  train::model_checkpoint<float> whole(
       "whole", tmp.path, ctx, {.save_checkpoint_steps = 3, .keep_checkpoint_max = 1, .integrated_save = true});
   auto data = shard(3, 16, r, p);
   model.train(1, data, {&shards, &whole});

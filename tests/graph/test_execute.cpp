@@ -49,12 +49,16 @@ struct outcome {
 
 // One forward and backward of `g` on the ranks of `comm`, from whole values; checks that
 // the communicators moved the planned bytes.
+// An operator definition as `Op`, but linear in nothing: how the graph priced and ran
+// a network before partial sums flowed through linear operators.
 template <class Op>
-struct opaque;
+struct opaque : Op {
+  linearity linear() const { return {}; }
+};
 
 template <class C>
 outcome run(const traced_graph& g, const parallel_config& cfg, C& comm, const values& v) {
-  executor<float, C> ex(parallelize(g, cfg), comm);
+  executor<float> ex(parallelize(g, cfg), comm);
   ex.template add_operator<opaque<ops::neg_op>>();
   ex.template add_operator<opaque<ops::mul_op>>();
   ex.template add_operator<opaque<ops::transpose_op>>();
@@ -192,13 +196,6 @@ traced_graph shapes(int p, bool semi) {
   return b.build(b.add(l12, l34));
 }
 
-// An operator definition as `Op`, but linear in nothing: how the graph priced and ran
-// a network before partial sums flowed through linear operators.
-template <class Op>
-struct opaque : Op {
-  linearity linear() const { return {}; }
-};
-
 // A MatMul with its contraction split, then linear operators (Neg, Mul by a scale,
 // Transpose, a MatMul to 4 columns), then ReLU (rows split) and the loss. With `linear`, the
 // operators are the library's; without, each resolves partial sums at its input.
@@ -225,9 +222,9 @@ const std::vector<std::pair<std::string, tracer>>& networks() {
 }  // namespace
 
 TEST_CASE("every parallel mode gives the stand-alone loss and gradients") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   const int p = world.size();
-  local_communicator one;
+  any_communicator one{local_communicator{}};
   for (const auto& [name, trace] : networks()) {
     CAPTURE(name);
     const traced_graph semi = trace(p, true), configured = trace(p, false);
@@ -255,9 +252,9 @@ TEST_CASE("every parallel mode gives the stand-alone loss and gradients") {
 }
 
 TEST_CASE("partial sums stay partial through linear operators to the first ReLU, and move fewer bytes") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   const int p = world.size();
-  local_communicator one;
+  any_communicator one{local_communicator{}};
   const traced_graph g = linear_chain(p, true), before = linear_chain(p, false);
   const parallel_config cfg = config(parallel_mode::auto_parallel, p);
   const parallel_graph pg = parallelize(g, cfg), pg0 = parallelize(before, cfg);
@@ -291,9 +288,9 @@ TEST_CASE("partial sums stay partial through linear operators to the first ReLU,
 }
 
 TEST_CASE("auto_parallel with a per-input dataset strategy") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   const int p = world.size();
-  local_communicator one;
+  any_communicator one{local_communicator{}};
   const values v = data_for(mlp(p, false));
   const outcome oracle = run(mlp(1, false), config(parallel_mode::stand_alone, 1), one, v);
   const dataset_strategy cols = dataset_strategy::per_input({{1, p}, {1, p}});
@@ -304,9 +301,9 @@ TEST_CASE("auto_parallel with a per-input dataset strategy") {
 }
 
 TEST_CASE("hybrid_parallel: the user's AllReduce and layer-wise parallel slices") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   const int p = world.size(), me = world.rank();
-  local_communicator one;
+  any_communicator one{local_communicator{}};
   constexpr index_t B = 8, K = 16, H = 8;
   // The stand-alone network: y = x W + b, MSE against the labels.
   auto whole = [&] {
@@ -335,7 +332,7 @@ TEST_CASE("hybrid_parallel: the user's AllReduce and layer-wise parallel slices"
     const value part = b.matmul(x, b.parameter("w", {k, H}, true));
     const value sum = grouped ? b.all_reduce(part, mesh{1, p}, {1}) : b.all_reduce(part);
     const traced_graph hg = b.build(b.mse_loss(b.bias_add(sum, b.parameter("b", {H})), label));
-    executor<float, mpi_communicator> ex(parallelize(hg, config(parallel_mode::hybrid_parallel, p)), world);
+    executor<float> ex(parallelize(hg, config(parallel_mode::hybrid_parallel, p)), world);
     ex.set_parameter("w", rows(v.at("w")));
     ex.set_parameter("b", v.at("b"));
     const auto r = ex.value_and_grad({cols(v.at("x")), v.at("label")});
@@ -352,7 +349,7 @@ TEST_CASE("hybrid_parallel: the user's AllReduce and layer-wise parallel slices"
     const value x = b.input("x", {rb, K}), label = b.input("label", {rb, H});
     const value w = b.parameter("w", {K, H}), bias = b.parameter("b", {H});  // in this order
     const value y = b.bias_add(b.matmul(x, w), bias);
-    executor<float, mpi_communicator> ex(parallelize(b.build(b.mse_loss(y, label)), config(parallel_mode::hybrid_parallel, p)),
+    executor<float> ex(parallelize(b.build(b.mse_loss(y, label)), config(parallel_mode::hybrid_parallel, p)),
                                          world);
     ex.set_parameter("w", v.at("w"));
     ex.set_parameter("b", v.at("b"));
@@ -369,13 +366,13 @@ TEST_CASE("hybrid_parallel: the user's AllReduce and layer-wise parallel slices"
 }
 
 TEST_CASE("training: Momentum steps on 1 rank and on all of them agree") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   const int p = world.size();
-  local_communicator one;
+  any_communicator one{local_communicator{}};
   const values v = data_for(mlp(p, false));
   auto train = [&](auto& comm, const traced_graph& g, const parallel_config& cfg) {
     using C = std::remove_reference_t<decltype(comm)>;
-    executor<float, C> ex(parallelize(g, cfg), comm);
+    executor<float> ex(parallelize(g, cfg), comm);
     for (const char* n : {"w", "w2"}) ex.set_parameter(n, v.at(n));
     const auto batch = ex.slice_batch({v.at("x"), v.at("label")});
     optim::momentum<float> opt(0.2f, 0.1f);
@@ -413,13 +410,13 @@ struct square_op {
   ops::mul_op mul() const { return ops::mul_op{strategy{st.in[0], st.in[0]}}; }
 };
 
-template <class T, class D, class C>
-tensor_on<T, D> forward(const square_op& op, ops::op_inputs<T, D> x, device_context<C>& ctx) {
+template <class T, class D>
+tensor_on<T, D> forward(const square_op& op, ops::op_inputs<T, D> x, context& ctx) {
   return ops::mul(op.mul(), *x[0], *x[0], ctx);
 }
-template <class T, class D, class C>
+template <class T, class D>
 ops::op_grads<T, D> backward(const square_op& op, const tensor_on<T, D>& dy, ops::op_inputs<T, D> x,
-                             const tensor_on<T, D>&, device_context<C>& ctx) {
+                             const tensor_on<T, D>&, context& ctx) {
   tensor_on<T, D> dx = ops::mul(op.mul(), dy, *x[0], ctx);
   kernels::backend<D>::scale(dx.local(), T(2));
   return ops::grads_of(std::move(dx));
@@ -427,7 +424,7 @@ ops::op_grads<T, D> backward(const square_op& op, const tensor_on<T, D>& dy, ops
 }  // namespace user
 
 TEST_CASE("an operator defined outside the library, run once the executor is told of it") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   const int p = world.size();
   graph_builder b;
   const value x = b.input("x", {8, 8});
@@ -435,7 +432,7 @@ TEST_CASE("an operator defined outside the library, run once the executor is tol
   CHECK(h.name() == "square");
   const traced_graph g = b.build(b.reduce_sum(h));
   const values v = data_for(g);
-  executor<float, mpi_communicator> ex(parallelize(g, config(parallel_mode::data_parallel, p)), world);
+  executor<float> ex(parallelize(g, config(parallel_mode::data_parallel, p)), world);
   ex.set_parameter("w", v.at("w"));
   const auto batch = ex.slice_batch({v.at("x")});
   std::string what;
@@ -457,10 +454,10 @@ TEST_CASE("an operator defined outside the library, run once the executor is tol
 }
 
 TEST_CASE("run-time errors name the input, parameter or operator and the shapes") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   const int p = world.size();
   const traced_graph g = mlp(p, false);
-  executor<float, mpi_communicator> ex(parallelize(g, config(parallel_mode::auto_parallel, p)), world);
+  executor<float> ex(parallelize(g, config(parallel_mode::auto_parallel, p)), world);
   const xt::xarray<float> x = matrix(extents{16, 32}, 1), label = matrix(extents{16, 16}, 2);
   const std::string each = "(" + std::to_string(16 / p) + ", 32)";
   if (p > 1)
@@ -475,11 +472,11 @@ TEST_CASE("run-time errors name the input, parameter or operator and the shapes"
   CHECK_THROWS_WITH_AS(ex.slice_input("y", x), "graph executor: no input named 'y'", error);
   CHECK(ex.input_local_shape("label") == extents{16 / p, 16});
   const int other = p == 2 ? 4 : 2;
-  CHECK_THROWS_WITH_AS((executor<float, mpi_communicator>(parallelize(mlp(other, false), config(parallel_mode::auto_parallel, other)), world)),
+  CHECK_THROWS_WITH_AS((executor<float>(parallelize(mlp(other, false), config(parallel_mode::auto_parallel, other)), world)),
                        ("graph executor: the graph was parallelized for " + std::to_string(other) +
                         " devices, the communicator has " + std::to_string(p) + " ranks").c_str(),
                        error);
-  CHECK_THROWS_WITH_AS((executor<double, mpi_communicator>(parallelize(g, config(parallel_mode::auto_parallel, p)), world)),
+  CHECK_THROWS_WITH_AS((executor<double>(parallelize(g, config(parallel_mode::auto_parallel, p)), world)),
                        "graph executor: the graph was parallelized for 4-byte elements, the executor's are 8 bytes",
                        error);
 }

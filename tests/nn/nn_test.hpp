@@ -34,8 +34,8 @@ dist_tensor<T> shard_of(const xt::xarray<T>& g, const layout& l, int rank) {
 }
 
 /// The global array of `x` (partial sums resolved), on every rank.
-template <class T, class C>
-xt::xarray<T> gather(const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T>
+xt::xarray<T> gather(const dist_tensor<T>& x, context& ctx) {
   return redistribute(x, layout::replicated(x.layout().dev, x.ndim()), ctx).local();
 }
 

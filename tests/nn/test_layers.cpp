@@ -23,8 +23,8 @@
 
 using namespace tessera;
 using namespace nn_test;
-using ctx_t = device_context<mpi_communicator>;
-using tape_t = autodiff::tape<double, mpi_communicator>;
+using ctx_t = context;
+using tape_t = autodiff::tape<double>;
 using arr = xt::xarray<double>;
 
 namespace {
@@ -120,7 +120,7 @@ double loss_of(nn::dense<double>& fc, const arr& x, const arr& t, ctx_t& ctx) {
 }  // namespace
 
 TEST_CASE("dense: output and gradients equal the hand-computed ones, data parallel and sharded") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, IN}, 1), w = pattern<double>({OUT, IN}, 2), b = pattern<double>({OUT}, 3),
@@ -151,7 +151,7 @@ TEST_CASE("dense: output and gradients equal the hand-computed ones, data parall
 }
 
 TEST_CASE("dense with a fused activation: output and gradients equal the hand-computed ones, every strategy") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, IN}, 1), w = pattern<double>({OUT, IN}, 2), b = pattern<double>({OUT}, 3),
@@ -187,7 +187,7 @@ TEST_CASE("dense with a fused activation: output and gradients equal the hand-co
 }
 
 TEST_CASE("sigmoid and tanh layers: the values and gradients of the formulas, in the input's layout") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, OUT}, 8);
@@ -215,7 +215,7 @@ TEST_CASE("sigmoid and tanh layers: the values and gradients of the formulas, in
 }
 
 TEST_CASE("dense: gradients equal central finite differences of the loss") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const arr x = pattern<double>({B, IN}, 5), t = pattern<double>({B, OUT}, 6);
   nn::dense<double> fc(IN, OUT, "xavier_uniform", "uniform");
@@ -243,7 +243,7 @@ TEST_CASE("dense: gradients equal central finite differences of the loss") {
 }
 
 TEST_CASE("flatten, relu and sequential: a small network equals its hand-computed forward and backward") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, 2, 3}, 7), w = pattern<double>({OUT, IN}, 8), b = pattern<double>({OUT}, 9),
@@ -286,7 +286,7 @@ TEST_CASE("flatten, relu and sequential: a small network equals its hand-compute
 }
 
 TEST_CASE("dropout: rate, scale, eval identity; the one-rank mask, and equal on replicas") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const std::size_t rows = 64, cols = 50;
@@ -350,7 +350,7 @@ TEST_CASE("dropout: rate, scale, eval identity; the one-rank mask, and equal on 
 TEST_CASE("dropout: the factors a device multiplies by are drawn on the host as the host's mask") {
   // A GPU's dropout multiplies by these factors (copied to the device): on every shard
   // x times them is the host path's output, exactly.
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({12, 12}, 3);
@@ -376,7 +376,7 @@ TEST_CASE("dropout: the factors a device multiplies by are drawn on the host as 
 }
 
 TEST_CASE("layers: bad input is an error naming the layer") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   nn::dense<double> fc(IN, OUT);
   tape_t tp(ctx);

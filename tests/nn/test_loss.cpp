@@ -17,8 +17,8 @@
 
 using namespace tessera;
 using namespace nn_test;
-using ctx_t = device_context<mpi_communicator>;
-using tape_t = autodiff::tape<double, mpi_communicator>;
+using ctx_t = context;
+using tape_t = autodiff::tape<double>;
 using arr = xt::xarray<double>;
 
 namespace {
@@ -67,7 +67,7 @@ std::vector<layout> logits_layouts(int p) {
 }  // namespace
 
 TEST_CASE("cross_entropy_loss: the mean (and sum) of -log softmax at the label, and its gradient") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, C}, 1) * 3.0;
@@ -88,7 +88,7 @@ TEST_CASE("cross_entropy_loss: the mean (and sum) of -log softmax at the label, 
 }
 
 TEST_CASE("cross_entropy_loss: the gradient equals central finite differences") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   arr x = pattern<double>({B, C}, 2);
@@ -108,7 +108,7 @@ TEST_CASE("cross_entropy_loss: the gradient equals central finite differences") 
 }
 
 TEST_CASE("cross_entropy_loss: a large logit does not overflow") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   arr x = xt::zeros<double>({B, C});
   x(0, 1) = 1000.0;  // label of sample 0 is 1: loss term ~0
@@ -121,7 +121,7 @@ TEST_CASE("cross_entropy_loss: a large logit does not overflow") {
 }
 
 TEST_CASE("cross_entropy_loss: bad labels and shapes are errors") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   nn::cross_entropy_loss<double> ce;
@@ -142,7 +142,7 @@ TEST_CASE("cross_entropy_loss: bad labels and shapes are errors") {
 TEST_CASE("cross_entropy_loss: the path of devices other than the host, run with the host's kernels") {
   // What a GPU network's loss runs (labels made values on the device, the sharded
   // operator, then the mean or sum), here on host tensors: the same values and gradients.
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, C}, 1) * 3.0;
@@ -173,7 +173,7 @@ TEST_CASE("cross_entropy_loss: the path of devices other than the host, run with
 }
 
 TEST_CASE("mse_loss: mean and sum of squared differences, gradient 2 (x - t) / n") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, C}, 4), t = pattern<double>({B, C}, 5);
@@ -202,7 +202,7 @@ TEST_CASE("mse_loss: mean and sum of squared differences, gradient 2 (x - t) / n
 }
 
 TEST_CASE("mse_loss: the path of devices other than the host, run with the host's kernels") {
-  mpi_communicator world = mpi_communicator::world();
+  any_communicator world(mpi_communicator::world());
   ctx_t ctx(world);
   const int p = world.size();
   const arr x = pattern<double>({B, C}, 4), t = pattern<double>({B, C}, 5);

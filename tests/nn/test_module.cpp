@@ -81,8 +81,8 @@ TEST_CASE("module: dotted names, traversal and trainable parameters") {
 }
 
 TEST_CASE("module: build names, lays out and draws every parameter; train and eval modes") {
-  local_communicator one;
-  device_context<local_communicator> ctx(one);
+  any_communicator one{local_communicator{}};
+  context ctx(one);
   network net;
   CHECK_THROWS_WITH(net.dense_relu_sequential.get<0>().weight.data(),
                     "parameter '': not built yet: call build(ctx) on the network first");
@@ -137,8 +137,8 @@ TEST_CASE("module: strategies decide the parameters' layouts; set_data_parallel 
 }
 
 TEST_CASE("placed_as: a tensor placed alike on another device matrix is borrowed, not moved") {
-  local_communicator one;
-  device_context<local_communicator> ctx(one);
+  any_communicator one{local_communicator{}};
+  context ctx(one);
   dist_tensor<float> x(layout(mesh{1, 1}, {{0}, {1}}), extents{2, 3}, 0);
   x.fill_global([](const auto& i) { return float(i[0] * 3 + i[1]); });
   // core/refine.hpp's same_placement: the one test of "already laid out so".

@@ -75,8 +75,7 @@ struct run_result {
 // `steps` steps of the optimizer over the network built from `seed` on ctx's ranks;
 // with optimizer parallel the gradients go to the step as the backward pass leaves
 // them, else through a distributed_grad_reducer.
-template <class C>
-run_result train_run(device_context<C>& ctx, const make_optimizer& make, bool parallel, bool hybrid, int steps,
+run_result train_run(context& ctx, const make_optimizer& make, bool parallel, bool hybrid, int steps,
                      optim::optimizer<float>::parallel_options po = {.threshold_bytes = 0},
                      std::function<void(const optim::optimizer<float>&)> inspect = {}) {
   mlp net;
@@ -85,8 +84,8 @@ run_result train_run(device_context<C>& ctx, const make_optimizer& make, bool pa
   nn::cross_entropy_loss<float> ce;
   std::unique_ptr<optim::optimizer<float>> opt = make(net.trainable_params());
   if (parallel) opt->enable_parallel_optimizer(ctx, po);
-  std::unique_ptr<train::distributed_grad_reducer<float, C>> reducer;
-  if (!parallel) reducer = std::make_unique<train::distributed_grad_reducer<float, C>>(opt->parameters(), ctx);
+  std::unique_ptr<train::distributed_grad_reducer<float>> reducer;
+  if (!parallel) reducer = std::make_unique<train::distributed_grad_reducer<float>>(opt->parameters(), ctx);
   auto grad_fn = train::value_and_grad([&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); },
                                        net.trainable_params(), ctx);
   run_result out;
@@ -118,10 +117,10 @@ void check_same(const run_result& a, const run_result& ref) {
 }  // namespace
 
 TEST_CASE("optimizer parallel: each optimizer's split state gives the one-rank training, data parallel") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   const int p = ctx.size();
   for (const named_optimizer& o : optimizers()) {
     CAPTURE(o.name);
@@ -150,10 +149,10 @@ TEST_CASE("optimizer parallel: each optimizer's split state gives the one-rank t
 }
 
 TEST_CASE("optimizer parallel: a model-parallel layer's state is split over its replicas only") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   const int p = ctx.size();
   const make_optimizer make = [](auto ps) { return std::make_unique<optim::adam<float>>(ps, 1e-2f); };
   const run_result r = train_run(ctx, make, true, true, 6, {.threshold_bytes = 0}, [&](const optim::optimizer<float>& opt) {
@@ -177,8 +176,8 @@ TEST_CASE("optimizer parallel: a model-parallel layer's state is split over its 
 }
 
 TEST_CASE("optimizer parallel: its collectives move the bytes of the AllReduce they replace") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   for (const bool hybrid : {false, true}) {
     CAPTURE(hybrid);
     mlp net;
@@ -201,10 +200,10 @@ TEST_CASE("optimizer parallel: its collectives move the bytes of the AllReduce t
 }
 
 TEST_CASE("optimizer parallel: parameters below the threshold keep their whole state") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   const make_optimizer make = [](auto ps) { return std::make_unique<optim::momentum<float>>(ps, 0.1f, 0.9f); };
   // 16 x 16 floats (1 KiB) and more are split; the rest (the biases, the 4 x 16 last
   // weight, 256 bytes) stay whole and are all-reduced.
@@ -221,8 +220,8 @@ TEST_CASE("optimizer parallel: parameters below the threshold keep their whole s
 }
 
 TEST_CASE("optimizer parallel: train::model runs no reducer and follows the reducer's run") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   const int p = ctx.size(), r = ctx.rank();
   auto data = shard(4, global_rows, r, p);
   nn::cross_entropy_loss<float> ce;
@@ -250,8 +249,8 @@ TEST_CASE("optimizer parallel: train::model runs no reducer and follows the redu
 }
 
 TEST_CASE("optimizer parallel: errors") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 1);
   optim::sgd<float> opt(net.trainable_params(), 0.1f);
@@ -261,7 +260,7 @@ TEST_CASE("optimizer parallel: errors") {
   const auto [x, y] = split_batch(batch(0, global_rows), ctx);
   {
     optim::sgd<float> late(net.trainable_params(), 0.1f);
-    train::distributed_grad_reducer<float, mpi_communicator> reducer(late.parameters(), ctx);
+    train::distributed_grad_reducer<float> reducer(late.parameters(), ctx);
     auto [loss, grads] = grad_fn(x, y);
     late(reducer(grads));
     CHECK_THROWS_WITH(late.enable_parallel_optimizer(ctx),

@@ -33,10 +33,10 @@ std::vector<std::string> names_in(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("model_checkpoint: every N steps and at the end, each rank in its folder, the newest kept") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   const int p = world.size(), r = world.rank();
-  temp_folder<mpi_communicator> tmp(world);
+  temp_folder tmp(world);
   const fs::path mine = tmp.path / ("ckpt_" + std::to_string(r));  // the seeds' per-rank directory
 
   auto data = shard(3, 16, r, p);
@@ -44,7 +44,7 @@ TEST_CASE("model_checkpoint: every N steps and at the end, each rank in its fold
   nn::cross_entropy_loss<float> ce;
   optim::sgd<float> opt(net.trainable_params(), 0.1f, 0.9f);
   train::model model(net, ce, opt, ctx);
-  train::model_checkpoint<float, mpi_communicator> ckpt("net", mine, ctx,
+  train::model_checkpoint<float> ckpt("net", mine, ctx,
                                                         {.save_checkpoint_steps = 2, .keep_checkpoint_max = 2});
   model.train(3, data, {&ckpt});
   // Steps 2, 4, 6, 8 and the last (9): epoch 1 step 2, 2_1, 2_3, 3_2 and 3_3.
@@ -69,15 +69,15 @@ TEST_CASE("model_checkpoint: every N steps and at the end, each rank in its fold
 }
 
 TEST_CASE("model_checkpoint: integrated_save writes one whole file on rank 0") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  temp_folder<mpi_communicator> tmp(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  temp_folder tmp(world);
   auto data = shard(2, 8, world.rank(), world.size());
   mlp net;
   nn::cross_entropy_loss<float> ce;
   optim::sgd<float> opt(net.trainable_params(), 0.1f);
   train::model model(net, ce, opt, ctx);
-  train::model_checkpoint<float, mpi_communicator> ckpt(
+  train::model_checkpoint<float> ckpt(
       "whole", tmp.path, ctx, {.save_checkpoint_steps = 1, .keep_checkpoint_max = 1, .integrated_save = true});
   model.train(1, data, {&ckpt});
   world.barrier();
@@ -92,9 +92,9 @@ TEST_CASE("model_checkpoint: integrated_save writes one whole file on rank 0") {
 }
 
 TEST_CASE("model_checkpoint: bad settings are errors") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  using ckpt_t = train::model_checkpoint<float, mpi_communicator>;
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  using ckpt_t = train::model_checkpoint<float>;
   CHECK_THROWS_WITH(ckpt_t("net", "d", ctx, {.save_checkpoint_steps = 0}),
                     "model_checkpoint: save_checkpoint_steps must be at least 1, got 0");
   CHECK_THROWS_WITH(ckpt_t("net", "d", ctx, {.save_checkpoint_steps = 1, .keep_checkpoint_max = 0}),
@@ -106,9 +106,9 @@ TEST_CASE("model_checkpoint: a device network is written from its parameters' ho
   // What train::model hands a callback for a network on a GPU: no `parameters`, and
   // host_parameters() making host copies (here of a host network, so that the test runs
   // on the host); the checkpoint is made from those copies, once per save.
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  temp_folder<mpi_communicator> tmp(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  temp_folder tmp(world);
   mlp net;
   net.build(ctx, 3);
   int calls = 0;
@@ -120,7 +120,7 @@ TEST_CASE("model_checkpoint: a device network is written from its parameters' ho
     for (auto& [name, q] : net.named_parameters()) out.emplace_back(name, dist_tensor<float>(q->data()));
     return out;
   };
-  train::model_checkpoint<float, mpi_communicator> ckpt(
+  train::model_checkpoint<float> ckpt(
       "dev", tmp.path, ctx, {.save_checkpoint_steps = 2, .keep_checkpoint_max = 1, .integrated_save = true});
   for (int s = 1; s <= 3; ++s) {
     rc.step = rc.step_in_epoch = s;

@@ -50,8 +50,8 @@ data::dataset images(const fs::path& dir, const char* usage, std::int64_t shards
 }  // namespace
 
 TEST_CASE("model: trains and evaluates on data::dataset batches") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   const int p = world.size(), r = world.rank();
   std::vector<char> name(256, '\0');
   if (r == 0) {
@@ -75,8 +75,8 @@ TEST_CASE("model: trains and evaluates on data::dataset batches") {
   model.train(2, ds, {&rec});
   CHECK(rec.v.size() == std::size_t(2 * 16 / p));  // 64 samples, 4 per rank and step
 
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   net_t ref;
   optim::sgd<float> opt_ref(ref.trainable_params(), 0.05f);
   train::model model_ref(ref, ce, opt_ref, solo);

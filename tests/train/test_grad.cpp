@@ -36,10 +36,10 @@ struct recorder final : nn::grad_listener<float> {
 }  // namespace
 
 TEST_CASE("value_and_grad: the loss and gradients of the one-rank network; partial sums on N ranks") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   const int p = world.size();
 
   mlp net, ref;
@@ -70,8 +70,8 @@ TEST_CASE("value_and_grad: the loss and gradients of the one-rank network; parti
 }
 
 TEST_CASE("value_and_grad: has_aux, unused parameters and the order gradients become final") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 2);
   nn::dense<float> unused(3, 3);
@@ -110,13 +110,13 @@ TEST_CASE("value_and_grad: has_aux, unused parameters and the order gradients be
 }
 
 TEST_CASE("value_and_grad: after the optimizer's step, the next step's gradients reuse the same storage") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 5);
   nn::cross_entropy_loss<float> ce;
   optim::sgd<float> opt(net.trainable_params(), 0.01f);
-  train::distributed_grad_reducer<float, mpi_communicator> reducer(opt.parameters(), ctx);
+  train::distributed_grad_reducer<float> reducer(opt.parameters(), ctx);
   auto grad_fn = train::value_and_grad([&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); },
                                        net.trainable_params(), ctx);
   std::vector<const float*> before;

@@ -19,7 +19,7 @@
 
 using namespace tessera;
 using namespace train_test;
-using reducer_t = train::distributed_grad_reducer<float, mpi_communicator>;
+using reducer_t = train::distributed_grad_reducer<float>;
 
 namespace {
 
@@ -27,8 +27,8 @@ constexpr std::size_t global_rows = 16;
 
 // The one-rank gradients of batch `step` (this process alone).
 std::vector<xt::xarray<float>> one_rank_grads(std::int64_t step, std::uint64_t seed) {
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   mlp net;
   net.build(solo, seed);
   nn::cross_entropy_loss<float> ce;
@@ -44,8 +44,8 @@ std::vector<xt::xarray<float>> one_rank_grads(std::int64_t step, std::uint64_t s
 }  // namespace
 
 TEST_CASE("distributed_grad_reducer: buckets in reverse order, by size and replica group") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 1);
   const auto params = net.trainable_params();  // sizes 192, 16, 256, 16, 64, 4 floats
@@ -85,8 +85,8 @@ TEST_CASE("distributed_grad_reducer: buckets in reverse order, by size and repli
 }
 
 TEST_CASE("distributed_grad_reducer: reductions start during the backward pass") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 1);
   nn::cross_entropy_loss<float> ce;
@@ -118,8 +118,8 @@ TEST_CASE("distributed_grad_reducer: reductions start during the backward pass")
 }
 
 TEST_CASE("distributed_grad_reducer: mean is the one-rank gradient, sum that times the ranks") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   const int p = world.size();
   const auto ref = one_rank_grads(2, 4);
   for (const bool mean : {true, false})
@@ -148,8 +148,8 @@ TEST_CASE("distributed_grad_reducer: mean is the one-rank gradient, sum that tim
 }
 
 TEST_CASE("distributed_grad_reducer: gradients computed before it existed are reduced when it is called") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 4);
   nn::cross_entropy_loss<float> ce;
@@ -164,8 +164,8 @@ TEST_CASE("distributed_grad_reducer: gradients computed before it existed are re
 }
 
 TEST_CASE("broadcast_parameters and parameter_broadcast: every replica gets rank 0's values") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 9);
   const auto params = net.trainable_params();
@@ -184,10 +184,10 @@ TEST_CASE("broadcast_parameters and parameter_broadcast: every replica gets rank
 }
 
 TEST_CASE("data parallel training equals one-rank training over 50 steps (global batch equal)") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   mlp net, ref;
   net.build(ctx, 21);
   ref.build(solo, 21);
@@ -222,8 +222,8 @@ TEST_CASE("data parallel training equals one-rank training over 50 steps (global
 }
 
 TEST_CASE("distributed_grad_reducer: errors") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   mlp net;
   net.build(ctx, 1);
   nn::cross_entropy_loss<float> ce;

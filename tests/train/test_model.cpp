@@ -42,8 +42,8 @@ struct recorder : train::callback<float> {
 }  // namespace
 
 TEST_CASE("model.train: callbacks, learning, and the one-rank losses on N ranks") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   const int p = world.size(), r = world.rank();
   const std::size_t rows = 32;
   auto data = shard(6, rows, r, p);
@@ -65,8 +65,8 @@ TEST_CASE("model.train: callbacks, learning, and the one-rank losses on N ranks"
   CHECK(opt.global_step() == 24);
 
   // The same training on one rank (this process) with the whole global batches.
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   auto all = shard(6, rows, 0, 1);
   mlp ref;
   optim::momentum<float> opt_ref(ref.trainable_params(), 0.1f, 0.9f);
@@ -90,8 +90,8 @@ TEST_CASE("model.train: callbacks, learning, and the one-rank losses on N ranks"
 }
 
 TEST_CASE("model.train: request_stop ends the training after that step") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   auto data = shard(4, 8, world.rank(), world.size());
   mlp net;
   nn::cross_entropy_loss<float> ce;
@@ -105,8 +105,8 @@ TEST_CASE("model.train: request_stop ends the training after that step") {
 }
 
 TEST_CASE("model.train: batches that differ across ranks are an error on every rank") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   const int p = world.size(), r = world.rank();
   if (p == 1) return;
   mlp net;

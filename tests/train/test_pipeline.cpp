@@ -26,8 +26,8 @@ namespace {
 
 constexpr std::size_t global_rows = 16;
 constexpr int steps = 3;
-using tape_t = autodiff::tape<float, mpi_communicator>;
-using var_t = autodiff::var<float, mpi_communicator>;
+using tape_t = autodiff::tape<float>;
+using var_t = autodiff::var<float>;
 
 std::vector<double> flat(const xt::xarray<float>& a) { return std::vector<double>(a.begin(), a.end()); }
 
@@ -39,8 +39,8 @@ struct reference {
 };
 
 reference train_alone() {
-  local_communicator one;
-  device_context<local_communicator> solo(one);
+  any_communicator one{local_communicator{}};
+  context solo(one);
   mlp net;
   net.build(solo, 21);
   reference r;
@@ -107,12 +107,12 @@ struct parts_net : nn::module<float> {
 // forward starts on this stage.
 void check_pipeline(const reference& ref, int stages, int micro, bool model_parallel,
                     std::vector<int>* live = nullptr) {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
-  train::pipeline<float, mpi_communicator> pp(ctx, stages);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  train::pipeline<float> pp(ctx, stages);
   CHECK(pp.stages() == stages);
   CHECK(pp.stage() == ctx.rank() / (ctx.size() / stages));
-  device_context<mpi_communicator>& sc = pp.stage_context();
+  context& sc = pp.stage_context();
   const int q = sc.size(), me = sc.rank();
   CHECK(q == ctx.size() / stages);
   parts_net net(ref.initial);
@@ -196,13 +196,13 @@ TEST_CASE("pipeline: a model-parallel layer inside a stage") {
 TEST_CASE("tape: backward passes from several outputs add up at the leaves") {
   // y_m = sum(w * x_m) for two x: one tape, two passes (dy 1 and 2) give w the gradient
   // x_0 + 2 x_1; each operator's backward runs once, and its value is released.
-  local_communicator one;
-  device_context<local_communicator> solo(one);
-  autodiff::tape<float, local_communicator> tp(solo);
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  autodiff::tape<float> tp(solo);
   const layout l = layout::replicated(mesh{1}, 1);
   const dist_tensor<float> w(l, extents{3}, 0, xt::xarray<float>{1, 2, 3});
   const auto wv = tp.leaf(w);
-  std::vector<autodiff::var<float, local_communicator>> ys;
+  std::vector<autodiff::var<float>> ys;
   for (const xt::xarray<float>& xs : {xt::xarray<float>{1, 0, 2}, xt::xarray<float>{0, 5, 1}}) {
     const auto xv = tp.leaf(dist_tensor<float>(l, extents{3}, 0, xt::xarray<float>(xs)), false);
     ys.push_back(autodiff::apply(ops::reduce_sum_op{strategy{{1}}, {}, false},
@@ -224,18 +224,18 @@ TEST_CASE("tape: backward passes from several outputs add up at the leaves") {
 }
 
 TEST_CASE("pipeline: errors") {
-  mpi_communicator world = mpi_communicator::world();
-  device_context<mpi_communicator> ctx(world);
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
   const int p = ctx.size();
   const std::string bad = "pipeline: " + std::to_string(p + 1) + " stages do not divide " + std::to_string(p) +
                           " ranks into stages of equal size";
-  using pipeline_t = train::pipeline<float, mpi_communicator>;
+  using pipeline_t = train::pipeline<float>;
   CHECK_THROWS_WITH(pipeline_t(ctx, p + 1), bad.c_str());
-  train::pipeline<float, mpi_communicator> pp(ctx, 1);
+  train::pipeline<float> pp(ctx, 1);
   CHECK_THROWS_WITH(pp.step({}, 0, [](tape_t&, int, std::optional<var_t>) -> var_t { return {}; }),
                     "pipeline: the number of micro-batches must be in [1, 4096], got 0");
   // One stage is the last: its function must return a scalar loss.
-  device_context<mpi_communicator>& sc = pp.stage_context();
+  context& sc = pp.stage_context();
   CHECK_THROWS_WITH(pp.step({}, 1,
                             [&](tape_t& tp, int, std::optional<var_t>) {
                               return tp.leaf(dist_tensor<float>(layout::replicated(mesh{sc.size()}, 1), extents{2},

@@ -111,9 +111,8 @@ struct temp_folder {
 };
 
 /// x and y as dist_tensors with the batch split over the ranks of ctx.
-template <class C>
 std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> split_batch(
-    const std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>& g, device_context<C>& ctx) {
+    const std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>& g, context& ctx) {
   const int p = ctx.size(), r = ctx.rank();
   const index_t rows = index_t(g.first.shape()[0]);
   return {dist_tensor<float>(layout(mesh{p}, {{0}, {}, {}}), extents{rows, 3, 4}, r, block(g.first, r, p)),
@@ -121,8 +120,8 @@ std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> split_batch(
 }
 
 /// The global values of x (partial sums resolved).
-template <class T, class C>
-xt::xarray<T> gather(const dist_tensor<T>& x, device_context<C>& ctx) {
+template <class T>
+xt::xarray<T> gather(const dist_tensor<T>& x, context& ctx) {
   return redistribute(x, layout::replicated(x.layout().dev, x.ndim()), ctx).local();
 }
 

@@ -29,9 +29,9 @@ struct mse_loss_op {
 
 /// mean((x - target)^2): a scalar whose partial sums the tape resolves (or the caller,
 /// by redistributing it to a replicated layout).
-template <class T, class C, class D>
-var<T, C, D> mse_loss(const mse_loss_op& op, var<T, C, D> x, var<T, C, D> target) {
-  const var<T, C, D> d = autodiff::apply(op.sub, x, target);
+template <class T, class D>
+var<T, D> mse_loss(const mse_loss_op& op, var<T, D> x, var<T, D> target) {
+  const var<T, D> d = autodiff::apply(op.sub, x, target);
   return autodiff::apply(op.mean, autodiff::apply(op.square, d, d));
 }
 
@@ -92,8 +92,8 @@ struct softmax_cross_entropy_expand_op {
 
 namespace detail {
 // A scalar constant on the tape, laid out as operator input `i` needs it (no gradient).
-template <class T, class C, class D>
-var<T, C, D> scalar_constant(tape<T, C, D>& t, const layout& l, T value) {
+template <class T, class D>
+var<T, D> scalar_constant(tape<T, D>& t, const layout& l, T value) {
   tensor_on<T, D> c(l, extents{}, t.ctx().rank());
   tensor_on<T, D>::storage_type::fill(c.local(), value);
   return t.leaf(std::move(c), false);
@@ -103,31 +103,31 @@ var<T, C, D> scalar_constant(tape<T, C, D>& t, const layout& l, T value) {
 /// The mean cross entropy of softmax(logits) against `labels`: one-hot (or distribution)
 /// labels (B, C), or class indices (B,) when op.sparse. A scalar, differentiable wrt
 /// the logits.
-template <class T, class C, class D>
-var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, C, D> logits,
-                                          var<T, C, D> labels) {
-  tape<T, C, D>& t = *logits.t;
+template <class T, class D>
+var<T, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, D> logits,
+                                          var<T, D> labels) {
+  tape<T, D>& t = *logits.t;
   const extents xs = logits.value().global_shape();
   if (xs.ndim != 2)
     throw error("softmax_cross_entropy_expand: logits must have rank 2 (batch, classes), logits is " +
                 to_string(xs));
   const int p = t.ctx().size();
-  const var<T, C, D> logit_max = autodiff::apply(op.max, logits);
-  const var<T, C, D> e = autodiff::apply(op.exp, autodiff::apply(op.sub, logits, logit_max));
-  const var<T, C, D> exp_sum = autodiff::apply(op.sum, e);
-  const var<T, C, D> softmax = autodiff::apply(op.div, e, exp_sum);
-  var<T, C, D> label = labels;
+  const var<T, D> logit_max = autodiff::apply(op.max, logits);
+  const var<T, D> e = autodiff::apply(op.exp, autodiff::apply(op.sub, logits, logit_max));
+  const var<T, D> exp_sum = autodiff::apply(op.sum, e);
+  const var<T, D> softmax = autodiff::apply(op.div, e, exp_sum);
+  var<T, D> label = labels;
   if (op.sparse) {
     ops::one_hot_op onehot = op.onehot;
     onehot.depth = xs.v[1];
     label = autodiff::apply(onehot, labels);
   }
   const shape_list eps_shapes{xs, extents{}};
-  const var<T, C, D> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
-  const var<T, C, D> log_softmax = autodiff::apply(op.log, autodiff::apply(op.add_eps, softmax, eps));
-  const var<T, C, D> loss = autodiff::apply(op.sum_cross_entropy, autodiff::apply(op.mul, log_softmax, label));
+  const var<T, D> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
+  const var<T, D> log_softmax = autodiff::apply(op.log, autodiff::apply(op.add_eps, softmax, eps));
+  const var<T, D> loss = autodiff::apply(op.sum_cross_entropy, autodiff::apply(op.mul, log_softmax, label));
   const shape_list neg_shapes{extents{}, extents{xs.v[0]}};
-  const var<T, C, D> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
+  const var<T, D> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
   return autodiff::apply(op.mean, autodiff::apply(op.mul2, minus_one, loss));
 }
 

@@ -35,14 +35,14 @@ namespace tessera::autodiff {
 ///
 ///     auto h = autodiff::apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, x, w);
 ///     auto y = autodiff::apply(ops::concat_op{{}, 1}, {a, b, c});
-template <ops::operator_definition Op, class T, class C, class D>
-var<T, C, D> apply(const Op& op, const std::vector<var<T, C, D>>& xs) {
+template <ops::operator_definition Op, class T, class D>
+var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
   const std::string who(Op::name());
   if (xs.empty()) throw error("autodiff: " + who + ": needs at least one input");
   if (Op::arity >= 0 && int(xs.size()) != Op::arity)
     throw error("autodiff: " + who + " takes " + std::to_string(Op::arity) +
                 (Op::arity == 1 ? " input, got " : " inputs, got ") + std::to_string(xs.size()));
-  tape<T, C, D>& t = *xs[0].t;
+  tape<T, D>& t = *xs[0].t;
   std::vector<int> ids;
   std::vector<const tensor_on<T, D>*> in;
   bool needs_grad = false;
@@ -55,7 +55,7 @@ var<T, C, D> apply(const Op& op, const std::vector<var<T, C, D>>& xs) {
   tensor_on<T, D> y = ops::run_forward(op, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
   if (!needs_grad) return t.leaf(std::move(y), false);
   const int self = t.size();  // y's id once recorded: the backward may read it
-  return t.record(std::move(y), [op, ids = std::move(ids), self](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+  return t.record(std::move(y), [op, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
     std::vector<const tensor_on<T, D>*> values;
     values.reserve(ids.size());
     for (int id : ids) values.push_back(&tp.value(id));
@@ -67,25 +67,25 @@ var<T, C, D> apply(const Op& op, const std::vector<var<T, C, D>>& xs) {
 }
 
 /// apply of a fixed number of inputs: apply(op, a, b).
-template <ops::operator_definition Op, class T, class C, class D, class... More>
-  requires(std::same_as<More, var<T, C, D>> && ...)
-var<T, C, D> apply(const Op& op, var<T, C, D> x, More... more) {
-  return autodiff::apply(op, std::vector<var<T, C, D>>{x, more...});
+template <ops::operator_definition Op, class T, class D, class... More>
+  requires(std::same_as<More, var<T, D>> && ...)
+var<T, D> apply(const Op& op, var<T, D> x, More... more) {
+  return autodiff::apply(op, std::vector<var<T, D>>{x, more...});
 }
 
 /// apply of a braced list: apply(ops::concat_op{{}, 1}, {a, b}).
-template <ops::operator_definition Op, class T, class C, class D>
-var<T, C, D> apply(const Op& op, std::initializer_list<var<T, C, D>> xs) {
-  return autodiff::apply(op, std::vector<var<T, C, D>>(xs));
+template <ops::operator_definition Op, class T, class D>
+var<T, D> apply(const Op& op, std::initializer_list<var<T, D>> xs) {
+  return autodiff::apply(op, std::vector<var<T, D>>(xs));
 }
 
 namespace detail {
 // MatMul's backward on the tape, whichever forward computed C (ops::matmul or a
 // pipelined one): dC is brought to C's layout without partial sums, and dA and dB land
 // in the rule's gradient layouts.
-template <class T, class C, class D>
+template <class T, class D>
 auto matmul_grads(const ops::matmul_op& op, int ia, int ib) {
-  return [op, ia, ib](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+  return [op, ia, ib](tape<T, D>& tp, const tensor_on<T, D>& g) {
     auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
     tp.add_grad(ia, std::move(da));
     tp.add_grad(ib, std::move(db));
@@ -95,28 +95,27 @@ auto matmul_grads(const ops::matmul_op& op, int ia, int ib) {
 
 /// C = op(A) op(B) by ops::matmul_overlapped: the contraction's partial sums resolved
 /// as `how` says, chunk by chunk, while the next chunk is multiplied (C in
-/// ops::resolved_layout(rule, how)). The backward is MatMul's. C's communicator must be
-/// non-blocking (mpi_communicator, local_communicator, the staged and NCCL ones).
+/// ops::resolved_layout(rule, how)). The backward is MatMul's.
 ///
 ///     auto h = autodiff::matmul_overlapped(ops::matmul_op{strategy{{1, 4}, {4, 1}}}, x, w);
-template <class T, class C, class D>
-var<T, C, D> matmul_overlapped(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+template <class T, class D>
+var<T, D> matmul_overlapped(const ops::matmul_op& op, var<T, D> a, var<T, D> b,
                                ops::partial_resolution how = ops::partial_resolution::scatter_rows,
                                const ops::pipeline_options& opt = {}) {
-  tape<T, C, D>& t = *a.t;
+  tape<T, D>& t = *a.t;
   tensor_on<T, D> c = ops::matmul_overlapped(op, a.value(), b.value(), t.ctx(), how, opt);
-  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+  return t.record(std::move(c), detail::matmul_grads<T, D>(op, a.id, b.id));
 }
 
 /// C = op(A) op(B) by SUMMA (ops::matmul_summa), for strategies ((pm, 1), (1, pn)): the
 /// panels of A and B broadcast along the mesh's rows and columns while the previous
 /// panels are multiplied. The backward is MatMul's.
-template <class T, class C, class D>
-var<T, C, D> matmul_summa(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+template <class T, class D>
+var<T, D> matmul_summa(const ops::matmul_op& op, var<T, D> a, var<T, D> b,
                           const ops::pipeline_options& opt = {}) {
-  tape<T, C, D>& t = *a.t;
+  tape<T, D>& t = *a.t;
   tensor_on<T, D> c = ops::matmul_summa(op, a.value(), b.value(), t.ctx(), opt);
-  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+  return t.record(std::move(c), detail::matmul_grads<T, D>(op, a.id, b.id));
 }
 
 }  // namespace tessera::autodiff

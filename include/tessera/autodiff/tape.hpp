@@ -22,20 +22,20 @@
 
 namespace tessera::autodiff {
 
-template <class T, class C, class D = cpu_device>
+template <class T, class D = cpu_device>
 class tape;
 
 /// A value recorded on a tape: the handle operators take and return.
-template <class T, class C, class D = cpu_device>
+template <class T, class D = cpu_device>
 struct var {
-  tape<T, C, D>* t = nullptr;
+  tape<T, D>* t = nullptr;
   int id = -1;
   const tensor_on<T, D>& value() const { return t->value(id); }
 };
 
 /// The record of one computation on tensors of device D. Not thread-safe; one per
 /// forward pass.
-template <class T, class C, class D>
+template <class T, class D>
 class tape {
  public:
   using tensor = tensor_on<T, D>;
@@ -46,11 +46,11 @@ class tape {
   /// when the pass reaches it: every node that could still add to its gradient has run.
   using leaf_hook = std::function<void(int id)>;
 
-  explicit tape(device_context<C>& ctx) : ctx_(&ctx), serial_(next_serial()) {}
+  explicit tape(context& ctx) : ctx_(&ctx), serial_(next_serial()) {}
   tape(const tape&) = delete;
   tape& operator=(const tape&) = delete;
 
-  device_context<C>& ctx() { return *ctx_; }
+  context& ctx() { return *ctx_; }
   /// A number no other tape of this process has had: tells tapes apart even when one
   /// is made where another was destroyed.
   std::uint64_t serial() const { return serial_; }
@@ -58,24 +58,24 @@ class tape {
   int size() const { return int(nodes_.size()); }
 
   /// A value with no inputs: a parameter (requires_grad) or data.
-  var<T, C, D> leaf(tensor value, bool requires_grad = true) {
+  var<T, D> leaf(tensor value, bool requires_grad = true) {
     nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
     return {this, int(nodes_.size()) - 1};
   }
   /// A leaf that refers to `value` instead of copying it (a parameter): `value` must
   /// outlive the tape and stay unchanged while the tape is used.
-  var<T, C, D> leaf_view(const tensor& value, bool requires_grad = true) {
+  var<T, D> leaf_view(const tensor& value, bool requires_grad = true) {
     nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
-  var<T, C, D> record(tensor value, backward_fn backward) {
+  var<T, D> record(tensor value, backward_fn backward) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
     return {this, int(nodes_.size()) - 1};
   }
   /// As above; with requires_grad false (no input needs a gradient) the backward
   /// function never runs.
-  var<T, C, D> record(tensor value, backward_fn backward, bool requires_grad) {
+  var<T, D> record(tensor value, backward_fn backward, bool requires_grad) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, requires_grad});
     return {this, int(nodes_.size()) - 1};
   }
@@ -123,7 +123,7 @@ class tape {
   }
 
   /// Runs the backward pass from `loss`, a scalar (rank-0) value: its gradient is 1.
-  void backward(var<T, C, D> loss) {
+  void backward(var<T, D> loss) {
     const tensor& l = value(loss.id);
     if (l.ndim() != 0)
       throw error("autodiff: backward starts from a scalar loss, got shape " + to_string(l.global_shape()));
@@ -141,7 +141,7 @@ class tape {
   /// one pass each from its output, keep only the activations of those in flight. The
   /// outputs must share no operator output, only leaves (a later pass reaching a
   /// released value is an error).
-  void backward(var<T, C, D> y, tensor dy) {
+  void backward(var<T, D> y, tensor dy) {
     add_grad(y.id, std::move(dy));
     run_backward(y.id, true);
   }
@@ -172,7 +172,7 @@ class tape {
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
   /// reached it.
-  tensor grad(var<T, C, D> v) {
+  tensor grad(var<T, D> v) {
     node& n = at(v.id);
     const tensor& value = this->value(v.id);
     if (!n.grad) {
@@ -227,7 +227,7 @@ class tape {
     return ++counter;
   }
 
-  device_context<C>* ctx_;
+  context* ctx_;
   std::uint64_t serial_;
   std::vector<node> nodes_;
   leaf_hook leaf_hook_;
@@ -235,18 +235,18 @@ class tape {
 
 /// Runs f on the tape with `params` as leaves, then the backward pass from the scalar
 /// it returns: the loss value and the gradient of each parameter, in its layout.
-template <class T, class D, class C, class F>
+template <class T, class D, class F>
 std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
-    F&& f, const std::vector<tensor_on<T, D>>& params, device_context<C>& ctx) {
-  tape<T, C, D> t(ctx);
-  std::vector<var<T, C, D>> vars;
+    F&& f, const std::vector<tensor_on<T, D>>& params, context& ctx) {
+  tape<T, D> t(ctx);
+  std::vector<var<T, D>> vars;
   vars.reserve(params.size());
   for (const tensor_on<T, D>& p : params) vars.push_back(t.leaf(p));
-  const var<T, C, D> loss = f(t, vars);
+  const var<T, D> loss = f(t, vars);
   t.backward(loss);
   std::vector<tensor_on<T, D>> grads;
   grads.reserve(vars.size());
-  for (const var<T, C, D>& v : vars) grads.push_back(t.grad(v));
+  for (const var<T, D>& v : vars) grads.push_back(t.grad(v));
   return {loss.value(), std::move(grads)};
 }
 

@@ -301,6 +301,8 @@ class any_request {
 
 static_assert(pollable_request<any_request>);
 
+class any_communicator;
+
 namespace detail {
 
 // ---- the erased communicator ----------------------------------------------------------
@@ -342,6 +344,7 @@ class comm_interface {
   virtual bool device_buffers() const noexcept = 0;
   virtual const void* type() const noexcept = 0;  // &type_tag<C>
   virtual void* target() noexcept = 0;            // the C inside
+  virtual any_communicator* host_communicator() noexcept = 0;  // C's host(), when a handle
 };
 
 /// "all_reduce: the nccl backend has no element type short"
@@ -512,6 +515,10 @@ class comm_model final : public comm_interface {
   bool device_buffers() const noexcept override { return takes_device_buffers<C>; }
   const void* type() const noexcept override { return &type_tag<C>; }
   void* target() noexcept override { return &c_; }
+  any_communicator* host_communicator() noexcept override {
+    if constexpr (requires { { c_.host() } -> std::same_as<any_communicator&>; }) return &c_.host();
+    else return nullptr;
+  }
 
  private:
   // f.operator()<T>() for the T of kind k when C moves T, else the error naming the call,
@@ -615,6 +622,11 @@ class any_communicator {
   std::string_view backend() const { return impl().backend(); }
   /// True when the spans passed to the calls must point to device (GPU) memory.
   bool device_buffers() const { return impl().device_buffers(); }
+
+  /// The host communicator under a communicator of device buffers, when that is itself
+  /// a handle (staged_communicator<any_communicator>: device buffers staged through the
+  /// host world), else nullptr: what host-memory collectives next to device ones use.
+  any_communicator* host_communicator() noexcept { return impl().host_communicator(); }
 
   /// The communicator underneath when it is a C, else nullptr (as std::function::target).
   template <class C>

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include <tessera/comm/any_communicator.hpp>
 #include <tessera/comm/communicator.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/mesh.hpp>
@@ -133,5 +134,16 @@ class device_context {
   C* world_;
   std::vector<std::unique_ptr<mesh_comm<C>>> meshes_;
 };
+
+/// The context the training layers (autodiff/, nn/, optim/, train/, the graph executor)
+/// run on: the device matrices of a world whose backend is chosen when the job starts
+/// (any_communicator: MPI under mpiexec, one rank without a launcher, device buffers
+/// for GPU tensors). Code below them (ops/, exec/) takes any device_context<C>.
+///
+///     tessera::run(argc, argv, [](tessera::any_communicator& world) {
+///       tessera::context ctx(world);
+///       ...
+///     });
+using context = device_context<any_communicator>;
 
 }  // namespace tessera

@@ -25,17 +25,26 @@ namespace tessera {
 namespace detail {
 
 /// Shards of device D move through communicators of D's memory: a compile-time error
-/// otherwise, naming both.
+/// naming both for a typed communicator, a run-time one for any_communicator (whose
+/// backend is chosen when the job starts). `fn` names the caller.
 template <class D, class C>
-constexpr void check_comm_memory() {
-  if constexpr (std::same_as<D, cpu_device>)
+void check_comm_memory(const C& c, const char* fn = "redistribute") {
+  constexpr bool host = std::same_as<D, cpu_device>;
+  if constexpr (requires { { c.device_buffers() } -> std::convertible_to<bool>; }) {
+    if (c.device_buffers() == host)
+      throw error(std::string(fn) +
+                  (host ? ": host (cpu_device) tensors need a communicator of host memory, and the "
+                        : ": cuda_device tensors need a communicator of device buffers, and the ") +
+                  std::string(c.backend()) + " backend " + (host ? "takes device buffers" : "takes host memory"));
+  } else if constexpr (host) {
     static_assert(!takes_device_buffers<C>,
                   "redistribute: host (cpu_device) tensors need a communicator of host memory "
                   "(mpi_communicator, local_communicator), not one of device buffers");
-  else
+  } else {
     static_assert(takes_device_buffers<C>,
                   "redistribute: cuda_device tensors need a communicator of device buffers "
                   "(nccl_communicator, or staged_communicator over an MPI communicator)");
+  }
 }
 
 // True when the blocks of dim `d` are contiguous: every dim before it has extent 1.
@@ -114,7 +123,7 @@ template <class A, class C>
 A execute_steps(const plan& p, const A* borrowed, A owned, mesh_comm<C>& mc) {
   using T = typename A::value_type;
   using S = storage_of<A>;
-  check_comm_memory<device_of_t<A>, C>();
+  check_comm_memory<device_of_t<A>>(mc.world());
   A cur = std::move(owned);
   const A* src = borrowed ? borrowed : &cur;
   if (!(mc.mesh() == p.from.dev))

@@ -42,23 +42,23 @@ namespace tessera::graph {
 /// Runs one operator of the graph on the tape: given its op_def, its plan (strategy
 /// and layouts) and its inputs (already in the layouts the plan names), records the
 /// output and its backward, and returns the output.
-template <class T, class C, class D = cpu_device>
-using op_runner = autodiff::var<T, C, D> (*)(const op_def&, const op_plan&, const std::vector<autodiff::var<T, C, D>>&);
+template <class T, class D = cpu_device>
+using op_runner = autodiff::var<T, D> (*)(const op_def&, const op_plan&, const std::vector<autodiff::var<T, D>>&);
 
 namespace detail {
 
 // The runner of every operator definition Op: the definition with the plan's strategy,
 // recorded by autodiff::apply (its one forward and backward).
-template <ops::operator_definition Op, class T, class C, class D>
-autodiff::var<T, C, D> run_definition(const op_def& d, const op_plan& p, const std::vector<autodiff::var<T, C, D>>& x) {
+template <ops::operator_definition Op, class T, class D>
+autodiff::var<T, D> run_definition(const op_def& d, const op_plan& p, const std::vector<autodiff::var<T, D>>& x) {
   Op op = *d.definition<Op>();
   op.st = p.st;
   return autodiff::apply(op, x);
 }
 
-template <class T, class C, class D, class... Ops>
-void add_runners(std::unordered_map<std::type_index, op_runner<T, C, D>>& r, ops::type_list<Ops...>) {
-  (r.emplace(std::type_index(typeid(Ops)), &run_definition<Ops, T, C, D>), ...);
+template <class T, class D, class... Ops>
+void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::type_list<Ops...>) {
+  (r.emplace(std::type_index(typeid(Ops)), &run_definition<Ops, T, D>), ...);
 }
 
 }  // namespace detail
@@ -67,16 +67,16 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, C, D>>& r, ops
 /// device count; every rank runs the same calls). Holds a copy of the graph and the
 /// parameters, each rank its shards.
 ///
-///     graph::executor<float, mpi_communicator> ex(pg, world);
+///     graph::executor<float> ex(pg, world);             // world: any_communicator
 ///     ex.set_parameter("w", w0);                       // the global value: each rank keeps its shard
 ///     auto batch = ex.slice_batch({x, label});          // this rank's part of a global batch
 ///     optim::momentum<float> opt(0.2f, 0.1f);
 ///     float loss = ex.train_step(batch, opt);
-template <class T, communicator C, class D = cpu_device>
+template <class T, class D = cpu_device>
 class executor {
  public:
-  using var = autodiff::var<T, C, D>;
-  using tape = autodiff::tape<T, C, D>;
+  using var = autodiff::var<T, D>;
+  using tape = autodiff::tape<T, D>;
   using tensor = tensor_on<T, D>;
   using storage_type = storage<T, D>;
 
@@ -87,8 +87,8 @@ class executor {
     std::vector<tensor> grads;
   };
 
-  executor(const parallel_graph& pg, C& world) : pg_(pg), ctx_(world) {
-    detail::add_runners<T, C, D>(runners_, ops::builtin_operators{});
+  executor(const parallel_graph& pg, any_communicator& world) : pg_(pg), ctx_(world) {
+    detail::add_runners<T, D>(runners_, ops::builtin_operators{});
     if (world.size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
                   " devices, the communicator has " + std::to_string(world.size()) + " ranks");
@@ -104,11 +104,11 @@ class executor {
   /// argument-dependent lookup, run on this executor's tensors.
   template <ops::operator_definition Op>
   void add_operator() {
-    runners_[std::type_index(typeid(Op))] = &detail::run_definition<Op, T, C, D>;
+    runners_[std::type_index(typeid(Op))] = &detail::run_definition<Op, T, D>;
   }
 
   const parallel_graph& plan() const { return pg_; }
-  device_context<C>& context() { return ctx_; }
+  tessera::context& context() { return ctx_; }
   int rank() const { return ctx_.rank(); }
 
   // ---- parameters -------------------------------------------------------------
@@ -304,8 +304,8 @@ class executor {
   }
 
   const parallel_graph pg_;
-  device_context<C> ctx_;
-  std::unordered_map<std::type_index, op_runner<T, C, D>> runners_;
+  tessera::context ctx_;
+  std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<var> param_vars_;
   traffic last_{};

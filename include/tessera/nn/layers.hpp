@@ -43,14 +43,14 @@ namespace detail {
 /// The value of `x` with its partial sums resolved: `x` itself when it holds none, else
 /// a node on the tape that redistributes it to the same layout without partial axes
 /// (the gradient of that sum reaches every partial term unchanged).
-template <class T, class C, class D>
-autodiff::var<T, C, D> resolved(autodiff::var<T, C, D> x) {
+template <class T, class D>
+autodiff::var<T, D> resolved(autodiff::var<T, D> x) {
   const tensor_on<T, D>& v = x.value();
   if (!v.layout().has_partial()) return x;
-  autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::tape<T, D>& t = *x.t;
   tensor_on<T, D> r = redistribute(v, v.layout().without_partial(), t.ctx());
   return t.record(std::move(r),
-                  [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
+                  [ix = x.id](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
                   t.requires_grad(x.id));
 }
 
@@ -110,19 +110,19 @@ decltype(auto) with_activation(kernels::fused::activation a, F&& f) {
 
 /// act(x) on x's shards, in x's layout (partial sums resolved first), one fused pass;
 /// the backward is one pass too, dy * act'(x) from the output.
-template <class T, class C, class D>
-autodiff::var<T, C, D> activate(autodiff::var<T, C, D> x, kernels::fused::activation a, const char* fn) {
+template <class T, class D>
+autodiff::var<T, D> activate(autodiff::var<T, D> x, kernels::fused::activation a, const char* fn) {
   using K = kernels::backend<D>;
   x = resolved(x);
-  autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::tape<T, D>& t = *x.t;
   const tensor_on<T, D>& xv = x.value();
   auto y = with_activation(a, [&](auto A) {
     return K::template fused_map<T>(fn, kernels::fused::act_value<A.value>{}, xv.local());
   });
   auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
-  const autodiff::var<T, C, D> out = t.record(
+  const autodiff::var<T, D> out = t.record(
       tensor_on<T, D>(xv.layout(), xv.global_shape(), xv.rank(), std::move(y)),
-      [ix = x.id, self, a, fn](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+      [ix = x.id, self, a, fn](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
         const tensor_on<T, D>& yv = tp.value(*self);
         const laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
         auto dx = with_activation(a, [&](auto A) {
@@ -230,28 +230,26 @@ class dense : public module<T, D> {
     }
     bias.set_target_layout(bias_layout_);
   }
-
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
-    autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    autodiff::tape<T, D>& t = *x.t;
     if (x.value().ndim() != 2 || x.value().global_shape()[1] != in_)
       throw error("dense: the input is " + to_string(x.value().global_shape()) + ", expected (batch, " +
                   std::to_string(in_) + ")");
     if (rule_.dev.ndim == 0)
       throw error("dense: not placed yet: call build(ctx) on the network first");
     // The leaves first: recording moves the tape's values (references to them would dangle).
-    const autodiff::var<T, C, D> w = weight.on(t);
-    std::optional<autodiff::var<T, C, D>> b;
+    const autodiff::var<T, D> w = weight.on(t);
+    std::optional<autodiff::var<T, D>> b;
     if (has_bias_) b = bias.on(t);
     const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      autodiff::var<T, C, D> y = autodiff::apply(op_, x, w);
+      autodiff::var<T, D> y = autodiff::apply(op_, x, w);
       if (b) y = autodiff::apply(bias_op_, y, *b);
       return act_ == activation::none ? y : detail::activate(y, act_, "dense");
     }
     using K = kernels::backend<D>;
     using array = typename storage<T, D>::array;
-    device_context<C>& ctx = t.ctx();
+    context& ctx = t.ctx();
     const laid_out<T, D> lx = detail::placed_as(xv, rule_.a, ctx);
     const laid_out<T, D> lw = detail::placed_as(w.value(), rule_.b, ctx);
     // The epilogue: bias and activation in one pass over the product, in place.
@@ -271,11 +269,11 @@ class dense : public module<T, D> {
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
     tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
     auto self = std::make_shared<int>(-1);  // the output's id, for the activation's backward
-    const autodiff::var<T, C, D> result =
+    const autodiff::var<T, D> result =
         t.record(std::move(out),
                  [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1, wp = &weight,
-                  bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-                   device_context<C>& c = tp.ctx();
+                  bp = &bias, act = act_, self](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
+                   context& c = tp.ctx();
                    const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
                    // dz = dy * act'(z) from the output, one pass; dy itself without one.
                    std::optional<array> dz_own;
@@ -363,16 +361,14 @@ class relu : public module<T, D> {
   }
   void visit(visitor<T, D>&) override {}
   void reset_strategies() override { op.reset(); }
-
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     if (op) return autodiff::apply(*op, x);
     x = detail::resolved(x);
-    autodiff::tape<T, C, D>& t = *x.t;
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
     tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(), forward(xv.local()));
     return t.record(std::move(y),
-                    [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const laid_out<T, D> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
                       tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(),
@@ -402,9 +398,7 @@ class activation_layer : public module<T, D> {
  public:
   void visit(visitor<T, D>&) override {}
   void reset_strategies() override {}
-
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     return detail::activate(x, A, name_of());
   }
 
@@ -427,10 +421,8 @@ template <class T = float, class D = cpu_device>
 class flatten : public module<T, D> {
  public:
   void visit(visitor<T, D>&) override {}
-
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
-    autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
     if (xv.ndim() < 1) throw error("flatten: the input must have a batch dim, got shape ()");
     const extents& gs = xv.global_shape();
@@ -445,7 +437,7 @@ class flatten : public module<T, D> {
     typename storage<T, D>::array y = lx->local();
     tensor_on<T, D> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
     return t.record(std::move(out),
-                    [ix = x.id, in, out_l](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id, in, out_l](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
                       typename storage<T, D>::array d = dy->local();
@@ -481,11 +473,9 @@ class dropout : public module<T, D> {
 
   /// Whether call `call` keeps the element at global index i.
   bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
-
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     if (!this->training() || p_ == 0.0) return x;
-    autodiff::tape<T, C, D>& t = *x.t;
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
     const std::uint64_t call = calls_++;
     const T scale = T(1.0 / (1.0 - p_));
@@ -501,7 +491,7 @@ class dropout : public module<T, D> {
         py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
       });
       return t.record(std::move(y),
-                      [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+                      [ix = x.id, call, scale, key, p](autodiff::tape<T>& tp, const dist_tensor<T>& g) {
                         const dist_tensor<T>& xv2 = tp.value(ix);
                         const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
                         dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
@@ -520,17 +510,16 @@ class dropout : public module<T, D> {
  private:
   // x times the host-drawn factors (scale or 0), copied to the device; the backward
   // multiplies the gradient by the same factors (drawn again on the host).
-  template <class C>
-  autodiff::var<T, C, D> on_device(autodiff::var<T, C, D> x, std::uint64_t call, T scale, std::uint64_t key,
+  autodiff::var<T, D> on_device(autodiff::var<T, D> x, std::uint64_t call, T scale, std::uint64_t key,
                                    double p) {
     using K = kernels::backend<D>;
-    autodiff::tape<T, C, D>& t = *x.t;
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
     tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(),
                       K::template mul<T>(xv.local(), factors(xv.layout(), xv.global_shape(), xv.rank(), call,
                                                              scale, key, p)));
     return t.record(std::move(y),
-                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id, call, scale, key, p](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const layout l = xv2.layout().without_partial();
                       const laid_out<T, D> dy = detail::placed_as(g, l, tp.ctx());

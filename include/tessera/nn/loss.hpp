@@ -42,8 +42,8 @@ void require_scalar_grad(const tensor_on<T, D>& g, const char* who) {
 }
 
 // The value of a scalar with its partial sums resolved (read back to the host).
-template <class T, class D, class C>
-T scalar_value(const tensor_on<T, D>& g, device_context<C>& ctx) {
+template <class T, class D>
+T scalar_value(const tensor_on<T, D>& g, context& ctx) {
   if constexpr (on_host<D>) {
     if (!g.layout().has_partial()) return g.local()();
     return redistribute(g, g.layout().without_partial(), ctx).local()();
@@ -65,19 +65,19 @@ inline std::vector<int> all_axes(int ndim) {
 /// squared differences (one reduction) times `scale`, and 2 scale (x - target) for the
 /// gradient. `target` is x's shard of the target. (Generic over D, so the tests check
 /// it on the host too.)
-template <class T, class C, class D>
-autodiff::var<T, C, D> mse_by_backend(autodiff::var<T, C, D> x, const typename storage<T, D>::array& target,
+template <class T, class D>
+autodiff::var<T, D> mse_by_backend(autodiff::var<T, D> x, const typename storage<T, D>::array& target,
                                       T scale) {
   using K = kernels::backend<D>;
   using array = typename storage<T, D>::array;
-  autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::tape<T, D>& t = *x.t;
   const tensor_on<T, D>& xv = x.value();
   const array d = K::template sub<T>(xv.local(), target);
   array acc = K::template reduce_sum<T>(K::template mul<T>(d, d), all_axes(int(d.dimension())), false);
   K::template scale<T>(acc, scale);
   tensor_on<T, D> loss(scalar_partial_layout(xv.layout()), extents{}, xv.rank(), std::move(acc));
   return t.record(std::move(loss),
-                  [ix = x.id, target_local = array(target), scale](autodiff::tape<T, C, D>& tp,
+                  [ix = x.id, target_local = array(target), scale](autodiff::tape<T, D>& tp,
                                                                   const tensor_on<T, D>& g) {
                     require_scalar_grad(g, "mse_loss");
                     const tensor_on<T, D>& xv2 = tp.value(ix);
@@ -94,10 +94,10 @@ autodiff::var<T, C, D> mse_by_backend(autodiff::var<T, C, D> x, const typename s
 /// the sharded SparseSoftmaxCrossEntropyWithLogits and the mean or sum over the batch
 /// run there, whatever splits the logits. (Generic over D, so the tests check it on
 /// the host too.)
-template <class T, class C, class D, std::integral I>
-autodiff::var<T, C, D> cross_entropy_by_operator(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels,
+template <class T, class D, std::integral I>
+autodiff::var<T, D> cross_entropy_by_operator(autodiff::var<T, D> logits, const dist_tensor<I>& labels,
                                                  reduction r) {
-  autodiff::tape<T, C, D>& t = *logits.t;
+  autodiff::tape<T, D>& t = *logits.t;
   const tensor_on<T, D>& xv = logits.value();
   const std::uint64_t cls = std::uint64_t(xv.global_shape()[1]);
   const index_t row0 = labels.local_offset()[0];
@@ -111,10 +111,10 @@ autodiff::var<T, C, D> cross_entropy_by_operator(autodiff::var<T, C, D> logits, 
   }
   // Before the leaf: recording moves the tape's values (xv would dangle).
   const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
-  const autodiff::var<T, C, D> y = t.leaf(
+  const autodiff::var<T, D> y = t.leaf(
       tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab)), false);
   const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
-  const autodiff::var<T, C, D> per_sample = autodiff::apply(op, logits, y);
+  const autodiff::var<T, D> per_sample = autodiff::apply(op, logits, y);
   if (r == reduction::mean) return autodiff::apply(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
   return autodiff::apply(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
 }
@@ -130,10 +130,9 @@ class mse_loss : public module<T, D> {
   void visit(visitor<T, D>&) override {}
 
   /// `target` is on the network's device D.
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x, const tensor_on<T, D>& target) {
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x, const tensor_on<T, D>& target) {
     x = detail::resolved(x);
-    autodiff::tape<T, C, D>& t = *x.t;
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
     if (!(target.global_shape() == xv.global_shape()))
       throw error("mse_loss: the target is " + to_string(target.global_shape()) + ", the input " +
@@ -152,7 +151,7 @@ class mse_loss : public module<T, D> {
       dist_tensor<T> loss(detail::scalar_partial_layout(xv.layout()), extents{}, xv.rank());
       loss.local()() = T(acc) * scale;
       return t.record(std::move(loss),
-                      [ix = x.id, target_local = xt::xarray<T>(ly->local()), scale](autodiff::tape<T, C>& tp,
+                      [ix = x.id, target_local = xt::xarray<T>(ly->local()), scale](autodiff::tape<T>& tp,
                                                                                      const dist_tensor<T>& g) {
                         detail::require_scalar_grad(g, "mse_loss");
                         const dist_tensor<T>& xv2 = tp.value(ix);
@@ -189,10 +188,10 @@ class cross_entropy_loss : public module<T, D> {
   void visit(visitor<T, D>&) override {}
 
   /// The labels stay on the host whatever the device (they are checked there).
-  template <class C, std::integral I>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels) {
+  template <std::integral I>
+  autodiff::var<T, D> operator()(autodiff::var<T, D> logits, const dist_tensor<I>& labels) {
     logits = detail::resolved(logits);
-    autodiff::tape<T, C, D>& t = *logits.t;
+    autodiff::tape<T, D>& t = *logits.t;
     const tensor_on<T, D>& xv = logits.value();
     const extents& gs = xv.global_shape();
     if (xv.ndim() != 2)
@@ -205,7 +204,7 @@ class cross_entropy_loss : public module<T, D> {
     } else {
       if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
 
-      device_context<C>& ctx = t.ctx();
+      context& ctx = t.ctx();
       const layout& xl = xv.layout();
       const laid_out<I> ly = detail::placed_as(labels, layout(xl.dev, {xl.split[0]}), ctx);
       const std::size_t rows = xv.local().shape()[0], cls = std::size_t(gs[1]);
@@ -229,7 +228,7 @@ class cross_entropy_loss : public module<T, D> {
       dist_tensor<T> loss(detail::scalar_partial_layout(xl), extents{}, xv.rank());
       loss.local()() = T(acc) * scale;
       return t.record(std::move(loss),
-                      [ix = logits.id, lab = std::move(lab), scale](autodiff::tape<T, C>& tp,
+                      [ix = logits.id, lab = std::move(lab), scale](autodiff::tape<T>& tp,
                                                                     const dist_tensor<T>& g) {
                         detail::require_scalar_grad(g, "cross_entropy_loss");
                         const dist_tensor<T>& xv2 = tp.value(ix);
@@ -257,16 +256,16 @@ class cross_entropy_loss : public module<T, D> {
  private:
   // The class dim is split: the sharded SparseSoftmaxCrossEntropyWithLogits (its row
   // max and sums combined over the class axis), then the mean or sum over the batch.
-  template <class C, std::integral I>
-  autodiff::var<T, C> class_split(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
-    autodiff::tape<T, C>& t = *logits.t;
+  template <std::integral I>
+  autodiff::var<T> class_split(autodiff::var<T> logits, const dist_tensor<I>& labels) {
+    autodiff::tape<T>& t = *logits.t;
     const dist_tensor<T>& xv = logits.value();
     const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
     const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
     dist_tensor<T> per_sample = ops::sparse_softmax_cross_entropy(op, xv, labels, t.ctx());
-    const autodiff::var<T, C> y = t.record(
+    const autodiff::var<T> y = t.record(
         std::move(per_sample),
-        [op, ix = logits.id, labels](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
+        [op, ix = logits.id, labels](autodiff::tape<T>& tp, const dist_tensor<T>& g) {
           tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), labels, tp.ctx()));
         },
         t.requires_grad(logits.id));

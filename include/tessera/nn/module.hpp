@@ -127,8 +127,7 @@ class parameter {
   /// made at first use so that it sits on the tape just before the operators that use
   /// it (its gradient is then final as soon as the backward pass has passed them). It
   /// needs a gradient only when a training step asked for one (expect_grad).
-  template <class C>
-  autodiff::var<T, C, D> on(autodiff::tape<T, C, D>& t) {
+  autodiff::var<T, D> on(autodiff::tape<T, D>& t) {
     if (bind_.serial != t.serial()) bind_ = binding{t.serial(), -1, false, -1};
     if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
     return {&t, bind_.id};
@@ -325,8 +324,7 @@ class module {
   /// the same global tensor, whatever the number of ranks (seeded by `seed` and the
   /// parameter's name). A parameter that already has a value (a second build, or
   /// set_data) keeps it, redistributed to its new layout.
-  template <class C>
-  void build(device_context<C>& ctx, std::uint64_t seed = 0) {
+  void build(context& ctx, std::uint64_t seed = 0) {
     prepare(*this, "", ctx.size(), seed);
     for (auto& [name, p] : named_parameters()) {
       const tessera::layout l = p->target_layout() ? *p->target_layout()
@@ -370,8 +368,8 @@ namespace detail {
 /// different device matrices, (2, 1, 1) for MatMul ((2, 1), (1, 1)) and (2, 1) for ReLU
 /// ((2, 1)), that place a batch-split tensor identically), else its redistribution:
 /// exec/redistribute.hpp's in_layout.
-template <class T, class D, class C>
-laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
+template <class T, class D>
+laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, context& ctx) {
   return in_layout(x, l, ctx);
 }
 

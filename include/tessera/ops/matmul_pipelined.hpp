@@ -331,8 +331,7 @@ inline void split_first_panel(std::vector<summa_panel>& panels) {
 }
 
 template <class T, class D, class C>
-void check_pipelined_types(const char* fn) {
-  (void)fn;
+void check_pipelined_types(const char* fn, const C& c) {
   static_assert(kernels::cpu::blas_scalar<T>,
                 "matmul_overlapped / matmul_summa: the element type must be float or double (BLAS)");
   static_assert(nonblocking_communicator<C>,
@@ -340,13 +339,7 @@ void check_pipelined_types(const char* fn) {
                 "without waiting (nonblocking_communicator: ireduce_scatter, ibroadcast, "
                 "iall_reduce), e.g. mpi_communicator or local_communicator, and on a GPU "
                 "nccl_communicator or staged_communicator<mpi_communicator>");
-  if constexpr (std::is_same_v<D, cpu_device>)
-    static_assert(!takes_device_buffers<C>,
-                  "matmul_overlapped / matmul_summa: host tensors need a communicator of host memory");
-  else
-    static_assert(takes_device_buffers<C>,
-                  "matmul_overlapped / matmul_summa: device tensors need a communicator of device buffers "
-                  "(nccl_communicator, staged_communicator)");
+  tessera::detail::check_comm_memory<D>(c, fn);
 }
 
 // ---- what the host and device paths share -------------------------------------------
@@ -635,7 +628,7 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
                                   device_context<C>& ctx,
                                   partial_resolution how = partial_resolution::scatter_rows,
                                   const pipeline_options& opt = {}, pipeline_stats* stats = nullptr) {
-  detail::check_pipelined_types<T, D, C>("matmul_overlapped");
+  detail::check_pipelined_types<T, D, C>("matmul_overlapped", ctx.world());
   using S = storage<T, D>;
   constexpr bool host = std::is_same_v<D, cpu_device>;
   const auto t0 = detail::pipeline_clock::now();
@@ -763,7 +756,7 @@ template <class T, class D, class C>
 tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                              device_context<C>& ctx, const pipeline_options& opt = {},
                              pipeline_stats* stats = nullptr) {
-  detail::check_pipelined_types<T, D, C>("matmul_summa");
+  detail::check_pipelined_types<T, D, C>("matmul_summa", ctx.world());
   using S = storage<T, D>;
   const auto t0 = detail::pipeline_clock::now();
   const detail::summa_setup<T, D> su = detail::summa_prepare(op, a, b, ctx, opt);

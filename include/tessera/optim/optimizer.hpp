@@ -198,8 +198,7 @@ class optimizer {
   /// taken at the first step). `ctx` must outlive the optimizer's steps.
   /// Throws after a step: "adam: enable_parallel_optimizer after 3 steps: the state is
   /// already whole on every rank; enable it before the first step".
-  template <class C>
-  void enable_parallel_optimizer(device_context<C>& ctx, parallel_options o = {}) {
+  void enable_parallel_optimizer(context& ctx, parallel_options o = {}) {
     if (step_ != 0)
       throw error(name_ + ": enable_parallel_optimizer after " + std::to_string(step_) +
                   " steps: the state is already whole on every rank; enable it before the first step");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,15 +21,6 @@
 #include <tessera/train/callbacks.hpp>
 
 namespace tessera::train {
-
-namespace detail {
-/// The host communicator under a communicator of device buffers (host()), or C itself.
-template <class C>
-auto& host_comm_of(C& c) {
-  if constexpr (requires { c.host(); }) return c.host();
-  else return c;
-}
-}  // namespace detail
 
 /// MindSpore's ModelCheckpoint(prefix, directory, config). Saving is collective: every
 /// rank calls the hooks at the same steps.
@@ -46,16 +38,16 @@ auto& host_comm_of(C& c) {
 /// (MindSpore's naming). After each save, the rank that wrote deletes its checkpoints of
 /// `prefix` beyond the newest keep_checkpoint_max (io::rotate_checkpoints).
 ///
-///     train::model_checkpoint<float, mpi_communicator> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
-///                                                            {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
+///     train::model_checkpoint<float> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
+///                                         {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
 ///     model.train(10, dataset, {&loss_cb, &ckpt});
 ///
 /// A network on a device other than the host (a GPU) is saved from its parameters'
 /// host copies (run_context::host_parameters); the checkpoint is the same file. When
-/// ctx's communicator carries device buffers (the model's staged_communicator), the
-/// save's communication goes through its host communicator (host()); a host context
-/// (device_context<mpi_communicator>) may be passed as well.
-template <class T, class C>
+/// ctx's communicator carries device buffers (the model's, staged through the host
+/// world), the save's communication goes through its host communicator
+/// (any_communicator::host_communicator()); a context over host memory may be passed as well.
+template <class T>
 class model_checkpoint : public callback<T> {
  public:
   /// MindSpore's CheckpointConfig.
@@ -65,14 +57,14 @@ class model_checkpoint : public callback<T> {
     bool integrated_save = false;            ///< see above
   };
 
-  model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx)
+  model_checkpoint(std::string prefix, std::filesystem::path directory, context& ctx)
       : model_checkpoint(std::move(prefix), std::move(directory), ctx, config{}) {}
-  model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx, config c)
+  model_checkpoint(std::string prefix, std::filesystem::path directory, context& ctx, config c)
       : prefix_(std::move(prefix)), dir_(std::move(directory)), ctx_(&ctx), cfg_(c) {
-    if constexpr (takes_device_buffers<C>)
-      static_assert(requires { ctx.world().host(); },
-                    "model_checkpoint: a communicator of device buffers needs a host communicator (host()) to "
-                    "save through; pass a context over a host communicator (mpi_communicator)");
+    if (ctx.world().device_buffers() && !ctx.world().host_communicator())
+      throw error("model_checkpoint: the " + std::string(ctx.world().backend()) +
+                  " backend takes device buffers and has no host communicator to save through; pass a "
+                  "context over host memory");
     if (c.save_checkpoint_steps < 1)
       throw error("model_checkpoint: save_checkpoint_steps must be at least 1, got " +
                   std::to_string(c.save_checkpoint_steps));
@@ -118,20 +110,15 @@ class model_checkpoint : public callback<T> {
   // device buffers, a context over its host communicator (made at the first save).
   std::filesystem::path write(const std::filesystem::path& file, std::span<const io::param_ref> refs,
                               const io::save_options& how) {
-    if constexpr (!takes_device_buffers<C>) {
-      return io::save_checkpoint(file, refs, *ctx_, how);
-    } else {
-      if (!host_ctx_) host_ctx_.emplace(detail::host_comm_of(ctx_->world()));
-      return io::save_checkpoint(file, refs, *host_ctx_, how);
-    }
+    if (!ctx_->world().device_buffers()) return io::save_checkpoint(file, refs, *ctx_, how);
+    if (!host_ctx_) host_ctx_ = std::make_unique<context>(*ctx_->world().host_communicator());
+    return io::save_checkpoint(file, refs, *host_ctx_, how);
   }
-
-  using host_comm = std::remove_reference_t<decltype(detail::host_comm_of(std::declval<C&>()))>;
 
   std::string prefix_;
   std::filesystem::path dir_;
-  device_context<C>* ctx_;
-  std::optional<device_context<host_comm>> host_ctx_;
+  context* ctx_;
+  std::unique_ptr<context> host_ctx_;
   config cfg_;
   std::int64_t last_saved_ = 0;
   std::vector<std::filesystem::path> saved_;

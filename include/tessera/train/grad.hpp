@@ -30,18 +30,18 @@ namespace detail {
 
 template <class X>
 struct is_var : std::false_type {};
-template <class T, class C, class D>
-struct is_var<autodiff::var<T, C, D>> : std::true_type {};
+template <class T, class D>
+struct is_var<autodiff::var<T, D>> : std::true_type {};
 
 template <class X>
 struct is_var_pair : std::false_type {};
-template <class T, class C, class D>
-struct is_var_pair<std::pair<autodiff::var<T, C, D>, autodiff::var<T, C, D>>> : std::true_type {};
+template <class T, class D>
+struct is_var_pair<std::pair<autodiff::var<T, D>, autodiff::var<T, D>>> : std::true_type {};
 
 // A tensor_on<T, D> argument enters the tape as a data leaf (no copy); others pass as
 // they are (labels of an integer type, options, ...).
-template <class T, class C, class D, class A>
-decltype(auto) wrap_argument(autodiff::tape<T, C, D>& t, const A& a) {
+template <class T, class D, class A>
+decltype(auto) wrap_argument(autodiff::tape<T, D>& t, const A& a) {
   if constexpr (std::is_same_v<A, tensor_on<T, D>>) return t.leaf_view(a, false);
   else return (a);
 }
@@ -51,12 +51,12 @@ decltype(auto) wrap_argument(autodiff::tape<T, C, D>& t, const A& a) {
 /// The callable value_and_grad returns. Call it with the forward function's
 /// arguments; every tensor_on<T, D> argument (a tensor of the parameters' device)
 /// reaches the forward function as a tape value (autodiff::var), the others unchanged.
-template <class T, class C, class F, class D = cpu_device>
+template <class T, class F, class D = cpu_device>
 class grad_function {
  public:
   using tensor = tensor_on<T, D>;
 
-  grad_function(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
+  grad_function(F f, std::vector<nn::parameter<T, D>*> params, context& ctx)
       : f_(std::move(f)), params_(std::move(params)), ctx_(&ctx) {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!params_[i]) throw error("value_and_grad: parameter " + std::to_string(i) + " is null");
@@ -71,7 +71,7 @@ class grad_function {
   /// parameter i's, in the layout the backward pass produced.
   template <class... Args>
   auto operator()(const Args&... args) {
-    autodiff::tape<T, C, D> t(*ctx_);
+    autodiff::tape<T, D> t(*ctx_);
     const std::uint64_t serial = t.serial();
     for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->expect_grad(serial, int(i));
     struct unbind_all {
@@ -86,7 +86,7 @@ class grad_function {
     static_assert(detail::is_var<R>::value || detail::is_var_pair<R>::value,
                   "value_and_grad: the forward function must return a tape value (the loss) or a pair "
                   "(loss, aux) of tape values");
-    autodiff::var<T, C, D> loss;
+    autodiff::var<T, D> loss;
     if constexpr (detail::is_var<R>::value) loss = out;
     else loss = out.first;
 
@@ -104,7 +104,7 @@ class grad_function {
   }
 
  private:
-  void run_backward(autodiff::tape<T, C, D>& t, std::uint64_t serial, autodiff::var<T, C, D> loss,
+  void run_backward(autodiff::tape<T, D>& t, std::uint64_t serial, autodiff::var<T, D> loss,
                     std::vector<std::optional<tensor>>& grads) {
     // slot_of[id]: which parameter the leaf with tape id `id` is.
     std::vector<int> slot_of(std::size_t(t.size()), -1);
@@ -136,7 +136,7 @@ class grad_function {
 
   F f_;
   std::vector<nn::parameter<T, D>*> params_;
-  device_context<C>* ctx_;
+  context* ctx_;
 };
 
 /// Keeps the memory a training step frees for the next step: a process-wide allocator
@@ -169,16 +169,16 @@ inline void retain_freed_memory() {
 ///
 /// The parameters' device D is the tapes': a network on the GPU takes its inputs as
 /// tensor_on<T, cuda_device> (labels stay on the host) and gives device gradients.
-template <class T, class C, class F, class D>
-grad_function<T, C, F, D> value_and_grad(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx) {
-  return grad_function<T, C, F, D>(std::move(f), std::move(params), ctx);
+template <class T, class F, class D>
+grad_function<T, F, D> value_and_grad(F f, std::vector<nn::parameter<T, D>*> params, context& ctx) {
+  return grad_function<T, F, D>(std::move(f), std::move(params), ctx);
 }
 
 /// The value of a scalar loss as every rank sees it: its partial sums resolved (one
 /// small all-reduce when the loss is partial). Collective: every rank must call it.
 /// A loss on a device is read back to the host.
-template <class T, class C, class D>
-T scalar(const tensor_on<T, D>& loss, device_context<C>& ctx) {
+template <class T, class D>
+T scalar(const tensor_on<T, D>& loss, context& ctx) {
   if (loss.ndim() != 0) throw error("scalar: the loss must be a scalar, got shape " + to_string(loss.global_shape()));
   if constexpr (std::is_same_v<D, cpu_device>) {
     if (!loss.layout().has_partial()) return loss.local()();

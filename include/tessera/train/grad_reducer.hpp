@@ -51,8 +51,8 @@ inline std::vector<int> group_ranks(const mesh& m, const axis_list& axes, int ra
 /// parameter_broadcast. Collective over the ranks of the parameters' meshes.
 /// Parameters on a device other than the host need a communicator of that device's
 /// buffers (staged_communicator over MPI for GPU shards).
-template <class T, class C, class D>
-void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, device_context<C>& ctx, int root = 0) {
+template <class T, class D>
+void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, context& ctx, int root = 0) {
   for (nn::parameter<T, D>* p : params) {
     tensor_on<T, D>& d = p->data();
     const axis_list axes = detail::replica_axis_list(d.layout());
@@ -100,7 +100,7 @@ void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, devic
 /// gradient copied into it at its offset and back on completion by D's copy_n (on a GPU
 /// a device-to-device copy on tessera's stream, ordered with the kernels that made the
 /// gradient and with the communicator's staging).
-template <class T, class C, class D = cpu_device>
+template <class T, class D = cpu_device>
 class distributed_grad_reducer final : public nn::grad_listener<T, D> {
  public:
   using tensor = tensor_on<T, D>;
@@ -137,9 +137,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     int group_size = 1;
   };
 
-  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, context& ctx)
       : distributed_grad_reducer(std::move(params), ctx, options{}) {}
-  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx, options opt)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, context& ctx, options opt)
       : params_(std::move(params)), ctx_(&ctx), opt_(opt) {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i]) throw error("distributed_grad_reducer: parameter " + std::to_string(i) + " is null");
@@ -236,10 +236,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
 
   static constexpr bool on_host = std::is_same_v<D, cpu_device>;
 
-  using request_t = std::remove_cvref_t<decltype(std::declval<C&>().iall_reduce(std::declval<std::span<T>>(),
-                                                                               reduce_op::sum))>;
+  using request_t = any_request;
   struct bucket {
-    C* comm = nullptr;
+    any_communicator* comm = nullptr;
     int group_size = 1;
     std::vector<int> ranks;
     std::vector<std::size_t> members;
@@ -408,7 +407,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
   }
 
   std::vector<nn::parameter<T, D>*> params_;
-  device_context<C>* ctx_;
+  context* ctx_;
   options opt_;
   bool planned_ = false;
   bool in_step_ = false;

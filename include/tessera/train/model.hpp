@@ -97,30 +97,35 @@ struct device_of_net<Net> {
 template <class Net>
 using device_of_net_t = typename device_of_net<Net>::type;
 
-// A small all-reduce of host values over the world of ctx: through C itself when it
-// takes host memory; when its collectives take device buffers, through its host
-// communicator (staged_communicator::host()), else through a copy in D's memory.
-template <class D, class U, class C>
-void host_all_reduce(device_context<C>& ctx, std::span<U> v, reduce_op op) {
-  if constexpr (!takes_device_buffers<C>) {
-    ctx.world().all_reduce(v, op);
-  } else if constexpr (requires { ctx.world().host().all_reduce(v, op); }) {
-    ctx.world().host().all_reduce(v, op);
-  } else {
+// A small all-reduce of host values over the world of ctx: through its communicator
+// when it takes host memory; when it takes device buffers, through its host
+// communicator (any_communicator::host_communicator(): staged_communicator<any_communicator>), else
+// through a copy in D's memory.
+template <class D, class U>
+void host_all_reduce(context& ctx, std::span<U> v, reduce_op op) {
+  any_communicator& w = ctx.world();
+  if (!w.device_buffers()) {
+    w.all_reduce(v, op);
+  } else if (any_communicator* h = w.host_communicator()) {
+    h->all_reduce(v, op);
+  } else if constexpr (!std::is_same_v<D, cpu_device>) {
     xt::xarray<U> h = xt::xarray<U>::from_shape({v.size()});
     std::copy(v.begin(), v.end(), h.data());
     auto d = storage<U, D>::from_host(h);
-    ctx.world().all_reduce(std::span<U>(d.data(), d.size()), op);
+    w.all_reduce(std::span<U>(d.data(), d.size()), op);
     h = storage<U, D>::to_host(d);
     std::copy_n(h.data(), v.size(), v.begin());
+  } else {
+    throw error("model: host values to reduce over the " + std::string(w.backend()) +
+                " backend, which takes device buffers and has no host communicator");
   }
 }
 
 // The ranks agree that each has a batch of the same size, or that all are done.
 // Throws on every rank otherwise (a rank with fewer batches would leave the others
 // waiting in a collective).
-template <class D, class C>
-bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
+template <class D>
+bool agree_on_batch(context& ctx, std::int64_t rows, bool have, const char* who) {
   std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
   // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
   host_all_reduce<D>(ctx, std::span<std::int64_t>(v), reduce_op::max);
@@ -144,8 +149,8 @@ tensor_on<T, D> host_to(tensor_on<T, cpu_device>&& x) {
 
 // This rank's rows as shards of the global batch, split over every rank: the inputs
 // on device D (copied there), the labels on the host (as the losses take them).
-template <class D, class T, class C>
-std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+template <class D, class T>
+std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, context& ctx) {
   const int p = ctx.size();
   const index_t rows = index_t(b.inputs.shape()[0]);
   if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
@@ -168,8 +173,8 @@ std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>&
 // Rows whose largest logit is at the label, counted once over the ranks that share
 // them (the ranks of a row's replicas are told apart by their coordinates). Logits
 // on a device are laid out there (the labels copied to it) and read back.
-template <class T, class D, class C>
-double count_correct(const tensor_on<T, D>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+template <class T, class D>
+double count_correct(const tensor_on<T, D>& logits, const dist_tensor<std::int32_t>& labels, context& ctx) {
   const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
   const laid_out<T, D> lx = nn::detail::placed_as(logits, rows, ctx);
   // The labels on D (a copy off the host), then in the rows' layout.
@@ -215,8 +220,8 @@ struct eval_result {
 /// reads it. A network on a device D (Net::device_type) is evaluated there: each
 /// batch's inputs are copied to D, its loss and correct rows read back; C must then
 /// carry D's buffers (staged_communicator over MPI for a GPU).
-template <class Net, class Loss, class Dataset, class C>
-eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
+template <class Net, class Loss, class Dataset>
+eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, context& ctx) {
   using T = typename Net::value_type;
   using D = detail::device_of_net_t<Net>;
   const bool was_training = net.training();
@@ -232,7 +237,7 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
     if (have) b = to_local_batch(detail::tag<T>{}, *it);
     if (!detail::agree_on_batch<D>(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
     const auto [x, y] = detail::to_tensors<D>(*b, ctx);
-    autodiff::tape<T, C, D> t(ctx);
+    autodiff::tape<T, D> t(ctx);
     const auto logits = net(t.leaf_view(x, false));
     const auto loss = loss_fn(logits, y);
     loss_sum += double(scalar(loss.value(), ctx));
@@ -267,14 +272,14 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
 /// The network, loss and optimizer may live on a device D other than the host (a GPU:
 /// nn::module<float, cuda_device>, optim::sgd<float, cuda_device>), deduced from the
 /// network's type; ctx's communicator must then carry D's buffers
-/// (staged_communicator<mpi_communicator> for GPU shards through MPI). The batches stay
+/// (staged_communicator<any_communicator> for GPU shards through the host world). The batches stay
 /// host arrays: each step copies its inputs to D (the labels stay on the host, as the
 /// losses take them) and reads the loss back for the callbacks, which are the host's
 /// (run_context's host_parameters gives checkpoints the parameters' host copies).
 ///
-///     train::model model(gpu_net, loss_fn, opt, ctx);   // ctx over staged_communicator<mpi_communicator>
+///     train::model model(gpu_net, loss_fn, opt, ctx);   // ctx over a staged_communicator<any_communicator>
 ///     model.train(10, dataset, {&lm});
-template <class Net, class Loss, class C>
+template <class Net, class Loss>
 class model {
   using D = detail::device_of_net_t<Net>;
 
@@ -289,9 +294,9 @@ class model {
     bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
   };
 
-  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx)
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, context& ctx)
       : model(net, loss_fn, opt, ctx, options{}) {}
-  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx, options o)
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, context& ctx, options o)
       : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
 
   Net& network() { return *net_; }
@@ -366,7 +371,7 @@ class model {
 
   /// The gradient reducer (made at the first train or eval; none when the optimizer
   /// reduces the gradients itself, with optimizer parallel).
-  distributed_grad_reducer<T, C, D>* reducer() { return reducer_.get(); }
+  distributed_grad_reducer<T, D>* reducer() { return reducer_.get(); }
 
  private:
   void prepare() {
@@ -380,9 +385,9 @@ class model {
       return;
     }
     if (!reducer_)
-      reducer_ = std::make_unique<distributed_grad_reducer<T, C, D>>(
+      reducer_ = std::make_unique<distributed_grad_reducer<T, D>>(
           opt_->parameters(), *ctx_,
-          typename distributed_grad_reducer<T, C, D>::options{.mean = opt_config_.gradients_mean,
+          typename distributed_grad_reducer<T, D>::options{.mean = opt_config_.gradients_mean,
                                                                .bucket_bytes = opt_config_.bucket_bytes,
                                                                .parameter_broadcast = opt_config_.parameter_broadcast});
   }
@@ -390,9 +395,9 @@ class model {
   Net* net_;
   Loss* loss_;
   optim::optimizer<T, D>* opt_;
-  device_context<C>* ctx_;
+  context* ctx_;
   options opt_config_;
-  std::unique_ptr<distributed_grad_reducer<T, C, D>> reducer_;
+  std::unique_ptr<distributed_grad_reducer<T, D>> reducer_;
   bool broadcast_done_ = false;
 };
 

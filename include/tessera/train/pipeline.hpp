@@ -34,7 +34,7 @@ namespace tessera::train {
 /// sends its shard of the stage's output to rank i of stage s + 1. Each rank builds only
 /// its own stage's layers, on stage_context(), the ranks of its stage.
 ///
-///     train::pipeline<float, mpi_communicator> pp(ctx, 2);   // 8 ranks: 2 stages of 4
+///     train::pipeline<float> pp(ctx, 2);   // 8 ranks: 2 stages of 4
 ///     auto& sc = pp.stage_context();
 ///     if (pp.stage() == 0) first.build(sc); else second.build(sc);
 ///     auto r = pp.step(params, 4, [&](auto& tape, int m, auto x) {   // 4 micro-batches
@@ -48,19 +48,16 @@ namespace tessera::train {
 /// its micro-batch: the step's loss is the mean of the micro-batches' losses, and the
 /// gradients their mean's.
 ///
-/// Needs a communicator with non-blocking sends (isend: mpi_communicator), host
-/// tensors.
-template <class T, class C, class D = cpu_device>
+/// Needs a backend with non-blocking sends (isend: MPI; activations cross the gradients
+/// between two stages, and two blocking sends would deadlock), host tensors.
+template <class T, class D = cpu_device>
 class pipeline {
-  static_assert(requires(C& c, std::span<const T> b) { c.isend(b, 0, 0); },
-                "train::pipeline: the communicator must start sends without waiting (isend: mpi_communicator): "
-                "activations cross the gradients between two stages, and two blocking sends would deadlock");
   static_assert(std::is_same_v<D, cpu_device>, "train::pipeline: host tensors only (D = cpu_device)");
 
  public:
   using tensor = tensor_on<T, D>;
-  using tape_t = autodiff::tape<T, C, D>;
-  using var_t = autodiff::var<T, C, D>;
+  using tape_t = autodiff::tape<T, D>;
+  using var_t = autodiff::var<T, D>;
 
   /// What a step gives: the loss of the whole batch on every rank (the mean of the
   /// micro-batches' losses), and the gradient of each of this stage's parameters, in
@@ -72,15 +69,15 @@ class pipeline {
 
   /// Throws unless `stages` divides the ranks: "pipeline: 3 stages do not divide 8
   /// ranks into stages of equal size".
-  pipeline(device_context<C>& ctx, int stages) : world_(&ctx), stages_(stages) {
+  pipeline(context& ctx, int stages) : world_(&ctx), stages_(stages) {
     const int p = ctx.size();
     if (stages < 1 || p % stages != 0)
       throw error("pipeline: " + std::to_string(stages) + " stages do not divide " + std::to_string(p) +
                   " ranks into stages of equal size");
     per_stage_ = p / stages;
     stage_ = ctx.rank() / per_stage_;
-    C& group = ctx.on(mesh{stages, per_stage_}).group(axis_list{1});
-    stage_ctx_ = std::make_unique<device_context<C>>(group);
+    any_communicator& group = ctx.on(mesh{stages, per_stage_}).group(axis_list{1});
+    stage_ctx_ = std::make_unique<context>(group);
   }
 
   int stages() const { return stages_; }
@@ -89,7 +86,7 @@ class pipeline {
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == stages_ - 1; }
   /// The ranks of this rank's stage: build the stage's layers and its data on it.
-  device_context<C>& stage_context() { return *stage_ctx_; }
+  context& stage_context() { return *stage_ctx_; }
 
   /// One training step of `micro` micro-batches (at least 1). `stage_fn(tape, m, x)` is
   /// this stage's part for micro-batch m, recorded on `tape` (one tape for the step:
@@ -107,7 +104,7 @@ class pipeline {
     if (micro < 1 || micro > max_micro)
       throw error("pipeline: the number of micro-batches must be in [1, " + std::to_string(max_micro) + "], got " +
                   std::to_string(micro));
-    device_context<C>& sc = *stage_ctx_;
+    context& sc = *stage_ctx_;
     tape_t tape(sc);
     for (std::size_t i = 0; i < params.size(); ++i) params[i]->expect_grad(tape.serial(), int(i));
     flight_ flight;
@@ -194,7 +191,7 @@ class pipeline {
   struct flight_ {
     std::deque<header> headers;
     std::deque<tensor> tensors;
-    std::vector<decltype(std::declval<C&>().isend(std::span<const T>(), 0, 0))> requests;
+    std::vector<any_request> requests;
     void wait() {
       for (auto& q : requests) q.wait();
       requests.clear();
@@ -207,7 +204,7 @@ class pipeline {
   void send_activation(flight_& f, const tensor& y, int m) {
     f.headers.push_back(header{y.global_shape(), y.layout()});
     const header& h = f.headers.back();
-    C& w = world_->world();
+    any_communicator& w = world_->world();
     f.requests.push_back(
         w.isend(std::span<const char>(reinterpret_cast<const char*>(&h), sizeof(header)), peer(1), tag(m, 0)));
     f.tensors.push_back(y);
@@ -217,7 +214,7 @@ class pipeline {
 
   tensor receive_activation(int m) {
     header h;
-    C& w = world_->world();
+    any_communicator& w = world_->world();
     w.recv(std::span<char>(reinterpret_cast<char*>(&h), sizeof(header)), peer(-1), tag(m, 0));
     if (h.l.dev.size() != per_stage_)
       throw error("pipeline: stage " + std::to_string(stage_) + " received micro-batch " + std::to_string(m) +
@@ -245,11 +242,11 @@ class pipeline {
         world_->world().isend(std::span<const T>(t.local().data(), t.local().size()), peer(-1), tag(m, 2)));
   }
 
-  device_context<C>* world_;
+  context* world_;
   int stages_;
   int per_stage_ = 1;
   int stage_ = 0;
-  std::unique_ptr<device_context<C>> stage_ctx_;
+  std::unique_ptr<context> stage_ctx_;
 };
 
 }  // namespace tessera::train
