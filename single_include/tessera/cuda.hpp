@@ -2886,11 +2886,13 @@ struct backend<cuda_device> {
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -3103,6 +3105,14 @@ class staged_communicator {
   /// Spans passed to the collectives point into device memory.
   static constexpr bool device_buffers = true;
 
+  /// The element types C moves.
+  template <class T>
+  static constexpr bool supports_element = comm_supports<C, T>;
+
+  /// The name of the backend, "staged"; any_communicator reports "staged(<C's name>)",
+  /// e.g. "staged(mpi)".
+  static constexpr std::string_view backend() noexcept { return "staged"; }
+
   /// The request of iall_reduce when C has no non-blocking calls: completed at once
   /// (the staged collective is synchronous).
   class request {
@@ -3203,7 +3213,12 @@ class staged_communicator {
     std::size_t bytes_ = 0;       // 0: nothing to copy back
   };
 
-  explicit staged_communicator(C host) : host_(std::move(host)) {}
+  /// Takes over `host` (moved in). A template taking a C only, so that moving a staged
+  /// communicator never tries to convert it to C (a C that converts from every
+  /// communicator, any_communicator, would make that question depend on itself).
+  template <class H>
+    requires std::same_as<std::remove_cvref_t<H>, C>
+  explicit staged_communicator(H&& host) : host_(std::forward<H>(host)) {}
 
   int rank() const { return host_.rank(); }
   int size() const { return host_.size(); }
@@ -3372,6 +3387,9 @@ class staged_communicator {
   std::shared_ptr<detail::pinned_pool> pool_ = std::make_shared<detail::pinned_pool>();
 };
 
+template <class C>
+staged_communicator(C) -> staged_communicator<C>;
+
 }  // namespace tessera
 #if __has_include(<nccl.h>)
 // ---- tessera/comm/nccl.hpp ----
@@ -3396,6 +3414,7 @@ class staged_communicator {
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -3421,6 +3440,13 @@ struct no_nccl_datatype_for {
                 "float, double, std::int8_t, std::uint8_t, std::int32_t, std::uint32_t, std::int64_t or "
                 "std::uint64_t");
 };
+
+/// Whether NCCL has a datatype for T: float, double and integers of 1, 4 or 8 bytes.
+template <class T>
+inline constexpr bool has_nccl_datatype =
+    std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, double> ||
+    (std::is_integral_v<T> && !std::is_same_v<std::remove_cv_t<T>, bool> &&
+     (sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8));
 
 template <class T>
 constexpr ncclDataType_t nccl_datatype() {
@@ -3524,6 +3550,14 @@ struct nccl_lane {
 class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
+
+  /// The element types NCCL moves (detail::has_nccl_datatype): float, double and
+  /// integers of 1, 4 or 8 bytes; not 16-bit integers nor long double.
+  template <class T>
+  static constexpr bool supports_element = detail::has_nccl_datatype<T>;
+
+  /// The name of the backend, "nccl" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "nccl"; }
 
   /// A pending non-blocking call: an event recorded after it on the device's
   /// communication stream. Move-only. test() returns true once the event has completed;
