@@ -141,7 +141,11 @@ constexpr pool2d_params mindspore_pool2d(pad_mode mode, index_t in_h, index_t in
   return p;
 }
 
-namespace detail {
+}  // namespace tessera::kernels
+
+// The helpers live in tessera::detail: a tessera::kernels::detail would hide it from the
+// code of tessera::kernels.
+namespace tessera::detail {
 
 inline std::string dims_text(std::span<const std::size_t> s) {
   std::string out = "(";
@@ -160,7 +164,7 @@ inline void require_positive(const char* fn, const char* what, index_t h, index_
                 std::to_string(w) + ")");
 }
 
-inline void require_padding(const char* fn, const pad2d& p) {
+inline void require_padding(const char* fn, const kernels::pad2d& p) {
   if (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)
     throw error(std::string(fn) + ": padding must not be negative, padding is (top " + std::to_string(p.top) +
                 ", bottom " + std::to_string(p.bottom) + ", left " + std::to_string(p.left) + ", right " +
@@ -169,16 +173,18 @@ inline void require_padding(const char* fn, const pad2d& p) {
 
 inline index_t checked_output(const char* fn, const char* axis, index_t in, index_t kernel, index_t stride,
                               index_t before, index_t after, index_t dilation, bool ceil_mode) {
-  const index_t out = window_output_size(in, kernel, stride, before, after, dilation, ceil_mode);
+  const index_t out = kernels::window_output_size(in, kernel, stride, before, after, dilation, ceil_mode);
   if (out < 1)
     throw error(std::string(fn) + ": the window does not fit along " + axis + ": input " + std::to_string(in) +
                 " + padding " + std::to_string(before) + " + " + std::to_string(after) + " < window extent " +
-                std::to_string(window_extent(kernel, dilation)) + " (kernel " + std::to_string(kernel) +
+                std::to_string(kernels::window_extent(kernel, dilation)) + " (kernel " + std::to_string(kernel) +
                 ", dilation " + std::to_string(dilation) + ")");
   return out;
 }
 
-}  // namespace detail
+}  // namespace tessera::detail
+
+namespace tessera::kernels {
 
 /// The output shape (N, O, OH, OW) of a convolution of x (N, C, H, W) with w (O, C /
 /// groups, KH, KW). Throws tessera::error naming `fn` and the numbers when the shapes or

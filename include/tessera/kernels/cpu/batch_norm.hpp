@@ -68,7 +68,7 @@ inline primitive_key bn_key(std::int64_t kind, const dnnl_md& data, float eps, b
 
 /// The channel count of an NCHW operand, checking its rank.
 inline std::size_t channels_of(const char* fn, std::span<const std::size_t> s) {
-  kernels::detail::require_nchw(fn, "x", s);
+  tessera::detail::require_nchw(fn, "x", s);
   return s[1];
 }
 
@@ -209,7 +209,7 @@ namespace detail {
 template <class T, class F>
 void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
   const std::span<const std::size_t> s(x.shape().data(), x.shape().size());
-  kernels::detail::require_nchw(fn, "x", s);
+  tessera::detail::require_nchw(fn, "x", s);
   const std::size_t plane = s[2] * s[3];
   for (std::size_t n = 0; n < s[0]; ++n)
     for (std::size_t c = 0; c < s[1]; ++c) f(c, (n * s[1] + c) * plane, plane);
@@ -219,7 +219,7 @@ template <class T>
 void require_channels(const char* fn, const char* name, const xt::xarray<T>& v, std::size_t c) {
   if (v.dimension() != 1 || v.shape()[0] != c)
     throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(c) + ",), " + name + " is " +
-                kernels::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
+                tessera::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
 }
 
 template <class T>
@@ -239,7 +239,7 @@ concept bn_scalar = std::same_as<T, float> || std::same_as<T, double>;
 template <bn_scalar T>
 channel_sums<xt::xarray<T>> batch_norm_sums(const xt::xarray<T>& x) {
   constexpr const char* fn = "batch_norm_sums";
-  kernels::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
   const std::size_t c = x.shape()[1];
   std::vector<double> s(c, 0.0), q(c, 0.0);
   detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
@@ -288,7 +288,7 @@ channel_sums<xt::xarray<T>> batch_norm_backward_sums(const xt::xarray<T>& dy, co
                                                      const xt::xarray<T>& mean, const xt::xarray<T>& variance,
                                                      T eps, const xt::xarray<T>* relu_y = nullptr) {
   constexpr const char* fn = "batch_norm_backward_sums";
-  kernels::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
   const std::size_t c = x.shape()[1];
   detail::require_same_nchw(fn, "dy", dy, x);
   if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);
@@ -328,7 +328,7 @@ xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray
                                        const channel_sums<xt::xarray<T>>& sums, std::size_t count, T eps,
                                        const xt::xarray<T>* relu_y = nullptr) {
   constexpr const char* fn = "batch_norm_backward_data";
-  kernels::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
   const std::size_t c = x.shape()[1];
   detail::require_same_nchw(fn, "dy", dy, x);
   if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);

@@ -276,7 +276,7 @@ inline xt::xarray<float> vector_of(std::size_t n) { return xt::xarray<float>::fr
 inline void require_vector(const char* fn, const char* name, const xt::xarray<float>& v, std::size_t n) {
   if (v.dimension() != 1 || v.shape()[0] != n)
     throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(n) + ",), " + name + " is " +
-                kernels::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
+                tessera::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
 }
 
 /// Throws unless `got` equals `want`: "max_pool2d_backward: dy must be (2, 3, 4, 4), dy
@@ -284,14 +284,14 @@ inline void require_vector(const char* fn, const char* name, const xt::xarray<fl
 inline void require_dims(const char* fn, const char* name, std::span<const std::size_t> got,
                          std::span<const std::size_t> want) {
   if (!std::ranges::equal(got, want))
-    throw error(std::string(fn) + ": " + name + " must be " + kernels::detail::dims_text(want) + ", " + name +
-                " is " + kernels::detail::dims_text(got));
+    throw error(std::string(fn) + ": " + name + " must be " + tessera::detail::dims_text(want) + ", " + name +
+                " is " + tessera::detail::dims_text(got));
 }
 
 }  // namespace detail
 
 inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
-  kernels::detail::require_nchw("dnnl_tensor::from_xarray", "x",
+  tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
                                 std::span<const std::size_t>(x.shape().data(), x.shape().size()));
   dnnl::memory m(detail::plain_desc(detail::to_dims(std::span<const std::size_t>(x.shape().data(), x.shape().size()))),
                  dnnl_engine());

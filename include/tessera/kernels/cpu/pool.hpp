@@ -197,7 +197,7 @@ X pool_backward(const char* fn, const X& dy, std::span<const std::size_t> x_shap
 }
 
 inline pool2d_params global_window(const char* fn, std::span<const std::size_t> x) {
-  kernels::detail::require_nchw(fn, "x", x);
+  tessera::detail::require_nchw(fn, "x", x);
   return pool2d_params{index_t(x[2]), index_t(x[3]), 1, 1};
 }
 
