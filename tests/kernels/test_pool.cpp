@@ -242,12 +242,7 @@ TEST_CASE("pooling on dnnl_tensors in a blocked format equals the xarray path") 
   const shape_t s{2, 16, 8, 8};
   const farray x = to_float(random_array(s, 11));
   // A blocked tensor, as a convolution leaves it.
-  const cpu::dnnl_tensor tx = [&] {
-    dnnl::memory m(dnnl::memory::desc({2, 16, 8, 8}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c),
-                   cpu::dnnl_engine());
-    cpu::detail::reorder_into(cpu::detail::wrap(x), m);
-    return cpu::dnnl_tensor(m);
-  }();
+  const cpu::dnnl_tensor tx = cpu::dnnl_tensor::from_xarray(x).in_format(dnnl::memory::format_tag::nChw16c);
   CHECK(!tx.is_plain());
   CHECK(tx.to_xarray() == x);
   for (const pool2d_params& p : {window(3, 3, 2, 2, pad2d::uniform(1)), window(2, 2, 2, 2, {}, true, false)}) {

@@ -66,6 +66,28 @@ inline primitive_key bn_key(std::int64_t kind, const dnnl_md& data, float eps, b
   return k;
 }
 
+/// The layout a batch norm of plain NCHW arrays computes in: oneDNN's channel-blocked
+/// one for this CPU (nChw16c with AVX-512, else nChw8c). Its blocked kernels are several
+/// times faster than its plain-NCHW one (at batch 32, 64 x 32 x 32: 1.7 ms against 12.8
+/// ms for forward and backward), more than the reorders to and from it cost.
+inline dnnl_md bn_blocked_desc(const dnnl_dims& dims) {
+  static const dnnl_tag tag =
+      dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core ? dnnl_tag::nChw16c : dnnl_tag::nChw8c;
+  return dnnl_md(dims, dnnl::memory::data_type::f32, tag);
+}
+
+/// A batch norm's data operand: a dnnl_tensor as it is, a plain array reordered to
+/// bn_blocked_desc.
+template <dnnl_operand X>
+scratch_memory bn_data(const X& x) {
+  if constexpr (std::same_as<X, xt::xarray<float>>) {
+    const dnnl::memory m = wrap(x);
+    return as_desc(m, bn_blocked_desc(m.get_desc().dims()));
+  } else {
+    return scratch_memory(memory_of(x));
+  }
+}
+
 /// The channel count of an NCHW operand, checking its rank.
 inline std::size_t channels_of(const char* fn, std::span<const std::size_t> s) {
   tessera::detail::require_nchw(fn, "x", s);
@@ -77,7 +99,9 @@ inline std::size_t channels_of(const char* fn, std::span<const std::size_t> s) {
 /// Training-mode batch norm: per channel c, mean and biased variance of x over (N, H,
 /// W), y = gamma[c] * (x - mean) / sqrt(variance + eps) + beta[c], then max(y, 0) when
 /// `relu` (fused; the workspace keeps its mask for the backward). x (N, C, H, W), gamma
-/// and beta (C,).
+/// and beta (C,). Plain arrays are computed in oneDNN's blocked layout (reordered in and
+/// out); the workspace is in the layout of the form given, so the backward takes the
+/// same form (xarrays, or dnnl_tensors in the same layout).
 template <dnnl_operand X>
 batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_training(
     const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta, float eps, bool relu = false) {
@@ -87,17 +111,17 @@ batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_tra
   detail::require_vector(fn, "gamma", gamma, c);
   detail::require_vector(fn, "beta", beta, c);
   return detail::dnnl_call(fn, [&] {
-    const dnnl::memory src = detail::memory_of(x);
-    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(11, src.get_desc(), eps, relu), [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(11, src.get().get_desc(), eps, relu), [&] {
       ++detail::primitives_created();
-      auto pd = detail::bn_forward_pd(src.get_desc(), eps, true, false, relu);
+      auto pd = detail::bn_forward_pd(src.get().get_desc(), eps, true, false, relu);
       return detail::bn_forward_entry{pd, dnnl::batch_normalization_forward(pd)};
     });
     batch_norm_training<X, xt::xarray<float>, dnnl_workspace> out;
     out.mean = detail::vector_of(c);
     out.variance = detail::vector_of(c);
-    detail::output_slot<X> dst(e.pd.dst_desc(), src.get_desc().dims(), xs);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src},
+    detail::output_slot<X> dst(e.pd.dst_desc(), src.get().get_desc().dims(), xs);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.get()},
                                                {DNNL_ARG_DST, dst.memory()},
                                                {DNNL_ARG_MEAN, detail::wrap(out.mean)},
                                                {DNNL_ARG_VARIANCE, detail::wrap(out.variance)},
@@ -129,14 +153,14 @@ X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const
   detail::require_vector(fn, "mean", mean, c);
   detail::require_vector(fn, "variance", variance, c);
   return detail::dnnl_call(fn, [&] {
-    const dnnl::memory src = detail::memory_of(x);
-    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(12, src.get_desc(), eps, relu), [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(12, src.get().get_desc(), eps, relu), [&] {
       ++detail::primitives_created();
-      auto pd = detail::bn_forward_pd(src.get_desc(), eps, false, true, relu);
+      auto pd = detail::bn_forward_pd(src.get().get_desc(), eps, false, true, relu);
       return detail::bn_forward_entry{pd, dnnl::batch_normalization_forward(pd)};
     });
-    detail::output_slot<X> dst(e.pd.dst_desc(), src.get_desc().dims(), xs);
-    e.prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, src},
+    detail::output_slot<X> dst(e.pd.dst_desc(), src.get().get_desc().dims(), xs);
+    e.prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, src.get()},
                                    {DNNL_ARG_DST, dst.memory()},
                                    {DNNL_ARG_MEAN, detail::wrap(mean)},
                                    {DNNL_ARG_VARIANCE, detail::wrap(variance)},
@@ -167,12 +191,12 @@ batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X&
   if (relu && workspace.empty())
     throw error(std::string(fn) + ": relu needs the workspace of batch_norm_forward_training(..., relu = true)");
   return detail::dnnl_call(fn, [&] {
-    const dnnl::memory src = detail::memory_of(x);
-    const auto& e = detail::cached<detail::bn_backward_entry>(detail::bn_key(13, src.get_desc(), eps, relu), [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_backward_entry>(detail::bn_key(13, src.get().get_desc(), eps, relu), [&] {
       ++detail::primitives_created();
-      auto hint = detail::bn_forward_pd(src.get_desc(), eps, true, false, relu);
+      auto hint = detail::bn_forward_pd(src.get().get_desc(), eps, true, false, relu);
       dnnl::batch_normalization_backward::primitive_desc pd(
-          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src.get_desc(), src.get_desc(), eps,
+          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src.get().get_desc(), src.get().get_desc(), eps,
                                                    detail::bn_flags(false, relu)),
           dnnl_engine(), hint);
       return detail::bn_backward_entry{pd, dnnl::batch_normalization_backward(pd)};
@@ -180,12 +204,12 @@ batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X&
     batch_norm_grads<X, xt::xarray<float>> out;
     out.dgamma = detail::vector_of(c);
     out.dbeta = detail::vector_of(c);
-    dnnl::memory ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-    detail::output_slot<X> dsrc(e.pd.diff_src_desc(), src.get_desc().dims(), xs);
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    detail::output_slot<X> dsrc(e.pd.diff_src_desc(), src.get().get_desc().dims(), xs);
     // oneDNN 2.6 asks for the shift too, though no gradient depends on it.
     const xt::xarray<float> shift = xt::zeros<float>({c});
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src},
-                                               {DNNL_ARG_DIFF_DST, ddst},
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.get()},
+                                               {DNNL_ARG_DIFF_DST, ddst.get()},
                                                {DNNL_ARG_MEAN, detail::wrap(mean)},
                                                {DNNL_ARG_VARIANCE, detail::wrap(variance)},
                                                {DNNL_ARG_SCALE, detail::wrap(gamma)},

@@ -110,11 +110,11 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
       auto pd = detail::conv_forward_pd(g, bias, relu);
       return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
     });
-    dnnl::memory src = detail::input_as(x, e.pd.src_desc());
-    dnnl::memory wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+    const auto src = detail::input_as(x, e.pd.src_desc());
+    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
     detail::output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst.memory()}};
+        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, dst.memory()}};
     if (bias) args.emplace(DNNL_ARG_BIAS, detail::wrap(*bias));
     e.prim.execute(dnnl_stream(), args);
     return dst.take();
@@ -139,11 +139,11 @@ X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const 
       dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_engine(), hint);
       return detail::conv_backward_data_entry{pd, dnnl::convolution_backward_data(pd)};
     });
-    dnnl::memory ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-    dnnl::memory wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
     detail::output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
     e.prim.execute(dnnl_stream(),
-                   {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
+                   {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
     return dsrc.take();
   });
 }
@@ -180,12 +180,12 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
       dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_engine(), hint);
       return detail::conv_backward_weights_entry{pd, dnnl::convolution_backward_weights(pd)};
     });
-    dnnl::memory src = detail::input_as(x, e.pd.src_desc());
-    dnnl::memory ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    const auto src = detail::input_as(x, e.pd.src_desc());
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
     detail::output_slot<xt::xarray<float>> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
     conv2d_weight_grads<xt::xarray<float>> out{xt::xarray<float>(), detail::vector_of(0)};
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
+        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
     if (bias) {
       out.db = detail::vector_of(g.dst_shape[1]);
       args.emplace(DNNL_ARG_DIFF_BIAS, detail::wrap(out.db));

@@ -66,6 +66,8 @@ class dnnl_tensor {
   static dnnl_tensor from_xarray(const xt::xarray<float>& x);
   /// The values in plain NCHW.
   xt::xarray<float> to_xarray() const;
+  /// A copy in the layout `tag` (dnnl::memory::format_tag::nChw16c, nhwc, nchw, ...).
+  dnnl_tensor in_format(dnnl::memory::format_tag tag) const;
 
   std::vector<std::size_t> shape() const {
     const auto d = mem_.get_desc().dims();
@@ -213,12 +215,63 @@ inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
   e.prim.execute(dnnl_stream(), const_cast<dnnl::memory&>(src), const_cast<dnnl::memory&>(dst));
 }
 
+// ---- scratch memory ------------------------------------------------------------------
+
+/// The calling thread's free scratch buffers, by descriptor: the reordered copies and
+/// blocked intermediates a kernel needs only during its call. Reusing them saves the
+/// page faults of fresh large allocations (a 32 MiB reorder into fresh memory costs
+/// about 4 times one into memory already touched).
+inline std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash>& scratch_pool() {
+  thread_local std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash> pool;
+  return pool;
+}
+
+/// Free buffers kept per descriptor and thread.
+inline constexpr std::size_t scratch_per_desc = 4;
+
+/// A memory a kernel uses during its call: either an operand's own memory (not owned
+/// here) or a scratch buffer, handed back to the thread's pool when this is destroyed.
+class scratch_memory {
+ public:
+  explicit scratch_memory(dnnl::memory m, bool pooled = false) : mem_(std::move(m)), pooled_(pooled) {}
+  scratch_memory(scratch_memory&& o) noexcept : mem_(std::move(o.mem_)), pooled_(std::exchange(o.pooled_, false)) {}
+  scratch_memory(const scratch_memory&) = delete;
+  scratch_memory& operator=(const scratch_memory&) = delete;
+  scratch_memory& operator=(scratch_memory&&) = delete;
+  ~scratch_memory() {
+    if (!pooled_) return;
+    primitive_key k;
+    k.add(mem_.get_desc());
+    auto& free = scratch_pool()[k];
+    if (free.size() < scratch_per_desc) free.push_back(std::move(mem_));
+  }
+  const dnnl::memory& get() const { return mem_; }
+  operator const dnnl::memory&() const { return mem_; }
+
+ private:
+  dnnl::memory mem_;
+  bool pooled_ = false;
+};
+
+/// A scratch buffer of descriptor `md` (from the pool, else new).
+inline scratch_memory scratch(const dnnl_md& md) {
+  primitive_key k;
+  k.add(md);
+  auto& free = scratch_pool()[k];
+  if (!free.empty()) {
+    dnnl::memory m = std::move(free.back());
+    free.pop_back();
+    return scratch_memory(std::move(m), true);
+  }
+  return scratch_memory(dnnl::memory(md, dnnl_engine()), true);
+}
+
 /// `m` as a memory of descriptor `want`: itself when the layouts agree, else a reordered
-/// copy.
-inline dnnl::memory as_desc(const dnnl::memory& m, const dnnl_md& want) {
-  if (m.get_desc() == want) return m;
-  dnnl::memory out(want, dnnl_engine());
-  reorder_into(m, out);
+/// copy in scratch memory (keep the result alive while the primitive runs).
+inline scratch_memory as_desc(const dnnl::memory& m, const dnnl_md& want) {
+  if (m.get_desc() == want) return scratch_memory(m);
+  scratch_memory out = scratch(want);
+  reorder_into(m, out.get());
   return out;
 }
 
@@ -227,13 +280,14 @@ inline dnnl::memory memory_of(const dnnl_tensor& x) { return x.memory(); }
 
 /// An operand's memory in the layout `want` (reordered when it is in another).
 template <dnnl_operand X>
-dnnl::memory input_as(const X& x, const dnnl_md& want) {
+scratch_memory input_as(const X& x, const dnnl_md& want) {
   return as_desc(memory_of(x), want);
 }
 
 /// Where a primitive writes a result of type X whose layout it chose (`chosen`): an
-/// xarray gets plain `dims` (written in place when `chosen` is plain, else through a
-/// reorder after the primitive ran), a dnnl_tensor keeps `chosen`.
+/// xarray gets plain `dims` (written in place when `chosen` is plain, else into scratch
+/// memory and reordered after the primitive ran), a dnnl_tensor keeps `chosen` (in
+/// memory of its own).
 template <class X>
 class output_slot;
 
@@ -242,18 +296,18 @@ class output_slot<xt::xarray<float>> {
  public:
   output_slot(const dnnl_md& chosen, const dnnl_dims& dims, std::span<const std::size_t> shape)
       : out_(xt::xarray<float>::from_shape(std::vector<std::size_t>(shape.begin(), shape.end()))),
-        plain_(wrap(out_, dims)) {
-    mem_ = chosen == plain_.get_desc() ? plain_ : dnnl::memory(chosen, dnnl_engine());
-  }
-  const dnnl::memory& memory() const { return mem_; }
+        plain_(wrap(out_, dims)),
+        mem_(chosen == plain_.get_desc() ? scratch_memory(plain_) : scratch(chosen)) {}
+  const dnnl::memory& memory() const { return mem_.get(); }
   xt::xarray<float> take() {
-    if (mem_.get_data_handle() != plain_.get_data_handle()) reorder_into(mem_, plain_);
+    if (mem_.get().get_data_handle() != plain_.get_data_handle()) reorder_into(mem_.get(), plain_);
     return std::move(out_);
   }
 
  private:
   xt::xarray<float> out_;
-  dnnl::memory plain_, mem_;
+  dnnl::memory plain_;
+  scratch_memory mem_;
 };
 
 template <>
@@ -290,6 +344,10 @@ inline void require_dims(const char* fn, const char* name, std::span<const std::
 
 }  // namespace detail
 
+/// Frees the calling thread's scratch buffers (the kernels keep up to four per layout
+/// and shape for reuse; a program done with a network's shapes can give them back).
+inline void dnnl_release_scratch() { detail::scratch_pool().clear(); }
+
 inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
   tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
                                 std::span<const std::size_t>(x.shape().data(), x.shape().size()));
@@ -300,6 +358,12 @@ inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
 }
 
 inline bool dnnl_tensor::is_plain() const { return desc() == detail::plain_desc(desc().dims()); }
+
+inline dnnl_tensor dnnl_tensor::in_format(dnnl::memory::format_tag tag) const {
+  dnnl::memory out(dnnl::memory::desc(desc().dims(), dnnl::memory::data_type::f32, tag), dnnl_engine());
+  detail::reorder_into(mem_, out);
+  return dnnl_tensor(std::move(out));
+}
 
 inline xt::xarray<float> dnnl_tensor::to_xarray() const {
   const auto s = shape();

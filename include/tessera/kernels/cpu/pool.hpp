@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -167,13 +168,15 @@ X pool_backward(const char* fn, const X& dy, std::span<const std::size_t> x_shap
       scaled = scaled_plain(dy, avg_rescale_factors(x_shape, p, g));
       ddst_in = wrap(scaled);
     }
+    std::optional<scratch_memory> plain_dy;  // dy made plain, when its layout is none of tag_of's
     dnnl_md src_md;
     if (src) {
       src_md = *src;
     } else {
       dnnl_tag t = tag_of(ddst_in.get_desc());
       if (t == dnnl_tag::undef) {
-        ddst_in = as_desc(ddst_in, plain_desc(g.dst));
+        plain_dy.emplace(as_desc(ddst_in, plain_desc(g.dst)));
+        ddst_in = plain_dy->get();
         t = dnnl_tag::nchw;
       }
       src_md = dnnl_md(g.src, dnnl::memory::data_type::f32, t);
@@ -187,9 +190,9 @@ X pool_backward(const char* fn, const X& dy, std::span<const std::size_t> x_shap
           dnnl_engine(), hint);
       return pool_backward_entry{pd, dnnl::pooling_backward(pd)};
     });
-    dnnl::memory ddst = as_desc(ddst_in, e.pd.diff_dst_desc());
+    const scratch_memory ddst = as_desc(ddst_in, e.pd.diff_dst_desc());
     output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}};
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}};
     if (max) args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
     e.prim.execute(dnnl_stream(), args);
     return dsrc.take();
