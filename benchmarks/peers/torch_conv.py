@@ -14,13 +14,15 @@ torch.set_num_threads(--threads) to match bench_conv's OMP_NUM_THREADS:
 Each case runs --rounds rounds of --iters iterations after a warm-up; a round's time is
 its mean iteration, and the case's time the median round (milliseconds), as bench_conv's
 median of repetitions. --compare reads bench_conv's JSON and prints, per case, PyTorch's
-time over tessera's (above 1: tessera is faster) for each of tessera's forms. Needs
+time over tessera's (above 1: tessera is faster) for each of tessera's forms; with
+--load, PyTorch's times come from an earlier --out file instead of being measured. Needs
 Debian's python3-torch (apt-get install python3-torch); it is not a dependency of
 tessera or of its tests.
 """
 
 import argparse
 import json
+import re
 import statistics
 import time
 
@@ -55,7 +57,13 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", help="write the times here (JSON)")
     ap.add_argument("--compare", help="bench_conv's JSON output: print the ratios")
+    ap.add_argument("--load", help="PyTorch's times from this earlier --out file (no timing)")
     args = ap.parse_args()
+    if args.load:
+        with open(args.load) as f:
+            doc = json.load(f)
+        print_ratios(doc["benchmarks"], args.compare)
+        return
 
     import torch
     import torch.nn.functional as F
@@ -104,23 +112,29 @@ def main():
             f.write("\n")
 
     if args.compare:
-        with open(args.compare) as f:
-            ours = json.load(f)
-        tessera = {}
-        for b in ours["benchmarks"]:
-            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
-                continue
-            scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b.get("time_unit", "ns")]
-            tessera[b["run_name"] if "run_name" in b else b["name"]] = b["real_time"] * scale
-        print()
-        print("%-22s %10s  %-28s" % ("case", "PyTorch", "tessera ms (PyTorch / tessera)"))
-        for r in results:
-            cells = []
-            for form in ("plain", "blocked"):
-                t = tessera.get(r["name"] + "/" + form)
-                if t:
-                    cells.append("%s %.2f (%.2fx)" % (form, t, r["median_ms"] / t))
-            print("%-22s %10.2f  %s" % (r["name"], r["median_ms"], "   ".join(cells)))
+        print_ratios(results, args.compare)
+
+
+def print_ratios(results, compare):
+    """PyTorch's median over tessera's, per case and form of bench_conv's JSON file."""
+    with open(compare) as f:
+        ours = json.load(f)
+    tessera = {}
+    for b in ours["benchmarks"]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b.get("time_unit", "ns")]
+        name = re.sub(r"/(min_time:[^/]*|real_time|manual_time)", "", b.get("run_name", b["name"]))
+        tessera[name] = b["real_time"] * scale
+    print()
+    print("%-22s %9s  %s" % ("case", "PyTorch", "tessera ms (PyTorch / tessera)"))
+    for r in results:
+        cells = []
+        for form in ("plain", "blocked"):
+            t = tessera.get(r["name"] + "/" + form)
+            if t:
+                cells.append("%-7s %7.2f (%.2fx)" % (form, t, r["median_ms"] / t))
+        print("%-22s %9.2f  %s" % (r["name"], r["median_ms"], "   ".join(cells)))
 
 
 if __name__ == "__main__":
