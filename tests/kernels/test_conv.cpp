@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <thread>
 #include <vector>
 #include <tessera/kernels/cpu/conv.hpp>
 
@@ -223,6 +224,28 @@ TEST_CASE("a repeated conv2d call creates no primitive") {
   // Another shape makes new ones.
   (void)cpu::conv2d_forward(to_float(random_array({1, 4, 6, 6}, 4)), w, nullptr, c.p);
   CHECK(cpu::detail::primitives_created() > made);
+}
+
+TEST_CASE("threads run conv2d at once, each with its own stream, primitives and scratch buffers") {
+  const conv_case c{{2, 16, 8, 8}, {16, 16, 3, 3}, {1, 1, pad2d::uniform(1)}};
+  const farray w = to_float(random_array(c.w, 1));
+  std::vector<farray> xs, want(4), got(4);
+  for (std::uint64_t i = 0; i < 4; ++i) xs.push_back(to_float(random_array(c.x, 10 + i)));
+  for (std::size_t i = 0; i < 4; ++i) want[i] = cpu::conv2d_forward(xs[i], w, nullptr, c.p);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 5; ++k) got[i] = cpu::conv2d_forward(xs[i], w, nullptr, c.p);
+    });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < 4; ++i) CHECK(got[i] == want[i]);
+  // Scratch buffers can be given back; the next call takes new ones.
+  cpu::dnnl_release_scratch();
+  CHECK(cpu::conv2d_forward(xs[0], w, nullptr, c.p) == want[0]);
+  const cpu::dnnl_tensor t = cpu::dnnl_tensor::from_xarray(xs[0]).in_format(dnnl::memory::format_tag::nChw16c);
+  CHECK(!t.is_plain());
+  CHECK(t.in_format(dnnl::memory::format_tag::nchw).is_plain());
+  CHECK(t.to_xarray() == xs[0]);
 }
 
 TEST_CASE("conv2d errors name the kernel and the numbers") {
