@@ -55,17 +55,17 @@ inline void set_conv(const conv_desc& c, int pad_h, int pad_w, const conv2d_para
   TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(c, math));
 }
 
-/// The first of cuDNN's ranked algorithms that runs, preferring plain FMA math in fp32
-/// mode; sets c's math type to the algorithm's.
+/// The first of cuDNN's ranked algorithms that runs (asked under c's math type). In fp32
+/// mode c keeps CUDNN_FMA_MATH, so no algorithm rounds its inputs to TF32; otherwise c
+/// takes the chosen algorithm's math type.
 template <class Perf>
 const Perf& pick_algo(const char* fn, const Perf* perf, int n, bool fp32, const conv_desc& c) {
   const Perf* best = nullptr;
   for (int i = 0; i < n && !best; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!fp32 || perf[i].mathType == CUDNN_FMA_MATH)) best = &perf[i];
-  for (int i = 0; i < n && !best; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) best = &perf[i];
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!fp32 || perf[i].mathType == CUDNN_FMA_MATH || perf[i].mathType == CUDNN_DEFAULT_MATH))
+      best = &perf[i];
   if (!best) throw error(std::string(fn) + ": cuDNN offers no algorithm for this convolution");
-  TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(c, best->mathType));
+  TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(c, fp32 ? CUDNN_FMA_MATH : best->mathType));
   return *best;
 }
 
