@@ -61,9 +61,9 @@ inline void set_conv(const conv_desc& c, int pad_h, int pad_w, const conv2d_para
 template <class Perf>
 const Perf& pick_algo(const char* fn, const Perf* perf, int n, bool fp32, const conv_desc& c) {
   const Perf* best = nullptr;
+  const auto plain = [](cudnnMathType_t m) { return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH; };
   for (int i = 0; i < n && !best; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!fp32 || perf[i].mathType == CUDNN_FMA_MATH || perf[i].mathType == CUDNN_DEFAULT_MATH))
-      best = &perf[i];
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!fp32 || plain(perf[i].mathType))) best = &perf[i];
   if (!best) throw error(std::string(fn) + ": cuDNN offers no algorithm for this convolution");
   TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(c, fp32 ? CUDNN_FMA_MATH : best->mathType));
   return *best;
