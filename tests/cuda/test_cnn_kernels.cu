@@ -195,7 +195,8 @@ TEST_CASE("pooling on the GPU equals the host's") {
   const harray x = host_array({2, 5, 7, 3}, 9);
   CHECK(near(host(kc::global_avg_pool2d_forward(dev(x))), kh::global_avg_pool_forward(x)));
   const harray dy = host_array({2, 5, 1, 1}, 10);
-  CHECK(near(host(kc::global_avg_pool2d_backward(dev(dy), {2, 5, 7, 3})), kh::global_avg_pool_backward(dy, {2, 5, 7, 3})));
+  CHECK(near(host(kc::global_avg_pool2d_backward(dev(dy), {2, 5, 7, 3})),
+             kh::global_avg_pool_backward(dy, {2, 5, 7, 3})));
 }
 
 TEST_CASE("backend<cuda_device> holds the kernels, and the errors are the host's") {

@@ -182,7 +182,8 @@ TEST_CASE("the split form over two halves of the batch equals the whole batch") 
       CAPTURE(s[0]);
       CAPTURE(relu);
       const farray x = to_float(random_array(s, seed++, -2.0, 3.0)), dy = to_float(random_array(s, seed++));
-      const farray gamma = to_float(random_array({s[1]}, seed++, 0.5, 1.5)), beta = to_float(random_array({s[1]}, seed++));
+      const farray gamma = to_float(random_array({s[1]}, seed++, 0.5, 1.5));
+      const farray beta = to_float(random_array({s[1]}, seed++));
       const float eps = 1e-5f;
       const std::size_t half = s[0] / 2, count = s[0] * s[2] * s[3];
       const farray x0 = batch_rows(x, 0, half), x1 = batch_rows(x, half, s[0]);
@@ -277,7 +278,8 @@ TEST_CASE("batch norm errors name the kernel and the numbers") {
   const auto f = cpu::batch_norm_forward_training(x, g3, g3, 1e-5f);
   CHECK(thrown([&] { (void)cpu::batch_norm_backward(x, x, g3, f.mean, f.variance, f.workspace, 1e-5f, true); }) ==
         "batch_norm_backward: relu needs the workspace of batch_norm_forward_training(..., relu = true)");
-  CHECK(thrown([&] { (void)cpu::batch_norm_backward_sums(farray(xt::zeros<float>({2, 3, 4, 5})), x, g3, g3, 1e-5f); }) ==
+  const farray dy5 = xt::zeros<float>({2, 3, 4, 5});
+  CHECK(thrown([&] { (void)cpu::batch_norm_backward_sums(dy5, x, g3, g3, 1e-5f); }) ==
         "batch_norm_backward_sums: dy must be (2, 3, 4, 4), dy is (2, 3, 4, 5)");
   CHECK(thrown([&] { (void)cpu::batch_norm_moments(cpu::batch_norm_sums(x), 0); }) ==
         "batch_norm_moments: count must be positive");

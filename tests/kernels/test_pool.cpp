@@ -55,7 +55,8 @@ void for_each_window(const shape_t& xs, const pool2d_params& p, W&& window, F&& 
       for (std::size_t i = 0; i < ys[2]; ++i)
         for (std::size_t j = 0; j < ys[3]; ++j) {
           const index_t hs = index_t(i) * p.stride_h - p.pad.top, ws = index_t(j) * p.stride_w - p.pad.left;
-          const index_t he = std::min(hs + p.kernel_h, h + p.pad.bottom), we = std::min(ws + p.kernel_w, w + p.pad.right);
+          const index_t he = std::min(hs + p.kernel_h, h + p.pad.bottom);
+          const index_t we = std::min(ws + p.kernel_w, w + p.pad.right);
           const index_t hs0 = std::max<index_t>(hs, 0), ws0 = std::max<index_t>(ws, 0);
           const index_t he0 = std::min(he, h), we0 = std::min(we, w);
           const double div = p.count_include_pad ? double((he - hs) * (we - ws)) : double((he0 - hs0) * (we0 - ws0));

@@ -196,7 +196,8 @@ batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X&
       ++detail::primitives_created();
       auto hint = detail::bn_forward_pd(src.get().get_desc(), eps, true, false, relu);
       dnnl::batch_normalization_backward::primitive_desc pd(
-          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src.get().get_desc(), src.get().get_desc(), eps,
+          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src.get().get_desc(),
+                                                   src.get().get_desc(), eps,
                                                    detail::bn_flags(false, relu)),
           dnnl_engine(), hint);
       return detail::bn_backward_entry{pd, dnnl::batch_normalization_backward(pd)};

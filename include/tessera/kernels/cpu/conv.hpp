@@ -143,7 +143,9 @@ X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const 
     const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
     detail::output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
     e.prim.execute(dnnl_stream(),
-                   {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
+                   {{DNNL_ARG_DIFF_DST, ddst.get()},
+                    {DNNL_ARG_WEIGHTS, wei.get()},
+                    {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
     return dsrc.take();
   });
 }
