@@ -11872,7 +11872,9 @@ inline void load_distributed_checkpoint(const std::filesystem::path& file, std::
 #if __has_include(<cblas.h>)
 // ---- tessera/kernels/cpu.hpp ----
 // The CPU kernels: local math on xt::xarray shards (xtensor + BLAS), no
-// communication. Only includes. Needs tessera::blas (CBLAS) for matmul.
+// communication. Only includes. Needs tessera::blas (CBLAS) for matmul, and
+// tessera::dnnl (oneDNN) for the convolutional network kernels, included where oneDNN
+// is installed and the compiler is not nvcc (whose front end cannot parse dnnl.hpp).
 
 // ---- tessera/kernels/cpu/common.hpp ----
 // What the CPU kernels share: the shape argument type, shape text for errors, axis
@@ -13610,6 +13612,1559 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 }
 
 }  // namespace tessera::kernels::cpu
+#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+// ---- tessera/kernels/conv_params.hpp ----
+// The window geometry of 2-D convolution and pooling on NCHW tensors, shared by every
+// device's kernels: parameters, output sizes with their checks and error texts, the
+// padding of MindSpore's pad modes and of PyTorch's padding rules, and the result types
+// of the convolution, batch-norm and pooling kernels. Standard library only.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace tessera::kernels {
+
+/// Zero padding on the four sides of an image (rows above and below, columns left and
+/// right). Uneven padding is how MindSpore's pad_mode "same" and TensorFlow's SAME
+/// place the odd element: below and right.
+struct pad2d {
+  index_t top = 0, bottom = 0, left = 0, right = 0;
+
+  /// The same padding on every side (PyTorch's `padding=p`).
+  static constexpr pad2d uniform(index_t p) { return {p, p, p, p}; }
+  /// `h` above and below, `w` left and right (PyTorch's `padding=(h, w)`).
+  static constexpr pad2d symmetric(index_t h, index_t w) { return {h, h, w, w}; }
+  friend constexpr bool operator==(const pad2d&, const pad2d&) = default;
+};
+
+/// A 2-D convolution: y[n, o, i, j] = b[o] + sum over c in o's group, kh, kw of
+/// x[n, c, i * stride_h - top + kh * dilation_h, j * stride_w - left + kw * dilation_w]
+/// * w[o, c mod (C / groups), kh, kw], with x zero outside the image. x is (N, C, H, W),
+/// w is (O, C / groups, KH, KW), y is (N, O, OH, OW); groups divides C and O.
+struct conv2d_params {
+  index_t stride_h = 1, stride_w = 1;
+  pad2d pad{};
+  index_t dilation_h = 1, dilation_w = 1;
+  index_t groups = 1;
+  friend constexpr bool operator==(const conv2d_params&, const conv2d_params&) = default;
+};
+
+/// A 2-D pooling window: kernel, stride and padding per axis. ceil_mode rounds the output
+/// size up (PyTorch's rule: a window that would start in the bottom or right padding is
+/// dropped). count_include_pad (average pooling): the divisor counts the zero padding
+/// inside the window, as PyTorch's default; false divides by the input elements inside
+/// it only (PyTorch's count_include_pad=False, MindSpore's pad_mode "same"). Padding never
+/// enters a maximum.
+struct pool2d_params {
+  index_t kernel_h = 1, kernel_w = 1;
+  index_t stride_h = 1, stride_w = 1;
+  pad2d pad{};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+
+  /// A square window `k` with stride `s` (PyTorch's default stride is the kernel) and
+  /// padding `p` on every side.
+  static constexpr pool2d_params square(index_t k, index_t s, index_t p = 0) {
+    return {k, k, s, s, pad2d::uniform(p)};
+  }
+  friend constexpr bool operator==(const pool2d_params&, const pool2d_params&) = default;
+};
+
+/// MindSpore's pad_mode of Conv2d, MaxPool2d and AvgPool2d.
+enum class pad_mode {
+  same,   ///< output ceil(in / stride); the padding that needs, the odd element below/right
+  valid,  ///< no padding: output ceil((in - extent + 1) / stride)
+  pad,    ///< the padding given explicitly
+};
+
+/// The extent of a dilated window: dilation * (kernel - 1) + 1.
+constexpr index_t window_extent(index_t kernel, index_t dilation = 1) { return dilation * (kernel - 1) + 1; }
+
+/// The number of window positions along one axis: floor((in + before + after - extent) /
+/// stride) + 1, or with ceil_mode the ceiling, less one when the last window would start
+/// at or past in + before (PyTorch's pooling rule). 0 when no window fits.
+///
+/// Examples: in 32, kernel 3, stride 1, padding 1 + 1 -> 32; in 32, kernel 3, stride 2,
+/// padding 1 + 1 -> 16; in 5, kernel 2, stride 2 -> 2, with ceil_mode 3; in 4, kernel 2,
+/// stride 2, padding 1 + 1, ceil_mode -> 3 (a fourth window would start in the padding).
+constexpr index_t window_output_size(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
+                                     index_t dilation = 1, bool ceil_mode = false) {
+  const index_t span = in + before + after - window_extent(kernel, dilation);
+  if (span < 0 || stride < 1) return 0;
+  if (!ceil_mode) return span / stride + 1;
+  index_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= in + before) --out;
+  return out;
+}
+
+/// The padding of MindSpore's pad_mode "same" along one axis (TensorFlow's SAME): the
+/// least total padding that gives ceil(in / stride) outputs, {before, after} with the odd
+/// element after. With stride 1 this is PyTorch's padding="same" (total dilation *
+/// (kernel - 1), the odd element after), so one function serves both.
+///
+/// Examples: in 32, kernel 3, stride 1 -> {1, 1}; in 32, kernel 3, stride 2 -> {0, 1};
+/// in 32, kernel 4, stride 1 -> {1, 2}; in 5, kernel 1, stride 2 -> {0, 0}.
+constexpr std::array<index_t, 2> same_padding(index_t in, index_t kernel, index_t stride, index_t dilation = 1) {
+  const index_t out = (in + stride - 1) / stride;
+  const index_t total = std::max<index_t>((out - 1) * stride + window_extent(kernel, dilation) - in, 0);
+  return {total / 2, total - total / 2};
+}
+
+/// The padding MindSpore's pad_mode gives an image of in_h x in_w under a window kernel_h x
+/// kernel_w (stride, dilation): "same" as same_padding on each axis, "valid" none,
+/// "pad" the explicit `padding`.
+constexpr pad2d padding_for(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h, index_t kernel_w,
+                            index_t stride_h, index_t stride_w, index_t dilation_h = 1, index_t dilation_w = 1,
+                            pad2d padding = {}) {
+  switch (mode) {
+    case pad_mode::valid: return {};
+    case pad_mode::pad: return padding;
+    case pad_mode::same: break;
+  }
+  const auto h = same_padding(in_h, kernel_h, stride_h, dilation_h);
+  const auto w = same_padding(in_w, kernel_w, stride_w, dilation_w);
+  return {h[0], h[1], w[0], w[1]};
+}
+
+/// The convolution parameters of MindSpore's Conv2d(pad_mode, padding, stride, dilation,
+/// group) on an image of in_h x in_w under a kernel_h x kernel_w kernel.
+constexpr conv2d_params mindspore_conv2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
+                                         index_t kernel_w, index_t stride_h = 1, index_t stride_w = 1,
+                                         pad2d padding = {}, index_t dilation_h = 1, index_t dilation_w = 1,
+                                         index_t groups = 1) {
+  return {stride_h, stride_w,
+          padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, padding),
+          dilation_h, dilation_w, groups};
+}
+
+/// The pooling parameters of MindSpore's MaxPool2d / AvgPool2d(kernel_size, stride,
+/// pad_mode) on an image of in_h x in_w: "same" pads as same_padding and averages over
+/// the input elements only (count_include_pad false); "valid" does not pad; "pad" takes
+/// the explicit padding, ceil_mode and count_include_pad.
+constexpr pool2d_params mindspore_pool2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
+                                         index_t kernel_w, index_t stride_h, index_t stride_w, pad2d padding = {},
+                                         bool ceil_mode = false, bool count_include_pad = true) {
+  pool2d_params p{kernel_h, kernel_w, stride_h, stride_w,
+                  padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, 1, 1, padding)};
+  p.ceil_mode = mode == pad_mode::pad && ceil_mode;
+  p.count_include_pad = mode == pad_mode::pad ? count_include_pad : mode == pad_mode::valid;
+  return p;
+}
+
+}  // namespace tessera::kernels
+
+// The helpers live in tessera::detail: a tessera::kernels::detail would hide it from the
+// code of tessera::kernels.
+namespace tessera::detail {
+
+inline std::string dims_text(std::span<const std::size_t> s) {
+  std::string out = "(";
+  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+inline void require_nchw(const char* fn, const char* name, std::span<const std::size_t> s) {
+  if (s.size() != 4)
+    throw error(std::string(fn) + ": " + name + " must be 4-D (N, C, H, W), " + name + " is " + dims_text(s));
+}
+
+inline void require_positive(const char* fn, const char* what, index_t h, index_t w) {
+  if (h < 1 || w < 1)
+    throw error(std::string(fn) + ": " + what + " must be positive, " + what + " is (" + std::to_string(h) + ", " +
+                std::to_string(w) + ")");
+}
+
+inline void require_padding(const char* fn, const kernels::pad2d& p) {
+  if (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)
+    throw error(std::string(fn) + ": padding must not be negative, padding is (top " + std::to_string(p.top) +
+                ", bottom " + std::to_string(p.bottom) + ", left " + std::to_string(p.left) + ", right " +
+                std::to_string(p.right) + ")");
+}
+
+inline index_t checked_output(const char* fn, const char* axis, index_t in, index_t kernel, index_t stride,
+                              index_t before, index_t after, index_t dilation, bool ceil_mode) {
+  const index_t out = kernels::window_output_size(in, kernel, stride, before, after, dilation, ceil_mode);
+  if (out < 1)
+    throw error(std::string(fn) + ": the window does not fit along " + axis + ": input " + std::to_string(in) +
+                " + padding " + std::to_string(before) + " + " + std::to_string(after) + " < window extent " +
+                std::to_string(kernels::window_extent(kernel, dilation)) + " (kernel " + std::to_string(kernel) +
+                ", dilation " + std::to_string(dilation) + ")");
+  return out;
+}
+
+}  // namespace tessera::detail
+
+namespace tessera::kernels {
+
+/// The output shape (N, O, OH, OW) of a convolution of x (N, C, H, W) with w (O, C /
+/// groups, KH, KW). Throws tessera::error naming `fn` and the numbers when the shapes or
+/// parameters do not fit: "conv2d_forward: w (64, 3, 3, 3) needs x with 3 * groups 1 = 3
+/// channels, x is (32, 4, 32, 32)".
+inline std::array<std::size_t, 4> conv2d_output_shape(const char* fn, std::span<const std::size_t> x,
+                                                       std::span<const std::size_t> w, const conv2d_params& p) {
+  detail::require_nchw(fn, "x", x);
+  if (w.size() != 4)
+    throw error(std::string(fn) + ": w must be 4-D (O, C / groups, KH, KW), w is " + detail::dims_text(w));
+  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
+  detail::require_positive(fn, "dilation", p.dilation_h, p.dilation_w);
+  detail::require_padding(fn, p.pad);
+  if (p.groups < 1)
+    throw error(std::string(fn) + ": groups must be positive, groups is " + std::to_string(p.groups));
+  const auto g = std::size_t(p.groups);
+  if (w[0] % g != 0)
+    throw error(std::string(fn) + ": groups " + std::to_string(g) + " must divide the output channels of w " +
+                detail::dims_text(w));
+  if (w[1] * g != x[1])
+    throw error(std::string(fn) + ": w " + detail::dims_text(w) + " needs x with " + std::to_string(w[1]) +
+                " * groups " + std::to_string(g) + " = " + std::to_string(w[1] * g) + " channels, x is " +
+                detail::dims_text(x));
+  if (w[2] < 1 || w[3] < 1)
+    throw error(std::string(fn) + ": the kernel must not be empty, w is " + detail::dims_text(w));
+  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), index_t(w[2]), p.stride_h, p.pad.top,
+                                            p.pad.bottom, p.dilation_h, false);
+  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), index_t(w[3]), p.stride_w, p.pad.left,
+                                            p.pad.right, p.dilation_w, false);
+  return {x[0], w[0], std::size_t(oh), std::size_t(ow)};
+}
+
+/// The output shape (N, C, OH, OW) of pooling x (N, C, H, W). Throws on a bad window:
+/// padding must be smaller than the kernel on each side (a window of padding alone has
+/// no maximum), as PyTorch requires.
+inline std::array<std::size_t, 4> pool2d_output_shape(const char* fn, std::span<const std::size_t> x,
+                                                       const pool2d_params& p) {
+  detail::require_nchw(fn, "x", x);
+  detail::require_positive(fn, "kernel", p.kernel_h, p.kernel_w);
+  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
+  detail::require_padding(fn, p.pad);
+  if (std::max(p.pad.top, p.pad.bottom) >= p.kernel_h || std::max(p.pad.left, p.pad.right) >= p.kernel_w)
+    throw error(std::string(fn) + ": padding must be smaller than the kernel (" + std::to_string(p.kernel_h) +
+                ", " + std::to_string(p.kernel_w) + "), padding is (top " + std::to_string(p.pad.top) +
+                ", bottom " + std::to_string(p.pad.bottom) + ", left " + std::to_string(p.pad.left) + ", right " +
+                std::to_string(p.pad.right) + ")");
+  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), p.kernel_h, p.stride_h, p.pad.top,
+                                            p.pad.bottom, 1, p.ceil_mode);
+  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), p.kernel_w, p.stride_w, p.pad.left,
+                                            p.pad.right, 1, p.ceil_mode);
+  return {x[0], x[1], std::size_t(oh), std::size_t(ow)};
+}
+
+/// The padding after the image that makes a window of `kernel` at every one of `out`
+/// positions fit: at least `after`, more under ceil_mode (the windows past the padding
+/// that PyTorch's ceil_mode keeps). Kernel libraries without a ceil mode take this.
+constexpr index_t effective_after(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
+                                  index_t out) {
+  return std::max(after, (out - 1) * stride + kernel - in - before);
+}
+
+// ---- what the kernels return (every device, its own array types) --------------------
+
+/// A convolution's weight gradients: dw of w's shape, db (O,) when the convolution has a
+/// bias (otherwise empty).
+template <class Array>
+struct conv2d_weight_grads {
+  Array dw;
+  Array db;
+};
+
+/// Per-channel sums of a local batch, the pieces a batch norm over several ranks adds up
+/// (all-reduces) before it normalises: forward, sum of x and of x^2 over (N, H, W);
+/// backward, sum of dy and of dy * x_hat.
+template <class Array>
+struct channel_sums {
+  Array sum;
+  Array sum_sq;
+};
+
+/// Per-channel batch statistics: the mean and the biased variance (divided by the count).
+template <class Array>
+struct batch_norm_stats {
+  Array mean;
+  Array variance;
+};
+
+/// A training-mode batch norm's forward: y, the batch's mean and biased variance per
+/// channel, and what the backward needs besides (the ReLU mask where it is fused).
+template <class Y, class Stat, class Workspace>
+struct batch_norm_training {
+  Y y;
+  Stat mean;
+  Stat variance;
+  Workspace workspace;
+};
+
+/// A batch norm's gradients: dx, and per channel dgamma (sum of dy * x_hat) and dbeta
+/// (sum of dy).
+template <class X, class Stat>
+struct batch_norm_grads {
+  X dx;
+  Stat dgamma;
+  Stat dbeta;
+};
+
+/// A max pooling's forward: y and what its backward needs besides (the positions of the
+/// maxima where the device keeps them).
+template <class Y, class Workspace>
+struct max_pool2d_result {
+  Y y;
+  Workspace workspace;
+};
+
+}  // namespace tessera::kernels
+// ---- tessera/kernels/cpu/dnnl.hpp ----
+// What the oneDNN kernels share: the engine (one per process) and stream (one per
+// thread), the primitive cache (one per thread, keyed by shapes and attributes, so a
+// repeated call creates nothing), dnnl_tensor (a 4-D tensor kept in the memory format
+// oneDNN chose, to pass between layers without reordering), the workspace handle, and
+// oneDNN's errors as tessera::error. Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+/// oneDNN's CPU engine, created on first use and kept for the life of the process.
+inline const dnnl::engine& dnnl_engine() {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+/// The calling thread's oneDNN stream on dnnl_engine(). oneDNN's CPU streams run
+/// in order and synchronously; each thread has its own, so threads never share one.
+inline dnnl::stream& dnnl_stream() {
+  thread_local dnnl::stream s(dnnl_engine());
+  return s;
+}
+
+/// What a kernel's backward needs from its forward besides the arrays (the positions of
+/// the maxima of a max pooling, the ReLU mask of a fused batch norm): opaque, empty
+/// where the forward keeps nothing. Copies share the buffer.
+struct dnnl_workspace {
+  dnnl::memory memory;
+  bool empty() const { return !memory; }
+};
+
+/// A 4-D float tensor (N, C, H, W) in a memory format oneDNN chose (a blocked one such
+/// as nChw16c on AVX-512, or plain NCHW). Every kernel of kernels/cpu/conv.hpp,
+/// batch_norm.hpp and pool.hpp takes and returns these as it does xt::xarray<float>; in
+/// this form a layer's output is passed to the next one in the format its primitive
+/// wrote, without the reorders to and from NCHW around every call (at ResNet-50's
+/// CIFAR-10 shapes the 1x1 convolutions are about a quarter faster; see
+/// benchmarks/bench_conv.cpp). Copies share the buffer (a dnnl::memory handle).
+class dnnl_tensor {
+ public:
+  dnnl_tensor() = default;
+  /// Takes a 4-D oneDNN memory object (any format).
+  explicit dnnl_tensor(dnnl::memory m) : mem_(std::move(m)) {
+    if (mem_.get_desc().dims().size() != 4)
+      throw error("dnnl_tensor: the memory must be 4-D (N, C, H, W), it has " +
+                  std::to_string(mem_.get_desc().dims().size()) + " dims");
+  }
+  /// A copy of x (N, C, H, W) in plain NCHW.
+  static dnnl_tensor from_xarray(const xt::xarray<float>& x);
+  /// The values in plain NCHW.
+  xt::xarray<float> to_xarray() const;
+  /// A copy in the layout `tag` (dnnl::memory::format_tag::nChw16c, nhwc, nchw, ...).
+  dnnl_tensor in_format(dnnl::memory::format_tag tag) const;
+
+  std::vector<std::size_t> shape() const {
+    const auto d = mem_.get_desc().dims();
+    return std::vector<std::size_t>(d.begin(), d.end());
+  }
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl::memory::desc desc() const { return mem_.get_desc(); }
+  /// Whether the values are laid out as plain NCHW.
+  bool is_plain() const;
+  explicit operator bool() const { return bool(mem_); }
+
+ private:
+  dnnl::memory mem_;
+};
+
+/// The operand types of the oneDNN kernels: plain NCHW xarrays, and dnnl_tensor.
+template <class X>
+concept dnnl_operand = std::same_as<X, xt::xarray<float>> || std::same_as<X, dnnl_tensor>;
+
+namespace detail {
+
+using dnnl_dims = dnnl::memory::dims;
+using dnnl_tag = dnnl::memory::format_tag;
+using dnnl_md = dnnl::memory::desc;
+
+inline dnnl_dims to_dims(std::span<const std::size_t> s) {
+  dnnl_dims d;
+  for (std::size_t e : s) d.push_back(dnnl::memory::dim(e));
+  return d;
+}
+
+/// The plain row-major descriptor of float dims (a, ab, abc, abcd, abcde).
+inline dnnl_md plain_desc(const dnnl_dims& d) {
+  static constexpr dnnl_tag tags[] = {dnnl_tag::a, dnnl_tag::a, dnnl_tag::ab, dnnl_tag::abc, dnnl_tag::abcd,
+                                      dnnl_tag::abcde};
+  return dnnl_md(d, dnnl::memory::data_type::f32, tags[std::min<std::size_t>(d.size(), 5)]);
+}
+
+/// A oneDNN memory over an array's own buffer (no copy), as plain `dims` (default: the
+/// array's shape). The array must outlive the memory object; oneDNN only reads it
+/// where it is an input.
+inline dnnl::memory wrap(const xt::xarray<float>& x, const dnnl_dims& dims) {
+  return dnnl::memory(plain_desc(dims), dnnl_engine(), const_cast<float*>(x.data()));
+}
+inline dnnl::memory wrap(const xt::xarray<float>& x) {
+  return wrap(x, to_dims(std::span<const std::size_t>(x.shape().data(), x.shape().size())));
+}
+
+inline std::vector<std::size_t> shape_of(const xt::xarray<float>& x) {
+  return std::vector<std::size_t>(x.shape().begin(), x.shape().end());
+}
+inline std::vector<std::size_t> shape_of(const dnnl_tensor& x) { return x.shape(); }
+
+// ---- the primitive cache ------------------------------------------------------------
+
+/// A cache key: the kind of primitive, then its shapes and attributes as integers.
+struct primitive_key {
+  std::vector<std::int64_t> v;
+
+  primitive_key& add(std::int64_t x) {
+    v.push_back(x);
+    return *this;
+  }
+  primitive_key& add(float x) { return add(std::int64_t(std::bit_cast<std::uint32_t>(x))); }
+  primitive_key& add(bool x) { return add(std::int64_t(x)); }
+  primitive_key& add(const dnnl_dims& d) {
+    add(std::int64_t(d.size()));
+    v.insert(v.end(), d.begin(), d.end());
+    return *this;
+  }
+  /// A memory descriptor: its dims and its layout (the blocking of a blocked format).
+  primitive_key& add(const dnnl_md& md) {
+    const dnnl_memory_desc_t& c = md.data;
+    add(std::int64_t(c.ndims));
+    for (int i = 0; i < c.ndims; ++i) add(std::int64_t(c.dims[i]));
+    add(std::int64_t(c.data_type)).add(std::int64_t(c.format_kind));
+    if (c.format_kind == dnnl_blocked) {
+      const auto& b = c.format_desc.blocking;
+      for (int i = 0; i < c.ndims; ++i) add(std::int64_t(b.strides[i]));
+      add(std::int64_t(b.inner_nblks));
+      for (int i = 0; i < b.inner_nblks; ++i) add(std::int64_t(b.inner_blks[i])).add(std::int64_t(b.inner_idxs[i]));
+    }
+    return *this;
+  }
+  primitive_key& add(const pad2d& p) { return add(p.top).add(p.bottom).add(p.left).add(p.right); }
+  friend bool operator==(const primitive_key&, const primitive_key&) = default;
+};
+
+struct primitive_key_hash {
+  std::size_t operator()(const primitive_key& k) const noexcept {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::int64_t x : k.v) h = (h ^ std::uint64_t(x)) * 1099511628211ull;
+    return std::size_t(h);
+  }
+};
+
+/// Entries kept per thread and entry type before the cache starts over (a program with
+/// that many distinct shapes recreates primitives rather than growing without bound).
+inline constexpr std::size_t primitive_cache_capacity = 1024;
+
+/// The calling thread's cached Entry for `key`, made by `make()` on the first call.
+template <class Entry, class Make>
+const Entry& cached(const primitive_key& key, Make&& make) {
+  thread_local std::unordered_map<primitive_key, Entry, primitive_key_hash> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= primitive_cache_capacity) cache.clear();
+  return cache.emplace(key, make()).first->second;
+}
+
+/// The number of primitives each kernel family created on this thread (tests check that
+/// a repeated call creates none).
+inline std::size_t& primitives_created() {
+  thread_local std::size_t n = 0;
+  return n;
+}
+
+// ---- errors -------------------------------------------------------------------------
+
+/// Runs f, turning oneDNN's errors into tessera::error naming the kernel:
+/// "conv2d_forward: oneDNN: could not create a primitive descriptor (status 3)".
+template <class F>
+decltype(auto) dnnl_call(const char* fn, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const dnnl::error& e) {
+    throw error(std::string(fn) + ": oneDNN: " + e.what() + " (status " + std::to_string(int(e.status)) + ")");
+  }
+}
+
+// ---- reorders, inputs and outputs -----------------------------------------------------
+
+struct reorder_entry {
+  dnnl::reorder prim;
+};
+
+/// dst = src with the layout of dst (a cached reorder primitive).
+inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
+  const dnnl_md s = src.get_desc(), d = dst.get_desc();
+  primitive_key key;
+  key.add(std::int64_t(0x5245)).add(s).add(d);
+  const auto& e = cached<reorder_entry>(key, [&] {
+    ++primitives_created();
+    return reorder_entry{dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), s, dnnl_engine(), d))};
+  });
+  e.prim.execute(dnnl_stream(), const_cast<dnnl::memory&>(src), const_cast<dnnl::memory&>(dst));
+}
+
+// ---- scratch memory ------------------------------------------------------------------
+
+/// The calling thread's free scratch buffers, by descriptor: the reordered copies and
+/// blocked intermediates a kernel needs only during its call. Reusing them saves the
+/// page faults of fresh large allocations (a 32 MiB reorder into fresh memory costs
+/// about 4 times one into memory already touched).
+inline std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash>& scratch_pool() {
+  thread_local std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash> pool;
+  return pool;
+}
+
+/// Free buffers kept per descriptor and thread.
+inline constexpr std::size_t scratch_per_desc = 4;
+
+/// A memory a kernel uses during its call: either an operand's own memory (not owned
+/// here) or a scratch buffer, handed back to the thread's pool when this is destroyed.
+class scratch_memory {
+ public:
+  explicit scratch_memory(dnnl::memory m, bool pooled = false) : mem_(std::move(m)), pooled_(pooled) {}
+  scratch_memory(scratch_memory&& o) noexcept : mem_(std::move(o.mem_)), pooled_(std::exchange(o.pooled_, false)) {}
+  scratch_memory(const scratch_memory&) = delete;
+  scratch_memory& operator=(const scratch_memory&) = delete;
+  scratch_memory& operator=(scratch_memory&&) = delete;
+  ~scratch_memory() {
+    if (!pooled_) return;
+    primitive_key k;
+    k.add(mem_.get_desc());
+    auto& free = scratch_pool()[k];
+    if (free.size() < scratch_per_desc) free.push_back(std::move(mem_));
+  }
+  const dnnl::memory& get() const { return mem_; }
+  operator const dnnl::memory&() const { return mem_; }
+
+ private:
+  dnnl::memory mem_;
+  bool pooled_ = false;
+};
+
+/// A scratch buffer of descriptor `md` (from the pool, else new).
+inline scratch_memory scratch(const dnnl_md& md) {
+  primitive_key k;
+  k.add(md);
+  auto& free = scratch_pool()[k];
+  if (!free.empty()) {
+    dnnl::memory m = std::move(free.back());
+    free.pop_back();
+    return scratch_memory(std::move(m), true);
+  }
+  return scratch_memory(dnnl::memory(md, dnnl_engine()), true);
+}
+
+/// `m` as a memory of descriptor `want`: itself when the layouts agree, else a reordered
+/// copy in scratch memory (keep the result alive while the primitive runs).
+inline scratch_memory as_desc(const dnnl::memory& m, const dnnl_md& want) {
+  if (m.get_desc() == want) return scratch_memory(m);
+  scratch_memory out = scratch(want);
+  reorder_into(m, out.get());
+  return out;
+}
+
+inline dnnl::memory memory_of(const xt::xarray<float>& x) { return wrap(x); }
+inline dnnl::memory memory_of(const dnnl_tensor& x) { return x.memory(); }
+
+/// An operand's memory in the layout `want` (reordered when it is in another).
+template <dnnl_operand X>
+scratch_memory input_as(const X& x, const dnnl_md& want) {
+  return as_desc(memory_of(x), want);
+}
+
+/// Where a primitive writes a result of type X whose layout it chose (`chosen`): an
+/// xarray gets plain `dims` (written in place when `chosen` is plain, else into scratch
+/// memory and reordered after the primitive ran), a dnnl_tensor keeps `chosen` (in
+/// memory of its own).
+template <class X>
+class output_slot;
+
+template <>
+class output_slot<xt::xarray<float>> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims& dims, std::span<const std::size_t> shape)
+      : out_(xt::xarray<float>::from_shape(std::vector<std::size_t>(shape.begin(), shape.end()))),
+        plain_(wrap(out_, dims)),
+        mem_(chosen == plain_.get_desc() ? scratch_memory(plain_) : scratch(chosen)) {}
+  const dnnl::memory& memory() const { return mem_.get(); }
+  xt::xarray<float> take() {
+    if (mem_.get().get_data_handle() != plain_.get_data_handle()) reorder_into(mem_.get(), plain_);
+    return std::move(out_);
+  }
+
+ private:
+  xt::xarray<float> out_;
+  dnnl::memory plain_;
+  scratch_memory mem_;
+};
+
+template <>
+class output_slot<dnnl_tensor> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims&, std::span<const std::size_t>)
+      : mem_(chosen, dnnl_engine()) {}
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl_tensor take() { return dnnl_tensor(mem_); }
+
+ private:
+  dnnl::memory mem_;
+};
+
+/// A 1-D float array of n elements.
+inline xt::xarray<float> vector_of(std::size_t n) { return xt::xarray<float>::from_shape({n}); }
+
+/// Throws unless v is 1-D of n elements: "batch_norm_forward_training: gamma must be
+/// (64,), gamma is (32,)".
+inline void require_vector(const char* fn, const char* name, const xt::xarray<float>& v, std::size_t n) {
+  if (v.dimension() != 1 || v.shape()[0] != n)
+    throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(n) + ",), " + name + " is " +
+                tessera::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
+}
+
+/// Throws unless `got` equals `want`: "max_pool2d_backward: dy must be (2, 3, 4, 4), dy
+/// is (2, 3, 4, 5)".
+inline void require_dims(const char* fn, const char* name, std::span<const std::size_t> got,
+                         std::span<const std::size_t> want) {
+  if (!std::ranges::equal(got, want))
+    throw error(std::string(fn) + ": " + name + " must be " + tessera::detail::dims_text(want) + ", " + name +
+                " is " + tessera::detail::dims_text(got));
+}
+
+}  // namespace detail
+
+/// Frees the calling thread's scratch buffers (the kernels keep up to four per layout
+/// and shape for reuse; a program done with a network's shapes can give them back).
+inline void dnnl_release_scratch() { detail::scratch_pool().clear(); }
+
+inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
+  tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
+                                std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  dnnl::memory m(detail::plain_desc(detail::to_dims(std::span<const std::size_t>(x.shape().data(), x.shape().size()))),
+                 dnnl_engine());
+  std::memcpy(m.get_data_handle(), x.data(), x.size() * sizeof(float));
+  return dnnl_tensor(std::move(m));
+}
+
+inline bool dnnl_tensor::is_plain() const { return desc() == detail::plain_desc(desc().dims()); }
+
+inline dnnl_tensor dnnl_tensor::in_format(dnnl::memory::format_tag tag) const {
+  dnnl::memory out(dnnl::memory::desc(desc().dims(), dnnl::memory::data_type::f32, tag), dnnl_engine());
+  detail::reorder_into(mem_, out);
+  return dnnl_tensor(std::move(out));
+}
+
+inline xt::xarray<float> dnnl_tensor::to_xarray() const {
+  const auto s = shape();
+  xt::xarray<float> out = xt::xarray<float>::from_shape(s);
+  detail::reorder_into(mem_, detail::wrap(out));
+  return out;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/conv.hpp ----
+// 2-D convolution on NCHW float tensors through oneDNN: forward (with its bias and an
+// optional fused ReLU), backward data (dx) and backward weights (dw, and db when there
+// is a bias), with stride, explicit padding per side, dilation and groups
+// (kernels/conv_params.hpp). Each takes plain xt::xarray<float> or dnnl_tensor
+// operands (kernels/cpu/dnnl.hpp); weights are always plain (O, C / groups, KH, KW).
+// Primitives are cached per shape and parameters. Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// A convolution in oneDNN's terms: the dims of its operands (5-D grouped weights when
+/// groups > 1), strides, dilations (oneDNN counts dilation - 1) and padding.
+struct conv_geometry {
+  dnnl_dims src, weights, dst, bias, strides, dilates, pad_l, pad_r;
+  std::array<std::size_t, 4> dst_shape{};
+};
+
+inline conv_geometry conv_geom(const char* fn, std::span<const std::size_t> x, std::span<const std::size_t> w,
+                               const conv2d_params& p) {
+  conv_geometry g;
+  g.dst_shape = conv2d_output_shape(fn, x, w, p);
+  g.src = to_dims(x);
+  g.dst = to_dims(g.dst_shape);
+  if (p.groups > 1)
+    g.weights = {p.groups, dnnl::memory::dim(w[0]) / p.groups, dnnl::memory::dim(w[1]), dnnl::memory::dim(w[2]),
+                 dnnl::memory::dim(w[3])};
+  else
+    g.weights = to_dims(w);
+  g.bias = {dnnl::memory::dim(w[0])};
+  g.strides = {p.stride_h, p.stride_w};
+  g.dilates = {p.dilation_h - 1, p.dilation_w - 1};
+  g.pad_l = {p.pad.top, p.pad.left};
+  g.pad_r = {p.pad.bottom, p.pad.right};
+  return g;
+}
+
+inline primitive_key conv_key(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, bool bias,
+                              bool relu) {
+  primitive_key k;
+  k.add(kind).add(g.src).add(g.weights).add(p.stride_h).add(p.stride_w).add(p.pad).add(p.dilation_h);
+  k.add(p.dilation_w).add(p.groups).add(bias).add(relu);
+  return k;
+}
+
+inline dnnl_md any_desc(const dnnl_dims& d) {
+  return dnnl_md(d, dnnl::memory::data_type::f32, dnnl_tag::any);
+}
+
+/// The forward primitive descriptor with every layout left to oneDNN (`any`), as the
+/// backward ones are hinted with.
+inline dnnl::convolution_forward::primitive_desc conv_forward_pd(const conv_geometry& g, bool bias, bool relu) {
+  const dnnl::convolution_forward::desc d =
+      bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             any_desc(g.src), any_desc(g.weights), plain_desc(g.bias),
+                                             any_desc(g.dst), g.strides, g.dilates, g.pad_l, g.pad_r)
+           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             any_desc(g.src), any_desc(g.weights), any_desc(g.dst), g.strides,
+                                             g.dilates, g.pad_l, g.pad_r);
+  dnnl::primitive_attr attr;
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
+}
+
+struct conv_forward_entry {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+};
+struct conv_backward_data_entry {
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+};
+struct conv_backward_weights_entry {
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  dnnl::convolution_backward_weights prim;
+};
+
+}  // namespace detail
+
+/// y = conv(x, w) + bias, then max(y, 0) when `relu` (oneDNN's post-op): x (N, C, H, W),
+/// w (O, C / groups, KH, KW), bias (O,) or null; y (N, O, OH, OW) with OH = floor((H +
+/// top + bottom - dilation_h * (KH - 1) - 1) / stride_h) + 1 (kernels/conv_params.hpp).
+/// Takes and returns xarrays (plain NCHW) or dnnl_tensors (y in the format the primitive
+/// chose). Throws tessera::error naming conv2d_forward on shapes that do not fit.
+template <dnnl_operand X>
+X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>* bias, const conv2d_params& p,
+                 bool relu = false) {
+  constexpr const char* fn = "conv2d_forward";
+  const auto xs = detail::shape_of(x);
+  const auto g = detail::conv_geom(fn, xs, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  if (bias) detail::require_vector(fn, "bias", *bias, g.dst_shape[1]);
+  return detail::dnnl_call(fn, [&] {
+    const auto& e = detail::cached<detail::conv_forward_entry>(detail::conv_key(1, g, p, bias, relu), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::conv_forward_pd(g, bias, relu);
+      return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
+    });
+    const auto src = detail::input_as(x, e.pd.src_desc());
+    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+    detail::output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, dst.memory()}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, detail::wrap(*bias));
+    e.prim.execute(dnnl_stream(), args);
+    return dst.take();
+  });
+}
+
+/// dx = the gradient of sum(dy * conv2d_forward(x, w, no bias)) with respect to x, of
+/// shape x_shape (N, C, H, W); dy (N, O, OH, OW). The transposed convolution.
+template <dnnl_operand X>
+X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
+                       const conv2d_params& p) {
+  constexpr const char* fn = "conv2d_backward_data";
+  const auto g = detail::conv_geom(fn, x_shape, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
+  return detail::dnnl_call(fn, [&] {
+    const auto& e = detail::cached<detail::conv_backward_data_entry>(detail::conv_key(2, g, p, false, false), [&] {
+      ++detail::primitives_created();
+      auto hint = detail::conv_forward_pd(g, false, false);
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
+                                              detail::any_desc(g.weights), detail::any_desc(g.dst), g.strides,
+                                              g.dilates, g.pad_l, g.pad_r);
+      dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_engine(), hint);
+      return detail::conv_backward_data_entry{pd, dnnl::convolution_backward_data(pd)};
+    });
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+    detail::output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
+    e.prim.execute(dnnl_stream(),
+                   {{DNNL_ARG_DIFF_DST, ddst.get()},
+                    {DNNL_ARG_WEIGHTS, wei.get()},
+                    {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
+    return dsrc.take();
+  });
+}
+/// The same with x's shape as a braced list or vector.
+template <dnnl_operand X>
+X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, const std::vector<std::size_t>& x_shape,
+                       const conv2d_params& p) {
+  return conv2d_backward_data(dy, w, std::span<const std::size_t>(x_shape), p);
+}
+
+/// dw (w_shape: O, C / groups, KH, KW) = the gradient of sum(dy * conv2d_forward(x, w,
+/// b)) with respect to w, and db (O,) = dy summed over (N, OH, OW) when `bias` (else db
+/// is empty, of shape (0,)).
+template <dnnl_operand X>
+conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, const X& x,
+                                                               std::span<const std::size_t> w_shape, bool bias,
+                                                               const conv2d_params& p) {
+  constexpr const char* fn = "conv2d_backward_weights";
+  const auto xs = detail::shape_of(x);
+  const auto g = detail::conv_geom(fn, xs, w_shape, p);
+  detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
+  return detail::dnnl_call(fn, [&] {
+    const auto& e = detail::cached<detail::conv_backward_weights_entry>(detail::conv_key(3, g, p, bias, false), [&] {
+      ++detail::primitives_created();
+      auto hint = detail::conv_forward_pd(g, bias, false);
+      const dnnl::convolution_backward_weights::desc d =
+          bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
+                                                          detail::any_desc(g.weights), detail::plain_desc(g.bias),
+                                                          detail::any_desc(g.dst), g.strides, g.dilates, g.pad_l,
+                                                          g.pad_r)
+               : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
+                                                          detail::any_desc(g.weights), detail::any_desc(g.dst),
+                                                          g.strides, g.dilates, g.pad_l, g.pad_r);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_engine(), hint);
+      return detail::conv_backward_weights_entry{pd, dnnl::convolution_backward_weights(pd)};
+    });
+    const auto src = detail::input_as(x, e.pd.src_desc());
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    detail::output_slot<xt::xarray<float>> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
+    conv2d_weight_grads<xt::xarray<float>> out{xt::xarray<float>(), detail::vector_of(0)};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
+    if (bias) {
+      out.db = detail::vector_of(g.dst_shape[1]);
+      args.emplace(DNNL_ARG_DIFF_BIAS, detail::wrap(out.db));
+    }
+    e.prim.execute(dnnl_stream(), args);
+    out.dw = dw.take();
+    return out;
+  });
+}
+/// The same with w's shape as a braced list or vector.
+template <dnnl_operand X>
+conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, const X& x,
+                                                               const std::vector<std::size_t>& w_shape, bool bias,
+                                                               const conv2d_params& p) {
+  return conv2d_backward_weights(dy, x, std::span<const std::size_t>(w_shape), bias, p);
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/batch_norm.hpp ----
+// Batch normalisation over (N, H, W) per channel of NCHW tensors: training forward
+// (batch statistics) and backward through oneDNN, with ReLU fused where asked;
+// normalising with statistics given from outside (inference, and the second half of a
+// batch norm over several ranks) through oneDNN; and the split form, whose per-channel
+// sums a sharded operator adds up across ranks between two kernel calls:
+//
+//   forward:   s = batch_norm_sums(x)                 per channel sum x, sum x^2 (local)
+//              all-reduce s; m = batch_norm_moments(s, count)        (global count)
+//              y = batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps, relu)
+//   backward:  r = batch_norm_backward_sums(dy, x, m.mean, m.variance, eps, relu ? &y : null)
+//              all-reduce r (sum dy = dbeta, sum dy * x_hat = dgamma)
+//              dx = batch_norm_backward_data(dy, x, gamma, m.mean, m.variance, r, count, eps, ...)
+//
+// On one rank the split form equals the whole-batch kernels to float rounding (tests
+// check it with the batch split in halves). Running statistics: batch_norm_update_running.
+// Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xbuilder.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+struct bn_forward_entry {
+  dnnl::batch_normalization_forward::primitive_desc pd;
+  dnnl::batch_normalization_forward prim;
+};
+struct bn_backward_entry {
+  dnnl::batch_normalization_backward::primitive_desc pd;
+  dnnl::batch_normalization_backward prim;
+};
+
+inline dnnl::normalization_flags bn_flags(bool global_stats, bool relu) {
+  auto f = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  if (global_stats) f = f | dnnl::normalization_flags::use_global_stats;
+  if (relu) f = f | dnnl::normalization_flags::fuse_norm_relu;
+  return f;
+}
+
+inline dnnl::batch_normalization_forward::primitive_desc bn_forward_pd(const dnnl_md& data, float eps,
+                                                                       bool training, bool global_stats, bool relu) {
+  return dnnl::batch_normalization_forward::primitive_desc(
+      dnnl::batch_normalization_forward::desc(
+          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, data, eps,
+          bn_flags(global_stats, relu)),
+      dnnl_engine());
+}
+
+inline primitive_key bn_key(std::int64_t kind, const dnnl_md& data, float eps, bool relu) {
+  primitive_key k;
+  k.add(kind).add(data).add(eps).add(relu);
+  return k;
+}
+
+/// The layout a batch norm of plain NCHW arrays computes in: oneDNN's channel-blocked
+/// one for this CPU (nChw16c with AVX-512, else nChw8c). Its blocked kernels are several
+/// times faster than its plain-NCHW one (at batch 32, 64 x 32 x 32: 1.7 ms against 12.8
+/// ms for forward and backward), more than the reorders to and from it cost.
+inline dnnl_md bn_blocked_desc(const dnnl_dims& dims) {
+  static const dnnl_tag tag =
+      dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core ? dnnl_tag::nChw16c : dnnl_tag::nChw8c;
+  return dnnl_md(dims, dnnl::memory::data_type::f32, tag);
+}
+
+/// A batch norm's data operand: a dnnl_tensor as it is, a plain array reordered to
+/// bn_blocked_desc.
+template <dnnl_operand X>
+scratch_memory bn_data(const X& x) {
+  if constexpr (std::same_as<X, xt::xarray<float>>) {
+    const dnnl::memory m = wrap(x);
+    return as_desc(m, bn_blocked_desc(m.get_desc().dims()));
+  } else {
+    return scratch_memory(memory_of(x));
+  }
+}
+
+/// The channel count of an NCHW operand, checking its rank.
+inline std::size_t channels_of(const char* fn, std::span<const std::size_t> s) {
+  tessera::detail::require_nchw(fn, "x", s);
+  return s[1];
+}
+
+}  // namespace detail
+
+/// Training-mode batch norm: per channel c, mean and biased variance of x over (N, H,
+/// W), y = gamma[c] * (x - mean) / sqrt(variance + eps) + beta[c], then max(y, 0) when
+/// `relu` (fused; the workspace keeps its mask for the backward). x (N, C, H, W), gamma
+/// and beta (C,). Plain arrays are computed in oneDNN's blocked layout (reordered in and
+/// out); the workspace is in the layout of the form given, so the backward takes the
+/// same form (xarrays, or dnnl_tensors in the same layout).
+template <dnnl_operand X>
+batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_training(
+    const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta, float eps, bool relu = false) {
+  constexpr const char* fn = "batch_norm_forward_training";
+  const auto xs = detail::shape_of(x);
+  const std::size_t c = detail::channels_of(fn, xs);
+  detail::require_vector(fn, "gamma", gamma, c);
+  detail::require_vector(fn, "beta", beta, c);
+  return detail::dnnl_call(fn, [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(11, src.get().get_desc(), eps, relu), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::bn_forward_pd(src.get().get_desc(), eps, true, false, relu);
+      return detail::bn_forward_entry{pd, dnnl::batch_normalization_forward(pd)};
+    });
+    batch_norm_training<X, xt::xarray<float>, dnnl_workspace> out;
+    out.mean = detail::vector_of(c);
+    out.variance = detail::vector_of(c);
+    detail::output_slot<X> dst(e.pd.dst_desc(), src.get().get_desc().dims(), xs);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.get()},
+                                               {DNNL_ARG_DST, dst.memory()},
+                                               {DNNL_ARG_MEAN, detail::wrap(out.mean)},
+                                               {DNNL_ARG_VARIANCE, detail::wrap(out.variance)},
+                                               {DNNL_ARG_SCALE, detail::wrap(gamma)},
+                                               {DNNL_ARG_SHIFT, detail::wrap(beta)}};
+    if (relu) {
+      out.workspace.memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, out.workspace.memory);
+    }
+    e.prim.execute(dnnl_stream(), args);
+    out.y = dst.take();
+    return out;
+  });
+}
+
+/// y = gamma[c] * (x - mean[c]) / sqrt(variance[c] + eps) + beta[c], then max(y, 0)
+/// when `relu`, with the statistics given: inference with the running statistics, and
+/// the normalisation of a batch norm whose statistics were gathered across ranks
+/// (batch_norm_moments).
+template <dnnl_operand X>
+X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta,
+                               const xt::xarray<float>& mean, const xt::xarray<float>& variance, float eps,
+                               bool relu = false) {
+  constexpr const char* fn = "batch_norm_forward_inference";
+  const auto xs = detail::shape_of(x);
+  const std::size_t c = detail::channels_of(fn, xs);
+  detail::require_vector(fn, "gamma", gamma, c);
+  detail::require_vector(fn, "beta", beta, c);
+  detail::require_vector(fn, "mean", mean, c);
+  detail::require_vector(fn, "variance", variance, c);
+  return detail::dnnl_call(fn, [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(12, src.get().get_desc(), eps, relu), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::bn_forward_pd(src.get().get_desc(), eps, false, true, relu);
+      return detail::bn_forward_entry{pd, dnnl::batch_normalization_forward(pd)};
+    });
+    detail::output_slot<X> dst(e.pd.dst_desc(), src.get().get_desc().dims(), xs);
+    e.prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, src.get()},
+                                   {DNNL_ARG_DST, dst.memory()},
+                                   {DNNL_ARG_MEAN, detail::wrap(mean)},
+                                   {DNNL_ARG_VARIANCE, detail::wrap(variance)},
+                                   {DNNL_ARG_SCALE, detail::wrap(gamma)},
+                                   {DNNL_ARG_SHIFT, detail::wrap(beta)}});
+    return dst.take();
+  });
+}
+
+/// The backward of batch_norm_forward_training (the statistics are the batch's, so dx
+/// includes their gradient): with x_hat = (x - mean) / sqrt(variance + eps), n = N * H *
+/// W and dy masked by the ReLU when `relu` (from the forward's workspace),
+///   dbeta = sum dy, dgamma = sum dy * x_hat,
+///   dx = gamma / sqrt(variance + eps) * (dy - dbeta / n - x_hat * dgamma / n).
+template <dnnl_operand X>
+batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X& x, const xt::xarray<float>& gamma,
+                                                           const xt::xarray<float>& mean,
+                                                           const xt::xarray<float>& variance,
+                                                           const dnnl_workspace& workspace, float eps,
+                                                           bool relu = false) {
+  constexpr const char* fn = "batch_norm_backward";
+  const auto xs = detail::shape_of(x);
+  const std::size_t c = detail::channels_of(fn, xs);
+  detail::require_dims(fn, "dy", detail::shape_of(dy), xs);
+  detail::require_vector(fn, "gamma", gamma, c);
+  detail::require_vector(fn, "mean", mean, c);
+  detail::require_vector(fn, "variance", variance, c);
+  if (relu && workspace.empty())
+    throw error(std::string(fn) + ": relu needs the workspace of batch_norm_forward_training(..., relu = true)");
+  return detail::dnnl_call(fn, [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_backward_entry>(detail::bn_key(13, src.get().get_desc(), eps, relu), [&] {
+      ++detail::primitives_created();
+      auto hint = detail::bn_forward_pd(src.get().get_desc(), eps, true, false, relu);
+      dnnl::batch_normalization_backward::primitive_desc pd(
+          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src.get().get_desc(),
+                                                   src.get().get_desc(), eps,
+                                                   detail::bn_flags(false, relu)),
+          dnnl_engine(), hint);
+      return detail::bn_backward_entry{pd, dnnl::batch_normalization_backward(pd)};
+    });
+    batch_norm_grads<X, xt::xarray<float>> out;
+    out.dgamma = detail::vector_of(c);
+    out.dbeta = detail::vector_of(c);
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    detail::output_slot<X> dsrc(e.pd.diff_src_desc(), src.get().get_desc().dims(), xs);
+    // oneDNN 2.6 asks for the shift too, though no gradient depends on it.
+    const xt::xarray<float> shift = xt::zeros<float>({c});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.get()},
+                                               {DNNL_ARG_DIFF_DST, ddst.get()},
+                                               {DNNL_ARG_MEAN, detail::wrap(mean)},
+                                               {DNNL_ARG_VARIANCE, detail::wrap(variance)},
+                                               {DNNL_ARG_SCALE, detail::wrap(gamma)},
+                                               {DNNL_ARG_SHIFT, detail::wrap(shift)},
+                                               {DNNL_ARG_DIFF_SRC, dsrc.memory()},
+                                               {DNNL_ARG_DIFF_SCALE, detail::wrap(out.dgamma)},
+                                               {DNNL_ARG_DIFF_SHIFT, detail::wrap(out.dbeta)}};
+    if (relu) args.emplace(DNNL_ARG_WORKSPACE, workspace.memory);
+    e.prim.execute(dnnl_stream(), args);
+    out.dx = dsrc.take();
+    return out;
+  });
+}
+
+// ---- the split form: per-channel sums that can be added across ranks ----------------
+
+namespace detail {
+
+/// Calls f(c, p, n) for each contiguous run of channel c's values in an NCHW array: p
+/// its first element, n = H * W.
+template <class T, class F>
+void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
+  const std::span<const std::size_t> s(x.shape().data(), x.shape().size());
+  tessera::detail::require_nchw(fn, "x", s);
+  const std::size_t plane = s[2] * s[3];
+  for (std::size_t n = 0; n < s[0]; ++n)
+    for (std::size_t c = 0; c < s[1]; ++c) f(c, (n * s[1] + c) * plane, plane);
+}
+
+template <class T>
+void require_channels(const char* fn, const char* name, const xt::xarray<T>& v, std::size_t c) {
+  if (v.dimension() != 1 || v.shape()[0] != c)
+    throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(c) + ",), " + name + " is " +
+                tessera::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
+}
+
+template <class T>
+void require_same_nchw(const char* fn, const char* name, const xt::xarray<T>& a, const xt::xarray<T>& x) {
+  require_dims(fn, name, std::span<const std::size_t>(a.shape().data(), a.shape().size()),
+               std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+}
+
+}  // namespace detail
+
+/// The element types of the split-form batch-norm kernels.
+template <class T>
+concept bn_scalar = std::same_as<T, float> || std::same_as<T, double>;
+
+/// Per channel c: sum of x[:, c] and of x[:, c]^2 over (N, H, W), accumulated in double
+/// (the sums of several ranks' batches add up to the whole batch's).
+template <bn_scalar T>
+channel_sums<xt::xarray<T>> batch_norm_sums(const xt::xarray<T>& x) {
+  constexpr const char* fn = "batch_norm_sums";
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  const std::size_t c = x.shape()[1];
+  std::vector<double> s(c, 0.0), q(c, 0.0);
+  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
+    const T* p = x.data() + off;
+    double a = 0, b = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      a += double(p[i]);
+      b += double(p[i]) * double(p[i]);
+    }
+    s[ch] += a;
+    q[ch] += b;
+  });
+  channel_sums<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
+  for (std::size_t i = 0; i < c; ++i) {
+    out.sum(i) = T(s[i]);
+    out.sum_sq(i) = T(q[i]);
+  }
+  return out;
+}
+
+/// The mean and biased variance per channel from the sums of `count` elements per channel
+/// (N * H * W of the whole batch, every rank's): mean = sum / count, variance = sum_sq /
+/// count - mean^2 (in double, never below 0).
+template <bn_scalar T>
+batch_norm_stats<xt::xarray<T>> batch_norm_moments(const channel_sums<xt::xarray<T>>& sums, std::size_t count) {
+  constexpr const char* fn = "batch_norm_moments";
+  const std::size_t c = sums.sum.size();
+  detail::require_channels(fn, "sum", sums.sum, c);
+  detail::require_channels(fn, "sum_sq", sums.sum_sq, c);
+  if (count == 0) throw error(std::string(fn) + ": count must be positive");
+  batch_norm_stats<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
+  for (std::size_t i = 0; i < c; ++i) {
+    const double m = double(sums.sum(i)) / double(count);
+    out.mean(i) = T(m);
+    out.variance(i) = T(std::max(0.0, double(sums.sum_sq(i)) / double(count) - m * m));
+  }
+  return out;
+}
+
+/// The local half of the split backward: per channel, sum of dy (dbeta) and sum of dy *
+/// x_hat (dgamma) over this rank's (N, H, W), x_hat = (x - mean) / sqrt(variance + eps)
+/// with the global statistics; dy is masked by y > 0 first when relu_y (the fused ReLU's
+/// output) is given. Returned as {sum = sum dy, sum_sq = sum dy * x_hat}.
+template <bn_scalar T>
+channel_sums<xt::xarray<T>> batch_norm_backward_sums(const xt::xarray<T>& dy, const xt::xarray<T>& x,
+                                                     const xt::xarray<T>& mean, const xt::xarray<T>& variance,
+                                                     T eps, const xt::xarray<T>* relu_y = nullptr) {
+  constexpr const char* fn = "batch_norm_backward_sums";
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  const std::size_t c = x.shape()[1];
+  detail::require_same_nchw(fn, "dy", dy, x);
+  if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);
+  detail::require_channels(fn, "mean", mean, c);
+  detail::require_channels(fn, "variance", variance, c);
+  std::vector<double> sd(c, 0.0), sdx(c, 0.0);
+  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
+    const T* g = dy.data() + off;
+    const T* p = x.data() + off;
+    const T* r = relu_y ? relu_y->data() + off : nullptr;
+    const double m = double(mean(ch));
+    const double inv = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
+    double a = 0, b = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      const double d = r && !(r[i] > T(0)) ? 0.0 : double(g[i]);
+      a += d;
+      b += d * (double(p[i]) - m);
+    }
+    sd[ch] += a;
+    sdx[ch] += b * inv;
+  });
+  channel_sums<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
+  for (std::size_t i = 0; i < c; ++i) {
+    out.sum(i) = T(sd[i]);
+    out.sum_sq(i) = T(sdx[i]);
+  }
+  return out;
+}
+
+/// The second half of the split backward: dx = gamma / sqrt(variance + eps) * (dy -
+/// sum_dy / count - x_hat * sum_dy_xhat / count), with `sums` added up over every rank
+/// (batch_norm_backward_sums) and count the whole batch's N * H * W; dy masked by
+/// relu_y > 0 when given.
+template <bn_scalar T>
+xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray<T>& x, const xt::xarray<T>& gamma,
+                                       const xt::xarray<T>& mean, const xt::xarray<T>& variance,
+                                       const channel_sums<xt::xarray<T>>& sums, std::size_t count, T eps,
+                                       const xt::xarray<T>* relu_y = nullptr) {
+  constexpr const char* fn = "batch_norm_backward_data";
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  const std::size_t c = x.shape()[1];
+  detail::require_same_nchw(fn, "dy", dy, x);
+  if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);
+  using named = std::pair<const char*, const xt::xarray<T>*>;
+  for (const named& v : {named{"gamma", &gamma}, named{"mean", &mean}, named{"variance", &variance},
+                         named{"sum", &sums.sum}, named{"sum_sq", &sums.sum_sq}})
+    detail::require_channels(fn, v.first, *v.second, c);
+  if (count == 0) throw error(std::string(fn) + ": count must be positive");
+  xt::xarray<T> dx = xt::xarray<T>::from_shape(x.shape());
+  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
+    const T* g = dy.data() + off;
+    const T* p = x.data() + off;
+    const T* r = relu_y ? relu_y->data() + off : nullptr;
+    T* o = dx.data() + off;
+    const double inv = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
+    // dx = a * dy + b * x + k, folded per channel.
+    const double scale = double(gamma(ch)) * inv;
+    const double mdy = double(sums.sum(ch)) / double(count);
+    const double mdyx = double(sums.sum_sq(ch)) / double(count);
+    const T a = T(scale);
+    const T b = T(-scale * mdyx * inv);
+    const T k = T(scale * (-mdy + mdyx * inv * double(mean(ch))));
+    if (r)
+      for (std::size_t i = 0; i < len; ++i) o[i] = (r[i] > T(0) ? a * g[i] : T(0)) + b * p[i] + k;
+    else
+      for (std::size_t i = 0; i < len; ++i) o[i] = a * g[i] + b * p[i] + k;
+  });
+  return dx;
+}
+
+/// The running statistics' update, in place: running = (1 - momentum) * running +
+/// momentum * batch (PyTorch's convention; MindSpore's momentum m is 1 - m here), the
+/// batch variance made unbiased (times count / (count - 1)) when `unbiased`, as PyTorch
+/// and MindSpore keep it.
+template <bn_scalar T>
+void batch_norm_update_running(xt::xarray<T>& running_mean, xt::xarray<T>& running_var, const xt::xarray<T>& mean,
+                               const xt::xarray<T>& variance, std::size_t count, T momentum, bool unbiased = true) {
+  constexpr const char* fn = "batch_norm_update_running";
+  const std::size_t c = running_mean.size();
+  using named = std::pair<const char*, const xt::xarray<T>*>;
+  for (const named& v : {named{"running_mean", &running_mean}, named{"running_var", &running_var},
+                         named{"mean", &mean}, named{"variance", &variance}})
+    detail::require_channels(fn, v.first, *v.second, c);
+  const T corr = unbiased && count > 1 ? T(double(count) / double(count - 1)) : T(1);
+  for (std::size_t i = 0; i < c; ++i) {
+    running_mean(i) = (T(1) - momentum) * running_mean(i) + momentum * mean(i);
+    running_var(i) = (T(1) - momentum) * running_var(i) + momentum * variance(i) * corr;
+  }
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/pool.hpp ----
+// 2-D max and average pooling and global average pooling on NCHW float tensors through
+// oneDNN, forward and backward, with the window of kernels/conv_params.hpp: kernel,
+// stride, explicit padding per side, PyTorch's ceil_mode (as extra padding after the
+// image), and for averages the choice of counting the padding. Takes plain
+// xt::xarray<float> or dnnl_tensor operands. Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// A pooling in oneDNN's terms. pad_r includes ceil_mode's extra padding. `rescale`: an
+/// average that counts the padding but whose windows reach into ceil_mode's extra
+/// padding, which PyTorch does not count: oneDNN averages over the input elements and
+/// the result is scaled by (input elements) / (input and padding elements) per position.
+struct pool_geometry {
+  dnnl_dims src, dst, kernel, strides, pad_l, pad_r;
+  std::array<std::size_t, 4> dst_shape{};
+  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+  bool rescale = false;
+};
+
+inline pool_geometry pool_geom(const char* fn, std::span<const std::size_t> x, const pool2d_params& p, bool max) {
+  pool_geometry g;
+  g.dst_shape = pool2d_output_shape(fn, x, p);
+  g.src = to_dims(x);
+  g.dst = to_dims(g.dst_shape);
+  g.kernel = {p.kernel_h, p.kernel_w};
+  g.strides = {p.stride_h, p.stride_w};
+  g.pad_l = {p.pad.top, p.pad.left};
+  const index_t bottom =
+      effective_after(index_t(x[2]), p.kernel_h, p.stride_h, p.pad.top, p.pad.bottom, index_t(g.dst_shape[2]));
+  const index_t right =
+      effective_after(index_t(x[3]), p.kernel_w, p.stride_w, p.pad.left, p.pad.right, index_t(g.dst_shape[3]));
+  g.pad_r = {bottom, right};
+  const bool extended = bottom > p.pad.bottom || right > p.pad.right;
+  if (max) {
+    g.alg = dnnl::algorithm::pooling_max;
+  } else if (p.count_include_pad && !extended) {
+    g.alg = dnnl::algorithm::pooling_avg_include_padding;
+  } else {
+    g.alg = dnnl::algorithm::pooling_avg_exclude_padding;
+    g.rescale = p.count_include_pad;
+  }
+  return g;
+}
+
+inline primitive_key pool_key(std::int64_t kind, const dnnl_md& src, const pool_geometry& g) {
+  primitive_key k;
+  k.add(kind).add(src).add(g.kernel).add(g.strides).add(g.pad_l).add(g.pad_r).add(std::int64_t(g.alg));
+  return k;
+}
+
+inline dnnl::pooling_forward::primitive_desc pool_forward_pd(const dnnl_md& src, const pool_geometry& g) {
+  return dnnl::pooling_forward::primitive_desc(
+      dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, g.alg, src,
+                                  dnnl_md(g.dst, dnnl::memory::data_type::f32, dnnl_tag::any), g.strides, g.kernel,
+                                  g.pad_l, g.pad_r),
+      dnnl_engine());
+}
+
+struct pool_forward_entry {
+  dnnl::pooling_forward::primitive_desc pd;
+  dnnl::pooling_forward prim;
+};
+struct pool_backward_entry {
+  dnnl::pooling_backward::primitive_desc pd;
+  dnnl::pooling_backward prim;
+};
+
+/// The (N, C)-independent factor of each output position of a `rescale` average (see
+/// pool_geometry): (input elements in the window) / (elements within the explicit
+/// padding), PyTorch's divisor over oneDNN's.
+inline std::vector<float> avg_rescale_factors(std::span<const std::size_t> x, const pool2d_params& p,
+                                              const pool_geometry& g) {
+  const auto count = [](index_t start, index_t k, index_t lo, index_t hi) {
+    return std::max<index_t>(0, std::min(start + k, hi) - std::max(start, lo));
+  };
+  const index_t oh = index_t(g.dst_shape[2]), ow = index_t(g.dst_shape[3]);
+  const index_t h = index_t(x[2]), w = index_t(x[3]);
+  std::vector<float> f(std::size_t(oh * ow));
+  for (index_t i = 0; i < oh; ++i)
+    for (index_t j = 0; j < ow; ++j) {
+      const index_t hs = i * p.stride_h - p.pad.top, ws = j * p.stride_w - p.pad.left;
+      const index_t inside = count(hs, p.kernel_h, 0, h) * count(ws, p.kernel_w, 0, w);
+      const index_t padded =
+          count(hs, p.kernel_h, -p.pad.top, h + p.pad.bottom) * count(ws, p.kernel_w, -p.pad.left, w + p.pad.right);
+      f[std::size_t(i * ow + j)] = float(inside) / float(padded);
+    }
+  return f;
+}
+
+/// y (plain NCHW) *= the factor of its position.
+inline void scale_planes(xt::xarray<float>& y, const std::vector<float>& f) {
+  const std::size_t plane = f.size();
+  for (std::size_t o = 0; o < y.size(); o += plane)
+    for (std::size_t i = 0; i < plane; ++i) y.data()[o + i] *= f[i];
+}
+
+/// A plain copy of y scaled by the factors (for the rare rescaled average).
+template <dnnl_operand X>
+xt::xarray<float> scaled_plain(const X& y, const std::vector<float>& f) {
+  xt::xarray<float> out;
+  if constexpr (std::same_as<X, dnnl_tensor>) out = y.to_xarray();
+  else out = y;
+  scale_planes(out, f);
+  return out;
+}
+
+/// The format tag of a 4-D descriptor among those the pooling kernels meet (plain,
+/// channels-last, channel-blocked), or undef.
+inline dnnl_tag tag_of(const dnnl_md& md) {
+  for (dnnl_tag t : {dnnl_tag::nchw, dnnl_tag::nhwc, dnnl_tag::nChw16c, dnnl_tag::nChw8c, dnnl_tag::nChw4c})
+    if (md == dnnl_md(md.dims(), dnnl::memory::data_type::f32, t)) return t;
+  return dnnl_tag::undef;
+}
+
+template <dnnl_operand X>
+X pool_forward(const char* fn, const X& x, const pool2d_params& p, bool max, dnnl_workspace* ws) {
+  const auto xs = shape_of(x);
+  const auto g = pool_geom(fn, xs, p, max);
+  return dnnl_call(fn, [&]() -> X {
+    const dnnl::memory src = memory_of(x);
+    const auto& e = cached<pool_forward_entry>(pool_key(21, src.get_desc(), g), [&] {
+      ++primitives_created();
+      auto pd = pool_forward_pd(src.get_desc(), g);
+      return pool_forward_entry{pd, dnnl::pooling_forward(pd)};
+    });
+    output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst.memory()}};
+    if (ws && e.pd.workspace_desc().get_size() > 0) {
+      ws->memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+    }
+    e.prim.execute(dnnl_stream(), args);
+    X y = dst.take();
+    if (!g.rescale) return y;
+    xt::xarray<float> scaled = scaled_plain(y, avg_rescale_factors(xs, p, g));
+    if constexpr (std::same_as<X, dnnl_tensor>) return dnnl_tensor::from_xarray(scaled);
+    else return scaled;
+  });
+}
+
+/// dx of shape x_shape for dy. Max pooling: `src` is x's layout (the forward's) and `ws`
+/// the forward's workspace; averages: `src` is undefined and x's layout follows dy's.
+template <dnnl_operand X>
+X pool_backward(const char* fn, const X& dy, std::span<const std::size_t> x_shape, const pool2d_params& p, bool max,
+                const dnnl_md* src, const dnnl_workspace* ws) {
+  const auto g = pool_geom(fn, x_shape, p, max);
+  require_dims(fn, "dy", shape_of(dy), g.dst_shape);
+  return dnnl_call(fn, [&]() -> X {
+    dnnl::memory ddst_in = memory_of(dy);
+    xt::xarray<float> scaled;  // keeps a rescaled dy alive
+    if (g.rescale) {
+      scaled = scaled_plain(dy, avg_rescale_factors(x_shape, p, g));
+      ddst_in = wrap(scaled);
+    }
+    std::optional<scratch_memory> plain_dy;  // dy made plain, when its layout is none of tag_of's
+    dnnl_md src_md;
+    if (src) {
+      src_md = *src;
+    } else {
+      dnnl_tag t = tag_of(ddst_in.get_desc());
+      if (t == dnnl_tag::undef) {
+        plain_dy.emplace(as_desc(ddst_in, plain_desc(g.dst)));
+        ddst_in = plain_dy->get();
+        t = dnnl_tag::nchw;
+      }
+      src_md = dnnl_md(g.src, dnnl::memory::data_type::f32, t);
+    }
+    const auto& e = cached<pool_backward_entry>(pool_key(22, src_md, g), [&] {
+      ++primitives_created();
+      auto hint = pool_forward_pd(src_md, g);
+      dnnl::pooling_backward::primitive_desc pd(
+          dnnl::pooling_backward::desc(g.alg, src_md, dnnl_md(g.dst, dnnl::memory::data_type::f32, dnnl_tag::any),
+                                       g.strides, g.kernel, g.pad_l, g.pad_r),
+          dnnl_engine(), hint);
+      return pool_backward_entry{pd, dnnl::pooling_backward(pd)};
+    });
+    const scratch_memory ddst = as_desc(ddst_in, e.pd.diff_dst_desc());
+    output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}};
+    if (max) args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+    e.prim.execute(dnnl_stream(), args);
+    return dsrc.take();
+  });
+}
+
+inline pool2d_params global_window(const char* fn, std::span<const std::size_t> x) {
+  tessera::detail::require_nchw(fn, "x", x);
+  return pool2d_params{index_t(x[2]), index_t(x[3]), 1, 1};
+}
+
+}  // namespace detail
+
+/// Max pooling: y[n, c, i, j] = the maximum of x over the window at (i * stride_h -
+/// top, j * stride_w - left) (padding never wins), and the workspace its backward needs
+/// (the positions of the maxima, in the layout of x). x (N, C, H, W); y (N, C, OH, OW).
+template <dnnl_operand X>
+max_pool2d_result<X, dnnl_workspace> max_pool2d_forward(const X& x, const pool2d_params& p) {
+  max_pool2d_result<X, dnnl_workspace> out;
+  out.y = detail::pool_forward("max_pool2d_forward", x, p, true, &out.workspace);
+  return out;
+}
+
+/// dx: dy routed to the position of each window's maximum (summed where windows
+/// overlap), from the forward's workspace. x is the forward's input, in the same form
+/// (its shape and layout); y, the forward's output, is not read here (the GPU kernels
+/// read it), so an empty one will do.
+template <dnnl_operand X>
+X max_pool2d_backward(const X& dy, const X& x, const X& y, const dnnl_workspace& workspace,
+                      const pool2d_params& p) {
+  (void)y;
+  constexpr const char* fn = "max_pool2d_backward";
+  if (workspace.empty()) throw error(std::string(fn) + ": the workspace is empty (max_pool2d_forward's)");
+  const detail::dnnl_md src = detail::memory_of(x).get_desc();
+  return detail::pool_backward(fn, dy, detail::shape_of(x), p, true, &src, &workspace);
+}
+
+/// Average pooling: the mean of x over each window, the divisor counting the padding
+/// when count_include_pad (never ceil_mode's extra windows' part past the padding, as
+/// PyTorch), else the input elements only.
+template <dnnl_operand X>
+X avg_pool2d_forward(const X& x, const pool2d_params& p) {
+  return detail::pool_forward("avg_pool2d_forward", x, p, false, nullptr);
+}
+
+/// dx of shape x_shape: each dy spread evenly (by the forward's divisor) over its window.
+template <dnnl_operand X>
+X avg_pool2d_backward(const X& dy, std::span<const std::size_t> x_shape, const pool2d_params& p) {
+  return detail::pool_backward("avg_pool2d_backward", dy, x_shape, p, false, nullptr, nullptr);
+}
+template <dnnl_operand X>
+X avg_pool2d_backward(const X& dy, const std::vector<std::size_t>& x_shape, const pool2d_params& p) {
+  return avg_pool2d_backward(dy, std::span<const std::size_t>(x_shape), p);
+}
+
+/// Global average pooling: y (N, C, 1, 1) = the mean of x (N, C, H, W) over (H, W).
+template <dnnl_operand X>
+X global_avg_pool2d_forward(const X& x) {
+  constexpr const char* fn = "global_avg_pool2d_forward";
+  const auto xs = detail::shape_of(x);
+  return detail::pool_forward(fn, x, detail::global_window(fn, xs), false, nullptr);
+}
+
+/// dx (x_shape) = dy (N, C, 1, 1) / (H * W) at every position.
+template <dnnl_operand X>
+X global_avg_pool2d_backward(const X& dy, std::span<const std::size_t> x_shape) {
+  constexpr const char* fn = "global_avg_pool2d_backward";
+  return detail::pool_backward(fn, dy, x_shape, detail::global_window(fn, x_shape), false, nullptr, nullptr);
+}
+template <dnnl_operand X>
+X global_avg_pool2d_backward(const X& dy, const std::vector<std::size_t>& x_shape) {
+  return global_avg_pool2d_backward(dy, std::span<const std::size_t>(x_shape));
+}
+
+}  // namespace tessera::kernels::cpu
+#endif
 // ---- tessera/kernels/backend.hpp ----
 // The local math of each device, as the sharded operators call it: backend<D> holds
 // device D's kernels under one set of names, so an operator is written once and runs
@@ -13781,6 +15336,22 @@ namespace tessera::kernels {
 ///     momentum, dampening, weight_decay, nesterov, first_step), adam_update(param, grad,
 ///     m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t) (kernels/cpu/optim.hpp's
 ///     formulas)
+///   convolutional networks on NCHW tensors (kernels/conv_params.hpp's parameters and
+///     result types; the host's through oneDNN where it is installed, the GPU's through
+///     cuDNN; float): conv2d_forward(x, w, bias or null, params, relu),
+///     conv2d_backward_data(dy, w, x_shape, params), conv2d_backward_weights(dy, x,
+///     w_shape, bias, params) ({dw, db}); batch_norm_forward_training(x, gamma, beta, eps,
+///     relu) ({y, mean, variance, workspace}), batch_norm_forward_inference(x, gamma, beta,
+///     mean, variance, eps, relu), batch_norm_backward(dy, x, gamma, mean, variance,
+///     workspace, eps, relu) ({dx, dgamma, dbeta}); the split batch norm whose sums are
+///     added across ranks: batch_norm_sums(x), batch_norm_moments(sums, count),
+///     batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y),
+///     batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+///     batch_norm_update_running(...) in place; max_pool2d_forward(x, params) ({y,
+///     workspace}), max_pool2d_backward(dy, x, y, workspace, params),
+///     avg_pool2d_forward(x, params), avg_pool2d_backward(dy, x_shape, params),
+///     global_avg_pool2d_forward(x), global_avg_pool2d_backward(dy, x_shape); the type
+///     `workspace`
 ///
 /// The primary template is never defined: using a device whose kernels are not
 /// included is a compile error naming backend<D>.
@@ -13790,7 +15361,8 @@ struct backend;
 }  // namespace tessera::kernels
 // ---- tessera/kernels/cpu/backend.hpp ----
 // The host's kernels under backend<cpu_device>'s names (kernels/backend.hpp): thin
-// forwards to kernels/cpu/, which does the math on xt::xarray shards.
+// forwards to kernels/cpu/, which does the math on xt::xarray shards (the convolution,
+// batch-norm and pooling kernels through oneDNN, where it is installed).
 
 #include <cstddef>
 #include <cstdint>
@@ -14270,6 +15842,12 @@ xt::xarray<To> convert(const xt::xarray<From>& x) {
 }
 
 }  // namespace tessera::kernels::cpu
+// The convolutional network kernels where oneDNN is installed (link tessera::dnnl to use
+// them), in translation units of the host compiler: nvcc's front end cannot parse
+// oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see backend<cpu_device> without them.
+#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+#define TESSERA_KERNELS_CPU_CNN 1
+#endif
 
 namespace tessera::kernels {
 
@@ -14500,9 +16078,108 @@ struct backend<cpu_device> {
                      std::span<T>(m.data(), m.size()), std::span<T>(v.data(), v.size()), lr, beta1, beta2, eps,
                      weight_decay, decoupled, t);
   }
+
+#if defined(TESSERA_KERNELS_CPU_CNN)
+  // ---- convolutional networks (kernels/cpu/conv.hpp, batch_norm.hpp, pool.hpp; float) ----
+  /// What a backward needs from its forward besides the arrays (max pooling's maxima, a
+  /// fused batch norm's ReLU mask).
+  using workspace = cpu::dnnl_workspace;
+
+  template <class T>
+  static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
+                                 const conv2d_params& p, bool relu = false) {
+    return cpu::conv2d_forward(x, w, bias, p, relu);
+  }
+  template <class T>
+  static array<T> conv2d_backward_data(const array<T>& dy, const array<T>& w, const std::vector<std::size_t>& x_shape,
+                                       const conv2d_params& p) {
+    return cpu::conv2d_backward_data(dy, w, x_shape, p);
+  }
+  template <class T>
+  static conv2d_weight_grads<array<T>> conv2d_backward_weights(const array<T>& dy, const array<T>& x,
+                                                               const std::vector<std::size_t>& w_shape, bool bias,
+                                                               const conv2d_params& p) {
+    return cpu::conv2d_backward_weights(dy, x, w_shape, bias, p);
+  }
+
+  template <class T>
+  static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
+      const array<T>& x, const array<T>& gamma, const array<T>& beta, T eps, bool relu = false) {
+    return cpu::batch_norm_forward_training(x, gamma, beta, eps, relu);
+  }
+  template <class T>
+  static array<T> batch_norm_forward_inference(const array<T>& x, const array<T>& gamma, const array<T>& beta,
+                                               const array<T>& mean, const array<T>& variance, T eps,
+                                               bool relu = false) {
+    return cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
+  }
+  template <class T>
+  static batch_norm_grads<array<T>, array<T>> batch_norm_backward(const array<T>& dy, const array<T>& x,
+                                                                  const array<T>& gamma, const array<T>& mean,
+                                                                  const array<T>& variance, const workspace& ws,
+                                                                  T eps, bool relu = false) {
+    return cpu::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_sums(const array<T>& x) {
+    return cpu::batch_norm_sums(x);
+  }
+  template <class T>
+  static batch_norm_stats<array<T>> batch_norm_moments(const channel_sums<array<T>>& sums, std::size_t count) {
+    return cpu::batch_norm_moments(sums, count);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_backward_sums(const array<T>& dy, const array<T>& x, const array<T>& mean,
+                                                         const array<T>& variance, T eps,
+                                                         const array<T>* relu_y = nullptr) {
+    return cpu::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
+  }
+  template <class T>
+  static array<T> batch_norm_backward_data(const array<T>& dy, const array<T>& x, const array<T>& gamma,
+                                           const array<T>& mean, const array<T>& variance,
+                                           const channel_sums<array<T>>& sums, std::size_t count, T eps,
+                                           const array<T>* relu_y = nullptr) {
+    return cpu::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+  }
+  template <class T>
+  static void batch_norm_update_running(array<T>& running_mean, array<T>& running_var, const array<T>& mean,
+                                        const array<T>& variance, std::size_t count, T momentum,
+                                        bool unbiased = true) {
+    cpu::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+  }
+
+  template <class T>
+  static max_pool2d_result<array<T>, workspace> max_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cpu::max_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> max_pool2d_backward(const array<T>& dy, const array<T>& x, const array<T>& y, const workspace& ws,
+                                      const pool2d_params& p) {
+    return cpu::max_pool2d_backward(dy, x, y, ws, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cpu::avg_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                      const pool2d_params& p) {
+    return cpu::avg_pool2d_backward(dy, x_shape, p);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_forward(const array<T>& x) {
+    return cpu::global_avg_pool2d_forward(x);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape) {
+    return cpu::global_avg_pool2d_backward(dy, x_shape);
+  }
+#endif
 };
 
 }  // namespace tessera::kernels
+
+#undef TESSERA_KERNELS_CPU_CNN
 // ---- tessera/ops/matmul.hpp ----
 // Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product (the
 // tensors' device's backend: BLAS on the host, cuBLAS on a GPU) and its backward.
