@@ -26,6 +26,13 @@
 #include <tessera/kernels/cuda/shape.cuh>
 #include <tessera/kernels/cuda/sharded.cuh>
 #include <tessera/kernels/cuda/backend.cuh>
+// kernels/cuda/ through cuDNN: convolution, batch norm, pooling (link tessera::cudnn)
+#if __has_include(<cudnn.h>)
+#include <tessera/kernels/cuda/cudnn.cuh>
+#include <tessera/kernels/cuda/conv.cuh>
+#include <tessera/kernels/cuda/batch_norm.cuh>
+#include <tessera/kernels/cuda/pool.cuh>
+#endif
 
 // comm/: device buffers through a host communicator, and NCCL
 #include <tessera/comm/staged.hpp>

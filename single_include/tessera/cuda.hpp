@@ -2650,12 +2650,968 @@ device_array<To> convert(const device_array<From>& x) {
 // ---- tessera/kernels/cuda/backend.cuh ----
 // The GPU's kernels under backend<cuda_device>'s names (kernels/backend.hpp): thin
 // forwards to kernels/cuda/, which does the math on cuda::device_array shards on
-// tessera's stream. nvcc only.
+// tessera's stream (the convolutions through cuDNN, where it is installed). nvcc only.
 
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
+// The convolutional network kernels where cuDNN is installed (link tessera::cudnn to use
+// them).
+#if __has_include(<cudnn.h>)
+// ---- tessera/kernels/cuda/batch_norm.cuh ----
+// Batch normalisation over (N, H, W) per channel of NCHW float device arrays, the GPU
+// twin of kernels/cpu/batch_norm.hpp: the same functions, formulas and error texts.
+// Every form is built from the split kernels (per-channel sums accumulated in double,
+// one block per channel; normalisation and the backward's dx, element-wise), so the
+// whole-batch kernels and the form whose sums are added across ranks compute the same
+// way. The fused ReLU keeps its mask (one byte per element) in the workspace. nvcc only;
+// link tessera::cudnn (the plans of kernels/cuda/cudnn.cuh).
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+// ---- tessera/kernels/cuda/cudnn.cuh ----
+// What the GPU's convolutional network kernels share: the cuDNN handle of each device
+// (bound to tessera's stream), cuDNN's errors as tessera::error, owned descriptors, the
+// workspace handle, and NCHW helpers (zero or -inf padding, cropping) for the cases
+// cuDNN's descriptors cannot express (padding that differs before and after). nvcc
+// only; link tessera::cudnn.
+
+#include <cudnn.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera::kernels::cuda {
+
+/// What a GPU kernel's backward needs from its forward besides the arrays: the index
+/// of each window's maximum (max pooling), the ReLU mask (a batch norm with ReLU fused).
+/// Empty where the forward keeps nothing.
+struct device_workspace {
+  device_array<std::int32_t> indices;
+  device_array<std::uint8_t> mask;
+  bool empty() const { return indices.size() == 0 && mask.size() == 0; }
+};
+
+namespace detail {
+
+/// "cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM (2000)"
+[[noreturn, gnu::cold, gnu::noinline]] inline void cudnn_fail(cudnnStatus_t s, const char* call) {
+  throw error(std::string(call) + " failed: " + cudnnGetErrorString(s) + " (" + std::to_string(int(s)) + ")");
+}
+inline void cudnn_check(cudnnStatus_t s, const char* call) {
+  if (s != CUDNN_STATUS_SUCCESS) [[unlikely]]
+    cudnn_fail(s, call);
+}
+#define TESSERA_CUDNN_CHECK(call) ::tessera::kernels::cuda::detail::cudnn_check((call), #call)
+
+/// The cuDNN handle of the current device, bound to tessera's stream; created on first
+/// use, kept for the life of the process.
+inline cudnnHandle_t cudnn() {
+  constexpr int max_devices = 64;
+  static cudnnHandle_t handles[max_devices] = {};
+  const int d = tessera::cuda::current_device();
+  if (!handles[d]) {
+    TESSERA_CUDNN_CHECK(cudnnCreate(&handles[d]));
+    TESSERA_CUDNN_CHECK(cudnnSetStream(handles[d], tessera::cuda::stream()));
+  }
+  return handles[d];
+}
+
+/// An owned cuDNN descriptor: move-only RAII over create/destroy.
+template <class H, cudnnStatus_t (*Create)(H*), cudnnStatus_t (*Destroy)(H)>
+class cudnn_descriptor {
+ public:
+  cudnn_descriptor() { TESSERA_CUDNN_CHECK(Create(&h_)); }
+  cudnn_descriptor(const cudnn_descriptor&) = delete;
+  cudnn_descriptor& operator=(const cudnn_descriptor&) = delete;
+  cudnn_descriptor(cudnn_descriptor&& o) noexcept : h_(o.h_) { o.h_ = nullptr; }
+  cudnn_descriptor& operator=(cudnn_descriptor&& o) noexcept {
+    if (this != &o) {
+      if (h_) Destroy(h_);
+      h_ = o.h_;
+      o.h_ = nullptr;
+    }
+    return *this;
+  }
+  ~cudnn_descriptor() {
+    if (h_) Destroy(h_);
+  }
+  H get() const { return h_; }
+  operator H() const { return h_; }
+
+ private:
+  H h_ = nullptr;
+};
+
+using tensor_desc =
+    cudnn_descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using filter_desc =
+    cudnn_descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using conv_desc = cudnn_descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                   cudnnDestroyConvolutionDescriptor>;
+
+/// An NCHW float tensor descriptor.
+inline tensor_desc nchw_desc(std::span<const std::size_t> s) {
+  tensor_desc d;
+  TESSERA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s[0]), int(s[1]),
+                                                 int(s[2]), int(s[3])));
+  return d;
+}
+
+inline std::span<const std::size_t> dims(const device_array<float>& x) {
+  return std::span<const std::size_t>(x.shape().data(), x.shape().size());
+}
+
+/// Throws unless `got` equals `want` (the host kernels' text).
+inline void require_dims(const char* fn, const char* name, std::span<const std::size_t> got,
+                         std::span<const std::size_t> want) {
+  if (!std::ranges::equal(got, want))
+    throw error(std::string(fn) + ": " + name + " must be " + tessera::detail::dims_text(want) + ", " + name +
+                " is " + tessera::detail::dims_text(got));
+}
+inline void require_vector(const char* fn, const char* name, const device_array<float>& v, std::size_t n) {
+  if (v.dimension() != 1 || v.shape()[0] != n)
+    throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(n) + ",), " + name + " is " +
+                tessera::detail::dims_text(dims(v)));
+}
+
+// ---- explicit padding and cropping of NCHW images -----------------------------------
+
+/// out (N, C, H + top + bottom, W + left + right) = x surrounded by `value`.
+template <class T>
+__global__ void pad_nchw_kernel(T* out, const T* x, std::int64_t planes, std::int64_t h,
+                                       std::int64_t w, std::int64_t top, std::int64_t left, std::int64_t oh,
+                                       std::int64_t ow, T value) {
+  const std::int64_t n = planes * oh * ow;
+  TESSERA_GRID_STRIDE(i, n) {
+    const std::int64_t j = i % ow, r = (i / ow) % oh, p = i / (ow * oh);
+    const std::int64_t xi = r - top, xj = j - left;
+    out[i] = xi >= 0 && xi < h && xj >= 0 && xj < w ? x[(p * h + xi) * w + xj] : value;
+  }
+}
+
+/// out (N, C, H, W) = the window of xp (N, C, HP, WP) that starts at (top, left).
+template <class T>
+__global__ void crop_nchw_kernel(T* out, const T* xp, std::int64_t planes, std::int64_t h,
+                                        std::int64_t w, std::int64_t top, std::int64_t left, std::int64_t hp,
+                                        std::int64_t wp) {
+  const std::int64_t n = planes * h * w;
+  TESSERA_GRID_STRIDE(i, n) {
+    const std::int64_t j = i % w, r = (i / w) % h, p = i / (w * h);
+    out[i] = xp[(p * hp + r + top) * wp + j + left];
+  }
+}
+
+inline device_array<float> pad_nchw(const device_array<float>& x, const pad2d& p, float value) {
+  const auto& s = x.shape();
+  const std::int64_t oh = std::int64_t(s[2]) + p.top + p.bottom, ow = std::int64_t(s[3]) + p.left + p.right;
+  device_array<float> out({s[0], s[1], std::size_t(oh), std::size_t(ow)});
+  const std::int64_t n = std::int64_t(out.size());
+  if (n == 0) return out;
+  pad_nchw_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      out.data(), x.data(), std::int64_t(s[0] * s[1]), std::int64_t(s[2]), std::int64_t(s[3]), p.top, p.left, oh,
+      ow, value);
+  tessera::cuda::check_launch("pad_nchw");
+  return out;
+}
+
+inline device_array<float> crop_nchw(const device_array<float>& xp, std::span<const std::size_t> shape,
+                                     const pad2d& p) {
+  device_array<float> out(std::vector<std::size_t>(shape.begin(), shape.end()));
+  const std::int64_t n = std::int64_t(out.size());
+  if (n == 0) return out;
+  crop_nchw_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      out.data(), xp.data(), std::int64_t(shape[0] * shape[1]), std::int64_t(shape[2]), std::int64_t(shape[3]),
+      p.top, p.left, std::int64_t(xp.shape()[2]), std::int64_t(xp.shape()[3]));
+  tessera::cuda::check_launch("crop_nchw");
+  return out;
+}
+
+}  // namespace detail
+
+}  // namespace tessera::kernels::cuda
+
+namespace tessera::kernels::cuda {
+
+namespace detail {
+
+constexpr int bn_threads = 256;
+
+/// Sums a and b over the block (bn_threads threads); thread 0 gets the totals.
+__device__ inline void block_sum2(double& a, double& b) {
+  __shared__ double sa[bn_threads], sb[bn_threads];
+  sa[threadIdx.x] = a;
+  sb[threadIdx.x] = b;
+  __syncthreads();
+  for (int s = bn_threads / 2; s > 0; s /= 2) {
+    if (int(threadIdx.x) < s) {
+      sa[threadIdx.x] += sa[threadIdx.x + s];
+      sb[threadIdx.x] += sb[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  a = sa[0];
+  b = sb[0];
+}
+
+/// One block per channel: sum x and sum x^2 over (N, H, W).
+template <class T>
+__global__ void bn_sums_kernel(const T* x, std::int64_t n, std::int64_t c, std::int64_t hw, T* sum, T* sum_sq) {
+  const std::int64_t ch = blockIdx.x;
+  double a = 0, b = 0;
+  for (std::int64_t i = threadIdx.x; i < n * hw; i += bn_threads) {
+    const double v = double(x[((i / hw) * c + ch) * hw + i % hw]);
+    a += v;
+    b += v * v;
+  }
+  block_sum2(a, b);
+  if (threadIdx.x == 0) {
+    sum[ch] = T(a);
+    sum_sq[ch] = T(b);
+  }
+}
+
+/// dy masked by the ReLU: zero where the mask byte is 0 or relu_y <= 0 (either may be null).
+template <class T>
+__device__ inline T masked(const T* dy, const std::uint8_t* mask, const T* relu_y, std::int64_t i) {
+  if (mask && !mask[i]) return T(0);
+  if (relu_y && !(relu_y[i] > T(0))) return T(0);
+  return dy[i];
+}
+
+/// One block per channel: sum dy and sum dy * x_hat over (N, H, W).
+template <class T>
+__global__ void bn_backward_sums_kernel(const T* dy, const T* x, const std::uint8_t* mask, const T* relu_y,
+                                        const T* mean, const T* var, T eps, std::int64_t n, std::int64_t c,
+                                        std::int64_t hw, T* sum_dy, T* sum_dy_xhat) {
+  const std::int64_t ch = blockIdx.x;
+  const double m = double(mean[ch]);
+  double a = 0, b = 0;
+  for (std::int64_t i = threadIdx.x; i < n * hw; i += bn_threads) {
+    const std::int64_t at = ((i / hw) * c + ch) * hw + i % hw;
+    const double d = double(masked(dy, mask, relu_y, at));
+    a += d;
+    b += d * (double(x[at]) - m);
+  }
+  block_sum2(a, b);
+  if (threadIdx.x == 0) {
+    sum_dy[ch] = T(a);
+    sum_dy_xhat[ch] = T(b / sqrt(double(var[ch]) + double(eps)));
+  }
+}
+
+/// y = gamma (x - mean) / sqrt(var + eps) + beta, ReLU'd when relu (its mask written
+/// when mask is not null).
+template <class T>
+__global__ void bn_normalize_kernel(const T* x, T* y, std::uint8_t* mask, const T* gamma, const T* beta,
+                                    const T* mean, const T* var, T eps, bool relu, std::int64_t total,
+                                    std::int64_t c, std::int64_t hw) {
+  TESSERA_GRID_STRIDE(i, total) {
+    const std::int64_t ch = (i / hw) % c;
+    const T scale = gamma[ch] * T(1.0 / sqrt(double(var[ch]) + double(eps)));
+    T v = scale * (x[i] - mean[ch]) + beta[ch];
+    if (relu) {
+      const bool on = v > T(0);
+      if (mask) mask[i] = on;
+      v = on ? v : T(0);
+    }
+    y[i] = v;
+  }
+}
+
+/// dx = gamma / sqrt(var + eps) * (dy - sum_dy / count - x_hat * sum_dy_xhat / count).
+template <class T>
+__global__ void bn_backward_data_kernel(const T* dy, const T* x, const std::uint8_t* mask, const T* relu_y,
+                                        const T* gamma, const T* mean, const T* var, const T* sum_dy,
+                                        const T* sum_dy_xhat, double count, T eps, std::int64_t total,
+                                        std::int64_t c, std::int64_t hw, T* dx) {
+  TESSERA_GRID_STRIDE(i, total) {
+    const std::int64_t ch = (i / hw) % c;
+    const double inv = 1.0 / sqrt(double(var[ch]) + double(eps));
+    const double xhat = (double(x[i]) - double(mean[ch])) * inv;
+    dx[i] = T(double(gamma[ch]) * inv *
+              (double(masked(dy, mask, relu_y, i)) - double(sum_dy[ch]) / count -
+               xhat * double(sum_dy_xhat[ch]) / count));
+  }
+}
+
+template <class T>
+__global__ void bn_moments_kernel(const T* sum, const T* sum_sq, double count, std::int64_t c, T* mean, T* var) {
+  TESSERA_GRID_STRIDE(i, c) {
+    const double m = double(sum[i]) / count;
+    mean[i] = T(m);
+    const double v = double(sum_sq[i]) / count - m * m;
+    var[i] = T(v > 0 ? v : 0);
+  }
+}
+
+template <class T>
+__global__ void bn_running_kernel(T* rm, T* rv, const T* mean, const T* var, std::int64_t c, T momentum, T corr) {
+  TESSERA_GRID_STRIDE(i, c) {
+    rm[i] = (T(1) - momentum) * rm[i] + momentum * mean[i];
+    rv[i] = (T(1) - momentum) * rv[i] + momentum * var[i] * corr;
+  }
+}
+
+struct bn_geometry {
+  std::int64_t n = 0, c = 0, hw = 0, total = 0;
+};
+
+inline bn_geometry bn_geom(const char* fn, const device_array<float>& x) {
+  tessera::detail::require_nchw(fn, "x", dims(x));
+  const auto& s = x.shape();
+  return {std::int64_t(s[0]), std::int64_t(s[1]), std::int64_t(s[2] * s[3]), std::int64_t(x.size())};
+}
+
+inline device_array<float> channel_vector(std::int64_t c) { return device_array<float>({std::size_t(c)}); }
+
+inline void launch_check(const char* fn) { tessera::cuda::check_launch(fn); }
+
+}  // namespace detail
+
+/// Per channel: sum of x and of x^2 over (N, H, W), accumulated in double.
+inline channel_sums<device_array<float>> batch_norm_sums(const device_array<float>& x) {
+  constexpr const char* fn = "batch_norm_sums";
+  const auto g = detail::bn_geom(fn, x);
+  channel_sums<device_array<float>> out{detail::channel_vector(g.c), detail::channel_vector(g.c)};
+  if (g.c == 0) return out;
+  detail::bn_sums_kernel<<<unsigned(g.c), detail::bn_threads, 0, tessera::cuda::stream()>>>(
+      x.data(), g.n, g.c, g.hw, out.sum.data(), out.sum_sq.data());
+  detail::launch_check(fn);
+  return out;
+}
+
+/// mean = sum / count, biased variance = sum_sq / count - mean^2 (never below 0).
+inline batch_norm_stats<device_array<float>> batch_norm_moments(const channel_sums<device_array<float>>& sums,
+                                                                std::size_t count) {
+  constexpr const char* fn = "batch_norm_moments";
+  const std::size_t c = sums.sum.size();
+  detail::require_vector(fn, "sum", sums.sum, c);
+  detail::require_vector(fn, "sum_sq", sums.sum_sq, c);
+  if (count == 0) throw error(std::string(fn) + ": count must be positive");
+  batch_norm_stats<device_array<float>> out{detail::channel_vector(std::int64_t(c)),
+                                            detail::channel_vector(std::int64_t(c))};
+  if (c == 0) return out;
+  detail::bn_moments_kernel<<<tessera::cuda::grid_for(std::int64_t(c)), tessera::cuda::block_threads, 0,
+                              tessera::cuda::stream()>>>(sums.sum.data(), sums.sum_sq.data(), double(count),
+                                                         std::int64_t(c), out.mean.data(), out.variance.data());
+  detail::launch_check(fn);
+  return out;
+}
+
+namespace detail {
+
+inline device_array<float> bn_normalize(const char* fn, const device_array<float>& x, const device_array<float>& gamma,
+                                        const device_array<float>& beta, const device_array<float>& mean,
+                                        const device_array<float>& variance, float eps, bool relu,
+                                        std::uint8_t* mask) {
+  const auto g = bn_geom(fn, x);
+  require_vector(fn, "gamma", gamma, std::size_t(g.c));
+  require_vector(fn, "beta", beta, std::size_t(g.c));
+  require_vector(fn, "mean", mean, std::size_t(g.c));
+  require_vector(fn, "variance", variance, std::size_t(g.c));
+  device_array<float> y(x.shape());
+  if (g.total == 0) return y;
+  bn_normalize_kernel<<<tessera::cuda::grid_for(g.total), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      x.data(), y.data(), mask, gamma.data(), beta.data(), mean.data(), variance.data(), eps, relu, g.total, g.c,
+      g.hw);
+  launch_check(fn);
+  return y;
+}
+
+inline channel_sums<device_array<float>> bn_backward_sums(const char* fn, const device_array<float>& dy,
+                                                          const device_array<float>& x, const std::uint8_t* mask,
+                                                          const device_array<float>* relu_y,
+                                                          const device_array<float>& mean,
+                                                          const device_array<float>& variance, float eps) {
+  const auto g = bn_geom(fn, x);
+  require_dims(fn, "dy", dims(dy), dims(x));
+  if (relu_y) require_dims(fn, "relu_y", dims(*relu_y), dims(x));
+  require_vector(fn, "mean", mean, std::size_t(g.c));
+  require_vector(fn, "variance", variance, std::size_t(g.c));
+  channel_sums<device_array<float>> out{channel_vector(g.c), channel_vector(g.c)};
+  if (g.c == 0) return out;
+  bn_backward_sums_kernel<<<unsigned(g.c), bn_threads, 0, tessera::cuda::stream()>>>(
+      dy.data(), x.data(), mask, relu_y ? relu_y->data() : nullptr, mean.data(), variance.data(), eps, g.n, g.c,
+      g.hw, out.sum.data(), out.sum_sq.data());
+  launch_check(fn);
+  return out;
+}
+
+inline device_array<float> bn_backward_data(const char* fn, const device_array<float>& dy,
+                                            const device_array<float>& x, const std::uint8_t* mask,
+                                            const device_array<float>* relu_y, const device_array<float>& gamma,
+                                            const device_array<float>& mean, const device_array<float>& variance,
+                                            const channel_sums<device_array<float>>& sums, std::size_t count,
+                                            float eps) {
+  const auto g = bn_geom(fn, x);
+  require_dims(fn, "dy", dims(dy), dims(x));
+  if (relu_y) require_dims(fn, "relu_y", dims(*relu_y), dims(x));
+  require_vector(fn, "gamma", gamma, std::size_t(g.c));
+  require_vector(fn, "mean", mean, std::size_t(g.c));
+  require_vector(fn, "variance", variance, std::size_t(g.c));
+  require_vector(fn, "sum", sums.sum, std::size_t(g.c));
+  require_vector(fn, "sum_sq", sums.sum_sq, std::size_t(g.c));
+  if (count == 0) throw error(std::string(fn) + ": count must be positive");
+  device_array<float> dx(x.shape());
+  if (g.total == 0) return dx;
+  bn_backward_data_kernel<<<tessera::cuda::grid_for(g.total), tessera::cuda::block_threads, 0,
+                            tessera::cuda::stream()>>>(
+      dy.data(), x.data(), mask, relu_y ? relu_y->data() : nullptr, gamma.data(), mean.data(), variance.data(),
+      sums.sum.data(), sums.sum_sq.data(), double(count), eps, g.total, g.c, g.hw, dx.data());
+  launch_check(fn);
+  return dx;
+}
+
+}  // namespace detail
+
+/// Training-mode batch norm: the batch's mean and biased variance per channel, y
+/// normalised, scaled and shifted, ReLU'd when `relu` (its mask in the workspace).
+inline batch_norm_training<device_array<float>, device_array<float>, device_workspace> batch_norm_forward_training(
+    const device_array<float>& x, const device_array<float>& gamma, const device_array<float>& beta, float eps,
+    bool relu = false) {
+  constexpr const char* fn = "batch_norm_forward_training";
+  const auto g = detail::bn_geom(fn, x);
+  detail::require_vector(fn, "gamma", gamma, std::size_t(g.c));
+  detail::require_vector(fn, "beta", beta, std::size_t(g.c));
+  batch_norm_training<device_array<float>, device_array<float>, device_workspace> out;
+  const std::size_t count = std::size_t(g.n * g.hw);
+  auto stats = batch_norm_moments(batch_norm_sums(x), count == 0 ? 1 : count);
+  if (relu) out.workspace.mask = device_array<std::uint8_t>(x.shape());
+  out.y = detail::bn_normalize(fn, x, gamma, beta, stats.mean, stats.variance, eps, relu,
+                               relu ? out.workspace.mask.data() : nullptr);
+  out.mean = std::move(stats.mean);
+  out.variance = std::move(stats.variance);
+  return out;
+}
+
+/// y with the statistics given (inference; the normalisation of a batch norm whose
+/// statistics were summed across ranks).
+inline device_array<float> batch_norm_forward_inference(const device_array<float>& x, const device_array<float>& gamma,
+                                                        const device_array<float>& beta,
+                                                        const device_array<float>& mean,
+                                                        const device_array<float>& variance, float eps,
+                                                        bool relu = false) {
+  return detail::bn_normalize("batch_norm_forward_inference", x, gamma, beta, mean, variance, eps, relu, nullptr);
+}
+
+/// The backward of batch_norm_forward_training: {dx, dgamma = sum dy * x_hat, dbeta =
+/// sum dy}, dy masked by the forward's ReLU mask when `relu`.
+inline batch_norm_grads<device_array<float>, device_array<float>> batch_norm_backward(
+    const device_array<float>& dy, const device_array<float>& x, const device_array<float>& gamma,
+    const device_array<float>& mean, const device_array<float>& variance, const device_workspace& workspace,
+    float eps, bool relu = false) {
+  constexpr const char* fn = "batch_norm_backward";
+  const auto g = detail::bn_geom(fn, x);
+  if (relu && workspace.mask.size() != x.size())
+    throw error(std::string(fn) + ": relu needs the workspace of batch_norm_forward_training(..., relu = true)");
+  const std::uint8_t* mask = relu ? workspace.mask.data() : nullptr;
+  auto sums = detail::bn_backward_sums(fn, dy, x, mask, nullptr, mean, variance, eps);
+  const std::size_t count = std::size_t(g.n * g.hw);
+  batch_norm_grads<device_array<float>, device_array<float>> out;
+  out.dx = detail::bn_backward_data(fn, dy, x, mask, nullptr, gamma, mean, variance, sums, count == 0 ? 1 : count,
+                                    eps);
+  out.dgamma = std::move(sums.sum_sq);
+  out.dbeta = std::move(sums.sum);
+  return out;
+}
+
+/// The local half of the split backward: {sum = sum dy, sum_sq = sum dy * x_hat} over
+/// this rank's batch with the global statistics, dy masked by relu_y > 0 when given.
+inline channel_sums<device_array<float>> batch_norm_backward_sums(const device_array<float>& dy,
+                                                                  const device_array<float>& x,
+                                                                  const device_array<float>& mean,
+                                                                  const device_array<float>& variance, float eps,
+                                                                  const device_array<float>* relu_y = nullptr) {
+  return detail::bn_backward_sums("batch_norm_backward_sums", dy, x, nullptr, relu_y, mean, variance, eps);
+}
+
+/// The second half: dx from the sums added over every rank and the whole batch's count.
+inline device_array<float> batch_norm_backward_data(const device_array<float>& dy, const device_array<float>& x,
+                                                    const device_array<float>& gamma, const device_array<float>& mean,
+                                                    const device_array<float>& variance,
+                                                    const channel_sums<device_array<float>>& sums, std::size_t count,
+                                                    float eps, const device_array<float>* relu_y = nullptr) {
+  return detail::bn_backward_data("batch_norm_backward_data", dy, x, nullptr, relu_y, gamma, mean, variance, sums,
+                                  count, eps);
+}
+
+/// running = (1 - momentum) running + momentum batch (variance made unbiased when
+/// `unbiased`), in place.
+inline void batch_norm_update_running(device_array<float>& running_mean, device_array<float>& running_var,
+                                      const device_array<float>& mean, const device_array<float>& variance,
+                                      std::size_t count, float momentum, bool unbiased = true) {
+  constexpr const char* fn = "batch_norm_update_running";
+  const std::size_t c = running_mean.size();
+  detail::require_vector(fn, "running_mean", running_mean, c);
+  detail::require_vector(fn, "running_var", running_var, c);
+  detail::require_vector(fn, "mean", mean, c);
+  detail::require_vector(fn, "variance", variance, c);
+  if (c == 0) return;
+  const float corr = unbiased && count > 1 ? float(double(count) / double(count - 1)) : 1.f;
+  detail::bn_running_kernel<<<tessera::cuda::grid_for(std::int64_t(c)), tessera::cuda::block_threads, 0,
+                              tessera::cuda::stream()>>>(running_mean.data(), running_var.data(), mean.data(),
+                                                         variance.data(), std::int64_t(c), momentum, corr);
+  detail::launch_check(fn);
+}
+
+}  // namespace tessera::kernels::cuda
+// ---- tessera/kernels/cuda/conv.cuh ----
+// 2-D convolution on NCHW float device arrays through cuDNN, the GPU twin of
+// kernels/cpu/conv.hpp: forward (bias, optional ReLU), backward data and backward
+// weights (and bias), with the same parameters (kernels/conv_params.hpp), shapes and
+// error texts. cuDNN's descriptors pad each axis the same on both sides: a padding that
+// differs before and after is applied explicitly (a padded copy of x, a cropped dx).
+// Plans (descriptors and algorithms, from cuDNN's heuristics) are cached per shape,
+// parameters, device and precision. fp32 math unless set_matmul_precision asks for
+// TF32 (kernels/cuda/matmul.cuh). nvcc only; link tessera::cudnn.
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera::kernels::cuda {
+
+namespace detail {
+
+/// A convolution as cuDNN runs it: descriptors of x (padded where the padding is
+/// uneven), w, y and the bias, one convolution descriptor per direction (each with its
+/// algorithm's math type), the algorithms and their workspace sizes.
+struct conv_plan {
+  std::array<std::size_t, 4> x_shape{}, y_shape{};  // x_shape: what cuDNN sees (padded)
+  pad2d explicit_pad{};
+  bool padded = false;
+  tensor_desc x, y, b;
+  filter_desc w;
+  conv_desc fwd_conv, data_conv, filter_conv;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t data{};
+  cudnnConvolutionBwdFilterAlgo_t filter{};
+  std::size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
+};
+
+inline void set_conv(const conv_desc& c, int pad_h, int pad_w, const conv2d_params& p, cudnnMathType_t math) {
+  TESSERA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(c, pad_h, pad_w, int(p.stride_h), int(p.stride_w),
+                                                      int(p.dilation_h), int(p.dilation_w), CUDNN_CROSS_CORRELATION,
+                                                      CUDNN_DATA_FLOAT));
+  TESSERA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(c, int(p.groups)));
+  TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(c, math));
+}
+
+/// The first of cuDNN's ranked algorithms that runs (asked under c's math type). In fp32
+/// mode c keeps CUDNN_FMA_MATH, so no algorithm rounds its inputs to TF32; otherwise c
+/// takes the chosen algorithm's math type.
+template <class Perf>
+const Perf& pick_algo(const char* fn, const Perf* perf, int n, bool fp32, const conv_desc& c) {
+  const Perf* best = nullptr;
+  const auto plain = [](cudnnMathType_t m) { return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH; };
+  for (int i = 0; i < n && !best; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!fp32 || plain(perf[i].mathType))) best = &perf[i];
+  if (!best) throw error(std::string(fn) + ": cuDNN offers no algorithm for this convolution");
+  TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(c, fp32 ? CUDNN_FMA_MATH : best->mathType));
+  return *best;
+}
+
+inline const conv_plan& plan_conv(const char* fn, std::span<const std::size_t> x, std::span<const std::size_t> w,
+                                  const conv2d_params& p) {
+  const auto y = conv2d_output_shape(fn, x, w, p);
+  const bool fp32 = get_matmul_precision() == matmul_precision::fp32;
+  std::vector<std::int64_t> key{tessera::cuda::current_device(), fp32, p.stride_h, p.stride_w, p.pad.top,
+                                p.pad.bottom, p.pad.left, p.pad.right, p.dilation_h, p.dilation_w, p.groups};
+  key.insert(key.end(), x.begin(), x.end());
+  key.insert(key.end(), w.begin(), w.end());
+  thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<conv_plan>> plans;
+  if (auto it = plans.find(key); it != plans.end()) return *it->second;
+
+  auto plan = std::make_unique<conv_plan>();
+  conv_plan& c = *plan;
+  c.y_shape = y;
+  c.padded = p.pad.top != p.pad.bottom || p.pad.left != p.pad.right;
+  c.explicit_pad = c.padded ? p.pad : pad2d{};
+  c.x_shape = {x[0], x[1], x[2] + std::size_t(c.explicit_pad.top + c.explicit_pad.bottom),
+               x[3] + std::size_t(c.explicit_pad.left + c.explicit_pad.right)};
+  const int pad_h = c.padded ? 0 : int(p.pad.top), pad_w = c.padded ? 0 : int(p.pad.left);
+  c.x = nchw_desc(c.x_shape);
+  c.y = nchw_desc(c.y_shape);
+  TESSERA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(c.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, int(w[0]), 1, 1));
+  TESSERA_CUDNN_CHECK(
+      cudnnSetFilter4dDescriptor(c.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(w[0]), int(w[1]), int(w[2]), int(w[3])));
+  const cudnnMathType_t math = fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  for (const conv_desc* d : {&c.fwd_conv, &c.data_conv, &c.filter_conv}) set_conv(*d, pad_h, pad_w, p, math);
+
+  int n = 0, h = 0, wd = 0, ch = 0;
+  TESSERA_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(c.fwd_conv, c.x, c.w, &n, &ch, &h, &wd));
+  if (std::size_t(n) != y[0] || std::size_t(ch) != y[1] || std::size_t(h) != y[2] || std::size_t(wd) != y[3])
+    throw error(std::string(fn) + ": cuDNN's output " + tessera::detail::dims_text(std::array<std::size_t, 4>{
+                                                             std::size_t(n), std::size_t(ch), std::size_t(h),
+                                                             std::size_t(wd)}) +
+                " differs from " + tessera::detail::dims_text(y));
+
+  const cudnnHandle_t hd = cudnn();
+  cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int got = 0;
+  TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(hd, c.x, c.w, c.fwd_conv, c.y,
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fp));
+  c.fwd = pick_algo(fn, fp, got, fp32, c.fwd_conv).algo;
+  TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(hd, c.x, c.w, c.fwd_conv, c.y, c.fwd, &c.fwd_bytes));
+
+  cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, c.w, c.y, c.data_conv, c.x,
+                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
+  c.data = pick_algo(fn, dp, got, fp32, c.data_conv).algo;
+  TESSERA_CUDNN_CHECK(
+      cudnnGetConvolutionBackwardDataWorkspaceSize(hd, c.w, c.y, c.data_conv, c.x, c.data, &c.data_bytes));
+
+  cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      hd, c.x, c.y, c.filter_conv, c.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
+  c.filter = pick_algo(fn, wp, got, fp32, c.filter_conv).algo;
+  TESSERA_CUDNN_CHECK(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, c.x, c.y, c.filter_conv, c.w, c.filter, &c.filter_bytes));
+
+  return *plans.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+inline device_array<std::uint8_t> workspace_of(std::size_t bytes) {
+  return device_array<std::uint8_t>({bytes});
+}
+
+}  // namespace detail
+
+/// y = conv(x, w) + bias, then max(y, 0) when `relu`: x (N, C, H, W), w (O, C / groups,
+/// KH, KW), bias (O,) or null; y (N, O, OH, OW). As kernels/cpu/conv.hpp's.
+inline device_array<float> conv2d_forward(const device_array<float>& x, const device_array<float>& w,
+                                          const device_array<float>* bias, const conv2d_params& p,
+                                          bool relu = false) {
+  constexpr const char* fn = "conv2d_forward";
+  const auto& c = detail::plan_conv(fn, detail::dims(x), detail::dims(w), p);
+  if (bias) detail::require_vector(fn, "bias", *bias, c.y_shape[1]);
+  device_array<float> y(std::vector<std::size_t>(c.y_shape.begin(), c.y_shape.end()));
+  if (y.size() == 0) return y;
+  device_array<float> xp;
+  if (c.padded) xp = detail::pad_nchw(x, c.explicit_pad, 0.f);
+  const device_array<float>& xin = c.padded ? xp : x;
+  device_array<std::uint8_t> ws = detail::workspace_of(c.fwd_bytes);
+  const float one = 1.f, zero = 0.f;
+  TESSERA_CUDNN_CHECK(cudnnConvolutionForward(detail::cudnn(), &one, c.x, xin.data(), c.w, w.data(), c.fwd_conv,
+                                              c.fwd, ws.data(), c.fwd_bytes, &zero, c.y, y.data()));
+  if (bias) TESSERA_CUDNN_CHECK(cudnnAddTensor(detail::cudnn(), &one, c.b, bias->data(), &one, c.y, y.data()));
+  if (relu) detail::map_contiguous(fn, y.data(), std::int64_t(y.size()), detail::relu_f{}, y.data());
+  return y;
+}
+
+/// dx of shape x_shape for dy (N, O, OH, OW): the transposed convolution.
+inline device_array<float> conv2d_backward_data(const device_array<float>& dy, const device_array<float>& w,
+                                                std::span<const std::size_t> x_shape, const conv2d_params& p) {
+  constexpr const char* fn = "conv2d_backward_data";
+  const auto& c = detail::plan_conv(fn, x_shape, detail::dims(w), p);
+  detail::require_dims(fn, "dy", detail::dims(dy), c.y_shape);
+  device_array<float> dxp(std::vector<std::size_t>(c.x_shape.begin(), c.x_shape.end()));
+  if (dxp.size() == 0) return dxp;
+  device_array<std::uint8_t> ws = detail::workspace_of(c.data_bytes);
+  const float one = 1.f, zero = 0.f;
+  TESSERA_CUDNN_CHECK(cudnnConvolutionBackwardData(detail::cudnn(), &one, c.w, w.data(), c.y, dy.data(), c.data_conv,
+                                                   c.data, ws.data(), c.data_bytes, &zero, c.x, dxp.data()));
+  return c.padded ? detail::crop_nchw(dxp, x_shape, c.explicit_pad) : dxp;
+}
+inline device_array<float> conv2d_backward_data(const device_array<float>& dy, const device_array<float>& w,
+                                                const std::vector<std::size_t>& x_shape, const conv2d_params& p) {
+  return conv2d_backward_data(dy, w, std::span<const std::size_t>(x_shape), p);
+}
+
+/// dw (w_shape) and, when `bias`, db (O,) = dy summed over (N, OH, OW); db is (0,)
+/// otherwise.
+inline conv2d_weight_grads<device_array<float>> conv2d_backward_weights(const device_array<float>& dy,
+                                                                        const device_array<float>& x,
+                                                                        std::span<const std::size_t> w_shape,
+                                                                        bool bias, const conv2d_params& p) {
+  constexpr const char* fn = "conv2d_backward_weights";
+  const auto& c = detail::plan_conv(fn, detail::dims(x), w_shape, p);
+  detail::require_dims(fn, "dy", detail::dims(dy), c.y_shape);
+  conv2d_weight_grads<device_array<float>> out{device_array<float>(std::vector<std::size_t>(w_shape.begin(),
+                                                                                            w_shape.end())),
+                                               device_array<float>({bias ? w_shape[0] : 0})};
+  const float one = 1.f, zero = 0.f;
+  if (dy.size() == 0 || x.size() == 0) {
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.dw.data(), 0, out.dw.size() * sizeof(float), tessera::cuda::stream()));
+    if (bias)
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(out.db.data(), 0, out.db.size() * sizeof(float), tessera::cuda::stream()));
+    return out;
+  }
+  device_array<float> xp;
+  if (c.padded) xp = detail::pad_nchw(x, c.explicit_pad, 0.f);
+  const device_array<float>& xin = c.padded ? xp : x;
+  device_array<std::uint8_t> ws = detail::workspace_of(c.filter_bytes);
+  TESSERA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(detail::cudnn(), &one, c.x, xin.data(), c.y, dy.data(),
+                                                     c.filter_conv, c.filter, ws.data(), c.filter_bytes, &zero, c.w,
+                                                     out.dw.data()));
+  if (bias)
+    TESSERA_CUDNN_CHECK(
+        cudnnConvolutionBackwardBias(detail::cudnn(), &one, c.y, dy.data(), &zero, c.b, out.db.data()));
+  return out;
+}
+inline conv2d_weight_grads<device_array<float>> conv2d_backward_weights(const device_array<float>& dy,
+                                                                        const device_array<float>& x,
+                                                                        const std::vector<std::size_t>& w_shape,
+                                                                        bool bias, const conv2d_params& p) {
+  return conv2d_backward_weights(dy, x, std::span<const std::size_t>(w_shape), bias, p);
+}
+
+}  // namespace tessera::kernels::cuda
+// ---- tessera/kernels/cuda/pool.cuh ----
+// 2-D max, average and global average pooling on NCHW float device arrays, the GPU
+// twin of kernels/cpu/pool.hpp: the same windows (padding per side, ceil_mode,
+// count_include_pad with PyTorch's divisors), shapes and error texts. Direct kernels,
+// one thread per output: cuDNN's pooling descriptors pad both sides alike and have no
+// ceil_mode. Max pooling keeps the index of each window's first maximum (row-major
+// window order, as oneDNN and PyTorch) in the workspace; the backward kernels add into
+// dx atomically where windows overlap. nvcc only.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera::kernels::cuda {
+
+namespace detail {
+
+/// The window of output (i, j): input rows [h0, h1) and columns [w0, w1) clipped to the
+/// image, and the average's divisor (PyTorch's: the window clipped to the explicit
+/// padding when count_include_pad, else to the image).
+struct pool_window {
+  std::int64_t h0, h1, w0, w1;
+  float divisor;
+};
+
+struct pool_geometry {
+  std::int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, top = 0, bottom = 0, left = 0, right = 0;
+  bool include_pad = true;
+
+  __host__ __device__ pool_window window(std::int64_t i, std::int64_t j) const {
+    const std::int64_t hs = i * sh - top, ws = j * sw - left;
+    const std::int64_t he = hs + kh < h + bottom ? hs + kh : h + bottom;
+    const std::int64_t we = ws + kw < w + right ? ws + kw : w + right;
+    pool_window win;
+    win.h0 = hs > 0 ? hs : 0;
+    win.w0 = ws > 0 ? ws : 0;
+    win.h1 = he < h ? he : h;
+    win.w1 = we < w ? we : w;
+    win.divisor = include_pad ? float((he - hs) * (we - ws)) : float((win.h1 - win.h0) * (win.w1 - win.w0));
+    return win;
+  }
+};
+
+inline pool_geometry pool_geom(const char* fn, std::span<const std::size_t> x, const pool2d_params& p,
+                               std::array<std::size_t, 4>& y) {
+  y = pool2d_output_shape(fn, x, p);
+  pool_geometry g;
+  g.planes = std::int64_t(x[0] * x[1]);
+  g.h = std::int64_t(x[2]);
+  g.w = std::int64_t(x[3]);
+  g.oh = std::int64_t(y[2]);
+  g.ow = std::int64_t(y[3]);
+  g.kh = p.kernel_h;
+  g.kw = p.kernel_w;
+  g.sh = p.stride_h;
+  g.sw = p.stride_w;
+  g.top = p.pad.top;
+  g.bottom = p.pad.bottom;
+  g.left = p.pad.left;
+  g.right = p.pad.right;
+  g.include_pad = p.count_include_pad;
+  return g;
+}
+
+template <class T>
+__global__ void max_pool_kernel(const T* x, T* y, std::int32_t* index, pool_geometry g) {
+  const std::int64_t n = g.planes * g.oh * g.ow;
+  TESSERA_GRID_STRIDE(o, n) {
+    const std::int64_t j = o % g.ow, i = (o / g.ow) % g.oh, p = o / (g.ow * g.oh);
+    const pool_window win = g.window(i, j);
+    const T* plane = x + p * g.h * g.w;
+    T best = T(0);
+    std::int64_t at = -1;
+    for (std::int64_t r = win.h0; r < win.h1; ++r)
+      for (std::int64_t c = win.w0; c < win.w1; ++c) {
+        const T v = plane[r * g.w + c];
+        if (at < 0 || v > best) {
+          best = v;
+          at = r * g.w + c;
+        }
+      }
+    y[o] = best;
+    index[o] = std::int32_t(at);
+  }
+}
+
+template <class T>
+__global__ void max_pool_backward_kernel(const T* dy, const std::int32_t* index, T* dx, pool_geometry g) {
+  const std::int64_t n = g.planes * g.oh * g.ow;
+  TESSERA_GRID_STRIDE(o, n) {
+    const std::int64_t p = o / (g.ow * g.oh);
+    if (index[o] >= 0) atomicAdd(dx + p * g.h * g.w + index[o], dy[o]);
+  }
+}
+
+template <class T>
+__global__ void avg_pool_kernel(const T* x, T* y, pool_geometry g) {
+  const std::int64_t n = g.planes * g.oh * g.ow;
+  TESSERA_GRID_STRIDE(o, n) {
+    const std::int64_t j = o % g.ow, i = (o / g.ow) % g.oh, p = o / (g.ow * g.oh);
+    const pool_window win = g.window(i, j);
+    const T* plane = x + p * g.h * g.w;
+    T s = T(0);
+    for (std::int64_t r = win.h0; r < win.h1; ++r)
+      for (std::int64_t c = win.w0; c < win.w1; ++c) s += plane[r * g.w + c];
+    y[o] = s / T(win.divisor);
+  }
+}
+
+template <class T>
+__global__ void avg_pool_backward_kernel(const T* dy, T* dx, pool_geometry g) {
+  const std::int64_t n = g.planes * g.oh * g.ow;
+  TESSERA_GRID_STRIDE(o, n) {
+    const std::int64_t j = o % g.ow, i = (o / g.ow) % g.oh, p = o / (g.ow * g.oh);
+    const pool_window win = g.window(i, j);
+    const T v = dy[o] / T(win.divisor);
+    T* plane = dx + p * g.h * g.w;
+    for (std::int64_t r = win.h0; r < win.h1; ++r)
+      for (std::int64_t c = win.w0; c < win.w1; ++c) atomicAdd(plane + r * g.w + c, v);
+  }
+}
+
+inline device_array<float> zeros_like_shape(std::span<const std::size_t> s) {
+  device_array<float> a(std::vector<std::size_t>(s.begin(), s.end()));
+  if (a.size())
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(a.data(), 0, a.size() * sizeof(float), tessera::cuda::stream()));
+  return a;
+}
+
+inline device_array<float> avg_forward(const char* fn, const device_array<float>& x, const pool2d_params& p) {
+  std::array<std::size_t, 4> ys{};
+  const auto g = pool_geom(fn, dims(x), p, ys);
+  device_array<float> y(std::vector<std::size_t>(ys.begin(), ys.end()));
+  if (y.size() == 0) return y;
+  avg_pool_kernel<<<tessera::cuda::grid_for(std::int64_t(y.size())), tessera::cuda::block_threads, 0,
+                    tessera::cuda::stream()>>>(x.data(), y.data(), g);
+  tessera::cuda::check_launch(fn);
+  return y;
+}
+
+inline device_array<float> avg_backward(const char* fn, const device_array<float>& dy,
+                                        std::span<const std::size_t> x_shape, const pool2d_params& p) {
+  std::array<std::size_t, 4> ys{};
+  const auto g = pool_geom(fn, x_shape, p, ys);
+  require_dims(fn, "dy", dims(dy), ys);
+  device_array<float> dx = zeros_like_shape(x_shape);
+  if (dy.size() == 0) return dx;
+  avg_pool_backward_kernel<<<tessera::cuda::grid_for(std::int64_t(dy.size())), tessera::cuda::block_threads, 0,
+                             tessera::cuda::stream()>>>(dy.data(), dx.data(), g);
+  tessera::cuda::check_launch(fn);
+  return dx;
+}
+
+inline pool2d_params global_window(const char* fn, std::span<const std::size_t> x) {
+  tessera::detail::require_nchw(fn, "x", x);
+  return pool2d_params{index_t(x[2]), index_t(x[3]), 1, 1};
+}
+
+}  // namespace detail
+
+/// Max pooling: y and the index of each window's maximum within its plane (the
+/// workspace). As kernels/cpu/pool.hpp's.
+inline max_pool2d_result<device_array<float>, device_workspace> max_pool2d_forward(const device_array<float>& x,
+                                                                                   const pool2d_params& p) {
+  constexpr const char* fn = "max_pool2d_forward";
+  std::array<std::size_t, 4> ys{};
+  const auto g = detail::pool_geom(fn, detail::dims(x), p, ys);
+  max_pool2d_result<device_array<float>, device_workspace> out;
+  out.y = device_array<float>(std::vector<std::size_t>(ys.begin(), ys.end()));
+  out.workspace.indices = device_array<std::int32_t>(std::vector<std::size_t>(ys.begin(), ys.end()));
+  if (out.y.size() == 0) return out;
+  detail::max_pool_kernel<<<tessera::cuda::grid_for(std::int64_t(out.y.size())), tessera::cuda::block_threads, 0,
+                            tessera::cuda::stream()>>>(x.data(), out.y.data(), out.workspace.indices.data(), g);
+  tessera::cuda::check_launch(fn);
+  return out;
+}
+
+/// dx: dy added at each window's maximum. x and y are the forward's (only x's shape is
+/// read); the workspace holds the maxima's positions.
+inline device_array<float> max_pool2d_backward(const device_array<float>& dy, const device_array<float>& x,
+                                               const device_array<float>& y, const device_workspace& workspace,
+                                               const pool2d_params& p) {
+  (void)y;
+  constexpr const char* fn = "max_pool2d_backward";
+  if (workspace.indices.size() == 0 && dy.size() != 0)
+    throw error(std::string(fn) + ": the workspace is empty (max_pool2d_forward's)");
+  std::array<std::size_t, 4> ys{};
+  const auto g = detail::pool_geom(fn, detail::dims(x), p, ys);
+  detail::require_dims(fn, "dy", detail::dims(dy), ys);
+  device_array<float> dx = detail::zeros_like_shape(detail::dims(x));
+  if (dy.size() == 0) return dx;
+  detail::max_pool_backward_kernel<<<tessera::cuda::grid_for(std::int64_t(dy.size())), tessera::cuda::block_threads,
+                                     0, tessera::cuda::stream()>>>(dy.data(), workspace.indices.data(), dx.data(), g);
+  tessera::cuda::check_launch(fn);
+  return dx;
+}
+
+/// Average pooling (PyTorch's divisors).
+inline device_array<float> avg_pool2d_forward(const device_array<float>& x, const pool2d_params& p) {
+  return detail::avg_forward("avg_pool2d_forward", x, p);
+}
+
+/// dx of shape x_shape: each dy spread over its window by the forward's divisor.
+inline device_array<float> avg_pool2d_backward(const device_array<float>& dy, std::span<const std::size_t> x_shape,
+                                               const pool2d_params& p) {
+  return detail::avg_backward("avg_pool2d_backward", dy, x_shape, p);
+}
+inline device_array<float> avg_pool2d_backward(const device_array<float>& dy, const std::vector<std::size_t>& x_shape,
+                                               const pool2d_params& p) {
+  return avg_pool2d_backward(dy, std::span<const std::size_t>(x_shape), p);
+}
+
+/// y (N, C, 1, 1) = the mean of x over (H, W).
+inline device_array<float> global_avg_pool2d_forward(const device_array<float>& x) {
+  constexpr const char* fn = "global_avg_pool2d_forward";
+  return detail::avg_forward(fn, x, detail::global_window(fn, detail::dims(x)));
+}
+
+/// dx (x_shape) = dy / (H * W) at every position.
+inline device_array<float> global_avg_pool2d_backward(const device_array<float>& dy,
+                                                      std::span<const std::size_t> x_shape) {
+  constexpr const char* fn = "global_avg_pool2d_backward";
+  return detail::avg_backward(fn, dy, x_shape, detail::global_window(fn, x_shape));
+}
+inline device_array<float> global_avg_pool2d_backward(const device_array<float>& dy,
+                                                      const std::vector<std::size_t>& x_shape) {
+  return global_avg_pool2d_backward(dy, std::span<const std::size_t>(x_shape));
+}
+
+}  // namespace tessera::kernels::cuda
+#define TESSERA_KERNELS_CUDA_CNN 1
+#endif
 
 namespace tessera::kernels {
 
@@ -2868,9 +3824,109 @@ struct backend<cuda_device> {
                           T eps, T weight_decay, bool decoupled, std::int64_t t) {
     cuda::adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t);
   }
+
+#if defined(TESSERA_KERNELS_CUDA_CNN)
+  // ---- convolutional networks (kernels/cuda/conv.cuh, batch_norm.cuh, pool.cuh; float) ----
+  using workspace = cuda::device_workspace;
+
+  template <class T>
+  static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
+                                 const conv2d_params& p, bool relu = false) {
+    return cuda::conv2d_forward(x, w, bias, p, relu);
+  }
+  template <class T>
+  static array<T> conv2d_backward_data(const array<T>& dy, const array<T>& w, const std::vector<std::size_t>& x_shape,
+                                       const conv2d_params& p) {
+    return cuda::conv2d_backward_data(dy, w, x_shape, p);
+  }
+  template <class T>
+  static conv2d_weight_grads<array<T>> conv2d_backward_weights(const array<T>& dy, const array<T>& x,
+                                                               const std::vector<std::size_t>& w_shape, bool bias,
+                                                               const conv2d_params& p) {
+    return cuda::conv2d_backward_weights(dy, x, w_shape, bias, p);
+  }
+
+  template <class T>
+  static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
+      const array<T>& x, const array<T>& gamma, const array<T>& beta, T eps, bool relu = false) {
+    return cuda::batch_norm_forward_training(x, gamma, beta, eps, relu);
+  }
+  template <class T>
+  static array<T> batch_norm_forward_inference(const array<T>& x, const array<T>& gamma, const array<T>& beta,
+                                               const array<T>& mean, const array<T>& variance, T eps,
+                                               bool relu = false) {
+    return cuda::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
+  }
+  template <class T>
+  static batch_norm_grads<array<T>, array<T>> batch_norm_backward(const array<T>& dy, const array<T>& x,
+                                                                  const array<T>& gamma, const array<T>& mean,
+                                                                  const array<T>& variance, const workspace& ws,
+                                                                  T eps, bool relu = false) {
+    return cuda::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_sums(const array<T>& x) {
+    return cuda::batch_norm_sums(x);
+  }
+  template <class T>
+  static batch_norm_stats<array<T>> batch_norm_moments(const channel_sums<array<T>>& sums, std::size_t count) {
+    return cuda::batch_norm_moments(sums, count);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_backward_sums(const array<T>& dy, const array<T>& x, const array<T>& mean,
+                                                         const array<T>& variance, T eps,
+                                                         const array<T>* relu_y = nullptr) {
+    return cuda::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
+  }
+  template <class T>
+  static array<T> batch_norm_backward_data(const array<T>& dy, const array<T>& x, const array<T>& gamma,
+                                           const array<T>& mean, const array<T>& variance,
+                                           const channel_sums<array<T>>& sums, std::size_t count, T eps,
+                                           const array<T>* relu_y = nullptr) {
+    return cuda::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+  }
+  template <class T>
+  static void batch_norm_update_running(array<T>& running_mean, array<T>& running_var, const array<T>& mean,
+                                        const array<T>& variance, std::size_t count, T momentum,
+                                        bool unbiased = true) {
+    cuda::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+  }
+
+  template <class T>
+  static max_pool2d_result<array<T>, workspace> max_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cuda::max_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> max_pool2d_backward(const array<T>& dy, const array<T>& x, const array<T>& y, const workspace& ws,
+                                      const pool2d_params& p) {
+    return cuda::max_pool2d_backward(dy, x, y, ws, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cuda::avg_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                      const pool2d_params& p) {
+    return cuda::avg_pool2d_backward(dy, x_shape, p);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_forward(const array<T>& x) {
+    return cuda::global_avg_pool2d_forward(x);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape) {
+    return cuda::global_avg_pool2d_backward(dy, x_shape);
+  }
+#endif
 };
 
 }  // namespace tessera::kernels
+
+#undef TESSERA_KERNELS_CUDA_CNN
+// kernels/cuda/ through cuDNN: convolution, batch norm, pooling (link tessera::cudnn)
+#if __has_include(<cudnn.h>)
+#endif
 
 // comm/: device buffers through a host communicator, and NCCL
 // ---- tessera/comm/staged.hpp ----
@@ -2886,11 +3942,13 @@ struct backend<cuda_device> {
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -3103,6 +4161,14 @@ class staged_communicator {
   /// Spans passed to the collectives point into device memory.
   static constexpr bool device_buffers = true;
 
+  /// The element types C moves.
+  template <class T>
+  static constexpr bool supports_element = comm_supports<C, T>;
+
+  /// The name of the backend, "staged"; any_communicator reports "staged(<C's name>)",
+  /// e.g. "staged(mpi)".
+  static constexpr std::string_view backend() noexcept { return "staged"; }
+
   /// The request of iall_reduce when C has no non-blocking calls: completed at once
   /// (the staged collective is synchronous).
   class request {
@@ -3203,7 +4269,12 @@ class staged_communicator {
     std::size_t bytes_ = 0;       // 0: nothing to copy back
   };
 
-  explicit staged_communicator(C host) : host_(std::move(host)) {}
+  /// Takes over `host` (moved in). A template taking a C only, so that moving a staged
+  /// communicator never tries to convert it to C (a C that converts from every
+  /// communicator, any_communicator, would make that question depend on itself).
+  template <class H>
+    requires std::same_as<std::remove_cvref_t<H>, C>
+  explicit staged_communicator(H&& host) : host_(std::forward<H>(host)) {}
 
   int rank() const { return host_.rank(); }
   int size() const { return host_.size(); }
@@ -3372,6 +4443,9 @@ class staged_communicator {
   std::shared_ptr<detail::pinned_pool> pool_ = std::make_shared<detail::pinned_pool>();
 };
 
+template <class C>
+staged_communicator(C) -> staged_communicator<C>;
+
 }  // namespace tessera
 #if __has_include(<nccl.h>)
 // ---- tessera/comm/nccl.hpp ----
@@ -3396,6 +4470,7 @@ class staged_communicator {
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -3421,6 +4496,13 @@ struct no_nccl_datatype_for {
                 "float, double, std::int8_t, std::uint8_t, std::int32_t, std::uint32_t, std::int64_t or "
                 "std::uint64_t");
 };
+
+/// Whether NCCL has a datatype for T: float, double and integers of 1, 4 or 8 bytes.
+template <class T>
+inline constexpr bool has_nccl_datatype =
+    std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, double> ||
+    (std::is_integral_v<T> && !std::is_same_v<std::remove_cv_t<T>, bool> &&
+     (sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8));
 
 template <class T>
 constexpr ncclDataType_t nccl_datatype() {
@@ -3524,6 +4606,14 @@ struct nccl_lane {
 class nccl_communicator {
  public:
   static constexpr bool device_buffers = true;
+
+  /// The element types NCCL moves (detail::has_nccl_datatype): float, double and
+  /// integers of 1, 4 or 8 bytes; not 16-bit integers nor long double.
+  template <class T>
+  static constexpr bool supports_element = detail::has_nccl_datatype<T>;
+
+  /// The name of the backend, "nccl" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "nccl"; }
 
   /// A pending non-blocking call: an event recorded after it on the device's
   /// communication stream. Move-only. test() returns true once the event has completed;

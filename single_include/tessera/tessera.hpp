@@ -4,10 +4,11 @@
 // ---- tessera/tessera.hpp ----
 // The umbrella header: includes all of tessera. Only includes.
 //
-// Order: the standard-library-only headers first, unconditionally, then the
-// headers that need xtensor or MPI inside __has_include blocks. tools/amalgamate.py
-// inlines each header where it is first included, so a header first included
-// inside a conditional block must not be needed unconditionally later.
+// Order: the headers that need only the standard library (and nlohmann/json, a
+// required dependency) first, unconditionally, then the headers that need xtensor or
+// MPI inside __has_include blocks. tools/amalgamate.py inlines each header where it
+// is first included, so a header first included inside a conditional block must not
+// be needed unconditionally later.
 
 // core/: the layout algebra (standard library only)
 // ---- tessera/core/config.hpp ----
@@ -723,11 +724,173 @@ constexpr box intersect(const box& x, const box& y) {
 }
 
 }  // namespace tessera
+// ---- tessera/core/text_cursor.hpp ----
+// The one tokenizer of tessera's text forms: shard strategies "((2, 4), (4, 1))",
+// tuples "(2, 4)", "(8,)", "(?, 32)" and layouts "[1.0, -] partial sum {1}" are all
+// read through text_cursor, with overflow-safe numbers and errors that give the
+// position. Standard library only.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+/// A cursor over one text form. Spaces, tabs and line breaks between tokens are free.
+/// Every error it raises reads `<fn>: <what> at character <i> in "<text>"`, i counting
+/// bytes from 0:
+///
+///     parse_strategy: expected ',' or ')', found '4' at character 4 in "((2 4))"
+///
+/// The grammar's lists are bracketed and comma-separated, with an optional trailing
+/// comma as Python prints one-element tuples: "()", "(8,)", "(2, 4)", "(2, 4,)".
+///
+///     text_cursor c("(2, 4)", "parse_mesh");
+///     std::vector<std::int64_t> dims;
+///     c.tuple([&](int) { dims.push_back(c.number("a mesh axis size", 1 << 30)); });
+///     c.finish("tuple");
+class text_cursor {
+ public:
+  text_cursor(std::string_view text, std::string_view fn) : s_(text), fn_(fn) {}
+
+  std::string_view text() const { return s_; }
+  /// Bytes read so far.
+  std::size_t position() const { return pos_; }
+
+  /// Throws `<fn>: <what> at character <position()> in "<text>"`.
+  [[noreturn]] void fail(std::string_view what) const { fail_at(pos_, what); }
+  /// As fail(), at character `pos`.
+  [[noreturn]] void fail_at(std::size_t pos, std::string_view what) const {
+    throw error(std::string(fn_) + ": " + std::string(what) + " at character " + std::to_string(pos) + " in \"" +
+                std::string(s_) + "\"");
+  }
+
+  void skip_space() {
+    while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
+  }
+  /// True when only spaces are left.
+  bool done() {
+    skip_space();
+    return pos_ >= s_.size();
+  }
+  /// Skips spaces; true when the next character is c (not consumed).
+  bool at(char c) {
+    skip_space();
+    return pos_ < s_.size() && s_[pos_] == c;
+  }
+  /// Skips spaces; true (and consumed) when the next character is c.
+  bool accept(char c) {
+    if (!at(c)) return false;
+    ++pos_;
+    return true;
+  }
+  /// Consumes c, or fails with "expected <what>, found <here()>".
+  void expect(char c, std::string_view what) {
+    if (!accept(c)) fail("expected " + std::string(what) + ", found " + here());
+  }
+  /// Skips spaces; true (and consumed) when the word `w` comes next, as a whole word
+  /// (not followed by a letter, digit or '_').
+  bool accept_word(std::string_view w) {
+    skip_space();
+    if (s_.substr(pos_, w.size()) != w) return false;
+    const std::size_t end = pos_ + w.size();
+    if (end < s_.size() && is_word(s_[end])) return false;
+    pos_ = end;
+    return true;
+  }
+  /// Skips spaces; true when a decimal digit comes next.
+  bool at_digit() {
+    skip_space();
+    return pos_ < s_.size() && is_digit(s_[pos_]);
+  }
+
+  /// Reads a decimal integer in [0, limit] (limit >= 0), without ever overflowing:
+  /// "expected <what>, found 'x'", "expected <what>, found the negative number -4",
+  /// "expected <what> no larger than <limit>, found 3000000000" (at its first digit).
+  std::int64_t number(std::string_view what, std::int64_t limit) {
+    skip_space();
+    const std::size_t start = pos_;
+    if (pos_ + 1 < s_.size() && s_[pos_] == '-' && is_digit(s_[pos_ + 1])) {
+      std::size_t end = pos_ + 1;
+      while (end < s_.size() && is_digit(s_[end])) ++end;
+      fail_at(start, "expected " + std::string(what) + ", found the negative number " +
+                         std::string(s_.substr(start, end - start)));
+    }
+    if (!at_digit()) fail("expected " + std::string(what) + ", found " + here());
+    std::int64_t v = 0;
+    bool too_large = false;
+    for (; pos_ < s_.size() && is_digit(s_[pos_]); ++pos_) {
+      const int d = s_[pos_] - '0';
+      if (too_large || v > limit / 10 || (v == limit / 10 && d > limit % 10)) too_large = true;
+      else v = v * 10 + d;
+    }
+    if (too_large)
+      fail_at(start, "expected " + std::string(what) + " no larger than " + std::to_string(limit) + ", found " +
+                         std::string(s_.substr(start, pos_ - start)));
+    return v;
+  }
+
+  /// Reads `open`, then entries separated by ',' (an optional trailing comma) up to
+  /// `close`; entry(i) reads entry i. Returns the number of entries.
+  template <class Entry>
+  int list(char open, char close, Entry&& entry) {
+    expect(open, quoted(open));
+    int n = 0;
+    if (accept(close)) return n;
+    const std::string sep = "',' or " + quoted(close);
+    while (true) {
+      entry(n);
+      ++n;
+      if (accept(close)) return n;
+      expect(',', sep);
+      if (accept(close)) return n;  // a trailing comma, as in "(8,)"
+    }
+  }
+  /// A tuple: list('(', ')', entry); with `square_too`, "[...]" as well (closed by
+  /// the bracket that opened it).
+  template <class Entry>
+  int tuple(Entry&& entry, bool square_too = false) {
+    if (square_too && at('[')) return list('[', ']', entry);
+    if (square_too && !at('(')) fail("expected '(' or '[', found " + here());
+    return list('(', ')', entry);
+  }
+
+  /// Fails with "unexpected <here()> after the <what>" unless only spaces are left.
+  void finish(std::string_view what) {
+    if (!done()) fail("unexpected " + here() + " after the " + std::string(what));
+  }
+
+  /// The next character for a message: "'x'", "the end", or "byte 0x0a" when it is
+  /// not printable.
+  std::string here() const {
+    if (pos_ >= s_.size()) return "the end";
+    const unsigned char c = static_cast<unsigned char>(s_[pos_]);
+    if (c >= 0x20 && c < 0x7f) return std::string("'") + char(c) + "'";
+    static constexpr char hex[] = "0123456789abcdef";
+    return std::string("byte 0x") + hex[c >> 4] + hex[c & 15];
+  }
+
+ private:
+  static constexpr bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+  static constexpr bool is_digit(char c) { return c >= '0' && c <= '9'; }
+  static constexpr bool is_word(char c) {
+    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  }
+  static std::string quoted(char c) { return std::string("'") + c + "'"; }
+
+  std::string_view s_;
+  std::string_view fn_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace tessera
 // ---- tessera/core/strategy.hpp ----
 // MindSpore's vocabulary for layouts: shard strategies such as ((2, 4), (4, 1)) and
 // tensor maps, converted to and from tessera layouts.
 
 #include <array>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -752,6 +915,7 @@ struct split_tuple {
   }
   constexpr int size() const { return n; }
   constexpr int operator[](int d) const { return v[d]; }
+  /// @pre the product fits in an int (check() verifies that it divides the device count)
   constexpr int product() const {
     int p = 1;
     for (int d = 0; d < n; ++d) p *= v[d];
@@ -777,15 +941,43 @@ struct strategy {
   friend constexpr bool operator==(const strategy&, const strategy&) = default;
 };
 
-/// Checks one split tuple (input `input`) against a device count: entries positive,
-/// and their product divides the device count (the quotient is the number of
-/// replicas, MindSpore's repeated calculation).
-constexpr status check(const split_tuple& s, int device_num, int input = 0) {
+/// The global shapes of an operator's inputs, one per input, e.g.
+/// shape_list{extents{16, 32}, extents{32}}. A structural type (a template argument).
+struct shape_list {
+  int n = 0;
+  std::array<extents, max_strategy_inputs> v{};
+
+  constexpr shape_list() = default;
+  constexpr shape_list(std::initializer_list<extents> shapes) {
+    for (const extents& e : shapes) {
+      if (n < max_strategy_inputs) v[n] = e;
+      ++n;
+    }
+  }
+  constexpr int size() const { return n; }
+  constexpr const extents& operator[](int i) const { return v[i]; }
+  friend constexpr bool operator==(const shape_list&, const shape_list&) = default;
+};
+
+/// Checks the entries of one split tuple (input `input`): at most max_tensor_ndim
+/// of them, each positive.
+constexpr status check_splits(const split_tuple& s, int input = 0) {
   if (s.n < 0 || s.n > max_tensor_ndim) return fail(errc::strategy_ndim, input, -1, s.n);
   for (int d = 0; d < s.n; ++d)
     if (s.v[d] < 1) return fail(errc::strategy_split, input, d, s.v[d]);
-  if (device_num < 1 || device_num % s.product() != 0)
-    return fail(errc::strategy_device_num, input, -1, s.product(), device_num);
+  return {};
+}
+
+/// Checks one split tuple (input `input`) against a device count: entries positive,
+/// and their product divides the device count (the quotient is the number of
+/// replicas, MindSpore's repeated calculation). The product is computed in 64 bits,
+/// saturating, so that no split tuple overflows it.
+constexpr status check(const split_tuple& s, int device_num, int input = 0) {
+  if (status st = check_splits(s, input); !st.ok()) return st;
+  std::int64_t p = 1;
+  for (int d = 0; d < s.n; ++d)
+    p = p > INT64_MAX / s.v[d] ? INT64_MAX : p * s.v[d];
+  if (device_num < 1 || device_num % p != 0) return fail(errc::strategy_device_num, input, -1, p, device_num);
   return {};
 }
 
@@ -927,43 +1119,57 @@ inline std::string to_string(const strategy& st) {
   return out + (st.n == 1 ? ",)" : ")");
 }
 
-/// Reads a strategy written as nested tuples, "((2, 4), (4, 1))"; also accepts
-/// brackets and a trailing comma, as Python prints one-element tuples.
+namespace detail {
+
+/// The largest split the text forms accept.
+inline constexpr std::int64_t max_text_split = std::int64_t(1) << 30;
+
+/// Reads one split tuple at the cursor, "(2, 4)" (or "[2, 4]" when `square_too`): at
+/// most max_tensor_ndim splits, each in [0, 2^30] (positive splits are check_splits'
+/// business, which reports the input and the dim).
+inline split_tuple read_split_tuple(text_cursor& c, bool square_too) {
+  if (!c.at('(') && !(square_too && c.at('[')))
+    c.fail("expected a split tuple such as (2, 4), found " + c.here());
+  split_tuple s;
+  c.tuple(
+      [&](int d) {
+        if (c.at('(') || c.at('[')) c.fail("tuples nested deeper than two levels: expected a split, found " + c.here());
+        if (d >= max_tensor_ndim)
+          c.fail("more than max_tensor_ndim = " + std::to_string(max_tensor_ndim) + " dims in one split tuple");
+        s.v[d] = int(c.number("a split", max_text_split));
+        s.n = d + 1;
+      },
+      square_too);
+  return s;
+}
+
+}  // namespace detail
+
+/// Reads a strategy written as nested tuples, "((2, 4), (4, 1))", as to_string prints
+/// it; also accepts brackets, "[[2, 4], [4, 1]]", trailing commas and free spaces.
+/// Malformed text is an error with the position, a split that is not positive an
+/// error naming the input and the dim:
+///
+///     parse_strategy: expected ',' or ')', found '4' at character 4 in "((2 4))"
+///     parse_strategy: strategy: every split must be positive: input 0, dim 1: split 0; in "((2, 0),)"
+///
+/// @post parse_strategy(to_string(st)) == st for every strategy st whose splits lie in
+///       [1, 2^30]
 inline strategy parse_strategy(std::string_view text) {
+  text_cursor c(text, "parse_strategy");
   strategy st;
-  int depth = 0;
-  split_tuple cur;
-  bool in_number = false;
-  int number = 0;
-  auto bad = [&](std::string_view why) {
-    return error("parse_strategy: " + std::string(why) + " in \"" + std::string(text) + "\"");
-  };
-  for (char c : text) {
-    if (c >= '0' && c <= '9') {
-      if (depth != 2) throw bad("a number outside an input tuple");
-      number = (in_number ? number * 10 : 0) + (c - '0');
-      in_number = true;
-      continue;
-    }
-    if (in_number) {
-      if (cur.n >= max_tensor_ndim) throw bad("too many dims in one input");
-      cur.v[cur.n++] = number;
-      in_number = false;
-    }
-    if (c == '(' || c == '[') {
-      if (++depth > 2) throw bad("tuples nested deeper than two levels");
-      if (depth == 2) cur = split_tuple{};
-    } else if (c == ')' || c == ']') {
-      if (depth == 2) {
-        if (st.n >= max_strategy_inputs) throw bad("too many inputs");
-        st.in[st.n++] = cur;
-      }
-      if (--depth < 0) throw bad("an unmatched closing bracket");
-    } else if (c != ',' && c != ' ' && c != '\t' && c != '\n') {
-      throw bad(std::string("an unexpected character '") + c + "'");
-    }
-  }
-  if (depth != 0) throw bad("an unclosed bracket");
+  c.tuple(
+      [&](int i) {
+        if (i >= max_strategy_inputs)
+          c.fail("more than max_strategy_inputs = " + std::to_string(max_strategy_inputs) + " inputs");
+        st.in[i] = detail::read_split_tuple(c, true);
+        st.n = i + 1;
+      },
+      true);
+  c.finish("strategy");
+  for (int i = 0; i < st.n; ++i)
+    if (status s = check_splits(st.in[i], i); !s.ok())
+      throw error(s, "parse_strategy", "in \"" + std::string(text) + "\"");
   return st;
 }
 
@@ -1175,6 +1381,50 @@ constexpr layout refine(const layout& l, const mesh& fine) {
     if (l.is_partial(a)) out.partial |= refined_axes(l.dev, a, fine).mask();
   if (!out.partial) out.op = reduce_op::sum;
   return out;
+}
+
+namespace detail {
+// The mesh axes of `l` that hold partial values, in axis order.
+constexpr axis_list partial_axes(const layout& l) {
+  axis_list out;
+  for (int a = 0; a < l.dev.ndim; ++a)
+    if (l.is_partial(a)) out.push_back(a);
+  return out;
+}
+}  // namespace detail
+
+/// Whether layouts `a` and `b` of one tensor, possibly on different device matrices of
+/// the same ranks, put the same shard on every rank and agree on what is partial: the
+/// same ranks reduce together, with the same operation. Matrices with a common
+/// refinement place alike exactly the layouts that are equal written on it; for
+/// others ((2, 3) and (3, 2)) every rank's piece of every dim and its partial group
+/// are compared. Examples: [0, -] on (2, 1, 1) and [0, -] on (2, 1): true (MatMul
+/// ((2, 1), (1, 1)) and ReLU ((2, 1)) place a batch-split tensor alike); [0, -] on
+/// (8,) and [0 1, -] on (2, 4): true; [0, -] on (8,) and [1 0, -] on (2, 4): false
+/// (another piece order); replicated on (4,) and on (8,): false (other ranks).
+/// @post for valid layouts of a tensor whose extents are positive and divisible by
+///       both: the result is true iff every rank's shard_box and partial group are
+///       equal under a and b (tests/core/test_refine.cpp checks every pair)
+constexpr bool same_placement(const layout& a, const layout& b) {
+  if (a == b) return true;
+  if (a.ndim != b.ndim || a.dev.size() != b.dev.size()) return false;
+  if (check_refinement(a.dev, b.dev).ok()) {
+    const mesh fine = common_refinement(a.dev, b.dev);
+    return refine(a, fine) == refine(b, fine);
+  }
+  // Partial over axes of size 1 only is not partial (refine drops such axes too).
+  const axis_list pa = detail::partial_axes(a), pb = detail::partial_axes(b);
+  const bool a_partial = group_size(a.dev, pa) > 1, b_partial = group_size(b.dev, pb) > 1;
+  if (a_partial != b_partial || (a_partial && a.op != b.op)) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.pieces(d) != b.pieces(d)) return false;
+  for (int r = 0; r < a.dev.size(); ++r) {
+    for (int d = 0; d < a.ndim; ++d)
+      if (group_index(a.dev, a.split[d], r) != group_index(b.dev, b.split[d], r)) return false;
+    // The same partial groups: each rank's group starts at the same (lowest) rank.
+    if (group_member(a.dev, pa, r, 0) != group_member(b.dev, pb, r, 0)) return false;
+  }
+  return true;
 }
 
 }  // namespace tessera
@@ -1659,6 +1909,162 @@ inline constexpr plan static_plan = [] {
 }();
 
 }  // namespace tessera
+// ---- tessera/plan/cache.hpp ----
+// Run-time plans, planned once per process: plan_across_meshes (a redistribution
+// between layouts on two device matrices of the same ranks, on their common
+// refinement) and cached_plan, the same through a process-wide, thread-safe cache
+// keyed by (from, to, global shape, element bytes). Every run-time planning call site
+// asks cached_plan; plans between static layouts stay compile-time constants
+// (static_plan) and never reach the cache. Standard library only.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace tessera {
+
+/// A redistribution between layouts on two device matrices of the same ranks: both
+/// layouts written on the matrices' common refinement `fine` (core/refine.hpp), where
+/// every shard stays put, and `p` planned there. On one device matrix, `fine` is that
+/// matrix and `p` the plan between the layouts as given.
+struct refined_plan {
+  mesh fine;  ///< the device matrix `p` runs on
+  plan p;     ///< the cheapest plan on `fine`
+  friend constexpr bool operator==(const refined_plan&, const refined_plan&) = default;
+};
+
+/// The cheapest redistribution of a tensor of shape `global` from `from` to `to`,
+/// possibly on different device matrices of the same ranks (each operator has its own).
+/// Example: the seed's first MatMul output ([0, 2] partial sum {1} on (2, 4, 1)) to
+/// ReLU (2, 4) ([0, 1] on (2, 4)), (16, 16) floats: fine (2, 4), one reduce_scatter
+/// over mesh axis 1, 384 bytes per rank.
+/// @pre check_refinement(from.dev, to.dev).ok() (throws tessera::error otherwise),
+///      and the planner's own preconditions on the refined layouts.
+constexpr refined_plan plan_across_meshes(const layout& from, const layout& to, const extents& global,
+                                          index_t elem_bytes) {
+  if (from.dev == to.dev) return refined_plan{from.dev, plan_redistribution(from, to, global, elem_bytes)};
+  require(check_refinement(from.dev, to.dev), "plan_across_meshes");
+  const mesh fine = common_refinement(from.dev, to.dev);
+  return refined_plan{fine, plan_redistribution(refine(from, fine), refine(to, fine), global, elem_bytes)};
+}
+
+/// What a plan_cache holds and has done.
+struct plan_cache_stats {
+  std::size_t entries = 0;    ///< plans held now
+  std::uint64_t hits = 0;     ///< lookups answered from the cache
+  std::uint64_t planned = 0;  ///< planner runs (lookups that were not)
+  std::uint64_t clears = 0;   ///< times the cache was full and emptied
+};
+
+/// Plans keyed by (from, to, global shape, element bytes), each planned once.
+///
+/// Thread-safe: lookups share a reader lock; a miss plans outside any lock (other
+/// threads keep reading meanwhile) and inserts under the writer lock (two threads
+/// missing the same key at once both plan, and the first insert wins).
+///
+/// Bounded: at most `capacity` plans (about 6.8 KiB each, so under 7 MiB); a miss that
+/// finds the cache full empties it first. A program meets a fixed set of keys (its
+/// operators' layouts times its values' shapes: tens to hundreds), so in steady state
+/// nothing is evicted and every lookup hits; the bound only caps the memory of a
+/// process whose shapes keep changing (variable sequence lengths, strategy searches
+/// over many candidates), whose old keys are unlikely to recur, so emptying the whole
+/// cache serves as well as a finer eviction policy and costs nothing on the hit path.
+/// Lookups return shared pointers, so a plan being executed outlives a clear.
+class plan_cache {
+ public:
+  static constexpr std::size_t capacity = 1024;
+
+  /// The plan_across_meshes of the key, planned on the first lookup only. Throws what
+  /// plan_across_meshes throws (nothing is cached then).
+  std::shared_ptr<const refined_plan> get(const layout& from, const layout& to, const extents& global,
+                                          index_t elem_bytes) {
+    const key k{from, to, global, elem_bytes};
+    {
+      std::shared_lock lock(mutex_);
+      if (auto it = plans_.find(k); it != plans_.end()) {
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        return it->second;
+      }
+    }
+    auto made = std::make_shared<const refined_plan>(plan_across_meshes(from, to, global, elem_bytes));
+    planned_.fetch_add(1, std::memory_order_relaxed);
+    std::unique_lock lock(mutex_);
+    if (plans_.size() >= capacity && !plans_.contains(k)) {
+      plans_.clear();
+      clears_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return plans_.try_emplace(k, std::move(made)).first->second;
+  }
+
+  plan_cache_stats stats() const {
+    plan_cache_stats s;
+    {
+      std::shared_lock lock(mutex_);
+      s.entries = plans_.size();
+    }
+    s.hits = hits_.load(std::memory_order_relaxed);
+    s.planned = planned_.load(std::memory_order_relaxed);
+    s.clears = clears_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  struct key {
+    layout from, to;
+    extents global;
+    index_t elem_bytes = 0;
+    friend bool operator==(const key&, const key&) = default;
+  };
+  struct key_hash {
+    // Hashes the fields equality reads that are in use (unused array entries are equal
+    // in equal keys, so leaving them out keeps the hash consistent with ==).
+    static void mix(std::size_t& h, std::uint64_t v) {
+      h ^= std::size_t(v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+    }
+    static void mix(std::size_t& h, const layout& l) {
+      mix(h, std::uint64_t(l.dev.ndim));
+      for (int a = 0; a < l.dev.ndim && a < max_mesh_ndim; ++a) mix(h, std::uint64_t(l.dev.dims[a]));
+      mix(h, std::uint64_t(l.ndim));
+      for (int d = 0; d < l.ndim && d < max_tensor_ndim; ++d) {
+        mix(h, std::uint64_t(l.split[d].n));
+        for (int i = 0; i < l.split[d].n && i < max_mesh_ndim; ++i) mix(h, std::uint64_t(l.split[d].v[i]));
+      }
+      mix(h, std::uint64_t(l.partial) << 8 | std::uint64_t(l.op));
+    }
+    std::size_t operator()(const key& k) const {
+      std::size_t h = 0;
+      mix(h, k.from);
+      mix(h, k.to);
+      mix(h, std::uint64_t(k.global.ndim));
+      for (int d = 0; d < k.global.ndim && d < max_tensor_ndim; ++d) mix(h, std::uint64_t(k.global.v[d]));
+      mix(h, std::uint64_t(k.elem_bytes));
+      return h;
+    }
+  };
+
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<key, std::shared_ptr<const refined_plan>, key_hash> plans_;
+  std::atomic<std::uint64_t> hits_{0}, planned_{0}, clears_{0};
+};
+
+/// The process's plan cache (one for the whole program, every translation unit).
+inline plan_cache& process_plan_cache() {
+  static plan_cache cache;
+  return cache;
+}
+
+/// plan_across_meshes(from, to, global, elem_bytes), planned once per process: the
+/// entry point of every run-time planning call site.
+inline std::shared_ptr<const refined_plan> cached_plan(const layout& from, const layout& to, const extents& global,
+                                                       index_t elem_bytes) {
+  return process_plan_cache().get(from, to, global, elem_bytes);
+}
+
+}  // namespace tessera
 // ---- tessera/plan/format.hpp ----
 // A plan in readable form: its steps, mesh axes, rank groups and bytes per rank.
 
@@ -1719,8 +2125,8 @@ inline std::string to_string(const plan& p) {
 
 }  // namespace tessera
 
-// comm/: the communicator concept, the one-rank communicator and the mesh's
-// communicators (standard library only)
+// comm/: the communicator concept, the one-rank communicator, the mesh's
+// communicators and the any_communicator handle (standard library only)
 // ---- tessera/comm/communicator.hpp ----
 // The communicator concept every backend models, its traffic counters, and the
 // argument checks the backends share (one text per mistake, whatever the backend).
@@ -1875,6 +2281,29 @@ inline constexpr bool takes_device_buffers = [] {
   if constexpr (requires { C::device_buffers; }) return bool(C::device_buffers);
   else return false;
 }();
+
+/// Whether communicator C moves elements of type T: true for every comm_element unless C
+/// declares `template <class T> static constexpr bool supports_element` (nccl_communicator:
+/// no 16-bit integers, no long double; staged_communicator<H>: H's). Typed code gets a
+/// compile-time error for an unsupported type; any_communicator asks this trait and
+/// throws, naming the call, the backend and the type.
+template <class C, class T>
+inline constexpr bool comm_supports = [] {
+  if constexpr (!comm_element<T>) return false;
+  else if constexpr (requires { C::template supports_element<T>; }) return bool(C::template supports_element<T>);
+  else return true;
+}();
+
+/// Whether communicator `c` moves device buffers, at run time: `c.device_buffers()`
+/// where C answers at run time (any_communicator, whose backend is chosen when the job
+/// starts), else takes_device_buffers<C>. Generic code that branches on
+/// takes_device_buffers<C> at compile time must ask this for any_communicator, whose
+/// takes_device_buffers is false whatever it holds.
+template <class C>
+bool uses_device_buffers(const C& c) {
+  if constexpr (requires { { c.device_buffers() } -> std::convertible_to<bool>; }) return c.device_buffers();
+  else return takes_device_buffers<C>;
+}
 
 namespace detail {
 
@@ -2128,6 +2557,7 @@ constexpr index_t byte_size(std::span<T> s) {
 #include <algorithm>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace tessera {
@@ -2157,6 +2587,9 @@ class local_communicator {
   };
 
   local_communicator() = default;
+
+  /// The name of the backend, "local" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "local"; }
 
   int rank() const { return 0; }
   int size() const { return 1; }
@@ -2418,278 +2851,762 @@ class device_context {
 };
 
 }  // namespace tessera
+// ---- tessera/comm/any_communicator.hpp ----
+// any_communicator: one move-only handle over any communicator, so that user code names
+// no backend type and the backend (MPI, one rank, NCCL, staged device buffers, ...) is
+// chosen when the job starts. The typed wrappers do the work underneath. Needs no MPI,
+// CUDA or NCCL header: each backend's own header brings what it needs.
 
-// ops/: operators' sharding rules (standard library only)
-// ---- tessera/ops/matmul_rule.hpp ----
-// MatMul's sharding rule: from a shard strategy such as ((2, 4), (4, 1)) to the
-// operator's device matrix and the layouts of its inputs, output and gradients.
-// Standard library only and constexpr, so a static strategy is checked and turned
-// into layouts by the compiler.
-
-
-namespace tessera {
-
-/// The layouts of C = op(A) op(B), where op transposes when the flag is set.
-struct matmul_layouts {
-  mesh dev;       ///< the operator's device matrix
-  layout a, b;    ///< the inputs as the local product needs them
-  layout c;       ///< the output: partial sums over the contraction axis when it is split
-  layout grad_a;  ///< dA = dC op(B)^T locally: A's layout, partial over the n axis
-  layout grad_b;  ///< dB = op(A)^T dC locally: B's layout, partial over the m axis
-  friend constexpr bool operator==(const matmul_layouts&, const matmul_layouts&) = default;
-};
-
-/// Checks a MatMul strategy on `device_num` devices: two inputs of rank 2, positive
-/// splits, the contraction dim split alike in both ((2, 4), (4, 1) splits it 4 ways),
-/// and a device matrix (m, k, n) whose size divides the device count.
-constexpr status check_matmul(const strategy& st, int device_num, bool trans_a = false,
-                              bool trans_b = false) {
-  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
-  for (int i = 0; i < 2; ++i)
-    if (st.in[i].n != 2) return fail(errc::op_input_ndim, i, -1, st.in[i].n, 2);
-  if (status s = check(st, device_num); !s.ok()) return s;
-  const int ka = trans_a ? st.in[0].v[0] : st.in[0].v[1];
-  const int kb = trans_b ? st.in[1].v[1] : st.in[1].v[0];
-  if (ka != kb) return fail(errc::matmul_contraction, -1, -1, ka, kb);
-  const int m = trans_a ? st.in[0].v[1] : st.in[0].v[0];
-  const int n = trans_b ? st.in[1].v[0] : st.in[1].v[1];
-  if (device_num % (m * ka * n) != 0) return fail(errc::op_device_num, -1, -1, m * ka * n, device_num);
-  return {};
-}
-
-/// MatMul's rule, as MindSpore's: the device matrix is (m, k, n), the pieces of C's
-/// rows, the contraction and C's columns, preceded by a replica axis when it uses
-/// fewer devices than there are. A is split (m, k), B (k, n) (swapped for a transposed
-/// operand), C (m, n) with partial sums over the k axis. Example: ((2, 4), (4, 1)) on
-/// 8 devices -> device matrix (2, 4, 1); A (16, 32) has (8, 8) shards, B (32, 16) has
-/// (8, 16) shards, C's (8, 16) shards are partial over the 4 ranks of each mesh row.
-/// @pre check_matmul(st, device_num, trans_a, trans_b).ok()
-constexpr matmul_layouts matmul_rule(const strategy& st, int device_num, bool trans_a = false,
-                                     bool trans_b = false) {
-  const int m = trans_a ? st.in[0].v[1] : st.in[0].v[0];
-  const int k = trans_a ? st.in[0].v[0] : st.in[0].v[1];
-  const int n = trans_b ? st.in[1].v[0] : st.in[1].v[1];
-  const int replicas = device_num / (m * k * n);
-  matmul_layouts r;
-  const int first = replicas > 1 ? 1 : 0;
-  r.dev = replicas > 1 ? mesh{replicas, m, k, n} : mesh{m, k, n};
-  const int am = first, ak = first + 1, an = first + 2;
-  r.a = trans_a ? layout(r.dev, {{ak}, {am}}) : layout(r.dev, {{am}, {ak}});
-  r.b = trans_b ? layout(r.dev, {{an}, {ak}}) : layout(r.dev, {{ak}, {an}});
-  r.c = layout(r.dev, {{am}, {an}});
-  if (k > 1) r.c = r.c.with_partial(ak);
-  r.grad_a = n > 1 ? r.a.with_partial(an) : r.a;
-  r.grad_b = m > 1 ? r.b.with_partial(am) : r.b;
-  return r;
-}
-
-/// The rule for a static strategy; an invalid one fails to compile with the rule it
-/// breaks as the message.
-template <strategy St, int DeviceNum, bool TransA = false, bool TransB = false>
-inline constexpr matmul_layouts static_matmul_rule = [] {
-  constexpr status s = check_matmul(St, DeviceNum, TransA, TransB);
-  detail::static_require<s>();
-  if constexpr (s.ok()) return matmul_rule(St, DeviceNum, TransA, TransB);
-  else return matmul_layouts{};
-}();
-
-}  // namespace tessera
-// ---- tessera/ops/elementwise_rule.hpp ----
-// The sharding rule of element-wise operators (Add, Sub, Mul, Div, ReLU, Exp, ...,
-// BiasAdd) with NumPy broadcasting: from a shard strategy such as ((2, 4), (1, 4)) and
-// the inputs' shapes to the operator's device matrix and the layouts of its inputs,
-// output and gradients. Standard library only and constexpr.
-
-#include <array>
-#include <initializer_list>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 
 namespace tessera {
-
-/// The global shapes of an operator's inputs, one per input, e.g.
-/// shape_list{extents{16, 32}, extents{32}}. A structural type (a template argument).
-struct shape_list {
-  int n = 0;
-  std::array<extents, max_strategy_inputs> v{};
-
-  constexpr shape_list() = default;
-  constexpr shape_list(std::initializer_list<extents> shapes) {
-    for (const extents& e : shapes) {
-      if (n < max_strategy_inputs) v[n] = e;
-      ++n;
-    }
-  }
-  constexpr int size() const { return n; }
-  constexpr const extents& operator[](int i) const { return v[i]; }
-  friend constexpr bool operator==(const shape_list&, const shape_list&) = default;
-};
-
-/// The layouts of y = f(x0, x1, ...) applied element by element with broadcasting.
-struct elementwise_layouts {
-  mesh dev;                                          ///< the operator's device matrix
-  int n = 0;                                         ///< number of inputs
-  std::array<layout, max_strategy_inputs> in{};      ///< the inputs as the local op needs them
-  layout out;                                        ///< the output
-  std::array<layout, max_strategy_inputs> grad{};    ///< dx_i: in[i], partial over the output
-                                                     ///< axes along which x_i is broadcast
-  extents shape;                                     ///< the output's global shape
-  friend constexpr bool operator==(const elementwise_layouts&, const elementwise_layouts&) = default;
-};
 
 namespace detail {
 
-// Input i's dim that lines up with output dim j of an output of rank r (inputs align on
-// the right), or -1 when the input is too short to have it.
-constexpr int elementwise_input_dim(const extents& in, int r, int j) {
-  const int d = j - (r - in.ndim);
-  return d >= 0 ? d : -1;
+// ---- element types ------------------------------------------------------------------
+
+/// The element type of one call through any_communicator: one enumerator per arithmetic
+/// type that is a comm_element (char, signed char and unsigned char are three, as are
+/// long and long long), so the wrapped communicator is called on exactly the caller's
+/// type. The handle dispatches on it once per call, never per element.
+enum class element_kind : std::uint8_t {
+  float_,
+  double_,
+  long_double,
+  char_,
+  signed_char,
+  unsigned_char,
+  wchar,
+  char8,
+  char16,
+  char32,
+  short_,
+  unsigned_short,
+  int_,
+  unsigned_int,
+  long_,
+  unsigned_long,
+  long_long,
+  unsigned_long_long,
+};
+
+/// Instantiated only for a comm_element that any_communicator cannot carry (an extended
+/// integer type such as __int128); the compiler's note names the type.
+template <class T>
+struct no_element_kind_for {
+  static_assert(sizeof(T) == 0,
+                "any_communicator: no element kind for this element type (see the template argument of "
+                "no_element_kind_for); use a standard arithmetic type");
+};
+
+template <class T>
+consteval element_kind element_kind_of() {
+  if constexpr (std::is_same_v<T, float>) return element_kind::float_;
+  else if constexpr (std::is_same_v<T, double>) return element_kind::double_;
+  else if constexpr (std::is_same_v<T, long double>) return element_kind::long_double;
+  else if constexpr (std::is_same_v<T, char>) return element_kind::char_;
+  else if constexpr (std::is_same_v<T, signed char>) return element_kind::signed_char;
+  else if constexpr (std::is_same_v<T, unsigned char>) return element_kind::unsigned_char;
+  else if constexpr (std::is_same_v<T, wchar_t>) return element_kind::wchar;
+  else if constexpr (std::is_same_v<T, char8_t>) return element_kind::char8;
+  else if constexpr (std::is_same_v<T, char16_t>) return element_kind::char16;
+  else if constexpr (std::is_same_v<T, char32_t>) return element_kind::char32;
+  else if constexpr (std::is_same_v<T, short>) return element_kind::short_;
+  else if constexpr (std::is_same_v<T, unsigned short>) return element_kind::unsigned_short;
+  else if constexpr (std::is_same_v<T, int>) return element_kind::int_;
+  else if constexpr (std::is_same_v<T, unsigned int>) return element_kind::unsigned_int;
+  else if constexpr (std::is_same_v<T, long>) return element_kind::long_;
+  else if constexpr (std::is_same_v<T, unsigned long>) return element_kind::unsigned_long;
+  else if constexpr (std::is_same_v<T, long long>) return element_kind::long_long;
+  else if constexpr (std::is_same_v<T, unsigned long long>) return element_kind::unsigned_long_long;
+  else {
+    (void)no_element_kind_for<T>{};
+    return element_kind::float_;
+  }
 }
 
-// The output rank: the largest input rank.
-constexpr int elementwise_rank(const shape_list& shapes) {
-  int r = 0;
-  for (int i = 0; i < shapes.n; ++i) r = shapes.v[i].ndim > r ? shapes.v[i].ndim : r;
-  return r;
+/// The kind of T, a compile-time constant: element_kind_v<std::int64_t> == element_kind::long_
+/// (on LP64 systems).
+template <class T>
+inline constexpr element_kind element_kind_v = element_kind_of<T>();
+
+/// The C++ name of a kind, for error messages: "long double", "unsigned short".
+constexpr std::string_view element_name(element_kind k) noexcept {
+  switch (k) {
+    case element_kind::float_: return "float";
+    case element_kind::double_: return "double";
+    case element_kind::long_double: return "long double";
+    case element_kind::char_: return "char";
+    case element_kind::signed_char: return "signed char";
+    case element_kind::unsigned_char: return "unsigned char";
+    case element_kind::wchar: return "wchar_t";
+    case element_kind::char8: return "char8_t";
+    case element_kind::char16: return "char16_t";
+    case element_kind::char32: return "char32_t";
+    case element_kind::short_: return "short";
+    case element_kind::unsigned_short: return "unsigned short";
+    case element_kind::int_: return "int";
+    case element_kind::unsigned_int: return "unsigned int";
+    case element_kind::long_: return "long";
+    case element_kind::unsigned_long: return "unsigned long";
+    case element_kind::long_long: return "long long";
+    case element_kind::unsigned_long_long: return "unsigned long long";
+  }
+  return "unknown";
 }
 
-// True when input i is stretched along output dim j: it lacks the dim, or has extent 1
-// where the output does not.
-constexpr bool elementwise_broadcasts(const extents& in, const extents& out, int j) {
-  const int d = elementwise_input_dim(in, out.ndim, j);
-  return d < 0 || (in.v[d] == 1 && out.v[j] != 1);
+[[noreturn, gnu::cold, gnu::noinline]] inline void fail_element_kind(const char* fn, int k) {
+  comm_fail(std::string(fn) + ": invalid element kind " + std::to_string(k));
+}
+
+/// Calls `f.template operator()<T>()` for the type T of kind k and returns its result (R):
+/// one switch, compiled to a jump table.
+template <class R, class F>
+R visit_element(const char* fn, element_kind k, F&& f) {
+  switch (k) {
+    case element_kind::float_: return f.template operator()<float>();
+    case element_kind::double_: return f.template operator()<double>();
+    case element_kind::long_double: return f.template operator()<long double>();
+    case element_kind::char_: return f.template operator()<char>();
+    case element_kind::signed_char: return f.template operator()<signed char>();
+    case element_kind::unsigned_char: return f.template operator()<unsigned char>();
+    case element_kind::wchar: return f.template operator()<wchar_t>();
+    case element_kind::char8: return f.template operator()<char8_t>();
+    case element_kind::char16: return f.template operator()<char16_t>();
+    case element_kind::char32: return f.template operator()<char32_t>();
+    case element_kind::short_: return f.template operator()<short>();
+    case element_kind::unsigned_short: return f.template operator()<unsigned short>();
+    case element_kind::int_: return f.template operator()<int>();
+    case element_kind::unsigned_int: return f.template operator()<unsigned int>();
+    case element_kind::long_: return f.template operator()<long>();
+    case element_kind::unsigned_long: return f.template operator()<unsigned long>();
+    case element_kind::long_long: return f.template operator()<long long>();
+    case element_kind::unsigned_long_long: return f.template operator()<unsigned long long>();
+  }
+  fail_element_kind(fn, int(k));
+}
+
+/// A span with its element type erased: its address and its element count.
+struct erased_span {
+  void* data;
+  std::size_t size;
+};
+struct erased_cspan {
+  const void* data;
+  std::size_t size;
+};
+
+template <class T>
+erased_span erase_type(std::span<T> s) noexcept {
+  return {static_cast<void*>(s.data()), s.size()};
+}
+template <class T>
+erased_cspan erase_type(std::span<const T> s) noexcept {
+  return {static_cast<const void*>(s.data()), s.size()};
+}
+template <class T>
+std::span<T> as_typed(erased_span s) noexcept {
+  return {static_cast<T*>(s.data), s.size};
+}
+template <class T>
+std::span<const T> as_typed(erased_cspan s) noexcept {
+  return {static_cast<const T*>(s.data), s.size};
+}
+
+/// One address per type: target<C>() compares them, so the handle needs no RTTI.
+template <class C>
+inline constexpr char type_tag = 0;
+
+}  // namespace detail
+
+/// A pending operation of any communicator, its type erased: move-only, `wait()`
+/// completes it, `test()` polls it (a pollable_request). A default-constructed request is
+/// complete. Requests of up to 48 bytes (those of mpi_communicator's iall_reduce,
+/// ibroadcast and isend, of NCCL and of local_communicator) are kept inside the object;
+/// larger ones (mpi_communicator's ireduce_scatter, staged_communicator's) in one
+/// allocation. Once complete, the wrapped request is released. Destroying a pending
+/// request does what the wrapped one's destructor does (mpi_communicator's waits).
+///
+/// test() on a wrapped request that cannot be polled (a comm_request without test())
+/// waits for it and returns true.
+class any_request {
+ public:
+  any_request() noexcept = default;
+
+  /// Takes over `r`, a request of a communicator.
+  template <class R>
+    requires(!std::same_as<R, any_request> && comm_request<R>)
+  explicit any_request(R r) {
+    if constexpr (fits<R>) {
+      ::new (static_cast<void*>(buf_)) R(std::move(r));
+    } else {
+      R* p = new R(std::move(r));
+      ::new (static_cast<void*>(buf_)) R*(p);
+    }
+    ops_ = &ops_for<R>;
+  }
+
+  any_request(any_request&& o) noexcept { take(o); }
+  any_request& operator=(any_request&& o) noexcept {
+    if (this != &o) {
+      reset();
+      take(o);
+    }
+    return *this;
+  }
+  any_request(const any_request&) = delete;
+  any_request& operator=(const any_request&) = delete;
+  ~any_request() { reset(); }
+
+  /// Blocks until the operation is complete (as the wrapped request's wait()).
+  void wait() {
+    if (!ops_) return;
+    ops_->wait(buf_);
+    reset();
+  }
+
+  /// True once the operation is complete (then the result is ready, as after wait()).
+  bool test() {
+    if (!ops_) return true;
+    if (!ops_->test(buf_)) return false;
+    reset();
+    return true;
+  }
+
+  /// True until wait() or a successful test().
+  bool pending() const noexcept { return ops_ != nullptr; }
+
+  /// The bytes a request may have to be kept inside the object.
+  static constexpr std::size_t inline_bytes = 48;
+
+ private:
+  struct ops {
+    void (*wait)(void*);
+    bool (*test)(void*);
+    void (*move)(void* from, void* to) noexcept;  // constructs at `to`, destroys `from`
+    void (*destroy)(void*) noexcept;
+  };
+
+  template <class R>
+  static constexpr bool fits = sizeof(R) <= inline_bytes && alignof(R) <= alignof(std::max_align_t) &&
+                               std::is_nothrow_move_constructible_v<R>;
+
+  template <class R>
+  static R& get(void* p) noexcept {
+    if constexpr (fits<R>) return *std::launder(static_cast<R*>(p));
+    else return **std::launder(static_cast<R**>(p));
+  }
+
+  template <class R>
+  static void wait_of(void* p) {
+    get<R>(p).wait();
+  }
+  template <class R>
+  static bool test_of(void* p) {
+    if constexpr (pollable_request<R>) {
+      return get<R>(p).test();
+    } else {
+      get<R>(p).wait();
+      return true;
+    }
+  }
+  template <class R>
+  static void move_of(void* from, void* to) noexcept {
+    if constexpr (fits<R>) {
+      R& r = get<R>(from);
+      ::new (to) R(std::move(r));
+      r.~R();
+    } else {
+      ::new (to) R*(*std::launder(static_cast<R**>(from)));
+    }
+  }
+  template <class R>
+  static void destroy_of(void* p) noexcept {
+    if constexpr (fits<R>) get<R>(p).~R();
+    else delete &get<R>(p);
+  }
+
+  template <class R>
+  static constexpr ops ops_for{&wait_of<R>, &test_of<R>, &move_of<R>, &destroy_of<R>};
+
+  void take(any_request& o) noexcept {
+    if (!o.ops_) return;
+    o.ops_->move(o.buf_, buf_);
+    ops_ = std::exchange(o.ops_, nullptr);
+  }
+  void reset() noexcept {
+    if (ops_) std::exchange(ops_, nullptr)->destroy(buf_);
+  }
+
+  alignas(std::max_align_t) unsigned char buf_[inline_bytes];
+  const ops* ops_ = nullptr;
+};
+
+static_assert(pollable_request<any_request>);
+
+namespace detail {
+
+// ---- the erased communicator ----------------------------------------------------------
+
+/// What any_communicator calls: one virtual function per call of the communicator
+/// concept, its spans erased to (address, count) and an element_kind.
+class comm_interface {
+ public:
+  virtual ~comm_interface() = default;
+
+  virtual void all_reduce(erased_cspan in, erased_span out, element_kind k, reduce_op op) = 0;
+  virtual void all_reduce(erased_span inout, element_kind k, reduce_op op) = 0;
+  virtual void all_gather(erased_cspan in, erased_span out, element_kind k) = 0;
+  virtual void reduce_scatter(erased_cspan in, erased_span out, element_kind k, reduce_op op) = 0;
+  virtual void all_to_all(erased_cspan in, erased_span out, element_kind k) = 0;
+  virtual void all_to_all_v(erased_cspan in, std::span<const int> send_counts, std::span<const int> send_displs,
+                            erased_span out, std::span<const int> recv_counts, std::span<const int> recv_displs,
+                            element_kind k) = 0;
+  virtual void broadcast(erased_span buf, int root, element_kind k) = 0;
+  virtual void send(erased_cspan buf, int dest, int tag, element_kind k) = 0;
+  virtual void recv(erased_span buf, int source, int tag, element_kind k) = 0;
+  virtual void barrier() = 0;
+
+  virtual any_request iall_reduce(erased_span inout, element_kind k, reduce_op op) = 0;
+  virtual any_request ireduce_scatter(erased_cspan in, erased_span out, element_kind k, reduce_op op) = 0;
+  virtual any_request ibroadcast(erased_span buf, int root, element_kind k) = 0;
+  virtual any_request isend(erased_cspan buf, int dest, int tag, element_kind k) = 0;
+
+  virtual std::unique_ptr<comm_interface> split(int color, int key) = 0;
+  virtual std::unique_ptr<comm_interface> node_local() = 0;
+
+  virtual traffic& stats() noexcept = 0;
+  virtual const traffic& stats() const noexcept = 0;
+  virtual void reset_stats() = 0;
+
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  virtual std::string_view backend() const noexcept = 0;
+  virtual bool device_buffers() const noexcept = 0;
+  virtual const void* type() const noexcept = 0;  // &type_tag<C>
+  virtual void* target() noexcept = 0;            // the C inside
+};
+
+/// "all_reduce: the nccl backend has no element type short"
+[[noreturn, gnu::cold, gnu::noinline]] inline void fail_unsupported_element(const char* fn, std::string_view backend,
+                                                                             element_kind k) {
+  comm_fail(std::string(fn) + ": the " + std::string(backend) + " backend has no element type " +
+            std::string(element_name(k)));
+}
+
+/// "isend: the local backend has no non-blocking send"
+[[noreturn, gnu::cold, gnu::noinline]] inline void fail_missing_call(const char* fn, std::string_view backend,
+                                                                      const char* what) {
+  comm_fail(std::string(fn) + ": the " + std::string(backend) + " backend has no " + what);
+}
+
+/// The name any_communicator reports for C: C's backend() ("mpi"), or "custom" when C
+/// has none; a communicator over a host communicator (host(): staged_communicator) adds
+/// the host's name in parentheses: "staged(mpi)".
+template <class C>
+std::string backend_name_of(C& c) {
+  std::string name = "custom";
+  if constexpr (requires { { c.backend() } -> std::convertible_to<std::string_view>; })
+    name = std::string(std::string_view(c.backend()));
+  if constexpr (requires { c.host(); }) {
+    const std::string host = backend_name_of(c.host());
+    name.push_back('(');
+    name.append(host);
+    name.push_back(')');
+  }
+  return name;
+}
+
+// The optional calls of a communicator C on element type T.
+template <class C, class T>
+concept has_ireduce_scatter = requires(C& c, std::span<const T> in, std::span<T> out, reduce_op op) {
+  c.ireduce_scatter(in, out, op);
+};
+template <class C, class T>
+concept has_ibroadcast = requires(C& c, std::span<T> buf, int root) { c.ibroadcast(buf, root); };
+template <class C, class T>
+concept has_isend = requires(C& c, std::span<const T> buf, int peer) { c.isend(buf, peer, peer); };
+template <class C>
+concept has_node_local = requires(C& c) {
+  { c.node_local() } -> communicator;
+};
+
+// The non-blocking calls a communicator may lack, as function templates (so that a call
+// C lacks is never looked up): ireduce_scatter and ibroadcast are emulated by the
+// blocking call (arguments checked under the non-blocking name), returning a completed
+// request; isend is an error, since a blocking send in its place could deadlock (two
+// ranks sending to each other before receiving).
+template <class T, class C>
+any_request start_reduce_scatter(C& c, std::span<const T> in, std::span<T> out, reduce_op op) {
+  if constexpr (has_ireduce_scatter<C, T>) {
+    return any_request(c.ireduce_scatter(in, out, op));
+  } else {
+    check_reduce_scatter<T>(in, out, c.size(), "ireduce_scatter");
+    c.reduce_scatter(in, out, op);
+    return any_request{};
+  }
+}
+template <class T, class C>
+any_request start_broadcast(C& c, std::span<T> buf, int root) {
+  if constexpr (has_ibroadcast<C, T>) {
+    return any_request(c.ibroadcast(buf, root));
+  } else {
+    check_rank("ibroadcast", "root", root, c.size());
+    c.broadcast(buf, root);
+    return any_request{};
+  }
+}
+template <class T, class C>
+any_request start_send(C& c, std::span<const T> buf, int dest, int tag, std::string_view backend) {
+  if constexpr (has_isend<C, T>) return any_request(c.isend(buf, dest, tag));
+  else fail_missing_call("isend", backend, "non-blocking send");
+}
+
+template <class C>
+class comm_model;
+
+template <class C>
+std::unique_ptr<comm_interface> make_model(C&& c) {
+  return std::make_unique<comm_model<std::remove_cvref_t<C>>>(std::forward<C>(c));
+}
+
+/// The erased communicator over a C, kept by value: each call dispatches on the element
+/// kind to C's call on that type, which checks the arguments, communicates and counts
+/// the traffic exactly as when C is called directly.
+template <class C>
+class comm_model final : public comm_interface {
+ public:
+  template <class... A>
+  explicit comm_model(A&&... a) : c_(std::forward<A>(a)...), name_(backend_name_of(c_)) {}
+
+  void all_reduce(erased_cspan in, erased_span out, element_kind k, reduce_op op) override {
+    dispatch<void>("all_reduce", k, [&]<class T>() { c_.all_reduce(as_typed<T>(in), as_typed<T>(out), op); });
+  }
+  void all_reduce(erased_span inout, element_kind k, reduce_op op) override {
+    dispatch<void>("all_reduce", k, [&]<class T>() { c_.all_reduce(as_typed<T>(inout), op); });
+  }
+  void all_gather(erased_cspan in, erased_span out, element_kind k) override {
+    dispatch<void>("all_gather", k, [&]<class T>() { c_.all_gather(as_typed<T>(in), as_typed<T>(out)); });
+  }
+  void reduce_scatter(erased_cspan in, erased_span out, element_kind k, reduce_op op) override {
+    dispatch<void>("reduce_scatter", k, [&]<class T>() { c_.reduce_scatter(as_typed<T>(in), as_typed<T>(out), op); });
+  }
+  void all_to_all(erased_cspan in, erased_span out, element_kind k) override {
+    dispatch<void>("all_to_all", k, [&]<class T>() { c_.all_to_all(as_typed<T>(in), as_typed<T>(out)); });
+  }
+  void all_to_all_v(erased_cspan in, std::span<const int> send_counts, std::span<const int> send_displs,
+                    erased_span out, std::span<const int> recv_counts, std::span<const int> recv_displs,
+                    element_kind k) override {
+    dispatch<void>("all_to_all_v", k, [&]<class T>() {
+      c_.all_to_all_v(as_typed<T>(in), send_counts, send_displs, as_typed<T>(out), recv_counts, recv_displs);
+    });
+  }
+  void broadcast(erased_span buf, int root, element_kind k) override {
+    dispatch<void>("broadcast", k, [&]<class T>() { c_.broadcast(as_typed<T>(buf), root); });
+  }
+  void send(erased_cspan buf, int dest, int tag, element_kind k) override {
+    dispatch<void>("send", k, [&]<class T>() { c_.send(as_typed<T>(buf), dest, tag); });
+  }
+  void recv(erased_span buf, int source, int tag, element_kind k) override {
+    dispatch<void>("recv", k, [&]<class T>() { c_.recv(as_typed<T>(buf), source, tag); });
+  }
+  void barrier() override { c_.barrier(); }
+
+  any_request iall_reduce(erased_span inout, element_kind k, reduce_op op) override {
+    return dispatch<any_request>("iall_reduce", k,
+                                 [&]<class T>() -> any_request { return any_request(c_.iall_reduce(as_typed<T>(inout), op)); });
+  }
+
+  any_request ireduce_scatter(erased_cspan in, erased_span out, element_kind k, reduce_op op) override {
+    return dispatch<any_request>("ireduce_scatter", k, [&]<class T>() -> any_request {
+      return start_reduce_scatter<T>(c_, as_typed<T>(in), as_typed<T>(out), op);
+    });
+  }
+  any_request ibroadcast(erased_span buf, int root, element_kind k) override {
+    return dispatch<any_request>("ibroadcast", k,
+                                 [&]<class T>() -> any_request { return start_broadcast<T>(c_, as_typed<T>(buf), root); });
+  }
+  any_request isend(erased_cspan buf, int dest, int tag, element_kind k) override {
+    return dispatch<any_request>("isend", k,
+                                 [&]<class T>() -> any_request { return start_send<T>(c_, as_typed<T>(buf), dest, tag, name_); });
+  }
+
+  std::unique_ptr<comm_interface> split(int color, int key) override { return make_model(c_.split(color, key)); }
+
+  // C's node_local() when it has one; a one-rank communicator is its own node (a split).
+  std::unique_ptr<comm_interface> node_local() override {
+    if constexpr (has_node_local<C>) {
+      return make_model(c_.node_local());
+    } else {
+      if (c_.size() != 1)
+        comm_fail("node_local: the " + name_ +
+                  " backend cannot tell which ranks share a node; ask the host communicator (the MPI world)");
+      return make_model(c_.split(0, 0));
+    }
+  }
+
+  traffic& stats() noexcept override { return c_.stats(); }
+  const traffic& stats() const noexcept override { return c_.stats(); }
+  void reset_stats() override { c_.reset_stats(); }
+
+  int rank() const noexcept override { return c_.rank(); }
+  int size() const noexcept override { return c_.size(); }
+  std::string_view backend() const noexcept override { return name_; }
+  bool device_buffers() const noexcept override { return takes_device_buffers<C>; }
+  const void* type() const noexcept override { return &type_tag<C>; }
+  void* target() noexcept override { return &c_; }
+
+ private:
+  // f.operator()<T>() for the T of kind k when C moves T, else the error naming the call,
+  // the backend and the type.
+  template <class R, class F>
+  R dispatch(const char* fn, element_kind k, F&& f) {
+    return visit_element<R>(fn, k, [&]<class T>() -> R {
+      if constexpr (comm_supports<C, T>) return f.template operator()<T>();
+      else fail_unsupported_element(fn, name_, k);
+    });
+  }
+
+  C c_;
+  std::string name_;
+};
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void fail_empty_handle() {
+  comm_fail("any_communicator: the handle is empty (moved from)");
 }
 
 }  // namespace detail
 
-/// The broadcast shape of the inputs (NumPy's rule: align on the right; a missing dim or
-/// an extent of 1 stretches). A dynamic extent stands for a full dim.
-/// @pre check_elementwise(...) passed the shape checks
-constexpr extents elementwise_shape(const shape_list& shapes) {
-  extents out;
-  out.ndim = detail::elementwise_rank(shapes);
-  for (int j = 0; j < out.ndim; ++j) {
-    index_t e = 1;
-    for (int i = 0; i < shapes.n; ++i) {
-      const int d = detail::elementwise_input_dim(shapes.v[i], out.ndim, j);
-      if (d < 0) continue;
-      const index_t x = shapes.v[i].v[d];
-      if (x != 1 && (e == 1 || e == dynamic_extent)) e = x;
-    }
-    out.v[j] = e;
-  }
-  return out;
-}
+/// One communicator handle whose backend is chosen at run time: a move-only owner of any
+/// type modelling `communicator` (mpi_communicator, local_communicator; with CUDA
+/// staged_communicator<H> and nccl_communicator), which itself models `communicator` and
+/// `nonblocking_communicator`, so mesh_comm<any_communicator>,
+/// device_context<any_communicator> and every algorithm templated on a communicator take
+/// it unchanged.
+///
+///     int main(int argc, char** argv) {
+///       return tessera::run(argc, argv, [](tessera::any_communicator& world) {
+///         std::vector<float> g = grads();                     // mpiexec: the MPI world;
+///         world.all_reduce(std::span<float>(g), tessera::reduce_op::mean);  // alone: one rank
+///       });
+///     }
+///
+/// Each call dispatches once, on a small enum of the element type, to the wrapped
+/// communicator's call on that type (one virtual call and one switch; no per-element
+/// work): every comm_element is accepted. That call checks the arguments (same error
+/// texts), communicates and counts the traffic: stats() is the wrapped communicator's
+/// counters, so the bytes equal the typed wrapper's, and the planner's prices. An element
+/// type the backend cannot move (comm_supports: NCCL has no 16-bit integers) throws
+/// tessera::error naming the call, the backend and the type: "all_reduce: the nccl
+/// backend has no element type short".
+///
+/// Non-blocking calls return an any_request. iall_reduce is the wrapped one's (every
+/// communicator has it); ireduce_scatter and ibroadcast are the wrapped one's when it has
+/// them, else emulated by the blocking call (the arguments checked under the non-blocking
+/// call's name), returning a completed request: the same result and traffic, without the
+/// overlap. isend (a non-blocking point-to-point send, which train::pipeline needs) is
+/// the wrapped one's; a backend without one throws ("isend: the local backend has no
+/// non-blocking send"), since a blocking send in its place could deadlock.
+///
+/// Run-time queries replace what typed code knows at compile time: backend() ("mpi",
+/// "local", "nccl", "staged(mpi)"), device_buffers() (true when the spans passed must
+/// point to device memory: nccl, staged; takes_device_buffers<any_communicator> is false,
+/// so generic code asks uses_device_buffers(c)), target<C>() (the typed communicator
+/// underneath, or nullptr). node_local() gives the ranks sharing this rank's node (its
+/// rank() picks a GPU) without naming MPI.
+///
+/// A moved-from handle is empty: valid() is false, rank() is -1 and size() 0, and every
+/// other call throws tessera::error.
+class any_communicator {
+ public:
+  using request = any_request;
 
-/// Checks an element-wise strategy on `device_num` devices for inputs of the given
-/// shapes: one split tuple per input with one entry per input dim, positive splits whose
-/// product divides the device count, shapes that broadcast, a dim that an input
-/// broadcasts (extent 1) unsplit in that input, every input that has an output dim (not
-/// broadcast) splitting it alike, and an output split tuple whose product divides the
-/// device count. Example: Add of (16, 32) and (1, 32): ((2, 4), (1, 4)) is valid;
-/// ((2, 4), (2, 4)) splits a broadcast dim; ((2, 4), (1, 2)) splits dim 1 unlike input 0.
-constexpr status check_elementwise(const strategy& st, int device_num, const shape_list& shapes) {
-  if (st.n != shapes.n) return fail(errc::op_inputs, -1, -1, st.n, shapes.n);
-  for (int i = 0; i < st.n; ++i)
-    if (st.in[i].n != shapes.v[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, shapes.v[i].ndim);
-  if (status s = check(st, device_num); !s.ok()) return s;
-  for (int i = 0; i < shapes.n; ++i)
-    for (int d = 0; d < shapes.v[i].ndim; ++d)
-      if (shapes.v[i].v[d] < 0 && shapes.v[i].v[d] != dynamic_extent)
-        return fail(errc::negative_extent, d, -1, shapes.v[i].v[d]);
-  const int r = detail::elementwise_rank(shapes);
-  for (int j = 0; j < r; ++j) {
-    index_t extent = 1;  // the first extent other than 1 along output dim j
-    for (int i = 0; i < shapes.n; ++i) {
-      const int d = detail::elementwise_input_dim(shapes.v[i], r, j);
-      if (d < 0) continue;
-      const index_t x = shapes.v[i].v[d];
-      if (x == 1) continue;
-      if (extent == 1 || extent == dynamic_extent) extent = x;
-      else if (x != dynamic_extent && x != extent)
-        return fail(errc::elementwise_shapes, i, j, x, extent);
-    }
-  }
-  const extents out = elementwise_shape(shapes);
-  int out_product = 1;
-  for (int j = 0; j < r; ++j) {
-    int split = 0;  // 0: no input has dim j unbroadcast yet
-    for (int i = 0; i < st.n; ++i) {
-      const int d = detail::elementwise_input_dim(shapes.v[i], r, j);
-      if (d < 0) continue;
-      const int s = st.in[i].v[d];
-      if (detail::elementwise_broadcasts(shapes.v[i], out, j) || shapes.v[i].v[d] == 1) {
-        if (s != 1) return fail(errc::broadcast_dim_split, i, d, s);
-        continue;
-      }
-      if (split == 0) split = s;
-      else if (s != split) return fail(errc::elementwise_split_mismatch, i, j, s, split);
-    }
-    out_product *= split == 0 ? 1 : split;
-  }
-  if (device_num % out_product != 0) return fail(errc::op_device_num, -1, -1, out_product, device_num);
-  return {};
-}
+  /// Takes over `c`, a communicator of any backend (moved in).
+  template <class C>
+    requires(!std::same_as<C, any_communicator> && communicator<C>)
+  any_communicator(C c) : any_communicator(detail::make_model(std::move(c))) {}
 
-/// The element-wise rule, as MindSpore's: the device matrix is the output's split tuple
-/// (per output dim, the split of the inputs that have that dim), preceded by a replica
-/// axis when it uses fewer devices than there are (strategy_layout's convention). The
-/// output's dim j is split by its own device-matrix axis; each input's dims by the
-/// axes of the output dims they line up with, except the dims it broadcasts (unsplit,
-/// so the input is replicated over those axes). The gradient of an input is summed
-/// over the dims it broadcasts; where such a dim's axis splits the output, the local
-/// sums are partial over that axis.
-/// Example: Add (16, 32) + (32,) with ((2, 4), (4,)) on 16 devices -> device matrix
-/// (2, 2, 4); the output and x0 are split rows by axis 1, columns by axis 2; x1 is
-/// split by axis 2 and replicated over axes 0 and 1; dx1 is partial over axis 1.
-/// @pre check_elementwise(st, device_num, shapes).ok()
-constexpr elementwise_layouts elementwise_rule(const strategy& st, int device_num,
-                                               const shape_list& shapes) {
-  elementwise_layouts r;
-  r.n = st.n;
-  r.shape = elementwise_shape(shapes);
-  const int rank = r.shape.ndim;
-  split_tuple out_split;
-  out_split.n = rank;
-  for (int j = 0; j < rank; ++j) {
-    out_split.v[j] = 1;
-    for (int i = 0; i < st.n; ++i) {
-      const int d = detail::elementwise_input_dim(shapes.v[i], rank, j);
-      if (d >= 0 && !detail::elementwise_broadcasts(shapes.v[i], r.shape, j) && st.in[i].v[d] > 1)
-        out_split.v[j] = st.in[i].v[d];
-    }
-  }
-  r.out = strategy_layout(out_split, device_num);
-  r.dev = r.out.dev;
-  const int first = r.dev.ndim - rank;
-  for (int i = 0; i < st.n; ++i) {
-    const extents& x = shapes.v[i];
-    layout l = layout::replicated(r.dev, x.ndim);
-    layout g = l;
-    for (int j = 0; j < rank; ++j) {
-      const int d = detail::elementwise_input_dim(x, rank, j);
-      if (d >= 0 && !detail::elementwise_broadcasts(x, r.shape, j)) {
-        l.split[d] = axis_list{first + j};
-      } else if (out_split.v[j] > 1) {
-        g = g.with_partial(first + j);
-      }
-    }
-    for (int d = 0; d < x.ndim; ++d) g.split[d] = l.split[d];
-    r.in[i] = l;
-    r.grad[i] = g;
-  }
-  return r;
-}
+  /// Makes a C in place from `args`.
+  template <class C, class... Args>
+    requires(!std::same_as<C, any_communicator> && communicator<C>)
+  explicit any_communicator(std::in_place_type_t<C>, Args&&... args)
+      : any_communicator(std::make_unique<detail::comm_model<C>>(std::forward<Args>(args)...)) {}
 
-/// The rule for a static strategy and static shapes; an invalid one fails to compile
-/// with the rule it breaks as the message.
-template <strategy St, int DeviceNum, shape_list Shapes>
-inline constexpr elementwise_layouts static_elementwise_rule = [] {
-  constexpr status s = check_elementwise(St, DeviceNum, Shapes);
-  detail::static_require<s>();
-  if constexpr (s.ok()) return elementwise_rule(St, DeviceNum, Shapes);
-  else return elementwise_layouts{};
-}();
+  any_communicator(any_communicator&& o) noexcept
+      : impl_(std::move(o.impl_)), rank_(std::exchange(o.rank_, -1)), size_(std::exchange(o.size_, 0)) {}
+  any_communicator& operator=(any_communicator&& o) noexcept {
+    if (this != &o) {
+      impl_ = std::move(o.impl_);
+      rank_ = std::exchange(o.rank_, -1);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  any_communicator(const any_communicator&) = delete;
+  any_communicator& operator=(const any_communicator&) = delete;
+  ~any_communicator() = default;
+
+  /// False once moved from.
+  bool valid() const noexcept { return impl_ != nullptr; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+
+  // ---- run-time queries -------------------------------------------------------------
+
+  /// The backend's name: "mpi", "local", "nccl", "staged(mpi)", or "custom" for a
+  /// communicator that does not name itself (a static backend() returning its name).
+  std::string_view backend() const { return impl().backend(); }
+  /// True when the spans passed to the calls must point to device (GPU) memory.
+  bool device_buffers() const { return impl().device_buffers(); }
+
+  /// The communicator underneath when it is a C, else nullptr (as std::function::target).
+  template <class C>
+  C* target() noexcept {
+    return impl_ && impl_->type() == &detail::type_tag<C> ? static_cast<C*>(impl_->target()) : nullptr;
+  }
+  template <class C>
+  const C* target() const noexcept {
+    return impl_ && impl_->type() == &detail::type_tag<C> ? static_cast<const C*>(impl_->target()) : nullptr;
+  }
+
+  /// The ranks of this communicator on this rank's node, ordered by rank, as a handle
+  /// of the same backend: its rank() is the node-local rank, which picks a GPU. The
+  /// wrapped communicator's node_local() (mpi_communicator: MPI_Comm_split_type); a
+  /// one-rank communicator is its own node. Collective. Throws for a backend that
+  /// cannot tell (nccl: ask the host communicator instead).
+  any_communicator node_local() const { return any_communicator(impl().node_local()); }
+
+  // ---- the communicator concept -------------------------------------------------------
+
+  template <comm_element T>
+  void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    impl().all_reduce(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>, op);
+  }
+  template <comm_element T>
+  void all_reduce(std::span<T> inout, reduce_op op) {
+    impl().all_reduce(detail::erase_type(inout), detail::element_kind_v<T>, op);
+  }
+  template <comm_element T>
+  void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    impl().all_gather(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>);
+  }
+  template <comm_element T>
+  void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    impl().reduce_scatter(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>, op);
+  }
+  template <comm_element T>
+  void all_to_all(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    impl().all_to_all(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>);
+  }
+  template <comm_element T>
+  void all_to_all_v(std::span<const std::type_identity_t<T>> in, std::span<const int> send_counts,
+                    std::span<const int> send_displs, std::span<T> out, std::span<const int> recv_counts,
+                    std::span<const int> recv_displs) {
+    impl().all_to_all_v(detail::erase_type(in), send_counts, send_displs, detail::erase_type(out), recv_counts, recv_displs,
+                        detail::element_kind_v<T>);
+  }
+  template <comm_element T>
+  void broadcast(std::span<T> buf, int root) {
+    impl().broadcast(detail::erase_type(buf), root, detail::element_kind_v<T>);
+  }
+  /// Accepts std::span<T> or std::span<const T>.
+  template <class T>
+    requires comm_element<std::remove_const_t<T>>
+  void send(std::span<T> buf, int dest, int tag = 0) {
+    using U = std::remove_const_t<T>;
+    impl().send(detail::erase_type(std::span<const U>(buf)), dest, tag, detail::element_kind_v<U>);
+  }
+  template <comm_element T>
+  void recv(std::span<T> buf, int source, int tag = 0) {
+    impl().recv(detail::erase_type(buf), source, tag, detail::element_kind_v<T>);
+  }
+  void barrier() { impl().barrier(); }
+
+  template <comm_element T>
+  [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
+    return impl().iall_reduce(detail::erase_type(inout), detail::element_kind_v<T>, op);
+  }
+  template <comm_element T>
+  [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                        reduce_op op) {
+    return impl().ireduce_scatter(detail::erase_type(in), detail::erase_type(out), detail::element_kind_v<T>, op);
+  }
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    return impl().ibroadcast(detail::erase_type(buf), root, detail::element_kind_v<T>);
+  }
+  /// Starts a send of buf to rank `dest` (the wrapped communicator's isend: buf must
+  /// stay alive and unchanged until the request completes).
+  template <comm_element T>
+  [[nodiscard]] request isend(std::span<const T> buf, int dest, int tag = 0) {
+    return impl().isend(detail::erase_type(buf), dest, tag, detail::element_kind_v<T>);
+  }
+
+  /// The ranks with equal `color`, ordered by `key`: a handle of the same backend
+  /// (the wrapped communicator's split). Collective.
+  any_communicator split(int color, int key) { return any_communicator(impl().split(color, key)); }
+
+  /// The wrapped communicator's counters.
+  traffic& stats() { return impl().stats(); }
+  const traffic& stats() const { return impl().stats(); }
+  void reset_stats() { impl().reset_stats(); }
+
+ private:
+  explicit any_communicator(std::unique_ptr<detail::comm_interface> impl)
+      : impl_(std::move(impl)), rank_(impl_->rank()), size_(impl_->size()) {}
+
+  detail::comm_interface& impl() const {
+    if (!impl_) [[unlikely]]
+      detail::fail_empty_handle();
+    return *impl_;
+  }
+
+  std::unique_ptr<detail::comm_interface> impl_;
+  int rank_ = -1;
+  int size_ = 0;
+};
+
+static_assert(communicator<any_communicator>);
+static_assert(nonblocking_communicator<any_communicator>);
+static_assert(!takes_device_buffers<any_communicator>);
 
 }  // namespace tessera
+
+// ops/: operators' definitions and sharding rules (standard library only)
+// ---- tessera/ops/definition.hpp ----
+// What an operator's one definition provides, and the pieces every layer above reads
+// through it: the layouts of a strategy in one form for every operator (op_layouts),
+// the collectives an operator runs inside itself with their sizes
+// (internal_collective), partial sums passed through linear operators, and the
+// enumeration of candidate strategies the searches start from. Standard library only.
+//
+// An operator is one type in ops/<name>_rule.hpp (its attributes, its strategy, its
+// constexpr rule and everything the graph needs to plan it; the `operator_definition`
+// concept below), with its forward and backward through kernels::backend<D> in
+// ops/<name>.hpp, found by argument-dependent lookup:
+//
+//     tensor_on<T, D> forward(const Op& op, op_inputs<T, D> x, device_context<C>& ctx);
+//     op_grads<T, D> backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+//                             const tensor_on<T, D>& y, device_context<C>& ctx);
+//
+// ops/ runs it eagerly, autodiff::apply records it on a tape, graph/ traces, prices and
+// runs it, all through that type (ops/operators.hpp lists the library's own).
+
+#include <algorithm>
+#include <concepts>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
 // ---- tessera/ops/linear_rule.hpp ----
 // Partial sums through linear operators: which inputs an operator is linear in, and
 // the rule that turns an operator's layouts into the ones it has when partial sums
@@ -2861,13 +3778,822 @@ constexpr Rule pass_product(Rule r, const layout& a, const layout& b) {
 }
 
 }  // namespace tessera
-// ---- tessera/ops/reduce_rule.hpp ----
-// The sharding rule of reductions over a list of dims (ReduceSum, ReduceMean,
-// ReduceMax, ReduceMin, with keep_dims): from the input's split tuple to the layouts
-// of input and output. Standard library only and constexpr.
+
+namespace tessera {
+
+/// What an operator's rule gives for one strategy on some number of devices: its
+/// device matrix, the layout its local computation needs for each input and gives for
+/// its output, and the layouts its backward works in: the gradient of each input as the
+/// backward returns it (possibly partial) and the output's gradient as the backward
+/// takes it. Example, MatMul ((2, 4), (4, 1)) on 8 devices: device matrix (2, 4, 1);
+/// in = {[0, 1], [1, 2]}; out = [0, 2] partial sum {1}; in_grad = {[0, 1], [1, 2]
+/// partial sum {0}}; out_grad = [0, 2].
+struct op_layouts {
+  mesh dev;
+  std::vector<layout> in;
+  layout out;
+  std::vector<layout> in_grad;
+  layout out_grad;
+  friend bool operator==(const op_layouts&, const op_layouts&) = default;
+};
+
+/// A collective an operator runs inside its own computation (not a redistribution
+/// between operators). Its size is the number of elements of each rank's buffer: the
+/// operator hands the collective exactly that many (ops::run_internal checks it), and
+/// the graph prices it from the same number (price()), so the two cannot drift.
+/// Example: SoftmaxCrossEntropyWithLogits with its class dim split combines its row
+/// maxima (one element per local row) over the class axis.
+struct internal_collective {
+  std::string kind = "AllReduce";
+  reduce_op op = reduce_op::sum;
+  mesh dev;                   ///< the device matrix whose axes `axes` name
+  axis_list axes;             ///< the group: ranks sharing the other coordinates
+  index_t elements = 0;       ///< each rank's buffer, in elements
+  index_t element_bytes = 0;  ///< 0: the operator's element size; else fixed (8: int64 indices)
+  bool backward = false;      ///< runs in the backward pass
+  std::string purpose;        ///< "row maxima", ...
+  bool gives_output = false;  ///< its result is the operator's output (or, backward, its input's gradient)
+  index_t bytes = 0;          ///< bytes each rank receives, once priced (price())
+
+  /// The bytes each rank receives when the operator's elements have `elem_bytes` bytes.
+  index_t received(index_t elem_bytes) const {
+    const index_t b = elements * (element_bytes ? element_bytes : elem_bytes);
+    return cost::all_reduce(b, group_size(dev, axes));
+  }
+  /// This collective with `bytes` filled in.
+  internal_collective price(index_t elem_bytes) const {
+    internal_collective c = *this;
+    c.bytes = received(elem_bytes);
+    return c;
+  }
+};
+
+/// The layouts `l` with partial sums passed through as `p` says (partial_pass).
+inline op_layouts apply_pass(const op_layouts& l, const partial_pass& p) {
+  if (!p.passes()) return l;
+  op_layouts r = l;
+  r.dev = p.dev;
+  for (std::size_t i = 0; i < l.in.size(); ++i) {
+    r.in[i] = p.input(l.in[i], int(i));
+    r.in_grad[i] = p.input_grad(l.in_grad[i], int(i));
+  }
+  r.out = p.output(l.out);
+  r.out_grad = p.output_grad(l.out_grad);
+  return r;
+}
+
+/// The layouts `l` of a strategy when the inputs arrive in `actual`, for an operator
+/// linear as `lin` says: where the inputs of one of its linear groups arrive as partial
+/// sums over mesh axes on which every layout of `l` holds replicas, they stay partial,
+/// and so does the output (partial_pass, ops/linear_rule.hpp); otherwise `l`. The eager
+/// operators and the graph make this one decision.
+inline op_layouts pass_layouts(const linearity& lin, const op_layouts& l, const std::vector<layout>& actual) {
+  return apply_pass(l, pass_partial(lin, actual.data(), l.in.data(), int(l.in.size()), l.out));
+}
+
+namespace ops {
+
+/// One operator's definition: a copyable value holding its attributes and its strategy
+/// `st` (MindSpore's `shard`; empty until given), with
+///
+///     static constexpr std::string_view type();   // as the IR prints it: "MatMul"
+///     static constexpr std::string_view name();   // instance names, errors: "matmul"
+///     static constexpr int arity;                 // inputs; -1: any number (Concat)
+///     extents output_shape(const shape_list& in) const;        // throws on bad shapes
+///     status check(const strategy&, int device_num, const shape_list& in) const;
+///     op_layouts layouts(const strategy&, int device_num, const shape_list& in) const;
+///     std::vector<strategy> candidates(int device_num, const shape_list& in) const;
+///     strategy data_parallel(int device_num, const shape_list& in) const;
+///
+/// and optionally (defaults below): linear(), differentiable(i), attributes(),
+/// check_form(st, in), collectives(st, device_num, in), forward_work(l, in, out).
+/// `layouts` is called only for strategies `check` accepts; `candidates` lists every
+/// strategy the searches consider, all passing `check`, in order of preference for ties.
+template <class Op>
+concept operator_definition =
+    std::copyable<Op> && std::same_as<decltype(Op::st), strategy> &&
+    requires(const Op& op, const strategy& st, int n, const shape_list& in) {
+      { Op::type() } -> std::convertible_to<std::string_view>;
+      { Op::name() } -> std::convertible_to<std::string_view>;
+      { Op::arity } -> std::convertible_to<int>;
+      { op.output_shape(in) } -> std::same_as<extents>;
+      { op.check(st, n, in) } -> std::same_as<status>;
+      { op.layouts(st, n, in) } -> std::same_as<op_layouts>;
+      { op.candidates(n, in) } -> std::same_as<std::vector<strategy>>;
+      { op.data_parallel(n, in) } -> std::same_as<strategy>;
+    };
+
+/// The inputs `op` is linear in (ops/linear_rule.hpp): none unless it says.
+template <class Op>
+linearity linear_of(const Op& op) {
+  if constexpr (requires { { op.linear() } -> std::same_as<linearity>; }) return op.linear();
+  else return {};
+}
+
+/// Whether input `i` of `op` gets a gradient: every input unless it says (labels, indices).
+template <class Op>
+bool differentiable_in(const Op& op, int i) {
+  if constexpr (requires { { op.differentiable(i) } -> std::convertible_to<bool>; }) return op.differentiable(i);
+  else return true;
+}
+
+/// Whether `op` has a backward at all (OneHot and ArgMax give data).
+template <class Op>
+bool has_backward(const Op& op, int inputs) {
+  for (int i = 0; i < inputs; ++i)
+    if (differentiable_in(op, i)) return true;
+  return false;
+}
+
+/// The attributes the IR prints: "transpose_a: false, transpose_b: true"; none unless it says.
+template <class Op>
+std::string attributes_of(const Op& op) {
+  if constexpr (requires { { op.attributes() } -> std::convertible_to<std::string>; }) return op.attributes();
+  else return {};
+}
+
+/// Checks a strategy's form before the device count is known (`shard` calls it): one
+/// split tuple per input, one entry per dim of the input, every split positive; the
+/// operator's own check_form where it has one (OneHot splits its output).
+template <class Op>
+status check_form_of(const Op& op, const strategy& st, const shape_list& in) {
+  if constexpr (requires { { op.check_form(st, in) } -> std::same_as<status>; }) {
+    return op.check_form(st, in);
+  } else {
+    if (st.n != in.n) return fail(errc::op_inputs, -1, -1, st.n, in.n);
+    for (int i = 0; i < st.n; ++i) {
+      if (st.in[i].n != in[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i].ndim);
+      for (int d = 0; d < st.in[i].n; ++d)
+        if (st.in[i].v[d] < 1) return fail(errc::strategy_split, i, d, st.in[i].v[d]);
+    }
+    return {};
+  }
+}
+
+/// The collectives `op` runs inside its computation under a strategy, priced for
+/// elements of `elem_bytes` bytes; none unless it says.
+template <class Op>
+std::vector<internal_collective> collectives_of(const Op& op, const strategy& st, int device_num,
+                                                const shape_list& in, index_t elem_bytes) {
+  std::vector<internal_collective> out;
+  if constexpr (requires { { op.collectives(st, device_num, in) } -> std::same_as<std::vector<internal_collective>>; })
+    for (const internal_collective& c : op.collectives(st, device_num, in)) out.push_back(c.price(elem_bytes));
+  return out;
+}
+
+/// The floating-point operations of one rank's forward computation under layouts `l`
+/// (the dynamic_programming search's compute cost). By default one per element of the
+/// rank's input and output shards: what an element-wise operator, a reduction or a copy
+/// touches. The products count their multiply-adds.
+template <class Op>
+double forward_work_of(const Op& op, const op_layouts& l, const shape_list& in, const extents& out) {
+  if constexpr (requires { { op.forward_work(l, in, out) } -> std::convertible_to<double>; }) {
+    return op.forward_work(l, in, out);
+  } else {
+    double w = double(local_shape(l.out, out).size());
+    for (int i = 0; i < in.n; ++i) w += double(local_shape(l.in[i], in[i]).size());
+    return w;
+  }
+}
+
+// ---- building definitions ------------------------------------------------------------
+
+/// A split tuple of `n` ones.
+constexpr split_tuple ones(int n) {
+  split_tuple t;
+  t.n = n;
+  for (int d = 0; d < n; ++d) t.v[d] = 1;
+  return t;
+}
+
+/// The all-ones strategy for inputs of shapes `in`: every input whole, one device.
+constexpr strategy all_ones(const shape_list& in) {
+  strategy st;
+  st.n = in.n;
+  for (int i = 0; i < in.n; ++i) st.in[i] = ones(in[i].ndim);
+  return st;
+}
+
+/// Throws the status of a shape check made without a strategy (output_shape).
+inline void require_shapes(const status& s) {
+  if (!s.ok()) throw error(s);
+}
+
+/// "true" or "false", for attributes.
+inline std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+/// "(1, 0)", "(3,)": a list as the IR prints it.
+template <class List>
+std::string tuple_text(const List& l) {
+  std::string s = "(";
+  for (int i = 0; i < l.n; ++i) s += (i ? ", " : "") + std::to_string(l.v[i]);
+  return s + (l.n == 1 ? ",)" : ")");
+}
+
+/// Calls f(t) for every split tuple t of shape.ndim entries where each entry divides its
+/// extent and the product divides device_num.
+template <class F>
+void for_each_split(const extents& shape, int device_num, F&& f) {
+  split_tuple t = ones(shape.ndim);
+  std::function<void(int, int)> rec = [&](int d, int used) {
+    if (d == shape.ndim) {
+      f(static_cast<const split_tuple&>(t));
+      return;
+    }
+    for (int s = 1; used * s <= device_num; ++s) {
+      if (device_num % (used * s) != 0) continue;
+      if (shape.v[d] % s != 0) continue;
+      t.v[d] = s;
+      rec(d + 1, used * s);
+    }
+    t.v[d] = 1;
+  };
+  rec(0, 1);
+}
+
+namespace detail {
+// The concatenated splits of a strategy, for ordering.
+inline std::vector<int> flat_splits(const strategy& st) {
+  std::vector<int> v;
+  for (int i = 0; i < st.n; ++i)
+    for (int d = 0; d < st.in[i].n; ++d) v.push_back(st.in[i].v[d]);
+  return v;
+}
+}  // namespace detail
+
+/// Orders candidates: more devices doing distinct work first (fewer replicas), then the
+/// concatenated splits in descending lexicographic order (earlier dims, the batch first,
+/// split more). `devices` gives the number of devices a strategy's device matrix uses.
+template <class Devices>
+void order_candidates(std::vector<strategy>& c, Devices devices) {
+  std::stable_sort(c.begin(), c.end(), [&](const strategy& x, const strategy& y) {
+    const int dx = devices(x), dy = devices(y);
+    if (dx != dy) return dx > dy;
+    return detail::flat_splits(x) > detail::flat_splits(y);
+  });
+}
+
+/// Every strategy of one input of `shape` (each split dividing its extent, the product
+/// dividing the device count), ordered.
+inline std::vector<strategy> one_input_candidates(const extents& shape, int device_num) {
+  std::vector<strategy> c;
+  for_each_split(shape, device_num, [&](const split_tuple& t) { c.push_back(strategy{t}); });
+  order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
+  return c;
+}
+
+/// The strategy of one input of `shape` with dim `d` split `n` ways and the others whole.
+inline strategy split_dim(const extents& shape, int d, int n) {
+  split_tuple t = ones(shape.ndim);
+  if (d >= 0 && d < t.n) t.v[d] = n;
+  return strategy{t};
+}
+
+/// The number of vectors along dim `axis` in a rank's shard of `shape` under `l`: the
+/// row arrays the softmax-like operators combine over their axis group.
+inline index_t local_rows(const layout& l, const extents& shape, int axis) {
+  index_t rows = 1;
+  for (int d = 0; d < shape.ndim; ++d)
+    if (d != axis) rows *= shape[d] / l.pieces(d);
+  return rows;
+}
+
+/// One AllReduce of `elements` per rank over `axes` of `dev` (an internal collective).
+inline internal_collective all_reduce_of(reduce_op op, const mesh& dev, const axis_list& axes, index_t elements,
+                                         std::string purpose, bool backward = false) {
+  internal_collective c;
+  c.op = op;
+  c.dev = dev;
+  c.axes = axes;
+  c.elements = elements;
+  c.purpose = std::move(purpose);
+  c.backward = backward;
+  return c;
+}
+
+}  // namespace ops
+
+}  // namespace tessera
+// ---- tessera/ops/matmul_rule.hpp ----
+// MatMul's definition: its sharding rule, from a shard strategy such as ((2, 4), (4, 1))
+// to the operator's device matrix and the layouts of its inputs, output and gradients
+// (constexpr, so a static strategy is checked and turned into layouts by the compiler),
+// and the operator type ops::matmul_op built on it. Standard library only; the forward
+// and backward are in ops/matmul.hpp.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+
+/// The layouts of C = op(A) op(B), where op transposes when the flag is set.
+struct matmul_layouts {
+  mesh dev;       ///< the operator's device matrix
+  layout a, b;    ///< the inputs as the local product needs them
+  layout c;       ///< the output: partial sums over the contraction axis when it is split
+  layout grad_a;  ///< dA = dC op(B)^T locally: A's layout, partial over the n axis
+  layout grad_b;  ///< dB = op(A)^T dC locally: B's layout, partial over the m axis
+  friend constexpr bool operator==(const matmul_layouts&, const matmul_layouts&) = default;
+};
+
+/// Checks a MatMul strategy on `device_num` devices: two inputs of rank 2, positive
+/// splits, the contraction dim split alike in both ((2, 4), (4, 1) splits it 4 ways),
+/// and a device matrix (m, k, n) whose size divides the device count.
+constexpr status check_matmul(const strategy& st, int device_num, bool trans_a = false,
+                              bool trans_b = false) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  for (int i = 0; i < 2; ++i)
+    if (st.in[i].n != 2) return fail(errc::op_input_ndim, i, -1, st.in[i].n, 2);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  const int ka = trans_a ? st.in[0].v[0] : st.in[0].v[1];
+  const int kb = trans_b ? st.in[1].v[1] : st.in[1].v[0];
+  if (ka != kb) return fail(errc::matmul_contraction, -1, -1, ka, kb);
+  const int m = trans_a ? st.in[0].v[1] : st.in[0].v[0];
+  const int n = trans_b ? st.in[1].v[0] : st.in[1].v[1];
+  if (device_num % (m * ka * n) != 0) return fail(errc::op_device_num, -1, -1, m * ka * n, device_num);
+  return {};
+}
+
+/// MatMul's rule, as MindSpore's: the device matrix is (m, k, n), the pieces of C's
+/// rows, the contraction and C's columns, preceded by a replica axis when it uses
+/// fewer devices than there are. A is split (m, k), B (k, n) (swapped for a transposed
+/// operand), C (m, n) with partial sums over the k axis. Example: ((2, 4), (4, 1)) on
+/// 8 devices -> device matrix (2, 4, 1); A (16, 32) has (8, 8) shards, B (32, 16) has
+/// (8, 16) shards, C's (8, 16) shards are partial over the 4 ranks of each mesh row.
+/// @pre check_matmul(st, device_num, trans_a, trans_b).ok()
+constexpr matmul_layouts matmul_rule(const strategy& st, int device_num, bool trans_a = false,
+                                     bool trans_b = false) {
+  const int m = trans_a ? st.in[0].v[1] : st.in[0].v[0];
+  const int k = trans_a ? st.in[0].v[0] : st.in[0].v[1];
+  const int n = trans_b ? st.in[1].v[0] : st.in[1].v[1];
+  const int replicas = device_num / (m * k * n);
+  matmul_layouts r;
+  const int first = replicas > 1 ? 1 : 0;
+  r.dev = replicas > 1 ? mesh{replicas, m, k, n} : mesh{m, k, n};
+  const int am = first, ak = first + 1, an = first + 2;
+  r.a = trans_a ? layout(r.dev, {{ak}, {am}}) : layout(r.dev, {{am}, {ak}});
+  r.b = trans_b ? layout(r.dev, {{an}, {ak}}) : layout(r.dev, {{ak}, {an}});
+  r.c = layout(r.dev, {{am}, {an}});
+  if (k > 1) r.c = r.c.with_partial(ak);
+  r.grad_a = n > 1 ? r.a.with_partial(an) : r.a;
+  r.grad_b = m > 1 ? r.b.with_partial(am) : r.b;
+  return r;
+}
+
+/// The rule for a static strategy; an invalid one fails to compile with the rule it
+/// breaks as the message.
+template <strategy St, int DeviceNum, bool TransA = false, bool TransB = false>
+inline constexpr matmul_layouts static_matmul_rule = [] {
+  constexpr status s = check_matmul(St, DeviceNum, TransA, TransB);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return matmul_rule(St, DeviceNum, TransA, TransB);
+  else return matmul_layouts{};
+}();
+
+namespace ops {
+
+/// MatMul with a shard strategy, as `MatMul(transpose_a, transpose_b).shard(st)`: C =
+/// op(A) op(B) of two matrices, op transposing when its flag is set; rule matmul_rule.
+/// Linear in either operand. Candidates: every ((m, k), (k, n)) (swapped for a
+/// transposed operand) with m, k, n dividing C's rows, the contraction and C's columns
+/// and m k n dividing the device count. Data parallel: m = device count.
+struct matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  static constexpr std::string_view type() { return "MatMul"; }
+  static constexpr std::string_view name() { return "matmul"; }
+  static constexpr int arity = 2;
+
+  std::string attributes() const {
+    return "transpose_a: " + bool_text(trans_a) + ", transpose_b: " + bool_text(trans_b);
+  }
+  linearity linear() const { return linearity::each(2); }
+
+  /// C's shape; throws "shapes (16, 32) and (16, 16) do not multiply (transpose_a
+  /// false, transpose_b false)".
+  extents output_shape(const shape_list& in) const {
+    const extents& a = in[0];
+    const extents& b = in[1];
+    if (in.n != 2 || a.ndim != 2 || b.ndim != 2 || (trans_a ? a[0] : a[1]) != (trans_b ? b[1] : b[0]))
+      throw error("shapes " + to_string(a) + " and " + to_string(b) + " do not multiply (transpose_a " +
+                  bool_text(trans_a) + ", transpose_b " + bool_text(trans_b) + ")");
+    return extents{trans_a ? a[1] : a[0], trans_b ? b[0] : b[1]};
+  }
+  status check(const strategy& s, int device_num, const shape_list&) const {
+    return check_matmul(s, device_num, trans_a, trans_b);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list&) const {
+    const matmul_layouts r = matmul_rule(s, device_num, trans_a, trans_b);
+    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    const extents c = output_shape(in);
+    const index_t k = trans_a ? in[0][0] : in[0][1];
+    std::vector<strategy> out;
+    for_each_split(extents{c[0], k, c[1]}, device_num,
+                   [&](const split_tuple& t) { out.push_back(make(t[0], t[1], t[2])); });
+    order_candidates(out, [&](const strategy& s) { return s.in[0].product() * (trans_b ? s.in[1].v[0] : s.in[1].v[1]); });
+    return out;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const { return make(device_num, 1, 1); }
+  /// 2 m k n / (the devices that split them): each rank's product of its shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(trans_a ? a[0] : a[1]);
+  }
+
+  /// The strategy of row, contraction and column splits (m, k, n).
+  strategy make(int m, int k, int n) const {
+    return strategy{trans_a ? split_tuple{k, m} : split_tuple{m, k}, trans_b ? split_tuple{n, k} : split_tuple{k, n}};
+  }
+  /// The rule on `device_num` devices; throws tessera::error naming the rule broken,
+  /// the numbers and the strategy.
+  matmul_layouts rule(int device_num) const {
+    const status s = check_matmul(st, device_num, trans_a, trans_b);
+    if (!s.ok()) throw error(s, "", "strategy " + to_string(st));
+    return matmul_rule(st, device_num, trans_a, trans_b);
+  }
+};
+
+}  // namespace ops
+
+}  // namespace tessera
+// ---- tessera/ops/elementwise_rule.hpp ----
+// The element-wise operators' definition (Add, Sub, Mul, RealDiv, ReLU, Exp, Log, Neg,
+// BiasAdd) with NumPy broadcasting: the sharding rule, from a shard strategy such as
+// ((2, 4), (1, 4)) and the inputs' shapes to the operator's device matrix and the
+// layouts of its inputs, output and gradients (constexpr), and the operator type
+// ops::elementwise_op<K>. Standard library only; the forward and backward are in
+// ops/elementwise.hpp.
 
 #include <array>
 #include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+
+/// The layouts of y = f(x0, x1, ...) applied element by element with broadcasting.
+struct elementwise_layouts {
+  mesh dev;                                          ///< the operator's device matrix
+  int n = 0;                                         ///< number of inputs
+  std::array<layout, max_strategy_inputs> in{};      ///< the inputs as the local op needs them
+  layout out;                                        ///< the output
+  std::array<layout, max_strategy_inputs> grad{};    ///< dx_i: in[i], partial over the output
+                                                     ///< axes along which x_i is broadcast
+  extents shape;                                     ///< the output's global shape
+  friend constexpr bool operator==(const elementwise_layouts&, const elementwise_layouts&) = default;
+};
+
+namespace detail {
+
+// Input i's dim that lines up with output dim j of an output of rank r (inputs align on
+// the right), or -1 when the input is too short to have it.
+constexpr int elementwise_input_dim(const extents& in, int r, int j) {
+  const int d = j - (r - in.ndim);
+  return d >= 0 ? d : -1;
+}
+
+// The output rank: the largest input rank.
+constexpr int elementwise_rank(const shape_list& shapes) {
+  int r = 0;
+  for (int i = 0; i < shapes.n; ++i) r = shapes.v[i].ndim > r ? shapes.v[i].ndim : r;
+  return r;
+}
+
+// True when input i is stretched along output dim j: it lacks the dim, or has extent 1
+// where the output does not.
+constexpr bool elementwise_broadcasts(const extents& in, const extents& out, int j) {
+  const int d = elementwise_input_dim(in, out.ndim, j);
+  return d < 0 || (in.v[d] == 1 && out.v[j] != 1);
+}
+
+}  // namespace detail
+
+/// The broadcast shape of the inputs (NumPy's rule: align on the right; a missing dim or
+/// an extent of 1 stretches). A dynamic extent stands for a full dim.
+/// @pre check_elementwise(...) passed the shape checks
+constexpr extents elementwise_shape(const shape_list& shapes) {
+  extents out;
+  out.ndim = detail::elementwise_rank(shapes);
+  for (int j = 0; j < out.ndim; ++j) {
+    index_t e = 1;
+    for (int i = 0; i < shapes.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], out.ndim, j);
+      if (d < 0) continue;
+      const index_t x = shapes.v[i].v[d];
+      if (x != 1 && (e == 1 || e == dynamic_extent)) e = x;
+    }
+    out.v[j] = e;
+  }
+  return out;
+}
+
+/// Checks an element-wise strategy on `device_num` devices for inputs of the given
+/// shapes: one split tuple per input with one entry per input dim, positive splits whose
+/// product divides the device count, shapes that broadcast, a dim that an input
+/// broadcasts (extent 1) unsplit in that input, every input that has an output dim (not
+/// broadcast) splitting it alike, and an output split tuple whose product divides the
+/// device count. Example: Add of (16, 32) and (1, 32): ((2, 4), (1, 4)) is valid;
+/// ((2, 4), (2, 4)) splits a broadcast dim; ((2, 4), (1, 2)) splits dim 1 unlike input 0.
+constexpr status check_elementwise(const strategy& st, int device_num, const shape_list& shapes) {
+  if (st.n != shapes.n) return fail(errc::op_inputs, -1, -1, st.n, shapes.n);
+  for (int i = 0; i < st.n; ++i)
+    if (st.in[i].n != shapes.v[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, shapes.v[i].ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  for (int i = 0; i < shapes.n; ++i)
+    for (int d = 0; d < shapes.v[i].ndim; ++d)
+      if (shapes.v[i].v[d] < 0 && shapes.v[i].v[d] != dynamic_extent)
+        return fail(errc::negative_extent, d, -1, shapes.v[i].v[d]);
+  const int r = detail::elementwise_rank(shapes);
+  for (int j = 0; j < r; ++j) {
+    index_t extent = 1;  // the first extent other than 1 along output dim j
+    for (int i = 0; i < shapes.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], r, j);
+      if (d < 0) continue;
+      const index_t x = shapes.v[i].v[d];
+      if (x == 1) continue;
+      if (extent == 1 || extent == dynamic_extent) extent = x;
+      else if (x != dynamic_extent && x != extent)
+        return fail(errc::elementwise_shapes, i, j, x, extent);
+    }
+  }
+  const extents out = elementwise_shape(shapes);
+  int out_product = 1;
+  for (int j = 0; j < r; ++j) {
+    int split = 0;  // 0: no input has dim j unbroadcast yet
+    for (int i = 0; i < st.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], r, j);
+      if (d < 0) continue;
+      const int s = st.in[i].v[d];
+      if (detail::elementwise_broadcasts(shapes.v[i], out, j) || shapes.v[i].v[d] == 1) {
+        if (s != 1) return fail(errc::broadcast_dim_split, i, d, s);
+        continue;
+      }
+      if (split == 0) split = s;
+      else if (s != split) return fail(errc::elementwise_split_mismatch, i, j, s, split);
+    }
+    out_product *= split == 0 ? 1 : split;
+  }
+  if (device_num % out_product != 0) return fail(errc::op_device_num, -1, -1, out_product, device_num);
+  return {};
+}
+
+/// The element-wise rule, as MindSpore's: the device matrix is the output's split tuple
+/// (per output dim, the split of the inputs that have that dim), preceded by a replica
+/// axis when it uses fewer devices than there are (strategy_layout's convention). The
+/// output's dim j is split by its own device-matrix axis; each input's dims by the
+/// axes of the output dims they line up with, except the dims it broadcasts (unsplit,
+/// so the input is replicated over those axes). The gradient of an input is summed
+/// over the dims it broadcasts; where such a dim's axis splits the output, the local
+/// sums are partial over that axis.
+/// Example: Add (16, 32) + (32,) with ((2, 4), (4,)) on 16 devices -> device matrix
+/// (2, 2, 4); the output and x0 are split rows by axis 1, columns by axis 2; x1 is
+/// split by axis 2 and replicated over axes 0 and 1; dx1 is partial over axis 1.
+/// @pre check_elementwise(st, device_num, shapes).ok()
+constexpr elementwise_layouts elementwise_rule(const strategy& st, int device_num,
+                                               const shape_list& shapes) {
+  elementwise_layouts r;
+  r.n = st.n;
+  r.shape = elementwise_shape(shapes);
+  const int rank = r.shape.ndim;
+  split_tuple out_split;
+  out_split.n = rank;
+  for (int j = 0; j < rank; ++j) {
+    out_split.v[j] = 1;
+    for (int i = 0; i < st.n; ++i) {
+      const int d = detail::elementwise_input_dim(shapes.v[i], rank, j);
+      if (d >= 0 && !detail::elementwise_broadcasts(shapes.v[i], r.shape, j) && st.in[i].v[d] > 1)
+        out_split.v[j] = st.in[i].v[d];
+    }
+  }
+  r.out = strategy_layout(out_split, device_num);
+  r.dev = r.out.dev;
+  const int first = r.dev.ndim - rank;
+  for (int i = 0; i < st.n; ++i) {
+    const extents& x = shapes.v[i];
+    layout l = layout::replicated(r.dev, x.ndim);
+    layout g = l;
+    for (int j = 0; j < rank; ++j) {
+      const int d = detail::elementwise_input_dim(x, rank, j);
+      if (d >= 0 && !detail::elementwise_broadcasts(x, r.shape, j)) {
+        l.split[d] = axis_list{first + j};
+      } else if (out_split.v[j] > 1) {
+        g = g.with_partial(first + j);
+      }
+    }
+    for (int d = 0; d < x.ndim; ++d) g.split[d] = l.split[d];
+    r.in[i] = l;
+    r.grad[i] = g;
+  }
+  return r;
+}
+
+/// The rule for a static strategy and static shapes; an invalid one fails to compile
+/// with the rule it breaks as the message.
+template <strategy St, int DeviceNum, shape_list Shapes>
+inline constexpr elementwise_layouts static_elementwise_rule = [] {
+  constexpr status s = check_elementwise(St, DeviceNum, Shapes);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return elementwise_rule(St, DeviceNum, Shapes);
+  else return elementwise_layouts{};
+}();
+
+namespace ops {
+
+/// Which element-wise operator.
+enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
+
+/// Its instance and error name: "add", "div", "bias_add", ...
+constexpr std::string_view kind_name(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add: return "add";
+    case elementwise_kind::sub: return "sub";
+    case elementwise_kind::mul: return "mul";
+    case elementwise_kind::div: return "div";
+    case elementwise_kind::relu: return "relu";
+    case elementwise_kind::exp: return "exp";
+    case elementwise_kind::log: return "log";
+    case elementwise_kind::neg: return "neg";
+    case elementwise_kind::bias_add: return "bias_add";
+  }
+  return "?";
+}
+
+/// Its type as the IR prints it (MindSpore's primitive names): "Add", "RealDiv", ...
+constexpr std::string_view kind_type(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add: return "Add";
+    case elementwise_kind::sub: return "Sub";
+    case elementwise_kind::mul: return "Mul";
+    case elementwise_kind::div: return "RealDiv";
+    case elementwise_kind::relu: return "ReLU";
+    case elementwise_kind::exp: return "Exp";
+    case elementwise_kind::log: return "Log";
+    case elementwise_kind::neg: return "Neg";
+    case elementwise_kind::bias_add: return "BiasAdd";
+  }
+  return "?";
+}
+
+/// Its number of inputs.
+constexpr int kind_arity(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::mul:
+    case elementwise_kind::div:
+    case elementwise_kind::bias_add: return 2;
+    default: return 1;
+  }
+}
+
+/// The inputs it is linear in (ops/linear_rule.hpp): Add, Sub and BiasAdd in both
+/// together (both partial alike), Mul in either factor, RealDiv in its numerator, Neg in
+/// its input; ReLU, Exp and Log in none.
+constexpr linearity kind_linearity(elementwise_kind k) {
+  switch (k) {
+    case elementwise_kind::add:
+    case elementwise_kind::sub:
+    case elementwise_kind::bias_add: return linearity::all(2);
+    case elementwise_kind::mul: return linearity::each(2);
+    case elementwise_kind::div:
+    case elementwise_kind::neg: return linearity::jointly(1u);
+    default: return {};
+  }
+}
+
+/// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
+/// one split tuple per input (a binary operator broadcasts its inputs as NumPy does;
+/// BiasAdd's strategy is ((..., c), (c,)) with c the split of the last dim); rule
+/// elementwise_rule. Candidates: one per split tuple of the output (each split dividing
+/// its extent, the product dividing the device count); each input takes the output's
+/// splits on the dims it does not broadcast and 1 elsewhere. Data parallel: the
+/// output's dim 0 split over every device.
+template <elementwise_kind K>
+struct elementwise_op {
+  strategy st;
+
+  static constexpr std::string_view type() { return kind_type(K); }
+  static constexpr std::string_view name() { return kind_name(K); }
+  static constexpr int arity = kind_arity(K);
+
+  linearity linear() const { return kind_linearity(K); }
+
+  /// The output's shape; throws when the shapes do not broadcast, or for BiasAdd when
+  /// the bias is not (c,) for x (..., c): "bias is (3,), expected (32,) for x (16, 32)".
+  extents output_shape(const shape_list& in) const {
+    if (in.n != arity) throw error(std::string(name()) + ": takes " + std::to_string(arity) + " inputs, got " + std::to_string(in.n));
+    if constexpr (K == elementwise_kind::bias_add) {
+      const extents& x = in[0];
+      const extents& b = in[1];
+      if (x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
+        throw error("bias is " + to_string(b) + ", expected (" +
+                    (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) + ",) for x " + to_string(x));
+    }
+    require_shapes(check_elementwise(all_ones(in), 1, in));
+    return elementwise_shape(in);
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_elementwise(s, device_num, in);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const elementwise_layouts r = elementwise_rule(s, device_num, in);
+    op_layouts l{r.dev, {}, r.out, {}, r.out};
+    for (int i = 0; i < r.n; ++i) {
+      l.in.push_back(r.in[i]);
+      l.in_grad.push_back(r.grad[i]);
+    }
+    return l;
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    const extents out = elementwise_shape(in);
+    std::vector<strategy> c;
+    for_each_split(out, device_num, [&](const split_tuple& t) { c.push_back(from_output(t, in)); });
+    order_candidates(c, [&](const strategy& s) { return output_split(s, in).product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    split_tuple t = ones(elementwise_shape(in).ndim);
+    if (t.n > 0) t.v[0] = device_num;
+    return from_output(t, in);
+  }
+
+  /// The strategy whose output is split by `t`: every input takes t's splits on the
+  /// dims it does not broadcast. Example: Add (16, 32) + (32,) with output splits
+  /// (2, 4) -> ((2, 4), (4,)).
+  static strategy from_output(const split_tuple& t, const shape_list& in) {
+    const extents out = elementwise_shape(in);
+    strategy s;
+    s.n = in.n;
+    for (int i = 0; i < in.n; ++i) {
+      s.in[i] = ones(in[i].ndim);
+      for (int d = 0; d < in[i].ndim; ++d) {
+        const int j = d + out.ndim - in[i].ndim;
+        if (in[i][d] == out[j] && (in[i][d] != 1)) s.in[i].v[d] = t[j];
+      }
+    }
+    return s;
+  }
+  /// The output's splits under a strategy (the inverse of from_output).
+  static split_tuple output_split(const strategy& s, const shape_list& in) {
+    const extents out = elementwise_shape(in);
+    split_tuple t = ones(out.ndim);
+    for (int i = 0; i < in.n; ++i)
+      for (int d = 0; d < in[i].ndim; ++d) {
+        const int j = d + out.ndim - in[i].ndim;
+        if (s.in[i].v[d] > 1) t.v[j] = s.in[i].v[d];
+      }
+    return t;
+  }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "add: elementwise: a broadcast dim cannot be split: input 1, dim 0 has extent 1 and
+  /// split 2; strategy ((2, 4), (2, 4))".
+  elementwise_layouts rule(int device_num, const shape_list& shapes) const {
+    if constexpr (K == elementwise_kind::bias_add) {
+      const extents& x = shapes[0];
+      const extents& b = shapes[1];
+      if (shapes.n != 2 || x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
+        throw error("bias_add: bias is " + (shapes.n > 1 ? to_string(b) : std::string("missing")) +
+                    ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
+                    ",) for x " + to_string(x));
+    }
+    const status s = check_elementwise(st, device_num, shapes);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return elementwise_rule(st, device_num, shapes);
+  }
+};
+
+using add_op = elementwise_op<elementwise_kind::add>;
+using sub_op = elementwise_op<elementwise_kind::sub>;
+using mul_op = elementwise_op<elementwise_kind::mul>;
+using div_op = elementwise_op<elementwise_kind::div>;
+using relu_op = elementwise_op<elementwise_kind::relu>;
+using exp_op = elementwise_op<elementwise_kind::exp>;
+using log_op = elementwise_op<elementwise_kind::log>;
+using neg_op = elementwise_op<elementwise_kind::neg>;
+using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
+
+}  // namespace ops
+
+}  // namespace tessera
+// ---- tessera/ops/reduce_rule.hpp ----
+// The reductions' definition (ReduceSum, ReduceMean, ReduceMax, ReduceMin over a list
+// of dims, with keep_dims): the sharding rule, from the input's split tuple to the
+// layouts of input and output (constexpr), and the operator type ops::reduction_op<How>.
+// Standard library only; the forward and backward are in ops/reduce.hpp.
+
+#include <array>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -2979,12 +4705,107 @@ inline constexpr reduce_layouts static_reduce_rule = [] {
   else return reduce_layouts{};
 }();
 
+namespace ops {
+
+/// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))` applied
+/// over `dims`; How is sum, mean, max or min; rule reduce_rule (a split reduced dim
+/// leaves the output partial). ReduceSum and ReduceMean are linear in their input.
+/// Candidates: every split tuple of the input. Data parallel: the input's dim 0 split
+/// over every device.
+template <reduce_op How>
+struct reduction_op {
+  strategy st;
+  dim_list dims;  ///< the reduced dims ({} = every dim; negative counts from the end)
+  bool keep_dims = false;
+
+  static constexpr std::string_view type() {
+    switch (How) {
+      case reduce_op::mean: return "ReduceMean";
+      case reduce_op::max: return "ReduceMax";
+      case reduce_op::min: return "ReduceMin";
+      default: return "ReduceSum";
+    }
+  }
+  static constexpr std::string_view name() {
+    switch (How) {
+      case reduce_op::mean: return "reduce_mean";
+      case reduce_op::max: return "reduce_max";
+      case reduce_op::min: return "reduce_min";
+      default: return "reduce_sum";
+    }
+  }
+  static constexpr int arity = 1;
+
+  linearity linear() const { return reduction_linearity(How); }
+  std::string attributes() const { return "axis: " + tuple_text(dims) + ", keep_dims: " + bool_text(keep_dims); }
+  extents output_shape(const shape_list& in) const {
+    const strategy one{ones(in[0].ndim)};
+    require_shapes(check_reduce(one, 1, in[0], dims));
+    return reduce_rule(one, 1, in[0], dims, keep_dims, How).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_reduce(s, device_num, in[0], dims);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const reduce_layouts r = reduce_rule(s, device_num, in[0], dims, keep_dims, How);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+
+  /// The backward of ReduceMax (ReduceMin) resolves the partial maxima (minima) and the
+  /// counts of ties over the axes of split reduced dims: two AllReduces of the output's
+  /// shard. None for the others, and none when no reduced dim is split.
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    if constexpr (How != reduce_op::max && How != reduce_op::min) {
+      (void)s, (void)device_num, (void)in;
+      return {};
+    } else {
+      return backward_collectives(reduce_rule(s, device_num, in[0], dims, keep_dims, How));
+    }
+  }
+  /// The two AllReduces of collectives() for the rule `r`: [0] the extrema, [1] the
+  /// counts of ties (empty when the output holds no partial results).
+  static std::vector<internal_collective> backward_collectives(const reduce_layouts& r) {
+    if (!r.out.has_partial()) return {};
+    axis_list axes;
+    for (int a = 0; a < r.dev.ndim; ++a)
+      if (r.out.is_partial(a)) axes.push_back(a);
+    const index_t n = local_shape(r.out, r.shape).size();
+    return {all_reduce_of(How, r.dev, axes, n, How == reduce_op::max ? "the maxima" : "the minima", true),
+            all_reduce_of(reduce_op::sum, r.dev, axes, n, "the counts of ties", true)};
+  }
+
+  /// The rule on `device_num` devices for an input of global shape `shape`; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
+  /// strategy ((2, 4),)".
+  reduce_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_reduce(st, device_num, shape, dims);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return reduce_rule(st, device_num, shape, dims, keep_dims, How);
+  }
+};
+
+using reduce_sum_op = reduction_op<reduce_op::sum>;
+using reduce_mean_op = reduction_op<reduce_op::mean>;
+using reduce_max_op = reduction_op<reduce_op::max>;
+using reduce_min_op = reduction_op<reduce_op::min>;
+
+}  // namespace ops
+
 }  // namespace tessera
 // ---- tessera/ops/softmax_rule.hpp ----
-// The sharding rule of SoftmaxCrossEntropyWithLogits: logits (B, C) and one-hot (or
-// distribution) labels (B, C) split alike by ((b, c), (b, c)), the class dim possibly
-// split; the output is the per-sample loss (B,). Standard library only and constexpr.
+// SoftmaxCrossEntropyWithLogits' definition: the sharding rule (logits (B, C) and
+// one-hot (or distribution) labels (B, C) split alike by ((b, c), (b, c)), the class dim
+// possibly split; the output is the per-sample loss (B,)), constexpr, and the operator
+// type ops::softmax_cross_entropy_op. Standard library only; the forward and backward
+// are in ops/softmax.hpp.
 
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -3056,6 +4877,79 @@ inline constexpr cross_entropy_layouts static_softmax_cross_entropy_rule = [] {
   else return cross_entropy_layouts{};
 }();
 
+namespace ops {
+
+/// SoftmaxCrossEntropyWithLogits with a shard strategy, as
+/// `SoftmaxCrossEntropyWithLogits().shard(((2, 4), (2, 4)))`: logits and labels split
+/// alike, rows b ways and classes c ways; rule softmax_cross_entropy_rule. Labels get no
+/// gradient. Candidates: every ((b, c), (b, c)) with b | B, c | C and b c dividing the
+/// device count. Data parallel: b = device count. With the class dim split (c > 1) it
+/// combines row maxima and row sums over the class axis, forward and backward.
+struct softmax_cross_entropy_op {
+  strategy st;
+
+  static constexpr std::string_view type() { return "SoftmaxCrossEntropyWithLogits"; }
+  static constexpr std::string_view name() { return "softmax_cross_entropy"; }
+  static constexpr int arity = 2;
+
+  bool differentiable(int i) const { return i == 0; }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_softmax_cross_entropy(all_ones(in), 1, in[0], in[1]));
+    return extents{in[0][0]};
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_softmax_cross_entropy(s, device_num, in[0], in[1]);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const cross_entropy_layouts r = softmax_cross_entropy_rule(s, device_num, in[0]);
+    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    std::vector<strategy> c;
+    for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, t}); });
+    order_candidates(c, [](const strategy& s) { return s.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const {
+    return strategy{{device_num, 1}, {device_num, 1}};
+  }
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    const cross_entropy_layouts r = softmax_cross_entropy_rule(s, device_num, in[0]);
+    std::vector<internal_collective> c = row_collectives(r, in[0], false);
+    for (const internal_collective& b : row_collectives(r, in[0], true)) c.push_back(b);
+    return c;
+  }
+  /// The AllReduces over the class axis that combine each local row's statistics when
+  /// the classes are split (none otherwise): [0] the row maxima (one per row), [1] the row
+  /// sums, label masses and label-weighted terms (three per row). The forward runs them,
+  /// and the backward again.
+  static std::vector<internal_collective> row_collectives(const cross_entropy_layouts& r, const extents& logits,
+                                                          bool backward) {
+    if (r.class_split <= 1) return {};
+    const index_t rows = local_shape(r.logits, logits)[0];
+    const axis_list axes{r.class_axis};
+    return {all_reduce_of(reduce_op::max, r.dev, axes, rows, "row maxima", backward),
+            all_reduce_of(reduce_op::sum, r.dev, axes, 3 * rows, "row sums", backward)};
+  }
+
+  /// The rule on `device_num` devices for logits and labels of the given global
+  /// shapes; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "softmax_cross_entropy: logits and labels must be split alike: dim 1: labels split
+  /// 2 ways, logits 4 ways; strategy ((2, 4), (2, 2))".
+  cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
+    const status s = check_softmax_cross_entropy(st, device_num, logits, labels);
+    if (!s.ok()) {
+      // The operator's own rules already start with its name.
+      const bool own = s.code == errc::cross_entropy_rank || s.code == errc::cross_entropy_shapes ||
+                       s.code == errc::cross_entropy_split;
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return softmax_cross_entropy_rule(st, device_num, logits);
+  }
+};
+
+}  // namespace ops
+
 }  // namespace tessera
 // ---- tessera/ops/split_check.hpp ----
 // A check the sharding rules share: a strategy's split tuple against an input's shape,
@@ -3077,10 +4971,15 @@ constexpr status check_divides(const split_tuple& s, const extents& shape) {
 
 }  // namespace tessera::detail
 // ---- tessera/ops/batch_matmul_rule.hpp ----
-// BatchMatMul's sharding rule: C[..., :, :] = op(A[..., :, :]) op(B[..., :, :]) over
-// batch dims split like an element-wise operator's and a contraction split that leaves
-// partial sums, as MatMul's. Standard library only and constexpr.
+// BatchMatMul's definition: the sharding rule (C[..., :, :] = op(A[..., :, :])
+// op(B[..., :, :]) over batch dims split like an element-wise operator's and a
+// contraction split that leaves partial sums, as MatMul's), constexpr, and the operator
+// type ops::batch_matmul_op. Standard library only; the forward and backward are in
+// ops/batch_matmul.hpp.
 
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -3224,12 +5123,120 @@ inline constexpr batch_matmul_layouts static_batch_matmul_rule = [] {
   else return batch_matmul_layouts{};
 }();
 
+namespace ops {
+
+/// BatchMatMul with a shard strategy, as `BatchMatMul(transpose_a, transpose_b).shard(st)`:
+/// A (batch..., m, k) times B (batch..., k, n), either of them possibly a plain matrix
+/// shared by every batch entry; the strategy splits every dim of each input; rule
+/// batch_matmul_rule. Linear in either operand. Candidates: every split of the batch
+/// dims, m, k and n whose device matrix divides the device count (the batched inputs'
+/// batch dims split alike). Data parallel: batch dim 0 split over every device.
+struct batch_matmul_op {
+  strategy st;
+  bool trans_a = false;
+  bool trans_b = false;
+
+  static constexpr std::string_view type() { return "BatchMatMul"; }
+  static constexpr std::string_view name() { return "batch_matmul"; }
+  static constexpr int arity = 2;
+
+  std::string attributes() const {
+    return "transpose_a: " + bool_text(trans_a) + ", transpose_b: " + bool_text(trans_b);
+  }
+  linearity linear() const { return linearity::each(2); }
+  /// 2 (batch m n) k on each rank's shards.
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
+    const extents a = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(trans_a ? a[a.ndim - 2] : a[a.ndim - 1]);
+  }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_batch_matmul(all_ones(in), 1, in[0], in[1], trans_a, trans_b));
+    return batch_matmul_rule(all_ones(in), 1, in[0], in[1], trans_a, trans_b).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_batch_matmul(s, device_num, in[0], in[1], trans_a, trans_b);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const batch_matmul_layouts r = batch_matmul_rule(s, device_num, in[0], in[1], trans_a, trans_b);
+    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    const extents out = output_shape(in);
+    const int nb = out.ndim - 2;
+    extents dims = out;  // (batch..., m, k, n)
+    dims.ndim = nb + 3;
+    dims.v[nb + 1] = trans_a ? in[0][in[0].ndim - 2] : in[0][in[0].ndim - 1];
+    dims.v[nb + 2] = out[nb + 1];
+    std::vector<strategy> c;
+    for_each_split(dims, device_num, [&](const split_tuple& t) {
+      const strategy s = make(t, in);
+      if (check(s, device_num, in).ok()) c.push_back(s);
+    });
+    order_candidates(c, [&](const strategy& s) { return devices(s, in); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    split_tuple t = ones(output_shape(in).ndim + 1);
+    t.v[0] = device_num;
+    return make(t, in);
+  }
+
+  /// The strategy of batch splits, then m, k and n: t = (b..., m, k, n).
+  strategy make(const split_tuple& t, const shape_list& in) const {
+    const int nb = t.n - 3;
+    const int m = t[nb], k = t[nb + 1], n = t[nb + 2];
+    strategy s{ones(in[0].ndim), ones(in[1].ndim)};
+    for (int i = 0; i < 2; ++i)
+      if (in[i].ndim == nb + 2)
+        for (int d = 0; d < nb; ++d) s.in[i].v[d] = t[d];
+    split_tuple& a = s.in[0];
+    split_tuple& b = s.in[1];
+    a.v[a.n - 2] = trans_a ? k : m;
+    a.v[a.n - 1] = trans_a ? m : k;
+    b.v[b.n - 2] = trans_b ? n : k;
+    b.v[b.n - 1] = trans_b ? k : n;
+    return s;
+  }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
+  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
+  /// (1, 2, 1))".
+  batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
+    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
+      throw error(s, own ? std::string_view{} : name(),
+                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
+    }
+    return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
+  }
+
+ private:
+  int devices(const strategy& s, const shape_list& in) const {
+    const split_tuple& batched = in[0].ndim >= in[1].ndim ? s.in[0] : s.in[1];
+    const int nb = batched.n - 2;
+    int p = 1;
+    for (int d = 0; d < nb; ++d) p *= batched[d];
+    const split_tuple& a = s.in[0];
+    const split_tuple& b = s.in[1];
+    return p * a[a.n - 2] * a[a.n - 1] * (trans_b ? b[b.n - 2] : b[b.n - 1]);
+  }
+};
+
+}  // namespace ops
+
 }  // namespace tessera
 // ---- tessera/ops/one_hot_rule.hpp ----
-// OneHot's sharding rule: indices (...) -> (..., depth), the strategy splitting the
-// output, i.e. the indices' dims and optionally the depth. Standard library only and
-// constexpr.
+// OneHot's definition: the sharding rule (indices (...) -> (..., depth), the strategy
+// splitting the output, i.e. the indices' dims and optionally the depth), constexpr, and
+// the operator type ops::one_hot_op. Standard library only; the forward is in
+// ops/one_hot.hpp.
 
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -3297,12 +5304,82 @@ inline constexpr one_hot_layouts static_one_hot_rule = [] {
   else return one_hot_layouts{};
 }();
 
+namespace ops {
+
+/// OneHot with a shard strategy, as `OneHot().shard(((2, 4), (), ()))` applied with
+/// `depth` classes (axis -1: the depth is the output's last dim), `on` at each index and
+/// `off` elsewhere; rule one_hot_rule. Its strategy splits the OUTPUT, as MindSpore's
+/// ((b, d),): one entry per output dim. The indices get no gradient. Candidates: every
+/// split tuple of the output. Data parallel: output dim 0.
+struct one_hot_op {
+  strategy st;
+  index_t depth = 0;
+  double on = 1;
+  double off = 0;
+
+  static constexpr std::string_view type() { return "OneHot"; }
+  static constexpr std::string_view name() { return "one_hot"; }
+  static constexpr int arity = 1;
+
+  bool differentiable(int) const { return false; }
+  std::string attributes() const { return "depth: " + std::to_string(depth) + ", axis: -1"; }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_one_hot(strategy{ones(in[0].ndim + 1)}, 1, in[0], depth));
+    extents out = in[0];
+    out.v[out.ndim++] = depth;
+    return out;
+  }
+  /// ((b, d),), or MindSpore's ((b, d), (), ()) (empty tuples for the on and off values).
+  status check_form(const strategy& s, const shape_list& in) const {
+    if (s.n != 1 && s.n != 3) return fail(errc::one_hot_inputs, -1, -1, s.n);
+    for (int i = 1; i < s.n; ++i)
+      if (s.in[i].n != 0) return fail(errc::one_hot_value_split, i, -1, s.in[i].n);
+    if (s.in[0].n != in[0].ndim + 1) return fail(errc::one_hot_ndim, -1, -1, s.in[0].n, in[0].ndim + 1);
+    for (int d = 0; d < s.in[0].n; ++d)
+      if (s.in[0].v[d] < 1) return fail(errc::strategy_split, 0, d, s.in[0].v[d]);
+    return {};
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_one_hot(s, device_num, in[0], depth);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const one_hot_layouts r = one_hot_rule(s, device_num, in[0], depth);
+    return {r.dev, {r.indices}, r.out, {r.indices}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(output_shape(in), device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    return split_dim(output_shape(in), 0, device_num);
+  }
+
+  /// The rule on `device_num` devices for indices of global shape `indices`; throws
+  /// tessera::error naming the rule broken, the numbers and the strategy:
+  /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
+  /// 1 entries for an output of rank 2; strategy ((2,),)".
+  one_hot_layouts rule(int device_num, const extents& indices) const {
+    const status s = check_one_hot(st, device_num, indices, depth);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("one_hot");
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return one_hot_rule(st, device_num, indices, depth);
+  }
+};
+
+}  // namespace ops
+
 }  // namespace tessera
 // ---- tessera/ops/softmax_axis_rule.hpp ----
-// The sharding rule of Softmax and LogSoftmax along one axis: the input's split tuple
-// gives the layouts; a split softmax axis is allowed, its row max and row sums then
-// combine across the axis group. Standard library only and constexpr.
+// Softmax's and LogSoftmax's definition along one axis: the sharding rule (the input's
+// split tuple gives the layouts; a split softmax axis is allowed, its row max and row
+// sums then combine across the axis group), constexpr, and the operator type
+// ops::softmax_axis_op<Log>. Standard library only; the forward and backward are in
+// ops/softmax_axis.hpp.
 
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -3353,16 +5430,89 @@ inline constexpr softmax_layouts static_softmax_rule = [] {
   else return softmax_layouts{};
 }();
 
+namespace ops {
+
+/// Softmax (Log = false) or LogSoftmax (Log = true) along `axis` with a shard strategy,
+/// as `Softmax(axis).shard(((2, 4),))`; rule softmax_rule. Candidates: every split tuple
+/// of the input; a split axis combines the rows' maxima and sums over its group (forward
+/// two all-reduces of one value per row, backward one). Data parallel: dim 0.
+template <bool Log>
+struct softmax_axis_op {
+  strategy st;
+  int axis = -1;
+
+  static constexpr std::string_view type() { return Log ? "LogSoftmax" : "Softmax"; }
+  static constexpr std::string_view name() { return Log ? "log_softmax" : "softmax"; }
+  static constexpr int arity = 1;
+
+  std::string attributes() const { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_softmax(all_ones(in), 1, in[0], axis));
+    return in[0];
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_softmax(s, device_num, in[0], axis);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const softmax_layouts r = softmax_rule(s, device_num, in[0], axis);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    const softmax_layouts r = softmax_rule(s, device_num, in[0], axis);
+    std::vector<internal_collective> c = forward_collectives(r, in[0]);
+    if (!c.empty()) c.push_back(backward_collective(r, in[0]));
+    return c;
+  }
+  /// The AllReduces of the forward over the axis group when the axis is split (none
+  /// otherwise): [0] the row maxima, [1] the row sums, one value per local row each.
+  static std::vector<internal_collective> forward_collectives(const softmax_layouts& r, const extents& shape) {
+    if (r.group.empty()) return {};
+    const index_t rows = local_rows(r.in, shape, r.axis);
+    return {all_reduce_of(reduce_op::max, r.dev, r.group, rows, "row maxima"),
+            all_reduce_of(reduce_op::sum, r.dev, r.group, rows, "row sums")};
+  }
+  /// The backward's AllReduce of the gradient's row sums over the axis group.
+  static internal_collective backward_collective(const softmax_layouts& r, const extents& shape) {
+    return all_reduce_of(reduce_op::sum, r.dev, r.group, local_rows(r.in, shape, r.axis),
+                         "row sums of the gradient", true);
+  }
+
+  /// The rule on `device_num` devices for an input of global shape `shape`; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "log_softmax: softmax: the axis must name a dim of the input: axis 2, input rank 2;
+  /// strategy ((2, 4),)".
+  softmax_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_softmax(st, device_num, shape, axis);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return softmax_rule(st, device_num, shape, axis);
+  }
+};
+
+using softmax_op = softmax_axis_op<false>;
+using log_softmax_op = softmax_axis_op<true>;
+
+}  // namespace ops
+
 }  // namespace tessera
 // ---- tessera/ops/shape_rule.hpp ----
-// The sharding rules of the data-movement operators: Transpose (permutes the layout),
-// Reshape and Flatten (keep shards in place where the split dims survive), StridedSlice
-// (slices unsplit dims locally) and Concat (along an unsplit axis). Standard library
-// only and constexpr.
+// The data-movement operators' definitions: the sharding rules (constexpr) of Transpose
+// (permutes the layout), Reshape and Flatten (keep shards in place where the split dims
+// survive), StridedSlice (slices unsplit dims locally) and Concat (along an unsplit
+// axis), and the operator types ops::transpose_op, reshape_op, flatten_op,
+// strided_slice_op and concat_op. Standard library only; the forwards and backwards are
+// in ops/shape.hpp.
 
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -3470,7 +5620,7 @@ struct reshape_layouts {
   layout in;          ///< the layout the local reshape reads (and the input's gradient)
   layout out;         ///< the output: the same shards, seen in the target shape
   extents shape;      ///< the target with its -1 resolved
-  bool moves = false; ///< in differs from the strategy's layout: x is redistributed first
+  bool moves = false; ///< in places x unlike the strategy's layout: x is redistributed first
   friend constexpr bool operator==(const reshape_layouts&, const reshape_layouts&) = default;
 };
 
@@ -3537,7 +5687,7 @@ constexpr reshape_layouts reshape_rule(const strategy& st, int device_num, const
   r.out = layout::replicated(r.dev, r.shape.ndim);
   if (shape.size() == 0) {  // no elements: nothing to keep in place
     for (int d = 0; d < shape.ndim; ++d) r.in.split[d] = axis_list{};
-    r.moves = !(r.in == base);
+    r.moves = !same_placement(r.in, base);
     return r;
   }
   const extents& s = shape;
@@ -3571,7 +5721,7 @@ constexpr reshape_layouts reshape_rule(const strategy& st, int device_num, const
     for (int k = 0; k < kept.n; ++k) r.in.split[gi].push_back(kept.v[k]);
     r.out.split[gj] = (i - gi == 1 && j - gj == 1) ? r.in.split[gi] : kept;
   }
-  r.moves = !(r.in == base);
+  r.moves = !same_placement(r.in, base);
   return r;
 }
 
@@ -3606,7 +5756,7 @@ struct strided_slice_layouts {
   layout out;          ///< as `in`: every split dim is taken whole, so it keeps its split
   extents shape;       ///< the slice's global shape
   unsigned cut = 0;    ///< bit d set: dim d is not taken whole (sliced on every rank alike)
-  bool moves = false;  ///< the strategy split a cut dim: x is redistributed (gathered) first
+  bool moves = false;  ///< the strategy split a cut dim over several ranks: x is gathered first
   friend constexpr bool operator==(const strided_slice_layouts&, const strided_slice_layouts&) = default;
 };
 
@@ -3671,7 +5821,7 @@ constexpr strided_slice_layouts strided_slice_rule(const strategy& st, int devic
     }
   }
   r.out = r.in;
-  r.moves = !(r.in == base);
+  r.moves = !same_placement(r.in, base);
   return r;
 }
 
@@ -3753,13 +5903,264 @@ inline constexpr concat_layouts static_concat_rule = [] {
   else return concat_layouts{};
 }();
 
+namespace ops {
+
+namespace detail {
+// Throws the rule's error, prefixed with the operator's name unless the rule's text
+// already starts with it.
+inline void require_rule(const status& s, std::string_view op, const strategy& st) {
+  if (s.ok()) return;
+  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
+  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
+}
+}  // namespace detail
+
+/// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
+/// applied with `perm`; rule transpose_rule: the shards are permuted in place, no
+/// communication. Linear. Candidates: every split tuple of the input. Data parallel: the
+/// input's dim perm[0] (the output's dim 0).
+struct transpose_op {
+  strategy st;
+  dim_list perm;
+
+  static constexpr std::string_view type() { return "Transpose"; }
+  static constexpr std::string_view name() { return "transpose"; }
+  static constexpr int arity = 1;
+
+  linearity linear() const { return linearity::jointly(1u); }
+  std::string attributes() const { return "perm: " + tuple_text(perm); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_transpose(all_ones(in), 1, in[0], perm));
+    return transpose_rule(all_ones(in), 1, in[0], perm).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_transpose(s, device_num, in[0], perm);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const transpose_layouts r = transpose_rule(s, device_num, in[0], perm);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    const int p0 = perm.n > 0 ? (perm.v[0] < 0 ? perm.v[0] + in[0].ndim : perm.v[0]) : 0;
+    return split_dim(in[0], p0, device_num);
+  }
+
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
+  /// rank 2; strategy ((2, 4),)".
+  transpose_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
+    return transpose_rule(st, device_num, shape, perm);
+  }
+  std::vector<int> perm_vector(const transpose_layouts& r) const {
+    return std::vector<int>(r.perm.v.begin(), r.perm.v.begin() + r.perm.n);
+  }
+};
+
+namespace detail {
+// Reshape's and Flatten's definition, from the target each gives for an input shape.
+template <class Op>
+struct reshape_definition {
+  static constexpr int arity = 1;
+  linearity linear() const { return linearity::jointly(1u); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_reshape(all_ones(in), 1, in[0], self().target_of(in[0])));
+    return reshape_rule(all_ones(in), 1, in[0], self().target_of(in[0])).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_reshape(s, device_num, in[0], self().target_of(in[0]));
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const reshape_layouts r = reshape_rule(s, device_num, in[0], self().target_of(in[0]));
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "reshape: the target shape must have the input's number of elements: the input
+  /// has 128 elements, the target 96; strategy ((2, 1),)".
+  reshape_layouts rule(int device_num, const extents& shape) const {
+    require_rule(check_reshape(self().st, device_num, shape, self().target_of(shape)), Op::name(), self().st);
+    return reshape_rule(self().st, device_num, shape, self().target_of(shape));
+  }
+
+ private:
+  const Op& self() const { return static_cast<const Op&>(*this); }
+};
+}  // namespace detail
+
+/// Reshape with a shard strategy for its input, as `Reshape().shard(((2, 1),))` applied
+/// with `target` (one entry may be -1, inferred); rule reshape_rule: the shards stay in
+/// place when only the first dim of each group of dims is split, else the input is
+/// redistributed first (the rule's `in`). Linear. Candidates: every split tuple of the
+/// input. Data parallel: dim 0.
+struct reshape_op : detail::reshape_definition<reshape_op> {
+  strategy st;
+  extents target;
+
+  reshape_op() = default;
+  reshape_op(strategy s, extents t) : st(s), target(t) {}
+
+  static constexpr std::string_view type() { return "Reshape"; }
+  static constexpr std::string_view name() { return "reshape"; }
+  std::string attributes() const {
+    std::string s = "shape: (";
+    for (int d = 0; d < target.ndim; ++d) s += (d ? ", " : "") + std::to_string(target.v[d]);
+    return s + (target.ndim == 1 ? ",)" : ")");
+  }
+  extents target_of(const extents&) const { return target; }
+};
+
+/// Flatten with a shard strategy for its input: reshape to (shape[0], the product of the
+/// other dims), as reshape_op.
+struct flatten_op : detail::reshape_definition<flatten_op> {
+  strategy st;
+
+  flatten_op() = default;
+  explicit flatten_op(strategy s) : st(s) {}
+
+  static constexpr std::string_view type() { return "Flatten"; }
+  static constexpr std::string_view name() { return "flatten"; }
+  extents target_of(const extents& shape) const { return flatten_target(shape); }
+  reshape_op as_reshape(const extents& shape) const { return reshape_op{st, flatten_target(shape)}; }
+};
+
+/// StridedSlice with a shard strategy for its input, as `StridedSlice().shard(((2, 1),))`
+/// applied with begin, end and strides (Python slice semantics on the leading dims; no
+/// strides: all 1); rule strided_slice_rule: a dim taken whole keeps its split, a cut dim
+/// is whole on every rank (gathered first when the strategy splits it). Linear.
+/// Candidates: every split tuple of the input. Data parallel: dim 0.
+struct strided_slice_op {
+  strategy st;
+  index_list begin, end, strides;
+
+  static constexpr std::string_view type() { return "StridedSlice"; }
+  static constexpr std::string_view name() { return "strided_slice"; }
+  static constexpr int arity = 1;
+
+  linearity linear() const { return linearity::jointly(1u); }
+  std::string attributes() const {
+    return "begin: " + tuple_text(begin) + ", end: " + tuple_text(end) + ", strides: " + tuple_text(strides);
+  }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_strided_slice(all_ones(in), 1, in[0], begin, end, strides));
+    return strided_slice_rule(all_ones(in), 1, in[0], begin, end, strides).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_strided_slice(s, device_num, in[0], begin, end, strides);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const strided_slice_layouts r = strided_slice_rule(s, device_num, in[0], begin, end, strides);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
+  strided_slice_layouts rule(int device_num, const extents& shape) const {
+    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
+    return strided_slice_rule(st, device_num, shape, begin, end, strides);
+  }
+
+  /// The slice each rank applies to its shard: the cut dims as given (they are whole
+  /// on every rank), the whole dims taken whole.
+  struct local_slice {
+    std::vector<index_t> begin, end, strides;
+  };
+  local_slice local(const strided_slice_layouts& r) const {
+    local_slice s;
+    for (int d = 0; d < begin.n; ++d) {
+      const bool cut = (r.cut >> d & 1u) != 0;
+      s.begin.push_back(cut ? begin.v[d] : 0);
+      s.end.push_back(cut ? end.v[d] : std::numeric_limits<index_t>::max());
+      s.strides.push_back(cut && strides.n ? strides.v[d] : 1);
+    }
+    return s;
+  }
+};
+
+/// Concat with a shard strategy, as `Concat(axis).shard(((2, 1), (2, 1)))`: one split
+/// tuple per input, all alike, the axis unsplit; rule concat_rule: each rank joins its
+/// shards. Linear in every input together. Candidates: every split tuple of the inputs
+/// with the axis unsplit, given to each. Data parallel: dim 0 split over every device
+/// (whole when dim 0 is the axis).
+struct concat_op {
+  strategy st;
+  int axis = 0;
+
+  static constexpr std::string_view type() { return "Concat"; }
+  static constexpr std::string_view name() { return "concat"; }
+  static constexpr int arity = -1;
+
+  linearity linear() const { return linearity::all(max_strategy_inputs); }
+  std::string attributes() const { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_concat(all_ones(in), 1, in, axis));
+    return concat_rule(all_ones(in), 1, in, axis).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_concat(s, device_num, in, axis);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const concat_layouts r = concat_rule(s, device_num, in, axis);
+    op_layouts l{r.dev, {}, r.out, {}, r.out};
+    for (int i = 0; i < in.n; ++i) {
+      l.in.push_back(r.in);
+      l.in_grad.push_back(r.in);
+    }
+    return l;
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    extents s = in[0];
+    s.v[resolved_axis(s)] = 1;  // the axis stays whole
+    std::vector<strategy> c;
+    for_each_split(s, device_num, [&](const split_tuple& t) { c.push_back(all(t, in)); });
+    order_candidates(c, [](const strategy& x) { return x.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const {
+    split_tuple t = ones(in[0].ndim);
+    if (t.n > 0 && resolved_axis(in[0]) != 0) t.v[0] = device_num;
+    return all(t, in);
+  }
+
+  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
+  /// ((2, 4), (2, 4))".
+  concat_layouts rule(int device_num, const shape_list& shapes) const {
+    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
+    return concat_rule(st, device_num, shapes, axis);
+  }
+
+ private:
+  int resolved_axis(const extents& s) const { return axis < 0 ? axis + s.ndim : axis; }
+  static strategy all(const split_tuple& t, const shape_list& in) {
+    strategy s;
+    for (int i = 0; i < in.n; ++i) s.in[s.n++] = t;
+    return s;
+  }
+};
+
+}  // namespace ops
+
 }  // namespace tessera
 // ---- tessera/ops/argmax_rule.hpp ----
-// ArgMax's sharding rule: the index of the maximum along one axis, as a reduction over
-// that axis whose partial results (a maximum and its index per rank) the operator
-// resolves itself, so the output holds whole indices. Standard library only and
-// constexpr.
+// ArgMax's definition: the sharding rule (the index of the maximum along one axis, as a
+// reduction over that axis whose partial results, a maximum and its index per rank, the
+// operator resolves itself, so the output holds whole indices), constexpr, and the
+// operator type ops::argmax_op. Standard library only; the forward is in ops/argmax.hpp.
 
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -3807,12 +6208,72 @@ inline constexpr argmax_layouts static_argmax_rule = [] {
   else return argmax_layouts{};
 }();
 
+namespace ops {
+
+/// ArgMax along `axis` with a shard strategy, as `Argmax(axis).shard(((2, 4),))`: the
+/// index of the maximum (as a value of the tensors' type in the graph), data with no
+/// gradient; rule argmax_rule. Candidates: every split tuple of the input; a split axis
+/// combines the maxima and then the indices over its group. Data parallel: dim 0.
+struct argmax_op {
+  strategy st;
+  int axis = -1;
+
+  static constexpr std::string_view type() { return "Argmax"; }
+  static constexpr std::string_view name() { return "argmax"; }
+  static constexpr int arity = 1;
+
+  bool differentiable(int) const { return false; }
+  std::string attributes() const { return "axis: " + std::to_string(axis); }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_argmax(all_ones(in), 1, in[0], axis));
+    return argmax_rule(all_ones(in), 1, in[0], axis).shape;
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_argmax(s, device_num, in[0], axis);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const argmax_layouts r = argmax_rule(s, device_num, in[0], axis);
+    return {r.dev, {r.in}, r.out, {r.in}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return one_input_candidates(in[0], device_num);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return split_dim(in[0], 0, device_num); }
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    return group_collectives(argmax_rule(s, device_num, in[0], axis), in[0]);
+  }
+  /// The AllReduces over the axis group when the axis is split (none otherwise): [0] the
+  /// maxima, [1] the first index of each maximum (8-byte integers), one per local row.
+  static std::vector<internal_collective> group_collectives(const argmax_layouts& r, const extents& shape) {
+    if (r.group.empty()) return {};
+    const index_t rows = local_rows(r.in, shape, r.axis);
+    internal_collective index = all_reduce_of(reduce_op::min, r.dev, r.group, rows, "the first index of each maximum");
+    index.element_bytes = 8;
+    return {all_reduce_of(reduce_op::max, r.dev, r.group, rows, "the maxima"), index};
+  }
+
+  /// The rule; throws tessera::error naming the operator, the rule broken, the numbers
+  /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
+  /// input rank 2; strategy ((2, 4),)".
+  argmax_layouts rule(int device_num, const extents& shape) const {
+    const status s = check_argmax(st, device_num, shape, axis);
+    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    return argmax_rule(st, device_num, shape, axis);
+  }
+};
+
+}  // namespace ops
+
 }  // namespace tessera
 // ---- tessera/ops/sparse_cross_entropy_rule.hpp ----
-// The sharding rule of SparseSoftmaxCrossEntropyWithLogits: logits (B, C) split by
-// ((b, c), (b,)), labels (B,) integer class indices split as the logits' rows; the
-// output is the per-sample loss (B,). Standard library only and constexpr.
+// SparseSoftmaxCrossEntropyWithLogits' definition: the sharding rule (logits (B, C)
+// split by ((b, c), (b,)), labels (B,) integer class indices split as the logits' rows;
+// the output is the per-sample loss (B,)), constexpr, and the operator type
+// ops::sparse_softmax_cross_entropy_op. Standard library only; the forward and backward
+// are in ops/sparse_cross_entropy.hpp.
 
+#include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -3884,729 +6345,554 @@ inline constexpr sparse_cross_entropy_layouts static_sparse_softmax_cross_entrop
   else return sparse_cross_entropy_layouts{};
 }();
 
+namespace ops {
+
+/// SparseSoftmaxCrossEntropyWithLogits with a shard strategy, as
+/// `SparseSoftmaxCrossEntropyWithLogits().shard(((2, 4), (2,)))`: the logits' rows b
+/// ways and classes c ways, the labels as the rows; rule
+/// sparse_softmax_cross_entropy_rule. Returns the per-sample loss (as
+/// SoftmaxCrossEntropyWithLogits does; reduce_mean gives MindSpore's mean loss). Labels
+/// get no gradient. Candidates: every ((b, c), (b,)) with b | B, c | C and b c dividing
+/// the device count. Data parallel: b = device count. A split class dim combines the
+/// row maxima and sums over the class axis, forward and backward.
+struct sparse_softmax_cross_entropy_op {
+  strategy st;
+
+  static constexpr std::string_view type() { return "SparseSoftmaxCrossEntropyWithLogits"; }
+  static constexpr std::string_view name() { return "sparse_softmax_cross_entropy"; }
+  static constexpr int arity = 2;
+
+  bool differentiable(int i) const { return i == 0; }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_sparse_softmax_cross_entropy(all_ones(in), 1, in[0], in[1]));
+    return extents{in[0][0]};
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_sparse_softmax_cross_entropy(s, device_num, in[0], in[1]);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(s, device_num, in[0]);
+    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    std::vector<strategy> c;
+    for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, {t[0]}}); });
+    order_candidates(c, [](const strategy& s) { return s.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const { return strategy{{device_num, 1}, {device_num}}; }
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(s, device_num, in[0]);
+    std::vector<internal_collective> c = row_collectives(r, in[0], false);
+    for (const internal_collective& b : row_collectives(r, in[0], true)) c.push_back(b);
+    return c;
+  }
+  /// The AllReduces over the class axis that combine each local row's statistics when
+  /// the classes are split (none otherwise): [0] the row maxima (one per row), [1] the row
+  /// sums and the labels' logits (two per row). The forward runs them, and the backward
+  /// again.
+  static std::vector<internal_collective> row_collectives(const sparse_cross_entropy_layouts& r,
+                                                          const extents& logits, bool backward) {
+    if (r.class_split <= 1) return {};
+    const index_t rows = local_shape(r.logits, logits)[0];
+    const axis_list axes{r.class_axis};
+    return {all_reduce_of(reduce_op::max, r.dev, axes, rows, "row maxima", backward),
+            all_reduce_of(reduce_op::sum, r.dev, axes, 2 * rows, "row sums and the labels' logits", backward)};
+  }
+
+  /// The rule on `device_num` devices for logits and labels of the given global shapes;
+  /// throws tessera::error with the rule broken, the numbers and the strategy:
+  /// "sparse_softmax_cross_entropy: labels must be split as the logits' batch dim: labels
+  /// split 4 ways, the logits' batch dim 2 ways; strategy ((2, 4), (4,))".
+  sparse_cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
+    const status s = check_sparse_softmax_cross_entropy(st, device_num, logits, labels);
+    if (!s.ok()) {
+      const bool own = what_must_hold(s.code).starts_with("sparse_softmax_cross_entropy");
+      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
+    }
+    return sparse_softmax_cross_entropy_rule(st, device_num, logits);
+  }
+};
+
+}  // namespace ops
+
 }  // namespace tessera
+// ---- tessera/ops/all_reduce_rule.hpp ----
+// AllReduce's definition: the sum of every rank's tensor over all ranks or over the
+// group of some mesh axes, placed by the user in a hybrid_parallel network (the other
+// modes place communication themselves). Each rank's tensor is whole (its strategy is
+// all ones). Standard library only; the forward and backward are in ops/all_reduce.hpp.
 
-// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
-// (standard library only)
-// ---- tessera/io/json.hpp ----
-// A small JSON value, a strict parser (RFC 8259) and a writer: what checkpoint
-// headers and strategy files need, with the standard library only.
-
-#include <charconv>
-#include <cmath>
-#include <cstdint>
-#include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
+namespace tessera::ops {
+
+/// AllReduce (sum): every rank gets the sum of the ranks' tensors, over all ranks or over
+/// the group of this rank on mesh axes `axes` of `group_mesh` (whose size must be the
+/// device count). Its gradient is the AllReduce (sum) of the gradients over the same
+/// group. Only hybrid_parallel runs it; its strategy is all ones.
+struct all_reduce_op {
+  strategy st;
+  std::optional<mesh> group_mesh;  ///< none: every rank
+  axis_list axes;
+
+  static constexpr std::string_view type() { return "AllReduce"; }
+  static constexpr std::string_view name() { return "all_reduce"; }
+  static constexpr int arity = 1;
+  /// A hybrid_parallel operator: the other modes place communication themselves.
+  static constexpr bool hybrid_only = true;
+
+  std::string attributes() const {
+    if (!group_mesh) return "op: sum, group: all ranks";
+    return "op: sum, group: mesh " + to_string(*group_mesh) + " axes " + tuple_text(axes);
+  }
+  extents output_shape(const shape_list& in) const { return in[0]; }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    if (s.n != 1) return fail(errc::op_inputs, -1, -1, s.n, 1);
+    if (s.in[0].n != in[0].ndim) return fail(errc::op_input_ndim, 0, -1, s.in[0].n, in[0].ndim);
+    return tessera::check(s, device_num);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list&) const {
+    const layout l = strategy_layout(s.in[0], device_num);
+    return {l.dev, {l}, l, {l}, l};
+  }
+  std::vector<strategy> candidates(int, const shape_list& in) const { return {all_ones(in)}; }
+  strategy data_parallel(int, const shape_list& in) const { return all_ones(in); }
+  /// The group against the device count: a group mesh of `device_num` ranks, its axes
+  /// in range. Throws tessera::error otherwise.
+  void validate(int device_num) const {
+    if (group_mesh)
+      if (const status s = check_mesh_size(*group_mesh, device_num); !s.ok())
+        throw error(s, "group mesh " + to_string(*group_mesh));
+    for (int i = 0; i < axes.n; ++i)
+      if (axes[i] < 0 || axes[i] >= (group_mesh ? group_mesh->ndim : 1))
+        throw error("mesh axis " + std::to_string(axes[i]) + " out of range");
+  }
+  /// The AllReduce itself (forward) and its gradient's (backward), of the whole tensor.
+  std::vector<internal_collective> collectives(const strategy&, int device_num, const shape_list& in) const {
+    return {sum(device_num, in[0].size(), false), sum(device_num, in[0].size(), true)};
+  }
+  /// The AllReduce of `elements` over the group on `device_num` devices.
+  internal_collective sum(int device_num, index_t elements, bool backward) const {
+    const auto [m, a] = group(device_num);
+    internal_collective c = all_reduce_of(reduce_op::sum, m, a, elements,
+                                          backward ? "the gradients' sum over the group" : "the sum over the group",
+                                          backward);
+    c.gives_output = true;
+    return c;
+  }
+  /// The group's mesh and axes on `device_num` devices.
+  std::pair<mesh, axis_list> group(int device_num) const {
+    if (group_mesh) return {*group_mesh, axes};
+    return {mesh{device_num}, axis_list{0}};
+  }
+};
+
+}  // namespace tessera::ops
+// ---- tessera/ops/operators.hpp ----
+// The library's operators: every definition of ops/ (one type each, ops/definition.hpp)
+// and the list the graph executor runs without being told (graph/execute.hpp; an
+// operator defined elsewhere is added with executor::add_operator<Op>()). Standard
+// library only: the forwards and backwards are in ops/<name>.hpp (autodiff/ops.hpp
+// includes them all).
+
+
+namespace tessera::ops {
+
+/// A list of types.
+template <class... Ts>
+struct type_list {};
+
+/// Every operator of the library.
+using builtin_operators =
+    type_list<matmul_op, batch_matmul_op, add_op, sub_op, mul_op, div_op, bias_add_op, relu_op, exp_op, log_op, neg_op,
+              reduce_sum_op, reduce_mean_op, reduce_max_op, reduce_min_op, softmax_cross_entropy_op,
+              sparse_softmax_cross_entropy_op, softmax_op, log_softmax_op, transpose_op, reshape_op, flatten_op,
+              strided_slice_op, concat_op, one_hot_op, argmax_op, all_reduce_op>;
+
+namespace detail {
+template <class... Ops>
+constexpr bool all_definitions(type_list<Ops...>) {
+  return (operator_definition<Ops> && ...);
+}
+}  // namespace detail
+
+static_assert(detail::all_definitions(builtin_operators{}),
+              "ops: every operator of the library models operator_definition");
+
+}  // namespace tessera::ops
+
+// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
+// (standard library and nlohmann/json)
+// ---- tessera/io/json.hpp ----
+// JSON through nlohmann/json: a strict parse for untrusted files (checkpoint headers,
+// strategy files) whose every error is a tessera::error naming the document and the
+// position, and a writer that keeps arrays of numbers on one line.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+#include <nlohmann/json.hpp>
+
 namespace tessera::io::json {
 
-/// The kinds of JSON value. Numbers written without a fraction or exponent that fit
-/// in 64 bits are `integer`; every other number is `number` (a double).
-enum class kind { null, boolean, integer, number, string, array, object };
+/// What parse() returns: nlohmann::json (object members sorted by key).
+using value = nlohmann::json;
+/// What writers build: nlohmann::ordered_json, whose objects keep their members in the
+/// order they were added (a file reads in the order its fields are documented).
+using ordered_value = nlohmann::ordered_json;
 
-constexpr std::string_view to_string(kind k) {
-  switch (k) {
-    case kind::null: return "null";
-    case kind::boolean: return "a boolean";
-    case kind::integer: return "an integer";
-    case kind::number: return "a number";
-    case kind::string: return "a string";
-    case kind::array: return "an array";
-    case kind::object: return "an object";
-  }
-  return "?";
-}
-
-/// A JSON value. Objects keep their members in insertion order and have unique
-/// keys (the parser rejects duplicates; set() replaces).
-///
-///     json::value v = json::value::object_of({{"dtype", "F32"}, {"shape", json::value::array_of({2, 3})}});
-///     json::dump(v) == R"({"dtype":"F32","shape":[2,3]})"
-class value {
- public:
-  value() = default;
-  value(std::nullptr_t) {}
-  value(bool b) : kind_(kind::boolean), int_(b ? 1 : 0) {}
-  value(int i) : kind_(kind::integer), int_(i) {}
-  value(long i) : kind_(kind::integer), int_(std::int64_t(i)) {}
-  value(long long i) : kind_(kind::integer), int_(std::int64_t(i)) {}
-  value(unsigned u) : kind_(kind::integer), int_(u) {}
-  value(unsigned long u) : value(static_cast<unsigned long long>(u)) {}
-  value(unsigned long long u) : kind_(kind::integer), int_(std::int64_t(u)) {
-    if (u > 0x7fffffffffffffffull) throw error("json: integer " + std::to_string(u) + " exceeds 2^63 - 1");
-  }
-  value(double d) : kind_(kind::number), num_(d) {}
-  value(std::string s) : kind_(kind::string), str_(std::move(s)) {}
-  value(std::string_view s) : kind_(kind::string), str_(s) {}
-  value(const char* s) : kind_(kind::string), str_(s) {}
-
-  /// An array of the given values.
-  static value array_of(std::initializer_list<value> items = {}) {
-    value v;
-    v.kind_ = kind::array;
-    v.items_.assign(items.begin(), items.end());
-    return v;
-  }
-  /// An empty array.
-  static value array() { return array_of({}); }
-  /// An object with the given members (later duplicates replace earlier ones).
-  static value object_of(std::initializer_list<std::pair<std::string_view, value>> members = {}) {
-    value v;
-    v.kind_ = kind::object;
-    for (const auto& [k, x] : members) v.set(std::string(k), x);
-    return v;
-  }
-  static value object() { return object_of({}); }
-
-  kind type() const { return kind_; }
-  bool is_null() const { return kind_ == kind::null; }
-  bool is_bool() const { return kind_ == kind::boolean; }
-  bool is_integer() const { return kind_ == kind::integer; }
-  /// Integer or other number.
-  bool is_number() const { return kind_ == kind::integer || kind_ == kind::number; }
-  bool is_string() const { return kind_ == kind::string; }
-  bool is_array() const { return kind_ == kind::array; }
-  bool is_object() const { return kind_ == kind::object; }
-
-  bool as_bool() const { return expect(kind::boolean), int_ != 0; }
-  std::int64_t as_integer() const { return expect(kind::integer), int_; }
-  double as_number() const {
-    if (kind_ == kind::integer) return double(int_);
-    return expect(kind::number), num_;
-  }
-  const std::string& as_string() const { return expect(kind::string), str_; }
-
-  // ---- arrays and objects ----
-  /// Number of array items or object members.
-  std::size_t size() const {
-    if (kind_ != kind::array && kind_ != kind::object) expect(kind::array);
-    return items_.size();
-  }
-  /// Array item i.
-  const value& operator[](std::size_t i) const {
-    expect(kind::array);
-    if (i >= items_.size())
-      throw error("json: array index " + std::to_string(i) + " out of range, array has " +
-                  std::to_string(items_.size()) + " items");
-    return items_[i];
-  }
-  const std::vector<value>& items() const { return expect(kind::array), items_; }
-  void push_back(value v) {
-    expect(kind::array);
-    items_.push_back(std::move(v));
-  }
-
-  /// Object member keys, in order (members(i) pairs keys()[i] with items()[i]).
-  const std::vector<std::string>& keys() const { return expect(kind::object), keys_; }
-  /// The value of object member i.
-  const value& member(std::size_t i) const { return expect(kind::object), items_.at(i); }
-  /// The member named `key`, or nullptr.
-  const value* find(std::string_view key) const {
-    expect(kind::object);
-    for (std::size_t i = 0; i < keys_.size(); ++i)
-      if (keys_[i] == key) return &items_[i];
-    return nullptr;
-  }
-  bool contains(std::string_view key) const { return find(key) != nullptr; }
-  /// The member named `key`; throws when there is none.
-  const value& at(std::string_view key) const {
-    if (const value* v = find(key)) return *v;
-    throw error("json: object has no member \"" + std::string(key) + "\"");
-  }
-  /// Appends member `key`, which the caller guarantees is not present yet (keys taken
-  /// from a std::map, say): constant time, where set() searches the members.
-  void append_new(std::string key, value v) {
-    expect(kind::object);
-    keys_.push_back(std::move(key));
-    items_.push_back(std::move(v));
-  }
-  /// Sets member `key` (replacing an existing one, keeping its position).
-  void set(std::string key, value v) {
-    expect(kind::object);
-    for (std::size_t i = 0; i < keys_.size(); ++i)
-      if (keys_[i] == key) {
-        items_[i] = std::move(v);
-        return;
-      }
-    keys_.push_back(std::move(key));
-    items_.push_back(std::move(v));
-  }
-
-  friend bool operator==(const value& a, const value& b) {
-    if (a.kind_ != b.kind_) return false;
-    switch (a.kind_) {
-      case kind::null: return true;
-      case kind::boolean:
-      case kind::integer: return a.int_ == b.int_;
-      case kind::number: return a.num_ == b.num_;
-      case kind::string: return a.str_ == b.str_;
-      case kind::array: return a.items_ == b.items_;
-      case kind::object: return a.keys_ == b.keys_ && a.items_ == b.items_;
-    }
-    return false;
-  }
-
- private:
-  friend class parser;
-  void expect(kind k) const {
-    if (kind_ != k)
-      throw error("json: expected " + std::string(to_string(k)) + ", found " + std::string(to_string(kind_)));
-  }
-
-  kind kind_ = kind::null;
-  std::int64_t int_ = 0;
-  double num_ = 0;
-  std::string str_;
-  std::vector<value> items_;       // array items, or object member values
-  std::vector<std::string> keys_;  // object member keys
-};
-
-/// Deepest nesting of arrays and objects the parser accepts (deeper input is an error,
-/// never a stack overflow).
+/// Deepest nesting of arrays and objects parse() accepts (deeper input is an error).
 inline constexpr int max_depth = 128;
-
-/// The strict parser: RFC 8259 JSON, one value with optional whitespace around it.
-/// Rejected, with the byte offset in the message: comments, trailing commas, single
-/// quotes, leading zeros, NaN/Infinity, control characters and invalid UTF-8 in
-/// strings, lone surrogates in \u escapes, duplicate object keys, nesting deeper than
-/// max_depth, and anything after the value.
-class parser {
- public:
-  parser(std::string_view text, std::string_view context) : s_(text), ctx_(context) {}
-
-  value parse_document() {
-    skip_ws();
-    value v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) fail("unexpected " + describe_here() + " after the JSON value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw error((ctx_.empty() ? std::string("json") : std::string(ctx_)) + ": invalid JSON at byte " +
-                std::to_string(pos_) + ": " + what);
-  }
-  std::string describe_here() const {
-    if (pos_ >= s_.size()) return "end of input";
-    const unsigned char c = static_cast<unsigned char>(s_[pos_]);
-    if (c >= 0x20 && c < 0x7f) return std::string("character '") + char(c) + "'";
-    static constexpr char hex[] = "0123456789abcdef";
-    return std::string("byte 0x") + hex[c >> 4] + hex[c & 15];
-  }
-  void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  bool at_end() const { return pos_ >= s_.size(); }
-  char peek() const { return s_[pos_]; }
-
-  value parse_value(int depth) {
-    if (at_end()) fail("expected a value, found end of input");
-    const char c = peek();
-    if (c == '{') return parse_object(depth + 1);
-    if (c == '[') return parse_array(depth + 1);
-    if (c == '"') return value(parse_string());
-    if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
-    if (literal("true")) return value(true);
-    if (literal("false")) return value(false);
-    if (literal("null")) return value(nullptr);
-    fail("expected a value, found " + describe_here());
-  }
-  bool literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-  void check_depth(int depth) const {
-    if (depth > max_depth) fail("nesting deeper than " + std::to_string(max_depth) + " levels");
-  }
-
-  value parse_object(int depth) {
-    check_depth(depth);
-    ++pos_;  // '{'
-    value obj = value::object();
-    std::unordered_set<std::string> seen;
-    skip_ws();
-    if (!at_end() && peek() == '}') {
-      ++pos_;
-      return obj;
-    }
-    while (true) {
-      skip_ws();
-      if (at_end() || peek() != '"') fail("expected '\"' to start an object key, found " + describe_here());
-      const std::size_t key_pos = pos_;
-      std::string key = parse_string();
-      if (!seen.insert(key).second) {
-        pos_ = key_pos;
-        fail("duplicate object key \"" + key + "\"");
-      }
-      skip_ws();
-      if (at_end() || peek() != ':') fail("expected ':' after an object key, found " + describe_here());
-      ++pos_;
-      skip_ws();
-      value v = parse_value(depth);
-      obj.keys_.push_back(std::move(key));
-      obj.items_.push_back(std::move(v));
-      skip_ws();
-      if (at_end()) fail("expected ',' or '}' in an object, found end of input");
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == '}') {
-        ++pos_;
-        return obj;
-      }
-      fail("expected ',' or '}' in an object, found " + describe_here());
-    }
-  }
-
-  value parse_array(int depth) {
-    check_depth(depth);
-    ++pos_;  // '['
-    value arr = value::array();
-    skip_ws();
-    if (!at_end() && peek() == ']') {
-      ++pos_;
-      return arr;
-    }
-    while (true) {
-      skip_ws();
-      arr.items_.push_back(parse_value(depth));
-      skip_ws();
-      if (at_end()) fail("expected ',' or ']' in an array, found end of input");
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == ']') {
-        ++pos_;
-        return arr;
-      }
-      fail("expected ',' or ']' in an array, found " + describe_here());
-    }
-  }
-
-  value parse_number() {
-    const std::size_t start = pos_;
-    bool integral = true;
-    if (peek() == '-') ++pos_;
-    if (at_end() || !(peek() >= '0' && peek() <= '9')) fail("expected a digit in a number, found " + describe_here());
-    if (peek() == '0') {
-      ++pos_;
-      if (!at_end() && peek() >= '0' && peek() <= '9') fail("a number must not have a leading zero");
-    } else {
-      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
-    }
-    if (!at_end() && peek() == '.') {
-      integral = false;
-      ++pos_;
-      if (at_end() || !(peek() >= '0' && peek() <= '9')) fail("expected a digit after '.', found " + describe_here());
-      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
-    }
-    if (!at_end() && (peek() == 'e' || peek() == 'E')) {
-      integral = false;
-      ++pos_;
-      if (!at_end() && (peek() == '+' || peek() == '-')) ++pos_;
-      if (at_end() || !(peek() >= '0' && peek() <= '9'))
-        fail("expected a digit in an exponent, found " + describe_here());
-      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
-    }
-    const char* first = s_.data() + start;
-    const char* last = s_.data() + pos_;
-    if (integral) {
-      std::int64_t i = 0;
-      const auto r = std::from_chars(first, last, i);
-      if (r.ec == std::errc() && r.ptr == last) return value(static_cast<long long>(i));
-      // too large for 64 bits: kept as a double
-    }
-    double d = 0;
-    const auto r = std::from_chars(first, last, d);
-    if (r.ec != std::errc() || r.ptr != last || !std::isfinite(d)) {
-      pos_ = start;
-      fail("number " + std::string(first, last) + " is out of range");
-    }
-    return value(d);
-  }
-
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xc0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += char(0xe0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    } else {
-      out += char(0xf0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3f));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    }
-  }
-
-  std::uint32_t parse_hex4() {
-    if (s_.size() - pos_ < 4) fail("a \\u escape needs four hex digits");
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s_[pos_];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= std::uint32_t(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= std::uint32_t(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= std::uint32_t(c - 'A' + 10);
-      else fail("expected a hex digit in a \\u escape, found " + describe_here());
-      ++pos_;
-    }
-    return v;
-  }
-
-  // Length of the valid UTF-8 sequence starting at pos_ (a non-ASCII lead byte), or 0.
-  std::size_t utf8_length() const {
-    const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s_[pos_ + i]); };
-    const std::size_t left = s_.size() - pos_;
-    const unsigned char c = b(0);
-    auto cont = [&](std::size_t i) { return i < left && (b(i) & 0xc0) == 0x80; };
-    if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
-    if (c >= 0xe0 && c <= 0xef) {
-      if (!cont(1) || !cont(2)) return 0;
-      if (c == 0xe0 && b(1) < 0xa0) return 0;  // overlong
-      if (c == 0xed && b(1) >= 0xa0) return 0;  // surrogate
-      return 3;
-    }
-    if (c >= 0xf0 && c <= 0xf4) {
-      if (!cont(1) || !cont(2) || !cont(3)) return 0;
-      if (c == 0xf0 && b(1) < 0x90) return 0;  // overlong
-      if (c == 0xf4 && b(1) >= 0x90) return 0;  // above U+10FFFF
-      return 4;
-    }
-    return 0;
-  }
-
-  std::string parse_string() {
-    ++pos_;  // '"'
-    std::string out;
-    while (true) {
-      if (at_end()) fail("unterminated string");
-      const unsigned char c = static_cast<unsigned char>(peek());
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c < 0x20) fail("control character " + describe_here() + " in a string (it must be escaped)");
-      if (c == '\\') {
-        ++pos_;
-        if (at_end()) fail("unterminated escape in a string");
-        const char e = peek();
-        ++pos_;
-        switch (e) {
-          case '"': out += '"'; break;
-          case '\\': out += '\\'; break;
-          case '/': out += '/'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
-          case 'n': out += '\n'; break;
-          case 'r': out += '\r'; break;
-          case 't': out += '\t'; break;
-          case 'u': {
-            std::uint32_t cp = parse_hex4();
-            if (cp >= 0xdc00 && cp <= 0xdfff) fail("a \\u escape holds a lone low surrogate");
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-              if (s_.substr(pos_, 2) != "\\u") fail("a high surrogate must be followed by a \\u low surrogate");
-              pos_ += 2;
-              const std::uint32_t lo = parse_hex4();
-              if (lo < 0xdc00 || lo > 0xdfff) fail("a high surrogate must be followed by a low surrogate");
-              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            }
-            append_utf8(out, cp);
-            break;
-          }
-          default:
-            --pos_;
-            fail("invalid escape: backslash followed by " + describe_here());
-        }
-        continue;
-      }
-      if (c < 0x80) {
-        out += char(c);
-        ++pos_;
-        continue;
-      }
-      const std::size_t n = utf8_length();
-      if (n == 0) fail("invalid UTF-8 " + describe_here() + " in a string");
-      out.append(s_.substr(pos_, n));
-      pos_ += n;
-    }
-  }
-
-  std::string_view s_;
-  std::string_view ctx_;
-  std::size_t pos_ = 0;
-};
-
-/// Parses one JSON document. `context` (a file name, say) starts every error message:
-/// `model.safetensors: invalid JSON at byte 17: expected ':' after an object key, found character ','`.
-inline value parse(std::string_view text, std::string_view context = {}) {
-  return parser(text, context).parse_document();
-}
 
 namespace detail {
 
-inline void dump_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          static constexpr char hex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += hex[c >> 4];
-          out += hex[c & 15];
-        } else {
-          out += ch;
-        }
-    }
+// A pointer into the text that records, in *read, how far nlohmann's lexer has read:
+// the strict builder reports its own errors (duplicate keys, nesting) at that byte.
+class counting_iterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  counting_iterator() = default;
+  counting_iterator(const char* p, const char** read) : p_(p), read_(read) {}
+  reference operator*() const { return *p_; }
+  counting_iterator& operator++() {
+    *read_ = ++p_;
+    return *this;
   }
-  out += '"';
-}
+  counting_iterator operator++(int) {
+    counting_iterator old = *this;
+    ++*this;
+    return old;
+  }
+  friend bool operator==(const counting_iterator& a, const counting_iterator& b) { return a.p_ == b.p_; }
+
+ private:
+  const char* p_ = nullptr;
+  const char** read_ = nullptr;
+};
+
+// nlohmann's SAX events built into a value, stopping at a duplicate object key or at
+// nesting deeper than max_depth (nlohmann keeps the last of duplicate keys, and its
+// parser has no depth limit).
+class strict_builder : public nlohmann::json_sax<value> {
+ public:
+  strict_builder(const char* text, const char* const* read) : text_(text), read_(read) {}
+
+  bool null() override { return put(value(nullptr)); }
+  bool boolean(bool b) override { return put(value(b)); }
+  bool number_integer(number_integer_t v) override { return put(value(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return put(value(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return put(value(v)); }
+  bool string(string_t& s) override { return put(value(std::move(s))); }
+  bool binary(binary_t& b) override { return put(value::binary(std::move(b))); }
+  bool start_object(std::size_t) override { return open(value::object()); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(value::array()); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    if (stack_.back()->contains(k)) return stop("duplicate object key " + value(k).dump());
+    key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const value::exception& ex) override {
+    // nlohmann counts bytes read from 1: the last byte read is at offset position - 1.
+    offset_ = position > 0 ? position - 1 : 0;
+    reason_ = ex.what();
+    if (reason_.rfind("[json.exception.", 0) == 0) reason_.erase(0, reason_.find("] ") + 2);
+    if (reason_.rfind("parse error", 0) == 0 && reason_.find(": ") != std::string::npos)
+      reason_.erase(0, reason_.find(": ") + 2);
+    return false;
+  }
+
+  value& result() { return root_; }
+  std::size_t offset() const { return offset_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  bool put(value v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return true;
+    }
+    value& top = *stack_.back();
+    if (top.is_array()) top.push_back(std::move(v));
+    else top[key_] = std::move(v);
+    return true;
+  }
+  bool open(value container) {
+    if (stack_.size() >= std::size_t(max_depth))
+      return stop("nesting deeper than " + std::to_string(max_depth) + " levels");
+    value* slot = &root_;
+    if (!stack_.empty()) {
+      value& top = *stack_.back();
+      if (top.is_array()) {
+        top.push_back(std::move(container));
+        slot = &top.back();
+      } else {
+        slot = &(top[key_] = std::move(container));
+      }
+    } else {
+      root_ = std::move(container);
+    }
+    stack_.push_back(slot);  // stays valid: its parent gains no member until it closes
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+  bool stop(std::string why) {
+    const std::ptrdiff_t read = *read_ - text_;
+    offset_ = read > 0 ? std::size_t(read - 1) : 0;
+    reason_ = std::move(why);
+    return false;
+  }
+
+  const char* text_;
+  const char* const* read_;
+  value root_;
+  std::vector<value*> stack_;
+  std::string key_;
+  std::size_t offset_ = 0;
+  std::string reason_;
+};
+
+template <class Json>
+void write(std::string& out, const Json& v, int indent, int level);
 
 inline void newline(std::string& out, int indent, int level) {
-  if (indent < 0) return;
   out += '\n';
   out.append(std::size_t(indent) * std::size_t(level), ' ');
 }
 
-// Arrays holding no objects (scalars, or arrays of them: [[2, 4], [4, 1]]) stay on one
-// line even when indenting.
-inline bool flat_array(const value& v) {
-  for (const value& x : v.items())
-    if (x.is_object() || (x.is_array() && !flat_array(x))) return false;
+// Arrays holding no objects (numbers, or arrays of them: [[2, 4], [4, 1]]) stay on one
+// line when indenting.
+template <class Json>
+bool flat(const Json& v) {
+  if (v.is_object()) return false;
+  if (v.is_array())
+    for (const Json& x : v)
+      if (!flat(x)) return false;
   return true;
 }
 
-inline void dump_value(std::string& out, const value& v, int indent, int level) {
-  switch (v.type()) {
-    case kind::null: out += "null"; return;
-    case kind::boolean: out += v.as_bool() ? "true" : "false"; return;
-    case kind::integer: out += std::to_string(v.as_integer()); return;
-    case kind::number: {
-      const double d = v.as_number();
-      if (!std::isfinite(d)) throw error("json: cannot write a non-finite number (" + std::to_string(d) + ")");
-      char buf[32];
-      const auto r = std::to_chars(buf, buf + sizeof buf, d);
-      std::string s(buf, r.ptr);
-      // keep it a number that reads back as a double, not an integer
-      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-      out += s;
-      return;
+template <class Json>
+void write(std::string& out, const Json& v, int indent, int level) {
+  if (v.is_number_float() && !std::isfinite(v.template get<double>()))
+    throw error("json: cannot write a non-finite number (" + std::to_string(v.template get<double>()) + ")");
+  if (v.is_array()) {
+    const bool one_line = indent < 0 || flat(v);
+    out += '[';
+    bool first = true;
+    for (const Json& x : v) {
+      if (!first) out += one_line && indent >= 0 ? ", " : ",";
+      first = false;
+      if (!one_line) newline(out, indent, level + 1);
+      write(out, x, indent, level + 1);
     }
-    case kind::string: dump_string(out, v.as_string()); return;
-    case kind::array: {
-      out += '[';
-      const bool flat = indent < 0 || flat_array(v);
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        if (i) out += flat && indent >= 0 ? ", " : ",";
-        if (!flat) newline(out, indent, level + 1);
-        dump_value(out, v[i], indent, level + 1);
-      }
-      if (!flat && v.size()) newline(out, indent, level);
-      out += ']';
-      return;
+    if (!one_line && !v.empty()) newline(out, indent, level);
+    out += ']';
+  } else if (v.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [k, x] : v.template get_ref<const typename Json::object_t&>()) {
+      if (!first) out += ',';
+      first = false;
+      if (indent >= 0) newline(out, indent, level + 1);
+      out += Json(k).dump(-1, ' ', false, Json::error_handler_t::strict);
+      out += indent >= 0 ? ": " : ":";
+      write(out, x, indent, level + 1);
     }
-    case kind::object: {
-      out += '{';
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        if (i) out += ',';
-        newline(out, indent, level + 1);
-        dump_string(out, v.keys()[i]);
-        out += indent >= 0 ? ": " : ":";
-        dump_value(out, v.member(i), indent, level + 1);
-      }
-      if (v.size()) newline(out, indent, level);
-      out += '}';
-      return;
-    }
+    if (indent >= 0 && !v.empty()) newline(out, indent, level);
+    out += '}';
+  } else {
+    out += v.dump(-1, ' ', false, Json::error_handler_t::strict);
   }
 }
 
 }  // namespace detail
 
-/// Writes `v` as JSON: compact when `indent` < 0, else one member per line indented
-/// by `indent` spaces per level (arrays without objects stay on one line). Strings are
-/// written as UTF-8 with only '"', '\\' and control characters escaped. Throws for a
-/// non-finite number.
-inline std::string dump(const value& v, int indent = -1) {
+/// Parses one JSON document strictly (RFC 8259 through nlohmann/json): comments,
+/// trailing commas, NaN, invalid UTF-8 and anything after the value are rejected, and
+/// beyond nlohmann's own rules so are duplicate object keys, nesting deeper than
+/// max_depth and NUL bytes (which nlohmann's lexer reads as the end of the input). A
+/// UTF-8 byte order mark before the value is skipped. Every error is a tessera::error
+/// that starts with `context` (the file, say) and gives the byte offset (from 0), the
+/// line and column (from 1) and the reason, nlohmann's where it found the error (a
+/// duplicate key is reported at its closing quote, too deep a nesting at its bracket):
+///
+///     model.safetensors: header: invalid JSON at byte 5 (line 1, column 6): syntax error
+///     while parsing value - unexpected end of input; expected '[', '{', or a literal
+///
+/// Integers become number_integer (negative) or number_unsigned; those beyond 64 bits,
+/// and numbers with a fraction or exponent, number_float.
+inline value parse(std::string_view text, std::string_view context = {}) {
+  const char* read = text.data();
+  detail::strict_builder sax(text.data(), &read);
+  const bool ok = value::sax_parse(detail::counting_iterator(text.data(), &read),
+                                   detail::counting_iterator(text.data() + text.size(), &read), &sax,
+                                   value::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false);
+  // nlohmann's lexer takes a NUL byte for the end of the input, so a document with one
+  // would be read only up to it.
+  const std::size_t nul = text.find('\0');
+  if (ok && nul == std::string_view::npos) return std::move(sax.result());
+  std::size_t at = ok ? nul : std::min(sax.offset(), text.size());
+  std::string reason = sax.reason();
+  if (nul <= at) {
+    at = nul;
+    reason = "unexpected NUL byte (JSON text holds none)";
+  }
+  std::size_t line = 1, line_start = 0;
+  for (std::size_t i = 0; i < at; ++i)
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  throw error((context.empty() ? std::string("json") : std::string(context)) + ": invalid JSON at byte " +
+              std::to_string(at) + " (line " + std::to_string(line) + ", column " + std::to_string(at - line_start + 1) +
+              "): " + reason);
+}
+
+/// Writes `v` (a value or an ordered_value) as JSON text: compact when `indent` < 0,
+/// else one object member per line, indented by `indent` spaces per level, with
+/// arrays that hold no objects on one line ("[[2, 4], [4, 1]]"). Strings are written
+/// as UTF-8 with '"', '\\' and control characters escaped. A string that is not valid
+/// UTF-8, or a non-finite number, is an error.
+template <class Json>
+std::string dump(const Json& v, int indent = -1) {
   std::string out;
-  detail::dump_value(out, v, indent, 0);
+  try {
+    detail::write(out, v, indent, 0);
+  } catch (const typename Json::exception& e) {
+    std::string why = e.what();
+    if (why.rfind("[json.exception.", 0) == 0) why.erase(0, why.find("] ") + 2);
+    throw error("json: cannot write the value: " + why);
+  }
   return out;
+}
+
+/// A value's kind for messages: "null", "a boolean", "an integer", "a number" (one
+/// with a fraction or exponent, or beyond 64 bits), "a string", "an array", "an object".
+template <class Json>
+std::string_view kind_name(const Json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "binary data";
+}
+
+/// The integer `v` holds when it is one that fits in 64 signed bits; nullopt for any
+/// other value (2^63 and beyond, 1.0, "1", ...).
+template <class Json>
+std::optional<std::int64_t> to_int64(const Json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.template get<std::uint64_t>();
+    if (u > std::uint64_t(INT64_MAX)) return std::nullopt;
+    return std::int64_t(u);
+  }
+  if (v.is_number_integer()) return v.template get<std::int64_t>();
+  return std::nullopt;
+}
+
+/// Appends member `key` to the ordered object `obj` without looking for it first: for
+/// keys the caller knows are new (taken from a std::map, say), where obj[key] would
+/// search every member.
+inline void append_new(ordered_value& obj, std::string key, ordered_value v) {
+  if (!obj.is_object()) throw error("json: append_new needs an object, found " + std::string(kind_name(obj)));
+  obj.get_ref<ordered_value::object_t&>().emplace_back(std::move(key), std::move(v));
 }
 
 }  // namespace tessera::io::json
 // ---- tessera/io/layout_text.hpp ----
 // Parsers for the text forms of meshes, shapes, split tuples and layouts that
 // core/format.hpp and core/strategy.hpp print: what checkpoint metadata and strategy
-// files store, read back exactly.
+// files store, read back exactly. All of them read through core/text_cursor.hpp, the
+// tokenizer parse_strategy uses.
 
-#include <charconv>
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace tessera::io {
 
 namespace detail {
 
-/// A cursor over a text form with the error message every parser here throws:
-/// "<fn>: <what> at character <i> in \"<text>\"".
-class text_cursor {
- public:
-  text_cursor(std::string_view text, std::string_view fn) : s_(text), fn_(fn) {}
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw error(std::string(fn_) + ": " + what + " at character " + std::to_string(pos_) + " in \"" +
-                std::string(s_) + "\"");
-  }
-  void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t')) ++pos_;
-  }
-  bool done() {
-    skip_ws();
-    return pos_ >= s_.size();
-  }
-  /// Skips spaces; true (and consumed) when the next character is c.
-  bool accept(char c) {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c, std::string_view what) {
-    if (!accept(c)) fail("expected " + std::string(what) + ", found " + here());
-  }
-  bool accept_word(std::string_view w) {
-    skip_ws();
-    if (s_.substr(pos_, w.size()) == w) {
-      pos_ += w.size();
-      return true;
-    }
-    return false;
-  }
-  bool at_digit() {
-    skip_ws();
-    return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9';
-  }
-  /// A non-negative decimal integer no larger than `limit`.
-  std::int64_t number(std::string_view what, std::int64_t limit) {
-    skip_ws();
-    const std::size_t start = pos_;
-    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-    if (pos_ == start) fail("expected " + std::string(what) + ", found " + here());
-    std::int64_t v = 0;
-    const auto r = std::from_chars(s_.data() + start, s_.data() + pos_, v);
-    if (r.ec != std::errc() || v > limit) {
-      const std::string digits(s_.substr(start, pos_ - start));
-      pos_ = start;
-      fail(std::string(what) + " " + digits + " exceeds " + std::to_string(limit));
-    }
-    return v;
-  }
-  std::string here() const {
-    if (pos_ >= s_.size()) return "the end";
-    return std::string("'") + s_[pos_] + "'";
-  }
-  std::string_view text() const { return s_; }
-
- private:
-  std::string_view s_;
-  std::string_view fn_;
-  std::size_t pos_ = 0;
-};
-
-/// A parenthesised tuple as Python prints it: "(2, 4)", "(8,)", "()" (a trailing
-/// comma is optional). Entries are
-/// non-negative integers no larger than `limit`, or '?' (returned as -1) when
-/// `allow_dynamic`.
-inline std::vector<std::int64_t> parse_tuple(std::string_view text, std::string_view fn, std::string_view what,
-                                             std::int64_t limit, bool allow_dynamic) {
+/// Reads a tuple as Python prints it, "(2, 4)", "(8,)", "()" (a trailing comma is
+/// optional), through the one text cursor (core/text_cursor.hpp): at most
+/// `max_entries` entries, each a non-negative integer no larger than `limit`, or '?'
+/// (stored as -1) when `allow_dynamic`. Returns the number of entries.
+inline int read_tuple(std::string_view text, std::string_view fn, std::string_view what, std::int64_t limit,
+                      bool allow_dynamic, int max_entries, std::string_view too_many, std::int64_t* out) {
   text_cursor c(text, fn);
-  std::vector<std::int64_t> out;
-  c.expect('(', "'('");
-  if (!c.accept(')')) {
-    while (true) {
-      if (allow_dynamic && c.accept('?')) out.push_back(-1);
-      else out.push_back(c.number(what, limit));
-      if (c.accept(')')) break;
-      c.expect(',', "',' or ')'");
-      if (c.accept(')')) break;  // a trailing comma, as in "(8,)"
-    }
-  }
-  if (!c.done()) c.fail("unexpected " + c.here() + " after the tuple");
-  return out;
+  const int n = c.tuple([&](int i) {
+    if (i >= max_entries) c.fail("more than " + std::string(too_many));
+    out[i] = allow_dynamic && c.accept('?') ? -1 : c.number(what, limit);
+  });
+  c.finish("tuple");
+  return n;
 }
 
 }  // namespace detail
 
-/// Reads a mesh as to_string(mesh) prints it: "(2, 4)", "(8,)".
+/// Reads a mesh as to_string(mesh) prints it: "(2, 4)", "(8,)"; "(8)" and "(2, 4,)"
+/// too. Errors give the position, or the rule a parsed mesh breaks:
+/// `parse_mesh: expected ',' or ')', found ';' at character 2 in "(2; 4)"`.
 /// @post parse_mesh(to_string(m)) == m for every valid mesh m
 inline mesh parse_mesh(std::string_view text) {
-  const std::vector<std::int64_t> v = detail::parse_tuple(text, "parse_mesh", "a mesh axis size", 1 << 30, false);
-  if (v.empty() || v.size() > std::size_t(max_mesh_ndim))
-    throw error(fail(errc::mesh_ndim, -1, -1, std::int64_t(v.size()), max_mesh_ndim),
-                "parse_mesh", "in \"" + std::string(text) + "\"");
+  std::int64_t v[max_mesh_ndim];
+  const std::string too_many = "max_mesh_ndim = " + std::to_string(max_mesh_ndim) + " axes";
+  const int n = detail::read_tuple(text, "parse_mesh", "a mesh axis size", 1 << 30, false, max_mesh_ndim, too_many, v);
   mesh m;
-  m.ndim = int(v.size());
-  for (std::size_t a = 0; a < v.size(); ++a) m.dims[a] = int(v[a]);
+  m.ndim = n;
+  for (int a = 0; a < n; ++a) m.dims[a] = int(v[a]);
   if (status s = check(m); !s.ok()) throw error(s, "parse_mesh", "in \"" + std::string(text) + "\"");
   return m;
 }
 
 /// Reads a shape as to_string(extents) prints it: "(16, 32)", "(8,)", "()" (a scalar),
-/// "(?, 32)" (a dynamic extent).
+/// "(?, 32)" (a dynamic extent). Extents are at most 2^62.
 /// @post parse_extents(to_string(e)) == e
 inline extents parse_extents(std::string_view text) {
-  const std::vector<std::int64_t> v =
-      detail::parse_tuple(text, "parse_extents", "an extent", std::int64_t(1) << 62, true);
-  if (v.size() > std::size_t(max_tensor_ndim))
-    throw error(fail(errc::layout_ndim, -1, -1, std::int64_t(v.size()), max_tensor_ndim),
-                "parse_extents", "in \"" + std::string(text) + "\"");
+  std::int64_t v[max_tensor_ndim];
+  const std::string too_many = "max_tensor_ndim = " + std::to_string(max_tensor_ndim) + " dims";
+  const int n =
+      detail::read_tuple(text, "parse_extents", "an extent", std::int64_t(1) << 62, true, max_tensor_ndim, too_many, v);
   extents e;
-  e.ndim = int(v.size());
-  for (std::size_t d = 0; d < v.size(); ++d) e.v[d] = v[d] < 0 ? dynamic_extent : v[d];
+  e.ndim = n;
+  for (int d = 0; d < n; ++d) e.v[d] = v[d] < 0 ? dynamic_extent : v[d];
   return e;
 }
 
 /// Reads one input's split tuple as to_string(split_tuple) prints it: "(2, 4)", "(8,)".
+/// The same reader as parse_strategy's inputs; splits must be positive.
+/// @post parse_split_tuple(to_string(s)) == s for every split tuple s whose splits lie
+///       in [1, 2^30]
 inline split_tuple parse_split_tuple(std::string_view text) {
-  const std::vector<std::int64_t> v =
-      detail::parse_tuple(text, "parse_split_tuple", "a split", 1 << 30, false);
-  if (v.size() > std::size_t(max_tensor_ndim))
-    throw error(fail(errc::strategy_ndim, 0, -1, std::int64_t(v.size())), "parse_split_tuple",
-                "in \"" + std::string(text) + "\"");
-  split_tuple s;
-  s.n = int(v.size());
-  for (std::size_t d = 0; d < v.size(); ++d) {
-    if (v[d] < 1)
-      throw error(fail(errc::strategy_split, 0, int(d), v[d]), "parse_split_tuple",
-                  "in \"" + std::string(text) + "\"");
-    s.v[d] = int(v[d]);
-  }
+  text_cursor c(text, "parse_split_tuple");
+  const split_tuple s = tessera::detail::read_split_tuple(c, false);
+  c.finish("tuple");
+  if (status st = check_splits(s, 0); !st.ok())
+    throw error(st, "parse_split_tuple", "in \"" + std::string(text) + "\"");
   return s;
 }
 
@@ -4617,33 +6903,29 @@ inline split_tuple parse_split_tuple(std::string_view text) {
 ///     "[0, -] partial sum {1}"  ... holding partial sums over mesh axis 1
 ///     "[]"                      a scalar, replicated
 ///
-/// Grammar: '[' [entry {',' entry}] ']' ['partial' ('sum'|'max'|'min') '{' axis {',' axis} '}'],
-/// entry = '-' | axis {'.' axis}; spaces between tokens are free. The result is checked
+/// Grammar: '[' [entry {',' entry} [',']] ']' ['partial' ('sum'|'max'|'min') '{' axis {',' axis} '}'],
+/// entry = '-' | axis {'.' axis}; spaces between tokens are free. Malformed text is an
+/// error with the position (core/text_cursor.hpp). The result is checked
 /// (check(layout)): an axis out of range or used twice, or a partial axis that also
 /// splits, is an error with the rule and the numbers.
 /// @post parse_layout(l.dev, to_string(l)) == l for every valid layout l
 inline layout parse_layout(const mesh& m, std::string_view text) {
-  detail::text_cursor c(text, "parse_layout");
+  text_cursor c(text, "parse_layout");
   if (status s = check(m); !s.ok()) throw error(s, "parse_layout", "mesh " + to_string(m));
   layout l = layout::replicated(m, 0);
-  c.expect('[', "'['");
-  if (!c.accept(']')) {
-    while (true) {
-      c.skip_ws();
-      if (l.ndim >= max_tensor_ndim)
-        c.fail("more than max_tensor_ndim = " + std::to_string(max_tensor_ndim) + " dims");
-      axis_list& split = l.split[l.ndim++];
-      if (!c.accept('-')) {
-        while (true) {
-          if (split.n >= max_mesh_ndim) c.fail("more than " + std::to_string(max_mesh_ndim) + " axes split one dim");
-          split.push_back(int(c.number("a mesh axis number or '-'", 1000)));
-          if (!c.accept('.')) break;
-        }
-      }
-      if (c.accept(']')) break;
-      c.expect(',', "',' or ']'");
-    }
-  }
+  c.list('[', ']', [&](int d) {
+    c.skip_space();
+    if (d >= max_tensor_ndim) c.fail("more than max_tensor_ndim = " + std::to_string(max_tensor_ndim) + " dims");
+    l.ndim = d + 1;
+    axis_list& split = l.split[d];
+    if (c.accept('-')) return;
+    do {
+      c.skip_space();
+      if (split.n >= max_mesh_ndim) c.fail("more than " + std::to_string(max_mesh_ndim) + " axes split one dim");
+      if (!c.at_digit()) c.fail("expected a mesh axis number or '-', found " + c.here());
+      split.push_back(int(c.number("a mesh axis number", 1000)));
+    } while (c.accept('.'));
+  });
   if (c.accept_word("partial")) {
     if (c.accept_word("sum")) l.op = reduce_op::sum;
     else if (c.accept_word("max")) l.op = reduce_op::max;
@@ -4652,14 +6934,15 @@ inline layout parse_layout(const mesh& m, std::string_view text) {
     else c.fail("expected sum, max or min after 'partial', found " + c.here());
     c.expect('{', "'{'");
     do {
-      const std::int64_t a = c.number("a partial mesh axis number", 1000);
-      if (a >= 31) c.fail("partial mesh axis " + std::to_string(a) + " is out of range");
-      if (l.partial >> a & 1u) c.fail("partial mesh axis " + std::to_string(a) + " is listed twice");
+      c.skip_space();
+      const std::size_t at = c.position();
+      const std::int64_t a = c.number("a partial mesh axis number", 30);
+      if (l.partial >> a & 1u) c.fail_at(at, "partial mesh axis " + std::to_string(a) + " is listed twice");
       l.partial |= 1u << a;
     } while (c.accept(','));
     c.expect('}', "',' or '}'");
   }
-  if (!c.done()) c.fail("unexpected " + c.here() + " after the layout");
+  c.finish("layout");
   if (status s = check(l); !s.ok())
     throw error(s, "parse_layout", "in \"" + std::string(text) + "\" on mesh " + to_string(m));
   return l;
@@ -4858,6 +7141,7 @@ inline void write_file_atomically(const std::filesystem::path& file, std::string
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -5051,12 +7335,16 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;  // the format's 
 /// with spaces so that the data starts at a multiple of 8 bytes.
 inline std::string make_header(std::span<const tensor_spec> specs, const std::map<std::string, std::string>& metadata,
                                const std::filesystem::path& file) {
+  // A name or metadata string that is not valid UTF-8 cannot be written as JSON.
+  auto text_of = [&](const json::ordered_value& v) {
+    try {
+      return json::dump(v);
+    } catch (const error& e) {
+      throw error("write_safetensors: " + file.string() + ": " + e.what());
+    }
+  };
   std::string text = "{";
-  if (!metadata.empty()) {
-    json::value m = json::value::object();
-    for (const auto& [k, v] : metadata) m.append_new(k, json::value(v));
-    text += "\"__metadata__\":" + json::dump(m);
-  }
+  if (!metadata.empty()) text += "\"__metadata__\":" + text_of(json::ordered_value(metadata));
   std::set<std::string_view> names;
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -5065,18 +7353,18 @@ inline std::string make_header(std::span<const tensor_spec> specs, const std::ma
     if (s.name.empty()) throw error("write_safetensors: " + file.string() + ": tensor " + std::to_string(i) + " has an empty name");
     if (s.name == "__metadata__") throw error(where + ": the name is reserved for the metadata");
     if (!names.insert(s.name).second) throw error(where + ": the name is used twice");
-    json::value shape = json::value::array();
+    json::ordered_value shape = json::ordered_value::array();
     for (index_t e : s.shape) {
       if (e < 0) throw error(where + ": shape " + shape_string(s.shape) + " has a negative extent");
-      shape.push_back(json::value(static_cast<long long>(e)));
+      shape.push_back(std::int64_t(e));
     }
     const std::uint64_t n = s.nbytes();
-    const json::value entry = json::value::object_of(
-        {{"dtype", json::value(dtype_name(s.type))},
-         {"shape", std::move(shape)},
-         {"data_offsets", json::value::array_of({json::value(offset), json::value(offset + n)})}});
+    json::ordered_value entry = json::ordered_value::object();
+    json::append_new(entry, "dtype", std::string(dtype_name(s.type)));
+    json::append_new(entry, "shape", std::move(shape));
+    json::append_new(entry, "data_offsets", json::ordered_value::array({offset, offset + n}));
     if (text.size() > 1) text += ',';
-    text += json::dump(json::value(s.name)) + ":" + json::dump(entry);
+    text += text_of(json::ordered_value(s.name)) + ":" + text_of(entry);
     offset += n;
   }
   text += '}';
@@ -5494,19 +7782,15 @@ class safetensors_reader {
   }
 
   void parse_header(const std::string& text) {
-    const std::string ctx = "safetensors: " + path_.string() + ": header";
-    const json::value h = json::parse(text, ctx);
-    if (!h.is_object()) fail("the header must be a JSON object, found " + std::string(json::to_string(h.type())));
-    for (std::size_t i = 0; i < h.size(); ++i) {
-      const std::string& key = h.keys()[i];
-      const json::value& v = h.member(i);
+    const json::value h = json::parse(text, "safetensors: " + path_.string() + ": header");
+    if (!h.is_object()) fail("the header must be a JSON object, found " + std::string(json::kind_name(h)));
+    for (const auto& [key, v] : h.get_ref<const json::value::object_t&>()) {
       if (key == "__metadata__") {
-        if (!v.is_object()) fail("\"__metadata__\" must be an object of strings, found " + std::string(json::to_string(v.type())));
-        for (std::size_t j = 0; j < v.size(); ++j) {
-          if (!v.member(j).is_string())
-            fail("\"__metadata__\" must be an object of strings; \"" + v.keys()[j] + "\" is " +
-                 std::string(json::to_string(v.member(j).type())));
-          metadata_[v.keys()[j]] = v.member(j).as_string();
+        if (!v.is_object()) fail("\"__metadata__\" must be an object of strings, found " + std::string(json::kind_name(v)));
+        for (const auto& [k, x] : v.get_ref<const json::value::object_t&>()) {
+          if (!x.is_string())
+            fail("\"__metadata__\" must be an object of strings; \"" + k + "\" is " + std::string(json::kind_name(x)));
+          metadata_[k] = x.get_ref<const std::string&>();
         }
         continue;
       }
@@ -5541,39 +7825,41 @@ class safetensors_reader {
 
   tensor_info parse_entry(const std::string& name, const json::value& v) const {
     const std::string what = "tensor '" + name + "'";
-    if (!v.is_object()) fail(what + ": the entry must be an object, found " + std::string(json::to_string(v.type())));
-    for (const std::string& k : v.keys())
+    if (!v.is_object()) fail(what + ": the entry must be an object, found " + std::string(json::kind_name(v)));
+    for (const auto& [k, x] : v.get_ref<const json::value::object_t&>())
       if (k != "dtype" && k != "shape" && k != "data_offsets")
         fail(what + ": unknown key \"" + k + "\" (an entry has dtype, shape and data_offsets)");
-    const json::value* dt = v.find("dtype");
-    const json::value* sh = v.find("shape");
-    const json::value* of = v.find("data_offsets");
-    if (!dt || !sh || !of)
-      fail(what + ": the entry lacks \"" + std::string(!dt ? "dtype" : !sh ? "shape" : "data_offsets") + "\"");
+    const auto dt = v.find("dtype");
+    const auto sh = v.find("shape");
+    const auto of = v.find("data_offsets");
+    if (dt == v.end() || sh == v.end() || of == v.end())
+      fail(what + ": the entry lacks \"" +
+           std::string(dt == v.end() ? "dtype" : sh == v.end() ? "shape" : "data_offsets") + "\"");
     tensor_info t;
     t.name = name;
-    if (!dt->is_string()) fail(what + ": dtype must be a string, found " + std::string(json::to_string(dt->type())));
-    if (!parse_dtype(dt->as_string(), t.type))
-      fail(what + ": unknown dtype \"" + dt->as_string() + "\" (known: " + dtype_names() + ")");
-    if (!sh->is_array()) fail(what + ": shape must be an array, found " + std::string(json::to_string(sh->type())));
+    if (!dt->is_string()) fail(what + ": dtype must be a string, found " + std::string(json::kind_name(*dt)));
+    const std::string& dtype_text = dt->get_ref<const std::string&>();
+    if (!parse_dtype(dtype_text, t.type))
+      fail(what + ": unknown dtype \"" + dtype_text + "\" (known: " + dtype_names() + ")");
+    if (!sh->is_array()) fail(what + ": shape must be an array, found " + std::string(json::kind_name(*sh)));
     for (std::size_t d = 0; d < sh->size(); ++d) {
-      const json::value& e = (*sh)[d];
-      if (!e.is_integer() || e.as_integer() < 0)
-        fail(what + ": shape entry " + std::to_string(d) + " must be a non-negative integer");
-      t.shape.push_back(e.as_integer());
+      const std::int64_t e = json::to_int64((*sh)[d]).value_or(-1);
+      if (e < 0) fail(what + ": shape entry " + std::to_string(d) + " must be a non-negative integer");
+      t.shape.push_back(e);
     }
-    if (!of->is_array() || of->size() != 2 || !(*of)[0].is_integer() || !(*of)[1].is_integer() ||
-        (*of)[0].as_integer() < 0 || (*of)[1].as_integer() < 0)
-      fail(what + ": data_offsets must be an array of two non-negative integers");
-    t.begin = std::uint64_t((*of)[0].as_integer());
-    t.end = std::uint64_t((*of)[1].as_integer());
+    std::int64_t offsets[2] = {-1, -1};
+    if (of->is_array() && of->size() == 2)
+      for (std::size_t i = 0; i < 2; ++i) offsets[i] = json::to_int64((*of)[i]).value_or(-1);
+    if (offsets[0] < 0 || offsets[1] < 0) fail(what + ": data_offsets must be an array of two non-negative integers");
+    t.begin = std::uint64_t(offsets[0]);
+    t.end = std::uint64_t(offsets[1]);
     if (t.end < t.begin)
       fail(what + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] end before they begin");
     const index_t numel = t.numel();
     if (numel < 0) fail(what + ": shape " + shape_string(t.shape) + " has too many elements");
     const std::uint64_t es = dtype_size(t.type);
     if (std::uint64_t(numel) > ~std::uint64_t(0) / es || std::uint64_t(numel) * es != t.nbytes())
-      fail(what + ": shape " + shape_string(t.shape) + " of " + dt->as_string() + " needs " + std::to_string(numel) +
+      fail(what + ": shape " + shape_string(t.shape) + " of " + dtype_text + " needs " + std::to_string(numel) +
            " x " + std::to_string(es) + " = " + std::to_string(std::uint64_t(numel) * es) +
            " bytes, data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] hold " +
            std::to_string(t.nbytes()));
@@ -6000,10 +8286,12 @@ inline std::vector<std::filesystem::path> rotate_checkpoints(const std::filesyst
 // Strategy files (MindSpore's strategy_ckpt_save_file / strategy_ckpt_load_file): each
 // operator's shard strategy and each parameter's layout, as JSON, validated on load.
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -6045,31 +8333,36 @@ inline constexpr int strategy_file_version = 1;
 ///
 /// A strategy is MindSpore's shard tuple as nested arrays; a layout is the text
 /// to_string(layout) prints (parse_layout reads it) on the mesh "mesh" gives.
-inline json::value to_json(const strategy_map& s) {
-  json::value ops = json::value::object();
+inline json::ordered_value to_json(const strategy_map& s) {
+  using ordered = json::ordered_value;
+  ordered ops = ordered::object();
   for (const auto& [name, st] : s.operators) {
-    json::value inputs = json::value::array();
+    ordered inputs = ordered::array();
     for (int i = 0; i < st.n; ++i) {
-      json::value t = json::value::array();
+      ordered t = ordered::array();
       for (int d = 0; d < st.in[i].n; ++d) t.push_back(st.in[i].v[d]);
       inputs.push_back(std::move(t));
     }
-    ops.append_new(name, std::move(inputs));
+    json::append_new(ops, name, std::move(inputs));
   }
-  json::value params = json::value::object();
+  ordered params = ordered::object();
   for (const auto& [name, p] : s.parameters) {
-    json::value shape = json::value::array(), dev = json::value::array();
-    for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(static_cast<long long>(p.shape.v[d]));
+    ordered shape = ordered::array(), dev = ordered::array();
+    for (int d = 0; d < p.shape.ndim; ++d) shape.push_back(std::int64_t(p.shape.v[d]));
     for (int a = 0; a < p.placement.dev.ndim; ++a) dev.push_back(p.placement.dev.dims[a]);
-    params.append_new(name, json::value::object_of({{"shape", std::move(shape)},
-                                             {"mesh", std::move(dev)},
-                                             {"layout", json::value(to_string(p.placement))}}));
+    ordered entry = ordered::object();
+    json::append_new(entry, "shape", std::move(shape));
+    json::append_new(entry, "mesh", std::move(dev));
+    json::append_new(entry, "layout", to_string(p.placement));
+    json::append_new(params, name, std::move(entry));
   }
-  return json::value::object_of({{"format", json::value(strategy_file_format)},
-                                 {"version", json::value(strategy_file_version)},
-                                 {"device_num", json::value(s.device_num)},
-                                 {"operators", std::move(ops)},
-                                 {"parameters", std::move(params)}});
+  ordered file = ordered::object();
+  json::append_new(file, "format", std::string(strategy_file_format));
+  json::append_new(file, "version", strategy_file_version);
+  json::append_new(file, "device_num", s.device_num);
+  json::append_new(file, "operators", std::move(ops));
+  json::append_new(file, "parameters", std::move(params));
+  return file;
 }
 
 namespace detail {
@@ -6080,54 +8373,56 @@ class strategy_reader {
 
   strategy_map read(const json::value& v) {
     strategy_map out;
-    if (!v.is_object()) fail("the file", "must be a JSON object, found " + std::string(json::to_string(v.type())));
+    if (!v.is_object()) fail("the file", "must be a JSON object, found " + std::string(json::kind_name(v)));
     only_keys(v, "the file", {"format", "version", "device_num", "operators", "parameters"});
     const json::value& format = need(v, "format", "the file");
-    if (!format.is_string() || format.as_string() != strategy_file_format)
+    if (!format.is_string() || format.get_ref<const std::string&>() != strategy_file_format)
       fail("\"format\"", "must be \"" + std::string(strategy_file_format) + "\"");
     const json::value& version = need(v, "version", "the file");
-    if (!version.is_integer() || version.as_integer() != strategy_file_version)
+    if (json::to_int64(version) != strategy_file_version)
       fail("\"version\"", "is " + json::dump(version) + ", this tessera reads version " +
                               std::to_string(strategy_file_version));
     const json::value& dn = need(v, "device_num", "the file");
-    if (!dn.is_integer() || dn.as_integer() < 1 || dn.as_integer() > (1 << 24))
+    const std::optional<std::int64_t> device_num = json::to_int64(dn);
+    if (!device_num || *device_num < 1 || *device_num > (1 << 24))
       fail("\"device_num\"", "must be a positive integer, found " + json::dump(dn));
-    out.device_num = int(dn.as_integer());
+    out.device_num = int(*device_num);
 
     const json::value& ops = need(v, "operators", "the file");
     if (!ops.is_object()) fail("\"operators\"", "must be an object (operator name -> strategy)");
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const std::string where = "operators.\"" + ops.keys()[i] + "\"";
-      out.operators.emplace(ops.keys()[i], read_strategy(ops.member(i), out.device_num, where));
-    }
+    for (const auto& [name, st] : members(ops))
+      out.operators.emplace(name, read_strategy(st, out.device_num, "operators.\"" + name + "\""));
     const json::value& params = need(v, "parameters", "the file");
     if (!params.is_object()) fail("\"parameters\"", "must be an object (parameter name -> layout)");
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const std::string where = "parameters.\"" + params.keys()[i] + "\"";
-      out.parameters.emplace(params.keys()[i], read_parameter(params.member(i), out.device_num, where));
-    }
+    for (const auto& [name, p] : members(params))
+      out.parameters.emplace(name, read_parameter(p, out.device_num, "parameters.\"" + name + "\""));
     return out;
   }
 
  private:
+  static const json::value::object_t& members(const json::value& obj) {
+    return obj.get_ref<const json::value::object_t&>();
+  }
   [[noreturn]] void fail(const std::string& where, const std::string& what) const {
     throw error(ctx_ + ": " + where + " " + what);
   }
-  const json::value& need(const json::value& obj, std::string_view key, const std::string& where) const {
-    if (const json::value* x = obj.find(key)) return *x;
-    fail(where, "lacks \"" + std::string(key) + "\"");
+  const json::value& need(const json::value& obj, const std::string& key, const std::string& where) const {
+    const auto it = obj.find(key);
+    if (it == obj.end()) fail(where, "lacks \"" + key + "\"");
+    return *it;
   }
   void only_keys(const json::value& obj, const std::string& where, std::initializer_list<std::string_view> keys) const {
-    for (const std::string& k : obj.keys()) {
+    for (const auto& [k, x] : members(obj)) {
       bool known = false;
-      for (std::string_view x : keys) known = known || k == x;
+      for (std::string_view key : keys) known = known || k == key;
       if (!known) fail(where, "has an unknown key \"" + k + "\"");
     }
   }
   std::int64_t int_in(const json::value& x, std::int64_t lo, std::int64_t hi, const std::string& where) const {
-    if (!x.is_integer() || x.as_integer() < lo || x.as_integer() > hi)
+    const std::optional<std::int64_t> i = json::to_int64(x);
+    if (!i || *i < lo || *i > hi)
       fail(where, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found " + json::dump(x));
-    return x.as_integer();
+    return *i;
   }
 
   strategy read_strategy(const json::value& v, int device_num, const std::string& where) const {
@@ -6172,13 +8467,14 @@ class strategy_reader {
     if (status s = check_mesh_size(m, device_num); !s.ok())
       throw error(s, ctx_ + ": " + where + ".mesh", "mesh " + to_string(m) + ", device_num " + std::to_string(device_num));
     if (!text.is_string()) fail(where + ".layout", "must be a string such as \"[0, -]\"");
+    const std::string& layout_text = text.get_ref<const std::string&>();
     try {
-      p.placement = parse_layout(m, text.as_string());
+      p.placement = parse_layout(m, layout_text);
     } catch (const error& e) {
       throw error(ctx_ + ": " + where + ".layout: " + e.what());
     }
     if (status s = check(p.placement, p.shape); !s.ok())
-      throw error(s, ctx_ + ": " + where, "layout " + text.as_string() + " on mesh " + to_string(m) + ", shape " + to_string(p.shape));
+      throw error(s, ctx_ + ": " + where, "layout " + layout_text + " on mesh " + to_string(m) + ", shape " + to_string(p.shape));
     return p;
   }
 
@@ -6200,13 +8496,21 @@ inline strategy_map strategy_map_from_json(const json::value& v, std::string_vie
 /// Writes a strategy file (the JSON form, indented), atomically. The map is validated
 /// as load would, so a file that saves also loads.
 inline void save_strategy_file(const std::filesystem::path& file, const strategy_map& s) {
-  const json::value v = to_json(s);
-  (void)strategy_map_from_json(v, "save_strategy_file: " + file.string());
+  const std::string ctx = "save_strategy_file: " + file.string();
+  const json::ordered_value v = to_json(s);
+  (void)strategy_map_from_json(json::value(v), ctx);
+  std::string text;
+  try {
+    text = json::dump(v, 2) + "\n";
+  } catch (const error& e) {
+    throw error(ctx + ": " + e.what());
+  }
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  write_file_atomically(file, json::dump(v, 2) + "\n");
+  write_file_atomically(file, text);
 }
 
-/// Reads and validates a strategy file (strategy_map_from_json).
+/// Reads and validates a strategy file (strict JSON: json::parse; then
+/// strategy_map_from_json).
 inline strategy_map load_strategy_file(const std::filesystem::path& file) {
   const std::string ctx = "load_strategy_file: " + file.string();
   std::ifstream in(file, std::ios::binary);
@@ -6219,146 +8523,146 @@ inline strategy_map load_strategy_file(const std::filesystem::path& file) {
 
 }  // namespace tessera::io
 
-// graph/: the traced graph, its operators, sharding propagation, the parallel pass and
-// the dumps (standard library only)
+// graph/: the traced graph, its view of the operators, sharding propagation, the
+// parallel pass and the dumps (standard library only)
 // ---- tessera/graph/op_def.hpp ----
-// Operators of the traced graph: each one's shape inference, sharding rule (strategy
-// -> layouts, through the constexpr rules of ops/*_rule.hpp), default data-parallel
-// strategy and candidate strategies for the search. Standard library only: the
-// graph's parallel passes run without xtensor, BLAS or MPI.
+// An operator as the traced graph holds it: op_def, the graph's view of any operator
+// definition (ops/definition.hpp), made by one generic adapter (op_model<Op>) from the
+// operator's one type, so that the graph's passes read each operator's shapes, rule,
+// candidates, linearity and internal collectives from that type. Also the variants of a
+// strategy that keep partial sums, which sharding propagation weighs. Standard library
+// only: the graph's parallel passes run without xtensor, BLAS or MPI.
 
 #include <algorithm>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <string>
+#include <typeindex>
 #include <utility>
 #include <vector>
 
 namespace tessera::graph {
 
-/// What an operator's sharding rule gives for one strategy on some number of devices:
-/// its device matrix, the layout its local computation needs for each input and gives
-/// for its output, and the layouts its backward works in: the gradient of each input
-/// as the backward returns it (possibly partial) and the output's gradient as the
-/// backward takes it. Example, MatMul ((2, 4), (4, 1)) on 8 devices: device matrix
-/// (2, 4, 1); in = {[0, 1], [1, 2]}; out = [0, 2] partial sum {1}; in_grad = {[0, 1],
-/// [1, 2] partial sum {0}}; out_grad = [0, 2].
-struct op_layouts {
-  mesh dev;
-  std::vector<layout> in;
-  layout out;
-  std::vector<layout> in_grad;
-  layout out_grad;
-  friend bool operator==(const op_layouts&, const op_layouts&) = default;
-};
-
-/// A collective an operator runs inside its own computation (not a redistribution
-/// between operators), for the dumps and the price of a strategy. Example:
-/// SoftmaxCrossEntropyWithLogits with the class dim split combines its row maxima and
-/// row sums over the class axis.
-struct internal_collective {
-  std::string kind;       ///< "AllReduce"
-  reduce_op op = reduce_op::sum;
-  mesh dev;               ///< the device matrix whose axes `axes` name
-  axis_list axes;         ///< the group: ranks sharing the other coordinates
-  index_t bytes = 0;      ///< bytes each rank receives
-  bool backward = false;  ///< runs in the backward pass
-  std::string purpose;    ///< "row maxima", ...
-  bool gives_output = false;  ///< its result is the operator's output (or, backward, its input's gradient)
-};
-
-/// An operator of the graph. Implement one to add an operator: its type and arity,
-/// its output shape, and its sharding rule (usually the constexpr rule of
-/// ops/<name>_rule.hpp), the strategy it takes under data parallelism, and the
-/// strategies sharding propagation may give it. The graph executor (graph/execute.hpp)
-/// runs it by its type() through a runner (a function recording it on the autodiff tape).
+/// The graph's view of an operator: what its passes and dumps ask of it. Every op_def is
+/// an op_model<Op> of an operator definition Op (make_op); the executor runs the
+/// definition itself (definition<Op>()), found by its type.
 class op_def {
  public:
   virtual ~op_def() = default;
 
-  /// The operator's type as the IR prints it, e.g. "MatMul". Also the key of its runner.
+  /// The operator's type as the IR prints it, e.g. "MatMul".
   virtual std::string type() const = 0;
   /// The instance name given when the user gives none, e.g. "matmul".
   virtual std::string default_name() const = 0;
-  /// The number of inputs.
+  /// The number of inputs; -1 for any number (Concat).
   virtual int arity() const = 0;
   /// The output's global shape for inputs of shapes `in`; throws tessera::error whose
   /// text says why the shapes do not fit (without the operator's name; the graph adds it).
   virtual extents output_shape(const shape_list& in) const = 0;
-  /// Checks a strategy's form before the device count is known (shard() calls it): one
-  /// split tuple per input, one entry per dim of the input, every split positive.
-  virtual status check_form(const strategy& st, const shape_list& in) const {
-    if (st.n != in.n) return fail(errc::op_inputs, -1, -1, st.n, in.n);
-    for (int i = 0; i < st.n; ++i) {
-      if (st.in[i].n != in[i].ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i].ndim);
-      for (int d = 0; d < st.in[i].n; ++d)
-        if (st.in[i].v[d] < 1) return fail(errc::strategy_split, i, d, st.in[i].v[d]);
-    }
-    return {};
-  }
+  /// Checks a strategy's form before the device count is known (shard() calls it).
+  virtual status check_form(const strategy& st, const shape_list& in) const = 0;
   /// Checks a strategy on `device_num` devices for inputs of shapes `in` (the rule's
   /// own checks; the graph checks the divisibility of every layout afterwards).
   virtual status check(const strategy& st, int device_num, const shape_list& in) const = 0;
   /// The layouts of a strategy. @pre check(st, device_num, in).ok()
   virtual op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const = 0;
-  /// Every strategy sharding propagation considers, in order of preference for ties
-  /// (see graph/propagate.hpp); all pass check() and split every dim evenly.
+  /// Every strategy the searches consider, in order of preference for ties.
   virtual std::vector<strategy> candidates(int device_num, const shape_list& in) const = 0;
-  /// The strategy under data parallelism: the batch (the output's dim 0) split over
-  /// every device, everything else whole.
+  /// The strategy under data parallelism.
   virtual strategy data_parallel(int device_num, const shape_list& in) const = 0;
   /// Attributes printed in the IR, e.g. "transpose_a: false, transpose_b: false".
-  virtual std::string attributes() const { return {}; }
-  /// The inputs the operator is linear in (ops/linear_rule.hpp): partial sums arriving
-  /// there may stay partial through it (see pass_layouts). None by default.
-  virtual linearity linear() const { return {}; }
+  virtual std::string attributes() const = 0;
+  /// The inputs the operator is linear in (partial sums may stay partial through it).
+  virtual linearity linear() const = 0;
   /// Whether input `i` gets a gradient (labels do not).
-  virtual bool differentiable(int i) const {
-    (void)i;
-    return true;
+  virtual bool differentiable(int i) const = 0;
+  /// The collectives the operator runs inside its computation for a strategy, priced.
+  virtual std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                                       index_t elem_bytes) const = 0;
+  /// The floating-point operations of one rank's forward computation under layouts `l`.
+  virtual double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const = 0;
+  /// Whether only hybrid_parallel runs it (the user's AllReduce).
+  virtual bool hybrid_only() const = 0;
+  /// Checks the operator's attributes against a device count; throws tessera::error.
+  virtual void validate(int device_num) const = 0;
+
+  /// The operator definition's type: what the executor finds its runner by.
+  virtual std::type_index definition_type() const = 0;
+  /// The definition, when its type is Op (nullptr otherwise).
+  template <class Op>
+  const Op* definition() const {
+    return definition_type() == std::type_index(typeid(Op)) ? static_cast<const Op*>(definition_address()) : nullptr;
   }
-  /// The collectives the operator runs inside its computation for a strategy.
-  virtual std::vector<internal_collective> collectives(const strategy& st, int device_num,
-                                                       const shape_list& in, index_t elem_bytes) const {
-    (void)st, (void)device_num, (void)in, (void)elem_bytes;
-    return {};
-  }
-  /// The floating-point operations of one rank's forward computation under layouts
-  /// `l` (the dynamic_programming search's compute cost; graph/parallel.hpp). By
-  /// default one per element of the rank's input and output shards: what an
-  /// element-wise operator, a reduction or a copy touches. The products count their
-  /// multiply-adds (matmul_def).
-  virtual double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
-    double w = double(local_shape(l.out, out).size());
-    for (int i = 0; i < in.n; ++i) w += double(local_shape(l.in[i], in[i]).size());
-    return w;
-  }
+
+ protected:
+  virtual const void* definition_address() const = 0;
 };
 
-/// The layouts `l` with partial sums passed through as `p` says (partial_pass).
-inline op_layouts apply_pass(const op_layouts& l, const partial_pass& p) {
-  if (!p.passes()) return l;
-  op_layouts r = l;
-  r.dev = p.dev;
-  for (std::size_t i = 0; i < l.in.size(); ++i) {
-    r.in[i] = p.input(l.in[i], int(i));
-    r.in_grad[i] = p.input_grad(l.in_grad[i], int(i));
+/// The op_def of an operator definition: every answer is the definition's own. The
+/// definition's strategy is not part of it (the graph keeps it as the node's
+/// user_strategy).
+template <ops::operator_definition Op>
+class op_model final : public op_def {
+ public:
+  explicit op_model(Op op) : op_(std::move(op)) { op_.st = strategy{}; }
+
+  const Op& op() const { return op_; }
+
+  std::string type() const override { return std::string(Op::type()); }
+  std::string default_name() const override { return std::string(Op::name()); }
+  int arity() const override { return Op::arity; }
+  extents output_shape(const shape_list& in) const override { return op_.output_shape(in); }
+  status check_form(const strategy& st, const shape_list& in) const override {
+    return ops::check_form_of(op_, st, in);
   }
-  r.out = p.output(l.out);
-  r.out_grad = p.output_grad(l.out_grad);
-  return r;
+  status check(const strategy& st, int device_num, const shape_list& in) const override {
+    return op_.check(st, device_num, in);
+  }
+  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
+    return op_.layouts(st, device_num, in);
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
+    return op_.candidates(device_num, in);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const override {
+    return op_.data_parallel(device_num, in);
+  }
+  std::string attributes() const override { return ops::attributes_of(op_); }
+  linearity linear() const override { return ops::linear_of(op_); }
+  bool differentiable(int i) const override { return ops::differentiable_in(op_, i); }
+  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
+                                               index_t elem_bytes) const override {
+    return ops::collectives_of(op_, st, device_num, in, elem_bytes);
+  }
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const override {
+    return ops::forward_work_of(op_, l, in, out);
+  }
+  bool hybrid_only() const override {
+    if constexpr (requires { Op::hybrid_only; }) return Op::hybrid_only;
+    else return false;
+  }
+  void validate(int device_num) const override {
+    if constexpr (requires { op_.validate(device_num); }) op_.validate(device_num);
+    else (void)device_num;
+  }
+  std::type_index definition_type() const override { return std::type_index(typeid(Op)); }
+
+ protected:
+  const void* definition_address() const override { return &op_; }
+
+ private:
+  Op op_;
+};
+
+/// The graph's op_def of an operator definition.
+template <ops::operator_definition Op>
+std::shared_ptr<const op_def> make_op(Op op) {
+  return std::make_shared<op_model<Op>>(std::move(op));
 }
 
-/// The layouts `l` of one of `op`'s strategies when its inputs arrive in `actual`: where
-/// the inputs of one of its linear groups arrive as partial sums over mesh axes on which
-/// every layout of `l` holds replicas, they stay partial, and so does the output
-/// (partial_pass, ops/linear_rule.hpp: everything written on the common refinement of
-/// the device matrices; the backward takes the output's gradient without those axes, and
-/// the inputs outside the group get their gradients partial over them). Otherwise `l`.
-/// The operators of ops/ make the same decision from the layouts their inputs arrive in.
+/// The layouts `l` of one of `op`'s strategies when its inputs arrive in `actual`
+/// (pass_layouts of ops/definition.hpp with the operator's linearity).
 inline op_layouts pass_layouts(const op_def& op, const op_layouts& l, const std::vector<layout>& actual) {
-  return apply_pass(l, pass_partial(op.linear(), actual.data(), l.in.data(), int(l.in.size()), l.out));
+  return tessera::pass_layouts(op.linear(), l, actual);
 }
 
 /// The variants of layouts `l` (one strategy of `op`) that keep partial sums: for each
@@ -6400,951 +8704,6 @@ inline std::vector<op_layouts> partial_variants(const op_def& op, const op_layou
   }
   return out;
 }
-
-// ---- candidate enumeration -----------------------------------------------------------
-
-namespace detail {
-
-// Calls f(t) for every split tuple t of shape.ndim entries where each entry divides its
-// extent and the product divides device_num.
-template <class F>
-void for_each_split(const extents& shape, int device_num, F&& f) {
-  split_tuple t;
-  t.n = shape.ndim;
-  for (int d = 0; d < t.n; ++d) t.v[d] = 1;
-  std::function<void(int, int)> rec = [&](int d, int used) {
-    if (d == shape.ndim) {
-      f(static_cast<const split_tuple&>(t));
-      return;
-    }
-    for (int s = 1; used * s <= device_num; ++s) {
-      if (device_num % (used * s) != 0) continue;
-      if (shape.v[d] % s != 0) continue;
-      t.v[d] = s;
-      rec(d + 1, used * s);
-    }
-    t.v[d] = 1;
-  };
-  rec(0, 1);
-}
-
-// The concatenated splits of a strategy, for ordering.
-inline std::vector<int> flat_splits(const strategy& st) {
-  std::vector<int> v;
-  for (int i = 0; i < st.n; ++i)
-    for (int d = 0; d < st.in[i].n; ++d) v.push_back(st.in[i].v[d]);
-  return v;
-}
-
-// Orders candidates: more devices doing distinct work first (fewer replicas), then the
-// concatenated splits in descending lexicographic order (earlier dims, the batch first,
-// split more). `devices` gives the number of devices a strategy's device matrix uses.
-template <class Devices>
-void order_candidates(std::vector<strategy>& c, Devices devices) {
-  std::stable_sort(c.begin(), c.end(), [&](const strategy& x, const strategy& y) {
-    const int dx = devices(x), dy = devices(y);
-    if (dx != dy) return dx > dy;
-    return flat_splits(x) > flat_splits(y);
-  });
-}
-
-inline split_tuple ones(int n) {
-  split_tuple t;
-  t.n = n;
-  for (int d = 0; d < n; ++d) t.v[d] = 1;
-  return t;
-}
-
-inline std::string bool_text(bool b) { return b ? "true" : "false"; }
-
-// The bytes per rank that resolve a partial layout (its reduction into the layout
-// without partial axes), as the planner prices it.
-inline index_t resolve_bytes(const layout& partial, const extents& shape, index_t elem_bytes) {
-  return plan_redistribution(partial, partial.without_partial(), shape, elem_bytes).bytes_per_rank();
-}
-
-// The number of vectors along dim `axis` in a rank's shard of `shape` under `l`.
-inline index_t local_rows(const layout& l, const extents& shape, int axis) {
-  index_t rows = 1;
-  for (int d = 0; d < shape.ndim; ++d)
-    if (d != axis) rows *= shape[d] / l.pieces(d);
-  return rows;
-}
-
-}  // namespace detail
-
-// ---- MatMul --------------------------------------------------------------------------
-
-/// MatMul(transpose_a, transpose_b): C = op(A) op(B) of two matrices; rule
-/// ops/matmul_rule.hpp. Candidates: every ((m, k), (k, n)) (swapped for a transposed
-/// operand) with m, k, n dividing C's rows, the contraction and C's columns and m k n
-/// dividing the device count. Data parallel: m = device count.
-class matmul_def : public op_def {
- public:
-  bool transpose_a = false;
-  bool transpose_b = false;
-
-  explicit matmul_def(bool ta = false, bool tb = false) : transpose_a(ta), transpose_b(tb) {}
-
-  std::string type() const override { return "MatMul"; }
-  std::string default_name() const override { return "matmul"; }
-  int arity() const override { return 2; }
-  linearity linear() const override { return linearity::each(2); }
-  /// 2 m k n / (the devices that split them): each rank's product of its shards.
-  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const override {
-    const extents a = local_shape(l.in[0], in[0]);
-    return 2.0 * double(local_shape(l.out, out).size()) * double(transpose_a ? a[0] : a[1]);
-  }
-  std::string attributes() const override {
-    return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
-  }
-
-  extents output_shape(const shape_list& in) const override {
-    const extents& a = in[0];
-    const extents& b = in[1];
-    if (a.ndim != 2 || b.ndim != 2 || (transpose_a ? a[0] : a[1]) != (transpose_b ? b[1] : b[0]))
-      throw error("shapes " + to_string(a) + " and " + to_string(b) + " do not multiply (transpose_a " +
-                  detail::bool_text(transpose_a) + ", transpose_b " + detail::bool_text(transpose_b) + ")");
-    return extents{transpose_a ? a[1] : a[0], transpose_b ? b[0] : b[1]};
-  }
-  status check(const strategy& st, int device_num, const shape_list&) const override {
-    return check_matmul(st, device_num, transpose_a, transpose_b);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list&) const override {
-    const matmul_layouts r = matmul_rule(st, device_num, transpose_a, transpose_b);
-    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    const extents c = output_shape(in);
-    const index_t k = transpose_a ? in[0][0] : in[0][1];
-    std::vector<strategy> out;
-    detail::for_each_split(extents{c[0], k, c[1]}, device_num, [&](const split_tuple& t) {
-      out.push_back(make(t[0], t[1], t[2]));
-    });
-    detail::order_candidates(out, [&](const strategy& st) { return devices(st); });
-    return out;
-  }
-  strategy data_parallel(int device_num, const shape_list&) const override { return make(device_num, 1, 1); }
-
-  /// The strategy of row, contraction and column splits (m, k, n).
-  strategy make(int m, int k, int n) const {
-    return strategy{transpose_a ? split_tuple{k, m} : split_tuple{m, k},
-                    transpose_b ? split_tuple{n, k} : split_tuple{k, n}};
-  }
-
- private:
-  int devices(const strategy& st) const {
-    return st.in[0].product() * (transpose_b ? st.in[1].v[0] : st.in[1].v[1]);
-  }
-};
-
-// ---- element-wise operators ----------------------------------------------------------
-
-/// An element-wise operator with NumPy broadcasting (Add, Sub, Mul, RealDiv, ReLU, Exp,
-/// Log, Neg, BiasAdd); rule ops/elementwise_rule.hpp. Candidates: one per split tuple
-/// of the output (each split dividing its extent, the product dividing the device
-/// count); each input takes the output's splits on the dims it does not broadcast and
-/// 1 elsewhere. Data parallel: the output's dim 0 split over every device.
-class elementwise_def : public op_def {
- public:
-  /// `type` as printed ("Add"), `name` the default instance name ("add").
-  /// `lin`: the inputs it is linear in (ops::linear_in of its kind).
-  elementwise_def(std::string type, std::string name, int arity, bool bias_add = false, linearity lin = {})
-      : type_(std::move(type)), name_(std::move(name)), arity_(arity), bias_add_(bias_add), lin_(lin) {}
-
-  std::string type() const override { return type_; }
-  std::string default_name() const override { return name_; }
-  int arity() const override { return arity_; }
-  linearity linear() const override { return lin_; }
-  bool is_bias_add() const { return bias_add_; }
-
-  extents output_shape(const shape_list& in) const override {
-    if (bias_add_) {
-      const extents& x = in[0];
-      const extents& b = in[1];
-      if (x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
-        throw error("bias is " + to_string(b) + ", expected (" +
-                    (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) + ",) for x " + to_string(x));
-    }
-    strategy st;
-    st.n = in.n;
-    for (int i = 0; i < in.n; ++i) st.in[i] = detail::ones(in[i].ndim);
-    if (const status s = check_elementwise(st, 1, in); !s.ok()) throw error(s);
-    return elementwise_shape(in);
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_elementwise(st, device_num, in);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const elementwise_layouts r = elementwise_rule(st, device_num, in);
-    op_layouts l{r.dev, {}, r.out, {}, r.out};
-    for (int i = 0; i < r.n; ++i) {
-      l.in.push_back(r.in[i]);
-      l.in_grad.push_back(r.grad[i]);
-    }
-    return l;
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    const extents out = elementwise_shape(in);
-    std::vector<strategy> c;
-    detail::for_each_split(out, device_num, [&](const split_tuple& t) { c.push_back(from_output(t, in)); });
-    detail::order_candidates(c, [&](const strategy& st) { return output_split(st, in).product(); });
-    return c;
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    split_tuple t = detail::ones(elementwise_shape(in).ndim);
-    if (t.n > 0) t.v[0] = device_num;
-    return from_output(t, in);
-  }
-
-  /// The strategy whose output is split by `t`: every input takes t's splits on the
-  /// dims it does not broadcast. Example: Add (16, 32) + (32,) with output splits
-  /// (2, 4) -> ((2, 4), (4,)).
-  strategy from_output(const split_tuple& t, const shape_list& in) const {
-    const extents out = elementwise_shape(in);
-    strategy st;
-    st.n = in.n;
-    for (int i = 0; i < in.n; ++i) {
-      st.in[i] = detail::ones(in[i].ndim);
-      for (int d = 0; d < in[i].ndim; ++d) {
-        const int j = d + out.ndim - in[i].ndim;
-        if (in[i][d] == out[j] && (in[i][d] != 1)) st.in[i].v[d] = t[j];
-      }
-    }
-    return st;
-  }
-  /// The output's splits under a strategy (the inverse of from_output).
-  split_tuple output_split(const strategy& st, const shape_list& in) const {
-    const extents out = elementwise_shape(in);
-    split_tuple t = detail::ones(out.ndim);
-    for (int i = 0; i < in.n; ++i)
-      for (int d = 0; d < in[i].ndim; ++d) {
-        const int j = d + out.ndim - in[i].ndim;
-        if (st.in[i].v[d] > 1) t.v[j] = st.in[i].v[d];
-      }
-    return t;
-  }
-
- private:
-  std::string type_, name_;
-  int arity_;
-  bool bias_add_;
-  linearity lin_;
-};
-
-/// The element-wise operators by name.
-/// Linearity as ops::linear_in gives it: Add, Sub, BiasAdd in both inputs together, Mul
-/// in either, RealDiv in the numerator, Neg in its input.
-inline std::shared_ptr<const op_def> add_def() {
-  return std::make_shared<elementwise_def>("Add", "add", 2, false, linearity::all(2));
-}
-inline std::shared_ptr<const op_def> sub_def() {
-  return std::make_shared<elementwise_def>("Sub", "sub", 2, false, linearity::all(2));
-}
-inline std::shared_ptr<const op_def> mul_def() {
-  return std::make_shared<elementwise_def>("Mul", "mul", 2, false, linearity::each(2));
-}
-inline std::shared_ptr<const op_def> div_def() {
-  return std::make_shared<elementwise_def>("RealDiv", "div", 2, false, linearity::jointly(1u));
-}
-inline std::shared_ptr<const op_def> bias_add_def() {
-  return std::make_shared<elementwise_def>("BiasAdd", "bias_add", 2, true, linearity::all(2));
-}
-inline std::shared_ptr<const op_def> relu_def() { return std::make_shared<elementwise_def>("ReLU", "relu", 1); }
-inline std::shared_ptr<const op_def> exp_def() { return std::make_shared<elementwise_def>("Exp", "exp", 1); }
-inline std::shared_ptr<const op_def> log_def() { return std::make_shared<elementwise_def>("Log", "log", 1); }
-inline std::shared_ptr<const op_def> neg_def() {
-  return std::make_shared<elementwise_def>("Neg", "neg", 1, false, linearity::jointly(1u));
-}
-
-// ---- reductions ----------------------------------------------------------------------
-
-/// ReduceSum, ReduceMean, ReduceMax or ReduceMin over `dims` (empty: every dim), with keep_dims;
-/// rule ops/reduce_rule.hpp (a split reduced dim leaves the output partial).
-/// Candidates: every split tuple of the input (each split dividing its extent, the
-/// product dividing the device count). Data parallel: the input's dim 0 split over
-/// every device.
-class reduce_def : public op_def {
- public:
-  reduce_op how = reduce_op::sum;  ///< sum, mean, max or min
-  dim_list dims;
-  bool keep_dims = false;
-
-  reduce_def(reduce_op h, dim_list d, bool keep) : how(h), dims(d), keep_dims(keep) {}
-
-  std::string type() const override {
-    switch (how) {
-      case reduce_op::mean: return "ReduceMean";
-      case reduce_op::max: return "ReduceMax";
-      case reduce_op::min: return "ReduceMin";
-      default: return "ReduceSum";
-    }
-  }
-  std::string default_name() const override {
-    switch (how) {
-      case reduce_op::mean: return "reduce_mean";
-      case reduce_op::max: return "reduce_max";
-      case reduce_op::min: return "reduce_min";
-      default: return "reduce_sum";
-    }
-  }
-  int arity() const override { return 1; }
-  linearity linear() const override { return reduction_linearity(how); }
-  std::string attributes() const override {
-    std::string s = "axis: (";
-    for (int i = 0; i < dims.n; ++i) s += (i ? ", " : "") + std::to_string(dims.v[i]);
-    return s + (dims.n == 1 ? ",)" : ")") + ", keep_dims: " + detail::bool_text(keep_dims);
-  }
-
-  extents output_shape(const shape_list& in) const override {
-    const strategy st{detail::ones(in[0].ndim)};
-    if (const status s = check_reduce(st, 1, in[0], dims); !s.ok()) throw error(s);
-    return reduce_rule(st, 1, in[0], dims, keep_dims, how).shape;
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_reduce(st, device_num, in[0], dims);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const reduce_layouts r = reduce_rule(st, device_num, in[0], dims, keep_dims, how);
-    return {r.dev, {r.in}, r.out, {r.in}, r.out.without_partial()};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    std::vector<strategy> c;
-    detail::for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t}); });
-    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
-    return c;
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    split_tuple t = detail::ones(in[0].ndim);
-    if (t.n > 0) t.v[0] = device_num;
-    return strategy{t};
-  }
-  /// The backward of ReduceMax (ReduceMin) resolves the partial maxima (minima) and the
-  /// counts of ties over the axes of split reduced dims: two reductions of the output's
-  /// shard, priced by the planner.
-  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
-                                               index_t elem_bytes) const override {
-    if (how != reduce_op::max && how != reduce_op::min) return {};
-    const reduce_layouts r = reduce_rule(st, device_num, in[0], dims, keep_dims, how);
-    if (!r.out.has_partial()) return {};
-    axis_list axes;
-    for (int a = 0; a < r.dev.ndim; ++a)
-      if (r.out.is_partial(a)) axes.push_back(a);
-    layout counts = r.out;
-    counts.op = reduce_op::sum;
-    return {{"AllReduce", how, r.dev, axes, detail::resolve_bytes(r.out, r.shape, elem_bytes), true,
-             how == reduce_op::max ? "the maxima" : "the minima"},
-            {"AllReduce", reduce_op::sum, r.dev, axes, detail::resolve_bytes(counts, r.shape, elem_bytes), true,
-             "the counts of ties"}};
-  }
-};
-
-// ---- SoftmaxCrossEntropyWithLogits ---------------------------------------------------
-
-/// The per-sample loss (B,) of logits (B, C) against labels (B, C); rule
-/// ops/softmax_rule.hpp. Labels get no gradient. Candidates: every ((b, c), (b, c)) with
-/// b | B, c | C and b c dividing the device count. Data parallel: b = device count.
-/// With the class dim split (c > 1) it combines row maxima and row sums over the class
-/// axis, forward and backward.
-class softmax_cross_entropy_def : public op_def {
- public:
-  std::string type() const override { return "SoftmaxCrossEntropyWithLogits"; }
-  std::string default_name() const override { return "softmax_cross_entropy"; }
-  int arity() const override { return 2; }
-  bool differentiable(int i) const override { return i == 0; }
-
-  extents output_shape(const shape_list& in) const override {
-    const strategy st{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
-    if (const status s = check_softmax_cross_entropy(st, 1, in[0], in[1]); !s.ok()) throw error(s);
-    return extents{in[0][0]};
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_softmax_cross_entropy(st, device_num, in[0], in[1]);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const cross_entropy_layouts r = softmax_cross_entropy_rule(st, device_num, in[0]);
-    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    std::vector<strategy> c;
-    detail::for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, t}); });
-    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
-    return c;
-  }
-  strategy data_parallel(int device_num, const shape_list&) const override {
-    return strategy{{device_num, 1}, {device_num, 1}};
-  }
-  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
-                                               index_t elem_bytes) const override {
-    const cross_entropy_layouts r = softmax_cross_entropy_rule(st, device_num, in[0]);
-    if (r.class_split <= 1) return {};
-    const index_t rows = in[0][0] / st.in[0].v[0];
-    const axis_list axes{r.class_axis};
-    const index_t one = cost::all_reduce(rows * elem_bytes, r.class_split);
-    const index_t three = cost::all_reduce(3 * rows * elem_bytes, r.class_split);
-    return {{"AllReduce", reduce_op::max, r.dev, axes, one, false, "row maxima"},
-            {"AllReduce", reduce_op::sum, r.dev, axes, three, false, "row sums"},
-            {"AllReduce", reduce_op::max, r.dev, axes, one, true, "row maxima"},
-            {"AllReduce", reduce_op::sum, r.dev, axes, three, true, "row sums"}};
-  }
-};
-
-// ---- AllReduce (hybrid parallel) -----------------------------------------------------
-
-/// An AllReduce (sum) the user places in a hybrid-parallel network: every rank gets the
-/// sum of the ranks' tensors, over all ranks or over the group of some mesh axes. Its
-/// gradient is the AllReduce (sum) of the gradients over the same group. Only
-/// hybrid_parallel runs it; its strategy is all ones (each rank's tensor is whole).
-class all_reduce_def : public op_def {
- public:
-  /// The group: empty for every rank; else the ranks sharing this rank's coordinates
-  /// on the mesh axes other than `axes` of `group_mesh` (whose size must be the device count).
-  std::optional<mesh> group_mesh;
-  axis_list axes;
-
-  all_reduce_def() = default;
-  all_reduce_def(const mesh& m, const axis_list& a) : group_mesh(m), axes(a) {}
-
-  std::string type() const override { return "AllReduce"; }
-  std::string default_name() const override { return "all_reduce"; }
-  int arity() const override { return 1; }
-  std::string attributes() const override {
-    if (!group_mesh) return "op: sum, group: all ranks";
-    std::string s = "op: sum, group: mesh " + to_string(*group_mesh) + " axes (";
-    for (int i = 0; i < axes.n; ++i) s += (i ? ", " : "") + std::to_string(axes.v[i]);
-    return s + (axes.n == 1 ? ",)" : ")");
-  }
-  extents output_shape(const shape_list& in) const override { return in[0]; }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
-    if (st.in[0].n != in[0].ndim) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, in[0].ndim);
-    return tessera::check(st, device_num);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const layout l = strategy_layout(st.in[0], device_num);
-    (void)in;
-    return {l.dev, {l}, l, {l}, l};
-  }
-  std::vector<strategy> candidates(int, const shape_list& in) const override {
-    return {strategy{detail::ones(in[0].ndim)}};
-  }
-  strategy data_parallel(int, const shape_list& in) const override { return strategy{detail::ones(in[0].ndim)}; }
-  /// The AllReduce itself, and its gradient's in the backward.
-  std::vector<internal_collective> collectives(const strategy&, int device_num, const shape_list& in,
-                                               index_t elem_bytes) const override {
-    const auto [m, a] = group(device_num);
-    const index_t b = cost::all_reduce(in[0].size() * elem_bytes, group_size(m, a));
-    return {{"AllReduce", reduce_op::sum, m, a, b, false, "the sum over the group", true},
-            {"AllReduce", reduce_op::sum, m, a, b, true, "the gradients' sum over the group", true}};
-  }
-
-  /// The group's mesh and axes on `device_num` devices.
-  std::pair<mesh, axis_list> group(int device_num) const {
-    if (group_mesh) return {*group_mesh, axes};
-    return {mesh{device_num}, axis_list{0}};
-  }
-};
-
-}  // namespace tessera::graph
-// ---- tessera/graph/operators.hpp ----
-// The other operators of ops/ as graph operators: BatchMatMul, OneHot, Softmax,
-// LogSoftmax, Transpose, Reshape, Flatten, StridedSlice, Concat, ArgMax and
-// SparseSoftmaxCrossEntropyWithLogits, each with its rule (ops/<name>_rule.hpp), its
-// candidate strategies and its data-parallel strategy. Standard library only.
-
-#include <memory>
-#include <string>
-#include <vector>
-
-namespace tessera::graph {
-
-namespace detail {
-
-// A strategy of one input split by `t`.
-inline std::vector<strategy> one_input_candidates(const extents& shape, int device_num) {
-  std::vector<strategy> c;
-  for_each_split(shape, device_num, [&](const split_tuple& t) { c.push_back(strategy{t}); });
-  order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
-  return c;
-}
-
-// The input's split tuple with dim `d` split `n` ways and the others whole.
-inline strategy split_dim(const extents& shape, int d, int n) {
-  split_tuple t = ones(shape.ndim);
-  if (d >= 0 && d < t.n) t.v[d] = n;
-  return strategy{t};
-}
-
-// Throws the status `s` of a shape check without a strategy.
-inline void require_shapes(const status& s) {
-  if (!s.ok()) throw error(s);
-}
-
-}  // namespace detail
-
-// ---- BatchMatMul -----------------------------------------------------------------------
-
-/// BatchMatMul(transpose_a, transpose_b): a MatMul per batch entry; an input of rank 2
-/// is shared by every entry; rule ops/batch_matmul_rule.hpp. Candidates: every split of
-/// the batch dims, m, k and n whose device matrix divides the device count (the batched
-/// inputs' batch dims split alike). Data parallel: batch dim 0 split over every device.
-class batch_matmul_def : public op_def {
- public:
-  bool transpose_a = false;
-  bool transpose_b = false;
-
-  explicit batch_matmul_def(bool ta = false, bool tb = false) : transpose_a(ta), transpose_b(tb) {}
-
-  std::string type() const override { return "BatchMatMul"; }
-  std::string default_name() const override { return "batch_matmul"; }
-  int arity() const override { return 2; }
-  linearity linear() const override { return linearity::each(2); }
-  /// 2 (batch m n) k on each rank's shards.
-  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const override {
-    const extents a = local_shape(l.in[0], in[0]);
-    return 2.0 * double(local_shape(l.out, out).size()) * double(transpose_a ? a[a.ndim - 2] : a[a.ndim - 1]);
-  }
-  std::string attributes() const override {
-    return "transpose_a: " + detail::bool_text(transpose_a) + ", transpose_b: " + detail::bool_text(transpose_b);
-  }
-  extents output_shape(const shape_list& in) const override {
-    const strategy ones{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
-    detail::require_shapes(check_batch_matmul(ones, 1, in[0], in[1], transpose_a, transpose_b));
-    return batch_matmul_rule(ones, 1, in[0], in[1], transpose_a, transpose_b).shape;
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_batch_matmul(st, device_num, in[0], in[1], transpose_a, transpose_b);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const batch_matmul_layouts r = batch_matmul_rule(st, device_num, in[0], in[1], transpose_a, transpose_b);
-    return {r.dev, {r.a, r.b}, r.c, {r.grad_a, r.grad_b}, r.c.without_partial()};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    const extents out = output_shape(in);
-    const int nb = out.ndim - 2;
-    extents dims = out;  // (batch..., m, k, n)
-    dims.ndim = nb + 3;
-    dims.v[nb + 1] = transpose_a ? in[0][in[0].ndim - 2] : in[0][in[0].ndim - 1];
-    dims.v[nb + 2] = out[nb + 1];
-    std::vector<strategy> c;
-    detail::for_each_split(dims, device_num, [&](const split_tuple& t) {
-      const strategy st = make(t, in);
-      if (check(st, device_num, in).ok()) c.push_back(st);
-    });
-    detail::order_candidates(c, [&](const strategy& st) { return devices(st, in); });
-    return c;
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    const extents out = output_shape(in);
-    split_tuple t = detail::ones(out.ndim + 1);
-    t.v[0] = device_num;
-    return make(t, in);
-  }
-
-  /// The strategy of batch splits, then m, k and n: t = (b..., m, k, n).
-  strategy make(const split_tuple& t, const shape_list& in) const {
-    const int nb = t.n - 3;
-    const int m = t[nb], k = t[nb + 1], n = t[nb + 2];
-    strategy st{detail::ones(in[0].ndim), detail::ones(in[1].ndim)};
-    for (int i = 0; i < 2; ++i)
-      if (in[i].ndim == nb + 2)
-        for (int d = 0; d < nb; ++d) st.in[i].v[d] = t[d];
-    split_tuple& a = st.in[0];
-    split_tuple& b = st.in[1];
-    a.v[a.n - 2] = transpose_a ? k : m;
-    a.v[a.n - 1] = transpose_a ? m : k;
-    b.v[b.n - 2] = transpose_b ? n : k;
-    b.v[b.n - 1] = transpose_b ? k : n;
-    return st;
-  }
-
- private:
-  int devices(const strategy& st, const shape_list& in) const {
-    const split_tuple& batched = in[0].ndim >= in[1].ndim ? st.in[0] : st.in[1];
-    const int nb = batched.n - 2;
-    int p = 1;
-    for (int d = 0; d < nb; ++d) p *= batched[d];
-    const split_tuple& a = st.in[0];
-    const split_tuple& b = st.in[1];
-    return p * a[a.n - 2] * a[a.n - 1] * (transpose_b ? b[b.n - 2] : b[b.n - 1]);
-  }
-};
-
-// ---- OneHot ------------------------------------------------------------------------------
-
-/// OneHot(depth): indices (..., ) to indices.shape + (depth,), `on` (1) at each index and
-/// `off` (0) elsewhere; rule ops/one_hot_rule.hpp. Its strategy splits the OUTPUT, as
-/// MindSpore's ((b, d),): one entry per output dim. The indices get no gradient.
-/// Candidates: every split tuple of the output. Data parallel: output dim 0.
-class one_hot_def : public op_def {
- public:
-  index_t depth = 0;
-
-  explicit one_hot_def(index_t d) : depth(d) {}
-
-  std::string type() const override { return "OneHot"; }
-  std::string default_name() const override { return "one_hot"; }
-  int arity() const override { return 1; }
-  bool differentiable(int) const override { return false; }
-  std::string attributes() const override { return "depth: " + std::to_string(depth) + ", axis: -1"; }
-  extents output_shape(const shape_list& in) const override {
-    extents out = in[0];
-    detail::require_shapes(check_one_hot(strategy{detail::ones(in[0].ndim + 1)}, 1, in[0], depth));
-    out.v[out.ndim++] = depth;
-    return out;
-  }
-  /// ((b, d),), or MindSpore's ((b, d), (), ()) (empty tuples for the on and off values).
-  status check_form(const strategy& st, const shape_list& in) const override {
-    if (st.n != 1 && st.n != 3) return fail(errc::one_hot_inputs, -1, -1, st.n);
-    for (int i = 1; i < st.n; ++i)
-      if (st.in[i].n != 0) return fail(errc::one_hot_value_split, i, -1, st.in[i].n);
-    if (st.in[0].n != in[0].ndim + 1) return fail(errc::one_hot_ndim, -1, -1, st.in[0].n, in[0].ndim + 1);
-    for (int d = 0; d < st.in[0].n; ++d)
-      if (st.in[0].v[d] < 1) return fail(errc::strategy_split, 0, d, st.in[0].v[d]);
-    return {};
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_one_hot(st, device_num, in[0], depth);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const one_hot_layouts r = one_hot_rule(st, device_num, in[0], depth);
-    return {r.dev, {r.indices}, r.out, {r.indices}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    return detail::one_input_candidates(output_shape(in), device_num);
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    return detail::split_dim(output_shape(in), 0, device_num);
-  }
-};
-
-// ---- Softmax, LogSoftmax -----------------------------------------------------------
-
-/// Softmax or LogSoftmax along `axis`; rule ops/softmax_axis_rule.hpp. Candidates: every
-/// split tuple of the input; a split axis combines the rows' maxima and sums over its
-/// group (forward two all-reduces of one value per row, backward one). Data parallel:
-/// dim 0 (the axis itself when the input has one dim).
-class softmax_def : public op_def {
- public:
-  int axis = -1;
-  bool log = false;
-
-  softmax_def(int a, bool lg) : axis(a), log(lg) {}
-
-  std::string type() const override { return log ? "LogSoftmax" : "Softmax"; }
-  std::string default_name() const override { return log ? "log_softmax" : "softmax"; }
-  int arity() const override { return 1; }
-  std::string attributes() const override { return "axis: " + std::to_string(axis); }
-  extents output_shape(const shape_list& in) const override {
-    detail::require_shapes(check_softmax(strategy{detail::ones(in[0].ndim)}, 1, in[0], axis));
-    return in[0];
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_softmax(st, device_num, in[0], axis);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const softmax_layouts r = softmax_rule(st, device_num, in[0], axis);
-    return {r.dev, {r.in}, r.out, {r.in}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    return detail::one_input_candidates(in[0], device_num);
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    return detail::split_dim(in[0], 0, device_num);
-  }
-  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
-                                               index_t elem_bytes) const override {
-    const softmax_layouts r = softmax_rule(st, device_num, in[0], axis);
-    if (r.group.empty()) return {};
-    const index_t b = cost::all_reduce(detail::local_rows(r.in, in[0], r.axis) * elem_bytes, group_size(r.dev, r.group));
-    return {{"AllReduce", reduce_op::max, r.dev, r.group, b, false, "row maxima"},
-            {"AllReduce", reduce_op::sum, r.dev, r.group, b, false, "row sums"},
-            {"AllReduce", reduce_op::sum, r.dev, r.group, b, true, "row sums of the gradient"}};
-  }
-};
-
-// ---- Transpose, Reshape, Flatten, StridedSlice ---------------------------------------
-
-/// Transpose(perm); rule ops/shape_rule.hpp: the shards are permuted in place, no
-/// communication. Candidates: every split tuple of the input. Data parallel: the
-/// input's dim perm[0] (the output's dim 0).
-class transpose_def : public op_def {
- public:
-  dim_list perm;
-
-  explicit transpose_def(dim_list p) : perm(p) {}
-
-  std::string type() const override { return "Transpose"; }
-  std::string default_name() const override { return "transpose"; }
-  int arity() const override { return 1; }
-  linearity linear() const override { return linearity::jointly(1u); }
-  std::string attributes() const override {
-    std::string s = "perm: (";
-    for (int i = 0; i < perm.n; ++i) s += (i ? ", " : "") + std::to_string(perm.v[i]);
-    return s + (perm.n == 1 ? ",)" : ")");
-  }
-  extents output_shape(const shape_list& in) const override {
-    const strategy ones{detail::ones(in[0].ndim)};
-    detail::require_shapes(check_transpose(ones, 1, in[0], perm));
-    return transpose_rule(ones, 1, in[0], perm).shape;
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_transpose(st, device_num, in[0], perm);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const transpose_layouts r = transpose_rule(st, device_num, in[0], perm);
-    return {r.dev, {r.in}, r.out, {r.in}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    return detail::one_input_candidates(in[0], device_num);
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    const int p0 = perm.n > 0 ? (perm.v[0] < 0 ? perm.v[0] + in[0].ndim : perm.v[0]) : 0;
-    return detail::split_dim(in[0], p0, device_num);
-  }
-};
-
-/// Reshape(target) (one entry may be -1, inferred), and Flatten (the batch dim kept,
-/// the others multiplied); rule ops/shape_rule.hpp: the shards stay in place when only
-/// the first dim of each group of dims is split, else the input is redistributed
-/// first (the rule's `in`). Candidates: every split tuple of the input. Data parallel:
-/// dim 0.
-class reshape_def : public op_def {
- public:
-  extents target;
-  bool flatten = false;
-
-  explicit reshape_def(const extents& t, bool flat = false) : target(t), flatten(flat) {}
-
-  std::string type() const override { return flatten ? "Flatten" : "Reshape"; }
-  std::string default_name() const override { return flatten ? "flatten" : "reshape"; }
-  int arity() const override { return 1; }
-  linearity linear() const override { return linearity::jointly(1u); }
-  std::string attributes() const override {
-    if (flatten) return {};
-    std::string s = "shape: (";
-    for (int d = 0; d < target.ndim; ++d) s += (d ? ", " : "") + std::to_string(target.v[d]);
-    return s + (target.ndim == 1 ? ",)" : ")");
-  }
-  extents output_shape(const shape_list& in) const override {
-    const strategy ones{detail::ones(in[0].ndim)};
-    detail::require_shapes(check_reshape(ones, 1, in[0], to(in[0])));
-    return reshape_rule(ones, 1, in[0], to(in[0])).shape;
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_reshape(st, device_num, in[0], to(in[0]));
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const reshape_layouts r = reshape_rule(st, device_num, in[0], to(in[0]));
-    return {r.dev, {r.in}, r.out, {r.in}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    return detail::one_input_candidates(in[0], device_num);
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    return detail::split_dim(in[0], 0, device_num);
-  }
-
- private:
-  extents to(const extents& shape) const { return flatten ? flatten_target(shape) : target; }
-};
-
-/// StridedSlice(begin, end, strides) (Python slice semantics on the leading dims); rule
-/// ops/shape_rule.hpp: a dim taken whole keeps its split, a cut dim is whole on every
-/// rank (gathered first when the strategy splits it). Candidates: every split tuple of
-/// the input. Data parallel: dim 0.
-class strided_slice_def : public op_def {
- public:
-  index_list begin, end, strides;
-
-  strided_slice_def(index_list b, index_list e, index_list s) : begin(b), end(e), strides(s) {}
-
-  std::string type() const override { return "StridedSlice"; }
-  std::string default_name() const override { return "strided_slice"; }
-  int arity() const override { return 1; }
-  linearity linear() const override { return linearity::jointly(1u); }
-  std::string attributes() const override { return "begin: " + text(begin) + ", end: " + text(end) + ", strides: " + text(strides); }
-  extents output_shape(const shape_list& in) const override {
-    const strategy ones{detail::ones(in[0].ndim)};
-    detail::require_shapes(check_strided_slice(ones, 1, in[0], begin, end, strides));
-    return strided_slice_rule(ones, 1, in[0], begin, end, strides).shape;
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_strided_slice(st, device_num, in[0], begin, end, strides);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const strided_slice_layouts r = strided_slice_rule(st, device_num, in[0], begin, end, strides);
-    return {r.dev, {r.in}, r.out, {r.in}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    return detail::one_input_candidates(in[0], device_num);
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    return detail::split_dim(in[0], 0, device_num);
-  }
-
- private:
-  static std::string text(const index_list& l) {
-    std::string s = "(";
-    for (int i = 0; i < l.n; ++i) s += (i ? ", " : "") + std::to_string(l.v[i]);
-    return s + (l.n == 1 ? ",)" : ")");
-  }
-};
-
-// ---- Concat --------------------------------------------------------------------------
-
-/// Concat(axis) of `inputs` tensors; rule ops/shape_rule.hpp: every input split alike,
-/// the axis whole, each rank joins its shards. Candidates: every split tuple of the
-/// inputs with the axis unsplit, given to each. Data parallel: dim 0 split over every
-/// device (whole when dim 0 is the axis).
-class concat_def : public op_def {
- public:
-  int axis = 0;
-  int inputs = 2;
-
-  concat_def(int a, int n) : axis(a), inputs(n) {}
-
-  std::string type() const override { return "Concat"; }
-  std::string default_name() const override { return "concat"; }
-  int arity() const override { return inputs; }
-  linearity linear() const override { return linearity::all(inputs); }
-  std::string attributes() const override { return "axis: " + std::to_string(axis); }
-  extents output_shape(const shape_list& in) const override {
-    strategy ones;
-    for (int i = 0; i < in.n; ++i) ones.in[ones.n++] = detail::ones(in[i].ndim);
-    detail::require_shapes(check_concat(ones, 1, in, axis));
-    return concat_rule(ones, 1, in, axis).shape;
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_concat(st, device_num, in, axis);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const concat_layouts r = concat_rule(st, device_num, in, axis);
-    op_layouts l{r.dev, {}, r.out, {}, r.out};
-    for (int i = 0; i < in.n; ++i) {
-      l.in.push_back(r.in);
-      l.in_grad.push_back(r.in);
-    }
-    return l;
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    extents s = in[0];
-    s.v[ax(s)] = 1;  // the axis stays whole
-    std::vector<strategy> c;
-    detail::for_each_split(s, device_num, [&](const split_tuple& t) { c.push_back(all(t, in)); });
-    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
-    return c;
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    split_tuple t = detail::ones(in[0].ndim);
-    if (t.n > 0 && ax(in[0]) != 0) t.v[0] = device_num;
-    return all(t, in);
-  }
-
- private:
-  int ax(const extents& s) const { return axis < 0 ? axis + s.ndim : axis; }
-  static strategy all(const split_tuple& t, const shape_list& in) {
-    strategy st;
-    for (int i = 0; i < in.n; ++i) st.in[st.n++] = t;
-    return st;
-  }
-};
-
-// ---- ArgMax --------------------------------------------------------------------------
-
-/// ArgMax(axis): the index of the maximum along `axis` (as a value of the tensors'
-/// type), data with no gradient; rule ops/argmax_rule.hpp. Candidates: every split
-/// tuple of the input; a split axis combines the maxima and then the indices over its
-/// group (two all-reduces, the second of 8-byte indices). Data parallel: dim 0.
-class argmax_def : public op_def {
- public:
-  int axis = -1;
-
-  explicit argmax_def(int a) : axis(a) {}
-
-  std::string type() const override { return "Argmax"; }
-  std::string default_name() const override { return "argmax"; }
-  int arity() const override { return 1; }
-  bool differentiable(int) const override { return false; }
-  std::string attributes() const override { return "axis: " + std::to_string(axis); }
-  extents output_shape(const shape_list& in) const override {
-    const strategy ones{detail::ones(in[0].ndim)};
-    detail::require_shapes(check_argmax(ones, 1, in[0], axis));
-    return argmax_rule(ones, 1, in[0], axis).shape;
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_argmax(st, device_num, in[0], axis);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const argmax_layouts r = argmax_rule(st, device_num, in[0], axis);
-    return {r.dev, {r.in}, r.out, {r.in}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    return detail::one_input_candidates(in[0], device_num);
-  }
-  strategy data_parallel(int device_num, const shape_list& in) const override {
-    return detail::split_dim(in[0], 0, device_num);
-  }
-  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
-                                               index_t elem_bytes) const override {
-    const argmax_layouts r = argmax_rule(st, device_num, in[0], axis);
-    if (r.group.empty()) return {};
-    const index_t rows = detail::local_rows(r.in, in[0], r.axis);
-    const int g = group_size(r.dev, r.group);
-    return {{"AllReduce", reduce_op::max, r.dev, r.group, cost::all_reduce(rows * elem_bytes, g), false, "the maxima"},
-            {"AllReduce", reduce_op::min, r.dev, r.group, cost::all_reduce(rows * 8, g), false,
-             "the first index of each maximum"}};
-  }
-};
-
-// ---- SparseSoftmaxCrossEntropyWithLogits -------------------------------------------------
-
-/// The per-sample loss (B,) of logits (B, C) against class labels (B,); rule
-/// ops/sparse_cross_entropy_rule.hpp. Labels get no gradient. Candidates: every
-/// ((b, c), (b,)) with b | B, c | C and b c dividing the device count. Data parallel:
-/// b = device count. A split class dim combines the row maxima and sums over the class
-/// axis, forward and backward.
-class sparse_softmax_cross_entropy_def : public op_def {
- public:
-  std::string type() const override { return "SparseSoftmaxCrossEntropyWithLogits"; }
-  std::string default_name() const override { return "sparse_softmax_cross_entropy"; }
-  int arity() const override { return 2; }
-  bool differentiable(int i) const override { return i == 0; }
-  extents output_shape(const shape_list& in) const override {
-    detail::require_shapes(check_sparse_softmax_cross_entropy(
-        strategy{detail::ones(in[0].ndim), detail::ones(in[1].ndim)}, 1, in[0], in[1]));
-    return extents{in[0][0]};
-  }
-  status check(const strategy& st, int device_num, const shape_list& in) const override {
-    return check_sparse_softmax_cross_entropy(st, device_num, in[0], in[1]);
-  }
-  op_layouts layouts(const strategy& st, int device_num, const shape_list& in) const override {
-    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(st, device_num, in[0]);
-    return {r.dev, {r.logits, r.labels}, r.out, {r.logits, r.labels}, r.out};
-  }
-  std::vector<strategy> candidates(int device_num, const shape_list& in) const override {
-    std::vector<strategy> c;
-    detail::for_each_split(in[0], device_num, [&](const split_tuple& t) { c.push_back(strategy{t, {t[0]}}); });
-    detail::order_candidates(c, [](const strategy& st) { return st.in[0].product(); });
-    return c;
-  }
-  strategy data_parallel(int device_num, const shape_list&) const override {
-    return strategy{{device_num, 1}, {device_num}};
-  }
-  std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
-                                               index_t elem_bytes) const override {
-    const sparse_cross_entropy_layouts r = sparse_softmax_cross_entropy_rule(st, device_num, in[0]);
-    if (r.class_split <= 1) return {};
-    const index_t rows = in[0][0] / st.in[0].v[0];
-    const axis_list axes{r.class_axis};
-    const index_t one = cost::all_reduce(rows * elem_bytes, r.class_split);
-    const index_t two = cost::all_reduce(2 * rows * elem_bytes, r.class_split);
-    return {{"AllReduce", reduce_op::max, r.dev, axes, one, false, "row maxima"},
-            {"AllReduce", reduce_op::sum, r.dev, axes, two, false, "row sums and the labels' logits"},
-            {"AllReduce", reduce_op::max, r.dev, axes, one, true, "row maxima"},
-            {"AllReduce", reduce_op::sum, r.dev, axes, two, true, "row sums and the labels' logits"}};
-  }
-};
 
 }  // namespace tessera::graph
 // ---- tessera/graph/graph.hpp ----
@@ -7501,14 +8860,27 @@ class graph_builder {
     return add_leaf(node_kind::parameter, std::move(name), shape, layerwise_parallel);
   }
 
-  /// Applies any operator to values of this builder: the extension point for
-  /// operators defined elsewhere.
+  /// Applies an operator definition (ops/definition.hpp) to values of this builder: the
+  /// way every operator enters the graph, the library's and any other. A strategy set
+  /// on the definition (op.st) is the node's, as shard() sets it.
+  ///
+  ///     auto h = b.apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, {x, w});
+  template <ops::operator_definition Op>
+  value apply(Op op, const std::vector<value>& in) {
+    const strategy st = op.st;
+    value v = apply(make_op(std::move(op)), in);
+    if (st.n > 0) v.shard(st);
+    return v;
+  }
+
+  /// Applies an operator already in the graph's form (an op_def).
   value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in) {
     if (!op) throw error("graph: apply needs an operator");
     const std::string what = op->type();
-    if (int(in.size()) != op->arity())
+    if (op->arity() >= 0 && int(in.size()) != op->arity())
       throw error("graph: " + what + " takes " + std::to_string(op->arity()) +
                   (op->arity() == 1 ? " input, got " : " inputs, got ") + std::to_string(in.size()));
+    if (in.empty()) throw error("graph: " + what + ": needs at least one input");
     if (int(in.size()) > max_strategy_inputs)
       throw error("graph: " + what + ": at most " + std::to_string(max_strategy_inputs) + " inputs");
     node n;
@@ -7529,64 +8901,64 @@ class graph_builder {
     return push(std::move(n));
   }
 
+  // The library's operators by name: each is apply() of its definition.
+
   /// op(A) op(B), op transposing when the flag is set.
   value matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
-    return apply(std::make_shared<matmul_def>(transpose_a, transpose_b), {a, b});
+    return apply(ops::matmul_op{{}, transpose_a, transpose_b}, {a, b});
   }
-  value add(value a, value b) { return apply(add_def(), {a, b}); }
-  value sub(value a, value b) { return apply(sub_def(), {a, b}); }
-  value mul(value a, value b) { return apply(mul_def(), {a, b}); }
-  value div(value a, value b) { return apply(div_def(), {a, b}); }
+  value add(value a, value b) { return apply(ops::add_op{}, {a, b}); }
+  value sub(value a, value b) { return apply(ops::sub_op{}, {a, b}); }
+  value mul(value a, value b) { return apply(ops::mul_op{}, {a, b}); }
+  value div(value a, value b) { return apply(ops::div_op{}, {a, b}); }
   /// x (..., c) + bias (c,).
-  value bias_add(value x, value bias) { return apply(bias_add_def(), {x, bias}); }
-  value relu(value x) { return apply(relu_def(), {x}); }
-  value exp(value x) { return apply(exp_def(), {x}); }
-  value log(value x) { return apply(log_def(), {x}); }
-  value neg(value x) { return apply(neg_def(), {x}); }
+  value bias_add(value x, value bias) { return apply(ops::bias_add_op{}, {x, bias}); }
+  value relu(value x) { return apply(ops::relu_op{}, {x}); }
+  value exp(value x) { return apply(ops::exp_op{}, {x}); }
+  value log(value x) { return apply(ops::log_op{}, {x}); }
+  value neg(value x) { return apply(ops::neg_op{}, {x}); }
   /// Sum over `dims` (empty: every dim; negative counts from the end).
   value reduce_sum(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::sum, dims, keep_dims), {x});
+    return apply(ops::reduce_sum_op{{}, dims, keep_dims}, {x});
   }
   value reduce_mean(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::mean, dims, keep_dims), {x});
+    return apply(ops::reduce_mean_op{{}, dims, keep_dims}, {x});
   }
   value reduce_max(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::max, dims, keep_dims), {x});
+    return apply(ops::reduce_max_op{{}, dims, keep_dims}, {x});
+  }
+  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
+    return apply(ops::reduce_min_op{{}, dims, keep_dims}, {x});
   }
   /// The per-sample loss (B,) of logits (B, C) against labels (B, C).
   value softmax_cross_entropy(value logits, value labels) {
-    return apply(std::make_shared<softmax_cross_entropy_def>(), {logits, labels});
+    return apply(ops::softmax_cross_entropy_op{}, {logits, labels});
   }
   /// The per-sample loss (B,) of logits (B, C) against class labels (B,) (integer values).
   value sparse_softmax_cross_entropy(value logits, value labels) {
-    return apply(std::make_shared<sparse_softmax_cross_entropy_def>(), {logits, labels});
-  }
-  value reduce_min(value x, dim_list dims = {}, bool keep_dims = false) {
-    return apply(std::make_shared<reduce_def>(reduce_op::min, dims, keep_dims), {x});
+    return apply(ops::sparse_softmax_cross_entropy_op{}, {logits, labels});
   }
   /// A MatMul per batch entry (an input of rank 2 is shared by every entry).
   value batch_matmul(value a, value b, bool transpose_a = false, bool transpose_b = false) {
-    return apply(std::make_shared<batch_matmul_def>(transpose_a, transpose_b), {a, b});
+    return apply(ops::batch_matmul_op{{}, transpose_a, transpose_b}, {a, b});
   }
   /// indices (integer values) -> indices.shape + (depth,), 1 at each index, 0 elsewhere.
-  value one_hot(value indices, index_t depth) { return apply(std::make_shared<one_hot_def>(depth), {indices}); }
-  value softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, false), {x}); }
-  value log_softmax(value x, int axis = -1) { return apply(std::make_shared<softmax_def>(axis, true), {x}); }
-  value transpose(value x, dim_list perm) { return apply(std::make_shared<transpose_def>(perm), {x}); }
+  value one_hot(value indices, index_t depth) { return apply(ops::one_hot_op{{}, depth}, {indices}); }
+  value softmax(value x, int axis = -1) { return apply(ops::softmax_op{{}, axis}, {x}); }
+  value log_softmax(value x, int axis = -1) { return apply(ops::log_softmax_op{{}, axis}, {x}); }
+  value transpose(value x, dim_list perm) { return apply(ops::transpose_op{{}, perm}, {x}); }
   /// x's elements in `target`'s shape (one entry may be -1: inferred).
-  value reshape(value x, const extents& target) { return apply(std::make_shared<reshape_def>(target), {x}); }
+  value reshape(value x, const extents& target) { return apply(ops::reshape_op{{}, target}, {x}); }
   /// (shape[0], the product of the other dims).
-  value flatten(value x) { return apply(std::make_shared<reshape_def>(extents{}, true), {x}); }
+  value flatten(value x) { return apply(ops::flatten_op{}, {x}); }
   /// x[begin:end:strides] on the leading dims, Python's semantics (no strides: all 1).
   value strided_slice(value x, index_list begin, index_list end, index_list strides = {}) {
-    return apply(std::make_shared<strided_slice_def>(begin, end, strides), {x});
+    return apply(ops::strided_slice_op{{}, begin, end, strides}, {x});
   }
   /// The values joined along `axis`.
-  value concat(const std::vector<value>& xs, int axis = 0) {
-    return apply(std::make_shared<concat_def>(axis, int(xs.size())), xs);
-  }
+  value concat(const std::vector<value>& xs, int axis = 0) { return apply(ops::concat_op{{}, axis}, xs); }
   /// The index of the maximum along `axis`, as a value (no gradient).
-  value argmax(value x, int axis = -1) { return apply(std::make_shared<argmax_def>(axis), {x}); }
+  value argmax(value x, int axis = -1) { return apply(ops::argmax_op{{}, axis}, {x}); }
   /// MSELoss: the mean over every element of (pred - label)^2, as Sub, Mul and
   /// ReduceMean (named "<prefix>.sub", ".mul", ".reduce_mean"; the last one returned).
   value mse_loss(value pred, value label, const std::string& prefix = "mse_loss") {
@@ -7594,11 +8966,11 @@ class graph_builder {
     return reduce_mean(mul(d, d).named(prefix + ".mul")).named(prefix + ".reduce_mean");
   }
   /// hybrid_parallel: the sum of every rank's x, on every rank.
-  value all_reduce(value x) { return apply(std::make_shared<all_reduce_def>(), {x}); }
+  value all_reduce(value x) { return apply(ops::all_reduce_op{}, {x}); }
   /// hybrid_parallel: the sum over the group of this rank on mesh axes `axes` of
   /// `group_mesh` (whose size must be the device count).
   value all_reduce(value x, const mesh& group_mesh, const axis_list& axes) {
-    return apply(std::make_shared<all_reduce_def>(group_mesh, axes), {x});
+    return apply(ops::all_reduce_op{{}, group_mesh, axes}, {x});
   }
 
   /// The graph whose loss is `loss`: a scalar (rank 0) to which every node
@@ -7766,46 +9138,24 @@ struct route {
   bool empty() const { return feasible && p.empty(); }
 };
 
-/// The route of a tensor of shape `shape` from `from` to `to`. Example: the seed's
+/// The route of a tensor of shape `shape` from `from` to `to`: plan/cache.hpp's
+/// plan_across_meshes, planned once per process (cached_plan). Example: the seed's
 /// first MatMul output ([0, 2] partial sum {1} on (2, 4, 1)) to ReLU (2, 4) ([0, 1] on
 /// (2, 4)): refinement (2, 4), one reduce_scatter over mesh axis 1, 384 bytes for
-/// (16, 16) floats.
+/// (16, 16) floats. Whether two layouts place a value alike is core/refine.hpp's
+/// same_placement.
 inline route plan_route(const layout& from, const layout& to, const extents& shape, index_t elem_bytes) {
   route r;
   r.from = from;
   r.to = to;
-  if (from.dev == to.dev) {
-    r.fine = from.dev;
-    r.p = plan_redistribution(from, to, shape, elem_bytes);
-    return r;
-  }
-  if (!check_refinement(from.dev, to.dev).ok()) {
+  if (!(from.dev == to.dev) && !check_refinement(from.dev, to.dev).ok()) {
     r.feasible = false;
     return r;
   }
-  r.fine = common_refinement(from.dev, to.dev);
-  r.p = plan_redistribution(refine(from, r.fine), refine(to, r.fine), shape, elem_bytes);
+  const auto rp = cached_plan(from, to, shape, elem_bytes);
+  r.fine = rp->fine;
+  r.p = rp->p;
   return r;
-}
-
-/// Whether two layouts of a tensor of shape `shape`, possibly on different device
-/// matrices of the same ranks, put the same shard on every rank (and agree on what is
-/// partial).
-inline bool same_distribution(const layout& a, const layout& b, const extents& shape) {
-  if (a == b) return true;
-  if (a.dev.size() != b.dev.size() || a.ndim != b.ndim) return false;
-  if (check_refinement(a.dev, b.dev).ok()) {
-    const mesh fine = common_refinement(a.dev, b.dev);
-    const layout ra = refine(a, fine), rb = refine(b, fine);
-    if (ra.partial != rb.partial || (ra.has_partial() && ra.op != rb.op)) return false;
-    for (int r = 0; r < fine.size(); ++r)
-      if (!(shard_box(ra, shape, r) == shard_box(rb, shape, r))) return false;
-    return true;
-  }
-  if (a.has_partial() || b.has_partial()) return false;
-  for (int r = 0; r < a.dev.size(); ++r)
-    if (!(shard_box(a, shape, r) == shard_box(b, shape, r))) return false;
-  return true;
 }
 
 /// "[1, 2] on device matrix (2, 4, 1)": a layout as the graph's errors and dumps print
@@ -8226,7 +9576,6 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
   for (int p : g.parameters()) {
     const auto readers = g.consumers(p);
     if (readers.size() < 2) continue;
-    const extents& shape = g.at(p).shape;
     const auto [c0, s0] = readers[0];
     for (std::size_t k = 1; k < readers.size(); ++k) {
       const auto [ck, sk] = readers[k];
@@ -8235,7 +9584,7 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
       for (int a = 0; a < count(c0); ++a)
         for (int b = 0; b < count(ck); ++b) {
           if (c0 == ck && a != b) continue;
-          const bool same = same_distribution(lay(c0, a).in[s0], lay(ck, b).in[sk], shape);
+          const bool same = same_placement(lay(c0, a).in[s0], lay(ck, b).in[sk]);
           if (same) continue;
           if (c0 == ck) {
             pb.unary[v0][a] = infinite_bytes;
@@ -8619,16 +9968,13 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
         throw error("parallelize: parameter '" + nd.name + "' is layer-wise parallel, which only hybrid_parallel supports, not " +
                     std::string(to_string(mode)));
     } else if (nd.kind == node_kind::op) {
-      if (const auto* ar = dynamic_cast<const all_reduce_def*>(nd.op.get())) {
-        if (!hybrid)
-          throw error("parallelize: " + g.describe(id) + " is a hybrid_parallel operator; in " + std::string(to_string(mode)) +
-                      " the parallel pass places communication itself");
-        if (ar->group_mesh)
-          if (const status s = check_mesh_size(*ar->group_mesh, N); !s.ok())
-            throw error(s, "parallelize: " + g.describe(id) + ": group mesh " + to_string(*ar->group_mesh));
-        for (int i = 0; i < ar->axes.n; ++i)
-          if (ar->axes[i] < 0 || ar->axes[i] >= (ar->group_mesh ? ar->group_mesh->ndim : 1))
-            throw error("parallelize: " + g.describe(id) + ": mesh axis " + std::to_string(ar->axes[i]) + " out of range");
+      if (nd.op->hybrid_only() && !hybrid)
+        throw error("parallelize: " + g.describe(id) + " is a hybrid_parallel operator; in " + std::string(to_string(mode)) +
+                    " the parallel pass places communication itself");
+      try {
+        nd.op->validate(N);
+      } catch (const error& e) {
+        throw error("parallelize: " + g.describe(id) + ": " + e.what());
       }
       for (std::size_t s = 0; s < nd.inputs.size(); ++s)
         if (pg.needs_grad_[nd.inputs[s]] && nd.op->differentiable(int(s))) pg.needs_grad_[id] = true;
@@ -8772,7 +10118,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     for (std::size_t k = 1; k < readers.size(); ++k) {
       const auto [ck, sk] = readers[k];
       const layout& other = pg.ops_[ck]->lay.in[sk];
-      if (!same_distribution(first, other, g.at(p).shape)) {
+      if (!same_placement(first, other)) {
         auto who = [&](int c) {
           return g.describe(c) + " with strategy " + to_string(pg.ops_[c]->st) + " (" +
                  std::string(to_string(pg.ops_[c]->source)) + ")";
@@ -9929,7 +11275,7 @@ A execute(const plan& p, A&& in, mesh_comm<C>& mc) {
 
 /// Redistributes `x` to the static layout `To`. With a static layout and shape on both
 /// sides the plan is a compile-time constant (static_plan); otherwise it is planned at
-/// run time by the same function.
+/// run time by the same function, once per process (plan/cache.hpp).
 template <layout To, class T, auto L, auto G, class D, class C>
 dist_tensor<T, To, G, D> redistribute(const dist_tensor<T, L, G, D>& x, mesh_comm<C>& mc) {
   if constexpr (detail::is_static_layout<L> && detail::is_static_shape<G>) {
@@ -9940,34 +11286,28 @@ dist_tensor<T, To, G, D> redistribute(const dist_tensor<T, L, G, D>& x, mesh_com
       return out;
     }
   }
-  const plan p = plan_redistribution(x.layout(), To, x.global_shape(), index_t(sizeof(T)));
+  const auto rp = cached_plan(x.layout(), To, x.global_shape(), index_t(sizeof(T)));
   dist_tensor<T, To, G, D> out(To, x.global_shape(), x.rank());
-  out.assign_local(execute(p, x.local(), mc));
+  out.assign_local(execute(rp->p, x.local(), mc));
   return out;
 }
 
-/// Redistributes `x` to a layout known only at run time.
+/// Redistributes `x` to a layout known only at run time, on `mc`'s mesh (planned once
+/// per process).
 template <class T, auto L, auto G, class D, class C>
 tensor_on<T, D> redistribute(const dist_tensor<T, L, G, D>& x, const layout& to, mesh_comm<C>& mc) {
-  const plan p = plan_redistribution(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
-  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), mc));
+  const auto rp = cached_plan(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
+  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(rp->p, x.local(), mc));
 }
 
 /// Redistributes `x` to `to`, which may be on another device matrix of the same ranks
 /// (each operator has its own): both layouts are written on the two meshes' common
 /// refinement (core/refine.hpp), which leaves every shard where it is, and planned
-/// there.
+/// there (plan_across_meshes, once per process: cached_plan).
 template <class T, auto L, auto G, class D, class C>
 tensor_on<T, D> redistribute(const dist_tensor<T, L, G, D>& x, const layout& to, device_context<C>& ctx) {
-  const layout& from = x.layout();
-  if (from.dev == to.dev) {
-    const plan p = plan_redistribution(from, to, x.global_shape(), index_t(sizeof(T)));
-    return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), ctx.on(from.dev)));
-  }
-  require(check_refinement(from.dev, to.dev), "redistribute");
-  const mesh fine = common_refinement(from.dev, to.dev);
-  const plan p = plan_redistribution(refine(from, fine), refine(to, fine), x.global_shape(), index_t(sizeof(T)));
-  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(p, x.local(), ctx.on(fine)));
+  const auto rp = cached_plan(x.layout(), to, x.global_shape(), index_t(sizeof(T)));
+  return tensor_on<T, D>(to, x.global_shape(), x.rank(), execute(rp->p, x.local(), ctx.on(rp->fine)));
 }
 
 /// A tensor in a wanted layout, as an operator takes its inputs: the caller's own tensor
@@ -9986,11 +11326,12 @@ class laid_out {
   std::optional<tensor_on<T, D>> owned_;
 };
 
-/// `x` laid out as `l`: x itself when it already is, else redistributed (possibly from
-/// another device matrix of the same ranks).
+/// `x` laid out as `l`: x itself (borrowed, no copy) when it places the same shard on
+/// every rank (same_placement: possibly on another device matrix of the same ranks,
+/// then its layout() stays x's), else redistributed into `l`.
 template <class T, class D, class C>
 laid_out<T, D> in_layout(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
-  if (x.layout() == l) return laid_out<T, D>(x);
+  if (same_placement(x.layout(), l)) return laid_out<T, D>(x);
   return laid_out<T, D>(redistribute(x, l, ctx));
 }
 
@@ -10531,7 +11872,9 @@ inline void load_distributed_checkpoint(const std::filesystem::path& file, std::
 #if __has_include(<cblas.h>)
 // ---- tessera/kernels/cpu.hpp ----
 // The CPU kernels: local math on xt::xarray shards (xtensor + BLAS), no
-// communication. Only includes. Needs tessera::blas (CBLAS) for matmul.
+// communication. Only includes. Needs tessera::blas (CBLAS) for matmul, and
+// tessera::dnnl (oneDNN) for the convolutional network kernels, included where oneDNN
+// is installed and the compiler is not nvcc (whose front end cannot parse dnnl.hpp).
 
 // ---- tessera/kernels/cpu/common.hpp ----
 // What the CPU kernels share: the shape argument type, shape text for errors, axis
@@ -12269,6 +13612,1559 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 }
 
 }  // namespace tessera::kernels::cpu
+#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+// ---- tessera/kernels/conv_params.hpp ----
+// The window geometry of 2-D convolution and pooling on NCHW tensors, shared by every
+// device's kernels: parameters, output sizes with their checks and error texts, the
+// padding of MindSpore's pad modes and of PyTorch's padding rules, and the result types
+// of the convolution, batch-norm and pooling kernels. Standard library only.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace tessera::kernels {
+
+/// Zero padding on the four sides of an image (rows above and below, columns left and
+/// right). Uneven padding is how MindSpore's pad_mode "same" and TensorFlow's SAME
+/// place the odd element: below and right.
+struct pad2d {
+  index_t top = 0, bottom = 0, left = 0, right = 0;
+
+  /// The same padding on every side (PyTorch's `padding=p`).
+  static constexpr pad2d uniform(index_t p) { return {p, p, p, p}; }
+  /// `h` above and below, `w` left and right (PyTorch's `padding=(h, w)`).
+  static constexpr pad2d symmetric(index_t h, index_t w) { return {h, h, w, w}; }
+  friend constexpr bool operator==(const pad2d&, const pad2d&) = default;
+};
+
+/// A 2-D convolution: y[n, o, i, j] = b[o] + sum over c in o's group, kh, kw of
+/// x[n, c, i * stride_h - top + kh * dilation_h, j * stride_w - left + kw * dilation_w]
+/// * w[o, c mod (C / groups), kh, kw], with x zero outside the image. x is (N, C, H, W),
+/// w is (O, C / groups, KH, KW), y is (N, O, OH, OW); groups divides C and O.
+struct conv2d_params {
+  index_t stride_h = 1, stride_w = 1;
+  pad2d pad{};
+  index_t dilation_h = 1, dilation_w = 1;
+  index_t groups = 1;
+  friend constexpr bool operator==(const conv2d_params&, const conv2d_params&) = default;
+};
+
+/// A 2-D pooling window: kernel, stride and padding per axis. ceil_mode rounds the output
+/// size up (PyTorch's rule: a window that would start in the bottom or right padding is
+/// dropped). count_include_pad (average pooling): the divisor counts the zero padding
+/// inside the window, as PyTorch's default; false divides by the input elements inside
+/// it only (PyTorch's count_include_pad=False, MindSpore's pad_mode "same"). Padding never
+/// enters a maximum.
+struct pool2d_params {
+  index_t kernel_h = 1, kernel_w = 1;
+  index_t stride_h = 1, stride_w = 1;
+  pad2d pad{};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+
+  /// A square window `k` with stride `s` (PyTorch's default stride is the kernel) and
+  /// padding `p` on every side.
+  static constexpr pool2d_params square(index_t k, index_t s, index_t p = 0) {
+    return {k, k, s, s, pad2d::uniform(p)};
+  }
+  friend constexpr bool operator==(const pool2d_params&, const pool2d_params&) = default;
+};
+
+/// MindSpore's pad_mode of Conv2d, MaxPool2d and AvgPool2d.
+enum class pad_mode {
+  same,   ///< output ceil(in / stride); the padding that needs, the odd element below/right
+  valid,  ///< no padding: output ceil((in - extent + 1) / stride)
+  pad,    ///< the padding given explicitly
+};
+
+/// The extent of a dilated window: dilation * (kernel - 1) + 1.
+constexpr index_t window_extent(index_t kernel, index_t dilation = 1) { return dilation * (kernel - 1) + 1; }
+
+/// The number of window positions along one axis: floor((in + before + after - extent) /
+/// stride) + 1, or with ceil_mode the ceiling, less one when the last window would start
+/// at or past in + before (PyTorch's pooling rule). 0 when no window fits.
+///
+/// Examples: in 32, kernel 3, stride 1, padding 1 + 1 -> 32; in 32, kernel 3, stride 2,
+/// padding 1 + 1 -> 16; in 5, kernel 2, stride 2 -> 2, with ceil_mode 3; in 4, kernel 2,
+/// stride 2, padding 1 + 1, ceil_mode -> 3 (a fourth window would start in the padding).
+constexpr index_t window_output_size(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
+                                     index_t dilation = 1, bool ceil_mode = false) {
+  const index_t span = in + before + after - window_extent(kernel, dilation);
+  if (span < 0 || stride < 1) return 0;
+  if (!ceil_mode) return span / stride + 1;
+  index_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= in + before) --out;
+  return out;
+}
+
+/// The padding of MindSpore's pad_mode "same" along one axis (TensorFlow's SAME): the
+/// least total padding that gives ceil(in / stride) outputs, {before, after} with the odd
+/// element after. With stride 1 this is PyTorch's padding="same" (total dilation *
+/// (kernel - 1), the odd element after), so one function serves both.
+///
+/// Examples: in 32, kernel 3, stride 1 -> {1, 1}; in 32, kernel 3, stride 2 -> {0, 1};
+/// in 32, kernel 4, stride 1 -> {1, 2}; in 5, kernel 1, stride 2 -> {0, 0}.
+constexpr std::array<index_t, 2> same_padding(index_t in, index_t kernel, index_t stride, index_t dilation = 1) {
+  const index_t out = (in + stride - 1) / stride;
+  const index_t total = std::max<index_t>((out - 1) * stride + window_extent(kernel, dilation) - in, 0);
+  return {total / 2, total - total / 2};
+}
+
+/// The padding MindSpore's pad_mode gives an image of in_h x in_w under a window kernel_h x
+/// kernel_w (stride, dilation): "same" as same_padding on each axis, "valid" none,
+/// "pad" the explicit `padding`.
+constexpr pad2d padding_for(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h, index_t kernel_w,
+                            index_t stride_h, index_t stride_w, index_t dilation_h = 1, index_t dilation_w = 1,
+                            pad2d padding = {}) {
+  switch (mode) {
+    case pad_mode::valid: return {};
+    case pad_mode::pad: return padding;
+    case pad_mode::same: break;
+  }
+  const auto h = same_padding(in_h, kernel_h, stride_h, dilation_h);
+  const auto w = same_padding(in_w, kernel_w, stride_w, dilation_w);
+  return {h[0], h[1], w[0], w[1]};
+}
+
+/// The convolution parameters of MindSpore's Conv2d(pad_mode, padding, stride, dilation,
+/// group) on an image of in_h x in_w under a kernel_h x kernel_w kernel.
+constexpr conv2d_params mindspore_conv2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
+                                         index_t kernel_w, index_t stride_h = 1, index_t stride_w = 1,
+                                         pad2d padding = {}, index_t dilation_h = 1, index_t dilation_w = 1,
+                                         index_t groups = 1) {
+  return {stride_h, stride_w,
+          padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, padding),
+          dilation_h, dilation_w, groups};
+}
+
+/// The pooling parameters of MindSpore's MaxPool2d / AvgPool2d(kernel_size, stride,
+/// pad_mode) on an image of in_h x in_w: "same" pads as same_padding and averages over
+/// the input elements only (count_include_pad false); "valid" does not pad; "pad" takes
+/// the explicit padding, ceil_mode and count_include_pad.
+constexpr pool2d_params mindspore_pool2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
+                                         index_t kernel_w, index_t stride_h, index_t stride_w, pad2d padding = {},
+                                         bool ceil_mode = false, bool count_include_pad = true) {
+  pool2d_params p{kernel_h, kernel_w, stride_h, stride_w,
+                  padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, 1, 1, padding)};
+  p.ceil_mode = mode == pad_mode::pad && ceil_mode;
+  p.count_include_pad = mode == pad_mode::pad ? count_include_pad : mode == pad_mode::valid;
+  return p;
+}
+
+}  // namespace tessera::kernels
+
+// The helpers live in tessera::detail: a tessera::kernels::detail would hide it from the
+// code of tessera::kernels.
+namespace tessera::detail {
+
+inline std::string dims_text(std::span<const std::size_t> s) {
+  std::string out = "(";
+  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+inline void require_nchw(const char* fn, const char* name, std::span<const std::size_t> s) {
+  if (s.size() != 4)
+    throw error(std::string(fn) + ": " + name + " must be 4-D (N, C, H, W), " + name + " is " + dims_text(s));
+}
+
+inline void require_positive(const char* fn, const char* what, index_t h, index_t w) {
+  if (h < 1 || w < 1)
+    throw error(std::string(fn) + ": " + what + " must be positive, " + what + " is (" + std::to_string(h) + ", " +
+                std::to_string(w) + ")");
+}
+
+inline void require_padding(const char* fn, const kernels::pad2d& p) {
+  if (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)
+    throw error(std::string(fn) + ": padding must not be negative, padding is (top " + std::to_string(p.top) +
+                ", bottom " + std::to_string(p.bottom) + ", left " + std::to_string(p.left) + ", right " +
+                std::to_string(p.right) + ")");
+}
+
+inline index_t checked_output(const char* fn, const char* axis, index_t in, index_t kernel, index_t stride,
+                              index_t before, index_t after, index_t dilation, bool ceil_mode) {
+  const index_t out = kernels::window_output_size(in, kernel, stride, before, after, dilation, ceil_mode);
+  if (out < 1)
+    throw error(std::string(fn) + ": the window does not fit along " + axis + ": input " + std::to_string(in) +
+                " + padding " + std::to_string(before) + " + " + std::to_string(after) + " < window extent " +
+                std::to_string(kernels::window_extent(kernel, dilation)) + " (kernel " + std::to_string(kernel) +
+                ", dilation " + std::to_string(dilation) + ")");
+  return out;
+}
+
+}  // namespace tessera::detail
+
+namespace tessera::kernels {
+
+/// The output shape (N, O, OH, OW) of a convolution of x (N, C, H, W) with w (O, C /
+/// groups, KH, KW). Throws tessera::error naming `fn` and the numbers when the shapes or
+/// parameters do not fit: "conv2d_forward: w (64, 3, 3, 3) needs x with 3 * groups 1 = 3
+/// channels, x is (32, 4, 32, 32)".
+inline std::array<std::size_t, 4> conv2d_output_shape(const char* fn, std::span<const std::size_t> x,
+                                                       std::span<const std::size_t> w, const conv2d_params& p) {
+  detail::require_nchw(fn, "x", x);
+  if (w.size() != 4)
+    throw error(std::string(fn) + ": w must be 4-D (O, C / groups, KH, KW), w is " + detail::dims_text(w));
+  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
+  detail::require_positive(fn, "dilation", p.dilation_h, p.dilation_w);
+  detail::require_padding(fn, p.pad);
+  if (p.groups < 1)
+    throw error(std::string(fn) + ": groups must be positive, groups is " + std::to_string(p.groups));
+  const auto g = std::size_t(p.groups);
+  if (w[0] % g != 0)
+    throw error(std::string(fn) + ": groups " + std::to_string(g) + " must divide the output channels of w " +
+                detail::dims_text(w));
+  if (w[1] * g != x[1])
+    throw error(std::string(fn) + ": w " + detail::dims_text(w) + " needs x with " + std::to_string(w[1]) +
+                " * groups " + std::to_string(g) + " = " + std::to_string(w[1] * g) + " channels, x is " +
+                detail::dims_text(x));
+  if (w[2] < 1 || w[3] < 1)
+    throw error(std::string(fn) + ": the kernel must not be empty, w is " + detail::dims_text(w));
+  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), index_t(w[2]), p.stride_h, p.pad.top,
+                                            p.pad.bottom, p.dilation_h, false);
+  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), index_t(w[3]), p.stride_w, p.pad.left,
+                                            p.pad.right, p.dilation_w, false);
+  return {x[0], w[0], std::size_t(oh), std::size_t(ow)};
+}
+
+/// The output shape (N, C, OH, OW) of pooling x (N, C, H, W). Throws on a bad window:
+/// padding must be smaller than the kernel on each side (a window of padding alone has
+/// no maximum), as PyTorch requires.
+inline std::array<std::size_t, 4> pool2d_output_shape(const char* fn, std::span<const std::size_t> x,
+                                                       const pool2d_params& p) {
+  detail::require_nchw(fn, "x", x);
+  detail::require_positive(fn, "kernel", p.kernel_h, p.kernel_w);
+  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
+  detail::require_padding(fn, p.pad);
+  if (std::max(p.pad.top, p.pad.bottom) >= p.kernel_h || std::max(p.pad.left, p.pad.right) >= p.kernel_w)
+    throw error(std::string(fn) + ": padding must be smaller than the kernel (" + std::to_string(p.kernel_h) +
+                ", " + std::to_string(p.kernel_w) + "), padding is (top " + std::to_string(p.pad.top) +
+                ", bottom " + std::to_string(p.pad.bottom) + ", left " + std::to_string(p.pad.left) + ", right " +
+                std::to_string(p.pad.right) + ")");
+  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), p.kernel_h, p.stride_h, p.pad.top,
+                                            p.pad.bottom, 1, p.ceil_mode);
+  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), p.kernel_w, p.stride_w, p.pad.left,
+                                            p.pad.right, 1, p.ceil_mode);
+  return {x[0], x[1], std::size_t(oh), std::size_t(ow)};
+}
+
+/// The padding after the image that makes a window of `kernel` at every one of `out`
+/// positions fit: at least `after`, more under ceil_mode (the windows past the padding
+/// that PyTorch's ceil_mode keeps). Kernel libraries without a ceil mode take this.
+constexpr index_t effective_after(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
+                                  index_t out) {
+  return std::max(after, (out - 1) * stride + kernel - in - before);
+}
+
+// ---- what the kernels return (every device, its own array types) --------------------
+
+/// A convolution's weight gradients: dw of w's shape, db (O,) when the convolution has a
+/// bias (otherwise empty).
+template <class Array>
+struct conv2d_weight_grads {
+  Array dw;
+  Array db;
+};
+
+/// Per-channel sums of a local batch, the pieces a batch norm over several ranks adds up
+/// (all-reduces) before it normalises: forward, sum of x and of x^2 over (N, H, W);
+/// backward, sum of dy and of dy * x_hat.
+template <class Array>
+struct channel_sums {
+  Array sum;
+  Array sum_sq;
+};
+
+/// Per-channel batch statistics: the mean and the biased variance (divided by the count).
+template <class Array>
+struct batch_norm_stats {
+  Array mean;
+  Array variance;
+};
+
+/// A training-mode batch norm's forward: y, the batch's mean and biased variance per
+/// channel, and what the backward needs besides (the ReLU mask where it is fused).
+template <class Y, class Stat, class Workspace>
+struct batch_norm_training {
+  Y y;
+  Stat mean;
+  Stat variance;
+  Workspace workspace;
+};
+
+/// A batch norm's gradients: dx, and per channel dgamma (sum of dy * x_hat) and dbeta
+/// (sum of dy).
+template <class X, class Stat>
+struct batch_norm_grads {
+  X dx;
+  Stat dgamma;
+  Stat dbeta;
+};
+
+/// A max pooling's forward: y and what its backward needs besides (the positions of the
+/// maxima where the device keeps them).
+template <class Y, class Workspace>
+struct max_pool2d_result {
+  Y y;
+  Workspace workspace;
+};
+
+}  // namespace tessera::kernels
+// ---- tessera/kernels/cpu/dnnl.hpp ----
+// What the oneDNN kernels share: the engine (one per process) and stream (one per
+// thread), the primitive cache (one per thread, keyed by shapes and attributes, so a
+// repeated call creates nothing), dnnl_tensor (a 4-D tensor kept in the memory format
+// oneDNN chose, to pass between layers without reordering), the workspace handle, and
+// oneDNN's errors as tessera::error. Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+/// oneDNN's CPU engine, created on first use and kept for the life of the process.
+inline const dnnl::engine& dnnl_engine() {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+/// The calling thread's oneDNN stream on dnnl_engine(). oneDNN's CPU streams run
+/// in order and synchronously; each thread has its own, so threads never share one.
+inline dnnl::stream& dnnl_stream() {
+  thread_local dnnl::stream s(dnnl_engine());
+  return s;
+}
+
+/// What a kernel's backward needs from its forward besides the arrays (the positions of
+/// the maxima of a max pooling, the ReLU mask of a fused batch norm): opaque, empty
+/// where the forward keeps nothing. Copies share the buffer.
+struct dnnl_workspace {
+  dnnl::memory memory;
+  bool empty() const { return !memory; }
+};
+
+/// A 4-D float tensor (N, C, H, W) in a memory format oneDNN chose (a blocked one such
+/// as nChw16c on AVX-512, or plain NCHW). Every kernel of kernels/cpu/conv.hpp,
+/// batch_norm.hpp and pool.hpp takes and returns these as it does xt::xarray<float>; in
+/// this form a layer's output is passed to the next one in the format its primitive
+/// wrote, without the reorders to and from NCHW around every call (at ResNet-50's
+/// CIFAR-10 shapes the 1x1 convolutions are about a quarter faster; see
+/// benchmarks/bench_conv.cpp). Copies share the buffer (a dnnl::memory handle).
+class dnnl_tensor {
+ public:
+  dnnl_tensor() = default;
+  /// Takes a 4-D oneDNN memory object (any format).
+  explicit dnnl_tensor(dnnl::memory m) : mem_(std::move(m)) {
+    if (mem_.get_desc().dims().size() != 4)
+      throw error("dnnl_tensor: the memory must be 4-D (N, C, H, W), it has " +
+                  std::to_string(mem_.get_desc().dims().size()) + " dims");
+  }
+  /// A copy of x (N, C, H, W) in plain NCHW.
+  static dnnl_tensor from_xarray(const xt::xarray<float>& x);
+  /// The values in plain NCHW.
+  xt::xarray<float> to_xarray() const;
+  /// A copy in the layout `tag` (dnnl::memory::format_tag::nChw16c, nhwc, nchw, ...).
+  dnnl_tensor in_format(dnnl::memory::format_tag tag) const;
+
+  std::vector<std::size_t> shape() const {
+    const auto d = mem_.get_desc().dims();
+    return std::vector<std::size_t>(d.begin(), d.end());
+  }
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl::memory::desc desc() const { return mem_.get_desc(); }
+  /// Whether the values are laid out as plain NCHW.
+  bool is_plain() const;
+  explicit operator bool() const { return bool(mem_); }
+
+ private:
+  dnnl::memory mem_;
+};
+
+/// The operand types of the oneDNN kernels: plain NCHW xarrays, and dnnl_tensor.
+template <class X>
+concept dnnl_operand = std::same_as<X, xt::xarray<float>> || std::same_as<X, dnnl_tensor>;
+
+namespace detail {
+
+using dnnl_dims = dnnl::memory::dims;
+using dnnl_tag = dnnl::memory::format_tag;
+using dnnl_md = dnnl::memory::desc;
+
+inline dnnl_dims to_dims(std::span<const std::size_t> s) {
+  dnnl_dims d;
+  for (std::size_t e : s) d.push_back(dnnl::memory::dim(e));
+  return d;
+}
+
+/// The plain row-major descriptor of float dims (a, ab, abc, abcd, abcde).
+inline dnnl_md plain_desc(const dnnl_dims& d) {
+  static constexpr dnnl_tag tags[] = {dnnl_tag::a, dnnl_tag::a, dnnl_tag::ab, dnnl_tag::abc, dnnl_tag::abcd,
+                                      dnnl_tag::abcde};
+  return dnnl_md(d, dnnl::memory::data_type::f32, tags[std::min<std::size_t>(d.size(), 5)]);
+}
+
+/// A oneDNN memory over an array's own buffer (no copy), as plain `dims` (default: the
+/// array's shape). The array must outlive the memory object; oneDNN only reads it
+/// where it is an input.
+inline dnnl::memory wrap(const xt::xarray<float>& x, const dnnl_dims& dims) {
+  return dnnl::memory(plain_desc(dims), dnnl_engine(), const_cast<float*>(x.data()));
+}
+inline dnnl::memory wrap(const xt::xarray<float>& x) {
+  return wrap(x, to_dims(std::span<const std::size_t>(x.shape().data(), x.shape().size())));
+}
+
+inline std::vector<std::size_t> shape_of(const xt::xarray<float>& x) {
+  return std::vector<std::size_t>(x.shape().begin(), x.shape().end());
+}
+inline std::vector<std::size_t> shape_of(const dnnl_tensor& x) { return x.shape(); }
+
+// ---- the primitive cache ------------------------------------------------------------
+
+/// A cache key: the kind of primitive, then its shapes and attributes as integers.
+struct primitive_key {
+  std::vector<std::int64_t> v;
+
+  primitive_key& add(std::int64_t x) {
+    v.push_back(x);
+    return *this;
+  }
+  primitive_key& add(float x) { return add(std::int64_t(std::bit_cast<std::uint32_t>(x))); }
+  primitive_key& add(bool x) { return add(std::int64_t(x)); }
+  primitive_key& add(const dnnl_dims& d) {
+    add(std::int64_t(d.size()));
+    v.insert(v.end(), d.begin(), d.end());
+    return *this;
+  }
+  /// A memory descriptor: its dims and its layout (the blocking of a blocked format).
+  primitive_key& add(const dnnl_md& md) {
+    const dnnl_memory_desc_t& c = md.data;
+    add(std::int64_t(c.ndims));
+    for (int i = 0; i < c.ndims; ++i) add(std::int64_t(c.dims[i]));
+    add(std::int64_t(c.data_type)).add(std::int64_t(c.format_kind));
+    if (c.format_kind == dnnl_blocked) {
+      const auto& b = c.format_desc.blocking;
+      for (int i = 0; i < c.ndims; ++i) add(std::int64_t(b.strides[i]));
+      add(std::int64_t(b.inner_nblks));
+      for (int i = 0; i < b.inner_nblks; ++i) add(std::int64_t(b.inner_blks[i])).add(std::int64_t(b.inner_idxs[i]));
+    }
+    return *this;
+  }
+  primitive_key& add(const pad2d& p) { return add(p.top).add(p.bottom).add(p.left).add(p.right); }
+  friend bool operator==(const primitive_key&, const primitive_key&) = default;
+};
+
+struct primitive_key_hash {
+  std::size_t operator()(const primitive_key& k) const noexcept {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::int64_t x : k.v) h = (h ^ std::uint64_t(x)) * 1099511628211ull;
+    return std::size_t(h);
+  }
+};
+
+/// Entries kept per thread and entry type before the cache starts over (a program with
+/// that many distinct shapes recreates primitives rather than growing without bound).
+inline constexpr std::size_t primitive_cache_capacity = 1024;
+
+/// The calling thread's cached Entry for `key`, made by `make()` on the first call.
+template <class Entry, class Make>
+const Entry& cached(const primitive_key& key, Make&& make) {
+  thread_local std::unordered_map<primitive_key, Entry, primitive_key_hash> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= primitive_cache_capacity) cache.clear();
+  return cache.emplace(key, make()).first->second;
+}
+
+/// The number of primitives each kernel family created on this thread (tests check that
+/// a repeated call creates none).
+inline std::size_t& primitives_created() {
+  thread_local std::size_t n = 0;
+  return n;
+}
+
+// ---- errors -------------------------------------------------------------------------
+
+/// Runs f, turning oneDNN's errors into tessera::error naming the kernel:
+/// "conv2d_forward: oneDNN: could not create a primitive descriptor (status 3)".
+template <class F>
+decltype(auto) dnnl_call(const char* fn, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const dnnl::error& e) {
+    throw error(std::string(fn) + ": oneDNN: " + e.what() + " (status " + std::to_string(int(e.status)) + ")");
+  }
+}
+
+// ---- reorders, inputs and outputs -----------------------------------------------------
+
+struct reorder_entry {
+  dnnl::reorder prim;
+};
+
+/// dst = src with the layout of dst (a cached reorder primitive).
+inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
+  const dnnl_md s = src.get_desc(), d = dst.get_desc();
+  primitive_key key;
+  key.add(std::int64_t(0x5245)).add(s).add(d);
+  const auto& e = cached<reorder_entry>(key, [&] {
+    ++primitives_created();
+    return reorder_entry{dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), s, dnnl_engine(), d))};
+  });
+  e.prim.execute(dnnl_stream(), const_cast<dnnl::memory&>(src), const_cast<dnnl::memory&>(dst));
+}
+
+// ---- scratch memory ------------------------------------------------------------------
+
+/// The calling thread's free scratch buffers, by descriptor: the reordered copies and
+/// blocked intermediates a kernel needs only during its call. Reusing them saves the
+/// page faults of fresh large allocations (a 32 MiB reorder into fresh memory costs
+/// about 4 times one into memory already touched).
+inline std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash>& scratch_pool() {
+  thread_local std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash> pool;
+  return pool;
+}
+
+/// Free buffers kept per descriptor and thread.
+inline constexpr std::size_t scratch_per_desc = 4;
+
+/// A memory a kernel uses during its call: either an operand's own memory (not owned
+/// here) or a scratch buffer, handed back to the thread's pool when this is destroyed.
+class scratch_memory {
+ public:
+  explicit scratch_memory(dnnl::memory m, bool pooled = false) : mem_(std::move(m)), pooled_(pooled) {}
+  scratch_memory(scratch_memory&& o) noexcept : mem_(std::move(o.mem_)), pooled_(std::exchange(o.pooled_, false)) {}
+  scratch_memory(const scratch_memory&) = delete;
+  scratch_memory& operator=(const scratch_memory&) = delete;
+  scratch_memory& operator=(scratch_memory&&) = delete;
+  ~scratch_memory() {
+    if (!pooled_) return;
+    primitive_key k;
+    k.add(mem_.get_desc());
+    auto& free = scratch_pool()[k];
+    if (free.size() < scratch_per_desc) free.push_back(std::move(mem_));
+  }
+  const dnnl::memory& get() const { return mem_; }
+  operator const dnnl::memory&() const { return mem_; }
+
+ private:
+  dnnl::memory mem_;
+  bool pooled_ = false;
+};
+
+/// A scratch buffer of descriptor `md` (from the pool, else new).
+inline scratch_memory scratch(const dnnl_md& md) {
+  primitive_key k;
+  k.add(md);
+  auto& free = scratch_pool()[k];
+  if (!free.empty()) {
+    dnnl::memory m = std::move(free.back());
+    free.pop_back();
+    return scratch_memory(std::move(m), true);
+  }
+  return scratch_memory(dnnl::memory(md, dnnl_engine()), true);
+}
+
+/// `m` as a memory of descriptor `want`: itself when the layouts agree, else a reordered
+/// copy in scratch memory (keep the result alive while the primitive runs).
+inline scratch_memory as_desc(const dnnl::memory& m, const dnnl_md& want) {
+  if (m.get_desc() == want) return scratch_memory(m);
+  scratch_memory out = scratch(want);
+  reorder_into(m, out.get());
+  return out;
+}
+
+inline dnnl::memory memory_of(const xt::xarray<float>& x) { return wrap(x); }
+inline dnnl::memory memory_of(const dnnl_tensor& x) { return x.memory(); }
+
+/// An operand's memory in the layout `want` (reordered when it is in another).
+template <dnnl_operand X>
+scratch_memory input_as(const X& x, const dnnl_md& want) {
+  return as_desc(memory_of(x), want);
+}
+
+/// Where a primitive writes a result of type X whose layout it chose (`chosen`): an
+/// xarray gets plain `dims` (written in place when `chosen` is plain, else into scratch
+/// memory and reordered after the primitive ran), a dnnl_tensor keeps `chosen` (in
+/// memory of its own).
+template <class X>
+class output_slot;
+
+template <>
+class output_slot<xt::xarray<float>> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims& dims, std::span<const std::size_t> shape)
+      : out_(xt::xarray<float>::from_shape(std::vector<std::size_t>(shape.begin(), shape.end()))),
+        plain_(wrap(out_, dims)),
+        mem_(chosen == plain_.get_desc() ? scratch_memory(plain_) : scratch(chosen)) {}
+  const dnnl::memory& memory() const { return mem_.get(); }
+  xt::xarray<float> take() {
+    if (mem_.get().get_data_handle() != plain_.get_data_handle()) reorder_into(mem_.get(), plain_);
+    return std::move(out_);
+  }
+
+ private:
+  xt::xarray<float> out_;
+  dnnl::memory plain_;
+  scratch_memory mem_;
+};
+
+template <>
+class output_slot<dnnl_tensor> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims&, std::span<const std::size_t>)
+      : mem_(chosen, dnnl_engine()) {}
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl_tensor take() { return dnnl_tensor(mem_); }
+
+ private:
+  dnnl::memory mem_;
+};
+
+/// A 1-D float array of n elements.
+inline xt::xarray<float> vector_of(std::size_t n) { return xt::xarray<float>::from_shape({n}); }
+
+/// Throws unless v is 1-D of n elements: "batch_norm_forward_training: gamma must be
+/// (64,), gamma is (32,)".
+inline void require_vector(const char* fn, const char* name, const xt::xarray<float>& v, std::size_t n) {
+  if (v.dimension() != 1 || v.shape()[0] != n)
+    throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(n) + ",), " + name + " is " +
+                tessera::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
+}
+
+/// Throws unless `got` equals `want`: "max_pool2d_backward: dy must be (2, 3, 4, 4), dy
+/// is (2, 3, 4, 5)".
+inline void require_dims(const char* fn, const char* name, std::span<const std::size_t> got,
+                         std::span<const std::size_t> want) {
+  if (!std::ranges::equal(got, want))
+    throw error(std::string(fn) + ": " + name + " must be " + tessera::detail::dims_text(want) + ", " + name +
+                " is " + tessera::detail::dims_text(got));
+}
+
+}  // namespace detail
+
+/// Frees the calling thread's scratch buffers (the kernels keep up to four per layout
+/// and shape for reuse; a program done with a network's shapes can give them back).
+inline void dnnl_release_scratch() { detail::scratch_pool().clear(); }
+
+inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
+  tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
+                                std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  dnnl::memory m(detail::plain_desc(detail::to_dims(std::span<const std::size_t>(x.shape().data(), x.shape().size()))),
+                 dnnl_engine());
+  std::memcpy(m.get_data_handle(), x.data(), x.size() * sizeof(float));
+  return dnnl_tensor(std::move(m));
+}
+
+inline bool dnnl_tensor::is_plain() const { return desc() == detail::plain_desc(desc().dims()); }
+
+inline dnnl_tensor dnnl_tensor::in_format(dnnl::memory::format_tag tag) const {
+  dnnl::memory out(dnnl::memory::desc(desc().dims(), dnnl::memory::data_type::f32, tag), dnnl_engine());
+  detail::reorder_into(mem_, out);
+  return dnnl_tensor(std::move(out));
+}
+
+inline xt::xarray<float> dnnl_tensor::to_xarray() const {
+  const auto s = shape();
+  xt::xarray<float> out = xt::xarray<float>::from_shape(s);
+  detail::reorder_into(mem_, detail::wrap(out));
+  return out;
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/conv.hpp ----
+// 2-D convolution on NCHW float tensors through oneDNN: forward (with its bias and an
+// optional fused ReLU), backward data (dx) and backward weights (dw, and db when there
+// is a bias), with stride, explicit padding per side, dilation and groups
+// (kernels/conv_params.hpp). Each takes plain xt::xarray<float> or dnnl_tensor
+// operands (kernels/cpu/dnnl.hpp); weights are always plain (O, C / groups, KH, KW).
+// Primitives are cached per shape and parameters. Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// A convolution in oneDNN's terms: the dims of its operands (5-D grouped weights when
+/// groups > 1), strides, dilations (oneDNN counts dilation - 1) and padding.
+struct conv_geometry {
+  dnnl_dims src, weights, dst, bias, strides, dilates, pad_l, pad_r;
+  std::array<std::size_t, 4> dst_shape{};
+};
+
+inline conv_geometry conv_geom(const char* fn, std::span<const std::size_t> x, std::span<const std::size_t> w,
+                               const conv2d_params& p) {
+  conv_geometry g;
+  g.dst_shape = conv2d_output_shape(fn, x, w, p);
+  g.src = to_dims(x);
+  g.dst = to_dims(g.dst_shape);
+  if (p.groups > 1)
+    g.weights = {p.groups, dnnl::memory::dim(w[0]) / p.groups, dnnl::memory::dim(w[1]), dnnl::memory::dim(w[2]),
+                 dnnl::memory::dim(w[3])};
+  else
+    g.weights = to_dims(w);
+  g.bias = {dnnl::memory::dim(w[0])};
+  g.strides = {p.stride_h, p.stride_w};
+  g.dilates = {p.dilation_h - 1, p.dilation_w - 1};
+  g.pad_l = {p.pad.top, p.pad.left};
+  g.pad_r = {p.pad.bottom, p.pad.right};
+  return g;
+}
+
+inline primitive_key conv_key(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, bool bias,
+                              bool relu) {
+  primitive_key k;
+  k.add(kind).add(g.src).add(g.weights).add(p.stride_h).add(p.stride_w).add(p.pad).add(p.dilation_h);
+  k.add(p.dilation_w).add(p.groups).add(bias).add(relu);
+  return k;
+}
+
+inline dnnl_md any_desc(const dnnl_dims& d) {
+  return dnnl_md(d, dnnl::memory::data_type::f32, dnnl_tag::any);
+}
+
+/// The forward primitive descriptor with every layout left to oneDNN (`any`), as the
+/// backward ones are hinted with.
+inline dnnl::convolution_forward::primitive_desc conv_forward_pd(const conv_geometry& g, bool bias, bool relu) {
+  const dnnl::convolution_forward::desc d =
+      bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             any_desc(g.src), any_desc(g.weights), plain_desc(g.bias),
+                                             any_desc(g.dst), g.strides, g.dilates, g.pad_l, g.pad_r)
+           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             any_desc(g.src), any_desc(g.weights), any_desc(g.dst), g.strides,
+                                             g.dilates, g.pad_l, g.pad_r);
+  dnnl::primitive_attr attr;
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
+}
+
+struct conv_forward_entry {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+};
+struct conv_backward_data_entry {
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+};
+struct conv_backward_weights_entry {
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  dnnl::convolution_backward_weights prim;
+};
+
+}  // namespace detail
+
+/// y = conv(x, w) + bias, then max(y, 0) when `relu` (oneDNN's post-op): x (N, C, H, W),
+/// w (O, C / groups, KH, KW), bias (O,) or null; y (N, O, OH, OW) with OH = floor((H +
+/// top + bottom - dilation_h * (KH - 1) - 1) / stride_h) + 1 (kernels/conv_params.hpp).
+/// Takes and returns xarrays (plain NCHW) or dnnl_tensors (y in the format the primitive
+/// chose). Throws tessera::error naming conv2d_forward on shapes that do not fit.
+template <dnnl_operand X>
+X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>* bias, const conv2d_params& p,
+                 bool relu = false) {
+  constexpr const char* fn = "conv2d_forward";
+  const auto xs = detail::shape_of(x);
+  const auto g = detail::conv_geom(fn, xs, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  if (bias) detail::require_vector(fn, "bias", *bias, g.dst_shape[1]);
+  return detail::dnnl_call(fn, [&] {
+    const auto& e = detail::cached<detail::conv_forward_entry>(detail::conv_key(1, g, p, bias, relu), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::conv_forward_pd(g, bias, relu);
+      return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
+    });
+    const auto src = detail::input_as(x, e.pd.src_desc());
+    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+    detail::output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, dst.memory()}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, detail::wrap(*bias));
+    e.prim.execute(dnnl_stream(), args);
+    return dst.take();
+  });
+}
+
+/// dx = the gradient of sum(dy * conv2d_forward(x, w, no bias)) with respect to x, of
+/// shape x_shape (N, C, H, W); dy (N, O, OH, OW). The transposed convolution.
+template <dnnl_operand X>
+X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
+                       const conv2d_params& p) {
+  constexpr const char* fn = "conv2d_backward_data";
+  const auto g = detail::conv_geom(fn, x_shape, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
+  return detail::dnnl_call(fn, [&] {
+    const auto& e = detail::cached<detail::conv_backward_data_entry>(detail::conv_key(2, g, p, false, false), [&] {
+      ++detail::primitives_created();
+      auto hint = detail::conv_forward_pd(g, false, false);
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
+                                              detail::any_desc(g.weights), detail::any_desc(g.dst), g.strides,
+                                              g.dilates, g.pad_l, g.pad_r);
+      dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_engine(), hint);
+      return detail::conv_backward_data_entry{pd, dnnl::convolution_backward_data(pd)};
+    });
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+    detail::output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
+    e.prim.execute(dnnl_stream(),
+                   {{DNNL_ARG_DIFF_DST, ddst.get()},
+                    {DNNL_ARG_WEIGHTS, wei.get()},
+                    {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
+    return dsrc.take();
+  });
+}
+/// The same with x's shape as a braced list or vector.
+template <dnnl_operand X>
+X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, const std::vector<std::size_t>& x_shape,
+                       const conv2d_params& p) {
+  return conv2d_backward_data(dy, w, std::span<const std::size_t>(x_shape), p);
+}
+
+/// dw (w_shape: O, C / groups, KH, KW) = the gradient of sum(dy * conv2d_forward(x, w,
+/// b)) with respect to w, and db (O,) = dy summed over (N, OH, OW) when `bias` (else db
+/// is empty, of shape (0,)).
+template <dnnl_operand X>
+conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, const X& x,
+                                                               std::span<const std::size_t> w_shape, bool bias,
+                                                               const conv2d_params& p) {
+  constexpr const char* fn = "conv2d_backward_weights";
+  const auto xs = detail::shape_of(x);
+  const auto g = detail::conv_geom(fn, xs, w_shape, p);
+  detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
+  return detail::dnnl_call(fn, [&] {
+    const auto& e = detail::cached<detail::conv_backward_weights_entry>(detail::conv_key(3, g, p, bias, false), [&] {
+      ++detail::primitives_created();
+      auto hint = detail::conv_forward_pd(g, bias, false);
+      const dnnl::convolution_backward_weights::desc d =
+          bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
+                                                          detail::any_desc(g.weights), detail::plain_desc(g.bias),
+                                                          detail::any_desc(g.dst), g.strides, g.dilates, g.pad_l,
+                                                          g.pad_r)
+               : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
+                                                          detail::any_desc(g.weights), detail::any_desc(g.dst),
+                                                          g.strides, g.dilates, g.pad_l, g.pad_r);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_engine(), hint);
+      return detail::conv_backward_weights_entry{pd, dnnl::convolution_backward_weights(pd)};
+    });
+    const auto src = detail::input_as(x, e.pd.src_desc());
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    detail::output_slot<xt::xarray<float>> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
+    conv2d_weight_grads<xt::xarray<float>> out{xt::xarray<float>(), detail::vector_of(0)};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
+    if (bias) {
+      out.db = detail::vector_of(g.dst_shape[1]);
+      args.emplace(DNNL_ARG_DIFF_BIAS, detail::wrap(out.db));
+    }
+    e.prim.execute(dnnl_stream(), args);
+    out.dw = dw.take();
+    return out;
+  });
+}
+/// The same with w's shape as a braced list or vector.
+template <dnnl_operand X>
+conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, const X& x,
+                                                               const std::vector<std::size_t>& w_shape, bool bias,
+                                                               const conv2d_params& p) {
+  return conv2d_backward_weights(dy, x, std::span<const std::size_t>(w_shape), bias, p);
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/batch_norm.hpp ----
+// Batch normalisation over (N, H, W) per channel of NCHW tensors: training forward
+// (batch statistics) and backward through oneDNN, with ReLU fused where asked;
+// normalising with statistics given from outside (inference, and the second half of a
+// batch norm over several ranks) through oneDNN; and the split form, whose per-channel
+// sums a sharded operator adds up across ranks between two kernel calls:
+//
+//   forward:   s = batch_norm_sums(x)                 per channel sum x, sum x^2 (local)
+//              all-reduce s; m = batch_norm_moments(s, count)        (global count)
+//              y = batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps, relu)
+//   backward:  r = batch_norm_backward_sums(dy, x, m.mean, m.variance, eps, relu ? &y : null)
+//              all-reduce r (sum dy = dbeta, sum dy * x_hat = dgamma)
+//              dx = batch_norm_backward_data(dy, x, gamma, m.mean, m.variance, r, count, eps, ...)
+//
+// On one rank the split form equals the whole-batch kernels to float rounding (tests
+// check it with the batch split in halves). Running statistics: batch_norm_update_running.
+// Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xbuilder.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+struct bn_forward_entry {
+  dnnl::batch_normalization_forward::primitive_desc pd;
+  dnnl::batch_normalization_forward prim;
+};
+struct bn_backward_entry {
+  dnnl::batch_normalization_backward::primitive_desc pd;
+  dnnl::batch_normalization_backward prim;
+};
+
+inline dnnl::normalization_flags bn_flags(bool global_stats, bool relu) {
+  auto f = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  if (global_stats) f = f | dnnl::normalization_flags::use_global_stats;
+  if (relu) f = f | dnnl::normalization_flags::fuse_norm_relu;
+  return f;
+}
+
+inline dnnl::batch_normalization_forward::primitive_desc bn_forward_pd(const dnnl_md& data, float eps,
+                                                                       bool training, bool global_stats, bool relu) {
+  return dnnl::batch_normalization_forward::primitive_desc(
+      dnnl::batch_normalization_forward::desc(
+          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, data, eps,
+          bn_flags(global_stats, relu)),
+      dnnl_engine());
+}
+
+inline primitive_key bn_key(std::int64_t kind, const dnnl_md& data, float eps, bool relu) {
+  primitive_key k;
+  k.add(kind).add(data).add(eps).add(relu);
+  return k;
+}
+
+/// The layout a batch norm of plain NCHW arrays computes in: oneDNN's channel-blocked
+/// one for this CPU (nChw16c with AVX-512, else nChw8c). Its blocked kernels are several
+/// times faster than its plain-NCHW one (at batch 32, 64 x 32 x 32: 1.7 ms against 12.8
+/// ms for forward and backward), more than the reorders to and from it cost.
+inline dnnl_md bn_blocked_desc(const dnnl_dims& dims) {
+  static const dnnl_tag tag =
+      dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core ? dnnl_tag::nChw16c : dnnl_tag::nChw8c;
+  return dnnl_md(dims, dnnl::memory::data_type::f32, tag);
+}
+
+/// A batch norm's data operand: a dnnl_tensor as it is, a plain array reordered to
+/// bn_blocked_desc.
+template <dnnl_operand X>
+scratch_memory bn_data(const X& x) {
+  if constexpr (std::same_as<X, xt::xarray<float>>) {
+    const dnnl::memory m = wrap(x);
+    return as_desc(m, bn_blocked_desc(m.get_desc().dims()));
+  } else {
+    return scratch_memory(memory_of(x));
+  }
+}
+
+/// The channel count of an NCHW operand, checking its rank.
+inline std::size_t channels_of(const char* fn, std::span<const std::size_t> s) {
+  tessera::detail::require_nchw(fn, "x", s);
+  return s[1];
+}
+
+}  // namespace detail
+
+/// Training-mode batch norm: per channel c, mean and biased variance of x over (N, H,
+/// W), y = gamma[c] * (x - mean) / sqrt(variance + eps) + beta[c], then max(y, 0) when
+/// `relu` (fused; the workspace keeps its mask for the backward). x (N, C, H, W), gamma
+/// and beta (C,). Plain arrays are computed in oneDNN's blocked layout (reordered in and
+/// out); the workspace is in the layout of the form given, so the backward takes the
+/// same form (xarrays, or dnnl_tensors in the same layout).
+template <dnnl_operand X>
+batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_training(
+    const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta, float eps, bool relu = false) {
+  constexpr const char* fn = "batch_norm_forward_training";
+  const auto xs = detail::shape_of(x);
+  const std::size_t c = detail::channels_of(fn, xs);
+  detail::require_vector(fn, "gamma", gamma, c);
+  detail::require_vector(fn, "beta", beta, c);
+  return detail::dnnl_call(fn, [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(11, src.get().get_desc(), eps, relu), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::bn_forward_pd(src.get().get_desc(), eps, true, false, relu);
+      return detail::bn_forward_entry{pd, dnnl::batch_normalization_forward(pd)};
+    });
+    batch_norm_training<X, xt::xarray<float>, dnnl_workspace> out;
+    out.mean = detail::vector_of(c);
+    out.variance = detail::vector_of(c);
+    detail::output_slot<X> dst(e.pd.dst_desc(), src.get().get_desc().dims(), xs);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.get()},
+                                               {DNNL_ARG_DST, dst.memory()},
+                                               {DNNL_ARG_MEAN, detail::wrap(out.mean)},
+                                               {DNNL_ARG_VARIANCE, detail::wrap(out.variance)},
+                                               {DNNL_ARG_SCALE, detail::wrap(gamma)},
+                                               {DNNL_ARG_SHIFT, detail::wrap(beta)}};
+    if (relu) {
+      out.workspace.memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, out.workspace.memory);
+    }
+    e.prim.execute(dnnl_stream(), args);
+    out.y = dst.take();
+    return out;
+  });
+}
+
+/// y = gamma[c] * (x - mean[c]) / sqrt(variance[c] + eps) + beta[c], then max(y, 0)
+/// when `relu`, with the statistics given: inference with the running statistics, and
+/// the normalisation of a batch norm whose statistics were gathered across ranks
+/// (batch_norm_moments).
+template <dnnl_operand X>
+X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta,
+                               const xt::xarray<float>& mean, const xt::xarray<float>& variance, float eps,
+                               bool relu = false) {
+  constexpr const char* fn = "batch_norm_forward_inference";
+  const auto xs = detail::shape_of(x);
+  const std::size_t c = detail::channels_of(fn, xs);
+  detail::require_vector(fn, "gamma", gamma, c);
+  detail::require_vector(fn, "beta", beta, c);
+  detail::require_vector(fn, "mean", mean, c);
+  detail::require_vector(fn, "variance", variance, c);
+  return detail::dnnl_call(fn, [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(12, src.get().get_desc(), eps, relu), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::bn_forward_pd(src.get().get_desc(), eps, false, true, relu);
+      return detail::bn_forward_entry{pd, dnnl::batch_normalization_forward(pd)};
+    });
+    detail::output_slot<X> dst(e.pd.dst_desc(), src.get().get_desc().dims(), xs);
+    e.prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, src.get()},
+                                   {DNNL_ARG_DST, dst.memory()},
+                                   {DNNL_ARG_MEAN, detail::wrap(mean)},
+                                   {DNNL_ARG_VARIANCE, detail::wrap(variance)},
+                                   {DNNL_ARG_SCALE, detail::wrap(gamma)},
+                                   {DNNL_ARG_SHIFT, detail::wrap(beta)}});
+    return dst.take();
+  });
+}
+
+/// The backward of batch_norm_forward_training (the statistics are the batch's, so dx
+/// includes their gradient): with x_hat = (x - mean) / sqrt(variance + eps), n = N * H *
+/// W and dy masked by the ReLU when `relu` (from the forward's workspace),
+///   dbeta = sum dy, dgamma = sum dy * x_hat,
+///   dx = gamma / sqrt(variance + eps) * (dy - dbeta / n - x_hat * dgamma / n).
+template <dnnl_operand X>
+batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X& x, const xt::xarray<float>& gamma,
+                                                           const xt::xarray<float>& mean,
+                                                           const xt::xarray<float>& variance,
+                                                           const dnnl_workspace& workspace, float eps,
+                                                           bool relu = false) {
+  constexpr const char* fn = "batch_norm_backward";
+  const auto xs = detail::shape_of(x);
+  const std::size_t c = detail::channels_of(fn, xs);
+  detail::require_dims(fn, "dy", detail::shape_of(dy), xs);
+  detail::require_vector(fn, "gamma", gamma, c);
+  detail::require_vector(fn, "mean", mean, c);
+  detail::require_vector(fn, "variance", variance, c);
+  if (relu && workspace.empty())
+    throw error(std::string(fn) + ": relu needs the workspace of batch_norm_forward_training(..., relu = true)");
+  return detail::dnnl_call(fn, [&] {
+    const detail::scratch_memory src = detail::bn_data(x);
+    const auto& e = detail::cached<detail::bn_backward_entry>(detail::bn_key(13, src.get().get_desc(), eps, relu), [&] {
+      ++detail::primitives_created();
+      auto hint = detail::bn_forward_pd(src.get().get_desc(), eps, true, false, relu);
+      dnnl::batch_normalization_backward::primitive_desc pd(
+          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src.get().get_desc(),
+                                                   src.get().get_desc(), eps,
+                                                   detail::bn_flags(false, relu)),
+          dnnl_engine(), hint);
+      return detail::bn_backward_entry{pd, dnnl::batch_normalization_backward(pd)};
+    });
+    batch_norm_grads<X, xt::xarray<float>> out;
+    out.dgamma = detail::vector_of(c);
+    out.dbeta = detail::vector_of(c);
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    detail::output_slot<X> dsrc(e.pd.diff_src_desc(), src.get().get_desc().dims(), xs);
+    // oneDNN 2.6 asks for the shift too, though no gradient depends on it.
+    const xt::xarray<float> shift = xt::zeros<float>({c});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.get()},
+                                               {DNNL_ARG_DIFF_DST, ddst.get()},
+                                               {DNNL_ARG_MEAN, detail::wrap(mean)},
+                                               {DNNL_ARG_VARIANCE, detail::wrap(variance)},
+                                               {DNNL_ARG_SCALE, detail::wrap(gamma)},
+                                               {DNNL_ARG_SHIFT, detail::wrap(shift)},
+                                               {DNNL_ARG_DIFF_SRC, dsrc.memory()},
+                                               {DNNL_ARG_DIFF_SCALE, detail::wrap(out.dgamma)},
+                                               {DNNL_ARG_DIFF_SHIFT, detail::wrap(out.dbeta)}};
+    if (relu) args.emplace(DNNL_ARG_WORKSPACE, workspace.memory);
+    e.prim.execute(dnnl_stream(), args);
+    out.dx = dsrc.take();
+    return out;
+  });
+}
+
+// ---- the split form: per-channel sums that can be added across ranks ----------------
+
+namespace detail {
+
+/// Calls f(c, p, n) for each contiguous run of channel c's values in an NCHW array: p
+/// its first element, n = H * W.
+template <class T, class F>
+void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
+  const std::span<const std::size_t> s(x.shape().data(), x.shape().size());
+  tessera::detail::require_nchw(fn, "x", s);
+  const std::size_t plane = s[2] * s[3];
+  for (std::size_t n = 0; n < s[0]; ++n)
+    for (std::size_t c = 0; c < s[1]; ++c) f(c, (n * s[1] + c) * plane, plane);
+}
+
+template <class T>
+void require_channels(const char* fn, const char* name, const xt::xarray<T>& v, std::size_t c) {
+  if (v.dimension() != 1 || v.shape()[0] != c)
+    throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(c) + ",), " + name + " is " +
+                tessera::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
+}
+
+template <class T>
+void require_same_nchw(const char* fn, const char* name, const xt::xarray<T>& a, const xt::xarray<T>& x) {
+  require_dims(fn, name, std::span<const std::size_t>(a.shape().data(), a.shape().size()),
+               std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+}
+
+}  // namespace detail
+
+/// The element types of the split-form batch-norm kernels.
+template <class T>
+concept bn_scalar = std::same_as<T, float> || std::same_as<T, double>;
+
+/// Per channel c: sum of x[:, c] and of x[:, c]^2 over (N, H, W), accumulated in double
+/// (the sums of several ranks' batches add up to the whole batch's).
+template <bn_scalar T>
+channel_sums<xt::xarray<T>> batch_norm_sums(const xt::xarray<T>& x) {
+  constexpr const char* fn = "batch_norm_sums";
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  const std::size_t c = x.shape()[1];
+  std::vector<double> s(c, 0.0), q(c, 0.0);
+  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
+    const T* p = x.data() + off;
+    double a = 0, b = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      a += double(p[i]);
+      b += double(p[i]) * double(p[i]);
+    }
+    s[ch] += a;
+    q[ch] += b;
+  });
+  channel_sums<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
+  for (std::size_t i = 0; i < c; ++i) {
+    out.sum(i) = T(s[i]);
+    out.sum_sq(i) = T(q[i]);
+  }
+  return out;
+}
+
+/// The mean and biased variance per channel from the sums of `count` elements per channel
+/// (N * H * W of the whole batch, every rank's): mean = sum / count, variance = sum_sq /
+/// count - mean^2 (in double, never below 0).
+template <bn_scalar T>
+batch_norm_stats<xt::xarray<T>> batch_norm_moments(const channel_sums<xt::xarray<T>>& sums, std::size_t count) {
+  constexpr const char* fn = "batch_norm_moments";
+  const std::size_t c = sums.sum.size();
+  detail::require_channels(fn, "sum", sums.sum, c);
+  detail::require_channels(fn, "sum_sq", sums.sum_sq, c);
+  if (count == 0) throw error(std::string(fn) + ": count must be positive");
+  batch_norm_stats<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
+  for (std::size_t i = 0; i < c; ++i) {
+    const double m = double(sums.sum(i)) / double(count);
+    out.mean(i) = T(m);
+    out.variance(i) = T(std::max(0.0, double(sums.sum_sq(i)) / double(count) - m * m));
+  }
+  return out;
+}
+
+/// The local half of the split backward: per channel, sum of dy (dbeta) and sum of dy *
+/// x_hat (dgamma) over this rank's (N, H, W), x_hat = (x - mean) / sqrt(variance + eps)
+/// with the global statistics; dy is masked by y > 0 first when relu_y (the fused ReLU's
+/// output) is given. Returned as {sum = sum dy, sum_sq = sum dy * x_hat}.
+template <bn_scalar T>
+channel_sums<xt::xarray<T>> batch_norm_backward_sums(const xt::xarray<T>& dy, const xt::xarray<T>& x,
+                                                     const xt::xarray<T>& mean, const xt::xarray<T>& variance,
+                                                     T eps, const xt::xarray<T>* relu_y = nullptr) {
+  constexpr const char* fn = "batch_norm_backward_sums";
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  const std::size_t c = x.shape()[1];
+  detail::require_same_nchw(fn, "dy", dy, x);
+  if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);
+  detail::require_channels(fn, "mean", mean, c);
+  detail::require_channels(fn, "variance", variance, c);
+  std::vector<double> sd(c, 0.0), sdx(c, 0.0);
+  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
+    const T* g = dy.data() + off;
+    const T* p = x.data() + off;
+    const T* r = relu_y ? relu_y->data() + off : nullptr;
+    const double m = double(mean(ch));
+    const double inv = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
+    double a = 0, b = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      const double d = r && !(r[i] > T(0)) ? 0.0 : double(g[i]);
+      a += d;
+      b += d * (double(p[i]) - m);
+    }
+    sd[ch] += a;
+    sdx[ch] += b * inv;
+  });
+  channel_sums<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
+  for (std::size_t i = 0; i < c; ++i) {
+    out.sum(i) = T(sd[i]);
+    out.sum_sq(i) = T(sdx[i]);
+  }
+  return out;
+}
+
+/// The second half of the split backward: dx = gamma / sqrt(variance + eps) * (dy -
+/// sum_dy / count - x_hat * sum_dy_xhat / count), with `sums` added up over every rank
+/// (batch_norm_backward_sums) and count the whole batch's N * H * W; dy masked by
+/// relu_y > 0 when given.
+template <bn_scalar T>
+xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray<T>& x, const xt::xarray<T>& gamma,
+                                       const xt::xarray<T>& mean, const xt::xarray<T>& variance,
+                                       const channel_sums<xt::xarray<T>>& sums, std::size_t count, T eps,
+                                       const xt::xarray<T>* relu_y = nullptr) {
+  constexpr const char* fn = "batch_norm_backward_data";
+  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  const std::size_t c = x.shape()[1];
+  detail::require_same_nchw(fn, "dy", dy, x);
+  if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);
+  using named = std::pair<const char*, const xt::xarray<T>*>;
+  for (const named& v : {named{"gamma", &gamma}, named{"mean", &mean}, named{"variance", &variance},
+                         named{"sum", &sums.sum}, named{"sum_sq", &sums.sum_sq}})
+    detail::require_channels(fn, v.first, *v.second, c);
+  if (count == 0) throw error(std::string(fn) + ": count must be positive");
+  xt::xarray<T> dx = xt::xarray<T>::from_shape(x.shape());
+  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
+    const T* g = dy.data() + off;
+    const T* p = x.data() + off;
+    const T* r = relu_y ? relu_y->data() + off : nullptr;
+    T* o = dx.data() + off;
+    const double inv = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
+    // dx = a * dy + b * x + k, folded per channel.
+    const double scale = double(gamma(ch)) * inv;
+    const double mdy = double(sums.sum(ch)) / double(count);
+    const double mdyx = double(sums.sum_sq(ch)) / double(count);
+    const T a = T(scale);
+    const T b = T(-scale * mdyx * inv);
+    const T k = T(scale * (-mdy + mdyx * inv * double(mean(ch))));
+    if (r)
+      for (std::size_t i = 0; i < len; ++i) o[i] = (r[i] > T(0) ? a * g[i] : T(0)) + b * p[i] + k;
+    else
+      for (std::size_t i = 0; i < len; ++i) o[i] = a * g[i] + b * p[i] + k;
+  });
+  return dx;
+}
+
+/// The running statistics' update, in place: running = (1 - momentum) * running +
+/// momentum * batch (PyTorch's convention; MindSpore's momentum m is 1 - m here), the
+/// batch variance made unbiased (times count / (count - 1)) when `unbiased`, as PyTorch
+/// and MindSpore keep it.
+template <bn_scalar T>
+void batch_norm_update_running(xt::xarray<T>& running_mean, xt::xarray<T>& running_var, const xt::xarray<T>& mean,
+                               const xt::xarray<T>& variance, std::size_t count, T momentum, bool unbiased = true) {
+  constexpr const char* fn = "batch_norm_update_running";
+  const std::size_t c = running_mean.size();
+  using named = std::pair<const char*, const xt::xarray<T>*>;
+  for (const named& v : {named{"running_mean", &running_mean}, named{"running_var", &running_var},
+                         named{"mean", &mean}, named{"variance", &variance}})
+    detail::require_channels(fn, v.first, *v.second, c);
+  const T corr = unbiased && count > 1 ? T(double(count) / double(count - 1)) : T(1);
+  for (std::size_t i = 0; i < c; ++i) {
+    running_mean(i) = (T(1) - momentum) * running_mean(i) + momentum * mean(i);
+    running_var(i) = (T(1) - momentum) * running_var(i) + momentum * variance(i) * corr;
+  }
+}
+
+}  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/pool.hpp ----
+// 2-D max and average pooling and global average pooling on NCHW float tensors through
+// oneDNN, forward and backward, with the window of kernels/conv_params.hpp: kernel,
+// stride, explicit padding per side, PyTorch's ceil_mode (as extra padding after the
+// image), and for averages the choice of counting the padding. Takes plain
+// xt::xarray<float> or dnnl_tensor operands. Link tessera::dnnl.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// A pooling in oneDNN's terms. pad_r includes ceil_mode's extra padding. `rescale`: an
+/// average that counts the padding but whose windows reach into ceil_mode's extra
+/// padding, which PyTorch does not count: oneDNN averages over the input elements and
+/// the result is scaled by (input elements) / (input and padding elements) per position.
+struct pool_geometry {
+  dnnl_dims src, dst, kernel, strides, pad_l, pad_r;
+  std::array<std::size_t, 4> dst_shape{};
+  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+  bool rescale = false;
+};
+
+inline pool_geometry pool_geom(const char* fn, std::span<const std::size_t> x, const pool2d_params& p, bool max) {
+  pool_geometry g;
+  g.dst_shape = pool2d_output_shape(fn, x, p);
+  g.src = to_dims(x);
+  g.dst = to_dims(g.dst_shape);
+  g.kernel = {p.kernel_h, p.kernel_w};
+  g.strides = {p.stride_h, p.stride_w};
+  g.pad_l = {p.pad.top, p.pad.left};
+  const index_t bottom =
+      effective_after(index_t(x[2]), p.kernel_h, p.stride_h, p.pad.top, p.pad.bottom, index_t(g.dst_shape[2]));
+  const index_t right =
+      effective_after(index_t(x[3]), p.kernel_w, p.stride_w, p.pad.left, p.pad.right, index_t(g.dst_shape[3]));
+  g.pad_r = {bottom, right};
+  const bool extended = bottom > p.pad.bottom || right > p.pad.right;
+  if (max) {
+    g.alg = dnnl::algorithm::pooling_max;
+  } else if (p.count_include_pad && !extended) {
+    g.alg = dnnl::algorithm::pooling_avg_include_padding;
+  } else {
+    g.alg = dnnl::algorithm::pooling_avg_exclude_padding;
+    g.rescale = p.count_include_pad;
+  }
+  return g;
+}
+
+inline primitive_key pool_key(std::int64_t kind, const dnnl_md& src, const pool_geometry& g) {
+  primitive_key k;
+  k.add(kind).add(src).add(g.kernel).add(g.strides).add(g.pad_l).add(g.pad_r).add(std::int64_t(g.alg));
+  return k;
+}
+
+inline dnnl::pooling_forward::primitive_desc pool_forward_pd(const dnnl_md& src, const pool_geometry& g) {
+  return dnnl::pooling_forward::primitive_desc(
+      dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, g.alg, src,
+                                  dnnl_md(g.dst, dnnl::memory::data_type::f32, dnnl_tag::any), g.strides, g.kernel,
+                                  g.pad_l, g.pad_r),
+      dnnl_engine());
+}
+
+struct pool_forward_entry {
+  dnnl::pooling_forward::primitive_desc pd;
+  dnnl::pooling_forward prim;
+};
+struct pool_backward_entry {
+  dnnl::pooling_backward::primitive_desc pd;
+  dnnl::pooling_backward prim;
+};
+
+/// The (N, C)-independent factor of each output position of a `rescale` average (see
+/// pool_geometry): (input elements in the window) / (elements within the explicit
+/// padding), PyTorch's divisor over oneDNN's.
+inline std::vector<float> avg_rescale_factors(std::span<const std::size_t> x, const pool2d_params& p,
+                                              const pool_geometry& g) {
+  const auto count = [](index_t start, index_t k, index_t lo, index_t hi) {
+    return std::max<index_t>(0, std::min(start + k, hi) - std::max(start, lo));
+  };
+  const index_t oh = index_t(g.dst_shape[2]), ow = index_t(g.dst_shape[3]);
+  const index_t h = index_t(x[2]), w = index_t(x[3]);
+  std::vector<float> f(std::size_t(oh * ow));
+  for (index_t i = 0; i < oh; ++i)
+    for (index_t j = 0; j < ow; ++j) {
+      const index_t hs = i * p.stride_h - p.pad.top, ws = j * p.stride_w - p.pad.left;
+      const index_t inside = count(hs, p.kernel_h, 0, h) * count(ws, p.kernel_w, 0, w);
+      const index_t padded =
+          count(hs, p.kernel_h, -p.pad.top, h + p.pad.bottom) * count(ws, p.kernel_w, -p.pad.left, w + p.pad.right);
+      f[std::size_t(i * ow + j)] = float(inside) / float(padded);
+    }
+  return f;
+}
+
+/// y (plain NCHW) *= the factor of its position.
+inline void scale_planes(xt::xarray<float>& y, const std::vector<float>& f) {
+  const std::size_t plane = f.size();
+  for (std::size_t o = 0; o < y.size(); o += plane)
+    for (std::size_t i = 0; i < plane; ++i) y.data()[o + i] *= f[i];
+}
+
+/// A plain copy of y scaled by the factors (for the rare rescaled average).
+template <dnnl_operand X>
+xt::xarray<float> scaled_plain(const X& y, const std::vector<float>& f) {
+  xt::xarray<float> out;
+  if constexpr (std::same_as<X, dnnl_tensor>) out = y.to_xarray();
+  else out = y;
+  scale_planes(out, f);
+  return out;
+}
+
+/// The format tag of a 4-D descriptor among those the pooling kernels meet (plain,
+/// channels-last, channel-blocked), or undef.
+inline dnnl_tag tag_of(const dnnl_md& md) {
+  for (dnnl_tag t : {dnnl_tag::nchw, dnnl_tag::nhwc, dnnl_tag::nChw16c, dnnl_tag::nChw8c, dnnl_tag::nChw4c})
+    if (md == dnnl_md(md.dims(), dnnl::memory::data_type::f32, t)) return t;
+  return dnnl_tag::undef;
+}
+
+template <dnnl_operand X>
+X pool_forward(const char* fn, const X& x, const pool2d_params& p, bool max, dnnl_workspace* ws) {
+  const auto xs = shape_of(x);
+  const auto g = pool_geom(fn, xs, p, max);
+  return dnnl_call(fn, [&]() -> X {
+    const dnnl::memory src = memory_of(x);
+    const auto& e = cached<pool_forward_entry>(pool_key(21, src.get_desc(), g), [&] {
+      ++primitives_created();
+      auto pd = pool_forward_pd(src.get_desc(), g);
+      return pool_forward_entry{pd, dnnl::pooling_forward(pd)};
+    });
+    output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst.memory()}};
+    if (ws && e.pd.workspace_desc().get_size() > 0) {
+      ws->memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+    }
+    e.prim.execute(dnnl_stream(), args);
+    X y = dst.take();
+    if (!g.rescale) return y;
+    xt::xarray<float> scaled = scaled_plain(y, avg_rescale_factors(xs, p, g));
+    if constexpr (std::same_as<X, dnnl_tensor>) return dnnl_tensor::from_xarray(scaled);
+    else return scaled;
+  });
+}
+
+/// dx of shape x_shape for dy. Max pooling: `src` is x's layout (the forward's) and `ws`
+/// the forward's workspace; averages: `src` is undefined and x's layout follows dy's.
+template <dnnl_operand X>
+X pool_backward(const char* fn, const X& dy, std::span<const std::size_t> x_shape, const pool2d_params& p, bool max,
+                const dnnl_md* src, const dnnl_workspace* ws) {
+  const auto g = pool_geom(fn, x_shape, p, max);
+  require_dims(fn, "dy", shape_of(dy), g.dst_shape);
+  return dnnl_call(fn, [&]() -> X {
+    dnnl::memory ddst_in = memory_of(dy);
+    xt::xarray<float> scaled;  // keeps a rescaled dy alive
+    if (g.rescale) {
+      scaled = scaled_plain(dy, avg_rescale_factors(x_shape, p, g));
+      ddst_in = wrap(scaled);
+    }
+    std::optional<scratch_memory> plain_dy;  // dy made plain, when its layout is none of tag_of's
+    dnnl_md src_md;
+    if (src) {
+      src_md = *src;
+    } else {
+      dnnl_tag t = tag_of(ddst_in.get_desc());
+      if (t == dnnl_tag::undef) {
+        plain_dy.emplace(as_desc(ddst_in, plain_desc(g.dst)));
+        ddst_in = plain_dy->get();
+        t = dnnl_tag::nchw;
+      }
+      src_md = dnnl_md(g.src, dnnl::memory::data_type::f32, t);
+    }
+    const auto& e = cached<pool_backward_entry>(pool_key(22, src_md, g), [&] {
+      ++primitives_created();
+      auto hint = pool_forward_pd(src_md, g);
+      dnnl::pooling_backward::primitive_desc pd(
+          dnnl::pooling_backward::desc(g.alg, src_md, dnnl_md(g.dst, dnnl::memory::data_type::f32, dnnl_tag::any),
+                                       g.strides, g.kernel, g.pad_l, g.pad_r),
+          dnnl_engine(), hint);
+      return pool_backward_entry{pd, dnnl::pooling_backward(pd)};
+    });
+    const scratch_memory ddst = as_desc(ddst_in, e.pd.diff_dst_desc());
+    output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}};
+    if (max) args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+    e.prim.execute(dnnl_stream(), args);
+    return dsrc.take();
+  });
+}
+
+inline pool2d_params global_window(const char* fn, std::span<const std::size_t> x) {
+  tessera::detail::require_nchw(fn, "x", x);
+  return pool2d_params{index_t(x[2]), index_t(x[3]), 1, 1};
+}
+
+}  // namespace detail
+
+/// Max pooling: y[n, c, i, j] = the maximum of x over the window at (i * stride_h -
+/// top, j * stride_w - left) (padding never wins), and the workspace its backward needs
+/// (the positions of the maxima, in the layout of x). x (N, C, H, W); y (N, C, OH, OW).
+template <dnnl_operand X>
+max_pool2d_result<X, dnnl_workspace> max_pool2d_forward(const X& x, const pool2d_params& p) {
+  max_pool2d_result<X, dnnl_workspace> out;
+  out.y = detail::pool_forward("max_pool2d_forward", x, p, true, &out.workspace);
+  return out;
+}
+
+/// dx: dy routed to the position of each window's maximum (summed where windows
+/// overlap), from the forward's workspace. x is the forward's input, in the same form
+/// (its shape and layout); y, the forward's output, is not read here (the GPU kernels
+/// read it), so an empty one will do.
+template <dnnl_operand X>
+X max_pool2d_backward(const X& dy, const X& x, const X& y, const dnnl_workspace& workspace,
+                      const pool2d_params& p) {
+  (void)y;
+  constexpr const char* fn = "max_pool2d_backward";
+  if (workspace.empty()) throw error(std::string(fn) + ": the workspace is empty (max_pool2d_forward's)");
+  const detail::dnnl_md src = detail::memory_of(x).get_desc();
+  return detail::pool_backward(fn, dy, detail::shape_of(x), p, true, &src, &workspace);
+}
+
+/// Average pooling: the mean of x over each window, the divisor counting the padding
+/// when count_include_pad (never ceil_mode's extra windows' part past the padding, as
+/// PyTorch), else the input elements only.
+template <dnnl_operand X>
+X avg_pool2d_forward(const X& x, const pool2d_params& p) {
+  return detail::pool_forward("avg_pool2d_forward", x, p, false, nullptr);
+}
+
+/// dx of shape x_shape: each dy spread evenly (by the forward's divisor) over its window.
+template <dnnl_operand X>
+X avg_pool2d_backward(const X& dy, std::span<const std::size_t> x_shape, const pool2d_params& p) {
+  return detail::pool_backward("avg_pool2d_backward", dy, x_shape, p, false, nullptr, nullptr);
+}
+template <dnnl_operand X>
+X avg_pool2d_backward(const X& dy, const std::vector<std::size_t>& x_shape, const pool2d_params& p) {
+  return avg_pool2d_backward(dy, std::span<const std::size_t>(x_shape), p);
+}
+
+/// Global average pooling: y (N, C, 1, 1) = the mean of x (N, C, H, W) over (H, W).
+template <dnnl_operand X>
+X global_avg_pool2d_forward(const X& x) {
+  constexpr const char* fn = "global_avg_pool2d_forward";
+  const auto xs = detail::shape_of(x);
+  return detail::pool_forward(fn, x, detail::global_window(fn, xs), false, nullptr);
+}
+
+/// dx (x_shape) = dy (N, C, 1, 1) / (H * W) at every position.
+template <dnnl_operand X>
+X global_avg_pool2d_backward(const X& dy, std::span<const std::size_t> x_shape) {
+  constexpr const char* fn = "global_avg_pool2d_backward";
+  return detail::pool_backward(fn, dy, x_shape, detail::global_window(fn, x_shape), false, nullptr, nullptr);
+}
+template <dnnl_operand X>
+X global_avg_pool2d_backward(const X& dy, const std::vector<std::size_t>& x_shape) {
+  return global_avg_pool2d_backward(dy, std::span<const std::size_t>(x_shape));
+}
+
+}  // namespace tessera::kernels::cpu
+#endif
 // ---- tessera/kernels/backend.hpp ----
 // The local math of each device, as the sharded operators call it: backend<D> holds
 // device D's kernels under one set of names, so an operator is written once and runs
@@ -12440,6 +15336,22 @@ namespace tessera::kernels {
 ///     momentum, dampening, weight_decay, nesterov, first_step), adam_update(param, grad,
 ///     m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t) (kernels/cpu/optim.hpp's
 ///     formulas)
+///   convolutional networks on NCHW tensors (kernels/conv_params.hpp's parameters and
+///     result types; the host's through oneDNN where it is installed, the GPU's through
+///     cuDNN; float): conv2d_forward(x, w, bias or null, params, relu),
+///     conv2d_backward_data(dy, w, x_shape, params), conv2d_backward_weights(dy, x,
+///     w_shape, bias, params) ({dw, db}); batch_norm_forward_training(x, gamma, beta, eps,
+///     relu) ({y, mean, variance, workspace}), batch_norm_forward_inference(x, gamma, beta,
+///     mean, variance, eps, relu), batch_norm_backward(dy, x, gamma, mean, variance,
+///     workspace, eps, relu) ({dx, dgamma, dbeta}); the split batch norm whose sums are
+///     added across ranks: batch_norm_sums(x), batch_norm_moments(sums, count),
+///     batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y),
+///     batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+///     batch_norm_update_running(...) in place; max_pool2d_forward(x, params) ({y,
+///     workspace}), max_pool2d_backward(dy, x, y, workspace, params),
+///     avg_pool2d_forward(x, params), avg_pool2d_backward(dy, x_shape, params),
+///     global_avg_pool2d_forward(x), global_avg_pool2d_backward(dy, x_shape); the type
+///     `workspace`
 ///
 /// The primary template is never defined: using a device whose kernels are not
 /// included is a compile error naming backend<D>.
@@ -12449,7 +15361,8 @@ struct backend;
 }  // namespace tessera::kernels
 // ---- tessera/kernels/cpu/backend.hpp ----
 // The host's kernels under backend<cpu_device>'s names (kernels/backend.hpp): thin
-// forwards to kernels/cpu/, which does the math on xt::xarray shards.
+// forwards to kernels/cpu/, which does the math on xt::xarray shards (the convolution,
+// batch-norm and pooling kernels through oneDNN, where it is installed).
 
 #include <cstddef>
 #include <cstdint>
@@ -12929,6 +15842,12 @@ xt::xarray<To> convert(const xt::xarray<From>& x) {
 }
 
 }  // namespace tessera::kernels::cpu
+// The convolutional network kernels where oneDNN is installed (link tessera::dnnl to use
+// them), in translation units of the host compiler: nvcc's front end cannot parse
+// oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see backend<cpu_device> without them.
+#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+#define TESSERA_KERNELS_CPU_CNN 1
+#endif
 
 namespace tessera::kernels {
 
@@ -13159,9 +16078,108 @@ struct backend<cpu_device> {
                      std::span<T>(m.data(), m.size()), std::span<T>(v.data(), v.size()), lr, beta1, beta2, eps,
                      weight_decay, decoupled, t);
   }
+
+#if defined(TESSERA_KERNELS_CPU_CNN)
+  // ---- convolutional networks (kernels/cpu/conv.hpp, batch_norm.hpp, pool.hpp; float) ----
+  /// What a backward needs from its forward besides the arrays (max pooling's maxima, a
+  /// fused batch norm's ReLU mask).
+  using workspace = cpu::dnnl_workspace;
+
+  template <class T>
+  static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
+                                 const conv2d_params& p, bool relu = false) {
+    return cpu::conv2d_forward(x, w, bias, p, relu);
+  }
+  template <class T>
+  static array<T> conv2d_backward_data(const array<T>& dy, const array<T>& w, const std::vector<std::size_t>& x_shape,
+                                       const conv2d_params& p) {
+    return cpu::conv2d_backward_data(dy, w, x_shape, p);
+  }
+  template <class T>
+  static conv2d_weight_grads<array<T>> conv2d_backward_weights(const array<T>& dy, const array<T>& x,
+                                                               const std::vector<std::size_t>& w_shape, bool bias,
+                                                               const conv2d_params& p) {
+    return cpu::conv2d_backward_weights(dy, x, w_shape, bias, p);
+  }
+
+  template <class T>
+  static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
+      const array<T>& x, const array<T>& gamma, const array<T>& beta, T eps, bool relu = false) {
+    return cpu::batch_norm_forward_training(x, gamma, beta, eps, relu);
+  }
+  template <class T>
+  static array<T> batch_norm_forward_inference(const array<T>& x, const array<T>& gamma, const array<T>& beta,
+                                               const array<T>& mean, const array<T>& variance, T eps,
+                                               bool relu = false) {
+    return cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
+  }
+  template <class T>
+  static batch_norm_grads<array<T>, array<T>> batch_norm_backward(const array<T>& dy, const array<T>& x,
+                                                                  const array<T>& gamma, const array<T>& mean,
+                                                                  const array<T>& variance, const workspace& ws,
+                                                                  T eps, bool relu = false) {
+    return cpu::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_sums(const array<T>& x) {
+    return cpu::batch_norm_sums(x);
+  }
+  template <class T>
+  static batch_norm_stats<array<T>> batch_norm_moments(const channel_sums<array<T>>& sums, std::size_t count) {
+    return cpu::batch_norm_moments(sums, count);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_backward_sums(const array<T>& dy, const array<T>& x, const array<T>& mean,
+                                                         const array<T>& variance, T eps,
+                                                         const array<T>* relu_y = nullptr) {
+    return cpu::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
+  }
+  template <class T>
+  static array<T> batch_norm_backward_data(const array<T>& dy, const array<T>& x, const array<T>& gamma,
+                                           const array<T>& mean, const array<T>& variance,
+                                           const channel_sums<array<T>>& sums, std::size_t count, T eps,
+                                           const array<T>* relu_y = nullptr) {
+    return cpu::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+  }
+  template <class T>
+  static void batch_norm_update_running(array<T>& running_mean, array<T>& running_var, const array<T>& mean,
+                                        const array<T>& variance, std::size_t count, T momentum,
+                                        bool unbiased = true) {
+    cpu::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+  }
+
+  template <class T>
+  static max_pool2d_result<array<T>, workspace> max_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cpu::max_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> max_pool2d_backward(const array<T>& dy, const array<T>& x, const array<T>& y, const workspace& ws,
+                                      const pool2d_params& p) {
+    return cpu::max_pool2d_backward(dy, x, y, ws, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cpu::avg_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                      const pool2d_params& p) {
+    return cpu::avg_pool2d_backward(dy, x_shape, p);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_forward(const array<T>& x) {
+    return cpu::global_avg_pool2d_forward(x);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape) {
+    return cpu::global_avg_pool2d_backward(dy, x_shape);
+  }
+#endif
 };
 
 }  // namespace tessera::kernels
+
+#undef TESSERA_KERNELS_CPU_CNN
 // ---- tessera/ops/matmul.hpp ----
 // Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product (the
 // tensors' device's backend: BLAS on the host, cuBLAS on a GPU) and its backward.
@@ -13169,36 +16187,89 @@ struct backend<cpu_device> {
 
 #include <string>
 #include <utility>
+// ---- tessera/ops/run.hpp ----
+// The calling convention of an operator's forward and backward (ops/definition.hpp):
+// the inputs as a span of tensors, the gradients as one optional tensor per input, and
+// run_internal, through which an operator runs the collectives its definition lists
+// (so that the elements it moves are the ones the graph prices).
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tessera::ops {
 
-/// MatMul with a shard strategy, as `MatMul(transpose_a, transpose_b).shard(st)`.
-struct matmul_op {
-  strategy st;
-  bool trans_a = false;
-  bool trans_b = false;
+/// An operator's inputs, in order: forward(op, x, ctx) reads *x[i].
+template <class T, class D = cpu_device>
+using op_inputs = std::span<const tensor_on<T, D>* const>;
 
-  /// The rule on `device_num` devices; throws tessera::error naming the rule broken,
-  /// the numbers and the strategy.
-  matmul_layouts rule(int device_num) const {
-    const status s = check_matmul(st, device_num, trans_a, trans_b);
-    if (!s.ok()) throw error(s, "", "strategy " + to_string(st));
-    return matmul_rule(st, device_num, trans_a, trans_b);
-  }
-};
+/// An operator's input gradients, one per input: nullopt where an input gets none (labels,
+/// indices).
+template <class T, class D = cpu_device>
+using op_grads = std::vector<std::optional<tensor_on<T, D>>>;
 
-namespace detail {
-inline extents matmul_output_shape(const extents& a, const extents& b, bool trans_a, bool trans_b,
-                                   const strategy& st) {
-  const index_t m = trans_a ? a[1] : a[0], ka = trans_a ? a[0] : a[1];
-  const index_t kb = trans_b ? b[1] : b[0], n = trans_b ? b[0] : b[1];
-  if (a.ndim != 2 || b.ndim != 2 || ka != kb)
-    throw error("matmul: shapes " + to_string(a) + " and " + to_string(b) +
-                " do not multiply (transpose_a " + (trans_a ? "true" : "false") + ", transpose_b " +
-                (trans_b ? "true" : "false") + "); strategy " + to_string(st));
-  return extents{m, n};
+/// The gradients of a backward, one per argument: grads_of(std::move(da), std::move(db)).
+template <class T, class D, class... More>
+op_grads<T, D> grads_of(tensor_on<T, D>&& first, More&&... more) {
+  op_grads<T, D> g;
+  g.reserve(1 + sizeof...(More));
+  g.emplace_back(std::move(first));
+  (g.emplace_back(std::move(more)), ...);
+  return g;
 }
 
+/// Runs `op` forward: its forward(op, x, ctx), found by argument-dependent lookup (in
+/// the namespace of the operator's type, or of a base it derives from).
+template <class Op, class T, class D, class C>
+tensor_on<T, D> run_forward(const Op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return forward(op, x, ctx);
+}
+
+/// Runs `op` backward: its backward(op, dy, x, y, ctx), found as run_forward finds its
+/// forward; one gradient per input (nullopt where an input gets none).
+template <class Op, class T, class D, class C>
+op_grads<T, D> run_backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
+                            device_context<C>& ctx) {
+  if constexpr (!requires { backward(op, dy, x, y, ctx); }) {
+    throw error(std::string(Op::name()) + ": has no backward (none of its inputs is differentiable)");
+  } else {
+    op_grads<T, D> g = backward(op, dy, x, y, ctx);
+    if (g.size() != x.size())
+      throw error(std::string(Op::name()) + ": the backward gave " + std::to_string(g.size()) + " gradients for " +
+                  std::to_string(x.size()) + " inputs");
+    return g;
+  }
+}
+
+/// Runs the internal collective `c` of an operator's definition on `buf`, this rank's
+/// buffer of exactly c.elements elements: the AllReduce (c.op) over c.axes of c.dev. A
+/// buffer of another size is a defect of the operator, reported with both numbers.
+template <class U, class C>
+void run_internal(const internal_collective& c, std::span<U> buf, device_context<C>& ctx, std::string_view op) {
+  if (index_t(buf.size()) != c.elements)
+    throw error(std::string(op) + ": the " + c.purpose + " buffer has " + std::to_string(buf.size()) +
+                " elements, the definition's collective " + std::to_string(c.elements));
+  if (c.axes.empty() || group_size(c.dev, c.axes) == 1) return;
+  ctx.on(c.dev).group(c.axes).all_reduce(buf, c.op);
+}
+
+}  // namespace tessera::ops
+
+namespace tessera::ops {
+
+namespace detail {
+// C's shape, or the shape error with the operator and the strategy:
+// "matmul: shapes (8, 8) and (5, 8) do not multiply (...); strategy ((1, 1), (1, 2))".
+inline extents matmul_output_shape(const extents& a, const extents& b, const matmul_op& op) {
+  try {
+    return op.output_shape(shape_list{a, b});
+  } catch (const error& e) {
+    throw error("matmul: " + std::string(e.what()) + "; strategy " + to_string(op.st));
+  }
+}
 }  // namespace detail
 
 /// C = op(A) op(B) on this rank's shards. A and B are redistributed to the rule's
@@ -13211,8 +16282,7 @@ template <class T, class D, class C>
 tensor_on<T, D> matmul(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                        device_context<C>& ctx) {
   const matmul_layouts r = pass_product(op.rule(ctx.size()), a.layout(), b.layout());
-  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a,
-                                                 op.trans_b, op.st);
+  const extents cs = detail::matmul_output_shape(a.global_shape(), b.global_shape(), op);
   const auto la = in_layout(a, r.a, ctx), lb = in_layout(b, r.b, ctx);
   using K = kernels::backend<D>;
   return tensor_on<T, D>(r.c, cs, ctx.rank(), K::matmul(la->local(), lb->local(), op.trans_a, op.trans_b));
@@ -13233,6 +16303,18 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> matmul_backward(const matmul_op& op,
                           K::matmul_grad_a(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b)),
           tensor_on<T, D>(r.grad_b, b.global_shape(), ctx.rank(),
                           K::matmul_grad_b(ldc->local(), la->local(), lb->local(), op.trans_a, op.trans_b))};
+}
+
+/// MatMul's forward and backward as every operator's (ops/run.hpp).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const matmul_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return matmul(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const matmul_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>&,
+                        device_context<C>& ctx) {
+  auto [da, db] = matmul_backward(op, dy, *x[0], *x[1], ctx);
+  return grads_of(std::move(da), std::move(db));
 }
 
 }  // namespace tessera::ops
@@ -13598,7 +16680,7 @@ overlapped_setup<T, D> overlapped_prepare(const matmul_op& op, const tensor_on<T
                                           const pipeline_options& opt) {
   check_pipeline_options("matmul_overlapped", opt);
   const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op);
   const layout out_l = resolved_layout(r, how);
   if (const status s = check(out_l, cs); !s.ok())
     throw error(s, "matmul_overlapped: C " + to_string(cs) + " in the output layout " + to_string(out_l),
@@ -13635,7 +16717,7 @@ summa_setup<T, D> summa_prepare(const matmul_op& op, const tensor_on<T, D>& a, c
   check_pipeline_options("matmul_summa", opt);
   const summa_layouts sl = summa_rule(op, ctx.size());
   const matmul_layouts r = op.rule(ctx.size());
-  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op.trans_a, op.trans_b, op.st);
+  const extents cs = matmul_output_shape(a.global_shape(), b.global_shape(), op);
   const bool ta = op.trans_a, tb = op.trans_b;
   const index_t k = ta ? a.global_shape().v[0] : a.global_shape().v[1];
   for (const auto& [l, s, name] : {std::tuple{sl.a, a.global_shape(), "A"}, std::tuple{sl.b, b.global_shape(), "B"}})
@@ -14088,51 +17170,6 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
 
 namespace tessera::ops {
 
-/// Which element-wise operator.
-enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
-
-constexpr std::string_view name(elementwise_kind k) {
-  switch (k) {
-    case elementwise_kind::add: return "add";
-    case elementwise_kind::sub: return "sub";
-    case elementwise_kind::mul: return "mul";
-    case elementwise_kind::div: return "div";
-    case elementwise_kind::relu: return "relu";
-    case elementwise_kind::exp: return "exp";
-    case elementwise_kind::log: return "log";
-    case elementwise_kind::neg: return "neg";
-    case elementwise_kind::bias_add: return "bias_add";
-  }
-  return "?";
-}
-
-/// Number of inputs of an element-wise operator.
-constexpr int arity(elementwise_kind k) {
-  switch (k) {
-    case elementwise_kind::add:
-    case elementwise_kind::sub:
-    case elementwise_kind::mul:
-    case elementwise_kind::div:
-    case elementwise_kind::bias_add: return 2;
-    default: return 1;
-  }
-}
-
-/// The inputs an element-wise operator is linear in (ops/linear_rule.hpp): Add, Sub and
-/// BiasAdd in both together (both partial alike), Mul in either factor, RealDiv in its
-/// numerator, Neg in its input; ReLU, Exp and Log in none.
-constexpr linearity linear_in(elementwise_kind k) {
-  switch (k) {
-    case elementwise_kind::add:
-    case elementwise_kind::sub:
-    case elementwise_kind::bias_add: return linearity::all(2);
-    case elementwise_kind::mul: return linearity::each(2);
-    case elementwise_kind::div:
-    case elementwise_kind::neg: return linearity::jointly(1u);
-    default: return {};
-  }
-}
-
 /// The rule's layouts when partial sums pass through (see partial_pass).
 constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pass& p) {
   if (!p.passes()) return r;
@@ -14144,42 +17181,6 @@ constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pas
   r.dev = p.dev;
   return r;
 }
-
-/// An element-wise operator with a shard strategy, as `Add().shard(((2, 4), (1, 4)))`:
-/// one split tuple per input (a binary operator broadcasts its inputs as NumPy does;
-/// BiasAdd's strategy is ((..., c), (c,)) with c the split of the last dim).
-template <elementwise_kind K>
-struct elementwise_op {
-  strategy st;
-
-  /// The rule on `device_num` devices for inputs of the given global shapes; throws
-  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
-  /// "add: elementwise: a broadcast dim cannot be split: input 1, dim 0 has extent 1 and
-  /// split 2; strategy ((2, 4), (2, 4))".
-  elementwise_layouts rule(int device_num, const shape_list& shapes) const {
-    if constexpr (K == elementwise_kind::bias_add) {
-      const extents& x = shapes[0];
-      const extents& b = shapes[1];
-      if (shapes.n != 2 || x.ndim < 1 || b.ndim != 1 || b[0] != x[x.ndim - 1])
-        throw error("bias_add: bias is " + (shapes.n > 1 ? to_string(b) : std::string("missing")) +
-                    ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
-                    ",) for x " + to_string(x));
-    }
-    const status s = check_elementwise(st, device_num, shapes);
-    if (!s.ok()) throw error(s, name(K), "strategy " + to_string(st));
-    return elementwise_rule(st, device_num, shapes);
-  }
-};
-
-using add_op = elementwise_op<elementwise_kind::add>;
-using sub_op = elementwise_op<elementwise_kind::sub>;
-using mul_op = elementwise_op<elementwise_kind::mul>;
-using div_op = elementwise_op<elementwise_kind::div>;
-using relu_op = elementwise_op<elementwise_kind::relu>;
-using exp_op = elementwise_op<elementwise_kind::exp>;
-using log_op = elementwise_op<elementwise_kind::log>;
-using neg_op = elementwise_op<elementwise_kind::neg>;
-using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
 
 namespace detail {
 
@@ -14194,10 +17195,10 @@ struct elementwise_inputs {
 template <elementwise_kind K, class T, class D, class C, class... X>
 elementwise_inputs<T, D, sizeof...(X)> elementwise_prepare(const elementwise_op<K>& op,
                                                            device_context<C>& ctx, const X&... x) {
-  static_assert(sizeof...(X) == std::size_t(arity(K)));
+  static_assert(sizeof...(X) == std::size_t(kind_arity(K)));
   elementwise_layouts r = op.rule(ctx.size(), shape_list{x.global_shape()...});
   const std::array<layout, sizeof...(X)> actual{x.layout()...};
-  r = with_pass(r, pass_partial(linear_in(K), actual.data(), r.in.data(), r.n, r.out));
+  r = with_pass(r, pass_partial(kind_linearity(K), actual.data(), r.in.data(), r.n, r.out));
   int i = 0;
   auto place = [&](const tensor_on<T, D>& t) { return in_layout(t, r.in[i++], ctx); };
   return {r, {place(x)...}};
@@ -14261,7 +17262,7 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
                                                                device_context<C>& ctx, const X&... x) {
   const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
   if (!(dy.global_shape() == in.r.shape))
-    throw error(std::string(name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
+    throw error(std::string(kind_name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
   const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
@@ -14404,6 +17405,24 @@ tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const 
   return std::move(detail::elementwise_backward<elementwise_kind::neg, T, D>(op, dy, ctx, x)[0]);
 }
 
+/// The element-wise operators' forward and backward as every operator's (ops/run.hpp).
+template <elementwise_kind K, class T, class D, class C>
+tensor_on<T, D> forward(const elementwise_op<K>& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  if constexpr (kind_arity(K) == 2) return detail::elementwise_forward<K, T, D>(op, ctx, *x[0], *x[1]);
+  else return detail::elementwise_forward<K, T, D>(op, ctx, *x[0]);
+}
+template <elementwise_kind K, class T, class D, class C>
+op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  if constexpr (kind_arity(K) == 2) {
+    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0], *x[1]);
+    return grads_of(std::move(g[0]), std::move(g[1]));
+  } else {
+    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
+    return grads_of(std::move(g[0]));
+  }
+}
+
 }  // namespace tessera::ops
 // ---- tessera/ops/reduce.hpp ----
 // Sharded reductions: ReduceSum, ReduceMean, ReduceMax and ReduceMin over a list of dims, with
@@ -14417,40 +17436,6 @@ tensor_on<T, D> neg_backward(const neg_op& op, const tensor_on<T, D>& dy, const 
 #include <vector>
 
 namespace tessera::ops {
-
-/// A reduction with a shard strategy, as `ReduceSum(keep_dims).shard(((2, 4),))`
-/// applied over `dims`. How is sum, mean, max or min.
-template <reduce_op How>
-struct reduction_op {
-  strategy st;
-  dim_list dims;  ///< the reduced dims ({} = every dim; negative counts from the end)
-  bool keep_dims = false;
-
-  static constexpr std::string_view name() {
-    switch (How) {
-      case reduce_op::sum: return "reduce_sum";
-      case reduce_op::mean: return "reduce_mean";
-      case reduce_op::max: return "reduce_max";
-      case reduce_op::min: return "reduce_min";
-    }
-    return "reduce";
-  }
-
-  /// The rule on `device_num` devices for an input of global shape `shape`; throws
-  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
-  /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
-  /// strategy ((2, 4),)".
-  reduce_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_reduce(st, device_num, shape, dims);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
-    return reduce_rule(st, device_num, shape, dims, keep_dims, How);
-  }
-};
-
-using reduce_sum_op = reduction_op<reduce_op::sum>;
-using reduce_mean_op = reduction_op<reduce_op::mean>;
-using reduce_max_op = reduction_op<reduce_op::max>;
-using reduce_min_op = reduction_op<reduce_op::min>;
 
 /// The rule's layouts for an input arriving in `x`: a partial input of ReduceSum or
 /// ReduceMean whose partial axes the rule holds replicas on stays partial, and so does
@@ -14512,6 +17497,43 @@ tensor_on<T, D> reduce_spread(std::string_view fn, const reduce_layouts& r, bool
   return tensor_on<T, D>(r.in.without_partial(), x.global_shape(), ctx.rank(), std::move(g));
 }
 
+// The backward of ReduceMax (negate = false) and ReduceMin (negate = true: min(x) =
+// -max(-x), negation is exact, so the same ties) given dy and the forward output y. The
+// partial extrema and the tie counts are resolved by the definition's two collectives
+// (reduction_op::backward_collectives); a y in another layout is redistributed.
+template <reduce_op How, class T, class D, class C>
+tensor_on<T, D> reduce_extremum_backward(const reduction_op<How>& op, const tensor_on<T, D>& dy,
+                                         const tensor_on<T, D>& x, const tensor_on<T, D>& y,
+                                         device_context<C>& ctx, bool negate) {
+  using K = kernels::backend<D>;
+  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
+  const std::vector<internal_collective> cs = reduction_op<How>::backward_collectives(r);
+  const auto ldy = reduce_dy(op.name(), r, dy, ctx);
+  const auto lx = in_layout(x, r.in, ctx);
+  // y resolved: the forward's partial extrema reduced by the first collective.
+  if (!(y.global_shape() == r.shape))
+    throw error(std::string(op.name()) + "_backward: y is " + to_string(y.global_shape()) + ", expected " +
+                to_string(r.shape));
+  typename tensor_on<T, D>::array_type ys;
+  if (!cs.empty() && y.layout() == r.out) {
+    ys = y.local();
+    run_internal(cs[0], std::span<T>(ys.data(), ys.size()), ctx, op.name());
+  } else {
+    ys = in_layout(y, r.out.without_partial(), ctx)->local();
+  }
+  auto xs = lx->local();
+  if (negate) {
+    xs = K::neg(xs);
+    ys = K::neg(ys);
+  }
+  const std::vector<int> axes = reduced_axes(r, x.ndim());
+  // Local tie counts, summed over the reduced dims' axes by the second collective.
+  auto ties = K::reduce_max_tie_counts(xs, ys, axes, op.keep_dims);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(ties.data(), ties.size()), ctx, op.name());
+  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(),
+                         K::reduce_max_spread(ldy->local(), xs, ys, ties, axes, op.keep_dims));
+}
+
 }  // namespace detail
 
 /// The sum of x over op.dims on this rank's shard: the output keeps the kept dims'
@@ -14564,21 +17586,7 @@ template <class T, class D, class C>
 tensor_on<T, D> reduce_max_backward(const reduce_max_op& op, const tensor_on<T, D>& dy,
                                     const tensor_on<T, D>& x, const tensor_on<T, D>& y,
                                     device_context<C>& ctx) {
-  using K = kernels::backend<D>;
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  const auto ldy = detail::reduce_dy(op.name(), r, dy, ctx);
-  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
-  const auto lx = in_layout(x, r.in, ctx);
-  const std::vector<int> axes = detail::reduced_axes(r, x.ndim());
-  // Local tie counts, partial sums over the reduced dims' axes, then resolved.
-  layout count_layout = r.out;
-  count_layout.op = reduce_op::sum;
-  const tensor_on<T, D> ties(count_layout, r.shape, ctx.rank(),
-                             K::reduce_max_tie_counts(lx->local(), ly->local(), axes, op.keep_dims));
-  const auto all_ties = in_layout(ties, r.out.without_partial(), ctx);
-  return tensor_on<T, D>(r.in, x.global_shape(), ctx.rank(),
-                         K::reduce_max_spread(ldy->local(), lx->local(), ly->local(), all_ties->local(), axes,
-                                              op.keep_dims));
+  return detail::reduce_extremum_backward(op, dy, x, y, ctx, false);
 }
 
 /// The minimum of x over op.dims: the output is partial (min) over the mesh axes of
@@ -14595,14 +17603,20 @@ template <class T, class D, class C>
 tensor_on<T, D> reduce_min_backward(const reduce_min_op& op, const tensor_on<T, D>& dy,
                                     const tensor_on<T, D>& x, const tensor_on<T, D>& y,
                                     device_context<C>& ctx) {
-  using K = kernels::backend<D>;
-  const reduce_layouts r = op.rule(ctx.size(), x.global_shape());
-  // Resolved first: a negated partial minimum would be a partial maximum.
-  const auto lx = in_layout(x, r.in, ctx);
-  const auto ly = detail::reduce_dy(op.name(), r, y, ctx);
-  const tensor_on<T, D> nx(lx->layout(), x.global_shape(), ctx.rank(), K::neg(lx->local()));
-  const tensor_on<T, D> ny(ly->layout(), y.global_shape(), ctx.rank(), K::neg(ly->local()));
-  return reduce_max_backward(reduce_max_op{op.st, op.dims, op.keep_dims}, dy, nx, ny, ctx);
+  return detail::reduce_extremum_backward(op, dy, x, y, ctx, true);
+}
+
+/// The reductions' forward and backward as every operator's (ops/run.hpp).
+template <reduce_op How, class T, class D, class C>
+tensor_on<T, D> forward(const reduction_op<How>& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::reduce_forward(op, *x[0], ctx);
+}
+template <reduce_op How, class T, class D, class C>
+op_grads<T, D> backward(const reduction_op<How>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  if constexpr (How == reduce_op::sum) return grads_of(reduce_sum_backward(op, dy, *x[0], ctx));
+  else if constexpr (How == reduce_op::mean) return grads_of(reduce_mean_backward(op, dy, *x[0], ctx));
+  else return grads_of(detail::reduce_extremum_backward(op, dy, *x[0], y, ctx, How == reduce_op::min));
 }
 
 }  // namespace tessera::ops
@@ -14620,30 +17634,6 @@ tensor_on<T, D> reduce_min_backward(const reduce_min_op& op, const tensor_on<T, 
 
 namespace tessera::ops {
 
-/// SoftmaxCrossEntropyWithLogits with a shard strategy, as
-/// `SoftmaxCrossEntropyWithLogits().shard(((2, 4), (2, 4)))`: logits and labels split
-/// alike, rows b ways and classes c ways.
-struct softmax_cross_entropy_op {
-  strategy st;
-
-  static constexpr std::string_view name() { return "softmax_cross_entropy"; }
-
-  /// The rule on `device_num` devices for logits and labels of the given global
-  /// shapes; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "softmax_cross_entropy: logits and labels must be split alike: dim 1: labels split
-  /// 2 ways, logits 4 ways; strategy ((2, 4), (2, 2))".
-  cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      // The operator's own rules already start with its name.
-      const bool own = s.code == errc::cross_entropy_rank || s.code == errc::cross_entropy_shapes ||
-                       s.code == errc::cross_entropy_split;
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
-    return softmax_cross_entropy_rule(st, device_num, logits);
-  }
-};
-
 namespace detail {
 
 // Per local row: the GLOBAL row max m, and the global terms s (3, rows): the sum of
@@ -14656,14 +17646,14 @@ struct ce_rows {
 template <class T, class D, class C>
 ce_rows<typename tensor_on<T, D>::array_type> ce_row_stats(const cross_entropy_layouts& r,
                                                            const tensor_on<T, D>& x,
-                                                           const tensor_on<T, D>& t,
+                                                           const tensor_on<T, D>& t, bool backward,
                                                            device_context<C>& ctx) {
   using K = kernels::backend<D>;
-  C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
+  const auto cs = softmax_cross_entropy_op::row_collectives(r, x.global_shape(), backward);
   auto m = K::ce_row_max(x.local());
-  if (group) group->all_reduce(std::span<T>(m.data(), m.size()), reduce_op::max);
+  if (!cs.empty()) run_internal(cs[0], std::span<T>(m.data(), m.size()), ctx, softmax_cross_entropy_op::name());
   auto s = K::ce_row_terms(x.local(), t.local(), m);  // one all_reduce for the three
-  if (group) group->all_reduce(std::span<T>(s.data(), s.size()), reduce_op::sum);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(s.data(), s.size()), ctx, softmax_cross_entropy_op::name());
   return {std::move(m), std::move(s)};
 }
 
@@ -14681,7 +17671,7 @@ tensor_on<T, D> softmax_cross_entropy(const softmax_cross_entropy_op& op, const 
   const cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
+  const auto st = detail::ce_row_stats(r, *lx, *lt, false, ctx);
   return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::ce_loss(st.s));
 }
 
@@ -14700,9 +17690,23 @@ tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& o
   const auto lg = in_layout(dloss, r.out, ctx);
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto st = detail::ce_row_stats(r, *lx, *lt, ctx);
+  const auto st = detail::ce_row_stats(r, *lx, *lt, true, ctx);
   return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
                          kernels::backend<D>::ce_grad(lg->local(), lx->local(), lt->local(), st.m, st.s));
+}
+
+/// SoftmaxCrossEntropyWithLogits' forward and backward as every operator's (ops/run.hpp):
+/// the labels get no gradient.
+template <class T, class D, class C>
+tensor_on<T, D> forward(const softmax_cross_entropy_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return softmax_cross_entropy(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const softmax_cross_entropy_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  op_grads<T, D> g = grads_of(softmax_cross_entropy_backward(op, dy, *x[0], *x[1], ctx));
+  g.emplace_back();
+  return g;
 }
 
 }  // namespace tessera::ops
@@ -14718,32 +17722,6 @@ tensor_on<T, D> softmax_cross_entropy_backward(const softmax_cross_entropy_op& o
 #include <vector>
 
 namespace tessera::ops {
-
-/// BatchMatMul with a shard strategy, as `BatchMatMul(transpose_a, transpose_b).shard(st)`:
-/// A (batch..., m, k) times B (batch..., k, n), either of them possibly a plain matrix
-/// shared by every batch entry; the strategy splits every dim of each input.
-struct batch_matmul_op {
-  strategy st;
-  bool trans_a = false;
-  bool trans_b = false;
-
-  static constexpr std::string_view name() { return "batch_matmul"; }
-
-  /// The rule on `device_num` devices for inputs of the given global shapes; throws
-  /// tessera::error naming the rule broken, the numbers and the strategy:
-  /// "batch_matmul: both inputs must split each batch dim alike: dim 0: input 1 splits
-  /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
-  /// (1, 2, 1))".
-  batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
-    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
-      throw error(s, own ? std::string_view{} : name(),
-                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
-    }
-    return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
-  }
-};
 
 namespace detail {
 
@@ -14809,6 +17787,18 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> batch_matmul_backward(const batch_ma
                           K::batch_matmul_grad_b(*vdc, *va, *vb, op.trans_a, op.trans_b))};
 }
 
+/// BatchMatMul's forward and backward as every operator's (ops/run.hpp).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const batch_matmul_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return batch_matmul(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const batch_matmul_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  auto [da, db] = batch_matmul_backward(op, dy, *x[0], *x[1], ctx);
+  return grads_of(std::move(da), std::move(db));
+}
+
 }  // namespace tessera::ops
 // ---- tessera/ops/one_hot.hpp ----
 // Sharded OneHot: the sharding rule (ops/one_hot_rule.hpp) and the local kernel (the
@@ -14819,28 +17809,6 @@ std::pair<tensor_on<T, D>, tensor_on<T, D>> batch_matmul_backward(const batch_ma
 #include <string_view>
 
 namespace tessera::ops {
-
-/// OneHot with a shard strategy, as `OneHot().shard(((2, 4), (), ()))` applied with
-/// `depth` classes (axis -1: the depth is the output's last dim).
-struct one_hot_op {
-  strategy st;
-  index_t depth = 0;
-
-  static constexpr std::string_view name() { return "one_hot"; }
-
-  /// The rule on `device_num` devices for indices of global shape `indices`; throws
-  /// tessera::error naming the rule broken, the numbers and the strategy:
-  /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
-  /// 1 entries for an output of rank 2; strategy ((2,),)".
-  one_hot_layouts rule(int device_num, const extents& indices) const {
-    const status s = check_one_hot(st, device_num, indices, depth);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("one_hot");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
-    return one_hot_rule(st, device_num, indices, depth);
-  }
-};
 
 /// indices (any layout, integer or integer-valued floating point) -> indices.shape +
 /// (depth,): `on` where the last index equals the index, `off` elsewhere; an index
@@ -14858,6 +17826,13 @@ tensor_on<T, D> one_hot(const one_hot_op& op, const tensor_on<I, D>& indices, T 
                          kernels::backend<D>::template one_hot<T>(li->local(), op.depth, first, local_depth, on, off));
 }
 
+/// OneHot's forward as every operator's (ops/run.hpp), with the definition's on and off
+/// values. It has no backward (the indices are data).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const one_hot_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return one_hot(op, *x[0], T(op.on), T(op.off), ctx);
+}
+
 }  // namespace tessera::ops
 // ---- tessera/ops/softmax_axis.hpp ----
 // Sharded Softmax and LogSoftmax along one axis, and their backwards. The sharding
@@ -14872,37 +17847,8 @@ tensor_on<T, D> one_hot(const one_hot_op& op, const tensor_on<I, D>& indices, T 
 
 namespace tessera::ops {
 
-/// Softmax (Log = false) or LogSoftmax (Log = true) along `axis` with a shard strategy,
-/// as `Softmax(axis).shard(((2, 4),))`.
-template <bool Log>
-struct softmax_axis_op {
-  strategy st;
-  int axis = -1;
-
-  static constexpr std::string_view name() { return Log ? "log_softmax" : "softmax"; }
-
-  /// The rule on `device_num` devices for an input of global shape `shape`; throws
-  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
-  /// "log_softmax: softmax: the axis must name a dim of the input: axis 2, input rank 2;
-  /// strategy ((2, 4),)".
-  softmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_softmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
-    return softmax_rule(st, device_num, shape, axis);
-  }
-};
-
-using softmax_op = softmax_axis_op<false>;
-using log_softmax_op = softmax_axis_op<true>;
-
 namespace detail {
 
-// Combines a row array over the softmax axis group (nothing when the axis is not split).
-template <class A, class C>
-void combine_over_group(const softmax_layouts& r, A& acc, reduce_op how, device_context<C>& ctx) {
-  using T = typename A::value_type;
-  if (!r.group.empty()) ctx.on(r.dev).group(r.group).all_reduce(std::span<T>(acc.data(), acc.size()), how);
-}
 
 template <bool Log, class T, class D, class C>
 tensor_on<T, D> softmax_axis_forward(const softmax_axis_op<Log>& op, const tensor_on<T, D>& x,
@@ -14912,10 +17858,11 @@ tensor_on<T, D> softmax_axis_forward(const softmax_axis_op<Log>& op, const tenso
   const auto lx = in_layout(x, r.in, ctx);
   const auto& px = lx->local();
   // The GLOBAL row max, then the global sum of exp(x - max), as the kernel computes them.
+  const auto cs = softmax_axis_op<Log>::forward_collectives(r, x.global_shape());
   auto max = K::softmax_axis_max(px, r.axis);
-  combine_over_group(r, max, reduce_op::max, ctx);
+  if (!cs.empty()) run_internal(cs[0], std::span<T>(max.data(), max.size()), ctx, op.name());
   auto sum = K::softmax_axis_sum(px, r.axis, max);
-  combine_over_group(r, sum, reduce_op::sum, ctx);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(sum.data(), sum.size()), ctx, op.name());
   return tensor_on<T, D>(r.out, x.global_shape(), ctx.rank(), K::softmax_axis_out(px, r.axis, max, sum, Log));
 }
 
@@ -14930,7 +17877,9 @@ tensor_on<T, D> softmax_axis_backward(const softmax_axis_op<Log>& op, const tens
   const auto ldy = in_layout(dy, r.out, ctx), ly = in_layout(y, r.out, ctx);
   // softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy).
   auto acc = K::softmax_axis_grad_sum(ldy->local(), ly->local(), r.axis, Log);
-  combine_over_group(r, acc, reduce_op::sum, ctx);
+  if (!r.group.empty())
+    run_internal(softmax_axis_op<Log>::backward_collective(r, y.global_shape()), std::span<T>(acc.data(), acc.size()),
+                 ctx, op.name());
   return tensor_on<T, D>(r.in, y.global_shape(), ctx.rank(),
                          K::softmax_axis_grad(ldy->local(), ly->local(), r.axis, acc, Log));
 }
@@ -14966,6 +17915,18 @@ tensor_on<T, D> log_softmax_backward(const log_softmax_op& op, const tensor_on<T
   return detail::softmax_axis_backward(op, dy, y, ctx);
 }
 
+/// Softmax's and LogSoftmax's forward and backward as every operator's (ops/run.hpp):
+/// the backward reads the output.
+template <bool Log, class T, class D, class C>
+tensor_on<T, D> forward(const softmax_axis_op<Log>& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::softmax_axis_forward(op, *x[0], ctx);
+}
+template <bool Log, class T, class D, class C>
+op_grads<T, D> backward(const softmax_axis_op<Log>& op, const tensor_on<T, D>& dy, op_inputs<T, D>,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  return grads_of(detail::softmax_axis_backward(op, dy, y, ctx));
+}
+
 }  // namespace tessera::ops
 // ---- tessera/ops/shape.hpp ----
 // Sharded data-movement operators: Transpose, Reshape, Flatten, StridedSlice and Concat,
@@ -14984,13 +17945,6 @@ tensor_on<T, D> log_softmax_backward(const log_softmax_op& op, const tensor_on<T
 namespace tessera::ops {
 
 namespace detail {
-// Throws the rule's error, prefixed with the operator's name unless the rule's text
-// already starts with it.
-inline void require_rule(const status& s, std::string_view op, const strategy& st) {
-  if (s.ok()) return;
-  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
-  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
-}
 
 template <class Tensor>
 void require_dy(std::string_view fn, const Tensor& dy, const extents& expected) {
@@ -15006,25 +17960,6 @@ A copy_of(const A& x) {
 }  // namespace detail
 
 // ---- Transpose -----------------------------------------------------------------------
-
-/// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
-/// applied with `perm`.
-struct transpose_op {
-  strategy st;
-  dim_list perm;
-
-  static constexpr std::string_view name() { return "transpose"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
-  /// rank 2; strategy ((2, 4),)".
-  transpose_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
-    return transpose_rule(st, device_num, shape, perm);
-  }
-  std::vector<int> perm_vector(const transpose_layouts& r) const {
-    return std::vector<int>(r.perm.v.begin(), r.perm.v.begin() + r.perm.n);
-  }
-};
 
 /// y = x permuted by op.perm, on this rank's shard: the output's layout is the input's,
 /// permuted, so no data moves between ranks (x in another layout is redistributed first).
@@ -15048,35 +17983,6 @@ tensor_on<T, D> transpose_backward(const transpose_op& op, const tensor_on<T, D>
 }
 
 // ---- Reshape and Flatten -----------------------------------------------------------
-
-/// Reshape with a shard strategy for its input, as `Reshape().shard(((2, 1),))` applied
-/// with `target` (one entry may be -1, inferred).
-struct reshape_op {
-  strategy st;
-  extents target;
-
-  static constexpr std::string_view name() { return "reshape"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "reshape: the target shape must have the input's number of elements: the input
-  /// has 128 elements, the target 96; strategy ((2, 1),)".
-  reshape_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_reshape(st, device_num, shape, target), name(), st);
-    return reshape_rule(st, device_num, shape, target);
-  }
-};
-
-/// Flatten with a shard strategy for its input: reshape to (shape[0], the product of
-/// the other dims).
-struct flatten_op {
-  strategy st;
-
-  static constexpr std::string_view name() { return "flatten"; }
-  reshape_op as_reshape(const extents& shape) const { return reshape_op{st, flatten_target(shape)}; }
-  reshape_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_reshape(st, device_num, shape, flatten_target(shape)), name(), st);
-    return reshape_rule(st, device_num, shape, flatten_target(shape));
-  }
-};
 
 namespace detail {
 template <class Op, class T, class D, class C>
@@ -15125,38 +18031,6 @@ tensor_on<T, D> flatten_backward(const flatten_op& op, const tensor_on<T, D>& dy
 
 // ---- StridedSlice ------------------------------------------------------------------
 
-/// StridedSlice with a shard strategy for its input, as
-/// `StridedSlice().shard(((2, 1),))` applied with begin, end and strides (Python slice
-/// semantics on the leading dims; no strides: all 1).
-struct strided_slice_op {
-  strategy st;
-  index_list begin, end, strides;
-
-  static constexpr std::string_view name() { return "strided_slice"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
-  strided_slice_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
-    return strided_slice_rule(st, device_num, shape, begin, end, strides);
-  }
-
-  /// The slice each rank applies to its shard: the cut dims as given (they are whole
-  /// on every rank), the whole dims taken whole.
-  struct local_slice {
-    std::vector<index_t> begin, end, strides;
-  };
-  local_slice local(const strided_slice_layouts& r) const {
-    local_slice s;
-    for (int d = 0; d < begin.n; ++d) {
-      const bool cut = (r.cut >> d & 1u) != 0;
-      s.begin.push_back(cut ? begin.v[d] : 0);
-      s.end.push_back(cut ? end.v[d] : std::numeric_limits<index_t>::max());
-      s.strides.push_back(cut && strides.n ? strides.v[d] : 1);
-    }
-    return s;
-  }
-};
-
 /// y = x[begin:end:strides] on this rank's shard. Dims taken whole keep their splits;
 /// a cut dim must be whole on every rank, so where the strategy splits one, x is first
 /// gathered along it (the rule's `in` layout).
@@ -15186,30 +18060,6 @@ tensor_on<T, D> strided_slice_backward(const strided_slice_op& op, const tensor_
 
 // ---- Concat ------------------------------------------------------------------------
 
-/// Concat with a shard strategy, as `Concat(axis).shard(((2, 1), (2, 1)))`: one split
-/// tuple per input, all alike, the axis unsplit.
-struct concat_op {
-  strategy st;
-  int axis = 0;
-
-  static constexpr std::string_view name() { return "concat"; }
-  /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
-  /// ((2, 4), (2, 4))".
-  concat_layouts rule(int device_num, const shape_list& shapes) const {
-    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
-    return concat_rule(st, device_num, shapes, axis);
-  }
-  template <class T, class D>
-  concat_layouts rule(int device_num, const std::vector<const tensor_on<T, D>*>& xs) const {
-    shape_list shapes;
-    shapes.n = int(xs.size());
-    for (std::size_t i = 0; i < xs.size() && i < std::size_t(max_strategy_inputs); ++i)
-      shapes.v[i] = xs[i]->global_shape();
-    return rule(device_num, shapes);
-  }
-};
-
 /// Concat's layouts for inputs arriving in `actual` (n of them): Concat is linear in all
 /// its inputs together, so inputs that are all partial sums over the same mesh axes,
 /// where the rule holds replicas, stay partial and so does the output.
@@ -15228,9 +18078,16 @@ constexpr concat_layouts concat_pass(concat_layouts r, const layout* actual, int
 namespace detail {
 template <class T, class D>
 concat_layouts concat_layouts_for(const concat_op& op, int device_num, const std::vector<const tensor_on<T, D>*>& xs) {
+  if (xs.empty() || xs.size() > std::size_t(max_strategy_inputs))
+    throw error("concat: needs between 1 and " + std::to_string(max_strategy_inputs) + " inputs, got " +
+                std::to_string(xs.size()));
+  shape_list shapes;
   std::vector<layout> actual;
-  for (const tensor_on<T, D>* x : xs) actual.push_back(x->layout());
-  return concat_pass(op.rule(device_num, xs), actual.data(), int(actual.size()));
+  for (const tensor_on<T, D>* x : xs) {
+    shapes.v[shapes.n++] = x->global_shape();
+    actual.push_back(x->layout());
+  }
+  return concat_pass(op.rule(device_num, shapes), actual.data(), int(actual.size()));
 }
 template <class T, class D>
 std::vector<const tensor_on<T, D>*> pointers(const std::vector<tensor_on<T, D>>& xs) {
@@ -15281,6 +18138,56 @@ std::vector<tensor_on<T, D>> concat_backward(const concat_op& op, const tensor_o
   return concat_backward(op, dy, detail::pointers(xs), ctx);
 }
 
+/// The data-movement operators' forwards and backwards as every operator's (ops/run.hpp).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const transpose_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return transpose(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const transpose_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(transpose_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const reshape_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const reshape_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(detail::reshape_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const flatten_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return detail::reshape_forward(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const flatten_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(detail::reshape_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const strided_slice_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return strided_slice(op, *x[0], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const strided_slice_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  return grads_of(strided_slice_backward(op, dy, *x[0], ctx));
+}
+template <class T, class D, class C>
+tensor_on<T, D> forward(const concat_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return concat(op, std::vector<const tensor_on<T, D>*>(x.begin(), x.end()), ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const concat_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  op_grads<T, D> g;
+  for (tensor_on<T, D>& dx : concat_backward(op, dy, std::vector<const tensor_on<T, D>*>(x.begin(), x.end()), ctx))
+    g.emplace_back(std::move(dx));
+  return g;
+}
+
 }  // namespace tessera::ops
 // ---- tessera/ops/argmax.hpp ----
 // Sharded ArgMax (for accuracy): the index of the first maximum along one axis. The
@@ -15297,23 +18204,6 @@ std::vector<tensor_on<T, D>> concat_backward(const concat_op& op, const tensor_o
 
 namespace tessera::ops {
 
-/// ArgMax along `axis` with a shard strategy, as `Argmax(axis).shard(((2, 4),))`.
-struct argmax_op {
-  strategy st;
-  int axis = -1;
-
-  static constexpr std::string_view name() { return "argmax"; }
-
-  /// The rule; throws tessera::error naming the operator, the rule broken, the numbers
-  /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
-  /// input rank 2; strategy ((2, 4),)".
-  argmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_argmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
-    return argmax_rule(st, device_num, shape, axis);
-  }
-};
-
 /// The index (along op.axis, in the global tensor) of the first maximum of every
 /// vector along the axis, as integers of type I, in the rule's output layout. x (any
 /// layout) is brought to the rule's layout first. The axis must not be empty. (NaN
@@ -15327,14 +18217,20 @@ tensor_on<I, D> argmax(const argmax_op& op, const tensor_on<T, D>& x, device_con
                 " of x " + to_string(x.global_shape()) + " has extent 0");
   const auto lx = in_layout(x, r.in, ctx);
   auto [best, index] = K::argmax_local(lx->local(), r.axis, std::int64_t(lx->local_offset().v[r.axis]));
-  if (!r.group.empty()) {
-    C& g = ctx.on(r.dev).group(r.group);
+  if (const auto cs = argmax_op::group_collectives(r, x.global_shape()); !cs.empty()) {
     auto top = best;
-    g.all_reduce(std::span<T>(top.data(), top.size()), reduce_op::max);
+    run_internal(cs[0], std::span<T>(top.data(), top.size()), ctx, op.name());
     K::argmax_resolve(index, best, top);
-    g.all_reduce(std::span<std::int64_t>(index.data(), index.size()), reduce_op::min);
+    run_internal(cs[1], std::span<std::int64_t>(index.data(), index.size()), ctx, op.name());
   }
   return tensor_on<I, D>(r.out, r.shape, ctx.rank(), K::template convert<I>(index));
+}
+
+/// ArgMax's forward as every operator's (ops/run.hpp): the indices as values of T. It
+/// has no backward (nothing is differentiable).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const argmax_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return argmax<T>(op, *x[0], ctx);
 }
 
 }  // namespace tessera::ops
@@ -15354,29 +18250,6 @@ tensor_on<I, D> argmax(const argmax_op& op, const tensor_on<T, D>& x, device_con
 
 namespace tessera::ops {
 
-/// SparseSoftmaxCrossEntropyWithLogits with a shard strategy, as
-/// `SparseSoftmaxCrossEntropyWithLogits().shard(((2, 4), (2,)))`: the logits' rows b
-/// ways and classes c ways, the labels as the rows. Returns the per-sample loss (as
-/// SoftmaxCrossEntropyWithLogits does; reduce_mean gives MindSpore's mean loss).
-struct sparse_softmax_cross_entropy_op {
-  strategy st;
-
-  static constexpr std::string_view name() { return "sparse_softmax_cross_entropy"; }
-
-  /// The rule on `device_num` devices for logits and labels of the given global shapes;
-  /// throws tessera::error with the rule broken, the numbers and the strategy:
-  /// "sparse_softmax_cross_entropy: labels must be split as the logits' batch dim: labels
-  /// split 4 ways, the logits' batch dim 2 ways; strategy ((2, 4), (4,))".
-  sparse_cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_sparse_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("sparse_softmax_cross_entropy");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
-    return sparse_softmax_cross_entropy_rule(st, device_num, logits);
-  }
-};
-
 namespace detail {
 
 // Per local row: the label's local column (-1 on the other ranks of the class group),
@@ -15391,18 +18264,19 @@ struct sparse_ce_rows {
 template <class T, class L, class D, class C>
 sparse_ce_rows<typename tensor_on<T, D>::array_type, typename tensor_on<std::int64_t, D>::array_type>
 sparse_ce_row_stats(const sparse_cross_entropy_layouts& r, const tensor_on<T, D>& x, const tensor_on<L, D>& t,
-                    device_context<C>& ctx) {
+                    bool backward, device_context<C>& ctx) {
   using K = kernels::backend<D>;
+  const auto cs = sparse_softmax_cross_entropy_op::row_collectives(r, x.global_shape(), backward);
+  constexpr std::string_view who = sparse_softmax_cross_entropy_op::name();
   const auto& px = x.local();
   const index_t classes = x.global_shape().v[1];
   const index_t first_row = t.local_offset().v[0], first_col = x.local_offset().v[1];
   auto column = K::sparse_ce_columns(t.local(), classes, first_row, first_col, px.shape()[1]);
   auto max = K::softmax_axis_max(px, 1);
-  C* group = r.class_split > 1 ? &ctx.on(r.dev).group(axis_list{r.class_axis}) : nullptr;
-  if (group) group->all_reduce(std::span<T>(max.data(), max.size()), reduce_op::max);
+  if (!cs.empty()) run_internal(cs[0], std::span<T>(max.data(), max.size()), ctx, who);
   // The sums and the label's logit in one buffer: one all_reduce (sum) for both.
   auto terms = K::sparse_ce_terms(px, column, max);
-  if (group) group->all_reduce(std::span<T>(terms.data(), terms.size()), reduce_op::sum);
+  if (!cs.empty()) run_internal(cs[1], std::span<T>(terms.data(), terms.size()), ctx, who);
   return {std::move(column), std::move(max), std::move(terms)};
 }
 
@@ -15422,7 +18296,7 @@ tensor_on<T, D> sparse_softmax_cross_entropy(const sparse_softmax_cross_entropy_
   const sparse_cross_entropy_layouts r = op.rule(ctx.size(), logits.global_shape(), labels.global_shape());
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, false, ctx);
   return tensor_on<T, D>(r.out, r.shape, ctx.rank(), kernels::backend<D>::sparse_ce_loss(s.max, s.terms));
 }
 
@@ -15441,9 +18315,52 @@ tensor_on<T, D> sparse_softmax_cross_entropy_backward(const sparse_softmax_cross
   const auto lg = in_layout(dloss, r.out, ctx);
   const auto lx = in_layout(logits, r.logits, ctx);
   const auto lt = in_layout(labels, r.labels, ctx);
-  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, ctx);
+  const auto s = detail::sparse_ce_row_stats(r, *lx, *lt, true, ctx);
   return tensor_on<T, D>(r.logits, logits.global_shape(), ctx.rank(),
                          kernels::backend<D>::sparse_ce_grad(lg->local(), lx->local(), s.column, s.max, s.terms));
+}
+
+/// The sparse cross entropy's forward and backward as every operator's (ops/run.hpp):
+/// labels of the tensors' type, integer-valued; they get no gradient.
+template <class T, class D, class C>
+tensor_on<T, D> forward(const sparse_softmax_cross_entropy_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return sparse_softmax_cross_entropy(op, *x[0], *x[1], ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const sparse_softmax_cross_entropy_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  op_grads<T, D> g = grads_of(sparse_softmax_cross_entropy_backward(op, dy, *x[0], *x[1], ctx));
+  g.emplace_back();
+  return g;
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/all_reduce.hpp ----
+// AllReduce's forward and backward (ops/all_reduce_rule.hpp): the sum of every rank's
+// tensor over the definition's group, and of the gradients in the backward.
+
+#include <span>
+
+namespace tessera::ops {
+
+/// x summed over the group of `op` on every rank (the input's layout kept).
+template <class T, class D, class C>
+tensor_on<T, D> all_reduce(const all_reduce_op& op, const tensor_on<T, D>& x, bool backward,
+                           device_context<C>& ctx) {
+  tensor_on<T, D> y(x);
+  run_internal(op.sum(ctx.size(), index_t(y.data().size()), backward), y.data(), ctx, op.name());
+  return y;
+}
+
+/// AllReduce's forward and backward as every operator's (ops/run.hpp).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const all_reduce_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  return all_reduce(op, *x[0], false, ctx);
+}
+template <class T, class D, class C>
+op_grads<T, D> backward(const all_reduce_op& op, const tensor_on<T, D>& dy, op_inputs<T, D>, const tensor_on<T, D>&,
+                        device_context<C>& ctx) {
+  return grads_of(all_reduce(op, dy, true, ctx));
 }
 
 }  // namespace tessera::ops
@@ -15696,15 +18613,68 @@ std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
 
 }  // namespace tessera::autodiff
 // ---- tessera/autodiff/ops.hpp ----
-// Differentiable sharded operators: each runs the operator of ops/ on the tape's values
-// and records its backward.
+// Differentiable sharded operators: autodiff::apply runs any operator's definition
+// (ops/definition.hpp) on the tape's values and records its backward, so an operator
+// is recorded by the same one definition that ops/ runs eagerly and graph/ plans.
+// MatMul's pipelined forwards (matmul_overlapped, matmul_summa) record MatMul's backward.
 
 #include <initializer_list>
-#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace tessera::autodiff {
+
+/// y = op(xs...) on the tape of the inputs: the operator's forward on their values, and
+/// a record of its backward, which adds each differentiable input's gradient. An
+/// operator with no differentiable input, or inputs that need no gradient, gives a
+/// constant (a leaf without gradient):
+///
+///     auto h = autodiff::apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, x, w);
+///     auto y = autodiff::apply(ops::concat_op{{}, 1}, {a, b, c});
+template <ops::operator_definition Op, class T, class C, class D>
+var<T, C, D> apply(const Op& op, const std::vector<var<T, C, D>>& xs) {
+  const std::string who(Op::name());
+  if (xs.empty()) throw error("autodiff: " + who + ": needs at least one input");
+  if (Op::arity >= 0 && int(xs.size()) != Op::arity)
+    throw error("autodiff: " + who + " takes " + std::to_string(Op::arity) +
+                (Op::arity == 1 ? " input, got " : " inputs, got ") + std::to_string(xs.size()));
+  tape<T, C, D>& t = *xs[0].t;
+  std::vector<int> ids;
+  std::vector<const tensor_on<T, D>*> in;
+  bool needs_grad = false;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].t != &t) throw error("autodiff: " + who + ": the inputs are on different tapes");
+    ids.push_back(xs[i].id);
+    in.push_back(&xs[i].value());
+    needs_grad = needs_grad || (ops::differentiable_in(op, int(i)) && t.requires_grad(xs[i].id));
+  }
+  tensor_on<T, D> y = ops::run_forward(op, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
+  if (!needs_grad) return t.leaf(std::move(y), false);
+  const int self = t.size();  // y's id once recorded: the backward may read it
+  return t.record(std::move(y), [op, ids = std::move(ids), self](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+    std::vector<const tensor_on<T, D>*> values;
+    values.reserve(ids.size());
+    for (int id : ids) values.push_back(&tp.value(id));
+    ops::op_grads<T, D> dx =
+        ops::run_backward(op, g, ops::op_inputs<T, D>(values.data(), values.size()), tp.value(self), tp.ctx());
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (dx[i] && ops::differentiable_in(op, int(i))) tp.add_grad(ids[i], std::move(*dx[i]));
+  });
+}
+
+/// apply of a fixed number of inputs: apply(op, a, b).
+template <ops::operator_definition Op, class T, class C, class D, class... More>
+  requires(std::same_as<More, var<T, C, D>> && ...)
+var<T, C, D> apply(const Op& op, var<T, C, D> x, More... more) {
+  return autodiff::apply(op, std::vector<var<T, C, D>>{x, more...});
+}
+
+/// apply of a braced list: apply(ops::concat_op{{}, 1}, {a, b}).
+template <ops::operator_definition Op, class T, class C, class D>
+var<T, C, D> apply(const Op& op, std::initializer_list<var<T, C, D>> xs) {
+  return autodiff::apply(op, std::vector<var<T, C, D>>(xs));
+}
 
 namespace detail {
 // MatMul's backward on the tape, whichever forward computed C (ops::matmul or a
@@ -15719,14 +18689,6 @@ auto matmul_grads(const ops::matmul_op& op, int ia, int ib) {
   };
 }
 }  // namespace detail
-
-/// C = op(A) op(B) with MatMul's strategy; dA and dB in the rule's gradient layouts.
-template <class T, class C, class D>
-var<T, C, D> matmul(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b) {
-  tape<T, C, D>& t = *a.t;
-  tensor_on<T, D> c = ops::matmul(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
-}
 
 /// C = op(A) op(B) by ops::matmul_overlapped: the contraction's partial sums resolved
 /// as `how` says, chunk by chunk, while the next chunk is multiplied (C in
@@ -15752,229 +18714,6 @@ var<T, C, D> matmul_summa(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D>
   tape<T, C, D>& t = *a.t;
   tensor_on<T, D> c = ops::matmul_summa(op, a.value(), b.value(), t.ctx(), opt);
   return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
-}
-
-namespace detail {
-// Records a binary operator whose backward returns the pair (da, db).
-template <class T, class C, class D, class Op, class Fwd, class Bwd>
-var<T, C, D> binary(const Op& op, var<T, C, D> a, var<T, C, D> b, Fwd fwd, Bwd bwd) {
-  tape<T, C, D>& t = *a.t;
-  tensor_on<T, D> y = fwd(op, a.value(), b.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ia = a.id, ib = b.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    auto [da, db] = bwd(op, g, tp.value(ia), tp.value(ib), tp.ctx());
-    tp.add_grad(ia, std::move(da));
-    tp.add_grad(ib, std::move(db));
-  });
-}
-// Records a unary operator whose backward returns dx.
-template <class T, class C, class D, class Op, class Fwd, class Bwd>
-var<T, C, D> unary(const Op& op, var<T, C, D> x, Fwd fwd, Bwd bwd) {
-  tape<T, C, D>& t = *x.t;
-  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
-  return t.record(std::move(y), [op, bwd, ix = x.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.ctx()));
-  });
-}
-}  // namespace detail
-
-template <class T, class C, class D>
-var<T, C, D> add(const ops::add_op& op, var<T, C, D> a, var<T, C, D> b) {
-  return detail::binary(op, a, b, [](auto&&... x) { return ops::add(x...); },
-                        [](auto&&... x) { return ops::add_backward(x...); });
-}
-template <class T, class C, class D>
-var<T, C, D> sub(const ops::sub_op& op, var<T, C, D> a, var<T, C, D> b) {
-  return detail::binary(op, a, b, [](auto&&... x) { return ops::sub(x...); },
-                        [](auto&&... x) { return ops::sub_backward(x...); });
-}
-template <class T, class C, class D>
-var<T, C, D> mul(const ops::mul_op& op, var<T, C, D> a, var<T, C, D> b) {
-  return detail::binary(op, a, b, [](auto&&... x) { return ops::mul(x...); },
-                        [](auto&&... x) { return ops::mul_backward(x...); });
-}
-template <class T, class C, class D>
-var<T, C, D> bias_add(const ops::bias_add_op& op, var<T, C, D> x, var<T, C, D> bias) {
-  return detail::binary(op, x, bias, [](auto&&... a) { return ops::bias_add(a...); },
-                        [](auto&&... a) { return ops::bias_add_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> relu(const ops::relu_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::relu(a...); },
-                       [](auto&&... a) { return ops::relu_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> reduce_sum(const ops::reduce_sum_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::reduce_sum(a...); },
-                       [](auto&&... a) { return ops::reduce_sum_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> reduce_mean(const ops::reduce_mean_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::reduce_mean(a...); },
-                       [](auto&&... a) { return ops::reduce_mean_backward(a...); });
-}
-
-/// The per-sample loss (B,) of softmax(logits) against labels; only the logits get a
-/// gradient (labels are data).
-template <class T, class C, class D>
-var<T, C, D> softmax_cross_entropy(const ops::softmax_cross_entropy_op& op, var<T, C, D> logits,
-                                var<T, C, D> labels) {
-  tape<T, C, D>& t = *logits.t;
-  tensor_on<T, D> y = ops::softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
-  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    tp.add_grad(ix, ops::softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
-  });
-}
-
-// ---- the remaining element-wise and reduction operators, BatchMatMul, OneHot, Softmax,
-// LogSoftmax, the data-movement operators, the sparse cross entropy and ArgMax ----------
-
-namespace detail {
-// Records a unary operator whose backward reads the operator's own output y:
-// bwd(op, g, x, y, ctx) -> dx.
-template <class T, class C, class D, class Op, class Fwd, class Bwd>
-var<T, C, D> unary_with_output(const Op& op, var<T, C, D> x, Fwd fwd, Bwd bwd) {
-  tape<T, C, D>& t = *x.t;
-  tensor_on<T, D> y = fwd(op, x.value(), t.ctx());
-  auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
-  const var<T, C, D> out =
-      t.record(std::move(y), [op, bwd, ix = x.id, self](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-        tp.add_grad(ix, bwd(op, g, tp.value(ix), tp.value(*self), tp.ctx()));
-      });
-  *self = out.id;
-  return out;
-}
-}  // namespace detail
-
-template <class T, class C, class D>
-var<T, C, D> div(const ops::div_op& op, var<T, C, D> a, var<T, C, D> b) {
-  return detail::binary(op, a, b, [](auto&&... x) { return ops::div(x...); },
-                        [](auto&&... x) { return ops::div_backward(x...); });
-}
-template <class T, class C, class D>
-var<T, C, D> exp(const ops::exp_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::exp(a...); },
-                       [](auto&&... a) { return ops::exp_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> log(const ops::log_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::log(a...); },
-                       [](auto&&... a) { return ops::log_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> neg(const ops::neg_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::neg(a...); },
-                       [](auto&&... a) { return ops::neg_backward(a...); });
-}
-/// The maximum over op.dims; the gradient goes to the maxima (ties share it).
-template <class T, class C, class D>
-var<T, C, D> reduce_max(const ops::reduce_max_op& op, var<T, C, D> x) {
-  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_max(a...); },
-                                   [](auto&&... a) { return ops::reduce_max_backward(a...); });
-}
-/// The minimum over op.dims; the gradient goes to the minima (ties share it).
-template <class T, class C, class D>
-var<T, C, D> reduce_min(const ops::reduce_min_op& op, var<T, C, D> x) {
-  return detail::unary_with_output(op, x, [](auto&&... a) { return ops::reduce_min(a...); },
-                                   [](auto&&... a) { return ops::reduce_min_backward(a...); });
-}
-
-/// C = op(A) op(B) per batch entry with BatchMatMul's strategy.
-template <class T, class C, class D>
-var<T, C, D> batch_matmul(const ops::batch_matmul_op& op, var<T, C, D> a, var<T, C, D> b) {
-  return detail::binary(op, a, b, [](auto&&... x) { return ops::batch_matmul(x...); },
-                        [](auto&&... x) { return ops::batch_matmul_backward(x...); });
-}
-
-/// one_hot(indices) with values `on` and `off`: data, not differentiable (a constant on
-/// the tape, like a leaf without gradient).
-template <class T, class C, class D>
-var<T, C, D> one_hot(const ops::one_hot_op& op, var<T, C, D> indices, T on = T(1), T off = T(0)) {
-  tape<T, C, D>& t = *indices.t;
-  return t.leaf(ops::one_hot(op, indices.value(), on, off, t.ctx()), false);
-}
-
-/// softmax(x) along op.axis; the backward reads the output.
-template <class T, class C, class D>
-var<T, C, D> softmax(const ops::softmax_op& op, var<T, C, D> x) {
-  return detail::unary_with_output(
-      op, x, [](auto&&... a) { return ops::softmax(a...); },
-      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
-        return ops::softmax_backward(o, g, y, ctx);
-      });
-}
-/// log_softmax(x) along op.axis; the backward reads the output.
-template <class T, class C, class D>
-var<T, C, D> log_softmax(const ops::log_softmax_op& op, var<T, C, D> x) {
-  return detail::unary_with_output(
-      op, x, [](auto&&... a) { return ops::log_softmax(a...); },
-      [](const auto& o, const auto& g, const auto&, const auto& y, auto& ctx) {
-        return ops::log_softmax_backward(o, g, y, ctx);
-      });
-}
-
-template <class T, class C, class D>
-var<T, C, D> transpose(const ops::transpose_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::transpose(a...); },
-                       [](auto&&... a) { return ops::transpose_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> reshape(const ops::reshape_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::reshape(a...); },
-                       [](auto&&... a) { return ops::reshape_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> flatten(const ops::flatten_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::flatten(a...); },
-                       [](auto&&... a) { return ops::flatten_backward(a...); });
-}
-template <class T, class C, class D>
-var<T, C, D> strided_slice(const ops::strided_slice_op& op, var<T, C, D> x) {
-  return detail::unary(op, x, [](auto&&... a) { return ops::strided_slice(a...); },
-                       [](auto&&... a) { return ops::strided_slice_backward(a...); });
-}
-/// The values joined along op.axis (all on one tape); each gets its slice of the gradient.
-template <class T, class C, class D>
-var<T, C, D> concat(const ops::concat_op& op, const std::vector<var<T, C, D>>& xs) {
-  if (xs.empty()) throw error("concat: needs at least one input");
-  tape<T, C, D>& t = *xs[0].t;
-  std::vector<const tensor_on<T, D>*> values;
-  std::vector<int> ids;
-  for (const var<T, C, D>& x : xs) {
-    values.push_back(&x.value());
-    ids.push_back(x.id);
-  }
-  tensor_on<T, D> y = ops::concat(op, values, t.ctx());
-  return t.record(std::move(y), [op, ids](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    std::vector<const tensor_on<T, D>*> in;
-    for (int id : ids) in.push_back(&tp.value(id));
-    std::vector<tensor_on<T, D>> dxs = ops::concat_backward(op, g, in, tp.ctx());
-    for (std::size_t i = 0; i < ids.size(); ++i) tp.add_grad(ids[i], std::move(dxs[i]));
-  });
-}
-/// concat of a braced list: concat(op, {a, b}).
-template <class T, class C, class D>
-var<T, C, D> concat(const ops::concat_op& op, std::initializer_list<var<T, C, D>> xs) {
-  return concat(op, std::vector<var<T, C, D>>(xs));
-}
-
-/// The per-sample loss (B,) of softmax(logits) against class labels (B,) (integer-valued);
-/// only the logits get a gradient.
-template <class T, class C, class D>
-var<T, C, D> sparse_softmax_cross_entropy(const ops::sparse_softmax_cross_entropy_op& op, var<T, C, D> logits,
-                                       var<T, C, D> labels) {
-  tape<T, C, D>& t = *logits.t;
-  tensor_on<T, D> y = ops::sparse_softmax_cross_entropy(op, logits.value(), labels.value(), t.ctx());
-  return t.record(std::move(y), [op, ix = logits.id, it = labels.id](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-    tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), tp.value(it), tp.ctx()));
-  });
-}
-
-/// The indices of the maxima along op.axis, as values of T (for accuracy): a constant on
-/// the tape.
-template <class T, class C, class D>
-var<T, C, D> argmax(const ops::argmax_op& op, var<T, C, D> x) {
-  tape<T, C, D>& t = *x.t;
-  return t.leaf(ops::argmax<T>(op, x.value(), t.ctx()), false);
 }
 
 }  // namespace tessera::autodiff
@@ -16006,8 +18745,8 @@ struct mse_loss_op {
 /// by redistributing it to a replicated layout).
 template <class T, class C, class D>
 var<T, C, D> mse_loss(const mse_loss_op& op, var<T, C, D> x, var<T, C, D> target) {
-  const var<T, C, D> d = sub(op.sub, x, target);
-  return reduce_mean(op.mean, mul(op.square, d, d));
+  const var<T, C, D> d = autodiff::apply(op.sub, x, target);
+  return autodiff::apply(op.mean, autodiff::apply(op.square, d, d));
 }
 
 /// Seed 003's SoftmaxCrossEntropyExpand: the mean over the batch of the softmax cross
@@ -16087,23 +18826,23 @@ var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op&
     throw error("softmax_cross_entropy_expand: logits must have rank 2 (batch, classes), logits is " +
                 to_string(xs));
   const int p = t.ctx().size();
-  const var<T, C, D> logit_max = reduce_max(op.max, logits);
-  const var<T, C, D> e = exp(op.exp, sub(op.sub, logits, logit_max));
-  const var<T, C, D> exp_sum = reduce_sum(op.sum, e);
-  const var<T, C, D> softmax = div(op.div, e, exp_sum);
+  const var<T, C, D> logit_max = autodiff::apply(op.max, logits);
+  const var<T, C, D> e = autodiff::apply(op.exp, autodiff::apply(op.sub, logits, logit_max));
+  const var<T, C, D> exp_sum = autodiff::apply(op.sum, e);
+  const var<T, C, D> softmax = autodiff::apply(op.div, e, exp_sum);
   var<T, C, D> label = labels;
   if (op.sparse) {
     ops::one_hot_op onehot = op.onehot;
     onehot.depth = xs.v[1];
-    label = one_hot(onehot, labels, T(1), T(0));
+    label = autodiff::apply(onehot, labels);
   }
   const shape_list eps_shapes{xs, extents{}};
   const var<T, C, D> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
-  const var<T, C, D> log_softmax = log(op.log, add(op.add_eps, softmax, eps));
-  const var<T, C, D> loss = reduce_sum(op.sum_cross_entropy, mul(op.mul, log_softmax, label));
+  const var<T, C, D> log_softmax = autodiff::apply(op.log, autodiff::apply(op.add_eps, softmax, eps));
+  const var<T, C, D> loss = autodiff::apply(op.sum_cross_entropy, autodiff::apply(op.mul, log_softmax, label));
   const shape_list neg_shapes{extents{}, extents{xs.v[0]}};
   const var<T, C, D> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
-  return reduce_mean(op.mean, mul(op.mul2, minus_one, loss));
+  return autodiff::apply(op.mean, autodiff::apply(op.mul2, minus_one, loss));
 }
 
 }  // namespace tessera::autodiff
@@ -16117,7 +18856,8 @@ var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op&
 #include <cstddef>
 #include <filesystem>
 #include <functional>
-#include <map>
+#include <typeindex>
+#include <unordered_map>
 #include <memory>
 #include <span>
 #include <string>
@@ -16129,120 +18869,29 @@ var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op&
 
 namespace tessera::graph {
 
-/// Runs one operator on the tape: given its definition, its plan (strategy and
-/// layouts) and its inputs (already in the layouts the plan names), records the
-/// output and its backward, and returns the output. The output must be in the plan's
-/// out layout, and the backward must give each input's gradient in its in_grad layout.
+/// Runs one operator of the graph on the tape: given its op_def, its plan (strategy
+/// and layouts) and its inputs (already in the layouts the plan names), records the
+/// output and its backward, and returns the output.
 template <class T, class C, class D = cpu_device>
-using op_runner = std::function<autodiff::var<T, C, D>(autodiff::tape<T, C, D>&, const op_def&, const op_plan&,
-                                                       const std::vector<autodiff::var<T, C, D>>&)>;
+using op_runner = autodiff::var<T, C, D> (*)(const op_def&, const op_plan&, const std::vector<autodiff::var<T, C, D>>&);
 
 namespace detail {
 
-template <class Def>
-const Def& def_as(const op_def& d) {
-  const Def* p = dynamic_cast<const Def*>(&d);
-  if (!p) throw error("graph executor: operator " + d.type() + " is not of the class its runner expects");
-  return *p;
+// The runner of every operator definition Op: the definition with the plan's strategy,
+// recorded by autodiff::apply (its one forward and backward).
+template <ops::operator_definition Op, class T, class C, class D>
+autodiff::var<T, C, D> run_definition(const op_def& d, const op_plan& p, const std::vector<autodiff::var<T, C, D>>& x) {
+  Op op = *d.definition<Op>();
+  op.st = p.st;
+  return autodiff::apply(op, x);
+}
+
+template <class T, class C, class D, class... Ops>
+void add_runners(std::unordered_map<std::type_index, op_runner<T, C, D>>& r, ops::type_list<Ops...>) {
+  (r.emplace(std::type_index(typeid(Ops)), &run_definition<Ops, T, C, D>), ...);
 }
 
 }  // namespace detail
-
-/// The runners of the operators of graph/op_def.hpp, by type.
-template <class T, class C, class D = cpu_device>
-std::map<std::string, op_runner<T, C, D>> builtin_runners() {
-  using var = autodiff::var<T, C, D>;
-  using tape = autodiff::tape<T, C, D>;
-  using tensor = tensor_on<T, D>;
-  using ins = std::vector<var>;
-  std::map<std::string, op_runner<T, C, D>> r;
-  r["MatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const matmul_def& m = detail::def_as<matmul_def>(d);
-    return autodiff::matmul(ops::matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
-  };
-  r["Add"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::add(ops::add_op{p.st}, x[0], x[1]); };
-  r["Sub"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::sub(ops::sub_op{p.st}, x[0], x[1]); };
-  r["Mul"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::mul(ops::mul_op{p.st}, x[0], x[1]); };
-  r["BiasAdd"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-    return autodiff::bias_add(ops::bias_add_op{p.st}, x[0], x[1]);
-  };
-  r["RealDiv"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::div(ops::div_op{p.st}, x[0], x[1]); };
-  r["ReLU"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::relu(ops::relu_op{p.st}, x[0]); };
-  r["Exp"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::exp(ops::exp_op{p.st}, x[0]); };
-  r["Log"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::log(ops::log_op{p.st}, x[0]); };
-  r["Neg"] = [](tape&, const op_def&, const op_plan& p, const ins& x) { return autodiff::neg(ops::neg_op{p.st}, x[0]); };
-  r["ReduceSum"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_sum(ops::reduce_sum_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["ReduceMean"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_mean(ops::reduce_mean_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["ReduceMax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_max(ops::reduce_max_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["ReduceMin"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-    const reduce_def& m = detail::def_as<reduce_def>(d);
-    return autodiff::reduce_min(ops::reduce_min_op{p.st, m.dims, m.keep_dims}, x[0]);
-  };
-  r["SoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-    return autodiff::softmax_cross_entropy(ops::softmax_cross_entropy_op{p.st}, x[0], x[1]);
-  };
-  r["AllReduce"] = [](tape& t, const op_def& d, const op_plan&, const ins& x) {
-    const std::pair<mesh, axis_list> grp = detail::def_as<all_reduce_def>(d).group(t.ctx().size());
-    const mesh m = grp.first;
-    const axis_list axes = grp.second;
-    auto sum = [m, axes](tape& tp, const tensor& v) {
-      tensor y(v);
-      tp.ctx().on(m).group(axes).all_reduce(y.data(), reduce_op::sum);
-      return y;
-    };
-    return t.record(sum(t, x[0].value()), [sum, ix = x[0].id](tape& tp, const tensor& g) {
-      tp.add_grad(ix, sum(tp, g));
-    });
-  };
-  // The operators whose sharded implementation is host-only.
-  if constexpr (std::is_same_v<D, cpu_device>) {
-    r["BatchMatMul"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      const batch_matmul_def& m = detail::def_as<batch_matmul_def>(d);
-      return autodiff::batch_matmul(ops::batch_matmul_op{p.st, m.transpose_a, m.transpose_b}, x[0], x[1]);
-    };
-    r["OneHot"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::one_hot(ops::one_hot_op{p.st, detail::def_as<one_hot_def>(d).depth}, x[0]);
-    };
-    r["Softmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::softmax(ops::softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
-    };
-    r["LogSoftmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::log_softmax(ops::log_softmax_op{p.st, detail::def_as<softmax_def>(d).axis}, x[0]);
-    };
-    r["Transpose"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::transpose(ops::transpose_op{p.st, detail::def_as<transpose_def>(d).perm}, x[0]);
-    };
-    r["Reshape"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::reshape(ops::reshape_op{p.st, detail::def_as<reshape_def>(d).target}, x[0]);
-    };
-    r["Flatten"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-      return autodiff::flatten(ops::flatten_op{p.st}, x[0]);
-    };
-    r["StridedSlice"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      const strided_slice_def& m = detail::def_as<strided_slice_def>(d);
-      return autodiff::strided_slice(ops::strided_slice_op{p.st, m.begin, m.end, m.strides}, x[0]);
-    };
-    r["Concat"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::concat(ops::concat_op{p.st, detail::def_as<concat_def>(d).axis}, x);
-    };
-    r["Argmax"] = [](tape&, const op_def& d, const op_plan& p, const ins& x) {
-      return autodiff::argmax(ops::argmax_op{p.st, detail::def_as<argmax_def>(d).axis}, x[0]);
-    };
-    r["SparseSoftmaxCrossEntropyWithLogits"] = [](tape&, const op_def&, const op_plan& p, const ins& x) {
-      return autodiff::sparse_softmax_cross_entropy(ops::sparse_softmax_cross_entropy_op{p.st}, x[0], x[1]);
-    };
-  }
-  return r;
-}
 
 /// Runs a parallel graph on the ranks of `world` (whose size must be the graph's
 /// device count; every rank runs the same calls). Holds a copy of the graph and the
@@ -16268,7 +18917,8 @@ class executor {
     std::vector<tensor> grads;
   };
 
-  executor(const parallel_graph& pg, C& world) : pg_(pg), ctx_(world), runners_(builtin_runners<T, C, D>()) {
+  executor(const parallel_graph& pg, C& world) : pg_(pg), ctx_(world) {
+    detail::add_runners<T, C, D>(runners_, ops::builtin_operators{});
     if (world.size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
                   " devices, the communicator has " + std::to_string(world.size()) + " ranks");
@@ -16279,9 +18929,13 @@ class executor {
     for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_.rank());
   }
 
-  /// Adds or replaces the runner of an operator type (the extension point of
-  /// op_def's defined outside graph/op_def.hpp).
-  void add_runner(const std::string& type, op_runner<T, C, D> r) { runners_[type] = std::move(r); }
+  /// Lets the executor run an operator defined outside the library (the library's own,
+  /// ops::builtin_operators, it knows): its definition's forward and backward, found by
+  /// argument-dependent lookup, run on this executor's tensors.
+  template <ops::operator_definition Op>
+  void add_operator() {
+    runners_[std::type_index(typeid(Op))] = &detail::run_definition<Op, T, C, D>;
+  }
 
   const parallel_graph& plan() const { return pg_; }
   device_context<C>& context() { return ctx_; }
@@ -16457,11 +19111,11 @@ class executor {
         std::vector<var> in;
         for (std::size_t s = 0; s < n.inputs.size(); ++s)
           in.push_back(along_edge(t, pg_.edge(id, int(s)), v[std::size_t(n.inputs[s])]));
-        const auto it = runners_.find(n.op->type());
+        const auto it = runners_.find(n.op->definition_type());
         if (it == runners_.end())
-          throw error("graph executor: no runner for operator type " + n.op->type() + " (" + g.describe(id) +
-                      "); add one with executor::add_runner");
-        var out = it->second(t, *n.op, pg_.op(id), in);
+          throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
+                      n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
+        var out = it->second(*n.op, pg_.op(id), in);
         if (!(out.value().layout() == pg_.value_layout(id)))
           throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
                       ", its rule says " + describe(pg_.value_layout(id)));
@@ -16481,7 +19135,7 @@ class executor {
 
   const parallel_graph pg_;
   device_context<C> ctx_;
-  std::map<std::string, op_runner<T, C, D>> runners_;
+  std::unordered_map<std::type_index, op_runner<T, C, D>> runners_;
   std::vector<tensor> params_;
   std::vector<var> param_vars_;
   traffic last_{};
@@ -17069,24 +19723,14 @@ class module {
 
 namespace detail {
 
-/// True when layouts `a` and `b` (possibly on different device matrices of the same
-/// ranks) put the same shard on every rank: written on their meshes' common
-/// refinement they are equal. Operators with different strategies have different
-/// device matrices ((2, 1, 1) for MatMul ((2, 1), (1, 1)), (2, 1) for ReLU ((2, 1)))
-/// that place a batch-split tensor identically.
-inline bool same_placement(const layout& a, const layout& b) {
-  if (a == b) return true;
-  if (a.dev.size() != b.dev.size() || !check_refinement(a.dev, b.dev).ok()) return false;
-  const mesh fine = common_refinement(a.dev, b.dev);
-  return refine(a, fine) == refine(b, fine);
-}
-
 /// `x` as a shard of layout `l`: x itself (borrowed, no copy) when it is placed the
-/// same way, else its redistribution.
+/// same way (core/refine.hpp's same_placement: operators with different strategies have
+/// different device matrices, (2, 1, 1) for MatMul ((2, 1), (1, 1)) and (2, 1) for ReLU
+/// ((2, 1)), that place a batch-split tensor identically), else its redistribution:
+/// exec/redistribute.hpp's in_layout.
 template <class T, class D, class C>
 laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
-  if (same_placement(x.layout(), l)) return laid_out<T, D>(x);
-  return laid_out<T, D>(redistribute(x, l, ctx));
+  return in_layout(x, l, ctx);
 }
 
 /// The mesh axes that split dim `d` of `l` (as an axis mask).
@@ -17345,8 +19989,8 @@ class dense : public module<T, D> {
     if (has_bias_) b = bias.on(t);
     const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      autodiff::var<T, C, D> y = autodiff::matmul(op_, x, w);
-      if (b) y = autodiff::bias_add(bias_op_, y, *b);
+      autodiff::var<T, C, D> y = autodiff::apply(op_, x, w);
+      if (b) y = autodiff::apply(bias_op_, y, *b);
       return act_ == activation::none ? y : detail::activate(y, act_, "dense");
     }
     using K = kernels::backend<D>;
@@ -17466,7 +20110,7 @@ class relu : public module<T, D> {
 
   template <class C>
   autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
-    if (op) return autodiff::relu(*op, x);
+    if (op) return autodiff::apply(*op, x);
     x = detail::resolved(x);
     autodiff::tape<T, C, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
@@ -17820,9 +20464,9 @@ autodiff::var<T, C, D> cross_entropy_by_operator(autodiff::var<T, C, D> logits, 
   const autodiff::var<T, C, D> y = t.leaf(
       tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab)), false);
   const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
-  const autodiff::var<T, C, D> per_sample = autodiff::sparse_softmax_cross_entropy(op, logits, y);
-  if (r == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
-  return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
+  const autodiff::var<T, C, D> per_sample = autodiff::apply(op, logits, y);
+  if (r == reduction::mean) return autodiff::apply(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
+  return autodiff::apply(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
 }
 
 }  // namespace detail
@@ -17976,8 +20620,8 @@ class cross_entropy_loss : public module<T, D> {
           tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), labels, tp.ctx()));
         },
         t.requires_grad(logits.id));
-    if (r_ == reduction::mean) return autodiff::reduce_mean(ops::reduce_mean_op{strategy{{b}}, {}, false}, y);
-    return autodiff::reduce_sum(ops::reduce_sum_op{strategy{{b}}, {}, false}, y);
+    if (r_ == reduction::mean) return autodiff::apply(ops::reduce_mean_op{strategy{{b}}, {}, false}, y);
+    return autodiff::apply(ops::reduce_sum_op{strategy{{b}}, {}, false}, y);
   }
 
   reduction r_;
@@ -22227,7 +24871,7 @@ class model_checkpoint : public callback<T> {
 #endif
 #endif
 
-// comm/mpi.hpp: the MPI communicator
+// comm/mpi.hpp: the MPI communicator; comm/launch.hpp: tessera::run
 #if __has_include(<mpi.h>)
 // ---- tessera/comm/mpi.hpp ----
 // The MPI backend: an RAII environment, a move-only owner of an MPI_Comm whose
@@ -22247,6 +24891,7 @@ class model_checkpoint : public callback<T> {
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -22709,6 +25354,9 @@ class mpi_communicator {
   mpi_communicator& operator=(const mpi_communicator&) = delete;
   ~mpi_communicator() { release(); }
 
+  /// The name of the backend, "mpi" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "mpi"; }
+
   /// The MPI handle (MPI_COMM_NULL after a move).
   MPI_Comm native() const noexcept { return comm_; }
   bool valid() const noexcept { return comm_ != MPI_COMM_NULL; }
@@ -23060,6 +25708,177 @@ int run_mpi(int argc, char** argv, F&& body) {
     detail::abort_job("", "unknown exception (not derived from std::exception)");
   }
   return result;
+}
+
+}  // namespace tessera
+// ---- tessera/comm/launch.hpp ----
+// tessera::run, the main of a program that names no communicator type: its world is an
+// any_communicator whose backend follows from how the process was started (the MPI
+// world under mpiexec, one rank with no launcher). This header includes comm/mpi.hpp,
+// so it needs MPI to compile and link (CMake: tessera::mpi); any_communicator.hpp and
+// local.hpp do not, and a program built without MPI makes its handle from a
+// local_communicator itself.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace tessera {
+
+/// The backends tessera::run makes a world on.
+enum class world_backend : std::uint8_t {
+  local,  ///< no launcher: this process alone, local_communicator
+  mpi,    ///< an MPI launcher (mpiexec, mpirun, srun): the MPI world, mpi_communicator
+};
+
+constexpr std::string_view to_string(world_backend b) noexcept {
+  switch (b) {
+    case world_backend::local: return "local";
+    case world_backend::mpi: return "mpi";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+inline bool env_set(const char* name) noexcept {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+}  // namespace detail
+
+/// The environment variable that names the world's backend, overriding the launcher's:
+/// "local" or "mpi".
+inline constexpr const char* world_backend_variable = "TESSERA_COMM_BACKEND";
+
+/// The backend of this process's world, from its environment; the one place where a
+/// backend is chosen. In order:
+///
+/// 1. TESSERA_COMM_BACKEND, when set and not empty: "local" or "mpi" (anything else
+///    throws tessera::error naming the values known). "mpi" without a launcher is MPI's
+///    one-process world (a singleton).
+/// 2. The variables an MPI launcher gives each process: OMPI_COMM_WORLD_SIZE (Open MPI's
+///    mpiexec and mpirun), PMIX_RANK (PMIx: Open MPI 5, srun --mpi=pmix), PMI_RANK and
+///    PMI_SIZE (MPICH's and Intel MPI's Hydra, srun --mpi=pmi2): mpi.
+/// 3. Otherwise local: one rank, no launcher.
+///
+/// A further backend (Gloo, whose workers find a rendezvous through environment
+/// variables) adds its enumerator, a test of its launcher's variables here before the
+/// MPI one, and its case in run().
+inline world_backend launched_backend() {
+  if (const char* forced = std::getenv(world_backend_variable); forced != nullptr && *forced != '\0') {
+    const std::string_view v = forced;
+    for (world_backend b : {world_backend::local, world_backend::mpi})
+      if (v == to_string(b)) return b;
+    throw error(std::string(world_backend_variable) + " is \"" + std::string(v) +
+                "\"; expected \"local\" or \"mpi\"");
+  }
+  if (detail::env_set("OMPI_COMM_WORLD_SIZE") || detail::env_set("PMIX_RANK") ||
+      (detail::env_set("PMI_RANK") && detail::env_set("PMI_SIZE")))
+    return world_backend::mpi;
+  return world_backend::local;
+}
+
+namespace detail {
+
+template <class F>
+int invoke_world_body(F& body, any_communicator& world) {
+  using R = std::invoke_result_t<F&, any_communicator&>;
+  if constexpr (std::is_void_v<R>) {
+    std::invoke(body, world);
+    return 0;
+  } else {
+    return static_cast<int>(std::invoke(body, world));
+  }
+}
+
+/// Prints "tessera: rank 0: <prefix><what>" (or "tessera: <what>" when the rank is
+/// unknown, rank < 0) and ends this process with status 1, after the abort hooks (a
+/// device communicator stops its work): run()'s failure path without MPI.
+[[noreturn]] inline void end_process(int rank, const char* prefix, const char* what) noexcept {
+  std::fflush(stdout);
+  if (rank >= 0) std::fprintf(stderr, "tessera: rank %d: %s%s\n", rank, prefix, what);
+  else std::fprintf(stderr, "tessera: %s%s\n", prefix, what);
+  std::fflush(stderr);
+  run_abort_hooks();
+  std::_Exit(1);
+}
+
+[[noreturn]] inline void local_terminate_handler() noexcept {
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      end_process(0, "terminate: ", x.what());
+    } catch (...) {
+      end_process(0, "terminate: ", "unknown exception (not derived from std::exception)");
+    }
+  }
+  end_process(0, "terminate: ", "std::terminate called without an active exception");
+}
+
+/// The one-rank world: body(world) with world over a local_communicator. An exception
+/// (or std::terminate) prints the message and ends the process with status 1.
+template <class F>
+int run_local(F& body) {
+  const std::terminate_handler previous = std::set_terminate(&local_terminate_handler);
+  int result = 0;
+  try {
+    any_communicator world(local_communicator{});
+    result = invoke_world_body(body, world);
+  } catch (const std::exception& e) {
+    end_process(0, "", e.what());
+  } catch (...) {
+    end_process(0, "", "unknown exception (not derived from std::exception)");
+  }
+  std::set_terminate(previous);
+  return result;
+}
+
+}  // namespace detail
+
+/// The main of a tessera program whose communicator type is chosen when the job starts:
+///
+///     int main(int argc, char** argv) {
+///       return tessera::run(argc, argv, [](tessera::any_communicator& world) {
+///         ...  // SPMD body; may return void or int
+///       });
+///     }
+///
+/// Calls body(world) with the world of the backend launched_backend() names: under
+/// mpiexec, run_mpi's world (MPI initialised and finalised here, or left as it was found,
+/// a duplicate of MPI_COMM_WORLD) in the handle; with no launcher, a local_communicator
+/// in the handle (no MPI call is made). Failures behave as run_mpi's: an exception on any
+/// rank prints "tessera: rank R: <what>" to stderr and ends the whole job at once
+/// (MPI_Abort under MPI; status 1 for the one-rank world), never leaving the other ranks
+/// waiting in a collective. A TESSERA_COMM_BACKEND that names no backend prints
+/// "tessera: <what>" and ends the process with status 1. Returns body's int result, or 0
+/// when body returns void.
+template <class F>
+int run(int argc, char** argv, F&& body) {
+  world_backend backend = world_backend::local;
+  try {
+    backend = launched_backend();
+  } catch (const std::exception& e) {
+    detail::end_process(-1, "", e.what());
+  }
+  switch (backend) {
+    case world_backend::mpi:
+      return run_mpi(argc, argv, [&body](mpi_communicator& w) -> int {
+        any_communicator world(std::move(w));
+        return detail::invoke_world_body(body, world);
+      });
+    case world_backend::local:
+      break;
+  }
+  return detail::run_local(body);
 }
 
 }  // namespace tessera

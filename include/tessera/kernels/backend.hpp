@@ -50,6 +50,22 @@ namespace tessera::kernels {
 ///     momentum, dampening, weight_decay, nesterov, first_step), adam_update(param, grad,
 ///     m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t) (kernels/cpu/optim.hpp's
 ///     formulas)
+///   convolutional networks on NCHW tensors (kernels/conv_params.hpp's parameters and
+///     result types; the host's through oneDNN where it is installed, the GPU's through
+///     cuDNN; float): conv2d_forward(x, w, bias or null, params, relu),
+///     conv2d_backward_data(dy, w, x_shape, params), conv2d_backward_weights(dy, x,
+///     w_shape, bias, params) ({dw, db}); batch_norm_forward_training(x, gamma, beta, eps,
+///     relu) ({y, mean, variance, workspace}), batch_norm_forward_inference(x, gamma, beta,
+///     mean, variance, eps, relu), batch_norm_backward(dy, x, gamma, mean, variance,
+///     workspace, eps, relu) ({dx, dgamma, dbeta}); the split batch norm whose sums are
+///     added across ranks: batch_norm_sums(x), batch_norm_moments(sums, count),
+///     batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y),
+///     batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+///     batch_norm_update_running(...) in place; max_pool2d_forward(x, params) ({y,
+///     workspace}), max_pool2d_backward(dy, x, y, workspace, params),
+///     avg_pool2d_forward(x, params), avg_pool2d_backward(dy, x_shape, params),
+///     global_avg_pool2d_forward(x), global_avg_pool2d_backward(dy, x_shape); the type
+///     `workspace`
 ///
 /// The primary template is never defined: using a device whose kernels are not
 /// included is a compile error naming backend<D>.

@@ -1,5 +1,6 @@
 // The host's kernels under backend<cpu_device>'s names (kernels/backend.hpp): thin
-// forwards to kernels/cpu/, which does the math on xt::xarray shards.
+// forwards to kernels/cpu/, which does the math on xt::xarray shards (the convolution,
+// batch-norm and pooling kernels through oneDNN, where it is installed).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +19,16 @@
 #include <tessera/kernels/cpu/sharded.hpp>
 #include <tessera/kernels/cpu/softmax.hpp>
 #include <tessera/tensor/host_storage.hpp>
+// The convolutional network kernels where oneDNN is installed (link tessera::dnnl to use
+// them), in translation units of the host compiler: nvcc's front end cannot parse
+// oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see backend<cpu_device> without them.
+#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+#include <tessera/kernels/conv_params.hpp>
+#include <tessera/kernels/cpu/batch_norm.hpp>
+#include <tessera/kernels/cpu/conv.hpp>
+#include <tessera/kernels/cpu/pool.hpp>
+#define TESSERA_KERNELS_CPU_CNN 1
+#endif
 
 namespace tessera::kernels {
 
@@ -248,6 +259,105 @@ struct backend<cpu_device> {
                      std::span<T>(m.data(), m.size()), std::span<T>(v.data(), v.size()), lr, beta1, beta2, eps,
                      weight_decay, decoupled, t);
   }
+
+#if defined(TESSERA_KERNELS_CPU_CNN)
+  // ---- convolutional networks (kernels/cpu/conv.hpp, batch_norm.hpp, pool.hpp; float) ----
+  /// What a backward needs from its forward besides the arrays (max pooling's maxima, a
+  /// fused batch norm's ReLU mask).
+  using workspace = cpu::dnnl_workspace;
+
+  template <class T>
+  static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
+                                 const conv2d_params& p, bool relu = false) {
+    return cpu::conv2d_forward(x, w, bias, p, relu);
+  }
+  template <class T>
+  static array<T> conv2d_backward_data(const array<T>& dy, const array<T>& w, const std::vector<std::size_t>& x_shape,
+                                       const conv2d_params& p) {
+    return cpu::conv2d_backward_data(dy, w, x_shape, p);
+  }
+  template <class T>
+  static conv2d_weight_grads<array<T>> conv2d_backward_weights(const array<T>& dy, const array<T>& x,
+                                                               const std::vector<std::size_t>& w_shape, bool bias,
+                                                               const conv2d_params& p) {
+    return cpu::conv2d_backward_weights(dy, x, w_shape, bias, p);
+  }
+
+  template <class T>
+  static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
+      const array<T>& x, const array<T>& gamma, const array<T>& beta, T eps, bool relu = false) {
+    return cpu::batch_norm_forward_training(x, gamma, beta, eps, relu);
+  }
+  template <class T>
+  static array<T> batch_norm_forward_inference(const array<T>& x, const array<T>& gamma, const array<T>& beta,
+                                               const array<T>& mean, const array<T>& variance, T eps,
+                                               bool relu = false) {
+    return cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
+  }
+  template <class T>
+  static batch_norm_grads<array<T>, array<T>> batch_norm_backward(const array<T>& dy, const array<T>& x,
+                                                                  const array<T>& gamma, const array<T>& mean,
+                                                                  const array<T>& variance, const workspace& ws,
+                                                                  T eps, bool relu = false) {
+    return cpu::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_sums(const array<T>& x) {
+    return cpu::batch_norm_sums(x);
+  }
+  template <class T>
+  static batch_norm_stats<array<T>> batch_norm_moments(const channel_sums<array<T>>& sums, std::size_t count) {
+    return cpu::batch_norm_moments(sums, count);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_backward_sums(const array<T>& dy, const array<T>& x, const array<T>& mean,
+                                                         const array<T>& variance, T eps,
+                                                         const array<T>* relu_y = nullptr) {
+    return cpu::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
+  }
+  template <class T>
+  static array<T> batch_norm_backward_data(const array<T>& dy, const array<T>& x, const array<T>& gamma,
+                                           const array<T>& mean, const array<T>& variance,
+                                           const channel_sums<array<T>>& sums, std::size_t count, T eps,
+                                           const array<T>* relu_y = nullptr) {
+    return cpu::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+  }
+  template <class T>
+  static void batch_norm_update_running(array<T>& running_mean, array<T>& running_var, const array<T>& mean,
+                                        const array<T>& variance, std::size_t count, T momentum,
+                                        bool unbiased = true) {
+    cpu::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+  }
+
+  template <class T>
+  static max_pool2d_result<array<T>, workspace> max_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cpu::max_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> max_pool2d_backward(const array<T>& dy, const array<T>& x, const array<T>& y, const workspace& ws,
+                                      const pool2d_params& p) {
+    return cpu::max_pool2d_backward(dy, x, y, ws, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cpu::avg_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                      const pool2d_params& p) {
+    return cpu::avg_pool2d_backward(dy, x_shape, p);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_forward(const array<T>& x) {
+    return cpu::global_avg_pool2d_forward(x);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape) {
+    return cpu::global_avg_pool2d_backward(dy, x_shape);
+  }
+#endif
 };
 
 }  // namespace tessera::kernels
+
+#undef TESSERA_KERNELS_CPU_CNN

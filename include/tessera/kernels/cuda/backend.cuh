@@ -1,6 +1,6 @@
 // The GPU's kernels under backend<cuda_device>'s names (kernels/backend.hpp): thin
 // forwards to kernels/cuda/, which does the math on cuda::device_array shards on
-// tessera's stream. nvcc only.
+// tessera's stream (the convolutions through cuDNN, where it is installed). nvcc only.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +19,16 @@
 #include <tessera/kernels/cuda/sharded.cuh>
 #include <tessera/kernels/cuda/softmax.cuh>
 #include <tessera/tensor/cuda_storage.cuh>
+// The convolutional network kernels where cuDNN is installed (link tessera::cudnn to use
+// them).
+#if __has_include(<cudnn.h>)
+#include <tessera/kernels/conv_params.hpp>
+#include <tessera/kernels/cuda/batch_norm.cuh>
+#include <tessera/kernels/cuda/conv.cuh>
+#include <tessera/kernels/cuda/cudnn.cuh>
+#include <tessera/kernels/cuda/pool.cuh>
+#define TESSERA_KERNELS_CUDA_CNN 1
+#endif
 
 namespace tessera::kernels {
 
@@ -231,6 +241,103 @@ struct backend<cuda_device> {
                           T eps, T weight_decay, bool decoupled, std::int64_t t) {
     cuda::adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t);
   }
+
+#if defined(TESSERA_KERNELS_CUDA_CNN)
+  // ---- convolutional networks (kernels/cuda/conv.cuh, batch_norm.cuh, pool.cuh; float) ----
+  using workspace = cuda::device_workspace;
+
+  template <class T>
+  static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
+                                 const conv2d_params& p, bool relu = false) {
+    return cuda::conv2d_forward(x, w, bias, p, relu);
+  }
+  template <class T>
+  static array<T> conv2d_backward_data(const array<T>& dy, const array<T>& w, const std::vector<std::size_t>& x_shape,
+                                       const conv2d_params& p) {
+    return cuda::conv2d_backward_data(dy, w, x_shape, p);
+  }
+  template <class T>
+  static conv2d_weight_grads<array<T>> conv2d_backward_weights(const array<T>& dy, const array<T>& x,
+                                                               const std::vector<std::size_t>& w_shape, bool bias,
+                                                               const conv2d_params& p) {
+    return cuda::conv2d_backward_weights(dy, x, w_shape, bias, p);
+  }
+
+  template <class T>
+  static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
+      const array<T>& x, const array<T>& gamma, const array<T>& beta, T eps, bool relu = false) {
+    return cuda::batch_norm_forward_training(x, gamma, beta, eps, relu);
+  }
+  template <class T>
+  static array<T> batch_norm_forward_inference(const array<T>& x, const array<T>& gamma, const array<T>& beta,
+                                               const array<T>& mean, const array<T>& variance, T eps,
+                                               bool relu = false) {
+    return cuda::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
+  }
+  template <class T>
+  static batch_norm_grads<array<T>, array<T>> batch_norm_backward(const array<T>& dy, const array<T>& x,
+                                                                  const array<T>& gamma, const array<T>& mean,
+                                                                  const array<T>& variance, const workspace& ws,
+                                                                  T eps, bool relu = false) {
+    return cuda::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_sums(const array<T>& x) {
+    return cuda::batch_norm_sums(x);
+  }
+  template <class T>
+  static batch_norm_stats<array<T>> batch_norm_moments(const channel_sums<array<T>>& sums, std::size_t count) {
+    return cuda::batch_norm_moments(sums, count);
+  }
+  template <class T>
+  static channel_sums<array<T>> batch_norm_backward_sums(const array<T>& dy, const array<T>& x, const array<T>& mean,
+                                                         const array<T>& variance, T eps,
+                                                         const array<T>* relu_y = nullptr) {
+    return cuda::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
+  }
+  template <class T>
+  static array<T> batch_norm_backward_data(const array<T>& dy, const array<T>& x, const array<T>& gamma,
+                                           const array<T>& mean, const array<T>& variance,
+                                           const channel_sums<array<T>>& sums, std::size_t count, T eps,
+                                           const array<T>* relu_y = nullptr) {
+    return cuda::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+  }
+  template <class T>
+  static void batch_norm_update_running(array<T>& running_mean, array<T>& running_var, const array<T>& mean,
+                                        const array<T>& variance, std::size_t count, T momentum,
+                                        bool unbiased = true) {
+    cuda::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+  }
+
+  template <class T>
+  static max_pool2d_result<array<T>, workspace> max_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cuda::max_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> max_pool2d_backward(const array<T>& dy, const array<T>& x, const array<T>& y, const workspace& ws,
+                                      const pool2d_params& p) {
+    return cuda::max_pool2d_backward(dy, x, y, ws, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_forward(const array<T>& x, const pool2d_params& p) {
+    return cuda::avg_pool2d_forward(x, p);
+  }
+  template <class T>
+  static array<T> avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape,
+                                      const pool2d_params& p) {
+    return cuda::avg_pool2d_backward(dy, x_shape, p);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_forward(const array<T>& x) {
+    return cuda::global_avg_pool2d_forward(x);
+  }
+  template <class T>
+  static array<T> global_avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape) {
+    return cuda::global_avg_pool2d_backward(dy, x_shape);
+  }
+#endif
 };
 
 }  // namespace tessera::kernels
+
+#undef TESSERA_KERNELS_CUDA_CNN

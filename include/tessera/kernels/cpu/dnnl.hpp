@@ -1,0 +1,375 @@
+// What the oneDNN kernels share: the engine (one per process) and stream (one per
+// thread), the primitive cache (one per thread, keyed by shapes and attributes, so a
+// repeated call creates nothing), dnnl_tensor (a 4-D tensor kept in the memory format
+// oneDNN chose, to pass between layers without reordering), the workspace handle, and
+// oneDNN's errors as tessera::error. Link tessera::dnnl.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/kernels/conv_params.hpp>
+
+namespace tessera::kernels::cpu {
+
+/// oneDNN's CPU engine, created on first use and kept for the life of the process.
+inline const dnnl::engine& dnnl_engine() {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+/// The calling thread's oneDNN stream on dnnl_engine(). oneDNN's CPU streams run
+/// in order and synchronously; each thread has its own, so threads never share one.
+inline dnnl::stream& dnnl_stream() {
+  thread_local dnnl::stream s(dnnl_engine());
+  return s;
+}
+
+/// What a kernel's backward needs from its forward besides the arrays (the positions of
+/// the maxima of a max pooling, the ReLU mask of a fused batch norm): opaque, empty
+/// where the forward keeps nothing. Copies share the buffer.
+struct dnnl_workspace {
+  dnnl::memory memory;
+  bool empty() const { return !memory; }
+};
+
+/// A 4-D float tensor (N, C, H, W) in a memory format oneDNN chose (a blocked one such
+/// as nChw16c on AVX-512, or plain NCHW). Every kernel of kernels/cpu/conv.hpp,
+/// batch_norm.hpp and pool.hpp takes and returns these as it does xt::xarray<float>; in
+/// this form a layer's output is passed to the next one in the format its primitive
+/// wrote, without the reorders to and from NCHW around every call (at ResNet-50's
+/// CIFAR-10 shapes the 1x1 convolutions are about a quarter faster; see
+/// benchmarks/bench_conv.cpp). Copies share the buffer (a dnnl::memory handle).
+class dnnl_tensor {
+ public:
+  dnnl_tensor() = default;
+  /// Takes a 4-D oneDNN memory object (any format).
+  explicit dnnl_tensor(dnnl::memory m) : mem_(std::move(m)) {
+    if (mem_.get_desc().dims().size() != 4)
+      throw error("dnnl_tensor: the memory must be 4-D (N, C, H, W), it has " +
+                  std::to_string(mem_.get_desc().dims().size()) + " dims");
+  }
+  /// A copy of x (N, C, H, W) in plain NCHW.
+  static dnnl_tensor from_xarray(const xt::xarray<float>& x);
+  /// The values in plain NCHW.
+  xt::xarray<float> to_xarray() const;
+  /// A copy in the layout `tag` (dnnl::memory::format_tag::nChw16c, nhwc, nchw, ...).
+  dnnl_tensor in_format(dnnl::memory::format_tag tag) const;
+
+  std::vector<std::size_t> shape() const {
+    const auto d = mem_.get_desc().dims();
+    return std::vector<std::size_t>(d.begin(), d.end());
+  }
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl::memory::desc desc() const { return mem_.get_desc(); }
+  /// Whether the values are laid out as plain NCHW.
+  bool is_plain() const;
+  explicit operator bool() const { return bool(mem_); }
+
+ private:
+  dnnl::memory mem_;
+};
+
+/// The operand types of the oneDNN kernels: plain NCHW xarrays, and dnnl_tensor.
+template <class X>
+concept dnnl_operand = std::same_as<X, xt::xarray<float>> || std::same_as<X, dnnl_tensor>;
+
+namespace detail {
+
+using dnnl_dims = dnnl::memory::dims;
+using dnnl_tag = dnnl::memory::format_tag;
+using dnnl_md = dnnl::memory::desc;
+
+inline dnnl_dims to_dims(std::span<const std::size_t> s) {
+  dnnl_dims d;
+  for (std::size_t e : s) d.push_back(dnnl::memory::dim(e));
+  return d;
+}
+
+/// The plain row-major descriptor of float dims (a, ab, abc, abcd, abcde).
+inline dnnl_md plain_desc(const dnnl_dims& d) {
+  static constexpr dnnl_tag tags[] = {dnnl_tag::a, dnnl_tag::a, dnnl_tag::ab, dnnl_tag::abc, dnnl_tag::abcd,
+                                      dnnl_tag::abcde};
+  return dnnl_md(d, dnnl::memory::data_type::f32, tags[std::min<std::size_t>(d.size(), 5)]);
+}
+
+/// A oneDNN memory over an array's own buffer (no copy), as plain `dims` (default: the
+/// array's shape). The array must outlive the memory object; oneDNN only reads it
+/// where it is an input.
+inline dnnl::memory wrap(const xt::xarray<float>& x, const dnnl_dims& dims) {
+  return dnnl::memory(plain_desc(dims), dnnl_engine(), const_cast<float*>(x.data()));
+}
+inline dnnl::memory wrap(const xt::xarray<float>& x) {
+  return wrap(x, to_dims(std::span<const std::size_t>(x.shape().data(), x.shape().size())));
+}
+
+inline std::vector<std::size_t> shape_of(const xt::xarray<float>& x) {
+  return std::vector<std::size_t>(x.shape().begin(), x.shape().end());
+}
+inline std::vector<std::size_t> shape_of(const dnnl_tensor& x) { return x.shape(); }
+
+// ---- the primitive cache ------------------------------------------------------------
+
+/// A cache key: the kind of primitive, then its shapes and attributes as integers.
+struct primitive_key {
+  std::vector<std::int64_t> v;
+
+  primitive_key& add(std::int64_t x) {
+    v.push_back(x);
+    return *this;
+  }
+  primitive_key& add(float x) { return add(std::int64_t(std::bit_cast<std::uint32_t>(x))); }
+  primitive_key& add(bool x) { return add(std::int64_t(x)); }
+  primitive_key& add(const dnnl_dims& d) {
+    add(std::int64_t(d.size()));
+    v.insert(v.end(), d.begin(), d.end());
+    return *this;
+  }
+  /// A memory descriptor: its dims and its layout (the blocking of a blocked format).
+  primitive_key& add(const dnnl_md& md) {
+    const dnnl_memory_desc_t& c = md.data;
+    add(std::int64_t(c.ndims));
+    for (int i = 0; i < c.ndims; ++i) add(std::int64_t(c.dims[i]));
+    add(std::int64_t(c.data_type)).add(std::int64_t(c.format_kind));
+    if (c.format_kind == dnnl_blocked) {
+      const auto& b = c.format_desc.blocking;
+      for (int i = 0; i < c.ndims; ++i) add(std::int64_t(b.strides[i]));
+      add(std::int64_t(b.inner_nblks));
+      for (int i = 0; i < b.inner_nblks; ++i) add(std::int64_t(b.inner_blks[i])).add(std::int64_t(b.inner_idxs[i]));
+    }
+    return *this;
+  }
+  primitive_key& add(const pad2d& p) { return add(p.top).add(p.bottom).add(p.left).add(p.right); }
+  friend bool operator==(const primitive_key&, const primitive_key&) = default;
+};
+
+struct primitive_key_hash {
+  std::size_t operator()(const primitive_key& k) const noexcept {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::int64_t x : k.v) h = (h ^ std::uint64_t(x)) * 1099511628211ull;
+    return std::size_t(h);
+  }
+};
+
+/// Entries kept per thread and entry type before the cache starts over (a program with
+/// that many distinct shapes recreates primitives rather than growing without bound).
+inline constexpr std::size_t primitive_cache_capacity = 1024;
+
+/// The calling thread's cached Entry for `key`, made by `make()` on the first call.
+template <class Entry, class Make>
+const Entry& cached(const primitive_key& key, Make&& make) {
+  thread_local std::unordered_map<primitive_key, Entry, primitive_key_hash> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= primitive_cache_capacity) cache.clear();
+  return cache.emplace(key, make()).first->second;
+}
+
+/// The number of primitives each kernel family created on this thread (tests check that
+/// a repeated call creates none).
+inline std::size_t& primitives_created() {
+  thread_local std::size_t n = 0;
+  return n;
+}
+
+// ---- errors -------------------------------------------------------------------------
+
+/// Runs f, turning oneDNN's errors into tessera::error naming the kernel:
+/// "conv2d_forward: oneDNN: could not create a primitive descriptor (status 3)".
+template <class F>
+decltype(auto) dnnl_call(const char* fn, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const dnnl::error& e) {
+    throw error(std::string(fn) + ": oneDNN: " + e.what() + " (status " + std::to_string(int(e.status)) + ")");
+  }
+}
+
+// ---- reorders, inputs and outputs -----------------------------------------------------
+
+struct reorder_entry {
+  dnnl::reorder prim;
+};
+
+/// dst = src with the layout of dst (a cached reorder primitive).
+inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
+  const dnnl_md s = src.get_desc(), d = dst.get_desc();
+  primitive_key key;
+  key.add(std::int64_t(0x5245)).add(s).add(d);
+  const auto& e = cached<reorder_entry>(key, [&] {
+    ++primitives_created();
+    return reorder_entry{dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), s, dnnl_engine(), d))};
+  });
+  e.prim.execute(dnnl_stream(), const_cast<dnnl::memory&>(src), const_cast<dnnl::memory&>(dst));
+}
+
+// ---- scratch memory ------------------------------------------------------------------
+
+/// The calling thread's free scratch buffers, by descriptor: the reordered copies and
+/// blocked intermediates a kernel needs only during its call. Reusing them saves the
+/// page faults of fresh large allocations (a 32 MiB reorder into fresh memory costs
+/// about 4 times one into memory already touched).
+inline std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash>& scratch_pool() {
+  thread_local std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash> pool;
+  return pool;
+}
+
+/// Free buffers kept per descriptor and thread.
+inline constexpr std::size_t scratch_per_desc = 4;
+
+/// A memory a kernel uses during its call: either an operand's own memory (not owned
+/// here) or a scratch buffer, handed back to the thread's pool when this is destroyed.
+class scratch_memory {
+ public:
+  explicit scratch_memory(dnnl::memory m, bool pooled = false) : mem_(std::move(m)), pooled_(pooled) {}
+  scratch_memory(scratch_memory&& o) noexcept : mem_(std::move(o.mem_)), pooled_(std::exchange(o.pooled_, false)) {}
+  scratch_memory(const scratch_memory&) = delete;
+  scratch_memory& operator=(const scratch_memory&) = delete;
+  scratch_memory& operator=(scratch_memory&&) = delete;
+  ~scratch_memory() {
+    if (!pooled_) return;
+    primitive_key k;
+    k.add(mem_.get_desc());
+    auto& free = scratch_pool()[k];
+    if (free.size() < scratch_per_desc) free.push_back(std::move(mem_));
+  }
+  const dnnl::memory& get() const { return mem_; }
+  operator const dnnl::memory&() const { return mem_; }
+
+ private:
+  dnnl::memory mem_;
+  bool pooled_ = false;
+};
+
+/// A scratch buffer of descriptor `md` (from the pool, else new).
+inline scratch_memory scratch(const dnnl_md& md) {
+  primitive_key k;
+  k.add(md);
+  auto& free = scratch_pool()[k];
+  if (!free.empty()) {
+    dnnl::memory m = std::move(free.back());
+    free.pop_back();
+    return scratch_memory(std::move(m), true);
+  }
+  return scratch_memory(dnnl::memory(md, dnnl_engine()), true);
+}
+
+/// `m` as a memory of descriptor `want`: itself when the layouts agree, else a reordered
+/// copy in scratch memory (keep the result alive while the primitive runs).
+inline scratch_memory as_desc(const dnnl::memory& m, const dnnl_md& want) {
+  if (m.get_desc() == want) return scratch_memory(m);
+  scratch_memory out = scratch(want);
+  reorder_into(m, out.get());
+  return out;
+}
+
+inline dnnl::memory memory_of(const xt::xarray<float>& x) { return wrap(x); }
+inline dnnl::memory memory_of(const dnnl_tensor& x) { return x.memory(); }
+
+/// An operand's memory in the layout `want` (reordered when it is in another).
+template <dnnl_operand X>
+scratch_memory input_as(const X& x, const dnnl_md& want) {
+  return as_desc(memory_of(x), want);
+}
+
+/// Where a primitive writes a result of type X whose layout it chose (`chosen`): an
+/// xarray gets plain `dims` (written in place when `chosen` is plain, else into scratch
+/// memory and reordered after the primitive ran), a dnnl_tensor keeps `chosen` (in
+/// memory of its own).
+template <class X>
+class output_slot;
+
+template <>
+class output_slot<xt::xarray<float>> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims& dims, std::span<const std::size_t> shape)
+      : out_(xt::xarray<float>::from_shape(std::vector<std::size_t>(shape.begin(), shape.end()))),
+        plain_(wrap(out_, dims)),
+        mem_(chosen == plain_.get_desc() ? scratch_memory(plain_) : scratch(chosen)) {}
+  const dnnl::memory& memory() const { return mem_.get(); }
+  xt::xarray<float> take() {
+    if (mem_.get().get_data_handle() != plain_.get_data_handle()) reorder_into(mem_.get(), plain_);
+    return std::move(out_);
+  }
+
+ private:
+  xt::xarray<float> out_;
+  dnnl::memory plain_;
+  scratch_memory mem_;
+};
+
+template <>
+class output_slot<dnnl_tensor> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims&, std::span<const std::size_t>)
+      : mem_(chosen, dnnl_engine()) {}
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl_tensor take() { return dnnl_tensor(mem_); }
+
+ private:
+  dnnl::memory mem_;
+};
+
+/// A 1-D float array of n elements.
+inline xt::xarray<float> vector_of(std::size_t n) { return xt::xarray<float>::from_shape({n}); }
+
+/// Throws unless v is 1-D of n elements: "batch_norm_forward_training: gamma must be
+/// (64,), gamma is (32,)".
+inline void require_vector(const char* fn, const char* name, const xt::xarray<float>& v, std::size_t n) {
+  if (v.dimension() != 1 || v.shape()[0] != n)
+    throw error(std::string(fn) + ": " + name + " must be (" + std::to_string(n) + ",), " + name + " is " +
+                tessera::detail::dims_text(std::span<const std::size_t>(v.shape().data(), v.shape().size())));
+}
+
+/// Throws unless `got` equals `want`: "max_pool2d_backward: dy must be (2, 3, 4, 4), dy
+/// is (2, 3, 4, 5)".
+inline void require_dims(const char* fn, const char* name, std::span<const std::size_t> got,
+                         std::span<const std::size_t> want) {
+  if (!std::ranges::equal(got, want))
+    throw error(std::string(fn) + ": " + name + " must be " + tessera::detail::dims_text(want) + ", " + name +
+                " is " + tessera::detail::dims_text(got));
+}
+
+}  // namespace detail
+
+/// Frees the calling thread's scratch buffers (the kernels keep up to four per layout
+/// and shape for reuse; a program done with a network's shapes can give them back).
+inline void dnnl_release_scratch() { detail::scratch_pool().clear(); }
+
+inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
+  tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
+                                std::span<const std::size_t>(x.shape().data(), x.shape().size()));
+  dnnl::memory m(detail::plain_desc(detail::to_dims(std::span<const std::size_t>(x.shape().data(), x.shape().size()))),
+                 dnnl_engine());
+  std::memcpy(m.get_data_handle(), x.data(), x.size() * sizeof(float));
+  return dnnl_tensor(std::move(m));
+}
+
+inline bool dnnl_tensor::is_plain() const { return desc() == detail::plain_desc(desc().dims()); }
+
+inline dnnl_tensor dnnl_tensor::in_format(dnnl::memory::format_tag tag) const {
+  dnnl::memory out(dnnl::memory::desc(desc().dims(), dnnl::memory::data_type::f32, tag), dnnl_engine());
+  detail::reorder_into(mem_, out);
+  return dnnl_tensor(std::move(out));
+}
+
+inline xt::xarray<float> dnnl_tensor::to_xarray() const {
+  const auto s = shape();
+  xt::xarray<float> out = xt::xarray<float>::from_shape(s);
+  detail::reorder_into(mem_, detail::wrap(out));
+  return out;
+}
+
+}  // namespace tessera::kernels::cpu
