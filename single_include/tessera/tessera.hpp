@@ -13612,7 +13612,6 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 }
 
 }  // namespace tessera::kernels::cpu
-#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 // ---- tessera/kernels/conv_params.hpp ----
 // The window geometry of 2-D convolution and pooling on NCHW tensors, shared by every
 // device's kernels: parameters, output sizes with their checks and error texts, the
@@ -13913,6 +13912,7 @@ struct max_pool2d_result {
 };
 
 }  // namespace tessera::kernels
+#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 // ---- tessera/kernels/cpu/dnnl.hpp ----
 // What the oneDNN kernels share: the engine (one per process) and stream (one per
 // thread), the primitive cache (one per thread, keyed by shapes and attributes, so a

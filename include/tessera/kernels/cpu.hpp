@@ -11,8 +11,8 @@
 #include <tessera/kernels/cpu/reduce.hpp>
 #include <tessera/kernels/cpu/softmax.hpp>
 #include <tessera/kernels/cpu/shape.hpp>
-#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 #include <tessera/kernels/conv_params.hpp>
+#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 #include <tessera/kernels/cpu/dnnl.hpp>
 #include <tessera/kernels/cpu/conv.hpp>
 #include <tessera/kernels/cpu/batch_norm.hpp>
