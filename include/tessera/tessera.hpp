@@ -50,6 +50,7 @@
 #include <tessera/ops/argmax_rule.hpp>
 #include <tessera/ops/sparse_cross_entropy_rule.hpp>
 #include <tessera/ops/all_reduce_rule.hpp>
+#include <tessera/ops/dropout_rule.hpp>
 #include <tessera/ops/operators.hpp>
 
 // io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
@@ -96,6 +97,8 @@
 #include <tessera/ops/argmax.hpp>
 #include <tessera/ops/sparse_cross_entropy.hpp>
 #include <tessera/ops/all_reduce.hpp>
+#include <tessera/ops/dropout.hpp>
+#include <tessera/kernels/random.hpp>
 #include <tessera/ops/run.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/autodiff/ops.hpp>

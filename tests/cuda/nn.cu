@@ -130,7 +130,7 @@ run_result train_mlp(C& comm, int steps) {
     for (std::size_t i = 0; i < params.size(); ++i) params[i]->expect_grad(tp.serial(), int(i));
     const auto x = tp.leaf(on<D>(images(s, p, ctx.rank())), false);
     const auto loss = nn::cross_entropy_loss<float, D>{}(net(x), labels(s, p, ctx.rank()));
-    out.losses.push_back(nn::detail::scalar_value(loss.value(), ctx));
+    out.losses.push_back(train::scalar(loss.value(), ctx));
     tp.backward(loss);
     // The gradients in the parameters' layouts: the partial sums over the ranks resolved.
     std::vector<tensor_on<float, D>> grads;

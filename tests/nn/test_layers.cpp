@@ -361,8 +361,9 @@ TEST_CASE("dropout: the factors a device multiplies by are drawn on the host as 
     tape_t tp(ctx);
     const auto xv = tp.leaf(shard_of(x, l, world.rank()), false);
     const arr y = d(xv).value().local();
-    const arr f = nn::detail::dropout_factors<double>(l, extents{12, 12}, world.rank(), 1.0 / 0.6,
-                                                      [&](std::uint64_t i) { return d.keep(0, i); });
+    ops::dropout_op first = d.op();
+    first.call = 0;
+    const arr f = ops::dropout_factors<double>(first, l, extents{12, 12}, world.rank());
     const arr fx = kernels::backend<cpu_device>::mul(xv.value().local(), f);
     REQUIRE(fx.size() == y.size());
     std::size_t dropped = 0;

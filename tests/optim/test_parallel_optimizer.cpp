@@ -273,6 +273,6 @@ TEST_CASE("optimizer parallel: errors") {
   for (const auto& g : grads) wrong.push_back(g);
   wrong[0] = dist_tensor<float>(layout::replicated(mesh{ctx.size()}, 2), extents{HID, IN + 1}, ctx.rank());
   CHECK_THROWS_WITH(opt(wrong), doctest::Contains("sgd: the gradient of parameter 'seq.0.weight' is (16, 13)"));
-  CHECK_THROWS_WITH(opt(wrong), doctest::Contains("optimizer parallel needs the parameter's shape on its mesh"));
+  CHECK_THROWS_WITH(opt(wrong), doctest::Contains("optimizer parallel needs the parameter's shape over the same ranks"));
   CHECK_THROWS_WITH(opt.state_layout(99), "sgd: state_layout: parameter 99 of 6");
 }

@@ -14,6 +14,7 @@
 #include <tessera/ops/argmax.hpp>
 #include <tessera/ops/batch_matmul.hpp>
 #include <tessera/ops/definition.hpp>
+#include <tessera/ops/dropout.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/matmul_pipelined.hpp>

@@ -581,13 +581,25 @@ class comm_model final : public comm_interface {
 ///
 /// A moved-from handle is empty: valid() is false, rank() is -1 and size() 0, and every
 /// other call throws tessera::error.
+namespace detail {
+/// A quick test made before `communicator<C>` in any_communicator's constructors: a type
+/// that cannot split or count traffic (a device_context, which holds an
+/// any_communicator) is ruled out without asking whether it is movable, which would
+/// ask again whether it converts to an any_communicator.
+template <class C>
+concept splits_and_counts = requires(C& c) {
+  c.split(0, 0);
+  c.stats();
+};
+}  // namespace detail
+
 class any_communicator {
  public:
   using request = any_request;
 
   /// Takes over `c`, a communicator of any backend (moved in).
   template <class C>
-    requires(!std::same_as<C, any_communicator> && communicator<C>)
+    requires(!std::same_as<C, any_communicator> && detail::splits_and_counts<C> && communicator<C>)
   any_communicator(C c) : any_communicator(detail::make_model(std::move(c))) {}
 
   /// Makes a C in place from `args`.

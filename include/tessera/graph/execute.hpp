@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <typeindex>
 #include <unordered_map>
 #include <memory>
@@ -53,6 +54,7 @@ template <ops::operator_definition Op, class T, class D>
 autodiff::var<T, D> run_definition(const op_def& d, const op_plan& p, const std::vector<autodiff::var<T, D>>& x) {
   Op op = *d.definition<Op>();
   op.st = p.st;
+  if constexpr (requires { op.next_call(); }) op.next_call();  // a stateful operator's draw (Dropout)
   return autodiff::apply(op, x);
 }
 
@@ -63,11 +65,12 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::t
 
 }  // namespace detail
 
-/// Runs a parallel graph on the ranks of `world` (whose size must be the graph's
+/// Runs a parallel graph on the ranks of a context (whose size must be the graph's
 /// device count; every rank runs the same calls). Holds a copy of the graph and the
-/// parameters, each rank its shards.
+/// parameters, each rank its shards, or refers to parameters held elsewhere (a
+/// module network's: bind_parameter).
 ///
-///     graph::executor<float> ex(pg, world);             // world: any_communicator
+///     graph::executor<float> ex(pg, world);             // world: any_communicator (or a context)
 ///     ex.set_parameter("w", w0);                       // the global value: each rank keeps its shard
 ///     auto batch = ex.slice_batch({x, label});          // this rank's part of a global batch
 ///     optim::momentum<float> opt(0.2f, 0.1f);
@@ -81,23 +84,27 @@ class executor {
   using storage_type = storage<T, D>;
 
   /// The loss (the same on every rank, except in hybrid_parallel where each rank has
-  /// its own) and the gradient of every parameter in its layout, in parameter order.
+  /// its own) and the gradient of every parameter, in parameter order: in the
+  /// parameter's layout, or, when a gradient hook took them, as the backward pass made
+  /// them (possibly partial).
   struct result {
     T loss{};
     std::vector<tensor> grads;
   };
 
-  executor(const parallel_graph& pg, any_communicator& world) : pg_(pg), ctx_(world) {
-    detail::add_runners<T, D>(runners_, ops::builtin_operators{});
-    if (world.size() != pg_.device_num())
-      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
-                  " devices, the communicator has " + std::to_string(world.size()) + " ranks");
-    if (index_t(sizeof(T)) != pg_.config().elem_bytes)
-      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
-                  "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
-    const traced_graph& g = pg_.traced();
-    for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_.rank());
+  /// Told each parameter's gradient as the backward pass finishes with it: the index in
+  /// the parameter list, the gradient as the pass made it (possibly partial sums; its
+  /// storage stays where it is until value_and_grad returns), and the tape nodes the
+  /// pass has still to visit. A gradient reducer starts its reduction there.
+  using gradient_hook = std::function<void(std::size_t index, tensor& grad, int nodes_left)>;
+
+  /// The executor on the ranks of `world`, with a context of its own.
+  executor(const parallel_graph& pg, any_communicator& world)
+      : pg_(pg), own_ctx_(std::make_unique<tessera::context>(world)), ctx_(own_ctx_.get()) {
+    init();
   }
+  /// The executor on the ranks of `ctx` (shared: its communicators are reused).
+  executor(const parallel_graph& pg, tessera::context& ctx) : pg_(pg), ctx_(&ctx) { init(); }
 
   /// Lets the executor run an operator defined outside the library (the library's own,
   /// ops::builtin_operators, it knows): its definition's forward and backward, found by
@@ -108,26 +115,42 @@ class executor {
   }
 
   const parallel_graph& plan() const { return pg_; }
-  tessera::context& context() { return ctx_; }
-  int rank() const { return ctx_.rank(); }
+  tessera::context& context() { return *ctx_; }
+  int rank() const { return ctx_->rank(); }
 
   // ---- parameters -------------------------------------------------------------
 
-  /// The parameters in the graph's order, each this rank's shard: what an optimizer steps.
+  /// The parameters the executor holds, in the graph's order, each this rank's shard:
+  /// what an optimizer steps (a bound parameter's entry is not used).
   std::vector<tensor>& parameters() { return params_; }
-  const tensor& parameter(std::string_view name) const { return params_[param_index(name)]; }
+  const tensor& parameter(std::string_view name) const { return *bound_[param_index(name)]; }
   /// Sets a parameter from its whole value (the same on every rank); each rank keeps
   /// its shard. In hybrid_parallel the value is this rank's own (its shape the graph's).
   void set_parameter(std::string_view name, const xt::xarray<T>& value) {
     const std::size_t i = param_index(name);
     const int id = pg_.traced().parameters()[i];
-    params_[i].assign_local(storage_type::from_host(
+    bound_[i]->assign_local(storage_type::from_host(
         slice(pg_.value_layout(id), pg_.traced().at(id).shape, value, "parameter '" + std::string(name) + "'")));
+  }
+  /// Runs parameter `name` from `storage` (kept by the caller, unchanged during a step;
+  /// a module's parameter) instead of the executor's own: it must have the graph's
+  /// shape and the plan's layout. "graph executor: parameter 'fc.weight' is laid out as
+  /// ..., the plan gives ...".
+  void bind_parameter(std::string_view name, tensor& storage) {
+    const std::size_t i = param_index(name);
+    const int id = pg_.traced().parameters()[i];
+    if (!(storage.global_shape() == pg_.traced().at(id).shape))
+      throw error("graph executor: parameter '" + std::string(name) + "' is " + to_string(storage.global_shape()) +
+                  ", the graph's " + to_string(pg_.traced().at(id).shape));
+    if (!same_placement(storage.layout(), pg_.value_layout(id)))
+      throw error("graph executor: parameter '" + std::string(name) + "' is laid out as " + describe(storage.layout()) +
+                  ", the plan gives " + describe(pg_.value_layout(id)));
+    bound_[i] = &storage;
   }
   /// The whole value of a distributed tensor on every rank (collective): partial sums
   /// reduced, shards gathered.
   xt::xarray<T> gather(const tensor& t) {
-    return storage_type::to_host(redistribute(t, layout::replicated(t.layout().dev, t.ndim()), ctx_).local());
+    return storage_type::to_host(redistribute(t, layout::replicated(t.layout().dev, t.ndim()), *ctx_).local());
   }
 
   // ---- data ---------------------------------------------------------------------
@@ -153,9 +176,14 @@ class executor {
   /// Forward and backward on this rank's batch (one tensor per input, in graph order,
   /// each of the shape input_local_shape gives): the loss and every parameter's
   /// gradient in the parameter's layout.
-  result value_and_grad(const std::vector<xt::xarray<T>>& batch) {
-    const traffic before = ctx_.total_stats();
-    tape t(ctx_);
+  result value_and_grad(const std::vector<xt::xarray<T>>& batch) { return value_and_grad(batch, {}); }
+
+  /// As above, handing each parameter's gradient to `hook` as soon as the backward pass
+  /// is done with it, unresolved (the hook's owner resolves it: a gradient reducer that
+  /// overlaps its reductions with the rest of the pass); the result holds them so.
+  result value_and_grad(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
+    const traffic before = ctx_->total_stats();
+    tape t(*ctx_);
     const var loss = forward(t, batch);
     result r;
     r.loss = fetch_loss(loss.value());
@@ -169,22 +197,60 @@ class executor {
         tp.add_grad(id, std::move(s));
       });
     }
-    t.backward(seed_from);
     const std::vector<int> ps = pg_.traced().parameters();
-    for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
+    if (!hook) {
+      t.backward(seed_from);
+      for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
+    } else {
+      // Each parameter's gradient as its leaf is reached: every node that could add to
+      // it has run.
+      std::vector<std::optional<tensor>> raw(ps.size());
+      std::vector<int> slot_of(std::size_t(t.size()), -1);
+      for (std::size_t i = 0; i < ps.size(); ++i) slot_of[std::size_t(param_vars_[i].id)] = int(i);
+      auto deliver = [&](std::size_t i, std::optional<tensor> g, int nodes_left) {
+        if (!g) g.emplace(bound_[i]->layout(), bound_[i]->global_shape(), ctx_->rank());  // no gradient: zeros
+        raw[i] = std::move(g);
+        hook(i, *raw[i], nodes_left);
+      };
+      t.set_leaf_hook([&](int id) {
+        const int i = id < int(slot_of.size()) ? slot_of[std::size_t(id)] : -1;
+        if (i >= 0) deliver(std::size_t(i), t.take_grad(id), id);
+      });
+      t.backward(seed_from);
+      t.set_leaf_hook({});
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (!raw[i]) deliver(i, std::nullopt, 0);
+        r.grads.push_back(std::move(*raw[i]));
+      }
+    }
     for (const gradient_reduction& gr : pg_.gradient_reductions()) {
       std::size_t i = 0;
       while (ps[i] != gr.parameter) ++i;
-      ctx_.on(gr.dev).group(axis_list{0}).all_reduce(r.grads[i].data(), reduce_op::sum);
+      ctx_->on(gr.dev).group(axis_list{0}).all_reduce(r.grads[i].data(), reduce_op::sum);
     }
-    last_ = ctx_.total_stats() - before;
+    last_ = ctx_->total_stats() - before;
     return r;
   }
 
   /// The loss of a batch, forward only.
-  T evaluate(const std::vector<xt::xarray<T>>& batch) {
-    tape t(ctx_);
-    return fetch_loss(forward(t, batch).value());
+  T evaluate(const std::vector<xt::xarray<T>>& batch) { return evaluate(batch, {}).loss; }
+
+  /// What evaluate() gives: the loss, and the values of the nodes asked for, each in its
+  /// layout in the plan (this rank's shard).
+  struct evaluation {
+    T loss{};
+    std::vector<tensor> values;
+  };
+  /// The loss of a batch, forward only, and the values of nodes `fetch` (ids in the
+  /// traced graph: a network's logits, for its accuracy).
+  evaluation evaluate(const std::vector<xt::xarray<T>>& batch, const std::vector<int>& fetch) {
+    tape t(*ctx_);
+    std::vector<var> v;
+    const var loss = forward(t, batch, &v);
+    evaluation e;
+    e.loss = fetch_loss(loss.value());
+    for (int id : fetch) e.values.push_back(v.at(std::size_t(id)).value());
+    return e;
   }
 
   /// value_and_grad, then opt.step(parameters(), gradients); returns the loss.
@@ -200,9 +266,22 @@ class executor {
   traffic last_step_traffic() const { return last_; }
 
   /// Writes this rank's dumps under `dir` (graph/dump.hpp).
-  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, ctx_.rank()); }
+  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, ctx_->rank()); }
 
  private:
+  void init() {
+    detail::add_runners<T, D>(runners_, ops::builtin_operators{});
+    if (ctx_->size() != pg_.device_num())
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
+                  " devices, the communicator has " + std::to_string(ctx_->size()) + " ranks");
+    if (index_t(sizeof(T)) != pg_.config().elem_bytes)
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
+                  "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
+    const traced_graph& g = pg_.traced();
+    for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_->rank());
+    for (tensor& p : params_) bound_.push_back(&p);
+  }
+
   std::size_t param_index(std::string_view name) const {
     const std::vector<int> ps = pg_.traced().parameters();
     for (std::size_t i = 0; i < ps.size(); ++i)
@@ -231,18 +310,18 @@ class executor {
       throw error("graph executor: " + what + " is " + to_string(global) + ", the value given is " + to_string(shape_of(whole)));
     const extents ls = local_shape(l, global);
     xt::xarray<T> out = storage<T, cpu_device>::empty(ls);
-    tessera::detail::copy_box(whole.data(), global, local_offset(l, global, ctx_.rank()), out.data(), ls,
+    tessera::detail::copy_box(whole.data(), global, local_offset(l, global, ctx_->rank()), out.data(), ls,
                               tessera::detail::origin(ls.ndim), ls);
     return out;
   }
 
   // Moves x along a planned route into `to`.
   tensor move_along(const route& r, const tensor& x, const layout& to, const char* what) {
-    if (!(x.layout() == r.from))
+    if (!same_placement(x.layout(), r.from))
       throw error(std::string("graph executor: ") + what + " arrived as " + describe(x.layout()) + ", the plan expects " +
                   describe(r.from));
     if (r.p.empty()) return tensor(to, x.global_shape(), x.rank(), typename tensor::array_type(x.local()));
-    return tensor(to, x.global_shape(), x.rank(), execute(r.p, x.local(), ctx_.on(r.fine)));
+    return tensor(to, x.global_shape(), x.rank(), execute(r.p, x.local(), ctx_->on(r.fine)));
   }
 
   // The value of producer `x` as edge `e`'s consumer wants it, recording the gradient's
@@ -258,7 +337,7 @@ class executor {
     });
   }
 
-  var forward(tape& t, const std::vector<xt::xarray<T>>& batch) {
+  var forward(tape& t, const std::vector<xt::xarray<T>>& batch, std::vector<var>* values = nullptr) {
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
     std::vector<var> v(std::size_t(g.size()));
@@ -273,9 +352,9 @@ class executor {
           throw error("graph executor: input '" + n.name + "': this rank's data is " + to_string(shape_of(data)) +
                       ", dataset_strategy " + pg_.config().dataset.to_string() + " gives each rank " + to_string(want) +
                       " of " + to_string(n.shape));
-        v[std::size_t(id)] = t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_.rank(), storage_type::from_host(data)), false);
+        v[std::size_t(id)] = t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_->rank(), storage_type::from_host(data)), false);
       } else if (n.kind == node_kind::parameter) {
-        v[std::size_t(id)] = t.leaf(params_[next_param++], true);
+        v[std::size_t(id)] = t.leaf_view(*bound_[next_param++], true);
         param_vars_.push_back(v[std::size_t(id)]);
       } else {
         std::vector<var> in;
@@ -293,20 +372,24 @@ class executor {
         v[std::size_t(id)] = out;
       }
     }
-    return v[std::size_t(g.loss())];
+    const var loss = v[std::size_t(g.loss())];
+    if (values) *values = std::move(v);
+    return loss;
   }
 
   T fetch_loss(const tensor& loss) {
     const route& r = pg_.loss_fetch();
     const xt::xarray<T> l =
-        storage_type::to_host(r.p.empty() ? loss.local() : execute(r.p, loss.local(), ctx_.on(r.fine)));
+        storage_type::to_host(r.p.empty() ? loss.local() : execute(r.p, loss.local(), ctx_->on(r.fine)));
     return *l.data();
   }
 
   const parallel_graph pg_;
-  tessera::context ctx_;
+  std::unique_ptr<tessera::context> own_ctx_;
+  tessera::context* ctx_;
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
+  std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound
   std::vector<var> param_vars_;
   traffic last_{};
 };

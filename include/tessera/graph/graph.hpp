@@ -4,10 +4,14 @@
 // operator as MindSpore's `Primitive.shard` does. Standard library only.
 #pragma once
 
+#include <atomic>
+#include <concepts>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 #include <tessera/core/error.hpp>
@@ -120,6 +124,8 @@ class value {
   value shard(std::string_view st) const { return shard(parse_strategy(st)); }
   /// Renames the node (instance names are unique in a graph).
   value named(std::string name) const;
+  /// The builder whose graph holds the node (what apply() on values uses).
+  graph_builder& builder() const;
 
  private:
   friend class graph_builder;
@@ -143,9 +149,14 @@ class value {
 ///     graph::traced_graph g = b.build(b.reduce_mean(y));
 class graph_builder {
  public:
-  graph_builder() = default;
+  graph_builder() : serial_(next_serial()) {}
   graph_builder(const graph_builder&) = delete;  // values point to their builder
   graph_builder& operator=(const graph_builder&) = delete;
+
+  /// A number no other builder of this process has had: tells builders apart even when
+  /// one is made where another was destroyed (a module's parameter remembers its node
+  /// in the builder tracing it).
+  std::uint64_t serial() const { return serial_; }
 
   /// A data input of global shape `shape`; a batch lists the inputs in this order.
   value input(std::string name, const extents& shape) {
@@ -160,19 +171,20 @@ class graph_builder {
 
   /// Applies an operator definition (ops/definition.hpp) to values of this builder: the
   /// way every operator enters the graph, the library's and any other. A strategy set
-  /// on the definition (op.st) is the node's, as shard() sets it.
+  /// on the definition (op.st) is the node's, as shard() sets it. The node is named
+  /// `name` (numbered if taken), or after the operator when `name` is empty.
   ///
   ///     auto h = b.apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, {x, w});
   template <ops::operator_definition Op>
-  value apply(Op op, const std::vector<value>& in) {
+  value apply(Op op, const std::vector<value>& in, const std::string& name = {}) {
     const strategy st = op.st;
-    value v = apply(make_op(std::move(op)), in);
+    value v = apply(make_op(std::move(op)), in, name);
     if (st.n > 0) v.shard(st);
     return v;
   }
 
   /// Applies an operator already in the graph's form (an op_def).
-  value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in) {
+  value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in, const std::string& name = {}) {
     if (!op) throw error("graph: apply needs an operator");
     const std::string what = op->type();
     if (op->arity() >= 0 && int(in.size()) != op->arity())
@@ -184,7 +196,7 @@ class graph_builder {
     node n;
     n.kind = node_kind::op;
     n.op = op;
-    n.name = unique_name(op->default_name());
+    n.name = unique_name(name.empty() ? op->default_name() : name);
     shape_list shapes;
     for (const value& v : in) {
       if (v.b_ != this) throw error("graph: " + what + " '" + n.name + "': an input comes from another graph_builder");
@@ -293,6 +305,11 @@ class graph_builder {
 
   /// The graph traced so far (no loss set).
   const traced_graph& current() const { return g_; }
+  /// The value of node `id` of this builder's graph.
+  value value_of(int id) {
+    g_.at(id);  // checks the id
+    return value(this, id);
+  }
 
  private:
   friend class value;
@@ -316,26 +333,48 @@ class graph_builder {
     return push(std::move(n));
   }
   value push(node n) {
+    names_.insert(n.name);
     g_.nodes_.push_back(std::move(n));
     return value(this, g_.size() - 1);
   }
   void check_unique(const std::string& name) const {
-    for (const node& n : g_.nodes_)
-      if (n.name == name) throw error("graph: the name '" + name + "' is used twice");
+    if (names_.count(name)) throw error("graph: the name '" + name + "' is used twice");
   }
   std::string unique_name(const std::string& base) const {
     std::string name = base;
-    for (int k = 2;; ++k) {
-      bool used = false;
-      for (const node& n : g_.nodes_) used = used || n.name == name;
-      if (!used) return name;
-      name = base + std::to_string(k);
-    }
+    for (int k = 2; names_.count(name); ++k) name = base + std::to_string(k);
+    return name;
   }
   node& at(int id) { return g_.nodes_[id]; }
+  void rename(int id, std::string name) {
+    names_.erase(g_.nodes_[id].name);
+    names_.insert(name);
+    g_.nodes_[id].name = std::move(name);
+  }
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
 
   traced_graph g_;
+  std::unordered_set<std::string> names_;
+  std::uint64_t serial_;
 };
+
+/// op(xs...) traced on the builder of the values (autodiff::apply's counterpart on
+/// graph values): modules written once call it on either.
+///
+///     graph::value h = graph::apply(ops::matmul_op{{}, false, true}, x, w);
+template <ops::operator_definition Op, class... More>
+  requires(std::same_as<More, value> && ...)
+value apply(Op op, value x, More... more) {
+  return x.builder().apply(std::move(op), std::vector<value>{x, more...});
+}
+template <ops::operator_definition Op>
+value apply(Op op, const std::vector<value>& xs) {
+  if (xs.empty()) throw error("graph: " + std::string(Op::type()) + ": needs at least one input");
+  return xs[0].builder().apply(std::move(op), xs);
+}
 
 inline const extents& value::shape() const { return b_->g_.at(id_).shape; }
 inline const std::string& value::name() const { return b_->g_.at(id_).name; }
@@ -356,8 +395,13 @@ inline value value::named(std::string name) const {
   if (name.empty()) throw error("graph: a node name must not be empty");
   if (b_->at(id_).name == name) return *this;
   b_->check_unique(name);
-  b_->at(id_).name = std::move(name);
+  b_->rename(id_, std::move(name));
   return *this;
+}
+
+inline graph_builder& value::builder() const {
+  if (!b_) throw error("graph: an empty value has no builder");
+  return *b_;
 }
 
 }  // namespace tessera::graph

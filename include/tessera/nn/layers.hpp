@@ -54,46 +54,9 @@ autodiff::var<T, D> resolved(autodiff::var<T, D> x) {
                   t.requires_grad(x.id));
 }
 
-/// Calls f(local offset, global row-major offset) for every element of the shard of
-/// `l` on `rank` of a tensor of global shape `g`.
-template <class F>
-void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
-  const extents off = local_offset(l, g, rank);
-  index_t stride[max_tensor_ndim] = {};
-  index_t s = 1;
-  for (int k = g.ndim - 1; k >= 0; --k) {
-    stride[k] = s;
-    s *= g[k];
-  }
-  tessera::detail::for_each_index(local_shape(l, g), [&](const auto& idx, index_t lin) {
-    index_t glob = 0;
-    for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
-    f(std::size_t(lin), std::uint64_t(glob));
-  });
-}
-
 /// Whether D is the host (the layers' host paths are written against xtensor).
 template <class D>
 inline constexpr bool on_host = std::is_same_v<D, cpu_device>;
-
-/// A host array's copy on device D (the array itself on the host).
-template <class T, class D>
-typename storage<T, D>::array host_to(xt::xarray<T>&& a) {
-  if constexpr (on_host<D>) return std::move(a);
-  else return storage<T, D>::from_host(a);
-}
-
-/// Dropout's factors for the shard of `l` on `rank` (global shape `g`): `scale` where
-/// call `call` keeps the element, 0 where it drops it. Drawn on the host in the order
-/// of the host path, so every device multiplies by the same numbers.
-template <class T, class Keep>
-xt::xarray<T> dropout_factors(const layout& l, const extents& g, int rank, T scale, Keep&& keep) {
-  const extents ls = local_shape(l, g);
-  xt::xarray<T> m = xt::xarray<T>::from_shape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
-  T* pm = m.data();
-  for_each_global(l, g, rank, [&](std::size_t i, std::uint64_t gi) { pm[i] = keep(gi) ? scale : T(0); });
-  return m;
-}
 
 /// f(std::integral_constant<activation, a>{}) for the run-time activation a: the
 /// fused kernels take the activation as a type.
@@ -133,6 +96,18 @@ autodiff::var<T, D> activate(autodiff::var<T, D> x, kernels::fused::activation a
       t.requires_grad(x.id));
   *self = out.id;
   return out;
+}
+
+/// The traced activation `a` of module m's output y (none: y itself).
+template <class M>
+graph::value traced_activation(const M& m, kernels::fused::activation a, graph::value y) {
+  using kernels::fused::activation;
+  switch (a) {
+    case activation::relu: return apply_named(m.op_name("relu"), ops::relu_op{}, y);
+    case activation::sigmoid: return apply_named(m.op_name("sigmoid"), ops::sigmoid_op{}, y);
+    case activation::tanh: return apply_named(m.op_name("tanh"), ops::tanh_op{}, y);
+    default: return y;
+  }
 }
 
 template <class... M>
@@ -253,9 +228,7 @@ class dense : public module<T, D> {
     const laid_out<T, D> lx = detail::placed_as(xv, rule_.a, ctx);
     const laid_out<T, D> lw = detail::placed_as(w.value(), rule_.b, ctx);
     // The epilogue: bias and activation in one pass over the product, in place.
-    array y;
-    if constexpr (detail::on_host<D>) y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
-    else y = K::template matmul<T>(lx->local(), lw->local(), false, true);
+    array y = K::template matmul<T>(lx->local(), lw->local(), false, true);
     if (b) {
       const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
       y = detail::with_activation(act_, [&](auto A) {
@@ -309,17 +282,30 @@ class dense : public module<T, D> {
                      tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
                    }
                    if (tp.requires_grad(ix)) {
-                     array dx;
-                     if constexpr (detail::on_host<D>)
-                       dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
-                     else
-                       dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
+                     array dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
                      tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
                    }
                  },
                  rg);
     *self = result.id;
     return result;
+  }
+
+  /// Traced: MatMul (the weight transposed) with the layer's strategy, BiasAdd (split as
+  /// the product's columns when a strategy is set) and the activation, named
+  /// "<layer>.matmul", "<layer>.bias_add", "<layer>.<activation>". Without a strategy the
+  /// parallel mode gives them theirs.
+  graph::value operator()(graph::value x) {
+    if (x.shape().ndim != 2 || x.shape()[1] != in_)
+      throw error("dense: the input is " + to_string(x.shape()) + ", expected (batch, " + std::to_string(in_) + ")");
+    const graph::value w = weight.on(x);
+    graph::value y = apply_named(this->op_name("matmul"), ops::matmul_op{matmul.st, false, true}, x, w);
+    if (has_bias_) {
+      strategy bst;
+      if (matmul.st.n == 2) bst = strategy{{matmul.st.in[0].v[0], matmul.st.in[1].v[0]}, {matmul.st.in[1].v[0]}};
+      y = apply_named(this->op_name("bias_add"), ops::bias_add_op{bst}, y, bias.on(x));
+    }
+    return detail::traced_activation(*this, act_, y);
   }
 
  private:
@@ -361,6 +347,11 @@ class relu : public module<T, D> {
   }
   void visit(visitor<T, D>&) override {}
   void reset_strategies() override { op.reset(); }
+  /// Traced: ReLU with the layer's strategy (none: the parallel mode's).
+  graph::value operator()(graph::value x) {
+    return apply_named(this->op_name("relu"), op ? *op : ops::relu_op{}, x);
+  }
+
   autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     if (op) return autodiff::apply(*op, x);
     x = detail::resolved(x);
@@ -379,14 +370,8 @@ class relu : public module<T, D> {
 
  private:
   using array = typename storage<T, D>::array;
-  static array forward(const array& x) {
-    if constexpr (detail::on_host<D>) return kernels::cpu::relu(x);
-    else return kernels::backend<D>::template relu<T>(x);
-  }
-  static array backward(const array& dy, const array& x) {
-    if constexpr (detail::on_host<D>) return kernels::cpu::relu_grad(dy, x);
-    else return kernels::backend<D>::template relu_grad<T>(dy, x);
-  }
+  static array forward(const array& x) { return kernels::backend<D>::template relu<T>(x); }
+  static array backward(const array& dy, const array& x) { return kernels::backend<D>::template relu_grad<T>(dy, x); }
 };
 
 // ---- Sigmoid, Tanh ------------------------------------------------------------------
@@ -401,6 +386,8 @@ class activation_layer : public module<T, D> {
   autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     return detail::activate(x, A, name_of());
   }
+  /// Traced: Sigmoid or Tanh (the parallel mode gives its strategy).
+  graph::value operator()(graph::value x) { return detail::traced_activation(*this, A, x); }
 
  private:
   static constexpr const char* name_of() { return A == activation::sigmoid ? "sigmoid" : "tanh"; }
@@ -421,6 +408,9 @@ template <class T = float, class D = cpu_device>
 class flatten : public module<T, D> {
  public:
   void visit(visitor<T, D>&) override {}
+  /// Traced: Flatten (the parallel mode gives its strategy).
+  graph::value operator()(graph::value x) { return apply_named(this->op_name("flatten"), ops::flatten_op{}, x); }
+
   autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
@@ -460,90 +450,58 @@ class flatten : public module<T, D> {
 template <class T = float, class D = cpu_device>
 class dropout : public module<T, D> {
  public:
-  explicit dropout(double p = 0.5) : p_(p) {
+  explicit dropout(double p = 0.5) {
     if (!(p >= 0.0 && p < 1.0))
       throw error("dropout: p must be in [0, 1): got " + std::to_string(p));
+    op_.p = p;
+    op_.key = stream_key(0, "dropout");
   }
-  double p() const { return p_; }
-  /// Training-mode calls so far (the mask of call s is keyed by s).
-  std::uint64_t calls() const { return calls_; }
+  double p() const { return op_.p; }
+  /// Training-mode calls so far, eager or traced (the mask of call s is keyed by s).
+  std::uint64_t calls() const { return op_.state->calls.load(); }
+  /// The operator the layer applies (ops/dropout_rule.hpp); its copies share the calls.
+  const ops::dropout_op& op() const { return op_; }
 
   void visit(visitor<T, D>&) override {}
-  void named(std::string_view full_name, std::uint64_t seed) override { key_ = stream_key(seed, full_name); }
+  void named(std::string_view full_name, std::uint64_t seed) override {
+    module<T, D>::named(full_name, seed);
+    op_.key = stream_key(seed, full_name);
+  }
+  void training_changed(bool mode) override { op_.state->training.store(mode); }
 
   /// Whether call `call` keeps the element at global index i.
-  bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
-  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
-    if (!this->training() || p_ == 0.0) return x;
-    autodiff::tape<T, D>& t = *x.t;
-    const tensor_on<T, D>& xv = x.value();
-    const std::uint64_t call = calls_++;
-    const T scale = T(1.0 / (1.0 - p_));
-    const std::uint64_t key = key_;
-    const double p = p_;
-    if constexpr (!detail::on_host<D>) {
-      return on_device(x, call, scale, key, p);
-    } else {
-      dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
-      const T* px = xv.local().data();
-      T* py = y.local().data();
-      detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
-        py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
-      });
-      return t.record(std::move(y),
-                      [ix = x.id, call, scale, key, p](autodiff::tape<T>& tp, const dist_tensor<T>& g) {
-                        const dist_tensor<T>& xv2 = tp.value(ix);
-                        const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
-                        dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
-                        const T* pg = dy->local().data();
-                        T* pd = dx.local().data();
-                        detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
-                                                [&](std::size_t l, std::uint64_t gi) {
-                                                  pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
-                                                });
-                        tp.add_grad(ix, std::move(dx));
-                      },
-                      t.requires_grad(x.id));
-    }
-  }
+  bool keep(std::uint64_t call, std::uint64_t i) const { return ops::dropout_keeps(op_.key, op_.p, call, i); }
 
- private:
-  // x times the host-drawn factors (scale or 0), copied to the device; the backward
-  // multiplies the gradient by the same factors (drawn again on the host).
-  autodiff::var<T, D> on_device(autodiff::var<T, D> x, std::uint64_t call, T scale, std::uint64_t key,
-                                   double p) {
+  /// Traced: Dropout, sharing the layer's calls and mode (the parallel mode gives its
+  /// strategy).
+  graph::value operator()(graph::value x) { return apply_named(this->op_name("dropout"), op_, x); }
+
+  /// Eager: x times the mask of the next call, in x's own layout.
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    if (!op_.active()) return x;
     using K = kernels::backend<D>;
     autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
+    ops::dropout_op op = op_;
+    op.next_call();
     tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(),
-                      K::template mul<T>(xv.local(), factors(xv.layout(), xv.global_shape(), xv.rank(), call,
-                                                             scale, key, p)));
+                      K::template mul<T>(xv.local(), ops::dropout_factors<T, D>(op, xv.layout(), xv.global_shape(),
+                                                                                   xv.rank())));
     return t.record(std::move(y),
-                    [ix = x.id, call, scale, key, p](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id, op](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const layout l = xv2.layout().without_partial();
                       const laid_out<T, D> dy = detail::placed_as(g, l, tp.ctx());
-                      auto f = factors(l, xv2.global_shape(), xv2.rank(), call, scale, key, p);
                       tp.add_grad(ix, tensor_on<T, D>(l, xv2.global_shape(), xv2.rank(),
-                                                      K::template mul<T>(dy->local(), f)));
+                                                      K::template mul<T>(dy->local(), ops::dropout_factors<T, D>(
+                                                                                          op, l, xv2.global_shape(),
+                                                                                          xv2.rank()))));
                     },
                     t.requires_grad(x.id));
   }
-  // The factors of call `call` for the shard of `l` on `rank`, drawn on the host and
-  // copied to device D.
-  static typename storage<T, D>::array factors(const layout& l, const extents& g, int rank, std::uint64_t call,
-                                               T scale, std::uint64_t key, double p) {
-    return detail::host_to<T, D>(detail::dropout_factors<T>(
-        l, g, rank, scale, [&](std::uint64_t gi) { return keep(key, p, call, gi); }));
-  }
 
-  static bool keep(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
-    return random_stream(mix64(key ^ mix64(call + 1))).uniform01(i) >= p;
-  }
-
-  double p_;
-  std::uint64_t key_ = stream_key(0, "dropout");
-  std::uint64_t calls_ = 0;
+ private:
+  ops::dropout_op op_;
 };
 
 // ---- SequentialCell ----------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <tessera/autodiff/ops.hpp>
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/core/error.hpp>
@@ -19,6 +20,7 @@
 #include <tessera/core/refine.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/graph/graph.hpp>
 #include <tessera/nn/init.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 
@@ -71,6 +73,11 @@ class parameter {
   /// MindSpore's requires_grad: trainable_params() lists only these.
   bool requires_grad() const { return requires_grad_; }
   void set_requires_grad(bool r) { requires_grad_ = r; }
+
+  /// MindSpore's layerwise_parallel (hybrid_parallel only): the parameter is each rank's
+  /// own slice, and its gradient is not reduced over the ranks.
+  bool layerwise_parallel() const { return layerwise_; }
+  void set_layerwise_parallel(bool l) { layerwise_ = l; }
 
   bool built() const { return data_.has_value(); }
   /// This rank's shard; throws before the network is built:
@@ -132,6 +139,25 @@ class parameter {
     if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
     return {&t, bind_.id};
   }
+  /// The parameter on the tape of `like` (a value of a tape): on(*like.t).
+  autodiff::var<T, D> on(const autodiff::var<T, D>& like) { return on(*like.t); }
+
+  /// The parameter in the graph traced by the builder of `like`: a parameter node named
+  /// with the parameter's dotted name and global shape, made at first use in that
+  /// builder (a module called twice shares its parameters).
+  graph::value on(const graph::value& like) {
+    graph::graph_builder& b = like.builder();
+    if (trace_serial_ != b.serial()) {
+      if (name_.empty())
+        throw error("parameter of shape " + to_string(shape_) +
+                    ": traced without a name: trace the network from its root module (nn::trace), which names "
+                    "every parameter");
+      trace_node_ = b.parameter(name_, shape_, layerwise_).id();
+      trace_serial_ = b.serial();
+    }
+    return b.value_of(trace_node_);
+  }
+
   /// Marks the parameter as differentiated on the tape of serial `serial`, as slot
   /// `slot` of the step's gradient list. Called before the forward pass.
   void expect_grad(std::uint64_t serial, int slot) { bind_ = binding{serial, -1, true, slot}; }
@@ -194,6 +220,9 @@ class parameter {
   extents shape_;
   initializer init_;
   bool requires_grad_ = true;
+  bool layerwise_ = false;
+  std::uint64_t trace_serial_ = 0;
+  int trace_node_ = -1;
   std::optional<tensor> data_;
   std::optional<tessera::layout> target_;
   binding bind_;
@@ -271,12 +300,20 @@ class module {
   virtual void place(int device_num) { (void)device_num; }
   /// Sets the module's own operators back to data-parallel strategies.
   virtual void reset_strategies() {}
-  /// Told the module's dotted name and the network's seed when the network is built
-  /// (modules that draw random numbers, such as dropout, key their streams on them).
+  /// Told the module's dotted name and the network's seed when the network is built or
+  /// traced (modules that draw random numbers, such as dropout, key their streams on
+  /// them). Overrides call module::named first, which keeps the name (full_name()).
   virtual void named(std::string_view full_name, std::uint64_t seed) {
-    (void)full_name;
+    full_name_ = std::string(full_name);
     (void)seed;
   }
+  /// Told when set_train changes the mode of this module (dropout tells its operator).
+  virtual void training_changed(bool mode) { (void)mode; }
+  /// The dotted name from the root module ("dense_relu_sequential.0"; "" for the root):
+  /// traced operators are named after it ("dense_relu_sequential.0.matmul").
+  const std::string& full_name() const { return full_name_; }
+  /// The name of this module's operator `op` in a traced graph: "<full name>.<op>".
+  std::string op_name(std::string_view op) const { return join(full_name_, op); }
 
   /// Every parameter of the module and its descendants with its dotted name, in visit
   /// order (MindSpore's parameters_and_names).
@@ -303,6 +340,7 @@ class module {
   /// is the identity in evaluation mode). Modules start in training mode.
   auto set_train(bool mode = true) -> module& {
     training_ = mode;
+    training_changed(mode);
     detail::visit_with<T, D>(*this, [](std::string_view, parameter<T, D>&) {},
                           [mode](std::string_view, module<T, D>& m) { m.set_train(mode); });
     return *this;
@@ -325,6 +363,7 @@ class module {
   /// parameter's name). A parameter that already has a value (a second build, or
   /// set_data) keeps it, redistributed to its new layout.
   void build(context& ctx, std::uint64_t seed = 0) {
+    seed_ = seed;
     prepare(*this, "", ctx.size(), seed);
     for (auto& [name, p] : named_parameters()) {
       const tessera::layout l = p->target_layout() ? *p->target_layout()
@@ -338,6 +377,12 @@ class module {
     built_ = true;
   }
   bool built() const { return built_; }
+  /// The seed of the last build (0 before any).
+  std::uint64_t seed() const { return seed_; }
+
+  /// Names every module and parameter with its dotted path, as build() does, without
+  /// drawing anything (what tracing needs).
+  void name_all(std::uint64_t seed = 0) { name_tree(*this, "", seed); }
 
  private:
   static void collect(module<T, D>& m, const std::string& prefix,
@@ -347,11 +392,17 @@ class module {
         [&](std::string_view name, module<T, D>& c) { collect(c, join(prefix, name), out); });
   }
   static void prepare(module<T, D>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
-    m.place(device_num);
     m.named(prefix, seed);
+    m.place(device_num);
     detail::visit_with<T, D>(
         m, [&](std::string_view name, parameter<T, D>& p) { p.set_name(join(prefix, name)); },
         [&](std::string_view name, module<T, D>& c) { prepare(c, join(prefix, name), device_num, seed); });
+  }
+  static void name_tree(module<T, D>& m, const std::string& prefix, std::uint64_t seed) {
+    m.named(prefix, seed);
+    detail::visit_with<T, D>(
+        m, [&](std::string_view name, parameter<T, D>& p) { p.set_name(join(prefix, name)); },
+        [&](std::string_view name, module<T, D>& c) { name_tree(c, join(prefix, name), seed); });
   }
   static std::string join(const std::string& prefix, std::string_view name) {
     return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
@@ -359,7 +410,32 @@ class module {
 
   bool training_ = true;
   bool built_ = false;
+  std::uint64_t seed_ = 0;
+  std::string full_name_;
 };
+
+/// op(x, more...) on tape values (autodiff::apply) or traced on graph values
+/// (graph::apply): a module's forward pass written once runs eagerly and traces.
+///
+///     template <class V> V operator()(V x) { return nn::apply(ops::relu_op{}, x); }
+template <ops::operator_definition Op, class V, class... More>
+  requires(std::same_as<More, V> && ...)
+V apply(const Op& op, V x, More... more) {
+  if constexpr (std::same_as<V, graph::value>) return graph::apply(op, x, more...);
+  else return autodiff::apply(op, x, more...);
+}
+
+/// apply, naming the traced node `name` (numbered if taken); eager values ignore it.
+template <ops::operator_definition Op, class V, class... More>
+  requires(std::same_as<More, V> && ...)
+V apply_named(const std::string& name, const Op& op, V x, More... more) {
+  if constexpr (std::same_as<V, graph::value>) return x.builder().apply(op, {x, more...}, name);
+  else return autodiff::apply(op, x, more...);
+}
+
+/// Whether V is a traced graph value (else a tape value).
+template <class V>
+inline constexpr bool is_traced = std::same_as<V, graph::value>;
 
 namespace detail {
 

@@ -1,5 +1,5 @@
 // Sharded element-wise operators with broadcasting: Add, Sub, Mul, Div, ReLU, Exp,
-// Log, Neg and BiasAdd. The sharding rule is ops/elementwise_rule.hpp, the local math
+// Log, Neg, BiasAdd, Sigmoid and Tanh. The sharding rule is ops/elementwise_rule.hpp, the local math
 // the tensors' device's backend (kernels/backend.hpp). Inputs in other layouts are
 // redistributed first.
 #pragma once
@@ -15,6 +15,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/kernels/cpu/backend.hpp>
+#include <tessera/kernels/fused.hpp>
 #include <tessera/ops/elementwise_rule.hpp>
 #include <tessera/ops/linear_rule.hpp>
 #include <tessera/ops/run.hpp>
@@ -35,6 +36,11 @@ constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pas
 }
 
 namespace detail {
+
+// The fused activation of Sigmoid and Tanh (kernels/fused.hpp).
+constexpr kernels::fused::activation activation_of(elementwise_kind k) {
+  return k == elementwise_kind::sigmoid ? kernels::fused::activation::sigmoid : kernels::fused::activation::tanh;
+}
 
 // The inputs in the rule's layouts, with the rule; partial sums pass through an input
 // the operator is linear in (ops/linear_rule.hpp), the others are resolved.
@@ -67,6 +73,8 @@ auto elementwise_local(const std::array<laid_out<T, D>, N>& x) {
   else if constexpr (K == div) return k::div(x[0]->local(), x[1]->local());
   else if constexpr (K == bias_add) return k::bias_add(x[0]->local(), x[1]->local());
   else if constexpr (K == relu) return k::relu(x[0]->local());
+  else if constexpr (K == sigmoid || K == tanh)
+    return k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_value<activation_of(K)>{}, x[0]->local());
   else if constexpr (K == exp) return k::exp(x[0]->local());
   else if constexpr (K == log) return k::log(x[0]->local());
   else return k::neg(x[0]->local());
@@ -93,6 +101,12 @@ auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
       return k::template fused_map<T>("div_backward", kernels::fused::div_grad_divisor{}, dy, a, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));
   } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
+  else if constexpr (K == sigmoid || K == tanh) {
+    // The derivative from the output (one pass each for the output and the gradient).
+    constexpr auto a = activation_of(K);
+    const A y = k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_value<a>{}, x[0]->local());
+    return k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_grad<a>{}, dy, y);
+  }
   else if constexpr (K == exp)
     return k::template fused_map<T>("exp_backward", kernels::fused::exp_grad{}, dy, x[0]->local());
   else if constexpr (K == log) return k::div(dy, x[0]->local());

@@ -1,5 +1,5 @@
 // The element-wise operators' definition (Add, Sub, Mul, RealDiv, ReLU, Exp, Log, Neg,
-// BiasAdd) with NumPy broadcasting: the sharding rule, from a shard strategy such as
+// BiasAdd, Sigmoid, Tanh) with NumPy broadcasting: the sharding rule, from a shard strategy such as
 // ((2, 4), (1, 4)) and the inputs' shapes to the operator's device matrix and the
 // layouts of its inputs, output and gradients (constexpr), and the operator type
 // ops::elementwise_op<K>. Standard library only; the forward and backward are in
@@ -190,7 +190,7 @@ inline constexpr elementwise_layouts static_elementwise_rule = [] {
 namespace ops {
 
 /// Which element-wise operator.
-enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
+enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add, sigmoid, tanh };
 
 /// Its instance and error name: "add", "div", "bias_add", ...
 constexpr std::string_view kind_name(elementwise_kind k) {
@@ -204,6 +204,8 @@ constexpr std::string_view kind_name(elementwise_kind k) {
     case elementwise_kind::log: return "log";
     case elementwise_kind::neg: return "neg";
     case elementwise_kind::bias_add: return "bias_add";
+    case elementwise_kind::sigmoid: return "sigmoid";
+    case elementwise_kind::tanh: return "tanh";
   }
   return "?";
 }
@@ -220,6 +222,8 @@ constexpr std::string_view kind_type(elementwise_kind k) {
     case elementwise_kind::log: return "Log";
     case elementwise_kind::neg: return "Neg";
     case elementwise_kind::bias_add: return "BiasAdd";
+    case elementwise_kind::sigmoid: return "Sigmoid";
+    case elementwise_kind::tanh: return "Tanh";
   }
   return "?";
 }
@@ -363,6 +367,8 @@ using exp_op = elementwise_op<elementwise_kind::exp>;
 using log_op = elementwise_op<elementwise_kind::log>;
 using neg_op = elementwise_op<elementwise_kind::neg>;
 using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
+using sigmoid_op = elementwise_op<elementwise_kind::sigmoid>;
+using tanh_op = elementwise_op<elementwise_kind::tanh>;
 
 }  // namespace ops
 

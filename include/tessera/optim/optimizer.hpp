@@ -305,11 +305,11 @@ class optimizer {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const tensor& p = params_[i]->data();
       const tensor& g = grads[i];
-      if (!(g.global_shape() == p.global_shape()) || !(g.layout().dev == p.layout().dev))
+      if (!(g.global_shape() == p.global_shape()) || g.layout().dev.size() != p.layout().dev.size())
         throw error(name_ + ": the gradient of parameter '" + params_[i]->name() + "' is " +
-                    to_string(g.global_shape()) + " " + to_string(g.layout()) + ", the parameter " +
-                    to_string(p.global_shape()) + " " + to_string(p.layout()) + " on mesh " +
-                    to_string(p.layout().dev) + ": optimizer parallel needs the parameter's shape on its mesh");
+                    to_string(g.global_shape()) + " " + to_string(g.layout()) + " on mesh " + to_string(g.layout().dev) +
+                    ", the parameter " + to_string(p.global_shape()) + " " + to_string(p.layout()) + " on mesh " +
+                    to_string(p.layout().dev) + ": optimizer parallel needs the parameter's shape over the same ranks");
     }
     const T lr = lr_(step_);
     for (std::size_t i = 0; i < params_.size(); ++i) {

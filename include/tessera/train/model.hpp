@@ -1,15 +1,15 @@
-// Model (MindSpore's mindspore.train.Model): a network, a loss and an optimizer
-// trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
-// rank reads its own shard of the data (the batch split over the ranks), the
-// gradients are reduced over the ranks by a distributed_grad_reducer during the
-// backward pass (or, with optimizer parallel, reduce-scattered by the optimizer's
-// step), and every rank steps the optimizer on its shards. The network may
-// live on any device (its parameters' device D, deduced from its type): the data
-// pipeline's host batches are copied to D for each step and the loss read back.
+// Model (MindSpore's mindspore.train.Model): a module network, a loss and an optimizer
+// trained by train(epochs, dataset, callbacks) and measured by eval(dataset), in every
+// parallel mode: the network is traced into a graph, parallelized and run by the graph
+// executor, with the data-parallel gradients reduced in buckets during the backward
+// pass. Also evaluate(), the accuracy of a network run eagerly. The network may live on
+// any device (its parameters' device D, deduced from its type): the data pipeline's
+// host batches are copied to D for each step and the loss read back.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +21,9 @@
 #include <vector>
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/graph/execute.hpp>
+#include <tessera/graph/parallel.hpp>
+#include <tessera/nn/trace.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/optim/optimizer.hpp>
 #include <tessera/tensor/device.hpp>
@@ -30,11 +33,12 @@
 
 namespace tessera::train {
 
-/// One rank's rows of a batch: inputs (batch, ...) and class labels (batch,).
+/// One rank's rows of a batch: inputs (batch, ...) and labels as values of T: class
+/// indices (batch,), or targets of the output's shape.
 template <class T>
 struct local_batch {
   xt::xarray<T> inputs;
-  xt::xarray<std::int32_t> labels;
+  xt::xarray<T> labels;
 };
 
 namespace detail {
@@ -57,11 +61,11 @@ struct tag {};
 
 template <class T, class X, class Y>
 local_batch<T> to_local_batch(tag<T>, const std::pair<xt::xarray<X>, xt::xarray<Y>>& b) {
-  return {as_array<T>(b.first), as_array<std::int32_t>(b.second)};
+  return {as_array<T>(b.first), as_array<T>(b.second)};
 }
 template <class T, class X, class Y>
 local_batch<T> to_local_batch(tag<T>, const std::tuple<xt::xarray<X>, xt::xarray<Y>>& b) {
-  return {as_array<T>(std::get<0>(b)), as_array<std::int32_t>(std::get<1>(b))};
+  return {as_array<T>(std::get<0>(b)), as_array<T>(std::get<1>(b))};
 }
 template <class T>
 local_batch<T> to_local_batch(tag<T>, const local_batch<T>& b) {
@@ -166,7 +170,7 @@ std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>&
   layout xl = layout::replicated(mesh{p}, xs.ndim);
   xl.split[0] = axis_list{0};
   dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
-  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), as_array<std::int32_t>(b.labels));
   return {host_to<D>(std::move(x)), std::move(y)};
 }
 
@@ -256,29 +260,53 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, context& ctx) {
   return r;
 }
 
-/// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a classifier.
+/// The parallel configuration of a model by default: data parallel (the batch split
+/// over every rank, the parameters replicated, their gradients reduced in buckets).
+inline graph::parallel_config data_parallel_config() {
+  graph::parallel_config c;
+  c.mode = graph::parallel_mode::data_parallel;
+  return c;
+}
+
+/// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a network written
+/// as modules, in any parallel mode. At the first step (or eval) the network and its
+/// loss are traced with the batch's shapes (nn::trace), the graph is parallelized as
+/// options::parallel says (MindSpore's set_auto_parallel_context: stand_alone,
+/// data_parallel, semi_auto_parallel with the strategies set on the modules,
+/// auto_parallel by a search, hybrid_parallel), the parameters are laid out as the plan
+/// says, and every step runs the plan (graph::executor) on this rank's rows:
 ///
-///     train::model model(net, loss_fn, opt, ctx);
+///     train::model model(net, loss_fn, opt, ctx);   // data parallel
 ///     train::loss_monitor lm(10);
 ///     model.train(10, dataset, {&lm});
-///     const auto m = model.eval(test_set);   // m.accuracy
+///     const auto m = model.eval(test_set);          // m.accuracy
+///
+///     train::model::options o;
+///     o.parallel.mode = graph::parallel_mode::auto_parallel;
+///     o.parallel.search = graph::search_mode::dynamic_programming;
+///     train::model model(net, loss_fn, opt, ctx, o);
+///
+/// In data_parallel the gradients go to a distributed_grad_reducer as the backward pass
+/// finishes each (its buckets' all-reduces overlap the rest of the pass), or, with
+/// optimizer parallel, to the optimizer as they are (its step reduce-scatters them); in
+/// the other modes the plan resolves them. Every step moves exactly the bytes the plan
+/// prices.
 ///
 /// A dataset is anything whose elements are batches of this rank's rows, a pair
 /// (inputs, labels) of xt::xarray (data::dataset rows once data/ is included): either
 /// a range, iterated once per epoch, or an object with epoch(e) (each epoch its own
 /// pass). Every rank must see batches of the same size, as many as the others: the
-/// ranks check it together at each step (an error, not a hang, otherwise).
+/// ranks check it together at each step (an error, not a hang, otherwise). With
+/// dataset_strategy data_parallel (the default) each rank's rows are its slice of the
+/// global batch; full_batch, or stand_alone and hybrid_parallel, read the whole batch.
 ///
 /// The network, loss and optimizer may live on a device D other than the host (a GPU:
 /// nn::module<float, cuda_device>, optim::sgd<float, cuda_device>), deduced from the
-/// network's type; ctx's communicator must then carry D's buffers
-/// (staged_communicator<any_communicator> for GPU shards through the host world). The batches stay
-/// host arrays: each step copies its inputs to D (the labels stay on the host, as the
-/// losses take them) and reads the loss back for the callbacks, which are the host's
-/// (run_context's host_parameters gives checkpoints the parameters' host copies).
-///
-///     train::model model(gpu_net, loss_fn, opt, ctx);   // ctx over a staged_communicator<any_communicator>
-///     model.train(10, dataset, {&lm});
+/// network's type; ctx's communicator must then carry D's buffers (a
+/// staged_communicator<any_communicator> for GPU shards through the host world). The
+/// batches stay host arrays: each step copies them to D and reads the loss back for
+/// the callbacks, which are the host's (run_context's host_parameters gives checkpoints
+/// the parameters' host copies).
 template <class Net, class Loss>
 class model {
   using D = detail::device_of_net_t<Net>;
@@ -292,12 +320,16 @@ class model {
     bool gradients_mean = true;                         ///< see distributed_grad_reducer
     std::size_t bucket_bytes = std::size_t(25) << 20;   ///< the reducer's bucket size
     bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
+    /// How the traced network runs: mode, search, dataset strategy, machine balance
+    /// (device_num and elem_bytes are the model's).
+    graph::parallel_config parallel = data_parallel_config();
+    std::uint64_t seed = 0;                             ///< the network's seed when the model builds it
   };
 
   model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, context& ctx)
       : model(net, loss_fn, opt, ctx, options{}) {}
   model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, context& ctx, options o)
-      : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
+      : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(std::move(o)) {}
 
   Net& network() { return *net_; }
 
@@ -305,7 +337,6 @@ class model {
   template <class Dataset>
   void train(int epochs, Dataset& dataset, const std::vector<callback<T>*>& callbacks = {}) {
     if (epochs < 0) throw error("model.train: epochs must not be negative, got " + std::to_string(epochs));
-    prepare();
     net_->set_train(true);
     run_context<T> rc;
     rc.epochs = epochs;
@@ -325,9 +356,6 @@ class model {
         return out;
       };
     }
-    auto grad_fn = value_and_grad(
-        [this](auto x, const dist_tensor<std::int32_t>& y) { return (*loss_)((*net_)(x), y); },
-        opt_->parameters(), *ctx_);
     for (auto* cb : callbacks) cb->on_train_begin(rc);
     for (int e = 0; e < epochs && !rc.stop_requested; ++e) {
       rc.epoch = e + 1;
@@ -342,14 +370,11 @@ class model {
         if (have) b = to_local_batch(detail::tag<T>{}, *it);
         if (!detail::agree_on_batch<D>(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train"))
           break;
-        const auto [x, y] = detail::to_tensors<D>(*b, *ctx_);
-        rc.batch_samples = x.global_shape()[0];
+        compile(*b);
+        rc.batch_samples = global_rows(*b);
         for (auto* cb : callbacks) cb->on_step_begin(rc);
         const auto t0 = std::chrono::steady_clock::now();
-        auto [loss, grads] = grad_fn(x, y);
-        if (reducer_) grads = (*reducer_)(grads);  // none with optimizer parallel: the step reduces
-        (*opt_)(grads);
-        rc.loss = double(scalar(loss, *ctx_));
+        rc.loss = double(step(*b));
         rc.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++rc.step;
         ++rc.step_in_epoch;
@@ -362,34 +387,167 @@ class model {
     for (auto* cb : callbacks) cb->on_train_end(rc);
   }
 
-  /// The accuracy and mean loss of the network over `dataset` (train::evaluate).
+  /// The accuracy (the argmax of the network's output against class labels) and the
+  /// mean loss over `dataset`, in evaluation mode (no dropout, no gradients), each
+  /// sample counted once over the ranks. Collective.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    if (!net_->built()) net_->build(*ctx_);
-    return evaluate(*net_, *loss_, dataset, *ctx_);
+    const bool was_training = net_->training();
+    net_->set_train(false);
+    double correct = 0, loss_sum = 0;
+    std::int64_t samples = 0, batches = 0;
+    auto&& pass = detail::epoch_of(dataset, 0);
+    auto it = pass.begin();
+    auto end = pass.end();
+    while (true) {
+      const bool have = !(it == end);
+      std::optional<local_batch<T>> b;
+      if (have) b = to_local_batch(detail::tag<T>{}, *it);
+      if (!detail::agree_on_batch<D>(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.eval")) break;
+      compile(*b);
+      const int label_id = compiled_->graph.inputs()[1];
+      const layout ll = compiled_->plan->value_layout(label_id);
+      const dist_tensor<std::int32_t> y(ll, compiled_->graph.at(label_id).shape, ctx_->rank(),
+                                        detail::as_array<std::int32_t>(b->labels));
+      auto e = compiled_->exec->evaluate({b->inputs, b->labels}, {compiled_->output});
+      loss_sum += double(e.loss);
+      correct += detail::count_correct(e.values[0], y, *ctx_);
+      samples += global_rows(*b);
+      ++batches;
+      ++it;
+    }
+    net_->set_train(was_training);
+    std::vector<double> c{correct};
+    detail::host_all_reduce<D>(*ctx_, std::span<double>(c), reduce_op::sum);
+    eval_result r;
+    r.samples = samples;
+    r.accuracy = samples ? c[0] / double(samples) : 0.0;
+    r.loss = batches ? loss_sum / double(batches) : 0.0;
+    return r;
   }
 
-  /// The gradient reducer (made at the first train or eval; none when the optimizer
-  /// reduces the gradients itself, with optimizer parallel).
+  /// The gradient reducer (data_parallel, made at the first step; none when the
+  /// optimizer reduces the gradients itself, with optimizer parallel, or in the other
+  /// modes, where the plan resolves them).
   distributed_grad_reducer<T, D>* reducer() { return reducer_.get(); }
 
+  /// The parallel plan of the traced network (made at the first step or eval); throws
+  /// before.
+  const graph::parallel_graph& plan() const {
+    if (!compiled_) throw error("model: no plan yet: the network is traced at the first step or eval");
+    return *compiled_->plan;
+  }
+  /// What this rank's communicators moved during the last step (equal to the plan's
+  /// bytes for this rank).
+  traffic last_step_traffic() const { return compiled_ ? compiled_->exec->last_step_traffic() : traffic{}; }
+  /// Writes this rank's dumps of the plan under `dir` (MindSpore's save_graphs).
+  void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
+
  private:
-  void prepare() {
-    if (!net_->built()) net_->build(*ctx_);
+  struct compiled_network {
+    graph::traced_graph graph;
+    int output = -1;
+    std::unique_ptr<graph::parallel_graph> plan;
+    std::unique_ptr<graph::executor<T, D>> exec;
+    std::vector<std::ptrdiff_t> slot;  // per graph parameter, its index in the optimizer's list (-1: none)
+  };
+
+  // The global shape of a local array under the dataset strategy of input `index`.
+  extents global_shape(const xt::xarray<T>& a, int index) const {
+    extents e;
+    e.ndim = int(a.dimension());
+    for (int d = 0; d < e.ndim; ++d) e.v[d] = index_t(a.shape()[std::size_t(d)]);
+    const graph::parallel_config& cfg = opt_config_.parallel;
+    const bool whole = cfg.mode == graph::parallel_mode::stand_alone || cfg.mode == graph::parallel_mode::hybrid_parallel;
+    if (whole || e.ndim == 0) return e;
+    switch (cfg.dataset.which()) {
+      case graph::dataset_strategy::kind::full_batch: return e;
+      case graph::dataset_strategy::kind::data_parallel: e.v[0] *= ctx_->size(); return e;
+      default: {
+        const auto& t = cfg.dataset.tuples();
+        if (std::size_t(index) >= t.size() || t[std::size_t(index)].n != e.ndim)
+          throw error("model: dataset_strategy " + cfg.dataset.to_string() + " has no split tuple of rank " +
+                      std::to_string(e.ndim) + " for input " + std::to_string(index));
+        for (int d = 0; d < e.ndim; ++d) e.v[d] *= t[std::size_t(index)].v[d];
+        return e;
+      }
+    }
+  }
+  index_t global_rows(const local_batch<T>& b) const { return global_shape(b.inputs, 0).v[0]; }
+
+  // Traces, parallelizes and binds the network at the first batch.
+  void compile(const local_batch<T>& b) {
+    if (compiled_) return;
+    if (!net_->built()) net_->build(*ctx_, opt_config_.seed);
+    graph::parallel_config cfg = opt_config_.parallel;
+    cfg.device_num = ctx_->size();
+    cfg.elem_bytes = index_t(sizeof(T));
+    auto c = std::make_unique<compiled_network>();
+    nn::traced_network t = nn::trace(*net_, *loss_, global_shape(b.inputs, 0), global_shape(b.labels, 1), net_->seed());
+    c->graph = std::move(t.graph);
+    c->output = t.output;
+    c->plan = std::make_unique<graph::parallel_graph>(graph::parallelize(c->graph, cfg));
+    c->exec = std::make_unique<graph::executor<T, D>>(*c->plan, *ctx_);
+    // The parameters laid out as the plan says, and run from the network's storage.
+    std::vector<std::pair<std::string, nn::parameter<T, D>*>> named = net_->named_parameters();
+    const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
+    for (int id : c->graph.parameters()) {
+      const std::string& name = c->graph.at(id).name;
+      nn::parameter<T, D>* p = nullptr;
+      for (auto& [n, q] : named)
+        if (n == name) p = q;
+      if (!p) throw error("model: the traced graph has a parameter '" + name + "' the network does not list");
+      const layout& l = c->plan->value_layout(id);
+      if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
+      c->exec->bind_parameter(name, p->data());
+      const auto it = std::find(trained.begin(), trained.end(), p);
+      c->slot.push_back(it == trained.end() ? -1 : it - trained.begin());
+    }
+    compiled_ = std::move(c);
+    const bool dp = cfg.mode == graph::parallel_mode::data_parallel;
     if (opt_->reduces_gradients()) {
       if (!opt_config_.gradients_mean)
         throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
                     "gradients' partial sums (gradients_mean = true) and has no other mode");
-      if (opt_config_.parameter_broadcast && !broadcast_done_) broadcast_parameters(opt_->parameters(), *ctx_);
-      broadcast_done_ = true;
-      return;
-    }
-    if (!reducer_)
+      if (opt_config_.parameter_broadcast) broadcast_parameters(opt_->parameters(), *ctx_);
+    } else if (dp) {
       reducer_ = std::make_unique<distributed_grad_reducer<T, D>>(
           opt_->parameters(), *ctx_,
           typename distributed_grad_reducer<T, D>::options{.mean = opt_config_.gradients_mean,
-                                                               .bucket_bytes = opt_config_.bucket_bytes,
-                                                               .parameter_broadcast = opt_config_.parameter_broadcast});
+                                                           .bucket_bytes = opt_config_.bucket_bytes,
+                                                           .parameter_broadcast = opt_config_.parameter_broadcast});
+    } else if (opt_config_.parameter_broadcast) {
+      broadcast_parameters(opt_->parameters(), *ctx_);
+    }
+  }
+
+  // One training step on this rank's rows; returns the loss.
+  T step(const local_batch<T>& b) {
+    compiled_network& c = *compiled_;
+    const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
+    const bool raw = reducer_ || opt_->reduces_gradients();
+    typename graph::executor<T, D>::result r;
+    if (raw) {
+      if (reducer_) reducer_->backward_begin();
+      r = c.exec->value_and_grad({b.inputs, b.labels}, [&](std::size_t i, tensor_on<T, D>& g, int nodes_left) {
+        if (reducer_ && c.slot[i] >= 0) reducer_->grad_ready(*trained[std::size_t(c.slot[i])], g, nodes_left);
+      });
+    } else {
+      r = c.exec->value_and_grad({b.inputs, b.labels});
+    }
+    // The gradients in the optimizer's order; zeros for a parameter the network did not use.
+    std::vector<std::optional<tensor_on<T, D>>> by_slot(trained.size());
+    for (std::size_t i = 0; i < c.slot.size(); ++i)
+      if (c.slot[i] >= 0) by_slot[std::size_t(c.slot[i])] = std::move(r.grads[i]);
+    std::vector<tensor_on<T, D>> grads;
+    grads.reserve(trained.size());
+    for (std::size_t k = 0; k < trained.size(); ++k) {
+      if (by_slot[k]) grads.push_back(std::move(*by_slot[k]));
+      else grads.emplace_back(trained[k]->layout(), trained[k]->shape(), ctx_->rank());
+    }
+    if (reducer_) grads = (*reducer_)(grads);
+    (*opt_)(grads);
+    return r.loss;
   }
 
   Net* net_;
@@ -397,8 +555,8 @@ class model {
   optim::optimizer<T, D>* opt_;
   context* ctx_;
   options opt_config_;
+  std::unique_ptr<compiled_network> compiled_;
   std::unique_ptr<distributed_grad_reducer<T, D>> reducer_;
-  bool broadcast_done_ = false;
 };
 
 }  // namespace tessera::train
