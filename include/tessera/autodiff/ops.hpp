@@ -32,7 +32,8 @@ namespace tessera::autodiff {
 /// y = op(xs...) on the tape of the inputs: the operator's forward on their values, and
 /// a record of its backward, which adds each differentiable input's gradient. An
 /// operator with no differentiable input, or inputs that need no gradient, gives a
-/// constant (a leaf without gradient):
+/// constant (a leaf without gradient). Without a strategy (op.st empty) it runs its
+/// data-parallel one:
 ///
 ///     auto h = autodiff::apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, x, w);
 ///     auto y = autodiff::apply(ops::concat_op{{}, 1}, {a, b, c});
@@ -40,6 +41,9 @@ template <ops::operator_definition Op, class T, class D>
 var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
   const std::string who(Op::name());
   if (xs.empty()) throw error("autodiff: " + who + ": needs at least one input");
+  if (int(xs.size()) > max_strategy_inputs)
+    throw error("autodiff: " + who + ": at most " + std::to_string(max_strategy_inputs) + " inputs, got " +
+                std::to_string(xs.size()));
   if (Op::arity >= 0 && int(xs.size()) != Op::arity)
     throw error("autodiff: " + who + " takes " + std::to_string(Op::arity) +
                 (Op::arity == 1 ? " input, got " : " inputs, got ") + std::to_string(xs.size()));
@@ -53,10 +57,17 @@ var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
     in.push_back(&xs[i].value());
     needs_grad = needs_grad || (ops::differentiable_in(op, int(i)) && t.requires_grad(xs[i].id));
   }
-  tensor_on<T, D> y = ops::run_forward(op, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
+  // Without a strategy an operator runs data parallel, as the graph runs it in that mode.
+  Op run = op;
+  if (run.st.n == 0) {
+    shape_list shapes;
+    for (const tensor_on<T, D>* x : in) shapes.v[shapes.n++] = x->global_shape();
+    run.st = op.data_parallel(t.ctx().size(), shapes);
+  }
+  tensor_on<T, D> y = ops::run_forward(run, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
   if (!needs_grad) return t.leaf(std::move(y), false);
   const int self = t.size();  // y's id once recorded: the backward may read it
-  return t.record(std::move(y), [op, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
+  return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
     std::vector<const tensor_on<T, D>*> values;
     values.reserve(ids.size());
     for (int id : ids) values.push_back(&tp.value(id));

@@ -437,9 +437,10 @@ class model {
     if (!compiled_) throw error("model: no plan yet: the network is traced at the first step or eval");
     return *compiled_->plan;
   }
-  /// What this rank's communicators moved during the last step (equal to the plan's
-  /// bytes for this rank).
-  traffic last_step_traffic() const { return compiled_ ? compiled_->exec->last_step_traffic() : traffic{}; }
+  /// What this rank's communicators moved during the last step's forward and backward
+  /// passes and gradient reduction (equal to the plan's bytes for this rank; not the
+  /// optimizer's step, whose optimizer parallel moves the reduction there).
+  traffic last_step_traffic() const { return last_; }
   /// Writes this rank's dumps of the plan under `dir` (MindSpore's save_graphs).
   void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
 
@@ -526,6 +527,7 @@ class model {
     compiled_network& c = *compiled_;
     const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
     const bool raw = reducer_ || opt_->reduces_gradients();
+    const traffic before = ctx_->total_stats();
     typename graph::executor<T, D>::result r;
     if (raw) {
       if (reducer_) reducer_->backward_begin();
@@ -546,6 +548,7 @@ class model {
       else grads.emplace_back(trained[k]->layout(), trained[k]->shape(), ctx_->rank());
     }
     if (reducer_) grads = (*reducer_)(grads);
+    last_ = ctx_->total_stats() - before;
     (*opt_)(grads);
     return r.loss;
   }
@@ -557,6 +560,7 @@ class model {
   options opt_config_;
   std::unique_ptr<compiled_network> compiled_;
   std::unique_ptr<distributed_grad_reducer<T, D>> reducer_;
+  traffic last_{};
 };
 
 }  // namespace tessera::train
