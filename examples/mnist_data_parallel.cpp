@@ -1,8 +1,8 @@
 // Seed 002, data parallel: the MNIST MLP (Flatten, Dense 784 -> 512, ReLU, Dense 512 ->
-// 512, ReLU, Dense 512 -> 10; normal weights, zero biases) trained by the seed's
-// hand-written loop: value_and_grad, DistributedGradReducer, SGD(1e-2),
-// CrossEntropyLoss, 32 samples per rank. Each rank reads its shard of the training
-// files (MnistDataset with num_shards and shard_id) and prints
+// 512, ReLU, Dense 512 -> 10; normal weights, zero biases) written as modules and
+// trained by train::model with SGD(1e-2), CrossEntropyLoss, 32 samples per rank, its
+// gradients reduced in buckets during the backward pass. Each rank reads its shard of
+// the training files (MnistDataset with num_shards and shard_id) and prints
 // `epoch: E step: S, loss is L` every 10 steps (L is the loss of the global batch, the
 // same on every rank), then `accuracy: X` on the test files.
 //
@@ -14,16 +14,14 @@
 // --batch N: samples per rank (32); --verify: each rank then trains the same network
 // alone on the whole global batches and checks that its losses equal the data-parallel
 // ones (the one-rank oracle; the check the tests run); --device cpu|cuda (cpu): where
-// the parameters, activations and gradients live. With cuda each rank uses the GPU
-// of its node-local rank (round-robin), and the same training runs through
-// train::model on the GPU network (every batch copied to the GPU per step, the
-// gradients reduced in the reducer's packed buckets through MPI staged in pinned host
-// memory, the log written by a callback); the logs are the same, and the accuracy is
-// measured on the GPU (train::evaluate). Built by nvcc where CMake finds it (then
-// --device cuda is available). --parallel-optimizer: optimizer parallel (MindSpore's
-// enable_parallel_optimizer): the gradients go to SGD as the backward pass leaves them,
-// each reduce-scattered into the piece of the parameter this rank updates, the pieces
-// then all-gathered (no gradient reducer; the same losses).
+// the parameters, activations and gradients live (with cuda each rank uses the GPU of
+// its node-local rank, round-robin, and device buffers move through the host world);
+// --parallel-optimizer: optimizer parallel (MindSpore's enable_parallel_optimizer: the
+// gradients go to SGD as the backward pass leaves them, each reduce-scattered into the
+// piece of the parameter this rank updates, the pieces then all-gathered);
+// --hand-written: seed 002's own loop, value_and_grad, DistributedGradReducer and the
+// optimizer, on the network run eagerly (the same losses). Built by nvcc where CMake
+// finds it (then --device cuda is available).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -73,6 +71,7 @@ struct options {
   bool verify = false;
   std::string device = "cpu";
   bool parallel_optimizer = false;
+  bool hand_written = false;
 };
 
 // Seed 002's network, its parameters on device D.
@@ -182,11 +181,20 @@ void print_step_time(double timed, std::int64_t timed_steps) {
   else std::printf("step time: no steps after the %lld warm-up steps\n", (long long)warmup);
 }
 
-// The training of train_mnist through train::model (the network on device D).
+// What a training gives: every step's loss when `record` (else the printed ones), and
+// the accuracy on the test files when asked.
+struct outcome {
+  std::vector<float> losses;
+  train::eval_result test;
+};
+
+// Trains the network on device D through train::model on the ranks of ctx, each reading
+// shard `shard` of `shards`; with `test`, measures it on the test files (batches of 100
+// per rank).
 template <class D>
-std::vector<float> train_mnist_model(context& ctx, const options& o, const std::filesystem::path& dir,
-                                     std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print,
-                                     bool record, network<D>& net) {
+outcome train_mnist(context& ctx, const options& o, const std::filesystem::path& dir, std::int64_t shards,
+                    std::int64_t shard, std::int64_t batch, bool print, bool record, bool test) {
+  network<D> net;
   net.build(ctx, 1);
   nn::cross_entropy_loss<float, D> loss_fn;
   optim::sgd<float, D> optimizer(net.trainable_params(), 1e-2f);
@@ -196,68 +204,58 @@ std::vector<float> train_mnist_model(context& ctx, const options& o, const std::
   mnist_log log(o, print, record);
   model.train(o.steps == 0 ? 0 : o.epochs, data_set, {&log});
   if (print && o.steps >= 0) print_step_time(log.timed(), log.timed_steps());
-  return std::move(log.losses());
+  outcome out{std::move(log.losses()), {}};
+  if (test) {
+    data::dataset test_set = mnist(dir, "test", shards, shard, 100);
+    out.test = model.eval(test_set);
+  }
+  return out;
 }
 
-// Trains on the ranks of ctx, each reading shard `shard` of `shards`; returns every
-// step's loss when `record` (resolving the loss each step), else only those printed.
-std::vector<float> train_mnist_loop(context& ctx, const options& o, const std::filesystem::path& dir,
-                                    std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print,
-                                    bool record, network<cpu_device>& net) {
-  using D = cpu_device;
+// Seed 002's own loop on the host: value_and_grad over the network run eagerly, the
+// DistributedGradReducer (none with optimizer parallel) and the optimizer.
+outcome train_by_hand(context& ctx, const options& o, const std::filesystem::path& dir, std::int64_t shards,
+                      std::int64_t shard, std::int64_t batch, bool print, bool record) {
   const int p = ctx.size(), me = ctx.rank();
+  network<cpu_device> net;
   net.build(ctx, 1);
-  nn::cross_entropy_loss<float, D> loss_fn;
-  optim::sgd<float, D> optimizer(net.trainable_params(), 1e-2f);
+  nn::cross_entropy_loss<float> loss_fn;
+  optim::sgd<float> optimizer(net.trainable_params(), 1e-2f);
   auto forward_fn = [&](auto data, const dist_tensor<std::int32_t>& label) { return loss_fn(net(data), label); };
   auto grad_fn = train::value_and_grad(forward_fn, net.trainable_params(), ctx);
-  // With optimizer parallel the step reduces the gradients itself: no reducer.
-  std::optional<train::distributed_grad_reducer<float, D>> grad_reducer;
+  std::optional<train::distributed_grad_reducer<float>> grad_reducer;
   if (o.parallel_optimizer) optimizer.enable_parallel_optimizer(ctx, {.threshold_bytes = 0});
   else grad_reducer.emplace(optimizer.parameters(), ctx);
   const data::dataset data_set = mnist(dir, "train", shards, shard, batch);
-
-  std::vector<float> losses;
+  outcome out;
   std::int64_t step = 0;
-  double timed = 0;
-  std::int64_t timed_steps = 0;
   for (int epoch = 0; epoch < o.epochs && (o.steps < 0 || step < o.steps); ++epoch) {
     std::int64_t i = 0;
     for (const data::row& b : data_set.epoch(epoch)) {
       if (o.steps >= 0 && step >= o.steps) break;
-      auto [host_data, label] = tensors(b, p, me);
-      const auto t0 = std::chrono::steady_clock::now();
-      const dist_tensor<float> data = std::move(host_data);
+      auto [data, label] = tensors(b, p, me);
       auto [loss, grads] = grad_fn(data, label);
       if (grad_reducer) grads = (*grad_reducer)(grads);
       optimizer(grads);
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (step >= warmup) {
-        timed += dt;
-        ++timed_steps;
-      }
       if (record || i % 10 == 0) {
         const float l = train::scalar(loss, ctx);
-        if (record) losses.push_back(l);
+        if (record) out.losses.push_back(l);
         if (print && i % 10 == 0) std::printf("epoch: %d step: %lld, loss is %.8g\n", epoch, (long long)i, double(l));
       }
       ++i;
       ++step;
     }
   }
-  if (print && o.steps >= 0) print_step_time(timed, timed_steps);
-  return losses;
+  return out;
 }
 
-// The training on device D: the seed's hand-written loop on the host, train::model
-// on a GPU.
+// One training on device D: through train::model, or seed 002's loop (host only).
 template <class D>
-std::vector<float> train_mnist(context& ctx, const options& o, const std::filesystem::path& dir,
-                               std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print, bool record,
-                               network<D>& net) {
+outcome train_once(context& ctx, const options& o, const std::filesystem::path& dir, std::int64_t shards,
+                   std::int64_t shard, std::int64_t batch, bool print, bool record, bool test) {
   if constexpr (std::is_same_v<D, cpu_device>)
-    return train_mnist_loop(ctx, o, dir, shards, shard, batch, print, record, net);
-  else return train_mnist_model(ctx, o, dir, shards, shard, batch, print, record, net);
+    if (o.hand_written) return train_by_hand(ctx, o, dir, shards, shard, batch, print, record);
+  return train_mnist<D>(ctx, o, dir, shards, shard, batch, print, record, test);
 }
 
 options parse(int argc, char** argv) {
@@ -284,10 +282,11 @@ options parse(int argc, char** argv) {
     else if (a == "--verify") o.verify = true;
     else if (a == "--device") o.device = value(i);
     else if (a == "--parallel-optimizer") o.parallel_optimizer = true;
+    else if (a == "--hand-written") o.hand_written = true;
     else
       throw error("mnist_data_parallel: unknown argument '" + a +
                   "'; usage: mnist_data_parallel (--data DIR | --synthetic) [--epochs N] [--steps N] [--batch N] "
-                  "[--verify] [--device cpu|cuda] [--parallel-optimizer]");
+                  "[--verify] [--device cpu|cuda] [--parallel-optimizer] [--hand-written]");
   }
   if (o.device != "cpu" && o.device != "cuda")
     throw error("mnist_data_parallel: unknown device '" + o.device + "' (expected cpu or cuda)");
@@ -298,6 +297,7 @@ options parse(int argc, char** argv) {
   if (o.synthetic == !o.data_dir.empty())
     throw error("mnist_data_parallel: give either --data DIR (the MNIST idx-ubyte files) or --synthetic");
   if (o.batch < 1) throw error("mnist_data_parallel: --batch must be at least 1");
+  if (o.hand_written && o.device != "cpu") throw error("mnist_data_parallel: --hand-written runs on the host only");
   return o;
 }
 
@@ -332,37 +332,16 @@ void run(any_communicator& world, const options& o) {
     }
   } remove_synthetic{o.synthetic, dir, world};
 
-  network<D> net;
-  std::vector<float> losses;
-  train::eval_result m;
-  with_device_context<D>(world, [&](auto& ctx) {
-    losses = train_mnist(ctx, o, dir, p, me, o.batch, true, o.verify, net);
-    if constexpr (!std::is_same_v<D, cpu_device>) {
-      // Accuracy on the test files, each rank its shard (batches of 100 per rank), on
-      // the device.
-      nn::cross_entropy_loss<float, D> loss_fn;
-      const data::dataset test_set = mnist(dir, "test", p, me, 100);
-      m = train::evaluate(net, loss_fn, test_set, ctx);
-    }
-  });
-
-  if constexpr (std::is_same_v<D, cpu_device>) {
-    // Accuracy on the test files, each rank its shard (batches of 100 per rank).
-    context ctx(world);
-    nn::cross_entropy_loss<float> loss_fn;
-    const data::dataset test_set = mnist(dir, "test", p, me, 100);
-    m = train::evaluate(net, loss_fn, test_set, ctx);
-  }
-  std::printf("accuracy: %.4f\n", m.accuracy);
+  outcome got;
+  with_device_context<D>(world, [&](auto& ctx) { got = train_once<D>(ctx, o, dir, p, me, o.batch, true, o.verify, true); });
+  if (!o.hand_written) std::printf("accuracy: %.4f\n", got.test.accuracy);
 
   if (o.verify) {
     // The oracle: the same training on this process alone, whole global batches.
     any_communicator one{local_communicator{}};
-    network<D> alone;
     std::vector<float> ref;
-    with_device_context<D>(one, [&](auto& solo) {
-      ref = train_mnist(solo, o, dir, 1, 0, o.batch * p, false, true, alone);
-    });
+    with_device_context<D>(one, [&](auto& solo) { ref = train_once<D>(solo, o, dir, 1, 0, o.batch * p, false, true, false).losses; });
+    const std::vector<float>& losses = got.losses;
     if (ref.size() != losses.size())
       throw error("mnist_data_parallel: --verify: " + std::to_string(losses.size()) + " data-parallel steps, " +
                   std::to_string(ref.size()) + " steps alone");

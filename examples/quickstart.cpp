@@ -1,5 +1,6 @@
-// The quickstart of the seeds, on the traced graph: a 32 -> 16 -> 16 MLP (weights w and
-// w2, MatMul, ReLU, MatMul) with an MSE loss, trained with Momentum(0.2, 0.1) for 5
+// The quickstart of the seeds (seed 000): the seed's Net written as a module (its
+// parameters w (32, 16) and w2 (16, 16) from the normal initializer, MatMul, ReLU,
+// MatMul) with an MSE loss, trained by train::model with Momentum(0.2, 0.1) for 5
 // epochs of 4 steps, 2 samples per rank, in auto_parallel mode with sharding
 // propagation and dataset_strategy data_parallel. Only the first MatMul has a
 // strategy, the seed's ((2, 4), (4, 1)) on 8 ranks; the parallel pass gives the other
@@ -10,8 +11,8 @@
 //   mpiexec -n 8 quickstart --save-graphs DIR    # writes DIR/rank_R/{step_parallel_begin.ir,execute.ir,execute.dot}
 //   quickstart --stand-alone                     # the same training (global batch 16) on one rank
 //   mpiexec -n 8 quickstart --device cuda        # shards on the GPUs (ranks share them round-robin)
-//   mpiexec -n 8 quickstart --search dynamic_programming   # the other operators' strategies by
-//                                                          # dynamic programming over bytes and work
+//   mpiexec -n 8 quickstart --search dynamic_programming   # every strategy by dynamic programming
+//                                                          # over bytes and work, none configured
 //
 // Built by nvcc where CMake finds it (then --device cuda is available); by the host
 // compiler otherwise.
@@ -20,13 +21,16 @@
 #include <cstring>
 #include <iostream>
 #include <random>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 #include <tessera/tessera.hpp>
 #include <tessera/comm/launch.hpp>
-#include <tessera/graph/execute.hpp>
 #include <tessera/optim/momentum.hpp>
+#include <tessera/train/model.hpp>
+#include <xtensor/xview.hpp>
 #if defined(__CUDACC__)
 #include <tessera/cuda.hpp>
 #define QUICKSTART_WITH_CUDA 1
@@ -42,45 +46,64 @@ constexpr index_t per_rank_batch = 2, in_dim = 32, hidden_dim = 16, out_dim = 16
 constexpr int epochs = 5, steps_per_epoch = 4;
 constexpr float learning_rate = 0.2f, momentum_factor = 0.1f;
 
-// The seed's random dataset: one batch of uniform [0, 1) inputs and labels from a fixed
-// seed, yielded at every step. `global_batch` rows, the same on every rank; each rank
-// reads its slice (dataset_strategy data_parallel).
-struct dataset {
-  xt::xarray<float> input, label;
-  explicit dataset(index_t global_batch) {
-    std::mt19937 gen(1);
-    std::uniform_real_distribution<float> u(0.0f, 1.0f);
-    input = xt::xarray<float>::from_shape({std::size_t(global_batch), std::size_t(in_dim)});
-    label = xt::xarray<float>::from_shape({std::size_t(global_batch), std::size_t(out_dim)});
-    for (float& x : input) x = u(gen);
-    for (float& x : label) x = u(gen);
+// The seed's Net: ops.MatMul().shard(((2, 4), (4, 1))), ReLU, MatMul, over the
+// parameters "w" and "w2". `matmul`'s strategy is set for the run (none: the search's).
+template <class D>
+struct net : nn::module<float, D> {
+  nn::parameter<float, D> w{extents{in_dim, hidden_dim}, nn::initializer::normal(0.01)};
+  nn::parameter<float, D> w2{extents{hidden_dim, out_dim}, nn::initializer::normal(0.01)};
+  ops::matmul_op matmul, matmul2;
+
+  void visit(nn::visitor<float, D>& v) override {
+    v.param("w", w);
+    v.param("w2", w2);
+  }
+  template <class V>
+  V operator()(V x) {
+    V out = nn::apply_named("matmul", matmul, x, w.on(x));
+    out = nn::apply_named("relu", ops::relu_op{}, out);
+    return nn::apply_named("matmul2", matmul2, out, w2.on(x));
   }
 };
 
-// Parameters drawn from the normal initializer (sigma 0.01) with a fixed seed, so every
-// rank (and the stand-alone run) starts from the same weights.
-xt::xarray<float> normal_init(index_t rows, index_t cols, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> n(0.0f, 0.01f);
-  xt::xarray<float> w = xt::xarray<float>::from_shape({std::size_t(rows), std::size_t(cols)});
-  for (float& x : w) x = n(gen);
-  return w;
+// The seed's random dataset: one batch of uniform [0, 1) inputs and labels from a fixed
+// seed, yielded at every step: rows [first, first + count) of the global batch.
+std::vector<std::pair<xt::xarray<float>, xt::xarray<float>>> dataset(index_t global_batch, index_t first,
+                                                                      index_t count) {
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  xt::xarray<float> input = xt::xarray<float>::from_shape({std::size_t(global_batch), std::size_t(in_dim)});
+  xt::xarray<float> label = xt::xarray<float>::from_shape({std::size_t(global_batch), std::size_t(out_dim)});
+  for (float& x : input) x = u(gen);
+  for (float& x : label) x = u(gen);
+  xt::xarray<float> x = xt::view(input, xt::range(first, first + count), xt::all());
+  xt::xarray<float> y = xt::view(label, xt::range(first, first + count), xt::all());
+  return std::vector<std::pair<xt::xarray<float>, xt::xarray<float>>>(steps_per_epoch, {x, y});
 }
 
-// The seed's Net with its loss, traced for `p` ranks: the first MatMul split (2, 4) on 8
-// ranks (rows 2 ways, the contraction 4 ways); (2, p / 2) or (1, p) on other counts.
-graph::traced_graph trace_net(index_t global_batch, int p) {
-  graph::graph_builder b;
-  const graph::value x = b.input("input", {global_batch, in_dim});
-  const graph::value label = b.input("label", {global_batch, out_dim});
-  const graph::value w = b.parameter("w", {in_dim, hidden_dim});
-  const graph::value w2 = b.parameter("w2", {hidden_dim, out_dim});
-  const int a = p % 2 == 0 ? 2 : 1, k = p / a;
-  graph::value out = b.matmul(x, w).shard({{a, k}, {k, 1}}).named("matmul");
-  out = b.relu(out);
-  out = b.matmul(out, w2).named("matmul2");
-  return b.build(b.mse_loss(out, label));
-}
+// Every rank's `epoch: E step: S, loss is L`, printed by rank 0 in rank order; the
+// losses kept.
+class loss_lines : public train::callback<float> {
+ public:
+  loss_lines(context& ctx, bool print) : ctx_(&ctx), print_(print) {}
+  void on_step_end(train::run_context<float>& rc) override {
+    losses.push_back(float(rc.loss));
+    if (!print_) return;
+    char line[96];
+    std::snprintf(line, sizeof line, "epoch: %d step: %lld, loss is %.9g\n", rc.epoch,
+                  static_cast<long long>(rc.step_in_epoch), rc.loss);
+    std::vector<char> mine(sizeof line, '\0'), all(sizeof line * std::size_t(ctx_->size()));
+    std::memcpy(mine.data(), line, sizeof line);
+    ctx_->world().all_gather(std::span<const char>(mine), std::span<char>(all));
+    if (ctx_->rank() == 0)
+      for (int r = 0; r < ctx_->size(); ++r) std::cout << all.data() + r * sizeof line;
+  }
+  std::vector<float> losses;
+
+ private:
+  context* ctx_;
+  bool print_;
+};
 
 // The communicator the shards of device D move through: a duplicate of the host world,
 // or for GPU shards a staging communicator of device buffers over one.
@@ -93,29 +116,35 @@ any_communicator device_comm(any_communicator& host) {
     return host.split(0, host.rank());
 }
 
-// Trains the network on the ranks of `world` (a host communicator) with its shards on
-// device D, a global batch of `global_batch` samples, in `mode`; returns the loss of
-// every step.
+// Trains the network on the ranks of `world` with its shards on device D, in `mode`
+// (each rank reading its rows of the global batch, or all of them stand-alone); returns
+// the loss of every step.
 template <class D>
 std::vector<float> train_network(any_communicator& world, graph::parallel_mode mode, index_t global_batch, bool print,
                                  const std::string& save_dir,
                                  graph::search_mode search = graph::search_mode::sharding_propagation) {
   any_communicator comm = device_comm<D>(world);
+  context ctx(comm);
   const int p = world.size(), me = world.rank();
-  graph::parallel_config cfg;
-  cfg.mode = mode;
-  cfg.search = search;
-  cfg.dataset = graph::dataset_strategy::data_parallel();
-  cfg.device_num = p;
-  graph::executor<float, D> ex(graph::parallelize(trace_net(global_batch, p), cfg), comm);
-  if (!save_dir.empty()) ex.save_graphs(save_dir);
-  ex.set_parameter("w", normal_init(in_dim, hidden_dim, 2));
-  ex.set_parameter("w2", normal_init(hidden_dim, out_dim, 3));
-  const dataset data(global_batch);
-  const std::vector<xt::xarray<float>> batch = ex.slice_batch({data.input, data.label});
-  optim::momentum<float, D> opt(learning_rate, momentum_factor);
+  net<D> network;
+  if (mode == graph::parallel_mode::auto_parallel && search == graph::search_mode::sharding_propagation) {
+    const int a = p % 2 == 0 ? 2 : 1, k = p / a;  // the seed's (2, 4) on 8 ranks
+    network.matmul.st = strategy{{a, k}, {k, 1}};
+  }
+  nn::mse_loss<float, D> loss_fn;
+  optim::momentum<float, D> opt(network.trainable_params(), learning_rate, momentum_factor);
+  typename train::model<net<D>, nn::mse_loss<float, D>>::options o;
+  o.parallel.mode = mode;
+  o.parallel.search = search;
+  o.seed = 2;
+  train::model model(network, loss_fn, opt, ctx, o);
+  const bool alone = mode == graph::parallel_mode::stand_alone;
+  auto data = dataset(global_batch, alone ? 0 : me * per_rank_batch, alone ? global_batch : per_rank_batch);
+  loss_lines lines(ctx, print);
+  model.train(epochs, data, {&lines});
+  if (!save_dir.empty()) model.save_graphs(save_dir);
 
-  const graph::parallel_graph& pg = ex.plan();
+  const graph::parallel_graph& pg = model.plan();
   if (print && me == 0) {
     std::cout << "quickstart on " << p << (p == 1 ? " rank" : " ranks") << " (" << D::name << "), " << to_string(mode)
               << (mode == graph::parallel_mode::auto_parallel ? " with " + std::string(to_string(search)) : "")
@@ -123,33 +152,17 @@ std::vector<float> train_network(any_communicator& world, graph::parallel_mode m
     const graph::traced_graph& g = pg.traced();
     for (int id = 0; id < g.size(); ++id) {
       if (g.at(id).kind != graph::node_kind::op) continue;
-      const graph::op_plan& o = pg.op(id);
+      const graph::op_plan& op = pg.op(id);
       std::string shapes;
       for (std::size_t s = 0; s < g.at(id).inputs.size(); ++s)
-        shapes += (s ? " x " : "") + to_string(local_shape(o.lay.in[s], g.at(g.at(id).inputs[s]).shape));
-      std::cout << "  " << g.describe(id) << " " << to_string(o.st) << " (" << to_string(o.source) << "): " << shapes
+        shapes += (s ? " x " : "") + to_string(local_shape(op.lay.in[s], g.at(g.at(id).inputs[s]).shape));
+      std::cout << "  " << g.describe(id) << " " << to_string(op.st) << " (" << to_string(op.source) << "): " << shapes
                 << " -> " << to_string(pg.local_shape(id)) << "\n";
     }
     std::cout << "  communication per step: " << pg.bytes_for_rank(0) << " bytes received by rank 0\n";
     if (!save_dir.empty()) std::cout << "  graphs saved under " << save_dir << "/rank_R/\n";
   }
-  std::vector<float> losses;
-  for (int epoch = 1; epoch <= epochs; ++epoch)
-    for (int step = 1; step <= steps_per_epoch; ++step) {
-      const float l = ex.train_step(batch, opt);
-      losses.push_back(l);
-      if (print) {
-        // Every rank's line, printed by rank 0 in rank order.
-        char line[96];
-        std::snprintf(line, sizeof line, "epoch: %d step: %d, loss is %.9g\n", epoch, step, double(l));
-        std::vector<char> mine(sizeof line, '\0'), all(sizeof line * std::size_t(p));
-        std::memcpy(mine.data(), line, sizeof line);
-        world.all_gather(std::span<const char>(mine), std::span<char>(all));
-        if (me == 0)
-          for (int r = 0; r < p; ++r) std::cout << all.data() + r * sizeof line;
-      }
-    }
-  return losses;
+  return lines.losses;
 }
 
 // Trains on `device`: the seed's run on every rank of the job, or --stand-alone on one.

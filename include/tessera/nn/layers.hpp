@@ -464,7 +464,7 @@ class dropout : public module<T, D> {
 
   void visit(visitor<T, D>&) override {}
   void named(std::string_view full_name, std::uint64_t seed) override {
-    module<T, D>::named(full_name, seed);
+    nn::module<T, D>::named(full_name, seed);
     op_.key = stream_key(seed, full_name);
   }
   void training_changed(bool mode) override { op_.state->training.store(mode); }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -405,11 +406,11 @@ class model {
       if (have) b = to_local_batch(detail::tag<T>{}, *it);
       if (!detail::agree_on_batch<D>(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.eval")) break;
       compile(*b);
-      const int label_id = compiled_->graph.inputs()[1];
-      const layout ll = compiled_->plan->value_layout(label_id);
-      const dist_tensor<std::int32_t> y(ll, compiled_->graph.at(label_id).shape, ctx_->rank(),
+      const int label_id = current_->graph.inputs()[1];
+      const layout ll = current_->plan->value_layout(label_id);
+      const dist_tensor<std::int32_t> y(ll, current_->graph.at(label_id).shape, ctx_->rank(),
                                         detail::as_array<std::int32_t>(b->labels));
-      auto e = compiled_->exec->evaluate({b->inputs, b->labels}, {compiled_->output});
+      auto e = current_->exec->evaluate({b->inputs, b->labels}, {current_->output});
       loss_sum += double(e.loss);
       correct += detail::count_correct(e.values[0], y, *ctx_);
       samples += global_rows(*b);
@@ -431,11 +432,11 @@ class model {
   /// modes, where the plan resolves them).
   distributed_grad_reducer<T, D>* reducer() { return reducer_.get(); }
 
-  /// The parallel plan of the traced network (made at the first step or eval); throws
-  /// before.
+  /// The parallel plan of the traced network for the last batch's shapes (made at the
+  /// first step or eval); throws before.
   const graph::parallel_graph& plan() const {
-    if (!compiled_) throw error("model: no plan yet: the network is traced at the first step or eval");
-    return *compiled_->plan;
+    if (!current_) throw error("model: no plan yet: the network is traced at the first step or eval");
+    return *current_->plan;
   }
   /// What this rank's communicators moved during the last step's forward and backward
   /// passes and gradient reduction (equal to the plan's bytes for this rank; not the
@@ -450,7 +451,8 @@ class model {
     int output = -1;
     std::unique_ptr<graph::parallel_graph> plan;
     std::unique_ptr<graph::executor<T, D>> exec;
-    std::vector<std::ptrdiff_t> slot;  // per graph parameter, its index in the optimizer's list (-1: none)
+    std::vector<nn::parameter<T, D>*> params;  // per graph parameter, the network's
+    std::vector<std::ptrdiff_t> slot;          // and its index in the optimizer's list (-1: none)
   };
 
   // The global shape of a local array under the dataset strategy of input `index`.
@@ -476,15 +478,30 @@ class model {
   }
   index_t global_rows(const local_batch<T>& b) const { return global_shape(b.inputs, 0).v[0]; }
 
-  // Traces, parallelizes and binds the network at the first batch.
+  // The network traced, parallelized and bound for batches of b's shapes: at the first
+  // batch of each shape (a test set's batches may differ from the training's), and
+  // current from then on. The parameters are laid out as that plan says.
   void compile(const local_batch<T>& b) {
-    if (compiled_) return;
+    const extents xs = global_shape(b.inputs, 0), ys = global_shape(b.labels, 1);
+    const std::string key = to_string(xs) + to_string(ys);
+    auto& slot = compiled_[key];
+    if (!slot) slot = make_compiled(xs, ys);
+    current_ = slot.get();
+    // The parameters in this plan's layouts (moved when another plan laid them out).
+    for (std::size_t i = 0; i < current_->params.size(); ++i) {
+      nn::parameter<T, D>* p = current_->params[i];
+      const layout& l = current_->plan->value_layout(current_->graph.parameters()[i]);
+      if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
+    }
+  }
+
+  std::unique_ptr<compiled_network> make_compiled(const extents& xs, const extents& ys) {
     if (!net_->built()) net_->build(*ctx_, opt_config_.seed);
     graph::parallel_config cfg = opt_config_.parallel;
     cfg.device_num = ctx_->size();
     cfg.elem_bytes = index_t(sizeof(T));
     auto c = std::make_unique<compiled_network>();
-    nn::traced_network t = nn::trace(*net_, *loss_, global_shape(b.inputs, 0), global_shape(b.labels, 1), net_->seed());
+    nn::traced_network t = nn::trace(*net_, *loss_, xs, ys, net_->seed());
     c->graph = std::move(t.graph);
     c->output = t.output;
     c->plan = std::make_unique<graph::parallel_graph>(graph::parallelize(c->graph, cfg));
@@ -501,10 +518,11 @@ class model {
       const layout& l = c->plan->value_layout(id);
       if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
       c->exec->bind_parameter(name, p->data());
+      c->params.push_back(p);
       const auto it = std::find(trained.begin(), trained.end(), p);
       c->slot.push_back(it == trained.end() ? -1 : it - trained.begin());
     }
-    compiled_ = std::move(c);
+    if (compiled_.size() > 1) return c;  // the reducer is made once
     const bool dp = cfg.mode == graph::parallel_mode::data_parallel;
     if (opt_->reduces_gradients()) {
       if (!opt_config_.gradients_mean)
@@ -520,11 +538,12 @@ class model {
     } else if (opt_config_.parameter_broadcast) {
       broadcast_parameters(opt_->parameters(), *ctx_);
     }
+    return c;
   }
 
   // One training step on this rank's rows; returns the loss.
   T step(const local_batch<T>& b) {
-    compiled_network& c = *compiled_;
+    compiled_network& c = *current_;
     const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
     const bool raw = reducer_ || opt_->reduces_gradients();
     const traffic before = ctx_->total_stats();
@@ -558,7 +577,8 @@ class model {
   optim::optimizer<T, D>* opt_;
   context* ctx_;
   options opt_config_;
-  std::unique_ptr<compiled_network> compiled_;
+  std::map<std::string, std::unique_ptr<compiled_network>> compiled_;  // by the batches' global shapes
+  compiled_network* current_ = nullptr;
   std::unique_ptr<distributed_grad_reducer<T, D>> reducer_;
   traffic last_{};
 };
