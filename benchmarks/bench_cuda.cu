@@ -255,12 +255,8 @@ struct mlp {
 
 template <class D>
 void bm_step(benchmark::State& state, std::string name, std::vector<index_t> dims, index_t batch, bool classify) {
-  using C = std::conditional_t<std::is_same_v<D, cpu_device>, local_communicator, staged_communicator<local_communicator>>;
-  auto make_world = [] {
-    if constexpr (std::is_same_v<C, local_communicator>) return local_communicator{};
-    else return C(local_communicator{});
-  };
-  C world = make_world();
+  any_communicator host(local_communicator{});
+  any_communicator world = device_communicator(host, D{});
   context ctx(world);
   mlp<D> net(std::move(dims), batch, classify);
   optim::momentum<float, D> opt(0.01f, 0.9f);

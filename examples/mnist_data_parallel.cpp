@@ -127,23 +127,6 @@ std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> tensors(const data::row
           dist_tensor<std::int32_t>(layout(mesh{p}, {{0}}), extents{rows * p}, rank, std::move(y))};
 }
 
-// Calls f(ctx) with a context whose communicator carries device D's buffers: `host`
-// itself for the host, a staging communicator over a duplicate of it for GPU shards.
-template <class D, class F>
-void with_device_context(any_communicator& host, F&& f) {
-#if MNIST_WITH_CUDA
-  if constexpr (std::is_same_v<D, cuda_device>) {
-    any_communicator staged(staged_communicator(host.split(0, host.rank())));
-    context ctx(staged);
-    f(ctx);
-  } else
-#endif
-  {
-    context ctx(host);
-    f(ctx);
-  }
-}
-
 constexpr std::int64_t warmup = 10;  // steps before the timed ones
 
 // The hand-written loop's log, step limit and step timing as a callback of
@@ -332,15 +315,16 @@ void run(any_communicator& world, const options& o) {
     }
   } remove_synthetic{o.synthetic, dir, world};
 
-  outcome got;
-  with_device_context<D>(world, [&](auto& ctx) { got = train_once<D>(ctx, o, dir, p, me, o.batch, true, o.verify, true); });
+  any_communicator comm = device_communicator(world, D{});
+  context ctx(comm);
+  const outcome got = train_once<D>(ctx, o, dir, p, me, o.batch, true, o.verify, true);
   if (!o.hand_written) std::printf("accuracy: %.4f\n", got.test.accuracy);
 
   if (o.verify) {
     // The oracle: the same training on this process alone, whole global batches.
-    any_communicator one{local_communicator{}};
-    std::vector<float> ref;
-    with_device_context<D>(one, [&](auto& solo) { ref = train_once<D>(solo, o, dir, 1, 0, o.batch * p, false, true, false).losses; });
+    any_communicator one{local_communicator{}}, one_device = device_communicator(one, D{});
+    context solo(one_device);
+    const std::vector<float> ref = train_once<D>(solo, o, dir, 1, 0, o.batch * p, false, true, false).losses;
     const std::vector<float>& losses = got.losses;
     if (ref.size() != losses.size())
       throw error("mnist_data_parallel: --verify: " + std::to_string(losses.size()) + " data-parallel steps, " +

@@ -14,8 +14,7 @@
 //   mpiexec -n 8 quickstart --search dynamic_programming   # every strategy by dynamic programming
 //                                                          # over bytes and work, none configured
 //
-// Built by nvcc where CMake finds it (then --device cuda is available); by the host
-// compiler otherwise.
+// Built by nvcc where CMake finds it (then --device cuda works), else by the host compiler.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -89,14 +88,13 @@ class loss_lines : public train::callback<float> {
   void on_step_end(train::run_context<float>& rc) override {
     losses.push_back(float(rc.loss));
     if (!print_) return;
-    char line[96];
-    std::snprintf(line, sizeof line, "epoch: %d step: %lld, loss is %.9g\n", rc.epoch,
+    constexpr std::size_t n = 96;
+    std::vector<char> mine(n, '\0'), all(n * std::size_t(ctx_->size()));
+    std::snprintf(mine.data(), n, "epoch: %d step: %lld, loss is %.9g\n", rc.epoch,
                   static_cast<long long>(rc.step_in_epoch), rc.loss);
-    std::vector<char> mine(sizeof line, '\0'), all(sizeof line * std::size_t(ctx_->size()));
-    std::memcpy(mine.data(), line, sizeof line);
     ctx_->world().all_gather(std::span<const char>(mine), std::span<char>(all));
     if (ctx_->rank() == 0)
-      for (int r = 0; r < ctx_->size(); ++r) std::cout << all.data() + r * sizeof line;
+      for (int r = 0; r < ctx_->size(); ++r) std::cout << all.data() + r * n;
   }
   std::vector<float> losses;
 
@@ -105,17 +103,6 @@ class loss_lines : public train::callback<float> {
   bool print_;
 };
 
-// The communicator the shards of device D move through: a duplicate of the host world,
-// or for GPU shards a staging communicator of device buffers over one.
-template <class D>
-any_communicator device_comm(any_communicator& host) {
-#if QUICKSTART_WITH_CUDA
-  if constexpr (std::is_same_v<D, cuda_device>) return any_communicator(staged_communicator(host.split(0, host.rank())));
-  else
-#endif
-    return host.split(0, host.rank());
-}
-
 // Trains the network on the ranks of `world` with its shards on device D, in `mode`
 // (each rank reading its rows of the global batch, or all of them stand-alone); returns
 // the loss of every step.
@@ -123,7 +110,7 @@ template <class D>
 std::vector<float> train_network(any_communicator& world, graph::parallel_mode mode, index_t global_batch, bool print,
                                  const std::string& save_dir,
                                  graph::search_mode search = graph::search_mode::sharding_propagation) {
-  any_communicator comm = device_comm<D>(world);
+  any_communicator comm = device_communicator(world, D{});
   context ctx(comm);
   const int p = world.size(), me = world.rank();
   net<D> network;
@@ -168,9 +155,8 @@ std::vector<float> train_network(any_communicator& world, graph::parallel_mode m
 // Trains on `device`: the seed's run on every rank of the job, or --stand-alone on one.
 template <class D>
 int run(int argc, char** argv, bool verify, bool stand_alone, const std::string& save_dir, graph::search_mode search) {
-  if (stand_alone) {
-    any_communicator one{local_communicator{}};
-    // The seed's global batch: 8 ranks x 2 samples.
+  any_communicator one{local_communicator{}};  // this process alone
+  if (stand_alone) {  // the seed's global batch: 8 ranks x 2 samples
     train_network<D>(one, graph::parallel_mode::stand_alone, per_rank_batch * 8, true, save_dir);
     return 0;
   }
@@ -186,7 +172,6 @@ int run(int argc, char** argv, bool verify, bool stand_alone, const std::string&
                   std::to_string(losses.back()));
     if (!verify) return;
     // The oracle: the same training on one rank (this process alone) gives the same losses.
-    any_communicator one{local_communicator{}};
     const std::vector<float> alone = train_network<D>(one, graph::parallel_mode::stand_alone, global_batch, false, "");
     double worst = 0;
     for (std::size_t i = 0; i < losses.size(); ++i)

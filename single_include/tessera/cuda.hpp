@@ -4446,6 +4446,12 @@ class staged_communicator {
 template <class C>
 staged_communicator(C) -> staged_communicator<C>;
 
+/// The communicator for GPU shards over the ranks of `host`: a staging communicator over
+/// a duplicate of it (the host overload is in comm/mesh_comm.hpp).
+inline any_communicator device_communicator(any_communicator& host, cuda_device) {
+  return any_communicator(staged_communicator(host.split(0, host.rank())));
+}
+
 }  // namespace tessera
 #if __has_include(<nccl.h>)
 // ---- tessera/comm/nccl.hpp ----

@@ -2725,132 +2725,6 @@ static_assert(nonblocking_communicator<local_communicator>);
 #include <string>
 #include <utility>
 #include <vector>
-
-namespace tessera {
-
-/// Binds a mesh (device matrix) to a world communicator `C` whose size is the mesh
-/// size; rank r of the communicator is mesh rank r. Does not own the communicator.
-///
-///     tessera::mesh_comm mc(tessera::mesh{2, 4}, world);   // 8 ranks
-///     auto& row = mc.group({1});     // the 4 ranks sharing this rank's axis-0 index
-///     row.all_reduce(std::span<float>(partial), tessera::reduce_op::sum);
-///
-/// group(axes) is the group of core/mesh.hpp: the ranks that share this rank's
-/// coordinates on every axis not in `axes`, member i being group_member(mesh, axes,
-/// rank, i) (the first listed axis most significant). The axis order matters: {0, 1}
-/// and {1, 0} order the same ranks differently, so they are different communicators.
-///
-/// Creating a group is collective over the world communicator (a split): every rank
-/// must ask for the same new groups in the same order. SPMD programs and plans do so
-/// naturally; a group asked for on one rank only deadlocks.
-template <communicator C>
-class mesh_comm {
- public:
-  /// Throws tessera::error when the mesh is invalid or its size differs from
-  /// world.size(): "mesh: the mesh size must equal the number of ranks: mesh size 4,
-  /// communicator size 8".
-  mesh_comm(const tessera::mesh& m, C& world) : mesh_(m), world_(&world) {
-    require(check_mesh_size(m, world.size()));
-  }
-
-  mesh_comm(const mesh_comm&) = delete;
-  mesh_comm& operator=(const mesh_comm&) = delete;
-  mesh_comm(mesh_comm&&) noexcept = default;
-  mesh_comm& operator=(mesh_comm&&) noexcept = default;
-
-  /// The communicator of this rank's group over `axes` (ordered, major first). An
-  /// empty list gives a one-rank group. Created on first use (collective), then cached.
-  C& group(const axis_list& axes) {
-    for (auto& [key, comm] : groups_)
-      if (key == axes) return *comm;
-    check_axes(axes);
-    const int r = world_->rank();
-    auto comm = std::make_unique<C>(
-        world_->split(group_color(mesh_, axes, r), group_index(mesh_, axes, r)));
-    C& ref = *comm;
-    groups_.emplace_back(axes, std::move(comm));
-    return ref;
-  }
-
-  const tessera::mesh& mesh() const noexcept { return mesh_; }
-  C& world() noexcept { return *world_; }
-  const C& world() const noexcept { return *world_; }
-  /// This rank's index in the world communicator and the mesh.
-  int rank() const { return world_->rank(); }
-
-  /// Traffic of the world communicator plus every cached group.
-  traffic total_stats() const {
-    traffic t = world_->stats();
-    for (const auto& g : groups_) t += g.second->stats();
-    return t;
-  }
-
-  /// Resets the counters of the world communicator and of every cached group.
-  void reset_stats() {
-    world_->reset_stats();
-    for (auto& g : groups_) g.second->reset_stats();
-  }
-
- private:
-  void check_axes(const axis_list& axes) const {
-    if (axes.n < 0 || axes.n > max_mesh_ndim)
-      throw error("mesh_comm::group: " + std::to_string(axes.n) + " axes listed, limit " +
-                  std::to_string(max_mesh_ndim));
-    for (int i = 0; i < axes.n; ++i) {
-      if (axes[i] < 0 || axes[i] >= mesh_.ndim)
-        throw error("mesh_comm::group: axis " + std::to_string(axes[i]) +
-                    " is out of range for a mesh with " + std::to_string(mesh_.ndim) + " axes");
-      for (int j = 0; j < i; ++j)
-        if (axes[j] == axes[i])
-          throw error("mesh_comm::group: axis " + std::to_string(axes[i]) + " is listed twice");
-    }
-  }
-
-  tessera::mesh mesh_;
-  C* world_;
-  std::vector<std::pair<axis_list, std::unique_ptr<C>>> groups_;
-};
-
-/// The communicators of one world for every device matrix a program uses: operators
-/// with different strategies have different device matrices over the same ranks
-/// (MatMul ((2, 4), (4, 1)) uses (2, 4, 1), a data-parallel op (8,)). Each mesh's
-/// mesh_comm, and so its groups, is created on first use (collectively) and kept.
-template <communicator C>
-class device_context {
- public:
-  explicit device_context(C& world) : world_(&world) {}
-  device_context(const device_context&) = delete;
-  device_context& operator=(const device_context&) = delete;
-
-  C& world() noexcept { return *world_; }
-  int rank() const { return world_->rank(); }
-  int size() const { return world_->size(); }
-
-  /// The mesh_comm of `m`; throws unless m spans the world's ranks.
-  mesh_comm<C>& on(const tessera::mesh& m) {
-    for (auto& mc : meshes_)
-      if (mc->mesh() == m) return *mc;
-    meshes_.push_back(std::make_unique<mesh_comm<C>>(m, *world_));
-    return *meshes_.back();
-  }
-
-  /// Traffic of the world and of every group of every mesh.
-  traffic total_stats() const {
-    traffic t = world_->stats();
-    for (const auto& mc : meshes_) t += mc->total_stats() - world_->stats();
-    return t;
-  }
-  void reset_stats() {
-    for (auto& mc : meshes_) mc->reset_stats();
-    world_->reset_stats();
-  }
-
- private:
-  C* world_;
-  std::vector<std::unique_ptr<mesh_comm<C>>> meshes_;
-};
-
-}  // namespace tessera
 // ---- tessera/comm/any_communicator.hpp ----
 // any_communicator: one move-only handle over any communicator, so that user code names
 // no backend type and the backend (MPI, one rank, NCCL, staged device buffers, ...) is
@@ -3153,6 +3027,8 @@ class any_request {
 
 static_assert(pollable_request<any_request>);
 
+class any_communicator;
+
 namespace detail {
 
 // ---- the erased communicator ----------------------------------------------------------
@@ -3194,6 +3070,7 @@ class comm_interface {
   virtual bool device_buffers() const noexcept = 0;
   virtual const void* type() const noexcept = 0;  // &type_tag<C>
   virtual void* target() noexcept = 0;            // the C inside
+  virtual any_communicator* host_communicator() noexcept = 0;  // C's host(), when a handle
 };
 
 /// "all_reduce: the nccl backend has no element type short"
@@ -3364,6 +3241,10 @@ class comm_model final : public comm_interface {
   bool device_buffers() const noexcept override { return takes_device_buffers<C>; }
   const void* type() const noexcept override { return &type_tag<C>; }
   void* target() noexcept override { return &c_; }
+  any_communicator* host_communicator() noexcept override {
+    if constexpr (requires { { c_.host() } -> std::same_as<any_communicator&>; }) return &c_.host();
+    else return nullptr;
+  }
 
  private:
   // f.operator()<T>() for the T of kind k when C moves T, else the error naming the call,
@@ -3426,13 +3307,25 @@ class comm_model final : public comm_interface {
 ///
 /// A moved-from handle is empty: valid() is false, rank() is -1 and size() 0, and every
 /// other call throws tessera::error.
+namespace detail {
+/// A quick test made before `communicator<C>` in any_communicator's constructors: a type
+/// that cannot split or count traffic (a device_context, which holds an
+/// any_communicator) is ruled out without asking whether it is movable, which would
+/// ask again whether it converts to an any_communicator.
+template <class C>
+concept splits_and_counts = requires(C& c) {
+  c.split(0, 0);
+  c.stats();
+};
+}  // namespace detail
+
 class any_communicator {
  public:
   using request = any_request;
 
   /// Takes over `c`, a communicator of any backend (moved in).
   template <class C>
-    requires(!std::same_as<C, any_communicator> && communicator<C>)
+    requires(!std::same_as<C, any_communicator> && detail::splits_and_counts<C> && communicator<C>)
   any_communicator(C c) : any_communicator(detail::make_model(std::move(c))) {}
 
   /// Makes a C in place from `args`.
@@ -3467,6 +3360,11 @@ class any_communicator {
   std::string_view backend() const { return impl().backend(); }
   /// True when the spans passed to the calls must point to device (GPU) memory.
   bool device_buffers() const { return impl().device_buffers(); }
+
+  /// The host communicator under a communicator of device buffers, when that is itself
+  /// a handle (staged_communicator<any_communicator>: device buffers staged through the
+  /// host world), else nullptr: what host-memory collectives next to device ones use.
+  any_communicator* host_communicator() noexcept { return impl().host_communicator(); }
 
   /// The communicator underneath when it is a C, else nullptr (as std::function::target).
   template <class C>
@@ -3578,6 +3476,209 @@ class any_communicator {
 static_assert(communicator<any_communicator>);
 static_assert(nonblocking_communicator<any_communicator>);
 static_assert(!takes_device_buffers<any_communicator>);
+
+}  // namespace tessera
+// ---- tessera/tensor/device.hpp ----
+// Where a tensor's shard lives: the device tags, and the storage trait that names
+// each device's array type and its memory operations (allocate, fill, copy a box,
+// move to and from the host). Standard library only; each device specialises the
+// trait in its own header (tensor/host_storage.hpp, tensor/cuda_storage.cuh).
+
+#include <concepts>
+#include <string_view>
+
+namespace tessera {
+
+/// The host: shards are `xt::xarray<T>` in CPU memory (tensor/host_storage.hpp).
+struct cpu_device {
+  static constexpr std::string_view name = "cpu";
+};
+
+/// An NVIDIA GPU: shards are `cuda::device_array<T>` in device memory on the current
+/// device's stream (tensor/cuda_storage.cuh, compiled by nvcc).
+struct cuda_device {
+  static constexpr std::string_view name = "cuda";
+};
+
+/// The memory model of device D for elements of type T. Every specialisation provides
+///
+///     using array = ...;                      // the shard type: row-major, owns its memory
+///     static array empty(const extents&);     // uninitialised
+///     static void fill(array&, T value);
+///     // the box of shape `box` at src_off in the row-major src (shape src_shape) to
+///     // dst_off in dst (shape dst_shape); pointers into this device's memory
+///     static void copy_box(const T* src, const extents& src_shape, const extents& src_off,
+///                          T* dst, const extents& dst_shape, const extents& dst_off,
+///                          const extents& box);
+///     static xt::xarray<T> to_host(const array&);
+///     static array from_host(const xt::xarray<T>&);
+///     // n elements from src to dst, and n elements at p set to value; pointers into
+///     // this device's memory (on a GPU: queued on tessera's stream, in order with
+///     // the kernels before and after)
+///     static void copy_n(const T* src, T* dst, std::size_t n);
+///     static void fill_n(T* p, std::size_t n, T value);
+///
+/// The primary template is never defined: a device whose header is missing is an error
+/// naming the trait and the device.
+template <class T, class D>
+struct storage;
+
+/// The device an array type belongs to (`xt::xarray<T>` -> cpu_device,
+/// `cuda::device_array<T>` -> cuda_device); specialised beside each storage.
+template <class A>
+struct device_of;
+template <class A>
+using device_of_t = typename device_of<A>::type;
+
+/// The storage trait of an array type.
+template <class A>
+using storage_of = storage<typename A::value_type, device_of_t<A>>;
+
+/// A device tag: one of cpu_device, cuda_device.
+template <class D>
+concept device = std::same_as<D, cpu_device> || std::same_as<D, cuda_device>;
+
+}  // namespace tessera
+
+namespace tessera {
+
+/// Binds a mesh (device matrix) to a world communicator `C` whose size is the mesh
+/// size; rank r of the communicator is mesh rank r. Does not own the communicator.
+///
+///     tessera::mesh_comm mc(tessera::mesh{2, 4}, world);   // 8 ranks
+///     auto& row = mc.group({1});     // the 4 ranks sharing this rank's axis-0 index
+///     row.all_reduce(std::span<float>(partial), tessera::reduce_op::sum);
+///
+/// group(axes) is the group of core/mesh.hpp: the ranks that share this rank's
+/// coordinates on every axis not in `axes`, member i being group_member(mesh, axes,
+/// rank, i) (the first listed axis most significant). The axis order matters: {0, 1}
+/// and {1, 0} order the same ranks differently, so they are different communicators.
+///
+/// Creating a group is collective over the world communicator (a split): every rank
+/// must ask for the same new groups in the same order. SPMD programs and plans do so
+/// naturally; a group asked for on one rank only deadlocks.
+template <communicator C>
+class mesh_comm {
+ public:
+  /// Throws tessera::error when the mesh is invalid or its size differs from
+  /// world.size(): "mesh: the mesh size must equal the number of ranks: mesh size 4,
+  /// communicator size 8".
+  mesh_comm(const tessera::mesh& m, C& world) : mesh_(m), world_(&world) {
+    require(check_mesh_size(m, world.size()));
+  }
+
+  mesh_comm(const mesh_comm&) = delete;
+  mesh_comm& operator=(const mesh_comm&) = delete;
+  mesh_comm(mesh_comm&&) noexcept = default;
+  mesh_comm& operator=(mesh_comm&&) noexcept = default;
+
+  /// The communicator of this rank's group over `axes` (ordered, major first). An
+  /// empty list gives a one-rank group. Created on first use (collective), then cached.
+  C& group(const axis_list& axes) {
+    for (auto& [key, comm] : groups_)
+      if (key == axes) return *comm;
+    check_axes(axes);
+    const int r = world_->rank();
+    auto comm = std::make_unique<C>(
+        world_->split(group_color(mesh_, axes, r), group_index(mesh_, axes, r)));
+    C& ref = *comm;
+    groups_.emplace_back(axes, std::move(comm));
+    return ref;
+  }
+
+  const tessera::mesh& mesh() const noexcept { return mesh_; }
+  C& world() noexcept { return *world_; }
+  const C& world() const noexcept { return *world_; }
+  /// This rank's index in the world communicator and the mesh.
+  int rank() const { return world_->rank(); }
+
+  /// Traffic of the world communicator plus every cached group.
+  traffic total_stats() const {
+    traffic t = world_->stats();
+    for (const auto& g : groups_) t += g.second->stats();
+    return t;
+  }
+
+  /// Resets the counters of the world communicator and of every cached group.
+  void reset_stats() {
+    world_->reset_stats();
+    for (auto& g : groups_) g.second->reset_stats();
+  }
+
+ private:
+  void check_axes(const axis_list& axes) const {
+    if (axes.n < 0 || axes.n > max_mesh_ndim)
+      throw error("mesh_comm::group: " + std::to_string(axes.n) + " axes listed, limit " +
+                  std::to_string(max_mesh_ndim));
+    for (int i = 0; i < axes.n; ++i) {
+      if (axes[i] < 0 || axes[i] >= mesh_.ndim)
+        throw error("mesh_comm::group: axis " + std::to_string(axes[i]) +
+                    " is out of range for a mesh with " + std::to_string(mesh_.ndim) + " axes");
+      for (int j = 0; j < i; ++j)
+        if (axes[j] == axes[i])
+          throw error("mesh_comm::group: axis " + std::to_string(axes[i]) + " is listed twice");
+    }
+  }
+
+  tessera::mesh mesh_;
+  C* world_;
+  std::vector<std::pair<axis_list, std::unique_ptr<C>>> groups_;
+};
+
+/// The communicators of one world for every device matrix a program uses: operators
+/// with different strategies have different device matrices over the same ranks
+/// (MatMul ((2, 4), (4, 1)) uses (2, 4, 1), a data-parallel op (8,)). Each mesh's
+/// mesh_comm, and so its groups, is created on first use (collectively) and kept.
+template <communicator C>
+class device_context {
+ public:
+  explicit device_context(C& world) : world_(&world) {}
+  device_context(const device_context&) = delete;
+  device_context& operator=(const device_context&) = delete;
+
+  C& world() noexcept { return *world_; }
+  int rank() const { return world_->rank(); }
+  int size() const { return world_->size(); }
+
+  /// The mesh_comm of `m`; throws unless m spans the world's ranks.
+  mesh_comm<C>& on(const tessera::mesh& m) {
+    for (auto& mc : meshes_)
+      if (mc->mesh() == m) return *mc;
+    meshes_.push_back(std::make_unique<mesh_comm<C>>(m, *world_));
+    return *meshes_.back();
+  }
+
+  /// Traffic of the world and of every group of every mesh.
+  traffic total_stats() const {
+    traffic t = world_->stats();
+    for (const auto& mc : meshes_) t += mc->total_stats() - world_->stats();
+    return t;
+  }
+  void reset_stats() {
+    for (auto& mc : meshes_) mc->reset_stats();
+    world_->reset_stats();
+  }
+
+ private:
+  C* world_;
+  std::vector<std::unique_ptr<mesh_comm<C>>> meshes_;
+};
+
+/// The context the training layers (autodiff/, nn/, optim/, train/, the graph executor)
+/// run on: the device matrices of a world whose backend is chosen when the job starts
+/// (any_communicator: MPI under mpiexec, one rank without a launcher, device buffers
+/// for GPU tensors). Code below them (ops/, exec/) takes any device_context<C>.
+///
+///     tessera::run(argc, argv, [](tessera::any_communicator& world) {
+///       tessera::context ctx(world);
+///       ...
+///     });
+using context = device_context<any_communicator>;
+
+/// The communicator for the shards of device D over the ranks of `host`, called as
+/// `device_communicator(host, D{})`: for host shards a duplicate of `host` (this
+/// overload); for GPU shards a staging communicator over a duplicate (comm/staged.hpp).
+inline any_communicator device_communicator(any_communicator& host, cpu_device) { return host.split(0, host.rank()); }
 
 }  // namespace tessera
 
@@ -3979,6 +4080,20 @@ inline void require_shapes(const status& s) {
   if (!s.ok()) throw error(s);
 }
 
+/// Throws the status of operator `op`'s rule as its error: "<op>: <rule>: <numbers>;
+/// <where>", without the prefix when the rule's text already starts with the operator's
+/// name: "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank
+/// 2; strategy ((2, 4),)".
+inline void require_rule(const status& s, std::string_view op, std::string_view where) {
+  if (s.ok()) return;
+  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
+  throw error(s, own ? std::string_view{} : op, where);
+}
+/// As above, where the strategy: "; strategy ((2, 4),)".
+inline void require_rule(const status& s, std::string_view op, const strategy& st) {
+  require_rule(s, op, "strategy " + to_string(st));
+}
+
 /// "true" or "false", for attributes.
 inline std::string bool_text(bool b) { return b ? "true" : "false"; }
 
@@ -4223,7 +4338,7 @@ struct matmul_op {
 }  // namespace tessera
 // ---- tessera/ops/elementwise_rule.hpp ----
 // The element-wise operators' definition (Add, Sub, Mul, RealDiv, ReLU, Exp, Log, Neg,
-// BiasAdd) with NumPy broadcasting: the sharding rule, from a shard strategy such as
+// BiasAdd, Sigmoid, Tanh) with NumPy broadcasting: the sharding rule, from a shard strategy such as
 // ((2, 4), (1, 4)) and the inputs' shapes to the operator's device matrix and the
 // layouts of its inputs, output and gradients (constexpr), and the operator type
 // ops::elementwise_op<K>. Standard library only; the forward and backward are in
@@ -4406,7 +4521,7 @@ inline constexpr elementwise_layouts static_elementwise_rule = [] {
 namespace ops {
 
 /// Which element-wise operator.
-enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add };
+enum class elementwise_kind { add, sub, mul, div, relu, exp, log, neg, bias_add, sigmoid, tanh };
 
 /// Its instance and error name: "add", "div", "bias_add", ...
 constexpr std::string_view kind_name(elementwise_kind k) {
@@ -4420,6 +4535,8 @@ constexpr std::string_view kind_name(elementwise_kind k) {
     case elementwise_kind::log: return "log";
     case elementwise_kind::neg: return "neg";
     case elementwise_kind::bias_add: return "bias_add";
+    case elementwise_kind::sigmoid: return "sigmoid";
+    case elementwise_kind::tanh: return "tanh";
   }
   return "?";
 }
@@ -4436,6 +4553,8 @@ constexpr std::string_view kind_type(elementwise_kind k) {
     case elementwise_kind::log: return "Log";
     case elementwise_kind::neg: return "Neg";
     case elementwise_kind::bias_add: return "BiasAdd";
+    case elementwise_kind::sigmoid: return "Sigmoid";
+    case elementwise_kind::tanh: return "Tanh";
   }
   return "?";
 }
@@ -4564,8 +4683,7 @@ struct elementwise_op {
                     ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
                     ",) for x " + to_string(x));
     }
-    const status s = check_elementwise(st, device_num, shapes);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_elementwise(st, device_num, shapes), name(), st);
     return elementwise_rule(st, device_num, shapes);
   }
 };
@@ -4579,6 +4697,8 @@ using exp_op = elementwise_op<elementwise_kind::exp>;
 using log_op = elementwise_op<elementwise_kind::log>;
 using neg_op = elementwise_op<elementwise_kind::neg>;
 using bias_add_op = elementwise_op<elementwise_kind::bias_add>;
+using sigmoid_op = elementwise_op<elementwise_kind::sigmoid>;
+using tanh_op = elementwise_op<elementwise_kind::tanh>;
 
 }  // namespace ops
 
@@ -4783,8 +4903,7 @@ struct reduction_op {
   /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
   /// strategy ((2, 4),)".
   reduce_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_reduce(st, device_num, shape, dims);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_reduce(st, device_num, shape, dims), name(), st);
     return reduce_rule(st, device_num, shape, dims, keep_dims, How);
   }
 };
@@ -4937,13 +5056,7 @@ struct softmax_cross_entropy_op {
   /// "softmax_cross_entropy: logits and labels must be split alike: dim 1: labels split
   /// 2 ways, logits 4 ways; strategy ((2, 4), (2, 2))".
   cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      // The operator's own rules already start with its name.
-      const bool own = s.code == errc::cross_entropy_rank || s.code == errc::cross_entropy_shapes ||
-                       s.code == errc::cross_entropy_split;
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
+    require_rule(check_softmax_cross_entropy(st, device_num, logits, labels), name(), st);
     return softmax_cross_entropy_rule(st, device_num, logits);
   }
 };
@@ -5204,12 +5317,8 @@ struct batch_matmul_op {
   /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
   /// (1, 2, 1))".
   batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
-    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
-      throw error(s, own ? std::string_view{} : name(),
-                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
-    }
+    require_rule(check_batch_matmul(st, device_num, a, b, trans_a, trans_b), name(),
+                 "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
     return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
   }
 
@@ -5358,11 +5467,7 @@ struct one_hot_op {
   /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
   /// 1 entries for an output of rank 2; strategy ((2,),)".
   one_hot_layouts rule(int device_num, const extents& indices) const {
-    const status s = check_one_hot(st, device_num, indices, depth);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("one_hot");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
+    require_rule(check_one_hot(st, device_num, indices, depth), name(), st);
     return one_hot_rule(st, device_num, indices, depth);
   }
 };
@@ -5486,8 +5591,7 @@ struct softmax_axis_op {
   /// "log_softmax: softmax: the axis must name a dim of the input: axis 2, input rank 2;
   /// strategy ((2, 4),)".
   softmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_softmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_softmax(st, device_num, shape, axis), name(), st);
     return softmax_rule(st, device_num, shape, axis);
   }
 };
@@ -5905,16 +6009,6 @@ inline constexpr concat_layouts static_concat_rule = [] {
 
 namespace ops {
 
-namespace detail {
-// Throws the rule's error, prefixed with the operator's name unless the rule's text
-// already starts with it.
-inline void require_rule(const status& s, std::string_view op, const strategy& st) {
-  if (s.ok()) return;
-  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
-  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
-}
-}  // namespace detail
-
 /// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
 /// applied with `perm`; rule transpose_rule: the shards are permuted in place, no
 /// communication. Linear. Candidates: every split tuple of the input. Data parallel: the
@@ -5952,7 +6046,7 @@ struct transpose_op {
   /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
   /// rank 2; strategy ((2, 4),)".
   transpose_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
+    require_rule(check_transpose(st, device_num, shape, perm), name(), st);
     return transpose_rule(st, device_num, shape, perm);
   }
   std::vector<int> perm_vector(const transpose_layouts& r) const {
@@ -6066,7 +6160,7 @@ struct strided_slice_op {
   /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
   /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
   strided_slice_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
+    require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
     return strided_slice_rule(st, device_num, shape, begin, end, strides);
   }
 
@@ -6136,7 +6230,7 @@ struct concat_op {
   /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
   /// ((2, 4), (2, 4))".
   concat_layouts rule(int device_num, const shape_list& shapes) const {
-    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
+    require_rule(check_concat(st, device_num, shapes, axis), name(), st);
     return concat_rule(st, device_num, shapes, axis);
   }
 
@@ -6256,8 +6350,7 @@ struct argmax_op {
   /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
   /// input rank 2; strategy ((2, 4),)".
   argmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_argmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_argmax(st, device_num, shape, axis), name(), st);
     return argmax_rule(st, device_num, shape, axis);
   }
 };
@@ -6405,11 +6498,7 @@ struct sparse_softmax_cross_entropy_op {
   /// "sparse_softmax_cross_entropy: labels must be split as the logits' batch dim: labels
   /// split 4 ways, the logits' batch dim 2 ways; strategy ((2, 4), (4,))".
   sparse_cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_sparse_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("sparse_softmax_cross_entropy");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
+    require_rule(check_sparse_softmax_cross_entropy(st, device_num, logits, labels), name(), st);
     return sparse_softmax_cross_entropy_rule(st, device_num, logits);
   }
 };
@@ -6493,6 +6582,72 @@ struct all_reduce_op {
 };
 
 }  // namespace tessera::ops
+// ---- tessera/ops/dropout_rule.hpp ----
+// Dropout's definition: in training each element is zeroed with probability p and the
+// others scaled by 1 / (1 - p), by a mask that depends only on the layer's key, the
+// call and the element's global index (so N ranks drop what one rank drops); the
+// identity in evaluation. The element-wise rule of a one-input operator; linear in its
+// input. Standard library only; the forward and backward are in ops/dropout.hpp.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+/// What the copies of one dropout layer's definition share: the number of calls drawn
+/// so far (each call its own mask) and whether the layer trains (else it is the
+/// identity).
+struct dropout_state {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<bool> training{true};
+};
+
+/// Dropout(p) with a shard strategy, as `Dropout(p).shard(((8, 1),))`: the element-wise
+/// rule of one input (the output is laid out as the input). `key` names the layer's
+/// random stream (kernels::stream_key of the seed and the layer's name); `call` is the
+/// mask drawn, set by next_call() before each application from the shared state.
+struct dropout_op {
+  strategy st;
+  double p = 0.5;
+  std::uint64_t key = 0;
+  std::shared_ptr<dropout_state> state = std::make_shared<dropout_state>();
+  std::uint64_t call = 0;  ///< this application's mask
+
+  static constexpr std::string_view type() { return "Dropout"; }
+  static constexpr std::string_view name() { return "dropout"; }
+  static constexpr int arity = 1;
+
+  linearity linear() const { return linearity::jointly(1u); }
+  std::string attributes() const { return "p: " + std::to_string(p); }
+  extents output_shape(const shape_list& in) const { return relu_op{}.output_shape(in); }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return relu_op{}.check(s, device_num, in);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list& in) const {
+    return relu_op{}.layouts(s, device_num, in);
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    return relu_op{}.candidates(device_num, in);
+  }
+  strategy data_parallel(int device_num, const shape_list& in) const { return relu_op{}.data_parallel(device_num, in); }
+
+  /// Draws this application's call number from the shared state (every application of
+  /// a definition, eager or in the graph executor, calls it first).
+  void next_call() { call = state->calls.fetch_add(1); }
+  /// Whether the layer drops (training, and p > 0).
+  bool active() const { return p > 0.0 && state->training.load(); }
+
+  /// The layer's layouts; throws tessera::error naming the rule broken and the strategy.
+  elementwise_layouts rule(int device_num, const shape_list& shapes) const {
+    return relu_op{st}.rule(device_num, shapes);
+  }
+};
+
+}  // namespace tessera::ops
 // ---- tessera/ops/operators.hpp ----
 // The library's operators: every definition of ops/ (one type each, ops/definition.hpp)
 // and the list the graph executor runs without being told (graph/execute.hpp; an
@@ -6510,9 +6665,9 @@ struct type_list {};
 /// Every operator of the library.
 using builtin_operators =
     type_list<matmul_op, batch_matmul_op, add_op, sub_op, mul_op, div_op, bias_add_op, relu_op, exp_op, log_op, neg_op,
-              reduce_sum_op, reduce_mean_op, reduce_max_op, reduce_min_op, softmax_cross_entropy_op,
-              sparse_softmax_cross_entropy_op, softmax_op, log_softmax_op, transpose_op, reshape_op, flatten_op,
-              strided_slice_op, concat_op, one_hot_op, argmax_op, all_reduce_op>;
+              sigmoid_op, tanh_op, reduce_sum_op, reduce_mean_op, reduce_max_op, reduce_min_op,
+              softmax_cross_entropy_op, sparse_softmax_cross_entropy_op, softmax_op, log_softmax_op, transpose_op,
+              reshape_op, flatten_op, strided_slice_op, concat_op, one_hot_op, argmax_op, all_reduce_op, dropout_op>;
 
 namespace detail {
 template <class... Ops>
@@ -8712,10 +8867,14 @@ inline std::vector<op_layouts> partial_variants(const op_def& op, const op_layou
 // API whose operators return symbolic values; `.shard(strategy)` configures an
 // operator as MindSpore's `Primitive.shard` does. Standard library only.
 
+#include <atomic>
+#include <concepts>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -8822,6 +8981,8 @@ class value {
   value shard(std::string_view st) const { return shard(parse_strategy(st)); }
   /// Renames the node (instance names are unique in a graph).
   value named(std::string name) const;
+  /// The builder whose graph holds the node (what apply() on values uses).
+  graph_builder& builder() const;
 
  private:
   friend class graph_builder;
@@ -8845,9 +9006,14 @@ class value {
 ///     graph::traced_graph g = b.build(b.reduce_mean(y));
 class graph_builder {
  public:
-  graph_builder() = default;
+  graph_builder() : serial_(next_serial()) {}
   graph_builder(const graph_builder&) = delete;  // values point to their builder
   graph_builder& operator=(const graph_builder&) = delete;
+
+  /// A number no other builder of this process has had: tells builders apart even when
+  /// one is made where another was destroyed (a module's parameter remembers its node
+  /// in the builder tracing it).
+  std::uint64_t serial() const { return serial_; }
 
   /// A data input of global shape `shape`; a batch lists the inputs in this order.
   value input(std::string name, const extents& shape) {
@@ -8862,19 +9028,20 @@ class graph_builder {
 
   /// Applies an operator definition (ops/definition.hpp) to values of this builder: the
   /// way every operator enters the graph, the library's and any other. A strategy set
-  /// on the definition (op.st) is the node's, as shard() sets it.
+  /// on the definition (op.st) is the node's, as shard() sets it. The node is named
+  /// `name` (numbered if taken), or after the operator when `name` is empty.
   ///
   ///     auto h = b.apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, {x, w});
   template <ops::operator_definition Op>
-  value apply(Op op, const std::vector<value>& in) {
+  value apply(Op op, const std::vector<value>& in, const std::string& name = {}) {
     const strategy st = op.st;
-    value v = apply(make_op(std::move(op)), in);
+    value v = apply(make_op(std::move(op)), in, name);
     if (st.n > 0) v.shard(st);
     return v;
   }
 
   /// Applies an operator already in the graph's form (an op_def).
-  value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in) {
+  value apply(std::shared_ptr<const op_def> op, const std::vector<value>& in, const std::string& name = {}) {
     if (!op) throw error("graph: apply needs an operator");
     const std::string what = op->type();
     if (op->arity() >= 0 && int(in.size()) != op->arity())
@@ -8886,7 +9053,7 @@ class graph_builder {
     node n;
     n.kind = node_kind::op;
     n.op = op;
-    n.name = unique_name(op->default_name());
+    n.name = unique_name(name.empty() ? op->default_name() : name);
     shape_list shapes;
     for (const value& v : in) {
       if (v.b_ != this) throw error("graph: " + what + " '" + n.name + "': an input comes from another graph_builder");
@@ -8995,6 +9162,11 @@ class graph_builder {
 
   /// The graph traced so far (no loss set).
   const traced_graph& current() const { return g_; }
+  /// The value of node `id` of this builder's graph.
+  value value_of(int id) {
+    g_.at(id);  // checks the id
+    return value(this, id);
+  }
 
  private:
   friend class value;
@@ -9018,26 +9190,48 @@ class graph_builder {
     return push(std::move(n));
   }
   value push(node n) {
+    names_.insert(n.name);
     g_.nodes_.push_back(std::move(n));
     return value(this, g_.size() - 1);
   }
   void check_unique(const std::string& name) const {
-    for (const node& n : g_.nodes_)
-      if (n.name == name) throw error("graph: the name '" + name + "' is used twice");
+    if (names_.count(name)) throw error("graph: the name '" + name + "' is used twice");
   }
   std::string unique_name(const std::string& base) const {
     std::string name = base;
-    for (int k = 2;; ++k) {
-      bool used = false;
-      for (const node& n : g_.nodes_) used = used || n.name == name;
-      if (!used) return name;
-      name = base + std::to_string(k);
-    }
+    for (int k = 2; names_.count(name); ++k) name = base + std::to_string(k);
+    return name;
   }
   node& at(int id) { return g_.nodes_[id]; }
+  void rename(int id, std::string name) {
+    names_.erase(g_.nodes_[id].name);
+    names_.insert(name);
+    g_.nodes_[id].name = std::move(name);
+  }
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
 
   traced_graph g_;
+  std::unordered_set<std::string> names_;
+  std::uint64_t serial_;
 };
+
+/// op(xs...) traced on the builder of the values (autodiff::apply's counterpart on
+/// graph values): modules written once call it on either.
+///
+///     graph::value h = graph::apply(ops::matmul_op{{}, false, true}, x, w);
+template <ops::operator_definition Op, class... More>
+  requires(std::same_as<More, value> && ...)
+value apply(Op op, value x, More... more) {
+  return x.builder().apply(std::move(op), std::vector<value>{x, more...});
+}
+template <ops::operator_definition Op>
+value apply(Op op, const std::vector<value>& xs) {
+  if (xs.empty()) throw error("graph: " + std::string(Op::type()) + ": needs at least one input");
+  return xs[0].builder().apply(std::move(op), xs);
+}
 
 inline const extents& value::shape() const { return b_->g_.at(id_).shape; }
 inline const std::string& value::name() const { return b_->g_.at(id_).name; }
@@ -9058,8 +9252,13 @@ inline value value::named(std::string name) const {
   if (name.empty()) throw error("graph: a node name must not be empty");
   if (b_->at(id_).name == name) return *this;
   b_->check_unique(name);
-  b_->at(id_).name = std::move(name);
+  b_->rename(id_, std::move(name));
   return *this;
+}
+
+inline graph_builder& value::builder() const {
+  if (!b_) throw error("graph: an empty value has no builder");
+  return *b_;
 }
 
 }  // namespace tessera::graph
@@ -10639,67 +10838,6 @@ inline void save_graphs(const parallel_graph& pg, const std::filesystem::path& d
 
 // tensor/ and exec/: shards in xtensor containers (and the device model)
 #if __has_include(<xtensor/xarray.hpp>)
-// ---- tessera/tensor/device.hpp ----
-// Where a tensor's shard lives: the device tags, and the storage trait that names
-// each device's array type and its memory operations (allocate, fill, copy a box,
-// move to and from the host). Standard library only; each device specialises the
-// trait in its own header (tensor/host_storage.hpp, tensor/cuda_storage.cuh).
-
-#include <concepts>
-#include <string_view>
-
-namespace tessera {
-
-/// The host: shards are `xt::xarray<T>` in CPU memory (tensor/host_storage.hpp).
-struct cpu_device {
-  static constexpr std::string_view name = "cpu";
-};
-
-/// An NVIDIA GPU: shards are `cuda::device_array<T>` in device memory on the current
-/// device's stream (tensor/cuda_storage.cuh, compiled by nvcc).
-struct cuda_device {
-  static constexpr std::string_view name = "cuda";
-};
-
-/// The memory model of device D for elements of type T. Every specialisation provides
-///
-///     using array = ...;                      // the shard type: row-major, owns its memory
-///     static array empty(const extents&);     // uninitialised
-///     static void fill(array&, T value);
-///     // the box of shape `box` at src_off in the row-major src (shape src_shape) to
-///     // dst_off in dst (shape dst_shape); pointers into this device's memory
-///     static void copy_box(const T* src, const extents& src_shape, const extents& src_off,
-///                          T* dst, const extents& dst_shape, const extents& dst_off,
-///                          const extents& box);
-///     static xt::xarray<T> to_host(const array&);
-///     static array from_host(const xt::xarray<T>&);
-///     // n elements from src to dst, and n elements at p set to value; pointers into
-///     // this device's memory (on a GPU: queued on tessera's stream, in order with
-///     // the kernels before and after)
-///     static void copy_n(const T* src, T* dst, std::size_t n);
-///     static void fill_n(T* p, std::size_t n, T value);
-///
-/// The primary template is never defined: a device whose header is missing is an error
-/// naming the trait and the device.
-template <class T, class D>
-struct storage;
-
-/// The device an array type belongs to (`xt::xarray<T>` -> cpu_device,
-/// `cuda::device_array<T>` -> cuda_device); specialised beside each storage.
-template <class A>
-struct device_of;
-template <class A>
-using device_of_t = typename device_of<A>::type;
-
-/// The storage trait of an array type.
-template <class A>
-using storage_of = storage<typename A::value_type, device_of_t<A>>;
-
-/// A device tag: one of cpu_device, cuda_device.
-template <class D>
-concept device = std::same_as<D, cpu_device> || std::same_as<D, cuda_device>;
-
-}  // namespace tessera
 // ---- tessera/tensor/copy_box.hpp ----
 // Copying a box between row-major arrays in host memory: every pack and unpack of the
 // redistribution executor on the host is one call. tensor/cuda_storage.cuh is its
@@ -11046,17 +11184,26 @@ namespace tessera {
 namespace detail {
 
 /// Shards of device D move through communicators of D's memory: a compile-time error
-/// otherwise, naming both.
+/// naming both for a typed communicator, a run-time one for any_communicator (whose
+/// backend is chosen when the job starts). `fn` names the caller.
 template <class D, class C>
-constexpr void check_comm_memory() {
-  if constexpr (std::same_as<D, cpu_device>)
+void check_comm_memory(const C& c, const char* fn = "redistribute") {
+  constexpr bool host = std::same_as<D, cpu_device>;
+  if constexpr (requires { { c.device_buffers() } -> std::convertible_to<bool>; }) {
+    if (c.device_buffers() == host)
+      throw error(std::string(fn) +
+                  (host ? ": host (cpu_device) tensors need a communicator of host memory, and the "
+                        : ": cuda_device tensors need a communicator of device buffers, and the ") +
+                  std::string(c.backend()) + " backend " + (host ? "takes device buffers" : "takes host memory"));
+  } else if constexpr (host) {
     static_assert(!takes_device_buffers<C>,
                   "redistribute: host (cpu_device) tensors need a communicator of host memory "
                   "(mpi_communicator, local_communicator), not one of device buffers");
-  else
+  } else {
     static_assert(takes_device_buffers<C>,
                   "redistribute: cuda_device tensors need a communicator of device buffers "
                   "(nccl_communicator, or staged_communicator over an MPI communicator)");
+  }
 }
 
 // True when the blocks of dim `d` are contiguous: every dim before it has extent 1.
@@ -11135,7 +11282,7 @@ template <class A, class C>
 A execute_steps(const plan& p, const A* borrowed, A owned, mesh_comm<C>& mc) {
   using T = typename A::value_type;
   using S = storage_of<A>;
-  check_comm_memory<device_of_t<A>, C>();
+  check_comm_memory<device_of_t<A>>(mc.world());
   A cur = std::move(owned);
   const A* src = borrowed ? borrowed : &cur;
   if (!(mc.mesh() == p.from.dev))
@@ -16640,8 +16787,7 @@ inline void split_first_panel(std::vector<summa_panel>& panels) {
 }
 
 template <class T, class D, class C>
-void check_pipelined_types(const char* fn) {
-  (void)fn;
+void check_pipelined_types(const char* fn, const C& c) {
   static_assert(kernels::cpu::blas_scalar<T>,
                 "matmul_overlapped / matmul_summa: the element type must be float or double (BLAS)");
   static_assert(nonblocking_communicator<C>,
@@ -16649,13 +16795,7 @@ void check_pipelined_types(const char* fn) {
                 "without waiting (nonblocking_communicator: ireduce_scatter, ibroadcast, "
                 "iall_reduce), e.g. mpi_communicator or local_communicator, and on a GPU "
                 "nccl_communicator or staged_communicator<mpi_communicator>");
-  if constexpr (std::is_same_v<D, cpu_device>)
-    static_assert(!takes_device_buffers<C>,
-                  "matmul_overlapped / matmul_summa: host tensors need a communicator of host memory");
-  else
-    static_assert(takes_device_buffers<C>,
-                  "matmul_overlapped / matmul_summa: device tensors need a communicator of device buffers "
-                  "(nccl_communicator, staged_communicator)");
+  tessera::detail::check_comm_memory<D>(c, fn);
 }
 
 // ---- what the host and device paths share -------------------------------------------
@@ -16944,7 +17084,7 @@ tensor_on<T, D> matmul_overlapped(const matmul_op& op, const tensor_on<T, D>& a,
                                   device_context<C>& ctx,
                                   partial_resolution how = partial_resolution::scatter_rows,
                                   const pipeline_options& opt = {}, pipeline_stats* stats = nullptr) {
-  detail::check_pipelined_types<T, D, C>("matmul_overlapped");
+  detail::check_pipelined_types<T, D, C>("matmul_overlapped", ctx.world());
   using S = storage<T, D>;
   constexpr bool host = std::is_same_v<D, cpu_device>;
   const auto t0 = detail::pipeline_clock::now();
@@ -17072,7 +17212,7 @@ template <class T, class D, class C>
 tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, const tensor_on<T, D>& b,
                              device_context<C>& ctx, const pipeline_options& opt = {},
                              pipeline_stats* stats = nullptr) {
-  detail::check_pipelined_types<T, D, C>("matmul_summa");
+  detail::check_pipelined_types<T, D, C>("matmul_summa", ctx.world());
   using S = storage<T, D>;
   const auto t0 = detail::pipeline_clock::now();
   const detail::summa_setup<T, D> su = detail::summa_prepare(op, a, b, ctx, opt);
@@ -17158,7 +17298,7 @@ tensor_on<T, D> matmul_summa(const matmul_op& op, const tensor_on<T, D>& a, cons
 }  // namespace tessera::ops
 // ---- tessera/ops/elementwise.hpp ----
 // Sharded element-wise operators with broadcasting: Add, Sub, Mul, Div, ReLU, Exp,
-// Log, Neg and BiasAdd. The sharding rule is ops/elementwise_rule.hpp, the local math
+// Log, Neg, BiasAdd, Sigmoid and Tanh. The sharding rule is ops/elementwise_rule.hpp, the local math
 // the tensors' device's backend (kernels/backend.hpp). Inputs in other layouts are
 // redistributed first.
 
@@ -17183,6 +17323,11 @@ constexpr elementwise_layouts with_pass(elementwise_layouts r, const partial_pas
 }
 
 namespace detail {
+
+// The fused activation of Sigmoid and Tanh (kernels/fused.hpp).
+constexpr kernels::fused::activation activation_of(elementwise_kind k) {
+  return k == elementwise_kind::sigmoid ? kernels::fused::activation::sigmoid : kernels::fused::activation::tanh;
+}
 
 // The inputs in the rule's layouts, with the rule; partial sums pass through an input
 // the operator is linear in (ops/linear_rule.hpp), the others are resolved.
@@ -17215,6 +17360,8 @@ auto elementwise_local(const std::array<laid_out<T, D>, N>& x) {
   else if constexpr (K == div) return k::div(x[0]->local(), x[1]->local());
   else if constexpr (K == bias_add) return k::bias_add(x[0]->local(), x[1]->local());
   else if constexpr (K == relu) return k::relu(x[0]->local());
+  else if constexpr (K == sigmoid || K == tanh)
+    return k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_value<activation_of(K)>{}, x[0]->local());
   else if constexpr (K == exp) return k::exp(x[0]->local());
   else if constexpr (K == log) return k::log(x[0]->local());
   else return k::neg(x[0]->local());
@@ -17241,6 +17388,12 @@ auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
       return k::template fused_map<T>("div_backward", kernels::fused::div_grad_divisor{}, dy, a, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));
   } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
+  else if constexpr (K == sigmoid || K == tanh) {
+    // The derivative from the output (one pass each for the output and the gradient).
+    constexpr auto a = activation_of(K);
+    const A y = k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_value<a>{}, x[0]->local());
+    return k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_grad<a>{}, dy, y);
+  }
   else if constexpr (K == exp)
     return k::template fused_map<T>("exp_backward", kernels::fused::exp_grad{}, dy, x[0]->local());
   else if constexpr (K == log) return k::div(dy, x[0]->local());
@@ -18364,6 +18517,159 @@ op_grads<T, D> backward(const all_reduce_op& op, const tensor_on<T, D>& dy, op_i
 }
 
 }  // namespace tessera::ops
+// ---- tessera/ops/dropout.hpp ----
+// Dropout's forward and backward (ops/dropout_rule.hpp): the input times a mask of 0
+// and 1 / (1 - p) drawn from the layer's counter-based stream at each element's global
+// index (on the host, so every device multiplies by the same numbers), and the same
+// mask on the gradient.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+#include <xtensor/xarray.hpp>
+// ---- tessera/kernels/random.hpp ----
+// A counter-based random generator: the number at a position depends only on the
+// stream's key and the position, so every rank draws any element of a global tensor
+// without state (parameter initializers, dropout masks). Standard library only.
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string_view>
+
+namespace tessera::kernels {
+
+/// SplitMix64's output function: a bijection of 64-bit words that mixes every input
+/// bit into every output bit.
+constexpr std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/// A random stream addressed by position: bits(i) is the i-th output of SplitMix64
+/// seeded with mix64(key), computed directly from i. Streams of different keys are
+/// unrelated; draws need no state, so any rank draws any element.
+///
+///     random_stream s(stream_key(1, "fc.weight"));
+///     s.uniform<float>(7);   // the same number on every rank and in every run
+class random_stream {
+ public:
+  constexpr explicit random_stream(std::uint64_t key) : key_(mix64(key)) {}
+
+  /// 64 random bits for position i.
+  constexpr std::uint64_t bits(std::uint64_t i) const {
+    return mix64(key_ + (i + 1) * 0x9e3779b97f4a7c15ULL);
+  }
+  /// Uniform in [0, 1) with the precision of double (53 bits).
+  constexpr double uniform01(std::uint64_t i) const { return double(bits(i) >> 11) * 0x1.0p-53; }
+  /// Uniform in [lo, hi).
+  constexpr double uniform(std::uint64_t i, double lo, double hi) const {
+    return lo + (hi - lo) * uniform01(i);
+  }
+  /// Standard normal for position i (Box-Muller on positions 2i and 2i + 1).
+  double normal(std::uint64_t i) const {
+    const double u1 = double((bits(2 * i) >> 11) + 1) * 0x1.0p-53;  // (0, 1]: log is finite
+    const double u2 = uniform01(2 * i + 1);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+ private:
+  std::uint64_t key_;
+};
+
+/// The key of a named stream under a seed: FNV-1a over the name, mixed with the seed.
+/// `stream_key(1, "fc.weight") != stream_key(1, "fc.bias")`.
+constexpr std::uint64_t stream_key(std::uint64_t seed, std::string_view name) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : name) {
+    h ^= std::uint8_t(c);
+    h *= 0x100000001b3ULL;
+  }
+  return mix64(h ^ mix64(seed));
+}
+
+}  // namespace tessera::kernels
+
+namespace tessera::ops {
+
+namespace detail {
+
+/// Calls f(local offset, global row-major offset) for every element of the shard of
+/// `l` on `rank` of a tensor of global shape `g`.
+template <class F>
+void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
+  const extents off = local_offset(l, g, rank);
+  index_t stride[max_tensor_ndim] = {};
+  index_t s = 1;
+  for (int k = g.ndim - 1; k >= 0; --k) {
+    stride[k] = s;
+    s *= g[k];
+  }
+  tessera::detail::for_each_index(local_shape(l, g), [&](const auto& idx, index_t lin) {
+    index_t glob = 0;
+    for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
+    f(std::size_t(lin), std::uint64_t(glob));
+  });
+}
+
+}  // namespace detail
+
+/// Whether application `call` of the dropout of stream `key` keeps the element at
+/// global index i (probability 1 - p).
+inline bool dropout_keeps(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
+  return kernels::random_stream(kernels::mix64(key ^ kernels::mix64(call + 1))).uniform01(i) >= p;
+}
+
+/// Dropout's factors for the shard of `l` on `rank` (global shape `g`) in application
+/// op.call: 1 / (1 - p) where the element is kept, 0 where it is dropped. Drawn on the
+/// host and copied to device D.
+template <class T, class D = cpu_device>
+typename storage<T, D>::array dropout_factors(const dropout_op& op, const layout& l, const extents& g, int rank) {
+  const T scale = T(1.0 / (1.0 - op.p));
+  const extents ls = local_shape(l, g);
+  xt::xarray<T> m = xt::xarray<T>::from_shape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
+  T* pm = m.data();
+  detail::for_each_global(l, g, rank, [&](std::size_t i, std::uint64_t gi) {
+    pm[i] = dropout_keeps(op.key, op.p, op.call, gi) ? scale : T(0);
+  });
+  if constexpr (std::is_same_v<D, cpu_device>) return m;
+  else return storage<T, D>::from_host(m);
+}
+
+namespace detail {
+// The rule's layouts for an input arriving in `x` (partial sums pass through).
+inline elementwise_layouts dropout_layouts(const dropout_op& op, int device_num, const extents& shape, const layout& x) {
+  const elementwise_layouts r = op.rule(device_num, shape_list{shape});
+  return with_pass(r, pass_partial(op.linear(), &x, r.in.data(), 1, r.out));
+}
+}  // namespace detail
+
+/// y = x * mask (op.call's), in the rule's output layout; x itself, laid out, when the
+/// layer does not drop (evaluation, or p = 0).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const dropout_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  const elementwise_layouts r = detail::dropout_layouts(op, ctx.size(), x[0]->global_shape(), x[0]->layout());
+  const auto lx = in_layout(*x[0], r.in[0], ctx);
+  if (!op.active()) return tensor_on<T, D>(r.out, r.shape, ctx.rank(), typename tensor_on<T, D>::array_type(lx->local()));
+  return tensor_on<T, D>(r.out, r.shape, ctx.rank(),
+                         kernels::backend<D>::mul(lx->local(), dropout_factors<T, D>(op, r.out, r.shape, ctx.rank())));
+}
+
+/// dx = dy * mask (the forward's), in the input's gradient layout.
+template <class T, class D, class C>
+op_grads<T, D> backward(const dropout_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>&,
+                        device_context<C>& ctx) {
+  const elementwise_layouts r = detail::dropout_layouts(op, ctx.size(), x[0]->global_shape(), x[0]->layout());
+  const layout out = r.out.without_partial();
+  const auto ldy = in_layout(dy, out, ctx);
+  typename tensor_on<T, D>::array_type dx =
+      op.active() ? kernels::backend<D>::mul(ldy->local(), dropout_factors<T, D>(op, out, r.shape, ctx.rank()))
+                  : typename tensor_on<T, D>::array_type(ldy->local());
+  return grads_of(tensor_on<T, D>(r.grad[0], x[0]->global_shape(), ctx.rank(), std::move(dx)));
+}
+
+}  // namespace tessera::ops
 // ---- tessera/autodiff/tape.hpp ----
 // Reverse-mode automatic differentiation over sharded operators. A tape records each
 // operator's output and a function that turns the output's gradient into its inputs'
@@ -18383,20 +18689,20 @@ op_grads<T, D> backward(const all_reduce_op& op, const tensor_on<T, D>& dy, op_i
 
 namespace tessera::autodiff {
 
-template <class T, class C, class D = cpu_device>
+template <class T, class D = cpu_device>
 class tape;
 
 /// A value recorded on a tape: the handle operators take and return.
-template <class T, class C, class D = cpu_device>
+template <class T, class D = cpu_device>
 struct var {
-  tape<T, C, D>* t = nullptr;
+  tape<T, D>* t = nullptr;
   int id = -1;
   const tensor_on<T, D>& value() const { return t->value(id); }
 };
 
 /// The record of one computation on tensors of device D. Not thread-safe; one per
 /// forward pass.
-template <class T, class C, class D>
+template <class T, class D>
 class tape {
  public:
   using tensor = tensor_on<T, D>;
@@ -18407,11 +18713,11 @@ class tape {
   /// when the pass reaches it: every node that could still add to its gradient has run.
   using leaf_hook = std::function<void(int id)>;
 
-  explicit tape(device_context<C>& ctx) : ctx_(&ctx), serial_(next_serial()) {}
+  explicit tape(context& ctx) : ctx_(&ctx), serial_(next_serial()) {}
   tape(const tape&) = delete;
   tape& operator=(const tape&) = delete;
 
-  device_context<C>& ctx() { return *ctx_; }
+  context& ctx() { return *ctx_; }
   /// A number no other tape of this process has had: tells tapes apart even when one
   /// is made where another was destroyed.
   std::uint64_t serial() const { return serial_; }
@@ -18419,24 +18725,24 @@ class tape {
   int size() const { return int(nodes_.size()); }
 
   /// A value with no inputs: a parameter (requires_grad) or data.
-  var<T, C, D> leaf(tensor value, bool requires_grad = true) {
+  var<T, D> leaf(tensor value, bool requires_grad = true) {
     nodes_.push_back(node{std::move(value), {}, {}, requires_grad});
     return {this, int(nodes_.size()) - 1};
   }
   /// A leaf that refers to `value` instead of copying it (a parameter): `value` must
   /// outlive the tape and stay unchanged while the tape is used.
-  var<T, C, D> leaf_view(const tensor& value, bool requires_grad = true) {
+  var<T, D> leaf_view(const tensor& value, bool requires_grad = true) {
     nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
-  var<T, C, D> record(tensor value, backward_fn backward) {
+  var<T, D> record(tensor value, backward_fn backward) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
     return {this, int(nodes_.size()) - 1};
   }
   /// As above; with requires_grad false (no input needs a gradient) the backward
   /// function never runs.
-  var<T, C, D> record(tensor value, backward_fn backward, bool requires_grad) {
+  var<T, D> record(tensor value, backward_fn backward, bool requires_grad) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, requires_grad});
     return {this, int(nodes_.size()) - 1};
   }
@@ -18484,7 +18790,7 @@ class tape {
   }
 
   /// Runs the backward pass from `loss`, a scalar (rank-0) value: its gradient is 1.
-  void backward(var<T, C, D> loss) {
+  void backward(var<T, D> loss) {
     const tensor& l = value(loss.id);
     if (l.ndim() != 0)
       throw error("autodiff: backward starts from a scalar loss, got shape " + to_string(l.global_shape()));
@@ -18502,7 +18808,7 @@ class tape {
   /// one pass each from its output, keep only the activations of those in flight. The
   /// outputs must share no operator output, only leaves (a later pass reaching a
   /// released value is an error).
-  void backward(var<T, C, D> y, tensor dy) {
+  void backward(var<T, D> y, tensor dy) {
     add_grad(y.id, std::move(dy));
     run_backward(y.id, true);
   }
@@ -18533,7 +18839,7 @@ class tape {
 
   /// The gradient of `v` in v's own layout (partial sums resolved); zeros if nothing
   /// reached it.
-  tensor grad(var<T, C, D> v) {
+  tensor grad(var<T, D> v) {
     node& n = at(v.id);
     const tensor& value = this->value(v.id);
     if (!n.grad) {
@@ -18588,7 +18894,7 @@ class tape {
     return ++counter;
   }
 
-  device_context<C>* ctx_;
+  context* ctx_;
   std::uint64_t serial_;
   std::vector<node> nodes_;
   leaf_hook leaf_hook_;
@@ -18596,18 +18902,18 @@ class tape {
 
 /// Runs f on the tape with `params` as leaves, then the backward pass from the scalar
 /// it returns: the loss value and the gradient of each parameter, in its layout.
-template <class T, class D, class C, class F>
+template <class T, class D, class F>
 std::pair<tensor_on<T, D>, std::vector<tensor_on<T, D>>> value_and_grad(
-    F&& f, const std::vector<tensor_on<T, D>>& params, device_context<C>& ctx) {
-  tape<T, C, D> t(ctx);
-  std::vector<var<T, C, D>> vars;
+    F&& f, const std::vector<tensor_on<T, D>>& params, context& ctx) {
+  tape<T, D> t(ctx);
+  std::vector<var<T, D>> vars;
   vars.reserve(params.size());
   for (const tensor_on<T, D>& p : params) vars.push_back(t.leaf(p));
-  const var<T, C, D> loss = f(t, vars);
+  const var<T, D> loss = f(t, vars);
   t.backward(loss);
   std::vector<tensor_on<T, D>> grads;
   grads.reserve(vars.size());
-  for (const var<T, C, D>& v : vars) grads.push_back(t.grad(v));
+  for (const var<T, D>& v : vars) grads.push_back(t.grad(v));
   return {loss.value(), std::move(grads)};
 }
 
@@ -18628,18 +18934,22 @@ namespace tessera::autodiff {
 /// y = op(xs...) on the tape of the inputs: the operator's forward on their values, and
 /// a record of its backward, which adds each differentiable input's gradient. An
 /// operator with no differentiable input, or inputs that need no gradient, gives a
-/// constant (a leaf without gradient):
+/// constant (a leaf without gradient). Without a strategy (op.st empty) it runs its
+/// data-parallel one:
 ///
 ///     auto h = autodiff::apply(ops::matmul_op{strategy{{2, 4}, {4, 1}}}, x, w);
 ///     auto y = autodiff::apply(ops::concat_op{{}, 1}, {a, b, c});
-template <ops::operator_definition Op, class T, class C, class D>
-var<T, C, D> apply(const Op& op, const std::vector<var<T, C, D>>& xs) {
+template <ops::operator_definition Op, class T, class D>
+var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
   const std::string who(Op::name());
   if (xs.empty()) throw error("autodiff: " + who + ": needs at least one input");
+  if (int(xs.size()) > max_strategy_inputs)
+    throw error("autodiff: " + who + ": at most " + std::to_string(max_strategy_inputs) + " inputs, got " +
+                std::to_string(xs.size()));
   if (Op::arity >= 0 && int(xs.size()) != Op::arity)
     throw error("autodiff: " + who + " takes " + std::to_string(Op::arity) +
                 (Op::arity == 1 ? " input, got " : " inputs, got ") + std::to_string(xs.size()));
-  tape<T, C, D>& t = *xs[0].t;
+  tape<T, D>& t = *xs[0].t;
   std::vector<int> ids;
   std::vector<const tensor_on<T, D>*> in;
   bool needs_grad = false;
@@ -18649,10 +18959,17 @@ var<T, C, D> apply(const Op& op, const std::vector<var<T, C, D>>& xs) {
     in.push_back(&xs[i].value());
     needs_grad = needs_grad || (ops::differentiable_in(op, int(i)) && t.requires_grad(xs[i].id));
   }
-  tensor_on<T, D> y = ops::run_forward(op, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
+  // Without a strategy an operator runs data parallel, as the graph runs it in that mode.
+  Op run = op;
+  if (run.st.n == 0) {
+    shape_list shapes;
+    for (const tensor_on<T, D>* x : in) shapes.v[shapes.n++] = x->global_shape();
+    run.st = op.data_parallel(t.ctx().size(), shapes);
+  }
+  tensor_on<T, D> y = ops::run_forward(run, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
   if (!needs_grad) return t.leaf(std::move(y), false);
   const int self = t.size();  // y's id once recorded: the backward may read it
-  return t.record(std::move(y), [op, ids = std::move(ids), self](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+  return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
     std::vector<const tensor_on<T, D>*> values;
     values.reserve(ids.size());
     for (int id : ids) values.push_back(&tp.value(id));
@@ -18664,25 +18981,25 @@ var<T, C, D> apply(const Op& op, const std::vector<var<T, C, D>>& xs) {
 }
 
 /// apply of a fixed number of inputs: apply(op, a, b).
-template <ops::operator_definition Op, class T, class C, class D, class... More>
-  requires(std::same_as<More, var<T, C, D>> && ...)
-var<T, C, D> apply(const Op& op, var<T, C, D> x, More... more) {
-  return autodiff::apply(op, std::vector<var<T, C, D>>{x, more...});
+template <ops::operator_definition Op, class T, class D, class... More>
+  requires(std::same_as<More, var<T, D>> && ...)
+var<T, D> apply(const Op& op, var<T, D> x, More... more) {
+  return autodiff::apply(op, std::vector<var<T, D>>{x, more...});
 }
 
 /// apply of a braced list: apply(ops::concat_op{{}, 1}, {a, b}).
-template <ops::operator_definition Op, class T, class C, class D>
-var<T, C, D> apply(const Op& op, std::initializer_list<var<T, C, D>> xs) {
-  return autodiff::apply(op, std::vector<var<T, C, D>>(xs));
+template <ops::operator_definition Op, class T, class D>
+var<T, D> apply(const Op& op, std::initializer_list<var<T, D>> xs) {
+  return autodiff::apply(op, std::vector<var<T, D>>(xs));
 }
 
 namespace detail {
 // MatMul's backward on the tape, whichever forward computed C (ops::matmul or a
 // pipelined one): dC is brought to C's layout without partial sums, and dA and dB land
 // in the rule's gradient layouts.
-template <class T, class C, class D>
+template <class T, class D>
 auto matmul_grads(const ops::matmul_op& op, int ia, int ib) {
-  return [op, ia, ib](tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+  return [op, ia, ib](tape<T, D>& tp, const tensor_on<T, D>& g) {
     auto [da, db] = ops::matmul_backward(op, g, tp.value(ia), tp.value(ib), tp.ctx());
     tp.add_grad(ia, std::move(da));
     tp.add_grad(ib, std::move(db));
@@ -18692,28 +19009,27 @@ auto matmul_grads(const ops::matmul_op& op, int ia, int ib) {
 
 /// C = op(A) op(B) by ops::matmul_overlapped: the contraction's partial sums resolved
 /// as `how` says, chunk by chunk, while the next chunk is multiplied (C in
-/// ops::resolved_layout(rule, how)). The backward is MatMul's. C's communicator must be
-/// non-blocking (mpi_communicator, local_communicator, the staged and NCCL ones).
+/// ops::resolved_layout(rule, how)). The backward is MatMul's.
 ///
 ///     auto h = autodiff::matmul_overlapped(ops::matmul_op{strategy{{1, 4}, {4, 1}}}, x, w);
-template <class T, class C, class D>
-var<T, C, D> matmul_overlapped(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+template <class T, class D>
+var<T, D> matmul_overlapped(const ops::matmul_op& op, var<T, D> a, var<T, D> b,
                                ops::partial_resolution how = ops::partial_resolution::scatter_rows,
                                const ops::pipeline_options& opt = {}) {
-  tape<T, C, D>& t = *a.t;
+  tape<T, D>& t = *a.t;
   tensor_on<T, D> c = ops::matmul_overlapped(op, a.value(), b.value(), t.ctx(), how, opt);
-  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+  return t.record(std::move(c), detail::matmul_grads<T, D>(op, a.id, b.id));
 }
 
 /// C = op(A) op(B) by SUMMA (ops::matmul_summa), for strategies ((pm, 1), (1, pn)): the
 /// panels of A and B broadcast along the mesh's rows and columns while the previous
 /// panels are multiplied. The backward is MatMul's.
-template <class T, class C, class D>
-var<T, C, D> matmul_summa(const ops::matmul_op& op, var<T, C, D> a, var<T, C, D> b,
+template <class T, class D>
+var<T, D> matmul_summa(const ops::matmul_op& op, var<T, D> a, var<T, D> b,
                           const ops::pipeline_options& opt = {}) {
-  tape<T, C, D>& t = *a.t;
+  tape<T, D>& t = *a.t;
   tensor_on<T, D> c = ops::matmul_summa(op, a.value(), b.value(), t.ctx(), opt);
-  return t.record(std::move(c), detail::matmul_grads<T, C, D>(op, a.id, b.id));
+  return t.record(std::move(c), detail::matmul_grads<T, D>(op, a.id, b.id));
 }
 
 }  // namespace tessera::autodiff
@@ -18743,9 +19059,9 @@ struct mse_loss_op {
 
 /// mean((x - target)^2): a scalar whose partial sums the tape resolves (or the caller,
 /// by redistributing it to a replicated layout).
-template <class T, class C, class D>
-var<T, C, D> mse_loss(const mse_loss_op& op, var<T, C, D> x, var<T, C, D> target) {
-  const var<T, C, D> d = autodiff::apply(op.sub, x, target);
+template <class T, class D>
+var<T, D> mse_loss(const mse_loss_op& op, var<T, D> x, var<T, D> target) {
+  const var<T, D> d = autodiff::apply(op.sub, x, target);
   return autodiff::apply(op.mean, autodiff::apply(op.square, d, d));
 }
 
@@ -18806,8 +19122,8 @@ struct softmax_cross_entropy_expand_op {
 
 namespace detail {
 // A scalar constant on the tape, laid out as operator input `i` needs it (no gradient).
-template <class T, class C, class D>
-var<T, C, D> scalar_constant(tape<T, C, D>& t, const layout& l, T value) {
+template <class T, class D>
+var<T, D> scalar_constant(tape<T, D>& t, const layout& l, T value) {
   tensor_on<T, D> c(l, extents{}, t.ctx().rank());
   tensor_on<T, D>::storage_type::fill(c.local(), value);
   return t.leaf(std::move(c), false);
@@ -18817,31 +19133,31 @@ var<T, C, D> scalar_constant(tape<T, C, D>& t, const layout& l, T value) {
 /// The mean cross entropy of softmax(logits) against `labels`: one-hot (or distribution)
 /// labels (B, C), or class indices (B,) when op.sparse. A scalar, differentiable wrt
 /// the logits.
-template <class T, class C, class D>
-var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, C, D> logits,
-                                          var<T, C, D> labels) {
-  tape<T, C, D>& t = *logits.t;
+template <class T, class D>
+var<T, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op, var<T, D> logits,
+                                          var<T, D> labels) {
+  tape<T, D>& t = *logits.t;
   const extents xs = logits.value().global_shape();
   if (xs.ndim != 2)
     throw error("softmax_cross_entropy_expand: logits must have rank 2 (batch, classes), logits is " +
                 to_string(xs));
   const int p = t.ctx().size();
-  const var<T, C, D> logit_max = autodiff::apply(op.max, logits);
-  const var<T, C, D> e = autodiff::apply(op.exp, autodiff::apply(op.sub, logits, logit_max));
-  const var<T, C, D> exp_sum = autodiff::apply(op.sum, e);
-  const var<T, C, D> softmax = autodiff::apply(op.div, e, exp_sum);
-  var<T, C, D> label = labels;
+  const var<T, D> logit_max = autodiff::apply(op.max, logits);
+  const var<T, D> e = autodiff::apply(op.exp, autodiff::apply(op.sub, logits, logit_max));
+  const var<T, D> exp_sum = autodiff::apply(op.sum, e);
+  const var<T, D> softmax = autodiff::apply(op.div, e, exp_sum);
+  var<T, D> label = labels;
   if (op.sparse) {
     ops::one_hot_op onehot = op.onehot;
     onehot.depth = xs.v[1];
     label = autodiff::apply(onehot, labels);
   }
   const shape_list eps_shapes{xs, extents{}};
-  const var<T, C, D> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
-  const var<T, C, D> log_softmax = autodiff::apply(op.log, autodiff::apply(op.add_eps, softmax, eps));
-  const var<T, C, D> loss = autodiff::apply(op.sum_cross_entropy, autodiff::apply(op.mul, log_softmax, label));
+  const var<T, D> eps = detail::scalar_constant(t, op.add_eps.rule(p, eps_shapes).in[1], T(op.eps));
+  const var<T, D> log_softmax = autodiff::apply(op.log, autodiff::apply(op.add_eps, softmax, eps));
+  const var<T, D> loss = autodiff::apply(op.sum_cross_entropy, autodiff::apply(op.mul, log_softmax, label));
   const shape_list neg_shapes{extents{}, extents{xs.v[0]}};
-  const var<T, C, D> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
+  const var<T, D> minus_one = detail::scalar_constant(t, op.mul2.rule(p, neg_shapes).in[0], T(-1));
   return autodiff::apply(op.mean, autodiff::apply(op.mul2, minus_one, loss));
 }
 
@@ -18856,6 +19172,7 @@ var<T, C, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op&
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <typeindex>
 #include <unordered_map>
 #include <memory>
@@ -18872,92 +19189,114 @@ namespace tessera::graph {
 /// Runs one operator of the graph on the tape: given its op_def, its plan (strategy
 /// and layouts) and its inputs (already in the layouts the plan names), records the
 /// output and its backward, and returns the output.
-template <class T, class C, class D = cpu_device>
-using op_runner = autodiff::var<T, C, D> (*)(const op_def&, const op_plan&, const std::vector<autodiff::var<T, C, D>>&);
+template <class T, class D = cpu_device>
+using op_runner = autodiff::var<T, D> (*)(const op_def&, const op_plan&, const std::vector<autodiff::var<T, D>>&);
 
 namespace detail {
 
 // The runner of every operator definition Op: the definition with the plan's strategy,
 // recorded by autodiff::apply (its one forward and backward).
-template <ops::operator_definition Op, class T, class C, class D>
-autodiff::var<T, C, D> run_definition(const op_def& d, const op_plan& p, const std::vector<autodiff::var<T, C, D>>& x) {
+template <ops::operator_definition Op, class T, class D>
+autodiff::var<T, D> run_definition(const op_def& d, const op_plan& p, const std::vector<autodiff::var<T, D>>& x) {
   Op op = *d.definition<Op>();
   op.st = p.st;
+  if constexpr (requires { op.next_call(); }) op.next_call();  // a stateful operator's draw (Dropout)
   return autodiff::apply(op, x);
 }
 
-template <class T, class C, class D, class... Ops>
-void add_runners(std::unordered_map<std::type_index, op_runner<T, C, D>>& r, ops::type_list<Ops...>) {
-  (r.emplace(std::type_index(typeid(Ops)), &run_definition<Ops, T, C, D>), ...);
+template <class T, class D, class... Ops>
+void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::type_list<Ops...>) {
+  (r.emplace(std::type_index(typeid(Ops)), &run_definition<Ops, T, D>), ...);
 }
 
 }  // namespace detail
 
-/// Runs a parallel graph on the ranks of `world` (whose size must be the graph's
+/// Runs a parallel graph on the ranks of a context (whose size must be the graph's
 /// device count; every rank runs the same calls). Holds a copy of the graph and the
-/// parameters, each rank its shards.
+/// parameters, each rank its shards, or refers to parameters held elsewhere (a
+/// module network's: bind_parameter).
 ///
-///     graph::executor<float, mpi_communicator> ex(pg, world);
+///     graph::executor<float> ex(pg, world);             // world: any_communicator (or a context)
 ///     ex.set_parameter("w", w0);                       // the global value: each rank keeps its shard
 ///     auto batch = ex.slice_batch({x, label});          // this rank's part of a global batch
 ///     optim::momentum<float> opt(0.2f, 0.1f);
 ///     float loss = ex.train_step(batch, opt);
-template <class T, communicator C, class D = cpu_device>
+template <class T, class D = cpu_device>
 class executor {
  public:
-  using var = autodiff::var<T, C, D>;
-  using tape = autodiff::tape<T, C, D>;
+  using var = autodiff::var<T, D>;
+  using tape = autodiff::tape<T, D>;
   using tensor = tensor_on<T, D>;
   using storage_type = storage<T, D>;
 
   /// The loss (the same on every rank, except in hybrid_parallel where each rank has
-  /// its own) and the gradient of every parameter in its layout, in parameter order.
+  /// its own) and the gradient of every parameter, in parameter order: in the
+  /// parameter's layout, or, when a gradient hook took them, as the backward pass made
+  /// them (possibly partial).
   struct result {
     T loss{};
     std::vector<tensor> grads;
   };
 
-  executor(const parallel_graph& pg, C& world) : pg_(pg), ctx_(world) {
-    detail::add_runners<T, C, D>(runners_, ops::builtin_operators{});
-    if (world.size() != pg_.device_num())
-      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
-                  " devices, the communicator has " + std::to_string(world.size()) + " ranks");
-    if (index_t(sizeof(T)) != pg_.config().elem_bytes)
-      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
-                  "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
-    const traced_graph& g = pg_.traced();
-    for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_.rank());
+  /// Told each parameter's gradient as the backward pass finishes with it: the index in
+  /// the parameter list, the gradient as the pass made it (possibly partial sums; its
+  /// storage stays where it is until value_and_grad returns), and the tape nodes the
+  /// pass has still to visit. A gradient reducer starts its reduction there.
+  using gradient_hook = std::function<void(std::size_t index, tensor& grad, int nodes_left)>;
+
+  /// The executor on the ranks of `world`, with a context of its own.
+  executor(const parallel_graph& pg, any_communicator& world)
+      : pg_(pg), own_ctx_(std::make_unique<tessera::context>(world)), ctx_(own_ctx_.get()) {
+    init();
   }
+  /// The executor on the ranks of `ctx` (shared: its communicators are reused).
+  executor(const parallel_graph& pg, tessera::context& ctx) : pg_(pg), ctx_(&ctx) { init(); }
 
   /// Lets the executor run an operator defined outside the library (the library's own,
   /// ops::builtin_operators, it knows): its definition's forward and backward, found by
   /// argument-dependent lookup, run on this executor's tensors.
   template <ops::operator_definition Op>
   void add_operator() {
-    runners_[std::type_index(typeid(Op))] = &detail::run_definition<Op, T, C, D>;
+    runners_[std::type_index(typeid(Op))] = &detail::run_definition<Op, T, D>;
   }
 
   const parallel_graph& plan() const { return pg_; }
-  device_context<C>& context() { return ctx_; }
-  int rank() const { return ctx_.rank(); }
+  tessera::context& context() { return *ctx_; }
+  int rank() const { return ctx_->rank(); }
 
   // ---- parameters -------------------------------------------------------------
 
-  /// The parameters in the graph's order, each this rank's shard: what an optimizer steps.
+  /// The parameters the executor holds, in the graph's order, each this rank's shard:
+  /// what an optimizer steps (a bound parameter's entry is not used).
   std::vector<tensor>& parameters() { return params_; }
-  const tensor& parameter(std::string_view name) const { return params_[param_index(name)]; }
+  const tensor& parameter(std::string_view name) const { return *bound_[param_index(name)]; }
   /// Sets a parameter from its whole value (the same on every rank); each rank keeps
   /// its shard. In hybrid_parallel the value is this rank's own (its shape the graph's).
   void set_parameter(std::string_view name, const xt::xarray<T>& value) {
     const std::size_t i = param_index(name);
     const int id = pg_.traced().parameters()[i];
-    params_[i].assign_local(storage_type::from_host(
+    bound_[i]->assign_local(storage_type::from_host(
         slice(pg_.value_layout(id), pg_.traced().at(id).shape, value, "parameter '" + std::string(name) + "'")));
+  }
+  /// Runs parameter `name` from `storage` (kept by the caller, unchanged during a step;
+  /// a module's parameter) instead of the executor's own: it must have the graph's
+  /// shape and the plan's layout. "graph executor: parameter 'fc.weight' is laid out as
+  /// ..., the plan gives ...".
+  void bind_parameter(std::string_view name, tensor& storage) {
+    const std::size_t i = param_index(name);
+    const int id = pg_.traced().parameters()[i];
+    if (!(storage.global_shape() == pg_.traced().at(id).shape))
+      throw error("graph executor: parameter '" + std::string(name) + "' is " + to_string(storage.global_shape()) +
+                  ", the graph's " + to_string(pg_.traced().at(id).shape));
+    if (!same_placement(storage.layout(), pg_.value_layout(id)))
+      throw error("graph executor: parameter '" + std::string(name) + "' is laid out as " + describe(storage.layout()) +
+                  ", the plan gives " + describe(pg_.value_layout(id)));
+    bound_[i] = &storage;
   }
   /// The whole value of a distributed tensor on every rank (collective): partial sums
   /// reduced, shards gathered.
   xt::xarray<T> gather(const tensor& t) {
-    return storage_type::to_host(redistribute(t, layout::replicated(t.layout().dev, t.ndim()), ctx_).local());
+    return storage_type::to_host(redistribute(t, layout::replicated(t.layout().dev, t.ndim()), *ctx_).local());
   }
 
   // ---- data ---------------------------------------------------------------------
@@ -18983,9 +19322,14 @@ class executor {
   /// Forward and backward on this rank's batch (one tensor per input, in graph order,
   /// each of the shape input_local_shape gives): the loss and every parameter's
   /// gradient in the parameter's layout.
-  result value_and_grad(const std::vector<xt::xarray<T>>& batch) {
-    const traffic before = ctx_.total_stats();
-    tape t(ctx_);
+  result value_and_grad(const std::vector<xt::xarray<T>>& batch) { return value_and_grad(batch, {}); }
+
+  /// As above, handing each parameter's gradient to `hook` as soon as the backward pass
+  /// is done with it, unresolved (the hook's owner resolves it: a gradient reducer that
+  /// overlaps its reductions with the rest of the pass); the result holds them so.
+  result value_and_grad(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
+    const traffic before = ctx_->total_stats();
+    tape t(*ctx_);
     const var loss = forward(t, batch);
     result r;
     r.loss = fetch_loss(loss.value());
@@ -18999,22 +19343,60 @@ class executor {
         tp.add_grad(id, std::move(s));
       });
     }
-    t.backward(seed_from);
     const std::vector<int> ps = pg_.traced().parameters();
-    for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
+    if (!hook) {
+      t.backward(seed_from);
+      for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
+    } else {
+      // Each parameter's gradient as its leaf is reached: every node that could add to
+      // it has run.
+      std::vector<std::optional<tensor>> raw(ps.size());
+      std::vector<int> slot_of(std::size_t(t.size()), -1);
+      for (std::size_t i = 0; i < ps.size(); ++i) slot_of[std::size_t(param_vars_[i].id)] = int(i);
+      auto deliver = [&](std::size_t i, std::optional<tensor> g, int nodes_left) {
+        if (!g) g.emplace(bound_[i]->layout(), bound_[i]->global_shape(), ctx_->rank());  // no gradient: zeros
+        raw[i] = std::move(g);
+        hook(i, *raw[i], nodes_left);
+      };
+      t.set_leaf_hook([&](int id) {
+        const int i = id < int(slot_of.size()) ? slot_of[std::size_t(id)] : -1;
+        if (i >= 0) deliver(std::size_t(i), t.take_grad(id), id);
+      });
+      t.backward(seed_from);
+      t.set_leaf_hook({});
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (!raw[i]) deliver(i, std::nullopt, 0);
+        r.grads.push_back(std::move(*raw[i]));
+      }
+    }
     for (const gradient_reduction& gr : pg_.gradient_reductions()) {
       std::size_t i = 0;
       while (ps[i] != gr.parameter) ++i;
-      ctx_.on(gr.dev).group(axis_list{0}).all_reduce(r.grads[i].data(), reduce_op::sum);
+      ctx_->on(gr.dev).group(axis_list{0}).all_reduce(r.grads[i].data(), reduce_op::sum);
     }
-    last_ = ctx_.total_stats() - before;
+    last_ = ctx_->total_stats() - before;
     return r;
   }
 
   /// The loss of a batch, forward only.
-  T evaluate(const std::vector<xt::xarray<T>>& batch) {
-    tape t(ctx_);
-    return fetch_loss(forward(t, batch).value());
+  T evaluate(const std::vector<xt::xarray<T>>& batch) { return evaluate(batch, {}).loss; }
+
+  /// What evaluate() gives: the loss, and the values of the nodes asked for, each in its
+  /// layout in the plan (this rank's shard).
+  struct evaluation {
+    T loss{};
+    std::vector<tensor> values;
+  };
+  /// The loss of a batch, forward only, and the values of nodes `fetch` (ids in the
+  /// traced graph: a network's logits, for its accuracy).
+  evaluation evaluate(const std::vector<xt::xarray<T>>& batch, const std::vector<int>& fetch) {
+    tape t(*ctx_);
+    std::vector<var> v;
+    const var loss = forward(t, batch, &v);
+    evaluation e;
+    e.loss = fetch_loss(loss.value());
+    for (int id : fetch) e.values.push_back(v.at(std::size_t(id)).value());
+    return e;
   }
 
   /// value_and_grad, then opt.step(parameters(), gradients); returns the loss.
@@ -19030,9 +19412,22 @@ class executor {
   traffic last_step_traffic() const { return last_; }
 
   /// Writes this rank's dumps under `dir` (graph/dump.hpp).
-  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, ctx_.rank()); }
+  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, ctx_->rank()); }
 
  private:
+  void init() {
+    detail::add_runners<T, D>(runners_, ops::builtin_operators{});
+    if (ctx_->size() != pg_.device_num())
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
+                  " devices, the communicator has " + std::to_string(ctx_->size()) + " ranks");
+    if (index_t(sizeof(T)) != pg_.config().elem_bytes)
+      throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
+                  "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
+    const traced_graph& g = pg_.traced();
+    for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_->rank());
+    for (tensor& p : params_) bound_.push_back(&p);
+  }
+
   std::size_t param_index(std::string_view name) const {
     const std::vector<int> ps = pg_.traced().parameters();
     for (std::size_t i = 0; i < ps.size(); ++i)
@@ -19061,18 +19456,18 @@ class executor {
       throw error("graph executor: " + what + " is " + to_string(global) + ", the value given is " + to_string(shape_of(whole)));
     const extents ls = local_shape(l, global);
     xt::xarray<T> out = storage<T, cpu_device>::empty(ls);
-    tessera::detail::copy_box(whole.data(), global, local_offset(l, global, ctx_.rank()), out.data(), ls,
+    tessera::detail::copy_box(whole.data(), global, local_offset(l, global, ctx_->rank()), out.data(), ls,
                               tessera::detail::origin(ls.ndim), ls);
     return out;
   }
 
   // Moves x along a planned route into `to`.
   tensor move_along(const route& r, const tensor& x, const layout& to, const char* what) {
-    if (!(x.layout() == r.from))
+    if (!same_placement(x.layout(), r.from))
       throw error(std::string("graph executor: ") + what + " arrived as " + describe(x.layout()) + ", the plan expects " +
                   describe(r.from));
     if (r.p.empty()) return tensor(to, x.global_shape(), x.rank(), typename tensor::array_type(x.local()));
-    return tensor(to, x.global_shape(), x.rank(), execute(r.p, x.local(), ctx_.on(r.fine)));
+    return tensor(to, x.global_shape(), x.rank(), execute(r.p, x.local(), ctx_->on(r.fine)));
   }
 
   // The value of producer `x` as edge `e`'s consumer wants it, recording the gradient's
@@ -19088,7 +19483,7 @@ class executor {
     });
   }
 
-  var forward(tape& t, const std::vector<xt::xarray<T>>& batch) {
+  var forward(tape& t, const std::vector<xt::xarray<T>>& batch, std::vector<var>* values = nullptr) {
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
     std::vector<var> v(std::size_t(g.size()));
@@ -19103,9 +19498,9 @@ class executor {
           throw error("graph executor: input '" + n.name + "': this rank's data is " + to_string(shape_of(data)) +
                       ", dataset_strategy " + pg_.config().dataset.to_string() + " gives each rank " + to_string(want) +
                       " of " + to_string(n.shape));
-        v[std::size_t(id)] = t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_.rank(), storage_type::from_host(data)), false);
+        v[std::size_t(id)] = t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_->rank(), storage_type::from_host(data)), false);
       } else if (n.kind == node_kind::parameter) {
-        v[std::size_t(id)] = t.leaf(params_[next_param++], true);
+        v[std::size_t(id)] = t.leaf_view(*bound_[next_param++], true);
         param_vars_.push_back(v[std::size_t(id)]);
       } else {
         std::vector<var> in;
@@ -19123,20 +19518,24 @@ class executor {
         v[std::size_t(id)] = out;
       }
     }
-    return v[std::size_t(g.loss())];
+    const var loss = v[std::size_t(g.loss())];
+    if (values) *values = std::move(v);
+    return loss;
   }
 
   T fetch_loss(const tensor& loss) {
     const route& r = pg_.loss_fetch();
     const xt::xarray<T> l =
-        storage_type::to_host(r.p.empty() ? loss.local() : execute(r.p, loss.local(), ctx_.on(r.fine)));
+        storage_type::to_host(r.p.empty() ? loss.local() : execute(r.p, loss.local(), ctx_->on(r.fine)));
     return *l.data();
   }
 
   const parallel_graph pg_;
-  device_context<C> ctx_;
-  std::unordered_map<std::type_index, op_runner<T, C, D>> runners_;
+  std::unique_ptr<tessera::context> own_ctx_;
+  tessera::context* ctx_;
+  std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
+  std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound
   std::vector<var> param_vars_;
   traffic last_{};
 };
@@ -19161,57 +19560,11 @@ class executor {
 
 namespace tessera::nn {
 
-// ---- the counter-based generator -------------------------------------------------
+// ---- the counter-based generator (kernels/random.hpp) -----------------------------
 
-/// SplitMix64's output function: a bijection of 64-bit words that mixes every input
-/// bit into every output bit.
-constexpr std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-/// A random stream addressed by position: bits(i) is the i-th output of SplitMix64
-/// seeded with mix64(key), computed directly from i. Streams of different keys are
-/// unrelated; draws need no state, so any rank draws any element.
-///
-///     random_stream s(stream_key(1, "fc.weight"));
-///     s.uniform<float>(7);   // the same number on every rank and in every run
-class random_stream {
- public:
-  constexpr explicit random_stream(std::uint64_t key) : key_(mix64(key)) {}
-
-  /// 64 random bits for position i.
-  constexpr std::uint64_t bits(std::uint64_t i) const {
-    return mix64(key_ + (i + 1) * 0x9e3779b97f4a7c15ULL);
-  }
-  /// Uniform in [0, 1) with the precision of double (53 bits).
-  constexpr double uniform01(std::uint64_t i) const { return double(bits(i) >> 11) * 0x1.0p-53; }
-  /// Uniform in [lo, hi).
-  constexpr double uniform(std::uint64_t i, double lo, double hi) const {
-    return lo + (hi - lo) * uniform01(i);
-  }
-  /// Standard normal for position i (Box-Muller on positions 2i and 2i + 1).
-  double normal(std::uint64_t i) const {
-    const double u1 = double((bits(2 * i) >> 11) + 1) * 0x1.0p-53;  // (0, 1]: log is finite
-    const double u2 = uniform01(2 * i + 1);
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  }
-
- private:
-  std::uint64_t key_;
-};
-
-/// The key of a named stream under a seed: FNV-1a over the name, mixed with the seed.
-/// `stream_key(1, "fc.weight") != stream_key(1, "fc.bias")`.
-constexpr std::uint64_t stream_key(std::uint64_t seed, std::string_view name) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (char c : name) {
-    h ^= std::uint8_t(c);
-    h *= 0x100000001b3ULL;
-  }
-  return mix64(h ^ mix64(seed));
-}
+using kernels::mix64;
+using kernels::random_stream;
+using kernels::stream_key;
 
 // ---- fans ------------------------------------------------------------------------
 
@@ -19430,6 +19783,11 @@ class parameter {
   bool requires_grad() const { return requires_grad_; }
   void set_requires_grad(bool r) { requires_grad_ = r; }
 
+  /// MindSpore's layerwise_parallel (hybrid_parallel only): the parameter is each rank's
+  /// own slice, and its gradient is not reduced over the ranks.
+  bool layerwise_parallel() const { return layerwise_; }
+  void set_layerwise_parallel(bool l) { layerwise_ = l; }
+
   bool built() const { return data_.has_value(); }
   /// This rank's shard; throws before the network is built:
   /// "parameter 'fc.weight': not built yet: call build(ctx) on the network first".
@@ -19485,12 +19843,30 @@ class parameter {
   /// made at first use so that it sits on the tape just before the operators that use
   /// it (its gradient is then final as soon as the backward pass has passed them). It
   /// needs a gradient only when a training step asked for one (expect_grad).
-  template <class C>
-  autodiff::var<T, C, D> on(autodiff::tape<T, C, D>& t) {
+  autodiff::var<T, D> on(autodiff::tape<T, D>& t) {
     if (bind_.serial != t.serial()) bind_ = binding{t.serial(), -1, false, -1};
     if (bind_.id < 0) bind_.id = t.leaf_view(data(), bind_.grad).id;
     return {&t, bind_.id};
   }
+  /// The parameter on the tape of `like` (a value of a tape): on(*like.t).
+  autodiff::var<T, D> on(const autodiff::var<T, D>& like) { return on(*like.t); }
+
+  /// The parameter in the graph traced by the builder of `like`: a parameter node named
+  /// with the parameter's dotted name and global shape, made at first use in that
+  /// builder (a module called twice shares its parameters).
+  graph::value on(const graph::value& like) {
+    graph::graph_builder& b = like.builder();
+    if (trace_serial_ != b.serial()) {
+      if (name_.empty())
+        throw error("parameter of shape " + to_string(shape_) +
+                    ": traced without a name: trace the network from its root module (nn::trace), which names "
+                    "every parameter");
+      trace_node_ = b.parameter(name_, shape_, layerwise_).id();
+      trace_serial_ = b.serial();
+    }
+    return b.value_of(trace_node_);
+  }
+
   /// Marks the parameter as differentiated on the tape of serial `serial`, as slot
   /// `slot` of the step's gradient list. Called before the forward pass.
   void expect_grad(std::uint64_t serial, int slot) { bind_ = binding{serial, -1, true, slot}; }
@@ -19553,6 +19929,9 @@ class parameter {
   extents shape_;
   initializer init_;
   bool requires_grad_ = true;
+  bool layerwise_ = false;
+  std::uint64_t trace_serial_ = 0;
+  int trace_node_ = -1;
   std::optional<tensor> data_;
   std::optional<tessera::layout> target_;
   binding bind_;
@@ -19630,12 +20009,20 @@ class module {
   virtual void place(int device_num) { (void)device_num; }
   /// Sets the module's own operators back to data-parallel strategies.
   virtual void reset_strategies() {}
-  /// Told the module's dotted name and the network's seed when the network is built
-  /// (modules that draw random numbers, such as dropout, key their streams on them).
+  /// Told the module's dotted name and the network's seed when the network is built or
+  /// traced (modules that draw random numbers, such as dropout, key their streams on
+  /// them). Overrides call module::named first, which keeps the name (full_name()).
   virtual void named(std::string_view full_name, std::uint64_t seed) {
-    (void)full_name;
+    full_name_ = std::string(full_name);
     (void)seed;
   }
+  /// Told when set_train changes the mode of this module (dropout tells its operator).
+  virtual void training_changed(bool mode) { (void)mode; }
+  /// The dotted name from the root module ("dense_relu_sequential.0"; "" for the root):
+  /// traced operators are named after it ("dense_relu_sequential.0.matmul").
+  const std::string& full_name() const { return full_name_; }
+  /// The name of this module's operator `op` in a traced graph: "<full name>.<op>".
+  std::string op_name(std::string_view op) const { return join(full_name_, op); }
 
   /// Every parameter of the module and its descendants with its dotted name, in visit
   /// order (MindSpore's parameters_and_names).
@@ -19662,6 +20049,7 @@ class module {
   /// is the identity in evaluation mode). Modules start in training mode.
   auto set_train(bool mode = true) -> module& {
     training_ = mode;
+    training_changed(mode);
     detail::visit_with<T, D>(*this, [](std::string_view, parameter<T, D>&) {},
                           [mode](std::string_view, module<T, D>& m) { m.set_train(mode); });
     return *this;
@@ -19683,8 +20071,8 @@ class module {
   /// the same global tensor, whatever the number of ranks (seeded by `seed` and the
   /// parameter's name). A parameter that already has a value (a second build, or
   /// set_data) keeps it, redistributed to its new layout.
-  template <class C>
-  void build(device_context<C>& ctx, std::uint64_t seed = 0) {
+  void build(context& ctx, std::uint64_t seed = 0) {
+    seed_ = seed;
     prepare(*this, "", ctx.size(), seed);
     for (auto& [name, p] : named_parameters()) {
       const tessera::layout l = p->target_layout() ? *p->target_layout()
@@ -19698,6 +20086,12 @@ class module {
     built_ = true;
   }
   bool built() const { return built_; }
+  /// The seed of the last build (0 before any).
+  std::uint64_t seed() const { return seed_; }
+
+  /// Names every module and parameter with its dotted path, as build() does, without
+  /// drawing anything (what tracing needs).
+  void name_all(std::uint64_t seed = 0) { name_tree(*this, "", seed); }
 
  private:
   static void collect(module<T, D>& m, const std::string& prefix,
@@ -19707,11 +20101,17 @@ class module {
         [&](std::string_view name, module<T, D>& c) { collect(c, join(prefix, name), out); });
   }
   static void prepare(module<T, D>& m, const std::string& prefix, int device_num, std::uint64_t seed) {
-    m.place(device_num);
     m.named(prefix, seed);
+    m.place(device_num);
     detail::visit_with<T, D>(
         m, [&](std::string_view name, parameter<T, D>& p) { p.set_name(join(prefix, name)); },
         [&](std::string_view name, module<T, D>& c) { prepare(c, join(prefix, name), device_num, seed); });
+  }
+  static void name_tree(module<T, D>& m, const std::string& prefix, std::uint64_t seed) {
+    m.named(prefix, seed);
+    detail::visit_with<T, D>(
+        m, [&](std::string_view name, parameter<T, D>& p) { p.set_name(join(prefix, name)); },
+        [&](std::string_view name, module<T, D>& c) { name_tree(c, join(prefix, name), seed); });
   }
   static std::string join(const std::string& prefix, std::string_view name) {
     return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
@@ -19719,7 +20119,32 @@ class module {
 
   bool training_ = true;
   bool built_ = false;
+  std::uint64_t seed_ = 0;
+  std::string full_name_;
 };
+
+/// op(x, more...) on tape values (autodiff::apply) or traced on graph values
+/// (graph::apply): a module's forward pass written once runs eagerly and traces.
+///
+///     template <class V> V operator()(V x) { return nn::apply(ops::relu_op{}, x); }
+template <ops::operator_definition Op, class V, class... More>
+  requires(std::same_as<More, V> && ...)
+V apply(const Op& op, V x, More... more) {
+  if constexpr (std::same_as<V, graph::value>) return graph::apply(op, x, more...);
+  else return autodiff::apply(op, x, more...);
+}
+
+/// apply, naming the traced node `name` (numbered if taken); eager values ignore it.
+template <ops::operator_definition Op, class V, class... More>
+  requires(std::same_as<More, V> && ...)
+V apply_named(const std::string& name, const Op& op, V x, More... more) {
+  if constexpr (std::same_as<V, graph::value>) return x.builder().apply(op, {x, more...}, name);
+  else return autodiff::apply(op, x, more...);
+}
+
+/// Whether V is a traced graph value (else a tape value).
+template <class V>
+inline constexpr bool is_traced = std::same_as<V, graph::value>;
 
 namespace detail {
 
@@ -19728,8 +20153,8 @@ namespace detail {
 /// different device matrices, (2, 1, 1) for MatMul ((2, 1), (1, 1)) and (2, 1) for ReLU
 /// ((2, 1)), that place a batch-split tensor identically), else its redistribution:
 /// exec/redistribute.hpp's in_layout.
-template <class T, class D, class C>
-laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, device_context<C>& ctx) {
+template <class T, class D>
+laid_out<T, D> placed_as(const tensor_on<T, D>& x, const layout& l, context& ctx) {
   return in_layout(x, l, ctx);
 }
 
@@ -19787,57 +20212,20 @@ namespace detail {
 /// The value of `x` with its partial sums resolved: `x` itself when it holds none, else
 /// a node on the tape that redistributes it to the same layout without partial axes
 /// (the gradient of that sum reaches every partial term unchanged).
-template <class T, class C, class D>
-autodiff::var<T, C, D> resolved(autodiff::var<T, C, D> x) {
+template <class T, class D>
+autodiff::var<T, D> resolved(autodiff::var<T, D> x) {
   const tensor_on<T, D>& v = x.value();
   if (!v.layout().has_partial()) return x;
-  autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::tape<T, D>& t = *x.t;
   tensor_on<T, D> r = redistribute(v, v.layout().without_partial(), t.ctx());
   return t.record(std::move(r),
-                  [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
+                  [ix = x.id](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
                   t.requires_grad(x.id));
-}
-
-/// Calls f(local offset, global row-major offset) for every element of the shard of
-/// `l` on `rank` of a tensor of global shape `g`.
-template <class F>
-void for_each_global(const layout& l, const extents& g, int rank, F&& f) {
-  const extents off = local_offset(l, g, rank);
-  index_t stride[max_tensor_ndim] = {};
-  index_t s = 1;
-  for (int k = g.ndim - 1; k >= 0; --k) {
-    stride[k] = s;
-    s *= g[k];
-  }
-  tessera::detail::for_each_index(local_shape(l, g), [&](const auto& idx, index_t lin) {
-    index_t glob = 0;
-    for (int k = 0; k < g.ndim; ++k) glob += (off.v[k] + idx[k]) * stride[k];
-    f(std::size_t(lin), std::uint64_t(glob));
-  });
 }
 
 /// Whether D is the host (the layers' host paths are written against xtensor).
 template <class D>
 inline constexpr bool on_host = std::is_same_v<D, cpu_device>;
-
-/// A host array's copy on device D (the array itself on the host).
-template <class T, class D>
-typename storage<T, D>::array host_to(xt::xarray<T>&& a) {
-  if constexpr (on_host<D>) return std::move(a);
-  else return storage<T, D>::from_host(a);
-}
-
-/// Dropout's factors for the shard of `l` on `rank` (global shape `g`): `scale` where
-/// call `call` keeps the element, 0 where it drops it. Drawn on the host in the order
-/// of the host path, so every device multiplies by the same numbers.
-template <class T, class Keep>
-xt::xarray<T> dropout_factors(const layout& l, const extents& g, int rank, T scale, Keep&& keep) {
-  const extents ls = local_shape(l, g);
-  xt::xarray<T> m = xt::xarray<T>::from_shape(std::vector<std::size_t>(ls.v.begin(), ls.v.begin() + ls.ndim));
-  T* pm = m.data();
-  for_each_global(l, g, rank, [&](std::size_t i, std::uint64_t gi) { pm[i] = keep(gi) ? scale : T(0); });
-  return m;
-}
 
 /// f(std::integral_constant<activation, a>{}) for the run-time activation a: the
 /// fused kernels take the activation as a type.
@@ -19854,19 +20242,19 @@ decltype(auto) with_activation(kernels::fused::activation a, F&& f) {
 
 /// act(x) on x's shards, in x's layout (partial sums resolved first), one fused pass;
 /// the backward is one pass too, dy * act'(x) from the output.
-template <class T, class C, class D>
-autodiff::var<T, C, D> activate(autodiff::var<T, C, D> x, kernels::fused::activation a, const char* fn) {
+template <class T, class D>
+autodiff::var<T, D> activate(autodiff::var<T, D> x, kernels::fused::activation a, const char* fn) {
   using K = kernels::backend<D>;
   x = resolved(x);
-  autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::tape<T, D>& t = *x.t;
   const tensor_on<T, D>& xv = x.value();
   auto y = with_activation(a, [&](auto A) {
     return K::template fused_map<T>(fn, kernels::fused::act_value<A.value>{}, xv.local());
   });
   auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
-  const autodiff::var<T, C, D> out = t.record(
+  const autodiff::var<T, D> out = t.record(
       tensor_on<T, D>(xv.layout(), xv.global_shape(), xv.rank(), std::move(y)),
-      [ix = x.id, self, a, fn](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+      [ix = x.id, self, a, fn](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
         const tensor_on<T, D>& yv = tp.value(*self);
         const laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
         auto dx = with_activation(a, [&](auto A) {
@@ -19877,6 +20265,18 @@ autodiff::var<T, C, D> activate(autodiff::var<T, C, D> x, kernels::fused::activa
       t.requires_grad(x.id));
   *self = out.id;
   return out;
+}
+
+/// The traced activation `a` of module m's output y (none: y itself).
+template <class M>
+graph::value traced_activation(const M& m, kernels::fused::activation a, graph::value y) {
+  using kernels::fused::activation;
+  switch (a) {
+    case activation::relu: return apply_named(m.op_name("relu"), ops::relu_op{}, y);
+    case activation::sigmoid: return apply_named(m.op_name("sigmoid"), ops::sigmoid_op{}, y);
+    case activation::tanh: return apply_named(m.op_name("tanh"), ops::tanh_op{}, y);
+    default: return y;
+  }
 }
 
 template <class... M>
@@ -19974,34 +20374,30 @@ class dense : public module<T, D> {
     }
     bias.set_target_layout(bias_layout_);
   }
-
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
-    autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    autodiff::tape<T, D>& t = *x.t;
     if (x.value().ndim() != 2 || x.value().global_shape()[1] != in_)
       throw error("dense: the input is " + to_string(x.value().global_shape()) + ", expected (batch, " +
                   std::to_string(in_) + ")");
     if (rule_.dev.ndim == 0)
       throw error("dense: not placed yet: call build(ctx) on the network first");
     // The leaves first: recording moves the tape's values (references to them would dangle).
-    const autodiff::var<T, C, D> w = weight.on(t);
-    std::optional<autodiff::var<T, C, D>> b;
+    const autodiff::var<T, D> w = weight.on(t);
+    std::optional<autodiff::var<T, D>> b;
     if (has_bias_) b = bias.on(t);
     const tensor_on<T, D>& xv = x.value();
     if (!fused_) {
-      autodiff::var<T, C, D> y = autodiff::apply(op_, x, w);
+      autodiff::var<T, D> y = autodiff::apply(op_, x, w);
       if (b) y = autodiff::apply(bias_op_, y, *b);
       return act_ == activation::none ? y : detail::activate(y, act_, "dense");
     }
     using K = kernels::backend<D>;
     using array = typename storage<T, D>::array;
-    device_context<C>& ctx = t.ctx();
+    context& ctx = t.ctx();
     const laid_out<T, D> lx = detail::placed_as(xv, rule_.a, ctx);
     const laid_out<T, D> lw = detail::placed_as(w.value(), rule_.b, ctx);
     // The epilogue: bias and activation in one pass over the product, in place.
-    array y;
-    if constexpr (detail::on_host<D>) y = kernels::cpu::matmul(lx->local(), lw->local(), false, true);
-    else y = K::template matmul<T>(lx->local(), lw->local(), false, true);
+    array y = K::template matmul<T>(lx->local(), lw->local(), false, true);
     if (b) {
       const laid_out<T, D> lb = detail::placed_as(b->value(), bias_layout_, ctx);
       y = detail::with_activation(act_, [&](auto A) {
@@ -20015,11 +20411,11 @@ class dense : public module<T, D> {
     const bool rg = t.requires_grad(x.id) || t.requires_grad(w.id) || (b && t.requires_grad(b->id));
     tensor_on<T, D> out(rule_.c, extents{xv.global_shape()[0], out_}, ctx.rank(), std::move(y));
     auto self = std::make_shared<int>(-1);  // the output's id, for the activation's backward
-    const autodiff::var<T, C, D> result =
+    const autodiff::var<T, D> result =
         t.record(std::move(out),
                  [r = rule_, bgl = bias_grad_layout_, ix = x.id, iw = w.id, ib = b ? b->id : -1, wp = &weight,
-                  bp = &bias, act = act_, self](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
-                   device_context<C>& c = tp.ctx();
+                  bp = &bias, act = act_, self](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
+                   context& c = tp.ctx();
                    const laid_out<T, D> dy0 = detail::placed_as(g, r.c.without_partial(), c);
                    // dz = dy * act'(z) from the output, one pass; dy itself without one.
                    std::optional<array> dz_own;
@@ -20048,24 +20444,40 @@ class dense : public module<T, D> {
                      array dw;
                      if constexpr (detail::on_host<D>) {
                        dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                       kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
+                       const array& xl = lx2->local();
+                       const int rows = int(dz.shape()[0]), outs = int(dz.shape()[1]), ins = int(xl.shape()[1]);
+                       K::template gemm<T>(true, false, outs, ins, rows, T(1), dz.data(), outs, xl.data(), ins, T(0),
+                                           dw.data(), ins);
                      } else {
                        dw = K::template matmul<T>(dz, lx2->local(), true, false);
                      }
                      tp.add_grad(iw, tensor_on<T, D>(r.grad_b, wv.global_shape(), c.rank(), std::move(dw)));
                    }
                    if (tp.requires_grad(ix)) {
-                     array dx;
-                     if constexpr (detail::on_host<D>)
-                       dx = kernels::cpu::matmul_grad_a(dz, lx2->local(), lw2->local(), false, true);
-                     else
-                       dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
+                     array dx = K::template matmul_grad_a<T>(dz, lx2->local(), lw2->local(), false, true);
                      tp.add_grad(ix, tensor_on<T, D>(r.grad_a, xv2.global_shape(), c.rank(), std::move(dx)));
                    }
                  },
                  rg);
     *self = result.id;
     return result;
+  }
+
+  /// Traced: MatMul (the weight transposed) with the layer's strategy, BiasAdd (split as
+  /// the product's columns when a strategy is set) and the activation, named
+  /// "<layer>.matmul", "<layer>.bias_add", "<layer>.<activation>". Without a strategy the
+  /// parallel mode gives them theirs.
+  graph::value operator()(graph::value x) {
+    if (x.shape().ndim != 2 || x.shape()[1] != in_)
+      throw error("dense: the input is " + to_string(x.shape()) + ", expected (batch, " + std::to_string(in_) + ")");
+    const graph::value w = weight.on(x);
+    graph::value y = apply_named(this->op_name("matmul"), ops::matmul_op{matmul.st, false, true}, x, w);
+    if (has_bias_) {
+      strategy bst;
+      if (matmul.st.n == 2) bst = strategy{{matmul.st.in[0].v[0], matmul.st.in[1].v[0]}, {matmul.st.in[1].v[0]}};
+      y = apply_named(this->op_name("bias_add"), ops::bias_add_op{bst}, y, bias.on(x));
+    }
+    return detail::traced_activation(*this, act_, y);
   }
 
  private:
@@ -20107,16 +20519,19 @@ class relu : public module<T, D> {
   }
   void visit(visitor<T, D>&) override {}
   void reset_strategies() override { op.reset(); }
+  /// Traced: ReLU with the layer's strategy (none: the parallel mode's).
+  graph::value operator()(graph::value x) {
+    return apply_named(this->op_name("relu"), op ? *op : ops::relu_op{}, x);
+  }
 
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     if (op) return autodiff::apply(*op, x);
     x = detail::resolved(x);
-    autodiff::tape<T, C, D>& t = *x.t;
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
     tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(), forward(xv.local()));
     return t.record(std::move(y),
-                    [ix = x.id](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const laid_out<T, D> dy = detail::placed_as(g, xv2.layout(), tp.ctx());
                       tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(),
@@ -20127,14 +20542,8 @@ class relu : public module<T, D> {
 
  private:
   using array = typename storage<T, D>::array;
-  static array forward(const array& x) {
-    if constexpr (detail::on_host<D>) return kernels::cpu::relu(x);
-    else return kernels::backend<D>::template relu<T>(x);
-  }
-  static array backward(const array& dy, const array& x) {
-    if constexpr (detail::on_host<D>) return kernels::cpu::relu_grad(dy, x);
-    else return kernels::backend<D>::template relu_grad<T>(dy, x);
-  }
+  static array forward(const array& x) { return kernels::backend<D>::template relu<T>(x); }
+  static array backward(const array& dy, const array& x) { return kernels::backend<D>::template relu_grad<T>(dy, x); }
 };
 
 // ---- Sigmoid, Tanh ------------------------------------------------------------------
@@ -20146,11 +20555,11 @@ class activation_layer : public module<T, D> {
  public:
   void visit(visitor<T, D>&) override {}
   void reset_strategies() override {}
-
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
     return detail::activate(x, A, name_of());
   }
+  /// Traced: Sigmoid or Tanh (the parallel mode gives its strategy).
+  graph::value operator()(graph::value x) { return detail::traced_activation(*this, A, x); }
 
  private:
   static constexpr const char* name_of() { return A == activation::sigmoid ? "sigmoid" : "tanh"; }
@@ -20171,10 +20580,11 @@ template <class T = float, class D = cpu_device>
 class flatten : public module<T, D> {
  public:
   void visit(visitor<T, D>&) override {}
+  /// Traced: Flatten (the parallel mode gives its strategy).
+  graph::value operator()(graph::value x) { return apply_named(this->op_name("flatten"), ops::flatten_op{}, x); }
 
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
-    autodiff::tape<T, C, D>& t = *x.t;
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
     if (xv.ndim() < 1) throw error("flatten: the input must have a batch dim, got shape ()");
     const extents& gs = xv.global_shape();
@@ -20189,7 +20599,7 @@ class flatten : public module<T, D> {
     typename storage<T, D>::array y = lx->local();
     tensor_on<T, D> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
     return t.record(std::move(out),
-                    [ix = x.id, in, out_l](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id, in, out_l](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
                       typename storage<T, D>::array d = dy->local();
@@ -20212,93 +20622,58 @@ class flatten : public module<T, D> {
 template <class T = float, class D = cpu_device>
 class dropout : public module<T, D> {
  public:
-  explicit dropout(double p = 0.5) : p_(p) {
+  explicit dropout(double p = 0.5) {
     if (!(p >= 0.0 && p < 1.0))
       throw error("dropout: p must be in [0, 1): got " + std::to_string(p));
+    op_.p = p;
+    op_.key = stream_key(0, "dropout");
   }
-  double p() const { return p_; }
-  /// Training-mode calls so far (the mask of call s is keyed by s).
-  std::uint64_t calls() const { return calls_; }
+  double p() const { return op_.p; }
+  /// Training-mode calls so far, eager or traced (the mask of call s is keyed by s).
+  std::uint64_t calls() const { return op_.state->calls.load(); }
+  /// The operator the layer applies (ops/dropout_rule.hpp); its copies share the calls.
+  const ops::dropout_op& op() const { return op_; }
 
   void visit(visitor<T, D>&) override {}
-  void named(std::string_view full_name, std::uint64_t seed) override { key_ = stream_key(seed, full_name); }
+  void named(std::string_view full_name, std::uint64_t seed) override {
+    nn::module<T, D>::named(full_name, seed);
+    op_.key = stream_key(seed, full_name);
+  }
+  void training_changed(bool mode) override { op_.state->training.store(mode); }
 
   /// Whether call `call` keeps the element at global index i.
-  bool keep(std::uint64_t call, std::uint64_t i) const { return keep(key_, p_, call, i); }
+  bool keep(std::uint64_t call, std::uint64_t i) const { return ops::dropout_keeps(op_.key, op_.p, call, i); }
 
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x) {
-    if (!this->training() || p_ == 0.0) return x;
-    autodiff::tape<T, C, D>& t = *x.t;
-    const tensor_on<T, D>& xv = x.value();
-    const std::uint64_t call = calls_++;
-    const T scale = T(1.0 / (1.0 - p_));
-    const std::uint64_t key = key_;
-    const double p = p_;
-    if constexpr (!detail::on_host<D>) {
-      return on_device(x, call, scale, key, p);
-    } else {
-      dist_tensor<T> y(xv.layout(), xv.global_shape(), xv.rank());
-      const T* px = xv.local().data();
-      T* py = y.local().data();
-      detail::for_each_global(xv.layout(), xv.global_shape(), xv.rank(), [&](std::size_t l, std::uint64_t g) {
-        py[l] = keep(key, p, call, g) ? px[l] * scale : T(0);
-      });
-      return t.record(std::move(y),
-                      [ix = x.id, call, scale, key, p](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-                        const dist_tensor<T>& xv2 = tp.value(ix);
-                        const laid_out<T> dy = detail::placed_as(g, xv2.layout().without_partial(), tp.ctx());
-                        dist_tensor<T> dx(xv2.layout().without_partial(), xv2.global_shape(), xv2.rank());
-                        const T* pg = dy->local().data();
-                        T* pd = dx.local().data();
-                        detail::for_each_global(dx.layout(), dx.global_shape(), dx.rank(),
-                                                [&](std::size_t l, std::uint64_t gi) {
-                                                  pd[l] = keep(key, p, call, gi) ? pg[l] * scale : T(0);
-                                                });
-                        tp.add_grad(ix, std::move(dx));
-                      },
-                      t.requires_grad(x.id));
-    }
-  }
+  /// Traced: Dropout, sharing the layer's calls and mode (the parallel mode gives its
+  /// strategy).
+  graph::value operator()(graph::value x) { return apply_named(this->op_name("dropout"), op_, x); }
 
- private:
-  // x times the host-drawn factors (scale or 0), copied to the device; the backward
-  // multiplies the gradient by the same factors (drawn again on the host).
-  template <class C>
-  autodiff::var<T, C, D> on_device(autodiff::var<T, C, D> x, std::uint64_t call, T scale, std::uint64_t key,
-                                   double p) {
+  /// Eager: x times the mask of the next call, in x's own layout.
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    if (!op_.active()) return x;
     using K = kernels::backend<D>;
-    autodiff::tape<T, C, D>& t = *x.t;
+    autodiff::tape<T, D>& t = *x.t;
     const tensor_on<T, D>& xv = x.value();
+    ops::dropout_op op = op_;
+    op.next_call();
     tensor_on<T, D> y(xv.layout(), xv.global_shape(), xv.rank(),
-                      K::template mul<T>(xv.local(), factors(xv.layout(), xv.global_shape(), xv.rank(), call,
-                                                             scale, key, p)));
+                      K::template mul<T>(xv.local(), ops::dropout_factors<T, D>(op, xv.layout(), xv.global_shape(),
+                                                                                   xv.rank())));
     return t.record(std::move(y),
-                    [ix = x.id, call, scale, key, p](autodiff::tape<T, C, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id, op](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
                       const layout l = xv2.layout().without_partial();
                       const laid_out<T, D> dy = detail::placed_as(g, l, tp.ctx());
-                      auto f = factors(l, xv2.global_shape(), xv2.rank(), call, scale, key, p);
                       tp.add_grad(ix, tensor_on<T, D>(l, xv2.global_shape(), xv2.rank(),
-                                                      K::template mul<T>(dy->local(), f)));
+                                                      K::template mul<T>(dy->local(), ops::dropout_factors<T, D>(
+                                                                                          op, l, xv2.global_shape(),
+                                                                                          xv2.rank()))));
                     },
                     t.requires_grad(x.id));
   }
-  // The factors of call `call` for the shard of `l` on `rank`, drawn on the host and
-  // copied to device D.
-  static typename storage<T, D>::array factors(const layout& l, const extents& g, int rank, std::uint64_t call,
-                                               T scale, std::uint64_t key, double p) {
-    return detail::host_to<T, D>(detail::dropout_factors<T>(
-        l, g, rank, scale, [&](std::uint64_t gi) { return keep(key, p, call, gi); }));
-  }
 
-  static bool keep(std::uint64_t key, double p, std::uint64_t call, std::uint64_t i) {
-    return random_stream(mix64(key ^ mix64(call + 1))).uniform01(i) >= p;
-  }
-
-  double p_;
-  std::uint64_t key_ = stream_key(0, "dropout");
-  std::uint64_t calls_ = 0;
+ private:
+  ops::dropout_op op_;
 };
 
 // ---- SequentialCell ----------------------------------------------------------------
@@ -20355,21 +20730,17 @@ class sequential : public module<typename detail::first_module<M...>::type::valu
 
 }  // namespace tessera::nn
 // ---- tessera/nn/loss.hpp ----
-// Losses as modules: MSELoss and CrossEntropyLoss (sparse integer labels), each a
-// scalar on the tape. The reduction is over the GLOBAL batch: with the batch split
-// over ranks each rank adds up its own rows and divides by the global count, and the
-// loss is a partial sum over the ranks (resolved when read, or left for the gradient
-// reducer: the gradients of a partial loss are partial too).
+// Losses as modules, built from the operators: MSELoss (Sub, Mul, ReduceMean or
+// ReduceSum) and CrossEntropyLoss with class-index labels (SparseSoftmaxCrossEntropy
+// WithLogits, then ReduceMean or ReduceSum over the batch), each a scalar on the tape
+// or in a traced graph. The reduction is over the GLOBAL batch: with the batch split over
+// ranks the loss is a partial sum over them (resolved when read, or left for the
+// gradient reducer: the gradients of a partial loss are partial too).
 
-#include <algorithm>
-#include <cmath>
 #include <concepts>
-#include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <string>
-#include <type_traits>
-#include <vector>
+#include <xtensor/xarray.hpp>
 
 namespace tessera::nn {
 
@@ -20378,101 +20749,45 @@ enum class reduction { mean, sum };
 
 namespace detail {
 
-// The layout of a scalar computed from the local shards of `l` and summed over the
-// ranks that split it: partial (sum) over the mesh axes that split some dim of `l`.
-inline layout scalar_partial_layout(const layout& l) {
-  layout s = layout::replicated(l.dev, 0);
-  s.partial = l.split_axes();
-  return s;
+/// The strategy of an operator over inputs laid out as `l` (one split tuple per
+/// input, `inputs` of them): each splits them as `l` does.
+inline strategy split_as(const layout& l, int inputs) {
+  const split_tuple s = to_split_tuple(l);
+  strategy st;
+  for (int i = 0; i < inputs; ++i) st.in[st.n++] = s;
+  return st;
 }
 
-template <class T, class D>
-void require_scalar_grad(const tensor_on<T, D>& g, const char* who) {
-  if (g.ndim() != 0) throw error(std::string(who) + ": the gradient of the loss must be a scalar");
+/// The mean (or sum) of every element of x: a scalar, split as x is split.
+template <class V>
+V reduce_all(V x, reduction r, const strategy& st, const std::string& name) {
+  if (r == reduction::mean) return apply_named(name, ops::reduce_mean_op{st, {}, false}, x);
+  return apply_named(name, ops::reduce_sum_op{st, {}, false}, x);
 }
 
-// The value of a scalar with its partial sums resolved (read back to the host).
-template <class T, class D, class C>
-T scalar_value(const tensor_on<T, D>& g, device_context<C>& ctx) {
-  if constexpr (on_host<D>) {
-    if (!g.layout().has_partial()) return g.local()();
-    return redistribute(g, g.layout().without_partial(), ctx).local()();
-  } else {
-    if (!g.layout().has_partial()) return storage<T, D>::to_host(g.local())();
-    return storage<T, D>::to_host(redistribute(g, g.layout().without_partial(), ctx).local())();
-  }
-}
-
-// All the axes of an array of `ndim` dims.
-inline std::vector<int> all_axes(int ndim) {
-  std::vector<int> a(static_cast<std::size_t>(ndim));
-  for (int d = 0; d < ndim; ++d) a[std::size_t(d)] = d;
-  return a;
-}
-
-
-/// MSELoss as a device other than the host runs it, with D's kernels: the sum of the
-/// squared differences (one reduction) times `scale`, and 2 scale (x - target) for the
-/// gradient. `target` is x's shard of the target. (Generic over D, so the tests check
-/// it on the host too.)
-template <class T, class C, class D>
-autodiff::var<T, C, D> mse_by_backend(autodiff::var<T, C, D> x, const typename storage<T, D>::array& target,
-                                      T scale) {
-  using K = kernels::backend<D>;
-  using array = typename storage<T, D>::array;
-  autodiff::tape<T, C, D>& t = *x.t;
-  const tensor_on<T, D>& xv = x.value();
-  const array d = K::template sub<T>(xv.local(), target);
-  array acc = K::template reduce_sum<T>(K::template mul<T>(d, d), all_axes(int(d.dimension())), false);
-  K::template scale<T>(acc, scale);
-  tensor_on<T, D> loss(scalar_partial_layout(xv.layout()), extents{}, xv.rank(), std::move(acc));
-  return t.record(std::move(loss),
-                  [ix = x.id, target_local = array(target), scale](autodiff::tape<T, C, D>& tp,
-                                                                  const tensor_on<T, D>& g) {
-                    require_scalar_grad(g, "mse_loss");
-                    const tensor_on<T, D>& xv2 = tp.value(ix);
-                    const T k = T(2) * scale * scalar_value(g, tp.ctx());
-                    array dx = K::template sub<T>(xv2.local(), target_local);
-                    K::template scale<T>(dx, k);
-                    tp.add_grad(ix, tensor_on<T, D>(xv2.layout(), xv2.global_shape(), xv2.rank(), std::move(dx)));
-                  },
-                  t.requires_grad(x.id));
-}
-
-/// CrossEntropyLoss as a device other than the host runs it: the labels are checked on
-/// the host (the host path's message), made values of T and copied to device D, then
-/// the sharded SparseSoftmaxCrossEntropyWithLogits and the mean or sum over the batch
-/// run there, whatever splits the logits. (Generic over D, so the tests check it on
-/// the host too.)
-template <class T, class C, class D, std::integral I>
-autodiff::var<T, C, D> cross_entropy_by_operator(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels,
-                                                 reduction r) {
-  autodiff::tape<T, C, D>& t = *logits.t;
-  const tensor_on<T, D>& xv = logits.value();
-  const std::uint64_t cls = std::uint64_t(xv.global_shape()[1]);
+/// The labels of a class-index loss, checked on the host ("cross_entropy_loss: label 12
+/// of sample 3 is out of range for 10 classes") and made values of T on device D.
+template <class T, class D, std::integral I>
+tensor_on<T, D> class_values(const dist_tensor<I>& labels, index_t classes) {
   const index_t row0 = labels.local_offset()[0];
   xt::xarray<T> lab = xt::xarray<T>::from_shape(labels.local().shape());
   for (std::size_t i = 0; i < labels.local().size(); ++i) {
     const I v = labels.local().data()[i];
-    if (v < 0 || std::uint64_t(v) >= cls)
+    if (v < 0 || std::uint64_t(v) >= std::uint64_t(classes))
       throw error("cross_entropy_loss: label " + std::to_string(v) + " of sample " +
-                  std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) + " classes");
+                  std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(classes) + " classes");
     lab.data()[i] = T(v);
   }
-  // Before the leaf: recording moves the tape's values (xv would dangle).
-  const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
-  const autodiff::var<T, C, D> y = t.leaf(
-      tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab)), false);
-  const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
-  const autodiff::var<T, C, D> per_sample = autodiff::apply(op, logits, y);
-  if (r == reduction::mean) return autodiff::apply(ops::reduce_mean_op{strategy{{b}}, {}, false}, per_sample);
-  return autodiff::apply(ops::reduce_sum_op{strategy{{b}}, {}, false}, per_sample);
+  return tensor_on<T, D>(labels.layout(), labels.global_shape(), labels.rank(), storage<T, D>::from_host(lab));
 }
 
 }  // namespace detail
 
-/// MindSpore's nn.MSELoss: mean (or sum) over every element of (x - target)^2. The
-/// target is data (no gradient) of x's shape, in any layout.
+/// MindSpore's nn.MSELoss: the mean (or sum) over every element of (x - target)^2, as
+/// Sub, Mul (the square) and ReduceMean (ReduceSum). Eagerly the operators split as x
+/// is and the target (data, no gradient, x's shape, any layout) is brought to x's
+/// layout; traced, they are "<loss>.sub", ".mul", ".reduce_mean" and the parallel mode
+/// gives their strategies.
 template <class T = float, class D = cpu_device>
 class mse_loss : public module<T, D> {
  public:
@@ -20480,42 +20795,22 @@ class mse_loss : public module<T, D> {
   void visit(visitor<T, D>&) override {}
 
   /// `target` is on the network's device D.
-  template <class C>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> x, const tensor_on<T, D>& target) {
-    x = detail::resolved(x);
-    autodiff::tape<T, C, D>& t = *x.t;
-    const tensor_on<T, D>& xv = x.value();
-    if (!(target.global_shape() == xv.global_shape()))
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x, const tensor_on<T, D>& target) {
+    if (!(target.global_shape() == x.value().global_shape()))
       throw error("mse_loss: the target is " + to_string(target.global_shape()) + ", the input " +
-                  to_string(xv.global_shape()));
-    const laid_out<T, D> ly = detail::placed_as(target, xv.layout(), t.ctx());
-    const T scale = r_ == reduction::mean ? T(1) / T(xv.global_shape().size()) : T(1);
-    if constexpr (!detail::on_host<D>) return detail::mse_by_backend(x, ly->local(), scale);
-    else {
-      const T* px = xv.local().data();
-      const T* py = ly->local().data();
-      double acc = 0;
-      for (std::size_t i = 0; i < xv.local().size(); ++i) {
-        const double d = double(px[i]) - double(py[i]);
-        acc += d * d;
-      }
-      dist_tensor<T> loss(detail::scalar_partial_layout(xv.layout()), extents{}, xv.rank());
-      loss.local()() = T(acc) * scale;
-      return t.record(std::move(loss),
-                      [ix = x.id, target_local = xt::xarray<T>(ly->local()), scale](autodiff::tape<T, C>& tp,
-                                                                                     const dist_tensor<T>& g) {
-                        detail::require_scalar_grad(g, "mse_loss");
-                        const dist_tensor<T>& xv2 = tp.value(ix);
-                        const T k = T(2) * scale * detail::scalar_value(g, tp.ctx());
-                        dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
-                        const T* a = xv2.local().data();
-                        const T* b = target_local.data();
-                        T* o = dx.local().data();
-                        for (std::size_t i = 0; i < dx.local().size(); ++i) o[i] = k * (a[i] - b[i]);
-                        tp.add_grad(ix, std::move(dx));
-                      },
-                      t.requires_grad(x.id));
-    }
+                  to_string(x.value().global_shape()));
+    x = detail::resolved(x);
+    const layout l = x.value().layout();  // a copy: recording moves the tape's values
+    const autodiff::var<T, D> y = x.t->leaf(tensor_on<T, D>(target), false);
+    const autodiff::var<T, D> d = autodiff::apply(ops::sub_op{detail::split_as(l, 2)}, x, y);
+    return detail::reduce_all(autodiff::apply(ops::mul_op{detail::split_as(l, 2)}, d, d), r_, detail::split_as(l, 1),
+                              "");
+  }
+  /// Traced: the target an input of the graph.
+  graph::value operator()(graph::value x, graph::value target) {
+    const graph::value d = apply_named(this->op_name("sub"), ops::sub_op{}, x, target);
+    return detail::reduce_all(apply_named(this->op_name("mul"), ops::mul_op{}, d, d), r_, strategy{},
+                              this->op_name(r_ == reduction::mean ? "reduce_mean" : "reduce_sum"));
   }
 
  private:
@@ -20523,107 +20818,46 @@ class mse_loss : public module<T, D> {
 };
 
 /// MindSpore's nn.CrossEntropyLoss with class-index labels: for logits x (batch, C) and
-/// labels y (batch,) of an integer type, the mean (or sum) over the batch of
-///   -log softmax(x_i)[y_i] = logsumexp(x_i) - x_i[y_i]   (computed around the row max).
-/// The gradient wrt the logits is (softmax(x_i) - onehot(y_i)) / batch for the mean.
-/// A label outside [0, C) is an error:
-/// "cross_entropy_loss: label 12 of sample 3 is out of range for 10 classes".
-///
-/// With the class dim whole on every rank (data parallel, or the batch split any way)
-/// each rank computes its rows locally; with the class dim split it runs
-/// ops::sparse_softmax_cross_entropy and ops::reduce_mean.
+/// labels y (batch,), the mean (or sum) over the batch of
+///   -log softmax(x_i)[y_i] = logsumexp(x_i) - x_i[y_i]   (computed around the row max),
+/// as SparseSoftmaxCrossEntropyWithLogits and ReduceMean (ReduceSum). Eagerly they split
+/// as the logits are (a split class dim combines the row maxima and sums over its axis);
+/// the labels, of an integer type, stay on the host, are checked there ("cross_entropy_
+/// loss: label 12 of sample 3 is out of range for 10 classes") and enter the tape as
+/// values of T. Traced, the labels are an input of the graph (integer values) and the
+/// operators "<loss>.sparse_softmax_cross_entropy" and ".reduce_mean".
 template <class T = float, class D = cpu_device>
 class cross_entropy_loss : public module<T, D> {
  public:
   explicit cross_entropy_loss(reduction r = reduction::mean) : r_(r) {}
   void visit(visitor<T, D>&) override {}
 
-  /// The labels stay on the host whatever the device (they are checked there).
-  template <class C, std::integral I>
-  autodiff::var<T, C, D> operator()(autodiff::var<T, C, D> logits, const dist_tensor<I>& labels) {
+  template <std::integral I>
+  autodiff::var<T, D> operator()(autodiff::var<T, D> logits, const dist_tensor<I>& labels) {
     logits = detail::resolved(logits);
-    autodiff::tape<T, C, D>& t = *logits.t;
     const tensor_on<T, D>& xv = logits.value();
     const extents& gs = xv.global_shape();
-    if (xv.ndim() != 2)
-      throw error("cross_entropy_loss: the logits must be (batch, classes), got " + to_string(gs));
+    if (xv.ndim() != 2) throw error("cross_entropy_loss: the logits must be (batch, classes), got " + to_string(gs));
     if (labels.ndim() != 1 || labels.global_shape()[0] != gs[0])
       throw error("cross_entropy_loss: the labels are " + to_string(labels.global_shape()) + ", expected (" +
                   std::to_string(gs[0]) + ",) for logits " + to_string(gs));
-    if constexpr (!detail::on_host<D>) {
-      return detail::cross_entropy_by_operator(logits, labels, r_);
-    } else {
-      if (xv.layout().pieces(1) > 1) return class_split(logits, labels);
-
-      device_context<C>& ctx = t.ctx();
-      const layout& xl = xv.layout();
-      const laid_out<I> ly = detail::placed_as(labels, layout(xl.dev, {xl.split[0]}), ctx);
-      const std::size_t rows = xv.local().shape()[0], cls = std::size_t(gs[1]);
-      const index_t row0 = xv.local_offset()[0];
-      std::vector<I> lab(ly->local().begin(), ly->local().end());
-      for (std::size_t i = 0; i < rows; ++i)
-        if (lab[i] < 0 || std::uint64_t(lab[i]) >= cls)
-          throw error("cross_entropy_loss: label " + std::to_string(lab[i]) + " of sample " +
-                      std::to_string(row0 + index_t(i)) + " is out of range for " + std::to_string(cls) +
-                      " classes");
-      const T scale = r_ == reduction::mean ? T(1) / T(gs[0]) : T(1);
-      const T* px = xv.local().data();
-      double acc = 0;
-      for (std::size_t i = 0; i < rows; ++i) {
-        const T* row = px + i * cls;
-        const T m = *std::max_element(row, row + cls);
-        double s = 0;
-        for (std::size_t j = 0; j < cls; ++j) s += std::exp(double(row[j] - m));
-        acc += std::log(s) + double(m) - double(row[std::size_t(lab[i])]);
-      }
-      dist_tensor<T> loss(detail::scalar_partial_layout(xl), extents{}, xv.rank());
-      loss.local()() = T(acc) * scale;
-      return t.record(std::move(loss),
-                      [ix = logits.id, lab = std::move(lab), scale](autodiff::tape<T, C>& tp,
-                                                                    const dist_tensor<T>& g) {
-                        detail::require_scalar_grad(g, "cross_entropy_loss");
-                        const dist_tensor<T>& xv2 = tp.value(ix);
-                        const T k = scale * detail::scalar_value(g, tp.ctx());
-                        const std::size_t r = xv2.local().shape()[0], c = xv2.local().shape()[1];
-                        dist_tensor<T> dx(xv2.layout(), xv2.global_shape(), xv2.rank());
-                        const T* x = xv2.local().data();
-                        T* o = dx.local().data();
-                        for (std::size_t i = 0; i < r; ++i) {
-                          const T* row = x + i * c;
-                          T* out = o + i * c;
-                          const T m = *std::max_element(row, row + c);
-                          T s = 0;
-                          for (std::size_t j = 0; j < c; ++j) s += (out[j] = std::exp(row[j] - m));
-                          const T inv = k / s;
-                          for (std::size_t j = 0; j < c; ++j) out[j] *= inv;
-                          out[std::size_t(lab[i])] -= k;
-                        }
-                        tp.add_grad(ix, std::move(dx));
-                      },
-                      t.requires_grad(logits.id));
-    }
+    const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
+    // Before the leaf: recording moves the tape's values.
+    tensor_on<T, D> y = detail::class_values<T, D>(labels, gs[1]);
+    const autodiff::var<T, D> yv = logits.t->leaf(std::move(y), false);
+    const autodiff::var<T, D> per_sample =
+        autodiff::apply(ops::sparse_softmax_cross_entropy_op{strategy{{b, c}, {b}}}, logits, yv);
+    return detail::reduce_all(per_sample, r_, strategy{{b}}, "");
+  }
+  /// Traced: the labels an input of the graph.
+  graph::value operator()(graph::value logits, graph::value labels) {
+    const graph::value per_sample =
+        apply_named(this->op_name("sparse_softmax_cross_entropy"), ops::sparse_softmax_cross_entropy_op{}, logits, labels);
+    return detail::reduce_all(per_sample, r_, strategy{},
+                              this->op_name(r_ == reduction::mean ? "reduce_mean" : "reduce_sum"));
   }
 
  private:
-  // The class dim is split: the sharded SparseSoftmaxCrossEntropyWithLogits (its row
-  // max and sums combined over the class axis), then the mean or sum over the batch.
-  template <class C, std::integral I>
-  autodiff::var<T, C> class_split(autodiff::var<T, C> logits, const dist_tensor<I>& labels) {
-    autodiff::tape<T, C>& t = *logits.t;
-    const dist_tensor<T>& xv = logits.value();
-    const int b = xv.layout().pieces(0), c = xv.layout().pieces(1);
-    const ops::sparse_softmax_cross_entropy_op op{strategy{{b, c}, {b}}};
-    dist_tensor<T> per_sample = ops::sparse_softmax_cross_entropy(op, xv, labels, t.ctx());
-    const autodiff::var<T, C> y = t.record(
-        std::move(per_sample),
-        [op, ix = logits.id, labels](autodiff::tape<T, C>& tp, const dist_tensor<T>& g) {
-          tp.add_grad(ix, ops::sparse_softmax_cross_entropy_backward(op, g, tp.value(ix), labels, tp.ctx()));
-        },
-        t.requires_grad(logits.id));
-    if (r_ == reduction::mean) return autodiff::apply(ops::reduce_mean_op{strategy{{b}}, {}, false}, y);
-    return autodiff::apply(ops::reduce_sum_op{strategy{{b}}, {}, false}, y);
-  }
-
   reduction r_;
 };
 
@@ -20822,8 +21056,7 @@ class optimizer {
   /// taken at the first step). `ctx` must outlive the optimizer's steps.
   /// Throws after a step: "adam: enable_parallel_optimizer after 3 steps: the state is
   /// already whole on every rank; enable it before the first step".
-  template <class C>
-  void enable_parallel_optimizer(device_context<C>& ctx, parallel_options o = {}) {
+  void enable_parallel_optimizer(context& ctx, parallel_options o = {}) {
     if (step_ != 0)
       throw error(name_ + ": enable_parallel_optimizer after " + std::to_string(step_) +
                   " steps: the state is already whole on every rank; enable it before the first step");
@@ -20930,11 +21163,11 @@ class optimizer {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const tensor& p = params_[i]->data();
       const tensor& g = grads[i];
-      if (!(g.global_shape() == p.global_shape()) || !(g.layout().dev == p.layout().dev))
+      if (!(g.global_shape() == p.global_shape()) || g.layout().dev.size() != p.layout().dev.size())
         throw error(name_ + ": the gradient of parameter '" + params_[i]->name() + "' is " +
-                    to_string(g.global_shape()) + " " + to_string(g.layout()) + ", the parameter " +
-                    to_string(p.global_shape()) + " " + to_string(p.layout()) + " on mesh " +
-                    to_string(p.layout().dev) + ": optimizer parallel needs the parameter's shape on its mesh");
+                    to_string(g.global_shape()) + " " + to_string(g.layout()) + " on mesh " + to_string(g.layout().dev) +
+                    ", the parameter " + to_string(p.global_shape()) + " " + to_string(p.layout()) + " on mesh " +
+                    to_string(p.layout().dev) + ": optimizer parallel needs the parameter's shape over the same ranks");
     }
     const T lr = lr_(step_);
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -21267,18 +21500,18 @@ namespace detail {
 
 template <class X>
 struct is_var : std::false_type {};
-template <class T, class C, class D>
-struct is_var<autodiff::var<T, C, D>> : std::true_type {};
+template <class T, class D>
+struct is_var<autodiff::var<T, D>> : std::true_type {};
 
 template <class X>
 struct is_var_pair : std::false_type {};
-template <class T, class C, class D>
-struct is_var_pair<std::pair<autodiff::var<T, C, D>, autodiff::var<T, C, D>>> : std::true_type {};
+template <class T, class D>
+struct is_var_pair<std::pair<autodiff::var<T, D>, autodiff::var<T, D>>> : std::true_type {};
 
 // A tensor_on<T, D> argument enters the tape as a data leaf (no copy); others pass as
 // they are (labels of an integer type, options, ...).
-template <class T, class C, class D, class A>
-decltype(auto) wrap_argument(autodiff::tape<T, C, D>& t, const A& a) {
+template <class T, class D, class A>
+decltype(auto) wrap_argument(autodiff::tape<T, D>& t, const A& a) {
   if constexpr (std::is_same_v<A, tensor_on<T, D>>) return t.leaf_view(a, false);
   else return (a);
 }
@@ -21288,12 +21521,12 @@ decltype(auto) wrap_argument(autodiff::tape<T, C, D>& t, const A& a) {
 /// The callable value_and_grad returns. Call it with the forward function's
 /// arguments; every tensor_on<T, D> argument (a tensor of the parameters' device)
 /// reaches the forward function as a tape value (autodiff::var), the others unchanged.
-template <class T, class C, class F, class D = cpu_device>
+template <class T, class F, class D = cpu_device>
 class grad_function {
  public:
   using tensor = tensor_on<T, D>;
 
-  grad_function(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
+  grad_function(F f, std::vector<nn::parameter<T, D>*> params, context& ctx)
       : f_(std::move(f)), params_(std::move(params)), ctx_(&ctx) {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!params_[i]) throw error("value_and_grad: parameter " + std::to_string(i) + " is null");
@@ -21308,7 +21541,7 @@ class grad_function {
   /// parameter i's, in the layout the backward pass produced.
   template <class... Args>
   auto operator()(const Args&... args) {
-    autodiff::tape<T, C, D> t(*ctx_);
+    autodiff::tape<T, D> t(*ctx_);
     const std::uint64_t serial = t.serial();
     for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->expect_grad(serial, int(i));
     struct unbind_all {
@@ -21323,7 +21556,7 @@ class grad_function {
     static_assert(detail::is_var<R>::value || detail::is_var_pair<R>::value,
                   "value_and_grad: the forward function must return a tape value (the loss) or a pair "
                   "(loss, aux) of tape values");
-    autodiff::var<T, C, D> loss;
+    autodiff::var<T, D> loss;
     if constexpr (detail::is_var<R>::value) loss = out;
     else loss = out.first;
 
@@ -21341,7 +21574,7 @@ class grad_function {
   }
 
  private:
-  void run_backward(autodiff::tape<T, C, D>& t, std::uint64_t serial, autodiff::var<T, C, D> loss,
+  void run_backward(autodiff::tape<T, D>& t, std::uint64_t serial, autodiff::var<T, D> loss,
                     std::vector<std::optional<tensor>>& grads) {
     // slot_of[id]: which parameter the leaf with tape id `id` is.
     std::vector<int> slot_of(std::size_t(t.size()), -1);
@@ -21373,7 +21606,7 @@ class grad_function {
 
   F f_;
   std::vector<nn::parameter<T, D>*> params_;
-  device_context<C>* ctx_;
+  context* ctx_;
 };
 
 /// Keeps the memory a training step frees for the next step: a process-wide allocator
@@ -21406,16 +21639,16 @@ inline void retain_freed_memory() {
 ///
 /// The parameters' device D is the tapes': a network on the GPU takes its inputs as
 /// tensor_on<T, cuda_device> (labels stay on the host) and gives device gradients.
-template <class T, class C, class F, class D>
-grad_function<T, C, F, D> value_and_grad(F f, std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx) {
-  return grad_function<T, C, F, D>(std::move(f), std::move(params), ctx);
+template <class T, class F, class D>
+grad_function<T, F, D> value_and_grad(F f, std::vector<nn::parameter<T, D>*> params, context& ctx) {
+  return grad_function<T, F, D>(std::move(f), std::move(params), ctx);
 }
 
 /// The value of a scalar loss as every rank sees it: its partial sums resolved (one
 /// small all-reduce when the loss is partial). Collective: every rank must call it.
 /// A loss on a device is read back to the host.
-template <class T, class C, class D>
-T scalar(const tensor_on<T, D>& loss, device_context<C>& ctx) {
+template <class T, class D>
+T scalar(const tensor_on<T, D>& loss, context& ctx) {
   if (loss.ndim() != 0) throw error("scalar: the loss must be a scalar, got shape " + to_string(loss.global_shape()));
   if constexpr (std::is_same_v<D, cpu_device>) {
     if (!loss.layout().has_partial()) return loss.local()();
@@ -21472,8 +21705,8 @@ inline std::vector<int> group_ranks(const mesh& m, const axis_list& axes, int ra
 /// parameter_broadcast. Collective over the ranks of the parameters' meshes.
 /// Parameters on a device other than the host need a communicator of that device's
 /// buffers (staged_communicator over MPI for GPU shards).
-template <class T, class C, class D>
-void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, device_context<C>& ctx, int root = 0) {
+template <class T, class D>
+void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, context& ctx, int root = 0) {
   for (nn::parameter<T, D>* p : params) {
     tensor_on<T, D>& d = p->data();
     const axis_list axes = detail::replica_axis_list(d.layout());
@@ -21521,7 +21754,7 @@ void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, devic
 /// gradient copied into it at its offset and back on completion by D's copy_n (on a GPU
 /// a device-to-device copy on tessera's stream, ordered with the kernels that made the
 /// gradient and with the communicator's staging).
-template <class T, class C, class D = cpu_device>
+template <class T, class D = cpu_device>
 class distributed_grad_reducer final : public nn::grad_listener<T, D> {
  public:
   using tensor = tensor_on<T, D>;
@@ -21558,9 +21791,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     int group_size = 1;
   };
 
-  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, context& ctx)
       : distributed_grad_reducer(std::move(params), ctx, options{}) {}
-  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, device_context<C>& ctx, options opt)
+  distributed_grad_reducer(std::vector<nn::parameter<T, D>*> params, context& ctx, options opt)
       : params_(std::move(params)), ctx_(&ctx), opt_(opt) {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i]) throw error("distributed_grad_reducer: parameter " + std::to_string(i) + " is null");
@@ -21657,10 +21890,9 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
 
   static constexpr bool on_host = std::is_same_v<D, cpu_device>;
 
-  using request_t = std::remove_cvref_t<decltype(std::declval<C&>().iall_reduce(std::declval<std::span<T>>(),
-                                                                               reduce_op::sum))>;
+  using request_t = any_request;
   struct bucket {
-    C* comm = nullptr;
+    any_communicator* comm = nullptr;
     int group_size = 1;
     std::vector<int> ranks;
     std::vector<std::size_t> members;
@@ -21829,7 +22061,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
   }
 
   std::vector<nn::parameter<T, D>*> params_;
-  device_context<C>* ctx_;
+  context* ctx_;
   options opt_;
   bool planned_ = false;
   bool in_step_ = false;
@@ -22036,18 +22268,19 @@ class progress_bar : public callback<T> {
 
 }  // namespace tessera::train
 // ---- tessera/train/model.hpp ----
-// Model (MindSpore's mindspore.train.Model): a network, a loss and an optimizer
-// trained by train(epochs, dataset, callbacks) and measured by eval(dataset). Each
-// rank reads its own shard of the data (the batch split over the ranks), the
-// gradients are reduced over the ranks by a distributed_grad_reducer during the
-// backward pass (or, with optimizer parallel, reduce-scattered by the optimizer's
-// step), and every rank steps the optimizer on its shards. The network may
-// live on any device (its parameters' device D, deduced from its type): the data
-// pipeline's host batches are copied to D for each step and the loss read back.
+// Model (MindSpore's mindspore.train.Model): a module network, a loss and an optimizer
+// trained by train(epochs, dataset, callbacks) and measured by eval(dataset), in every
+// parallel mode: the network is traced into a graph, parallelized and run by the graph
+// executor, with the data-parallel gradients reduced in buckets during the backward
+// pass. Also evaluate(), the accuracy of a network run eagerly. The network may live on
+// any device (its parameters' device D, deduced from its type): the data pipeline's
+// host batches are copied to D for each step and the loss read back.
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -22056,14 +22289,56 @@ class progress_bar : public callback<T> {
 #include <type_traits>
 #include <utility>
 #include <vector>
+// ---- tessera/nn/trace.hpp ----
+// Tracing a module network with its loss into a graph (MindSpore's graph compilation):
+// the same modules that run eagerly give, called on graph values, the network's
+// operators with their strategies, named after the module tree, and its parameters by
+// their dotted names.
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::nn {
+
+/// A network and its loss as a graph: the graph (inputs "input" and "label", in that
+/// order), and the node of the network's output (its logits).
+struct traced_network {
+  graph::traced_graph graph;
+  int output = -1;
+};
+
+/// Traces `net` and `loss_fn` for a global batch: the network's input of shape `input`,
+/// the labels of shape `label` ((batch,) class indices for a cross entropy, the
+/// output's shape for a regression). The modules are named first (as build() names
+/// them, under `seed`), so the traced operators and parameters carry their dotted
+/// names: "dense_relu_sequential.0.matmul", "dense_relu_sequential.0.weight".
+///
+///     nn::traced_network t = nn::trace(net, loss_fn, extents{64, 1, 28, 28}, extents{64});
+///     graph::parallel_graph pg = graph::parallelize(t.graph, cfg);
+template <class Net, class Loss>
+traced_network trace(Net& net, Loss& loss_fn, const extents& input, const extents& label, std::uint64_t seed = 0) {
+  net.name_all(seed);
+  loss_fn.name_all(seed);
+  graph::graph_builder b;
+  const graph::value x = b.input("input", input);
+  const graph::value y = b.input("label", label);
+  const graph::value out = net(x);
+  traced_network t;
+  t.graph = b.build(loss_fn(out, y));
+  t.output = out.id();
+  return t;
+}
+
+}  // namespace tessera::nn
 
 namespace tessera::train {
 
-/// One rank's rows of a batch: inputs (batch, ...) and class labels (batch,).
+/// One rank's rows of a batch: inputs (batch, ...) and labels as values of T: class
+/// indices (batch,), or targets of the output's shape.
 template <class T>
 struct local_batch {
   xt::xarray<T> inputs;
-  xt::xarray<std::int32_t> labels;
+  xt::xarray<T> labels;
 };
 
 namespace detail {
@@ -22086,11 +22361,11 @@ struct tag {};
 
 template <class T, class X, class Y>
 local_batch<T> to_local_batch(tag<T>, const std::pair<xt::xarray<X>, xt::xarray<Y>>& b) {
-  return {as_array<T>(b.first), as_array<std::int32_t>(b.second)};
+  return {as_array<T>(b.first), as_array<T>(b.second)};
 }
 template <class T, class X, class Y>
 local_batch<T> to_local_batch(tag<T>, const std::tuple<xt::xarray<X>, xt::xarray<Y>>& b) {
-  return {as_array<T>(std::get<0>(b)), as_array<std::int32_t>(std::get<1>(b))};
+  return {as_array<T>(std::get<0>(b)), as_array<T>(std::get<1>(b))};
 }
 template <class T>
 local_batch<T> to_local_batch(tag<T>, const local_batch<T>& b) {
@@ -22126,30 +22401,35 @@ struct device_of_net<Net> {
 template <class Net>
 using device_of_net_t = typename device_of_net<Net>::type;
 
-// A small all-reduce of host values over the world of ctx: through C itself when it
-// takes host memory; when its collectives take device buffers, through its host
-// communicator (staged_communicator::host()), else through a copy in D's memory.
-template <class D, class U, class C>
-void host_all_reduce(device_context<C>& ctx, std::span<U> v, reduce_op op) {
-  if constexpr (!takes_device_buffers<C>) {
-    ctx.world().all_reduce(v, op);
-  } else if constexpr (requires { ctx.world().host().all_reduce(v, op); }) {
-    ctx.world().host().all_reduce(v, op);
-  } else {
+// A small all-reduce of host values over the world of ctx: through its communicator
+// when it takes host memory; when it takes device buffers, through its host
+// communicator (any_communicator::host_communicator(): staged_communicator<any_communicator>), else
+// through a copy in D's memory.
+template <class D, class U>
+void host_all_reduce(context& ctx, std::span<U> v, reduce_op op) {
+  any_communicator& w = ctx.world();
+  if (!w.device_buffers()) {
+    w.all_reduce(v, op);
+  } else if (any_communicator* h = w.host_communicator()) {
+    h->all_reduce(v, op);
+  } else if constexpr (!std::is_same_v<D, cpu_device>) {
     xt::xarray<U> h = xt::xarray<U>::from_shape({v.size()});
     std::copy(v.begin(), v.end(), h.data());
     auto d = storage<U, D>::from_host(h);
-    ctx.world().all_reduce(std::span<U>(d.data(), d.size()), op);
+    w.all_reduce(std::span<U>(d.data(), d.size()), op);
     h = storage<U, D>::to_host(d);
     std::copy_n(h.data(), v.size(), v.begin());
+  } else {
+    throw error("model: host values to reduce over the " + std::string(w.backend()) +
+                " backend, which takes device buffers and has no host communicator");
   }
 }
 
 // The ranks agree that each has a batch of the same size, or that all are done.
 // Throws on every rank otherwise (a rank with fewer batches would leave the others
 // waiting in a collective).
-template <class D, class C>
-bool agree_on_batch(device_context<C>& ctx, std::int64_t rows, bool have, const char* who) {
+template <class D>
+bool agree_on_batch(context& ctx, std::int64_t rows, bool have, const char* who) {
   std::vector<std::int64_t> v{have ? rows : -1, have ? -rows : -1, have ? 1 : 0, have ? -1 : 0};
   // max(rows), max(-rows) = -min(rows), whether any rank has a batch, -(whether all have)
   host_all_reduce<D>(ctx, std::span<std::int64_t>(v), reduce_op::max);
@@ -22173,8 +22453,8 @@ tensor_on<T, D> host_to(tensor_on<T, cpu_device>&& x) {
 
 // This rank's rows as shards of the global batch, split over every rank: the inputs
 // on device D (copied there), the labels on the host (as the losses take them).
-template <class D, class T, class C>
-std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, device_context<C>& ctx) {
+template <class D, class T>
+std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>& b, context& ctx) {
   const int p = ctx.size();
   const index_t rows = index_t(b.inputs.shape()[0]);
   if (b.labels.dimension() != 1 || index_t(b.labels.shape()[0]) != rows) {
@@ -22190,15 +22470,15 @@ std::pair<tensor_on<T, D>, dist_tensor<std::int32_t>> to_tensors(local_batch<T>&
   layout xl = layout::replicated(mesh{p}, xs.ndim);
   xl.split[0] = axis_list{0};
   dist_tensor<T> x(xl, xs, ctx.rank(), std::move(b.inputs));
-  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), std::move(b.labels));
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{rows * p}, ctx.rank(), as_array<std::int32_t>(b.labels));
   return {host_to<D>(std::move(x)), std::move(y)};
 }
 
 // Rows whose largest logit is at the label, counted once over the ranks that share
 // them (the ranks of a row's replicas are told apart by their coordinates). Logits
 // on a device are laid out there (the labels copied to it) and read back.
-template <class T, class D, class C>
-double count_correct(const tensor_on<T, D>& logits, const dist_tensor<std::int32_t>& labels, device_context<C>& ctx) {
+template <class T, class D>
+double count_correct(const tensor_on<T, D>& logits, const dist_tensor<std::int32_t>& labels, context& ctx) {
   const layout rows(logits.layout().dev, {logits.layout().split[0], axis_list{}});
   const laid_out<T, D> lx = nn::detail::placed_as(logits, rows, ctx);
   // The labels on D (a copy off the host), then in the rows' layout.
@@ -22238,41 +22518,39 @@ struct eval_result {
   std::int64_t samples = 0;  ///< samples seen, over all ranks
 };
 
-/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
-/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
-/// rows: each sample counted once. Collective. The dataset is read as Model::train
-/// reads it. A network on a device D (Net::device_type) is evaluated there: each
-/// batch's inputs are copied to D, its loss and correct rows read back; C must then
-/// carry D's buffers (staged_communicator over MPI for a GPU).
-template <class Net, class Loss, class Dataset, class C>
-eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C>& ctx) {
-  using T = typename Net::value_type;
-  using D = detail::device_of_net_t<Net>;
+namespace detail {
+
+/// What one evaluated batch gives: its loss, this rank's correct rows, its global rows.
+struct batch_score {
+  double loss = 0, correct = 0;
+  std::int64_t rows = 0;
+};
+
+/// One pass over `dataset` with `net` in evaluation mode, the ranks agreeing on every
+/// batch (`who` names the caller in the error of a rank that runs out early):
+/// `score(local_batch<T>&)` evaluates a batch; the accuracy and the mean loss.
+template <class T, class D, class Net, class Dataset, class Score>
+eval_result eval_pass(Net& net, Dataset& dataset, context& ctx, const char* who, Score&& score) {
   const bool was_training = net.training();
   net.set_train(false);
   double correct = 0, loss_sum = 0;
   std::int64_t samples = 0, batches = 0;
-  auto&& pass = detail::epoch_of(dataset, 0);
-  auto it = pass.begin();
+  auto&& pass = epoch_of(dataset, 0);
   auto end = pass.end();
-  while (true) {
+  for (auto it = pass.begin();; ++it) {
     const bool have = !(it == end);
     std::optional<local_batch<T>> b;
-    if (have) b = to_local_batch(detail::tag<T>{}, *it);
-    if (!detail::agree_on_batch<D>(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
-    const auto [x, y] = detail::to_tensors<D>(*b, ctx);
-    autodiff::tape<T, C, D> t(ctx);
-    const auto logits = net(t.leaf_view(x, false));
-    const auto loss = loss_fn(logits, y);
-    loss_sum += double(scalar(loss.value(), ctx));
-    correct += detail::count_correct(logits.value(), y, ctx);
-    samples += x.global_shape()[0];
+    if (have) b = to_local_batch(tag<T>{}, *it);
+    if (!agree_on_batch<D>(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, who)) break;
+    const batch_score s = score(*b);
+    loss_sum += s.loss;
+    correct += s.correct;
+    samples += s.rows;
     ++batches;
-    ++it;
   }
   net.set_train(was_training);
   std::vector<double> c{correct};
-  detail::host_all_reduce<D>(ctx, std::span<double>(c), reduce_op::sum);
+  host_all_reduce<D>(ctx, std::span<double>(c), reduce_op::sum);
   eval_result r;
   r.samples = samples;
   r.accuracy = samples ? c[0] / double(samples) : 0.0;
@@ -22280,30 +22558,76 @@ eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, device_context<C
   return r;
 }
 
-/// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a classifier.
+}  // namespace detail
+
+/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
+/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
+/// rows: each sample counted once. Collective. The dataset is read as Model::train
+/// reads it. A network on a device D (Net::device_type) is evaluated there: each
+/// batch's inputs are copied to D, its loss and correct rows read back; ctx's
+/// communicator must then carry D's buffers (device_communicator(world, D{})).
+template <class Net, class Loss, class Dataset>
+eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, context& ctx) {
+  using T = typename Net::value_type;
+  using D = detail::device_of_net_t<Net>;
+  return detail::eval_pass<T, D>(net, dataset, ctx, "evaluate", [&](local_batch<T>& b) {
+    const auto [x, y] = detail::to_tensors<D>(b, ctx);
+    autodiff::tape<T, D> t(ctx);
+    const auto logits = net(t.leaf_view(x, false));
+    const auto loss = loss_fn(logits, y);
+    return detail::batch_score{double(scalar(loss.value(), ctx)), detail::count_correct(logits.value(), y, ctx),
+                               x.global_shape()[0]};
+  });
+}
+
+/// The parallel configuration of a model by default: data parallel (the batch split
+/// over every rank, the parameters replicated, their gradients reduced in buckets).
+inline graph::parallel_config data_parallel_config() {
+  graph::parallel_config c;
+  c.mode = graph::parallel_mode::data_parallel;
+  return c;
+}
+
+/// MindSpore's Model(net, loss_fn, optimizer): trains and evaluates a network written
+/// as modules, in any parallel mode. At the first step (or eval) the network and its
+/// loss are traced with the batch's shapes (nn::trace), the graph is parallelized as
+/// options::parallel says (MindSpore's set_auto_parallel_context: stand_alone,
+/// data_parallel, semi_auto_parallel with the strategies set on the modules,
+/// auto_parallel by a search, hybrid_parallel), the parameters are laid out as the plan
+/// says, and every step runs the plan (graph::executor) on this rank's rows:
 ///
-///     train::model model(net, loss_fn, opt, ctx);
+///     train::model model(net, loss_fn, opt, ctx);   // data parallel
 ///     train::loss_monitor lm(10);
 ///     model.train(10, dataset, {&lm});
-///     const auto m = model.eval(test_set);   // m.accuracy
+///     const auto m = model.eval(test_set);          // m.accuracy
+///
+///     train::model::options o;
+///     o.parallel.mode = graph::parallel_mode::auto_parallel;
+///     o.parallel.search = graph::search_mode::dynamic_programming;
+///     train::model model(net, loss_fn, opt, ctx, o);
+///
+/// In data_parallel the gradients go to a distributed_grad_reducer as the backward pass
+/// finishes each (its buckets' all-reduces overlap the rest of the pass), or, with
+/// optimizer parallel, to the optimizer as they are (its step reduce-scatters them); in
+/// the other modes the plan resolves them. Every step moves exactly the bytes the plan
+/// prices.
 ///
 /// A dataset is anything whose elements are batches of this rank's rows, a pair
 /// (inputs, labels) of xt::xarray (data::dataset rows once data/ is included): either
 /// a range, iterated once per epoch, or an object with epoch(e) (each epoch its own
 /// pass). Every rank must see batches of the same size, as many as the others: the
-/// ranks check it together at each step (an error, not a hang, otherwise).
+/// ranks check it together at each step (an error, not a hang, otherwise). With
+/// dataset_strategy data_parallel (the default) each rank's rows are its slice of the
+/// global batch; full_batch, or stand_alone and hybrid_parallel, read the whole batch.
 ///
 /// The network, loss and optimizer may live on a device D other than the host (a GPU:
 /// nn::module<float, cuda_device>, optim::sgd<float, cuda_device>), deduced from the
-/// network's type; ctx's communicator must then carry D's buffers
-/// (staged_communicator<mpi_communicator> for GPU shards through MPI). The batches stay
-/// host arrays: each step copies its inputs to D (the labels stay on the host, as the
-/// losses take them) and reads the loss back for the callbacks, which are the host's
-/// (run_context's host_parameters gives checkpoints the parameters' host copies).
-///
-///     train::model model(gpu_net, loss_fn, opt, ctx);   // ctx over staged_communicator<mpi_communicator>
-///     model.train(10, dataset, {&lm});
-template <class Net, class Loss, class C>
+/// network's type; ctx's communicator must then carry D's buffers (a
+/// staged_communicator<any_communicator> for GPU shards through the host world). The
+/// batches stay host arrays: each step copies them to D and reads the loss back for
+/// the callbacks, which are the host's (run_context's host_parameters gives checkpoints
+/// the parameters' host copies).
+template <class Net, class Loss>
 class model {
   using D = detail::device_of_net_t<Net>;
 
@@ -22316,12 +22640,16 @@ class model {
     bool gradients_mean = true;                         ///< see distributed_grad_reducer
     std::size_t bucket_bytes = std::size_t(25) << 20;   ///< the reducer's bucket size
     bool parameter_broadcast = false;                   ///< broadcast rank 0's parameters first
+    /// How the traced network runs: mode, search, dataset strategy, machine balance
+    /// (device_num and elem_bytes are the model's).
+    graph::parallel_config parallel = data_parallel_config();
+    std::uint64_t seed = 0;                             ///< the network's seed when the model builds it
   };
 
-  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx)
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, context& ctx)
       : model(net, loss_fn, opt, ctx, options{}) {}
-  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, device_context<C>& ctx, options o)
-      : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(o) {}
+  model(Net& net, Loss& loss_fn, optim::optimizer<T, D>& opt, context& ctx, options o)
+      : net_(&net), loss_(&loss_fn), opt_(&opt), ctx_(&ctx), opt_config_(std::move(o)) {}
 
   Net& network() { return *net_; }
 
@@ -22329,7 +22657,6 @@ class model {
   template <class Dataset>
   void train(int epochs, Dataset& dataset, const std::vector<callback<T>*>& callbacks = {}) {
     if (epochs < 0) throw error("model.train: epochs must not be negative, got " + std::to_string(epochs));
-    prepare();
     net_->set_train(true);
     run_context<T> rc;
     rc.epochs = epochs;
@@ -22349,9 +22676,6 @@ class model {
         return out;
       };
     }
-    auto grad_fn = value_and_grad(
-        [this](auto x, const dist_tensor<std::int32_t>& y) { return (*loss_)((*net_)(x), y); },
-        opt_->parameters(), *ctx_);
     for (auto* cb : callbacks) cb->on_train_begin(rc);
     for (int e = 0; e < epochs && !rc.stop_requested; ++e) {
       rc.epoch = e + 1;
@@ -22366,14 +22690,11 @@ class model {
         if (have) b = to_local_batch(detail::tag<T>{}, *it);
         if (!detail::agree_on_batch<D>(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.train"))
           break;
-        const auto [x, y] = detail::to_tensors<D>(*b, *ctx_);
-        rc.batch_samples = x.global_shape()[0];
+        compile(*b);
+        rc.batch_samples = global_rows(*b);
         for (auto* cb : callbacks) cb->on_step_begin(rc);
         const auto t0 = std::chrono::steady_clock::now();
-        auto [loss, grads] = grad_fn(x, y);
-        if (reducer_) grads = (*reducer_)(grads);  // none with optimizer parallel: the step reduces
-        (*opt_)(grads);
-        rc.loss = double(scalar(loss, *ctx_));
+        rc.loss = double(step(*b));
         rc.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++rc.step;
         ++rc.step_in_epoch;
@@ -22386,43 +22707,175 @@ class model {
     for (auto* cb : callbacks) cb->on_train_end(rc);
   }
 
-  /// The accuracy and mean loss of the network over `dataset` (train::evaluate).
+  /// The accuracy (the argmax of the network's output against class labels) and the
+  /// mean loss over `dataset`, in evaluation mode (no dropout, no gradients), each
+  /// sample counted once over the ranks. Collective.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    if (!net_->built()) net_->build(*ctx_);
-    return evaluate(*net_, *loss_, dataset, *ctx_);
+    return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
+      compile(b);
+      const int label_id = current_->graph.inputs()[1];
+      const dist_tensor<std::int32_t> y(current_->plan->value_layout(label_id), current_->graph.at(label_id).shape,
+                                        ctx_->rank(), detail::as_array<std::int32_t>(b.labels));
+      auto e = current_->exec->evaluate({b.inputs, b.labels}, {current_->output});
+      return detail::batch_score{double(e.loss), detail::count_correct(e.values[0], y, *ctx_), global_rows(b)};
+    });
   }
 
-  /// The gradient reducer (made at the first train or eval; none when the optimizer
-  /// reduces the gradients itself, with optimizer parallel).
-  distributed_grad_reducer<T, C, D>* reducer() { return reducer_.get(); }
+  /// The gradient reducer (data_parallel, made at the first step; none when the
+  /// optimizer reduces the gradients itself, with optimizer parallel, or in the other
+  /// modes, where the plan resolves them).
+  distributed_grad_reducer<T, D>* reducer() { return reducer_.get(); }
+
+  /// The parallel plan of the traced network for the last batch's shapes (made at the
+  /// first step or eval); throws before.
+  const graph::parallel_graph& plan() const {
+    if (!current_) throw error("model: no plan yet: the network is traced at the first step or eval");
+    return *current_->plan;
+  }
+  /// What this rank's communicators moved during the last step's forward and backward
+  /// passes and gradient reduction (equal to the plan's bytes for this rank; not the
+  /// optimizer's step, whose optimizer parallel moves the reduction there).
+  traffic last_step_traffic() const { return last_; }
+  /// Writes this rank's dumps of the plan under `dir` (MindSpore's save_graphs).
+  void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
 
  private:
-  void prepare() {
-    if (!net_->built()) net_->build(*ctx_);
+  struct compiled_network {
+    graph::traced_graph graph;
+    int output = -1;
+    std::unique_ptr<graph::parallel_graph> plan;
+    std::unique_ptr<graph::executor<T, D>> exec;
+    std::vector<nn::parameter<T, D>*> params;  // per graph parameter, the network's
+    std::vector<std::ptrdiff_t> slot;          // and its index in the optimizer's list (-1: none)
+  };
+
+  // The global shape of a local array under the dataset strategy of input `index`.
+  extents global_shape(const xt::xarray<T>& a, int index) const {
+    extents e;
+    e.ndim = int(a.dimension());
+    for (int d = 0; d < e.ndim; ++d) e.v[d] = index_t(a.shape()[std::size_t(d)]);
+    const graph::parallel_config& cfg = opt_config_.parallel;
+    const bool whole = cfg.mode == graph::parallel_mode::stand_alone || cfg.mode == graph::parallel_mode::hybrid_parallel;
+    if (whole || e.ndim == 0) return e;
+    switch (cfg.dataset.which()) {
+      case graph::dataset_strategy::kind::full_batch: return e;
+      case graph::dataset_strategy::kind::data_parallel: e.v[0] *= ctx_->size(); return e;
+      default: {
+        const auto& t = cfg.dataset.tuples();
+        if (std::size_t(index) >= t.size() || t[std::size_t(index)].n != e.ndim)
+          throw error("model: dataset_strategy " + cfg.dataset.to_string() + " has no split tuple of rank " +
+                      std::to_string(e.ndim) + " for input " + std::to_string(index));
+        for (int d = 0; d < e.ndim; ++d) e.v[d] *= t[std::size_t(index)].v[d];
+        return e;
+      }
+    }
+  }
+  index_t global_rows(const local_batch<T>& b) const { return global_shape(b.inputs, 0).v[0]; }
+
+  // The network traced, parallelized and bound for batches of b's shapes: at the first
+  // batch of each shape (a test set's batches may differ from the training's), and
+  // current from then on. The parameters are laid out as that plan says.
+  void compile(const local_batch<T>& b) {
+    const extents xs = global_shape(b.inputs, 0), ys = global_shape(b.labels, 1);
+    const std::string key = to_string(xs) + to_string(ys);
+    auto& slot = compiled_[key];
+    if (!slot) slot = make_compiled(xs, ys);
+    current_ = slot.get();
+    // The parameters in this plan's layouts (moved when another plan laid them out).
+    for (std::size_t i = 0; i < current_->params.size(); ++i) {
+      nn::parameter<T, D>* p = current_->params[i];
+      const layout& l = current_->plan->value_layout(current_->graph.parameters()[i]);
+      if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
+    }
+  }
+
+  std::unique_ptr<compiled_network> make_compiled(const extents& xs, const extents& ys) {
+    if (!net_->built()) net_->build(*ctx_, opt_config_.seed);
+    graph::parallel_config cfg = opt_config_.parallel;
+    cfg.device_num = ctx_->size();
+    cfg.elem_bytes = index_t(sizeof(T));
+    auto c = std::make_unique<compiled_network>();
+    nn::traced_network t = nn::trace(*net_, *loss_, xs, ys, net_->seed());
+    c->graph = std::move(t.graph);
+    c->output = t.output;
+    c->plan = std::make_unique<graph::parallel_graph>(graph::parallelize(c->graph, cfg));
+    c->exec = std::make_unique<graph::executor<T, D>>(*c->plan, *ctx_);
+    // The parameters laid out as the plan says, and run from the network's storage.
+    std::vector<std::pair<std::string, nn::parameter<T, D>*>> named = net_->named_parameters();
+    const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
+    for (int id : c->graph.parameters()) {
+      const std::string& name = c->graph.at(id).name;
+      nn::parameter<T, D>* p = nullptr;
+      for (auto& [n, q] : named)
+        if (n == name) p = q;
+      if (!p) throw error("model: the traced graph has a parameter '" + name + "' the network does not list");
+      const layout& l = c->plan->value_layout(id);
+      if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
+      c->exec->bind_parameter(name, p->data());
+      c->params.push_back(p);
+      const auto it = std::find(trained.begin(), trained.end(), p);
+      c->slot.push_back(it == trained.end() ? -1 : it - trained.begin());
+    }
+    if (compiled_.size() > 1) return c;  // the reducer is made once
+    const bool dp = cfg.mode == graph::parallel_mode::data_parallel;
     if (opt_->reduces_gradients()) {
       if (!opt_config_.gradients_mean)
         throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
                     "gradients' partial sums (gradients_mean = true) and has no other mode");
-      if (opt_config_.parameter_broadcast && !broadcast_done_) broadcast_parameters(opt_->parameters(), *ctx_);
-      broadcast_done_ = true;
-      return;
-    }
-    if (!reducer_)
-      reducer_ = std::make_unique<distributed_grad_reducer<T, C, D>>(
+      if (opt_config_.parameter_broadcast) broadcast_parameters(opt_->parameters(), *ctx_);
+    } else if (dp) {
+      reducer_ = std::make_unique<distributed_grad_reducer<T, D>>(
           opt_->parameters(), *ctx_,
-          typename distributed_grad_reducer<T, C, D>::options{.mean = opt_config_.gradients_mean,
-                                                               .bucket_bytes = opt_config_.bucket_bytes,
-                                                               .parameter_broadcast = opt_config_.parameter_broadcast});
+          typename distributed_grad_reducer<T, D>::options{.mean = opt_config_.gradients_mean,
+                                                           .bucket_bytes = opt_config_.bucket_bytes,
+                                                           .parameter_broadcast = opt_config_.parameter_broadcast});
+    } else if (opt_config_.parameter_broadcast) {
+      broadcast_parameters(opt_->parameters(), *ctx_);
+    }
+    return c;
+  }
+
+  // One training step on this rank's rows; returns the loss.
+  T step(const local_batch<T>& b) {
+    compiled_network& c = *current_;
+    const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
+    const bool raw = reducer_ || opt_->reduces_gradients();
+    const traffic before = ctx_->total_stats();
+    typename graph::executor<T, D>::result r;
+    if (raw) {
+      if (reducer_) reducer_->backward_begin();
+      r = c.exec->value_and_grad({b.inputs, b.labels}, [&](std::size_t i, tensor_on<T, D>& g, int nodes_left) {
+        if (reducer_ && c.slot[i] >= 0) reducer_->grad_ready(*trained[std::size_t(c.slot[i])], g, nodes_left);
+      });
+    } else {
+      r = c.exec->value_and_grad({b.inputs, b.labels});
+    }
+    // The gradients in the optimizer's order; zeros for a parameter the network did not use.
+    std::vector<std::optional<tensor_on<T, D>>> by_slot(trained.size());
+    for (std::size_t i = 0; i < c.slot.size(); ++i)
+      if (c.slot[i] >= 0) by_slot[std::size_t(c.slot[i])] = std::move(r.grads[i]);
+    std::vector<tensor_on<T, D>> grads;
+    grads.reserve(trained.size());
+    for (std::size_t k = 0; k < trained.size(); ++k) {
+      if (by_slot[k]) grads.push_back(std::move(*by_slot[k]));
+      else grads.emplace_back(trained[k]->layout(), trained[k]->shape(), ctx_->rank());
+    }
+    if (reducer_) grads = (*reducer_)(grads);
+    last_ = ctx_->total_stats() - before;
+    (*opt_)(grads);
+    return r.loss;
   }
 
   Net* net_;
   Loss* loss_;
   optim::optimizer<T, D>* opt_;
-  device_context<C>* ctx_;
+  context* ctx_;
   options opt_config_;
-  std::unique_ptr<distributed_grad_reducer<T, C, D>> reducer_;
-  bool broadcast_done_ = false;
+  std::map<std::string, std::unique_ptr<compiled_network>> compiled_;  // by the batches' global shapes
+  compiled_network* current_ = nullptr;
+  std::unique_ptr<distributed_grad_reducer<T, D>> reducer_;
+  traffic last_{};
 };
 
 }  // namespace tessera::train
@@ -22454,7 +22907,7 @@ namespace tessera::train {
 /// sends its shard of the stage's output to rank i of stage s + 1. Each rank builds only
 /// its own stage's layers, on stage_context(), the ranks of its stage.
 ///
-///     train::pipeline<float, mpi_communicator> pp(ctx, 2);   // 8 ranks: 2 stages of 4
+///     train::pipeline<float> pp(ctx, 2);   // 8 ranks: 2 stages of 4
 ///     auto& sc = pp.stage_context();
 ///     if (pp.stage() == 0) first.build(sc); else second.build(sc);
 ///     auto r = pp.step(params, 4, [&](auto& tape, int m, auto x) {   // 4 micro-batches
@@ -22468,19 +22921,16 @@ namespace tessera::train {
 /// its micro-batch: the step's loss is the mean of the micro-batches' losses, and the
 /// gradients their mean's.
 ///
-/// Needs a communicator with non-blocking sends (isend: mpi_communicator), host
-/// tensors.
-template <class T, class C, class D = cpu_device>
+/// Needs a backend with non-blocking sends (isend: MPI; activations cross the gradients
+/// between two stages, and two blocking sends would deadlock), host tensors.
+template <class T, class D = cpu_device>
 class pipeline {
-  static_assert(requires(C& c, std::span<const T> b) { c.isend(b, 0, 0); },
-                "train::pipeline: the communicator must start sends without waiting (isend: mpi_communicator): "
-                "activations cross the gradients between two stages, and two blocking sends would deadlock");
   static_assert(std::is_same_v<D, cpu_device>, "train::pipeline: host tensors only (D = cpu_device)");
 
  public:
   using tensor = tensor_on<T, D>;
-  using tape_t = autodiff::tape<T, C, D>;
-  using var_t = autodiff::var<T, C, D>;
+  using tape_t = autodiff::tape<T, D>;
+  using var_t = autodiff::var<T, D>;
 
   /// What a step gives: the loss of the whole batch on every rank (the mean of the
   /// micro-batches' losses), and the gradient of each of this stage's parameters, in
@@ -22492,15 +22942,15 @@ class pipeline {
 
   /// Throws unless `stages` divides the ranks: "pipeline: 3 stages do not divide 8
   /// ranks into stages of equal size".
-  pipeline(device_context<C>& ctx, int stages) : world_(&ctx), stages_(stages) {
+  pipeline(context& ctx, int stages) : world_(&ctx), stages_(stages) {
     const int p = ctx.size();
     if (stages < 1 || p % stages != 0)
       throw error("pipeline: " + std::to_string(stages) + " stages do not divide " + std::to_string(p) +
                   " ranks into stages of equal size");
     per_stage_ = p / stages;
     stage_ = ctx.rank() / per_stage_;
-    C& group = ctx.on(mesh{stages, per_stage_}).group(axis_list{1});
-    stage_ctx_ = std::make_unique<device_context<C>>(group);
+    any_communicator& group = ctx.on(mesh{stages, per_stage_}).group(axis_list{1});
+    stage_ctx_ = std::make_unique<context>(group);
   }
 
   int stages() const { return stages_; }
@@ -22509,7 +22959,7 @@ class pipeline {
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == stages_ - 1; }
   /// The ranks of this rank's stage: build the stage's layers and its data on it.
-  device_context<C>& stage_context() { return *stage_ctx_; }
+  context& stage_context() { return *stage_ctx_; }
 
   /// One training step of `micro` micro-batches (at least 1). `stage_fn(tape, m, x)` is
   /// this stage's part for micro-batch m, recorded on `tape` (one tape for the step:
@@ -22527,7 +22977,7 @@ class pipeline {
     if (micro < 1 || micro > max_micro)
       throw error("pipeline: the number of micro-batches must be in [1, " + std::to_string(max_micro) + "], got " +
                   std::to_string(micro));
-    device_context<C>& sc = *stage_ctx_;
+    context& sc = *stage_ctx_;
     tape_t tape(sc);
     for (std::size_t i = 0; i < params.size(); ++i) params[i]->expect_grad(tape.serial(), int(i));
     flight_ flight;
@@ -22614,7 +23064,7 @@ class pipeline {
   struct flight_ {
     std::deque<header> headers;
     std::deque<tensor> tensors;
-    std::vector<decltype(std::declval<C&>().isend(std::span<const T>(), 0, 0))> requests;
+    std::vector<any_request> requests;
     void wait() {
       for (auto& q : requests) q.wait();
       requests.clear();
@@ -22627,7 +23077,7 @@ class pipeline {
   void send_activation(flight_& f, const tensor& y, int m) {
     f.headers.push_back(header{y.global_shape(), y.layout()});
     const header& h = f.headers.back();
-    C& w = world_->world();
+    any_communicator& w = world_->world();
     f.requests.push_back(
         w.isend(std::span<const char>(reinterpret_cast<const char*>(&h), sizeof(header)), peer(1), tag(m, 0)));
     f.tensors.push_back(y);
@@ -22637,7 +23087,7 @@ class pipeline {
 
   tensor receive_activation(int m) {
     header h;
-    C& w = world_->world();
+    any_communicator& w = world_->world();
     w.recv(std::span<char>(reinterpret_cast<char*>(&h), sizeof(header)), peer(-1), tag(m, 0));
     if (h.l.dev.size() != per_stage_)
       throw error("pipeline: stage " + std::to_string(stage_) + " received micro-batch " + std::to_string(m) +
@@ -22665,11 +23115,11 @@ class pipeline {
         world_->world().isend(std::span<const T>(t.local().data(), t.local().size()), peer(-1), tag(m, 2)));
   }
 
-  device_context<C>* world_;
+  context* world_;
   int stages_;
   int per_stage_ = 1;
   int stage_ = 0;
-  std::unique_ptr<device_context<C>> stage_ctx_;
+  std::unique_ptr<context> stage_ctx_;
 };
 
 }  // namespace tessera::train
@@ -24742,6 +25192,7 @@ train::local_batch<T> to_local_batch(train::detail::tag<T>, const row& b) {
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -24750,15 +25201,6 @@ train::local_batch<T> to_local_batch(train::detail::tag<T>, const row& b) {
 #include <vector>
 
 namespace tessera::train {
-
-namespace detail {
-/// The host communicator under a communicator of device buffers (host()), or C itself.
-template <class C>
-auto& host_comm_of(C& c) {
-  if constexpr (requires { c.host(); }) return c.host();
-  else return c;
-}
-}  // namespace detail
 
 /// MindSpore's ModelCheckpoint(prefix, directory, config). Saving is collective: every
 /// rank calls the hooks at the same steps.
@@ -24776,16 +25218,16 @@ auto& host_comm_of(C& c) {
 /// (MindSpore's naming). After each save, the rank that wrote deletes its checkpoints of
 /// `prefix` beyond the newest keep_checkpoint_max (io::rotate_checkpoints).
 ///
-///     train::model_checkpoint<float, mpi_communicator> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
-///                                                            {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
+///     train::model_checkpoint<float> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
+///                                         {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
 ///     model.train(10, dataset, {&loss_cb, &ckpt});
 ///
 /// A network on a device other than the host (a GPU) is saved from its parameters'
 /// host copies (run_context::host_parameters); the checkpoint is the same file. When
-/// ctx's communicator carries device buffers (the model's staged_communicator), the
-/// save's communication goes through its host communicator (host()); a host context
-/// (device_context<mpi_communicator>) may be passed as well.
-template <class T, class C>
+/// ctx's communicator carries device buffers (the model's, staged through the host
+/// world), the save's communication goes through its host communicator
+/// (any_communicator::host_communicator()); a context over host memory may be passed as well.
+template <class T>
 class model_checkpoint : public callback<T> {
  public:
   /// MindSpore's CheckpointConfig.
@@ -24795,14 +25237,14 @@ class model_checkpoint : public callback<T> {
     bool integrated_save = false;            ///< see above
   };
 
-  model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx)
+  model_checkpoint(std::string prefix, std::filesystem::path directory, context& ctx)
       : model_checkpoint(std::move(prefix), std::move(directory), ctx, config{}) {}
-  model_checkpoint(std::string prefix, std::filesystem::path directory, device_context<C>& ctx, config c)
+  model_checkpoint(std::string prefix, std::filesystem::path directory, context& ctx, config c)
       : prefix_(std::move(prefix)), dir_(std::move(directory)), ctx_(&ctx), cfg_(c) {
-    if constexpr (takes_device_buffers<C>)
-      static_assert(requires { ctx.world().host(); },
-                    "model_checkpoint: a communicator of device buffers needs a host communicator (host()) to "
-                    "save through; pass a context over a host communicator (mpi_communicator)");
+    if (ctx.world().device_buffers() && !ctx.world().host_communicator())
+      throw error("model_checkpoint: the " + std::string(ctx.world().backend()) +
+                  " backend takes device buffers and has no host communicator to save through; pass a "
+                  "context over host memory");
     if (c.save_checkpoint_steps < 1)
       throw error("model_checkpoint: save_checkpoint_steps must be at least 1, got " +
                   std::to_string(c.save_checkpoint_steps));
@@ -24848,20 +25290,15 @@ class model_checkpoint : public callback<T> {
   // device buffers, a context over its host communicator (made at the first save).
   std::filesystem::path write(const std::filesystem::path& file, std::span<const io::param_ref> refs,
                               const io::save_options& how) {
-    if constexpr (!takes_device_buffers<C>) {
-      return io::save_checkpoint(file, refs, *ctx_, how);
-    } else {
-      if (!host_ctx_) host_ctx_.emplace(detail::host_comm_of(ctx_->world()));
-      return io::save_checkpoint(file, refs, *host_ctx_, how);
-    }
+    if (!ctx_->world().device_buffers()) return io::save_checkpoint(file, refs, *ctx_, how);
+    if (!host_ctx_) host_ctx_ = std::make_unique<context>(*ctx_->world().host_communicator());
+    return io::save_checkpoint(file, refs, *host_ctx_, how);
   }
-
-  using host_comm = std::remove_reference_t<decltype(detail::host_comm_of(std::declval<C&>()))>;
 
   std::string prefix_;
   std::filesystem::path dir_;
-  device_context<C>* ctx_;
-  std::optional<device_context<host_comm>> host_ctx_;
+  context* ctx_;
+  std::unique_ptr<context> host_ctx_;
   config cfg_;
   std::int64_t last_saved_ = 0;
   std::vector<std::filesystem::path> saved_;

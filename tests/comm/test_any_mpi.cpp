@@ -290,6 +290,22 @@ TEST_CASE("any_communicator over mpi: split, node_local and target") {
   CHECK(node.size() <= g);
 }
 
+TEST_CASE("device_communicator for host shards: a duplicate of the world, its own traffic") {
+  any_communicator world = mpi_communicator::world();
+  any_communicator dup = device_communicator(world, cpu_device{});
+  CHECK(dup.backend() == "mpi");
+  CHECK(!dup.device_buffers());
+  CHECK(dup.size() == world.size());
+  CHECK(dup.rank() == world.rank());
+  REQUIRE(dup.target<mpi_communicator>() != nullptr);
+  CHECK(dup.target<mpi_communicator>()->native() != world.target<mpi_communicator>()->native());
+  world.reset_stats();
+  std::vector<float> v{float(world.rank() + 1)};
+  dup.all_reduce(std::span<float>(v), reduce_op::sum);
+  CHECK(v[0] == float(world.size() * (world.size() + 1) / 2));
+  CHECK(world.stats() == traffic{});
+}
+
 TEST_CASE("any_communicator over mpi: mesh_comm groups equal the typed ones") {
   mpi_communicator typed = mpi_communicator::world();
   any_communicator any = mpi_communicator::world();

@@ -190,21 +190,21 @@ void check_follows(const run_result& g, const run_result& h) {
 }  // namespace
 
 TEST_CASE("nn on the GPU: an MLP trained on the device follows the host run") {
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   const int steps = 5;
   check_follows(train_mlp<mlp, cuda_device>(dev, steps), train_mlp<mlp, cpu_device>(host, steps));
 }
 
 TEST_CASE("nn on the GPU: Dense's fused activations, Sigmoid, Tanh and model-parallel Dense follow the host") {
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   const int steps = 5;
   check_follows(train_mlp<fused_mlp, cuda_device>(dev, steps), train_mlp<fused_mlp, cpu_device>(host, steps));
 }
 
 TEST_CASE("train on the GPU: value_and_grad, the gradient reducer and SGD follow the host run") {
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   const int steps = 5;
   const run_result h = train_with_reducer<cpu_device>(host, steps);
@@ -217,7 +217,7 @@ TEST_CASE("train on the GPU: value_and_grad, the gradient reducer and SGD follow
 }
 
 TEST_CASE("nn on the GPU: parameters are drawn on the host and copied") {
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   context hc(host);
   context dc(dev);
@@ -240,7 +240,7 @@ TEST_CASE("nn on the GPU: parameters are drawn on the host and copied") {
 }
 
 TEST_CASE("nn on the GPU: dropout drops what the host drops") {
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   context hc(host);
   context dc(dev);

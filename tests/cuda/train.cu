@@ -128,7 +128,7 @@ reducer_result reduce_steps(C& comm, bool mean) {
 
 TEST_CASE("train::model on the GPU: the host model's losses, parameters and accuracy") {
   kernels::cuda::set_matmul_precision(kernels::cuda::matmul_precision::fp32);  // no TF32
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   const model_result h = run_model<cpu_device>(host);
   const model_result g = run_model<cuda_device>(dev);
@@ -153,7 +153,7 @@ TEST_CASE("train::model on the GPU: the host model's losses, parameters and accu
 
 TEST_CASE("distributed_grad_reducer on the GPU: the host's bucket plan and gradients, packed") {
   kernels::cuda::set_matmul_precision(kernels::cuda::matmul_precision::fp32);
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   for (const bool mean : {true, false}) {
     INFO("mean " << mean);
@@ -181,12 +181,12 @@ TEST_CASE("distributed_grad_reducer on the GPU: the host's bucket plan and gradi
 }
 
 TEST_CASE("model_checkpoint on the GPU: the device parameters saved through the host") {
-  mpi_communicator host = mpi_communicator::world();
+  any_communicator host = mpi_communicator::world();
   any_communicator dev(testing::test_world());
   context ctx(dev);
   context hctx(host);
   const int p = ctx.size(), r = ctx.rank();
-  train_test::temp_folder<mpi_communicator> tmp(host);
+  train_test::temp_folder<any_communicator> tmp(host);
   mlp<cuda_device> net;
   nn::cross_entropy_loss<float, cuda_device> loss_fn;
   optim::sgd<float, cuda_device> opt(net.trainable_params(), 0.1f);

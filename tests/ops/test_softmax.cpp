@@ -171,8 +171,8 @@ TEST_CASE("softmax_cross_entropy: bad strategies and shapes name the rule, the n
 }
 
 TEST_CASE("softmax_cross_entropy: value_and_grad of the mean loss equals the single-process gradient") {
-  testing::test_comm world = testing::test_world();
-  ctx_t ctx(world);
+  any_communicator world(testing::test_world());
+  context ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = logits_global(), gt = labels_global();
   const k::cross_entropy_result<float> ref = k::softmax_cross_entropy(gx, gt);
@@ -188,7 +188,7 @@ TEST_CASE("softmax_cross_entropy: value_and_grad of the mean loss equals the sin
     const testing::test_tensor t = shard_of(gt, r.labels, me);
     const std::vector<testing::test_tensor> params = {shard_of(gx, r.logits, me)};
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, testing::test_comm, testing::test_device>& tp, const auto& w) {
+        [&](autodiff::tape<float, testing::test_device>& tp, const auto& w) {
           const auto labels = tp.leaf(t, false);
           return autodiff::apply(mean, autodiff::apply(op, w[0], labels));
         },

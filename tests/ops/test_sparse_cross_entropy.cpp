@@ -130,8 +130,8 @@ TEST_CASE("sparse_softmax_cross_entropy: bad labels, strategies and shapes give 
 }
 
 TEST_CASE("sparse_softmax_cross_entropy: value_and_grad of the mean loss equals the single-process gradient") {
-  test_comm world = test_world();
-  ctx_t ctx(world);
+  any_communicator world(test_world());
+  context ctx(world);
   const int p = world.size(), me = world.rank();
   const xt::xarray<float> gx = smooth_tensor(extents{B, C}, 3);
   const xt::xarray<std::int32_t> gt = labels_global();
@@ -148,7 +148,7 @@ TEST_CASE("sparse_softmax_cross_entropy: value_and_grad of the mean loss equals 
     const dev_tensor<float> t = shard_of(xt::xarray<float>(xt::cast<float>(gt)), r.labels, me);
     const std::vector<dev_tensor<float>> params = {shard_of(gx, r.logits, me)};
     auto [loss, grads] = autodiff::value_and_grad(
-        [&](autodiff::tape<float, test_comm, test_device>& tp, const auto& w) {
+        [&](autodiff::tape<float, test_device>& tp, const auto& w) {
           return autodiff::apply(mean, autodiff::apply(op, w[0], tp.leaf(t, false)));
         },
         params, ctx);

@@ -10,6 +10,7 @@
 #include <tessera/comm/communicator.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/mesh.hpp>
+#include <tessera/tensor/device.hpp>
 
 namespace tessera {
 
@@ -145,5 +146,10 @@ class device_context {
 ///       ...
 ///     });
 using context = device_context<any_communicator>;
+
+/// The communicator for the shards of device D over the ranks of `host`, called as
+/// `device_communicator(host, D{})`: for host shards a duplicate of `host` (this
+/// overload); for GPU shards a staging communicator over a duplicate (comm/staged.hpp).
+inline any_communicator device_communicator(any_communicator& host, cpu_device) { return host.split(0, host.rank()); }
 
 }  // namespace tessera

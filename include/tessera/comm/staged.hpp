@@ -21,8 +21,10 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <tessera/comm/any_communicator.hpp>
 #include <tessera/comm/communicator.hpp>
 #include <tessera/cuda/runtime.hpp>
+#include <tessera/tensor/device.hpp>
 
 namespace tessera {
 
@@ -516,5 +518,11 @@ class staged_communicator {
 
 template <class C>
 staged_communicator(C) -> staged_communicator<C>;
+
+/// The communicator for GPU shards over the ranks of `host`: a staging communicator over
+/// a duplicate of it (the host overload is in comm/mesh_comm.hpp).
+inline any_communicator device_communicator(any_communicator& host, cuda_device) {
+  return any_communicator(staged_communicator(host.split(0, host.rank())));
+}
 
 }  // namespace tessera

@@ -275,7 +275,10 @@ class dense : public module<T, D> {
                      array dw;
                      if constexpr (detail::on_host<D>) {
                        dw = wp->take_grad_storage(local_shape(r.grad_b, wp->shape()));
-                       kernels::cpu::matmul_into(dw, dz, lx2->local(), true, false, T(0));
+                       const array& xl = lx2->local();
+                       const int rows = int(dz.shape()[0]), outs = int(dz.shape()[1]), ins = int(xl.shape()[1]);
+                       K::template gemm<T>(true, false, outs, ins, rows, T(1), dz.data(), outs, xl.data(), ins, T(0),
+                                           dw.data(), ins);
                      } else {
                        dw = K::template matmul<T>(dz, lx2->local(), true, false);
                      }

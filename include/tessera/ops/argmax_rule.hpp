@@ -110,8 +110,7 @@ struct argmax_op {
   /// and the strategy: "argmax: reduce: each axis must name a dim of the input: axis 2,
   /// input rank 2; strategy ((2, 4),)".
   argmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_argmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_argmax(st, device_num, shape, axis), name(), st);
     return argmax_rule(st, device_num, shape, axis);
   }
 };

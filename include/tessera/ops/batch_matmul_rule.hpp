@@ -241,12 +241,8 @@ struct batch_matmul_op {
   /// it 1 ways, input 0 2 ways; shapes (4, 8, 16) and (4, 16, 8), strategy ((2, 2, 2),
   /// (1, 2, 1))".
   batch_matmul_layouts rule(int device_num, const extents& a, const extents& b) const {
-    const status s = check_batch_matmul(st, device_num, a, b, trans_a, trans_b);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("batch_matmul");
-      throw error(s, own ? std::string_view{} : name(),
-                  "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
-    }
+    require_rule(check_batch_matmul(st, device_num, a, b, trans_a, trans_b), name(),
+                 "shapes " + to_string(a) + " and " + to_string(b) + ", strategy " + to_string(st));
     return batch_matmul_rule(st, device_num, a, b, trans_a, trans_b);
   }
 

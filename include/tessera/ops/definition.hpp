@@ -233,6 +233,20 @@ inline void require_shapes(const status& s) {
   if (!s.ok()) throw error(s);
 }
 
+/// Throws the status of operator `op`'s rule as its error: "<op>: <rule>: <numbers>;
+/// <where>", without the prefix when the rule's text already starts with the operator's
+/// name: "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank
+/// 2; strategy ((2, 4),)".
+inline void require_rule(const status& s, std::string_view op, std::string_view where) {
+  if (s.ok()) return;
+  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
+  throw error(s, own ? std::string_view{} : op, where);
+}
+/// As above, where the strategy: "; strategy ((2, 4),)".
+inline void require_rule(const status& s, std::string_view op, const strategy& st) {
+  require_rule(s, op, "strategy " + to_string(st));
+}
+
 /// "true" or "false", for attributes.
 inline std::string bool_text(bool b) { return b ? "true" : "false"; }
 

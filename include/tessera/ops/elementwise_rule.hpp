@@ -352,8 +352,7 @@ struct elementwise_op {
                     ", expected (" + (x.ndim > 0 ? std::to_string(x[x.ndim - 1]) : std::string("?")) +
                     ",) for x " + to_string(x));
     }
-    const status s = check_elementwise(st, device_num, shapes);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_elementwise(st, device_num, shapes), name(), st);
     return elementwise_rule(st, device_num, shapes);
   }
 };

@@ -136,11 +136,7 @@ struct one_hot_op {
   /// "one_hot: the strategy splits the output, whose shape is indices.shape + (depth,):
   /// 1 entries for an output of rank 2; strategy ((2,),)".
   one_hot_layouts rule(int device_num, const extents& indices) const {
-    const status s = check_one_hot(st, device_num, indices, depth);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("one_hot");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
+    require_rule(check_one_hot(st, device_num, indices, depth), name(), st);
     return one_hot_rule(st, device_num, indices, depth);
   }
 };

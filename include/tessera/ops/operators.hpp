@@ -26,10 +26,10 @@ struct type_list {};
 
 /// Every operator of the library.
 using builtin_operators =
-    type_list<matmul_op, batch_matmul_op, add_op, sub_op, mul_op, div_op, bias_add_op, relu_op, exp_op, log_op, neg_op, sigmoid_op, tanh_op,
-              reduce_sum_op, reduce_mean_op, reduce_max_op, reduce_min_op, softmax_cross_entropy_op,
-              sparse_softmax_cross_entropy_op, softmax_op, log_softmax_op, transpose_op, reshape_op, flatten_op,
-              strided_slice_op, concat_op, one_hot_op, argmax_op, all_reduce_op, dropout_op>;
+    type_list<matmul_op, batch_matmul_op, add_op, sub_op, mul_op, div_op, bias_add_op, relu_op, exp_op, log_op, neg_op,
+              sigmoid_op, tanh_op, reduce_sum_op, reduce_mean_op, reduce_max_op, reduce_min_op,
+              softmax_cross_entropy_op, sparse_softmax_cross_entropy_op, softmax_op, log_softmax_op, transpose_op,
+              reshape_op, flatten_op, strided_slice_op, concat_op, one_hot_op, argmax_op, all_reduce_op, dropout_op>;
 
 namespace detail {
 template <class... Ops>

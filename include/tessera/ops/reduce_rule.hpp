@@ -207,8 +207,7 @@ struct reduction_op {
   /// "reduce_sum: reduce: each axis must name a dim of the input: axis 2, input rank 2;
   /// strategy ((2, 4),)".
   reduce_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_reduce(st, device_num, shape, dims);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_reduce(st, device_num, shape, dims), name(), st);
     return reduce_rule(st, device_num, shape, dims, keep_dims, How);
   }
 };

@@ -416,16 +416,6 @@ inline constexpr concat_layouts static_concat_rule = [] {
 
 namespace ops {
 
-namespace detail {
-// Throws the rule's error, prefixed with the operator's name unless the rule's text
-// already starts with it.
-inline void require_rule(const status& s, std::string_view op, const strategy& st) {
-  if (s.ok()) return;
-  const bool own = what_must_hold(s.code).starts_with(std::string(op) + ":");
-  throw error(s, own ? std::string_view{} : op, "strategy " + to_string(st));
-}
-}  // namespace detail
-
 /// Transpose with a shard strategy for its input, as `Transpose().shard(((2, 4),))`
 /// applied with `perm`; rule transpose_rule: the shards are permuted in place, no
 /// communication. Linear. Candidates: every split tuple of the input. Data parallel: the
@@ -463,7 +453,7 @@ struct transpose_op {
   /// "transpose: perm must be a permutation of the input's dims: entry 1 is 0, input
   /// rank 2; strategy ((2, 4),)".
   transpose_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_transpose(st, device_num, shape, perm), name(), st);
+    require_rule(check_transpose(st, device_num, shape, perm), name(), st);
     return transpose_rule(st, device_num, shape, perm);
   }
   std::vector<int> perm_vector(const transpose_layouts& r) const {
@@ -577,7 +567,7 @@ struct strided_slice_op {
   /// The rule; throws tessera::error with the rule broken, the numbers and the strategy:
   /// "strided_slice: a stride must not be 0: dim 1; strategy ((2, 4),)".
   strided_slice_layouts rule(int device_num, const extents& shape) const {
-    detail::require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
+    require_rule(check_strided_slice(st, device_num, shape, begin, end, strides), name(), st);
     return strided_slice_rule(st, device_num, shape, begin, end, strides);
   }
 
@@ -647,7 +637,7 @@ struct concat_op {
   /// "concat: the concat axis cannot be split: input 0 splits dim 1 4 ways; strategy
   /// ((2, 4), (2, 4))".
   concat_layouts rule(int device_num, const shape_list& shapes) const {
-    detail::require_rule(check_concat(st, device_num, shapes, axis), name(), st);
+    require_rule(check_concat(st, device_num, shapes, axis), name(), st);
     return concat_rule(st, device_num, shapes, axis);
   }
 

@@ -121,8 +121,7 @@ struct softmax_axis_op {
   /// "log_softmax: softmax: the axis must name a dim of the input: axis 2, input rank 2;
   /// strategy ((2, 4),)".
   softmax_layouts rule(int device_num, const extents& shape) const {
-    const status s = check_softmax(st, device_num, shape, axis);
-    if (!s.ok()) throw error(s, name(), "strategy " + to_string(st));
+    require_rule(check_softmax(st, device_num, shape, axis), name(), st);
     return softmax_rule(st, device_num, shape, axis);
   }
 };

@@ -146,13 +146,7 @@ struct softmax_cross_entropy_op {
   /// "softmax_cross_entropy: logits and labels must be split alike: dim 1: labels split
   /// 2 ways, logits 4 ways; strategy ((2, 4), (2, 2))".
   cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      // The operator's own rules already start with its name.
-      const bool own = s.code == errc::cross_entropy_rank || s.code == errc::cross_entropy_shapes ||
-                       s.code == errc::cross_entropy_split;
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
+    require_rule(check_softmax_cross_entropy(st, device_num, logits, labels), name(), st);
     return softmax_cross_entropy_rule(st, device_num, logits);
   }
 };

@@ -147,11 +147,7 @@ struct sparse_softmax_cross_entropy_op {
   /// "sparse_softmax_cross_entropy: labels must be split as the logits' batch dim: labels
   /// split 4 ways, the logits' batch dim 2 ways; strategy ((2, 4), (4,))".
   sparse_cross_entropy_layouts rule(int device_num, const extents& logits, const extents& labels) const {
-    const status s = check_sparse_softmax_cross_entropy(st, device_num, logits, labels);
-    if (!s.ok()) {
-      const bool own = what_must_hold(s.code).starts_with("sparse_softmax_cross_entropy");
-      throw error(s, own ? std::string_view{} : name(), "strategy " + to_string(st));
-    }
+    require_rule(check_sparse_softmax_cross_entropy(st, device_num, logits, labels), name(), st);
     return sparse_softmax_cross_entropy_rule(st, device_num, logits);
   }
 };

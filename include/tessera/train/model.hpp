@@ -219,46 +219,66 @@ struct eval_result {
   std::int64_t samples = 0;  ///< samples seen, over all ranks
 };
 
-/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
-/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
-/// rows: each sample counted once. Collective. The dataset is read as Model::train
-/// reads it. A network on a device D (Net::device_type) is evaluated there: each
-/// batch's inputs are copied to D, its loss and correct rows read back; C must then
-/// carry D's buffers (staged_communicator over MPI for a GPU).
-template <class Net, class Loss, class Dataset>
-eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, context& ctx) {
-  using T = typename Net::value_type;
-  using D = detail::device_of_net_t<Net>;
+namespace detail {
+
+/// What one evaluated batch gives: its loss, this rank's correct rows, its global rows.
+struct batch_score {
+  double loss = 0, correct = 0;
+  std::int64_t rows = 0;
+};
+
+/// One pass over `dataset` with `net` in evaluation mode, the ranks agreeing on every
+/// batch (`who` names the caller in the error of a rank that runs out early):
+/// `score(local_batch<T>&)` evaluates a batch; the accuracy and the mean loss.
+template <class T, class D, class Net, class Dataset, class Score>
+eval_result eval_pass(Net& net, Dataset& dataset, context& ctx, const char* who, Score&& score) {
   const bool was_training = net.training();
   net.set_train(false);
   double correct = 0, loss_sum = 0;
   std::int64_t samples = 0, batches = 0;
-  auto&& pass = detail::epoch_of(dataset, 0);
-  auto it = pass.begin();
+  auto&& pass = epoch_of(dataset, 0);
   auto end = pass.end();
-  while (true) {
+  for (auto it = pass.begin();; ++it) {
     const bool have = !(it == end);
     std::optional<local_batch<T>> b;
-    if (have) b = to_local_batch(detail::tag<T>{}, *it);
-    if (!detail::agree_on_batch<D>(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "evaluate")) break;
-    const auto [x, y] = detail::to_tensors<D>(*b, ctx);
-    autodiff::tape<T, D> t(ctx);
-    const auto logits = net(t.leaf_view(x, false));
-    const auto loss = loss_fn(logits, y);
-    loss_sum += double(scalar(loss.value(), ctx));
-    correct += detail::count_correct(logits.value(), y, ctx);
-    samples += x.global_shape()[0];
+    if (have) b = to_local_batch(tag<T>{}, *it);
+    if (!agree_on_batch<D>(ctx, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, who)) break;
+    const batch_score s = score(*b);
+    loss_sum += s.loss;
+    correct += s.correct;
+    samples += s.rows;
     ++batches;
-    ++it;
   }
   net.set_train(was_training);
   std::vector<double> c{correct};
-  detail::host_all_reduce<D>(ctx, std::span<double>(c), reduce_op::sum);
+  host_all_reduce<D>(ctx, std::span<double>(c), reduce_op::sum);
   eval_result r;
   r.samples = samples;
   r.accuracy = samples ? c[0] / double(samples) : 0.0;
   r.loss = batches ? loss_sum / double(batches) : 0.0;
   return r;
+}
+
+}  // namespace detail
+
+/// The accuracy and mean loss of `net` over `dataset` (MindSpore's Model.eval with the
+/// accuracy metric), in evaluation mode (no dropout, no gradients), over every rank's
+/// rows: each sample counted once. Collective. The dataset is read as Model::train
+/// reads it. A network on a device D (Net::device_type) is evaluated there: each
+/// batch's inputs are copied to D, its loss and correct rows read back; ctx's
+/// communicator must then carry D's buffers (device_communicator(world, D{})).
+template <class Net, class Loss, class Dataset>
+eval_result evaluate(Net& net, Loss& loss_fn, Dataset& dataset, context& ctx) {
+  using T = typename Net::value_type;
+  using D = detail::device_of_net_t<Net>;
+  return detail::eval_pass<T, D>(net, dataset, ctx, "evaluate", [&](local_batch<T>& b) {
+    const auto [x, y] = detail::to_tensors<D>(b, ctx);
+    autodiff::tape<T, D> t(ctx);
+    const auto logits = net(t.leaf_view(x, false));
+    const auto loss = loss_fn(logits, y);
+    return detail::batch_score{double(scalar(loss.value(), ctx)), detail::count_correct(logits.value(), y, ctx),
+                               x.global_shape()[0]};
+  });
 }
 
 /// The parallel configuration of a model by default: data parallel (the batch split
@@ -393,38 +413,14 @@ class model {
   /// sample counted once over the ranks. Collective.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    const bool was_training = net_->training();
-    net_->set_train(false);
-    double correct = 0, loss_sum = 0;
-    std::int64_t samples = 0, batches = 0;
-    auto&& pass = detail::epoch_of(dataset, 0);
-    auto it = pass.begin();
-    auto end = pass.end();
-    while (true) {
-      const bool have = !(it == end);
-      std::optional<local_batch<T>> b;
-      if (have) b = to_local_batch(detail::tag<T>{}, *it);
-      if (!detail::agree_on_batch<D>(*ctx_, b ? std::int64_t(b->inputs.shape()[0]) : 0, have, "model.eval")) break;
-      compile(*b);
+    return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
+      compile(b);
       const int label_id = current_->graph.inputs()[1];
-      const layout ll = current_->plan->value_layout(label_id);
-      const dist_tensor<std::int32_t> y(ll, current_->graph.at(label_id).shape, ctx_->rank(),
-                                        detail::as_array<std::int32_t>(b->labels));
-      auto e = current_->exec->evaluate({b->inputs, b->labels}, {current_->output});
-      loss_sum += double(e.loss);
-      correct += detail::count_correct(e.values[0], y, *ctx_);
-      samples += global_rows(*b);
-      ++batches;
-      ++it;
-    }
-    net_->set_train(was_training);
-    std::vector<double> c{correct};
-    detail::host_all_reduce<D>(*ctx_, std::span<double>(c), reduce_op::sum);
-    eval_result r;
-    r.samples = samples;
-    r.accuracy = samples ? c[0] / double(samples) : 0.0;
-    r.loss = batches ? loss_sum / double(batches) : 0.0;
-    return r;
+      const dist_tensor<std::int32_t> y(current_->plan->value_layout(label_id), current_->graph.at(label_id).shape,
+                                        ctx_->rank(), detail::as_array<std::int32_t>(b.labels));
+      auto e = current_->exec->evaluate({b.inputs, b.labels}, {current_->output});
+      return detail::batch_score{double(e.loss), detail::count_correct(e.values[0], y, *ctx_), global_rows(b)};
+    });
   }
 
   /// The gradient reducer (data_parallel, made at the first step; none when the
