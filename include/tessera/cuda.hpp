@@ -26,8 +26,9 @@
 #include <tessera/kernels/cuda/shape.cuh>
 #include <tessera/kernels/cuda/sharded.cuh>
 #include <tessera/kernels/cuda/backend.cuh>
-// kernels/cuda/ through cuDNN: convolution, batch norm, pooling (link tessera::cudnn)
-#if __has_include(<cudnn.h>)
+// kernels/cuda/ through cuDNN: convolution, batch norm, pooling (link tessera::cudnn, which
+// defines TESSERA_WITH_CUDNN)
+#if defined(TESSERA_WITH_CUDNN) && __has_include(<cudnn.h>)
 #include <tessera/kernels/cuda/cudnn.cuh>
 #include <tessera/kernels/cuda/conv.cuh>
 #include <tessera/kernels/cuda/batch_norm.cuh>

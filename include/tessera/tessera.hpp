@@ -51,6 +51,10 @@
 #include <tessera/ops/sparse_cross_entropy_rule.hpp>
 #include <tessera/ops/all_reduce_rule.hpp>
 #include <tessera/ops/dropout_rule.hpp>
+#include <tessera/ops/batch_norm_rule.hpp>
+#include <tessera/ops/window_rule.hpp>
+#include <tessera/ops/conv2d_rule.hpp>
+#include <tessera/ops/pool2d_rule.hpp>
 #include <tessera/ops/operators.hpp>
 
 // io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
@@ -98,6 +102,10 @@
 #include <tessera/ops/sparse_cross_entropy.hpp>
 #include <tessera/ops/all_reduce.hpp>
 #include <tessera/ops/dropout.hpp>
+#include <tessera/ops/batch_norm.hpp>
+#include <tessera/ops/halo.hpp>
+#include <tessera/ops/conv2d.hpp>
+#include <tessera/ops/pool2d.hpp>
 #include <tessera/kernels/random.hpp>
 #include <tessera/ops/run.hpp>
 #include <tessera/autodiff/tape.hpp>
@@ -110,6 +118,8 @@
 #include <tessera/nn/init.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/nn/layers.hpp>
+#include <tessera/nn/conv.hpp>
+#include <tessera/nn/resnet.hpp>
 #include <tessera/nn/loss.hpp>
 #include <tessera/optim/optimizer.hpp>
 #include <tessera/optim/sgd.hpp>

@@ -2656,9 +2656,9 @@ device_array<To> convert(const device_array<From>& x) {
 #include <cstdint>
 #include <utility>
 #include <vector>
-// The convolutional network kernels where cuDNN is installed (link tessera::cudnn to use
-// them).
-#if __has_include(<cudnn.h>)
+// The convolutional network kernels where the program asks for cuDNN (TESSERA_WITH_CUDNN,
+// defined by linking tessera::cudnn); operators that need them throw where they are absent.
+#if defined(TESSERA_WITH_CUDNN) && __has_include(<cudnn.h>)
 // ---- tessera/kernels/cuda/batch_norm.cuh ----
 // Batch normalisation over (N, H, W) per channel of NCHW float device arrays, the GPU
 // twin of kernels/cpu/batch_norm.hpp: the same functions, formulas and error texts.
@@ -3924,8 +3924,9 @@ struct backend<cuda_device> {
 }  // namespace tessera::kernels
 
 #undef TESSERA_KERNELS_CUDA_CNN
-// kernels/cuda/ through cuDNN: convolution, batch norm, pooling (link tessera::cudnn)
-#if __has_include(<cudnn.h>)
+// kernels/cuda/ through cuDNN: convolution, batch norm, pooling (link tessera::cudnn, which
+// defines TESSERA_WITH_CUDNN)
+#if defined(TESSERA_WITH_CUDNN) && __has_include(<cudnn.h>)
 #endif
 
 // comm/: device buffers through a host communicator, and NCCL

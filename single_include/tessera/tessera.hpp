@@ -148,12 +148,35 @@ namespace tessera {
   X(concat_split_mismatch, "concat: every input must be split alike",                               \
     "input {dim}, dim {axis}: split {a}, input 0 {b}")                                              \
   X(concat_axis_split, "concat: the concat axis cannot be split", "input {dim} splits dim {axis} {a} ways") \
+  X(window_rank, "window: the input must be 4-D (N, C, H, W) and a kernel 4-D (O, C / groups, KH, KW)",  \
+    "input {dim} has rank {a}")                                                                     \
+  X(window_fit, "window: the window must fit in the padded input", "dim {dim}: input {a} + padding < "  \
+    "window extent {b}")                                                                            \
+  X(window_split_stride, "window: a split height or width must hold a multiple of the stride on "   \
+                         "each rank", "dim {dim}: {a} rows per rank, stride {b}")                   \
+  X(window_split_output, "window: a split height or width needs output = input / stride (padding "  \
+                         "as pad_mode same)", "dim {dim}: output {a}, input / stride {b}")          \
+  X(window_halo, "window: a split height or width must hold the kernel's halo on each rank (split "  \
+                 "less finely)", "dim {dim}: halo {a} rows, {b} rows per rank")                     \
+  X(conv2d_channels, "conv2d: w must have x's channels / groups input channels, and groups must "    \
+                     "divide the output channels", "x has {a} channels, w needs {b}")               \
+  X(conv2d_split, "conv2d: w is split (co, ci, 1, 1) with ci as x's channel split",                 \
+    "w dim {dim}: split {a}, wanted {b}")                                                           \
+  X(conv2d_group_split, "conv2d: a grouped convolution splits neither channel dim",                 \
+    "groups {a}, channel split {b}")                                                                \
   X(sparse_cross_entropy_rank, "sparse_softmax_cross_entropy: logits must have rank 2 (batch, "     \
                                "classes) and labels rank 1 (batch)", "input {dim} has rank {a}")   \
   X(sparse_cross_entropy_shapes, "sparse_softmax_cross_entropy: labels must have one entry per row " \
                                  "of the logits", "labels has {a} entries, logits {b} rows")        \
   X(sparse_cross_entropy_split, "sparse_softmax_cross_entropy: labels must be split as the logits' " \
-                                "batch dim", "labels split {a} ways, the logits' batch dim {b} ways")
+                                "batch dim", "labels split {a} ways, the logits' batch dim {b} ways") \
+  X(batch_norm_rank, "batch_norm: x must have rank 4 (N, C, H, W), gamma and beta rank 1 (C,)",       \
+    "input {dim} has rank {a}, expected {b}")                                                       \
+  X(batch_norm_shapes, "batch_norm: gamma and beta must have one entry per channel of x",           \
+    "input {dim} has {a} entries, x has {b} channels")                                              \
+  X(batch_norm_split, "batch_norm: a strategy is ((n, c, 1, 1), (c,), (c,)): height and width "     \
+                      "whole, gamma and beta split as x's channels",                                \
+    "input {dim}, dim {axis}: split {a}, expected {b}")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {
@@ -3904,6 +3927,12 @@ struct op_layouts {
 /// the graph prices it from the same number (price()), so the two cannot drift.
 /// Example: SoftmaxCrossEntropyWithLogits with its class dim split combines its row
 /// maxima (one element per local row) over the class axis.
+///
+/// A "NeighborExchange" (the halo of a convolution or pooling window over a split
+/// height or width) sends each rank's border rows to its neighbours along one axis;
+/// what a rank receives depends on its place (the first and last have one neighbour),
+/// so `rank_elements` lists the elements each rank of `dev` receives, and `bytes` is
+/// the most any rank receives (what the searches compare).
 struct internal_collective {
   std::string kind = "AllReduce";
   reduce_op op = reduce_op::sum;
@@ -3915,17 +3944,35 @@ struct internal_collective {
   std::string purpose;        ///< "row maxima", ...
   bool gives_output = false;  ///< its result is the operator's output (or, backward, its input's gradient)
   index_t bytes = 0;          ///< bytes each rank receives, once priced (price())
+  std::vector<index_t> rank_elements;  ///< a neighbour exchange: the elements rank r of dev receives
+  index_t unit_bytes = 0;              ///< once priced: the bytes of one element
 
-  /// The bytes each rank receives when the operator's elements have `elem_bytes` bytes.
+  /// Whether this is a neighbour exchange (rank_elements) rather than an AllReduce.
+  bool exchange() const { return kind == "NeighborExchange"; }
+
+  /// The bytes each rank receives (the most, for an exchange) when the operator's
+  /// elements have `elem_bytes` bytes.
   index_t received(index_t elem_bytes) const {
-    const index_t b = elements * (element_bytes ? element_bytes : elem_bytes);
-    return cost::all_reduce(b, group_size(dev, axes));
+    const index_t e = element_bytes ? element_bytes : elem_bytes;
+    if (exchange()) {
+      index_t most = 0;
+      for (index_t n : rank_elements) most = std::max(most, n);
+      return most * e;
+    }
+    return cost::all_reduce(elements * e, group_size(dev, axes));
   }
   /// This collective with `bytes` filled in.
   internal_collective price(index_t elem_bytes) const {
     internal_collective c = *this;
     c.bytes = received(elem_bytes);
+    c.unit_bytes = element_bytes ? element_bytes : elem_bytes;
     return c;
+  }
+  /// The bytes rank `rank` of dev receives, once priced: `bytes` for an AllReduce (every
+  /// member receives alike), its own count for an exchange.
+  index_t bytes_on(int rank) const {
+    if (!exchange()) return bytes;
+    return rank >= 0 && std::size_t(rank) < rank_elements.size() ? rank_elements[std::size_t(rank)] * unit_bytes : 0;
   }
 };
 
@@ -6648,6 +6695,1000 @@ struct dropout_op {
 };
 
 }  // namespace tessera::ops
+// ---- tessera/ops/batch_norm_rule.hpp ----
+// BatchNorm's definition (MindSpore's BatchNorm2d): per channel of x (N, C, H, W),
+// y = gamma * (x - mean) / sqrt(variance + eps) + beta, with the batch's statistics over
+// (N, H, W) in training and the running ones in evaluation. The sharding rule
+// (MindSpore's strategy ((n, c, 1, 1), (c,), (c,)): the batch and the channels split,
+// height and width whole, gamma and beta split as x's channels), constexpr; the
+// operator type ops::batch_norm_op with the state its copies share (the mode and the
+// running statistics). Standard library only; the forward and backward are in
+// ops/batch_norm.hpp.
+//
+// Batch statistics over a split batch. With `sync` (the default) the n ranks of a batch
+// group add up their per-channel sums (one AllReduce of 2 * C_local elements: the sums
+// and the sums of squares), so every rank normalises with the statistics of the whole
+// batch and N ranks compute what one rank computes (MindSpore's SyncBatchNorm, PyTorch's
+// SyncBatchNorm). Without it each rank normalises its own batch shard with that shard's
+// statistics and keeps its own running statistics (MindSpore's BatchNorm2d and PyTorch
+// DDP's default): cheaper, and equal to the one-rank result only when n = 1.
+
+#include <atomic>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+
+/// The layouts of y = batch_norm(x, gamma, beta).
+struct batch_norm_layouts {
+  mesh dev;           ///< the device matrix: (n, c), or (replicas, n, c)
+  layout x;           ///< x, y, dx and dy: N split by batch_axis, C by channel_axis, H and W whole
+  layout param;       ///< gamma and beta: C split by channel_axis, replicated elsewhere
+  layout param_grad;  ///< dgamma and dbeta: as param, partial sums over batch_axis when n > 1
+  int batch_axis = 0;     ///< the device-matrix axis that splits the batch (N)
+  int channel_axis = 1;   ///< the device-matrix axis that splits the channels (C)
+  int batch_split = 1;    ///< n
+  int channel_split = 1;  ///< c
+  friend constexpr bool operator==(const batch_norm_layouts&, const batch_norm_layouts&) = default;
+};
+
+/// Checks a BatchNorm strategy on `device_num` devices for x, gamma and beta of the given
+/// shapes: three split tuples of 4, 1 and 1 entries, x of rank 4 and gamma, beta of rank
+/// 1 with one entry per channel, positive splits whose product divides the device count,
+/// height and width not split, gamma and beta split as x's channels, and every known
+/// extent divisible by its split (dynamic extents are checked once known). Example on 8
+/// devices with x (16, 8, 4, 4): ((2, 4, 1, 1), (4,), (4,)) is valid; ((2, 2, 2, 1),
+/// (2,), (2,)) splits the height; ((2, 4, 1, 1), (2,), (2,)) splits gamma unlike x's
+/// channels.
+constexpr status check_batch_norm(const strategy& st, int device_num, const extents& x, const extents& gamma,
+                                  const extents& beta) {
+  if (st.n != 3) return fail(errc::op_inputs, -1, -1, st.n, 3);
+  if (x.ndim != 4) return fail(errc::batch_norm_rank, 0, -1, x.ndim, 4);
+  if (gamma.ndim != 1) return fail(errc::batch_norm_rank, 1, -1, gamma.ndim, 1);
+  if (beta.ndim != 1) return fail(errc::batch_norm_rank, 2, -1, beta.ndim, 1);
+  const extents* in[3] = {&x, &gamma, &beta};
+  for (int i = 0; i < 3; ++i)
+    if (st.in[i].n != in[i]->ndim) return fail(errc::op_input_ndim, i, -1, st.in[i].n, in[i]->ndim);
+  for (int i = 1; i < 3; ++i)
+    if (in[i]->v[0] != x.v[1] && in[i]->v[0] != dynamic_extent && x.v[1] != dynamic_extent)
+      return fail(errc::batch_norm_shapes, i, -1, in[i]->v[0], x.v[1]);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  for (int d = 2; d < 4; ++d)
+    if (st.in[0].v[d] != 1) return fail(errc::batch_norm_split, 0, d, st.in[0].v[d], 1);
+  for (int i = 1; i < 3; ++i)
+    if (st.in[i].v[0] != st.in[0].v[1]) return fail(errc::batch_norm_split, i, 0, st.in[i].v[0], st.in[0].v[1]);
+  return detail::check_divides(st.in[0], x);
+}
+
+/// The rule: the device matrix is (n, c), preceded by a replica axis when n * c uses
+/// fewer devices; x (and y) split N by the batch axis and C by the channel axis; gamma
+/// and beta split by the channel axis and replicated over the batch axis; the gradients
+/// of gamma and beta (sums over the batch) are partial sums over the batch axis when
+/// n > 1, each rank holding its own shard's.
+/// Example: ((2, 2, 1, 1), (2,), (2,)) on 8 devices -> device matrix (2, 2, 2); x split
+/// [{1}, {2}, {}, {}], gamma [{2}], dgamma [{2}] partial sum {1}.
+/// @pre check_batch_norm(st, device_num, ...).ok()
+constexpr batch_norm_layouts batch_norm_rule(const strategy& st, int device_num) {
+  batch_norm_layouts r;
+  r.batch_split = st.in[0].v[0];
+  r.channel_split = st.in[0].v[1];
+  const int replicas = device_num / (r.batch_split * r.channel_split);
+  r.dev = replicas > 1 ? mesh{replicas, r.batch_split, r.channel_split} : mesh{r.batch_split, r.channel_split};
+  r.batch_axis = replicas > 1 ? 1 : 0;
+  r.channel_axis = r.batch_axis + 1;
+  r.x = layout(r.dev, {axis_list{r.batch_axis}, axis_list{r.channel_axis}, axis_list{}, axis_list{}});
+  r.param = layout(r.dev, {axis_list{r.channel_axis}});
+  r.param_grad = r.batch_split > 1 ? r.param.with_partial(r.batch_axis) : r.param;
+  return r;
+}
+
+/// The rule for a static strategy and shapes; an invalid one fails to compile with the
+/// rule it breaks as the message.
+template <strategy St, int DeviceNum, extents X, extents Gamma = extents{X.v[1]}, extents Beta = Gamma>
+inline constexpr batch_norm_layouts static_batch_norm_rule = [] {
+  constexpr status s = check_batch_norm(St, DeviceNum, X, Gamma, Beta);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return batch_norm_rule(St, DeviceNum);
+  else return batch_norm_layouts{};
+}();
+
+namespace ops {
+
+/// What the copies of one batch-norm layer's definition share (the module's, the
+/// graph's, the tape's): whether it trains, and this rank's running statistics.
+///
+/// `running_mean` and `running_var` hold one value per channel of this rank's channel
+/// shard (C / c of them), on the host whatever the device. They are empty until the
+/// first forward, which sets them to 0 and 1; each training forward then updates them
+/// with the batch's mean and unbiased variance (see batch_norm_op::momentum). They are
+/// the rank's own: with `sync` every rank of a batch group holds the same values, without
+/// it each its own shard's. A forward whose channel shard has another size (a strategy
+/// with another channel split) is an error naming both sizes.
+struct batch_norm_state {
+  std::atomic<bool> training{true};
+  std::vector<float> running_mean;
+  std::vector<float> running_var;
+  std::atomic<long> updates{0};  ///< training forwards so far (running statistics updates)
+};
+
+/// BatchNorm with a shard strategy, as `BatchNorm().shard(((2, 4, 1, 1), (4,), (4,)))`:
+/// inputs x (N, C, H, W), gamma (C,), beta (C,); the output as x. Rule
+/// batch_norm_rule. Candidates: every ((n, c, 1, 1), (c,), (c,)) with n | N, c | C and
+/// n c dividing the device count. Data parallel: n = device count. Linear in none.
+///
+/// Attributes: `eps` (added to the variance), `momentum` in MindSpore's convention:
+/// running = momentum * running + (1 - momentum) * batch (PyTorch's momentum is 1 - this
+/// one), the batch variance made unbiased (times count / (count - 1)) as both keep it;
+/// `sync`: the batch statistics of the whole batch (see the top of this file); `state`,
+/// shared by the definition's copies: training or evaluation (running statistics, no
+/// communication) and the running statistics.
+///
+/// Internal collectives, with sync and n > 1 in training: forward one AllReduce (sum) of
+/// 2 * C_local over the batch axis (the per-channel sums and sums of squares); backward
+/// one of 2 * C_local recomputing the batch statistics from x (the backward is given x,
+/// not the forward's statistics) and one of 2 * C_local for the sums of dy and dy * x_hat.
+/// The price (collectives()) cannot read the state: it assumes training mode, where the
+/// graph's training step runs the operator; an evaluation pass moves none of these.
+struct batch_norm_op {
+  strategy st;
+  double eps = 1e-5;
+  double momentum = 0.9;
+  bool sync = true;
+  std::shared_ptr<batch_norm_state> state = std::make_shared<batch_norm_state>();
+
+  static constexpr std::string_view type() { return "BatchNorm"; }
+  static constexpr std::string_view name() { return "batch_norm"; }
+  static constexpr int arity = 3;
+
+  std::string attributes() const {
+    std::ostringstream s;
+    s << "eps: " << eps << ", momentum: " << momentum << ", sync: " << bool_text(sync);
+    return s.str();
+  }
+  extents output_shape(const shape_list& in) const {
+    require_shapes(check_batch_norm(all_ones(in), 1, in[0], in[1], in[2]));
+    return in[0];
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_batch_norm(s, device_num, in[0], in[1], in[2]);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list&) const {
+    const batch_norm_layouts r = batch_norm_rule(s, device_num);
+    return {r.dev, {r.x, r.param, r.param}, r.x, {r.x, r.param_grad, r.param_grad}, r.x};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    std::vector<strategy> c;
+    for_each_split(extents{in[0][0], in[0][1]}, device_num, [&](const split_tuple& t) {
+      c.push_back(strategy{{t.v[0], t.v[1], 1, 1}, {t.v[1]}, {t.v[1]}});
+    });
+    order_candidates(c, [](const strategy& s) { return s.in[0].product(); });
+    return c;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const {
+    return strategy{{device_num, 1, 1, 1}, {1}, {1}};
+  }
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    const batch_norm_layouts r = batch_norm_rule(s, device_num);
+    std::vector<internal_collective> c = statistics_collectives(r, in[0], false);
+    for (const internal_collective& b : statistics_collectives(r, in[0], true)) c.push_back(b);
+    return c;
+  }
+
+  /// The AllReduces over the batch axis of a training pass with sync and n > 1 (none
+  /// otherwise), each of 2 * C_local elements: forward [0] the batch statistics' sums;
+  /// backward [0] the same sums again, [1] the sums of dy and dy * x_hat.
+  std::vector<internal_collective> statistics_collectives(const batch_norm_layouts& r, const extents& x,
+                                                          bool backward) const {
+    if (!sync || r.batch_split <= 1) return {};
+    const index_t elements = 2 * (x[1] / r.channel_split);
+    const axis_list axes{r.batch_axis};
+    std::vector<internal_collective> c{
+        all_reduce_of(reduce_op::sum, r.dev, axes, elements, "batch statistics", backward)};
+    if (backward) c.push_back(all_reduce_of(reduce_op::sum, r.dev, axes, elements, "gradient sums", true));
+    return c;
+  }
+
+  /// Whether the layer normalises with the batch's statistics (training) rather than
+  /// the running ones.
+  bool training() const { return state->training.load(); }
+
+  /// The rule on `device_num` devices for inputs of the given global shapes; throws
+  /// tessera::error naming the operator, the rule broken, the numbers and the strategy:
+  /// "batch_norm: a strategy is ((n, c, 1, 1), (c,), (c,)): height and width whole, gamma
+  /// and beta split as x's channels: input 0, dim 2: split 2, expected 1; strategy ((1,
+  /// 1, 2, 1), (1,), (1,))".
+  batch_norm_layouts rule(int device_num, const shape_list& in) const {
+    require_rule(check(st, device_num, in), name(), st);
+    return batch_norm_rule(st, device_num);
+  }
+};
+
+}  // namespace ops
+
+}  // namespace tessera
+// ---- tessera/ops/window_rule.hpp ----
+// The spatial rule shared by the window operators (Conv2D, MaxPool, AvgPool) on NCHW
+// tensors: what a height or width split into `parts` slabs needs. Each rank computes
+// the output rows of its own input rows, after its neighbours along the split axis
+// have sent it the rows its windows overlap (the halo: `before` rows from the previous
+// rank, `after` rows from the next); the first and last ranks pad the image's edge as
+// the unsplit operator does. The rule checks when that works (each rank's output rows
+// are its input rows / stride) and lists the exchanges with the elements each rank
+// receives, which the operators run and the graph prices (ops::internal_collective).
+// Standard library only.
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+// ---- tessera/kernels/conv_params.hpp ----
+// The window geometry of 2-D convolution and pooling on NCHW tensors, shared by every
+// device's kernels: parameters, output sizes with their checks and error texts, the
+// padding of MindSpore's pad modes and of PyTorch's padding rules, and the result types
+// of the convolution, batch-norm and pooling kernels. Standard library only.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace tessera::kernels {
+
+/// Zero padding on the four sides of an image (rows above and below, columns left and
+/// right). Uneven padding is how MindSpore's pad_mode "same" and TensorFlow's SAME
+/// place the odd element: below and right.
+struct pad2d {
+  index_t top = 0, bottom = 0, left = 0, right = 0;
+
+  /// The same padding on every side (PyTorch's `padding=p`).
+  static constexpr pad2d uniform(index_t p) { return {p, p, p, p}; }
+  /// `h` above and below, `w` left and right (PyTorch's `padding=(h, w)`).
+  static constexpr pad2d symmetric(index_t h, index_t w) { return {h, h, w, w}; }
+  friend constexpr bool operator==(const pad2d&, const pad2d&) = default;
+};
+
+/// A 2-D convolution: y[n, o, i, j] = b[o] + sum over c in o's group, kh, kw of
+/// x[n, c, i * stride_h - top + kh * dilation_h, j * stride_w - left + kw * dilation_w]
+/// * w[o, c mod (C / groups), kh, kw], with x zero outside the image. x is (N, C, H, W),
+/// w is (O, C / groups, KH, KW), y is (N, O, OH, OW); groups divides C and O.
+struct conv2d_params {
+  index_t stride_h = 1, stride_w = 1;
+  pad2d pad{};
+  index_t dilation_h = 1, dilation_w = 1;
+  index_t groups = 1;
+  friend constexpr bool operator==(const conv2d_params&, const conv2d_params&) = default;
+};
+
+/// A 2-D pooling window: kernel, stride and padding per axis. ceil_mode rounds the output
+/// size up (PyTorch's rule: a window that would start in the bottom or right padding is
+/// dropped). count_include_pad (average pooling): the divisor counts the zero padding
+/// inside the window, as PyTorch's default; false divides by the input elements inside
+/// it only (PyTorch's count_include_pad=False, MindSpore's pad_mode "same"). Padding never
+/// enters a maximum.
+struct pool2d_params {
+  index_t kernel_h = 1, kernel_w = 1;
+  index_t stride_h = 1, stride_w = 1;
+  pad2d pad{};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+
+  /// A square window `k` with stride `s` (PyTorch's default stride is the kernel) and
+  /// padding `p` on every side.
+  static constexpr pool2d_params square(index_t k, index_t s, index_t p = 0) {
+    return {k, k, s, s, pad2d::uniform(p)};
+  }
+  friend constexpr bool operator==(const pool2d_params&, const pool2d_params&) = default;
+};
+
+/// MindSpore's pad_mode of Conv2d, MaxPool2d and AvgPool2d.
+enum class pad_mode {
+  same,   ///< output ceil(in / stride); the padding that needs, the odd element below/right
+  valid,  ///< no padding: output ceil((in - extent + 1) / stride)
+  pad,    ///< the padding given explicitly
+};
+
+/// The extent of a dilated window: dilation * (kernel - 1) + 1.
+constexpr index_t window_extent(index_t kernel, index_t dilation = 1) { return dilation * (kernel - 1) + 1; }
+
+/// The number of window positions along one axis: floor((in + before + after - extent) /
+/// stride) + 1, or with ceil_mode the ceiling, less one when the last window would start
+/// at or past in + before (PyTorch's pooling rule). 0 when no window fits.
+///
+/// Examples: in 32, kernel 3, stride 1, padding 1 + 1 -> 32; in 32, kernel 3, stride 2,
+/// padding 1 + 1 -> 16; in 5, kernel 2, stride 2 -> 2, with ceil_mode 3; in 4, kernel 2,
+/// stride 2, padding 1 + 1, ceil_mode -> 3 (a fourth window would start in the padding).
+constexpr index_t window_output_size(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
+                                     index_t dilation = 1, bool ceil_mode = false) {
+  const index_t span = in + before + after - window_extent(kernel, dilation);
+  if (span < 0 || stride < 1) return 0;
+  if (!ceil_mode) return span / stride + 1;
+  index_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= in + before) --out;
+  return out;
+}
+
+/// The padding of MindSpore's pad_mode "same" along one axis (TensorFlow's SAME): the
+/// least total padding that gives ceil(in / stride) outputs, {before, after} with the odd
+/// element after. With stride 1 this is PyTorch's padding="same" (total dilation *
+/// (kernel - 1), the odd element after), so one function serves both.
+///
+/// Examples: in 32, kernel 3, stride 1 -> {1, 1}; in 32, kernel 3, stride 2 -> {0, 1};
+/// in 32, kernel 4, stride 1 -> {1, 2}; in 5, kernel 1, stride 2 -> {0, 0}.
+constexpr std::array<index_t, 2> same_padding(index_t in, index_t kernel, index_t stride, index_t dilation = 1) {
+  const index_t out = (in + stride - 1) / stride;
+  const index_t total = std::max<index_t>((out - 1) * stride + window_extent(kernel, dilation) - in, 0);
+  return {total / 2, total - total / 2};
+}
+
+/// The padding MindSpore's pad_mode gives an image of in_h x in_w under a window kernel_h x
+/// kernel_w (stride, dilation): "same" as same_padding on each axis, "valid" none,
+/// "pad" the explicit `padding`.
+constexpr pad2d padding_for(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h, index_t kernel_w,
+                            index_t stride_h, index_t stride_w, index_t dilation_h = 1, index_t dilation_w = 1,
+                            pad2d padding = {}) {
+  switch (mode) {
+    case pad_mode::valid: return {};
+    case pad_mode::pad: return padding;
+    case pad_mode::same: break;
+  }
+  const auto h = same_padding(in_h, kernel_h, stride_h, dilation_h);
+  const auto w = same_padding(in_w, kernel_w, stride_w, dilation_w);
+  return {h[0], h[1], w[0], w[1]};
+}
+
+/// The convolution parameters of MindSpore's Conv2d(pad_mode, padding, stride, dilation,
+/// group) on an image of in_h x in_w under a kernel_h x kernel_w kernel.
+constexpr conv2d_params mindspore_conv2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
+                                         index_t kernel_w, index_t stride_h = 1, index_t stride_w = 1,
+                                         pad2d padding = {}, index_t dilation_h = 1, index_t dilation_w = 1,
+                                         index_t groups = 1) {
+  return {stride_h, stride_w,
+          padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, padding),
+          dilation_h, dilation_w, groups};
+}
+
+/// The pooling parameters of MindSpore's MaxPool2d / AvgPool2d(kernel_size, stride,
+/// pad_mode) on an image of in_h x in_w: "same" pads as same_padding and averages over
+/// the input elements only (count_include_pad false); "valid" does not pad; "pad" takes
+/// the explicit padding, ceil_mode and count_include_pad.
+constexpr pool2d_params mindspore_pool2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
+                                         index_t kernel_w, index_t stride_h, index_t stride_w, pad2d padding = {},
+                                         bool ceil_mode = false, bool count_include_pad = true) {
+  pool2d_params p{kernel_h, kernel_w, stride_h, stride_w,
+                  padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, 1, 1, padding)};
+  p.ceil_mode = mode == pad_mode::pad && ceil_mode;
+  p.count_include_pad = mode == pad_mode::pad ? count_include_pad : mode == pad_mode::valid;
+  return p;
+}
+
+}  // namespace tessera::kernels
+
+// The helpers live in tessera::detail: a tessera::kernels::detail would hide it from the
+// code of tessera::kernels.
+namespace tessera::detail {
+
+inline std::string dims_text(std::span<const std::size_t> s) {
+  std::string out = "(";
+  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+inline void require_nchw(const char* fn, const char* name, std::span<const std::size_t> s) {
+  if (s.size() != 4)
+    throw error(std::string(fn) + ": " + name + " must be 4-D (N, C, H, W), " + name + " is " + dims_text(s));
+}
+
+inline void require_positive(const char* fn, const char* what, index_t h, index_t w) {
+  if (h < 1 || w < 1)
+    throw error(std::string(fn) + ": " + what + " must be positive, " + what + " is (" + std::to_string(h) + ", " +
+                std::to_string(w) + ")");
+}
+
+inline void require_padding(const char* fn, const kernels::pad2d& p) {
+  if (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)
+    throw error(std::string(fn) + ": padding must not be negative, padding is (top " + std::to_string(p.top) +
+                ", bottom " + std::to_string(p.bottom) + ", left " + std::to_string(p.left) + ", right " +
+                std::to_string(p.right) + ")");
+}
+
+inline index_t checked_output(const char* fn, const char* axis, index_t in, index_t kernel, index_t stride,
+                              index_t before, index_t after, index_t dilation, bool ceil_mode) {
+  const index_t out = kernels::window_output_size(in, kernel, stride, before, after, dilation, ceil_mode);
+  if (out < 1)
+    throw error(std::string(fn) + ": the window does not fit along " + axis + ": input " + std::to_string(in) +
+                " + padding " + std::to_string(before) + " + " + std::to_string(after) + " < window extent " +
+                std::to_string(kernels::window_extent(kernel, dilation)) + " (kernel " + std::to_string(kernel) +
+                ", dilation " + std::to_string(dilation) + ")");
+  return out;
+}
+
+}  // namespace tessera::detail
+
+namespace tessera::kernels {
+
+/// The output shape (N, O, OH, OW) of a convolution of x (N, C, H, W) with w (O, C /
+/// groups, KH, KW). Throws tessera::error naming `fn` and the numbers when the shapes or
+/// parameters do not fit: "conv2d_forward: w (64, 3, 3, 3) needs x with 3 * groups 1 = 3
+/// channels, x is (32, 4, 32, 32)".
+inline std::array<std::size_t, 4> conv2d_output_shape(const char* fn, std::span<const std::size_t> x,
+                                                       std::span<const std::size_t> w, const conv2d_params& p) {
+  detail::require_nchw(fn, "x", x);
+  if (w.size() != 4)
+    throw error(std::string(fn) + ": w must be 4-D (O, C / groups, KH, KW), w is " + detail::dims_text(w));
+  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
+  detail::require_positive(fn, "dilation", p.dilation_h, p.dilation_w);
+  detail::require_padding(fn, p.pad);
+  if (p.groups < 1)
+    throw error(std::string(fn) + ": groups must be positive, groups is " + std::to_string(p.groups));
+  const auto g = std::size_t(p.groups);
+  if (w[0] % g != 0)
+    throw error(std::string(fn) + ": groups " + std::to_string(g) + " must divide the output channels of w " +
+                detail::dims_text(w));
+  if (w[1] * g != x[1])
+    throw error(std::string(fn) + ": w " + detail::dims_text(w) + " needs x with " + std::to_string(w[1]) +
+                " * groups " + std::to_string(g) + " = " + std::to_string(w[1] * g) + " channels, x is " +
+                detail::dims_text(x));
+  if (w[2] < 1 || w[3] < 1)
+    throw error(std::string(fn) + ": the kernel must not be empty, w is " + detail::dims_text(w));
+  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), index_t(w[2]), p.stride_h, p.pad.top,
+                                            p.pad.bottom, p.dilation_h, false);
+  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), index_t(w[3]), p.stride_w, p.pad.left,
+                                            p.pad.right, p.dilation_w, false);
+  return {x[0], w[0], std::size_t(oh), std::size_t(ow)};
+}
+
+/// The output shape (N, C, OH, OW) of pooling x (N, C, H, W). Throws on a bad window:
+/// padding must be smaller than the kernel on each side (a window of padding alone has
+/// no maximum), as PyTorch requires.
+inline std::array<std::size_t, 4> pool2d_output_shape(const char* fn, std::span<const std::size_t> x,
+                                                       const pool2d_params& p) {
+  detail::require_nchw(fn, "x", x);
+  detail::require_positive(fn, "kernel", p.kernel_h, p.kernel_w);
+  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
+  detail::require_padding(fn, p.pad);
+  if (std::max(p.pad.top, p.pad.bottom) >= p.kernel_h || std::max(p.pad.left, p.pad.right) >= p.kernel_w)
+    throw error(std::string(fn) + ": padding must be smaller than the kernel (" + std::to_string(p.kernel_h) +
+                ", " + std::to_string(p.kernel_w) + "), padding is (top " + std::to_string(p.pad.top) +
+                ", bottom " + std::to_string(p.pad.bottom) + ", left " + std::to_string(p.pad.left) + ", right " +
+                std::to_string(p.pad.right) + ")");
+  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), p.kernel_h, p.stride_h, p.pad.top,
+                                            p.pad.bottom, 1, p.ceil_mode);
+  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), p.kernel_w, p.stride_w, p.pad.left,
+                                            p.pad.right, 1, p.ceil_mode);
+  return {x[0], x[1], std::size_t(oh), std::size_t(ow)};
+}
+
+/// The padding after the image that makes a window of `kernel` at every one of `out`
+/// positions fit: at least `after`, more under ceil_mode (the windows past the padding
+/// that PyTorch's ceil_mode keeps). Kernel libraries without a ceil mode take this.
+constexpr index_t effective_after(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
+                                  index_t out) {
+  return std::max(after, (out - 1) * stride + kernel - in - before);
+}
+
+// ---- what the kernels return (every device, its own array types) --------------------
+
+/// A convolution's weight gradients: dw of w's shape, db (O,) when the convolution has a
+/// bias (otherwise empty).
+template <class Array>
+struct conv2d_weight_grads {
+  Array dw;
+  Array db;
+};
+
+/// Per-channel sums of a local batch, the pieces a batch norm over several ranks adds up
+/// (all-reduces) before it normalises: forward, sum of x and of x^2 over (N, H, W);
+/// backward, sum of dy and of dy * x_hat.
+template <class Array>
+struct channel_sums {
+  Array sum;
+  Array sum_sq;
+};
+
+/// Per-channel batch statistics: the mean and the biased variance (divided by the count).
+template <class Array>
+struct batch_norm_stats {
+  Array mean;
+  Array variance;
+};
+
+/// A training-mode batch norm's forward: y, the batch's mean and biased variance per
+/// channel, and what the backward needs besides (the ReLU mask where it is fused).
+template <class Y, class Stat, class Workspace>
+struct batch_norm_training {
+  Y y;
+  Stat mean;
+  Stat variance;
+  Workspace workspace;
+};
+
+/// A batch norm's gradients: dx, and per channel dgamma (sum of dy * x_hat) and dbeta
+/// (sum of dy).
+template <class X, class Stat>
+struct batch_norm_grads {
+  X dx;
+  Stat dgamma;
+  Stat dbeta;
+};
+
+/// A max pooling's forward: y and what its backward needs besides (the positions of the
+/// maxima where the device keeps them).
+template <class Y, class Workspace>
+struct max_pool2d_result {
+  Y y;
+  Workspace workspace;
+};
+
+}  // namespace tessera::kernels
+
+namespace tessera::ops {
+
+/// One spatial axis (H or W) of a window operator: the input's extent, the window
+/// (kernel, dilation, stride), the image's padding before and after, and the number of
+/// slabs the axis is split into. Example: a 3x3 stride-1 convolution with padding 1 over
+/// H = 32 split 4 ways: 8 rows per rank; each receives 1 row from each neighbour; rank 0
+/// pads 1 row above and rank 3 one below, as the unsplit convolution.
+struct window_axis {
+  index_t in = 1;
+  index_t kernel = 1;
+  index_t dilation = 1;
+  index_t stride = 1;
+  index_t before = 0;  ///< the image's padding before (top or left)
+  index_t after = 0;   ///< the image's padding after (bottom or right)
+  int parts = 1;
+  bool ceil_mode = false;
+
+  constexpr index_t extent() const { return kernels::window_extent(kernel, dilation); }
+  /// The input rows of each rank.
+  constexpr index_t local() const { return in / parts; }
+  /// The output rows of the whole axis.
+  constexpr index_t output() const {
+    return kernels::window_output_size(in, kernel, stride, before, after, dilation, ceil_mode);
+  }
+  /// The rows a rank's windows reach before its own (received from the previous rank).
+  constexpr index_t halo_before() const { return parts > 1 ? before : 0; }
+  /// The rows a rank's windows reach after its own (received from the next rank).
+  constexpr index_t halo_after() const { return parts > 1 ? std::max<index_t>(extent() - stride - before, 0) : 0; }
+  /// What the rank at coordinate c along the axis receives, and pads, on each side.
+  constexpr index_t recv_before(int c) const { return c > 0 ? halo_before() : 0; }
+  constexpr index_t recv_after(int c) const { return c < parts - 1 ? halo_after() : 0; }
+  constexpr index_t pad_before(int c) const { return c == 0 ? before : 0; }
+  constexpr index_t pad_after(int c) const { return c == parts - 1 ? after : 0; }
+  /// The rows of the rank's input with its halo.
+  constexpr index_t extended(int c) const { return recv_before(c) + local() + recv_after(c); }
+  /// The output rows the rank at coordinate c computes.
+  constexpr index_t local_output(int c) const {
+    return kernels::window_output_size(extended(c), kernel, stride, pad_before(c), pad_after(c), dilation, ceil_mode);
+  }
+  /// What the rank at coordinate c receives in the backward, which returns each halo's
+  /// gradient to the rank that owns the rows: from the previous rank the gradient of its
+  /// `halo_after` rows, from the next that of its `halo_before`.
+  constexpr index_t recv_back(int c) const {
+    return (c > 0 ? halo_after() : 0) + (c < parts - 1 ? halo_before() : 0);
+  }
+
+  /// Checks the axis (tensor dim `dim`, 2 for H, 3 for W): the window fits, and a split
+  /// gives every rank input rows a multiple of the stride, output rows = input rows /
+  /// stride (the padding of pad_mode same), and a halo no larger than its own rows.
+  constexpr status check(int dim) const {
+    if (output() < 1) return fail(errc::window_fit, dim, -1, in, extent());
+    if (parts == 1) return {};
+    if (in % parts != 0) return fail(errc::dim_not_divisible, dim, -1, in, parts);
+    if (local() % stride != 0) return fail(errc::window_split_stride, dim, -1, local(), stride);
+    if (output() * stride != in) return fail(errc::window_split_output, dim, -1, output(), in / stride);
+    const index_t halo = std::max(halo_before(), halo_after());
+    if (halo > local()) return fail(errc::window_halo, dim, -1, halo, local());
+    for (int c : {0, 1, parts - 1})
+      if (c < parts && local_output(c) != local() / stride)
+        return fail(errc::window_split_output, dim, -1, local_output(c), local() / stride);
+    return {};
+  }
+};
+
+/// The axes of a convolution's or pooling's H and W with the window of `p` (conv2d:
+/// dilation; pool: ceil_mode), split h and w ways.
+constexpr std::pair<window_axis, window_axis> conv_axes(const extents& x, const extents& w,
+                                                        const kernels::conv2d_params& p, int h, int wsplit) {
+  return {window_axis{x[2], w[2], p.dilation_h, p.stride_h, p.pad.top, p.pad.bottom, h, false},
+          window_axis{x[3], w[3], p.dilation_w, p.stride_w, p.pad.left, p.pad.right, wsplit, false}};
+}
+constexpr std::pair<window_axis, window_axis> pool_axes(const extents& x, const kernels::pool2d_params& p, int h,
+                                                        int wsplit) {
+  return {window_axis{x[2], p.kernel_h, 1, p.stride_h, p.pad.top, p.pad.bottom, h, p.ceil_mode},
+          window_axis{x[3], p.kernel_w, 1, p.stride_w, p.pad.left, p.pad.right, wsplit, p.ceil_mode}};
+}
+
+/// Where a window operator's H and W splits live on its device matrix, and the
+/// elements of one local row of each (N_local * C_local * the other dim's local extent).
+struct window_split {
+  mesh dev;
+  int axis_h = -1;  ///< the mesh axis splitting H (-1: whole)
+  int axis_w = -1;
+  window_axis h, w;
+  index_t nc = 1;  ///< N_local * C_local of the exchanged tensor
+
+  /// The rank's coordinate along the H (W) split.
+  int coord_h(int rank) const { return axis_h < 0 ? 0 : dev.coords(rank)[std::size_t(axis_h)]; }
+  int coord_w(int rank) const { return axis_w < 0 ? 0 : dev.coords(rank)[std::size_t(axis_w)]; }
+};
+
+/// The neighbour exchanges of a window operator, in the order it runs them: forward, the
+/// H halo (rows of local width) then the W halo (columns of the H-extended height); the
+/// backward returns them in reverse (W then H), preceded, when `refetch` (an operator
+/// whose backward reads its input's halo: a convolution's weights, the maxima of a max
+/// pooling), by the forward's two again.
+inline std::vector<internal_collective> halo_exchanges(const window_split& s, bool refetch) {
+  const int n = s.dev.size();
+  auto exchange = [&](bool along_h, bool back, bool backward, std::string purpose) {
+    internal_collective c;
+    c.kind = "NeighborExchange";
+    c.dev = s.dev;
+    c.axes = axis_list{along_h ? s.axis_h : s.axis_w};
+    c.backward = backward;
+    c.purpose = std::move(purpose);
+    c.rank_elements.resize(std::size_t(n));
+    const window_axis& a = along_h ? s.h : s.w;
+    for (int r = 0; r < n; ++r) {
+      const int c_axis = along_h ? s.coord_h(r) : s.coord_w(r);
+      const index_t rows = back ? a.recv_back(c_axis) : a.recv_before(c_axis) + a.recv_after(c_axis);
+      const index_t row = along_h ? s.nc * s.w.local() : s.nc * s.h.extended(s.coord_h(r));
+      c.rank_elements[std::size_t(r)] = rows * row;
+    }
+    c.elements = c.rank_elements.empty() ? 0 : *std::max_element(c.rank_elements.begin(), c.rank_elements.end());
+    return c;
+  };
+  std::vector<internal_collective> out;
+  const bool sh = s.axis_h >= 0 && s.h.parts > 1, sw = s.axis_w >= 0 && s.w.parts > 1;
+  if (sh) out.push_back(exchange(true, false, false, "the rows the windows overlap (halo)"));
+  if (sw) out.push_back(exchange(false, false, false, "the columns the windows overlap (halo)"));
+  if (refetch && sh) out.push_back(exchange(true, false, true, "the halo rows again, for the backward"));
+  if (refetch && sw) out.push_back(exchange(false, false, true, "the halo columns again, for the backward"));
+  if (sw) out.push_back(exchange(false, true, true, "the halo columns' gradients, back to their owners"));
+  if (sh) out.push_back(exchange(true, true, true, "the halo rows' gradients, back to their owners"));
+  return out;
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/conv2d_rule.hpp ----
+// Conv2D's definition: its sharding rule, from a strategy ((n, ci, h, w), (co, ci, 1, 1))
+// as MindSpore's to the device matrix and the layouts of x, w, y and the gradients
+// (constexpr, so a static strategy is checked by the compiler), the halo exchanges of a
+// split height or width (ops/window_rule.hpp), and the operator type ops::conv2d_op.
+// Standard library only; the forward and backward are in ops/conv2d.hpp.
+
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace tessera {
+
+/// The layouts of y = conv2d(x, w) under a strategy: the device matrix is (n, ci, h, w,
+/// co), preceded by a replica axis when it uses fewer devices than there are.
+struct conv2d_layouts {
+  mesh dev;
+  layout x;       ///< (N, C, H, W) split (n, ci, h, w); replicated over co
+  layout w;       ///< (O, C / groups, KH, KW) split (co, ci, 1, 1); replicated over n, h, w
+  layout y;       ///< (N, O, OH, OW) split (n, co, h, w); partial sums over ci when it is split
+  layout grad_x;  ///< x's layout, partial over co (each rank's output channels' share)
+  layout grad_w;  ///< w's layout, partial over n, h and w (each rank's part of the batch and image)
+  int axis_h = -1, axis_w = -1;  ///< the mesh axes of H and W
+  friend constexpr bool operator==(const conv2d_layouts&, const conv2d_layouts&) = default;
+};
+
+/// Checks a Conv2D strategy on `device_num` devices for x (N, C, H, W) and w (O, C /
+/// groups, KH, KW) under the window `p`: two 4-D inputs, w split (co, ci, 1, 1) with ci
+/// as x's channel split, a grouped convolution splitting neither channel dim, each
+/// split dividing its dim, a device matrix dividing the device count, and a split H or
+/// W that each rank can compute from its rows and its neighbours' halo (window_axis).
+constexpr status check_conv2d(const strategy& st, int device_num, const extents& x, const extents& w,
+                              const kernels::conv2d_params& p) {
+  if (st.n != 2) return fail(errc::op_inputs, -1, -1, st.n, 2);
+  for (int i = 0; i < 2; ++i)
+    if (st.in[i].n != 4) return fail(errc::op_input_ndim, i, -1, st.in[i].n, 4);
+  if (x.ndim != 4) return fail(errc::window_rank, 0, -1, x.ndim);
+  if (w.ndim != 4) return fail(errc::window_rank, 1, -1, w.ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  if (p.groups < 1 || w[0] % p.groups != 0 || w[1] * p.groups != x[1])
+    return fail(errc::conv2d_channels, -1, -1, x[1], w[1] * p.groups);
+  const split_tuple& sx = st.in[0];
+  const split_tuple& sw = st.in[1];
+  for (int d = 2; d < 4; ++d)
+    if (sw.v[d] != 1) return fail(errc::conv2d_split, d, -1, sw.v[d], 1);
+  if (sw.v[1] != sx.v[1]) return fail(errc::conv2d_split, 1, -1, sw.v[1], sx.v[1]);
+  if (p.groups > 1 && (sx.v[1] > 1 || sw.v[0] > 1))
+    return fail(errc::conv2d_group_split, -1, -1, p.groups, std::max(sx.v[1], sw.v[0]));
+  for (int d = 0; d < 2; ++d)
+    if (x[d] % sx.v[d] != 0) return fail(errc::dim_not_divisible, d, -1, x[d], sx.v[d]);
+  if (w[0] % sw.v[0] != 0) return fail(errc::dim_not_divisible, 0, -1, w[0], sw.v[0]);
+  const int used = sx.v[0] * sx.v[1] * sx.v[2] * sx.v[3] * sw.v[0];
+  if (device_num % used != 0) return fail(errc::op_device_num, -1, -1, used, device_num);
+  const auto [h, wa] = ops::conv_axes(x, w, p, sx.v[2], sx.v[3]);
+  if (status s = h.check(2); !s.ok()) return s;
+  return wa.check(3);
+}
+
+/// Conv2D's rule. Example: ((2, 1, 2, 1), (2, 1, 1, 1)) on 8 devices -> device matrix
+/// (2, 1, 2, 1, 2); each rank holds half the batch and half the image's rows of x (with
+/// its neighbour's halo rows fetched by the forward), half the output channels of w, and
+/// computes its (N/2, O/2, OH/2, OW) block of y.
+/// @pre check_conv2d(st, device_num, x, w, p).ok()
+constexpr conv2d_layouts conv2d_rule(const strategy& st, int device_num) {
+  const int n = st.in[0].v[0], ci = st.in[0].v[1], h = st.in[0].v[2], w = st.in[0].v[3], co = st.in[1].v[0];
+  const int replicas = device_num / (n * ci * h * w * co);
+  conv2d_layouts r;
+  const int f = replicas > 1 ? 1 : 0;
+  r.dev = replicas > 1 ? mesh{replicas, n, ci, h, w, co} : mesh{n, ci, h, w, co};
+  const int an = f, aci = f + 1, ah = f + 2, aw = f + 3, aco = f + 4;
+  r.axis_h = ah;
+  r.axis_w = aw;
+  r.x = layout(r.dev, {{an}, {aci}, {ah}, {aw}});
+  r.w = layout(r.dev, {{aco}, {aci}, {}, {}});
+  r.y = layout(r.dev, {{an}, {aco}, {ah}, {aw}});
+  if (ci > 1) r.y = r.y.with_partial(aci);
+  r.grad_x = co > 1 ? r.x.with_partial(aco) : r.x;
+  r.grad_w = r.w;
+  for (int a : {an, ah, aw})
+    if (r.dev.extent(a) > 1) r.grad_w = r.grad_w.with_partial(a);
+  return r;
+}
+
+/// The rule for a static strategy and shapes; an invalid one fails to compile with the
+/// rule it breaks as the message.
+template <strategy St, int DeviceNum, extents X, extents W, kernels::conv2d_params P = kernels::conv2d_params{}>
+inline constexpr conv2d_layouts static_conv2d_rule = [] {
+  constexpr status s = check_conv2d(St, DeviceNum, X, W, P);
+  detail::static_require<s>();
+  if constexpr (s.ok()) return conv2d_rule(St, DeviceNum);
+  else return conv2d_layouts{};
+}();
+
+namespace ops {
+
+/// Conv2D with a shard strategy, as MindSpore's `Conv2D(...).shard(((n, ci, h, w), (co,
+/// ci, 1, 1)))`: y = the convolution of x (N, C, H, W) with w (O, C / groups, KH, KW)
+/// under `p` (kernels::mindspore_conv2d gives the padding of a pad_mode). Splits: the
+/// batch (n), the input channels (ci: y holds partial sums over them, which stay partial
+/// through linear operators), the height and width (h, w: each rank fetches its
+/// neighbours' halo rows and columns, and returns their gradients in the backward), and
+/// the output channels (co). Linear in either input. Candidates: every split passing
+/// check_conv2d; data parallel: n = the device count.
+struct conv2d_op {
+  strategy st;
+  kernels::conv2d_params p{};
+
+  static constexpr std::string_view type() { return "Conv2D"; }
+  static constexpr std::string_view name() { return "conv2d"; }
+  static constexpr int arity = 2;
+
+  std::string attributes() const {
+    return "stride: (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), pad: (" +
+           std::to_string(p.pad.top) + ", " + std::to_string(p.pad.bottom) + ", " + std::to_string(p.pad.left) +
+           ", " + std::to_string(p.pad.right) + "), dilation: (" + std::to_string(p.dilation_h) + ", " +
+           std::to_string(p.dilation_w) + "), group: " + std::to_string(p.groups);
+  }
+  linearity linear() const { return linearity::each(2); }
+
+  /// y's shape; throws "conv2d_forward: w (64, 3, 3, 3) needs x with 3 * groups 1 = 3
+  /// channels, x is (32, 4, 32, 32)" and the like (kernels::conv2d_output_shape).
+  extents output_shape(const shape_list& in) const {
+    if (in.n != 2) throw error("conv2d: takes 2 inputs (x, w), given " + std::to_string(in.n));
+    const auto y = kernels::conv2d_output_shape("conv2d", dims(in[0]), dims(in[1]), p);
+    return extents{index_t(y[0]), index_t(y[1]), index_t(y[2]), index_t(y[3])};
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_conv2d(s, device_num, in[0], in[1], p);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list&) const {
+    const conv2d_layouts r = conv2d_rule(s, device_num);
+    return {r.dev, {r.x, r.w}, r.y, {r.grad_x, r.grad_w}, r.y.without_partial()};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    std::vector<strategy> out;
+    for_each_split(extents{in[0][0], in[0][1], in[0][2], in[0][3], in[1][0]}, device_num, [&](const split_tuple& t) {
+      const strategy s = make(t[0], t[1], t[2], t[3], t[4]);
+      if (check(s, device_num, in).ok()) out.push_back(s);
+    });
+    order_candidates(out, [](const strategy& s) { return s.in[0].product() * s.in[1].v[0]; });
+    return out;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const { return make(device_num, 1, 1, 1, 1); }
+  /// The halo exchanges of a split H or W (ops/window_rule.hpp), run by the forward and
+  /// the backward (which fetches the halo again for the weights' gradient).
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    return halo_exchanges(split(s, device_num, in), true);
+  }
+  /// 2 N O OH OW (C / groups) KH KW / (the devices that split them).
+  double forward_work(const op_layouts& l, const shape_list& in, const extents& out) const {
+    const extents x = local_shape(l.in[0], in[0]);
+    return 2.0 * double(local_shape(l.out, out).size()) * double(x[1] / (p.groups > 1 ? p.groups : 1)) *
+           double(in[1][2] * in[1][3]);
+  }
+
+  /// The strategy of batch, input-channel, height, width and output-channel splits.
+  static strategy make(int n, int ci, int h, int w, int co) {
+    return strategy{split_tuple{n, ci, h, w}, split_tuple{co, ci, 1, 1}};
+  }
+  /// The rule on `device_num` devices for x and w of shapes `in`; throws tessera::error
+  /// naming the rule broken, the numbers and the strategy.
+  conv2d_layouts rule(int device_num, const shape_list& in) const {
+    require_rule(check_conv2d(st, device_num, in[0], in[1], p), name(), st);
+    return conv2d_rule(st, device_num);
+  }
+  /// The H and W splits of strategy `s` on its device matrix (the halo's geometry).
+  window_split split(const strategy& s, int device_num, const shape_list& in) const {
+    const conv2d_layouts r = conv2d_rule(s, device_num);
+    window_split ws;
+    ws.dev = r.dev;
+    ws.axis_h = r.axis_h;
+    ws.axis_w = r.axis_w;
+    std::tie(ws.h, ws.w) = conv_axes(in[0], in[1], p, s.in[0].v[2], s.in[0].v[3]);
+    ws.nc = (in[0][0] / s.in[0].v[0]) * (in[0][1] / s.in[0].v[1]);
+    return ws;
+  }
+
+ private:
+  static std::vector<std::size_t> dims(const extents& e) {
+    return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
+  }
+};
+
+}  // namespace ops
+
+}  // namespace tessera
+// ---- tessera/ops/pool2d_rule.hpp ----
+// MaxPool's and AvgPool's definitions: the sharding rule of a 2-D pooling window, from a
+// strategy ((n, c, h, w),) to the device matrix and layouts (constexpr), the halo
+// exchanges of a split height or width (ops/window_rule.hpp), and the operator types
+// ops::max_pool2d_op and ops::avg_pool2d_op. Standard library only; the forwards and
+// backwards are in ops/pool2d.hpp. Global average pooling is ReduceMean over (2, 3).
+
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace tessera {
+
+/// The layouts of a pooling under a strategy ((n, c, h, w),): device matrix (n, c, h, w)
+/// (a replica axis first when it uses fewer devices than there are); x, y and dx split
+/// alike.
+struct pool2d_layouts {
+  mesh dev;
+  layout x;
+  int axis_h = -1, axis_w = -1;
+  friend constexpr bool operator==(const pool2d_layouts&, const pool2d_layouts&) = default;
+};
+
+/// Checks a pooling strategy on `device_num` devices for x (N, C, H, W) under the window
+/// `p`: one 4-D input, each split dividing its dim, a device matrix dividing the device
+/// count, and a split H or W that each rank computes from its rows and its neighbours'
+/// halo (window_axis).
+constexpr status check_pool2d(const strategy& st, int device_num, const extents& x, const kernels::pool2d_params& p) {
+  if (st.n != 1) return fail(errc::op_inputs, -1, -1, st.n, 1);
+  if (st.in[0].n != 4) return fail(errc::op_input_ndim, 0, -1, st.in[0].n, 4);
+  if (x.ndim != 4) return fail(errc::window_rank, 0, -1, x.ndim);
+  if (status s = check(st, device_num); !s.ok()) return s;
+  for (int d = 0; d < 2; ++d)
+    if (x[d] % st.in[0].v[d] != 0) return fail(errc::dim_not_divisible, d, -1, x[d], st.in[0].v[d]);
+  const auto [h, w] = ops::pool_axes(x, p, st.in[0].v[2], st.in[0].v[3]);
+  if (status s = h.check(2); !s.ok()) return s;
+  return w.check(3);
+}
+
+/// The pooling rule. Example: ((2, 2, 2, 1),) on 8 devices -> device matrix (2, 2, 2, 1).
+/// @pre check_pool2d(st, device_num, x, p).ok()
+constexpr pool2d_layouts pool2d_rule(const strategy& st, int device_num) {
+  const split_tuple& t = st.in[0];
+  const int replicas = device_num / t.product();
+  pool2d_layouts r;
+  const int f = replicas > 1 ? 1 : 0;
+  r.dev = replicas > 1 ? mesh{replicas, t.v[0], t.v[1], t.v[2], t.v[3]} : mesh{t.v[0], t.v[1], t.v[2], t.v[3]};
+  r.x = layout(r.dev, {{f}, {f + 1}, {f + 2}, {f + 3}});
+  r.axis_h = f + 2;
+  r.axis_w = f + 3;
+  return r;
+}
+
+namespace ops {
+
+/// Which pooling: the maximum or the average over each window.
+enum class pool_kind { max, avg };
+
+/// MaxPool (pool_kind::max) or AvgPool (avg) with a shard strategy, as MindSpore's
+/// `MaxPool(kernel_size, strides, pad_mode).shard(((n, c, h, w),))`: the window `p`
+/// (kernels::mindspore_pool2d gives a pad_mode's padding; PyTorch's padding, ceil_mode
+/// and count_include_pad are its fields). Splits: batch and channels freely; height and
+/// width with the neighbours' halo (a max pooling's backward fetches it again to find
+/// its maxima). Candidates: every split passing check_pool2d; data parallel: n = the
+/// device count.
+template <pool_kind Kind>
+struct pool2d_op {
+  strategy st;
+  kernels::pool2d_params p{};
+
+  static constexpr std::string_view type() { return Kind == pool_kind::max ? "MaxPool" : "AvgPool"; }
+  static constexpr std::string_view name() { return Kind == pool_kind::max ? "max_pool2d" : "avg_pool2d"; }
+  static constexpr int arity = 1;
+
+  std::string attributes() const {
+    std::string a = "kernel_size: (" + std::to_string(p.kernel_h) + ", " + std::to_string(p.kernel_w) +
+                    "), strides: (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), pad: (" +
+                    std::to_string(p.pad.top) + ", " + std::to_string(p.pad.bottom) + ", " +
+                    std::to_string(p.pad.left) + ", " + std::to_string(p.pad.right) + ")";
+    if (p.ceil_mode) a += ", ceil_mode: true";
+    if (Kind == pool_kind::avg) a += ", count_include_pad: " + bool_text(p.count_include_pad);
+    return a;
+  }
+
+  /// y's shape; throws naming the operator and the numbers (kernels::pool2d_output_shape).
+  extents output_shape(const shape_list& in) const {
+    if (in.n != 1) throw error(std::string(name()) + ": takes 1 input, given " + std::to_string(in.n));
+    const auto y = kernels::pool2d_output_shape(std::string(name()).c_str(), dims(in[0]), p);
+    return extents{index_t(y[0]), index_t(y[1]), index_t(y[2]), index_t(y[3])};
+  }
+  status check(const strategy& s, int device_num, const shape_list& in) const {
+    return check_pool2d(s, device_num, in[0], p);
+  }
+  op_layouts layouts(const strategy& s, int device_num, const shape_list&) const {
+    const pool2d_layouts r = pool2d_rule(s, device_num);
+    return {r.dev, {r.x}, r.x, {r.x}, r.x};
+  }
+  std::vector<strategy> candidates(int device_num, const shape_list& in) const {
+    std::vector<strategy> out;
+    for_each_split(in[0], device_num, [&](const split_tuple& t) {
+      const strategy s{t};
+      if (check(s, device_num, in).ok()) out.push_back(s);
+    });
+    order_candidates(out, [](const strategy& s) { return s.in[0].product(); });
+    return out;
+  }
+  strategy data_parallel(int device_num, const shape_list&) const {
+    return strategy{split_tuple{device_num, 1, 1, 1}};
+  }
+  /// The halo exchanges of a split H or W (ops/window_rule.hpp).
+  std::vector<internal_collective> collectives(const strategy& s, int device_num, const shape_list& in) const {
+    return halo_exchanges(split(s, device_num, in), Kind == pool_kind::max);
+  }
+  /// One operation per window element of each output: N C OH OW KH KW / the devices.
+  double forward_work(const op_layouts& l, const shape_list&, const extents& out) const {
+    return double(local_shape(l.out, out).size()) * double(p.kernel_h * p.kernel_w);
+  }
+
+  /// The rule on `device_num` devices for x of shape in[0]; throws tessera::error naming
+  /// the rule broken, the numbers and the strategy.
+  pool2d_layouts rule(int device_num, const shape_list& in) const {
+    require_rule(check_pool2d(st, device_num, in[0], p), name(), st);
+    return pool2d_rule(st, device_num);
+  }
+  /// The H and W splits of strategy `s` on its device matrix (the halo's geometry).
+  window_split split(const strategy& s, int device_num, const shape_list& in) const {
+    const pool2d_layouts r = pool2d_rule(s, device_num);
+    window_split ws;
+    ws.dev = r.dev;
+    ws.axis_h = r.axis_h;
+    ws.axis_w = r.axis_w;
+    std::tie(ws.h, ws.w) = pool_axes(in[0], p, s.in[0].v[2], s.in[0].v[3]);
+    ws.nc = (in[0][0] / s.in[0].v[0]) * (in[0][1] / s.in[0].v[1]);
+    return ws;
+  }
+
+ private:
+  static std::vector<std::size_t> dims(const extents& e) {
+    return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
+  }
+};
+
+using max_pool2d_op = pool2d_op<pool_kind::max>;
+using avg_pool2d_op = pool2d_op<pool_kind::avg>;
+
+}  // namespace ops
+
+}  // namespace tessera
 // ---- tessera/ops/operators.hpp ----
 // The library's operators: every definition of ops/ (one type each, ops/definition.hpp)
 // and the list the graph executor runs without being told (graph/execute.hpp; an
@@ -6667,7 +7708,8 @@ using builtin_operators =
     type_list<matmul_op, batch_matmul_op, add_op, sub_op, mul_op, div_op, bias_add_op, relu_op, exp_op, log_op, neg_op,
               sigmoid_op, tanh_op, reduce_sum_op, reduce_mean_op, reduce_max_op, reduce_min_op,
               softmax_cross_entropy_op, sparse_softmax_cross_entropy_op, softmax_op, log_softmax_op, transpose_op,
-              reshape_op, flatten_op, strided_slice_op, concat_op, one_hot_op, argmax_op, all_reduce_op, dropout_op>;
+              reshape_op, flatten_op, strided_slice_op, concat_op, one_hot_op, argmax_op, all_reduce_op, dropout_op,
+              conv2d_op, max_pool2d_op, avg_pool2d_op, batch_norm_op>;
 
 namespace detail {
 template <class... Ops>
@@ -9132,6 +10174,21 @@ class graph_builder {
     const value d = sub(pred, label).named(prefix + ".sub");
     return reduce_mean(mul(d, d).named(prefix + ".mul")).named(prefix + ".reduce_mean");
   }
+  /// Conv2D of x (N, C, H, W) with w (O, C / groups, KH, KW) under the window `p`.
+  value conv2d(value x, value w, const kernels::conv2d_params& p = {}) { return apply(ops::conv2d_op{{}, p}, {x, w}); }
+  /// MaxPool / AvgPool of x (N, C, H, W) under the window `p`.
+  value max_pool2d(value x, const kernels::pool2d_params& p) { return apply(ops::max_pool2d_op{{}, p}, {x}); }
+  value avg_pool2d(value x, const kernels::pool2d_params& p) { return apply(ops::avg_pool2d_op{{}, p}, {x}); }
+  /// BatchNorm of x (N, C, H, W) per channel, scaled by gamma (C,) and shifted by beta
+  /// (C,): batch statistics (over the whole batch with `sync`) in training, running ones
+  /// in evaluation, as the definition's state says (ops/batch_norm_rule.hpp).
+  value batch_norm(value x, value gamma, value beta, double eps = 1e-5, double momentum = 0.9, bool sync = true) {
+    ops::batch_norm_op op;
+    op.eps = eps;
+    op.momentum = momentum;
+    op.sync = sync;
+    return apply(std::move(op), {x, gamma, beta});
+  }
   /// hybrid_parallel: the sum of every rank's x, on every rank.
   value all_reduce(value x) { return apply(ops::all_reduce_op{}, {x}); }
   /// hybrid_parallel: the sum over the group of this rank on mesh axes `axes` of
@@ -10029,7 +11086,7 @@ class parallel_graph {
     for (std::size_t i = 0; i < ops_.size(); ++i)
       if (ops_[i])
         for (const internal_collective& c : ops_[i]->collectives)
-          if (!c.backward || needs_grad_[i]) b += c.bytes;
+          if (!c.backward || needs_grad_[i]) b += c.bytes_on(rank);
     b += loss_fetch_.p.bytes_for_rank(rank);
     for (const gradient_reduction& r : grad_reductions_) b += r.bytes;
     return b;
@@ -10583,8 +11640,9 @@ inline int add_collectives(exec_graph& eg, const parallel_graph& pg, int id, int
     std::vector<int> axes;
     for (int i = 0; i < c.axes.n; ++i) axes.push_back(c.axes[i]);
     n.attrs = "{op: " + std::string(to_string(c.op)) + ", mesh: " + to_string(c.dev) + ", axes: " + tuple_text(axes) +
-              ", rank_list: " + tuple_text(rank_list(c.dev, c.axes, rank)) + ", bytes: " + std::to_string(c.bytes) + "}";
-    n.bytes = c.bytes;
+              ", rank_list: " + tuple_text(rank_list(c.dev, c.axes, rank)) +
+              ", bytes: " + std::to_string(c.bytes_on(rank)) + "}";
+    n.bytes = c.bytes_on(rank);
     n.note = "# inside " + pg.traced().describe(id) + (backward ? " (backward): " : ": ") + c.purpose;
     const int k = eg.add(std::move(n));
     if (c.gives_output) result = k;
@@ -12020,8 +13078,9 @@ inline void load_distributed_checkpoint(const std::filesystem::path& file, std::
 // ---- tessera/kernels/cpu.hpp ----
 // The CPU kernels: local math on xt::xarray shards (xtensor + BLAS), no
 // communication. Only includes. Needs tessera::blas (CBLAS) for matmul, and
-// tessera::dnnl (oneDNN) for the convolutional network kernels, included where oneDNN
-// is installed and the compiler is not nvcc (whose front end cannot parse dnnl.hpp).
+// tessera::dnnl (oneDNN) for the convolutional network kernels, included where the
+// program defines TESSERA_WITH_DNNL (linking tessera::dnnl does) and the compiler is not
+// nvcc (whose front end cannot parse dnnl.hpp).
 
 // ---- tessera/kernels/cpu/common.hpp ----
 // What the CPU kernels share: the shape argument type, shape text for errors, axis
@@ -13759,307 +14818,7 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 }
 
 }  // namespace tessera::kernels::cpu
-// ---- tessera/kernels/conv_params.hpp ----
-// The window geometry of 2-D convolution and pooling on NCHW tensors, shared by every
-// device's kernels: parameters, output sizes with their checks and error texts, the
-// padding of MindSpore's pad modes and of PyTorch's padding rules, and the result types
-// of the convolution, batch-norm and pooling kernels. Standard library only.
-
-#include <algorithm>
-#include <array>
-#include <cstddef>
-#include <span>
-#include <string>
-
-namespace tessera::kernels {
-
-/// Zero padding on the four sides of an image (rows above and below, columns left and
-/// right). Uneven padding is how MindSpore's pad_mode "same" and TensorFlow's SAME
-/// place the odd element: below and right.
-struct pad2d {
-  index_t top = 0, bottom = 0, left = 0, right = 0;
-
-  /// The same padding on every side (PyTorch's `padding=p`).
-  static constexpr pad2d uniform(index_t p) { return {p, p, p, p}; }
-  /// `h` above and below, `w` left and right (PyTorch's `padding=(h, w)`).
-  static constexpr pad2d symmetric(index_t h, index_t w) { return {h, h, w, w}; }
-  friend constexpr bool operator==(const pad2d&, const pad2d&) = default;
-};
-
-/// A 2-D convolution: y[n, o, i, j] = b[o] + sum over c in o's group, kh, kw of
-/// x[n, c, i * stride_h - top + kh * dilation_h, j * stride_w - left + kw * dilation_w]
-/// * w[o, c mod (C / groups), kh, kw], with x zero outside the image. x is (N, C, H, W),
-/// w is (O, C / groups, KH, KW), y is (N, O, OH, OW); groups divides C and O.
-struct conv2d_params {
-  index_t stride_h = 1, stride_w = 1;
-  pad2d pad{};
-  index_t dilation_h = 1, dilation_w = 1;
-  index_t groups = 1;
-  friend constexpr bool operator==(const conv2d_params&, const conv2d_params&) = default;
-};
-
-/// A 2-D pooling window: kernel, stride and padding per axis. ceil_mode rounds the output
-/// size up (PyTorch's rule: a window that would start in the bottom or right padding is
-/// dropped). count_include_pad (average pooling): the divisor counts the zero padding
-/// inside the window, as PyTorch's default; false divides by the input elements inside
-/// it only (PyTorch's count_include_pad=False, MindSpore's pad_mode "same"). Padding never
-/// enters a maximum.
-struct pool2d_params {
-  index_t kernel_h = 1, kernel_w = 1;
-  index_t stride_h = 1, stride_w = 1;
-  pad2d pad{};
-  bool ceil_mode = false;
-  bool count_include_pad = true;
-
-  /// A square window `k` with stride `s` (PyTorch's default stride is the kernel) and
-  /// padding `p` on every side.
-  static constexpr pool2d_params square(index_t k, index_t s, index_t p = 0) {
-    return {k, k, s, s, pad2d::uniform(p)};
-  }
-  friend constexpr bool operator==(const pool2d_params&, const pool2d_params&) = default;
-};
-
-/// MindSpore's pad_mode of Conv2d, MaxPool2d and AvgPool2d.
-enum class pad_mode {
-  same,   ///< output ceil(in / stride); the padding that needs, the odd element below/right
-  valid,  ///< no padding: output ceil((in - extent + 1) / stride)
-  pad,    ///< the padding given explicitly
-};
-
-/// The extent of a dilated window: dilation * (kernel - 1) + 1.
-constexpr index_t window_extent(index_t kernel, index_t dilation = 1) { return dilation * (kernel - 1) + 1; }
-
-/// The number of window positions along one axis: floor((in + before + after - extent) /
-/// stride) + 1, or with ceil_mode the ceiling, less one when the last window would start
-/// at or past in + before (PyTorch's pooling rule). 0 when no window fits.
-///
-/// Examples: in 32, kernel 3, stride 1, padding 1 + 1 -> 32; in 32, kernel 3, stride 2,
-/// padding 1 + 1 -> 16; in 5, kernel 2, stride 2 -> 2, with ceil_mode 3; in 4, kernel 2,
-/// stride 2, padding 1 + 1, ceil_mode -> 3 (a fourth window would start in the padding).
-constexpr index_t window_output_size(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
-                                     index_t dilation = 1, bool ceil_mode = false) {
-  const index_t span = in + before + after - window_extent(kernel, dilation);
-  if (span < 0 || stride < 1) return 0;
-  if (!ceil_mode) return span / stride + 1;
-  index_t out = (span + stride - 1) / stride + 1;
-  if ((out - 1) * stride >= in + before) --out;
-  return out;
-}
-
-/// The padding of MindSpore's pad_mode "same" along one axis (TensorFlow's SAME): the
-/// least total padding that gives ceil(in / stride) outputs, {before, after} with the odd
-/// element after. With stride 1 this is PyTorch's padding="same" (total dilation *
-/// (kernel - 1), the odd element after), so one function serves both.
-///
-/// Examples: in 32, kernel 3, stride 1 -> {1, 1}; in 32, kernel 3, stride 2 -> {0, 1};
-/// in 32, kernel 4, stride 1 -> {1, 2}; in 5, kernel 1, stride 2 -> {0, 0}.
-constexpr std::array<index_t, 2> same_padding(index_t in, index_t kernel, index_t stride, index_t dilation = 1) {
-  const index_t out = (in + stride - 1) / stride;
-  const index_t total = std::max<index_t>((out - 1) * stride + window_extent(kernel, dilation) - in, 0);
-  return {total / 2, total - total / 2};
-}
-
-/// The padding MindSpore's pad_mode gives an image of in_h x in_w under a window kernel_h x
-/// kernel_w (stride, dilation): "same" as same_padding on each axis, "valid" none,
-/// "pad" the explicit `padding`.
-constexpr pad2d padding_for(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h, index_t kernel_w,
-                            index_t stride_h, index_t stride_w, index_t dilation_h = 1, index_t dilation_w = 1,
-                            pad2d padding = {}) {
-  switch (mode) {
-    case pad_mode::valid: return {};
-    case pad_mode::pad: return padding;
-    case pad_mode::same: break;
-  }
-  const auto h = same_padding(in_h, kernel_h, stride_h, dilation_h);
-  const auto w = same_padding(in_w, kernel_w, stride_w, dilation_w);
-  return {h[0], h[1], w[0], w[1]};
-}
-
-/// The convolution parameters of MindSpore's Conv2d(pad_mode, padding, stride, dilation,
-/// group) on an image of in_h x in_w under a kernel_h x kernel_w kernel.
-constexpr conv2d_params mindspore_conv2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
-                                         index_t kernel_w, index_t stride_h = 1, index_t stride_w = 1,
-                                         pad2d padding = {}, index_t dilation_h = 1, index_t dilation_w = 1,
-                                         index_t groups = 1) {
-  return {stride_h, stride_w,
-          padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, padding),
-          dilation_h, dilation_w, groups};
-}
-
-/// The pooling parameters of MindSpore's MaxPool2d / AvgPool2d(kernel_size, stride,
-/// pad_mode) on an image of in_h x in_w: "same" pads as same_padding and averages over
-/// the input elements only (count_include_pad false); "valid" does not pad; "pad" takes
-/// the explicit padding, ceil_mode and count_include_pad.
-constexpr pool2d_params mindspore_pool2d(pad_mode mode, index_t in_h, index_t in_w, index_t kernel_h,
-                                         index_t kernel_w, index_t stride_h, index_t stride_w, pad2d padding = {},
-                                         bool ceil_mode = false, bool count_include_pad = true) {
-  pool2d_params p{kernel_h, kernel_w, stride_h, stride_w,
-                  padding_for(mode, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, 1, 1, padding)};
-  p.ceil_mode = mode == pad_mode::pad && ceil_mode;
-  p.count_include_pad = mode == pad_mode::pad ? count_include_pad : mode == pad_mode::valid;
-  return p;
-}
-
-}  // namespace tessera::kernels
-
-// The helpers live in tessera::detail: a tessera::kernels::detail would hide it from the
-// code of tessera::kernels.
-namespace tessera::detail {
-
-inline std::string dims_text(std::span<const std::size_t> s) {
-  std::string out = "(";
-  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
-inline void require_nchw(const char* fn, const char* name, std::span<const std::size_t> s) {
-  if (s.size() != 4)
-    throw error(std::string(fn) + ": " + name + " must be 4-D (N, C, H, W), " + name + " is " + dims_text(s));
-}
-
-inline void require_positive(const char* fn, const char* what, index_t h, index_t w) {
-  if (h < 1 || w < 1)
-    throw error(std::string(fn) + ": " + what + " must be positive, " + what + " is (" + std::to_string(h) + ", " +
-                std::to_string(w) + ")");
-}
-
-inline void require_padding(const char* fn, const kernels::pad2d& p) {
-  if (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)
-    throw error(std::string(fn) + ": padding must not be negative, padding is (top " + std::to_string(p.top) +
-                ", bottom " + std::to_string(p.bottom) + ", left " + std::to_string(p.left) + ", right " +
-                std::to_string(p.right) + ")");
-}
-
-inline index_t checked_output(const char* fn, const char* axis, index_t in, index_t kernel, index_t stride,
-                              index_t before, index_t after, index_t dilation, bool ceil_mode) {
-  const index_t out = kernels::window_output_size(in, kernel, stride, before, after, dilation, ceil_mode);
-  if (out < 1)
-    throw error(std::string(fn) + ": the window does not fit along " + axis + ": input " + std::to_string(in) +
-                " + padding " + std::to_string(before) + " + " + std::to_string(after) + " < window extent " +
-                std::to_string(kernels::window_extent(kernel, dilation)) + " (kernel " + std::to_string(kernel) +
-                ", dilation " + std::to_string(dilation) + ")");
-  return out;
-}
-
-}  // namespace tessera::detail
-
-namespace tessera::kernels {
-
-/// The output shape (N, O, OH, OW) of a convolution of x (N, C, H, W) with w (O, C /
-/// groups, KH, KW). Throws tessera::error naming `fn` and the numbers when the shapes or
-/// parameters do not fit: "conv2d_forward: w (64, 3, 3, 3) needs x with 3 * groups 1 = 3
-/// channels, x is (32, 4, 32, 32)".
-inline std::array<std::size_t, 4> conv2d_output_shape(const char* fn, std::span<const std::size_t> x,
-                                                       std::span<const std::size_t> w, const conv2d_params& p) {
-  detail::require_nchw(fn, "x", x);
-  if (w.size() != 4)
-    throw error(std::string(fn) + ": w must be 4-D (O, C / groups, KH, KW), w is " + detail::dims_text(w));
-  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
-  detail::require_positive(fn, "dilation", p.dilation_h, p.dilation_w);
-  detail::require_padding(fn, p.pad);
-  if (p.groups < 1)
-    throw error(std::string(fn) + ": groups must be positive, groups is " + std::to_string(p.groups));
-  const auto g = std::size_t(p.groups);
-  if (w[0] % g != 0)
-    throw error(std::string(fn) + ": groups " + std::to_string(g) + " must divide the output channels of w " +
-                detail::dims_text(w));
-  if (w[1] * g != x[1])
-    throw error(std::string(fn) + ": w " + detail::dims_text(w) + " needs x with " + std::to_string(w[1]) +
-                " * groups " + std::to_string(g) + " = " + std::to_string(w[1] * g) + " channels, x is " +
-                detail::dims_text(x));
-  if (w[2] < 1 || w[3] < 1)
-    throw error(std::string(fn) + ": the kernel must not be empty, w is " + detail::dims_text(w));
-  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), index_t(w[2]), p.stride_h, p.pad.top,
-                                            p.pad.bottom, p.dilation_h, false);
-  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), index_t(w[3]), p.stride_w, p.pad.left,
-                                            p.pad.right, p.dilation_w, false);
-  return {x[0], w[0], std::size_t(oh), std::size_t(ow)};
-}
-
-/// The output shape (N, C, OH, OW) of pooling x (N, C, H, W). Throws on a bad window:
-/// padding must be smaller than the kernel on each side (a window of padding alone has
-/// no maximum), as PyTorch requires.
-inline std::array<std::size_t, 4> pool2d_output_shape(const char* fn, std::span<const std::size_t> x,
-                                                       const pool2d_params& p) {
-  detail::require_nchw(fn, "x", x);
-  detail::require_positive(fn, "kernel", p.kernel_h, p.kernel_w);
-  detail::require_positive(fn, "stride", p.stride_h, p.stride_w);
-  detail::require_padding(fn, p.pad);
-  if (std::max(p.pad.top, p.pad.bottom) >= p.kernel_h || std::max(p.pad.left, p.pad.right) >= p.kernel_w)
-    throw error(std::string(fn) + ": padding must be smaller than the kernel (" + std::to_string(p.kernel_h) +
-                ", " + std::to_string(p.kernel_w) + "), padding is (top " + std::to_string(p.pad.top) +
-                ", bottom " + std::to_string(p.pad.bottom) + ", left " + std::to_string(p.pad.left) + ", right " +
-                std::to_string(p.pad.right) + ")");
-  const index_t oh = detail::checked_output(fn, "H", index_t(x[2]), p.kernel_h, p.stride_h, p.pad.top,
-                                            p.pad.bottom, 1, p.ceil_mode);
-  const index_t ow = detail::checked_output(fn, "W", index_t(x[3]), p.kernel_w, p.stride_w, p.pad.left,
-                                            p.pad.right, 1, p.ceil_mode);
-  return {x[0], x[1], std::size_t(oh), std::size_t(ow)};
-}
-
-/// The padding after the image that makes a window of `kernel` at every one of `out`
-/// positions fit: at least `after`, more under ceil_mode (the windows past the padding
-/// that PyTorch's ceil_mode keeps). Kernel libraries without a ceil mode take this.
-constexpr index_t effective_after(index_t in, index_t kernel, index_t stride, index_t before, index_t after,
-                                  index_t out) {
-  return std::max(after, (out - 1) * stride + kernel - in - before);
-}
-
-// ---- what the kernels return (every device, its own array types) --------------------
-
-/// A convolution's weight gradients: dw of w's shape, db (O,) when the convolution has a
-/// bias (otherwise empty).
-template <class Array>
-struct conv2d_weight_grads {
-  Array dw;
-  Array db;
-};
-
-/// Per-channel sums of a local batch, the pieces a batch norm over several ranks adds up
-/// (all-reduces) before it normalises: forward, sum of x and of x^2 over (N, H, W);
-/// backward, sum of dy and of dy * x_hat.
-template <class Array>
-struct channel_sums {
-  Array sum;
-  Array sum_sq;
-};
-
-/// Per-channel batch statistics: the mean and the biased variance (divided by the count).
-template <class Array>
-struct batch_norm_stats {
-  Array mean;
-  Array variance;
-};
-
-/// A training-mode batch norm's forward: y, the batch's mean and biased variance per
-/// channel, and what the backward needs besides (the ReLU mask where it is fused).
-template <class Y, class Stat, class Workspace>
-struct batch_norm_training {
-  Y y;
-  Stat mean;
-  Stat variance;
-  Workspace workspace;
-};
-
-/// A batch norm's gradients: dx, and per channel dgamma (sum of dy * x_hat) and dbeta
-/// (sum of dy).
-template <class X, class Stat>
-struct batch_norm_grads {
-  X dx;
-  Stat dgamma;
-  Stat dbeta;
-};
-
-/// A max pooling's forward: y and what its backward needs besides (the positions of the
-/// maxima where the device keeps them).
-template <class Y, class Workspace>
-struct max_pool2d_result {
-  Y y;
-  Workspace workspace;
-};
-
-}  // namespace tessera::kernels
-#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+#if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 // ---- tessera/kernels/cpu/dnnl.hpp ----
 // What the oneDNN kernels share: the engine (one per process) and stream (one per
 // thread), the primitive cache (one per thread, keyed by shapes and attributes, so a
@@ -15989,10 +16748,11 @@ xt::xarray<To> convert(const xt::xarray<From>& x) {
 }
 
 }  // namespace tessera::kernels::cpu
-// The convolutional network kernels where oneDNN is installed (link tessera::dnnl to use
-// them), in translation units of the host compiler: nvcc's front end cannot parse
-// oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see backend<cpu_device> without them.
-#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+// The convolutional network kernels where the program asks for oneDNN (TESSERA_WITH_DNNL,
+// defined by linking tessera::dnnl), in translation units of the host compiler: nvcc's
+// front end cannot parse oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see
+// backend<cpu_device> without them. Operators that need them throw where they are absent.
+#if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 #define TESSERA_KERNELS_CPU_CNN 1
 #endif
 
@@ -18670,6 +19430,605 @@ op_grads<T, D> backward(const dropout_op& op, const tensor_on<T, D>& dy, op_inpu
 }
 
 }  // namespace tessera::ops
+// ---- tessera/ops/batch_norm.hpp ----
+// BatchNorm's forward and backward (ops/batch_norm_rule.hpp) in the split form of the
+// batch-norm kernels, whose per-channel sums add up across the ranks of a batch group:
+//
+//   training forward:  s = batch_norm_sums(x); all-reduce s (sync, n > 1);
+//                      m = batch_norm_moments(s, count of the batch group);
+//                      y = batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps);
+//                      running statistics updated (batch_norm_update_running)
+//   inference forward: y = batch_norm_forward_inference(...) with the running statistics
+//   backward:          m recomputed from x as above (one all-reduce); r =
+//                      batch_norm_backward_sums(dy, x, m) (sum dy, sum dy * x_hat);
+//                      all-reduce r; dx = batch_norm_backward_data(dy, x, gamma, m, r, count);
+//                      dgamma = sum dy * x_hat and dbeta = sum dy of this rank's batch shard
+//                      (partial sums over the batch axis, as the rule says)
+//
+// Everything runs through kernels::backend<D>; the running statistics live on the host
+// (ops::batch_norm_state) and visit the device for their update. Where the device has
+// no batch-norm kernels (the host of a program that does not link tessera::dnnl, or
+// nvcc's view of the host) or for another element type than float, the operator
+// compiles and throws tessera::error when run ("batch_norm: ...").
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xbuilder.hpp>
+
+namespace tessera::ops {
+
+/// Whether batch_norm runs for elements T on device D: T is float and the device's
+/// backend has the batch-norm kernels (batch_norm_sums, batch_norm_moments,
+/// batch_norm_forward_inference, batch_norm_backward_sums, batch_norm_backward_data,
+/// batch_norm_update_running).
+template <class T, class D>
+inline constexpr bool batch_norm_supported =
+    std::is_same_v<T, float> &&
+    requires(typename storage<T, D>::array& a, const kernels::channel_sums<typename storage<T, D>::array>& s,
+             std::size_t n, T e) {
+      kernels::backend<D>::template batch_norm_sums<T>(a);
+      kernels::backend<D>::template batch_norm_forward_inference<T>(a, a, a, a, a, e);
+      kernels::backend<D>::template batch_norm_moments<T>(s, n);
+      kernels::backend<D>::template batch_norm_backward_sums<T>(a, a, a, a, e);
+      kernels::backend<D>::template batch_norm_backward_data<T>(a, a, a, a, a, s, n, e);
+      kernels::backend<D>::template batch_norm_update_running<T>(a, a, a, a, n, e, true);
+    };
+
+namespace detail {
+
+// The shapes of the three inputs.
+template <class T, class D>
+shape_list batch_norm_shapes(op_inputs<T, D> x) {
+  if (x.size() != 3)
+    throw error("batch_norm: takes 3 inputs (x, gamma, beta), got " + std::to_string(x.size()));
+  return shape_list{x[0]->global_shape(), x[1]->global_shape(), x[2]->global_shape()};
+}
+
+[[noreturn]] inline void batch_norm_unsupported() {
+  throw error(
+      "batch_norm: no batch-norm kernels for this element type on this device (float only: on the host of a "
+      "program that links tessera::dnnl, on the GPU with cuDNN)");
+}
+
+// The number of elements per channel in this rank's shard of x: N_local * H * W.
+inline std::size_t batch_norm_count(const extents& local_x) {
+  return std::size_t(local_x[0] * local_x[2] * local_x[3]);
+}
+
+// The batch statistics of a training pass: this rank's per-channel sums, added up over
+// the batch group by `c` (the definition's collective) when given; `count` is set to the
+// number of elements per channel they cover.
+template <class T, class D, class C>
+kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_batch_stats(
+    const typename storage<T, D>::array& x, const internal_collective* c, int batch_split, std::size_t& count,
+    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
+  using A = typename storage<T, D>::array;
+  kernels::channel_sums<A> s = K::template batch_norm_sums<T>(x);
+  if (c) {
+    // One buffer of 2 * C_local: the sums, then the sums of squares.
+    A both = K::template concat<T>(std::vector<const A*>{&s.sum, &s.sum_sq}, 0);
+    run_internal(*c, std::span<T>(both.data(), both.size()), ctx, batch_norm_op::name());
+    std::vector<A> parts = K::template split<T>(both, {s.sum.size(), s.sum.size()}, 0);
+    s.sum = std::move(parts[0]);
+    s.sum_sq = std::move(parts[1]);
+    count *= std::size_t(batch_split);
+  }
+  return K::template batch_norm_moments<T>(s, count);
+}
+
+// This rank's running statistics on device D (0 and 1 at first use), checked against
+// the channel shard's size.
+template <class T, class D>
+kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_running(const batch_norm_op& op,
+                                                                            std::size_t channels) {
+  batch_norm_state& s = *op.state;
+  if (s.running_mean.empty() && s.running_var.empty()) {
+    s.running_mean.assign(channels, 0.0f);
+    s.running_var.assign(channels, 1.0f);
+  }
+  if (s.running_mean.size() != channels || s.running_var.size() != channels)
+    throw error("batch_norm: the running statistics hold " + std::to_string(s.running_mean.size()) +
+                " channels, this rank's channel shard has " + std::to_string(channels) +
+                " (a strategy with another channel split uses a fresh state)");
+  xt::xarray<T> m = xt::xarray<T>::from_shape({channels}), v = xt::xarray<T>::from_shape({channels});
+  for (std::size_t i = 0; i < channels; ++i) {
+    m(i) = T(s.running_mean[i]);
+    v(i) = T(s.running_var[i]);
+  }
+  return {storage<T, D>::from_host(m), storage<T, D>::from_host(v)};
+}
+
+// running = momentum * running + (1 - momentum) * batch (MindSpore's momentum), the
+// batch variance unbiased over `count` elements per channel.
+template <class T, class D>
+void batch_norm_update(const batch_norm_op& op, const kernels::batch_norm_stats<typename storage<T, D>::array>& batch,
+                       std::size_t count) {
+  kernels::batch_norm_stats<typename storage<T, D>::array> run = batch_norm_running<T, D>(op, batch.mean.size());
+  kernels::backend<D>::template batch_norm_update_running<T>(run.mean, run.variance, batch.mean, batch.variance,
+                                                             count, T(1.0 - op.momentum), true);
+  const xt::xarray<T> m = storage<T, D>::to_host(run.mean), v = storage<T, D>::to_host(run.variance);
+  batch_norm_state& s = *op.state;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    s.running_mean[i] = float(m(i));
+    s.running_var[i] = float(v(i));
+  }
+  s.updates.fetch_add(1);
+}
+
+}  // namespace detail
+
+/// y = gamma * (x - mean) / sqrt(variance + eps) + beta per channel, x (N, C, H, W) and
+/// gamma, beta (C,) in any layouts (brought to the rule's); y in the rule's layout of x.
+/// Training (op.training()): the batch's statistics, over the batch group with sync
+/// (one AllReduce of 2 * C_local), and the running statistics updated; evaluation: the
+/// running statistics, no communication.
+template <class T, class D, class C>
+tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  const shape_list shapes = detail::batch_norm_shapes(x);
+  const batch_norm_layouts r = op.rule(ctx.size(), shapes);
+  if constexpr (!batch_norm_supported<T, D>) {
+    detail::batch_norm_unsupported();
+  } else {
+    const auto lx = in_layout(*x[0], r.x, ctx);
+    const auto lg = in_layout(*x[1], r.param, ctx);
+    const auto lb = in_layout(*x[2], r.param, ctx);
+    using K = kernels::backend<D>;
+    typename storage<T, D>::array y;
+    if (op.training()) {
+      const std::vector<internal_collective> cs = op.statistics_collectives(r, shapes[0], false);
+      std::size_t count = detail::batch_norm_count(lx->local_shape());
+      const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
+                                                          r.batch_split, count, ctx);
+      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
+                                                      T(op.eps));
+      detail::batch_norm_update<T, D>(op, m, count);
+    } else {
+      const auto m = detail::batch_norm_running<T, D>(op, std::size_t(lg->local().size()));
+      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
+                                                      T(op.eps));
+    }
+    return tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(y));
+  }
+}
+
+/// dx, dgamma, dbeta given dy (in any layout; partial sums resolved first). Training:
+/// the batch statistics recomputed from x (one AllReduce with sync), the sums of dy and
+/// dy * x_hat added up over the batch group (another), dx in x's rule layout. Evaluation
+/// (the running statistics are constants): dx = dy * gamma / sqrt(running_var + eps).
+/// dgamma = sum dy * x_hat and dbeta = sum dy over this rank's batch shard, partial sums
+/// over the batch axis when the batch is split.
+template <class T, class D, class C>
+op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  const shape_list shapes = detail::batch_norm_shapes(x);
+  const batch_norm_layouts r = op.rule(ctx.size(), shapes);
+  if (!(dy.global_shape() == shapes[0]))
+    throw error("batch_norm: backward: dy is " + to_string(dy.global_shape()) + ", x " + to_string(shapes[0]));
+  if constexpr (!batch_norm_supported<T, D>) {
+    detail::batch_norm_unsupported();
+  } else {
+    using K = kernels::backend<D>;
+    using A = typename storage<T, D>::array;
+    const auto lx = in_layout(*x[0], r.x, ctx);
+    const auto lg = in_layout(*x[1], r.param, ctx);
+    const auto ldy = in_layout(dy, r.x, ctx);
+    const T eps = T(op.eps);
+    A dx;
+    kernels::channel_sums<A> local;
+    if (op.training()) {
+      const std::vector<internal_collective> cs = op.statistics_collectives(r, shapes[0], true);
+      std::size_t count = detail::batch_norm_count(lx->local_shape());
+      const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
+                                                          r.batch_split, count, ctx);
+      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps);
+      if (cs.empty()) {
+        dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,
+                                                     local, count, eps);
+      } else {
+        // The group's sums, in a buffer of their own: `local` stays this rank's.
+        A both = K::template concat<T>(std::vector<const A*>{&local.sum, &local.sum_sq}, 0);
+        run_internal(cs[1], std::span<T>(both.data(), both.size()), ctx, op.name());
+        std::vector<A> parts = K::template split<T>(both, {local.sum.size(), local.sum.size()}, 0);
+        const kernels::channel_sums<A> group{std::move(parts[0]), std::move(parts[1])};
+        dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,
+                                                     group, count, eps);
+      }
+    } else {
+      // The statistics are constants: dx = gamma / sqrt(variance + eps) * dy, the data
+      // backward with zero sums.
+      const std::size_t channels = std::size_t(lg->local().size());
+      const auto m = detail::batch_norm_running<T, D>(op, channels);
+      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps);
+      const xt::xarray<T> zeros = xt::zeros<T>({channels});
+      const kernels::channel_sums<A> none{storage<T, D>::from_host(zeros), storage<T, D>::from_host(zeros)};
+      dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance, none,
+                                                   detail::batch_norm_count(lx->local_shape()), eps);
+    }
+    return grads_of(tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(dx)),
+                    tensor_on<T, D>(r.param_grad, shapes[1], ctx.rank(), std::move(local.sum_sq)),
+                    tensor_on<T, D>(r.param_grad, shapes[2], ctx.rank(), std::move(local.sum)));
+  }
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/halo.hpp ----
+// The halo exchanges of a window operator over a split height or width
+// (ops/window_rule.hpp), on any device: halo_extend gives a rank's input with the rows
+// its windows overlap fetched from its neighbours, halo_fold adds the gradients of those
+// rows back into their owners. Each is one all_to_all_v over the ranks along the split
+// axis (non-zero only between neighbours), whose received elements the operator's
+// definition lists and the graph prices.
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::ops {
+
+namespace detail {
+
+// The extents of an array's shape.
+template <class Shape>
+extents extents_of(const Shape& s) {
+  extents e;
+  e.ndim = int(s.size());
+  for (int d = 0; d < e.ndim; ++d) e.v[d] = index_t(s[std::size_t(d)]);
+  return e;
+}
+
+// `s` with dim `dim` set to `n`.
+inline extents with_dim(extents s, int dim, index_t n) {
+  s.v[dim] = n;
+  return s;
+}
+
+// An offset of `n` along dim `dim` of a rank-`ndim` array.
+inline extents offset_along(int ndim, int dim, index_t n) {
+  extents o;
+  o.ndim = ndim;
+  o.v[dim] = n;
+  return o;
+}
+
+// One all_to_all_v with the neighbours along a split axis: `to_prev` elements to the
+// previous member and `to_next` to the next, from `send` (in that order); receives
+// `from_prev` then `from_next` into a new buffer. Checks the elements received against
+// the definition's count for this rank.
+template <class T, class D, class G>
+typename storage<T, D>::array neighbour_exchange(G& group, const typename storage<T, D>::array& send, index_t to_prev,
+                                                 index_t to_next, index_t from_prev, index_t from_next,
+                                                 const internal_collective& ic, int rank, std::string_view op) {
+  const int g = group.size(), c = group.rank();
+  std::vector<int> sc(std::size_t(g), 0), sd(std::size_t(g), 0), rc(std::size_t(g), 0), rd(std::size_t(g), 0);
+  if (c > 0) {
+    sc[std::size_t(c - 1)] = int(to_prev);
+    rc[std::size_t(c - 1)] = int(from_prev);
+  }
+  if (c + 1 < g) {
+    sc[std::size_t(c + 1)] = int(to_next);
+    sd[std::size_t(c + 1)] = int(c > 0 ? to_prev : 0);
+    rc[std::size_t(c + 1)] = int(from_next);
+    rd[std::size_t(c + 1)] = int(c > 0 ? from_prev : 0);
+  }
+  const index_t total = (c > 0 ? from_prev : 0) + (c + 1 < g ? from_next : 0);
+  const index_t want = std::size_t(rank) < ic.rank_elements.size() ? ic.rank_elements[std::size_t(rank)] : -1;
+  if (total != want)
+    throw error(std::string(op) + ": the " + ic.purpose + " exchange receives " + std::to_string(total) +
+                " elements on rank " + std::to_string(rank) + ", the definition's collective " + std::to_string(want));
+  typename storage<T, D>::array recv = storage<T, D>::empty(extents{std::max<index_t>(total, 1)});
+  group.all_to_all_v(std::span<const T>(send.data(), send.size()), std::span<const int>(sc), std::span<const int>(sd),
+                     std::span<T>(recv.data(), std::size_t(total)), std::span<const int>(rc), std::span<const int>(rd));
+  return recv;
+}
+
+// The box of `rows` rows of `x` (shape xs) starting at `first` along `dim`, copied into
+// `dst` (shape ds) at `at` along `dim`.
+template <class T, class D>
+void copy_rows(const T* x, const extents& xs, index_t first, T* dst, const extents& ds, index_t at, int dim,
+               index_t rows) {
+  if (rows <= 0) return;
+  storage<T, D>::copy_box(x, xs, offset_along(xs.ndim, dim, first), dst, ds, offset_along(ds.ndim, dim, at),
+                          with_dim(xs, dim, rows));
+}
+
+}  // namespace detail
+
+/// Rank `rank`'s shard `x` extended along `dim` (2: H, 3: W) by the halo of axis `a`:
+/// recv_before(c) rows from the previous rank along the split, then x, then
+/// recv_after(c) from the next, c being this rank's place in `group` (the ranks along
+/// the split axis). Each rank sends its first halo_after() rows back and its last
+/// halo_before() rows forward. `ic` is the definition's exchange (its counts are checked).
+template <class T, class D, class G>
+typename storage<T, D>::array halo_extend(const typename storage<T, D>::array& x, int dim, const window_axis& a,
+                                          G& group, const internal_collective& ic, int rank, std::string_view op) {
+  using S = storage<T, D>;
+  const int c = group.rank();
+  const extents xs = detail::extents_of(x.shape());
+  index_t row = 1;
+  for (int d = 0; d < xs.ndim; ++d)
+    if (d != dim) row *= xs[d];
+  const index_t local = xs[dim];
+  const index_t to_prev = c > 0 ? a.halo_after() : 0, to_next = c + 1 < a.parts ? a.halo_before() : 0;
+  // Two blocks, each contiguous: the rows for the previous rank, then those for the next.
+  typename S::array send = S::empty(extents{std::max<index_t>((to_prev + to_next) * row, 1)});
+  detail::copy_rows<T, D>(x.data(), xs, 0, send.data(), detail::with_dim(xs, dim, to_prev), 0, dim, to_prev);
+  detail::copy_rows<T, D>(x.data(), xs, local - to_next, send.data() + to_prev * row,
+                          detail::with_dim(xs, dim, to_next), 0, dim, to_next);
+  const index_t rb = a.recv_before(c), ra = a.recv_after(c);
+  const typename S::array recv =
+      detail::neighbour_exchange<T, D>(group, send, to_prev * row, to_next * row, rb * row, ra * row, ic, rank, op);
+  const extents es = detail::with_dim(xs, dim, rb + local + ra);
+  typename S::array ext = S::empty(es);
+  detail::copy_rows<T, D>(recv.data(), detail::with_dim(xs, dim, rb), 0, ext.data(), es, 0, dim, rb);
+  detail::copy_rows<T, D>(x.data(), xs, 0, ext.data(), es, rb, dim, local);
+  detail::copy_rows<T, D>(recv.data() + rb * row, detail::with_dim(xs, dim, ra), 0, ext.data(), es, rb + local, dim,
+                          ra);
+  return ext;
+}
+
+/// The gradient of rank `rank`'s own rows from `dx_ext`, the gradient of its extended
+/// input (halo_extend's): its middle rows, plus the gradients its neighbours computed for
+/// the rows they fetched from it (the first halo_after() rows from the previous rank, the
+/// last halo_before() from the next).
+template <class T, class D, class G>
+typename storage<T, D>::array halo_fold(const typename storage<T, D>::array& dx_ext, int dim, const window_axis& a,
+                                        G& group, const internal_collective& ic, int rank, std::string_view op) {
+  using S = storage<T, D>;
+  using K = kernels::backend<D>;
+  const int c = group.rank();
+  const extents es = detail::extents_of(dx_ext.shape());
+  index_t row = 1;
+  for (int d = 0; d < es.ndim; ++d)
+    if (d != dim) row *= es[d];
+  const index_t rb = a.recv_before(c), ra = a.recv_after(c);
+  const index_t local = es[dim] - rb - ra;
+  const index_t from_prev = c > 0 ? a.halo_after() : 0, from_next = c + 1 < a.parts ? a.halo_before() : 0;
+  // The halo rows' gradients go back: the first rb rows to the previous rank, the last ra to the next.
+  typename S::array send = S::empty(extents{std::max<index_t>((rb + ra) * row, 1)});
+  detail::copy_rows<T, D>(dx_ext.data(), es, 0, send.data(), detail::with_dim(es, dim, rb), 0, dim, rb);
+  detail::copy_rows<T, D>(dx_ext.data(), es, rb + local, send.data() + rb * row, detail::with_dim(es, dim, ra), 0,
+                          dim, ra);
+  const typename S::array recv = detail::neighbour_exchange<T, D>(group, send, rb * row, ra * row, from_prev * row,
+                                                                   from_next * row, ic, rank, op);
+  const extents xs = detail::with_dim(es, dim, local);
+  typename S::array dx = S::empty(xs);
+  detail::copy_rows<T, D>(dx_ext.data(), es, rb, dx.data(), xs, 0, dim, local);
+  auto add_rows = [&](const T* from, index_t rows, index_t at) {
+    if (rows <= 0) return;
+    const extents bs = detail::with_dim(xs, dim, rows);
+    typename S::array mine = S::empty(bs), theirs = S::empty(bs);
+    detail::copy_rows<T, D>(dx.data(), xs, at, mine.data(), bs, 0, dim, rows);
+    S::copy_n(from, theirs.data(), std::size_t(rows * row));
+    K::add_to(mine, theirs);
+    detail::copy_rows<T, D>(mine.data(), bs, 0, dx.data(), xs, at, dim, rows);
+  };
+  add_rows(recv.data(), from_prev, 0);
+  add_rows(recv.data() + from_prev * row, from_next, local - from_next);
+  return dx;
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/conv2d.hpp ----
+// Sharded Conv2D: the rule (ops/conv2d_rule.hpp), the local convolution of the tensors'
+// device (oneDNN on the host, cuDNN on a GPU) on each rank's shard extended by its
+// neighbours' halo (ops/halo.hpp), and its backward. Inputs in other layouts are
+// redistributed first, by the cheapest plan.
+
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::ops {
+
+namespace detail {
+
+// Whether device D's backend has the convolutional kernels for T (float, and on the
+// host a build with oneDNN: kernels/cpu/backend.hpp).
+template <class T, class D>
+constexpr bool has_window_kernels() {
+  using A = typename storage<T, D>::array;
+  return std::is_same_v<T, float> && requires(const A& a, const kernels::conv2d_params& p) {
+    kernels::backend<D>::conv2d_forward(a, a, &a, p, false);
+  };
+}
+
+template <class T, class D>
+void require_window_kernels(std::string_view op) {
+  if constexpr (!has_window_kernels<T, D>())
+    throw error(std::string(op) +
+                ": no convolution kernels for these tensors (float only; on the host, link tessera::dnnl: oneDNN)");
+}
+
+// The rank's input (N, C, H, W) extended by the halo of each split spatial axis: H's rows
+// first, then W's columns over the H-extended height. `next` walks the definition's
+// exchanges (halo_exchanges' order).
+template <class T, class D, class C>
+typename storage<T, D>::array extend_hw(typename storage<T, D>::array x, const window_split& s,
+                                        const std::vector<internal_collective>& cs, std::size_t& next,
+                                        device_context<C>& ctx, std::string_view op) {
+  if (s.h.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    x = halo_extend<T, D>(x, 2, s.h, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  if (s.w.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    x = halo_extend<T, D>(x, 3, s.w, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  return x;
+}
+
+// The gradient of the rank's own input from that of its extended input: W's halo
+// returned first, then H's.
+template <class T, class D, class C>
+typename storage<T, D>::array fold_hw(typename storage<T, D>::array dx, const window_split& s,
+                                      const std::vector<internal_collective>& cs, std::size_t& next,
+                                      device_context<C>& ctx, std::string_view op) {
+  if (s.w.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    dx = halo_fold<T, D>(dx, 3, s.w, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  if (s.h.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    dx = halo_fold<T, D>(dx, 2, s.h, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  return dx;
+}
+
+// The padding of the rank's local window: the image's on the edges of a split axis
+// (the first and last ranks), none inside it (the halo holds real rows).
+inline kernels::pad2d local_padding(const window_split& s, int rank) {
+  const int ch = s.coord_h(rank), cw = s.coord_w(rank);
+  return {s.h.pad_before(ch), s.h.pad_after(ch), s.w.pad_before(cw), s.w.pad_after(cw)};
+}
+
+inline std::vector<std::size_t> dims_of(const extents& e) {
+  return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
+}
+
+// The number of exchanges the forward runs.
+inline std::size_t forward_exchanges(const window_split& s) {
+  return std::size_t(s.h.parts > 1) + std::size_t(s.w.parts > 1);
+}
+
+}  // namespace detail
+
+/// y = conv2d(x, w) on this rank's shards: x and w are brought to the rule's layouts, x
+/// is extended by its neighbours' halo where H or W is split, and the local convolution
+/// gives the rank's block of y (partial sums over the input-channel axis when it is split).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<C>& ctx) {
+  const shape_list shapes{in[0]->global_shape(), in[1]->global_shape()};
+  const extents ys = op.output_shape(shapes);
+  const conv2d_layouts r = op.rule(ctx.size(), shapes);
+  detail::require_window_kernels<T, D>(op.name());
+  if constexpr (detail::has_window_kernels<T, D>()) {
+    const auto lx = in_layout(*in[0], r.x, ctx), lw = in_layout(*in[1], r.w, ctx);
+    const window_split s = op.split(op.st, ctx.size(), shapes);
+    const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
+    std::size_t next = 0;
+    const auto xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    kernels::conv2d_params p = op.p;
+    p.pad = detail::local_padding(s, ctx.rank());
+    using A = typename storage<T, D>::array;
+    const A* no_bias = nullptr;
+    return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
+  } else {
+    return tensor_on<T, D>(r.y, ys, ctx.rank(), storage<T, D>::empty(local_shape(r.y, ys)));
+  }
+}
+
+/// dx (x's layout, partial over the output-channel axis when it is split) and dw (w's
+/// layout, partial over the batch, height and width axes) given dy, brought to y's layout
+/// without partial sums. x's halo is fetched again for dw; dx's halo rows go back to
+/// the ranks that own them.
+template <class T, class D, class C>
+op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> in, const tensor_on<T, D>&,
+                        device_context<C>& ctx) {
+  const shape_list shapes{in[0]->global_shape(), in[1]->global_shape()};
+  const conv2d_layouts r = op.rule(ctx.size(), shapes);
+  detail::require_window_kernels<T, D>(op.name());
+  using A = typename storage<T, D>::array;
+  A dx, dw;
+  if constexpr (detail::has_window_kernels<T, D>()) {
+    using K = kernels::backend<D>;
+    const auto ldy = in_layout(dy, r.y.without_partial(), ctx);
+    const auto lx = in_layout(*in[0], r.x, ctx), lw = in_layout(*in[1], r.w, ctx);
+    const window_split s = op.split(op.st, ctx.size(), shapes);
+    const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
+    std::size_t next = detail::forward_exchanges(s);
+    const A xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    kernels::conv2d_params p = op.p;
+    p.pad = detail::local_padding(s, ctx.rank());
+    const extents xes = detail::extents_of(xe.shape());
+    const extents wls = local_shape(r.w, shapes[1]);
+    dw = std::move(K::conv2d_backward_weights(ldy->local(), xe, detail::dims_of(wls), false, p).dw);
+    dx = detail::fold_hw<T, D>(K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p), s, cs,
+                               next, ctx, op.name());
+  }
+  return grads_of(tensor_on<T, D>(r.grad_x, shapes[0], ctx.rank(), std::move(dx)),
+                  tensor_on<T, D>(r.grad_w, shapes[1], ctx.rank(), std::move(dw)));
+}
+
+}  // namespace tessera::ops
+// ---- tessera/ops/pool2d.hpp ----
+// Sharded MaxPool and AvgPool: the rule (ops/pool2d_rule.hpp), the local pooling of the
+// tensors' device (oneDNN on the host, cuDNN on a GPU) on each rank's shard extended by
+// its neighbours' halo (ops/halo.hpp), and the backward.
+
+#include <utility>
+#include <vector>
+
+namespace tessera::ops {
+
+/// y = the pooling of this rank's shard of x, extended by its neighbours' halo where H or
+/// W is split; y is laid out as x.
+template <pool_kind Kind, class T, class D, class C>
+tensor_on<T, D> forward(const pool2d_op<Kind>& op, op_inputs<T, D> in, device_context<C>& ctx) {
+  const shape_list shapes{in[0]->global_shape()};
+  const extents ys = op.output_shape(shapes);
+  const pool2d_layouts r = op.rule(ctx.size(), shapes);
+  detail::require_window_kernels<T, D>(op.name());
+  if constexpr (detail::has_window_kernels<T, D>()) {
+    using K = kernels::backend<D>;
+    const auto lx = in_layout(*in[0], r.x, ctx);
+    const window_split s = op.split(op.st, ctx.size(), shapes);
+    const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
+    std::size_t next = 0;
+    const auto xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    kernels::pool2d_params p = op.p;
+    p.pad = detail::local_padding(s, ctx.rank());
+    if constexpr (Kind == pool_kind::max) return tensor_on<T, D>(r.x, ys, ctx.rank(), K::max_pool2d_forward(xe, p).y);
+    else return tensor_on<T, D>(r.x, ys, ctx.rank(), K::avg_pool2d_forward(xe, p));
+  } else {
+    return tensor_on<T, D>(r.x, ys, ctx.rank(), storage<T, D>::empty(local_shape(r.x, ys)));
+  }
+}
+
+/// dx in x's layout given dy: the local pooling's backward on the extended shard (a max
+/// pooling fetches the halo again to find its maxima), whose halo rows go back to the
+/// ranks that own them.
+template <pool_kind Kind, class T, class D, class C>
+op_grads<T, D> backward(const pool2d_op<Kind>& op, const tensor_on<T, D>& dy, op_inputs<T, D> in,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  const shape_list shapes{in[0]->global_shape()};
+  const pool2d_layouts r = op.rule(ctx.size(), shapes);
+  detail::require_window_kernels<T, D>(op.name());
+  using A = typename storage<T, D>::array;
+  A dx;
+  if constexpr (detail::has_window_kernels<T, D>()) {
+    using K = kernels::backend<D>;
+    const auto ldy = in_layout(dy, r.x, ctx);
+    const window_split s = op.split(op.st, ctx.size(), shapes);
+    const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
+    std::size_t next = detail::forward_exchanges(s);
+    kernels::pool2d_params p = op.p;
+    p.pad = detail::local_padding(s, ctx.rank());
+    A dxe;
+    if constexpr (Kind == pool_kind::max) {
+      const auto lx = in_layout(*in[0], r.x, ctx);
+      const A xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+      const auto f = K::max_pool2d_forward(xe, p);
+      dxe = K::max_pool2d_backward(ldy->local(), xe, f.y, f.workspace, p);
+    } else {
+      extents xes = local_shape(r.x, shapes[0]);
+      xes.v[2] = s.h.extended(s.coord_h(ctx.rank()));
+      xes.v[3] = s.w.extended(s.coord_w(ctx.rank()));
+      dxe = K::avg_pool2d_backward(ldy->local(), detail::dims_of(xes), p);
+    }
+    dx = detail::fold_hw<T, D>(std::move(dxe), s, cs, next, ctx, op.name());
+  }
+  return grads_of(tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(dx)));
+}
+
+}  // namespace tessera::ops
 // ---- tessera/autodiff/tape.hpp ----
 // Reverse-mode automatic differentiation over sharded operators. A tape records each
 // operator's output and a function that turns the output's gradient into its inputs'
@@ -20180,7 +21539,8 @@ inline strategy data_parallel_strategy(std::initializer_list<int> ndims, int dev
 }  // namespace tessera::nn
 // ---- tessera/nn/layers.hpp ----
 // The layers: Dense (MindSpore's nn.Dense, with its activation fused into the
-// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each
+// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout, BatchNorm2d and
+// SequentialCell. Each
 // forward pass runs on tape values (autodiff::var), so value_and_grad differentiates a
 // network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
@@ -20676,6 +22036,121 @@ class dropout : public module<T, D> {
   ops::dropout_op op_;
 };
 
+// ---- BatchNorm2d -------------------------------------------------------------------
+
+/// MindSpore's nn.BatchNorm2d(num_features, eps, momentum): per channel of x (N, C, H,
+/// W), y = gamma * (x - mean) / sqrt(variance + eps) + beta, with the batch's mean and
+/// biased variance over (N, H, W) in training mode and the running statistics in
+/// evaluation mode. gamma (ones) and beta (zeros) are the parameters "gamma" and "beta";
+/// the running statistics (running = momentum * running + (1 - momentum) * batch,
+/// MindSpore's momentum) are this rank's, in the operator's shared state
+/// (ops::batch_norm_state), not parameters.
+///
+///     nn::batch_norm2d<float> bn(16);
+///     bn.shard(strategy{{2, 4, 1, 1}, {4}, {4}});   // optional: BatchNorm's strategy
+///     bn.set_train(false);                         // evaluation: running statistics
+///
+/// `sync` (default true): with the batch split over n ranks, the statistics of the whole
+/// batch (MindSpore's and PyTorch's SyncBatchNorm); false: each rank's batch shard's own
+/// (MindSpore's BatchNorm2d and PyTorch DDP's default). `use_batch_statistics` as
+/// MindSpore's: unset, the batch's statistics in training and the running ones in
+/// evaluation; true, always the batch's (and the running statistics updated); false,
+/// always the running ones. The strategy is BatchNorm's ((n, c, 1, 1), (c,), (c,));
+/// unset, data parallel ((device_num, 1, 1, 1), (1,), (1,)), gamma's and beta's gradients
+/// partial sums over the ranks (a gradient reducer resolves them).
+template <class T = float, class D = cpu_device>
+class batch_norm2d : public module<T, D> {
+ public:
+  explicit batch_norm2d(index_t num_features, double eps = 1e-5, double momentum = 0.9, bool sync = true,
+                        std::optional<bool> use_batch_statistics = {})
+      : gamma(extents{checked(num_features)}, initializer::ones()),
+        beta(extents{num_features}, initializer::zeros()),
+        features_(num_features),
+        use_batch_statistics_(use_batch_statistics) {
+    if (!(eps > 0.0)) throw error("batch_norm2d: eps must be positive: got " + std::to_string(eps));
+    if (!(momentum >= 0.0 && momentum <= 1.0))
+      throw error("batch_norm2d: momentum must be in [0, 1]: got " + std::to_string(momentum));
+    op_.eps = eps;
+    op_.momentum = momentum;
+    op_.sync = sync;
+    op_.state->training.store(use_batch_statistics.value_or(true));
+  }
+
+  parameter<T, D> gamma;
+  parameter<T, D> beta;
+
+  /// Sets BatchNorm's strategy ((n, c, 1, 1), (c,), (c,)); call before build().
+  batch_norm2d& shard(const strategy& st) {
+    op_.st = st;
+    return *this;
+  }
+
+  index_t num_features() const { return features_; }
+  double eps() const { return op_.eps; }
+  double momentum() const { return op_.momentum; }
+  bool sync() const { return op_.sync; }
+  /// The operator the layer applies (ops/batch_norm_rule.hpp); its copies share the
+  /// mode and the running statistics.
+  const ops::batch_norm_op& op() const { return op_; }
+  /// This rank's running mean and variance, one value per channel of its channel shard
+  /// (empty before the first forward).
+  const std::vector<float>& running_mean() const { return op_.state->running_mean; }
+  const std::vector<float>& running_var() const { return op_.state->running_var; }
+
+  void visit(visitor<T, D>& v) override {
+    v.param("gamma", gamma);
+    v.param("beta", beta);
+  }
+  void reset_strategies() override { op_.st = strategy{}; }
+  void training_changed(bool mode) override { op_.state->training.store(use_batch_statistics_.value_or(mode)); }
+
+  void place(int device_num) override {
+    placed_ = op_;
+    if (placed_.st.n == 0) placed_.st = placed_.data_parallel(device_num, {});
+    const extents any{dynamic_extent, features_, dynamic_extent, dynamic_extent};
+    try {
+      const batch_norm_layouts r = placed_.rule(device_num, shape_list{any, extents{features_}, extents{features_}});
+      gamma.set_target_layout(r.param);
+      beta.set_target_layout(r.param);
+    } catch (const error& e) {
+      throw error(std::string("batch_norm2d: ") + e.what());
+    }
+  }
+
+  /// Eager: BatchNorm with the layer's strategy (data parallel when none is set).
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    check_input(x.value().global_shape());
+    if (placed_.st.n == 0) throw error("batch_norm2d: not placed yet: call build(ctx) on the network first");
+    autodiff::tape<T, D>& t = *x.t;
+    const autodiff::var<T, D> g = gamma.on(t);
+    const autodiff::var<T, D> b = beta.on(t);
+    return autodiff::apply(placed_, x, g, b);
+  }
+
+  /// Traced: BatchNorm named "<layer>.batch_norm", sharing the layer's mode and running
+  /// statistics (without a strategy the parallel mode gives it one).
+  graph::value operator()(graph::value x) {
+    check_input(x.shape());
+    return apply_named(this->op_name("batch_norm"), op_, x, gamma.on(x), beta.on(x));
+  }
+
+ private:
+  static index_t checked(index_t n) {
+    if (n < 1) throw error("batch_norm2d: num_features must be positive: got " + std::to_string(n));
+    return n;
+  }
+  void check_input(const extents& s) const {
+    if (s.ndim != 4 || s[1] != features_)
+      throw error("batch_norm2d: the input is " + to_string(s) + ", expected (N, " + std::to_string(features_) +
+                  ", H, W)");
+  }
+
+  index_t features_;
+  std::optional<bool> use_batch_statistics_;
+  ops::batch_norm_op op_;
+  ops::batch_norm_op placed_;
+};
+
 // ---- SequentialCell ----------------------------------------------------------------
 
 /// MindSpore's SequentialCell: layers applied in order, named "0", "1", ....
@@ -20727,6 +22202,375 @@ class sequential : public module<typename detail::first_module<M...>::type::valu
 
   std::tuple<M...> layers_;
 };
+
+}  // namespace tessera::nn
+// ---- tessera/nn/conv.hpp ----
+// The layers of convolutional networks on NCHW tensors: Conv2d, MaxPool2d, AvgPool2d
+// (MindSpore's nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d, with their pad_mode) and global
+// average pooling. Each applies one operator of ops/ (Conv2D, MaxPool, AvgPool,
+// ReduceMean), eagerly on tape values or traced into a graph, with the strategy set by
+// `shard` (data parallel when none is set; in a traced graph the parallel mode decides).
+// BatchNorm2d is in nn/layers.hpp.
+
+#include <cmath>
+#include <optional>
+#include <string>
+
+namespace tessera::nn {
+
+namespace detail {
+
+/// The global shape of a traced or tape value.
+template <class V>
+extents shape_of(const V& x) {
+  if constexpr (is_traced<V>) return x.shape();
+  else return x.value().global_shape();
+}
+
+/// Throws "<layer>: the input is (2, 3, 8), expected (N, 16, H, W)" unless x is 4-D with
+/// `channels` channels (any number when 0).
+inline void require_nchw(const char* layer, const extents& s, index_t channels) {
+  if (s.ndim != 4 || (channels > 0 && s[1] != channels))
+    throw error(std::string(layer) + ": the input is " + to_string(s) + ", expected (N, " +
+                (channels > 0 ? std::to_string(channels) : std::string("C")) + ", H, W)");
+}
+
+/// The operator an eager call applies: `op`, with the data-parallel strategy for the
+/// context's devices when none is set (a traced call leaves it to the parallel mode).
+template <class Op, class V>
+Op placed(Op op, const V& x, const shape_list& in) {
+  if constexpr (!is_traced<V>)
+    if (op.st.n == 0) op.st = op.data_parallel(x.t->ctx().size(), in);
+  return op;
+}
+
+}  // namespace detail
+
+/// MindSpore's nn.Conv2d(in_channels, out_channels, kernel_size, stride, pad_mode,
+/// padding, dilation, group), without a bias (MindSpore's has_bias=False default): the
+/// weight "weight" (out, in / group, k, k), initialised He-uniform with a = sqrt(5) by
+/// default (MindSpore's and PyTorch's). pad_mode same (the default) keeps ceil(H /
+/// stride) rows, the odd padding row below; valid pads nothing; pad pads `padding` on
+/// every side. The strategy is Conv2D's ((n, ci, h, w), (co, ci, 1, 1)).
+///
+///     nn::conv2d<float> c(64, 128, 3, 2);          // 3x3, stride 2, pad_mode same
+///     c.shard(strategy{{2, 1, 2, 1}, {2, 1, 1, 1}});  // batch, height and output channels
+template <class T = float, class D = cpu_device>
+class conv2d : public module<T, D> {
+ public:
+  conv2d(index_t in_channels, index_t out_channels, index_t kernel_size, index_t stride = 1,
+         kernels::pad_mode pad_mode = kernels::pad_mode::same, index_t padding = 0, index_t dilation = 1,
+         index_t group = 1, std::optional<initializer> weight_init = {})
+      : weight(checked_shape(in_channels, out_channels, kernel_size, stride, padding, dilation, group),
+               weight_init ? *weight_init : initializer::he_uniform(std::sqrt(5.0))),
+        in_(in_channels),
+        kernel_(kernel_size),
+        stride_(stride),
+        mode_(pad_mode),
+        padding_(padding),
+        dilation_(dilation),
+        group_(group) {}
+
+  parameter<T, D> weight;
+
+  /// Sets Conv2D's strategy ((n, ci, h, w), (co, ci, 1, 1)).
+  conv2d& shard(const strategy& st) {
+    op_.st = st;
+    return *this;
+  }
+  const strategy& strategy_set() const { return op_.st; }
+  index_t in_channels() const { return in_; }
+  index_t out_channels() const { return weight.shape()[0]; }
+
+  void visit(visitor<T, D>& v) override { v.param("weight", weight); }
+  void reset_strategies() override { op_.st = strategy{}; }
+  void place(int device_num) override {
+    strategy st = op_.st.n ? op_.st : ops::conv2d_op::make(device_num, 1, 1, 1, 1);
+    require(check(st, device_num), "conv2d");
+    weight.set_target_layout(conv2d_rule(st, device_num).w);
+  }
+
+  /// The operator for an input of shape `x`: the window of pad_mode on its H and W.
+  ops::conv2d_op op_for(const extents& x) const {
+    ops::conv2d_op op = op_;
+    op.p = kernels::mindspore_conv2d(mode_, x[2], x[3], kernel_, kernel_, stride_, stride_,
+                                     kernels::pad2d::uniform(padding_), dilation_, dilation_, group_);
+    return op;
+  }
+
+  template <class V>
+  V operator()(V x) {
+    const extents s = detail::shape_of(x);
+    detail::require_nchw("conv2d", s, in_);
+    const V w = weight.on(x);
+    const ops::conv2d_op op = detail::placed(op_for(s), x, shape_list{s, weight.shape()});
+    return apply_named(this->op_name("conv2d"), op, x, w);
+  }
+
+ private:
+  static extents checked_shape(index_t in, index_t out, index_t k, index_t stride, index_t padding, index_t dilation,
+                               index_t group) {
+    if (in < 1 || out < 1 || k < 1 || stride < 1 || dilation < 1 || group < 1 || padding < 0)
+      throw error("conv2d: channels, kernel_size, stride, dilation and group must be positive and padding not "
+                  "negative: in " + std::to_string(in) + ", out " + std::to_string(out) + ", kernel_size " +
+                  std::to_string(k) + ", stride " + std::to_string(stride) + ", padding " + std::to_string(padding) +
+                  ", dilation " + std::to_string(dilation) + ", group " + std::to_string(group));
+    if (in % group != 0 || out % group != 0)
+      throw error("conv2d: group " + std::to_string(group) + " must divide in_channels " + std::to_string(in) +
+                  " and out_channels " + std::to_string(out));
+    return extents{out, in / group, k, k};
+  }
+
+  index_t in_, kernel_, stride_;
+  kernels::pad_mode mode_;
+  index_t padding_, dilation_, group_;
+  ops::conv2d_op op_;
+};
+
+/// MindSpore's nn.MaxPool2d (Kind max) and nn.AvgPool2d (avg): kernel_size, stride and
+/// pad_mode (valid, MindSpore's default; same; or pad with `padding`, ceil_mode and, for
+/// the average, count_include_pad as PyTorch's). The strategy is ((n, c, h, w),).
+template <ops::pool_kind Kind, class T = float, class D = cpu_device>
+class pool2d : public module<T, D> {
+ public:
+  explicit pool2d(index_t kernel_size = 1, index_t stride = 1, kernels::pad_mode pad_mode = kernels::pad_mode::valid,
+                  index_t padding = 0, bool ceil_mode = false, bool count_include_pad = true)
+      : kernel_(kernel_size),
+        stride_(stride),
+        mode_(pad_mode),
+        padding_(padding),
+        ceil_(ceil_mode),
+        count_pad_(count_include_pad) {
+    if (kernel_size < 1 || stride < 1 || padding < 0)
+      throw error(std::string(name()) + ": kernel_size and stride must be positive and padding not negative: "
+                  "kernel_size " + std::to_string(kernel_size) + ", stride " + std::to_string(stride) +
+                  ", padding " + std::to_string(padding));
+  }
+
+  pool2d& shard(const strategy& st) {
+    op_.st = st;
+    return *this;
+  }
+  void visit(visitor<T, D>&) override {}
+  void reset_strategies() override { op_.st = strategy{}; }
+
+  ops::pool2d_op<Kind> op_for(const extents& x) const {
+    ops::pool2d_op<Kind> op = op_;
+    op.p = kernels::mindspore_pool2d(mode_, x[2], x[3], kernel_, kernel_, stride_, stride_,
+                                     kernels::pad2d::uniform(padding_), ceil_, count_pad_);
+    return op;
+  }
+
+  template <class V>
+  V operator()(V x) {
+    const extents s = detail::shape_of(x);
+    detail::require_nchw(name(), s, 0);
+    return apply_named(this->op_name(name()), detail::placed(op_for(s), x, shape_list{s}), x);
+  }
+
+ private:
+  static constexpr const char* name() { return Kind == ops::pool_kind::max ? "max_pool2d" : "avg_pool2d"; }
+  index_t kernel_, stride_;
+  kernels::pad_mode mode_;
+  index_t padding_;
+  bool ceil_, count_pad_;
+  ops::pool2d_op<Kind> op_;
+};
+
+template <class T = float, class D = cpu_device>
+using max_pool2d = pool2d<ops::pool_kind::max, T, D>;
+template <class T = float, class D = cpu_device>
+using avg_pool2d = pool2d<ops::pool_kind::avg, T, D>;
+
+/// Global average pooling: (N, C, H, W) -> (N, C), the mean over H and W (ReduceMean
+/// over (2, 3), as MindSpore's ResNet ends), named "<layer>.reduce_mean".
+template <class T = float, class D = cpu_device>
+class global_avg_pool2d : public module<T, D> {
+ public:
+  global_avg_pool2d& shard(const strategy& st) {
+    op_.st = st;
+    return *this;
+  }
+  void visit(visitor<T, D>&) override {}
+  void reset_strategies() override { op_.st = strategy{}; }
+
+  template <class V>
+  V operator()(V x) {
+    const extents s = detail::shape_of(x);
+    detail::require_nchw("global_avg_pool2d", s, 0);
+    return apply_named(this->op_name("reduce_mean"), detail::placed(op_, x, shape_list{s}), x);
+  }
+
+ private:
+  ops::reduce_mean_op op_{{}, {2, 3}, false};
+};
+
+}  // namespace tessera::nn
+// ---- tessera/nn/resnet.hpp ----
+// ResNet with bottleneck blocks (He et al.; MindSpore's resnet.py of the parallel
+// tutorials, torchvision's resnet50): a 7x7 stride-2 convolution, batch norm, ReLU and a
+// 3x3 stride-2 max pooling, four stages of bottleneck blocks (1x1, 3x3 with the stage's
+// stride, 1x1 widening 4 times, and a 1x1 projection where the shape changes), global
+// average pooling and a Dense classifier. resnet50 is stages 3-4-6-3 (23,528,522
+// parameters for 10 classes, as torchvision's); resnet(...) builds smaller ones for tests.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::nn {
+
+namespace detail {
+/// ReLU of a traced or tape value, named "<module>.<what>".
+template <class T, class D, class V>
+V relu_of(const module<T, D>& m, const std::string& what, V x) {
+  return apply_named(m.op_name(what), placed(ops::relu_op{}, x, shape_list{shape_of(x)}), x);
+}
+}  // namespace detail
+
+/// A bottleneck block: conv1 (1x1, in -> width), bn1, ReLU, conv2 (3x3, stride), bn2,
+/// ReLU, conv3 (1x1, width -> 4 width), bn3, plus the shortcut (x, or down_sample's 1x1
+/// convolution with the stride and its batch norm where the shape changes), ReLU.
+template <class T = float, class D = cpu_device>
+class bottleneck : public module<T, D> {
+ public:
+  static constexpr index_t expansion = 4;
+
+  bottleneck(index_t in_channels, index_t width, index_t stride = 1)
+      : conv1(in_channels, width, 1),
+        bn1(width),
+        conv2(width, width, 3, stride, kernels::pad_mode::pad, 1),
+        bn2(width),
+        conv3(width, width * expansion, 1),
+        bn3(width * expansion) {
+    if (stride != 1 || in_channels != width * expansion) {
+      down_conv.emplace(in_channels, width * expansion, 1, stride);
+      down_bn.emplace(width * expansion);
+    }
+  }
+
+  conv2d<T, D> conv1;
+  batch_norm2d<T, D> bn1;
+  conv2d<T, D> conv2;
+  batch_norm2d<T, D> bn2;
+  conv2d<T, D> conv3;
+  batch_norm2d<T, D> bn3;
+  std::optional<conv2d<T, D>> down_conv;
+  std::optional<batch_norm2d<T, D>> down_bn;
+
+  void visit(visitor<T, D>& v) override {
+    v.child("conv1", conv1);
+    v.child("bn1", bn1);
+    v.child("conv2", conv2);
+    v.child("bn2", bn2);
+    v.child("conv3", conv3);
+    v.child("bn3", bn3);
+    if (down_conv) {
+      v.child("down_sample.0", *down_conv);
+      v.child("down_sample.1", *down_bn);
+    }
+  }
+
+  template <class V>
+  V operator()(V x) {
+    V h = detail::relu_of(*this, "relu1", bn1(conv1(x)));
+    h = detail::relu_of(*this, "relu2", bn2(conv2(h)));
+    h = bn3(conv3(h));
+    const V s = down_conv ? (*down_bn)((*down_conv)(x)) : x;
+    const V sum = apply_named(this->op_name("add"),
+                              detail::placed(ops::add_op{}, h, shape_list{detail::shape_of(h), detail::shape_of(s)}),
+                              h, s);
+    return detail::relu_of(*this, "relu3", sum);
+  }
+};
+
+/// A stage of bottleneck blocks, named "0", "1", ...: the first with the stage's stride
+/// and the projection, the others keeping the shape.
+template <class T = float, class D = cpu_device>
+class resnet_stage : public module<T, D> {
+ public:
+  resnet_stage(index_t in_channels, index_t width, int blocks, index_t stride) {
+    if (blocks < 1) throw error("resnet: a stage needs at least one block, got " + std::to_string(blocks));
+    for (int b = 0; b < blocks; ++b)
+      blocks_.push_back(std::make_unique<bottleneck<T, D>>(b == 0 ? in_channels : width * bottleneck<T, D>::expansion,
+                                                           width, b == 0 ? stride : 1));
+  }
+  bottleneck<T, D>& block(std::size_t i) { return *blocks_.at(i); }
+  std::size_t size() const { return blocks_.size(); }
+
+  void visit(visitor<T, D>& v) override {
+    for (std::size_t i = 0; i < blocks_.size(); ++i) v.child(std::to_string(i), *blocks_[i]);
+  }
+  template <class V>
+  V operator()(V x) {
+    for (auto& b : blocks_) x = (*b)(x);
+    return x;
+  }
+
+ private:
+  std::vector<std::unique_ptr<bottleneck<T, D>>> blocks_;
+};
+
+/// ResNet with bottleneck stages of `blocks` blocks (widths base, 2 base, 4 base, 8 base,
+/// the stages after the first with stride 2) on images of `in_channels` channels: the
+/// stem conv1 (7x7, stride 2, padding 3, base channels), bn1, ReLU, max_pool (3x3,
+/// stride 2, pad_mode same), layer1..layerK, global average pooling and end_point
+/// (Dense 32 base -> num_classes). Parameter names follow MindSpore's resnet.py
+/// ("layer1.0.conv1.weight", "end_point.weight").
+template <class T = float, class D = cpu_device>
+class resnet : public module<T, D> {
+ public:
+  resnet(std::vector<int> blocks, index_t num_classes, index_t base = 64, index_t in_channels = 3)
+      : conv1(in_channels, base, 7, 2, kernels::pad_mode::pad, 3),
+        bn1(base),
+        max_pool(3, 2, kernels::pad_mode::same),
+        end_point(base * 4 << (blocks.empty() ? 0 : blocks.size() - 1), num_classes) {
+    if (blocks.empty() || blocks.size() > 4)
+      throw error("resnet: between 1 and 4 stages, got " + std::to_string(blocks.size()));
+    index_t in = base;
+    for (std::size_t s = 0; s < blocks.size(); ++s) {
+      const index_t width = base << s;
+      stages_.push_back(std::make_unique<resnet_stage<T, D>>(in, width, blocks[s], s == 0 ? 1 : 2));
+      in = width * bottleneck<T, D>::expansion;
+    }
+  }
+
+  conv2d<T, D> conv1;
+  batch_norm2d<T, D> bn1;
+  max_pool2d<T, D> max_pool;
+  global_avg_pool2d<T, D> mean;
+  dense<T, D> end_point;
+
+  resnet_stage<T, D>& layer(std::size_t i) { return *stages_.at(i); }
+  std::size_t stages() const { return stages_.size(); }
+
+  void visit(visitor<T, D>& v) override {
+    v.child("conv1", conv1);
+    v.child("bn1", bn1);
+    v.child("max_pool", max_pool);
+    for (std::size_t s = 0; s < stages_.size(); ++s) v.child("layer" + std::to_string(s + 1), *stages_[s]);
+    v.child("mean", mean);
+    v.child("end_point", end_point);
+  }
+
+  template <class V>
+  V operator()(V x) {
+    x = max_pool(detail::relu_of(*this, "relu", bn1(conv1(x))));
+    for (auto& s : stages_) x = (*s)(x);
+    return end_point(mean(x));
+  }
+
+ private:
+  std::vector<std::unique_ptr<resnet_stage<T, D>>> stages_;
+};
+
+/// ResNet-50 for `num_classes` classes, as the seeds' resnet50(batch_size, num_classes)
+/// and torchvision's resnet50(num_classes=...).
+template <class T = float, class D = cpu_device>
+std::unique_ptr<resnet<T, D>> resnet50(index_t num_classes = 10) {
+  return std::make_unique<resnet<T, D>>(std::vector<int>{3, 4, 6, 3}, num_classes);
+}
 
 }  // namespace tessera::nn
 // ---- tessera/nn/loss.hpp ----

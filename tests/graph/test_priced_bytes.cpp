@@ -101,9 +101,45 @@ int tested_id(const op_case& c) {
   return c.build(b).id();
 }
 
+// The operators of convolutional networks where the host and the test device have
+// their kernels (the host's come with tessera::dnnl; nvcc's view of the host has none).
+std::vector<op_case> cnn_cases() {
+  using B = graph_builder;
+  std::vector<op_case> c;
+  if constexpr (ops::batch_norm_supported<float, cpu_device> && ops::batch_norm_supported<float, test_device>) {
+    c.push_back({"BatchNorm",
+                 [](B& b) {
+                   return b.batch_norm(b.parameter("a", {8, 4, 2, 2}), b.parameter("gamma", {4}),
+                                       b.parameter("beta", {4}));
+                 },
+                 [](B& b, value y) { return b.mul(y, b.parameter("w", {8, 4, 2, 2})); }});
+  }
+  if constexpr (ops::detail::has_window_kernels<float, cpu_device>() &&
+                ops::detail::has_window_kernels<float, test_device>()) {
+    c.push_back({"Conv2D 3x3, padding 1", [](B& b) {
+                   return b.conv2d(b.parameter("a", {4, 2, 4, 4}), b.parameter("w", {4, 2, 3, 3}),
+                                   kernels::conv2d_params{1, 1, kernels::pad2d::uniform(1)});
+                 }});
+    c.push_back({"MaxPool 3x3, stride 2, padding 1",
+                 [](B& b) {
+                   return b.max_pool2d(b.parameter("a", {8, 2, 8, 8}), kernels::pool2d_params::square(3, 2, 1));
+                 },
+                 [](B& b, value y) { return b.mul(y, b.parameter("w", {8, 2, 4, 4})); }});
+    c.push_back({"AvgPool 2x2", [](B& b) {
+                   return b.avg_pool2d(b.parameter("a", {4, 2, 4, 4}), kernels::pool2d_params::square(2, 2));
+                 }});
+  }
+  return c;
+}
+
+std::vector<op_case> joined(std::vector<op_case> a, const std::vector<op_case>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 const std::vector<op_case>& cases() {
   using B = graph_builder;
-  static const std::vector<op_case> c = {
+  static const std::vector<op_case> c = joined({
       {"MatMul", [](B& b) { return b.matmul(b.parameter("a", {8, 16}), b.parameter("w", {16, 8})); }},
       {"MatMul transposed", [](B& b) { return b.matmul(b.parameter("a", {16, 8}), b.parameter("w", {8, 16}), true, true); }},
       {"BatchMatMul", [](B& b) { return b.batch_matmul(b.parameter("a", {4, 8, 8}), b.parameter("w", {4, 8, 4})); }},
@@ -137,7 +173,7 @@ const std::vector<op_case>& cases() {
        [](B& b, value y) { return b.mul(y, b.parameter("a", {16, 8})); }},
       {"Argmax", [](B& b) { return b.argmax(b.input("x", {16, 8})); },
        [](B& b, value y) { return b.mul(y, b.parameter("a", {16})); }},
-  };
+  }, cnn_cases());
   return c;
 }
 

@@ -13,12 +13,15 @@
 #include <tessera/ops/all_reduce.hpp>
 #include <tessera/ops/argmax.hpp>
 #include <tessera/ops/batch_matmul.hpp>
+#include <tessera/ops/batch_norm.hpp>
+#include <tessera/ops/conv2d.hpp>
 #include <tessera/ops/definition.hpp>
 #include <tessera/ops/dropout.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/matmul_pipelined.hpp>
 #include <tessera/ops/one_hot.hpp>
+#include <tessera/ops/pool2d.hpp>
 #include <tessera/ops/operators.hpp>
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/run.hpp>

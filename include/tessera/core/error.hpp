@@ -119,12 +119,35 @@ namespace tessera {
   X(concat_split_mismatch, "concat: every input must be split alike",                               \
     "input {dim}, dim {axis}: split {a}, input 0 {b}")                                              \
   X(concat_axis_split, "concat: the concat axis cannot be split", "input {dim} splits dim {axis} {a} ways") \
+  X(window_rank, "window: the input must be 4-D (N, C, H, W) and a kernel 4-D (O, C / groups, KH, KW)",  \
+    "input {dim} has rank {a}")                                                                     \
+  X(window_fit, "window: the window must fit in the padded input", "dim {dim}: input {a} + padding < "  \
+    "window extent {b}")                                                                            \
+  X(window_split_stride, "window: a split height or width must hold a multiple of the stride on "   \
+                         "each rank", "dim {dim}: {a} rows per rank, stride {b}")                   \
+  X(window_split_output, "window: a split height or width needs output = input / stride (padding "  \
+                         "as pad_mode same)", "dim {dim}: output {a}, input / stride {b}")          \
+  X(window_halo, "window: a split height or width must hold the kernel's halo on each rank (split "  \
+                 "less finely)", "dim {dim}: halo {a} rows, {b} rows per rank")                     \
+  X(conv2d_channels, "conv2d: w must have x's channels / groups input channels, and groups must "    \
+                     "divide the output channels", "x has {a} channels, w needs {b}")               \
+  X(conv2d_split, "conv2d: w is split (co, ci, 1, 1) with ci as x's channel split",                 \
+    "w dim {dim}: split {a}, wanted {b}")                                                           \
+  X(conv2d_group_split, "conv2d: a grouped convolution splits neither channel dim",                 \
+    "groups {a}, channel split {b}")                                                                \
   X(sparse_cross_entropy_rank, "sparse_softmax_cross_entropy: logits must have rank 2 (batch, "     \
                                "classes) and labels rank 1 (batch)", "input {dim} has rank {a}")   \
   X(sparse_cross_entropy_shapes, "sparse_softmax_cross_entropy: labels must have one entry per row " \
                                  "of the logits", "labels has {a} entries, logits {b} rows")        \
   X(sparse_cross_entropy_split, "sparse_softmax_cross_entropy: labels must be split as the logits' " \
-                                "batch dim", "labels split {a} ways, the logits' batch dim {b} ways")
+                                "batch dim", "labels split {a} ways, the logits' batch dim {b} ways") \
+  X(batch_norm_rank, "batch_norm: x must have rank 4 (N, C, H, W), gamma and beta rank 1 (C,)",       \
+    "input {dim} has rank {a}, expected {b}")                                                       \
+  X(batch_norm_shapes, "batch_norm: gamma and beta must have one entry per channel of x",           \
+    "input {dim} has {a} entries, x has {b} channels")                                              \
+  X(batch_norm_split, "batch_norm: a strategy is ((n, c, 1, 1), (c,), (c,)): height and width "     \
+                      "whole, gamma and beta split as x's channels",                                \
+    "input {dim}, dim {axis}: split {a}, expected {b}")
 
 /// What went wrong, as plain values (a structural type: usable as a template argument).
 enum class errc : int {

@@ -215,8 +215,9 @@ inline int add_collectives(exec_graph& eg, const parallel_graph& pg, int id, int
     std::vector<int> axes;
     for (int i = 0; i < c.axes.n; ++i) axes.push_back(c.axes[i]);
     n.attrs = "{op: " + std::string(to_string(c.op)) + ", mesh: " + to_string(c.dev) + ", axes: " + tuple_text(axes) +
-              ", rank_list: " + tuple_text(rank_list(c.dev, c.axes, rank)) + ", bytes: " + std::to_string(c.bytes) + "}";
-    n.bytes = c.bytes;
+              ", rank_list: " + tuple_text(rank_list(c.dev, c.axes, rank)) +
+              ", bytes: " + std::to_string(c.bytes_on(rank)) + "}";
+    n.bytes = c.bytes_on(rank);
     n.note = "# inside " + pg.traced().describe(id) + (backward ? " (backward): " : ": ") + c.purpose;
     const int k = eg.add(std::move(n));
     if (c.gives_output) result = k;

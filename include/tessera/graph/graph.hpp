@@ -275,6 +275,21 @@ class graph_builder {
     const value d = sub(pred, label).named(prefix + ".sub");
     return reduce_mean(mul(d, d).named(prefix + ".mul")).named(prefix + ".reduce_mean");
   }
+  /// Conv2D of x (N, C, H, W) with w (O, C / groups, KH, KW) under the window `p`.
+  value conv2d(value x, value w, const kernels::conv2d_params& p = {}) { return apply(ops::conv2d_op{{}, p}, {x, w}); }
+  /// MaxPool / AvgPool of x (N, C, H, W) under the window `p`.
+  value max_pool2d(value x, const kernels::pool2d_params& p) { return apply(ops::max_pool2d_op{{}, p}, {x}); }
+  value avg_pool2d(value x, const kernels::pool2d_params& p) { return apply(ops::avg_pool2d_op{{}, p}, {x}); }
+  /// BatchNorm of x (N, C, H, W) per channel, scaled by gamma (C,) and shifted by beta
+  /// (C,): batch statistics (over the whole batch with `sync`) in training, running ones
+  /// in evaluation, as the definition's state says (ops/batch_norm_rule.hpp).
+  value batch_norm(value x, value gamma, value beta, double eps = 1e-5, double momentum = 0.9, bool sync = true) {
+    ops::batch_norm_op op;
+    op.eps = eps;
+    op.momentum = momentum;
+    op.sync = sync;
+    return apply(std::move(op), {x, gamma, beta});
+  }
   /// hybrid_parallel: the sum of every rank's x, on every rank.
   value all_reduce(value x) { return apply(ops::all_reduce_op{}, {x}); }
   /// hybrid_parallel: the sum over the group of this rank on mesh axes `axes` of

@@ -231,7 +231,7 @@ class parallel_graph {
     for (std::size_t i = 0; i < ops_.size(); ++i)
       if (ops_[i])
         for (const internal_collective& c : ops_[i]->collectives)
-          if (!c.backward || needs_grad_[i]) b += c.bytes;
+          if (!c.backward || needs_grad_[i]) b += c.bytes_on(rank);
     b += loss_fetch_.p.bytes_for_rank(rank);
     for (const gradient_reduction& r : grad_reductions_) b += r.bytes;
     return b;

@@ -1,7 +1,8 @@
 // The CPU kernels: local math on xt::xarray shards (xtensor + BLAS), no
 // communication. Only includes. Needs tessera::blas (CBLAS) for matmul, and
-// tessera::dnnl (oneDNN) for the convolutional network kernels, included where oneDNN
-// is installed and the compiler is not nvcc (whose front end cannot parse dnnl.hpp).
+// tessera::dnnl (oneDNN) for the convolutional network kernels, included where the
+// program defines TESSERA_WITH_DNNL (linking tessera::dnnl does) and the compiler is not
+// nvcc (whose front end cannot parse dnnl.hpp).
 #pragma once
 
 #include <tessera/kernels/cpu/common.hpp>
@@ -12,7 +13,7 @@
 #include <tessera/kernels/cpu/softmax.hpp>
 #include <tessera/kernels/cpu/shape.hpp>
 #include <tessera/kernels/conv_params.hpp>
-#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+#if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 #include <tessera/kernels/cpu/dnnl.hpp>
 #include <tessera/kernels/cpu/conv.hpp>
 #include <tessera/kernels/cpu/batch_norm.hpp>

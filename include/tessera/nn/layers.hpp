@@ -1,5 +1,6 @@
 // The layers: Dense (MindSpore's nn.Dense, with its activation fused into the
-// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout and SequentialCell. Each
+// product's epilogue), ReLU, Sigmoid, Tanh, Flatten, Dropout, BatchNorm2d and
+// SequentialCell. Each
 // forward pass runs on tape values (autodiff::var), so value_and_grad differentiates a
 // network of them. Without a strategy, a layer runs
 // data parallel: Dense multiplies this rank's rows of the batch by replicated weights
@@ -29,6 +30,7 @@
 #include <tessera/kernels/fused.hpp>
 #include <tessera/nn/init.hpp>
 #include <tessera/nn/module.hpp>
+#include <tessera/ops/batch_norm.hpp>
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
 
@@ -505,6 +507,121 @@ class dropout : public module<T, D> {
 
  private:
   ops::dropout_op op_;
+};
+
+// ---- BatchNorm2d -------------------------------------------------------------------
+
+/// MindSpore's nn.BatchNorm2d(num_features, eps, momentum): per channel of x (N, C, H,
+/// W), y = gamma * (x - mean) / sqrt(variance + eps) + beta, with the batch's mean and
+/// biased variance over (N, H, W) in training mode and the running statistics in
+/// evaluation mode. gamma (ones) and beta (zeros) are the parameters "gamma" and "beta";
+/// the running statistics (running = momentum * running + (1 - momentum) * batch,
+/// MindSpore's momentum) are this rank's, in the operator's shared state
+/// (ops::batch_norm_state), not parameters.
+///
+///     nn::batch_norm2d<float> bn(16);
+///     bn.shard(strategy{{2, 4, 1, 1}, {4}, {4}});   // optional: BatchNorm's strategy
+///     bn.set_train(false);                         // evaluation: running statistics
+///
+/// `sync` (default true): with the batch split over n ranks, the statistics of the whole
+/// batch (MindSpore's and PyTorch's SyncBatchNorm); false: each rank's batch shard's own
+/// (MindSpore's BatchNorm2d and PyTorch DDP's default). `use_batch_statistics` as
+/// MindSpore's: unset, the batch's statistics in training and the running ones in
+/// evaluation; true, always the batch's (and the running statistics updated); false,
+/// always the running ones. The strategy is BatchNorm's ((n, c, 1, 1), (c,), (c,));
+/// unset, data parallel ((device_num, 1, 1, 1), (1,), (1,)), gamma's and beta's gradients
+/// partial sums over the ranks (a gradient reducer resolves them).
+template <class T = float, class D = cpu_device>
+class batch_norm2d : public module<T, D> {
+ public:
+  explicit batch_norm2d(index_t num_features, double eps = 1e-5, double momentum = 0.9, bool sync = true,
+                        std::optional<bool> use_batch_statistics = {})
+      : gamma(extents{checked(num_features)}, initializer::ones()),
+        beta(extents{num_features}, initializer::zeros()),
+        features_(num_features),
+        use_batch_statistics_(use_batch_statistics) {
+    if (!(eps > 0.0)) throw error("batch_norm2d: eps must be positive: got " + std::to_string(eps));
+    if (!(momentum >= 0.0 && momentum <= 1.0))
+      throw error("batch_norm2d: momentum must be in [0, 1]: got " + std::to_string(momentum));
+    op_.eps = eps;
+    op_.momentum = momentum;
+    op_.sync = sync;
+    op_.state->training.store(use_batch_statistics.value_or(true));
+  }
+
+  parameter<T, D> gamma;
+  parameter<T, D> beta;
+
+  /// Sets BatchNorm's strategy ((n, c, 1, 1), (c,), (c,)); call before build().
+  batch_norm2d& shard(const strategy& st) {
+    op_.st = st;
+    return *this;
+  }
+
+  index_t num_features() const { return features_; }
+  double eps() const { return op_.eps; }
+  double momentum() const { return op_.momentum; }
+  bool sync() const { return op_.sync; }
+  /// The operator the layer applies (ops/batch_norm_rule.hpp); its copies share the
+  /// mode and the running statistics.
+  const ops::batch_norm_op& op() const { return op_; }
+  /// This rank's running mean and variance, one value per channel of its channel shard
+  /// (empty before the first forward).
+  const std::vector<float>& running_mean() const { return op_.state->running_mean; }
+  const std::vector<float>& running_var() const { return op_.state->running_var; }
+
+  void visit(visitor<T, D>& v) override {
+    v.param("gamma", gamma);
+    v.param("beta", beta);
+  }
+  void reset_strategies() override { op_.st = strategy{}; }
+  void training_changed(bool mode) override { op_.state->training.store(use_batch_statistics_.value_or(mode)); }
+
+  void place(int device_num) override {
+    placed_ = op_;
+    if (placed_.st.n == 0) placed_.st = placed_.data_parallel(device_num, {});
+    const extents any{dynamic_extent, features_, dynamic_extent, dynamic_extent};
+    try {
+      const batch_norm_layouts r = placed_.rule(device_num, shape_list{any, extents{features_}, extents{features_}});
+      gamma.set_target_layout(r.param);
+      beta.set_target_layout(r.param);
+    } catch (const error& e) {
+      throw error(std::string("batch_norm2d: ") + e.what());
+    }
+  }
+
+  /// Eager: BatchNorm with the layer's strategy (data parallel when none is set).
+  autodiff::var<T, D> operator()(autodiff::var<T, D> x) {
+    check_input(x.value().global_shape());
+    if (placed_.st.n == 0) throw error("batch_norm2d: not placed yet: call build(ctx) on the network first");
+    autodiff::tape<T, D>& t = *x.t;
+    const autodiff::var<T, D> g = gamma.on(t);
+    const autodiff::var<T, D> b = beta.on(t);
+    return autodiff::apply(placed_, x, g, b);
+  }
+
+  /// Traced: BatchNorm named "<layer>.batch_norm", sharing the layer's mode and running
+  /// statistics (without a strategy the parallel mode gives it one).
+  graph::value operator()(graph::value x) {
+    check_input(x.shape());
+    return apply_named(this->op_name("batch_norm"), op_, x, gamma.on(x), beta.on(x));
+  }
+
+ private:
+  static index_t checked(index_t n) {
+    if (n < 1) throw error("batch_norm2d: num_features must be positive: got " + std::to_string(n));
+    return n;
+  }
+  void check_input(const extents& s) const {
+    if (s.ndim != 4 || s[1] != features_)
+      throw error("batch_norm2d: the input is " + to_string(s) + ", expected (N, " + std::to_string(features_) +
+                  ", H, W)");
+  }
+
+  index_t features_;
+  std::optional<bool> use_batch_statistics_;
+  ops::batch_norm_op op_;
+  ops::batch_norm_op placed_;
 };
 
 // ---- SequentialCell ----------------------------------------------------------------

@@ -57,6 +57,12 @@ struct op_layouts {
 /// the graph prices it from the same number (price()), so the two cannot drift.
 /// Example: SoftmaxCrossEntropyWithLogits with its class dim split combines its row
 /// maxima (one element per local row) over the class axis.
+///
+/// A "NeighborExchange" (the halo of a convolution or pooling window over a split
+/// height or width) sends each rank's border rows to its neighbours along one axis;
+/// what a rank receives depends on its place (the first and last have one neighbour),
+/// so `rank_elements` lists the elements each rank of `dev` receives, and `bytes` is
+/// the most any rank receives (what the searches compare).
 struct internal_collective {
   std::string kind = "AllReduce";
   reduce_op op = reduce_op::sum;
@@ -68,17 +74,35 @@ struct internal_collective {
   std::string purpose;        ///< "row maxima", ...
   bool gives_output = false;  ///< its result is the operator's output (or, backward, its input's gradient)
   index_t bytes = 0;          ///< bytes each rank receives, once priced (price())
+  std::vector<index_t> rank_elements;  ///< a neighbour exchange: the elements rank r of dev receives
+  index_t unit_bytes = 0;              ///< once priced: the bytes of one element
 
-  /// The bytes each rank receives when the operator's elements have `elem_bytes` bytes.
+  /// Whether this is a neighbour exchange (rank_elements) rather than an AllReduce.
+  bool exchange() const { return kind == "NeighborExchange"; }
+
+  /// The bytes each rank receives (the most, for an exchange) when the operator's
+  /// elements have `elem_bytes` bytes.
   index_t received(index_t elem_bytes) const {
-    const index_t b = elements * (element_bytes ? element_bytes : elem_bytes);
-    return cost::all_reduce(b, group_size(dev, axes));
+    const index_t e = element_bytes ? element_bytes : elem_bytes;
+    if (exchange()) {
+      index_t most = 0;
+      for (index_t n : rank_elements) most = std::max(most, n);
+      return most * e;
+    }
+    return cost::all_reduce(elements * e, group_size(dev, axes));
   }
   /// This collective with `bytes` filled in.
   internal_collective price(index_t elem_bytes) const {
     internal_collective c = *this;
     c.bytes = received(elem_bytes);
+    c.unit_bytes = element_bytes ? element_bytes : elem_bytes;
     return c;
+  }
+  /// The bytes rank `rank` of dev receives, once priced: `bytes` for an AllReduce (every
+  /// member receives alike), its own count for an exchange.
+  index_t bytes_on(int rank) const {
+    if (!exchange()) return bytes;
+    return rank >= 0 && std::size_t(rank) < rank_elements.size() ? rank_elements[std::size_t(rank)] * unit_bytes : 0;
   }
 };
 

@@ -20,10 +20,11 @@
 #include <tessera/kernels/cpu/softmax.hpp>
 #include <tessera/kernels/conv_params.hpp>
 #include <tessera/tensor/host_storage.hpp>
-// The convolutional network kernels where oneDNN is installed (link tessera::dnnl to use
-// them), in translation units of the host compiler: nvcc's front end cannot parse
-// oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see backend<cpu_device> without them.
-#if __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
+// The convolutional network kernels where the program asks for oneDNN (TESSERA_WITH_DNNL,
+// defined by linking tessera::dnnl), in translation units of the host compiler: nvcc's
+// front end cannot parse oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see
+// backend<cpu_device> without them. Operators that need them throw where they are absent.
+#if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 #include <tessera/kernels/cpu/batch_norm.hpp>
 #include <tessera/kernels/cpu/conv.hpp>
 #include <tessera/kernels/cpu/pool.hpp>

@@ -19,9 +19,9 @@
 #include <tessera/kernels/cuda/sharded.cuh>
 #include <tessera/kernels/cuda/softmax.cuh>
 #include <tessera/tensor/cuda_storage.cuh>
-// The convolutional network kernels where cuDNN is installed (link tessera::cudnn to use
-// them).
-#if __has_include(<cudnn.h>)
+// The convolutional network kernels where the program asks for cuDNN (TESSERA_WITH_CUDNN,
+// defined by linking tessera::cudnn); operators that need them throw where they are absent.
+#if defined(TESSERA_WITH_CUDNN) && __has_include(<cudnn.h>)
 #include <tessera/kernels/conv_params.hpp>
 #include <tessera/kernels/cuda/batch_norm.cuh>
 #include <tessera/kernels/cuda/conv.cuh>

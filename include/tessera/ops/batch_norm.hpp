@@ -1,0 +1,239 @@
+// BatchNorm's forward and backward (ops/batch_norm_rule.hpp) in the split form of the
+// batch-norm kernels, whose per-channel sums add up across the ranks of a batch group:
+//
+//   training forward:  s = batch_norm_sums(x); all-reduce s (sync, n > 1);
+//                      m = batch_norm_moments(s, count of the batch group);
+//                      y = batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps);
+//                      running statistics updated (batch_norm_update_running)
+//   inference forward: y = batch_norm_forward_inference(...) with the running statistics
+//   backward:          m recomputed from x as above (one all-reduce); r =
+//                      batch_norm_backward_sums(dy, x, m) (sum dy, sum dy * x_hat);
+//                      all-reduce r; dx = batch_norm_backward_data(dy, x, gamma, m, r, count);
+//                      dgamma = sum dy * x_hat and dbeta = sum dy of this rank's batch shard
+//                      (partial sums over the batch axis, as the rule says)
+//
+// Everything runs through kernels::backend<D>; the running statistics live on the host
+// (ops::batch_norm_state) and visit the device for their update. Where the device has
+// no batch-norm kernels (the host of a program that does not link tessera::dnnl, or
+// nvcc's view of the host) or for another element type than float, the operator
+// compiles and throws tessera::error when run ("batch_norm: ...").
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xbuilder.hpp>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/core/geometry.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/backend.hpp>
+#include <tessera/kernels/conv_params.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
+#include <tessera/ops/batch_norm_rule.hpp>
+#include <tessera/ops/run.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+#include <tessera/tensor/host_storage.hpp>
+
+namespace tessera::ops {
+
+/// Whether batch_norm runs for elements T on device D: T is float and the device's
+/// backend has the batch-norm kernels (batch_norm_sums, batch_norm_moments,
+/// batch_norm_forward_inference, batch_norm_backward_sums, batch_norm_backward_data,
+/// batch_norm_update_running).
+template <class T, class D>
+inline constexpr bool batch_norm_supported =
+    std::is_same_v<T, float> &&
+    requires(typename storage<T, D>::array& a, const kernels::channel_sums<typename storage<T, D>::array>& s,
+             std::size_t n, T e) {
+      kernels::backend<D>::template batch_norm_sums<T>(a);
+      kernels::backend<D>::template batch_norm_forward_inference<T>(a, a, a, a, a, e);
+      kernels::backend<D>::template batch_norm_moments<T>(s, n);
+      kernels::backend<D>::template batch_norm_backward_sums<T>(a, a, a, a, e);
+      kernels::backend<D>::template batch_norm_backward_data<T>(a, a, a, a, a, s, n, e);
+      kernels::backend<D>::template batch_norm_update_running<T>(a, a, a, a, n, e, true);
+    };
+
+namespace detail {
+
+// The shapes of the three inputs.
+template <class T, class D>
+shape_list batch_norm_shapes(op_inputs<T, D> x) {
+  if (x.size() != 3)
+    throw error("batch_norm: takes 3 inputs (x, gamma, beta), got " + std::to_string(x.size()));
+  return shape_list{x[0]->global_shape(), x[1]->global_shape(), x[2]->global_shape()};
+}
+
+[[noreturn]] inline void batch_norm_unsupported() {
+  throw error(
+      "batch_norm: no batch-norm kernels for this element type on this device (float only: on the host of a "
+      "program that links tessera::dnnl, on the GPU with cuDNN)");
+}
+
+// The number of elements per channel in this rank's shard of x: N_local * H * W.
+inline std::size_t batch_norm_count(const extents& local_x) {
+  return std::size_t(local_x[0] * local_x[2] * local_x[3]);
+}
+
+// The batch statistics of a training pass: this rank's per-channel sums, added up over
+// the batch group by `c` (the definition's collective) when given; `count` is set to the
+// number of elements per channel they cover.
+template <class T, class D, class C>
+kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_batch_stats(
+    const typename storage<T, D>::array& x, const internal_collective* c, int batch_split, std::size_t& count,
+    device_context<C>& ctx) {
+  using K = kernels::backend<D>;
+  using A = typename storage<T, D>::array;
+  kernels::channel_sums<A> s = K::template batch_norm_sums<T>(x);
+  if (c) {
+    // One buffer of 2 * C_local: the sums, then the sums of squares.
+    A both = K::template concat<T>(std::vector<const A*>{&s.sum, &s.sum_sq}, 0);
+    run_internal(*c, std::span<T>(both.data(), both.size()), ctx, batch_norm_op::name());
+    std::vector<A> parts = K::template split<T>(both, {s.sum.size(), s.sum.size()}, 0);
+    s.sum = std::move(parts[0]);
+    s.sum_sq = std::move(parts[1]);
+    count *= std::size_t(batch_split);
+  }
+  return K::template batch_norm_moments<T>(s, count);
+}
+
+// This rank's running statistics on device D (0 and 1 at first use), checked against
+// the channel shard's size.
+template <class T, class D>
+kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_running(const batch_norm_op& op,
+                                                                            std::size_t channels) {
+  batch_norm_state& s = *op.state;
+  if (s.running_mean.empty() && s.running_var.empty()) {
+    s.running_mean.assign(channels, 0.0f);
+    s.running_var.assign(channels, 1.0f);
+  }
+  if (s.running_mean.size() != channels || s.running_var.size() != channels)
+    throw error("batch_norm: the running statistics hold " + std::to_string(s.running_mean.size()) +
+                " channels, this rank's channel shard has " + std::to_string(channels) +
+                " (a strategy with another channel split uses a fresh state)");
+  xt::xarray<T> m = xt::xarray<T>::from_shape({channels}), v = xt::xarray<T>::from_shape({channels});
+  for (std::size_t i = 0; i < channels; ++i) {
+    m(i) = T(s.running_mean[i]);
+    v(i) = T(s.running_var[i]);
+  }
+  return {storage<T, D>::from_host(m), storage<T, D>::from_host(v)};
+}
+
+// running = momentum * running + (1 - momentum) * batch (MindSpore's momentum), the
+// batch variance unbiased over `count` elements per channel.
+template <class T, class D>
+void batch_norm_update(const batch_norm_op& op, const kernels::batch_norm_stats<typename storage<T, D>::array>& batch,
+                       std::size_t count) {
+  kernels::batch_norm_stats<typename storage<T, D>::array> run = batch_norm_running<T, D>(op, batch.mean.size());
+  kernels::backend<D>::template batch_norm_update_running<T>(run.mean, run.variance, batch.mean, batch.variance,
+                                                             count, T(1.0 - op.momentum), true);
+  const xt::xarray<T> m = storage<T, D>::to_host(run.mean), v = storage<T, D>::to_host(run.variance);
+  batch_norm_state& s = *op.state;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    s.running_mean[i] = float(m(i));
+    s.running_var[i] = float(v(i));
+  }
+  s.updates.fetch_add(1);
+}
+
+}  // namespace detail
+
+/// y = gamma * (x - mean) / sqrt(variance + eps) + beta per channel, x (N, C, H, W) and
+/// gamma, beta (C,) in any layouts (brought to the rule's); y in the rule's layout of x.
+/// Training (op.training()): the batch's statistics, over the batch group with sync
+/// (one AllReduce of 2 * C_local), and the running statistics updated; evaluation: the
+/// running statistics, no communication.
+template <class T, class D, class C>
+tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_context<C>& ctx) {
+  const shape_list shapes = detail::batch_norm_shapes(x);
+  const batch_norm_layouts r = op.rule(ctx.size(), shapes);
+  if constexpr (!batch_norm_supported<T, D>) {
+    detail::batch_norm_unsupported();
+  } else {
+    const auto lx = in_layout(*x[0], r.x, ctx);
+    const auto lg = in_layout(*x[1], r.param, ctx);
+    const auto lb = in_layout(*x[2], r.param, ctx);
+    using K = kernels::backend<D>;
+    typename storage<T, D>::array y;
+    if (op.training()) {
+      const std::vector<internal_collective> cs = op.statistics_collectives(r, shapes[0], false);
+      std::size_t count = detail::batch_norm_count(lx->local_shape());
+      const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
+                                                          r.batch_split, count, ctx);
+      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
+                                                      T(op.eps));
+      detail::batch_norm_update<T, D>(op, m, count);
+    } else {
+      const auto m = detail::batch_norm_running<T, D>(op, std::size_t(lg->local().size()));
+      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
+                                                      T(op.eps));
+    }
+    return tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(y));
+  }
+}
+
+/// dx, dgamma, dbeta given dy (in any layout; partial sums resolved first). Training:
+/// the batch statistics recomputed from x (one AllReduce with sync), the sums of dy and
+/// dy * x_hat added up over the batch group (another), dx in x's rule layout. Evaluation
+/// (the running statistics are constants): dx = dy * gamma / sqrt(running_var + eps).
+/// dgamma = sum dy * x_hat and dbeta = sum dy over this rank's batch shard, partial sums
+/// over the batch axis when the batch is split.
+template <class T, class D, class C>
+op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>&, device_context<C>& ctx) {
+  const shape_list shapes = detail::batch_norm_shapes(x);
+  const batch_norm_layouts r = op.rule(ctx.size(), shapes);
+  if (!(dy.global_shape() == shapes[0]))
+    throw error("batch_norm: backward: dy is " + to_string(dy.global_shape()) + ", x " + to_string(shapes[0]));
+  if constexpr (!batch_norm_supported<T, D>) {
+    detail::batch_norm_unsupported();
+  } else {
+    using K = kernels::backend<D>;
+    using A = typename storage<T, D>::array;
+    const auto lx = in_layout(*x[0], r.x, ctx);
+    const auto lg = in_layout(*x[1], r.param, ctx);
+    const auto ldy = in_layout(dy, r.x, ctx);
+    const T eps = T(op.eps);
+    A dx;
+    kernels::channel_sums<A> local;
+    if (op.training()) {
+      const std::vector<internal_collective> cs = op.statistics_collectives(r, shapes[0], true);
+      std::size_t count = detail::batch_norm_count(lx->local_shape());
+      const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
+                                                          r.batch_split, count, ctx);
+      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps);
+      if (cs.empty()) {
+        dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,
+                                                     local, count, eps);
+      } else {
+        // The group's sums, in a buffer of their own: `local` stays this rank's.
+        A both = K::template concat<T>(std::vector<const A*>{&local.sum, &local.sum_sq}, 0);
+        run_internal(cs[1], std::span<T>(both.data(), both.size()), ctx, op.name());
+        std::vector<A> parts = K::template split<T>(both, {local.sum.size(), local.sum.size()}, 0);
+        const kernels::channel_sums<A> group{std::move(parts[0]), std::move(parts[1])};
+        dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,
+                                                     group, count, eps);
+      }
+    } else {
+      // The statistics are constants: dx = gamma / sqrt(variance + eps) * dy, the data
+      // backward with zero sums.
+      const std::size_t channels = std::size_t(lg->local().size());
+      const auto m = detail::batch_norm_running<T, D>(op, channels);
+      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps);
+      const xt::xarray<T> zeros = xt::zeros<T>({channels});
+      const kernels::channel_sums<A> none{storage<T, D>::from_host(zeros), storage<T, D>::from_host(zeros)};
+      dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance, none,
+                                                   detail::batch_norm_count(lx->local_shape()), eps);
+    }
+    return grads_of(tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(dx)),
+                    tensor_on<T, D>(r.param_grad, shapes[1], ctx.rank(), std::move(local.sum_sq)),
+                    tensor_on<T, D>(r.param_grad, shapes[2], ctx.rank(), std::move(local.sum)));
+  }
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,151 @@
+// Sharded Conv2D: the rule (ops/conv2d_rule.hpp), the local convolution of the tensors'
+// device (oneDNN on the host, cuDNN on a GPU) on each rank's shard extended by its
+// neighbours' halo (ops/halo.hpp), and its backward. Inputs in other layouts are
+// redistributed first, by the cheapest plan.
+#pragma once
+
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <tessera/comm/mesh_comm.hpp>
+#include <tessera/core/error.hpp>
+#include <tessera/exec/redistribute.hpp>
+#include <tessera/kernels/backend.hpp>
+#include <tessera/ops/conv2d_rule.hpp>
+#include <tessera/ops/halo.hpp>
+#include <tessera/ops/run.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
+
+namespace tessera::ops {
+
+namespace detail {
+
+// Whether device D's backend has the convolutional kernels for T (float, and on the
+// host a build with oneDNN: kernels/cpu/backend.hpp).
+template <class T, class D>
+constexpr bool has_window_kernels() {
+  using A = typename storage<T, D>::array;
+  return std::is_same_v<T, float> && requires(const A& a, const kernels::conv2d_params& p) {
+    kernels::backend<D>::conv2d_forward(a, a, &a, p, false);
+  };
+}
+
+template <class T, class D>
+void require_window_kernels(std::string_view op) {
+  if constexpr (!has_window_kernels<T, D>())
+    throw error(std::string(op) +
+                ": no convolution kernels for these tensors (float only; on the host, link tessera::dnnl: oneDNN)");
+}
+
+// The rank's input (N, C, H, W) extended by the halo of each split spatial axis: H's rows
+// first, then W's columns over the H-extended height. `next` walks the definition's
+// exchanges (halo_exchanges' order).
+template <class T, class D, class C>
+typename storage<T, D>::array extend_hw(typename storage<T, D>::array x, const window_split& s,
+                                        const std::vector<internal_collective>& cs, std::size_t& next,
+                                        device_context<C>& ctx, std::string_view op) {
+  if (s.h.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    x = halo_extend<T, D>(x, 2, s.h, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  if (s.w.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    x = halo_extend<T, D>(x, 3, s.w, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  return x;
+}
+
+// The gradient of the rank's own input from that of its extended input: W's halo
+// returned first, then H's.
+template <class T, class D, class C>
+typename storage<T, D>::array fold_hw(typename storage<T, D>::array dx, const window_split& s,
+                                      const std::vector<internal_collective>& cs, std::size_t& next,
+                                      device_context<C>& ctx, std::string_view op) {
+  if (s.w.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    dx = halo_fold<T, D>(dx, 3, s.w, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  if (s.h.parts > 1) {
+    const internal_collective& ic = cs.at(next++);
+    dx = halo_fold<T, D>(dx, 2, s.h, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+  }
+  return dx;
+}
+
+// The padding of the rank's local window: the image's on the edges of a split axis
+// (the first and last ranks), none inside it (the halo holds real rows).
+inline kernels::pad2d local_padding(const window_split& s, int rank) {
+  const int ch = s.coord_h(rank), cw = s.coord_w(rank);
+  return {s.h.pad_before(ch), s.h.pad_after(ch), s.w.pad_before(cw), s.w.pad_after(cw)};
+}
+
+inline std::vector<std::size_t> dims_of(const extents& e) {
+  return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
+}
+
+// The number of exchanges the forward runs.
+inline std::size_t forward_exchanges(const window_split& s) {
+  return std::size_t(s.h.parts > 1) + std::size_t(s.w.parts > 1);
+}
+
+}  // namespace detail
+
+/// y = conv2d(x, w) on this rank's shards: x and w are brought to the rule's layouts, x
+/// is extended by its neighbours' halo where H or W is split, and the local convolution
+/// gives the rank's block of y (partial sums over the input-channel axis when it is split).
+template <class T, class D, class C>
+tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<C>& ctx) {
+  const shape_list shapes{in[0]->global_shape(), in[1]->global_shape()};
+  const extents ys = op.output_shape(shapes);
+  const conv2d_layouts r = op.rule(ctx.size(), shapes);
+  detail::require_window_kernels<T, D>(op.name());
+  if constexpr (detail::has_window_kernels<T, D>()) {
+    const auto lx = in_layout(*in[0], r.x, ctx), lw = in_layout(*in[1], r.w, ctx);
+    const window_split s = op.split(op.st, ctx.size(), shapes);
+    const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
+    std::size_t next = 0;
+    const auto xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    kernels::conv2d_params p = op.p;
+    p.pad = detail::local_padding(s, ctx.rank());
+    using A = typename storage<T, D>::array;
+    const A* no_bias = nullptr;
+    return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
+  } else {
+    return tensor_on<T, D>(r.y, ys, ctx.rank(), storage<T, D>::empty(local_shape(r.y, ys)));
+  }
+}
+
+/// dx (x's layout, partial over the output-channel axis when it is split) and dw (w's
+/// layout, partial over the batch, height and width axes) given dy, brought to y's layout
+/// without partial sums. x's halo is fetched again for dw; dx's halo rows go back to
+/// the ranks that own them.
+template <class T, class D, class C>
+op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> in, const tensor_on<T, D>&,
+                        device_context<C>& ctx) {
+  const shape_list shapes{in[0]->global_shape(), in[1]->global_shape()};
+  const conv2d_layouts r = op.rule(ctx.size(), shapes);
+  detail::require_window_kernels<T, D>(op.name());
+  using A = typename storage<T, D>::array;
+  A dx, dw;
+  if constexpr (detail::has_window_kernels<T, D>()) {
+    using K = kernels::backend<D>;
+    const auto ldy = in_layout(dy, r.y.without_partial(), ctx);
+    const auto lx = in_layout(*in[0], r.x, ctx), lw = in_layout(*in[1], r.w, ctx);
+    const window_split s = op.split(op.st, ctx.size(), shapes);
+    const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
+    std::size_t next = detail::forward_exchanges(s);
+    const A xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    kernels::conv2d_params p = op.p;
+    p.pad = detail::local_padding(s, ctx.rank());
+    const extents xes = detail::extents_of(xe.shape());
+    const extents wls = local_shape(r.w, shapes[1]);
+    dw = std::move(K::conv2d_backward_weights(ldy->local(), xe, detail::dims_of(wls), false, p).dw);
+    dx = detail::fold_hw<T, D>(K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p), s, cs,
+                               next, ctx, op.name());
+  }
+  return grads_of(tensor_on<T, D>(r.grad_x, shapes[0], ctx.rank(), std::move(dx)),
+                  tensor_on<T, D>(r.grad_w, shapes[1], ctx.rank(), std::move(dw)));
+}
+
+}  // namespace tessera::ops

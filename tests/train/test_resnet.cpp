@@ -1,0 +1,179 @@
+// ResNet as modules: ResNet-50's traced shapes and parameter count equal torchvision's
+// resnet50(num_classes=10); a small ResNet (the same blocks: convolutions, batch norms,
+// max pooling, the residual Add, global average pooling, Dense) trained by train::model
+// for a few steps on 1, 2 and 4 ranks in data parallel (synchronised batch norm),
+// semi_auto_parallel (height, batch and output-channel splits of convolutions, with
+// their halo exchanges) and auto_parallel gives the stand-alone losses and parameters.
+//
+// Tolerance: 1e-4 relative. The ranks add a convolution's and a batch norm's sums in
+// another order than one rank does (per-rank partial sums of the weight gradients and
+// of the batch statistics, combined by all-reduce; oneDNN picks its algorithm per
+// shard shape), and three steps of momentum SGD carry those float roundings forward.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <tessera/comm/local.hpp>
+#include <tessera/comm/mpi.hpp>
+#include <tessera/nn/loss.hpp>
+#include <tessera/nn/resnet.hpp>
+#include <tessera/nn/trace.hpp>
+#include <tessera/optim/momentum.hpp>
+#include <tessera/train/model.hpp>
+
+using namespace tessera;
+
+namespace {
+
+constexpr index_t batch = 8, image = 32, classes = 4;
+using net_t = nn::resnet<float>;
+using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
+
+// Step s's global batch: images (8, 3, 32, 32), labels in [0, 4).
+batch_t global_batch(int s) {
+  xt::xarray<float> x = xt::xarray<float>::from_shape({std::size_t(batch), 3, std::size_t(image), std::size_t(image)});
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(int((i * 7 + std::size_t(s) * 13) % 23) - 11) / 11.0f;
+  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({std::size_t(batch)});
+  for (std::size_t i = 0; i < y.size(); ++i) y(i) = std::int32_t((i * 3 + std::size_t(s)) % classes);
+  return {x, y};
+}
+
+// Rank r's rows of a batch.
+batch_t slice(const batch_t& g, int r, int p) {
+  const std::size_t b = std::size_t(batch / p), per = g.first.size() / std::size_t(batch);
+  xt::xarray<float> x = xt::xarray<float>::from_shape({b, 3, std::size_t(image), std::size_t(image)});
+  std::copy_n(g.first.data() + std::size_t(r) * b * per, b * per, x.data());
+  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({b});
+  std::copy_n(g.second.data() + std::size_t(r) * b, b, y.data());
+  return {x, y};
+}
+
+// Four stages of one block each, 4 base channels, on 32x32 images: the stem gives (8, 4,
+// 16, 16), the max pooling (8, 4, 8, 8), layer1 (8, 16, 8, 8), layer2 (8, 32, 4, 4),
+// layer3 (8, 64, 2, 2), layer4 (8, 128, 1, 1). (On 16x16 images layer3 would already be
+// 1x1, and two stages of batch norm over 8 values per channel magnify float rounding to
+// 1e-3 of the weights in three steps, on one rank and on N alike: an ill-conditioned
+// test, not a parallel difference.)
+net_t small_resnet() { return net_t(std::vector<int>{1, 1, 1, 1}, classes, 4); }
+
+// The strategies a semi_auto_parallel run sets on p ranks: the stem's rows split (halo
+// exchange), layer1's 3x3 convolution split by batch and output channels, layer2's
+// first 1x1 convolution split by input channels (partial sums), the classifier by
+// output features.
+void set_strategies(net_t& net, int p) {
+  if (p == 1) return;
+  const int h = p >= 4 ? 2 : 1, n = p / h;
+  net.conv1.shard(strategy{{n, 1, h, 1}, {1, 1, 1, 1}});
+  net.layer(0).block(0).conv2.shard(strategy{{n, 1, 1, 1}, {h, 1, 1, 1}});
+  net.layer(1).block(0).conv1.shard(strategy{{1, p, 1, 1}, {1, p, 1, 1}});
+  net.end_point.shard(strategy{{1, 1}, {p, 1}});
+}
+
+struct outcome {
+  std::vector<double> losses;
+  std::vector<std::string> names;
+  std::vector<xt::xarray<float>> params;
+};
+
+struct recorder : train::callback<float> {
+  std::vector<double> losses;
+  void on_step_end(train::run_context<float>& rc) override { losses.push_back(rc.loss); }
+};
+
+outcome train_in(const graph::parallel_config& cfg, context& ctx, bool whole_batch, bool configured) {
+  const int p = ctx.size(), r = ctx.rank();
+  net_t net = small_resnet();
+  if (configured) set_strategies(net, p);
+  nn::cross_entropy_loss<float> ce;
+  optim::momentum<float> opt(net.trainable_params(), 0.05f, 0.9f);
+  train::model<net_t, nn::cross_entropy_loss<float>>::options o;
+  o.parallel = cfg;
+  o.seed = 3;
+  train::model model(net, ce, opt, ctx, o);
+  std::vector<batch_t> data;
+  for (int s = 0; s < 3; ++s) data.push_back(whole_batch ? global_batch(s) : slice(global_batch(s), r, p));
+  recorder rec;
+  model.train(1, data, {&rec});
+  outcome out;
+  out.losses = rec.losses;
+  for (auto& [name, q] : net.named_parameters()) {
+    out.names.push_back(name);
+    out.params.push_back(redistribute(q->data(), layout::replicated(q->layout().dev, q->shape().ndim), ctx).local());
+  }
+  return out;
+}
+
+graph::parallel_config mode(graph::parallel_mode m, graph::search_mode s = graph::search_mode::sharding_propagation) {
+  graph::parallel_config c;
+  c.mode = m;
+  c.search = s;
+  return c;
+}
+
+bool close(const xt::xarray<float>& x, const xt::xarray<float>& y) {
+  if (x.shape() != y.shape()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!(std::abs(x.data()[i] - y.data()[i]) <= 1e-4f * (1.0f + std::abs(y.data()[i])))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("ResNet-50: torchvision's parameter count and the traced shapes of each stage") {
+  auto net = nn::resnet50<float>(10);
+  index_t count = 0;
+  for (auto* q : net->parameters()) count += q->shape().size();
+  CHECK(count == 23528522);
+  const auto named = net->named_parameters();
+  CHECK(named.front().first == "conv1.weight");
+  CHECK(named.back().first == "end_point.bias");
+  nn::cross_entropy_loss<float> ce;
+  const nn::traced_network t = nn::trace(*net, ce, extents{2, 3, 224, 224}, extents{2});
+  const graph::traced_graph& g = t.graph;
+  CHECK(g.at(g.find("conv1.conv2d")).shape == extents{2, 64, 112, 112});
+  CHECK(g.at(g.find("max_pool.max_pool2d")).shape == extents{2, 64, 56, 56});
+  CHECK(g.at(g.find("layer1.2.relu3")).shape == extents{2, 256, 56, 56});
+  CHECK(g.at(g.find("layer2.3.relu3")).shape == extents{2, 512, 28, 28});
+  CHECK(g.at(g.find("layer3.5.relu3")).shape == extents{2, 1024, 14, 14});
+  CHECK(g.at(g.find("layer4.2.relu3")).shape == extents{2, 2048, 7, 7});
+  CHECK(g.at(g.find("mean.reduce_mean")).shape == extents{2, 2048});
+  CHECK(g.at(t.output).shape == extents{2, 10});
+  CHECK(g.at(g.find("layer2.0.down_sample.0.conv2d")).op->type() == "Conv2D");
+}
+
+TEST_CASE("a small ResNet trains in data parallel, semi-auto and auto parallel to the stand-alone numbers") {
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  const outcome oracle = train_in(mode(graph::parallel_mode::stand_alone), solo, true, false);
+  REQUIRE(oracle.losses.size() == 3);
+  for (double l : oracle.losses) CHECK(std::isfinite(l));
+  struct mode_case {
+    const char* what;
+    graph::parallel_config cfg;
+    bool whole_batch, configured;
+  };
+  const std::vector<mode_case> cases = {
+      {"data_parallel", mode(graph::parallel_mode::data_parallel), false, false},
+      {"semi_auto_parallel", mode(graph::parallel_mode::semi_auto_parallel), false, true},
+      {"auto_parallel, dynamic programming",
+       mode(graph::parallel_mode::auto_parallel, graph::search_mode::dynamic_programming), false, false},
+  };
+  for (const mode_case& c : cases) {
+    CAPTURE(std::string(c.what));
+    const outcome got = train_in(c.cfg, ctx, c.whole_batch, c.configured);
+    REQUIRE(got.losses.size() == oracle.losses.size());
+    for (std::size_t i = 0; i < got.losses.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got.losses[i] == doctest::Approx(oracle.losses[i]).epsilon(1e-4));
+    }
+    REQUIRE(got.params.size() == oracle.params.size());
+    for (std::size_t i = 0; i < got.params.size(); ++i) {
+      CAPTURE(got.names[i]);
+      CHECK(close(got.params[i], oracle.params[i]));
+    }
+  }
+}
