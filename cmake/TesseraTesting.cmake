@@ -12,6 +12,7 @@
 include_guard(GLOBAL)
 
 set(TESSERA_TEST_TIMEOUT 300 CACHE STRING "Default timeout of each tessera test, in seconds")
+option(TESSERA_TESTS_FULL_OPTIMIZATION "Compile the tests with the build type's optimisation (else -O1)" OFF)
 set(TESSERA_MPIEXEC_EXTRA_FLAGS "--oversubscribe" CACHE STRING
     "Flags given to mpiexec after the rank count (OpenMPI: allow more ranks than cores)")
 
@@ -80,6 +81,14 @@ function(tessera_add_test)
 
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   tessera_set_warnings(${ARG_NAME})
+  # The host test sources are compiled at -O1 in optimised builds (a later -O wins): their
+  # inputs are small, and -O3 doubles the suite's compile time. Examples, benchmarks and
+  # users' code keep the build type's flags; TESSERA_TESTS_FULL_OPTIMIZATION=ON gives the
+  # tests them too.
+  if(NOT TESSERA_TESTS_FULL_OPTIMIZATION)
+    target_compile_options(${ARG_NAME} PRIVATE
+                           $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Debug>>>:-O1>)
+  endif()
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS})
   # tests/: the helpers the test files share (device_under_test.hpp).
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
