@@ -38,6 +38,7 @@
 #include <vector>
 #include <tessera/comm/any_communicator.hpp>
 #include <tessera/comm/mpi.hpp>
+#include "rank_reporting.hpp"
 
 namespace {
 
@@ -204,12 +205,7 @@ std::string size_name(std::size_t bytes) {
   return std::to_string(bytes >> 10) + " KiB";
 }
 
-/// Discards everything: the reporter of ranks other than 0.
-class null_reporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
+using tessera::bench::null_reporter;
 
 /// Forwards to the display reporter and keeps the interleaved runs for the table.
 class capture_reporter : public benchmark::BenchmarkReporter {

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 #include <tessera/comm/mpi.hpp>
+#include "rank_reporting.hpp"
 
 namespace {
 
@@ -142,12 +143,7 @@ void run_timed(benchmark::State& state, mpi_communicator& c, buffers& b, const o
   state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(bytes));
 }
 
-/// Discards everything: the reporter of ranks other than 0.
-class null_reporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
+using tessera::bench::null_reporter;
 
 /// Forwards to the display reporter chosen by --benchmark_format and keeps the times
 /// per benchmark name for the ratio table.

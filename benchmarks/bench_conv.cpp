@@ -10,6 +10,8 @@
 //                           (no bias, as ResNet's convolutions);
 //   bn_relu/<C>/<form>      batch_norm_forward_training with the ReLU fused, and its
 //                           backward;
+//   conv/<shape>/onednn     the peer: the same three primitives through oneDNN's API
+//                           directly (conv_step_onednn says how);
 //   bn_relu_split/<C>/plain the split form a sharded batch norm runs (sums, moments,
 //                           normalise + ReLU, backward sums, backward data) on one rank.
 // Forms: plain   xt::xarray<float> in plain NCHW in and out (each primitive reorders to
@@ -20,11 +22,15 @@
 // Times are wall-clock (oneDNN runs OpenMP threads), in milliseconds.
 #include <benchmark/benchmark.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 #include <tessera/kernels/cpu/batch_norm.hpp>
 #include <tessera/kernels/cpu/conv.hpp>
+#include <tessera/train/memory.hpp>
 
 namespace {
 
@@ -90,6 +96,73 @@ void conv_step(benchmark::State& state, const conv_case& c, bool keep_blocked) {
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The peer: oneDNN called directly, as a program of its own would for one training
+// step of the layer. Primitives made once with every layout left to oneDNN (`any`); the
+// activations (x, dy) and every output in memory allocated once, in the layouts the
+// primitives chose; the weights plain OIHW, as an optimizer updates them each step, so
+// reordered to the primitives' layout in each iteration, and dW reordered back to OIHW.
+void conv_step_onednn(benchmark::State& state, const conv_case& c) {
+  using dnnl::memory;
+  using tag = memory::format_tag;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  const memory::dim n = batch, k = memory::dim(c.kernel), st = memory::dim(c.stride), pad = k / 2;
+  const memory::dim out_size = (memory::dim(c.size) + 2 * pad - k) / st + 1;
+  const memory::dims xs{n, memory::dim(c.in), memory::dim(c.size), memory::dim(c.size)};
+  const memory::dims ws{memory::dim(c.out), memory::dim(c.in), k, k};
+  const memory::dims ys{n, memory::dim(c.out), out_size, out_size};
+  const memory::dims strides{st, st}, dilates{0, 0}, padding{pad, pad};
+  auto any = [](const memory::dims& d) { return memory::desc(d, memory::data_type::f32, tag::any); };
+  const auto alg = dnnl::algorithm::convolution_direct;
+  const dnnl::convolution_forward::primitive_desc fwd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(xs), any(ws), any(ys), strides,
+                                      dilates, padding, padding),
+      eng);
+  const dnnl::convolution_backward_data::primitive_desc bwd_data(
+      dnnl::convolution_backward_data::desc(alg, any(xs), any(ws), any(ys), strides, dilates, padding, padding), eng,
+      fwd);
+  const dnnl::convolution_backward_weights::primitive_desc bwd_weights(
+      dnnl::convolution_backward_weights::desc(alg, any(xs), any(ws), any(ys), strides, dilates, padding, padding),
+      eng, fwd);
+  // The plain operands, filled once and reordered to each primitive's layout once.
+  auto plain = [&](const memory::dims& d, const farray& v) {
+    memory m({d, memory::data_type::f32, tag::nchw}, eng);
+    std::copy(v.begin(), v.end(), static_cast<float*>(m.get_data_handle()));
+    return m;
+  };
+  auto as = [&](const memory& m, const memory::desc& d) {
+    memory out(d, eng);
+    dnnl::reorder(m, out).execute(strm, const_cast<memory&>(m), out);
+    return out;
+  };
+  const farray vx = values({xs.begin(), xs.end()}, 1), vw = values({ws.begin(), ws.end()}, 2),
+               vdy = values({ys.begin(), ys.end()}, 3);
+  memory x_plain = plain(xs, vx), w_plain = plain(ws, vw), dy_plain = plain(ys, vdy);
+  memory x_fwd = as(x_plain, fwd.src_desc()), x_bwd = as(x_plain, bwd_weights.src_desc());
+  memory dy_data = as(dy_plain, bwd_data.diff_dst_desc()), dy_weights = as(dy_plain, bwd_weights.diff_dst_desc());
+  memory w_fwd(fwd.weights_desc(), eng), w_bwd(bwd_data.weights_desc(), eng), y(fwd.dst_desc(), eng);
+  memory dx(bwd_data.diff_src_desc(), eng), dw(bwd_weights.diff_weights_desc(), eng);
+  memory dw_plain({ws, memory::data_type::f32, tag::oihw}, eng);
+  const dnnl::convolution_forward conv_fwd(fwd);
+  const dnnl::convolution_backward_data conv_data(bwd_data);
+  const dnnl::convolution_backward_weights conv_weights(bwd_weights);
+  const dnnl::reorder w_to_fwd(w_plain, w_fwd), w_to_bwd(w_plain, w_bwd), dw_back(dw, dw_plain);
+  const bool same_w = fwd.weights_desc() == bwd_data.weights_desc();
+  strm.wait();
+  for (auto _ : state) {
+    w_to_fwd.execute(strm, w_plain, w_fwd);
+    conv_fwd.execute(strm, {{DNNL_ARG_SRC, x_fwd}, {DNNL_ARG_WEIGHTS, w_fwd}, {DNNL_ARG_DST, y}});
+    if (!same_w) w_to_bwd.execute(strm, w_plain, w_bwd);
+    conv_data.execute(strm,
+                      {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, same_w ? w_fwd : w_bwd}, {DNNL_ARG_DIFF_SRC, dx}});
+    conv_weights.execute(strm, {{DNNL_ARG_SRC, x_bwd}, {DNNL_ARG_DIFF_DST, dy_weights}, {DNNL_ARG_DIFF_WEIGHTS, dw}});
+    dw_back.execute(strm, dw, dw_plain);
+    strm.wait();
+  }
+  const double flops = 2.0 * double(batch * c.out) * double(out_size * out_size) * double(c.in * c.kernel * c.kernel) * 3;
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void bn_step(benchmark::State& state, std::size_t c, bool keep_blocked) {
   const std::vector<std::size_t> xs{batch, c, 32, 32};
   const farray x = values(xs, 4), dy = values(xs, 5);
@@ -139,6 +212,12 @@ const int registered = [] {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->MinTime(1.0);
+  for (const conv_case& c : conv_cases)
+    benchmark::RegisterBenchmark((std::string("conv/") + c.name + "/onednn").c_str(),
+                                 [c](benchmark::State& s) { conv_step_onednn(s, c); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
   for (std::size_t c : bn_channels) {
     for (bool keep : {false, true})
       benchmark::RegisterBenchmark(("bn_relu/" + std::to_string(c) + (keep ? "/blocked" : "/plain")).c_str(),
@@ -157,4 +236,13 @@ const int registered = [] {
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // As a training process: blocks freed by one iteration serve the next (every form and
+  // the peer alike), rather than fresh mappings for each output of 32 MiB and more.
+  tessera::train::retain_freed_memory();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

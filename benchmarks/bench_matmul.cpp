@@ -71,6 +71,7 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/matmul_pipelined.hpp>
+#include "rank_reporting.hpp"
 
 #ifndef TESSERA_BENCH_NO_SCALAPACK
 extern "C" {
@@ -583,13 +584,6 @@ void run_blas_single(benchmark::State& state, index_t n) {
   record("blas_single", n, {std::to_string(world.size()) + " threads", gflops_of(n, sum / double(state.iterations()))});
 }
 
-// Discards results on ranks other than 0 (every rank runs every benchmark).
-class null_reporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 // ---------------------------------------------------------------------------------
 
 template <class F>
@@ -755,7 +749,6 @@ int main(int argc, char** argv) {
   std::vector<int> chunks{4};
   int rounds = 1;
   std::string table_out;
-  bool to_file = false;  // --benchmark_out: every rank must run with a file reporter
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -767,18 +760,13 @@ int main(int argc, char** argv) {
     else if (a.rfind("--iterations=", 0) == 0) iterations = std::stoi(a.substr(13));
     else if (a.rfind("--rounds=", 0) == 0) rounds = std::stoi(a.substr(9));
     else args.push_back(argv[i]);
-    to_file |= a.rfind("--benchmark_out=", 0) == 0;
   }
   int nargs = int(args.size());
   args.push_back(nullptr);
   char** av = args.data();
   return run_mpi(nargs, av, [&](mpi_communicator& world) {
     world_ptr = &world;
-    // Only rank 0 writes --benchmark_out; the others send their copy nowhere.
-    static char null_out[] = "--benchmark_out=/dev/null";
-    if (world.rank() != 0)
-      for (int i = 1; i < nargs; ++i)
-        if (std::string(av[i]).rfind("--benchmark_out=", 0) == 0) av[i] = null_out;
+    bench::keep_output_on_rank0(nargs, av, world.rank());
     openblas_set_num_threads(1);  // one core per rank
     benchmark::Initialize(&nargs, av);
     register_all(world.size(), sizes, chunks, rounds);
@@ -788,9 +776,7 @@ int main(int argc, char** argv) {
       std::fputs(t.c_str(), stdout);
       if (!table_out.empty()) std::ofstream(table_out) << t;
     } else {
-      null_reporter quiet;
-      if (to_file) benchmark::RunSpecifiedBenchmarks(&quiet, &quiet);
-      else benchmark::RunSpecifiedBenchmarks(&quiet);
+      bench::run_on_every_rank(world.rank());
     }
     benchmark::Shutdown();
   });

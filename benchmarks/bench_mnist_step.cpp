@@ -27,7 +27,6 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <mpi.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,12 +45,14 @@
 #include <tessera/train/grad.hpp>
 #include <tessera/train/grad_reducer.hpp>
 #include <tessera/train/pipeline.hpp>
+#include "rank_reporting.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 
 namespace {
 
 using namespace tessera;
+using bench::peak_rss_mib;
 
 any_communicator* world_ptr = nullptr;
 double baseline_rss_mib = 0;  // each rank's peak resident memory before any network exists
@@ -109,12 +110,6 @@ std::pair<dist_tensor<float>, dist_tensor<std::int32_t>> make_batch(context& ctx
   dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{b}, ctx.rank());
   y.fill_global([](const auto& i) { return std::int32_t(i[0] * 7 % 10); });
   return {std::move(x), std::move(y)};
-}
-
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 struct step_times {
@@ -285,26 +280,14 @@ void bm_compute_only(benchmark::State& state) {
   report(state, std::move(r.times), 0);
 }
 
-// Discards results on ranks other than 0 (every rank runs every benchmark).
-class null_reporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool to_file = false;
-  for (int i = 0; i < argc; ++i) to_file |= std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
   train::retain_freed_memory();  // a training process: keep freed step memory for the next step
   return tessera::run(argc, argv, [&](any_communicator& world) {
     world_ptr = &world;
     baseline_rss_mib = peak_rss_mib();
-    static char null_out[] = "--benchmark_out=/dev/null";
-    if (world.rank() != 0)
-      for (int i = 1; i < argc; ++i)
-        if (std::string(argv[i]).rfind("--benchmark_out=", 0) == 0) argv[i] = null_out;
+    bench::keep_output_on_rank0(argc, argv, world.rank());
     openblas_set_num_threads(1);  // one core per rank
     benchmark::Initialize(&argc, argv);
     auto add = [](const char* name, auto f) {
@@ -327,13 +310,7 @@ int main(int argc, char** argv) {
       for (int micro : {1, 2, 4, 8})
         add(("mnist_step/pipeline/2_stages/micro=" + std::to_string(micro)).c_str(),
             [micro](benchmark::State& s) { bm_pipeline(s, micro); });
-    if (world.rank() == 0) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
-      null_reporter quiet;
-      if (to_file) benchmark::RunSpecifiedBenchmarks(&quiet, &quiet);
-      else benchmark::RunSpecifiedBenchmarks(&quiet);
-    }
+    bench::run_on_every_rank(world.rank());
     benchmark::Shutdown();
   });
 }

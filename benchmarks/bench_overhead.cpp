@@ -40,6 +40,7 @@
 #include <tessera/kernels/cpu/matmul.hpp>
 #include <tessera/ops/matmul.hpp>
 #include <tessera/plan/cache.hpp>
+#include "rank_reporting.hpp"
 
 using namespace tessera;
 
@@ -48,11 +49,7 @@ namespace {
 constexpr int batch = 200;        // calls per side per iteration
 constexpr int iterations = 300;   // iterations (pairs of batches) per benchmark
 
-class null_reporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
+using tessera::bench::null_reporter;
 
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());

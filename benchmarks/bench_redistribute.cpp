@@ -18,19 +18,13 @@
 #include <tessera/comm/mpi.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/plan/format.hpp>
+#include "rank_reporting.hpp"
 
 using namespace tessera;
 
 namespace {
 
 constexpr index_t n = 4096;  // 4096 x 4096 floats = 64 MiB
-
-// Discards results on ranks other than 0 (every rank runs every benchmark).
-class null_reporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 mpi_communicator* world_ptr = nullptr;
 
@@ -111,19 +105,12 @@ void register_all(int nranks) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool to_file = false;  // --benchmark_out: only rank 0 writes the file
-  for (int i = 1; i < argc; ++i) to_file |= std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
   return run_mpi(argc, argv, [&](mpi_communicator& world) {
     world_ptr = &world;
+    bench::keep_output_on_rank0(argc, argv, world.rank());
     benchmark::Initialize(&argc, argv);
     register_all(world.size());
-    if (world.rank() == 0) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
-      null_reporter quiet;
-      if (to_file) benchmark::RunSpecifiedBenchmarks(&quiet, &quiet);
-      else benchmark::RunSpecifiedBenchmarks(&quiet);
-    }
+    bench::run_on_every_rank(world.rank());
     benchmark::Shutdown();
   });
 }

@@ -14,7 +14,8 @@ torch.set_num_threads(--threads) to match bench_conv's OMP_NUM_THREADS:
 Each case runs --rounds rounds of --iters iterations after a warm-up; a round's time is
 its mean iteration, and the case's time the median round (milliseconds), as bench_conv's
 median of repetitions. --compare reads bench_conv's JSON and prints, per case, PyTorch's
-time over tessera's (above 1: tessera is faster) for each of tessera's forms; with
+time over tessera's (above 1: tessera is faster) for each of tessera's forms, and
+tessera's time over bench_conv's direct oneDNN peer (conv/<shape>/onednn); with
 --load, PyTorch's times come from an earlier --out file instead of being measured. Needs
 Debian's python3-torch (apt-get install python3-torch); it is not a dependency of
 tessera or of its tests.
@@ -134,6 +135,10 @@ def print_ratios(results, compare):
             t = tessera.get(r["name"] + "/" + form)
             if t:
                 cells.append("%-7s %7.2f (%.2fx)" % (form, t, r["median_ms"] / t))
+        direct = tessera.get(r["name"] + "/onednn")
+        if direct:
+            cells.append("oneDNN direct %7.2f (tessera blocked / direct %.3f, plain / direct %.3f)" % (
+                direct, tessera[r["name"] + "/blocked"] / direct, tessera[r["name"] + "/plain"] / direct))
         print("%-22s %9.2f  %s" % (r["name"], r["median_ms"], "   ".join(cells)))
 
 

@@ -126,6 +126,7 @@
 #include <tessera/optim/momentum.hpp>
 #include <tessera/optim/adam.hpp>
 #include <tessera/train/grad.hpp>
+#include <tessera/train/memory.hpp>
 #include <tessera/train/grad_reducer.hpp>
 #include <tessera/train/callbacks.hpp>
 #include <tessera/train/model.hpp>

@@ -15,14 +15,12 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 #include <tessera/autodiff/tape.hpp>
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
+#include <tessera/train/memory.hpp>
 
 namespace tessera::train {
 
@@ -138,26 +136,6 @@ class grad_function {
   std::vector<nn::parameter<T, D>*> params_;
   context* ctx_;
 };
-
-/// Keeps the memory a training step frees for the next step: a process-wide allocator
-/// setting, so the library never makes it on its own; programs call it once at start.
-/// Every step allocates and frees the same activations and gradients; glibc would
-/// return the freed top of the heap to the system after each step (its trim threshold
-/// starts at 128 KiB) and serve blocks of 128 KiB or more from fresh mappings, so the
-/// next step maps and zeroes the same memory again, page by page, which on a small
-/// network costs more than the step's arithmetic. This sets the thresholds to the
-/// ceilings glibc's own adaptive rule reaches (mmap 32 MiB, trim 64 MiB), once per
-/// process; other C libraries are left alone.
-inline void retain_freed_memory() {
-#if defined(__GLIBC__)
-  static const bool done = [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    return true;
-  }();
-  (void)done;
-#endif
-}
 
 /// MindSpore's value_and_grad(forward_fn, None, params): a function that returns the
 /// loss and the gradients of `params`. (Small networks train faster after
