@@ -190,6 +190,9 @@ void run(any_communicator& world, const options& o) {
   std::optional<examples::shared_temp_dir> synthetic;
   if (o.synthetic) synthetic.emplace(world, "resnet50_cifar10", "tessera_cifar10_", write_synthetic);
   const std::filesystem::path dir = o.synthetic ? synthetic->path() : std::filesystem::path(o.data_dir);
+  // The files of both splits are checked before the network is built: a missing or
+  // truncated file ends the job at once, not after the training epochs.
+  for (const char* usage : {"train", "test"}) data::cifar10_dataset(dir, usage);
 
   any_communicator comm = device_communicator(world, cpu_device{});
   context ctx(comm);
