@@ -31,12 +31,10 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include <unistd.h>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/launch.hpp>
 #include <tessera/comm/mpi.hpp>
@@ -51,6 +49,7 @@
 #include <tessera/train/grad_reducer.hpp>
 #include <tessera/train/data.hpp>
 #include <tessera/train/model.hpp>
+#include "shared_temp_dir.hpp"
 #if defined(__CUDACC__)
 #include <tessera/cuda.hpp>
 #define MNIST_WITH_CUDA 1
@@ -291,29 +290,10 @@ void run(any_communicator& world, const options& o) {
 #if MNIST_WITH_CUDA
   if constexpr (std::is_same_v<D, cuda_device>) cuda::select_device(world.node_local().rank());
 #endif
-  std::filesystem::path dir = o.data_dir;
-  if (o.synthetic) {
-    // Rank 0 writes the files into a fresh folder every rank then reads.
-    std::vector<char> name(256, '\0');
-    if (me == 0) {
-      std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-mnist-XXXXXX").string();
-      if (!::mkdtemp(tmpl.data())) throw error("mnist_data_parallel: cannot make a temporary folder " + tmpl);
-      write_synthetic(tmpl);
-      std::copy(tmpl.begin(), tmpl.end(), name.begin());
-    }
-    world.broadcast(std::span<char>(name), 0);
-    dir = std::string(name.data());
-  }
-  struct cleanup {
-    bool on;
-    std::filesystem::path dir;
-    any_communicator& w;
-    ~cleanup() {
-      if (!on) return;
-      w.barrier();
-      if (w.rank() == 0) std::filesystem::remove_all(dir);
-    }
-  } remove_synthetic{o.synthetic, dir, world};
+  // Rank 0 writes the files into a fresh folder every rank then reads.
+  std::optional<examples::shared_temp_dir> synthetic;
+  if (o.synthetic) synthetic.emplace(world, "mnist_data_parallel", "tessera-mnist-", write_synthetic);
+  const std::filesystem::path dir = o.synthetic ? synthetic->path() : std::filesystem::path(o.data_dir);
 
   any_communicator comm = device_communicator(world, D{});
   context ctx(comm);

@@ -29,10 +29,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <span>
+#include <optional>
 #include <string>
 #include <vector>
-#include <unistd.h>
 #include <tessera/comm/launch.hpp>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
@@ -45,6 +44,7 @@
 #include <tessera/optim/momentum.hpp>
 #include <tessera/train/data.hpp>
 #include <tessera/train/model.hpp>
+#include "shared_temp_dir.hpp"
 
 using namespace tessera;
 
@@ -187,28 +187,12 @@ options parse(int argc, char** argv) {
 
 void run(any_communicator& world, const options& o) {
   const int p = world.size(), me = world.rank();
-  std::filesystem::path dir = o.data_dir;
-  if (o.synthetic) {
-    std::vector<char> name(256, '\0');
-    if (me == 0) {
-      std::string tmpl = (std::filesystem::temp_directory_path() / "tessera_cifar10_XXXXXX").string();
-      if (!::mkdtemp(tmpl.data())) throw error("resnet50_cifar10: cannot make a temporary folder " + tmpl);
-      write_synthetic(tmpl);
-      std::copy(tmpl.begin(), tmpl.end(), name.begin());
-    }
-    world.broadcast(std::span<char>(name), 0);
-    dir = std::string(name.data());
-  }
-  struct cleanup {
-    bool on;
-    std::filesystem::path dir;
-    any_communicator& w;
-    ~cleanup() {
-      if (!on) return;
-      w.barrier();
-      if (w.rank() == 0) std::filesystem::remove_all(dir);
-    }
-  } remove_synthetic{o.synthetic, dir, world};
+  std::optional<examples::shared_temp_dir> synthetic;
+  if (o.synthetic) synthetic.emplace(world, "resnet50_cifar10", "tessera_cifar10_", write_synthetic);
+  const std::filesystem::path dir = o.synthetic ? synthetic->path() : std::filesystem::path(o.data_dir);
+  // The files of both splits are checked before the network is built: a missing or
+  // truncated file ends the job at once, not after the training epochs.
+  for (const char* usage : {"train", "test"}) data::cifar10_dataset(dir, usage);
 
   any_communicator comm = device_communicator(world, cpu_device{});
   context ctx(comm);

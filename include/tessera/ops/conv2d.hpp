@@ -4,6 +4,7 @@
 // redistributed first, by the cheapest plan.
 #pragma once
 
+#include <array>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -38,39 +39,32 @@ void require_window_kernels(std::string_view op) {
                 ": no convolution kernels for these tensors (float only; on the host, link tessera::dnnl: oneDNN)");
 }
 
-// The rank's input (N, C, H, W) extended by the halo of each split spatial axis: H's rows
-// first, then W's columns over the H-extended height. `next` walks the definition's
-// exchanges (halo_exchanges' order).
-template <class T, class D, class C>
-typename storage<T, D>::array extend_hw(typename storage<T, D>::array x, const window_split& s,
-                                        const std::vector<internal_collective>& cs, std::size_t& next,
-                                        device_context<C>& ctx, std::string_view op) {
-  if (s.h.parts > 1) {
-    const internal_collective& ic = cs.at(next++);
-    x = halo_extend<T, D>(x, 2, s.h, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
-  }
-  if (s.w.parts > 1) {
-    const internal_collective& ic = cs.at(next++);
-    x = halo_extend<T, D>(x, 3, s.w, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
-  }
-  return x;
-}
+// The two passes of halo_hw over the split spatial axes of a rank's (N, C, H, W) tensor.
+// extend: the rank's input extended by each split axis's halo (halo_extend), H's rows
+// first, then W's columns over the H-extended height. fold: the gradient of the rank's
+// own input from that of its extended input (halo_fold), W's halo returned first, then
+// H's: extend's transpose, in reverse order.
+enum class halo_pass { extend, fold };
 
-// The gradient of the rank's own input from that of its extended input: W's halo
-// returned first, then H's.
-template <class T, class D, class C>
-typename storage<T, D>::array fold_hw(typename storage<T, D>::array dx, const window_split& s,
+// x after pass P along each split spatial axis, in the pass's order. `next` walks the
+// definition's exchanges (halo_exchanges' order).
+template <halo_pass P, class T, class D, class C>
+typename storage<T, D>::array halo_hw(typename storage<T, D>::array x, const window_split& s,
                                       const std::vector<internal_collective>& cs, std::size_t& next,
                                       device_context<C>& ctx, std::string_view op) {
-  if (s.w.parts > 1) {
+  struct axis {
+    int dim;  // 2: H, 3: W
+    const window_axis& a;
+  };
+  const axis h{2, s.h}, w{3, s.w};
+  for (const axis& ax : P == halo_pass::extend ? std::array{h, w} : std::array{w, h}) {
+    if (ax.a.parts <= 1) continue;
     const internal_collective& ic = cs.at(next++);
-    dx = halo_fold<T, D>(dx, 3, s.w, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
+    auto& group = ctx.on(ic.dev).group(ic.axes);
+    if constexpr (P == halo_pass::extend) x = halo_extend<T, D>(x, ax.dim, ax.a, group, ic, ctx.rank(), op);
+    else x = halo_fold<T, D>(x, ax.dim, ax.a, group, ic, ctx.rank(), op);
   }
-  if (s.h.parts > 1) {
-    const internal_collective& ic = cs.at(next++);
-    dx = halo_fold<T, D>(dx, 2, s.h, ctx.on(ic.dev).group(ic.axes), ic, ctx.rank(), op);
-  }
-  return dx;
+  return x;
 }
 
 // The padding of the rank's local window: the image's on the edges of a split axis
@@ -105,7 +99,7 @@ tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<
     const window_split s = op.split(op.st, ctx.size(), shapes);
     const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
     std::size_t next = 0;
-    const auto xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const auto xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
     using A = typename storage<T, D>::array;
@@ -135,14 +129,14 @@ op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_input
     const window_split s = op.split(op.st, ctx.size(), shapes);
     const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
     std::size_t next = detail::forward_exchanges(s);
-    const A xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const A xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
     const extents xes = detail::extents_of(xe.shape());
     const extents wls = local_shape(r.w, shapes[1]);
     dw = std::move(K::conv2d_backward_weights(ldy->local(), xe, detail::dims_of(wls), false, p).dw);
-    dx = detail::fold_hw<T, D>(K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p), s, cs,
-                               next, ctx, op.name());
+    A dxe = K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p);
+    dx = detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(dxe), s, cs, next, ctx, op.name());
   }
   return grads_of(tensor_on<T, D>(r.grad_x, shapes[0], ctx.rank(), std::move(dx)),
                   tensor_on<T, D>(r.grad_w, shapes[1], ctx.rank(), std::move(dw)));

@@ -30,7 +30,7 @@ tensor_on<T, D> forward(const pool2d_op<Kind>& op, op_inputs<T, D> in, device_co
     const window_split s = op.split(op.st, ctx.size(), shapes);
     const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
     std::size_t next = 0;
-    const auto xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const auto xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
     kernels::pool2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
     if constexpr (Kind == pool_kind::max) return tensor_on<T, D>(r.x, ys, ctx.rank(), K::max_pool2d_forward(xe, p).y);
@@ -62,7 +62,7 @@ op_grads<T, D> backward(const pool2d_op<Kind>& op, const tensor_on<T, D>& dy, op
     A dxe;
     if constexpr (Kind == pool_kind::max) {
       const auto lx = in_layout(*in[0], r.x, ctx);
-      const A xe = detail::extend_hw<T, D>(lx->local(), s, cs, next, ctx, op.name());
+      const A xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
       const auto f = K::max_pool2d_forward(xe, p);
       dxe = K::max_pool2d_backward(ldy->local(), xe, f.y, f.workspace, p);
     } else {
@@ -71,7 +71,7 @@ op_grads<T, D> backward(const pool2d_op<Kind>& op, const tensor_on<T, D>& dy, op
       xes.v[3] = s.w.extended(s.coord_w(ctx.rank()));
       dxe = K::avg_pool2d_backward(ldy->local(), detail::dims_of(xes), p);
     }
-    dx = detail::fold_hw<T, D>(std::move(dxe), s, cs, next, ctx, op.name());
+    dx = detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(dxe), s, cs, next, ctx, op.name());
   }
   return grads_of(tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(dx)));
 }
