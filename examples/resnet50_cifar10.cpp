@@ -22,6 +22,12 @@
 // them apart from the whole dataset). Later steps drift apart at the small batches the
 // tests use: the first updates raise the loss, and batch norm over a few 1x1 maps
 // magnifies float rounding (tests/train/test_resnet.cpp checks training itself).
+// --save-checkpoint DIR: at the end of the training each rank saves its shards
+// (ModelCheckpoint, integrated_save off: DIR/rank_R/resnet50-E_S.safetensors) and rank
+// 0 prints `checkpoint: DIR/resnet50-E_S.safetensors`; --load-checkpoint FILE: that name
+// (or a whole checkpoint) loads into the network before training, whatever strategy
+// and rank count saved it (seed 003's per-rank checkpoints; batch norm's running
+// statistics are parameters, so `--steps 0` evaluates the saved network).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,9 +45,11 @@
 #include <tessera/data/dataset.hpp>
 #include <tessera/data/synthetic.hpp>
 #include <tessera/data/transforms.hpp>
+#include <tessera/io/checkpoint.hpp>
 #include <tessera/nn/loss.hpp>
 #include <tessera/nn/resnet.hpp>
 #include <tessera/optim/momentum.hpp>
+#include <tessera/train/checkpoint.hpp>
 #include <tessera/train/data.hpp>
 #include <tessera/train/model.hpp>
 #include "shared_temp_dir.hpp"
@@ -59,6 +67,7 @@ struct options {
   std::int64_t image_size = 224;
   std::string parallel = "data";
   bool verify = false;
+  std::string save_checkpoint, load_checkpoint;
 };
 
 void write_synthetic(const std::filesystem::path& dir) {
@@ -132,9 +141,24 @@ outcome train_resnet(context& ctx, const options& o, const std::filesystem::path
   }
   if (ctx.size() == 1) mo.parallel.mode = graph::parallel_mode::stand_alone;
   train::model model(*net, loss_fn, opt, ctx, mo);
-  data::dataset train_set = cifar10(dir, "train", shards, shard, batch, o.image_size, !o.verify);
+  if (!o.load_checkpoint.empty()) {
+    net->build(ctx, mo.seed);
+    std::vector<io::param_ref> refs;
+    for (auto& [name, q] : net->named_parameters()) refs.emplace_back(name, q->data());
+    io::load_distributed_checkpoint(o.load_checkpoint, refs);
+    if (print) std::printf("loaded %zu tensors from %s\n", refs.size(), o.load_checkpoint.c_str());
+  }
   loss_monitor monitor(o, print);
-  model.train(o.steps == 0 ? 0 : o.epochs, train_set, {&monitor});
+  std::vector<train::callback<float>*> callbacks{&monitor};
+  std::optional<train::model_checkpoint<float>> ckpt;
+  if (test && !o.save_checkpoint.empty()) {
+    ckpt.emplace("resnet50", o.save_checkpoint, ctx,
+                 train::model_checkpoint<float>::config{.save_checkpoint_steps = INT64_MAX, .keep_checkpoint_max = 1});
+    callbacks.push_back(&*ckpt);
+  }
+  data::dataset train_set = cifar10(dir, "train", shards, shard, batch, o.image_size, !o.verify);
+  model.train(o.steps == 0 ? 0 : o.epochs, train_set, callbacks);
+  if (print && ckpt && !ckpt->saved().empty()) std::printf("checkpoint: %s\n", ckpt->saved().back().c_str());
   if (print && o.steps >= 0 && monitor.timed_steps_ > 0)
     std::printf("step time: %.1f ms\n", 1e3 * monitor.timed_ / double(monitor.timed_steps_));
   outcome out{monitor.losses, {}};
@@ -170,10 +194,13 @@ options parse(int argc, char** argv) {
     else if (a == "--image-size") o.image_size = number(i);
     else if (a == "--parallel") o.parallel = value(i);
     else if (a == "--verify") o.verify = true;
+    else if (a == "--save-checkpoint") o.save_checkpoint = value(i);
+    else if (a == "--load-checkpoint") o.load_checkpoint = value(i);
     else
       throw error("resnet50_cifar10: unknown argument '" + a +
                   "'; usage: resnet50_cifar10 (--data DIR | --synthetic) [--epochs N] [--steps N] [--batch N] "
-                  "[--image-size S] [--parallel data|semi_auto|auto] [--verify]");
+                  "[--image-size S] [--parallel data|semi_auto|auto] [--verify] [--save-checkpoint DIR] "
+                  "[--load-checkpoint FILE]");
   }
   if (o.synthetic == !o.data_dir.empty())
     throw error("resnet50_cifar10: give either --data DIR (cifar-10-batches-bin) or --synthetic");

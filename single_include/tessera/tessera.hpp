@@ -6701,8 +6701,8 @@ struct dropout_op {
 // (N, H, W) in training and the running ones in evaluation. The sharding rule
 // (MindSpore's strategy ((n, c, 1, 1), (c,), (c,)): the batch and the channels split,
 // height and width whole, gamma and beta split as x's channels), constexpr; the
-// operator type ops::batch_norm_op with the state its copies share (the mode and the
-// running statistics). Standard library only; the forward and backward are in
+// operator type ops::batch_norm_op with the state its copies share (the mode and where
+// the running statistics live). Standard library only; the forward and backward are in
 // ops/batch_norm.hpp.
 //
 // Batch statistics over a split batch. With `sync` (the default) the n ranks of a batch
@@ -6713,6 +6713,7 @@ struct dropout_op {
 // statistics and keeps its own running statistics (MindSpore's BatchNorm2d and PyTorch
 // DDP's default): cheaper, and equal to the one-rank result only when n = 1.
 
+#include <any>
 #include <atomic>
 #include <memory>
 #include <sstream>
@@ -6798,19 +6799,21 @@ inline constexpr batch_norm_layouts static_batch_norm_rule = [] {
 namespace ops {
 
 /// What the copies of one batch-norm layer's definition share (the module's, the
-/// graph's, the tape's): whether it trains, and this rank's running statistics.
+/// graph's, the tape's): whether it trains, and where its running statistics live.
 ///
-/// `running_mean` and `running_var` hold one value per channel of this rank's channel
-/// shard (C / c of them), on the host whatever the device. They are empty until the
-/// first forward, which sets them to 0 and 1; each training forward then updates them
-/// with the batch's mean and unbiased variance (see batch_norm_op::momentum). They are
-/// the rank's own: with `sync` every rank of a batch group holds the same values, without
-/// it each its own shard's. A forward whose channel shard has another size (a strategy
-/// with another channel split) is an error naming both sizes.
+/// `statistics` holds an ops::batch_norm_statistics<T, D> (ops/batch_norm.hpp): the
+/// accessors of two tensors of shape (C,), the running mean and variance, in any layout
+/// (each forward lays them out as the rule's `param`, as gamma, and keeps them so).
+/// nn::batch_norm2d binds it to its parameters moving_mean and moving_variance when it
+/// is built, so that they are the one copy of the statistics (saved in checkpoints,
+/// loaded from them); an operator used alone makes its own at its first forward, 0 and 1.
+/// Each training forward updates them with the batch's mean and unbiased variance (see
+/// batch_norm_op::momentum). With `sync` every rank of a batch group holds the same
+/// values; without it each rank its own shard's (the replicas of a checkpoint's one
+/// copy then differ, as MindSpore's BatchNorm2d's do).
 struct batch_norm_state {
   std::atomic<bool> training{true};
-  std::vector<float> running_mean;
-  std::vector<float> running_var;
+  std::any statistics;           ///< an ops::batch_norm_statistics<T, D>, or empty until bound or first run
   std::atomic<long> updates{0};  ///< training forwards so far (running statistics updates)
 };
 
@@ -6824,7 +6827,7 @@ struct batch_norm_state {
 /// one), the batch variance made unbiased (times count / (count - 1)) as both keep it;
 /// `sync`: the batch statistics of the whole batch (see the top of this file); `state`,
 /// shared by the definition's copies: training or evaluation (running statistics, no
-/// communication) and the running statistics.
+/// communication) and where the running statistics live.
 ///
 /// Internal collectives, with sync and n > 1 in training: forward one AllReduce (sum) of
 /// 2 * C_local over the batch axis (the per-channel sums and sums of squares); backward
@@ -6832,6 +6835,9 @@ struct batch_norm_state {
 /// not the forward's statistics) and one of 2 * C_local for the sums of dy and dy * x_hat.
 /// The price (collectives()) cannot read the state: it assumes training mode, where the
 /// graph's training step runs the operator; an evaluation pass moves none of these.
+/// Nor does it price laying the running statistics out as the rule's `param` when they
+/// come in another layout (a module placed them for another strategy than the graph's): the first
+/// forward after that redistributes them once and keeps them so.
 struct batch_norm_op {
   strategy st;
   double eps = 1e-5;
@@ -19445,13 +19451,17 @@ op_grads<T, D> backward(const dropout_op& op, const tensor_on<T, D>& dy, op_inpu
 //                      dgamma = sum dy * x_hat and dbeta = sum dy of this rank's batch shard
 //                      (partial sums over the batch axis, as the rule says)
 //
-// Everything runs through kernels::backend<D>; the running statistics live on the host
-// (ops::batch_norm_state) and visit the device for their update. Where the device has
+// Everything runs through kernels::backend<D>. The running statistics are two tensors of
+// device D (batch_norm_statistics: a module's parameters moving_mean and moving_variance,
+// or the operator's own), laid out as gamma and updated in place. Where the device has
 // no batch-norm kernels (the host of a program that does not link tessera::dnnl, or
 // nvcc's view of the host) or for another element type than float, the operator
 // compiles and throws tessera::error when run ("batch_norm: ...").
 
+#include <any>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -19478,6 +19488,14 @@ inline constexpr bool batch_norm_supported =
       kernels::backend<D>::template batch_norm_backward_data<T>(a, a, a, a, a, s, n, e);
       kernels::backend<D>::template batch_norm_update_running<T>(a, a, a, a, n, e, true);
     };
+
+/// Where a batch-norm layer's running statistics live on device D (ops::batch_norm_state
+/// holds one): accessors of the running mean and variance, tensors of shape (C,).
+template <class T, class D>
+struct batch_norm_statistics {
+  std::function<tensor_on<T, D>&()> mean;
+  std::function<tensor_on<T, D>&()> variance;
+};
 
 namespace detail {
 
@@ -19522,46 +19540,75 @@ kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_batch_stats(
   return K::template batch_norm_moments<T>(s, count);
 }
 
-// This rank's running statistics on device D (0 and 1 at first use), checked against
-// the channel shard's size.
-template <class T, class D>
-kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_running(const batch_norm_op& op,
-                                                                            std::size_t channels) {
+// The running statistics of `op` laid out as the rule's `param` (redistributed there,
+// and kept so, when they come in another layout): made at the first use of an operator
+// no module bound (0 and 1), checked against x's channels.
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>*, tensor_on<T, D>*> batch_norm_running(const batch_norm_op& op,
+                                                                 const batch_norm_layouts& r, index_t channels,
+                                                                 device_context<C>& ctx) {
   batch_norm_state& s = *op.state;
-  if (s.running_mean.empty() && s.running_var.empty()) {
-    s.running_mean.assign(channels, 0.0f);
-    s.running_var.assign(channels, 1.0f);
+  if (!s.statistics.has_value()) {
+    const extents shape{channels};
+    auto own = std::make_shared<std::pair<tensor_on<T, D>, tensor_on<T, D>>>(
+        tensor_on<T, D>(r.param, shape, ctx.rank()), tensor_on<T, D>(r.param, shape, ctx.rank()));
+    storage<T, D>::fill(own->second.local(), T(1));
+    s.statistics = batch_norm_statistics<T, D>{[own]() -> tensor_on<T, D>& { return own->first; },
+                                               [own]() -> tensor_on<T, D>& { return own->second; }};
   }
-  if (s.running_mean.size() != channels || s.running_var.size() != channels)
-    throw error("batch_norm: the running statistics hold " + std::to_string(s.running_mean.size()) +
-                " channels, this rank's channel shard has " + std::to_string(channels) +
-                " (a strategy with another channel split uses a fresh state)");
-  xt::xarray<T> m = xt::xarray<T>::from_shape({channels}), v = xt::xarray<T>::from_shape({channels});
-  for (std::size_t i = 0; i < channels; ++i) {
-    m(i) = T(s.running_mean[i]);
-    v(i) = T(s.running_var[i]);
+  auto* b = std::any_cast<batch_norm_statistics<T, D>>(&s.statistics);
+  if (!b)
+    throw error("batch_norm: the running statistics are bound for another element type or device than the "
+                "forward's");
+  tensor_on<T, D>* out[2] = {&b->mean(), &b->variance()};
+  for (int i = 0; i < 2; ++i) {
+    tensor_on<T, D>& t = *out[i];
+    if (!(t.global_shape() == extents{channels}))
+      throw error(std::string("batch_norm: the running ") + (i == 0 ? "mean" : "variance") + " is " +
+                  to_string(t.global_shape()) + ", x has " + std::to_string(channels) + " channels");
+    if (!same_placement(t.layout(), r.param)) t = redistribute(t, r.param, ctx);
   }
-  return {storage<T, D>::from_host(m), storage<T, D>::from_host(v)};
+  return {out[0], out[1]};
 }
 
 // running = momentum * running + (1 - momentum) * batch (MindSpore's momentum), the
-// batch variance unbiased over `count` elements per channel.
-template <class T, class D>
-void batch_norm_update(const batch_norm_op& op, const kernels::batch_norm_stats<typename storage<T, D>::array>& batch,
-                       std::size_t count) {
-  kernels::batch_norm_stats<typename storage<T, D>::array> run = batch_norm_running<T, D>(op, batch.mean.size());
-  kernels::backend<D>::template batch_norm_update_running<T>(run.mean, run.variance, batch.mean, batch.variance,
-                                                             count, T(1.0 - op.momentum), true);
-  const xt::xarray<T> m = storage<T, D>::to_host(run.mean), v = storage<T, D>::to_host(run.variance);
-  batch_norm_state& s = *op.state;
-  for (std::size_t i = 0; i < m.size(); ++i) {
-    s.running_mean[i] = float(m(i));
-    s.running_var[i] = float(v(i));
-  }
-  s.updates.fetch_add(1);
+// batch variance unbiased over `count` elements per channel, in place.
+template <class T, class D, class C>
+void batch_norm_update(const batch_norm_op& op, const batch_norm_layouts& r, index_t channels,
+                       const kernels::batch_norm_stats<typename storage<T, D>::array>& batch, std::size_t count,
+                       device_context<C>& ctx) {
+  const auto [mean, variance] = batch_norm_running<T, D>(op, r, channels, ctx);
+  kernels::backend<D>::template batch_norm_update_running<T>(mean->local(), variance->local(), batch.mean,
+                                                             batch.variance, count, T(1.0 - op.momentum), true);
+  op.state->updates.fetch_add(1);
 }
 
 }  // namespace detail
+
+/// Binds the running statistics of `op` (and of its copies, which share its state) to
+/// two tensors of shape (C,) on device D, given by accessors called at each forward:
+/// nn::batch_norm2d binds its parameters moving_mean and moving_variance, whose storage
+/// may be laid out anew (a model's plan, a checkpoint loaded). The forward lays them out
+/// as gamma when they are not, and updates them in place in training.
+template <class T, class D>
+void bind_running_statistics(const batch_norm_op& op, std::function<tensor_on<T, D>&()> mean,
+                             std::function<tensor_on<T, D>&()> variance) {
+  op.state->statistics = batch_norm_statistics<T, D>{std::move(mean), std::move(variance)};
+}
+
+/// This rank's shard of the running mean (variance) of `op` as floats on the host, one
+/// per channel of the shard; empty before an unbound operator's first forward.
+template <class T = float, class D = cpu_device>
+std::vector<float> running_mean(const batch_norm_op& op, bool variance = false) {
+  auto* b = std::any_cast<batch_norm_statistics<T, D>>(&op.state->statistics);
+  if (!b) return {};
+  const xt::xarray<T> h = storage<T, D>::to_host((variance ? b->variance() : b->mean()).local());
+  return std::vector<float>(h.begin(), h.end());
+}
+template <class T = float, class D = cpu_device>
+std::vector<float> running_variance(const batch_norm_op& op) {
+  return running_mean<T, D>(op, true);
+}
 
 /// y = gamma * (x - mean) / sqrt(variance + eps) + beta per channel, x (N, C, H, W) and
 /// gamma, beta (C,) in any layouts (brought to the rule's); y in the rule's layout of x.
@@ -19587,11 +19634,11 @@ tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_conte
                                                           r.batch_split, count, ctx);
       y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
                                                       T(op.eps));
-      detail::batch_norm_update<T, D>(op, m, count);
+      detail::batch_norm_update<T, D>(op, r, shapes[0][1], m, count, ctx);
     } else {
-      const auto m = detail::batch_norm_running<T, D>(op, std::size_t(lg->local().size()));
-      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
-                                                      T(op.eps));
+      const auto [mean, variance] = detail::batch_norm_running<T, D>(op, r, shapes[0][1], ctx);
+      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), mean->local(),
+                                                      variance->local(), T(op.eps));
     }
     return tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(y));
   }
@@ -19643,11 +19690,13 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
       // The statistics are constants: dx = gamma / sqrt(variance + eps) * dy, the data
       // backward with zero sums.
       const std::size_t channels = std::size_t(lg->local().size());
-      const auto m = detail::batch_norm_running<T, D>(op, channels);
-      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps);
+      const auto [mean, variance] = detail::batch_norm_running<T, D>(op, r, shapes[0][1], ctx);
+      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), mean->local(), variance->local(),
+                                                      eps);
       const xt::xarray<T> zeros = xt::zeros<T>({channels});
       const kernels::channel_sums<A> none{storage<T, D>::from_host(zeros), storage<T, D>::from_host(zeros)};
-      dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance, none,
+      dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), mean->local(),
+                                                   variance->local(), none,
                                                    detail::batch_norm_count(lx->local_shape()), eps);
     }
     return grads_of(tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(dx)),
@@ -22035,10 +22084,16 @@ class dropout : public module<T, D> {
 /// MindSpore's nn.BatchNorm2d(num_features, eps, momentum): per channel of x (N, C, H,
 /// W), y = gamma * (x - mean) / sqrt(variance + eps) + beta, with the batch's mean and
 /// biased variance over (N, H, W) in training mode and the running statistics in
-/// evaluation mode. gamma (ones) and beta (zeros) are the parameters "gamma" and "beta";
-/// the running statistics (running = momentum * running + (1 - momentum) * batch,
-/// MindSpore's momentum) are this rank's, in the operator's shared state
-/// (ops::batch_norm_state), not parameters.
+/// evaluation mode. Its parameters are MindSpore's four: "gamma" (ones) and "beta"
+/// (zeros), and the running statistics "moving_mean" (zeros) and "moving_variance"
+/// (ones), which require no gradient (trainable_params() leaves them out, so optimizers
+/// and gradient reducers never see them) and are laid out as gamma. They are the one copy
+/// of the running statistics: build() binds the operator's shared state to them
+/// (ops::bind_running_statistics), every training forward, eager or in a traced graph,
+/// updates them in place (running = momentum * running + (1 - momentum) * batch,
+/// MindSpore's momentum), every evaluation forward reads them, and a checkpoint saves and
+/// loads them with the other parameters. A built layer must stay where it is (as every
+/// module whose parameters an optimizer holds).
 ///
 ///     nn::batch_norm2d<float> bn(16);
 ///     bn.shard(strategy{{2, 4, 1, 1}, {4}, {4}});   // optional: BatchNorm's strategy
@@ -22059,6 +22114,8 @@ class batch_norm2d : public module<T, D> {
                         std::optional<bool> use_batch_statistics = {})
       : gamma(extents{checked(num_features)}, initializer::ones()),
         beta(extents{num_features}, initializer::zeros()),
+        moving_mean(extents{num_features}, initializer::zeros(), false),
+        moving_variance(extents{num_features}, initializer::ones(), false),
         features_(num_features),
         use_batch_statistics_(use_batch_statistics) {
     if (!(eps > 0.0)) throw error("batch_norm2d: eps must be positive: got " + std::to_string(eps));
@@ -22072,6 +22129,8 @@ class batch_norm2d : public module<T, D> {
 
   parameter<T, D> gamma;
   parameter<T, D> beta;
+  parameter<T, D> moving_mean;      ///< the running mean; no gradient
+  parameter<T, D> moving_variance;  ///< the running (unbiased) variance; no gradient
 
   /// Sets BatchNorm's strategy ((n, c, 1, 1), (c,), (c,)); call before build().
   batch_norm2d& shard(const strategy& st) {
@@ -22084,16 +22143,19 @@ class batch_norm2d : public module<T, D> {
   double momentum() const { return op_.momentum; }
   bool sync() const { return op_.sync; }
   /// The operator the layer applies (ops/batch_norm_rule.hpp); its copies share the
-  /// mode and the running statistics.
+  /// mode and the running statistics (the layer's moving_mean and moving_variance once
+  /// built).
   const ops::batch_norm_op& op() const { return op_; }
-  /// This rank's running mean and variance, one value per channel of its channel shard
-  /// (empty before the first forward).
-  const std::vector<float>& running_mean() const { return op_.state->running_mean; }
-  const std::vector<float>& running_var() const { return op_.state->running_var; }
+  /// This rank's shard of moving_mean (moving_variance) as floats on the host (empty
+  /// before build).
+  std::vector<float> running_mean() const { return host_values(moving_mean); }
+  std::vector<float> running_var() const { return host_values(moving_variance); }
 
   void visit(visitor<T, D>& v) override {
     v.param("gamma", gamma);
     v.param("beta", beta);
+    v.param("moving_mean", moving_mean);
+    v.param("moving_variance", moving_variance);
   }
   void reset_strategies() override { op_.st = strategy{}; }
   void training_changed(bool mode) override { op_.state->training.store(use_batch_statistics_.value_or(mode)); }
@@ -22104,11 +22166,15 @@ class batch_norm2d : public module<T, D> {
     const extents any{dynamic_extent, features_, dynamic_extent, dynamic_extent};
     try {
       const batch_norm_layouts r = placed_.rule(device_num, shape_list{any, extents{features_}, extents{features_}});
-      gamma.set_target_layout(r.param);
-      beta.set_target_layout(r.param);
+      for (parameter<T, D>* p : {&gamma, &beta, &moving_mean, &moving_variance}) p->set_target_layout(r.param);
     } catch (const error& e) {
       throw error(std::string("batch_norm2d: ") + e.what());
     }
+    // The running statistics are the parameters, wherever their storage is when a
+    // forward runs (a model lays parameters out anew; a checkpoint loads into them).
+    ops::bind_running_statistics<T, D>(
+        op_, [this]() -> tensor_on<T, D>& { return moving_mean.data(); },
+        [this]() -> tensor_on<T, D>& { return moving_variance.data(); });
   }
 
   /// Eager: BatchNorm with the layer's strategy (data parallel when none is set).
@@ -22122,7 +22188,9 @@ class batch_norm2d : public module<T, D> {
   }
 
   /// Traced: BatchNorm named "<layer>.batch_norm", sharing the layer's mode and running
-  /// statistics (without a strategy the parallel mode gives it one).
+  /// statistics (without a strategy the parallel mode gives it one). moving_mean and
+  /// moving_variance are not graph parameters: the graph's operator reads and updates
+  /// them through the shared state.
   graph::value operator()(graph::value x) {
     check_input(x.shape());
     return apply_named(this->op_name("batch_norm"), op_, x, gamma.on(x), beta.on(x));
@@ -22132,6 +22200,11 @@ class batch_norm2d : public module<T, D> {
   static index_t checked(index_t n) {
     if (n < 1) throw error("batch_norm2d: num_features must be positive: got " + std::to_string(n));
     return n;
+  }
+  static std::vector<float> host_values(const parameter<T, D>& p) {
+    if (!p.built()) return {};
+    const xt::xarray<T> h = storage<T, D>::to_host(p.data().local());
+    return std::vector<float>(h.begin(), h.end());
   }
   void check_input(const extents& s) const {
     if (s.ndim != 4 || s[1] != features_)

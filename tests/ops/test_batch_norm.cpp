@@ -231,8 +231,8 @@ TEST_CASE("batch_norm forward: batch statistics in training, running statistics 
     }
   }
   CHECK(op.state->updates.load() == 2);
-  CHECK(close(op.state->running_mean, rm));
-  CHECK(close(op.state->running_var, rv));
+  CHECK(close(ops::running_mean(op), rm));
+  CHECK(close(ops::running_variance(op), rv));
 
   // Evaluation: the running statistics, which stay as they are.
   op.state->training.store(false);
@@ -240,7 +240,7 @@ TEST_CASE("batch_norm forward: batch statistics in training, running statistics 
   const run_result r = one(op, x3, g, b, dy);
   CHECK(close(r.y.local(), normalise(to_double(x3), to_double(g), to_double(b), stats{rm, rv}, eps), 1e-5));
   CHECK(op.state->updates.load() == 2);
-  CHECK(close(op.state->running_mean, rm));
+  CHECK(close(ops::running_mean(op), rm));
 }
 
 TEST_CASE("batch_norm backward: finite differences of sum(w * y), in training and in evaluation") {
@@ -252,8 +252,8 @@ TEST_CASE("batch_norm backward: finite differences of sum(w * y), in training an
     const ops::batch_norm_op op = make_op(whole);
     // Running statistics as one training step leaves them (evaluation uses them).
     (void)one(op, x_values(5), g, b, w);
-    const stats running{std::vector<double>(op.state->running_mean.begin(), op.state->running_mean.end()),
-                        std::vector<double>(op.state->running_var.begin(), op.state->running_var.end())};
+    const std::vector<float> rm = ops::running_mean(op), rv = ops::running_variance(op);
+    const stats running{std::vector<double>(rm.begin(), rm.end()), std::vector<double>(rv.begin(), rv.end())};
     op.state->training.store(training);
     const run_result got = one(op, x, g, b, w);
 
@@ -319,11 +319,12 @@ TEST_CASE("batch_norm: every candidate strategy equals the one-rank run; without
       CHECK(close(testing::gather(got.dx, ctx), ref.dx.local()));
       CHECK(close(testing::gather(got.dgamma, ctx), ref.dgamma.local()));
       CHECK(close(testing::gather(got.dbeta, ctx), ref.dbeta.local()));
-      const std::vector<float>& rm = op.state->running_mean;
+      const std::vector<float> rm = ops::running_mean(op), rv = ops::running_variance(op);
+      const std::vector<float> ref_rm = ops::running_mean(ref_op), ref_rv = ops::running_variance(ref_op);
       REQUIRE(rm.size() == cl);
       for (std::size_t j = 0; j < cl; ++j) {
-        CHECK(std::abs(rm[j] - ref_op.state->running_mean[c0 + j]) <= 1e-6f);
-        CHECK(std::abs(op.state->running_var[j] - ref_op.state->running_var[c0 + j]) <= 1e-5f);
+        CHECK(std::abs(rm[j] - ref_rm[c0 + j]) <= 1e-6f);
+        CHECK(std::abs(rv[j] - ref_rv[c0 + j]) <= 1e-5f);
       }
       ++cases;
     }
@@ -336,11 +337,13 @@ TEST_CASE("batch_norm: every candidate strategy equals the one-rank run; without
     const run_result shard = one(shard_op, block(x, n0, nl, 0, C), g, b, block(dy, n0, nl, 0, C));
     CHECK(close(got.y.local(), block(shard.y.local(), 0, nl, c0, cl)));
     CHECK(close(got.dx.local(), block(shard.dx.local(), 0, nl, c0, cl)));
+    const std::vector<float> own_rm = ops::running_mean(own), own_rv = ops::running_variance(own);
+    const std::vector<float> shard_rm = ops::running_mean(shard_op), shard_rv = ops::running_variance(shard_op);
     for (std::size_t j = 0; j < cl; ++j) {
       CHECK(std::abs(got.dgamma.local()(j) - shard.dgamma.local()(c0 + j)) <= 1e-4f);
       CHECK(std::abs(got.dbeta.local()(j) - shard.dbeta.local()(c0 + j)) <= 1e-4f);
-      CHECK(std::abs(own.state->running_mean[j] - shard_op.state->running_mean[c0 + j]) <= 1e-6f);
-      CHECK(std::abs(own.state->running_var[j] - shard_op.state->running_var[c0 + j]) <= 1e-5f);
+      CHECK(std::abs(own_rm[j] - shard_rm[c0 + j]) <= 1e-6f);
+      CHECK(std::abs(own_rv[j] - shard_rv[c0 + j]) <= 1e-5f);
     }
     if (r.batch_split > 1) CHECK(!close(got.y.local(), block(ref.y.local(), n0, nl, c0, cl), 1e-6));
     ++cases;
@@ -429,6 +432,14 @@ TEST_CASE("nn::batch_norm2d: the operator eagerly (train and eval), and traced w
   CHECK(testing::gather(net.bn.beta.data(), ctx) == zeros);
   const batch_norm_layouts r = make_op(strategy{{p, 1, 1, 1}, {1}, {1}}).rule(p, shapes);
   CHECK(net.bn.gamma.layout() == r.param);
+  // MindSpore's four parameters; the running statistics need no gradient.
+  std::vector<std::string> names;
+  for (auto& [name, q] : net.named_parameters()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"bn.gamma", "bn.beta", "bn.moving_mean", "bn.moving_variance"});
+  CHECK(net.trainable_params() == std::vector<nn::parameter<float>*>{&net.bn.gamma, &net.bn.beta});
+  CHECK(net.bn.moving_mean.layout() == r.param);
+  CHECK(testing::gather(net.bn.moving_mean.data(), ctx) == zeros);
+  CHECK(testing::gather(net.bn.moving_variance.data(), ctx) == ones);
 
   const ops::batch_norm_op ref_op = make_op(whole);
   const run_result ref = one(ref_op, x, ones, zeros, dy);
@@ -437,8 +448,8 @@ TEST_CASE("nn::batch_norm2d: the operator eagerly (train and eval), and traced w
     const autodiff::var<float> y = net(t.leaf(testing::host_shard_of(x, r.x, me), false));
     CHECK(close(testing::gather(y.value(), ctx), ref.y.local()));
   }
-  CHECK(close(net.bn.running_mean(), std::vector<double>(ref_op.state->running_mean.begin(),
-                                                          ref_op.state->running_mean.end())));
+  const std::vector<float> ref_rm = ops::running_mean(ref_op);
+  CHECK(close(net.bn.running_mean(), std::vector<double>(ref_rm.begin(), ref_rm.end())));
   // Evaluation: the running statistics the training step left.
   net.set_train(false);
   CHECK(!net.bn.op().training());
@@ -465,6 +476,7 @@ TEST_CASE("nn::batch_norm2d: the operator eagerly (train and eval), and traced w
   CHECK(op_node.shape == x_shape);
   CHECK(gr.at(gr.find("bn.gamma")).kind == graph::node_kind::parameter);
   CHECK(gr.at(gr.find("bn.beta")).shape == extents{C});
+  CHECK(gr.parameters().size() == 2);  // the running statistics are the operator's state, not graph inputs
   const ops::batch_norm_op* traced = op_node.op->definition<ops::batch_norm_op>();
   REQUIRE(traced != nullptr);
   CHECK(traced->state == net.bn.op().state);

@@ -124,7 +124,7 @@ bool close(const xt::xarray<float>& x, const xt::xarray<float>& y) {
 TEST_CASE("ResNet-50: torchvision's parameter count and the traced shapes of each stage") {
   auto net = nn::resnet50<float>(10);
   index_t count = 0;
-  for (auto* q : net->parameters()) count += q->shape().size();
+  for (auto* q : net->trainable_params()) count += q->shape().size();
   CHECK(count == 23528522);
   const auto named = net->named_parameters();
   CHECK(named.front().first == "conv1.weight");

@@ -514,10 +514,16 @@ class dropout : public module<T, D> {
 /// MindSpore's nn.BatchNorm2d(num_features, eps, momentum): per channel of x (N, C, H,
 /// W), y = gamma * (x - mean) / sqrt(variance + eps) + beta, with the batch's mean and
 /// biased variance over (N, H, W) in training mode and the running statistics in
-/// evaluation mode. gamma (ones) and beta (zeros) are the parameters "gamma" and "beta";
-/// the running statistics (running = momentum * running + (1 - momentum) * batch,
-/// MindSpore's momentum) are this rank's, in the operator's shared state
-/// (ops::batch_norm_state), not parameters.
+/// evaluation mode. Its parameters are MindSpore's four: "gamma" (ones) and "beta"
+/// (zeros), and the running statistics "moving_mean" (zeros) and "moving_variance"
+/// (ones), which require no gradient (trainable_params() leaves them out, so optimizers
+/// and gradient reducers never see them) and are laid out as gamma. They are the one copy
+/// of the running statistics: build() binds the operator's shared state to them
+/// (ops::bind_running_statistics), every training forward, eager or in a traced graph,
+/// updates them in place (running = momentum * running + (1 - momentum) * batch,
+/// MindSpore's momentum), every evaluation forward reads them, and a checkpoint saves and
+/// loads them with the other parameters. A built layer must stay where it is (as every
+/// module whose parameters an optimizer holds).
 ///
 ///     nn::batch_norm2d<float> bn(16);
 ///     bn.shard(strategy{{2, 4, 1, 1}, {4}, {4}});   // optional: BatchNorm's strategy
@@ -538,6 +544,8 @@ class batch_norm2d : public module<T, D> {
                         std::optional<bool> use_batch_statistics = {})
       : gamma(extents{checked(num_features)}, initializer::ones()),
         beta(extents{num_features}, initializer::zeros()),
+        moving_mean(extents{num_features}, initializer::zeros(), false),
+        moving_variance(extents{num_features}, initializer::ones(), false),
         features_(num_features),
         use_batch_statistics_(use_batch_statistics) {
     if (!(eps > 0.0)) throw error("batch_norm2d: eps must be positive: got " + std::to_string(eps));
@@ -551,6 +559,8 @@ class batch_norm2d : public module<T, D> {
 
   parameter<T, D> gamma;
   parameter<T, D> beta;
+  parameter<T, D> moving_mean;      ///< the running mean; no gradient
+  parameter<T, D> moving_variance;  ///< the running (unbiased) variance; no gradient
 
   /// Sets BatchNorm's strategy ((n, c, 1, 1), (c,), (c,)); call before build().
   batch_norm2d& shard(const strategy& st) {
@@ -563,16 +573,19 @@ class batch_norm2d : public module<T, D> {
   double momentum() const { return op_.momentum; }
   bool sync() const { return op_.sync; }
   /// The operator the layer applies (ops/batch_norm_rule.hpp); its copies share the
-  /// mode and the running statistics.
+  /// mode and the running statistics (the layer's moving_mean and moving_variance once
+  /// built).
   const ops::batch_norm_op& op() const { return op_; }
-  /// This rank's running mean and variance, one value per channel of its channel shard
-  /// (empty before the first forward).
-  const std::vector<float>& running_mean() const { return op_.state->running_mean; }
-  const std::vector<float>& running_var() const { return op_.state->running_var; }
+  /// This rank's shard of moving_mean (moving_variance) as floats on the host (empty
+  /// before build).
+  std::vector<float> running_mean() const { return host_values(moving_mean); }
+  std::vector<float> running_var() const { return host_values(moving_variance); }
 
   void visit(visitor<T, D>& v) override {
     v.param("gamma", gamma);
     v.param("beta", beta);
+    v.param("moving_mean", moving_mean);
+    v.param("moving_variance", moving_variance);
   }
   void reset_strategies() override { op_.st = strategy{}; }
   void training_changed(bool mode) override { op_.state->training.store(use_batch_statistics_.value_or(mode)); }
@@ -583,11 +596,15 @@ class batch_norm2d : public module<T, D> {
     const extents any{dynamic_extent, features_, dynamic_extent, dynamic_extent};
     try {
       const batch_norm_layouts r = placed_.rule(device_num, shape_list{any, extents{features_}, extents{features_}});
-      gamma.set_target_layout(r.param);
-      beta.set_target_layout(r.param);
+      for (parameter<T, D>* p : {&gamma, &beta, &moving_mean, &moving_variance}) p->set_target_layout(r.param);
     } catch (const error& e) {
       throw error(std::string("batch_norm2d: ") + e.what());
     }
+    // The running statistics are the parameters, wherever their storage is when a
+    // forward runs (a model lays parameters out anew; a checkpoint loads into them).
+    ops::bind_running_statistics<T, D>(
+        op_, [this]() -> tensor_on<T, D>& { return moving_mean.data(); },
+        [this]() -> tensor_on<T, D>& { return moving_variance.data(); });
   }
 
   /// Eager: BatchNorm with the layer's strategy (data parallel when none is set).
@@ -601,7 +618,9 @@ class batch_norm2d : public module<T, D> {
   }
 
   /// Traced: BatchNorm named "<layer>.batch_norm", sharing the layer's mode and running
-  /// statistics (without a strategy the parallel mode gives it one).
+  /// statistics (without a strategy the parallel mode gives it one). moving_mean and
+  /// moving_variance are not graph parameters: the graph's operator reads and updates
+  /// them through the shared state.
   graph::value operator()(graph::value x) {
     check_input(x.shape());
     return apply_named(this->op_name("batch_norm"), op_, x, gamma.on(x), beta.on(x));
@@ -611,6 +630,11 @@ class batch_norm2d : public module<T, D> {
   static index_t checked(index_t n) {
     if (n < 1) throw error("batch_norm2d: num_features must be positive: got " + std::to_string(n));
     return n;
+  }
+  static std::vector<float> host_values(const parameter<T, D>& p) {
+    if (!p.built()) return {};
+    const xt::xarray<T> h = storage<T, D>::to_host(p.data().local());
+    return std::vector<float>(h.begin(), h.end());
   }
   void check_input(const extents& s) const {
     if (s.ndim != 4 || s[1] != features_)

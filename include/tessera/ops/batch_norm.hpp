@@ -12,14 +12,18 @@
 //                      dgamma = sum dy * x_hat and dbeta = sum dy of this rank's batch shard
 //                      (partial sums over the batch axis, as the rule says)
 //
-// Everything runs through kernels::backend<D>; the running statistics live on the host
-// (ops::batch_norm_state) and visit the device for their update. Where the device has
+// Everything runs through kernels::backend<D>. The running statistics are two tensors of
+// device D (batch_norm_statistics: a module's parameters moving_mean and moving_variance,
+// or the operator's own), laid out as gamma and updated in place. Where the device has
 // no batch-norm kernels (the host of a program that does not link tessera::dnnl, or
 // nvcc's view of the host) or for another element type than float, the operator
 // compiles and throws tessera::error when run ("batch_norm: ...").
 #pragma once
 
+#include <any>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -58,6 +62,14 @@ inline constexpr bool batch_norm_supported =
       kernels::backend<D>::template batch_norm_backward_data<T>(a, a, a, a, a, s, n, e);
       kernels::backend<D>::template batch_norm_update_running<T>(a, a, a, a, n, e, true);
     };
+
+/// Where a batch-norm layer's running statistics live on device D (ops::batch_norm_state
+/// holds one): accessors of the running mean and variance, tensors of shape (C,).
+template <class T, class D>
+struct batch_norm_statistics {
+  std::function<tensor_on<T, D>&()> mean;
+  std::function<tensor_on<T, D>&()> variance;
+};
 
 namespace detail {
 
@@ -102,46 +114,75 @@ kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_batch_stats(
   return K::template batch_norm_moments<T>(s, count);
 }
 
-// This rank's running statistics on device D (0 and 1 at first use), checked against
-// the channel shard's size.
-template <class T, class D>
-kernels::batch_norm_stats<typename storage<T, D>::array> batch_norm_running(const batch_norm_op& op,
-                                                                            std::size_t channels) {
+// The running statistics of `op` laid out as the rule's `param` (redistributed there,
+// and kept so, when they come in another layout): made at the first use of an operator
+// no module bound (0 and 1), checked against x's channels.
+template <class T, class D, class C>
+std::pair<tensor_on<T, D>*, tensor_on<T, D>*> batch_norm_running(const batch_norm_op& op,
+                                                                 const batch_norm_layouts& r, index_t channels,
+                                                                 device_context<C>& ctx) {
   batch_norm_state& s = *op.state;
-  if (s.running_mean.empty() && s.running_var.empty()) {
-    s.running_mean.assign(channels, 0.0f);
-    s.running_var.assign(channels, 1.0f);
+  if (!s.statistics.has_value()) {
+    const extents shape{channels};
+    auto own = std::make_shared<std::pair<tensor_on<T, D>, tensor_on<T, D>>>(
+        tensor_on<T, D>(r.param, shape, ctx.rank()), tensor_on<T, D>(r.param, shape, ctx.rank()));
+    storage<T, D>::fill(own->second.local(), T(1));
+    s.statistics = batch_norm_statistics<T, D>{[own]() -> tensor_on<T, D>& { return own->first; },
+                                               [own]() -> tensor_on<T, D>& { return own->second; }};
   }
-  if (s.running_mean.size() != channels || s.running_var.size() != channels)
-    throw error("batch_norm: the running statistics hold " + std::to_string(s.running_mean.size()) +
-                " channels, this rank's channel shard has " + std::to_string(channels) +
-                " (a strategy with another channel split uses a fresh state)");
-  xt::xarray<T> m = xt::xarray<T>::from_shape({channels}), v = xt::xarray<T>::from_shape({channels});
-  for (std::size_t i = 0; i < channels; ++i) {
-    m(i) = T(s.running_mean[i]);
-    v(i) = T(s.running_var[i]);
+  auto* b = std::any_cast<batch_norm_statistics<T, D>>(&s.statistics);
+  if (!b)
+    throw error("batch_norm: the running statistics are bound for another element type or device than the "
+                "forward's");
+  tensor_on<T, D>* out[2] = {&b->mean(), &b->variance()};
+  for (int i = 0; i < 2; ++i) {
+    tensor_on<T, D>& t = *out[i];
+    if (!(t.global_shape() == extents{channels}))
+      throw error(std::string("batch_norm: the running ") + (i == 0 ? "mean" : "variance") + " is " +
+                  to_string(t.global_shape()) + ", x has " + std::to_string(channels) + " channels");
+    if (!same_placement(t.layout(), r.param)) t = redistribute(t, r.param, ctx);
   }
-  return {storage<T, D>::from_host(m), storage<T, D>::from_host(v)};
+  return {out[0], out[1]};
 }
 
 // running = momentum * running + (1 - momentum) * batch (MindSpore's momentum), the
-// batch variance unbiased over `count` elements per channel.
-template <class T, class D>
-void batch_norm_update(const batch_norm_op& op, const kernels::batch_norm_stats<typename storage<T, D>::array>& batch,
-                       std::size_t count) {
-  kernels::batch_norm_stats<typename storage<T, D>::array> run = batch_norm_running<T, D>(op, batch.mean.size());
-  kernels::backend<D>::template batch_norm_update_running<T>(run.mean, run.variance, batch.mean, batch.variance,
-                                                             count, T(1.0 - op.momentum), true);
-  const xt::xarray<T> m = storage<T, D>::to_host(run.mean), v = storage<T, D>::to_host(run.variance);
-  batch_norm_state& s = *op.state;
-  for (std::size_t i = 0; i < m.size(); ++i) {
-    s.running_mean[i] = float(m(i));
-    s.running_var[i] = float(v(i));
-  }
-  s.updates.fetch_add(1);
+// batch variance unbiased over `count` elements per channel, in place.
+template <class T, class D, class C>
+void batch_norm_update(const batch_norm_op& op, const batch_norm_layouts& r, index_t channels,
+                       const kernels::batch_norm_stats<typename storage<T, D>::array>& batch, std::size_t count,
+                       device_context<C>& ctx) {
+  const auto [mean, variance] = batch_norm_running<T, D>(op, r, channels, ctx);
+  kernels::backend<D>::template batch_norm_update_running<T>(mean->local(), variance->local(), batch.mean,
+                                                             batch.variance, count, T(1.0 - op.momentum), true);
+  op.state->updates.fetch_add(1);
 }
 
 }  // namespace detail
+
+/// Binds the running statistics of `op` (and of its copies, which share its state) to
+/// two tensors of shape (C,) on device D, given by accessors called at each forward:
+/// nn::batch_norm2d binds its parameters moving_mean and moving_variance, whose storage
+/// may be laid out anew (a model's plan, a checkpoint loaded). The forward lays them out
+/// as gamma when they are not, and updates them in place in training.
+template <class T, class D>
+void bind_running_statistics(const batch_norm_op& op, std::function<tensor_on<T, D>&()> mean,
+                             std::function<tensor_on<T, D>&()> variance) {
+  op.state->statistics = batch_norm_statistics<T, D>{std::move(mean), std::move(variance)};
+}
+
+/// This rank's shard of the running mean (variance) of `op` as floats on the host, one
+/// per channel of the shard; empty before an unbound operator's first forward.
+template <class T = float, class D = cpu_device>
+std::vector<float> running_mean(const batch_norm_op& op, bool variance = false) {
+  auto* b = std::any_cast<batch_norm_statistics<T, D>>(&op.state->statistics);
+  if (!b) return {};
+  const xt::xarray<T> h = storage<T, D>::to_host((variance ? b->variance() : b->mean()).local());
+  return std::vector<float>(h.begin(), h.end());
+}
+template <class T = float, class D = cpu_device>
+std::vector<float> running_variance(const batch_norm_op& op) {
+  return running_mean<T, D>(op, true);
+}
 
 /// y = gamma * (x - mean) / sqrt(variance + eps) + beta per channel, x (N, C, H, W) and
 /// gamma, beta (C,) in any layouts (brought to the rule's); y in the rule's layout of x.
@@ -167,11 +208,11 @@ tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_conte
                                                           r.batch_split, count, ctx);
       y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
                                                       T(op.eps));
-      detail::batch_norm_update<T, D>(op, m, count);
+      detail::batch_norm_update<T, D>(op, r, shapes[0][1], m, count, ctx);
     } else {
-      const auto m = detail::batch_norm_running<T, D>(op, std::size_t(lg->local().size()));
-      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
-                                                      T(op.eps));
+      const auto [mean, variance] = detail::batch_norm_running<T, D>(op, r, shapes[0][1], ctx);
+      y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), mean->local(),
+                                                      variance->local(), T(op.eps));
     }
     return tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(y));
   }
@@ -223,11 +264,13 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
       // The statistics are constants: dx = gamma / sqrt(variance + eps) * dy, the data
       // backward with zero sums.
       const std::size_t channels = std::size_t(lg->local().size());
-      const auto m = detail::batch_norm_running<T, D>(op, channels);
-      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps);
+      const auto [mean, variance] = detail::batch_norm_running<T, D>(op, r, shapes[0][1], ctx);
+      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), mean->local(), variance->local(),
+                                                      eps);
       const xt::xarray<T> zeros = xt::zeros<T>({channels});
       const kernels::channel_sums<A> none{storage<T, D>::from_host(zeros), storage<T, D>::from_host(zeros)};
-      dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance, none,
+      dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), mean->local(),
+                                                   variance->local(), none,
                                                    detail::batch_norm_count(lx->local_shape()), eps);
     }
     return grads_of(tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(dx)),

@@ -3,8 +3,8 @@
 // (N, H, W) in training and the running ones in evaluation. The sharding rule
 // (MindSpore's strategy ((n, c, 1, 1), (c,), (c,)): the batch and the channels split,
 // height and width whole, gamma and beta split as x's channels), constexpr; the
-// operator type ops::batch_norm_op with the state its copies share (the mode and the
-// running statistics). Standard library only; the forward and backward are in
+// operator type ops::batch_norm_op with the state its copies share (the mode and where
+// the running statistics live). Standard library only; the forward and backward are in
 // ops/batch_norm.hpp.
 //
 // Batch statistics over a split batch. With `sync` (the default) the n ranks of a batch
@@ -16,6 +16,7 @@
 // DDP's default): cheaper, and equal to the one-rank result only when n = 1.
 #pragma once
 
+#include <any>
 #include <atomic>
 #include <memory>
 #include <sstream>
@@ -109,19 +110,21 @@ inline constexpr batch_norm_layouts static_batch_norm_rule = [] {
 namespace ops {
 
 /// What the copies of one batch-norm layer's definition share (the module's, the
-/// graph's, the tape's): whether it trains, and this rank's running statistics.
+/// graph's, the tape's): whether it trains, and where its running statistics live.
 ///
-/// `running_mean` and `running_var` hold one value per channel of this rank's channel
-/// shard (C / c of them), on the host whatever the device. They are empty until the
-/// first forward, which sets them to 0 and 1; each training forward then updates them
-/// with the batch's mean and unbiased variance (see batch_norm_op::momentum). They are
-/// the rank's own: with `sync` every rank of a batch group holds the same values, without
-/// it each its own shard's. A forward whose channel shard has another size (a strategy
-/// with another channel split) is an error naming both sizes.
+/// `statistics` holds an ops::batch_norm_statistics<T, D> (ops/batch_norm.hpp): the
+/// accessors of two tensors of shape (C,), the running mean and variance, in any layout
+/// (each forward lays them out as the rule's `param`, as gamma, and keeps them so).
+/// nn::batch_norm2d binds it to its parameters moving_mean and moving_variance when it
+/// is built, so that they are the one copy of the statistics (saved in checkpoints,
+/// loaded from them); an operator used alone makes its own at its first forward, 0 and 1.
+/// Each training forward updates them with the batch's mean and unbiased variance (see
+/// batch_norm_op::momentum). With `sync` every rank of a batch group holds the same
+/// values; without it each rank its own shard's (the replicas of a checkpoint's one
+/// copy then differ, as MindSpore's BatchNorm2d's do).
 struct batch_norm_state {
   std::atomic<bool> training{true};
-  std::vector<float> running_mean;
-  std::vector<float> running_var;
+  std::any statistics;           ///< an ops::batch_norm_statistics<T, D>, or empty until bound or first run
   std::atomic<long> updates{0};  ///< training forwards so far (running statistics updates)
 };
 
@@ -135,7 +138,7 @@ struct batch_norm_state {
 /// one), the batch variance made unbiased (times count / (count - 1)) as both keep it;
 /// `sync`: the batch statistics of the whole batch (see the top of this file); `state`,
 /// shared by the definition's copies: training or evaluation (running statistics, no
-/// communication) and the running statistics.
+/// communication) and where the running statistics live.
 ///
 /// Internal collectives, with sync and n > 1 in training: forward one AllReduce (sum) of
 /// 2 * C_local over the batch axis (the per-channel sums and sums of squares); backward
@@ -143,6 +146,9 @@ struct batch_norm_state {
 /// not the forward's statistics) and one of 2 * C_local for the sums of dy and dy * x_hat.
 /// The price (collectives()) cannot read the state: it assumes training mode, where the
 /// graph's training step runs the operator; an evaluation pass moves none of these.
+/// Nor does it price laying the running statistics out as the rule's `param` when they
+/// come in another layout (a module placed them for another strategy than the graph's): the first
+/// forward after that redistributes them once and keeps them so.
 struct batch_norm_op {
   strategy st;
   double eps = 1e-5;
