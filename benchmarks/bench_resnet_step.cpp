@@ -10,7 +10,9 @@
 // Options (before Google Benchmark's): --image-size S (32; 224 is seed 001's Resize),
 // --steps N timed steps (20), --warmup N untimed steps first (3). The PyTorch peer
 // (torchvision's resnet50, SGD with the same momentum, DDP over gloo on several ranks)
-// is peers/torch_resnet_step.py, which prints the ratios from both files.
+// is peers/torch_resnet_step.py, which prints the ratios from both files;
+// peers/resnet_step_rounds.py runs the two in alternating rounds and takes the median
+// ratio (the figures in results/resnet_step_*.json).
 //
 // Each iteration is one step (train::model's forward, backward with the buckets'
 // reductions, the update; the data pipeline is not timed) reported as the slowest

@@ -17,12 +17,14 @@ set(TESSERA_MPIEXEC_EXTRA_FLAGS "--oversubscribe" CACHE STRING
     "Flags given to mpiexec after the rank count (OpenMPI: allow more ranks than cores)")
 
 # Environment of every test run under mpiexec: OpenMPI refuses root without the
-# first two; the others allow and tune more ranks than cores.
+# first two; the others allow and tune more ranks than cores, and give each rank one
+# OpenMP thread (oneDNN's and the host kernels'): the ranks already fill the cores.
 set(TESSERA_MPI_TEST_ENVIRONMENT
   "OMPI_ALLOW_RUN_AS_ROOT=1"
   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   "OMPI_MCA_rmaps_base_oversubscribe=1"
-  "OMPI_MCA_mpi_yield_when_idle=1")
+  "OMPI_MCA_mpi_yield_when_idle=1"
+  "OMP_NUM_THREADS=1")
 
 # -Wall -Wextra on the project's own executables (never on the INTERFACE targets); for
 # CUDA sources, on the host compiler's pass.

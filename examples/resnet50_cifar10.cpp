@@ -14,7 +14,9 @@
 // (the mean step after the first); --batch N: samples per rank (32); --image-size S
 // (224, the seed's Resize; 32 keeps CIFAR's size); --parallel data|semi_auto|auto
 // (data: seed 001; semi_auto: seed 003's MatMul().shard(((1, 1), (1, 2))) on the final
-// Dense, the rest data parallel; auto: the dynamic-programming search); --verify: each
+// Dense, the rest data parallel; auto: seed 003's auto_parallel, the dynamic-programming
+// search over the network and the loss SoftmaxCrossEntropyExpand(sparse=True), whose
+// small operators are searched too); --verify: each
 // rank then trains the same network alone on the whole global batches, checks that the
 // first step's loss (the forward pass, batch norm's statistics over the split batch
 // included) equals the parallel one to 1e-4 and prints every step's pair (the one-rank
@@ -126,13 +128,13 @@ struct outcome {
   train::eval_result test;
 };
 
-outcome train_resnet(context& ctx, const options& o, const std::filesystem::path& dir, std::int64_t shards,
-                     std::int64_t shard, std::int64_t batch, bool print, bool test) {
+template <class Loss>
+outcome train_resnet(Loss& loss_fn, context& ctx, const options& o, const std::filesystem::path& dir,
+                     std::int64_t shards, std::int64_t shard, std::int64_t batch, bool print, bool test) {
   auto net = nn::resnet50<float>(10);
   if (o.parallel == "semi_auto" && ctx.size() % 2 == 0) net->end_point.shard(strategy{{1, 1}, {2, 1}});
-  nn::cross_entropy_loss<float> loss_fn;
   optim::momentum<float> opt(net->trainable_params(), 0.01f, 0.9f);
-  train::model<nn::resnet<float>, nn::cross_entropy_loss<float>>::options mo;
+  typename train::model<nn::resnet<float>, Loss>::options mo;
   mo.seed = 1;
   if (o.parallel == "semi_auto") mo.parallel.mode = graph::parallel_mode::semi_auto_parallel;
   if (o.parallel == "auto") {
@@ -168,6 +170,18 @@ outcome train_resnet(context& ctx, const options& o, const std::filesystem::path
     out.test = model.eval(test_set);
   }
   return out;
+}
+
+// The seeds' losses: SoftmaxCrossEntropyExpand(sparse=True) in seed 003's auto_parallel
+// (its small operators searched with the network's), the cross entropy otherwise.
+outcome train_resnet(context& ctx, const options& o, const std::filesystem::path& dir, std::int64_t shards,
+                     std::int64_t shard, std::int64_t batch, bool print, bool test) {
+  if (o.parallel == "auto") {
+    nn::softmax_cross_entropy_expand<float> loss(true);
+    return train_resnet(loss, ctx, o, dir, shards, shard, batch, print, test);
+  }
+  nn::cross_entropy_loss<float> loss;
+  return train_resnet(loss, ctx, o, dir, shards, shard, batch, print, test);
 }
 
 options parse(int argc, char** argv) {

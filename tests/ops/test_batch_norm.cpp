@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <string>
 #include <vector>
+#include <xtensor/xmath.hpp>
 #include <tessera/comm/local.hpp>
 #include <tessera/core/format.hpp>
 #include <tessera/nn/layers.hpp>
@@ -350,6 +351,51 @@ TEST_CASE("batch_norm: every candidate strategy equals the one-rank run; without
   }
   if (me == 0) MESSAGE(p << " ranks: " << cases << " batch_norm strategy cases checked");
   CHECK(cases > 0);
+}
+
+TEST_CASE("batch_norm with relu: max(batch norm, 0) and its gradients, on every candidate strategy") {
+  any_communicator world(testing::test_world());
+  context ctx(world);
+  one_rank one;
+  const int p = world.size(), me = world.rank();
+  const xt::xarray<float> x = x_values(7), g = channel_values(0.6, -0.2), b = channel_values(0.1, 0.15),
+                          dy = loss_weights();
+  // The reference: the plain operator, then ReLU by hand (dy masked where y <= 0).
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    ops::batch_norm_op plain = make_op(whole), fused = make_op(whole);
+    fused.relu = true;
+    (void)one(plain, x_values(8), g, b, dy);  // running statistics for the evaluation
+    (void)one(fused, x_values(8), g, b, dy);
+    plain.state->training.store(training);
+    fused.state->training.store(training);
+    const run_result y0 = one(plain, x, g, b, dy);
+    xt::xarray<float> masked = dy;
+    for (std::size_t i = 0; i < masked.size(); ++i)
+      if (!(y0.y.local().data()[i] > 0.0f)) masked.data()[i] = 0.0f;
+    const run_result want = one(plain, x, g, b, masked);
+    const run_result got = one(fused, x, g, b, dy);
+    CHECK(close(got.y.local(), xt::xarray<float>(xt::maximum(y0.y.local(), 0.0f)), 1e-6));
+    CHECK(close(got.dx.local(), want.dx.local()));
+    CHECK(close(got.dgamma.local(), want.dgamma.local()));
+    CHECK(close(got.dbeta.local(), want.dbeta.local()));
+  }
+  // Sharded, in training: the one-rank fused values.
+  ops::batch_norm_op ref_op = make_op(whole);
+  ref_op.relu = true;
+  const run_result ref = one(ref_op, x, g, b, dy);
+  for (const strategy& st : ref_op.candidates(p, shapes)) {
+    CAPTURE(to_string(st));
+    ops::batch_norm_op op = make_op(st);
+    op.relu = true;
+    const batch_norm_layouts r = op.rule(p, shapes);
+    const run_result got = run(op, ctx, testing::host_shard_of(x, r.x, me), testing::host_shard_of(g, r.param, me),
+                               testing::host_shard_of(b, r.param, me), testing::host_shard_of(dy, r.x, me));
+    CHECK(close(testing::gather(got.y, ctx), ref.y.local()));
+    CHECK(close(testing::gather(got.dx, ctx), ref.dx.local()));
+    CHECK(close(testing::gather(got.dgamma, ctx), ref.dgamma.local()));
+    CHECK(close(testing::gather(got.dbeta, ctx), ref.dbeta.local()));
+  }
 }
 
 TEST_CASE("batch_norm: bad input names the operator, the rule and the numbers") {

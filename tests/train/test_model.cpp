@@ -13,6 +13,7 @@
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/optim/momentum.hpp>
+#include <tessera/exec/redistribute.hpp>
 #include <tessera/train/model.hpp>
 
 #include "train_test.hpp"
@@ -87,6 +88,78 @@ TEST_CASE("model.train: callbacks, learning, and the one-rank losses on N ranks"
   CHECK(m.loss == doctest::Approx(m1.loss).epsilon(1e-5));
   CHECK(m.accuracy > 0.5);
   CHECK(net.training());  // eval restores the mode
+}
+
+TEST_CASE("model.train: seed 003's SoftmaxCrossEntropyExpand(sparse) in auto_parallel gives the one-rank losses") {
+  // Twelve small operators and two graph constants, each operator's strategy searched;
+  // the same losses as CrossEntropyLoss's fused operator on one rank (1e-24 added inside
+  // the Log moves nothing at float precision).
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  const int p = world.size(), r = world.rank();
+  const std::size_t rows = 16;
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  auto all = shard(3, rows, 0, 1);
+  mlp ref;
+  nn::cross_entropy_loss<float> ce;
+  optim::momentum<float> opt_ref(ref.trainable_params(), 0.1f, 0.9f);
+  train::model model_ref(ref, ce, opt_ref, solo);
+  recorder rec_ref;
+  model_ref.train(2, all, {&rec_ref});
+
+  for (graph::search_mode search : {graph::search_mode::dynamic_programming, graph::search_mode::sharding_propagation}) {
+    CAPTURE(to_string(search));
+    auto data = shard(3, rows, r, p);
+    mlp net;
+    nn::softmax_cross_entropy_expand<float> expand(true);
+    optim::momentum<float> opt(net.trainable_params(), 0.1f, 0.9f);
+    train::model<mlp, nn::softmax_cross_entropy_expand<float>>::options mo;
+    mo.parallel.mode = graph::parallel_mode::auto_parallel;
+    mo.parallel.search = search;
+    train::model model(net, expand, opt, ctx, mo);
+    recorder rec;
+    model.train(2, data, {&rec});
+    REQUIRE(rec.losses.size() == rec_ref.losses.size());
+    for (std::size_t i = 0; i < rec.losses.size(); ++i)
+      CHECK(rec.losses[i] == doctest::Approx(rec_ref.losses[i]).epsilon(1e-5));
+    // The loss's operators and its constants are in the plan.
+    const graph::traced_graph& g = model.plan().traced();
+    CHECK(g.at(g.find("one_hot")).op->type() == "OneHot");
+    CHECK(g.at(g.find("eps")).kind == graph::node_kind::constant);
+    CHECK(g.at(g.find("minus_one")).constant == -1.0);
+  }
+}
+
+TEST_CASE("softmax_cross_entropy_expand: eager, split as the logits, equals cross_entropy_loss; bad labels") {
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  const int p = world.size();
+  const index_t b = 8, c = 4;
+  dist_tensor<float> x(layout(mesh{p}, {{0}, {}}), extents{b, c}, ctx.rank());
+  x.fill_global([](const auto& i) { return float((i[0] * 7 + i[1] * 3) % 11) / 5.0f - 1.0f; });
+  dist_tensor<std::int32_t> y(layout(mesh{p}, {{0}}), extents{b}, ctx.rank());
+  y.fill_global([](const auto& i) { return std::int32_t(i[0] * 3 % c); });
+  auto loss_of = [&](auto& fn) {
+    autodiff::tape<float> t(ctx);
+    auto lx = t.leaf(dist_tensor<float>(x), true);
+    auto l = fn(lx, y);
+    t.backward(l);
+    const dist_tensor<float> g = redistribute(*t.take_grad(lx.id), layout(mesh{p}, {{}, {}}), ctx);
+    return std::pair{double(redistribute(l.value(), layout(mesh{p}, {}), ctx).local()()), xt::xarray<float>(g.local())};
+  };
+  nn::softmax_cross_entropy_expand<float> expand;
+  nn::cross_entropy_loss<float> ce;
+  const auto [le, ge] = loss_of(expand);
+  const auto [lc, gc] = loss_of(ce);
+  CHECK(le == doctest::Approx(lc).epsilon(1e-6));
+  REQUIRE(ge.size() == gc.size());
+  for (std::size_t i = 0; i < ge.size(); ++i) CHECK(ge.data()[i] == doctest::Approx(gc.data()[i]).epsilon(1e-5));
+  // Label rows need sparse = false, class indices sparse = true.
+  nn::softmax_cross_entropy_expand<float> dense(false);
+  autodiff::tape<float> t(ctx);
+  CHECK_THROWS_WITH(dense(t.leaf(dist_tensor<float>(x), true), y),
+                    doctest::Contains("class-index labels need sparse = true"));
 }
 
 TEST_CASE("model.train: request_stop ends the training after that step") {

@@ -53,6 +53,7 @@
 // edges labelled with local shapes, the backward in a cluster.
 #pragma once
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -237,7 +238,7 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
     n.out = {pg.local_shape(id)};
     if (nd.kind != node_kind::op) {
       n.leaf = true;
-      n.type = nd.kind == node_kind::input ? "Input" : "Parameter";
+      n.type = nd.kind == node_kind::input ? "Input" : nd.kind == node_kind::parameter ? "Parameter" : "Constant";
       n.attrs = "{layout: " + describe(pg.value_layout(id)) + "}";
       key[std::size_t(id)] = eg.add(std::move(n));
       continue;
@@ -365,6 +366,10 @@ inline std::string step_parallel_begin_ir(const parallel_graph& pg, int rank) {
       line += "Input() {dataset_strategy: " + to_string(to_split_tuple(pg.value_layout(id))) + "}";
     } else if (nd.kind == node_kind::parameter) {
       line += std::string("Parameter() {layerwise_parallel: ") + (nd.layerwise_parallel ? "true" : "false") + "}";
+    } else if (nd.kind == node_kind::constant) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%.17g", nd.constant);
+      line += std::string("Constant() {value: ") + v + "}";
     } else {
       const op_plan& o = pg.op(id);
       line += nd.op->type() + "(";

@@ -199,7 +199,7 @@ class executor {
     }
     const std::vector<int> ps = pg_.traced().parameters();
     if (!hook) {
-      t.backward(seed_from);
+      backward_releasing(t, seed_from);
       for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
     } else {
       // Each parameter's gradient as its leaf is reached: every node that could add to
@@ -216,7 +216,7 @@ class executor {
         const int i = id < int(slot_of.size()) ? slot_of[std::size_t(id)] : -1;
         if (i >= 0) deliver(std::size_t(i), t.take_grad(id), id);
       });
-      t.backward(seed_from);
+      backward_releasing(t, seed_from);
       t.set_leaf_hook({});
       for (std::size_t i = 0; i < ps.size(); ++i) {
         if (!raw[i]) deliver(i, std::nullopt, 0);
@@ -315,6 +315,16 @@ class executor {
     return out;
   }
 
+  // The backward pass from the scalar `from` (gradient 1), releasing each operator's
+  // value, gradient and saved state as soon as its backward has run: the step's peak
+  // memory is the forward's activations, not those and every gradient besides.
+  static void backward_releasing(tape& t, const var& from) {
+    const tensor& l = from.value();
+    tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
+    storage_type::fill(seed.local(), T(1));
+    t.backward(from, std::move(seed));
+  }
+
   // Moves x along a planned route into `to`.
   tensor move_along(const route& r, const tensor& x, const layout& to, const char* what) {
     if (!same_placement(x.layout(), r.from))
@@ -330,6 +340,14 @@ class executor {
     const layout& to = e.forward.to;
     const bool back = e.has_backward && !(e.backward.empty() && e.backward.from == e.backward.to);
     if (e.forward.empty() && x.value().layout() == to && !back) return x;
+    // An operator's output whose route moves nothing between layouts placing every
+    // element alike (operators with different device matrices): the consumer takes it as
+    // it is (operators borrow an input placed as they need it), and its gradient comes
+    // back the same way. A parameter's gradient keeps the parameter's own layout.
+    if (pg_.traced().at(e.producer).kind != node_kind::parameter && e.forward.empty() &&
+        same_placement(x.value().layout(), to) &&
+        (!e.has_backward || (e.backward.empty() && same_placement(e.backward.from, e.backward.to))))
+      return x;
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
     return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
@@ -356,6 +374,10 @@ class executor {
       } else if (n.kind == node_kind::parameter) {
         v[std::size_t(id)] = t.leaf_view(*bound_[next_param++], true);
         param_vars_.push_back(v[std::size_t(id)]);
+      } else if (n.kind == node_kind::constant) {
+        tensor c(pg_.value_layout(id), n.shape, ctx_->rank());
+        storage_type::fill(c.local(), T(n.constant));
+        v[std::size_t(id)] = t.leaf(std::move(c), false);
       } else {
         std::vector<var> in;
         for (std::size_t s = 0; s < n.inputs.size(); ++s)
@@ -365,7 +387,9 @@ class executor {
           throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
                       n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
         var out = it->second(*n.op, pg_.op(id), in);
-        if (!(out.value().layout() == pg_.value_layout(id)))
+        // Placed as the rule says (an operator may keep its input's device matrix when
+        // that input arrived under another, placing alike: see along_edge).
+        if (!same_placement(out.value().layout(), pg_.value_layout(id)))
           throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
                       ", its rule says " + describe(pg_.value_layout(id)));
         if (!pg_.needs_grad(id)) out = t.leaf(out.value(), false);

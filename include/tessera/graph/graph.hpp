@@ -24,11 +24,12 @@
 namespace tessera::graph {
 
 /// What a node of the graph is.
-enum class node_kind { input, parameter, op };
+enum class node_kind { input, parameter, op, constant };
 
-/// One node: a data input (fed by the dataset), a parameter (trained) or the
-/// application of an operator to earlier nodes. Node ids are positions in the graph,
-/// in the order of tracing, so every node comes after its inputs.
+/// One node: a data input (fed by the dataset), a parameter (trained), a scalar
+/// constant (MindSpore's value nodes: the 1e-24 a loss adds before its Log, the -1 it
+/// multiplies by) or the application of an operator to earlier nodes. Node ids are
+/// positions in the graph, in the order of tracing, so every node comes after its inputs.
 struct node {
   node_kind kind = node_kind::op;
   std::string name;                       ///< unique instance name: "input", "w", "matmul"
@@ -37,6 +38,7 @@ struct node {
   std::shared_ptr<const op_def> op;       ///< the operator (operators)
   std::optional<strategy> user_strategy;  ///< given with shard() (operators)
   bool layerwise_parallel = false;        ///< parameters of hybrid_parallel: already sliced
+  double constant = 0;                    ///< the value (constants; their shape is ())
 };
 
 /// A traced graph: its nodes in tracing order and the loss, a scalar every node
@@ -88,6 +90,7 @@ class traced_graph {
     switch (n.kind) {
       case node_kind::input: return "input '" + n.name + "'";
       case node_kind::parameter: return "parameter '" + n.name + "'";
+      case node_kind::constant: return "constant '" + n.name + "'";
       case node_kind::op: return n.op->type() + " '" + n.name + "'";
     }
     return n.name;
@@ -167,6 +170,18 @@ class graph_builder {
   /// all-reduced over the ranks.
   value parameter(std::string name, const extents& shape, bool layerwise_parallel = false) {
     return add_leaf(node_kind::parameter, std::move(name), shape, layerwise_parallel);
+  }
+  /// A scalar constant (shape ()) of value `v`, named `name` (numbered if taken): an
+  /// operand of operators, laid out as each reader needs it, with no gradient.
+  ///
+  ///     auto y = b.apply(ops::add_op{}, {x, b.constant("eps", 1e-24)});
+  value constant(const std::string& name, double v) {
+    if (name.empty()) throw error("graph: constant needs a name");
+    node n;
+    n.kind = node_kind::constant;
+    n.name = unique_name(name);
+    n.constant = v;
+    return push(std::move(n));
   }
 
   /// Applies an operator definition (ops/definition.hpp) to values of this builder: the

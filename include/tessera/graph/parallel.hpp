@@ -532,6 +532,14 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     pg.value_layout_[p] = first;
     pg.grad_layout_[p] = first;
   }
+  // Constants: made in the layout their first reader wants (a scalar, replicated, which
+  // the other readers' routes take as it is).
+  for (int c : g.ids(node_kind::constant)) {
+    const auto readers = g.consumers(c);
+    pg.value_layout_[c] =
+        readers.empty() ? layout::replicated(mesh{N}, 0) : pg.ops_[readers.front().first]->lay.in[readers.front().second];
+    pg.grad_layout_[c] = pg.value_layout_[c];
+  }
 
   // Every edge's routes.
   auto route_or_throw = [&](const layout& from, const layout& to, const extents& shape, int p, int c) {

@@ -478,7 +478,9 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
       const node& pn = g.at(p);
       const bool back = in.needs_grad[p] && cn.op->differentiable(int(slot));
       const int vc = gp.var_of[c], vp = gp.var_of[p];
-      if (pn.kind == node_kind::input) {
+      if (pn.kind == node_kind::constant) {
+        continue;  // a replicated scalar, made where it is read
+      } else if (pn.kind == node_kind::input) {
         if (vc < 0) continue;
         for (int s = 0; s < count(c); ++s)
           pb.unary[vc][s] = detail::add_bytes(

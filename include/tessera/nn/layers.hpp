@@ -568,6 +568,14 @@ class batch_norm2d : public module<T, D> {
     return *this;
   }
 
+  /// ReLU applied to the output in the same pass (the fused batch norm + ReLU of oneDNN
+  /// and cuDNN: BatchNorm then ReLU, with one tensor kept for the backward where the two
+  /// layers keep two); call before build().
+  batch_norm2d& fuse_relu(bool on = true) {
+    op_.relu = on;
+    return *this;
+  }
+  bool fused_relu() const { return op_.relu; }
   index_t num_features() const { return features_; }
   double eps() const { return op_.eps; }
   double momentum() const { return op_.momentum; }

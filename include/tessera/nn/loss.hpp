@@ -1,7 +1,8 @@
 // Losses as modules, built from the operators: MSELoss (Sub, Mul, ReduceMean or
-// ReduceSum) and CrossEntropyLoss with class-index labels (SparseSoftmaxCrossEntropy
-// WithLogits, then ReduceMean or ReduceSum over the batch), each a scalar on the tape
-// or in a traced graph. The reduction is over the GLOBAL batch: with the batch split over
+// ReduceSum), CrossEntropyLoss with class-index labels (SparseSoftmaxCrossEntropy
+// WithLogits, then ReduceMean or ReduceSum over the batch) and seed 003's
+// SoftmaxCrossEntropyExpand (twelve small operators), each a scalar on the tape or in a
+// traced graph. The reduction is over the GLOBAL batch: with the batch split over
 // ranks the loss is a partial sum over them (resolved when read, or left for the
 // gradient reducer: the gradients of a partial loss are partial too).
 #pragma once
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <xtensor/xarray.hpp>
+#include <tessera/autodiff/losses.hpp>
 #include <tessera/autodiff/ops.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/format.hpp>
@@ -135,6 +137,86 @@ class cross_entropy_loss : public module<T, D> {
 
  private:
   reduction r_;
+};
+
+/// Seed 003's SoftmaxCrossEntropyExpand(sparse): the mean over the batch of the softmax
+/// cross entropy of logits (batch, C), composed of small operators so that the parallel
+/// pass gives each its own strategy: ReduceMax, Sub, Exp, ReduceSum, RealDiv, OneHot
+/// (sparse: class-index labels (batch,)), Add of 1e-24, Log, Mul, ReduceSum, Mul by -1
+/// and ReduceMean (autodiff::softmax_cross_entropy_expand_op lists them). Labels are
+/// class indices (batch,) when `sparse`, else rows of class weights (batch, C). Eagerly
+/// every operator splits as the logits are (autodiff::softmax_cross_entropy_expand_op::
+/// with_split); traced they are "<loss>.reduce_max", ".sub", ".exp", ".reduce_sum",
+/// ".div", ".one_hot", ".add_eps", ".log", ".mul", ".sum_cross_entropy", ".mul2" and
+/// ".mean", the two scalars constants of the graph, and the parallel mode gives the
+/// strategies (auto_parallel searches them, as seed 003 does).
+template <class T = float, class D = cpu_device>
+class softmax_cross_entropy_expand : public module<T, D> {
+ public:
+  explicit softmax_cross_entropy_expand(bool sparse = true) : sparse_(sparse) {}
+  void visit(visitor<T, D>&) override {}
+  bool sparse() const { return sparse_; }
+
+  /// Eager, class-index labels (sparse): checked on the host as cross_entropy_loss's.
+  template <std::integral I>
+  autodiff::var<T, D> operator()(autodiff::var<T, D> logits, const dist_tensor<I>& labels) {
+    if (!sparse_)
+      throw error("softmax_cross_entropy_expand: class-index labels need sparse = true; this loss takes (batch, "
+                  "classes) label rows");
+    logits = detail::resolved(logits);
+    const extents& gs = check_logits(logits.value().global_shape());
+    if (labels.ndim() != 1 || labels.global_shape()[0] != gs[0])
+      throw error("softmax_cross_entropy_expand: the labels are " + to_string(labels.global_shape()) +
+                  ", expected (" + std::to_string(gs[0]) + ",) for logits " + to_string(gs));
+    tensor_on<T, D> y = detail::class_values<T, D>(labels, gs[1]);  // before the leaf: recording moves values
+    return expand(logits, logits.t->leaf(std::move(y), false));
+  }
+  /// Eager, label rows (batch, C) on device D (not sparse).
+  autodiff::var<T, D> operator()(autodiff::var<T, D> logits, const tensor_on<T, D>& labels) {
+    if (sparse_)
+      throw error("softmax_cross_entropy_expand: label rows need sparse = false; this loss takes class indices");
+    logits = detail::resolved(logits);
+    const extents& gs = check_logits(logits.value().global_shape());
+    if (!(labels.global_shape() == gs))
+      throw error("softmax_cross_entropy_expand: the labels are " + to_string(labels.global_shape()) +
+                  ", expected the logits' shape " + to_string(gs));
+    return expand(logits, logits.t->leaf(tensor_on<T, D>(labels), false));
+  }
+
+  /// Traced: the labels an input of the graph.
+  graph::value operator()(graph::value logits, graph::value labels) {
+    const extents gs = check_logits(logits.shape());
+    graph::graph_builder& b = logits.builder();
+    auto op = [&](const char* what, const auto& o, auto... in) { return apply_named(this->op_name(what), o, in...); };
+    const graph::value m = op("reduce_max", ops::reduce_max_op{{}, {-1}, true}, logits);
+    const graph::value e = op("exp", ops::exp_op{}, op("sub", ops::sub_op{}, logits, m));
+    const graph::value softmax = op("div", ops::div_op{}, e, op("reduce_sum", ops::reduce_sum_op{{}, {-1}, true}, e));
+    const graph::value label = sparse_ ? op("one_hot", ops::one_hot_op{{}, gs[1]}, labels) : labels;
+    const graph::value eps = b.constant(this->op_name("eps"), epsilon);
+    const graph::value log = op("log", ops::log_op{}, op("add_eps", ops::add_op{}, softmax, eps));
+    const graph::value per_sample =
+        op("sum_cross_entropy", ops::reduce_sum_op{{}, {-1}, false}, op("mul", ops::mul_op{}, log, label));
+    const graph::value minus_one = b.constant(this->op_name("minus_one"), -1.0);
+    return op("mean", ops::reduce_mean_op{{}, {-1}, false}, op("mul2", ops::mul_op{}, minus_one, per_sample));
+  }
+
+  static constexpr double epsilon = 1e-24;  ///< added to the softmax before the Log, as the seed's
+
+ private:
+  static const extents& check_logits(const extents& s) {
+    if (s.ndim != 2)
+      throw error("softmax_cross_entropy_expand: the logits must be (batch, classes), got " + to_string(s));
+    return s;
+  }
+  autodiff::var<T, D> expand(autodiff::var<T, D> logits, autodiff::var<T, D> labels) {
+    const layout& l = logits.value().layout();
+    autodiff::softmax_cross_entropy_expand_op o =
+        autodiff::softmax_cross_entropy_expand_op::with_split(l.pieces(0), l.pieces(1), sparse_);
+    o.eps = epsilon;
+    return autodiff::softmax_cross_entropy_expand(o, logits, labels);
+  }
+
+  bool sparse_;
 };
 
 }  // namespace tessera::nn

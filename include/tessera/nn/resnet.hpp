@@ -27,7 +27,8 @@ V relu_of(const module<T, D>& m, const std::string& what, V x) {
 
 /// A bottleneck block: conv1 (1x1, in -> width), bn1, ReLU, conv2 (3x3, stride), bn2,
 /// ReLU, conv3 (1x1, width -> 4 width), bn3, plus the shortcut (x, or down_sample's 1x1
-/// convolution with the stride and its batch norm where the shape changes), ReLU.
+/// convolution with the stride and its batch norm where the shape changes), ReLU. The
+/// ReLUs after bn1 and bn2 run inside them (batch_norm2d::fuse_relu).
 template <class T = float, class D = cpu_device>
 class bottleneck : public module<T, D> {
  public:
@@ -40,6 +41,8 @@ class bottleneck : public module<T, D> {
         bn2(width),
         conv3(width, width * expansion, 1),
         bn3(width * expansion) {
+    bn1.fuse_relu();
+    bn2.fuse_relu();
     if (stride != 1 || in_channels != width * expansion) {
       down_conv.emplace(in_channels, width * expansion, 1, stride);
       down_bn.emplace(width * expansion);
@@ -70,8 +73,8 @@ class bottleneck : public module<T, D> {
 
   template <class V>
   V operator()(V x) {
-    V h = detail::relu_of(*this, "relu1", bn1(conv1(x)));
-    h = detail::relu_of(*this, "relu2", bn2(conv2(h)));
+    V h = bn1(conv1(x));  // ReLU fused
+    h = bn2(conv2(h));    // ReLU fused
     h = bn3(conv3(h));
     const V s = down_conv ? (*down_bn)((*down_conv)(x)) : x;
     const V sum = apply_named(this->op_name("add"),
@@ -110,8 +113,8 @@ class resnet_stage : public module<T, D> {
 
 /// ResNet with bottleneck stages of `blocks` blocks (widths base, 2 base, 4 base, 8 base,
 /// the stages after the first with stride 2) on images of `in_channels` channels: the
-/// stem conv1 (7x7, stride 2, padding 3, base channels), bn1, ReLU, max_pool (3x3,
-/// stride 2, pad_mode same), layer1..layerK, global average pooling and end_point
+/// stem conv1 (7x7, stride 2, padding 3, base channels), bn1 with its ReLU fused,
+/// max_pool (3x3, stride 2, pad_mode same), layer1..layerK, global average pooling and end_point
 /// (Dense 32 base -> num_classes). Parameter names follow MindSpore's resnet.py
 /// ("layer1.0.conv1.weight", "end_point.weight").
 template <class T = float, class D = cpu_device>
@@ -122,6 +125,7 @@ class resnet : public module<T, D> {
         bn1(base),
         max_pool(3, 2, kernels::pad_mode::same),
         end_point(base * 4 << (blocks.empty() ? 0 : blocks.size() - 1), num_classes) {
+    bn1.fuse_relu();
     if (blocks.empty() || blocks.size() > 4)
       throw error("resnet: between 1 and 4 stages, got " + std::to_string(blocks.size()));
     index_t in = base;
@@ -152,7 +156,7 @@ class resnet : public module<T, D> {
 
   template <class V>
   V operator()(V x) {
-    x = max_pool(detail::relu_of(*this, "relu", bn1(conv1(x))));
+    x = max_pool(bn1(conv1(x)));  // ReLU fused
     for (auto& s : stages_) x = (*s)(x);
     return end_point(mean(x));
   }

@@ -11,6 +11,9 @@
 //                      all-reduce r; dx = batch_norm_backward_data(dy, x, gamma, m, r, count);
 //                      dgamma = sum dy * x_hat and dbeta = sum dy of this rank's batch shard
 //                      (partial sums over the batch axis, as the rule says)
+//   with op.relu:      y = max(batch norm, 0) in the forward's pass, and the backward's
+//                      sums and dx take dy where y > 0 (the kernels' relu_y), y being the
+//                      operator's output
 //
 // Everything runs through kernels::backend<D>. The running statistics are two tensors of
 // device D (batch_norm_statistics: a module's parameters moving_mean and moving_variance,
@@ -24,6 +27,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -207,12 +211,12 @@ tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_conte
       const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
                                                           r.batch_split, count, ctx);
       y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
-                                                      T(op.eps));
+                                                      T(op.eps), op.relu);
       detail::batch_norm_update<T, D>(op, r, shapes[0][1], m, count, ctx);
     } else {
       const auto [mean, variance] = detail::batch_norm_running<T, D>(op, r, shapes[0][1], ctx);
       y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), mean->local(),
-                                                      variance->local(), T(op.eps));
+                                                      variance->local(), T(op.eps), op.relu);
     }
     return tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(y));
   }
@@ -226,7 +230,7 @@ tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_conte
 /// over the batch axis when the batch is split.
 template <class T, class D, class C>
 op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
-                        const tensor_on<T, D>&, device_context<C>& ctx) {
+                        const tensor_on<T, D>& out, device_context<C>& ctx) {
   const shape_list shapes = detail::batch_norm_shapes(x);
   const batch_norm_layouts r = op.rule(ctx.size(), shapes);
   if (!(dy.global_shape() == shapes[0]))
@@ -240,6 +244,10 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
     const auto lg = in_layout(*x[1], r.param, ctx);
     const auto ldy = in_layout(dy, r.x, ctx);
     const T eps = T(op.eps);
+    // The fused ReLU's mask: the output, where it is positive.
+    std::optional<laid_out<T, D>> ly;
+    if (op.relu) ly.emplace(in_layout(out, r.x, ctx));
+    const A* relu_y = ly ? &(*ly)->local() : nullptr;
     A dx;
     kernels::channel_sums<A> local;
     if (op.training()) {
@@ -247,10 +255,10 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
       std::size_t count = detail::batch_norm_count(lx->local_shape());
       const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
                                                           r.batch_split, count, ctx);
-      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps);
+      local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps, relu_y);
       if (cs.empty()) {
         dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,
-                                                     local, count, eps);
+                                                     local, count, eps, relu_y);
       } else {
         // The group's sums, in a buffer of their own: `local` stays this rank's.
         A both = K::template concat<T>(std::vector<const A*>{&local.sum, &local.sum_sq}, 0);
@@ -258,7 +266,7 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
         std::vector<A> parts = K::template split<T>(both, {local.sum.size(), local.sum.size()}, 0);
         const kernels::channel_sums<A> group{std::move(parts[0]), std::move(parts[1])};
         dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,
-                                                     group, count, eps);
+                                                     group, count, eps, relu_y);
       }
     } else {
       // The statistics are constants: dx = gamma / sqrt(variance + eps) * dy, the data
@@ -266,12 +274,12 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
       const std::size_t channels = std::size_t(lg->local().size());
       const auto [mean, variance] = detail::batch_norm_running<T, D>(op, r, shapes[0][1], ctx);
       local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), mean->local(), variance->local(),
-                                                      eps);
+                                                      eps, relu_y);
       const xt::xarray<T> zeros = xt::zeros<T>({channels});
       const kernels::channel_sums<A> none{storage<T, D>::from_host(zeros), storage<T, D>::from_host(zeros)};
       dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), mean->local(),
                                                    variance->local(), none,
-                                                   detail::batch_norm_count(lx->local_shape()), eps);
+                                                   detail::batch_norm_count(lx->local_shape()), eps, relu_y);
     }
     return grads_of(tensor_on<T, D>(r.x, shapes[0], ctx.rank(), std::move(dx)),
                     tensor_on<T, D>(r.param_grad, shapes[1], ctx.rank(), std::move(local.sum_sq)),

@@ -136,7 +136,9 @@ struct batch_norm_state {
 /// Attributes: `eps` (added to the variance), `momentum` in MindSpore's convention:
 /// running = momentum * running + (1 - momentum) * batch (PyTorch's momentum is 1 - this
 /// one), the batch variance made unbiased (times count / (count - 1)) as both keep it;
-/// `sync`: the batch statistics of the whole batch (see the top of this file); `state`,
+/// `sync`: the batch statistics of the whole batch (see the top of this file); `relu`:
+/// ReLU applied to the output in the same pass (oneDNN's and cuDNN's fused batch norm +
+/// ReLU: one tensor kept for the backward where the two operators keep two); `state`,
 /// shared by the definition's copies: training or evaluation (running statistics, no
 /// communication) and where the running statistics live.
 ///
@@ -154,6 +156,7 @@ struct batch_norm_op {
   double eps = 1e-5;
   double momentum = 0.9;
   bool sync = true;
+  bool relu = false;
   std::shared_ptr<batch_norm_state> state = std::make_shared<batch_norm_state>();
 
   static constexpr std::string_view type() { return "BatchNorm"; }
@@ -163,6 +166,7 @@ struct batch_norm_op {
   std::string attributes() const {
     std::ostringstream s;
     s << "eps: " << eps << ", momentum: " << momentum << ", sync: " << bool_text(sync);
+    if (relu) s << ", relu: true";
     return s.str();
   }
   extents output_shape(const shape_list& in) const {

@@ -62,6 +62,10 @@ struct backend<cpu_device> {
     return cpu::reduce_to_shape(g, detail::shape_vector(shape));
   }
   template <class T>
+  static array<T> reduce_to_shape(array<T>&& g, const extents& shape) {
+    return cpu::reduce_to_shape(std::move(g), detail::shape_vector(shape));
+  }
+  template <class T>
   static void scale(array<T>& x, T s) {
     for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] *= s;
   }

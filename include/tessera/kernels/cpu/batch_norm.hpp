@@ -18,6 +18,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -30,6 +31,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/kernels/conv_params.hpp>
 #include <tessera/kernels/cpu/dnnl.hpp>
+#include <tessera/kernels/cpu/parallel.hpp>
 
 namespace tessera::kernels::cpu {
 
@@ -230,14 +232,20 @@ batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X&
 namespace detail {
 
 /// Calls f(c, p, n) for each contiguous run of channel c's values in an NCHW array: p
-/// its first element, n = H * W.
+/// its first element, n = H * W; a channel's runs in batch order, on one thread, and
+/// different channels on different threads at once (parallel_ranges): f touches only
+/// channel c's results.
 template <class T, class F>
 void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
   const std::span<const std::size_t> s(x.shape().data(), x.shape().size());
   tessera::detail::require_nchw(fn, "x", s);
   const std::size_t plane = s[2] * s[3];
-  for (std::size_t n = 0; n < s[0]; ++n)
-    for (std::size_t c = 0; c < s[1]; ++c) f(c, (n * s[1] + c) * plane, plane);
+  // Channels on the threads (each channel's planes on one, in batch order).
+  const std::size_t per_channel = std::max<std::size_t>(s[0] * plane, 1);
+  parallel_ranges(s[1], std::max<std::size_t>(parallel_grain / per_channel, 1), [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t c = c0; c < c1; ++c)
+      for (std::size_t n = 0; n < s[0]; ++n) f(c, (n * s[1] + c) * plane, plane);
+  });
 }
 
 template <class T>

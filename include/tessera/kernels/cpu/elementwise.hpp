@@ -13,9 +13,11 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <xtensor/xarray.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/kernels/cpu/common.hpp>
+#include <tessera/kernels/cpu/parallel.hpp>
 
 namespace tessera::kernels::cpu {
 
@@ -48,13 +50,19 @@ xt::xarray<T> broadcast_binary(std::string_view fn, const xt::xarray<T>& a, cons
   const T* pb = b.data();
   const std::size_t n = out.size();
   if (same_shape(a.shape(), shape) && same_shape(b.shape(), shape)) {
-    for (std::size_t i = 0; i < n; ++i) o[i] = op(pa[i], pb[i]);
+    parallel_ranges(n, parallel_grain, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) o[i] = op(pa[i], pb[i]);
+    });
   } else if (b.size() == 1 && same_shape(a.shape(), shape)) {
     const T vb = pb[0];
-    for (std::size_t i = 0; i < n; ++i) o[i] = op(pa[i], vb);
+    parallel_ranges(n, parallel_grain, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) o[i] = op(pa[i], vb);
+    });
   } else if (a.size() == 1 && same_shape(b.shape(), shape)) {
     const T va = pa[0];
-    for (std::size_t i = 0; i < n; ++i) o[i] = op(va, pb[i]);
+    parallel_ranges(n, parallel_grain, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) o[i] = op(va, pb[i]);
+    });
   } else {
     const stride_type sa = broadcast_strides(a.shape(), shape);
     const stride_type sb = broadcast_strides(b.shape(), shape);
@@ -67,7 +75,11 @@ xt::xarray<T> broadcast_binary(std::string_view fn, const xt::xarray<T>& a, cons
 template <class T, class F>
 xt::xarray<T> map(const xt::xarray<T>& x, F f) {
   auto out = empty_array<T>(x.shape());
-  std::transform(x.data(), x.data() + x.size(), out.data(), f);
+  const T* px = x.data();
+  T* o = out.data();
+  parallel_ranges(x.size(), parallel_grain, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) o[i] = f(px[i]);
+  });
   return out;
 }
 
@@ -138,7 +150,9 @@ xt::xarray<T> relu_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x) {
   const T* g = dy.data();
   const T* v = x.data();
   T* o = dx.data();
-  for (std::size_t i = 0; i < dx.size(); ++i) o[i] = v[i] > T(0) ? g[i] : T(0);
+  detail::parallel_ranges(dx.size(), detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) o[i] = v[i] > T(0) ? g[i] : T(0);
+  });
   return dx;
 }
 
@@ -168,6 +182,13 @@ xt::xarray<T> reduce_to_shape(const xt::xarray<T>& grad, shape_arg shape) {
                           [&](std::size_t i, const auto& off) { o[off[0]] += g[i]; });
   return out;
 }
+/// The same, taking the gradient over: returned as it is when it already has `shape`.
+template <class T>
+xt::xarray<T> reduce_to_shape(xt::xarray<T>&& grad, shape_arg shape) {
+  if (detail::broadcasts_to(shape, grad.shape()) && detail::same_shape(shape, grad.shape())) return std::move(grad);
+  return reduce_to_shape(std::as_const(grad), shape);
+}
+
 
 namespace detail {
 
@@ -199,7 +220,9 @@ xt::xarray<T> fused_map(std::string_view fn, F f, const xt::xarray<T>& x0, const
   const T* p0 = x0.data();
   const std::size_t n = out.size();
   [&](const auto*... p) {
-    for (std::size_t i = 0; i < n; ++i) o[i] = f(p0[i], p[i]...);
+    detail::parallel_ranges(n, detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) o[i] = f(p0[i], p[i]...);
+    });
   }(xs.data()...);
   return out;
 }

@@ -1,5 +1,6 @@
 // The optimizers' updates as fused per-element kernels: one pass over a parameter's
-// shard, its gradient and its state (spans of equal length), no temporaries. Each
+// shard, its gradient and its state (spans of equal length), no temporaries, in pieces
+// on OpenMP's threads where the program has them (kernels/cpu/parallel.hpp). Each
 // states its formula; the CUDA kernels mirror these signatures.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <span>
 #include <string>
 #include <tessera/core/error.hpp>
+#include <tessera/kernels/cpu/parallel.hpp>
 #include <tessera/kernels/optim_step.hpp>
 
 namespace tessera::kernels::cpu {
@@ -34,10 +36,12 @@ void sgd_update(std::span<T> p, std::span<const T> g, T lr, T weight_decay = T(0
   const std::size_t n = p.size();
   T* __restrict pp = p.data();
   const T* __restrict pg = g.data();
-  if (weight_decay == T(0))
-    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * pg[i];
-  else
-    for (std::size_t i = 0; i < n; ++i) pp[i] -= lr * (pg[i] + weight_decay * pp[i]);
+  detail::parallel_ranges(n, detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
+    if (weight_decay == T(0))
+      for (std::size_t i = i0; i < i1; ++i) pp[i] -= lr * pg[i];
+    else
+      for (std::size_t i = i0; i < i1; ++i) pp[i] -= lr * (pg[i] + weight_decay * pp[i]);
+  });
 }
 
 /// SGD with momentum, PyTorch's torch.optim.SGD (and MindSpore's nn.SGD):
@@ -54,12 +58,14 @@ void sgd_momentum_update(std::span<T> p, std::span<const T> g, std::span<T> buf,
   const T* __restrict pg = g.data();
   T* __restrict pb = buf.data();
   const auto [keep, take] = sgd_momentum_step_for(momentum, dampening, first_step);
-  for (std::size_t i = 0; i < n; ++i) {
-    const T d = pg[i] + weight_decay * pp[i];
-    const T b = keep * pb[i] + take * d;
-    pb[i] = b;
-    pp[i] -= lr * (nesterov ? d + momentum * b : b);
-  }
+  detail::parallel_ranges(n, detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const T d = pg[i] + weight_decay * pp[i];
+      const T b = keep * pb[i] + take * d;
+      pb[i] = b;
+      pp[i] -= lr * (nesterov ? d + momentum * b : b);
+    }
+  });
 }
 
 /// MindSpore's nn.Momentum (ApplyMomentum):
@@ -76,12 +82,14 @@ void momentum_update(std::span<T> p, std::span<const T> g, std::span<T> accum, T
   T* __restrict pp = p.data();
   const T* __restrict pg = g.data();
   T* __restrict pa = accum.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const T d = pg[i] + weight_decay * pp[i];
-    const T a = momentum * pa[i] + d;
-    pa[i] = a;
-    pp[i] -= lr * (nesterov ? d + momentum * a : a);
-  }
+  detail::parallel_ranges(n, detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const T d = pg[i] + weight_decay * pp[i];
+      const T a = momentum * pa[i] + d;
+      pa[i] = a;
+      pp[i] -= lr * (nesterov ? d + momentum * a : a);
+    }
+  });
 }
 
 /// Adam (PyTorch's torch.optim.Adam) and, with `decoupled`, AdamW (torch.optim.AdamW),
@@ -102,15 +110,17 @@ void adam_update(std::span<T> p, std::span<const T> g, std::span<T> m, std::span
   const T* __restrict pg = g.data();
   T* __restrict pm = m.data();
   T* __restrict pv = v.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const T x = pp[i] * shrink;
-    const T d = pg[i] + l2 * x;
-    const T mi = beta1 * pm[i] + (T(1) - beta1) * d;
-    const T vi = beta2 * pv[i] + (T(1) - beta2) * d * d;
-    pm[i] = mi;
-    pv[i] = vi;
-    pp[i] = x - step * mi / (std::sqrt(vi) * inv_bc2 + eps);
-  }
+  detail::parallel_ranges(n, detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const T x = pp[i] * shrink;
+      const T d = pg[i] + l2 * x;
+      const T mi = beta1 * pm[i] + (T(1) - beta1) * d;
+      const T vi = beta2 * pv[i] + (T(1) - beta2) * d * d;
+      pm[i] = mi;
+      pv[i] = vi;
+      pp[i] = x - step * mi / (std::sqrt(vi) * inv_bc2 + eps);
+    }
+  });
 }
 
 /// x *= a.
