@@ -23,32 +23,18 @@
 #include <tessera/optim/momentum.hpp>
 #include <tessera/train/model.hpp>
 
+#include "train_test.hpp"
+
 using namespace tessera;
 
 namespace {
 
 constexpr index_t batch = 8, image = 32, classes = 4;
 using net_t = nn::resnet<float>;
-using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
+using train_test::batch_t;
 
 // Step s's global batch: images (8, 3, 32, 32), labels in [0, 4).
-batch_t global_batch(int s) {
-  xt::xarray<float> x = xt::xarray<float>::from_shape({std::size_t(batch), 3, std::size_t(image), std::size_t(image)});
-  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(int((i * 7 + std::size_t(s) * 13) % 23) - 11) / 11.0f;
-  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({std::size_t(batch)});
-  for (std::size_t i = 0; i < y.size(); ++i) y(i) = std::int32_t((i * 3 + std::size_t(s)) % classes);
-  return {x, y};
-}
-
-// Rank r's rows of a batch.
-batch_t slice(const batch_t& g, int r, int p) {
-  const std::size_t b = std::size_t(batch / p), per = g.first.size() / std::size_t(batch);
-  xt::xarray<float> x = xt::xarray<float>::from_shape({b, 3, std::size_t(image), std::size_t(image)});
-  std::copy_n(g.first.data() + std::size_t(r) * b * per, b * per, x.data());
-  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({b});
-  std::copy_n(g.second.data() + std::size_t(r) * b, b, y.data());
-  return {x, y};
-}
+batch_t global_batch(int s) { return train_test::image_batch(s, batch, image, classes); }
 
 // Four stages of one block each, 4 base channels, on 32x32 images: the stem gives (8, 4,
 // 16, 16), the max pooling (8, 4, 8, 8), layer1 (8, 16, 8, 8), layer2 (8, 32, 4, 4),
@@ -93,7 +79,7 @@ outcome train_in(const graph::parallel_config& cfg, context& ctx, bool whole_bat
   o.seed = 3;
   train::model model(net, ce, opt, ctx, o);
   std::vector<batch_t> data;
-  for (int s = 0; s < 3; ++s) data.push_back(whole_batch ? global_batch(s) : slice(global_batch(s), r, p));
+  for (int s = 0; s < 3; ++s) data.push_back(whole_batch ? global_batch(s) : train_test::rows_of(global_batch(s), r, p));
   recorder rec;
   model.train(1, data, {&rec});
   outcome out;

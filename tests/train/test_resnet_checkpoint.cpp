@@ -37,21 +37,11 @@ namespace {
 constexpr index_t batch = 8, image = 16, classes = 4;
 using net_t = nn::resnet<float>;
 using model_t = train::model<net_t, nn::cross_entropy_loss<float>>;
-using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
+using train_test::batch_t;
 
 // Global batch s: images (8, 3, 16, 16), labels in [0, 4).
-batch_t global_batch(int s) {
-  xt::xarray<float> x = xt::xarray<float>::from_shape({std::size_t(batch), 3, std::size_t(image), std::size_t(image)});
-  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(int((i * 7 + std::size_t(s) * 13) % 23) - 11) / 11.0f;
-  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({std::size_t(batch)});
-  for (std::size_t i = 0; i < y.size(); ++i) y(i) = std::int32_t((i * 3 + std::size_t(s)) % classes);
-  return {x, y};
-}
-
-// Rank r's rows of a global batch split over p ranks.
-batch_t rows_of(const batch_t& g, int r, int p) {
-  return {train_test::block(g.first, r, p), train_test::block(g.second, r, p)};
-}
+batch_t global_batch(int s) { return train_test::image_batch(s, batch, image, classes); }
+using train_test::rows_of;
 
 model_t::options mode(graph::parallel_mode m) {
   model_t::options o;

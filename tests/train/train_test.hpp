@@ -78,14 +78,26 @@ xt::xarray<T> block(const xt::xarray<T>& g, int r, int p) {
   return out;
 }
 
+/// Rank r's rows of a global batch split over p ranks.
+inline batch_t rows_of(const batch_t& g, int r, int p) { return {block(g.first, r, p), block(g.second, r, p)}; }
+
 /// Rank r's blocks of `steps` global batches of `rows` samples, from batch `first`.
 inline std::vector<batch_t> shard(int steps, std::size_t rows, int r, int p, std::int64_t first = 0) {
   std::vector<batch_t> out;
   for (int s = 0; s < steps; ++s) {
-    const batch_t g = batch(first + s, rows);
-    out.emplace_back(block(g.first, r, p), block(g.second, r, p));
+    out.push_back(rows_of(batch(first + s, rows), r, p));
   }
   return out;
+}
+
+/// Global batch s of a convolutional network's test: images (rows, 3, size, size) of
+/// values in [-1, 1], labels in [0, classes).
+inline batch_t image_batch(int s, std::size_t rows, std::size_t size, std::int32_t classes) {
+  xt::xarray<float> x = xt::xarray<float>::from_shape({rows, 3, size, size});
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(int((i * 7 + std::size_t(s) * 13) % 23) - 11) / 11.0f;
+  xt::xarray<std::int32_t> y = xt::xarray<std::int32_t>::from_shape({rows});
+  for (std::size_t i = 0; i < y.size(); ++i) y(i) = std::int32_t((i * 3 + std::size_t(s)) % std::size_t(classes));
+  return {x, y};
 }
 
 /// A fresh folder, the same on every rank of `world` (rank 0 makes it); removed at the
