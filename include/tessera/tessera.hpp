@@ -57,8 +57,8 @@
 #include <tessera/ops/pool2d_rule.hpp>
 #include <tessera/ops/operators.hpp>
 
-// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files
-// (standard library and nlohmann/json)
+// io/: the checkpoint file format, checkpoint metadata and rotation, strategy files,
+// rank tables (standard library and nlohmann/json)
 #include <tessera/io/json.hpp>
 #include <tessera/io/layout_text.hpp>
 #include <tessera/io/atomic_file.hpp>
@@ -66,6 +66,7 @@
 #include <tessera/io/checkpoint_file.hpp>
 #include <tessera/io/rotation.hpp>
 #include <tessera/io/strategy_file.hpp>
+#include <tessera/io/rank_table.hpp>
 
 // graph/: the traced graph, its view of the operators, sharding propagation, the
 // parallel pass and the dumps (standard library only)
