@@ -9,7 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   doctest-dev libbenchmark-dev nlohmann-json3-dev
   libscalapack-openmpi-dev
-  libdnnl-dev
+  libdnnl-dev libgloo-dev
 )
 
 missing=()

@@ -2203,6 +2203,15 @@ struct traffic {
   friend constexpr bool operator==(const traffic&, const traffic&) = default;
 };
 
+/// A transport failure: a peer's connection closed, or an operation made no progress
+/// within its timeout. Thrown by the backends that see their transport (gloo); the
+/// message names the call. A rank that gets one has most likely lost a peer that failed
+/// first, which tessera::run's failure report takes into account.
+class comm_error : public error {
+ public:
+  using error::error;
+};
+
 /// Element types the collectives move: arithmetic types except bool (float, double,
 /// std::int8_t .. std::int64_t, std::uint8_t .. std::uint64_t, ...).
 template <class T>
@@ -28627,20 +28636,1547 @@ int run_mpi(int argc, char** argv, F&& body) {
 // ---- tessera/comm/launch.hpp ----
 // tessera::run, the main of a program that names no communicator type: its world is an
 // any_communicator whose backend follows from how the process was started (the MPI
-// world under mpiexec, one rank with no launcher). This header includes comm/mpi.hpp,
-// so it needs MPI to compile and link (CMake: tessera::mpi); any_communicator.hpp and
-// local.hpp do not, and a program built without MPI makes its handle from a
-// local_communicator itself.
+// world under mpiexec; the Gloo world under tessera-run or a scheduler; one rank with no
+// launcher). This header includes comm/mpi.hpp, so it needs MPI to compile and link
+// (CMake: tessera::mpi); the Gloo world is compiled in where tessera::gloo is linked
+// (TESSERA_WITH_GLOO). any_communicator.hpp and local.hpp need neither, and a program
+// built without MPI makes its handle from a local_communicator itself. As a program's
+// entry point it sits above every layer: it reads seed 003's rank table with
+// io/rank_table.hpp.
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+// ---- tessera/comm/rendezvous.hpp ----
+// How a job started without MPI meets: the environment of each process (tessera-run's
+// variables, or seed 001's dynamic networking: MS_ROLE, MS_WORKER_NUM, MS_SCHED_HOST,
+// MS_SCHED_PORT), the store's keys of a job, and the rendezvous server that the
+// scheduler (or tessera-run on node 0) keeps: it hands out ranks, sees every worker
+// arrive and notices one that dies. Needs no Gloo; the world the workers form over it is
+// in comm/gloo_world.hpp.
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+// ---- tessera/comm/store.hpp ----
+// The rendezvous store: a key-value server on TCP that a job's processes meet at
+// (the scheduler of seed 001's dynamic networking, or tessera-run on node 0), and the
+// client each process keeps. Gloo's connection set-up (comm/gloo.hpp) exchanges its
+// addresses through it; ranks are handed out with add(); a process that leaves without
+// saying goodbye is reported to the server's owner. POSIX sockets only.
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tessera {
+
+namespace detail {
+
+// ---- sockets ------------------------------------------------------------------------
+
+/// An owned file descriptor.
+class socket_fd {
+ public:
+  socket_fd() = default;
+  explicit socket_fd(int fd) : fd_(fd) {}
+  socket_fd(socket_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  socket_fd& operator=(socket_fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  socket_fd(const socket_fd&) = delete;
+  socket_fd& operator=(const socket_fd&) = delete;
+  ~socket_fd() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+inline std::string endpoint_text(const std::string& host, int port) {
+  return host + ":" + std::to_string(port);
+}
+
+/// The addresses of host:port (numeric or a name), for connect (passive = false) or
+/// bind (passive = true; an empty host binds every interface).
+inline std::unique_ptr<addrinfo, void (*)(addrinfo*)> resolve(const std::string& host, int port,
+                                                              bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0)
+    throw error("store: cannot resolve " + endpoint_text(host, port) + ": " + ::gai_strerror(rc));
+  return {res, &::freeaddrinfo};
+}
+
+/// Writes all of `data`; false when the peer is gone.
+inline bool send_all(int fd, const char* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    data += k;
+    n -= std::size_t(k);
+  }
+  return true;
+}
+
+// ---- messages: u32 length, then the payload; strings as u32 length + bytes -------------
+
+inline void put_u32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
+}
+inline void put_i64(std::string& out, std::int64_t v) {
+  const auto u = static_cast<std::uint64_t>(v);
+  for (int i = 0; i < 8; ++i) out.push_back(char((u >> (8 * i)) & 0xff));
+}
+inline void put_str(std::string& out, std::string_view s) {
+  put_u32(out, std::uint32_t(s.size()));
+  out.append(s);
+}
+
+/// Reads the fields of one message payload; a short or malformed payload throws.
+class message_reader {
+ public:
+  explicit message_reader(std::string_view p) : p_(p) {}
+  std::uint32_t u32() {
+    need(4);
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= std::uint32_t(std::uint8_t(p_[pos_ + i])) << (8 * i);
+    pos_ += 4;
+    return v;
+  }
+  std::int64_t i64() {
+    need(8);
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t(std::uint8_t(p_[pos_ + i])) << (8 * i);
+    pos_ += 8;
+    return static_cast<std::int64_t>(v);
+  }
+  std::string str() {
+    const std::uint32_t n = u32();
+    need(n);
+    std::string s(p_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  std::uint8_t u8() {
+    need(1);
+    return std::uint8_t(p_[pos_++]);
+  }
+  bool done() const { return pos_ == p_.size(); }
+
+ private:
+  void need(std::size_t n) const {
+    if (p_.size() - pos_ < n) throw error("store: malformed message (" + std::to_string(p_.size()) + " bytes)");
+  }
+  std::string_view p_;
+  std::size_t pos_ = 0;
+};
+
+inline std::string framed(const std::string& payload) {
+  std::string out;
+  out.reserve(payload.size() + 4);
+  put_u32(out, std::uint32_t(payload.size()));
+  out += payload;
+  return out;
+}
+
+/// The store's requests.
+enum class store_op : std::uint8_t {
+  set = 1,      ///< key, value -> ack
+  get = 2,      ///< key -> value, once the key exists
+  add = 3,      ///< key, delta -> the new value (a missing key counts as 0)
+  check = 4,    ///< keys -> 1 when every key exists, else 0
+  wait = 5,     ///< keys -> ack, once every key exists
+  hello = 6,    ///< label -> ack: names this connection in the server's reports
+  goodbye = 7,  ///< -> ack: this connection closes normally
+};
+
+/// The largest message the store accepts (a gloo address list is a few KiB).
+inline constexpr std::uint32_t store_max_message = 64u << 20;
+
+}  // namespace detail
+
+/// The server of a rendezvous store: listens on host:port (port 0 picks a free one,
+/// port() tells which) and serves every client on a thread of its own until destroyed.
+///
+///     tessera::store_server server("", 29500);        // every interface
+///     // clients: tessera::store_client c("10.0.0.1", 29500);
+///
+/// A client that closes its connection without a goodbye (its process died) is
+/// reported to `on_lost` with the label it gave in hello() (empty when none), on the
+/// server's thread.
+class store_server {
+ public:
+  using lost_handler = std::function<void(const std::string& label)>;
+
+  explicit store_server(const std::string& host = "", int port = 0, lost_handler on_lost = {})
+      : on_lost_(std::move(on_lost)) {
+    auto addrs = detail::resolve(host, port, /*passive=*/true);
+    std::string last_error = "no address";
+    for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
+      detail::socket_fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+      if (!fd) continue;
+      const int one = 1;
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd.get(), 1024) == 0) {
+        listen_ = std::move(fd);
+        break;
+      }
+      last_error = std::strerror(errno);
+    }
+    if (!listen_)
+      throw error("store: cannot listen on " + detail::endpoint_text(host.empty() ? "*" : host, port) + ": " +
+                  last_error);
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                        : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw error("store: pipe failed: " + std::string(std::strerror(errno)));
+    wake_read_ = detail::socket_fd(pipe_fds[0]);
+    wake_write_ = detail::socket_fd(pipe_fds[1]);
+    thread_ = std::thread([this] { serve(); });
+  }
+
+  store_server(const store_server&) = delete;
+  store_server& operator=(const store_server&) = delete;
+
+  ~store_server() {
+    stopping_ = true;
+    const char c = 0;
+    [[maybe_unused]] const ssize_t k = ::write(wake_write_.get(), &c, 1);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  /// The TCP port the server listens on.
+  int port() const noexcept { return port_; }
+
+  /// Sets a key from the owner's side (as a client's set would).
+  void set(const std::string& key, std::string value) {
+    std::lock_guard lock(mutex_);
+    data_[key] = std::move(value);
+    answer_waiters();
+  }
+
+  /// Adds delta to the integer under key (a missing key counts as 0) from the owner's
+  /// side, as a client's add would; returns the new value.
+  std::int64_t add(const std::string& key, std::int64_t delta) {
+    std::lock_guard lock(mutex_);
+    const std::int64_t value = add_locked(key, delta);
+    answer_waiters();
+    return value;
+  }
+
+  /// The value of key, when it is set.
+  bool find(const std::string& key, std::string& value) const {
+    std::lock_guard lock(mutex_);
+    auto it = data_.find(key);
+    if (it == data_.end()) return false;
+    value = it->second;
+    return true;
+  }
+
+  /// The labels of the connections open now.
+  std::vector<std::string> connected() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> out;
+    for (const auto& [fd, c] : clients_) out.push_back(c.label);
+    return out;
+  }
+
+ private:
+  struct client {
+    detail::socket_fd fd;
+    std::string in;                  // bytes received, not yet a whole message
+    std::string label;
+    bool said_goodbye = false;
+    detail::store_op waiting{};      // get or wait, when a reply is pending
+    std::vector<std::string> keys;   // the keys it waits for
+  };
+
+  void serve() {
+    std::vector<pollfd> fds;
+    while (!stopping_) {
+      fds.clear();
+      fds.push_back({listen_.get(), POLLIN, 0});
+      fds.push_back({wake_read_.get(), POLLIN, 0});
+      {
+        std::lock_guard lock(mutex_);
+        for (const auto& [fd, c] : clients_) fds.push_back({fd, POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[0].revents & POLLIN) accept_one();
+      for (std::size_t i = 2; i < fds.size(); ++i)
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(fds[i].fd);
+    }
+  }
+
+  void accept_one() {
+    const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::lock_guard lock(mutex_);
+    clients_[fd].fd = detail::socket_fd(fd);
+  }
+
+  void read_from(int fd) {
+    char buf[65536];
+    const ssize_t k = ::recv(fd, buf, sizeof buf, 0);
+    if (k < 0 && errno == EINTR) return;
+    std::string lost_label;
+    bool lost = false;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = clients_.find(fd);
+      if (it == clients_.end()) return;
+      client& c = it->second;
+      bool drop = k <= 0;
+      if (!drop) {
+        c.in.append(buf, std::size_t(k));
+        try {
+          drop = !handle_messages(c);
+        } catch (const std::exception&) {
+          drop = true;  // a malformed message: this client is not speaking the protocol
+        }
+      }
+      if (drop) {
+        lost = !c.said_goodbye;
+        lost_label = c.label;
+        clients_.erase(it);
+      }
+    }
+    if (lost && on_lost_ && !stopping_) on_lost_(lost_label);
+  }
+
+  // Handles every whole message in c.in; false when the connection should close.
+  bool handle_messages(client& c) {
+    for (;;) {
+      if (c.in.size() < 4) return true;
+      detail::message_reader header(std::string_view(c.in).substr(0, 4));
+      const std::uint32_t n = header.u32();
+      if (n > detail::store_max_message) return false;
+      if (c.in.size() < 4 + std::size_t(n)) return true;
+      const std::string payload = c.in.substr(4, n);
+      c.in.erase(0, 4 + std::size_t(n));
+      if (!handle(c, payload)) return false;
+    }
+  }
+
+  bool handle(client& c, const std::string& payload) {
+    using detail::store_op;
+    detail::message_reader r(payload);
+    const auto op = static_cast<store_op>(r.u8());
+    std::string reply;
+    switch (op) {
+      case store_op::set: {
+        std::string key = r.str();
+        data_[key] = r.str();
+        reply.push_back(1);
+        if (!reply_to(c, reply)) return false;
+        answer_waiters();
+        return true;
+      }
+      case store_op::add: {
+        const std::string key = r.str();
+        detail::put_i64(reply, add_locked(key, r.i64()));
+        if (!reply_to(c, reply)) return false;
+        answer_waiters();
+        return true;
+      }
+      case store_op::get:
+      case store_op::wait:
+      case store_op::check: {
+        std::vector<std::string> keys;
+        if (op == store_op::get) {
+          keys.push_back(r.str());
+        } else {
+          const std::uint32_t n = r.u32();
+          for (std::uint32_t i = 0; i < n; ++i) keys.push_back(r.str());
+        }
+        if (op == store_op::check) {
+          reply.push_back(all_present(keys) ? 1 : 0);
+          return reply_to(c, reply);
+        }
+        c.waiting = op;
+        c.keys = std::move(keys);
+        return answer(c);
+      }
+      case store_op::hello:
+        c.label = r.str();
+        reply.push_back(1);
+        return reply_to(c, reply);
+      case store_op::goodbye:
+        c.said_goodbye = true;
+        reply.push_back(1);
+        return reply_to(c, reply);
+    }
+    return false;
+  }
+
+  std::int64_t add_locked(const std::string& key, std::int64_t delta) {
+    std::int64_t value = 0;
+    if (auto it = data_.find(key); it != data_.end()) value = std::stoll(it->second);
+    value += delta;
+    data_[key] = std::to_string(value);
+    return value;
+  }
+
+  bool all_present(const std::vector<std::string>& keys) const {
+    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) != 0; });
+  }
+
+  // Replies to c's pending get or wait when its keys are all there; false when the
+  // client is gone.
+  bool answer(client& c) {
+    if (c.keys.empty() && c.waiting == detail::store_op{}) return true;
+    if (!all_present(c.keys)) return true;
+    std::string reply;
+    if (c.waiting == detail::store_op::get) reply = data_.at(c.keys.front());
+    else reply.push_back(1);
+    c.waiting = {};
+    c.keys.clear();
+    return reply_to(c, reply);
+  }
+
+  void answer_waiters() {
+    for (auto& [fd, c] : clients_)
+      if (c.waiting != detail::store_op{}) answer(c);  // a failed reply shows as a hang-up on the next poll
+  }
+
+  static bool reply_to(client& c, const std::string& payload) {
+    const std::string m = detail::framed(payload);
+    return detail::send_all(c.fd.get(), m.data(), m.size());
+  }
+
+  lost_handler on_lost_;
+  detail::socket_fd listen_, wake_read_, wake_write_;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mutex_;
+  std::map<std::string, std::string> data_;
+  std::map<int, client> clients_;
+  std::thread thread_;
+};
+
+/// A connection to a store_server. Connecting retries until `timeout` (the server may
+/// start after its clients); get() and wait() block until their keys are set, up to
+/// the timeout, and then throw naming the keys. One request at a time (a mutex orders
+/// calls from several threads).
+class store_client {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  store_client(std::string host, int port, std::chrono::milliseconds timeout = std::chrono::seconds(300))
+      : host_(std::move(host)), port_(port), timeout_(timeout) {
+    const auto deadline = clock::now() + timeout_;
+    std::string last_error;
+    for (;;) {
+      auto addrs = detail::resolve(host_, port_, /*passive=*/false);
+      for (addrinfo* a = addrs.get(); a != nullptr && !fd_; a = a->ai_next) {
+        detail::socket_fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+        if (!fd) continue;
+        if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) fd_ = std::move(fd);
+        else last_error = std::strerror(errno);
+      }
+      if (fd_) break;
+      if (clock::now() >= deadline)
+        throw error("store: no server at " + where() + " after " + std::to_string(timeout_.count() / 1000) +
+                    " s (" + last_error + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const int one = 1;
+    ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+
+  store_client(const store_client&) = delete;
+  store_client& operator=(const store_client&) = delete;
+
+  ~store_client() {
+    if (fd_ && !broken_) {
+      try {
+        goodbye();
+      } catch (...) {  // the server is gone: nothing to say goodbye to
+      }
+    }
+  }
+
+  const std::string& host() const noexcept { return host_; }
+  int port() const noexcept { return port_; }
+  std::string where() const { return detail::endpoint_text(host_, port_); }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  /// The connection's socket (shutdown() on it wakes a request blocked in another thread).
+  int native_handle() const noexcept { return fd_.get(); }
+
+  void set(const std::string& key, std::string_view value) {
+    std::string m(1, char(detail::store_op::set));
+    detail::put_str(m, key);
+    detail::put_str(m, value);
+    request(m, "set \"" + key + "\"");
+  }
+
+  std::string get(const std::string& key) {
+    std::string m(1, char(detail::store_op::get));
+    detail::put_str(m, key);
+    return request(m, "get \"" + key + "\"");
+  }
+
+  std::int64_t add(const std::string& key, std::int64_t delta) {
+    std::string m(1, char(detail::store_op::add));
+    detail::put_str(m, key);
+    detail::put_i64(m, delta);
+    detail::message_reader r(request(m, "add \"" + key + "\""));
+    return r.i64();
+  }
+
+  bool check(const std::vector<std::string>& keys) {
+    const std::string reply = request(keys_message(detail::store_op::check, keys), "check");
+    return !reply.empty() && reply[0] == 1;
+  }
+
+  void wait(const std::vector<std::string>& keys) {
+    request(keys_message(detail::store_op::wait, keys), describe_wait(keys));
+  }
+
+  /// Names this connection in the server's reports ("rank 3").
+  void hello(std::string_view label) {
+    std::string m(1, char(detail::store_op::hello));
+    detail::put_str(m, label);
+    request(m, "hello");
+  }
+
+  /// Tells the server that this connection ends normally.
+  void goodbye() {
+    request(std::string(1, char(detail::store_op::goodbye)), "goodbye");
+    fd_.reset();
+  }
+
+  /// The address of this end of the connection (the interface that reaches the server),
+  /// numeric: what peers on the server's network can reach this process at.
+  std::string local_address() const {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    char text[NI_MAXHOST] = {};
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
+    return text;
+  }
+
+ private:
+  static std::string keys_message(detail::store_op op, const std::vector<std::string>& keys) {
+    std::string m(1, char(op));
+    detail::put_u32(m, std::uint32_t(keys.size()));
+    for (const auto& k : keys) detail::put_str(m, k);
+    return m;
+  }
+
+  static std::string describe_wait(const std::vector<std::string>& keys) {
+    std::string s = "wait for";
+    for (std::size_t i = 0; i < keys.size() && i < 8; ++i) s += " \"" + keys[i] + "\"";
+    if (keys.size() > 8) s += " and " + std::to_string(keys.size() - 8) + " more";
+    return s;
+  }
+
+  // Sends one request and returns its reply's payload.
+  std::string request(const std::string& payload, const std::string& what) {
+    std::lock_guard lock(mutex_);
+    if (!fd_ || broken_) throw error("store: " + what + ": the connection to " + where() + " is closed");
+    const std::string m = detail::framed(payload);
+    if (!detail::send_all(fd_.get(), m.data(), m.size())) fail(what, "the server closed the connection");
+    const auto deadline = clock::now() + timeout_;
+    std::string in;
+    for (;;) {
+      if (in.size() >= 4) {
+        detail::message_reader h(std::string_view(in).substr(0, 4));
+        const std::uint32_t n = h.u32();
+        if (n > detail::store_max_message) fail(what, "a reply of " + std::to_string(n) + " bytes");
+        if (in.size() >= 4 + std::size_t(n)) return in.substr(4, n);
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      if (left.count() <= 0)
+        fail(what, "no answer after " + std::to_string(timeout_.count() / 1000) + " s");
+      pollfd p{fd_.get(), POLLIN, 0};
+      const int rc = ::poll(&p, 1, int(std::min<std::int64_t>(left.count(), 1000)));
+      if (rc < 0 && errno != EINTR) fail(what, std::strerror(errno));
+      if (rc <= 0) continue;
+      char buf[65536];
+      const ssize_t k = ::recv(fd_.get(), buf, sizeof buf, 0);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) fail(what, "the server closed the connection");
+      in.append(buf, std::size_t(k));
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& what, const std::string& why) {
+    broken_ = true;
+    throw error("store " + where() + ": " + what + ": " + why);
+  }
+
+  std::string host_;
+  int port_;
+  std::chrono::milliseconds timeout_;
+  detail::socket_fd fd_;
+  bool broken_ = false;
+  std::mutex mutex_;
+};
+
+}  // namespace tessera
+
+namespace tessera {
+
+/// What a process of a store-networked job learns from its environment.
+struct rendezvous_environment {
+  enum class role : std::uint8_t { worker, scheduler };
+  role process_role = role::worker;
+  int rank = -1;            ///< -1: the scheduler hands ranks out in arrival order
+  int world_size = 0;
+  std::string host;         ///< the store's host
+  int port = 0;             ///< the store's port
+  int attempt = 0;          ///< tessera-run's restart count: keys of each attempt are apart
+  bool serves = false;      ///< this worker also serves the rendezvous (rank 0 of a rank table)
+  std::string source;       ///< which variables gave it, for messages
+};
+
+namespace detail {
+
+/// The value of an environment variable, or nullptr when it is unset or empty.
+inline const char* env_value(const char* name) noexcept {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+/// The first of the names that is set: (name, value), or (nullptr, nullptr).
+inline std::pair<const char*, const char*> env_first(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (const char* v = env_value(n)) return {n, v};
+  return {nullptr, nullptr};
+}
+
+/// An integer variable in [lo, hi]; anything else throws naming the variable.
+inline int env_int(const char* name, const char* text, int lo, int hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
+    throw error(std::string(name) + " is \"" + text + "\"; expected an integer in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "]");
+  return int(v);
+}
+
+/// A variable that must be set; its absence throws naming the alternatives.
+inline std::pair<const char*, const char*> env_required(std::initializer_list<const char*> names,
+                                                        const std::string& why) {
+  auto found = env_first(names);
+  if (found.first == nullptr) {
+    std::string all;
+    for (const char* n : names) all += (all.empty() ? "" : " or ") + std::string(n);
+    throw error(all + " is not set (" + why + ")");
+  }
+  return found;
+}
+
+}  // namespace detail
+
+/// True when this process was started as part of a store-networked job: by tessera-run
+/// (TESSERA_MASTER_ADDR or TESSERA_MASTER_PORT with TESSERA_RANK), by hand as a
+/// scheduler or worker (MS_ROLE or TESSERA_ROLE), or by hand with a rank table
+/// (RANK_TABLE_FILE with RANK_ID, seed 003's multi-process startup).
+inline bool rendezvous_launched() noexcept {
+  return detail::env_value("MS_ROLE") != nullptr || detail::env_value("TESSERA_ROLE") != nullptr ||
+         (detail::env_value("RANK_TABLE_FILE") != nullptr && detail::env_value("RANK_ID") != nullptr) ||
+         (detail::env_value("TESSERA_RANK") != nullptr &&
+          (detail::env_value("TESSERA_MASTER_PORT") != nullptr || detail::env_value("TESSERA_MASTER_ADDR") != nullptr));
+}
+
+/// Reads the job from the environment; a missing or malformed variable throws naming it.
+///
+/// - tessera-run: TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_MASTER_ADDR (default
+///   127.0.0.1), TESSERA_MASTER_PORT, TESSERA_RESTART_COUNT.
+/// - dynamic networking (seed 001), each name also as TESSERA_...: MS_ROLE (MS_SCHED or
+///   MS_WORKER), MS_WORKER_NUM, MS_SCHED_HOST (default 127.0.0.1), MS_SCHED_PORT. A
+///   worker's rank is its order of arrival at the scheduler.
+inline rendezvous_environment read_rendezvous_environment() {
+  using detail::env_first;
+  using detail::env_int;
+  using detail::env_required;
+  rendezvous_environment e;
+  constexpr int max_ranks = 1 << 20;
+  if (auto [name, role] = env_first({"MS_ROLE", "TESSERA_ROLE"}); name != nullptr) {
+    const std::string_view r = role;
+    if (r == "MS_SCHED" || r == "scheduler") e.process_role = rendezvous_environment::role::scheduler;
+    else if (r == "MS_WORKER" || r == "worker") e.process_role = rendezvous_environment::role::worker;
+    else
+      throw error(std::string(name) + " is \"" + role + "\"; expected MS_SCHED or MS_WORKER");
+    e.source = std::string(name) + "=" + role;
+    const std::string why = "a job networked by a scheduler needs it";
+    auto [nn, n] = env_required({"MS_WORKER_NUM", "TESSERA_WORKER_NUM"}, why);
+    e.world_size = env_int(nn, n, 1, max_ranks);
+    auto [hn, h] = env_first({"MS_SCHED_HOST", "TESSERA_SCHED_HOST"});
+    e.host = hn != nullptr ? h : "127.0.0.1";
+    auto [pn, p] = env_required({"MS_SCHED_PORT", "TESSERA_SCHED_PORT"}, why);
+    e.port = env_int(pn, p, 1, 65535);
+    return e;
+  }
+  e.source = "tessera-run";
+  const std::string why = "tessera-run sets it for each worker";
+  auto [rn, r] = env_required({"TESSERA_RANK"}, why);
+  auto [wn, w] = env_required({"TESSERA_WORLD_SIZE"}, why);
+  e.world_size = env_int(wn, w, 1, max_ranks);
+  e.rank = env_int(rn, r, 0, e.world_size - 1);
+  auto [hn, h] = env_first({"TESSERA_MASTER_ADDR"});
+  e.host = hn != nullptr ? h : "127.0.0.1";
+  auto [pn, p] = env_required({"TESSERA_MASTER_PORT"}, why);
+  e.port = env_int(pn, p, 1, 65535);
+  if (auto [an, a] = env_first({"TESSERA_RESTART_COUNT"}); an != nullptr) e.attempt = env_int(an, a, 0, 1 << 30);
+  return e;
+}
+
+/// How long a process waits for the others to arrive (TESSERA_RENDEZVOUS_TIMEOUT, in
+/// seconds; default 120), and how long a collective may make no progress
+/// (TESSERA_COMM_TIMEOUT; default 600).
+inline std::chrono::seconds rendezvous_timeout() {
+  const char* v = detail::env_value("TESSERA_RENDEZVOUS_TIMEOUT");
+  return std::chrono::seconds(v != nullptr ? detail::env_int("TESSERA_RENDEZVOUS_TIMEOUT", v, 1, 86400) : 120);
+}
+inline std::chrono::seconds collective_timeout() {
+  const char* v = detail::env_value("TESSERA_COMM_TIMEOUT");
+  return std::chrono::seconds(v != nullptr ? detail::env_int("TESSERA_COMM_TIMEOUT", v, 1, 86400) : 600);
+}
+
+namespace detail {
+
+/// The store's keys of one job attempt.
+struct job_keys {
+  std::string prefix;  // "a<attempt>/"
+  std::string next_rank() const { return prefix + "next_rank"; }
+  std::string arrived(int r) const { return prefix + "arrived/" + std::to_string(r); }
+  std::string failed() const { return prefix + "failed"; }
+  std::string failures() const { return prefix + "failures"; }
+  std::string done() const { return prefix + "done"; }
+  std::string world() const { return prefix + "world"; }
+};
+
+inline job_keys keys_of(int attempt) {
+  std::string prefix = std::to_string(attempt);
+  prefix.insert(prefix.begin(), 'a');
+  prefix.push_back('/');
+  return {std::move(prefix)};
+}
+
+}  // namespace detail
+
+/// The rendezvous server of a job: the store, which also watches the workers. When a
+/// worker reports a failure, or its connection closes without its goodbye (it died),
+/// the reason is set under the attempt's "failed" key, which every worker's monitor
+/// waits for. Kept by the scheduler process, and by tessera-run on node 0.
+class rendezvous_server {
+ public:
+  rendezvous_server(const std::string& host, int port, int attempt = 0)
+      : attempt_(attempt),
+        server_(host, port, [this](const std::string& label) { lost(label); }) {}
+
+  int port() const noexcept { return server_.port(); }
+
+  /// Starts watching a new attempt of the job (tessera-run's restarts): its keys are
+  /// apart from the earlier attempts', whose workers' hang-ups no longer count.
+  void begin_attempt(int attempt) noexcept { attempt_ = attempt; }
+
+  /// The failure that ended the job, when one did.
+  std::optional<std::string> failure() const {
+    std::string v;
+    if (server_.find(keys().failed(), v)) return v;
+    return std::nullopt;
+  }
+
+  /// How many workers have finished normally.
+  int finished() const {
+    std::string v;
+    return server_.find(keys().done(), v) ? std::stoi(v) : 0;
+  }
+
+  /// Waits until `world_size` workers have finished (0) or one failed (1), printing the
+  /// failure; a worker that does not arrive within `arrival` is a failure naming the
+  /// missing ranks.
+  int serve_until_done(int world_size, std::chrono::seconds arrival) {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      if (auto f = failure()) {
+        std::fprintf(stderr, "tessera: scheduler: the job failed: %s\n", f->c_str());
+        return 1;
+      }
+      if (finished() >= world_size) return 0;
+      if (std::chrono::steady_clock::now() - start > arrival && !all_arrived(world_size)) {
+        if (server_.add(keys().failures(), 1) == 1) server_.set(keys().failed(), missing_ranks(world_size, arrival));
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  bool all_arrived(int world_size) const {
+    std::string v;
+    for (int r = 0; r < world_size; ++r)
+      if (!server_.find(keys().arrived(r), v)) return false;
+    return true;
+  }
+
+  /// "ranks 2, 5 of 8 did not arrive within 120 s" (empty when all have arrived).
+  std::string missing_ranks(int world_size, std::chrono::seconds waited) const {
+    std::string out, v;
+    for (int r = 0; r < world_size; ++r)
+      if (!server_.find(keys().arrived(r), v)) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    if (out.empty()) return out;
+    return "ranks " + out + " of " + std::to_string(world_size) + " did not arrive within " +
+           std::to_string(waited.count()) + " s";
+  }
+
+ private:
+  // A worker's connection is labelled "<attempt prefix>rank R" ("a0/rank 3"). A
+  // monitor's connection closes with its worker's, and the worker's own connection
+  // tells whether it said goodbye; connections of earlier attempts no longer count.
+  void lost(const std::string& label) {
+    const detail::job_keys k = keys();
+    if (label.ends_with(" monitor") || !label.starts_with(k.prefix)) return;
+    if (server_.add(k.failures(), 1) == 1)
+      server_.set(k.failed(),
+                  label.substr(k.prefix.size()) + " ended without finishing (its connection to the rendezvous closed)");
+  }
+
+  detail::job_keys keys() const { return detail::keys_of(attempt_); }
+
+  std::atomic<int> attempt_;
+  store_server server_;
+};
+
+}  // namespace tessera
+#if TESSERA_WITH_GLOO
+// ---- tessera/comm/gloo_world.hpp ----
+// A worker of a job started without MPI: it meets the others at the rendezvous store
+// (comm/rendezvous.hpp), forms the Gloo world with them (comm/gloo.hpp), and keeps a
+// monitor that ends this process at once, with the reason, when another worker fails or
+// dies. Needs Gloo (CMake: tessera::gloo).
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+// ---- tessera/comm/gloo.hpp ----
+// The Gloo communicator: tessera's communicator concept over Gloo's TCP transport (the
+// collective library PyTorch uses on CPUs), for jobs started without MPI. Its processes
+// meet through a rendezvous store (comm/store.hpp); comm/rendezvous.hpp makes the world
+// from the environment. Needs Gloo (CMake: tessera::gloo, Debian libgloo-dev).
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera {
+
+namespace detail {
+
+/// Gloo's view of a tessera store: the keys of one context, under its prefix.
+class gloo_store final : public ::gloo::rendezvous::Store {
+ public:
+  gloo_store(store_client& store, std::string prefix) : store_(store), prefix_(std::move(prefix)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, std::string_view(data.data(), data.size()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string v = store_.get(prefix_ + key);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(prefixed(keys)); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    store_.wait(prefixed(keys));
+  }
+
+ private:
+  std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) out.push_back(prefix_ + k);
+    return out;
+  }
+  store_client& store_;
+  std::string prefix_;
+};
+
+/// What every communicator of one job shares: the store, Gloo's TCP device (one
+/// listening socket and event loop) and the timeout of each operation.
+struct gloo_job {
+  std::shared_ptr<store_client> store;
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::chrono::milliseconds timeout;
+};
+
+/// A Gloo context of `size` ranks, connected through the store's keys under `prefix`.
+inline std::shared_ptr<::gloo::Context> gloo_connect(const gloo_job& job, const std::string& prefix,
+                                                                 int rank, int size) {
+  auto ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(job.timeout);
+  gloo_store store(*job.store, prefix + "/");
+  std::shared_ptr<::gloo::transport::Device> device = job.device;
+  try {
+    ctx->connectFullMesh(store, device);
+    // A rank's side of the mesh can be complete before its peers' are: a barrier makes
+    // the connection collective, so that a context destroyed at once (a temporary)
+    // never closes a pair a peer is still setting up.
+    if (size > 1) {
+      ::gloo::BarrierOptions o(ctx);
+      ::gloo::barrier(o);
+    }
+  } catch (const tessera::error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw comm_error("gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) + " (" +
+                     prefix + "): " + e.what());
+  }
+  return ctx;
+}
+
+/// Runs one Gloo call; Gloo's exceptions (a peer gone, a timeout) become
+/// tessera::comm_error naming the call.
+template <class F>
+void gloo_call(const char* fn, F&& f) {
+  try {
+    f();
+  } catch (const tessera::error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw comm_error(std::string("gloo ") + fn + ": " + e.what());
+  }
+}
+
+/// Slot prefixes of the messages this wrapper sends itself (Gloo's own algorithms use
+/// 0x01 .. 0x08).
+inline constexpr std::uint8_t gloo_send_recv_prefix = 0x40;
+inline constexpr std::uint8_t gloo_exchange_prefix = 0x41;
+
+/// One thread that runs a communicator's non-blocking operations in the order they
+/// were started, on a Gloo context of its own (so that they never share a slot with
+/// the blocking calls made meanwhile).
+class gloo_worker {
+ public:
+  explicit gloo_worker(std::shared_ptr<::gloo::Context> ctx)
+      : ctx_(std::move(ctx)), thread_([this] { loop(); }) {}
+  gloo_worker(const gloo_worker&) = delete;
+  gloo_worker& operator=(const gloo_worker&) = delete;
+  ~gloo_worker() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+  const std::shared_ptr<::gloo::Context>& context() const { return ctx_; }
+
+  std::future<void> post(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    std::future<void> f = task.get_future();
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return f;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::shared_ptr<::gloo::Context> ctx_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+template <class T>
+void gloo_allreduce(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::size_t n, reduce_op op) {
+  if (n == 0 || ctx->size == 1) {
+    if (op == reduce_op::mean) divide_by(std::span<T>(data, n), ctx->size);
+    return;
+  }
+  ::gloo::AllreduceOptions o(ctx);
+  o.setOutput(data, n);
+  o.setReduceFunction([op](void* c, const void* a, const void* b, std::size_t k) {
+    combine(static_cast<T*>(c), static_cast<const T*>(a), static_cast<const T*>(b), k, op);
+  });
+  gloo_call("all_reduce", [&] { ::gloo::allreduce(o); });
+  if (op == reduce_op::mean) divide_by(std::span<T>(data, n), ctx->size);
+}
+
+template <class T>
+void gloo_broadcast(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::size_t n, int root) {
+  if (n == 0 || ctx->size == 1) return;
+  ::gloo::BroadcastOptions o(ctx);
+  o.setOutput(data, n);
+  o.setRoot(root);
+  gloo_call("broadcast", [&] { ::gloo::broadcast(o); });
+}
+
+/// reduce_scatter as Gloo offers it: an all-reduce of a copy of the whole input, of
+/// which each rank keeps its block.
+template <class T>
+void gloo_reduce_scatter(const std::shared_ptr<::gloo::Context>& ctx, const T* in, T* out, std::size_t block,
+                         reduce_op op) {
+  const int g = ctx->size;
+  std::vector<T> whole(in, in + block * std::size_t(g));
+  gloo_allreduce(ctx, whole.data(), whole.size(), op);
+  std::copy_n(whole.data() + block * std::size_t(ctx->rank), block, out);
+}
+
+}  // namespace detail
+
+/// The communicator of a job whose processes meet through a rendezvous store and talk
+/// over Gloo's TCP transport. Models nonblocking_communicator: the non-blocking calls
+/// run in start order on a thread of the communicator's own (with a Gloo context of its
+/// own, connected at the first such call, which every member makes). Traffic is counted
+/// with the formulas of communicator.hpp, as every backend does.
+///
+/// Made by gloo_communicator::connect (one call per process, every rank of the job) or
+/// by split(); comm/rendezvous.hpp makes the world of a process from its environment.
+///
+/// Gloo has no reduce-scatter of its own: reduce_scatter all-reduces a copy of its
+/// input and keeps this rank's block (about twice the bytes on the wire that the
+/// counters, which price a ring reduce-scatter, record).
+class gloo_communicator {
+ public:
+  /// A pending non-blocking operation. Move-only; wait() completes it and rethrows its
+  /// error; the destructor waits if it is still pending.
+  class request {
+   public:
+    request() = default;
+    request(request&&) noexcept = default;
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        complete_quietly();
+        f_ = std::move(o.f_);
+      }
+      return *this;
+    }
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    ~request() { complete_quietly(); }
+
+    void wait() {
+      if (f_.valid()) f_.get();
+    }
+    bool test() {
+      if (!f_.valid()) return true;
+      if (f_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+      f_.get();
+      return true;
+    }
+    bool pending() const noexcept { return f_.valid(); }
+
+   private:
+    friend class gloo_communicator;
+    explicit request(std::future<void> f) : f_(std::move(f)) {}
+    void complete_quietly() noexcept {
+      if (!f_.valid()) return;
+      try {
+        f_.get();
+      } catch (...) {  // an error nobody waited for: the job ends through the peers' errors
+      }
+    }
+    std::future<void> f_;
+  };
+
+  /// Joins the job: rank `rank` of `size`, meeting the others through `store` under
+  /// the key prefix `name`. Every rank calls it with the same size and name. Each
+  /// operation fails after `timeout` without progress (a peer gone or hung).
+  static gloo_communicator connect(std::shared_ptr<store_client> store, int rank, int size,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(300),
+                                   std::string name = "world") {
+    if (size < 1 || rank < 0 || rank >= size)
+      throw error("gloo: rank " + std::to_string(rank) + " is out of range for " + std::to_string(size) + " ranks");
+    ::gloo::transport::tcp::attr attr;
+    attr.hostname = store->local_address();
+    auto job = std::make_shared<detail::gloo_job>();
+    job->store = std::move(store);
+    job->timeout = timeout;
+    detail::gloo_call("creating the TCP device", [&] { job->device = ::gloo::transport::tcp::CreateDevice(attr); });
+    return gloo_communicator(job, name, detail::gloo_connect(*job, name, rank, size));
+  }
+
+  gloo_communicator(gloo_communicator&&) noexcept = default;
+  gloo_communicator& operator=(gloo_communicator&&) noexcept = default;
+  gloo_communicator(const gloo_communicator&) = delete;
+  gloo_communicator& operator=(const gloo_communicator&) = delete;
+  ~gloo_communicator() = default;
+
+  /// The name of the backend, "gloo" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "gloo"; }
+
+  int rank() const { return ctx_->rank; }
+  int size() const { return ctx_->size; }
+
+  /// The store the job met at (the rendezvous of split() and of the caller's own keys).
+  store_client& store() const { return *job_->store; }
+
+  template <comm_element T>
+  void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    detail::check_all_reduce<T>(in, out);
+    detail::count(stats_, cost::all_reduce(detail::byte_size(in), size()));
+    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+    detail::gloo_allreduce(context(), out.data(), out.size(), op);
+  }
+
+  template <comm_element T>
+  void all_reduce(std::span<T> inout, reduce_op op) {
+    detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
+    detail::gloo_allreduce(context(), inout.data(), inout.size(), op);
+  }
+
+  template <comm_element T>
+  void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    detail::check_all_gather<T>(in, out, size());
+    detail::count(stats_, cost::all_gather(detail::byte_size(in), size()));
+    if (in.empty()) return;
+    if (size() == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    ::gloo::AllgatherOptions o(context());
+    o.setInput(const_cast<T*>(in.data()), in.size());
+    o.setOutput(out.data(), out.size());
+    detail::gloo_call("all_gather", [&] { ::gloo::allgather(o); });
+  }
+
+  template <comm_element T>
+  void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size());
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
+    detail::gloo_reduce_scatter(context(), in.data(), out.data(), out.size(), op);
+  }
+
+  template <comm_element T>
+  void all_to_all(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    detail::check_all_to_all<T>(in, out, size());
+    detail::count(stats_, cost::all_to_all(detail::byte_size(in), size()));
+    if (in.empty()) return;
+    if (size() == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    ::gloo::AlltoallOptions o(context());
+    o.setInput(const_cast<T*>(in.data()), in.size());
+    o.setOutput(out.data(), out.size());
+    detail::gloo_call("all_to_all", [&] { ::gloo::alltoall(o); });
+  }
+
+  /// Each block travels as one message (Gloo's alltoallv has no displacements).
+  template <comm_element T>
+  void all_to_all_v(std::span<const std::type_identity_t<T>> in, std::span<const int> send_counts,
+                    std::span<const int> send_displs, std::span<T> out, std::span<const int> recv_counts,
+                    std::span<const int> recv_displs) {
+    const int g = size(), r = rank();
+    const std::int64_t received =
+        detail::check_all_to_all_v<T>(in, send_counts, send_displs, out, recv_counts, recv_displs, r, g);
+    if (send_counts[std::size_t(r)] != recv_counts[std::size_t(r)]) [[unlikely]]
+      detail::comm_fail("all_to_all_v: rank " + std::to_string(r) + " sends " +
+                        std::to_string(send_counts[std::size_t(r)]) + " elements to itself and expects to receive " +
+                        std::to_string(recv_counts[std::size_t(r)]));
+    detail::count(stats_, received * std::int64_t(sizeof(T)));
+    std::copy_n(in.data() + send_displs[std::size_t(r)], send_counts[std::size_t(r)],
+                out.data() + recv_displs[std::size_t(r)]);
+    if (g == 1) return;
+    const std::uint64_t slot = ::gloo::Slot::build(detail::gloo_exchange_prefix, exchange_seq_++);
+    const auto& ctx = context();
+    std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> recvs, sends;
+    detail::gloo_call("all_to_all_v", [&] {
+      for (int p = 0; p < g; ++p) {
+        if (p == r || recv_counts[std::size_t(p)] == 0) continue;
+        recvs.push_back(ctx->createUnboundBuffer(out.data() + recv_displs[std::size_t(p)],
+                                                 std::size_t(recv_counts[std::size_t(p)]) * sizeof(T)));
+        recvs.back()->recv(p, slot);
+      }
+      for (int k = 1; k < g; ++k) {  // to r+1 first, so that no rank is everyone's first peer
+        const int p = (r + k) % g;
+        if (send_counts[std::size_t(p)] == 0) continue;
+        sends.push_back(ctx->createUnboundBuffer(const_cast<T*>(in.data()) + send_displs[std::size_t(p)],
+                                                 std::size_t(send_counts[std::size_t(p)]) * sizeof(T)));
+        sends.back()->send(p, slot);
+      }
+      for (auto& b : recvs) b->waitRecv(ctx->getTimeout());
+      for (auto& b : sends) b->waitSend(ctx->getTimeout());
+    });
+  }
+
+  template <comm_element T>
+  void broadcast(std::span<T> buf, int root) {
+    detail::check_rank("broadcast", "root", root, size());
+    detail::count(stats_, rank() == root ? 0 : cost::broadcast(detail::byte_size(buf), size()));
+    detail::gloo_broadcast(context(), buf.data(), buf.size(), root);
+  }
+
+  template <class T>
+    requires comm_element<std::remove_const_t<T>>
+  void send(std::span<T> buf, int dest, int tag = 0) {
+    detail::check_rank("send", "dest", dest, size());
+    detail::check_tag("send", tag);
+    detail::count(stats_, 0);
+    using U = std::remove_const_t<T>;
+    const auto& ctx = context();
+    detail::gloo_call("send", [&] {
+      auto b = ctx->createUnboundBuffer(const_cast<U*>(buf.data()), buf.size() * sizeof(U));
+      b->send(dest, ::gloo::Slot::build(detail::gloo_send_recv_prefix, std::uint32_t(tag)));
+      b->waitSend(ctx->getTimeout());
+    });
+  }
+
+  template <comm_element T>
+  void recv(std::span<T> buf, int source, int tag = 0) {
+    detail::check_rank("recv", "source", source, size());
+    detail::check_tag("recv", tag);
+    detail::count(stats_, detail::byte_size(buf));
+    const auto& ctx = context();
+    detail::gloo_call("recv", [&] {
+      auto b = ctx->createUnboundBuffer(buf.data(), buf.size() * sizeof(T));
+      b->recv(source, ::gloo::Slot::build(detail::gloo_send_recv_prefix, std::uint32_t(tag)));
+      b->waitRecv(ctx->getTimeout());
+    });
+  }
+
+  void barrier() {
+    detail::count(stats_, 0);
+    if (size() == 1) return;
+    ::gloo::BarrierOptions o(context());
+    detail::gloo_call("barrier", [&] { ::gloo::barrier(o); });
+  }
+
+  template <comm_element T>
+  [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
+    detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
+    auto& w = worker();
+    return request(w.post([ctx = w.context(), p = inout.data(), n = inout.size(), op] {
+      detail::gloo_allreduce<T>(ctx, p, n, op);
+    }));
+  }
+
+  template <comm_element T>
+  [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                        reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size(), "ireduce_scatter");
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
+    auto& w = worker();
+    return request(w.post([ctx = w.context(), i = in.data(), o = out.data(), n = out.size(), op] {
+      detail::gloo_reduce_scatter<T>(ctx, i, o, n, op);
+    }));
+  }
+
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size());
+    detail::count(stats_, rank() == root ? 0 : cost::broadcast(detail::byte_size(buf), size()));
+    auto& w = worker();
+    return request(
+        w.post([ctx = w.context(), p = buf.data(), n = buf.size(), root] { detail::gloo_broadcast<T>(ctx, p, n, root); }));
+  }
+
+  /// The ranks with equal `color` form a new communicator, ordered by (key, rank).
+  /// Collective over this communicator; color must not be negative.
+  gloo_communicator split(int color, int key) {
+    detail::check_color(color);
+    const int g = size();
+    std::vector<std::int64_t> mine{color, key}, all(2 * std::size_t(g));
+    if (g == 1) {
+      all = mine;
+    } else {
+      ::gloo::AllgatherOptions o(context());
+      o.setInput(mine.data(), mine.size());
+      o.setOutput(all.data(), all.size());
+      detail::gloo_call("split", [&] { ::gloo::allgather(o); });
+    }
+    std::vector<std::tuple<std::int64_t, int>> members;  // (key, rank) of my color
+    for (int p = 0; p < g; ++p)
+      if (all[2 * std::size_t(p)] == color) members.emplace_back(all[2 * std::size_t(p) + 1], p);
+    std::sort(members.begin(), members.end());
+    const int new_rank = int(std::find(members.begin(), members.end(), std::tuple<std::int64_t, int>(key, rank())) -
+                             members.begin());
+    const std::string name = name_ + "/split" + std::to_string(split_seq_++) + "." + std::to_string(color);
+    return gloo_communicator(job_, name, detail::gloo_connect(*job_, name, new_rank, int(members.size())));
+  }
+
+  /// The ranks of this communicator on this rank's host (equal host names), in rank
+  /// order. Collective.
+  gloo_communicator node_local() {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::uint64_t mine = std::hash<std::string_view>{}(host);
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
+    all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
+    stats_.calls -= 1;  // the gather is part of split, which does not count
+    const int first = int(std::find(all.begin(), all.end(), mine) - all.begin());
+    return split(first, rank());
+  }
+
+  traffic& stats() noexcept { return stats_; }
+  const traffic& stats() const noexcept { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  gloo_communicator(std::shared_ptr<detail::gloo_job> job, std::string name, std::shared_ptr<::gloo::Context> ctx)
+      : job_(std::move(job)), name_(std::move(name)), ctx_(std::move(ctx)) {}
+
+  const std::shared_ptr<::gloo::Context>& context() const { return ctx_; }
+
+  detail::gloo_worker& worker() {
+    if (!worker_)
+      worker_ = std::make_unique<detail::gloo_worker>(detail::gloo_connect(*job_, name_ + "/async", rank(), size()));
+    return *worker_;
+  }
+
+  std::shared_ptr<detail::gloo_job> job_;
+  std::string name_;
+  std::shared_ptr<::gloo::Context> ctx_;
+  std::unique_ptr<detail::gloo_worker> worker_;
+  std::uint32_t exchange_seq_ = 0;
+  int split_seq_ = 0;
+  traffic stats_;
+};
+
+}  // namespace tessera
+
+namespace tessera {
+
+/// A worker's membership of a store-networked job: its world communicator, and a
+/// monitor that ends this process when another worker fails. finish() says goodbye
+/// (the job ends normally for this rank); fail() tells the others why this rank ends.
+class rendezvous_member {
+ public:
+  explicit rendezvous_member(const rendezvous_environment& e)
+      : keys_(detail::keys_of(e.attempt)), timeout_(rendezvous_timeout()) {
+    // The scheduler gives its verdict on missing workers after timeout_; this
+    // process's own wait lasts a little longer.
+    store_ = std::make_shared<store_client>(e.host, e.port, timeout_ + std::chrono::seconds(5));
+    int rank = e.rank;
+    if (rank < 0) {
+      rank = int(store_->add(keys_.next_rank(), 1) - 1);
+      if (rank >= e.world_size)
+        throw error("rendezvous at " + store_->where() + ": more workers arrived than the " +
+                    std::to_string(e.world_size) + " of " + e.source + "'s worker number");
+    }
+    rank_ = rank;
+    store_->hello(keys_.prefix + "rank " + std::to_string(rank));
+    // The monitor first: the scheduler's verdict on workers that never arrive reaches
+    // this process through it.
+    start_monitor(e);
+    store_->set(keys_.arrived(rank), "1");
+    std::vector<std::string> all;
+    for (int r = 0; r < e.world_size; ++r) all.push_back(keys_.arrived(r));
+    try {
+      store_->wait(all);
+    } catch (const error&) {  // no verdict came (a store kept by no scheduler): name the missing
+      store_client probe(e.host, e.port, std::chrono::seconds(5));
+      std::string missing;
+      for (int r = 0; r < e.world_size; ++r)
+        if (!probe.check({keys_.arrived(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      throw error("rendezvous at " + store_->where() + ": ranks " + missing + " of " + std::to_string(e.world_size) +
+                  " did not arrive within " + std::to_string(timeout_.count()) + " s");
+    }
+    try {
+      world_.emplace(gloo_communicator::connect(store_, rank, e.world_size, collective_timeout(), keys_.world()));
+    } catch (const std::exception& x) {
+      fail(x.what());
+      throw;
+    }
+  }
+
+  rendezvous_member(const rendezvous_member&) = delete;
+  rendezvous_member& operator=(const rendezvous_member&) = delete;
+
+  ~rendezvous_member() = default;
+
+  int rank() const noexcept { return rank_; }
+  gloo_communicator& world() { return *world_; }
+
+  /// This rank has finished normally. (Its monitor is quiet from here on: once every
+  /// rank has finished, the scheduler may close the store.)
+  void finish() {
+    world_.reset();
+    monitor_.quiet = true;
+    store_->add(keys_.done(), 1);
+  }
+
+  /// Tells every other worker (through the store) that this rank fails with `what`.
+  /// Returns "" when this is the job's first failure; otherwise the first one's reason
+  /// ("rank 1: ..."), which is kept. With `consequence` (a transport failure: a peer's
+  /// connection closed), a failure reported within half a second counts as earlier: a
+  /// peer killed outright closes its connections to the other workers and to the
+  /// rendezvous at once, and the rendezvous may learn of it a moment after they do.
+  std::string fail(const std::string& what, bool consequence = false) noexcept {
+    monitor_.quiet = true;
+    try {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(consequence ? 500 : 0);
+      do {
+        if (store_->check({keys_.failed()})) return store_->get(keys_.failed());
+        if (consequence) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } while (std::chrono::steady_clock::now() < until);
+      if (store_->add(keys_.failures(), 1) == 1) {
+        store_->set(keys_.failed(), "rank " + std::to_string(rank_) + ": " + what);
+        return "";
+      }
+      return store_->get(keys_.failed());
+    } catch (...) {  // the store is gone too: the peers notice the closed connections
+      return "";
+    }
+  }
+
+ private:
+  void start_monitor(const rendezvous_environment& e) {
+    auto watcher = std::make_shared<store_client>(e.host, e.port, std::chrono::hours(24 * 365));
+    watcher->hello(keys_.prefix + "rank " + std::to_string(rank_) + " monitor");
+    monitor_.fd = watcher->native_handle();
+    monitor_.thread = std::thread([this, watcher, key = keys_.failed()] {
+      std::string why;
+      try {
+        why = watcher->get(key);
+      } catch (const std::exception& x) {
+        why = std::string("the rendezvous is gone (") + x.what() + ")";
+      }
+      if (monitor_.quiet) return;
+      std::fflush(stdout);
+      std::fprintf(stderr, "tessera: rank %d: the job ended: %s\n", rank_, why.c_str());
+      std::fflush(stderr);
+      detail::run_abort_hooks();
+      std::_Exit(1);
+    });
+  }
+
+  detail::job_keys keys_;
+  std::chrono::seconds timeout_;
+  std::shared_ptr<store_client> store_;
+  int rank_ = -1;
+  std::optional<gloo_communicator> world_;
+  // The monitor's thread, blocked on its own connection until a failure is reported;
+  // quiet once this rank finishes or fails itself. Stopped (and joined) first on
+  // destruction, also when the constructor throws.
+  struct monitor_thread {
+    std::atomic<bool> quiet{false};
+    int fd = -1;
+    std::thread thread;
+    ~monitor_thread() {
+      quiet = true;
+      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+      if (thread.joinable()) thread.join();
+    }
+  };
+  monitor_thread monitor_;
+};
+
+}  // namespace tessera
+#endif
 
 namespace tessera {
 
@@ -28648,53 +30184,46 @@ namespace tessera {
 enum class world_backend : std::uint8_t {
   local,  ///< no launcher: this process alone, local_communicator
   mpi,    ///< an MPI launcher (mpiexec, mpirun, srun): the MPI world, mpi_communicator
+  gloo,   ///< tessera-run, or a scheduler and workers started by hand: gloo_communicator
 };
 
 constexpr std::string_view to_string(world_backend b) noexcept {
   switch (b) {
     case world_backend::local: return "local";
     case world_backend::mpi: return "mpi";
+    case world_backend::gloo: return "gloo";
   }
   return "unknown";
 }
 
-namespace detail {
-
-inline bool env_set(const char* name) noexcept {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0';
-}
-
-}  // namespace detail
-
 /// The environment variable that names the world's backend, overriding the launcher's:
-/// "local" or "mpi".
+/// "local", "mpi" or "gloo".
 inline constexpr const char* world_backend_variable = "TESSERA_COMM_BACKEND";
 
 /// The backend of this process's world, from its environment; the one place where a
 /// backend is chosen. In order:
 ///
-/// 1. TESSERA_COMM_BACKEND, when set and not empty: "local" or "mpi" (anything else
-///    throws tessera::error naming the values known). "mpi" without a launcher is MPI's
-///    one-process world (a singleton).
-/// 2. The variables an MPI launcher gives each process: OMPI_COMM_WORLD_SIZE (Open MPI's
+/// 1. TESSERA_COMM_BACKEND, when set and not empty: "local", "mpi" or "gloo" (anything
+///    else throws tessera::error naming the values known). "mpi" without a launcher is
+///    MPI's one-process world (a singleton).
+/// 2. The variables of a store-networked job (rendezvous_launched(): tessera-run's
+///    TESSERA_RANK with TESSERA_MASTER_PORT, MS_ROLE / TESSERA_ROLE, or a rank table's
+///    RANK_TABLE_FILE with RANK_ID): gloo.
+/// 3. The variables an MPI launcher gives each process: OMPI_COMM_WORLD_SIZE (Open MPI's
 ///    mpiexec and mpirun), PMIX_RANK (PMIx: Open MPI 5, srun --mpi=pmix), PMI_RANK and
 ///    PMI_SIZE (MPICH's and Intel MPI's Hydra, srun --mpi=pmi2): mpi.
-/// 3. Otherwise local: one rank, no launcher.
-///
-/// A further backend (Gloo, whose workers find a rendezvous through environment
-/// variables) adds its enumerator, a test of its launcher's variables here before the
-/// MPI one, and its case in run().
+/// 4. Otherwise local: one rank, no launcher.
 inline world_backend launched_backend() {
   if (const char* forced = std::getenv(world_backend_variable); forced != nullptr && *forced != '\0') {
     const std::string_view v = forced;
-    for (world_backend b : {world_backend::local, world_backend::mpi})
+    for (world_backend b : {world_backend::local, world_backend::mpi, world_backend::gloo})
       if (v == to_string(b)) return b;
     throw error(std::string(world_backend_variable) + " is \"" + std::string(v) +
-                "\"; expected \"local\" or \"mpi\"");
+                "\"; expected \"local\", \"mpi\" or \"gloo\"");
   }
-  if (detail::env_set("OMPI_COMM_WORLD_SIZE") || detail::env_set("PMIX_RANK") ||
-      (detail::env_set("PMI_RANK") && detail::env_set("PMI_SIZE")))
+  if (rendezvous_launched()) return world_backend::gloo;
+  using detail::env_value;
+  if (env_value("OMPI_COMM_WORLD_SIZE") || env_value("PMIX_RANK") || (env_value("PMI_RANK") && env_value("PMI_SIZE")))
     return world_backend::mpi;
   return world_backend::local;
 }
@@ -28755,6 +30284,116 @@ int run_local(F& body) {
   return result;
 }
 
+/// The default port of a rank-table job's rendezvous, which rank 0 serves on the
+/// master address (the server holding rank 0); TESSERA_MASTER_PORT overrides it.
+inline constexpr int rank_table_default_port = 29500;
+
+/// The job of a process started with a rank table (RANK_TABLE_FILE, RANK_ID and
+/// optionally DEVICE_ID, as seed 003's scripts export them): its rank and world size
+/// from the table, the rendezvous on the master address, served by rank 0.
+inline rendezvous_environment rank_table_environment() {
+  const io::rank_placement p = io::rank_table_placement_from_environment();
+  rendezvous_environment e;
+  e.rank = p.rank;
+  e.world_size = p.world_size;
+  e.host = p.master_addr;
+  e.port = rank_table_default_port;
+  if (const char* port = detail::env_value("TESSERA_MASTER_PORT"))
+    e.port = detail::env_int("TESSERA_MASTER_PORT", port, 1, 65535);
+  e.serves = p.rank == 0;
+  e.source = std::string("RANK_TABLE_FILE=") + std::getenv("RANK_TABLE_FILE");
+  return e;
+}
+
+/// A store-networked job (tessera-run, or a scheduler and workers started by hand).
+/// The scheduler serves the rendezvous until every worker has finished or one failed,
+/// and never runs body. A worker joins the Gloo world, runs body(world) and says
+/// goodbye; an exception (or std::terminate) tells the other workers through the store,
+/// prints the message and ends the process with status 1.
+template <class F>
+int run_rendezvous(F& body) {
+  rendezvous_environment env;
+  try {
+    const bool table = env_value("RANK_TABLE_FILE") != nullptr && env_value("RANK_ID") != nullptr &&
+                       env_value("MS_ROLE") == nullptr && env_value("TESSERA_ROLE") == nullptr &&
+                       env_value("TESSERA_RANK") == nullptr;
+    env = table ? rank_table_environment() : read_rendezvous_environment();
+  } catch (const std::exception& e) {
+    end_process(-1, "", e.what());
+  }
+  if (env.process_role == rendezvous_environment::role::scheduler) {
+    try {
+      rendezvous_server server("", env.port, env.attempt);
+      std::printf("tessera: scheduler: serving the rendezvous of %d workers on port %d\n", env.world_size,
+                  server.port());
+      std::fflush(stdout);
+      return server.serve_until_done(env.world_size, rendezvous_timeout());
+    } catch (const std::exception& e) {
+      end_process(-1, "scheduler: ", e.what());
+    }
+  }
+#if TESSERA_WITH_GLOO
+  std::unique_ptr<rendezvous_server> served;  // rank 0 of a rank table: for the whole job
+  std::unique_ptr<rendezvous_member> member;
+  try {
+    if (env.serves) served = std::make_unique<rendezvous_server>("", env.port);
+    member = std::make_unique<rendezvous_member>(env);
+  } catch (const std::exception& e) {
+    end_process(env.rank, "", e.what());
+  }
+  // Reports the failure to the other workers before this rank's connections close,
+  // then ends the process; a failure that follows from an earlier one (a peer's
+  // connection closed) names the first.
+  static rendezvous_member* current = nullptr;
+  current = member.get();
+  static constexpr auto end_rank = [](const std::string& what, const char* prefix, bool consequence = false) {
+    const std::string first = current->fail(what, consequence);
+    if (first.empty()) end_process(current->rank(), prefix, what.c_str());
+    end_process(current->rank(), "the job ended: ", first.c_str());
+  };
+  const std::terminate_handler previous = std::set_terminate([]() noexcept {
+    std::string what = "std::terminate called without an active exception";
+    if (std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        what = x.what();
+      } catch (...) {
+        what = "unknown exception (not derived from std::exception)";
+      }
+    }
+    end_rank(what, "terminate: ");
+  });
+  int result = 0;
+  {
+    any_communicator world(std::move(member->world()));
+    try {
+      result = invoke_world_body(body, world);
+    } catch (const comm_error& e) {
+      end_rank(e.what(), "", true);
+    } catch (const std::exception& e) {
+      end_rank(e.what(), "");
+    } catch (...) {
+      end_rank("unknown exception (not derived from std::exception)", "");
+    }
+  }
+  std::set_terminate(previous);
+  member->finish();
+  if (served) {  // the others still need the store until they finish
+    member.reset();
+    const int rc = served->serve_until_done(env.world_size, rendezvous_timeout());
+    if (result == 0) result = rc;
+  }
+  return result;
+#else
+  (void)body;
+  end_process(env.rank, "",
+              ("this process was started by " + env.source +
+               " (a job without MPI), but the program was built without Gloo: link it with tessera::gloo")
+                  .c_str());
+#endif
+}
+
 }  // namespace detail
 
 /// The main of a tessera program whose communicator type is chosen when the job starts:
@@ -28768,7 +30407,8 @@ int run_local(F& body) {
 /// Calls body(world) with the world of the backend launched_backend() names: under
 /// mpiexec, run_mpi's world (MPI initialised and finalised here, or left as it was found,
 /// a duplicate of MPI_COMM_WORLD) in the handle; with no launcher, a local_communicator
-/// in the handle (no MPI call is made). Failures behave as run_mpi's: an exception on any
+/// in the handle (no MPI call is made); under tessera-run or a scheduler (seed 001's
+/// dynamic networking), the Gloo world (see detail::run_rendezvous). Failures behave as run_mpi's: an exception on any
 /// rank prints "tessera: rank R: <what>" to stderr and ends the whole job at once
 /// (MPI_Abort under MPI; status 1 for the one-rank world), never leaving the other ranks
 /// waiting in a collective. A TESSERA_COMM_BACKEND that names no backend prints
@@ -28788,6 +30428,8 @@ int run(int argc, char** argv, F&& body) {
         any_communicator world(std::move(w));
         return detail::invoke_world_body(body, world);
       });
+    case world_backend::gloo:
+      return detail::run_rendezvous(body);
     case world_backend::local:
       break;
   }

@@ -1,8 +1,10 @@
 // A job started by tessera::run: every rank prints the backend, rank and size of its
 // world, and the ranks meet in a barrier. With --fail-on=R, rank R throws after the
 // first barrier while the others wait in a second one: tessera::run must print the
-// error and end the whole job (nonzero exit) within seconds. Run by the comm_run_*
-// tests, with and without mpiexec.
+// error and end the whole job (nonzero exit) within seconds. With --kill-on=R, rank R
+// is killed by SIGKILL there instead. Run by the comm_run_* tests, with and without
+// mpiexec, and as a job networked by a scheduler (tests/comm/job_by_hand.sh).
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,9 +15,11 @@
 #include <tessera/comm/launch.hpp>
 
 int main(int argc, char** argv) {
-  int fail_on = -1;
-  for (int i = 1; i < argc; ++i)
+  int fail_on = -1, kill_on = -1;
+  for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--fail-on=", 10) == 0) fail_on = std::atoi(argv[i] + 10);
+    if (std::strncmp(argv[i], "--kill-on=", 10) == 0) kill_on = std::atoi(argv[i] + 10);
+  }
   return tessera::run(argc, argv, [&](tessera::any_communicator& world) {
     std::printf("backend %s rank %d size %d\n", std::string(world.backend()).c_str(), world.rank(), world.size());
     std::fflush(stdout);
@@ -24,9 +28,13 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       throw std::runtime_error("deliberate failure on rank " + std::to_string(fail_on));
     }
+    if (world.rank() == kill_on) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::raise(SIGKILL);
+    }
     world.barrier();  // never completes when a rank failed
-    if (fail_on >= 0 && world.size() > 1)
-      std::printf("rank %d: passed a barrier that rank %d never reached\n", world.rank(), fail_on);
+    if ((fail_on >= 0 || kill_on >= 0) && world.size() > 1)
+      std::printf("rank %d: passed a barrier that rank %d never reached\n", world.rank(), fail_on >= 0 ? fail_on : kill_on);
     return 0;
   });
 }

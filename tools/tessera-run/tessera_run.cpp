@@ -32,11 +32,13 @@
 // failed worker's status. `tessera-run --help` gives the whole contract
 // (options.hpp's usage_text).
 //
+// Node 0's launcher serves the job's rendezvous (comm/rendezvous.hpp) on the master
+// port, for every attempt: the workers' tessera::run meets there and forms the Gloo
+// world, and a worker that dies is reported to the others through it as well.
+//
 // Linux only: workers are tied to the launcher with PR_SET_PDEATHSIG, and signals
 // reach the launcher through a signalfd.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -50,9 +52,11 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include <tessera/comm/rendezvous.hpp>
 
 #include "options.hpp"
 #include "workers.hpp"
@@ -60,31 +64,6 @@
 namespace tessera_run {
 
 using steady = std::chrono::steady_clock;
-
-/// A free TCP port for the job's master: bind port 0 on every interface, read back
-/// the port the system gave, close. (Another process may take it before the job
-/// does; the rendezvous then fails to bind and says so.)
-inline int choose_master_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("cannot choose a master port (socket): ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw std::runtime_error(std::string("cannot choose a master port (bind): ") + std::strerror(e));
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-/// Node 0's launcher serves the job's rendezvous store (tessera::store_server) on
-/// `port` here, for the whole job, restarts included.
-inline void serve_rendezvous(const options&, int /*port*/) {}
 
 /// How one attempt ended.
 struct attempt_result {
@@ -292,16 +271,22 @@ inline int run(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   try {
+    // Node 0 serves the job's rendezvous for the whole job, restarts included, on
+    // --master-port or on a free port the system picks.
+    std::unique_ptr<tessera::rendezvous_server> rendezvous;
     int port = o.master_port;
-    if (port == 0) {
-      port = choose_master_port();
-      if (o.worker_num > o.local_worker_num)
-        std::fprintf(stderr, "tessera-run: node 0 chose master port %d: give the other nodes --master-port %d\n",
-                     port, port);
+    if (o.node_rank == 0) {
+      rendezvous = std::make_unique<tessera::rendezvous_server>("", o.master_port);
+      if (port == 0) {
+        port = rendezvous->port();
+        if (o.worker_num > o.local_worker_num)
+          std::fprintf(stderr, "tessera-run: node 0 serves the rendezvous on port %d: give the other nodes --master-port %d\n",
+                       port, port);
+      }
     }
-    if (o.node_rank == 0) serve_rendezvous(o, port);
 
     for (int restart = 0;; ++restart) {
+      if (rendezvous) rendezvous->begin_attempt(restart);
       const attempt_result r = run_attempt(o, port, restart, signals, original);
       switch (r.end) {
         case attempt_result::how::succeeded:
@@ -314,6 +299,11 @@ inline int run(int argc, char** argv) {
           return r.exec_errno == ENOENT ? 127 : 126;
         case attempt_result::how::worker_failed:
           report_failure(r);
+          // The job's first failure, as the rendezvous heard of it: the rank named above
+          // may only have followed it (its peer's connection closed).
+          if (rendezvous)
+            if (const auto first = rendezvous->failure())
+              std::fprintf(stderr, "tessera-run: the job's first failure: %s\n", first->c_str());
           if (restart >= o.max_restarts) return shell_status(r.wait_status);
           std::fprintf(stderr,
                        "tessera-run: restart %d of %d: starting the %d local workers again "

@@ -54,6 +54,15 @@ struct traffic {
   friend constexpr bool operator==(const traffic&, const traffic&) = default;
 };
 
+/// A transport failure: a peer's connection closed, or an operation made no progress
+/// within its timeout. Thrown by the backends that see their transport (gloo); the
+/// message names the call. A rank that gets one has most likely lost a peer that failed
+/// first, which tessera::run's failure report takes into account.
+class comm_error : public error {
+ public:
+  using error::error;
+};
+
 /// Element types the collectives move: arithmetic types except bool (float, double,
 /// std::int8_t .. std::int64_t, std::uint8_t .. std::uint64_t, ...).
 template <class T>

@@ -1,0 +1,523 @@
+// The Gloo communicator: tessera's communicator concept over Gloo's TCP transport (the
+// collective library PyTorch uses on CPUs), for jobs started without MPI. Its processes
+// meet through a rendezvous store (comm/store.hpp); comm/rendezvous.hpp makes the world
+// from the environment. Needs Gloo (CMake: tessera::gloo, Debian libgloo-dev).
+#pragma once
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <tessera/comm/communicator.hpp>
+#include <tessera/comm/store.hpp>
+
+namespace tessera {
+
+namespace detail {
+
+/// Gloo's view of a tessera store: the keys of one context, under its prefix.
+class gloo_store final : public ::gloo::rendezvous::Store {
+ public:
+  gloo_store(store_client& store, std::string prefix) : store_(store), prefix_(std::move(prefix)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, std::string_view(data.data(), data.size()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string v = store_.get(prefix_ + key);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(prefixed(keys)); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    store_.wait(prefixed(keys));
+  }
+
+ private:
+  std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) out.push_back(prefix_ + k);
+    return out;
+  }
+  store_client& store_;
+  std::string prefix_;
+};
+
+/// What every communicator of one job shares: the store, Gloo's TCP device (one
+/// listening socket and event loop) and the timeout of each operation.
+struct gloo_job {
+  std::shared_ptr<store_client> store;
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::chrono::milliseconds timeout;
+};
+
+/// A Gloo context of `size` ranks, connected through the store's keys under `prefix`.
+inline std::shared_ptr<::gloo::Context> gloo_connect(const gloo_job& job, const std::string& prefix,
+                                                                 int rank, int size) {
+  auto ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(job.timeout);
+  gloo_store store(*job.store, prefix + "/");
+  std::shared_ptr<::gloo::transport::Device> device = job.device;
+  try {
+    ctx->connectFullMesh(store, device);
+    // A rank's side of the mesh can be complete before its peers' are: a barrier makes
+    // the connection collective, so that a context destroyed at once (a temporary)
+    // never closes a pair a peer is still setting up.
+    if (size > 1) {
+      ::gloo::BarrierOptions o(ctx);
+      ::gloo::barrier(o);
+    }
+  } catch (const tessera::error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw comm_error("gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) + " (" +
+                     prefix + "): " + e.what());
+  }
+  return ctx;
+}
+
+/// Runs one Gloo call; Gloo's exceptions (a peer gone, a timeout) become
+/// tessera::comm_error naming the call.
+template <class F>
+void gloo_call(const char* fn, F&& f) {
+  try {
+    f();
+  } catch (const tessera::error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw comm_error(std::string("gloo ") + fn + ": " + e.what());
+  }
+}
+
+/// Slot prefixes of the messages this wrapper sends itself (Gloo's own algorithms use
+/// 0x01 .. 0x08).
+inline constexpr std::uint8_t gloo_send_recv_prefix = 0x40;
+inline constexpr std::uint8_t gloo_exchange_prefix = 0x41;
+
+/// One thread that runs a communicator's non-blocking operations in the order they
+/// were started, on a Gloo context of its own (so that they never share a slot with
+/// the blocking calls made meanwhile).
+class gloo_worker {
+ public:
+  explicit gloo_worker(std::shared_ptr<::gloo::Context> ctx)
+      : ctx_(std::move(ctx)), thread_([this] { loop(); }) {}
+  gloo_worker(const gloo_worker&) = delete;
+  gloo_worker& operator=(const gloo_worker&) = delete;
+  ~gloo_worker() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+  const std::shared_ptr<::gloo::Context>& context() const { return ctx_; }
+
+  std::future<void> post(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    std::future<void> f = task.get_future();
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return f;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::shared_ptr<::gloo::Context> ctx_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+template <class T>
+void gloo_allreduce(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::size_t n, reduce_op op) {
+  if (n == 0 || ctx->size == 1) {
+    if (op == reduce_op::mean) divide_by(std::span<T>(data, n), ctx->size);
+    return;
+  }
+  ::gloo::AllreduceOptions o(ctx);
+  o.setOutput(data, n);
+  o.setReduceFunction([op](void* c, const void* a, const void* b, std::size_t k) {
+    combine(static_cast<T*>(c), static_cast<const T*>(a), static_cast<const T*>(b), k, op);
+  });
+  gloo_call("all_reduce", [&] { ::gloo::allreduce(o); });
+  if (op == reduce_op::mean) divide_by(std::span<T>(data, n), ctx->size);
+}
+
+template <class T>
+void gloo_broadcast(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::size_t n, int root) {
+  if (n == 0 || ctx->size == 1) return;
+  ::gloo::BroadcastOptions o(ctx);
+  o.setOutput(data, n);
+  o.setRoot(root);
+  gloo_call("broadcast", [&] { ::gloo::broadcast(o); });
+}
+
+/// reduce_scatter as Gloo offers it: an all-reduce of a copy of the whole input, of
+/// which each rank keeps its block.
+template <class T>
+void gloo_reduce_scatter(const std::shared_ptr<::gloo::Context>& ctx, const T* in, T* out, std::size_t block,
+                         reduce_op op) {
+  const int g = ctx->size;
+  std::vector<T> whole(in, in + block * std::size_t(g));
+  gloo_allreduce(ctx, whole.data(), whole.size(), op);
+  std::copy_n(whole.data() + block * std::size_t(ctx->rank), block, out);
+}
+
+}  // namespace detail
+
+/// The communicator of a job whose processes meet through a rendezvous store and talk
+/// over Gloo's TCP transport. Models nonblocking_communicator: the non-blocking calls
+/// run in start order on a thread of the communicator's own (with a Gloo context of its
+/// own, connected at the first such call, which every member makes). Traffic is counted
+/// with the formulas of communicator.hpp, as every backend does.
+///
+/// Made by gloo_communicator::connect (one call per process, every rank of the job) or
+/// by split(); comm/rendezvous.hpp makes the world of a process from its environment.
+///
+/// Gloo has no reduce-scatter of its own: reduce_scatter all-reduces a copy of its
+/// input and keeps this rank's block (about twice the bytes on the wire that the
+/// counters, which price a ring reduce-scatter, record).
+class gloo_communicator {
+ public:
+  /// A pending non-blocking operation. Move-only; wait() completes it and rethrows its
+  /// error; the destructor waits if it is still pending.
+  class request {
+   public:
+    request() = default;
+    request(request&&) noexcept = default;
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        complete_quietly();
+        f_ = std::move(o.f_);
+      }
+      return *this;
+    }
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    ~request() { complete_quietly(); }
+
+    void wait() {
+      if (f_.valid()) f_.get();
+    }
+    bool test() {
+      if (!f_.valid()) return true;
+      if (f_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+      f_.get();
+      return true;
+    }
+    bool pending() const noexcept { return f_.valid(); }
+
+   private:
+    friend class gloo_communicator;
+    explicit request(std::future<void> f) : f_(std::move(f)) {}
+    void complete_quietly() noexcept {
+      if (!f_.valid()) return;
+      try {
+        f_.get();
+      } catch (...) {  // an error nobody waited for: the job ends through the peers' errors
+      }
+    }
+    std::future<void> f_;
+  };
+
+  /// Joins the job: rank `rank` of `size`, meeting the others through `store` under
+  /// the key prefix `name`. Every rank calls it with the same size and name. Each
+  /// operation fails after `timeout` without progress (a peer gone or hung).
+  static gloo_communicator connect(std::shared_ptr<store_client> store, int rank, int size,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(300),
+                                   std::string name = "world") {
+    if (size < 1 || rank < 0 || rank >= size)
+      throw error("gloo: rank " + std::to_string(rank) + " is out of range for " + std::to_string(size) + " ranks");
+    ::gloo::transport::tcp::attr attr;
+    attr.hostname = store->local_address();
+    auto job = std::make_shared<detail::gloo_job>();
+    job->store = std::move(store);
+    job->timeout = timeout;
+    detail::gloo_call("creating the TCP device", [&] { job->device = ::gloo::transport::tcp::CreateDevice(attr); });
+    return gloo_communicator(job, name, detail::gloo_connect(*job, name, rank, size));
+  }
+
+  gloo_communicator(gloo_communicator&&) noexcept = default;
+  gloo_communicator& operator=(gloo_communicator&&) noexcept = default;
+  gloo_communicator(const gloo_communicator&) = delete;
+  gloo_communicator& operator=(const gloo_communicator&) = delete;
+  ~gloo_communicator() = default;
+
+  /// The name of the backend, "gloo" (any_communicator::backend() reports it).
+  static constexpr std::string_view backend() noexcept { return "gloo"; }
+
+  int rank() const { return ctx_->rank; }
+  int size() const { return ctx_->size; }
+
+  /// The store the job met at (the rendezvous of split() and of the caller's own keys).
+  store_client& store() const { return *job_->store; }
+
+  template <comm_element T>
+  void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    detail::check_all_reduce<T>(in, out);
+    detail::count(stats_, cost::all_reduce(detail::byte_size(in), size()));
+    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+    detail::gloo_allreduce(context(), out.data(), out.size(), op);
+  }
+
+  template <comm_element T>
+  void all_reduce(std::span<T> inout, reduce_op op) {
+    detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
+    detail::gloo_allreduce(context(), inout.data(), inout.size(), op);
+  }
+
+  template <comm_element T>
+  void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    detail::check_all_gather<T>(in, out, size());
+    detail::count(stats_, cost::all_gather(detail::byte_size(in), size()));
+    if (in.empty()) return;
+    if (size() == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    ::gloo::AllgatherOptions o(context());
+    o.setInput(const_cast<T*>(in.data()), in.size());
+    o.setOutput(out.data(), out.size());
+    detail::gloo_call("all_gather", [&] { ::gloo::allgather(o); });
+  }
+
+  template <comm_element T>
+  void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size());
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
+    detail::gloo_reduce_scatter(context(), in.data(), out.data(), out.size(), op);
+  }
+
+  template <comm_element T>
+  void all_to_all(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    detail::check_all_to_all<T>(in, out, size());
+    detail::count(stats_, cost::all_to_all(detail::byte_size(in), size()));
+    if (in.empty()) return;
+    if (size() == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    ::gloo::AlltoallOptions o(context());
+    o.setInput(const_cast<T*>(in.data()), in.size());
+    o.setOutput(out.data(), out.size());
+    detail::gloo_call("all_to_all", [&] { ::gloo::alltoall(o); });
+  }
+
+  /// Each block travels as one message (Gloo's alltoallv has no displacements).
+  template <comm_element T>
+  void all_to_all_v(std::span<const std::type_identity_t<T>> in, std::span<const int> send_counts,
+                    std::span<const int> send_displs, std::span<T> out, std::span<const int> recv_counts,
+                    std::span<const int> recv_displs) {
+    const int g = size(), r = rank();
+    const std::int64_t received =
+        detail::check_all_to_all_v<T>(in, send_counts, send_displs, out, recv_counts, recv_displs, r, g);
+    if (send_counts[std::size_t(r)] != recv_counts[std::size_t(r)]) [[unlikely]]
+      detail::comm_fail("all_to_all_v: rank " + std::to_string(r) + " sends " +
+                        std::to_string(send_counts[std::size_t(r)]) + " elements to itself and expects to receive " +
+                        std::to_string(recv_counts[std::size_t(r)]));
+    detail::count(stats_, received * std::int64_t(sizeof(T)));
+    std::copy_n(in.data() + send_displs[std::size_t(r)], send_counts[std::size_t(r)],
+                out.data() + recv_displs[std::size_t(r)]);
+    if (g == 1) return;
+    const std::uint64_t slot = ::gloo::Slot::build(detail::gloo_exchange_prefix, exchange_seq_++);
+    const auto& ctx = context();
+    std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> recvs, sends;
+    detail::gloo_call("all_to_all_v", [&] {
+      for (int p = 0; p < g; ++p) {
+        if (p == r || recv_counts[std::size_t(p)] == 0) continue;
+        recvs.push_back(ctx->createUnboundBuffer(out.data() + recv_displs[std::size_t(p)],
+                                                 std::size_t(recv_counts[std::size_t(p)]) * sizeof(T)));
+        recvs.back()->recv(p, slot);
+      }
+      for (int k = 1; k < g; ++k) {  // to r+1 first, so that no rank is everyone's first peer
+        const int p = (r + k) % g;
+        if (send_counts[std::size_t(p)] == 0) continue;
+        sends.push_back(ctx->createUnboundBuffer(const_cast<T*>(in.data()) + send_displs[std::size_t(p)],
+                                                 std::size_t(send_counts[std::size_t(p)]) * sizeof(T)));
+        sends.back()->send(p, slot);
+      }
+      for (auto& b : recvs) b->waitRecv(ctx->getTimeout());
+      for (auto& b : sends) b->waitSend(ctx->getTimeout());
+    });
+  }
+
+  template <comm_element T>
+  void broadcast(std::span<T> buf, int root) {
+    detail::check_rank("broadcast", "root", root, size());
+    detail::count(stats_, rank() == root ? 0 : cost::broadcast(detail::byte_size(buf), size()));
+    detail::gloo_broadcast(context(), buf.data(), buf.size(), root);
+  }
+
+  template <class T>
+    requires comm_element<std::remove_const_t<T>>
+  void send(std::span<T> buf, int dest, int tag = 0) {
+    detail::check_rank("send", "dest", dest, size());
+    detail::check_tag("send", tag);
+    detail::count(stats_, 0);
+    using U = std::remove_const_t<T>;
+    const auto& ctx = context();
+    detail::gloo_call("send", [&] {
+      auto b = ctx->createUnboundBuffer(const_cast<U*>(buf.data()), buf.size() * sizeof(U));
+      b->send(dest, ::gloo::Slot::build(detail::gloo_send_recv_prefix, std::uint32_t(tag)));
+      b->waitSend(ctx->getTimeout());
+    });
+  }
+
+  template <comm_element T>
+  void recv(std::span<T> buf, int source, int tag = 0) {
+    detail::check_rank("recv", "source", source, size());
+    detail::check_tag("recv", tag);
+    detail::count(stats_, detail::byte_size(buf));
+    const auto& ctx = context();
+    detail::gloo_call("recv", [&] {
+      auto b = ctx->createUnboundBuffer(buf.data(), buf.size() * sizeof(T));
+      b->recv(source, ::gloo::Slot::build(detail::gloo_send_recv_prefix, std::uint32_t(tag)));
+      b->waitRecv(ctx->getTimeout());
+    });
+  }
+
+  void barrier() {
+    detail::count(stats_, 0);
+    if (size() == 1) return;
+    ::gloo::BarrierOptions o(context());
+    detail::gloo_call("barrier", [&] { ::gloo::barrier(o); });
+  }
+
+  template <comm_element T>
+  [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
+    detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
+    auto& w = worker();
+    return request(w.post([ctx = w.context(), p = inout.data(), n = inout.size(), op] {
+      detail::gloo_allreduce<T>(ctx, p, n, op);
+    }));
+  }
+
+  template <comm_element T>
+  [[nodiscard]] request ireduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                        reduce_op op) {
+    detail::check_reduce_scatter<T>(in, out, size(), "ireduce_scatter");
+    detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
+    auto& w = worker();
+    return request(w.post([ctx = w.context(), i = in.data(), o = out.data(), n = out.size(), op] {
+      detail::gloo_reduce_scatter<T>(ctx, i, o, n, op);
+    }));
+  }
+
+  template <comm_element T>
+  [[nodiscard]] request ibroadcast(std::span<T> buf, int root) {
+    detail::check_rank("ibroadcast", "root", root, size());
+    detail::count(stats_, rank() == root ? 0 : cost::broadcast(detail::byte_size(buf), size()));
+    auto& w = worker();
+    return request(
+        w.post([ctx = w.context(), p = buf.data(), n = buf.size(), root] { detail::gloo_broadcast<T>(ctx, p, n, root); }));
+  }
+
+  /// The ranks with equal `color` form a new communicator, ordered by (key, rank).
+  /// Collective over this communicator; color must not be negative.
+  gloo_communicator split(int color, int key) {
+    detail::check_color(color);
+    const int g = size();
+    std::vector<std::int64_t> mine{color, key}, all(2 * std::size_t(g));
+    if (g == 1) {
+      all = mine;
+    } else {
+      ::gloo::AllgatherOptions o(context());
+      o.setInput(mine.data(), mine.size());
+      o.setOutput(all.data(), all.size());
+      detail::gloo_call("split", [&] { ::gloo::allgather(o); });
+    }
+    std::vector<std::tuple<std::int64_t, int>> members;  // (key, rank) of my color
+    for (int p = 0; p < g; ++p)
+      if (all[2 * std::size_t(p)] == color) members.emplace_back(all[2 * std::size_t(p) + 1], p);
+    std::sort(members.begin(), members.end());
+    const int new_rank = int(std::find(members.begin(), members.end(), std::tuple<std::int64_t, int>(key, rank())) -
+                             members.begin());
+    const std::string name = name_ + "/split" + std::to_string(split_seq_++) + "." + std::to_string(color);
+    return gloo_communicator(job_, name, detail::gloo_connect(*job_, name, new_rank, int(members.size())));
+  }
+
+  /// The ranks of this communicator on this rank's host (equal host names), in rank
+  /// order. Collective.
+  gloo_communicator node_local() {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::uint64_t mine = std::hash<std::string_view>{}(host);
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
+    all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
+    stats_.calls -= 1;  // the gather is part of split, which does not count
+    const int first = int(std::find(all.begin(), all.end(), mine) - all.begin());
+    return split(first, rank());
+  }
+
+  traffic& stats() noexcept { return stats_; }
+  const traffic& stats() const noexcept { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  gloo_communicator(std::shared_ptr<detail::gloo_job> job, std::string name, std::shared_ptr<::gloo::Context> ctx)
+      : job_(std::move(job)), name_(std::move(name)), ctx_(std::move(ctx)) {}
+
+  const std::shared_ptr<::gloo::Context>& context() const { return ctx_; }
+
+  detail::gloo_worker& worker() {
+    if (!worker_)
+      worker_ = std::make_unique<detail::gloo_worker>(detail::gloo_connect(*job_, name_ + "/async", rank(), size()));
+    return *worker_;
+  }
+
+  std::shared_ptr<detail::gloo_job> job_;
+  std::string name_;
+  std::shared_ptr<::gloo::Context> ctx_;
+  std::unique_ptr<detail::gloo_worker> worker_;
+  std::uint32_t exchange_seq_ = 0;
+  int split_seq_ = 0;
+  traffic stats_;
+};
+
+}  // namespace tessera
