@@ -1,10 +1,19 @@
 // The MPI communicator's collectives against the raw MPI calls they wrap: same
-// communicator, same buffers, same sizes, run as adjacent pairs in one job.
+// communicator, same buffers, same sizes, run as adjacent pairs in one job. Built with
+// Gloo (tessera::gloo), the same job also forms a Gloo world (rank 0 serves the
+// rendezvous, its port sent over MPI) and times gloo_communicator's collectives against
+// Gloo's own calls on the same context (benchmarks gloo_<collective>/wrapper and /raw),
+// and prints Gloo's raw times over MPI's: the two host transports on one machine.
 //
-//   mpiexec -n 2 bench_collectives --benchmark_format=json
+//   mpiexec --bind-to none -n 2 bench_collectives --benchmark_format=json
+//
+// --bind-to none matters for Gloo: bound to one core, a rank's waiting main thread and
+// Gloo's event-loop thread share it, and a Gloo call of 16 floats or more then takes a
+// scheduler tick (4 ms) instead of ~0.1 ms.
 //
 // Each iteration is timed as the slowest rank's time (barrier, MPI_Wtime around the
-// call, MPI_Allreduce MAX), so every rank sees the same times and takes the same
+// call, all-reduce MAX; MPI's for MPI's collectives, Gloo's for Gloo's), so every rank
+// sees the same times and takes the same
 // decisions about iteration counts. Besides the mean time the library reports, each
 // benchmark reports the median and the fastest iteration (counters median_us,
 // min_us): on a shared machine a few preempted iterations move the mean by tens of
@@ -34,6 +43,11 @@
 #include <string>
 #include <vector>
 #include <tessera/comm/mpi.hpp>
+#if TESSERA_WITH_GLOO
+#include <gloo/math.h>
+#include <tessera/comm/gloo.hpp>
+#include <tessera/comm/store.hpp>
+#endif
 #include "rank_reporting.hpp"
 
 namespace {
@@ -54,17 +68,34 @@ struct buffers {
 /// One measured collective on `n` floats of payload.
 using op_fn = std::function<void(mpi_communicator&, buffers&, std::size_t n)>;
 
+/// How the ranks line up before a timed call and agree on its time: a barrier, and the
+/// maximum of the ranks' times. MPI's for MPI's collectives; Gloo's own for Gloo's (an
+/// MPI barrier just before a Gloo call, on this 2-core machine, costs the Gloo call a
+/// scheduler tick: ~4 ms instead of ~0.15 ms).
+struct sync_fns {
+  std::function<void()> barrier;
+  std::function<double(double)> slowest;
+};
+
 struct collective {
   const char* name;
   op_fn wrapper;
   op_fn raw;
+  sync_fns sync = {};  // set by collectives() and gloo_collectives()
 };
 
 // Payload = the largest buffer of the call: all_reduce, all_to_all and broadcast move
 // n floats per rank; all_gather gathers n floats (n / g from each rank); reduce_scatter
 // reduces n floats (n / g land on each rank).
-std::vector<collective> collectives() {
-  return {
+std::vector<collective> collectives(mpi_communicator& world) {
+  const MPI_Comm comm = world.native();
+  const sync_fns mpi_sync{[comm] { MPI_Barrier(comm); },
+                          [comm](double mine) {
+                            double slowest = 0;
+                            MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+                            return slowest;
+                          }};
+  std::vector<collective> ops{
       {"all_reduce",
        [](mpi_communicator& c, buffers& b, std::size_t n) {
          c.all_reduce(std::span<const float>(b.in.data(), n), std::span<float>(b.out.data(), n),
@@ -111,23 +142,128 @@ std::vector<collective> collectives() {
          MPI_Bcast(b.out.data(), int(n), MPI_FLOAT, 0, c.native());
        }},
   };
+  for (collective& c : ops) c.sync = mpi_sync;
+  return ops;
 }
 
+#if TESSERA_WITH_GLOO
+using tessera::gloo_communicator;
+
+/// The Gloo world of the MPI job: rank 0 serves the rendezvous on a free port and sends
+/// the port over MPI; every rank joins on the loopback.
+struct gloo_job {
+  std::unique_ptr<tessera::store_server> server;
+  std::unique_ptr<gloo_communicator> world;
+
+  explicit gloo_job(mpi_communicator& mpi) {
+    int port = 0;
+    if (mpi.rank() == 0) {
+      server = std::make_unique<tessera::store_server>("127.0.0.1", 0);
+      port = server->port();
+    }
+    mpi.broadcast(std::span<int>(&port, 1), 0);
+    auto store = std::make_shared<tessera::store_client>("127.0.0.1", port);
+    world = std::make_unique<gloo_communicator>(gloo_communicator::connect(store, mpi.rank(), mpi.size()));
+  }
+};
+
+// The same five collectives on the Gloo world: the wrapper, and Gloo's own calls on the
+// wrapper's context. Gloo has no reduce-scatter of its own; its raw side is what a Gloo
+// user writes instead (an all-reduce of the whole buffer), which is also what the
+// wrapper does (plus its copy of the input and of this rank's block).
+std::vector<collective> gloo_collectives(gloo_communicator& g) {
+  auto sum = [](gloo::AllreduceOptions& o) {
+    o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
+  };
+  const sync_fns gloo_sync{[&g] {
+                             gloo::BarrierOptions o(g.native());
+                             gloo::barrier(o);
+                           },
+                           [&g](double mine) {
+                             double slowest = mine;
+                             gloo::AllreduceOptions o(g.native());
+                             o.setOutput(&slowest, 1);
+                             o.setReduceFunction(
+                                 static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::max<double>));
+                             gloo::allreduce(o);
+                             return slowest;
+                           }};
+  std::vector<collective> ops{
+      {"gloo_all_reduce",
+       [&g](mpi_communicator&, buffers& b, std::size_t n) {
+         g.all_reduce(std::span<const float>(b.in.data(), n), std::span<float>(b.out.data(), n), reduce_op::sum);
+       },
+       [&g, sum](mpi_communicator&, buffers& b, std::size_t n) {
+         gloo::AllreduceOptions o(g.native());
+         o.setInput(b.in.data(), n);
+         o.setOutput(b.out.data(), n);
+         sum(o);
+         gloo::allreduce(o);
+       }},
+      {"gloo_all_gather",
+       [&g](mpi_communicator&, buffers& b, std::size_t n) {
+         const std::size_t part = n / std::size_t(g.size());
+         g.all_gather(std::span<const float>(b.in.data(), part), std::span<float>(b.out.data(), part * std::size_t(g.size())));
+       },
+       [&g](mpi_communicator&, buffers& b, std::size_t n) {
+         const std::size_t part = n / std::size_t(g.size());
+         gloo::AllgatherOptions o(g.native());
+         o.setInput(b.in.data(), part);
+         o.setOutput(b.out.data(), part * std::size_t(g.size()));
+         gloo::allgather(o);
+       }},
+      {"gloo_reduce_scatter",
+       [&g](mpi_communicator&, buffers& b, std::size_t n) {
+         const std::size_t part = n / std::size_t(g.size());
+         g.reduce_scatter(std::span<const float>(b.in.data(), part * std::size_t(g.size())),
+                          std::span<float>(b.out.data(), part), reduce_op::sum);
+       },
+       [&g, sum](mpi_communicator&, buffers& b, std::size_t n) {
+         const std::size_t whole = n / std::size_t(g.size()) * std::size_t(g.size());
+         gloo::AllreduceOptions o(g.native());
+         o.setInput(b.in.data(), whole);
+         o.setOutput(b.out.data(), whole);
+         sum(o);
+         gloo::allreduce(o);
+       }},
+      {"gloo_all_to_all",
+       [&g](mpi_communicator&, buffers& b, std::size_t n) {
+         const std::size_t whole = n / std::size_t(g.size()) * std::size_t(g.size());
+         g.all_to_all(std::span<const float>(b.in.data(), whole), std::span<float>(b.out.data(), whole));
+       },
+       [&g](mpi_communicator&, buffers& b, std::size_t n) {
+         const std::size_t whole = n / std::size_t(g.size()) * std::size_t(g.size());
+         gloo::AlltoallOptions o(g.native());
+         o.setInput(b.in.data(), whole);
+         o.setOutput(b.out.data(), whole);
+         gloo::alltoall(o);
+       }},
+      {"gloo_broadcast",
+       [&g](mpi_communicator&, buffers& b, std::size_t n) { g.broadcast(std::span<float>(b.out.data(), n), 0); },
+       [&g](mpi_communicator&, buffers& b, std::size_t n) {
+         gloo::BroadcastOptions o(g.native());
+         o.setOutput(b.out.data(), n);
+         o.setRoot(0);
+         gloo::broadcast(o);
+       }},
+  };
+  for (collective& c : ops) c.sync = gloo_sync;
+  return ops;
+}
+#endif
+
 /// Runs `op` once per iteration; the iteration's time is the slowest rank's.
-void run_timed(benchmark::State& state, mpi_communicator& c, buffers& b, const op_fn& op,
+void run_timed(benchmark::State& state, mpi_communicator& c, buffers& b, const op_fn& op, const sync_fns& sync,
                std::size_t bytes) {
   const std::size_t n = bytes / sizeof(float);
-  const MPI_Comm comm = c.native();
   op(c, b, n);  // warm-up: connections, algorithm selection, caches
   std::vector<double> samples;
   samples.reserve(std::size_t(state.max_iterations));
   for (auto _ : state) {
-    MPI_Barrier(comm);
+    sync.barrier();
     const double t0 = MPI_Wtime();
     op(c, b, n);
-    const double mine = MPI_Wtime() - t0;
-    double slowest = 0;
-    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    const double slowest = sync.slowest(MPI_Wtime() - t0);
     state.SetIterationTime(slowest);
     samples.push_back(slowest);
   }
@@ -226,6 +362,28 @@ void print_ratio_table(const capture_reporter& rep, const std::vector<collective
     }
 }
 
+// Gloo over MPI (1.000 = the same time; above 1, Gloo is slower): the raw calls of
+// both transports, per collective and payload size, medians over runs.
+void print_transport_table(const capture_reporter& rep, const std::vector<collective>& ops) {
+  std::fprintf(stderr,
+               "\ngloo / mpi, raw calls (1.000 = same time), per collective and payload size\n"
+               "%-15s %7s %8s %12s %12s\n",
+               "collective", "size", "median", "mpi median", "gloo median");
+  for (const collective& c : ops) {
+    const std::string name = c.name;
+    if (name.rfind("gloo_", 0) == 0) continue;
+    for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const std::string suffix = std::string(1, '/').append(std::to_string(bytes));
+      const auto* m = rep.find(name + "/raw" + suffix);
+      const auto* g = rep.find("gloo_" + name + "/raw" + suffix);
+      if (!m || !g) continue;
+      const double mmed = median(m->median), gmed = median(g->median);
+      std::fprintf(stderr, "%-15s %7s %8.3f %10.1fus %10.1fus\n", c.name, size_name(bytes).c_str(), gmed / mmed,
+                   mmed, gmed);
+    }
+  }
+}
+
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, std::size_t(q * double(v.size())))];
@@ -237,7 +395,6 @@ double quantile(std::vector<double> v, double q) {
 // All ranks run it; rank 0 prints.
 void print_interleaved_table(mpi_communicator& world, buffers& b,
                              const std::vector<collective>& ops, double scale) {
-  const MPI_Comm comm = world.native();
   if (world.rank() == 0)
     std::fprintf(stderr,
                  "\nwrapper / raw, interleaved call by call\n"
@@ -254,13 +411,10 @@ void print_interleaved_table(mpi_communicator& world, buffers& b,
       for (std::size_t i = 0; i < pairs; ++i)
         for (int side = 0; side < 2; ++side) {
           const bool wrapper = side == int(i % 2);
-          MPI_Barrier(comm);
+          c.sync.barrier();
           const double t0 = MPI_Wtime();
           (wrapper ? c.wrapper : c.raw)(world, b, n);
-          const double mine = MPI_Wtime() - t0;
-          double slowest = 0;
-          MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
-          (wrapper ? tw : tr).push_back(slowest);
+          (wrapper ? tw : tr).push_back(c.sync.slowest(MPI_Wtime() - t0));
         }
       if (world.rank() == 0)
         std::fprintf(stderr, "%-15s %7s %6zu %8.4f %8.4f %8.4f %10.1fus\n", c.name,
@@ -300,7 +454,11 @@ int main(int argc, char** argv) {
     benchmark::Initialize(&nargs, args.data());
     if (benchmark::ReportUnrecognizedArguments(nargs, args.data())) return 1;
 
-    auto ops = collectives();
+    auto ops = collectives(world);
+#if TESSERA_WITH_GLOO
+    gloo_job gloo(world);
+    for (collective& c : gloo_collectives(*gloo.world)) ops.push_back(std::move(c));
+#endif
     buffers buf(max_bytes / sizeof(float));
     for (int round = 0; round < rounds; ++round)
       for (const collective& c : ops)
@@ -309,7 +467,9 @@ int main(int argc, char** argv) {
           auto add = [&](const char* side, const op_fn* op) {
             benchmark::RegisterBenchmark(
                 (std::string(c.name) + "/" + side + suffix).c_str(),
-                [&world, &buf, op, bytes](benchmark::State& st) { run_timed(st, world, buf, *op, bytes); })
+                [&world, &buf, op, sync = &c.sync, bytes](benchmark::State& st) {
+                  run_timed(st, world, buf, *op, *sync, bytes);
+                })
                 ->UseManualTime()
                 ->Unit(benchmark::kMicrosecond);
           };
@@ -330,6 +490,7 @@ int main(int argc, char** argv) {
       capture_reporter rep(std::move(display));
       benchmark::RunSpecifiedBenchmarks(&rep);
       print_ratio_table(rep, ops);
+      print_transport_table(rep, ops);
     } else {
       null_reporter rep;
       benchmark::RunSpecifiedBenchmarks(&rep);

@@ -298,6 +298,10 @@ class gloo_communicator {
   /// The store the job met at (the rendezvous of split() and of the caller's own keys).
   store_client& store() const { return *job_->store; }
 
+  /// The Gloo context of the blocking calls, for Gloo's own algorithms on the same
+  /// connections (as mpi_communicator::native() gives the MPI_Comm).
+  const std::shared_ptr<::gloo::Context>& native() const noexcept { return ctx_; }
+
   template <comm_element T>
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_all_reduce<T>(in, out);
