@@ -24,6 +24,7 @@
 //   --rounds=N       registers the whole list N times, alternating the order of each
 //                    pair (wrapper first, then raw first), to spread slow drifts of a
 //                    shared machine evenly over both sides; the table uses every round.
+//   --only=PREFIX    only the collectives whose name starts with PREFIX (gloo_, all_).
 //   --interleaved=S  after the benchmarks, times wrapper and raw alternately call by
 //                    call (about 20 S pairs at 64 MiB, more for smaller sizes) and
 //                    prints a second ratio table: the most precise comparison on a
@@ -41,6 +42,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <tessera/comm/mpi.hpp>
 #if TESSERA_WITH_GLOO
@@ -433,7 +435,12 @@ int main(int argc, char** argv) {
     std::vector<char*> args;
     int rounds = 1;
     double interleaved = 1.0;
+    std::string only;
     for (int i = 0; i < argc; ++i) {
+      if (i > 0 && std::strncmp(argv[i], "--only=", 7) == 0) {
+        only = argv[i] + 7;
+        continue;
+      }
       if (i > 0 && std::strncmp(argv[i], "--rounds=", 9) == 0) {
         rounds = std::max(1, std::atoi(argv[i] + 9));
         continue;
@@ -459,6 +466,7 @@ int main(int argc, char** argv) {
     gloo_job gloo(world);
     for (collective& c : gloo_collectives(*gloo.world)) ops.push_back(std::move(c));
 #endif
+    std::erase_if(ops, [&](const collective& c) { return std::string_view(c.name).substr(0, only.size()) != only; });
     buffers buf(max_bytes / sizeof(float));
     for (int round = 0; round < rounds; ++round)
       for (const collective& c : ops)

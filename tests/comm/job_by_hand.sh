@@ -8,6 +8,10 @@
 #     Seed 001's dynamic networking: one scheduler (MS_ROLE=MS_SCHED) and STARTED
 #     workers (MS_ROLE=MS_WORKER) of a job of N (MS_WORKER_NUM). STARTED < N tests a
 #     worker that never arrives.
+#   job_by_hand.sh nodes LAUNCHER N NODES PROGRAM [ARGS...]
+#     tessera-run's multi-node form on one host: NODES launchers (LAUNCHER is the
+#     tessera-run binary), each with --node-rank R and N / NODES local workers, node 0
+#     serving the rendezvous on the master port.
 #   job_by_hand.sh rank-table TABLE N PER_SERVER PROGRAM [ARGS...]
 #     Seed 003's multi-process startup: N processes with RANK_TABLE_FILE, RANK_ID
 #     (0..N-1) and DEVICE_ID (the place on its server, PER_SERVER devices per server);
@@ -31,6 +35,15 @@ case $mode in
       pids+=($!)
     done
     ;;
+  nodes)
+    launcher=$1 n=$2 nodes=$3
+    shift 3
+    for ((r = 0; r < nodes; ++r)); do
+      "$launcher" --worker-num "$n" --local-worker-num $((n / nodes)) --node-rank "$r" \
+        --master-addr 127.0.0.1 --master-port "$port" --log-dir "${TMPDIR:-/tmp}/job_by_hand_logs.$$/node$r" "$@" &
+      pids+=($!)
+    done
+    ;;
   rank-table)
     table=$1 n=$2 per=$3
     shift 3
@@ -41,7 +54,7 @@ case $mode in
     done
     ;;
   *)
-    echo "job_by_hand.sh: unknown mode \"$mode\" (scheduler or rank-table)" >&2
+    echo "job_by_hand.sh: unknown mode \"$mode\" (scheduler, nodes or rank-table)" >&2
     exit 2
     ;;
 esac

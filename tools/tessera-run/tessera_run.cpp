@@ -290,6 +290,14 @@ inline int run(int argc, char** argv) {
       const attempt_result r = run_attempt(o, port, restart, signals, original);
       switch (r.end) {
         case attempt_result::how::succeeded:
+          // Node 0 keeps the rendezvous until the other nodes' workers have finished too
+          // (when the workers met there: a program that is not a tessera::run job never
+          // arrives).
+          if (rendezvous && rendezvous->all_arrived(o.worker_num) &&
+              rendezvous->serve_until_done(o.worker_num, std::chrono::seconds(120)) != 0) {
+            std::fprintf(stderr, "tessera-run: this node's workers finished, but the job failed elsewhere\n");
+            return 1;
+          }
           return 0;
         case attempt_result::how::interrupted:
           return 128 + r.signal;

@@ -6,6 +6,7 @@
 // in comm/gloo_world.hpp.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -203,6 +204,7 @@ class rendezvous_server {
     for (;;) {
       if (auto f = failure()) {
         std::fprintf(stderr, "tessera: scheduler: the job failed: %s\n", f->c_str());
+        linger();
         return 1;
       }
       if (finished() >= world_size) return 0;
@@ -232,6 +234,18 @@ class rendezvous_server {
   }
 
  private:
+  // After a failure the workers still ask the store for its reason (a worker whose peer
+  // died looks for the failure it follows from): the store stays up until every worker
+  // has left, or 3 s.
+  void linger() const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < until) {
+      const auto open = server_.connected();
+      if (std::none_of(open.begin(), open.end(), [](const std::string& l) { return !l.empty(); })) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
   // A worker's connection is labelled "<attempt prefix>rank R" ("a0/rank 3"). A
   // monitor's connection closes with its worker's, and the worker's own connection
   // tells whether it said goodbye; connections of earlier attempts no longer count.
