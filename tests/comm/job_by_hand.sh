@@ -4,10 +4,11 @@
 # status among them (0 when all succeed). Every process left when this script ends is
 # killed.
 #
-#   job_by_hand.sh scheduler N STARTED PROGRAM [ARGS...]
+#   job_by_hand.sh scheduler N STARTED [--last-worker VAR=VALUE]... PROGRAM [ARGS...]
 #     Seed 001's dynamic networking: one scheduler (MS_ROLE=MS_SCHED) and STARTED
 #     workers (MS_ROLE=MS_WORKER) of a job of N (MS_WORKER_NUM). STARTED < N tests a
-#     worker that never arrives.
+#     worker that never arrives; --last-worker sets a variable for the last worker
+#     started only (another TLS certificate: a worker the scheduler must refuse).
 #   job_by_hand.sh rank-table TABLE N PER_SERVER PROGRAM [ARGS...]
 #     Seed 003's multi-process startup: N processes with RANK_TABLE_FILE, RANK_ID
 #     (0..N-1) and DEVICE_ID (the place on its server, PER_SERVER devices per server);
@@ -23,11 +24,20 @@ case $mode in
   scheduler)
     n=$1 started=$2
     shift 2
+    last=()
+    while [ "${1:-}" = --last-worker ]; do
+      last+=("$2")
+      shift 2
+    done
     export MS_WORKER_NUM=$n MS_SCHED_HOST=127.0.0.1 MS_SCHED_PORT=$port
     MS_ROLE=MS_SCHED "$@" &
     pids+=($!)
     for ((i = 0; i < started; ++i)); do
-      MS_ROLE=MS_WORKER "$@" &
+      if ((i == started - 1)); then
+        env "${last[@]}" MS_ROLE=MS_WORKER "$@" &
+      else
+        MS_ROLE=MS_WORKER "$@" &
+      fi
       pids+=($!)
     done
     ;;
