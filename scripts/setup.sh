@@ -10,6 +10,7 @@ packages=(
   doctest-dev libbenchmark-dev nlohmann-json3-dev
   libscalapack-openmpi-dev
   libdnnl-dev libgloo-dev
+  libssl-dev openssl
 )
 
 missing=()

@@ -28660,7 +28660,10 @@ int run_mpi(int argc, char** argv, F&& body) {
 // MS_SCHED_PORT), the store's keys of a job, and the rendezvous server that the
 // scheduler (or tessera-run on node 0) keeps: it hands out ranks, sees every worker
 // arrive and notices one that dies. Needs no Gloo; the world the workers form over it is
-// in comm/gloo_world.hpp.
+// in comm/gloo_world.hpp. With seed 001's enable_ssl (MS_ENABLE_SSL or
+// TESSERA_ENABLE_SSL, with TESSERA_SSL_CERT, TESSERA_SSL_KEY and TESSERA_SSL_CA), the
+// rendezvous runs under mutual TLS (comm/tls.hpp: needs tessera::tls); Gloo's
+// collectives between the workers are not encrypted.
 
 #include <atomic>
 #include <cerrno>
@@ -28670,6 +28673,7 @@ int run_mpi(int argc, char** argv, F&& body) {
 #include <exception>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28681,7 +28685,9 @@ int run_mpi(int argc, char** argv, F&& body) {
 // (the scheduler of seed 001's dynamic networking, or tessera-run on node 0), and the
 // client each process keeps. Gloo's connection set-up (comm/gloo.hpp) exchanges its
 // addresses through it; ranks are handed out with add(); a process that leaves without
-// saying goodbye is reported to the server's owner. POSIX sockets only.
+// saying goodbye is reported to the server's owner. POSIX sockets only; with a
+// tls_config (comm/tls.hpp; built with tessera::tls) the server and its clients
+// authenticate each other with certificates and the store's traffic is encrypted.
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -28696,16 +28702,283 @@ int run_mpi(int argc, char** argv, F&& body) {
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
+// ---- tessera/comm/tls.hpp ----
+// TLS for the rendezvous store (seed 001's enable_ssl): the files of a process's
+// identity (tls_config), and, where OpenSSL is linked (CMake: tessera::tls, which
+// defines TESSERA_WITH_TLS), the sessions comm/store.hpp runs its connections through.
+// Under TLS the store's server and every client authenticate each other (mutual TLS:
+// each presents a certificate, and each accepts only certificates that the job's CA
+// signed) and the store's traffic is encrypted. The CA is the trust anchor: host names
+// are not checked, so any process holding a certificate of the job's CA may join.
+// Only the control plane is covered: Gloo's data plane (the collectives' bytes between
+// workers) is NOT encrypted, since Gloo as Debian packages it has no TLS.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#if TESSERA_WITH_TLS
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#endif
+
+namespace tessera {
+
+/// The PEM files of a process's identity in a job whose rendezvous runs under TLS. Every
+/// process of the job holds a certificate signed by the job's CA, with its private key,
+/// and accepts only peers whose certificates that CA signed.
+struct tls_config {
+  std::string certificate;  ///< this process's certificate (TESSERA_SSL_CERT)
+  std::string private_key;  ///< its private key (TESSERA_SSL_KEY)
+  std::string ca;           ///< the CA's certificate (TESSERA_SSL_CA)
+};
+
+namespace detail {
+
+/// True where this program was built with OpenSSL (tessera::tls).
+#if TESSERA_WITH_TLS
+inline constexpr bool tls_built = true;
+#else
+inline constexpr bool tls_built = false;
+#endif
+
+/// Throws when TLS is asked for in a program built without it.
+inline void require_tls_built(const std::optional<tls_config>& tls) {
+  if (tls && !tls_built)
+    throw error("store: TLS is enabled, but this program was built without TLS: link tessera::tls");
+}
+
+#if TESSERA_WITH_TLS
+
+/// OpenSSL's reason for the oldest error in this thread's queue ("certificate verify
+/// failed", "No such file or directory", "DECODER routines: unsupported"), or
+/// `otherwise` when the queue is empty; empties the queue.
+inline std::string openssl_reason(const std::string& otherwise) {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return otherwise;
+  if (ERR_SYSTEM_ERROR(e)) return std::strerror(int(ERR_GET_REASON(e)));
+  const char* reason = ERR_reason_error_string(e);
+  const char* library = ERR_lib_error_string(e);
+  if (reason == nullptr) {
+    char text[256];
+    ERR_error_string_n(e, text, sizeof text);
+    return text;
+  }
+  if (ERR_GET_LIB(e) == ERR_LIB_SSL || library == nullptr) return reason;
+  return std::string(library) + ": " + reason;
+}
+
+/// The socket BIO of a TLS session: recv and send(MSG_NOSIGNAL), so that a write to a
+/// peer that is gone fails instead of raising SIGPIPE (OpenSSL's own socket BIO writes
+/// with write(2)). The descriptor is not owned.
+struct tls_socket_bio {
+  static int fd(BIO* b) { return int(reinterpret_cast<std::intptr_t>(BIO_get_data(b))); }
+  static bool retry(ssize_t k) { return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR); }
+  static int write(BIO* b, const char* data, int n) {
+    BIO_clear_retry_flags(b);
+    const ssize_t k = ::send(fd(b), data, std::size_t(n), MSG_NOSIGNAL);
+    if (retry(k)) BIO_set_retry_write(b);
+    return int(k);
+  }
+  static int read(BIO* b, char* data, int n) {
+    BIO_clear_retry_flags(b);
+    const ssize_t k = ::recv(fd(b), data, std::size_t(n), 0);
+    if (retry(k)) BIO_set_retry_read(b);
+    return int(k);
+  }
+  static long ctrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
+  static BIO_METHOD* method() {
+    static BIO_METHOD* const m = [] {
+      BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "tessera socket");
+      if (m == nullptr || BIO_meth_set_write(m, &write) != 1 || BIO_meth_set_read(m, &read) != 1 ||
+          BIO_meth_set_ctrl(m, &ctrl) != 1)
+        throw error("store: TLS: " + openssl_reason("cannot make a socket BIO"));
+      return m;
+    }();
+    return m;
+  }
+  static BIO* make(int socket) {
+    BIO* b = BIO_new(method());
+    if (b == nullptr) throw error("store: TLS: " + openssl_reason("cannot make a socket BIO"));
+    BIO_set_data(b, reinterpret_cast<void*>(std::intptr_t(socket)));
+    BIO_set_init(b, 1);
+    return b;
+  }
+};
+
+struct openssl_free {
+  void operator()(SSL_CTX* p) const noexcept { SSL_CTX_free(p); }
+  void operator()(SSL* p) const noexcept { SSL_free(p); }
+};
+
+/// An OpenSSL context of one side of the store's connections, from a tls_config: its
+/// certificate and key (which must match), and the CA its peers' certificates must be
+/// signed by. The server requires a certificate from each client; TLS 1.2 at least.
+/// A file that cannot be read, or a key of another certificate, throws naming the file
+/// and OpenSSL's reason.
+class tls_context {
+ public:
+  enum class side : std::uint8_t { server, client };
+
+  tls_context(const tls_config& c, side s)
+      : ctx_(SSL_CTX_new(s == side::server ? TLS_server_method() : TLS_client_method())), side_(s) {
+    ERR_clear_error();
+    if (!ctx_) throw error("store: TLS: " + openssl_reason("cannot make a context"));
+    SSL_CTX* ctx = ctx_.get();
+    const auto refuse = [](const std::string& what) {
+      throw error("store: TLS: " + what + ": " + openssl_reason("unknown reason"));
+    };
+    if (c.certificate.empty() || c.private_key.empty() || c.ca.empty())
+      throw error("store: TLS: a certificate, its private key and the CA's certificate are all needed");
+    if (SSL_CTX_use_certificate_chain_file(ctx, c.certificate.c_str()) != 1)
+      refuse("cannot use the certificate file " + c.certificate);
+    if (SSL_CTX_use_PrivateKey_file(ctx, c.private_key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+      const unsigned long e = ERR_peek_error();
+      if (ERR_GET_LIB(e) == ERR_LIB_X509 && ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH)
+        refuse("the private key file " + c.private_key + " does not match the certificate file " + c.certificate);
+      refuse("cannot use the private key file " + c.private_key);
+    }
+    if (SSL_CTX_load_verify_locations(ctx, c.ca.c_str(), nullptr) != 1) refuse("cannot use the CA file " + c.ca);
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (s == side::server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), nullptr);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  }
+
+  SSL_CTX* get() const noexcept { return ctx_.get(); }
+  side which() const noexcept { return side_; }
+
+ private:
+  std::unique_ptr<SSL_CTX, openssl_free> ctx_;
+  side side_;
+};
+
+/// What a step of a TLS session came to.
+enum class tls_io : std::uint8_t {
+  ok,          ///< done
+  want_read,   ///< call again once the socket is readable
+  want_write,  ///< call again once the socket is writable
+  closed,      ///< the peer closed the connection
+  failed,      ///< a TLS failure (failure() says which)
+};
+
+/// One TLS connection over a socket (not owned), either side; the socket may be
+/// non-blocking (then each call may want to be repeated once the socket is ready).
+class tls_session {
+ public:
+  tls_session(const tls_context& ctx, int socket) : ssl_(SSL_new(ctx.get())) {
+    ERR_clear_error();
+    if (!ssl_) throw error("store: TLS: " + openssl_reason("cannot make a session"));
+    BIO* b = tls_socket_bio::make(socket);
+    SSL_set_bio(ssl_.get(), b, b);
+    if (ctx.which() == tls_context::side::server) SSL_set_accept_state(ssl_.get());
+    else SSL_set_connect_state(ssl_.get());
+  }
+
+  /// A step of the handshake.
+  tls_io handshake() {
+    ERR_clear_error();
+    return outcome(SSL_do_handshake(ssl_.get()));
+  }
+
+  /// Reads up to n bytes; ok with got > 0, or why not.
+  tls_io read(char* data, std::size_t n, std::size_t& got) {
+    ERR_clear_error();
+    got = 0;
+    return outcome(SSL_read_ex(ssl_.get(), data, n, &got));
+  }
+
+  /// Writes all n bytes (ok), or wants to be called again with the same bytes.
+  tls_io write(const char* data, std::size_t n) {
+    ERR_clear_error();
+    std::size_t put = 0;
+    return outcome(SSL_write_ex(ssl_.get(), data, n, &put));
+  }
+
+  /// Whether OpenSSL holds received bytes not yet read (which poll(2) cannot see).
+  bool pending() const { return SSL_pending(ssl_.get()) > 0; }
+
+  /// Why the last step closed or failed: OpenSSL's reason, and the certificate check's
+  /// verdict when it failed ("certificate verify failed (unable to get local issuer
+  /// certificate)").
+  const std::string& failure() const noexcept { return failure_; }
+
+ private:
+  tls_io outcome(int rc) {
+    const int e = SSL_get_error(ssl_.get(), rc);
+    switch (e) {
+      case SSL_ERROR_NONE: return tls_io::ok;
+      case SSL_ERROR_WANT_READ: return tls_io::want_read;
+      case SSL_ERROR_WANT_WRITE: return tls_io::want_write;
+      case SSL_ERROR_ZERO_RETURN:
+        failure_ = "the peer closed the connection";
+        return tls_io::closed;
+      case SSL_ERROR_SYSCALL: {
+        const int err = errno;
+        failure_ = openssl_reason(err != 0 ? std::strerror(err) : "the peer closed the connection");
+        return tls_io::closed;
+      }
+      default: break;
+    }
+    const unsigned long first = ERR_peek_error();
+    failure_ = openssl_reason("TLS error " + std::to_string(e));
+    if (ERR_GET_LIB(first) == ERR_LIB_SSL && ERR_GET_REASON(first) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+      return tls_io::closed;
+    if (const long v = SSL_get_verify_result(ssl_.get()); v != X509_V_OK)
+      failure_ += std::string(" (") + X509_verify_cert_error_string(v) + ")";
+    else if (ERR_GET_LIB(first) == ERR_LIB_SSL && ERR_GET_REASON(first) >= SSL_AD_REASON_OFFSET)
+      failure_ = "the peer refused the connection (" + failure_ + ")";
+    return tls_io::failed;
+  }
+
+  std::unique_ptr<SSL, openssl_free> ssl_;
+  std::string failure_;
+};
+
+/// Repeats `step` (a handshake or a write on session s over socket fd), waiting for the
+/// socket as it asks, until it completes (ok), closes or fails, or `deadline` passes
+/// (then what it last wanted).
+template <class Step>
+tls_io tls_complete(int fd, Step step, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const tls_io r = step();
+    if (r != tls_io::want_read && r != tls_io::want_write) return r;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return r;
+    pollfd p{fd, short(r == tls_io::want_read ? POLLIN : POLLOUT), 0};
+    if (::poll(&p, 1, int(std::min<std::int64_t>(left.count(), 1000))) < 0 && errno != EINTR)
+      return tls_io::closed;
+  }
+}
+
+#endif  // TESSERA_WITH_TLS
+
+}  // namespace detail
+
+}  // namespace tessera
 
 namespace tessera {
 
@@ -28744,6 +29017,18 @@ class socket_fd {
 inline std::string endpoint_text(const std::string& host, int port) {
   return host + ":" + std::to_string(port);
 }
+
+/// "127.0.0.1:43122": a socket address, numeric.
+inline std::string address_text(const sockaddr_storage& a, socklen_t len) {
+  char host[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, service, sizeof service,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "an unknown address";
+  return std::string(host) + ":" + service;
+}
+
+/// Makes a socket non-blocking.
+inline void set_non_blocking(int fd) noexcept { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 /// The addresses of host:port (numeric or a name), for connect (passive = false) or
 /// bind (passive = true; an empty host binds every interface).
@@ -28859,12 +29144,25 @@ inline constexpr std::uint32_t store_max_message = 64u << 20;
 /// A client that closes its connection without a goodbye (its process died) is
 /// reported to `on_lost` with the label it gave in hello() (empty when none), on the
 /// server's thread.
+///
+/// With `tls`, every client must present a certificate that the CA of `tls` signed, and
+/// the traffic is encrypted (comm/tls.hpp). A connection whose handshake fails (no
+/// certificate, another CA's, not speaking TLS) is dropped and reported to
+/// `on_refused` with the peer's address and OpenSSL's reason (by default, printed to
+/// stderr); it is not a lost client. The handshakes run a step at a time on
+/// non-blocking sockets, so a slow or silent peer holds up no other client.
 class store_server {
  public:
   using lost_handler = std::function<void(const std::string& label)>;
+  using refused_handler = std::function<void(const std::string& peer, const std::string& why)>;
 
-  explicit store_server(const std::string& host = "", int port = 0, lost_handler on_lost = {})
-      : on_lost_(std::move(on_lost)) {
+  explicit store_server(const std::string& host = "", int port = 0, lost_handler on_lost = {},
+                        const std::optional<tls_config>& tls = std::nullopt, refused_handler on_refused = {})
+      : on_lost_(std::move(on_lost)), on_refused_(std::move(on_refused)) {
+    detail::require_tls_built(tls);
+#if TESSERA_WITH_TLS
+    if (tls) tls_.emplace(*tls, detail::tls_context::side::server);
+#endif
     auto addrs = detail::resolve(host, port, /*passive=*/true);
     std::string last_error = "no address";
     for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
@@ -28942,6 +29240,13 @@ class store_server {
  private:
   struct client {
     detail::socket_fd fd;
+#if TESSERA_WITH_TLS
+    std::unique_ptr<detail::tls_session> tls;  // under TLS (freed before fd closes)
+    bool handshaking = false;
+#endif
+    short events = POLLIN;           // what its next step waits for
+    std::string peer;                // its address, under TLS
+    std::string refusal;             // why its TLS handshake failed
     std::string in;                  // bytes received, not yet a whole message
     std::string label;
     bool said_goodbye = false;
@@ -28957,7 +29262,7 @@ class store_server {
       fds.push_back({wake_read_.get(), POLLIN, 0});
       {
         std::lock_guard lock(mutex_);
-        for (const auto& [fd, c] : clients_) fds.push_back({fd, POLLIN, 0});
+        for (const auto& [fd, c] : clients_) fds.push_back({fd, c.events, 0});
       }
       if (::poll(fds.data(), fds.size(), -1) < 0) {
         if (errno == EINTR) continue;
@@ -28965,33 +29270,103 @@ class store_server {
       }
       if (fds[0].revents & POLLIN) accept_one();
       for (std::size_t i = 2; i < fds.size(); ++i)
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(fds[i].fd);
+        if (fds[i].revents & (POLLIN | POLLOUT | POLLHUP | POLLERR)) read_from(fds[i].fd);
     }
   }
 
   void accept_one() {
-    const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    const int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
     if (fd < 0) return;
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::lock_guard lock(mutex_);
-    clients_[fd].fd = detail::socket_fd(fd);
+    client& c = clients_[fd];
+    c.fd = detail::socket_fd(fd);
+#if TESSERA_WITH_TLS
+    if (tls_) {
+      detail::set_non_blocking(fd);
+      c.peer = detail::address_text(from, from_len);
+      try {
+        c.tls = std::make_unique<detail::tls_session>(*tls_, fd);
+        c.handshaking = true;
+      } catch (const std::exception& e) {
+        report_refused(c.peer, e.what());
+        clients_.erase(fd);
+      }
+    }
+#endif
+  }
+
+  void report_refused(const std::string& peer, const std::string& why) const {
+    if (stopping_) return;
+    if (on_refused_) on_refused_(peer, why);
+    else std::fprintf(stderr, "tessera: store: refused a connection from %s: %s\n", peer.c_str(), why.c_str());
+  }
+
+  enum class received : std::uint8_t { data, nothing, closed, refused };
+
+  // Reads what client c sent into c.in: data, nothing yet, or the connection ends
+  // (closed; refused when its TLS handshake failed, c.refusal saying why).
+  received receive(client& c) {
+    char buf[65536];
+#if TESSERA_WITH_TLS
+    if (c.tls) {
+      using detail::tls_io;
+      const auto wait_for = [&c](tls_io r) {
+        c.events = r == tls_io::want_write ? POLLOUT : POLLIN;
+        return r == tls_io::want_read || r == tls_io::want_write;
+      };
+      if (c.handshaking) {
+        const tls_io r = c.tls->handshake();
+        if (wait_for(r)) return received::nothing;
+        if (r != tls_io::ok) {
+          c.refusal = c.tls->failure();
+          return received::refused;
+        }
+        c.handshaking = false;
+        // The server speaks first under TLS: its welcome tells the client that its
+        // certificate passed. The client waits for it before its first request, so a
+        // refusal never leaves a request unread here, whose close would reset the
+        // connection and lose the alert that names the reason.
+        if (!reply_to(c, std::string(1, 1))) return received::closed;
+      }
+      // poll(2) cannot see the bytes OpenSSL holds: read until it needs the socket.
+      bool any = false;
+      for (;;) {
+        std::size_t got = 0;
+        const tls_io r = c.tls->read(buf, sizeof buf, got);
+        if (r == tls_io::ok) {
+          c.in.append(buf, got);
+          any = true;
+        } else if (wait_for(r)) {
+          return any ? received::data : received::nothing;
+        } else {
+          return received::closed;
+        }
+      }
+    }
+#endif
+    const ssize_t k = ::recv(c.fd.get(), buf, sizeof buf, 0);
+    if (k < 0 && errno == EINTR) return received::nothing;
+    if (k <= 0) return received::closed;
+    c.in.append(buf, std::size_t(k));
+    return received::data;
   }
 
   void read_from(int fd) {
-    char buf[65536];
-    const ssize_t k = ::recv(fd, buf, sizeof buf, 0);
-    if (k < 0 && errno == EINTR) return;
-    std::string lost_label;
+    std::string lost_label, refused_peer, refusal;
     bool lost = false;
     {
       std::lock_guard lock(mutex_);
       auto it = clients_.find(fd);
       if (it == clients_.end()) return;
       client& c = it->second;
-      bool drop = k <= 0;
+      const received got = receive(c);
+      if (got == received::nothing) return;
+      bool drop = got != received::data;
       if (!drop) {
-        c.in.append(buf, std::size_t(k));
         try {
           drop = !handle_messages(c);
         } catch (const std::exception&) {
@@ -28999,11 +29374,17 @@ class store_server {
         }
       }
       if (drop) {
-        lost = !c.said_goodbye;
-        lost_label = c.label;
+        if (got == received::refused) {  // it never said hello: refused, not lost
+          refused_peer = c.peer;
+          refusal = c.refusal;
+        } else {
+          lost = !c.said_goodbye;
+          lost_label = c.label;
+        }
         clients_.erase(it);
       }
     }
+    if (!refused_peer.empty()) report_refused(refused_peer, refusal);
     if (lost && on_lost_ && !stopping_) on_lost_(lost_label);
   }
 
@@ -29104,10 +29485,21 @@ class store_server {
 
   static bool reply_to(client& c, const std::string& payload) {
     const std::string m = detail::framed(payload);
+#if TESSERA_WITH_TLS
+    if (c.tls) {  // a client that takes no reply for this long is dropped
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      return detail::tls_complete(c.fd.get(), [&] { return c.tls->write(m.data(), m.size()); }, deadline) ==
+             detail::tls_io::ok;
+    }
+#endif
     return detail::send_all(c.fd.get(), m.data(), m.size());
   }
 
   lost_handler on_lost_;
+  refused_handler on_refused_;
+#if TESSERA_WITH_TLS
+  std::optional<detail::tls_context> tls_;
+#endif
   detail::socket_fd listen_, wake_read_, wake_write_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
@@ -29121,12 +29513,23 @@ class store_server {
 /// start after its clients); get() and wait() block until their keys are set, up to
 /// the timeout, and then throw naming the keys. One request at a time (a mutex orders
 /// calls from several threads).
+///
+/// With `tls`, the server must present a certificate that the CA of `tls` signed, and
+/// this client presents its own (comm/tls.hpp); the constructor waits for the server's
+/// verdict on it (the server's welcome, a message it sends first under TLS), and a
+/// refusal throws naming the store and OpenSSL's reason.
 class store_client {
  public:
   using clock = std::chrono::steady_clock;
 
-  store_client(std::string host, int port, std::chrono::milliseconds timeout = std::chrono::seconds(300))
+  store_client(std::string host, int port, std::chrono::milliseconds timeout = std::chrono::seconds(300),
+               const std::optional<tls_config>& tls = std::nullopt)
       : host_(std::move(host)), port_(port), timeout_(timeout) {
+    detail::require_tls_built(tls);
+#if TESSERA_WITH_TLS
+    std::optional<detail::tls_context> context;  // first: unusable files fail at once
+    if (tls) context.emplace(*tls, detail::tls_context::side::client);
+#endif
     const auto deadline = clock::now() + timeout_;
     std::string last_error;
     for (;;) {
@@ -29145,6 +29548,9 @@ class store_client {
     }
     const int one = 1;
     ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+#if TESSERA_WITH_TLS
+    if (context) start_tls(*context);
+#endif
   }
 
   store_client(const store_client&) = delete;
@@ -29235,13 +29641,49 @@ class store_client {
     return s;
   }
 
+#if TESSERA_WITH_TLS
+  // The handshake (on a non-blocking socket, within the timeout and 30 s at most), then
+  // the server's welcome: under TLS 1.3 the server judges this client's certificate
+  // after the client's side of the handshake has ended, and its verdict (the welcome,
+  // or an alert naming the reason) arrives only then.
+  void start_tls(const detail::tls_context& context) {
+    detail::set_non_blocking(fd_.get());
+    tls_ = std::make_unique<detail::tls_session>(context, fd_.get());
+    const auto deadline = clock::now() + std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(30));
+    const detail::tls_io r = detail::tls_complete(fd_.get(), [this] { return tls_->handshake(); }, deadline);
+    if (r == detail::tls_io::want_read || r == detail::tls_io::want_write)
+      fail("TLS handshake", "no answer (is the server serving TLS?)");
+    if (r != detail::tls_io::ok) fail("TLS handshake", tls_failure(r));
+    receive_message("TLS handshake", clock::now() + timeout_);
+  }
+
+  std::string tls_failure(detail::tls_io r) const {
+    if (r == detail::tls_io::failed) return tls_->failure();
+    if (r == detail::tls_io::closed) return "the server closed the connection";
+    return "no answer after " + std::to_string(timeout_.count() / 1000) + " s";
+  }
+#endif
+
   // Sends one request and returns its reply's payload.
   std::string request(const std::string& payload, const std::string& what) {
     std::lock_guard lock(mutex_);
     if (!fd_ || broken_) throw error("store: " + what + ": the connection to " + where() + " is closed");
     const std::string m = detail::framed(payload);
-    if (!detail::send_all(fd_.get(), m.data(), m.size())) fail(what, "the server closed the connection");
     const auto deadline = clock::now() + timeout_;
+#if TESSERA_WITH_TLS
+    if (tls_) {
+      const detail::tls_io r =
+          detail::tls_complete(fd_.get(), [&] { return tls_->write(m.data(), m.size()); }, deadline);
+      if (r != detail::tls_io::ok) fail(what, tls_failure(r));
+    } else
+#endif
+    if (!detail::send_all(fd_.get(), m.data(), m.size())) fail(what, "the server closed the connection");
+    return receive_message(what, deadline);
+  }
+
+  // Receives one message from the server and returns its payload.
+  std::string receive_message(const std::string& what, clock::time_point deadline) {
+    short events = POLLIN;  // what the next read waits for
     std::string in;
     for (;;) {
       if (in.size() >= 4) {
@@ -29253,16 +29695,34 @@ class store_client {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0)
         fail(what, "no answer after " + std::to_string(timeout_.count() / 1000) + " s");
-      pollfd p{fd_.get(), POLLIN, 0};
-      const int rc = ::poll(&p, 1, int(std::min<std::int64_t>(left.count(), 1000)));
-      if (rc < 0 && errno != EINTR) fail(what, std::strerror(errno));
-      if (rc <= 0) continue;
       char buf[65536];
+#if TESSERA_WITH_TLS
+      if (tls_) {  // what OpenSSL already holds is read before polling the socket
+        if (!tls_->pending() && !wait_for(events, left, what)) continue;
+        std::size_t got = 0;
+        const detail::tls_io r = tls_->read(buf, sizeof buf, got);
+        if (r == detail::tls_io::ok) in.append(buf, got);
+        else if (r == detail::tls_io::want_read || r == detail::tls_io::want_write)
+          events = r == detail::tls_io::want_write ? POLLOUT : POLLIN;
+        else
+          fail(what, tls_failure(r));
+        continue;
+      }
+#endif
+      if (!wait_for(events, left, what)) continue;
       const ssize_t k = ::recv(fd_.get(), buf, sizeof buf, 0);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) fail(what, "the server closed the connection");
       in.append(buf, std::size_t(k));
     }
+  }
+
+  // Waits up to `left` (1 s at most) for the socket; false when it is not ready yet.
+  bool wait_for(short events, std::chrono::milliseconds left, const std::string& what) {
+    pollfd p{fd_.get(), events, 0};
+    const int rc = ::poll(&p, 1, int(std::min<std::int64_t>(left.count(), 1000)));
+    if (rc < 0 && errno != EINTR) fail(what, std::strerror(errno));
+    return rc > 0;
   }
 
   [[noreturn]] void fail(const std::string& what, const std::string& why) {
@@ -29274,6 +29734,9 @@ class store_client {
   int port_;
   std::chrono::milliseconds timeout_;
   detail::socket_fd fd_;
+#if TESSERA_WITH_TLS
+  std::unique_ptr<detail::tls_session> tls_;  // under TLS (freed before fd_ closes)
+#endif
   bool broken_ = false;
   std::mutex mutex_;
 };
@@ -29293,6 +29756,7 @@ struct rendezvous_environment {
   int attempt = 0;          ///< tessera-run's restart count: keys of each attempt are apart
   bool serves = false;      ///< this worker also serves the rendezvous (rank 0 of a rank table)
   std::string source;       ///< which variables gave it, for messages
+  std::optional<tls_config> tls;  ///< the rendezvous's TLS, when enabled
 };
 
 namespace detail {
@@ -29335,6 +29799,33 @@ inline std::pair<const char*, const char*> env_required(std::initializer_list<co
 
 }  // namespace detail
 
+/// The rendezvous's TLS as the environment asks for it (seed 001's enable_ssl), or
+/// nothing when it is not enabled:
+///
+/// - MS_ENABLE_SSL or TESSERA_ENABLE_SSL: "1" or "true" enables TLS; "0", "false" or
+///   unset leaves it off; anything else throws naming the variable.
+/// - TESSERA_SSL_CERT, TESSERA_SSL_KEY, TESSERA_SSL_CA: this process's certificate, its
+///   private key, and the certificate of the CA that signed every certificate of the
+///   job (PEM files); each is required when TLS is enabled. The files themselves are
+///   read when the store's connections are made.
+///
+/// TLS covers the rendezvous (the store's traffic); Gloo's collectives are not
+/// encrypted.
+inline std::optional<tls_config> tls_from_environment() {
+  auto [name, value] = detail::env_first({"MS_ENABLE_SSL", "TESSERA_ENABLE_SSL"});
+  if (name == nullptr) return std::nullopt;
+  const std::string_view v = value;
+  if (v == "0" || v == "false") return std::nullopt;
+  if (v != "1" && v != "true")
+    throw error(std::string(name) + " is \"" + value + "\"; expected 1 or true (TLS on), 0 or false (off)");
+  const std::string why = std::string(name) + "=" + value + " enables TLS";
+  tls_config c;
+  c.certificate = detail::env_required({"TESSERA_SSL_CERT"}, why + ": this process's certificate").second;
+  c.private_key = detail::env_required({"TESSERA_SSL_KEY"}, why + ": the certificate's private key").second;
+  c.ca = detail::env_required({"TESSERA_SSL_CA"}, why + ": the certificate of the job's CA").second;
+  return c;
+}
+
 /// True when this process was started as part of a store-networked job: by tessera-run
 /// (TESSERA_MASTER_ADDR or TESSERA_MASTER_PORT with TESSERA_RANK), by hand as a
 /// scheduler or worker (MS_ROLE or TESSERA_ROLE), or by hand with a rank table
@@ -29353,11 +29844,13 @@ inline bool rendezvous_launched() noexcept {
 /// - dynamic networking (seed 001), each name also as TESSERA_...: MS_ROLE (MS_SCHED or
 ///   MS_WORKER), MS_WORKER_NUM, MS_SCHED_HOST (default 127.0.0.1), MS_SCHED_PORT. A
 ///   worker's rank is its order of arrival at the scheduler.
+/// - either way, the rendezvous's TLS (tls_from_environment()).
 inline rendezvous_environment read_rendezvous_environment() {
   using detail::env_first;
   using detail::env_int;
   using detail::env_required;
   rendezvous_environment e;
+  e.tls = tls_from_environment();
   constexpr int max_ranks = 1 << 20;
   if (auto [name, role] = env_first({"MS_ROLE", "TESSERA_ROLE"}); name != nullptr) {
     const std::string_view r = role;
@@ -29427,11 +29920,19 @@ inline job_keys keys_of(int attempt) {
 /// worker reports a failure, or its connection closes without its goodbye (it died),
 /// the reason is set under the attempt's "failed" key, which every worker's monitor
 /// waits for. Kept by the scheduler process, and by tessera-run on node 0.
+///
+/// With `tls`, a connection without a certificate of the job's CA is refused: the
+/// server prints "<name>: refused a connection from <address>: <reason>" to stderr,
+/// and a verdict on workers that never arrived mentions the last refusal.
 class rendezvous_server {
  public:
-  rendezvous_server(const std::string& host, int port, int attempt = 0)
+  rendezvous_server(const std::string& host, int port, int attempt = 0,
+                    const std::optional<tls_config>& tls = std::nullopt, std::string name = "tessera: scheduler")
       : attempt_(attempt),
-        server_(host, port, [this](const std::string& label) { lost(label); }) {}
+        name_(std::move(name)),
+        server_(
+            host, port, [this](const std::string& label) { lost(label); }, tls,
+            [this](const std::string& peer, const std::string& why) { refused(peer, why); }) {}
 
   int port() const noexcept { return server_.port(); }
 
@@ -29459,7 +29960,7 @@ class rendezvous_server {
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
       if (auto f = failure()) {
-        std::fprintf(stderr, "tessera: scheduler: the job failed: %s\n", f->c_str());
+        std::fprintf(stderr, "%s: the job failed: %s\n", name_.c_str(), f->c_str());
         return 1;
       }
       if (finished() >= world_size) return 0;
@@ -29484,8 +29985,11 @@ class rendezvous_server {
     for (int r = 0; r < world_size; ++r)
       if (!server_.find(keys().arrived(r), v)) out += (out.empty() ? "" : ", ") + std::to_string(r);
     if (out.empty()) return out;
-    return "ranks " + out + " of " + std::to_string(world_size) + " did not arrive within " +
-           std::to_string(waited.count()) + " s";
+    out = "ranks " + out + " of " + std::to_string(world_size) + " did not arrive within " +
+          std::to_string(waited.count()) + " s";
+    std::lock_guard lock(refusal_mutex_);
+    if (!last_refusal_.empty()) out += " (the rendezvous refused a connection from " + last_refusal_ + ")";
+    return out;
   }
 
  private:
@@ -29500,9 +30004,18 @@ class rendezvous_server {
                   label.substr(k.prefix.size()) + " ended without finishing (its connection to the rendezvous closed)");
   }
 
+  void refused(const std::string& peer, const std::string& why) {
+    std::fprintf(stderr, "%s: refused a connection from %s: %s\n", name_.c_str(), peer.c_str(), why.c_str());
+    std::lock_guard lock(refusal_mutex_);
+    last_refusal_ = peer + ": " + why;
+  }
+
   detail::job_keys keys() const { return detail::keys_of(attempt_); }
 
   std::atomic<int> attempt_;
+  std::string name_;  // what its messages start with
+  mutable std::mutex refusal_mutex_;
+  std::string last_refusal_;
   store_server server_;
 };
 
@@ -29512,7 +30025,10 @@ class rendezvous_server {
 // A worker of a job started without MPI: it meets the others at the rendezvous store
 // (comm/rendezvous.hpp), forms the Gloo world with them (comm/gloo.hpp), and keeps a
 // monitor that ends this process at once, with the reason, when another worker fails or
-// dies. Needs Gloo (CMake: tessera::gloo).
+// dies. Needs Gloo (CMake: tessera::gloo). Every connection to the rendezvous (the
+// worker's own, its monitor's, a probe's) runs under TLS when the environment enables
+// it (rendezvous_environment::tls); Gloo's own connections, which carry the
+// collectives, are plain TCP: Gloo as Debian packages it has no TLS.
 
 #include <sys/socket.h>
 
@@ -30059,7 +30575,7 @@ class rendezvous_member {
       : keys_(detail::keys_of(e.attempt)), timeout_(rendezvous_timeout()) {
     // The scheduler gives its verdict on missing workers after timeout_; this
     // process's own wait lasts a little longer.
-    store_ = std::make_shared<store_client>(e.host, e.port, timeout_ + std::chrono::seconds(5));
+    store_ = std::make_shared<store_client>(e.host, e.port, timeout_ + std::chrono::seconds(5), e.tls);
     int rank = e.rank;
     if (rank < 0) {
       rank = int(store_->add(keys_.next_rank(), 1) - 1);
@@ -30078,7 +30594,7 @@ class rendezvous_member {
     try {
       store_->wait(all);
     } catch (const error&) {  // no verdict came (a store kept by no scheduler): name the missing
-      store_client probe(e.host, e.port, std::chrono::seconds(5));
+      store_client probe(e.host, e.port, std::chrono::seconds(5), e.tls);
       std::string missing;
       for (int r = 0; r < e.world_size; ++r)
         if (!probe.check({keys_.arrived(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -30135,7 +30651,7 @@ class rendezvous_member {
 
  private:
   void start_monitor(const rendezvous_environment& e) {
-    auto watcher = std::make_shared<store_client>(e.host, e.port, std::chrono::hours(24 * 365));
+    auto watcher = std::make_shared<store_client>(e.host, e.port, std::chrono::hours(24 * 365), e.tls);
     watcher->hello(keys_.prefix + "rank " + std::to_string(rank_) + " monitor");
     monitor_.fd = watcher->native_handle();
     monitor_.thread = std::thread([this, watcher, key = keys_.failed()] {
@@ -30302,12 +30818,15 @@ inline rendezvous_environment rank_table_environment() {
     e.port = detail::env_int("TESSERA_MASTER_PORT", port, 1, 65535);
   e.serves = p.rank == 0;
   e.source = std::string("RANK_TABLE_FILE=") + std::getenv("RANK_TABLE_FILE");
+  e.tls = tls_from_environment();
   return e;
 }
 
 /// A store-networked job (tessera-run, or a scheduler and workers started by hand).
 /// The scheduler serves the rendezvous until every worker has finished or one failed,
-/// and never runs body. A worker joins the Gloo world, runs body(world) and says
+/// and never runs body. The rendezvous runs under TLS where the environment enables it
+/// (tls_from_environment(); the program must link tessera::tls), the collectives over
+/// Gloo's plain TCP. A worker joins the Gloo world, runs body(world) and says
 /// goodbye; an exception (or std::terminate) tells the other workers through the store,
 /// prints the message and ends the process with status 1.
 template <class F>
@@ -30323,7 +30842,7 @@ int run_rendezvous(F& body) {
   }
   if (env.process_role == rendezvous_environment::role::scheduler) {
     try {
-      rendezvous_server server("", env.port, env.attempt);
+      rendezvous_server server("", env.port, env.attempt, env.tls);
       std::printf("tessera: scheduler: serving the rendezvous of %d workers on port %d\n", env.world_size,
                   server.port());
       std::fflush(stdout);
@@ -30336,7 +30855,7 @@ int run_rendezvous(F& body) {
   std::unique_ptr<rendezvous_server> served;  // rank 0 of a rank table: for the whole job
   std::unique_ptr<rendezvous_member> member;
   try {
-    if (env.serves) served = std::make_unique<rendezvous_server>("", env.port);
+    if (env.serves) served = std::make_unique<rendezvous_server>("", env.port, 0, env.tls, "tessera: rank 0");
     member = std::make_unique<rendezvous_member>(env);
   } catch (const std::exception& e) {
     end_process(env.rank, "", e.what());

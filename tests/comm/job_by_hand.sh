@@ -4,10 +4,11 @@
 # status among them (0 when all succeed). Every process left when this script ends is
 # killed.
 #
-#   job_by_hand.sh scheduler N STARTED PROGRAM [ARGS...]
+#   job_by_hand.sh scheduler N STARTED [--last-worker VAR=VALUE]... PROGRAM [ARGS...]
 #     Seed 001's dynamic networking: one scheduler (MS_ROLE=MS_SCHED) and STARTED
 #     workers (MS_ROLE=MS_WORKER) of a job of N (MS_WORKER_NUM). STARTED < N tests a
-#     worker that never arrives.
+#     worker that never arrives; --last-worker sets a variable for the last worker
+#     started only (another TLS certificate: a worker the scheduler must refuse).
 #   job_by_hand.sh nodes LAUNCHER N NODES PROGRAM [ARGS...]
 #     tessera-run's multi-node form on one host: NODES launchers (LAUNCHER is the
 #     tessera-run binary), each with --node-rank R and N / NODES local workers, node 0
@@ -22,16 +23,26 @@ shift
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 unset OMPI_COMM_WORLD_SIZE PMIX_RANK PMI_RANK PMI_SIZE TESSERA_COMM_BACKEND TESSERA_RANK MS_ROLE TESSERA_ROLE RANK_TABLE_FILE
 pids=()
-trap 'kill -9 "${pids[@]}" 2>/dev/null' EXIT
+logs=$(mktemp -d)
+trap 'kill -9 "${pids[@]}" 2>/dev/null; rm -rf "$logs"' EXIT
 case $mode in
   scheduler)
     n=$1 started=$2
     shift 2
+    last=()
+    while [ "${1:-}" = --last-worker ]; do
+      last+=("$2")
+      shift 2
+    done
     export MS_WORKER_NUM=$n MS_SCHED_HOST=127.0.0.1 MS_SCHED_PORT=$port
     MS_ROLE=MS_SCHED "$@" &
     pids+=($!)
     for ((i = 0; i < started; ++i)); do
-      MS_ROLE=MS_WORKER "$@" &
+      if ((i == started - 1)); then
+        env "${last[@]}" MS_ROLE=MS_WORKER "$@" &
+      else
+        MS_ROLE=MS_WORKER "$@" &
+      fi
       pids+=($!)
     done
     ;;
@@ -40,7 +51,7 @@ case $mode in
     shift 3
     for ((r = 0; r < nodes; ++r)); do
       "$launcher" --worker-num "$n" --local-worker-num $((n / nodes)) --node-rank "$r" \
-        --master-addr 127.0.0.1 --master-port "$port" --log-dir "${TMPDIR:-/tmp}/job_by_hand_logs.$$/node$r" "$@" &
+        --master-addr 127.0.0.1 --master-port "$port" --log-dir "$logs/node$r" "$@" &
       pids+=($!)
     done
     ;;

@@ -46,6 +46,17 @@ Each worker's environment is the launcher's with these set:
   TESSERA_MASTER_PORT       --master-port, or the port node 0 picked
   TESSERA_RESTART_COUNT     0 on the first start, k on the k-th restart
 
+TLS (seed 001's enable_ssl): with MS_ENABLE_SSL=1 or TESSERA_ENABLE_SSL=1 in
+the launcher's environment, node 0 serves the rendezvous under mutual TLS, and
+the workers (which inherit the variables) connect to it under TLS:
+  TESSERA_SSL_CERT          this node's certificate (PEM), signed by the CA
+  TESSERA_SSL_KEY           its private key (PEM)
+  TESSERA_SSL_CA            the CA's certificate (PEM): the trust anchor; a
+                            peer without a certificate the CA signed is refused
+                            (host names are not checked)
+Only the rendezvous (ranks, addresses, failures) is encrypted: the workers'
+collectives over Gloo are plain TCP (Gloo has no TLS here).
+
 Logs: DIR/<attempt>/rank.<rank>/stdout holds a rank's stdout and stderr, as
 they come; attempt 1 is the first start, attempt k+1 the k-th restart, so a
 restart never overwrites the logs of the failure. The output of this node's

@@ -34,7 +34,10 @@
 //
 // Node 0's launcher serves the job's rendezvous (comm/rendezvous.hpp) on the master
 // port, for every attempt: the workers' tessera::run meets there and forms the Gloo
-// world, and a worker that dies is reported to the others through it as well.
+// world, and a worker that dies is reported to the others through it as well. With
+// MS_ENABLE_SSL or TESSERA_ENABLE_SSL (and TESSERA_SSL_CERT, TESSERA_SSL_KEY,
+// TESSERA_SSL_CA, which the workers inherit) it serves the rendezvous under mutual TLS;
+// the workers' Gloo collectives stay unencrypted.
 //
 // Linux only: workers are tied to the launcher with PR_SET_PDEATHSIG, and signals
 // reach the launcher through a signalfd.
@@ -276,7 +279,8 @@ inline int run(int argc, char** argv) {
     std::unique_ptr<tessera::rendezvous_server> rendezvous;
     int port = o.master_port;
     if (o.node_rank == 0) {
-      rendezvous = std::make_unique<tessera::rendezvous_server>("", o.master_port);
+      rendezvous =
+          std::make_unique<tessera::rendezvous_server>("", o.master_port, 0, tessera::tls_from_environment(), "tessera-run");
       if (port == 0) {
         port = rendezvous->port();
         if (o.worker_num > o.local_worker_num)

@@ -1,7 +1,10 @@
 // A worker of a job started without MPI: it meets the others at the rendezvous store
 // (comm/rendezvous.hpp), forms the Gloo world with them (comm/gloo.hpp), and keeps a
 // monitor that ends this process at once, with the reason, when another worker fails or
-// dies. Needs Gloo (CMake: tessera::gloo).
+// dies. Needs Gloo (CMake: tessera::gloo). Every connection to the rendezvous (the
+// worker's own, its monitor's, a probe's) runs under TLS when the environment enables
+// it (rendezvous_environment::tls); Gloo's own connections, which carry the
+// collectives, are plain TCP: Gloo as Debian packages it has no TLS.
 #pragma once
 
 #include <sys/socket.h>
@@ -33,7 +36,7 @@ class rendezvous_member {
       : keys_(detail::keys_of(e.attempt)), timeout_(rendezvous_timeout()) {
     // The scheduler gives its verdict on missing workers after timeout_; this
     // process's own wait lasts a little longer.
-    store_ = std::make_shared<store_client>(e.host, e.port, timeout_ + std::chrono::seconds(5));
+    store_ = std::make_shared<store_client>(e.host, e.port, timeout_ + std::chrono::seconds(5), e.tls);
     int rank = e.rank;
     if (rank < 0) {
       rank = int(store_->add(keys_.next_rank(), 1) - 1);
@@ -52,7 +55,7 @@ class rendezvous_member {
     try {
       store_->wait(all);
     } catch (const error&) {  // no verdict came (a store kept by no scheduler): name the missing
-      store_client probe(e.host, e.port, std::chrono::seconds(5));
+      store_client probe(e.host, e.port, std::chrono::seconds(5), e.tls);
       std::string missing;
       for (int r = 0; r < e.world_size; ++r)
         if (!probe.check({keys_.arrived(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -109,7 +112,7 @@ class rendezvous_member {
 
  private:
   void start_monitor(const rendezvous_environment& e) {
-    auto watcher = std::make_shared<store_client>(e.host, e.port, std::chrono::hours(24 * 365));
+    auto watcher = std::make_shared<store_client>(e.host, e.port, std::chrono::hours(24 * 365), e.tls);
     watcher->hello(keys_.prefix + "rank " + std::to_string(rank_) + " monitor");
     monitor_.fd = watcher->native_handle();
     monitor_.thread = std::thread([this, watcher, key = keys_.failed()] {

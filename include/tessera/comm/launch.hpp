@@ -153,12 +153,15 @@ inline rendezvous_environment rank_table_environment() {
     e.port = detail::env_int("TESSERA_MASTER_PORT", port, 1, 65535);
   e.serves = p.rank == 0;
   e.source = std::string("RANK_TABLE_FILE=") + std::getenv("RANK_TABLE_FILE");
+  e.tls = tls_from_environment();
   return e;
 }
 
 /// A store-networked job (tessera-run, or a scheduler and workers started by hand).
 /// The scheduler serves the rendezvous until every worker has finished or one failed,
-/// and never runs body. A worker joins the Gloo world, runs body(world) and says
+/// and never runs body. The rendezvous runs under TLS where the environment enables it
+/// (tls_from_environment(); the program must link tessera::tls), the collectives over
+/// Gloo's plain TCP. A worker joins the Gloo world, runs body(world) and says
 /// goodbye; an exception (or std::terminate) tells the other workers through the store,
 /// prints the message and ends the process with status 1.
 template <class F>
@@ -174,7 +177,7 @@ int run_rendezvous(F& body) {
   }
   if (env.process_role == rendezvous_environment::role::scheduler) {
     try {
-      rendezvous_server server("", env.port, env.attempt);
+      rendezvous_server server("", env.port, env.attempt, env.tls);
       std::printf("tessera: scheduler: serving the rendezvous of %d workers on port %d\n", env.world_size,
                   server.port());
       std::fflush(stdout);
@@ -187,7 +190,7 @@ int run_rendezvous(F& body) {
   std::unique_ptr<rendezvous_server> served;  // rank 0 of a rank table: for the whole job
   std::unique_ptr<rendezvous_member> member;
   try {
-    if (env.serves) served = std::make_unique<rendezvous_server>("", env.port);
+    if (env.serves) served = std::make_unique<rendezvous_server>("", env.port, 0, env.tls, "tessera: rank 0");
     member = std::make_unique<rendezvous_member>(env);
   } catch (const std::exception& e) {
     end_process(env.rank, "", e.what());

@@ -3,7 +3,10 @@
 // MS_SCHED_PORT), the store's keys of a job, and the rendezvous server that the
 // scheduler (or tessera-run on node 0) keeps: it hands out ranks, sees every worker
 // arrive and notices one that dies. Needs no Gloo; the world the workers form over it is
-// in comm/gloo_world.hpp.
+// in comm/gloo_world.hpp. With seed 001's enable_ssl (MS_ENABLE_SSL or
+// TESSERA_ENABLE_SSL, with TESSERA_SSL_CERT, TESSERA_SSL_KEY and TESSERA_SSL_CA), the
+// rendezvous runs under mutual TLS (comm/tls.hpp: needs tessera::tls); Gloo's
+// collectives between the workers are not encrypted.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <exception>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +41,7 @@ struct rendezvous_environment {
   int attempt = 0;          ///< tessera-run's restart count: keys of each attempt are apart
   bool serves = false;      ///< this worker also serves the rendezvous (rank 0 of a rank table)
   std::string source;       ///< which variables gave it, for messages
+  std::optional<tls_config> tls;  ///< the rendezvous's TLS, when enabled
 };
 
 namespace detail {
@@ -79,6 +84,33 @@ inline std::pair<const char*, const char*> env_required(std::initializer_list<co
 
 }  // namespace detail
 
+/// The rendezvous's TLS as the environment asks for it (seed 001's enable_ssl), or
+/// nothing when it is not enabled:
+///
+/// - MS_ENABLE_SSL or TESSERA_ENABLE_SSL: "1" or "true" enables TLS; "0", "false" or
+///   unset leaves it off; anything else throws naming the variable.
+/// - TESSERA_SSL_CERT, TESSERA_SSL_KEY, TESSERA_SSL_CA: this process's certificate, its
+///   private key, and the certificate of the CA that signed every certificate of the
+///   job (PEM files); each is required when TLS is enabled. The files themselves are
+///   read when the store's connections are made.
+///
+/// TLS covers the rendezvous (the store's traffic); Gloo's collectives are not
+/// encrypted.
+inline std::optional<tls_config> tls_from_environment() {
+  auto [name, value] = detail::env_first({"MS_ENABLE_SSL", "TESSERA_ENABLE_SSL"});
+  if (name == nullptr) return std::nullopt;
+  const std::string_view v = value;
+  if (v == "0" || v == "false") return std::nullopt;
+  if (v != "1" && v != "true")
+    throw error(std::string(name) + " is \"" + value + "\"; expected 1 or true (TLS on), 0 or false (off)");
+  const std::string why = std::string(name) + "=" + value + " enables TLS";
+  tls_config c;
+  c.certificate = detail::env_required({"TESSERA_SSL_CERT"}, why + ": this process's certificate").second;
+  c.private_key = detail::env_required({"TESSERA_SSL_KEY"}, why + ": the certificate's private key").second;
+  c.ca = detail::env_required({"TESSERA_SSL_CA"}, why + ": the certificate of the job's CA").second;
+  return c;
+}
+
 /// True when this process was started as part of a store-networked job: by tessera-run
 /// (TESSERA_MASTER_ADDR or TESSERA_MASTER_PORT with TESSERA_RANK), by hand as a
 /// scheduler or worker (MS_ROLE or TESSERA_ROLE), or by hand with a rank table
@@ -97,11 +129,13 @@ inline bool rendezvous_launched() noexcept {
 /// - dynamic networking (seed 001), each name also as TESSERA_...: MS_ROLE (MS_SCHED or
 ///   MS_WORKER), MS_WORKER_NUM, MS_SCHED_HOST (default 127.0.0.1), MS_SCHED_PORT. A
 ///   worker's rank is its order of arrival at the scheduler.
+/// - either way, the rendezvous's TLS (tls_from_environment()).
 inline rendezvous_environment read_rendezvous_environment() {
   using detail::env_first;
   using detail::env_int;
   using detail::env_required;
   rendezvous_environment e;
+  e.tls = tls_from_environment();
   constexpr int max_ranks = 1 << 20;
   if (auto [name, role] = env_first({"MS_ROLE", "TESSERA_ROLE"}); name != nullptr) {
     const std::string_view r = role;
@@ -171,11 +205,19 @@ inline job_keys keys_of(int attempt) {
 /// worker reports a failure, or its connection closes without its goodbye (it died),
 /// the reason is set under the attempt's "failed" key, which every worker's monitor
 /// waits for. Kept by the scheduler process, and by tessera-run on node 0.
+///
+/// With `tls`, a connection without a certificate of the job's CA is refused: the
+/// server prints "<name>: refused a connection from <address>: <reason>" to stderr,
+/// and a verdict on workers that never arrived mentions the last refusal.
 class rendezvous_server {
  public:
-  rendezvous_server(const std::string& host, int port, int attempt = 0)
+  rendezvous_server(const std::string& host, int port, int attempt = 0,
+                    const std::optional<tls_config>& tls = std::nullopt, std::string name = "tessera: scheduler")
       : attempt_(attempt),
-        server_(host, port, [this](const std::string& label) { lost(label); }) {}
+        name_(std::move(name)),
+        server_(
+            host, port, [this](const std::string& label) { lost(label); }, tls,
+            [this](const std::string& peer, const std::string& why) { refused(peer, why); }) {}
 
   int port() const noexcept { return server_.port(); }
 
@@ -203,7 +245,7 @@ class rendezvous_server {
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
       if (auto f = failure()) {
-        std::fprintf(stderr, "tessera: scheduler: the job failed: %s\n", f->c_str());
+        std::fprintf(stderr, "%s: the job failed: %s\n", name_.c_str(), f->c_str());
         linger();
         return 1;
       }
@@ -229,8 +271,11 @@ class rendezvous_server {
     for (int r = 0; r < world_size; ++r)
       if (!server_.find(keys().arrived(r), v)) out += (out.empty() ? "" : ", ") + std::to_string(r);
     if (out.empty()) return out;
-    return "ranks " + out + " of " + std::to_string(world_size) + " did not arrive within " +
-           std::to_string(waited.count()) + " s";
+    out = "ranks " + out + " of " + std::to_string(world_size) + " did not arrive within " +
+          std::to_string(waited.count()) + " s";
+    std::lock_guard lock(refusal_mutex_);
+    if (!last_refusal_.empty()) out += " (the rendezvous refused a connection from " + last_refusal_ + ")";
+    return out;
   }
 
  private:
@@ -257,9 +302,18 @@ class rendezvous_server {
                   label.substr(k.prefix.size()) + " ended without finishing (its connection to the rendezvous closed)");
   }
 
+  void refused(const std::string& peer, const std::string& why) {
+    std::fprintf(stderr, "%s: refused a connection from %s: %s\n", name_.c_str(), peer.c_str(), why.c_str());
+    std::lock_guard lock(refusal_mutex_);
+    last_refusal_ = peer + ": " + why;
+  }
+
   detail::job_keys keys() const { return detail::keys_of(attempt_); }
 
   std::atomic<int> attempt_;
+  std::string name_;  // what its messages start with
+  mutable std::mutex refusal_mutex_;
+  std::string last_refusal_;
   store_server server_;
 };
 

@@ -2,7 +2,9 @@
 // (the scheduler of seed 001's dynamic networking, or tessera-run on node 0), and the
 // client each process keeps. Gloo's connection set-up (comm/gloo.hpp) exchanges its
 // addresses through it; ranks are handed out with add(); a process that leaves without
-// saying goodbye is reported to the server's owner. POSIX sockets only.
+// saying goodbye is reported to the server's owner. POSIX sockets only; with a
+// tls_config (comm/tls.hpp; built with tessera::tls) the server and its clients
+// authenticate each other with certificates and the store's traffic is encrypted.
 #pragma once
 
 #include <fcntl.h>
@@ -18,16 +20,19 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
+#include <tessera/comm/tls.hpp>
 #include <tessera/core/error.hpp>
 
 namespace tessera {
@@ -67,6 +72,18 @@ class socket_fd {
 inline std::string endpoint_text(const std::string& host, int port) {
   return host + ":" + std::to_string(port);
 }
+
+/// "127.0.0.1:43122": a socket address, numeric.
+inline std::string address_text(const sockaddr_storage& a, socklen_t len) {
+  char host[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, service, sizeof service,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "an unknown address";
+  return std::string(host) + ":" + service;
+}
+
+/// Makes a socket non-blocking.
+inline void set_non_blocking(int fd) noexcept { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 /// The addresses of host:port (numeric or a name), for connect (passive = false) or
 /// bind (passive = true; an empty host binds every interface).
@@ -182,12 +199,25 @@ inline constexpr std::uint32_t store_max_message = 64u << 20;
 /// A client that closes its connection without a goodbye (its process died) is
 /// reported to `on_lost` with the label it gave in hello() (empty when none), on the
 /// server's thread.
+///
+/// With `tls`, every client must present a certificate that the CA of `tls` signed, and
+/// the traffic is encrypted (comm/tls.hpp). A connection whose handshake fails (no
+/// certificate, another CA's, not speaking TLS) is dropped and reported to
+/// `on_refused` with the peer's address and OpenSSL's reason (by default, printed to
+/// stderr); it is not a lost client. The handshakes run a step at a time on
+/// non-blocking sockets, so a slow or silent peer holds up no other client.
 class store_server {
  public:
   using lost_handler = std::function<void(const std::string& label)>;
+  using refused_handler = std::function<void(const std::string& peer, const std::string& why)>;
 
-  explicit store_server(const std::string& host = "", int port = 0, lost_handler on_lost = {})
-      : on_lost_(std::move(on_lost)) {
+  explicit store_server(const std::string& host = "", int port = 0, lost_handler on_lost = {},
+                        const std::optional<tls_config>& tls = std::nullopt, refused_handler on_refused = {})
+      : on_lost_(std::move(on_lost)), on_refused_(std::move(on_refused)) {
+    detail::require_tls_built(tls);
+#if TESSERA_WITH_TLS
+    if (tls) tls_.emplace(*tls, detail::tls_context::side::server);
+#endif
     auto addrs = detail::resolve(host, port, /*passive=*/true);
     std::string last_error = "no address";
     for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
@@ -265,6 +295,13 @@ class store_server {
  private:
   struct client {
     detail::socket_fd fd;
+#if TESSERA_WITH_TLS
+    std::unique_ptr<detail::tls_session> tls;  // under TLS (freed before fd closes)
+    bool handshaking = false;
+#endif
+    short events = POLLIN;           // what its next step waits for
+    std::string peer;                // its address, under TLS
+    std::string refusal;             // why its TLS handshake failed
     std::string in;                  // bytes received, not yet a whole message
     std::string label;
     bool said_goodbye = false;
@@ -280,7 +317,7 @@ class store_server {
       fds.push_back({wake_read_.get(), POLLIN, 0});
       {
         std::lock_guard lock(mutex_);
-        for (const auto& [fd, c] : clients_) fds.push_back({fd, POLLIN, 0});
+        for (const auto& [fd, c] : clients_) fds.push_back({fd, c.events, 0});
       }
       if (::poll(fds.data(), fds.size(), -1) < 0) {
         if (errno == EINTR) continue;
@@ -288,33 +325,103 @@ class store_server {
       }
       if (fds[0].revents & POLLIN) accept_one();
       for (std::size_t i = 2; i < fds.size(); ++i)
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(fds[i].fd);
+        if (fds[i].revents & (POLLIN | POLLOUT | POLLHUP | POLLERR)) read_from(fds[i].fd);
     }
   }
 
   void accept_one() {
-    const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    const int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
     if (fd < 0) return;
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::lock_guard lock(mutex_);
-    clients_[fd].fd = detail::socket_fd(fd);
+    client& c = clients_[fd];
+    c.fd = detail::socket_fd(fd);
+#if TESSERA_WITH_TLS
+    if (tls_) {
+      detail::set_non_blocking(fd);
+      c.peer = detail::address_text(from, from_len);
+      try {
+        c.tls = std::make_unique<detail::tls_session>(*tls_, fd);
+        c.handshaking = true;
+      } catch (const std::exception& e) {
+        report_refused(c.peer, e.what());
+        clients_.erase(fd);
+      }
+    }
+#endif
+  }
+
+  void report_refused(const std::string& peer, const std::string& why) const {
+    if (stopping_) return;
+    if (on_refused_) on_refused_(peer, why);
+    else std::fprintf(stderr, "tessera: store: refused a connection from %s: %s\n", peer.c_str(), why.c_str());
+  }
+
+  enum class received : std::uint8_t { data, nothing, closed, refused };
+
+  // Reads what client c sent into c.in: data, nothing yet, or the connection ends
+  // (closed; refused when its TLS handshake failed, c.refusal saying why).
+  received receive(client& c) {
+    char buf[65536];
+#if TESSERA_WITH_TLS
+    if (c.tls) {
+      using detail::tls_io;
+      const auto wait_for = [&c](tls_io r) {
+        c.events = r == tls_io::want_write ? POLLOUT : POLLIN;
+        return r == tls_io::want_read || r == tls_io::want_write;
+      };
+      if (c.handshaking) {
+        const tls_io r = c.tls->handshake();
+        if (wait_for(r)) return received::nothing;
+        if (r != tls_io::ok) {
+          c.refusal = c.tls->failure();
+          return received::refused;
+        }
+        c.handshaking = false;
+        // The server speaks first under TLS: its welcome tells the client that its
+        // certificate passed. The client waits for it before its first request, so a
+        // refusal never leaves a request unread here, whose close would reset the
+        // connection and lose the alert that names the reason.
+        if (!reply_to(c, std::string(1, 1))) return received::closed;
+      }
+      // poll(2) cannot see the bytes OpenSSL holds: read until it needs the socket.
+      bool any = false;
+      for (;;) {
+        std::size_t got = 0;
+        const tls_io r = c.tls->read(buf, sizeof buf, got);
+        if (r == tls_io::ok) {
+          c.in.append(buf, got);
+          any = true;
+        } else if (wait_for(r)) {
+          return any ? received::data : received::nothing;
+        } else {
+          return received::closed;
+        }
+      }
+    }
+#endif
+    const ssize_t k = ::recv(c.fd.get(), buf, sizeof buf, 0);
+    if (k < 0 && errno == EINTR) return received::nothing;
+    if (k <= 0) return received::closed;
+    c.in.append(buf, std::size_t(k));
+    return received::data;
   }
 
   void read_from(int fd) {
-    char buf[65536];
-    const ssize_t k = ::recv(fd, buf, sizeof buf, 0);
-    if (k < 0 && errno == EINTR) return;
-    std::string lost_label;
+    std::string lost_label, refused_peer, refusal;
     bool lost = false;
     {
       std::lock_guard lock(mutex_);
       auto it = clients_.find(fd);
       if (it == clients_.end()) return;
       client& c = it->second;
-      bool drop = k <= 0;
+      const received got = receive(c);
+      if (got == received::nothing) return;
+      bool drop = got != received::data;
       if (!drop) {
-        c.in.append(buf, std::size_t(k));
         try {
           drop = !handle_messages(c);
         } catch (const std::exception&) {
@@ -322,11 +429,17 @@ class store_server {
         }
       }
       if (drop) {
-        lost = !c.said_goodbye;
-        lost_label = c.label;
+        if (got == received::refused) {  // it never said hello: refused, not lost
+          refused_peer = c.peer;
+          refusal = c.refusal;
+        } else {
+          lost = !c.said_goodbye;
+          lost_label = c.label;
+        }
         clients_.erase(it);
       }
     }
+    if (!refused_peer.empty()) report_refused(refused_peer, refusal);
     if (lost && on_lost_ && !stopping_) on_lost_(lost_label);
   }
 
@@ -427,10 +540,21 @@ class store_server {
 
   static bool reply_to(client& c, const std::string& payload) {
     const std::string m = detail::framed(payload);
+#if TESSERA_WITH_TLS
+    if (c.tls) {  // a client that takes no reply for this long is dropped
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      return detail::tls_complete(c.fd.get(), [&] { return c.tls->write(m.data(), m.size()); }, deadline) ==
+             detail::tls_io::ok;
+    }
+#endif
     return detail::send_all(c.fd.get(), m.data(), m.size());
   }
 
   lost_handler on_lost_;
+  refused_handler on_refused_;
+#if TESSERA_WITH_TLS
+  std::optional<detail::tls_context> tls_;
+#endif
   detail::socket_fd listen_, wake_read_, wake_write_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
@@ -444,12 +568,23 @@ class store_server {
 /// start after its clients); get() and wait() block until their keys are set, up to
 /// the timeout, and then throw naming the keys. One request at a time (a mutex orders
 /// calls from several threads).
+///
+/// With `tls`, the server must present a certificate that the CA of `tls` signed, and
+/// this client presents its own (comm/tls.hpp); the constructor waits for the server's
+/// verdict on it (the server's welcome, a message it sends first under TLS), and a
+/// refusal throws naming the store and OpenSSL's reason.
 class store_client {
  public:
   using clock = std::chrono::steady_clock;
 
-  store_client(std::string host, int port, std::chrono::milliseconds timeout = std::chrono::seconds(300))
+  store_client(std::string host, int port, std::chrono::milliseconds timeout = std::chrono::seconds(300),
+               const std::optional<tls_config>& tls = std::nullopt)
       : host_(std::move(host)), port_(port), timeout_(timeout) {
+    detail::require_tls_built(tls);
+#if TESSERA_WITH_TLS
+    std::optional<detail::tls_context> context;  // first: unusable files fail at once
+    if (tls) context.emplace(*tls, detail::tls_context::side::client);
+#endif
     const auto deadline = clock::now() + timeout_;
     std::string last_error;
     for (;;) {
@@ -468,6 +603,9 @@ class store_client {
     }
     const int one = 1;
     ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+#if TESSERA_WITH_TLS
+    if (context) start_tls(*context);
+#endif
   }
 
   store_client(const store_client&) = delete;
@@ -558,13 +696,49 @@ class store_client {
     return s;
   }
 
+#if TESSERA_WITH_TLS
+  // The handshake (on a non-blocking socket, within the timeout and 30 s at most), then
+  // the server's welcome: under TLS 1.3 the server judges this client's certificate
+  // after the client's side of the handshake has ended, and its verdict (the welcome,
+  // or an alert naming the reason) arrives only then.
+  void start_tls(const detail::tls_context& context) {
+    detail::set_non_blocking(fd_.get());
+    tls_ = std::make_unique<detail::tls_session>(context, fd_.get());
+    const auto deadline = clock::now() + std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(30));
+    const detail::tls_io r = detail::tls_complete(fd_.get(), [this] { return tls_->handshake(); }, deadline);
+    if (r == detail::tls_io::want_read || r == detail::tls_io::want_write)
+      fail("TLS handshake", "no answer (is the server serving TLS?)");
+    if (r != detail::tls_io::ok) fail("TLS handshake", tls_failure(r));
+    receive_message("TLS handshake", clock::now() + timeout_);
+  }
+
+  std::string tls_failure(detail::tls_io r) const {
+    if (r == detail::tls_io::failed) return tls_->failure();
+    if (r == detail::tls_io::closed) return "the server closed the connection";
+    return "no answer after " + std::to_string(timeout_.count() / 1000) + " s";
+  }
+#endif
+
   // Sends one request and returns its reply's payload.
   std::string request(const std::string& payload, const std::string& what) {
     std::lock_guard lock(mutex_);
     if (!fd_ || broken_) throw error("store: " + what + ": the connection to " + where() + " is closed");
     const std::string m = detail::framed(payload);
-    if (!detail::send_all(fd_.get(), m.data(), m.size())) fail(what, "the server closed the connection");
     const auto deadline = clock::now() + timeout_;
+#if TESSERA_WITH_TLS
+    if (tls_) {
+      const detail::tls_io r =
+          detail::tls_complete(fd_.get(), [&] { return tls_->write(m.data(), m.size()); }, deadline);
+      if (r != detail::tls_io::ok) fail(what, tls_failure(r));
+    } else
+#endif
+    if (!detail::send_all(fd_.get(), m.data(), m.size())) fail(what, "the server closed the connection");
+    return receive_message(what, deadline);
+  }
+
+  // Receives one message from the server and returns its payload.
+  std::string receive_message(const std::string& what, clock::time_point deadline) {
+    short events = POLLIN;  // what the next read waits for
     std::string in;
     for (;;) {
       if (in.size() >= 4) {
@@ -576,16 +750,34 @@ class store_client {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0)
         fail(what, "no answer after " + std::to_string(timeout_.count() / 1000) + " s");
-      pollfd p{fd_.get(), POLLIN, 0};
-      const int rc = ::poll(&p, 1, int(std::min<std::int64_t>(left.count(), 1000)));
-      if (rc < 0 && errno != EINTR) fail(what, std::strerror(errno));
-      if (rc <= 0) continue;
       char buf[65536];
+#if TESSERA_WITH_TLS
+      if (tls_) {  // what OpenSSL already holds is read before polling the socket
+        if (!tls_->pending() && !wait_for(events, left, what)) continue;
+        std::size_t got = 0;
+        const detail::tls_io r = tls_->read(buf, sizeof buf, got);
+        if (r == detail::tls_io::ok) in.append(buf, got);
+        else if (r == detail::tls_io::want_read || r == detail::tls_io::want_write)
+          events = r == detail::tls_io::want_write ? POLLOUT : POLLIN;
+        else
+          fail(what, tls_failure(r));
+        continue;
+      }
+#endif
+      if (!wait_for(events, left, what)) continue;
       const ssize_t k = ::recv(fd_.get(), buf, sizeof buf, 0);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) fail(what, "the server closed the connection");
       in.append(buf, std::size_t(k));
     }
+  }
+
+  // Waits up to `left` (1 s at most) for the socket; false when it is not ready yet.
+  bool wait_for(short events, std::chrono::milliseconds left, const std::string& what) {
+    pollfd p{fd_.get(), events, 0};
+    const int rc = ::poll(&p, 1, int(std::min<std::int64_t>(left.count(), 1000)));
+    if (rc < 0 && errno != EINTR) fail(what, std::strerror(errno));
+    return rc > 0;
   }
 
   [[noreturn]] void fail(const std::string& what, const std::string& why) {
@@ -597,6 +789,9 @@ class store_client {
   int port_;
   std::chrono::milliseconds timeout_;
   detail::socket_fd fd_;
+#if TESSERA_WITH_TLS
+  std::unique_ptr<detail::tls_session> tls_;  // under TLS (freed before fd_ closes)
+#endif
   bool broken_ = false;
   std::mutex mutex_;
 };
