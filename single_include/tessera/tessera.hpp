@@ -28665,6 +28665,7 @@ int run_mpi(int argc, char** argv, F&& body) {
 // rendezvous runs under mutual TLS (comm/tls.hpp: needs tessera::tls); Gloo's
 // collectives between the workers are not encrypted.
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -29961,6 +29962,7 @@ class rendezvous_server {
     for (;;) {
       if (auto f = failure()) {
         std::fprintf(stderr, "%s: the job failed: %s\n", name_.c_str(), f->c_str());
+        linger();
         return 1;
       }
       if (finished() >= world_size) return 0;
@@ -29993,6 +29995,18 @@ class rendezvous_server {
   }
 
  private:
+  // After a failure the workers still ask the store for its reason (a worker whose peer
+  // died looks for the failure it follows from): the store stays up until every worker
+  // has left, or 3 s.
+  void linger() const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < until) {
+      const auto open = server_.connected();
+      if (std::none_of(open.begin(), open.end(), [](const std::string& l) { return !l.empty(); })) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
   // A worker's connection is labelled "<attempt prefix>rank R" ("a0/rank 3"). A
   // monitor's connection closes with its worker's, and the worker's own connection
   // tells whether it said goodbye; connections of earlier attempts no longer count.
@@ -30062,6 +30076,7 @@ class rendezvous_server {
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -30181,6 +30196,8 @@ class gloo_worker {
   }
 
   const std::shared_ptr<::gloo::Context>& context() const { return ctx_; }
+  /// The worker thread's scratch memory (reduce_scatter's whole buffer).
+  std::vector<std::byte>& scratch() { return scratch_; }
 
   std::future<void> post(std::function<void()> job) {
     std::packaged_task<void()> task(std::move(job));
@@ -30209,6 +30226,7 @@ class gloo_worker {
   }
 
   std::shared_ptr<::gloo::Context> ctx_;
+  std::vector<std::byte> scratch_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::packaged_task<void()>> queue_;
@@ -30216,19 +30234,23 @@ class gloo_worker {
   std::thread thread_;
 };
 
+/// out = in reduced over the ranks (in == out runs in place; Gloo reads in and writes
+/// out itself, so an out-of-place call costs no copy).
 template <class T>
-void gloo_allreduce(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::size_t n, reduce_op op) {
+void gloo_allreduce(const std::shared_ptr<::gloo::Context>& ctx, const T* in, T* out, std::size_t n, reduce_op op) {
   if (n == 0 || ctx->size == 1) {
-    if (op == reduce_op::mean) divide_by(std::span<T>(data, n), ctx->size);
+    if (in != out) std::copy_n(in, n, out);
+    if (op == reduce_op::mean) divide_by(std::span<T>(out, n), ctx->size);
     return;
   }
   ::gloo::AllreduceOptions o(ctx);
-  o.setOutput(data, n);
+  if (in != out) o.setInput(const_cast<T*>(in), n);
+  o.setOutput(out, n);
   o.setReduceFunction([op](void* c, const void* a, const void* b, std::size_t k) {
     combine(static_cast<T*>(c), static_cast<const T*>(a), static_cast<const T*>(b), k, op);
   });
   gloo_call("all_reduce", [&] { ::gloo::allreduce(o); });
-  if (op == reduce_op::mean) divide_by(std::span<T>(data, n), ctx->size);
+  if (op == reduce_op::mean) divide_by(std::span<T>(out, n), ctx->size);
 }
 
 template <class T>
@@ -30240,15 +30262,17 @@ void gloo_broadcast(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::s
   gloo_call("broadcast", [&] { ::gloo::broadcast(o); });
 }
 
-/// reduce_scatter as Gloo offers it: an all-reduce of a copy of the whole input, of
-/// which each rank keeps its block.
+/// reduce_scatter as Gloo offers it: the whole input all-reduced into `scratch` (kept
+/// by the caller between calls, so that its pages are touched once), of which each rank
+/// keeps its block.
 template <class T>
 void gloo_reduce_scatter(const std::shared_ptr<::gloo::Context>& ctx, const T* in, T* out, std::size_t block,
-                         reduce_op op) {
-  const int g = ctx->size;
-  std::vector<T> whole(in, in + block * std::size_t(g));
-  gloo_allreduce(ctx, whole.data(), whole.size(), op);
-  std::copy_n(whole.data() + block * std::size_t(ctx->rank), block, out);
+                         reduce_op op, std::vector<std::byte>& scratch) {
+  const std::size_t n = block * std::size_t(ctx->size);
+  if (scratch.size() < n * sizeof(T)) scratch.resize(n * sizeof(T));
+  T* whole = reinterpret_cast<T*>(scratch.data());
+  gloo_allreduce(ctx, in, whole, n, op);
+  std::copy_n(whole + block * std::size_t(ctx->rank), block, out);
 }
 
 }  // namespace detail
@@ -30262,9 +30286,10 @@ void gloo_reduce_scatter(const std::shared_ptr<::gloo::Context>& ctx, const T* i
 /// Made by gloo_communicator::connect (one call per process, every rank of the job) or
 /// by split(); comm/rendezvous.hpp makes the world of a process from its environment.
 ///
-/// Gloo has no reduce-scatter of its own: reduce_scatter all-reduces a copy of its
-/// input and keeps this rank's block (about twice the bytes on the wire that the
-/// counters, which price a ring reduce-scatter, record).
+/// Gloo has no reduce-scatter of its own: reduce_scatter all-reduces its whole input
+/// into scratch memory the communicator keeps and copies out this rank's block (about
+/// twice the bytes on the wire that the counters, which price a ring reduce-scatter,
+/// record).
 class gloo_communicator {
  public:
   /// A pending non-blocking operation. Move-only; wait() completes it and rethrows its
@@ -30340,18 +30365,21 @@ class gloo_communicator {
   /// The store the job met at (the rendezvous of split() and of the caller's own keys).
   store_client& store() const { return *job_->store; }
 
+  /// The Gloo context of the blocking calls, for Gloo's own algorithms on the same
+  /// connections (as mpi_communicator::native() gives the MPI_Comm).
+  const std::shared_ptr<::gloo::Context>& native() const noexcept { return ctx_; }
+
   template <comm_element T>
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_all_reduce<T>(in, out);
     detail::count(stats_, cost::all_reduce(detail::byte_size(in), size()));
-    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
-    detail::gloo_allreduce(context(), out.data(), out.size(), op);
+    detail::gloo_allreduce(context(), in.data(), out.data(), out.size(), op);
   }
 
   template <comm_element T>
   void all_reduce(std::span<T> inout, reduce_op op) {
     detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
-    detail::gloo_allreduce(context(), inout.data(), inout.size(), op);
+    detail::gloo_allreduce<T>(context(), inout.data(), inout.data(), inout.size(), op);
   }
 
   template <comm_element T>
@@ -30373,7 +30401,7 @@ class gloo_communicator {
   void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size());
     detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
-    detail::gloo_reduce_scatter(context(), in.data(), out.data(), out.size(), op);
+    detail::gloo_reduce_scatter(context(), in.data(), out.data(), out.size(), op, scratch_);
   }
 
   template <comm_element T>
@@ -30476,7 +30504,7 @@ class gloo_communicator {
     detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
     auto& w = worker();
     return request(w.post([ctx = w.context(), p = inout.data(), n = inout.size(), op] {
-      detail::gloo_allreduce<T>(ctx, p, n, op);
+      detail::gloo_allreduce<T>(ctx, p, p, n, op);
     }));
   }
 
@@ -30486,8 +30514,8 @@ class gloo_communicator {
     detail::check_reduce_scatter<T>(in, out, size(), "ireduce_scatter");
     detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
     auto& w = worker();
-    return request(w.post([ctx = w.context(), i = in.data(), o = out.data(), n = out.size(), op] {
-      detail::gloo_reduce_scatter<T>(ctx, i, o, n, op);
+    return request(w.post([&w, i = in.data(), o = out.data(), n = out.size(), op] {
+      detail::gloo_reduce_scatter<T>(w.context(), i, o, n, op, w.scratch());
     }));
   }
 
@@ -30557,6 +30585,7 @@ class gloo_communicator {
   std::string name_;
   std::shared_ptr<::gloo::Context> ctx_;
   std::unique_ptr<detail::gloo_worker> worker_;
+  std::vector<std::byte> scratch_;  // reduce_scatter's whole buffer, kept between calls
   std::uint32_t exchange_seq_ = 0;
   int split_seq_ = 0;
   traffic stats_;
