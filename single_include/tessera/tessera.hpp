@@ -29948,6 +29948,14 @@ class rendezvous_server {
     return std::nullopt;
   }
 
+  /// Records `reason` as the job's failure unless one was recorded first (the owner's
+  /// own verdict: tessera-run names a worker it saw die). True when it was the first.
+  bool report(const std::string& reason) {
+    if (server_.add(keys().failures(), 1) != 1) return false;
+    server_.set(keys().failed(), reason);
+    return true;
+  }
+
   /// How many workers have finished normally.
   int finished() const {
     std::string v;
@@ -30071,6 +30079,7 @@ class rendezvous_server {
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30341,6 +30350,11 @@ class gloo_communicator {
                                    std::string name = "world") {
     if (size < 1 || rank < 0 || rank >= size)
       throw error("gloo: rank " + std::to_string(rank) + " is out of range for " + std::to_string(size) + " ranks");
+    // Gloo writes to its sockets with writev, which raises SIGPIPE once a peer is gone:
+    // with SIGPIPE's default action the process would die silently instead of getting
+    // the error (and reporting the failure). Ignored here unless the program handles it.
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
     ::gloo::transport::tcp::attr attr;
     attr.hostname = store->local_address();
     auto job = std::make_shared<detail::gloo_job>();

@@ -77,10 +77,11 @@ struct attempt_result {
   int exec_errno = 0;    ///< cannot_execute: why exec failed
   std::deque<std::string> tail;  ///< worker_failed: its last lines
   std::string log_path;          ///< worker_failed: its log file
+  bool named_first = false;      ///< worker_failed: the rendezvous had heard of no failure before it
 };
 
-/// Reaps every worker that has exited; returns the index of the first one among them
-/// that failed (non-zero status or a signal), or -1.
+/// Reaps every worker that has exited; returns the index of the one among them that
+/// failed (non-zero status or a signal; one killed by a signal first), or -1.
 inline int reap_workers(std::vector<worker>& workers) {
   int failed = -1;
   int status;
@@ -92,7 +93,10 @@ inline int reap_workers(std::vector<worker>& workers) {
       w.running = false;
       w.wait_status = status;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && failed < 0) failed = int(i);
+      // Of the failures reaped together, one by a signal is more likely the cause (the
+      // others end with a status when they lose it).
+      if (!ok && (failed < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(workers[std::size_t(failed)].wait_status))))
+        failed = int(i);
     }
   }
   return failed;
@@ -102,7 +106,7 @@ inline int reap_workers(std::vector<worker>& workers) {
 /// has exited, and stops them all when one fails or the launcher gets SIGINT, SIGTERM
 /// or SIGHUP (`signals`, a signalfd; `child_mask` is the workers' signal mask).
 inline attempt_result run_attempt(const options& o, int port, int restart_count, int signals,
-                                  const sigset_t& child_mask) {
+                                  const sigset_t& child_mask, tessera::rendezvous_server* rendezvous) {
   attempt_result result;
   std::vector<worker> workers(std::size_t(o.local_worker_num));
   for (int i = 0; i < o.local_worker_num; ++i) {
@@ -212,6 +216,10 @@ inline attempt_result run_attempt(const options& o, int port, int restart_count,
       result.rank = w.rank;
       result.wait_status = w.wait_status;
       std::fprintf(stderr, "tessera-run: rank %d %s\n", w.rank, describe_status(w.wait_status).c_str());
+      // The rendezvous hears it before the workers are stopped, so that the ranks about
+      // to be stopped do not count as the failure.
+      if (rendezvous)
+        result.named_first = rendezvous->report("rank " + std::to_string(w.rank) + " " + describe_status(w.wait_status));
       if (std::any_of(workers.begin(), workers.end(), [](const worker& x) { return x.running; }))
         std::fprintf(stderr, "tessera-run: stopping the other workers\n");
       stop(SIGTERM);
@@ -291,7 +299,7 @@ inline int run(int argc, char** argv) {
 
     for (int restart = 0;; ++restart) {
       if (rendezvous) rendezvous->begin_attempt(restart);
-      const attempt_result r = run_attempt(o, port, restart, signals, original);
+      const attempt_result r = run_attempt(o, port, restart, signals, original, rendezvous.get());
       switch (r.end) {
         case attempt_result::how::succeeded:
           // Node 0 keeps the rendezvous until the other nodes' workers have finished too
@@ -311,9 +319,9 @@ inline int run(int argc, char** argv) {
           return r.exec_errno == ENOENT ? 127 : 126;
         case attempt_result::how::worker_failed:
           report_failure(r);
-          // The job's first failure, as the rendezvous heard of it: the rank named above
-          // may only have followed it (its peer's connection closed).
-          if (rendezvous)
+          // The job's first failure, as the rendezvous heard of it, when it came before
+          // the one named above (which then may only have followed it).
+          if (rendezvous && !r.named_first)
             if (const auto first = rendezvous->failure())
               std::fprintf(stderr, "tessera-run: the job's first failure: %s\n", first->c_str());
           if (restart >= o.max_restarts) return shell_status(r.wait_status);

@@ -13,6 +13,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -285,6 +286,11 @@ class gloo_communicator {
                                    std::string name = "world") {
     if (size < 1 || rank < 0 || rank >= size)
       throw error("gloo: rank " + std::to_string(rank) + " is out of range for " + std::to_string(size) + " ranks");
+    // Gloo writes to its sockets with writev, which raises SIGPIPE once a peer is gone:
+    // with SIGPIPE's default action the process would die silently instead of getting
+    // the error (and reporting the failure). Ignored here unless the program handles it.
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
     ::gloo::transport::tcp::attr attr;
     attr.hostname = store->local_address();
     auto job = std::make_shared<detail::gloo_job>();

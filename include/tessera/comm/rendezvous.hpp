@@ -232,6 +232,14 @@ class rendezvous_server {
     return std::nullopt;
   }
 
+  /// Records `reason` as the job's failure unless one was recorded first (the owner's
+  /// own verdict: tessera-run names a worker it saw die). True when it was the first.
+  bool report(const std::string& reason) {
+    if (server_.add(keys().failures(), 1) != 1) return false;
+    server_.set(keys().failed(), reason);
+    return true;
+  }
+
   /// How many workers have finished normally.
   int finished() const {
     std::string v;
