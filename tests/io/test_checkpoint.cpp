@@ -23,6 +23,7 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/io/checkpoint.hpp>
+#include "error_text.hpp"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -261,14 +262,7 @@ void save_and_load_everywhere(bool integrated) {
   CHECK(checked > 0);
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <vector>
 #include <tessera/core/enumerate.hpp>
 #include <tessera/io/checkpoint_file.hpp>
+#include "error_text.hpp"
 
 using namespace tessera;
 using namespace tessera::io;
@@ -37,14 +38,7 @@ const fs::path& tmp() {
   return d.path;
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // A file with one F32 tensor "w" of `shape` and the given metadata.
 fs::path file_with(const std::vector<index_t>& shape, const std::map<std::string, std::string>& md,

@@ -12,20 +12,14 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/io/layout_text.hpp>
+#include "error_text.hpp"
 
 using namespace tessera;
 using namespace tessera::io;
 
 namespace {
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 std::vector<mesh> meshes() {
   return {mesh{1}, mesh{2}, mesh{4}, mesh{8}, mesh{2, 2}, mesh{2, 4}, mesh{4, 2}, mesh{2, 2, 2}, mesh{3, 1, 2, 1}};

@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 #include <tessera/io/rank_table.hpp>
+#include "error_text.hpp"
 
 using namespace tessera;
 using namespace tessera::io;
@@ -20,14 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // A device entry as the seed writes it: every number a string.
 std::string device(int device_id, const std::string& ip, int rank_id) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 #include <tessera/io/rotation.hpp>
+#include "error_text.hpp"
 
 using namespace tessera;
 using namespace tessera::io;
@@ -41,14 +42,7 @@ std::vector<std::string> names_in(const fs::path& dir) {
   return out;
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 }  // namespace
 

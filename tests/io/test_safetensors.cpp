@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 #include <tessera/io/safetensors.hpp>
+#include "error_text.hpp"
 
 using namespace tessera;
 using namespace tessera::io;
@@ -50,14 +51,7 @@ const temp_dir& tmp() {
   return d;
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -14,6 +14,7 @@
 #include <string>
 #include <tessera/core/enumerate.hpp>
 #include <tessera/io/strategy_file.hpp>
+#include "error_text.hpp"
 
 using namespace tessera;
 using namespace tessera::io;
@@ -39,14 +40,7 @@ const fs::path& tmp() {
   return d.path;
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
