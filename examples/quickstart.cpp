@@ -80,26 +80,26 @@ std::vector<std::pair<xt::xarray<float>, xt::xarray<float>>> dataset(index_t glo
   return std::vector<std::pair<xt::xarray<float>, xt::xarray<float>>>(steps_per_epoch, {x, y});
 }
 
-// Every rank's `epoch: E step: S, loss is L`, printed by rank 0 in rank order; the
-// losses kept.
+// Every rank's `epoch: E step: S, loss is L`, gathered over the host communicator
+// `world` and printed by rank 0 in rank order; the losses kept.
 class loss_lines : public train::callback<float> {
  public:
-  loss_lines(context& ctx, bool print) : ctx_(&ctx), print_(print) {}
+  loss_lines(any_communicator& world, bool print) : world_(&world), print_(print) {}
   void on_step_end(train::run_context<float>& rc) override {
     losses.push_back(float(rc.loss));
     if (!print_) return;
     constexpr std::size_t n = 96;
-    std::vector<char> mine(n, '\0'), all(n * std::size_t(ctx_->size()));
+    std::vector<char> mine(n, '\0'), all(n * std::size_t(world_->size()));
     std::snprintf(mine.data(), n, "epoch: %d step: %lld, loss is %.9g\n", rc.epoch,
                   static_cast<long long>(rc.step_in_epoch), rc.loss);
-    ctx_->world().all_gather(std::span<const char>(mine), std::span<char>(all));
-    if (ctx_->rank() == 0)
-      for (int r = 0; r < ctx_->size(); ++r) std::cout << all.data() + r * n;
+    world_->all_gather(std::span<const char>(mine), std::span<char>(all));
+    if (world_->rank() == 0)
+      for (int r = 0; r < world_->size(); ++r) std::cout << all.data() + r * n;
   }
   std::vector<float> losses;
 
  private:
-  context* ctx_;
+  any_communicator* world_;
   bool print_;
 };
 
@@ -127,7 +127,7 @@ std::vector<float> train_network(any_communicator& world, graph::parallel_mode m
   train::model model(network, loss_fn, opt, ctx, o);
   const bool alone = mode == graph::parallel_mode::stand_alone;
   auto data = dataset(global_batch, alone ? 0 : me * per_rank_batch, alone ? global_batch : per_rank_batch);
-  loss_lines lines(ctx, print);
+  loss_lines lines(world, print);
   model.train(epochs, data, {&lines});
   if (!save_dir.empty()) model.save_graphs(save_dir);
 

@@ -4,6 +4,7 @@
 // and expected values on the host and move them with to_test_device / to_host_array.
 #pragma once
 
+#include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/tessera.hpp>
 #if TESSERA_TEST_CUDA
@@ -23,6 +24,13 @@ using test_device = cpu_device;
 using test_comm = mpi_communicator;
 inline test_comm test_world() { return mpi_communicator::world(); }
 #endif
+
+/// This process alone, moving the test device's buffers: the communicator of the
+/// one-rank oracle runs.
+inline any_communicator test_solo() {
+  any_communicator one{local_communicator{}};
+  return device_communicator(one, test_device{});
+}
 
 using test_tensor = tensor_on<float, test_device>;
 template <class T>

@@ -36,11 +36,16 @@ def worker(rank, world, args, queue):
     import torchvision
 
     torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    device = torch.device(args.device)
     distributed = world > 1
     if distributed:
         dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1)
-    net = torchvision.models.resnet50(num_classes=10)
+    net = torchvision.models.resnet50(num_classes=10).to(device)
     net.train()
     model = nn.parallel.DistributedDataParallel(net) if distributed else net
     loss_fn = nn.CrossEntropyLoss()
@@ -48,16 +53,21 @@ def worker(rank, world, args, queue):
     g = torch.Generator().manual_seed(7 + rank)
     x = torch.rand(args.batch, 3, args.image_size, args.image_size, generator=g) * 2 - 1
     y = torch.randint(0, 10, (args.batch,), generator=g)
+    x, y = x.to(device), y.to(device)
 
     times = []
     for step in range(args.warmup + args.steps):
         if distributed:
             dist.barrier()
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter() - t0
         if step >= args.warmup:
             times.append(t)
@@ -69,7 +79,8 @@ def worker(rank, world, args, queue):
         dist.all_reduce(peak)
     if rank == 0:
         params = sum(p.numel() for p in net.parameters())
-        queue.put((slowest.tolist(), peak.tolist(), params, torch.__version__))
+        device_mib = torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0
+        queue.put((slowest.tolist(), peak.tolist(), params, torch.__version__, device_mib))
     if distributed:
         dist.destroy_process_group()
 
@@ -83,10 +94,13 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--port", type=int, default=29519)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one process on the GPU")
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--compare", help="bench_resnet_step's JSON output: print the ratios")
     ap.add_argument("--load", help="PyTorch's results from this earlier --out file (no timing)")
     args = ap.parse_args()
+    if args.device == "cuda" and args.ranks != 1:
+        ap.error("--device cuda runs one process (--ranks 1)")
     if args.threads == 0:
         args.threads = 2 if args.ranks == 1 else 1
 
@@ -101,10 +115,11 @@ def main():
         ctx = mp.get_context("spawn")
         queue = ctx.SimpleQueue()
         mp.spawn(worker, args=(args.ranks, args, queue), nprocs=args.ranks, join=True)
-        times, peak, params, version = queue.get()
+        times, peak, params, version, device_mib = queue.get()
         ms = [1e3 * t for t in times]
         result = {
             "peer": "pytorch_ddp_gloo" if args.ranks > 1 else "pytorch",
+            "device": args.device,
             "torch": version,
             "model": "torchvision.models.resnet50(num_classes=10)",
             "parameters": params,
@@ -118,6 +133,8 @@ def main():
             "images_per_s": args.batch * args.ranks / (statistics.median(ms) / 1e3),
             "peak_rss_mib_per_rank": peak,
         }
+        if args.device == "cuda":
+            result["peak_device_mib"] = device_mib
     print(json.dumps(result, indent=2))
     if args.out and not args.load:
         with open(args.out, "w") as f:
@@ -132,7 +149,7 @@ def print_ratios(torch_result, compare):
     with open(compare) as f:
         ours = json.load(f)
     for b in ours["benchmarks"]:
-        if b.get("run_type") == "aggregate":
+        if b.get("run_type") == "aggregate" or "images_per_s" not in b:
             continue
         ratio = b["images_per_s"] / torch_result["images_per_s"]
         peaks = [b[k] for k in sorted(b) if k.startswith("peak_rss_mib_rank")]
@@ -142,6 +159,9 @@ def print_ratios(torch_result, compare):
         print("  peak memory per rank (MiB): tessera %s, PyTorch %s" % (
             ", ".join("%.0f" % p for p in peaks),
             ", ".join("%.0f" % p for p in torch_result["peak_rss_mib_per_rank"])))
+        if "peak_device_mib" in b and "peak_device_mib" in torch_result:
+            print("  peak GPU memory (MiB): tessera %.0f, PyTorch %.0f" % (
+                b["peak_device_mib"], torch_result["peak_device_mib"]))
 
 
 if __name__ == "__main__":

@@ -3958,6 +3958,23 @@ namespace tessera {
 
 namespace detail {
 
+/// A staging copy's failure: when the buffer the caller passed is not GPU memory (host
+/// values handed to a communicator that moves device buffers), an error that says so;
+/// otherwise the CUDA error naming the copy.
+[[noreturn, gnu::cold, gnu::noinline]] inline void staging_failed(cudaError_t rc, const void* buffer,
+                                                                  const char* copy) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, buffer) == cudaSuccess && a.type != cudaMemoryTypeDevice &&
+      a.type != cudaMemoryTypeManaged) {
+    (void)cudaGetLastError();
+    throw error(
+        "staged communicator: a buffer in host memory where GPU memory was expected (it moves device "
+        "buffers; host values go through its host communicator, any_communicator::host_communicator())");
+  }
+  (void)cudaGetLastError();
+  cuda::fail(rc, copy);
+}
+
 /// A growable block of pinned (page-locked) host memory, so that device copies run at
 /// full speed and asynchronously.
 class pinned_buffer {
@@ -4423,7 +4440,8 @@ class staged_communicator {
   template <class T>
   static void copy_to_host(T* h, const T* d, std::size_t n) {
     if (n > 0)
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(h, d, n * sizeof(T), cudaMemcpyDeviceToHost, cuda::stream()));
+      if (const cudaError_t rc = cudaMemcpyAsync(h, d, n * sizeof(T), cudaMemcpyDeviceToHost, cuda::stream()))
+        detail::staging_failed(rc, d, "cudaMemcpyAsync(host, device, ..., cudaMemcpyDeviceToHost)");
     cuda::synchronize();  // also orders every earlier kernel that wrote d
   }
   template <class T>
@@ -4435,7 +4453,9 @@ class staged_communicator {
   template <class T>
   static void stage_out(const T* h, std::span<T> d) {
     if (!d.empty())
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(d.data(), h, d.size() * sizeof(T), cudaMemcpyHostToDevice, cuda::stream()));
+      if (const cudaError_t rc =
+              cudaMemcpyAsync(d.data(), h, d.size() * sizeof(T), cudaMemcpyHostToDevice, cuda::stream()))
+        detail::staging_failed(rc, d.data(), "cudaMemcpyAsync(device, host, ..., cudaMemcpyHostToDevice)");
     cuda::synchronize();  // the pinned buffer is reused by the next call
   }
 

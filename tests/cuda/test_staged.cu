@@ -2,11 +2,12 @@
 // through MPI in pinned host memory): several requests in flight, completed in reverse
 // order or by polling, give the blocking calls' values and traffic; a request dropped
 // unfinished still delivers its result; bad sizes and roots are rejected with their
-// text.
+// text, and so is a buffer in host memory.
 #include <doctest/doctest.h>
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
@@ -138,4 +139,28 @@ TEST_CASE("staged_communicator over a one-rank communicator: non-blocking calls 
   CHECK(b.to_vector() == x);
   CHECK(comm.stats().calls == 2);
   CHECK(comm.stats().bytes == 0);
+}
+
+TEST_CASE("staged_communicator: host memory handed to it is an error that says so") {
+  staged_communicator<mpi_communicator> comm(mpi_communicator::world());
+  std::vector<float> host(8, 1.0f), out(8 * std::size_t(comm.size()));
+  darray d = dev(host), g = dev(std::vector<float>(out.size(), 0.0f));
+  const std::string says = "staged communicator: a buffer in host memory where GPU memory was expected";
+  const auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // A host input (staged in, device to host) and a host output (staged out, host to
+  // device), each beside a device buffer that is right.
+  CHECK(message([&] { comm.all_reduce(std::span<float>(host), reduce_op::sum); }).starts_with(says));
+  CHECK(message([&] {
+          comm.all_gather(std::span<const float>(d.data(), 8), std::span<float>(out));
+        }).starts_with(says));
+  // The device buffers themselves still go through.
+  comm.all_gather(std::span<const float>(d.data(), 8), std::span<float>(g.data(), g.size()));
+  CHECK(g.to_vector() == std::vector<float>(out.size(), 1.0f));
 }

@@ -181,7 +181,7 @@ TEST_CASE("conv2d rule: device matrix (n, ci, h, w, co), partial sums over ci, h
 }
 
 TEST_CASE("conv2d on one rank equals the direct loop over strides, paddings, dilations and groups") {
-  any_communicator one{local_communicator{}};
+  any_communicator one = test_solo();
   context ctx(one);
   struct conv_case {
     extents x, w;
@@ -216,7 +216,7 @@ TEST_CASE("conv2d on one rank equals the direct loop over strides, paddings, dil
 }
 
 TEST_CASE("max and avg pooling on one rank equal the direct loop, the backward finite differences") {
-  any_communicator one{local_communicator{}};
+  any_communicator one = test_solo();
   context ctx(one);
   struct pool_case {
     extents x;
@@ -254,7 +254,7 @@ TEST_CASE("max and avg pooling on one rank equal the direct loop, the backward f
 TEST_CASE("conv2d and pooling: every candidate strategy equals one rank and moves the priced bytes") {
   test_comm world = test_world();
   ctx_t ctx(world);
-  any_communicator one{local_communicator{}};
+  any_communicator one = test_solo();
   context solo(one);
   const int p = world.size(), me = world.rank();
   int runs = 0;

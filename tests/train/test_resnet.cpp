@@ -23,49 +23,24 @@
 #include <tessera/optim/momentum.hpp>
 #include <tessera/train/model.hpp>
 
+#include "nn/nn_test.hpp"
+#include "resnet_test.hpp"
 #include "train_test.hpp"
 
 using namespace tessera;
 
 namespace {
 
-constexpr index_t batch = 8, image = 32, classes = 4;
 using net_t = nn::resnet<float>;
 using train_test::batch_t;
-
-// Step s's global batch: images (8, 3, 32, 32), labels in [0, 4).
-batch_t global_batch(int s) { return train_test::image_batch(s, batch, image, classes); }
-
-// Four stages of one block each, 4 base channels, on 32x32 images: the stem gives (8, 4,
-// 16, 16), the max pooling (8, 4, 8, 8), layer1 (8, 16, 8, 8), layer2 (8, 32, 4, 4),
-// layer3 (8, 64, 2, 2), layer4 (8, 128, 1, 1). (On 16x16 images layer3 would already be
-// 1x1, and two stages of batch norm over 8 values per channel magnify float rounding to
-// 1e-3 of the weights in three steps, on one rank and on N alike: an ill-conditioned
-// test, not a parallel difference.)
-net_t small_resnet() { return net_t(std::vector<int>{1, 1, 1, 1}, classes, 4); }
-
-// The strategies a semi_auto_parallel run sets on p ranks: the stem's rows split (halo
-// exchange), layer1's 3x3 convolution split by batch and output channels, layer2's
-// first 1x1 convolution split by input channels (partial sums), the classifier by
-// output features.
-void set_strategies(net_t& net, int p) {
-  if (p == 1) return;
-  const int h = p >= 4 ? 2 : 1, n = p / h;
-  net.conv1.shard(strategy{{n, 1, h, 1}, {1, 1, 1, 1}});
-  net.layer(0).block(0).conv2.shard(strategy{{n, 1, 1, 1}, {h, 1, 1, 1}});
-  net.layer(1).block(0).conv1.shard(strategy{{1, p, 1, 1}, {1, p, 1, 1}});
-  net.end_point.shard(strategy{{1, 1}, {p, 1}});
-}
+using resnet_test::global_batch;
+using resnet_test::set_strategies;
+using resnet_test::small_resnet;
 
 struct outcome {
   std::vector<double> losses;
   std::vector<std::string> names;
   std::vector<xt::xarray<float>> params;
-};
-
-struct recorder : train::callback<float> {
-  std::vector<double> losses;
-  void on_step_end(train::run_context<float>& rc) override { losses.push_back(rc.loss); }
 };
 
 outcome train_in(const graph::parallel_config& cfg, context& ctx, bool whole_batch, bool configured) {
@@ -80,7 +55,7 @@ outcome train_in(const graph::parallel_config& cfg, context& ctx, bool whole_bat
   train::model model(net, ce, opt, ctx, o);
   std::vector<batch_t> data;
   for (int s = 0; s < 3; ++s) data.push_back(whole_batch ? global_batch(s) : train_test::rows_of(global_batch(s), r, p));
-  recorder rec;
+  resnet_test::loss_recorder rec;
   model.train(1, data, {&rec});
   outcome out;
   out.losses = rec.losses;
@@ -96,13 +71,6 @@ graph::parallel_config mode(graph::parallel_mode m, graph::search_mode s = graph
   c.mode = m;
   c.search = s;
   return c;
-}
-
-bool close(const xt::xarray<float>& x, const xt::xarray<float>& y) {
-  if (x.shape() != y.shape()) return false;
-  for (std::size_t i = 0; i < x.size(); ++i)
-    if (!(std::abs(x.data()[i] - y.data()[i]) <= 1e-4f * (1.0f + std::abs(y.data()[i])))) return false;
-  return true;
 }
 
 }  // namespace
@@ -159,7 +127,7 @@ TEST_CASE("a small ResNet trains in data parallel, semi-auto and auto parallel t
     REQUIRE(got.params.size() == oracle.params.size());
     for (std::size_t i = 0; i < got.params.size(); ++i) {
       CAPTURE(got.names[i]);
-      CHECK(close(got.params[i], oracle.params[i]));
+      CHECK(nn_test::close(got.params[i], oracle.params[i], 1e-4));
     }
   }
 }

@@ -1,0 +1,120 @@
+// The convolutional network operators and a ResNet on the GPU.
+//
+// tests/ops/test_conv2d.cpp built again with device tensors (TESSERA_TEST_CUDA):
+// Conv2D, MaxPool and AvgPool on one rank against the direct loops and finite
+// differences, and every candidate strategy (batch, channel, height and width splits
+// with the halo exchange) on N ranks against one rank, moving the priced bytes.
+//
+// A small ResNet (convolutions, batch norms with their ReLU fused, max pooling, the
+// residual Add, global average pooling, Dense) trained on the GPU through train::model
+// (cuDNN's convolution, batch-norm and pooling kernels) against the same training
+// stand-alone on the host (oneDNN's, resnet_host.cpp): on 1 rank, and on N ranks
+// sharing the GPU (device buffers staged through MPI) in data parallel (synchronised
+// batch norm), semi_auto_parallel (the stem's rows split with its halo exchange on
+// device tensors, batch, output-channel and input-channel splits of convolutions) and
+// auto_parallel.
+//
+// Tolerance: 1e-4 relative, as the host's N-rank test (tests/train/test_resnet.cpp):
+// cuDNN and oneDNN add a convolution's products in other orders (FP32 math, no TF32),
+// the ranks add the weight gradients' and the batch statistics' partial sums in
+// another order, and three steps of momentum SGD carry those roundings forward.
+#define TESSERA_TEST_CUDA 1
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+#include <xtensor/xmath.hpp>
+#include <tessera/autodiff/ops.hpp>
+#include <tessera/comm/local.hpp>
+#include <tessera/core/format.hpp>
+#include <tessera/nn/loss.hpp>
+#include <tessera/nn/resnet.hpp>
+#include <tessera/optim/momentum.hpp>
+#include <tessera/train/model.hpp>
+
+#include "device_under_test.hpp"
+#include "nn/nn_test.hpp"
+#include "ops/sharded_testing.hpp"
+#include "resnet_host.hpp"
+#include "train/resnet_test.hpp"
+#include "train/train_test.hpp"
+
+namespace conv2d_on_gpu {
+#include "ops/test_conv2d.cpp"
+}
+
+namespace {
+
+using namespace tessera;
+using net_t = nn::resnet<float, cuda_device>;
+using resnet_host::outcome;
+
+outcome train_on_gpu(graph::parallel_mode m, graph::search_mode search, bool configured, context& ctx) {
+  const int p = ctx.size(), r = ctx.rank();
+  net_t net = resnet_test::small_resnet<cuda_device>();
+  if (configured) resnet_test::set_strategies(net, p);
+  nn::cross_entropy_loss<float, cuda_device> ce;
+  optim::momentum<float, cuda_device> opt(net.trainable_params(), 0.05f, 0.9f);
+  train::model<net_t, nn::cross_entropy_loss<float, cuda_device>>::options o;
+  o.parallel.mode = m;
+  o.parallel.search = search;
+  o.seed = 3;
+  train::model model(net, ce, opt, ctx, o);
+  std::vector<train_test::batch_t> data;
+  for (int s = 0; s < resnet_host::steps; ++s) data.push_back(train_test::rows_of(resnet_test::global_batch(s), r, p));
+  resnet_test::loss_recorder rec;
+  model.train(1, data, {&rec});
+  outcome out;
+  out.losses = rec.losses;
+  for (auto& [name, q] : net.named_parameters()) {
+    out.names.push_back(name);
+    const auto whole = redistribute(q->data(), layout::replicated(q->layout().dev, q->shape().ndim), ctx);
+    out.params.push_back(storage<float, cuda_device>::to_host(whole.local()));
+  }
+  return out;
+}
+
+// The GPU run `g` follows the host run `h`: every step's loss and every parameter at
+// the end, to 1e-4 (relative); and training moved them.
+void check_follows(const outcome& g, const outcome& h) {
+  REQUIRE(g.losses.size() == h.losses.size());
+  for (std::size_t s = 0; s < h.losses.size(); ++s) {
+    INFO("step " << s << ": host loss " << h.losses[s] << ", GPU loss " << g.losses[s]);
+    CHECK(g.losses[s] == doctest::Approx(h.losses[s]).epsilon(1e-4));
+  }
+  CHECK(h.losses.back() != h.losses.front());
+  REQUIRE(g.names == h.names);
+  for (std::size_t i = 0; i < h.params.size(); ++i) {
+    INFO(h.names[i] << ": max relative difference " << train_test::max_rel_diff(g.params[i], h.params[i]));
+    CHECK(nn_test::close(g.params[i], h.params[i], 1e-4));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a small ResNet trained on the GPU follows the host's stand-alone training in every mode") {
+  kernels::cuda::set_matmul_precision(kernels::cuda::matmul_precision::fp32);  // no TF32
+  const outcome host = resnet_host::train_stand_alone();
+  REQUIRE(host.losses.size() == std::size_t(resnet_host::steps));
+  any_communicator dev(testing::test_world());
+  context ctx(dev);
+  struct mode_case {
+    const char* what;
+    graph::parallel_mode mode;
+    graph::search_mode search;
+    bool configured;
+  };
+  const std::vector<mode_case> cases = {
+      {"data_parallel", graph::parallel_mode::data_parallel, graph::search_mode::sharding_propagation, false},
+      {"semi_auto_parallel", graph::parallel_mode::semi_auto_parallel, graph::search_mode::sharding_propagation, true},
+      {"auto_parallel, dynamic programming", graph::parallel_mode::auto_parallel,
+       graph::search_mode::dynamic_programming, false},
+  };
+  for (const mode_case& c : cases) {
+    CAPTURE(std::string(c.what));
+    check_follows(train_on_gpu(c.mode, c.search, c.configured, ctx), host);
+  }
+}
