@@ -15,7 +15,10 @@
 // Options as bench_resnet_step's: --image-size S (32), --steps N (20), --warmup N (3).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
+#include <vector>
 #include <tessera/comm/launch.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/cuda.hpp>
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
   train::retain_freed_memory();
   const rs::options o = rs::parse(argc, argv);
   return tessera::run(argc, argv, [&](any_communicator& world) {
+    cuda::select_device(world.node_local().rank());        // a GPU per rank of the node, round-robin
     kc::set_matmul_precision(kc::matmul_precision::fp32);  // FP32 math, as the peer's
     bench::keep_output_on_rank0(argc, argv, world.rank());
     benchmark::Initialize(&argc, argv);

@@ -1,7 +1,8 @@
 // any_communicator over nccl_communicator (compiled by nvcc, run on one rank: NCCL
 // refuses two ranks on one GPU): the typed results through the handle, the backend and
 // device buffers reported at run time, the element types NCCL lacks refused by name, and
-// node_local on one rank. Exits 77 (skipped) without a GPU.
+// node_local on one rank. Exits 77 (skipped) without a GPU. Built into test_cuda_nccl
+// (test_nccl.cu includes it).
 #include <doctest/doctest.h>
 
 #include <cstdint>

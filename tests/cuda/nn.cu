@@ -6,7 +6,8 @@
 // Parameters are drawn on the host and copied, dropout's masks are drawn on the host,
 // so the two runs must agree to float rounding at every step: the losses, and every
 // parameter at the end. On 2 ranks the batch is split and the gradients' partial sums
-// go through MPI with staging in host memory.
+// go through MPI with staging in host memory. Built into test_cuda_train (train.cu
+// includes it).
 #define TESSERA_TEST_CUDA 1
 #include <doctest/doctest.h>
 

@@ -12,7 +12,7 @@ namespace resnet_host {
 
 using namespace tessera;
 
-outcome train_stand_alone() {
+outcome train_stand_alone(int steps) {
   any_communicator one{local_communicator{}};
   context ctx(one);
   nn::resnet<float> net = resnet_test::small_resnet();

@@ -9,8 +9,6 @@
 
 namespace resnet_host {
 
-constexpr int steps = 3;
-
 struct outcome {
   std::vector<double> losses;
   std::vector<std::string> names;
@@ -19,6 +17,6 @@ struct outcome {
 
 /// `steps` steps of Momentum(0.05, 0.9) of the small ResNet on one rank, through
 /// train::model, seed 3, on resnet_test::global_batch(0), (1), ...
-outcome train_stand_alone();
+outcome train_stand_alone(int steps);
 
 }  // namespace resnet_host

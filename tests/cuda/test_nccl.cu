@@ -1,12 +1,16 @@
 // The NCCL communicator on one rank (this machine has one GPU, and NCCL refuses two
 // ranks on one device): every collective's result and traffic count, splits, a
 // grouped all_to_all_v, a redistribution of device tensors over NCCL, the non-blocking
-// calls against the blocking ones, and the pipelined matmuls on device tensors.
+// calls against the blocking ones, and the pipelined matmuls on device tensors; and
+// any_communicator over it (any_nccl.cu, in this translation unit: nvcc is slow).
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
+#include <tessera/comm/any_communicator.hpp>
 #include <tessera/comm/mpi.hpp>
+#include <tessera/comm/nccl.hpp>
 #include <tessera/cuda.hpp>
 #include <tessera/ops/matmul_pipelined.hpp>
 
@@ -163,4 +167,8 @@ TEST_CASE("matmul_overlapped and matmul_summa on device tensors over NCCL") {
   const auto s = ops::matmul_summa(op, da, db, ctx, {3, 0});
   const auto full = to_host(redistribute(s, layout::replicated(mesh{p}, 2), ctx));
   CHECK(std::vector<float>(full.local().begin(), full.local().end()) == c_ref);
+}
+
+namespace any_nccl_on_gpu {
+#include "any_nccl.cu"
 }

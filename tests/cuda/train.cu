@@ -217,3 +217,8 @@ TEST_CASE("model_checkpoint on the GPU: the device parameters saved through the 
     }
   }
 }
+
+// nn/ and optim/ on the GPU (nn.cu), in this translation unit: nvcc is slow.
+namespace nn_on_gpu {
+#include "nn.cu"
+}
