@@ -32,6 +32,7 @@
 #include <vector>
 #include <tessera/cuda.hpp>
 #include <tessera/optim/momentum.hpp>
+#include "random_device.hpp"
 
 using namespace tessera;
 namespace kc = tessera::kernels::cuda;
@@ -41,15 +42,7 @@ namespace {
 
 std::map<std::string, double> seconds_per_iteration;  // filled by each benchmark, for the summary
 
-darray random_device(std::vector<std::size_t> shape, unsigned seed) {
-  std::size_t n = 1;
-  for (std::size_t e : shape) n *= e;
-  std::vector<float> h(n);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& v : h) v = u(gen);
-  return darray::from_host(h.data(), n, std::move(shape));
-}
+using bench::random_device;
 
 /// Times f with CUDA events on tessera's stream; records the mean under `name`.
 template <class F>

@@ -16,13 +16,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <random>
 #include <string>
 #include <vector>
 #include <tessera/comm/launch.hpp>
 #include <tessera/comm/mpi.hpp>
 #include <tessera/cuda.hpp>
 #include <tessera/nn/trace.hpp>
+#include "random_device.hpp"
 #include "resnet_step.hpp"
 
 namespace {
@@ -58,16 +58,6 @@ std::vector<conv_case> resnet50_convs(std::int64_t image) {
   return out;
 }
 
-darray random_array(std::vector<std::size_t> shape, unsigned seed) {
-  std::size_t n = 1;
-  for (std::size_t d : shape) n *= d;
-  std::vector<float> h(n);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (float& v : h) v = u(gen);
-  return darray::from_host(h.data(), n, std::move(shape));
-}
-
 void bm_convs(benchmark::State& state, const rs::options& o) {
   kc::set_matmul_precision(kc::matmul_precision::fp32);
   const std::vector<conv_case> convs = resnet50_convs(o.image_size);
@@ -75,9 +65,9 @@ void bm_convs(benchmark::State& state, const rs::options& o) {
   double flops = 0;
   for (std::size_t i = 0; i < convs.size(); ++i) {
     const conv_case& c = convs[i];
-    xs.push_back(random_array(c.x, unsigned(3 * i)));
-    ws.push_back(random_array(c.w, unsigned(3 * i + 1)));
-    dys.push_back(random_array(c.y, unsigned(3 * i + 2)));
+    xs.push_back(bench::random_device(c.x, unsigned(3 * i)));
+    ws.push_back(bench::random_device(c.w, unsigned(3 * i + 1)));
+    dys.push_back(bench::random_device(c.y, unsigned(3 * i + 2)));
     double outputs = 1;
     for (std::size_t d : c.y) outputs *= double(d);
     flops += 3 * 2 * outputs * double(c.w[1] * c.w[2] * c.w[3]);  // forward, data and weight gradients

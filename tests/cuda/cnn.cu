@@ -33,10 +33,7 @@
 #include <tessera/autodiff/ops.hpp>
 #include <tessera/comm/local.hpp>
 #include <tessera/core/format.hpp>
-#include <tessera/nn/loss.hpp>
 #include <tessera/nn/resnet.hpp>
-#include <tessera/optim/momentum.hpp>
-#include <tessera/train/model.hpp>
 
 #include "device_under_test.hpp"
 #include "nn/nn_test.hpp"
@@ -52,34 +49,18 @@ namespace conv2d_on_gpu {
 namespace {
 
 using namespace tessera;
-using net_t = nn::resnet<float, cuda_device>;
-using resnet_host::outcome;
+using resnet_test::outcome;
 
 // `steps` steps of the small ResNet on the GPU over ctx's ranks, each reading its rows of
 // the global batches.
 outcome train_on_gpu(graph::parallel_mode m, graph::search_mode search, bool configured, context& ctx, int steps) {
-  const int p = ctx.size(), r = ctx.rank();
-  net_t net = resnet_test::small_resnet<cuda_device>();
-  if (configured) resnet_test::set_strategies(net, p);
-  nn::cross_entropy_loss<float, cuda_device> ce;
-  optim::momentum<float, cuda_device> opt(net.trainable_params(), 0.05f, 0.9f);
-  train::model<net_t, nn::cross_entropy_loss<float, cuda_device>>::options o;
-  o.parallel.mode = m;
-  o.parallel.search = search;
-  o.seed = 3;
-  train::model model(net, ce, opt, ctx, o);
+  graph::parallel_config cfg;
+  cfg.mode = m;
+  cfg.search = search;
   std::vector<train_test::batch_t> data;
-  for (int s = 0; s < steps; ++s) data.push_back(train_test::rows_of(resnet_test::global_batch(s), r, p));
-  resnet_test::loss_recorder rec;
-  model.train(1, data, {&rec});
-  outcome out;
-  out.losses = rec.losses;
-  for (auto& [name, q] : net.named_parameters()) {
-    out.names.push_back(name);
-    const auto whole = redistribute(q->data(), layout::replicated(q->layout().dev, q->shape().ndim), ctx);
-    out.params.push_back(storage<float, cuda_device>::to_host(whole.local()));
-  }
-  return out;
+  for (int s = 0; s < steps; ++s)
+    data.push_back(train_test::rows_of(resnet_test::global_batch(s), ctx.rank(), ctx.size()));
+  return resnet_test::train<cuda_device>(cfg, ctx, data, configured);
 }
 
 // Run `g` follows run `h`: every step's loss and every parameter at the end, to 1e-4

@@ -1,13 +1,18 @@
 // Shared by the ResNet training tests on the host (test_resnet.cpp) and on the GPU
 // (tests/cuda/cnn.cu, resnet_host.cpp): the small ResNet, its global batches, the
-// strategies of its semi_auto_parallel runs and a recorder of the step losses.
+// strategies of its semi_auto_parallel runs, and its training on any device with the
+// losses and parameters it ends with.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 #include <tessera/core/strategy.hpp>
+#include <tessera/nn/loss.hpp>
 #include <tessera/nn/resnet.hpp>
+#include <tessera/optim/momentum.hpp>
 #include <tessera/train/callbacks.hpp>
+#include <tessera/train/model.hpp>
 
 #include "train_test.hpp"
 
@@ -50,5 +55,38 @@ struct loss_recorder : train::callback<float> {
   std::vector<double> losses;
   void on_step_end(train::run_context<float>& rc) override { losses.push_back(rc.loss); }
 };
+
+/// A run's step losses and its parameters' global values on the host, by name.
+struct outcome {
+  std::vector<double> losses;
+  std::vector<std::string> names;
+  std::vector<xt::xarray<float>> params;
+};
+
+/// The small ResNet on device D trained by train::model under `cfg` on the ranks of
+/// `ctx`, Momentum(0.05, 0.9), seed 3, one step per batch of `data` (this rank's rows,
+/// or whole batches stand-alone); `configured` sets set_strategies first.
+template <class D>
+outcome train(const graph::parallel_config& cfg, context& ctx, std::vector<train_test::batch_t> data,
+              bool configured) {
+  nn::resnet<float, D> net = small_resnet<D>();
+  if (configured) set_strategies(net, ctx.size());
+  nn::cross_entropy_loss<float, D> ce;
+  optim::momentum<float, D> opt(net.trainable_params(), 0.05f, 0.9f);
+  typename train::model<nn::resnet<float, D>, nn::cross_entropy_loss<float, D>>::options o;
+  o.parallel = cfg;
+  o.seed = 3;
+  train::model model(net, ce, opt, ctx, o);
+  loss_recorder rec;
+  model.train(1, data, {&rec});
+  outcome out;
+  out.losses = rec.losses;
+  for (auto& [name, q] : net.named_parameters()) {
+    out.names.push_back(name);
+    const auto whole = redistribute(q->data(), layout::replicated(q->layout().dev, q->shape().ndim), ctx);
+    out.params.push_back(storage<float, D>::to_host(whole.local()));
+  }
+  return out;
+}
 
 }  // namespace resnet_test

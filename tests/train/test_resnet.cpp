@@ -31,39 +31,15 @@ using namespace tessera;
 
 namespace {
 
-using net_t = nn::resnet<float>;
 using train_test::batch_t;
 using resnet_test::global_batch;
-using resnet_test::set_strategies;
-using resnet_test::small_resnet;
-
-struct outcome {
-  std::vector<double> losses;
-  std::vector<std::string> names;
-  std::vector<xt::xarray<float>> params;
-};
+using resnet_test::outcome;
 
 outcome train_in(const graph::parallel_config& cfg, context& ctx, bool whole_batch, bool configured) {
-  const int p = ctx.size(), r = ctx.rank();
-  net_t net = small_resnet();
-  if (configured) set_strategies(net, p);
-  nn::cross_entropy_loss<float> ce;
-  optim::momentum<float> opt(net.trainable_params(), 0.05f, 0.9f);
-  train::model<net_t, nn::cross_entropy_loss<float>>::options o;
-  o.parallel = cfg;
-  o.seed = 3;
-  train::model model(net, ce, opt, ctx, o);
   std::vector<batch_t> data;
-  for (int s = 0; s < 3; ++s) data.push_back(whole_batch ? global_batch(s) : train_test::rows_of(global_batch(s), r, p));
-  resnet_test::loss_recorder rec;
-  model.train(1, data, {&rec});
-  outcome out;
-  out.losses = rec.losses;
-  for (auto& [name, q] : net.named_parameters()) {
-    out.names.push_back(name);
-    out.params.push_back(redistribute(q->data(), layout::replicated(q->layout().dev, q->shape().ndim), ctx).local());
-  }
-  return out;
+  for (int s = 0; s < 3; ++s)
+    data.push_back(whole_batch ? global_batch(s) : train_test::rows_of(global_batch(s), ctx.rank(), ctx.size()));
+  return resnet_test::train<cpu_device>(cfg, ctx, data, configured);
 }
 
 graph::parallel_config mode(graph::parallel_mode m, graph::search_mode s = graph::search_mode::sharding_propagation) {

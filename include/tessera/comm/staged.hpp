@@ -511,9 +511,10 @@ class staged_communicator {
   }
   template <class T>
   static void copy_to_host(T* h, const T* d, std::size_t n) {
-    if (n > 0)
+    if (n > 0) {
       if (const cudaError_t rc = cudaMemcpyAsync(h, d, n * sizeof(T), cudaMemcpyDeviceToHost, cuda::stream()))
         detail::staging_failed(rc, d, "cudaMemcpyAsync(host, device, ..., cudaMemcpyDeviceToHost)");
+    }
     cuda::synchronize();  // also orders every earlier kernel that wrote d
   }
   template <class T>
@@ -524,10 +525,11 @@ class staged_communicator {
   }
   template <class T>
   static void stage_out(const T* h, std::span<T> d) {
-    if (!d.empty())
+    if (!d.empty()) {
       if (const cudaError_t rc =
               cudaMemcpyAsync(d.data(), h, d.size() * sizeof(T), cudaMemcpyHostToDevice, cuda::stream()))
         detail::staging_failed(rc, d.data(), "cudaMemcpyAsync(device, host, ..., cudaMemcpyHostToDevice)");
+    }
     cuda::synchronize();  // the pinned buffer is reused by the next call
   }
 
