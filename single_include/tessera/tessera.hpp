@@ -13433,6 +13433,53 @@ inline void load_distributed_checkpoint(const std::filesystem::path& file, std::
   }
 }
 
+/// The metadata of checkpoint `file` (DIR/NAME): the whole file's, or rank 0's shard
+/// file's (DIR/rank_0/NAME) for a checkpoint saved per rank. Reads only the header.
+inline std::map<std::string, std::string> checkpoint_metadata(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(file, ec)) return safetensors_reader(file).metadata();
+  if (std::filesystem::is_regular_file(rank_file(file, 0), ec)) return safetensors_reader(rank_file(file, 0)).metadata();
+  throw error("checkpoint_metadata: neither " + file.string() + " (a whole checkpoint) nor " +
+              rank_file(file, 0).string() + " (rank 0's shards) exists");
+}
+
+/// The newest complete checkpoint of `prefix` under `dir`, as DIR/NAME (what
+/// load_distributed_checkpoint and model.resume_from take), or nullopt when there is
+/// none: a whole file DIR/NAME, or the shard files DIR/rank_R/NAME of every rank R of the
+/// job that saved it ("tessera.ranks" of rank 0's). A job that died while saving leaves
+/// the step's files of the ranks that finished, which do not count: the step before is
+/// then the newest. Files are written atomically (a file present was written whole);
+/// the header of each file counted is read, and a corrupt one is an error.
+///
+///     if (auto last = io::latest_complete_checkpoint("ckpt", "resnet")) model.resume_from(*last);
+inline std::optional<std::filesystem::path> latest_complete_checkpoint(const std::filesystem::path& dir,
+                                                                       std::string_view prefix) {
+  std::vector<checkpoint_entry> all = list_checkpoints(dir, prefix);
+  for (const checkpoint_entry& e : list_checkpoints(dir / "rank_0", prefix))
+    all.push_back({dir / e.path.filename(), e.at});
+  std::sort(all.begin(), all.end(), [](const checkpoint_entry& a, const checkpoint_entry& b) {
+    return a.at != b.at ? b.at < a.at : a.path < b.path;  // newest first
+  });
+  std::error_code ec;
+  for (const checkpoint_entry& e : all) {
+    if (std::filesystem::is_regular_file(e.path, ec)) {
+      safetensors_reader check(e.path);
+      return e.path;
+    }
+    const std::filesystem::path first = rank_file(e.path, 0);
+    safetensors_reader r0(first);
+    const int ranks = detail::parse_count(r0.metadata(), "tessera.ranks", "latest_complete_checkpoint: " + first.string());
+    bool complete = true;
+    for (int r = 1; r < ranks && complete; ++r) {
+      const std::filesystem::path f = rank_file(e.path, r);
+      complete = std::filesystem::is_regular_file(f, ec);
+      if (complete) safetensors_reader check(f);
+    }
+    if (complete) return e.path;
+  }
+  return std::nullopt;
+}
+
 }  // namespace tessera::io
 
 // kernels/cpu/ and the sharded operators: local math through CBLAS
@@ -23344,6 +23391,7 @@ class softmax_cross_entropy_expand : public module<T, D> {
 // each parameter's state and update are split further over the ranks that hold its
 // replicas: the step then reduce-scatters the gradients and gathers the parameters.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -23553,6 +23601,49 @@ class optimizer {
     return bytes < parallel_->opt.threshold_bytes ? p.layout() : optim::state_layout(p.layout(), p.shape());
   }
 
+  /// The state as checkpoints hold it: for each kind of state_slots() and each
+  /// parameter, a host copy named "<kind>.<parameter>" ("moments.fc.weight"), of the
+  /// parameter's global shape laid out as state_layout(i) (zeros before the first step).
+  /// Take it when the parameters have their training layouts (train::model calls it
+  /// from its checkpoints, after its steps).
+  std::vector<std::pair<std::string, dist_tensor<T>>> state_tensors() {
+    std::vector<std::pair<std::string, dist_tensor<T>>> out;
+    for (auto& [kind, arrays] : state_slots())
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        const nn::parameter<T, D>& p = *params_[i];
+        const layout l = state_layout(i);
+        dist_tensor<T> t(l, p.shape(), p.data().rank());
+        if (i < arrays->size()) t.local() = storage<T, D>::to_host((*arrays)[i]);
+        out.emplace_back(kind + "." + p.name(), std::move(t));
+      }
+    return out;
+  }
+
+  /// Sets the state from tensors named and laid out as state_tensors() gives them
+  /// (filled from a checkpoint by io::load_distributed_checkpoint), and the step count,
+  /// from which the learning rate goes on. Throws, naming the tensor, for one missing
+  /// or of another shape or layout:
+  /// "momentum: load_state: no tensor 'moments.fc.weight'".
+  void load_state(const std::vector<std::pair<std::string, dist_tensor<T>>>& tensors, std::int64_t global_step) {
+    if (global_step < 0)
+      throw error(name_ + ": load_state: the step count must not be negative, got " + std::to_string(global_step));
+    for (auto& [kind, arrays] : state_slots()) {
+      ensure_state(*arrays);
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        const std::string want = kind + "." + params_[i]->name();
+        const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& e) { return e.first == want; });
+        if (it == tensors.end()) throw error(name_ + ": load_state: no tensor '" + want + "'");
+        const dist_tensor<T>& t = it->second;
+        const layout l = state_layout(i);
+        if (!(t.layout() == l) || !(t.global_shape() == params_[i]->shape()))
+          throw error(name_ + ": load_state: '" + want + "' is " + to_string(t.global_shape()) + " " +
+                      to_string(t.layout()) + ", the state " + to_string(params_[i]->shape()) + " " + to_string(l));
+        (*arrays)[i] = storage<T, D>::from_host(t.local());
+      }
+    }
+    step_ = global_step;
+  }
+
  protected:
   optimizer(std::string name, std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T weight_decay)
       : name_(std::move(name)), params_(std::move(params)), lr_(std::move(lr)), weight_decay_(weight_decay) {
@@ -23571,23 +23662,23 @@ class optimizer {
     throw error(name_ + ": no update of parameters on device " + std::string(D::name));
   }
 
-  /// A zeroed state array per parameter of device D, the shape of its piece of state
-  /// (its shard, or less with optimizer parallel; made at first use).
-  void ensure_device_state(std::vector<array>& state) const {
+  /// The optimizer's state arrays by kind, each a vector of one array per parameter (in
+  /// the order of parameters(), empty until made), under MindSpore's names: Momentum's
+  /// "moments", Adam's "moment1" and "moment2", SGD's "accum" (none without momentum).
+  /// Checkpoints save and load the state through them (state_tensors, load_state).
+  virtual std::vector<std::pair<std::string, std::vector<array>*>> state_slots() { return {}; }
+
+  /// A zeroed state array per parameter, the shape of its piece of state (its shard, or
+  /// less with optimizer parallel; made at first use).
+  void ensure_state(std::vector<array>& state) const {
     if (!state.empty()) return;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       state.push_back(storage<T, D>::empty(state_shape(i)));
       storage<T, D>::fill(state.back(), T(0));
     }
   }
-
-  /// A zeroed state buffer per parameter, the size of its piece of state (made at
-  /// first use).
-  void ensure_state(std::vector<std::vector<T>>& state) const {
-    if (!state.empty()) return;
-    state.resize(params_.size());
-    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(std::size_t(state_shape(i).size()), T(0));
-  }
+  /// A host state array as the span the host kernels take.
+  static std::span<T> span_of(array& a) { return std::span<T>(a.data(), a.size()); }
 
   void check(std::size_t i, const tensor& p, const tensor& g) const {
     if (g.layout() == p.layout() && g.global_shape() == p.global_shape()) return;
@@ -23621,10 +23712,7 @@ class optimizer {
     else update_on_device(i, p.local(), g.local(), lr);
   }
 
-  extents state_shape(std::size_t i) const {
-    if (parallel_ && i < parallel_->layouts.size()) return local_shape(parallel_->layouts[i], params_[i]->shape());
-    return params_[i]->data().local_shape();
-  }
+  extents state_shape(std::size_t i) const { return local_shape(state_layout(i), params_[i]->shape()); }
 
   // Optimizer parallel's step: each gradient into its state layout (a ReduceScatter of
   // partial sums; a local slice of a reduced gradient), the parameter's piece updated
@@ -23732,23 +23820,27 @@ class sgd : public optimizer<T, D> {
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
     if (momentum_ == T(0)) return kernels::cpu::sgd_update(p, g, lr, this->weight_decay_);
     this->ensure_state(buf_);
-    kernels::cpu::sgd_momentum_update(p, g, std::span<T>(buf_[i]), lr, momentum_, dampening_,
+    kernels::cpu::sgd_momentum_update(p, g, this->span_of(buf_[i]), lr, momentum_, dampening_,
                                       this->weight_decay_, nesterov_, this->step_ == 0);
   }
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
     using K = kernels::backend<D>;
     if (momentum_ == T(0)) return K::sgd_update(p, g, lr, this->weight_decay_);
-    this->ensure_device_state(param_buf_);
-    K::sgd_momentum_update(p, g, param_buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
+    this->ensure_state(buf_);
+    K::sgd_momentum_update(p, g, buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
                            this->step_ == 0);
+  }
+
+  std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
+    if (momentum_ == T(0)) return {};
+    return {{"accum", &buf_}};
   }
 
  private:
   T momentum_, dampening_;
   bool nesterov_;
-  std::vector<std::vector<T>> buf_;
-  std::vector<typename tensor::array_type> param_buf_;
+  std::vector<typename tensor::array_type> buf_;  // per parameter (the steps of parameter objects)
   std::vector<typename tensor::array_type> tensor_buf_;
 };
 
@@ -23831,20 +23923,22 @@ class momentum : public optimizer<T, D> {
  protected:
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
     this->ensure_state(accum_);
-    kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
+    kernels::cpu::momentum_update(p, g, this->span_of(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
-    this->ensure_device_state(param_accum_);
-    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
+    this->ensure_state(accum_);
+    kernels::backend<D>::momentum_update(p, accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
+  }
+  std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
+    return {{"moments", &accum_}};
   }
 
  private:
   T mu_;
   bool nesterov_;
-  std::vector<std::vector<T>> accum_;
+  std::vector<typename tensor::array_type> accum_;  // per parameter (the steps of parameter objects)
   std::vector<typename tensor::array_type> tensor_accum_;
-  std::vector<typename tensor::array_type> param_accum_;
 };
 
 }  // namespace tessera::optim
@@ -23911,23 +24005,25 @@ class adam : public optimizer<T, D> {
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
     this->ensure_state(m_);
     this->ensure_state(v_);
-    kernels::cpu::adam_update(p, g, std::span<T>(m_[i]), std::span<T>(v_[i]), lr, beta1_, beta2_, eps_,
+    kernels::cpu::adam_update(p, g, this->span_of(m_[i]), this->span_of(v_[i]), lr, beta1_, beta2_, eps_,
                               this->weight_decay_, decoupled_, this->step_ + 1);
   }
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
-    this->ensure_device_state(param_m_);
-    this->ensure_device_state(param_v_);
-    kernels::backend<D>::adam_update(p, g, param_m_[i], param_v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_,
-                                     decoupled_, this->step_ + 1);
+    this->ensure_state(m_);
+    this->ensure_state(v_);
+    kernels::backend<D>::adam_update(p, g, m_[i], v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_, decoupled_,
+                                     this->step_ + 1);
+  }
+  std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
+    return {{"moment1", &m_}, {"moment2", &v_}};
   }
 
  private:
   T beta1_, beta2_, eps_;
   bool decoupled_;
-  std::vector<std::vector<T>> m_, v_;
+  std::vector<typename tensor::array_type> m_, v_;  // per parameter (the steps of parameter objects)
   std::vector<typename tensor::array_type> tensor_m_, tensor_v_;
-  std::vector<typename tensor::array_type> param_m_, param_v_;
 };
 
 /// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to
@@ -24569,6 +24665,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -24599,6 +24696,13 @@ struct run_context {
   /// call copies). Unset (empty) for a host network, whose `parameters` are the tensors
   /// themselves.
   std::function<std::vector<std::pair<std::string, dist_tensor<T>>>()> host_parameters;
+  /// The optimizer's state as host tensors, named and laid out for checkpoints
+  /// (optim::optimizer::state_tensors); set by model.train.
+  std::function<std::vector<std::pair<std::string, dist_tensor<T>>>()> optimizer_state;
+  /// What a resumed training needs besides the tensors, as checkpoint metadata: the
+  /// position (epoch, step), the optimizer's step count, the dropout layers' draws; set
+  /// by model.train (model.resume_from reads it back).
+  std::function<std::map<std::string, std::string>()> training_state;
   /// Set by a callback to end the training after this step (MindSpore's request_stop).
   bool stop_requested = false;
   void request_stop() { stop_requested = true; }
@@ -25138,7 +25242,50 @@ class model {
 
   Net& network() { return *net_; }
 
-  /// Trains `epochs` passes over `dataset`, calling the callbacks' hooks.
+  /// Continues the training saved in checkpoint `file` by model_checkpoint (DIR/NAME, as
+  /// it names them; io::latest_complete_checkpoint finds the newest whole one): the next
+  /// train() starts where that training stopped, at the saved epoch and step, the
+  /// batches already trained on skipped; the network's parameters, the optimizer's state
+  /// and step count (the learning rate's schedule goes on from it) and the dropout
+  /// layers' draws load once the network is compiled (the first step, or an eval
+  /// before). A training killed and resumed so, on as many ranks, takes the steps the
+  /// uninterrupted one takes: the same numbers.
+  /// The parameters and the state load into this model's layouts, on any number of
+  /// ranks; the network and the seed (options::seed, which keys the dropout layers'
+  /// streams) must be the saved training's. Reads the checkpoint's metadata now; throws
+  /// for a checkpoint saved without its training state (model_checkpoint's
+  /// save_training_state off).
+  void resume_from(const std::filesystem::path& file) {
+    const std::map<std::string, std::string> md = io::checkpoint_metadata(file);
+    const auto number = [&](const char* key) {
+      const auto it = md.find(key);
+      if (it == md.end())
+        throw error("model.resume_from: " + file.string() + " holds no training state (no \"" + key +
+                    "\"): save it with model_checkpoint's save_training_state on");
+      try {
+        std::size_t used = 0;
+        const long long v = std::stoll(it->second, &used);
+        if (used == it->second.size() && v >= 0) return std::int64_t(v);
+      } catch (const std::exception&) {
+      }
+      throw error("model.resume_from: " + file.string() + ": \"" + key + "\" is \"" + it->second +
+                  "\", expected a count");
+    };
+    resume_point r;
+    r.file = file;
+    r.epoch = number(state_keys::epoch);
+    r.step_in_epoch = number(state_keys::step_in_epoch);
+    r.step = number(state_keys::step);
+    r.optimizer_step = number(state_keys::optimizer_step);
+    if (const auto it = md.find(state_keys::dropout_calls); it != md.end()) r.dropout_calls = it->second;
+    if (r.epoch < 1) throw error("model.resume_from: " + file.string() + ": the saved epoch is 0");
+    resume_ = std::move(r);
+  }
+
+  /// Trains `epochs` passes over `dataset`, calling the callbacks' hooks. After
+  /// resume_from, the epochs before the saved one are not run, and of that one the
+  /// batches already trained on are read and skipped; the step count goes on from the
+  /// saved one.
   template <class Dataset>
   void train(int epochs, Dataset& dataset, const std::vector<callback<T>*>& callbacks = {}) {
     if (epochs < 0) throw error("model.train: epochs must not be negative, got " + std::to_string(epochs));
@@ -25148,6 +25295,19 @@ class model {
     rc.rank = ctx_->rank();
     rc.ranks = ctx_->size();
     rc.steps_per_epoch = detail::batches_per_epoch(dataset);
+    int first_epoch = 0;
+    std::int64_t skip = 0;  // batches of the first epoch trained on before the resumed run
+    if (resume_) {
+      first_epoch = int(resume_->epoch - 1);
+      skip = resume_->step_in_epoch;
+      rc.step = resume_->step;
+      if (rc.steps_per_epoch > 0 && skip >= rc.steps_per_epoch) {  // saved at the end of its epoch
+        ++first_epoch;
+        skip = 0;
+      }
+    }
+    rc.optimizer_state = [opt = opt_] { return opt->state_tensors(); };
+    rc.training_state = [this, &rc] { return training_state(rc); };
     if constexpr (std::is_same_v<D, cpu_device>) {
       rc.parameters = net_->named_parameters();
     } else {
@@ -25162,13 +25322,18 @@ class model {
       };
     }
     for (auto* cb : callbacks) cb->on_train_begin(rc);
-    for (int e = 0; e < epochs && !rc.stop_requested; ++e) {
+    for (int e = first_epoch; e < epochs && !rc.stop_requested; ++e) {
       rc.epoch = e + 1;
       rc.step_in_epoch = 0;
       for (auto* cb : callbacks) cb->on_epoch_begin(rc);
       auto&& pass = detail::epoch_of(dataset, e);
       auto it = pass.begin();
       auto end = pass.end();
+      for (; skip > 0; --skip, ++rc.step_in_epoch, ++it)
+        if (it == end)
+          throw error("model.train: resuming after step " + std::to_string(rc.step_in_epoch + skip) + " of epoch " +
+                      std::to_string(e + 1) + ", but the epoch has only " + std::to_string(rc.step_in_epoch) +
+                      " batches");
       while (true) {
         const bool have = !(it == end);
         std::optional<local_batch<T>> b;
@@ -25189,6 +25354,7 @@ class model {
       }
       for (auto* cb : callbacks) cb->on_epoch_end(rc);
     }
+    resume_.reset();  // the position is spent (and the tensors loaded, unless no step ran)
     for (auto* cb : callbacks) cb->on_train_end(rc);
   }
 
@@ -25226,6 +25392,90 @@ class model {
   void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
 
  private:
+  // The training state's keys in a checkpoint's metadata (written by training_state,
+  // read by resume_from).
+  struct state_keys {
+    static constexpr const char* epoch = "train.epoch";
+    static constexpr const char* step_in_epoch = "train.step_in_epoch";
+    static constexpr const char* step = "train.step";
+    static constexpr const char* optimizer_step = "train.optimizer_step";
+    static constexpr const char* dropout_calls = "train.dropout_calls";  // "<key>=<calls>,..." per dropout layer
+  };
+  struct resume_point {
+    std::filesystem::path file;
+    std::int64_t epoch = 0, step_in_epoch = 0, step = 0, optimizer_step = 0;
+    std::string dropout_calls;
+    bool loaded = false;  // the tensors and draws loaded (at the first compile after resume_from)
+  };
+
+  // The dropout layers' shared draw counters of the current plan, by their streams' keys.
+  std::map<std::uint64_t, ops::dropout_state*> dropout_states() const {
+    std::map<std::uint64_t, ops::dropout_state*> out;
+    if (!current_) return out;
+    for (int id : current_->graph.ids(graph::node_kind::op))
+      if (const auto* d = current_->graph.at(id).op->template definition<ops::dropout_op>()) out[d->key] = d->state.get();
+    return out;
+  }
+
+  // What a checkpoint needs beside the tensors to resume after the step just taken.
+  std::map<std::string, std::string> training_state(const run_context<T>& rc) const {
+    std::string calls;
+    for (const auto& [key, st] : dropout_states()) {
+      if (!calls.empty()) calls += ',';
+      calls.append(std::to_string(key)).append(1, '=').append(std::to_string(st->calls.load()));
+    }
+    return {{state_keys::epoch, std::to_string(rc.epoch)},
+            {state_keys::step_in_epoch, std::to_string(rc.step_in_epoch)},
+            {state_keys::step, std::to_string(rc.step)},
+            {state_keys::optimizer_step, std::to_string(opt_->global_step())},
+            {state_keys::dropout_calls, calls}};
+  }
+
+  // resume_from's loading, once the network is compiled (its parameters and the
+  // optimizer's state in their training layouts): the parameters, the optimizer's
+  // state and step, the dropout layers' draws.
+  void load_resumed() {
+    resume_point& r = *resume_;
+    r.loaded = true;
+    std::vector<std::pair<std::string, dist_tensor<T>>> tensors;
+    std::vector<nn::parameter<T, D>*> params;
+    for (auto& [name, p] : net_->named_parameters()) {
+      tensors.emplace_back(name, dist_tensor<T>(p->data().layout(), p->shape(), p->data().rank()));
+      params.push_back(p);
+    }
+    std::vector<std::pair<std::string, dist_tensor<T>>> state = opt_->state_tensors();
+    std::vector<io::param_ref> refs;
+    for (auto& [name, t] : tensors) refs.emplace_back(name, t);
+    for (auto& [name, t] : state) refs.emplace_back(name, t);
+    io::load_distributed_checkpoint(r.file, refs);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const dist_tensor<T>& t = tensors[i].second;
+      if constexpr (std::is_same_v<D, cpu_device>) params[i]->set_data(t);
+      else params[i]->set_data(tensor_on<T, D>(t.layout(), t.global_shape(), t.rank(), storage<T, D>::from_host(t.local())));
+    }
+    opt_->load_state(state, r.optimizer_step);
+    const std::map<std::uint64_t, ops::dropout_state*> dropouts = dropout_states();
+    std::string_view rest = r.dropout_calls;
+    while (!rest.empty()) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      const std::size_t eq = item.find('=');
+      try {
+        if (eq == std::string_view::npos) throw std::invalid_argument("no '='");
+        const std::uint64_t key = std::stoull(std::string(item.substr(0, eq)));
+        const std::uint64_t calls = std::stoull(std::string(item.substr(eq + 1)));
+        if (const auto it = dropouts.find(key); it != dropouts.end()) it->second->calls.store(calls);
+        else throw error("model.resume_from: " + r.file.string() + " records draws of dropout stream " +
+                         std::to_string(key) + ", which this network does not have: resume with the "
+                         "network and the seed (options::seed) of the saved training");
+      } catch (const std::logic_error&) {
+        throw error("model.resume_from: " + r.file.string() + ": \"" + state_keys::dropout_calls + "\" holds \"" +
+                    std::string(item) + "\", expected <stream>=<calls>");
+      }
+    }
+  }
+
   struct compiled_network {
     graph::traced_graph graph;
     int output = -1;
@@ -25273,6 +25523,7 @@ class model {
       const layout& l = current_->plan->value_layout(current_->graph.parameters()[i]);
       if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
     }
+    if (resume_ && !resume_->loaded) load_resumed();
   }
 
   std::unique_ptr<compiled_network> make_compiled(const extents& xs, const extents& ys) {
@@ -25361,6 +25612,7 @@ class model {
   compiled_network* current_ = nullptr;
   std::unique_ptr<distributed_grad_reducer<T, D>> reducer_;
   traffic last_{};
+  std::optional<resume_point> resume_;  // set by resume_from until the next train() ends
 };
 
 }  // namespace tessera::train
@@ -27672,8 +27924,10 @@ train::local_batch<T> to_local_batch(train::detail::tag<T>, const row& b) {
 // ModelCheckpoint (MindSpore's mindspore.train.ModelCheckpoint with its
 // CheckpointConfig): a callback that saves the network's parameters through io/'s
 // checkpoint writer every N steps and at the end of the training, named
-// "<prefix>-<epoch>_<step>.safetensors", keeping the newest keep_checkpoint_max.
-// Parameters on a device (a GPU) are copied to the host to be written.
+// "<prefix>-<epoch>_<step>.safetensors", keeping the newest keep_checkpoint_max, with
+// what model.resume_from needs to continue the training exactly (the optimizer's state,
+// the position, the random streams). Parameters on a device (a GPU) are copied to the
+// host to be written.
 
 #include <cstdint>
 #include <filesystem>
@@ -27701,11 +27955,18 @@ namespace tessera::train {
 /// Either loads with io::load_distributed_checkpoint(<directory>/<name>, ...) into any
 /// layout on any number of ranks. The step in the name counts the epoch's steps from 1
 /// (MindSpore's naming). After each save, the rank that wrote deletes its checkpoints of
-/// `prefix` beyond the newest keep_checkpoint_max (io::rotate_checkpoints).
+/// `prefix` beyond the newest keep_checkpoint_max (io::rotate_checkpoints), once every
+/// rank has written (a job killed while saving keeps the step before whole).
 ///
 ///     train::model_checkpoint<float> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
 ///                                         {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
 ///     model.train(10, dataset, {&loss_cb, &ckpt});
+///
+/// Under model.train a checkpoint also holds the optimizer's state and the training's
+/// position (save_training_state), so that a restarted job continues exactly:
+///
+///     if (auto last = io::latest_complete_checkpoint("ckpt", "mnist")) model.resume_from(*last);
+///     model.train(10, dataset, {&loss_cb, &ckpt});   // from the saved step on
 ///
 /// A network on a device other than the host (a GPU) is saved from its parameters'
 /// host copies (run_context::host_parameters); the checkpoint is the same file. When
@@ -27720,6 +27981,11 @@ class model_checkpoint : public callback<T> {
     std::int64_t save_checkpoint_steps = 1;  ///< save every this many steps (and at the end)
     int keep_checkpoint_max = 5;             ///< checkpoints kept per folder
     bool integrated_save = false;            ///< see above
+    /// Also the optimizer's state (MindSpore's names: "moments.<param>", ...) and, as
+    /// metadata, the training's position, the optimizer's step count and the dropout
+    /// layers' draws: what model.resume_from needs to continue exactly. Off: the
+    /// network's parameters alone.
+    bool save_training_state = true;
   };
 
   model_checkpoint(std::string prefix, std::filesystem::path directory, context& ctx)
@@ -27759,9 +28025,15 @@ class model_checkpoint : public callback<T> {
     refs.reserve(rc.parameters.size() + copies.size());
     for (auto& [name, p] : rc.parameters) refs.emplace_back(name, p->data());
     for (auto& [name, t] : copies) refs.emplace_back(name, t);
-    const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
     io::save_options how;
     how.integrated_save = cfg_.integrated_save;
+    std::vector<std::pair<std::string, dist_tensor<T>>> state;  // the optimizer's, host copies
+    if (cfg_.save_training_state && rc.optimizer_state) {
+      state = rc.optimizer_state();
+      for (auto& [name, t] : state) refs.emplace_back(name, t);
+    }
+    if (cfg_.save_training_state && rc.training_state) how.metadata = rc.training_state();
+    const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
     const std::filesystem::path written = write(file, std::span<const io::param_ref>(refs), how);
     if (!cfg_.integrated_save || ctx_->rank() == 0) {
       const std::filesystem::path folder = written.has_parent_path() ? written.parent_path() : ".";

@@ -3,7 +3,9 @@
 // parameters and evaluate's accuracy; the distributed_grad_reducer on the GPU has the
 // host's bucket plan (small gradients packed into shared buckets) and returns the host
 // reducer's gradients, mean and sum, two steps in a row (the bucket buffers reused);
-// model_checkpoint saves the GPU network's parameters as the host would. On 2 ranks
+// model_checkpoint saves the GPU network's parameters as the host would, and a GPU
+// training stopped and resumed from its checkpoint (Momentum's state on the GPU) takes
+// the uninterrupted training's steps, bit for bit. On 2 ranks
 // the batch is split (data parallel) and the buckets are reduced through MPI staged in
 // host memory (staged_communicator<mpi_communicator>).
 #define TESSERA_TEST_CUDA 1
@@ -216,6 +218,48 @@ TEST_CASE("model_checkpoint on the GPU: the device parameters saved through the 
       CHECK(std::equal(want.data(), want.data() + want.size(), b[i]->data().local().data()));
     }
   }
+}
+
+TEST_CASE("a GPU training stopped and resumed from its checkpoint equals the uninterrupted one") {
+  any_communicator host = mpi_communicator::world();
+  any_communicator dev = device_communicator(host, cuda_device{});
+  context ctx(dev);
+  const int p = ctx.size(), r = ctx.rank();
+  train_test::temp_folder<any_communicator> tmp(host);
+  struct recorder : train::callback<float> {
+    std::vector<double> losses;
+    std::int64_t stop_after = -1;
+    void on_step_end(train::run_context<float>& rc) override {
+      losses.push_back(rc.loss);
+      if (rc.step == stop_after) rc.request_stop();
+    }
+  };
+  // Momentum's state on the GPU; 2 epochs of 3 steps, a checkpoint every step.
+  const auto run = [&](const fs::path& dir, std::int64_t stop_after, bool resume) {
+    mlp<cuda_device> net;
+    nn::cross_entropy_loss<float, cuda_device> loss_fn;
+    optim::momentum<float, cuda_device> opt(net.trainable_params(), 0.1f, 0.9f);
+    train::model model(net, loss_fn, opt, ctx);
+    if (resume) model.resume_from(io::latest_complete_checkpoint(dir, "net").value());
+    recorder rec;
+    rec.stop_after = stop_after;
+    train::model_checkpoint<float> ckpt("net", dir, ctx, {.keep_checkpoint_max = 2});
+    auto data = shard(3, 16, r, p);
+    model.train(2, data, {&rec, &ckpt});
+    std::vector<xt::xarray<float>> params;
+    for (auto* q : net.parameters()) params.push_back(storage<float, cuda_device>::to_host(q->data().local()));
+    return std::make_pair(rec.losses, params);
+  };
+  const auto [whole_losses, whole_params] = run(tmp.path / "whole", -1, false);
+  REQUIRE(whole_losses.size() == 6);
+  (void)run(tmp.path / "cut", 4, false);
+  host.barrier();
+  const auto [losses, params] = run(tmp.path / "cut", -1, true);
+  REQUIRE(losses.size() == 2);
+  CHECK(losses[0] == whole_losses[4]);
+  CHECK(losses[1] == whole_losses[5]);
+  REQUIRE(params.size() == whole_params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) CHECK(params[i] == whole_params[i]);
 }
 
 // nn/ and optim/ on the GPU (nn.cu), in this translation unit: nvcc is slow.

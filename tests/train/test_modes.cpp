@@ -20,8 +20,10 @@
 #include <tessera/train/model.hpp>
 
 #include "graph/brute_force.hpp"
+#include "train_test.hpp"
 
 using namespace tessera;
+using train_test::mode;
 
 namespace {
 
@@ -134,13 +136,6 @@ outcome train_in(const graph::parallel_config& cfg, context& ctx, bool whole_bat
     for (const auto& e : red->events())
       if (e.what == decltype(e.what)::bucket_started && e.nodes_left > 0) out.overlapped = true;
   return out;
-}
-
-graph::parallel_config mode(graph::parallel_mode m, graph::search_mode s = graph::search_mode::sharding_propagation) {
-  graph::parallel_config c;
-  c.mode = m;
-  c.search = s;
-  return c;
 }
 
 bool close(const xt::xarray<float>& x, const xt::xarray<float>& y) {

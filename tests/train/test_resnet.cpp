@@ -32,6 +32,7 @@ using namespace tessera;
 namespace {
 
 using train_test::batch_t;
+using train_test::mode;
 using resnet_test::global_batch;
 using resnet_test::outcome;
 
@@ -40,13 +41,6 @@ outcome train_in(const graph::parallel_config& cfg, context& ctx, bool whole_bat
   for (int s = 0; s < 3; ++s)
     data.push_back(whole_batch ? global_batch(s) : train_test::rows_of(global_batch(s), ctx.rank(), ctx.size()));
   return resnet_test::train<cpu_device>(cfg, ctx, data, configured);
-}
-
-graph::parallel_config mode(graph::parallel_mode m, graph::search_mode s = graph::search_mode::sharding_propagation) {
-  graph::parallel_config c;
-  c.mode = m;
-  c.search = s;
-  return c;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 #include <tessera/comm/mesh_comm.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/graph/parallel.hpp>
 #include <tessera/nn/layers.hpp>
 #include <tessera/nn/loss.hpp>
 
@@ -44,6 +45,14 @@ struct basic_mlp : nn::module<float, D> {
   }
 };
 using mlp = basic_mlp<cpu_device>;
+
+/// A parallel configuration of mode `m` and search `s`.
+inline graph::parallel_config mode(graph::parallel_mode m, graph::search_mode s = graph::search_mode::sharding_propagation) {
+  graph::parallel_config c;
+  c.mode = m;
+  c.search = s;
+  return c;
+}
 
 using batch_t = std::pair<xt::xarray<float>, xt::xarray<std::int32_t>>;
 

@@ -25,6 +25,7 @@
 #include <tessera/core/reduce_op.hpp>
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/io/checkpoint_file.hpp>
+#include <tessera/io/rotation.hpp>
 #include <tessera/io/safetensors.hpp>
 #include <tessera/tensor/copy_box.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
@@ -538,6 +539,53 @@ inline void load_distributed_checkpoint(const std::filesystem::path& file, std::
         },
         fn);
   }
+}
+
+/// The metadata of checkpoint `file` (DIR/NAME): the whole file's, or rank 0's shard
+/// file's (DIR/rank_0/NAME) for a checkpoint saved per rank. Reads only the header.
+inline std::map<std::string, std::string> checkpoint_metadata(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(file, ec)) return safetensors_reader(file).metadata();
+  if (std::filesystem::is_regular_file(rank_file(file, 0), ec)) return safetensors_reader(rank_file(file, 0)).metadata();
+  throw error("checkpoint_metadata: neither " + file.string() + " (a whole checkpoint) nor " +
+              rank_file(file, 0).string() + " (rank 0's shards) exists");
+}
+
+/// The newest complete checkpoint of `prefix` under `dir`, as DIR/NAME (what
+/// load_distributed_checkpoint and model.resume_from take), or nullopt when there is
+/// none: a whole file DIR/NAME, or the shard files DIR/rank_R/NAME of every rank R of the
+/// job that saved it ("tessera.ranks" of rank 0's). A job that died while saving leaves
+/// the step's files of the ranks that finished, which do not count: the step before is
+/// then the newest. Files are written atomically (a file present was written whole);
+/// the header of each file counted is read, and a corrupt one is an error.
+///
+///     if (auto last = io::latest_complete_checkpoint("ckpt", "resnet")) model.resume_from(*last);
+inline std::optional<std::filesystem::path> latest_complete_checkpoint(const std::filesystem::path& dir,
+                                                                       std::string_view prefix) {
+  std::vector<checkpoint_entry> all = list_checkpoints(dir, prefix);
+  for (const checkpoint_entry& e : list_checkpoints(dir / "rank_0", prefix))
+    all.push_back({dir / e.path.filename(), e.at});
+  std::sort(all.begin(), all.end(), [](const checkpoint_entry& a, const checkpoint_entry& b) {
+    return a.at != b.at ? b.at < a.at : a.path < b.path;  // newest first
+  });
+  std::error_code ec;
+  for (const checkpoint_entry& e : all) {
+    if (std::filesystem::is_regular_file(e.path, ec)) {
+      safetensors_reader check(e.path);
+      return e.path;
+    }
+    const std::filesystem::path first = rank_file(e.path, 0);
+    safetensors_reader r0(first);
+    const int ranks = detail::parse_count(r0.metadata(), "tessera.ranks", "latest_complete_checkpoint: " + first.string());
+    bool complete = true;
+    for (int r = 1; r < ranks && complete; ++r) {
+      const std::filesystem::path f = rank_file(e.path, r);
+      complete = std::filesystem::is_regular_file(f, ec);
+      if (complete) safetensors_reader check(f);
+    }
+    if (complete) return e.path;
+  }
+  return std::nullopt;
 }
 
 }  // namespace tessera::io

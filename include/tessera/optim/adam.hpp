@@ -66,23 +66,25 @@ class adam : public optimizer<T, D> {
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
     this->ensure_state(m_);
     this->ensure_state(v_);
-    kernels::cpu::adam_update(p, g, std::span<T>(m_[i]), std::span<T>(v_[i]), lr, beta1_, beta2_, eps_,
+    kernels::cpu::adam_update(p, g, this->span_of(m_[i]), this->span_of(v_[i]), lr, beta1_, beta2_, eps_,
                               this->weight_decay_, decoupled_, this->step_ + 1);
   }
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
-    this->ensure_device_state(param_m_);
-    this->ensure_device_state(param_v_);
-    kernels::backend<D>::adam_update(p, g, param_m_[i], param_v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_,
-                                     decoupled_, this->step_ + 1);
+    this->ensure_state(m_);
+    this->ensure_state(v_);
+    kernels::backend<D>::adam_update(p, g, m_[i], v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_, decoupled_,
+                                     this->step_ + 1);
+  }
+  std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
+    return {{"moment1", &m_}, {"moment2", &v_}};
   }
 
  private:
   T beta1_, beta2_, eps_;
   bool decoupled_;
-  std::vector<std::vector<T>> m_, v_;
+  std::vector<typename tensor::array_type> m_, v_;  // per parameter (the steps of parameter objects)
   std::vector<typename tensor::array_type> tensor_m_, tensor_v_;
-  std::vector<typename tensor::array_type> param_m_, param_v_;
 };
 
 /// AdamW (PyTorch's torch.optim.AdamW): Adam with decoupled weight decay, applied to

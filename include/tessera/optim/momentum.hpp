@@ -82,20 +82,22 @@ class momentum : public optimizer<T, D> {
  protected:
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
     this->ensure_state(accum_);
-    kernels::cpu::momentum_update(p, g, std::span<T>(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
+    kernels::cpu::momentum_update(p, g, this->span_of(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
-    this->ensure_device_state(param_accum_);
-    kernels::backend<D>::momentum_update(p, param_accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
+    this->ensure_state(accum_);
+    kernels::backend<D>::momentum_update(p, accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
+  }
+  std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
+    return {{"moments", &accum_}};
   }
 
  private:
   T mu_;
   bool nesterov_;
-  std::vector<std::vector<T>> accum_;
+  std::vector<typename tensor::array_type> accum_;  // per parameter (the steps of parameter objects)
   std::vector<typename tensor::array_type> tensor_accum_;
-  std::vector<typename tensor::array_type> param_accum_;
 };
 
 }  // namespace tessera::optim

@@ -7,6 +7,7 @@
 // replicas: the step then reduce-scatters the gradients and gathers the parameters.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -222,6 +223,49 @@ class optimizer {
     return bytes < parallel_->opt.threshold_bytes ? p.layout() : optim::state_layout(p.layout(), p.shape());
   }
 
+  /// The state as checkpoints hold it: for each kind of state_slots() and each
+  /// parameter, a host copy named "<kind>.<parameter>" ("moments.fc.weight"), of the
+  /// parameter's global shape laid out as state_layout(i) (zeros before the first step).
+  /// Take it when the parameters have their training layouts (train::model calls it
+  /// from its checkpoints, after its steps).
+  std::vector<std::pair<std::string, dist_tensor<T>>> state_tensors() {
+    std::vector<std::pair<std::string, dist_tensor<T>>> out;
+    for (auto& [kind, arrays] : state_slots())
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        const nn::parameter<T, D>& p = *params_[i];
+        const layout l = state_layout(i);
+        dist_tensor<T> t(l, p.shape(), p.data().rank());
+        if (i < arrays->size()) t.local() = storage<T, D>::to_host((*arrays)[i]);
+        out.emplace_back(kind + "." + p.name(), std::move(t));
+      }
+    return out;
+  }
+
+  /// Sets the state from tensors named and laid out as state_tensors() gives them
+  /// (filled from a checkpoint by io::load_distributed_checkpoint), and the step count,
+  /// from which the learning rate goes on. Throws, naming the tensor, for one missing
+  /// or of another shape or layout:
+  /// "momentum: load_state: no tensor 'moments.fc.weight'".
+  void load_state(const std::vector<std::pair<std::string, dist_tensor<T>>>& tensors, std::int64_t global_step) {
+    if (global_step < 0)
+      throw error(name_ + ": load_state: the step count must not be negative, got " + std::to_string(global_step));
+    for (auto& [kind, arrays] : state_slots()) {
+      ensure_state(*arrays);
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        const std::string want = kind + "." + params_[i]->name();
+        const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& e) { return e.first == want; });
+        if (it == tensors.end()) throw error(name_ + ": load_state: no tensor '" + want + "'");
+        const dist_tensor<T>& t = it->second;
+        const layout l = state_layout(i);
+        if (!(t.layout() == l) || !(t.global_shape() == params_[i]->shape()))
+          throw error(name_ + ": load_state: '" + want + "' is " + to_string(t.global_shape()) + " " +
+                      to_string(t.layout()) + ", the state " + to_string(params_[i]->shape()) + " " + to_string(l));
+        (*arrays)[i] = storage<T, D>::from_host(t.local());
+      }
+    }
+    step_ = global_step;
+  }
+
  protected:
   optimizer(std::string name, std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T weight_decay)
       : name_(std::move(name)), params_(std::move(params)), lr_(std::move(lr)), weight_decay_(weight_decay) {
@@ -240,23 +284,23 @@ class optimizer {
     throw error(name_ + ": no update of parameters on device " + std::string(D::name));
   }
 
-  /// A zeroed state array per parameter of device D, the shape of its piece of state
-  /// (its shard, or less with optimizer parallel; made at first use).
-  void ensure_device_state(std::vector<array>& state) const {
+  /// The optimizer's state arrays by kind, each a vector of one array per parameter (in
+  /// the order of parameters(), empty until made), under MindSpore's names: Momentum's
+  /// "moments", Adam's "moment1" and "moment2", SGD's "accum" (none without momentum).
+  /// Checkpoints save and load the state through them (state_tensors, load_state).
+  virtual std::vector<std::pair<std::string, std::vector<array>*>> state_slots() { return {}; }
+
+  /// A zeroed state array per parameter, the shape of its piece of state (its shard, or
+  /// less with optimizer parallel; made at first use).
+  void ensure_state(std::vector<array>& state) const {
     if (!state.empty()) return;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       state.push_back(storage<T, D>::empty(state_shape(i)));
       storage<T, D>::fill(state.back(), T(0));
     }
   }
-
-  /// A zeroed state buffer per parameter, the size of its piece of state (made at
-  /// first use).
-  void ensure_state(std::vector<std::vector<T>>& state) const {
-    if (!state.empty()) return;
-    state.resize(params_.size());
-    for (std::size_t i = 0; i < params_.size(); ++i) state[i].assign(std::size_t(state_shape(i).size()), T(0));
-  }
+  /// A host state array as the span the host kernels take.
+  static std::span<T> span_of(array& a) { return std::span<T>(a.data(), a.size()); }
 
   void check(std::size_t i, const tensor& p, const tensor& g) const {
     if (g.layout() == p.layout() && g.global_shape() == p.global_shape()) return;
@@ -290,10 +334,7 @@ class optimizer {
     else update_on_device(i, p.local(), g.local(), lr);
   }
 
-  extents state_shape(std::size_t i) const {
-    if (parallel_ && i < parallel_->layouts.size()) return local_shape(parallel_->layouts[i], params_[i]->shape());
-    return params_[i]->data().local_shape();
-  }
+  extents state_shape(std::size_t i) const { return local_shape(state_layout(i), params_[i]->shape()); }
 
   // Optimizer parallel's step: each gradient into its state layout (a ReduceScatter of
   // partial sums; a local slice of a reduced gradient), the parameter's piece updated

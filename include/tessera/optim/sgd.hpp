@@ -73,23 +73,27 @@ class sgd : public optimizer<T, D> {
   void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) override {
     if (momentum_ == T(0)) return kernels::cpu::sgd_update(p, g, lr, this->weight_decay_);
     this->ensure_state(buf_);
-    kernels::cpu::sgd_momentum_update(p, g, std::span<T>(buf_[i]), lr, momentum_, dampening_,
+    kernels::cpu::sgd_momentum_update(p, g, this->span_of(buf_[i]), lr, momentum_, dampening_,
                                       this->weight_decay_, nesterov_, this->step_ == 0);
   }
   void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
                         T lr) override {
     using K = kernels::backend<D>;
     if (momentum_ == T(0)) return K::sgd_update(p, g, lr, this->weight_decay_);
-    this->ensure_device_state(param_buf_);
-    K::sgd_momentum_update(p, g, param_buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
+    this->ensure_state(buf_);
+    K::sgd_momentum_update(p, g, buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
                            this->step_ == 0);
+  }
+
+  std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
+    if (momentum_ == T(0)) return {};
+    return {{"accum", &buf_}};
   }
 
  private:
   T momentum_, dampening_;
   bool nesterov_;
-  std::vector<std::vector<T>> buf_;
-  std::vector<typename tensor::array_type> param_buf_;
+  std::vector<typename tensor::array_type> buf_;  // per parameter (the steps of parameter objects)
   std::vector<typename tensor::array_type> tensor_buf_;
 };
 

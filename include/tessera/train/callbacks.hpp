@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -42,6 +43,13 @@ struct run_context {
   /// call copies). Unset (empty) for a host network, whose `parameters` are the tensors
   /// themselves.
   std::function<std::vector<std::pair<std::string, dist_tensor<T>>>()> host_parameters;
+  /// The optimizer's state as host tensors, named and laid out for checkpoints
+  /// (optim::optimizer::state_tensors); set by model.train.
+  std::function<std::vector<std::pair<std::string, dist_tensor<T>>>()> optimizer_state;
+  /// What a resumed training needs besides the tensors, as checkpoint metadata: the
+  /// position (epoch, step), the optimizer's step count, the dropout layers' draws; set
+  /// by model.train (model.resume_from reads it back).
+  std::function<std::map<std::string, std::string>()> training_state;
   /// Set by a callback to end the training after this step (MindSpore's request_stop).
   bool stop_requested = false;
   void request_stop() { stop_requested = true; }

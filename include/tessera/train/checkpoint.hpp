@@ -1,8 +1,10 @@
 // ModelCheckpoint (MindSpore's mindspore.train.ModelCheckpoint with its
 // CheckpointConfig): a callback that saves the network's parameters through io/'s
 // checkpoint writer every N steps and at the end of the training, named
-// "<prefix>-<epoch>_<step>.safetensors", keeping the newest keep_checkpoint_max.
-// Parameters on a device (a GPU) are copied to the host to be written.
+// "<prefix>-<epoch>_<step>.safetensors", keeping the newest keep_checkpoint_max, with
+// what model.resume_from needs to continue the training exactly (the optimizer's state,
+// the position, the random streams). Parameters on a device (a GPU) are copied to the
+// host to be written.
 #pragma once
 
 #include <cstdint>
@@ -36,11 +38,18 @@ namespace tessera::train {
 /// Either loads with io::load_distributed_checkpoint(<directory>/<name>, ...) into any
 /// layout on any number of ranks. The step in the name counts the epoch's steps from 1
 /// (MindSpore's naming). After each save, the rank that wrote deletes its checkpoints of
-/// `prefix` beyond the newest keep_checkpoint_max (io::rotate_checkpoints).
+/// `prefix` beyond the newest keep_checkpoint_max (io::rotate_checkpoints), once every
+/// rank has written (a job killed while saving keeps the step before whole).
 ///
 ///     train::model_checkpoint<float> ckpt("mnist", "ckpt_" + std::to_string(rank), ctx,
 ///                                         {.save_checkpoint_steps = 100, .keep_checkpoint_max = 3});
 ///     model.train(10, dataset, {&loss_cb, &ckpt});
+///
+/// Under model.train a checkpoint also holds the optimizer's state and the training's
+/// position (save_training_state), so that a restarted job continues exactly:
+///
+///     if (auto last = io::latest_complete_checkpoint("ckpt", "mnist")) model.resume_from(*last);
+///     model.train(10, dataset, {&loss_cb, &ckpt});   // from the saved step on
 ///
 /// A network on a device other than the host (a GPU) is saved from its parameters'
 /// host copies (run_context::host_parameters); the checkpoint is the same file. When
@@ -55,6 +64,11 @@ class model_checkpoint : public callback<T> {
     std::int64_t save_checkpoint_steps = 1;  ///< save every this many steps (and at the end)
     int keep_checkpoint_max = 5;             ///< checkpoints kept per folder
     bool integrated_save = false;            ///< see above
+    /// Also the optimizer's state (MindSpore's names: "moments.<param>", ...) and, as
+    /// metadata, the training's position, the optimizer's step count and the dropout
+    /// layers' draws: what model.resume_from needs to continue exactly. Off: the
+    /// network's parameters alone.
+    bool save_training_state = true;
   };
 
   model_checkpoint(std::string prefix, std::filesystem::path directory, context& ctx)
@@ -94,9 +108,15 @@ class model_checkpoint : public callback<T> {
     refs.reserve(rc.parameters.size() + copies.size());
     for (auto& [name, p] : rc.parameters) refs.emplace_back(name, p->data());
     for (auto& [name, t] : copies) refs.emplace_back(name, t);
-    const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
     io::save_options how;
     how.integrated_save = cfg_.integrated_save;
+    std::vector<std::pair<std::string, dist_tensor<T>>> state;  // the optimizer's, host copies
+    if (cfg_.save_training_state && rc.optimizer_state) {
+      state = rc.optimizer_state();
+      for (auto& [name, t] : state) refs.emplace_back(name, t);
+    }
+    if (cfg_.save_training_state && rc.training_state) how.metadata = rc.training_state();
+    const std::filesystem::path file = dir_ / io::checkpoint_file_name(prefix_, rc.epoch, rc.step_in_epoch);
     const std::filesystem::path written = write(file, std::span<const io::param_ref>(refs), how);
     if (!cfg_.integrated_save || ctx_->rank() == 0) {
       const std::filesystem::path folder = written.has_parent_path() ? written.parent_path() : ".";

@@ -24,8 +24,10 @@
 #include <tessera/core/error.hpp>
 #include <tessera/graph/execute.hpp>
 #include <tessera/graph/parallel.hpp>
+#include <tessera/io/checkpoint.hpp>
 #include <tessera/nn/trace.hpp>
 #include <tessera/nn/module.hpp>
+#include <tessera/ops/dropout_rule.hpp>
 #include <tessera/optim/optimizer.hpp>
 #include <tessera/tensor/device.hpp>
 #include <tessera/train/callbacks.hpp>
@@ -354,7 +356,50 @@ class model {
 
   Net& network() { return *net_; }
 
-  /// Trains `epochs` passes over `dataset`, calling the callbacks' hooks.
+  /// Continues the training saved in checkpoint `file` by model_checkpoint (DIR/NAME, as
+  /// it names them; io::latest_complete_checkpoint finds the newest whole one): the next
+  /// train() starts where that training stopped, at the saved epoch and step, the
+  /// batches already trained on skipped; the network's parameters, the optimizer's state
+  /// and step count (the learning rate's schedule goes on from it) and the dropout
+  /// layers' draws load once the network is compiled (the first step, or an eval
+  /// before). A training killed and resumed so, on as many ranks, takes the steps the
+  /// uninterrupted one takes: the same numbers.
+  /// The parameters and the state load into this model's layouts, on any number of
+  /// ranks; the network and the seed (options::seed, which keys the dropout layers'
+  /// streams) must be the saved training's. Reads the checkpoint's metadata now; throws
+  /// for a checkpoint saved without its training state (model_checkpoint's
+  /// save_training_state off).
+  void resume_from(const std::filesystem::path& file) {
+    const std::map<std::string, std::string> md = io::checkpoint_metadata(file);
+    const auto number = [&](const char* key) {
+      const auto it = md.find(key);
+      if (it == md.end())
+        throw error("model.resume_from: " + file.string() + " holds no training state (no \"" + key +
+                    "\"): save it with model_checkpoint's save_training_state on");
+      try {
+        std::size_t used = 0;
+        const long long v = std::stoll(it->second, &used);
+        if (used == it->second.size() && v >= 0) return std::int64_t(v);
+      } catch (const std::exception&) {
+      }
+      throw error("model.resume_from: " + file.string() + ": \"" + key + "\" is \"" + it->second +
+                  "\", expected a count");
+    };
+    resume_point r;
+    r.file = file;
+    r.epoch = number(state_keys::epoch);
+    r.step_in_epoch = number(state_keys::step_in_epoch);
+    r.step = number(state_keys::step);
+    r.optimizer_step = number(state_keys::optimizer_step);
+    if (const auto it = md.find(state_keys::dropout_calls); it != md.end()) r.dropout_calls = it->second;
+    if (r.epoch < 1) throw error("model.resume_from: " + file.string() + ": the saved epoch is 0");
+    resume_ = std::move(r);
+  }
+
+  /// Trains `epochs` passes over `dataset`, calling the callbacks' hooks. After
+  /// resume_from, the epochs before the saved one are not run, and of that one the
+  /// batches already trained on are read and skipped; the step count goes on from the
+  /// saved one.
   template <class Dataset>
   void train(int epochs, Dataset& dataset, const std::vector<callback<T>*>& callbacks = {}) {
     if (epochs < 0) throw error("model.train: epochs must not be negative, got " + std::to_string(epochs));
@@ -364,6 +409,19 @@ class model {
     rc.rank = ctx_->rank();
     rc.ranks = ctx_->size();
     rc.steps_per_epoch = detail::batches_per_epoch(dataset);
+    int first_epoch = 0;
+    std::int64_t skip = 0;  // batches of the first epoch trained on before the resumed run
+    if (resume_) {
+      first_epoch = int(resume_->epoch - 1);
+      skip = resume_->step_in_epoch;
+      rc.step = resume_->step;
+      if (rc.steps_per_epoch > 0 && skip >= rc.steps_per_epoch) {  // saved at the end of its epoch
+        ++first_epoch;
+        skip = 0;
+      }
+    }
+    rc.optimizer_state = [opt = opt_] { return opt->state_tensors(); };
+    rc.training_state = [this, &rc] { return training_state(rc); };
     if constexpr (std::is_same_v<D, cpu_device>) {
       rc.parameters = net_->named_parameters();
     } else {
@@ -378,13 +436,18 @@ class model {
       };
     }
     for (auto* cb : callbacks) cb->on_train_begin(rc);
-    for (int e = 0; e < epochs && !rc.stop_requested; ++e) {
+    for (int e = first_epoch; e < epochs && !rc.stop_requested; ++e) {
       rc.epoch = e + 1;
       rc.step_in_epoch = 0;
       for (auto* cb : callbacks) cb->on_epoch_begin(rc);
       auto&& pass = detail::epoch_of(dataset, e);
       auto it = pass.begin();
       auto end = pass.end();
+      for (; skip > 0; --skip, ++rc.step_in_epoch, ++it)
+        if (it == end)
+          throw error("model.train: resuming after step " + std::to_string(rc.step_in_epoch + skip) + " of epoch " +
+                      std::to_string(e + 1) + ", but the epoch has only " + std::to_string(rc.step_in_epoch) +
+                      " batches");
       while (true) {
         const bool have = !(it == end);
         std::optional<local_batch<T>> b;
@@ -405,6 +468,7 @@ class model {
       }
       for (auto* cb : callbacks) cb->on_epoch_end(rc);
     }
+    resume_.reset();  // the position is spent (and the tensors loaded, unless no step ran)
     for (auto* cb : callbacks) cb->on_train_end(rc);
   }
 
@@ -442,6 +506,90 @@ class model {
   void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
 
  private:
+  // The training state's keys in a checkpoint's metadata (written by training_state,
+  // read by resume_from).
+  struct state_keys {
+    static constexpr const char* epoch = "train.epoch";
+    static constexpr const char* step_in_epoch = "train.step_in_epoch";
+    static constexpr const char* step = "train.step";
+    static constexpr const char* optimizer_step = "train.optimizer_step";
+    static constexpr const char* dropout_calls = "train.dropout_calls";  // "<key>=<calls>,..." per dropout layer
+  };
+  struct resume_point {
+    std::filesystem::path file;
+    std::int64_t epoch = 0, step_in_epoch = 0, step = 0, optimizer_step = 0;
+    std::string dropout_calls;
+    bool loaded = false;  // the tensors and draws loaded (at the first compile after resume_from)
+  };
+
+  // The dropout layers' shared draw counters of the current plan, by their streams' keys.
+  std::map<std::uint64_t, ops::dropout_state*> dropout_states() const {
+    std::map<std::uint64_t, ops::dropout_state*> out;
+    if (!current_) return out;
+    for (int id : current_->graph.ids(graph::node_kind::op))
+      if (const auto* d = current_->graph.at(id).op->template definition<ops::dropout_op>()) out[d->key] = d->state.get();
+    return out;
+  }
+
+  // What a checkpoint needs beside the tensors to resume after the step just taken.
+  std::map<std::string, std::string> training_state(const run_context<T>& rc) const {
+    std::string calls;
+    for (const auto& [key, st] : dropout_states()) {
+      if (!calls.empty()) calls += ',';
+      calls.append(std::to_string(key)).append(1, '=').append(std::to_string(st->calls.load()));
+    }
+    return {{state_keys::epoch, std::to_string(rc.epoch)},
+            {state_keys::step_in_epoch, std::to_string(rc.step_in_epoch)},
+            {state_keys::step, std::to_string(rc.step)},
+            {state_keys::optimizer_step, std::to_string(opt_->global_step())},
+            {state_keys::dropout_calls, calls}};
+  }
+
+  // resume_from's loading, once the network is compiled (its parameters and the
+  // optimizer's state in their training layouts): the parameters, the optimizer's
+  // state and step, the dropout layers' draws.
+  void load_resumed() {
+    resume_point& r = *resume_;
+    r.loaded = true;
+    std::vector<std::pair<std::string, dist_tensor<T>>> tensors;
+    std::vector<nn::parameter<T, D>*> params;
+    for (auto& [name, p] : net_->named_parameters()) {
+      tensors.emplace_back(name, dist_tensor<T>(p->data().layout(), p->shape(), p->data().rank()));
+      params.push_back(p);
+    }
+    std::vector<std::pair<std::string, dist_tensor<T>>> state = opt_->state_tensors();
+    std::vector<io::param_ref> refs;
+    for (auto& [name, t] : tensors) refs.emplace_back(name, t);
+    for (auto& [name, t] : state) refs.emplace_back(name, t);
+    io::load_distributed_checkpoint(r.file, refs);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const dist_tensor<T>& t = tensors[i].second;
+      if constexpr (std::is_same_v<D, cpu_device>) params[i]->set_data(t);
+      else params[i]->set_data(tensor_on<T, D>(t.layout(), t.global_shape(), t.rank(), storage<T, D>::from_host(t.local())));
+    }
+    opt_->load_state(state, r.optimizer_step);
+    const std::map<std::uint64_t, ops::dropout_state*> dropouts = dropout_states();
+    std::string_view rest = r.dropout_calls;
+    while (!rest.empty()) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      const std::size_t eq = item.find('=');
+      try {
+        if (eq == std::string_view::npos) throw std::invalid_argument("no '='");
+        const std::uint64_t key = std::stoull(std::string(item.substr(0, eq)));
+        const std::uint64_t calls = std::stoull(std::string(item.substr(eq + 1)));
+        if (const auto it = dropouts.find(key); it != dropouts.end()) it->second->calls.store(calls);
+        else throw error("model.resume_from: " + r.file.string() + " records draws of dropout stream " +
+                         std::to_string(key) + ", which this network does not have: resume with the "
+                         "network and the seed (options::seed) of the saved training");
+      } catch (const std::logic_error&) {
+        throw error("model.resume_from: " + r.file.string() + ": \"" + state_keys::dropout_calls + "\" holds \"" +
+                    std::string(item) + "\", expected <stream>=<calls>");
+      }
+    }
+  }
+
   struct compiled_network {
     graph::traced_graph graph;
     int output = -1;
@@ -489,6 +637,7 @@ class model {
       const layout& l = current_->plan->value_layout(current_->graph.parameters()[i]);
       if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
     }
+    if (resume_ && !resume_->loaded) load_resumed();
   }
 
   std::unique_ptr<compiled_network> make_compiled(const extents& xs, const extents& ys) {
@@ -577,6 +726,7 @@ class model {
   compiled_network* current_ = nullptr;
   std::unique_ptr<distributed_grad_reducer<T, D>> reducer_;
   traffic last_{};
+  std::optional<resume_point> resume_;  // set by resume_from until the next train() ends
 };
 
 }  // namespace tessera::train
