@@ -2,6 +2,8 @@
 // same file is compiled as CUDA with TESSERA_TEST_CUDA=1 (tests/cuda/ builds the
 // operator and redistribution tests a second time that way). Tests build their inputs
 // and expected values on the host and move them with to_test_device / to_host_array.
+// The world is MPI's, or, compiled with TESSERA_TEST_GLOO=1 and linked with
+// tests/gloo_main.cpp, a Gloo job's (the redistribution test's third build).
 #pragma once
 
 #include <tessera/comm/local.hpp>
@@ -9,6 +11,9 @@
 #include <tessera/tessera.hpp>
 #if TESSERA_TEST_CUDA
 #include <tessera/cuda.hpp>
+#endif
+#if TESSERA_TEST_GLOO
+#include <tessera/comm/gloo.hpp>
 #endif
 
 namespace tessera::testing {
@@ -19,6 +24,11 @@ using test_device = cuda_device;
 /// through MPI, staged in pinned host memory.
 using test_comm = staged_communicator<mpi_communicator>;
 inline test_comm test_world() { return test_comm(mpi_communicator::world()); }
+#elif TESSERA_TEST_GLOO
+using test_device = cpu_device;
+using test_comm = gloo_communicator;
+any_communicator*& gloo_world_slot();  // tests/gloo_main.cpp
+inline gloo_communicator& test_world() { return *gloo_world_slot()->target<gloo_communicator>(); }
 #else
 using test_device = cpu_device;
 using test_comm = mpi_communicator;
