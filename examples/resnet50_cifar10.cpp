@@ -147,7 +147,8 @@ outcome train_resnet(Loss& loss_fn, context& ctx, const options& o, const std::f
     net->build(ctx, mo.seed);
     std::vector<io::param_ref> refs;
     for (auto& [name, q] : net->named_parameters()) refs.emplace_back(name, q->data());
-    io::load_distributed_checkpoint(o.load_checkpoint, refs);
+    // The network's tensors; the optimizer's state saved beside them is model.resume_from's.
+    io::load_distributed_checkpoint(o.load_checkpoint, refs, false);
     if (print) std::printf("loaded %zu tensors from %s\n", refs.size(), o.load_checkpoint.c_str());
   }
   loss_monitor monitor(o, print);
