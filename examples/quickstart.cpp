@@ -13,6 +13,8 @@
 //   mpiexec -n 8 quickstart --device cuda        # shards on the GPUs (ranks share them round-robin)
 //   mpiexec -n 8 quickstart --search dynamic_programming   # every strategy by dynamic programming
 //                                                          # over bytes and work, none configured
+//   mpiexec -n 8 quickstart --search recursive_programming # every strategy by the double-recursive
+//                                                          # search, none configured
 //
 // Built by nvcc where CMake finds it (then --device cuda works), else by the host compiler.
 #include <cmath>
@@ -196,14 +198,17 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--stand-alone") == 0) stand_alone = true;
     else if (std::strcmp(argv[i], "--save-graphs") == 0 && i + 1 < argc) save_dir = argv[++i];
     else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
-    else if (std::strcmp(argv[i], "--search") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "dynamic_programming") == 0)
-      search = graph::search_mode::dynamic_programming, ++i;
-    else if (std::strcmp(argv[i], "--search") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "sharding_propagation") == 0)
-      search = graph::search_mode::sharding_propagation, ++i;
-    else {
+    else if (std::strcmp(argv[i], "--search") == 0 && i + 1 < argc) {
+      try {
+        search = graph::parse_search_mode(argv[++i]);
+      } catch (const error& e) {
+        std::cerr << "quickstart: " << e.what() << "\n";
+        return 2;
+      }
+    } else {
       std::cerr << "quickstart: unknown argument " << argv[i]
                 << " (expected --verify, --stand-alone, --save-graphs DIR, --device cpu|cuda or --search "
-                   "sharding_propagation|dynamic_programming)\n";
+                   "sharding_propagation|dynamic_programming|recursive_programming)\n";
       return 2;
     }
   }

@@ -1,7 +1,7 @@
 // The graph executor under mpiexec: every parallel mode (stand_alone, data_parallel,
-// semi_auto_parallel, auto_parallel with each data-import mode, hybrid_parallel) gives
-// the loss and the parameter gradients of the stand-alone run on one rank (the oracle),
-// on every rank count; each rank's communicators move exactly the bytes the plan
+// semi_auto_parallel, auto_parallel with each data-import mode and each search,
+// hybrid_parallel) gives the loss and the parameter gradients of the stand-alone run on
+// one rank (the oracle), on every rank count; each rank's communicators move exactly the bytes the plan
 // prices; training steps with Momentum agree; run-time errors name what is wrong.
 #include <doctest/doctest.h>
 
@@ -106,6 +106,13 @@ parallel_config dynamic_programming(int n, double flops_per_byte) {
   parallel_config c = config(parallel_mode::auto_parallel, n);
   c.search = search_mode::dynamic_programming;
   c.flops_per_byte = flops_per_byte;
+  return c;
+}
+
+// auto_parallel with the recursive_programming search.
+parallel_config recursive_programming(int n) {
+  parallel_config c = config(parallel_mode::auto_parallel, n);
+  c.search = search_mode::recursive_programming;
   return c;
 }
 
@@ -243,6 +250,7 @@ TEST_CASE("every parallel mode gives the stand-alone loss and gradients") {
         {"auto_parallel, full_batch", configured, config(parallel_mode::auto_parallel, p, dataset_strategy::full_batch())},
         {"auto_parallel, dynamic_programming", configured, dynamic_programming(p, 10)},
         {"auto_parallel, dynamic_programming, compute dear", configured, dynamic_programming(p, 0.05)},
+        {"auto_parallel, recursive_programming", configured, recursive_programming(p)},
     };
     for (const mode_case& c : cases) {
       CAPTURE(c.what);

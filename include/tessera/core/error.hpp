@@ -46,6 +46,8 @@ namespace tessera {
     "dim {dim} maps to {a}, device matrix has {b} axes")                                            \
   X(mesh_no_refinement, "mesh: two device matrices of one rank list must nest to share a refinement", \
     "suffix products {a} and {b} do not divide")                                                    \
+  X(mesh_refinement_ndim, "mesh: a common refinement has at most max_mesh_ndim axes",            \
+    "{a} axes needed, limit {b}")                                                                   \
   X(op_inputs, "operator: a strategy has one split tuple per operator input",                     \
     "{a} split tuples for {b} inputs")                                                              \
   X(op_input_ndim, "operator: each split tuple has one entry per dim of its input",                 \

@@ -23,7 +23,8 @@ constexpr std::array<int, max_mesh_ndim + 1> suffix_products(const mesh& m) {
 
 /// Checks that `a` and `b` (of equal size) have a common refinement: every stride
 /// of one divides or is divided by every stride of the other. (2, 3) and (3, 2) do
-/// not: their axes cut the 6 ranks in incompatible ways.
+/// not: their axes cut the 6 ranks in incompatible ways. The refinement must also fit
+/// in max_mesh_ndim axes: (2, 4, 2, 4, 2, 4) and (4, 2, 4, 2, 4, 2) would need 9.
 constexpr status check_refinement(const mesh& a, const mesh& b) {
   if (status s = check(a); !s.ok()) return s;
   if (status s = check(b); !s.ok()) return s;
@@ -33,6 +34,14 @@ constexpr status check_refinement(const mesh& a, const mesh& b) {
     for (int j = 0; j <= b.ndim; ++j)
       if (sa[i] % sb[j] != 0 && sb[j] % sa[i] != 0)
         return fail(errc::mesh_no_refinement, -1, -1, sa[i], sb[j]);
+  // The refinement's axes: the distinct strides of both, less the total.
+  int axes = 0;
+  for (int i = 0, j = 0; i <= a.ndim || j <= b.ndim; ++axes) {
+    const int next = j > b.ndim || (i <= a.ndim && sa[i] >= sb[j]) ? sa[i] : sb[j];
+    while (i <= a.ndim && sa[i] == next) ++i;
+    while (j <= b.ndim && sb[j] == next) ++j;
+  }
+  if (axes - 1 > max_mesh_ndim) return fail(errc::mesh_refinement_ndim, -1, -1, axes - 1, max_mesh_ndim);
   return {};
 }
 

@@ -11,8 +11,8 @@
 //         : (<Tensor[Float32], (16, 32)>, <Tensor[Float32], (32, 16)>) -> (<Tensor[Float32], (16, 16)>)
 //
 // (`%id` is the node id; source is user, sharding_propagation, dynamic_programming,
-// data_parallel or stand_alone. Inputs show their dataset strategy, parameters their flags.) The last
-// line is `return %<loss id>`.
+// recursive_programming, data_parallel or stand_alone. Inputs show their dataset
+// strategy, parameters their flags.) The last line is `return %<loss id>`.
 //
 // execute.ir: the graph this rank runs in one training step, with the communication
 // the pass inserted. Shapes are this rank's local shapes. Sections `# forward`,

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -71,12 +72,9 @@ class traced_graph {
   std::vector<int> inputs() const { return ids(node_kind::input); }
   std::vector<int> parameters() const { return ids(node_kind::parameter); }
   /// The (operator id, input slot) pairs that read node `id`, in tracing order.
-  std::vector<std::pair<int, int>> consumers(int id) const {
-    std::vector<std::pair<int, int>> c;
-    for (int i = 0; i < size(); ++i)
-      for (std::size_t s = 0; s < nodes_[i].inputs.size(); ++s)
-        if (nodes_[i].inputs[s] == id) c.emplace_back(i, int(s));
-    return c;
+  const std::vector<std::pair<int, int>>& consumers(int id) const {
+    at(id);  // checks the id
+    return readers_[id];
   }
   /// The global shapes of an operator's inputs.
   shape_list input_shapes(int id) const {
@@ -99,6 +97,7 @@ class traced_graph {
  private:
   friend class graph_builder;
   std::vector<node> nodes_;
+  std::vector<std::vector<std::pair<int, int>>> readers_;  // per node, consumers(id)
   int loss_ = -1;
 };
 
@@ -364,19 +363,24 @@ class graph_builder {
   }
   value push(node n) {
     names_.insert(n.name);
+    const int id = g_.size();
+    for (std::size_t s = 0; s < n.inputs.size(); ++s) g_.readers_[n.inputs[s]].emplace_back(id, int(s));
+    g_.readers_.emplace_back();
     g_.nodes_.push_back(std::move(n));
     return value(this, g_.size() - 1);
   }
   void check_unique(const std::string& name) const {
     if (names_.count(name)) throw error("graph: the name '" + name + "' is used twice");
   }
-  std::string unique_name(const std::string& base) const {
-    std::string name = base;
-    for (int k = 2; names_.count(name); ++k) name = base + std::to_string(k);
-    return name;
+  std::string unique_name(const std::string& base) {
+    if (!names_.count(base)) return base;
+    int& k = next_suffix_.try_emplace(base, 2).first->second;  // the names below are taken
+    while (names_.count(base + std::to_string(k))) ++k;
+    return base + std::to_string(k);
   }
   node& at(int id) { return g_.nodes_[id]; }
   void rename(int id, std::string name) {
+    next_suffix_.clear();  // a name set free may be the first free one again
     names_.erase(g_.nodes_[id].name);
     names_.insert(name);
     g_.nodes_[id].name = std::move(name);
@@ -388,6 +392,7 @@ class graph_builder {
 
   traced_graph g_;
   std::unordered_set<std::string> names_;
+  std::unordered_map<std::string, int> next_suffix_;  // per base name, the first suffix maybe free
   std::uint64_t serial_;
 };
 

@@ -17,7 +17,7 @@
 // stand_alone, data_parallel and hybrid_parallel ignore shard() strategies (as MindSpore
 // does).
 //
-// auto_parallel's two searches (parallel_config::search):
+// auto_parallel's three searches (parallel_config::search), MindSpore's:
 // - sharding_propagation: the unconfigured operators linked to configured ones take the
 //   strategies that move the fewest bytes per rank; the others run data parallel.
 // - dynamic_programming: every unconfigured operator takes the strategy that minimises
@@ -28,6 +28,10 @@
 //   communication it costs; no configured operator is needed. Solved by the same
 //   solver: exactly by dynamic programming where the operators' links form a tree (a
 //   chain of layers), by enumeration or greedily otherwise.
+// - recursive_programming: every unconfigured operator is cut in two log2(N) times, in
+//   order of weight, each time along the cut with the least symbolic cost given its
+//   neighbours (graph/recursive.hpp): the same price in closed form, for large graphs
+//   and device counts (a power of two). The configured operators keep their strategies.
 //
 // Data import (the dataset strategy; each input's layout on the device matrix (N,)):
 //
@@ -53,6 +57,7 @@
 #include <tessera/graph/graph.hpp>
 #include <tessera/graph/op_def.hpp>
 #include <tessera/graph/propagate.hpp>
+#include <tessera/graph/recursive.hpp>
 #include <tessera/plan/cost.hpp>
 #include <tessera/plan/planner.hpp>
 
@@ -72,12 +77,26 @@ constexpr std::string_view to_string(parallel_mode m) {
   return "?";
 }
 
-/// auto_parallel's strategy search (see the top of this header). MindSpore's third,
-/// recursive_programming, is not implemented.
-enum class search_mode { sharding_propagation, dynamic_programming };
+/// auto_parallel's strategy search (see the top of this header).
+enum class search_mode { sharding_propagation, dynamic_programming, recursive_programming };
 
 constexpr std::string_view to_string(search_mode m) {
-  return m == search_mode::dynamic_programming ? "dynamic_programming" : "sharding_propagation";
+  switch (m) {
+    case search_mode::sharding_propagation: return "sharding_propagation";
+    case search_mode::dynamic_programming: return "dynamic_programming";
+    case search_mode::recursive_programming: return "recursive_programming";
+  }
+  return "?";
+}
+
+/// The search mode named `text` ("sharding_propagation", "dynamic_programming",
+/// "recursive_programming", MindSpore's names); throws tessera::error naming the three.
+inline search_mode parse_search_mode(std::string_view text) {
+  for (search_mode m : {search_mode::sharding_propagation, search_mode::dynamic_programming,
+                        search_mode::recursive_programming})
+    if (text == to_string(m)) return m;
+  throw error("search_mode: '" + std::string(text) +
+              "' is not sharding_propagation, dynamic_programming or recursive_programming");
 }
 
 /// How each rank gets its data (MindSpore's dataset_strategy / full_batch).
@@ -133,13 +152,21 @@ struct parallel_config {
 };
 
 /// Where an operator's strategy came from.
-enum class strategy_source { user, sharding_propagation, dynamic_programming, data_parallel, stand_alone };
+enum class strategy_source {
+  user,
+  sharding_propagation,
+  dynamic_programming,
+  recursive_programming,
+  data_parallel,
+  stand_alone
+};
 
 constexpr std::string_view to_string(strategy_source s) {
   switch (s) {
     case strategy_source::user: return "user";
     case strategy_source::sharding_propagation: return "sharding_propagation";
     case strategy_source::dynamic_programming: return "dynamic_programming";
+    case strategy_source::recursive_programming: return "recursive_programming";
     case strategy_source::data_parallel: return "data_parallel";
     case strategy_source::stand_alone: return "stand_alone";
   }
@@ -259,27 +286,6 @@ inline std::string where(const strategy& st, int device_num, strategy_source src
          " (" + std::string(to_string(src)) + ")";
 }
 
-// The layouts of operator `id` under `st`, or a failed status with the message's
-// context; no exception.
-struct evaluation {
-  std::optional<op_layouts> lay;
-  status s;
-  std::string context;
-};
-
-inline evaluation evaluate(const traced_graph& g, int id, const strategy& st, int device_num) {
-  const node& n = g.at(id);
-  const shape_list shapes = g.input_shapes(id);
-  const std::string who = "parallelize: " + g.describe(id);
-  if (const status s = n.op->check(st, device_num, shapes); !s.ok()) return {std::nullopt, s, who};
-  op_layouts l = n.op->layouts(st, device_num, shapes);
-  for (int i = 0; i < shapes.n; ++i)
-    if (const status s = check(l.in[i], shapes[i]); !s.ok())
-      return {std::nullopt, s, who + ": input " + std::to_string(i) + " " + to_string(shapes[i])};
-  if (const status s = check(l.out, n.shape); !s.ok()) return {std::nullopt, s, who + ": output " + to_string(n.shape)};
-  return {std::move(l), {}, {}};
-}
-
 inline op_layouts evaluate_or_throw(const traced_graph& g, int id, const strategy& st, int device_num, strategy_source src) {
   evaluation e = evaluate(g, id, st, device_num);
   if (!e.lay) throw error(e.s, e.context, where(st, device_num, src));
@@ -336,6 +342,8 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   if (!(cfg.flops_per_byte > 0))
     throw error("parallelize: flops_per_byte must be positive, got " + std::to_string(cfg.flops_per_byte));
   if (g.loss() < 0) throw error("parallelize: the graph has no loss (build it with graph_builder::build)");
+  if (cfg.mode == parallel_mode::auto_parallel && cfg.search == search_mode::recursive_programming)
+    detail::require_power_of_two(N);
   const parallel_mode mode = cfg.mode;
   const bool hybrid = mode == parallel_mode::hybrid_parallel;
   const bool semi_or_auto = mode == parallel_mode::semi_auto_parallel || mode == parallel_mode::auto_parallel;
@@ -427,10 +435,17 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     }
     return c;
   };
+  // recursive_programming cuts the unconfigured operators itself and keeps the
+  // configured ones' own layouts.
+  const bool rec = mode == parallel_mode::auto_parallel && cfg.search == search_mode::recursive_programming;
   bool any_free = false;
   for (int id = 0; id < g.size(); ++id) {
     const node& nd = g.at(id);
     if (nd.kind != node_kind::op) continue;
+    if (rec && !nd.user_strategy) {
+      any_free = true;
+      continue;
+    }
     const shape_list shapes = g.input_shapes(id);
     op_plan o;
     if (mode == parallel_mode::stand_alone || hybrid) {
@@ -458,7 +473,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       continue;
     }
     o.lay = detail::evaluate_or_throw(g, id, o.st, N, o.source);
-    op_candidates c = with_variants(id, op_candidates{{o.st}, {o.lay}});
+    op_candidates c = rec ? op_candidates{{o.st}, {o.lay}} : with_variants(id, op_candidates{{o.st}, {o.lay}});
     for (const op_layouts& l : c.lay) outs[id].push_back(l.out);
     if (c.st.size() > 1) {  // the configured strategy and its variants: a choice for the search
       pin.free[id] = std::move(c);
@@ -472,7 +487,25 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   }
   detail::route_cache rc(cfg.elem_bytes);
   const bool dp = mode == parallel_mode::auto_parallel && cfg.search == search_mode::dynamic_programming;
-  if (any_free) {
+  if (any_free && rec) {
+    recursive_input rin;
+    rin.g = &g;
+    rin.device_num = N;
+    rin.elem_bytes = cfg.elem_bytes;
+    rin.flops_per_byte = cfg.flops_per_byte;
+    rin.input_layout = pg.value_layout_;
+    rin.fixed.resize(n);
+    rin.fixed_strategy.resize(n);
+    for (int id = 0; id < g.size(); ++id)
+      if (pg.ops_[id]) {
+        rin.fixed[id] = pg.ops_[id]->lay;
+        rin.fixed_strategy[id] = pg.ops_[id]->st;
+      }
+    rin.needs_grad = pg.needs_grad_;
+    recursive_result r = recursive_programming(rin);
+    for (int id = 0; id < g.size(); ++id)
+      if (r.choice[id]) pg.ops_[id] = op_plan{r.choice[id]->st, strategy_source::recursive_programming, r.choice[id]->lay, {}};
+  } else if (any_free) {
     graph_problem gp = build_problem(pin, rc);
     if (dp)  // every operator a choice, priced with its work too (in bytes' time)
       for (std::size_t v = 0; v < gp.vars.size(); ++v) {

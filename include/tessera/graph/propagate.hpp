@@ -152,6 +152,27 @@ class route_cache {
   std::map<std::string, route> cache_;
 };
 
+// The layouts of operator `id` under `st`, or a failed status with the message's
+// context; no exception.
+struct evaluation {
+  std::optional<op_layouts> lay;
+  status s;
+  std::string context;
+};
+
+inline evaluation evaluate(const traced_graph& g, int id, const strategy& st, int device_num) {
+  const node& n = g.at(id);
+  const shape_list shapes = g.input_shapes(id);
+  const std::string who = "parallelize: " + g.describe(id);
+  if (const status s = n.op->check(st, device_num, shapes); !s.ok()) return {std::nullopt, s, who};
+  op_layouts l = n.op->layouts(st, device_num, shapes);
+  for (int i = 0; i < shapes.n; ++i)
+    if (const status s = check(l.in[i], shapes[i]); !s.ok())
+      return {std::nullopt, s, who + ": input " + std::to_string(i) + " " + to_string(shapes[i])};
+  if (const status s = check(l.out, n.shape); !s.ok()) return {std::nullopt, s, who + ": output " + to_string(n.shape)};
+  return {std::move(l), {}, {}};
+}
+
 }  // namespace detail
 
 // ---- the min-sum problem and its solver ----------------------------------------------
