@@ -23,6 +23,11 @@ TEST_CASE("common refinements") {
         "mesh: two device matrices of one rank list must nest to share a refinement: suffix products 3 "
         "and 2 do not divide");
   CHECK(check_refinement(mesh{2, 4}, mesh{4}).code == errc::mesh_size_mismatch);
+  // A refinement needing more axes than a mesh holds: strides 512 256 128 ... 2 1.
+  CHECK(check_refinement(mesh{2, 4, 2, 4, 2, 4}, mesh{4, 2, 4, 2, 4, 2}) ==
+        fail(errc::mesh_refinement_ndim, -1, -1, 9, max_mesh_ndim));
+  CHECK(check_refinement(mesh{2, 4, 2, 4}, mesh{4, 2, 4, 2}).ok());  // 6 axes: fits
+  CHECK(common_refinement(mesh{2, 4, 2, 4}, mesh{4, 2, 4, 2}) == mesh{2, 2, 2, 2, 2, 2});
 }
 
 TEST_CASE("refined layouts keep every rank's shard and partial group") {

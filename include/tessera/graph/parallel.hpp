@@ -42,6 +42,7 @@
 // | per input, ((1, 8), (1, 8)) | the shard the split tuple gives (strategy_layout) | semi_auto_parallel, auto_parallel |
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -247,6 +248,10 @@ class parallel_graph {
   /// What dynamic_programming minimises: priced_bytes() + work_per_rank() /
   /// flops_per_byte, a step's time on one rank in the time of a byte received.
   double step_cost() const { return double(priced_) + work_ / cfg_.flops_per_byte; }
+  /// The wall time, in seconds, of the strategy search that chose the unconfigured
+  /// operators' strategies (0 where no search ran); the rest of parallelize plans the
+  /// chosen layouts' redistributions.
+  double search_seconds() const { return search_seconds_; }
   /// The bytes `rank` receives in one training step: the priced redistributions,
   /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces.
   index_t bytes_for_rank(int rank) const {
@@ -277,6 +282,7 @@ class parallel_graph {
   std::vector<gradient_reduction> grad_reductions_;
   index_t priced_ = 0;
   double work_ = 0;
+  double search_seconds_ = 0;
 };
 
 namespace detail {
@@ -404,6 +410,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   for (std::size_t i = 0; i < inputs.size(); ++i)
     pg.value_layout_[inputs[i]] = detail::import_layout(g, inputs[i], cfg, int(i));
 
+  const auto search_start = std::chrono::steady_clock::now();
   // Strategies: fixed ones now, the others by the search. Each operator linear in some
   // input also gets, per strategy, the variants that keep the partial sums its producers
   // may give it (partial_variants), listed before the strategy's own layouts: a
@@ -535,6 +542,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       pg.ops_[id] = std::move(o);
     }
   }
+  if (any_free) pg.search_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - search_start).count();
   for (int id = 0; id < g.size(); ++id)
     if (pg.ops_[id]) {
       op_plan& o = *pg.ops_[id];

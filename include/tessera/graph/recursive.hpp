@@ -280,7 +280,8 @@ class recursive_search {
     std::vector<std::vector<int>> in, in_grad;  // layout ids per candidate and slot
     std::vector<int> out, out_grad, fetch;      // layout ids per candidate
     std::vector<int> devices;                   // the devices a candidate's mesh axes use
-    std::vector<double> collectives_forward, collectives_backward, work;
+    std::vector<double> work;
+    std::vector<std::optional<std::pair<double, double>>> collectives;  // forward, backward (when priced)
     std::vector<std::optional<std::vector<int>>> cuts;  // per candidate, its cuts (computed when reached)
   };
 
@@ -329,14 +330,10 @@ class recursive_search {
       t.out_grad.push_back(intern(l.out_grad));
       t.fetch.push_back(intern(layout::replicated(l.out.dev, 0)));
       t.devices.push_back(devices_used(l));
-      double fwd = 0, bwd = 0;
-      for (const internal_collective& ic : nd.op->collectives(st[k], N_, shapes, in_.elem_bytes))
-        (ic.backward ? bwd : fwd) += double(ic.bytes);
-      t.collectives_forward.push_back(fwd);
-      t.collectives_backward.push_back(bwd);
       t.work.push_back(nd.op->forward_work(l, shapes, nd.shape));
     }
     t.cuts.resize(t.st.size());
+    t.collectives.resize(t.st.size());
     return t;
   }
 
@@ -395,9 +392,15 @@ class recursive_search {
   // stand: its own, its inputs' edges, and (with `outputs`) its output's edges.
   double cost(int id, int k, bool outputs) {
     const node& nd = g_.at(id);
-    const op_table& t = tables_[table_of_[id]];
+    op_table& t = tables_[table_of_[id]];
     const bool back = in_.needs_grad[id];
-    double c = t.collectives_forward[k] + (back ? t.collectives_backward[k] : 0.0) +
+    if (!t.collectives[k]) {
+      std::pair<double, double> fb{0, 0};
+      for (const internal_collective& ic : nd.op->collectives(t.st[k], N_, g_.input_shapes(id), in_.elem_bytes))
+        (ic.backward ? fb.second : fb.first) += double(ic.bytes);
+      t.collectives[k] = fb;
+    }
+    double c = t.collectives[k]->first + (back ? t.collectives[k]->second : 0.0) +
                (back ? 3.0 : 1.0) * t.work[k] / in_.flops_per_byte;
     if (id == g_.loss()) c += sym(t.out[k], t.fetch[k], shape_id_[id]);
     for (std::size_t s = 0; s < nd.inputs.size(); ++s) {
