@@ -1,7 +1,8 @@
 // The parallel pass: what each parallel mode makes of a graph (strategies, layouts of
 // inputs and parameters, gradient reductions), the data-import modes, and the exact
 // text of every configuration error: bad strategies, a parameter laid out two ways,
-// dataset strategies that do not fit, operators and flags of another mode.
+// dataset strategies that do not fit, operators and flags of another mode; the memory
+// each device holds, and the budget every search keeps to.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -266,4 +267,84 @@ TEST_CASE("bytes_for_rank: every edge, collective and the loss, as planned") {
   CHECK(pg.priced_bytes() == sum);  // the loss's fetch is priced too
   // Values that need no gradient: the inputs; every other node of this graph does.
   for (int id = 0; id < g.size(); ++id) CHECK(pg.needs_grad(id) == (g.at(id).kind != node_kind::input));
+}
+
+// ---- memory --------------------------------------------------------------------------
+
+namespace {
+
+// 512 samples through two weights of 1 MiB: data parallel keeps both whole on every
+// device, with their gradients and Momentum's state.
+traced_graph two_weights() {
+  graph_builder b;
+  const value x = b.input("x", {512, 256});
+  const value h = b.relu(b.matmul(x, b.parameter("w1", {256, 1024})));
+  return b.build(b.reduce_mean(b.matmul(h, b.parameter("w2", {1024, 256}))));
+}
+
+}  // namespace
+
+TEST_CASE("memory_per_device: inputs, outputs and parameters with gradients and optimizer state") {
+  const traced_graph g = two_weights();
+  parallel_config cfg = config(parallel_mode::data_parallel, 4);
+  const parallel_graph pg = parallelize(g, cfg);
+  // x 128 x 256, the MatMul outputs 128 x 1024 and 128 x 256, ReLU 128 x 1024, the
+  // loss a scalar; w1 and w2 of 256 x 1024 each, three times (value, gradient, moments).
+  const index_t expect = 4 * (128 * 256 + 128 * 1024 + 128 * 1024 + 128 * 256 + 1) + 3 * 4 * (2 * 256 * 1024);
+  CHECK(pg.memory_per_device() == expect);
+  const auto consumers = pg.memory_consumers();
+  REQUIRE(consumers.size() == 5);  // x, the two MatMuls (with their weights), ReLU, the mean
+  CHECK(g.at(consumers[0].first).name == "matmul");
+  CHECK(consumers[0].second == 4 * (128 * 1024 + 3 * 256 * 1024));
+  cfg.optimizer_slots = 2;  // Adam
+  CHECK(parallelize(g, cfg).memory_per_device() == expect + 4 * 2 * 256 * 1024);
+}
+
+TEST_CASE("memory_budget: every search fits a plan under it, or says what is too large") {
+  const traced_graph g = two_weights();
+  const index_t data_parallel_memory = parallelize(g, config(parallel_mode::data_parallel, 4)).memory_per_device();
+  for (search_mode s : {search_mode::sharding_propagation, search_mode::dynamic_programming,
+                        search_mode::recursive_programming}) {
+    CAPTURE(to_string(s));
+    parallel_config cfg = config(parallel_mode::auto_parallel, 4);
+    cfg.search = s;
+    const parallel_graph free = parallelize(g, cfg);
+    // A budget half of data parallel's: the weights are split.
+    cfg.memory_budget = data_parallel_memory / 2;
+    const parallel_graph fit = parallelize(g, cfg);
+    CHECK(fit.memory_per_device() <= cfg.memory_budget);
+    const auto split = [](const layout& l) { return l.pieces(0) * l.pieces(1) == 4; };
+    const int w1 = g.find("w1"), w2 = g.find("w2");
+    CHECK(split(fit.value_layout(w1)));
+    CHECK(split(fit.value_layout(w2)));
+    // A budget the unconstrained choice already meets changes nothing.
+    cfg.memory_budget = free.memory_per_device();
+    const parallel_graph same = parallelize(g, cfg);
+    for (int id = 0; id < g.size(); ++id)
+      if (g.at(id).kind == node_kind::op) CHECK(same.op(id).st == free.op(id).st);
+    // Below the least any plan holds (every tensor split 4 ways: 2,883,588 bytes).
+    cfg.memory_budget = 2'500'000;
+    CHECK_THROWS_WITH_AS(
+        parallelize(g, cfg),
+        "parallelize: the plan holds 2883588 bytes per device, over the memory budget of 2500000 bytes with the "
+        "search weighing memory as dearly as it can; the largest: MatMul 'matmul' ((1, 1), (1, 4)) (its output, "
+        "parameter 'w1' with its gradient and optimizer state): 1310720 bytes; MatMul 'matmul2' ((1, 1), (1, 4)) "
+        "(its output, parameter 'w2' with its gradient and optimizer state): 917504 bytes; ReLU 'relu' ((1, 4),) "
+        "(its output): 524288 bytes",
+        error);
+  }
+  // A mode without a search: over the budget is an error at once.
+  parallel_config dp = config(parallel_mode::data_parallel, 4);
+  dp.memory_budget = data_parallel_memory - 1;
+  CHECK_THROWS_WITH_AS(parallelize(g, dp),
+                       ("parallelize: the plan holds " + std::to_string(data_parallel_memory) +
+                        " bytes per device, over the memory budget of " + std::to_string(data_parallel_memory - 1) +
+                        " bytes (data_parallel has no choice to make); the largest: MatMul 'matmul' ((4, 1), (1, 1)) "
+                        "(its output, parameter 'w1' with its gradient and optimizer state): 3670016 bytes; MatMul "
+                        "'matmul2' ((4, 1), (1, 1)) (its output, parameter 'w2' with its gradient and optimizer "
+                        "state): 3276800 bytes; ReLU 'relu' ((4, 1),) (its output): 524288 bytes")
+                           .c_str(),
+                       error);
+  dp.memory_budget = -1;
+  CHECK_THROWS_WITH_AS(parallelize(g, dp), "parallelize: memory_budget must be 0 (no limit) or positive, got -1", error);
 }

@@ -42,7 +42,9 @@
 // | per input, ((1, 8), (1, 8)) | the shard the split tuple gives (strategy_layout) | semi_auto_parallel, auto_parallel |
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -150,6 +152,15 @@ struct parallel_config {
   /// (90 GFLOP/s of BLAS per rank, bench_matmul; 5-13 GB/s through MPI,
   /// bench_collectives); a GPU over NVLink is nearer 100.
   double flops_per_byte = 10;
+  /// The bytes each device may hold (0: no limit): parameters with their gradients and
+  /// optimizer state, every operator's output (kept for the backward) and the data
+  /// inputs, as parallel_graph::memory_per_device counts them. The searches never
+  /// return a plan over it; parallelize throws, naming the largest consumers, where
+  /// no plan of the mode fits.
+  index_t memory_budget = 0;
+  /// The optimizer's state tensors per parameter (Momentum 1, Adam 2, SGD without
+  /// momentum 0), for memory_budget.
+  int optimizer_slots = 1;
 };
 
 /// Where an operator's strategy came from.
@@ -248,6 +259,23 @@ class parallel_graph {
   /// What dynamic_programming minimises: priced_bytes() + work_per_rank() /
   /// flops_per_byte, a step's time on one rank in the time of a byte received.
   double step_cost() const { return double(priced_) + work_ / cfg_.flops_per_byte; }
+  /// The bytes each device holds in a training step, as memory_budget counts them: the
+  /// data inputs' shards, each operator's output shard (kept for its backward), and
+  /// each parameter's shard with its gradient and optimizer_slots state tensors.
+  index_t memory_per_device() const {
+    index_t m = 0;
+    for (index_t b : memory_) m += b;
+    return m;
+  }
+  /// What memory_per_device holds, per node (an operator's bytes include the
+  /// parameters it reads first): (node id, bytes), largest first.
+  std::vector<std::pair<int, index_t>> memory_consumers() const {
+    std::vector<std::pair<int, index_t>> c;
+    for (int id = 0; id < int(memory_.size()); ++id)
+      if (memory_[id] > 0) c.emplace_back(id, memory_[id]);
+    std::stable_sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return c;
+  }
   /// The wall time, in seconds, of the strategy search that chose the unconfigured
   /// operators' strategies (0 where no search ran); the rest of parallelize plans the
   /// chosen layouts' redistributions.
@@ -283,6 +311,7 @@ class parallel_graph {
   index_t priced_ = 0;
   double work_ = 0;
   double search_seconds_ = 0;
+  std::vector<index_t> memory_;  // per node
 };
 
 namespace detail {
@@ -345,6 +374,10 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   const int N = cfg.device_num;
   if (N < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(N));
   if (cfg.elem_bytes < 1) throw error("parallelize: elem_bytes must be positive, got " + std::to_string(cfg.elem_bytes));
+  if (cfg.memory_budget < 0)
+    throw error("parallelize: memory_budget must be 0 (no limit) or positive, got " + std::to_string(cfg.memory_budget));
+  if (cfg.optimizer_slots < 0)
+    throw error("parallelize: optimizer_slots must not be negative, got " + std::to_string(cfg.optimizer_slots));
   if (!(cfg.flops_per_byte > 0))
     throw error("parallelize: flops_per_byte must be positive, got " + std::to_string(cfg.flops_per_byte));
   if (g.loss() < 0) throw error("parallelize: the graph has no loss (build it with graph_builder::build)");
@@ -494,39 +527,66 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   }
   detail::route_cache rc(cfg.elem_bytes);
   const bool dp = mode == parallel_mode::auto_parallel && cfg.search == search_mode::dynamic_programming;
-  if (any_free && rec) {
-    recursive_input rin;
-    rin.g = &g;
-    rin.device_num = N;
-    rin.elem_bytes = cfg.elem_bytes;
-    rin.flops_per_byte = cfg.flops_per_byte;
-    rin.input_layout = pg.value_layout_;
-    rin.fixed.resize(n);
-    rin.fixed_strategy.resize(n);
-    for (int id = 0; id < g.size(); ++id)
-      if (pg.ops_[id]) {
-        rin.fixed[id] = pg.ops_[id]->lay;
-        rin.fixed_strategy[id] = pg.ops_[id]->st;
-      }
-    rin.needs_grad = pg.needs_grad_;
-    recursive_result r = recursive_programming(rin);
-    for (int id = 0; id < g.size(); ++id)
-      if (r.choice[id]) pg.ops_[id] = op_plan{r.choice[id]->st, strategy_source::recursive_programming, r.choice[id]->lay, {}};
-  } else if (any_free) {
-    graph_problem gp = build_problem(pin, rc);
-    if (dp)  // every operator a choice, priced with its work too (in bytes' time)
-      for (std::size_t v = 0; v < gp.vars.size(); ++v) {
-        const int id = gp.vars[v];
-        for (std::size_t k = 0; k < gp.pb.unary[v].size(); ++k) {
-          const double w = detail::op_work(g, id, pin.free[id].lay[k], pg.needs_grad_[id]) / cfg.flops_per_byte;
-          gp.pb.unary[v][k] = detail::add_bytes(gp.pb.unary[v][k], w >= double(infinite_bytes) ? infinite_bytes
-                                                                                               : index_t(w + 0.5));
+  // The search, with memory weighed at `lambda` per byte (0: free): writes the chosen
+  // strategies of the operators it decides into pg.ops_.
+  std::optional<graph_problem> gp;             // built once (the exact prices)
+  std::vector<std::vector<index_t>> memory_of;  // per variable and candidate
+  auto search = [&](double lambda) {
+    if (rec) {
+      recursive_input rin;
+      rin.g = &g;
+      rin.device_num = N;
+      rin.elem_bytes = cfg.elem_bytes;
+      rin.flops_per_byte = cfg.flops_per_byte;
+      rin.input_layout = pg.value_layout_;
+      rin.fixed.resize(n);
+      rin.fixed_strategy.resize(n);
+      for (int id = 0; id < g.size(); ++id)
+        if (pg.ops_[id] && pg.ops_[id]->source != strategy_source::recursive_programming) {
+          rin.fixed[id] = pg.ops_[id]->lay;
+          rin.fixed_strategy[id] = pg.ops_[id]->st;
         }
-        gp.pb.anchored[v] = true;
+      rin.needs_grad = pg.needs_grad_;
+      rin.memory_weight = lambda;
+      rin.optimizer_slots = cfg.optimizer_slots;
+      recursive_result r = recursive_programming(rin);
+      for (int id = 0; id < g.size(); ++id)
+        if (r.choice[id])
+          pg.ops_[id] = op_plan{r.choice[id]->st, strategy_source::recursive_programming, r.choice[id]->lay, {}};
+      return;
+    }
+    if (!gp) {
+      gp = build_problem(pin, rc);
+      if (dp)  // every operator a choice, priced with its work too (in bytes' time)
+        for (std::size_t v = 0; v < gp->vars.size(); ++v) {
+          const int id = gp->vars[v];
+          for (std::size_t k = 0; k < gp->pb.unary[v].size(); ++k) {
+            const double w = detail::op_work(g, id, pin.free[id].lay[k], pg.needs_grad_[id]) / cfg.flops_per_byte;
+            gp->pb.unary[v][k] = detail::add_bytes(gp->pb.unary[v][k], w >= double(infinite_bytes) ? infinite_bytes
+                                                                                                 : index_t(w + 0.5));
+          }
+          gp->pb.anchored[v] = true;
+        }
+    }
+    search_problem pb = gp->pb;
+    if (lambda > 0) {  // every operator a choice, its memory priced too
+      if (memory_of.empty())
+        for (int id : gp->vars) {
+          memory_of.emplace_back();
+          for (const op_layouts& l : pin.free[id].lay)
+            memory_of.back().push_back(detail::op_memory(g, id, l, cfg.elem_bytes, cfg.optimizer_slots));
+        }
+      for (std::size_t v = 0; v < gp->vars.size(); ++v) {
+        for (std::size_t k = 0; k < pb.unary[v].size(); ++k) {
+          const double m = lambda * double(memory_of[v][k]);
+          pb.unary[v][k] = detail::add_bytes(pb.unary[v][k], m >= double(infinite_bytes) ? infinite_bytes : index_t(m + 0.5));
+        }
+        pb.anchored[v] = true;
       }
-    const search_result r = solve(gp.pb);
-    for (std::size_t v = 0; v < gp.vars.size(); ++v) {
-      const int id = gp.vars[v];
+    }
+    const search_result r = solve(pb);
+    for (std::size_t v = 0; v < gp->vars.size(); ++v) {
+      const int id = gp->vars[v];
       op_plan o;
       if (r.pick[v] >= 0) {
         o.st = pin.free[id].st[r.pick[v]];
@@ -541,6 +601,64 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       }
       pg.ops_[id] = std::move(o);
     }
+  };
+  // The bytes each device holds under the strategies in pg.ops_: the data inputs, and
+  // each operator's op_memory.
+  auto memory = [&] {
+    index_t m = 0;
+    for (int id = 0; id < g.size(); ++id) {
+      if (g.at(id).kind == node_kind::input) m += local_size(pg.value_layout_[id], g.at(id).shape) * cfg.elem_bytes;
+      if (pg.ops_[id]) m += detail::op_memory(g, id, pg.ops_[id]->lay, cfg.elem_bytes, cfg.optimizer_slots);
+    }
+    return m;
+  };
+  if (any_free) {
+    search(0);
+    // Over the memory budget: memory weighed against bytes received, its price raised
+    // until the plan fits, then bisected down to the cheapest price that still fits.
+    if (cfg.memory_budget > 0 && memory() > cfg.memory_budget) {
+      double over = 0, fits = 1.0 / 1024;
+      for (search(fits); memory() > cfg.memory_budget && fits < 1e9; search(fits)) {
+        over = fits;
+        fits *= 8;
+      }
+      if (memory() <= cfg.memory_budget) {
+        for (int i = 0; i < 12; ++i) {
+          const double mid = std::sqrt(std::max(over, fits / 1024) * fits);
+          search(mid);
+          (memory() <= cfg.memory_budget ? fits : over) = mid;
+        }
+        search(fits);
+      }
+    }
+  }
+  // Memory: per node, and against the budget.
+  pg.memory_.assign(n, 0);
+  for (int id = 0; id < g.size(); ++id) {
+    if (g.at(id).kind == node_kind::input) pg.memory_[id] = local_size(pg.value_layout_[id], g.at(id).shape) * cfg.elem_bytes;
+    if (pg.ops_[id]) pg.memory_[id] = detail::op_memory(g, id, pg.ops_[id]->lay, cfg.elem_bytes, cfg.optimizer_slots);
+  }
+  if (cfg.memory_budget > 0 && pg.memory_per_device() > cfg.memory_budget) {
+    std::string largest;
+    const auto consumers = pg.memory_consumers();
+    for (std::size_t i = 0; i < consumers.size() && i < 3; ++i) {
+      const auto [id, bytes] = consumers[i];
+      std::string what = g.describe(id);
+      if (g.at(id).kind == node_kind::op) {
+        what += " " + to_string(pg.ops_[id]->st) + " (its output";
+        for (int p : g.at(id).inputs)
+          if (g.at(p).kind == node_kind::parameter && g.consumers(p).front().first == id)
+            what += ", parameter '" + g.at(p).name + "' with its gradient and optimizer state";
+        what += ")";
+      }
+      largest += (i ? "; " : "") + what + ": " + std::to_string(bytes) + " bytes";
+    }
+    throw error("parallelize: the plan holds " + std::to_string(pg.memory_per_device()) +
+                " bytes per device, over the memory budget of " + std::to_string(cfg.memory_budget) + " bytes" +
+                (any_free && mode == parallel_mode::auto_parallel
+                     ? " with the search weighing memory as dearly as it can"
+                     : " (" + std::string(to_string(mode)) + " has no choice to make)") +
+                "; the largest: " + largest);
   }
   if (any_free) pg.search_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - search_start).count();
   for (int id = 0; id < g.size(); ++id)

@@ -160,6 +160,21 @@ struct evaluation {
   std::string context;
 };
 
+// The bytes one device holds for operator `id` under layouts `l`, as
+// parallel_graph::memory_per_device counts them: its output (kept for the backward),
+// and each parameter it is the first reader of, with the parameter's gradient and
+// `optimizer_slots` tensors of optimizer state.
+inline index_t op_memory(const traced_graph& g, int id, const op_layouts& l, index_t elem_bytes, int optimizer_slots) {
+  const node& nd = g.at(id);
+  index_t b = local_size(l.out, nd.shape) * elem_bytes;
+  for (std::size_t s = 0; s < nd.inputs.size(); ++s) {
+    const int p = nd.inputs[s];
+    if (g.at(p).kind == node_kind::parameter && g.consumers(p).front() == std::pair<int, int>{id, int(s)})
+      b += local_size(l.in[s], g.at(p).shape) * elem_bytes * (2 + optimizer_slots);
+  }
+  return b;
+}
+
 inline evaluation evaluate(const traced_graph& g, int id, const strategy& st, int device_num) {
   const node& n = g.at(id);
   const shape_list shapes = g.input_shapes(id);

@@ -168,6 +168,12 @@ struct recursive_input {
   std::vector<std::optional<op_layouts>> fixed;  ///< per node (configured operators)
   std::vector<strategy> fixed_strategy;          ///< per node (configured operators)
   std::vector<bool> needs_grad;                  ///< per node
+  /// The price of a byte of memory per device, in the cost's units: each candidate
+  /// also costs memory_weight times the bytes it holds (op_memory: its output, the
+  /// parameters it reads first with their gradients and optimizer state). 0: memory is
+  /// free. parallelize raises it until the plan fits parallel_config::memory_budget.
+  double memory_weight = 0;
+  int optimizer_slots = 1;  ///< as parallel_config's
 };
 
 /// An unconfigured operator's strategy as the search chose it.
@@ -402,6 +408,8 @@ class recursive_search {
     }
     double c = t.collectives[k]->first + (back ? t.collectives[k]->second : 0.0) +
                (back ? 3.0 : 1.0) * t.work[k] / in_.flops_per_byte;
+    if (in_.memory_weight > 0)
+      c += in_.memory_weight * double(op_memory(g_, id, t.lay[k], in_.elem_bytes, in_.optimizer_slots));
     if (id == g_.loss()) c += sym(t.out[k], t.fetch[k], shape_id_[id]);
     for (std::size_t s = 0; s < nd.inputs.size(); ++s) {
       const int p = nd.inputs[s];
