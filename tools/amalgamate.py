@@ -43,7 +43,7 @@ TARGETS = [
 
 INTERNAL_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](tessera/[^>"]+)[>"]')
 PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
-PROJECT_VERSION = re.compile(r"project\s*\(\s*tessera\s+VERSION\s+([0-9]+(?:\.[0-9]+)*)", re.IGNORECASE)
+HEADER_VERSION = re.compile(r'^#define TESSERA_VERSION "([0-9]+\.[0-9]+\.[0-9]+)"', re.MULTILINE)
 
 
 class AmalgamationError(Exception):
@@ -51,11 +51,11 @@ class AmalgamationError(Exception):
 
 
 def project_version():
-    """The version on the project() line of the top-level CMakeLists.txt."""
-    text = (ROOT / "CMakeLists.txt").read_text(encoding="utf-8")
-    match = PROJECT_VERSION.search(text)
+    """The version include/tessera/core/version.hpp defines (TESSERA_VERSION)."""
+    text = (ROOT / "include" / "tessera" / "core" / "version.hpp").read_text(encoding="utf-8")
+    match = HEADER_VERSION.search(text)
     if not match:
-        raise AmalgamationError("CMakeLists.txt: no `project(tessera VERSION x.y.z ...)` line")
+        raise AmalgamationError('include/tessera/core/version.hpp: no `#define TESSERA_VERSION "x.y.z"` line')
     return match.group(1)
 
 

@@ -9,6 +9,7 @@
 
 // core/: the layout algebra (standard library only)
 #include <tessera/core/config.hpp>
+#include <tessera/core/version.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/reduce_op.hpp>
 #include <tessera/core/mesh.hpp>

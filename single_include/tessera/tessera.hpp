@@ -27,6 +27,24 @@ inline constexpr int max_tensor_ndim = 6;
 using index_t = std::int64_t;
 
 }  // namespace tessera
+// ---- tessera/core/version.hpp ----
+// tessera's version: the one place it is written. CMakeLists.txt reads it from here into
+// project(VERSION), so the installed package's tesseraConfigVersion.cmake agrees.
+
+#include <string_view>
+
+#define TESSERA_VERSION_MAJOR 0
+#define TESSERA_VERSION_MINOR 1
+#define TESSERA_VERSION_PATCH 0
+/// "MAJOR.MINOR.PATCH".
+#define TESSERA_VERSION "0.1.0"
+
+namespace tessera {
+
+/// The version of the headers in use, "MAJOR.MINOR.PATCH" (TESSERA_VERSION).
+constexpr std::string_view version() { return TESSERA_VERSION; }
+
+}  // namespace tessera
 // ---- tessera/core/error.hpp ----
 // Error codes of the layout algebra, their text (written once), and how they
 // surface: a static_assert at compile time, a tessera::error at run time.

@@ -1,13 +1,17 @@
 // A consumer of tessera: the mesh algebra through the package's include path, JSON
-// through the nlohmann/json that tessera::tessera brings, and mpi.h through
-// tessera::mpi (no MPI call: the program runs without a launcher).
+// through the nlohmann/json that tessera::tessera brings, mpi.h through tessera::mpi
+// (no MPI call: the program runs without a launcher), and the package's version equal
+// to the headers'.
 #include <mpi.h>
 #include <tessera/core/mesh.hpp>
+#include <tessera/core/version.hpp>
 #include <tessera/io/json.hpp>
 
 #include <cstdio>
 
 static_assert(MPI_VERSION >= 3, "tessera::mpi must bring in an MPI-3 mpi.h");
+static_assert(tessera::version() == TESSERA_PACKAGE_VERSION,
+              "find_package(tessera)'s version must be the headers' TESSERA_VERSION");
 
 int main() {
   constexpr tessera::mesh m{2, 4};
