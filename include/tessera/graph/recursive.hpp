@@ -193,16 +193,15 @@ struct recursive_result {
 
 namespace detail {
 
-inline void require_power_of_two(int device_num) {
+inline void require_power_of_two(int device_num, const char* who = "search recursive_programming") {
   if (device_num < 1 || !std::has_single_bit(unsigned(device_num)))
-    throw error("parallelize: search recursive_programming needs a device count that is a power of two, got " +
+    throw error(std::string("parallelize: ") + who + " needs a device count that is a power of two, got " +
                 std::to_string(device_num));
 }
 
 class recursive_search {
  public:
   explicit recursive_search(const recursive_input& in) : in_(in), g_(*in.g), N_(in.device_num) {
-    require_power_of_two(N_);
     table_of_.assign(std::size_t(g_.size()), -1);
     cur_.assign(std::size_t(g_.size()), 0);
     consumers_.resize(std::size_t(g_.size()));
@@ -224,6 +223,7 @@ class recursive_search {
   }
 
   recursive_result run() {
+    decided_.assign(std::size_t(g_.size()), true);
     recursive_result r;
     r.rounds = std::countr_zero(unsigned(N_));
     r.choice.resize(std::size_t(g_.size()));
@@ -275,6 +275,81 @@ class recursive_search {
     }
     for (int id = 0; id < g_.size(); ++id)
       if (g_.at(id).kind == node_kind::op) r.symbolic_cost += cost(id, cur_[id], false);
+    return r;
+  }
+
+  // Sharding propagation under the symbolic price (see symbolic_propagation).
+  recursive_result propagate() {
+    count_work_ = false;
+    decided_.assign(std::size_t(g_.size()), false);
+    for (int id = 0; id < g_.size(); ++id)
+      if (g_.at(id).kind == node_kind::op && in_.fixed[id]) decided_[id] = true;
+    // The operators linked to an operator: its producers, its consumers, and the other
+    // readers of the parameters it reads.
+    auto linked = [&](int id, auto&& f) {
+      for (int p : g_.at(id).inputs) {
+        if (g_.at(p).kind == node_kind::op) f(p);
+        if (g_.at(p).kind == node_kind::parameter)
+          for (const auto& [u, su] : g_.consumers(p))
+            if (u != id) f(u);
+      }
+      for (const auto& [u, su] : consumers_[id]) f(u);
+    };
+    std::vector<int> queue;
+    std::vector<bool> queued(std::size_t(g_.size()), false);
+    auto reach = [&](int u) {
+      if (!queued[u] && !decided_[u]) {
+        queued[u] = true;
+        queue.push_back(u);
+      }
+    };
+    for (int id = 0; id < g_.size(); ++id)
+      if (decided_[id]) linked(id, reach);
+    std::vector<bool> reached(std::size_t(g_.size()), false);
+    auto drain = [&] {
+      for (std::size_t i = 0; i < queue.size(); ++i) {
+        const int id = queue[i];
+        const op_table& t = tables_[table_of_[id]];
+        std::vector<int> options(t.st.size());
+        for (std::size_t k = 0; k < options.size(); ++k) options[k] = int(k);
+        // A parameter shared with a decided reader is laid out as that reader lays it
+        // out, where some candidate can.
+        for (std::size_t s = 0; s < g_.at(id).inputs.size(); ++s) {
+          const int p = g_.at(id).inputs[s];
+          if (g_.at(p).kind != node_kind::parameter) continue;
+          for (const auto& [u, su] : g_.consumers(p)) {
+            if (u == id || !decided_[u]) continue;
+            std::vector<int> alike;
+            for (int k : options)
+              if (same_placement(t.lay[k].in[s], layout_of(u, su))) alike.push_back(k);
+            if (!alike.empty()) options = std::move(alike);
+          }
+        }
+        cur_[id] = cheapest(id, options);
+        decided_[id] = reached[id] = true;
+        linked(id, reach);
+      }
+      queue.clear();
+    };
+    drain();
+    // With memory priced, every operator is a choice: the unreached ones start more
+    // propagations, in node order.
+    if (in_.memory_weight > 0)
+      for (int id : free_)
+        if (!decided_[id]) {
+          reach(id);
+          drain();
+        }
+    recursive_result r;
+    r.choice.resize(std::size_t(g_.size()));
+    for (int id : free_)
+      if (reached[id]) {
+        const op_table& t = tables_[table_of_[id]];
+        r.choice[id] = recursive_choice{t.st[cur_[id]], t.lay[cur_[id]], true};
+        ++r.propagated;
+      }
+    for (int id = 0; id < g_.size(); ++id)
+      if (g_.at(id).kind == node_kind::op && decided_[id]) r.symbolic_cost += cost(id, cur_[id], false);
     return r;
   }
 
@@ -407,7 +482,7 @@ class recursive_search {
       t.collectives[k] = fb;
     }
     double c = t.collectives[k]->first + (back ? t.collectives[k]->second : 0.0) +
-               (back ? 3.0 : 1.0) * t.work[k] / in_.flops_per_byte;
+               (count_work_ ? (back ? 3.0 : 1.0) * t.work[k] / in_.flops_per_byte : 0.0);
     if (in_.memory_weight > 0)
       c += in_.memory_weight * double(op_memory(g_, id, t.lay[k], in_.elem_bytes, in_.optimizer_slots));
     if (id == g_.loss()) c += sym(t.out[k], t.fetch[k], shape_id_[id]);
@@ -419,7 +494,7 @@ class recursive_search {
         c += sym(input_id_.at(p), t.in[k][s], shape_id_[p]);
       } else if (pn.kind == node_kind::parameter) {
         if (grad) c += sym(t.in_grad[k][s], t.in[k][s], shape_id_[p]);
-      } else if (pn.kind == node_kind::op) {
+      } else if (pn.kind == node_kind::op && decided_[p]) {
         const op_table& pt = tables_[table_of_[p]];
         c += sym(pt.out[cur_[p]], t.in[k][s], shape_id_[p]);
         if (grad) c += sym(t.in_grad[k][s], pt.out_grad[cur_[p]], shape_id_[p]);
@@ -427,6 +502,7 @@ class recursive_search {
     }
     if (outputs)
       for (const auto& [u, s] : consumers_[id]) {
+        if (!decided_[u]) continue;
         const op_table& ut = tables_[table_of_[u]];
         c += sym(t.out[k], ut.in[cur_[u]][s], shape_id_[id]);
         if (back && g_.at(u).op->differentiable(s)) c += sym(ut.in_grad[cur_[u]][s], t.out_grad[k], shape_id_[id]);
@@ -484,6 +560,8 @@ class recursive_search {
   std::unordered_map<int, int> input_id_;
   std::vector<std::vector<std::pair<int, int>>> consumers_;
   std::unordered_map<std::uint64_t, double> sym_cache_;
+  std::vector<bool> decided_;  // per node: whether the costs count its edges
+  bool count_work_ = true;     // whether an operator's work is part of its cost
 };
 
 }  // namespace detail
@@ -492,7 +570,22 @@ class recursive_search {
 /// operators of `in`. Throws tessera::error when the device count is not a power of
 /// two, or an operator has no valid strategy on it.
 inline recursive_result recursive_programming(const recursive_input& in) {
+  detail::require_power_of_two(in.device_num);
   return detail::recursive_search(in).run();
+}
+
+/// Sharding propagation under the symbolic price, for problems too large to price
+/// every pair of candidates exactly (graph/parallel.hpp chooses it beyond
+/// parallel_config::exact_pricing_limit): as MindSpore's propagation, breadth-first from
+/// the configured operators, each unconfigured operator reached takes the candidate of
+/// least symbolic cost given the operators decided before it (bytes only, no work; a
+/// parameter laid out as its decided readers lay it out, where a candidate can).
+/// Operators no configured one reaches get no choice (data parallel), unless memory is
+/// priced (memory_weight > 0): then each starts a propagation of its own, in node
+/// order. Every choice is marked propagated. Throws as recursive_programming does.
+inline recursive_result symbolic_propagation(const recursive_input& in) {
+  detail::require_power_of_two(in.device_num, "symbolic sharding propagation");
+  return detail::recursive_search(in).propagate();
 }
 
 }  // namespace tessera::graph
