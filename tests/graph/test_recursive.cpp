@@ -248,6 +248,7 @@ TEST_CASE("recursive_programming: the worked example of graph/recursive.hpp") {
     CHECK(pg.op(m1.id()).st == strategy{{1, 1}, {1, 2}});
     CHECK(pg.op(relu.id()).st == strategy{{1, 2}});
     CHECK(pg.op(m2.id()).st == strategy{{1, 2}, {2, 1}});
+    CHECK(pg.op(loss.id()).st == strategy{{2, 1}});
   }
   const parallel_graph pg = parallelize(g, recursive(4));  // round 2 doubles the cuts
   CHECK(pg.op(m1.id()).st == strategy{{1, 1}, {1, 4}});

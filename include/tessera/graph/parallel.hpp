@@ -647,14 +647,15 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
       pg.ops_[id] = std::move(o);
     }
   };
-  // The bytes each device holds under the strategies in pg.ops_: the data inputs, and
-  // each operator's op_memory.
+  // The bytes each device holds for node `id` under the strategies in pg.ops_: a data
+  // input's shard, an operator's op_memory; and for all nodes.
+  auto node_memory = [&](int id) -> index_t {
+    if (g.at(id).kind == node_kind::input) return local_size(pg.value_layout_[id], g.at(id).shape) * cfg.elem_bytes;
+    return pg.ops_[id] ? detail::op_memory(g, id, pg.ops_[id]->lay, cfg.elem_bytes, cfg.optimizer_slots) : 0;
+  };
   auto memory = [&] {
     index_t m = 0;
-    for (int id = 0; id < g.size(); ++id) {
-      if (g.at(id).kind == node_kind::input) m += local_size(pg.value_layout_[id], g.at(id).shape) * cfg.elem_bytes;
-      if (pg.ops_[id]) m += detail::op_memory(g, id, pg.ops_[id]->lay, cfg.elem_bytes, cfg.optimizer_slots);
-    }
+    for (int id = 0; id < g.size(); ++id) m += node_memory(id);
     return m;
   };
   if (any_free) {
@@ -679,10 +680,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   }
   // Memory: per node, and against the budget.
   pg.memory_.assign(n, 0);
-  for (int id = 0; id < g.size(); ++id) {
-    if (g.at(id).kind == node_kind::input) pg.memory_[id] = local_size(pg.value_layout_[id], g.at(id).shape) * cfg.elem_bytes;
-    if (pg.ops_[id]) pg.memory_[id] = detail::op_memory(g, id, pg.ops_[id]->lay, cfg.elem_bytes, cfg.optimizer_slots);
-  }
+  for (int id = 0; id < g.size(); ++id) pg.memory_[id] = node_memory(id);
   if (cfg.memory_budget > 0 && pg.memory_per_device() > cfg.memory_budget) {
     std::string largest;
     const auto consumers = pg.memory_consumers();
