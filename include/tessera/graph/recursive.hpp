@@ -120,12 +120,15 @@ inline bit_layout to_bits(const layout& l) {
 /// receives, estimated in closed form. Partial sums `to` does not hold are reduced
 /// first: by a reduce-scatter ((g - 1) / g of the shard) when `to` splits the value
 /// over all of their mesh axes, else by an all-reduce (2 (g - 1) / g); then a rank
-/// receives its new shard less the part its old shard already holds, per dim the
-/// extent over the pieces of both layouts' cuts, counting once the cuts they share in
-/// the same order. Exact for the single collectives (all-gather, all-to-all,
-/// reduce-scatter, all-reduce, slicing); an average over the ranks where two layouts
-/// cut one dim by different mesh axes. Throws when the device count is not a power of
-/// two or the two device matrices hold different numbers of ranks.
+/// receives its new shard less the part its old shard already holds: per dim, the
+/// extent over 2 to the number of rank bits either layout cuts it by, a bit both use
+/// counted once whatever its place (SAPP's view of a cut: an operator whose dim was
+/// cut in two and is then cut in four keeps the first cut, though its device matrix
+/// now orders that bit differently). Exact for the single collectives (all-gather,
+/// all-to-all, reduce-scatter, all-reduce, slicing); an average over the ranks where
+/// two layouts cut one dim by different bits; an underestimate where they cut it by
+/// the same bits in another order. Throws when the device count is not a power of two
+/// or the two device matrices hold different numbers of ranks.
 inline double symbolic_bytes(const layout& from, const layout& to, const extents& shape, index_t elem_bytes) {
   const int ranks = from.dev.size();
   if (ranks != to.dev.size() || !std::has_single_bit(unsigned(ranks)))
@@ -209,12 +212,10 @@ class recursive_search {
   explicit recursive_search(const recursive_input& in) : in_(in), g_(*in.g), N_(in.device_num) {
     table_of_.assign(std::size_t(g_.size()), -1);
     cur_.assign(std::size_t(g_.size()), 0);
-    consumers_.resize(std::size_t(g_.size()));
     for (int id = 0; id < g_.size(); ++id) {
       const node& nd = g_.at(id);
       shape_id_.push_back(intern(nd.shape));
       if (nd.kind != node_kind::op) continue;
-      for (std::size_t s = 0; s < nd.inputs.size(); ++s) consumers_[nd.inputs[s]].emplace_back(id, int(s));
       if (in_.fixed[id]) {
         table_of_[id] = int(tables_.size());
         tables_.push_back(make_table(id, {in_.fixed_strategy[id]}, {*in_.fixed[id]}));
@@ -298,7 +299,7 @@ class recursive_search {
           for (const auto& [u, su] : g_.consumers(p))
             if (u != id) f(u);
       }
-      for (const auto& [u, su] : consumers_[id]) f(u);
+      for (const auto& [u, su] : g_.consumers(id)) f(u);
     };
     std::vector<int> queue;
     std::vector<bool> queued(std::size_t(g_.size()), false);
@@ -506,7 +507,7 @@ class recursive_search {
       }
     }
     if (outputs)
-      for (const auto& [u, s] : consumers_[id]) {
+      for (const auto& [u, s] : g_.consumers(id)) {
         if (!decided_[u]) continue;
         const op_table& ut = tables_[table_of_[u]];
         c += sym(t.out[k], ut.in[cur_[u]][s], shape_id_[id]);
@@ -563,7 +564,6 @@ class recursive_search {
   std::vector<extents> shapes_;
   std::vector<int> table_of_, cur_, free_, shape_id_;
   std::unordered_map<int, int> input_id_;
-  std::vector<std::vector<std::pair<int, int>>> consumers_;
   std::unordered_map<std::uint64_t, double> sym_cache_;
   std::vector<bool> decided_;  // per node: whether the costs count its edges
   bool count_work_ = true;     // whether an operator's work is part of its cost
