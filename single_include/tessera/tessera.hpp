@@ -24466,6 +24466,11 @@ class optimizer {
     return bytes < parallel_->opt.threshold_bytes ? p.layout() : optim::state_layout(p.layout(), p.shape());
   }
 
+  /// The kinds of state the optimizer keeps per parameter (Momentum 1, Adam 2, SGD
+  /// without momentum 0): what parallel_config::optimizer_slots counts for a memory
+  /// budget (train::model sets it from here).
+  int state_kinds() { return int(state_slots().size()); }
+
   /// The state as checkpoints hold it: for each kind of state_slots() and each
   /// parameter, a host copy named "<kind>.<parameter>" ("moments.fc.weight"), of the
   /// parameter's global shape laid out as state_layout(i) (zeros before the first step).
@@ -26396,7 +26401,7 @@ class model {
     graph::parallel_config cfg = opt_config_.parallel;
     cfg.device_num = ctx_->size();
     cfg.elem_bytes = index_t(sizeof(T));
-    cfg.optimizer_slots = int(opt_->state_slots().size());  // for memory_budget
+    cfg.optimizer_slots = opt_->state_kinds();  // for memory_budget
     auto c = std::make_unique<compiled_network>();
     nn::traced_network t = nn::trace(*net_, *loss_, xs, ys, net_->seed());
     c->graph = std::move(t.graph);

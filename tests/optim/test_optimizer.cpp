@@ -1,10 +1,13 @@
 // Tests of optim/optimizer.hpp: the learning-rate schedules' values (PyTorch's StepLR
 // and CosineAnnealingLR in closed form), the step count and the rate each step uses,
-// and the errors for gradients that do not fit the parameters.
+// the errors for gradients that do not fit the parameters, and the kinds of state each
+// optimizer keeps.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <numbers>
+#include <tessera/optim/adam.hpp>
+#include <tessera/optim/momentum.hpp>
 #include <tessera/optim/sgd.hpp>
 
 #include "optim_test.hpp"
@@ -66,4 +69,12 @@ TEST_CASE("optimizer: gradients that do not fit are errors naming the parameter"
                     "[-]: reduce gradients over the data-parallel ranks first (train::distributed_grad_reducer)");
   dist_tensor<double> wrong(layout::replicated(mesh{2}, 1), extents{3}, 0);
   CHECK_THROWS_WITH(opt2({wrong}), "sgd: the gradient of parameter 'dense.weight' is (3,) [-], the parameter (4,) [-]");
+}
+
+TEST_CASE("optimizer: the kinds of state it keeps per parameter (a memory budget's optimizer_slots)") {
+  auto p = param("w", {1.0});
+  CHECK(optim::sgd<double>({&p}, 0.1).state_kinds() == 0);
+  CHECK(optim::sgd<double>({&p}, 0.1, 0.9).state_kinds() == 1);  // "accum"
+  CHECK(optim::momentum<double>({&p}, 0.1, 0.9).state_kinds() == 1);  // "moments"
+  CHECK(optim::adam<double>({&p}).state_kinds() == 2);  // "moment1", "moment2"
 }

@@ -645,7 +645,7 @@ class model {
     graph::parallel_config cfg = opt_config_.parallel;
     cfg.device_num = ctx_->size();
     cfg.elem_bytes = index_t(sizeof(T));
-    cfg.optimizer_slots = int(opt_->state_slots().size());  // for memory_budget
+    cfg.optimizer_slots = opt_->state_kinds();  // for memory_budget
     auto c = std::make_unique<compiled_network>();
     nn::traced_network t = nn::trace(*net_, *loss_, xs, ys, net_->seed());
     c->graph = std::move(t.graph);
