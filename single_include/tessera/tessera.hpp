@@ -10859,6 +10859,17 @@ struct evaluation {
   std::string context;
 };
 
+// What an operator's candidates and their layouts depend on: its type, attributes and
+// input and output shapes ("MatMul|transpose_a: false, ...|(16, 8)|(16, 32)|(32, 8)").
+// Operators with equal signatures (the layers of a stack) share their evaluation.
+inline std::string signature(const traced_graph& g, int id) {
+  const node& nd = g.at(id);
+  std::string key = nd.op->type() + '|' + nd.op->attributes() + '|' + to_string(nd.shape);
+  const shape_list shapes = g.input_shapes(id);
+  for (int i = 0; i < shapes.n; ++i) key += '|' + to_string(shapes[i]);
+  return key;
+}
+
 // The bytes one device holds for operator `id` under layouts `l`, as
 // parallel_graph::memory_per_device counts them: its output (kept for the backward),
 // and each parameter it is the first reader of, with the parameter's gradient and
@@ -11587,17 +11598,7 @@ class recursive_search {
         if (cuts.empty()) continue;
         // A parameter shared with a reader cut this round is laid out as that reader
         // lays it out, where some cut can.
-        for (std::size_t s = 0; s < g_.at(id).inputs.size(); ++s) {
-          const int p = g_.at(id).inputs[s];
-          if (g_.at(p).kind != node_kind::parameter) continue;
-          for (const auto& [u, su] : g_.consumers(p)) {
-            if (u == id || cut_in[u] != round) continue;
-            std::vector<int> alike;
-            for (int k : cuts)
-              if (same_placement(tables_[table_of_[id]].lay[k].in[s], layout_of(u, su))) alike.push_back(k);
-            if (!alike.empty()) cuts = std::move(alike);
-          }
-        }
+        keep_shared_alike(id, cuts, [&](int u) { return cut_in[u] == round; });
         cur_[id] = cheapest(id, cuts);
         cut_in[id] = round;
       }
@@ -11658,17 +11659,7 @@ class recursive_search {
         for (std::size_t k = 0; k < options.size(); ++k) options[k] = int(k);
         // A parameter shared with a decided reader is laid out as that reader lays it
         // out, where some candidate can.
-        for (std::size_t s = 0; s < g_.at(id).inputs.size(); ++s) {
-          const int p = g_.at(id).inputs[s];
-          if (g_.at(p).kind != node_kind::parameter) continue;
-          for (const auto& [u, su] : g_.consumers(p)) {
-            if (u == id || !decided_[u]) continue;
-            std::vector<int> alike;
-            for (int k : options)
-              if (same_placement(t.lay[k].in[s], layout_of(u, su))) alike.push_back(k);
-            if (!alike.empty()) options = std::move(alike);
-          }
-        }
+        keep_shared_alike(id, options, [&](int u) { return bool(decided_[u]); });
         cur_[id] = cheapest(id, options);
         decided_[id] = reached[id] = true;
         linked(id, reach);
@@ -11765,8 +11756,7 @@ class recursive_search {
   int table_for(int id) {
     const node& nd = g_.at(id);
     const shape_list shapes = g_.input_shapes(id);
-    std::string key = nd.op->type() + '|' + nd.op->attributes() + '|' + to_string(nd.shape);
-    for (int i = 0; i < shapes.n; ++i) key += '|' + to_string(shapes[i]);
+    std::string key = signature(g_, id);
     const auto it = table_ids_.find(key);
     if (it != table_ids_.end()) return it->second;
     std::vector<strategy> st;
@@ -11888,6 +11878,24 @@ class recursive_search {
         if (alike.empty()) continue;
         cur_[c] = cheapest(c, alike);
         propagated[c] = true;
+      }
+    }
+  }
+  // Narrows `options` (candidates of `id`) to those that lay out each parameter `id`
+  // reads as every other reader `settled(reader)` accepts lays it out, one reader at a
+  // time, skipping a reader none of the options agrees with.
+  template <class Settled>
+  void keep_shared_alike(int id, std::vector<int>& options, Settled settled) const {
+    const op_table& t = tables_[table_of_[id]];
+    for (std::size_t s = 0; s < g_.at(id).inputs.size(); ++s) {
+      const int p = g_.at(id).inputs[s];
+      if (g_.at(p).kind != node_kind::parameter) continue;
+      for (const auto& [u, su] : g_.consumers(p)) {
+        if (u == id || !settled(u)) continue;
+        std::vector<int> alike;
+        for (int k : options)
+          if (same_placement(t.lay[k].in[s], layout_of(u, su))) alike.push_back(k);
+        if (!alike.empty()) options = std::move(alike);
       }
     }
   }
@@ -12359,14 +12367,12 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   bool symbolic_propagate = false;
   if (mode == parallel_mode::auto_parallel && cfg.search == search_mode::sharding_propagation &&
       std::has_single_bit(unsigned(N))) {
-    std::map<std::string, double> count_of;  // candidates per (type, attributes, shapes)
+    std::map<std::string, double> count_of;  // candidates per signature
     auto count = [&](int id) {
-      const node& nd = g.at(id);
-      std::string key = nd.op->type() + '|' + nd.op->attributes();
-      const shape_list shapes = g.input_shapes(id);
-      for (int i = 0; i < shapes.n; ++i) key += '|' + to_string(shapes[i]);
+      std::string key = detail::signature(g, id);
       auto it = count_of.find(key);
-      if (it == count_of.end()) it = count_of.emplace(key, double(nd.op->candidates(N, shapes).size())).first;
+      if (it == count_of.end())
+        it = count_of.emplace(std::move(key), double(g.at(id).op->candidates(N, g.input_shapes(id)).size())).first;
       return it->second;
     };
     double pairs = 0;

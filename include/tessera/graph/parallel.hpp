@@ -492,14 +492,12 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   bool symbolic_propagate = false;
   if (mode == parallel_mode::auto_parallel && cfg.search == search_mode::sharding_propagation &&
       std::has_single_bit(unsigned(N))) {
-    std::map<std::string, double> count_of;  // candidates per (type, attributes, shapes)
+    std::map<std::string, double> count_of;  // candidates per signature
     auto count = [&](int id) {
-      const node& nd = g.at(id);
-      std::string key = nd.op->type() + '|' + nd.op->attributes();
-      const shape_list shapes = g.input_shapes(id);
-      for (int i = 0; i < shapes.n; ++i) key += '|' + to_string(shapes[i]);
+      std::string key = detail::signature(g, id);
       auto it = count_of.find(key);
-      if (it == count_of.end()) it = count_of.emplace(key, double(nd.op->candidates(N, shapes).size())).first;
+      if (it == count_of.end())
+        it = count_of.emplace(std::move(key), double(g.at(id).op->candidates(N, g.input_shapes(id)).size())).first;
       return it->second;
     };
     double pairs = 0;

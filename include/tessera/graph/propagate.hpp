@@ -160,6 +160,17 @@ struct evaluation {
   std::string context;
 };
 
+// What an operator's candidates and their layouts depend on: its type, attributes and
+// input and output shapes ("MatMul|transpose_a: false, ...|(16, 8)|(16, 32)|(32, 8)").
+// Operators with equal signatures (the layers of a stack) share their evaluation.
+inline std::string signature(const traced_graph& g, int id) {
+  const node& nd = g.at(id);
+  std::string key = nd.op->type() + '|' + nd.op->attributes() + '|' + to_string(nd.shape);
+  const shape_list shapes = g.input_shapes(id);
+  for (int i = 0; i < shapes.n; ++i) key += '|' + to_string(shapes[i]);
+  return key;
+}
+
 // The bytes one device holds for operator `id` under layouts `l`, as
 // parallel_graph::memory_per_device counts them: its output (kept for the backward),
 // and each parameter it is the first reader of, with the parameter's gradient and
