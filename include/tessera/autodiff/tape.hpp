@@ -8,6 +8,7 @@
 // is the all-reduce over the data-parallel ranks.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -144,6 +145,18 @@ class tape {
   void backward(var<T, D> y, tensor dy) {
     add_grad(y.id, std::move(dy));
     run_backward(y.id, true);
+  }
+
+  /// One consuming pass (as above) from several outputs at once, each with its
+  /// gradient: what a pipeline stage's part of a micro-batch runs when its values went
+  /// to several later stages. Without seeds it does nothing.
+  void backward(std::vector<std::pair<var<T, D>, tensor>> seeds) {
+    int from = -1;
+    for (auto& [y, dy] : seeds) {
+      add_grad(y.id, std::move(dy));
+      from = std::max(from, y.id);
+    }
+    if (from >= 0) run_backward(from, true);
   }
 
   /// Releases the values, gradients and backward functions of nodes [first, last],

@@ -5,9 +5,12 @@
 // gradients in the parameters' layouts.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <typeindex>
 #include <unordered_map>
@@ -32,6 +35,7 @@
 #include <tessera/graph/dump.hpp>
 #include <tessera/graph/op_def.hpp>
 #include <tessera/graph/parallel.hpp>
+#include <tessera/graph/pipeline.hpp>
 #include <tessera/ops/definition.hpp>
 #include <tessera/ops/operators.hpp>
 #include <tessera/tensor/copy_box.hpp>
@@ -75,6 +79,18 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::t
 ///     auto batch = ex.slice_batch({x, label});          // this rank's part of a global batch
 ///     optim::momentum<float> opt(0.2f, 0.1f);
 ///     float loss = ex.train_step(batch, opt);
+///
+/// A plan with pipeline stages (parallel_config::pipeline_stages, micro_size) runs on
+/// the ranks of every stage: each rank holds and runs its stage's part (its operators
+/// and parameters; parameters() lists those), the operators sharded over the stage's
+/// ranks. A step takes micro_size micro-batches (dim 0 of each input micro_size times
+/// the traced one: slice_batch of a whole batch of micro_size traced batches gives it)
+/// and runs their forward and backward passes in the schedule's order
+/// (graph/pipeline.hpp), sending the values that cross stages, rank i of a stage to
+/// rank i of the next, and their gradients back without waiting (the world's isend).
+/// Each micro-batch's values are released once its backward has run. The loss is the
+/// mean of the micro-batches' losses, on every rank; the gradients are those of that
+/// mean, summed over the micro-batches on each stage.
 template <class T, class D = cpu_device>
 class executor {
  public:
@@ -115,19 +131,33 @@ class executor {
   }
 
   const parallel_graph& plan() const { return pg_; }
+  /// The context the operators run on: with pipeline stages, the ranks of this rank's
+  /// stage.
   tessera::context& context() { return *ctx_; }
-  int rank() const { return ctx_->rank(); }
+  /// This rank in the job.
+  int rank() const { return world_ctx_->rank(); }
 
   // ---- parameters -------------------------------------------------------------
 
   /// The parameters the executor holds, in the graph's order, each this rank's shard:
-  /// what an optimizer steps (a bound parameter's entry is not used).
+  /// what an optimizer steps (a bound parameter's entry is not used). With pipeline
+  /// stages, the parameters of this rank's stage only.
   std::vector<tensor>& parameters() { return params_; }
-  const tensor& parameter(std::string_view name) const { return *bound_[param_index(name)]; }
+  /// Whether this rank holds parameter `name` (with pipeline stages: it is its stage's).
+  bool holds_parameter(std::string_view name) const { return bound_[param_index(name)] != nullptr; }
+  const tensor& parameter(std::string_view name) const {
+    const std::size_t i = param_index(name);
+    if (!bound_[i])
+      throw error("graph executor: parameter '" + std::string(name) + "' is on pipeline stage " +
+                  std::to_string(pg_.physical_stage(param_stage(i))) + "; this rank runs stage " + std::to_string(stage_));
+    return *bound_[i];
+  }
   /// Sets a parameter from its whole value (the same on every rank); each rank keeps
-  /// its shard. In hybrid_parallel the value is this rank's own (its shape the graph's).
+  /// its shard (with pipeline stages, the ranks of the parameter's stage: the others
+  /// ignore it). In hybrid_parallel the value is this rank's own (its shape the graph's).
   void set_parameter(std::string_view name, const xt::xarray<T>& value) {
     const std::size_t i = param_index(name);
+    if (!bound_[i]) return;
     const int id = pg_.traced().parameters()[i];
     bound_[i]->assign_local(storage_type::from_host(
         slice(pg_.value_layout(id), pg_.traced().at(id).shape, value, "parameter '" + std::string(name) + "'")));
@@ -138,6 +168,7 @@ class executor {
   /// ..., the plan gives ...".
   void bind_parameter(std::string_view name, tensor& storage) {
     const std::size_t i = param_index(name);
+    if (!bound_[i]) return;  // another pipeline stage's
     const int id = pg_.traced().parameters()[i];
     if (!(storage.global_shape() == pg_.traced().at(id).shape))
       throw error("graph executor: parameter '" + std::string(name) + "' is " + to_string(storage.global_shape()) +
@@ -155,12 +186,25 @@ class executor {
 
   // ---- data ---------------------------------------------------------------------
 
-  /// The shape of the data this rank feeds for input `name`.
-  extents input_local_shape(std::string_view name) const { return pg_.local_shape(input_id(name)); }
-  /// This rank's part of a whole batch of input `name`, as its dataset strategy gives it.
+  /// The shape of the data this rank feeds for input `name` (with micro-batches, dim 0
+  /// holds micro_size of them, one after the other).
+  extents input_local_shape(std::string_view name) const { return step_shape(pg_.local_shape(input_id(name))); }
+  /// This rank's part of a whole batch of input `name`, as its dataset strategy gives it
+  /// (with micro-batches: `whole` is micro_size traced batches along dim 0, and each is
+  /// sliced so).
   xt::xarray<T> slice_input(std::string_view name, const xt::xarray<T>& whole) const {
     const int id = input_id(name);
-    return slice(pg_.value_layout(id), pg_.traced().at(id).shape, whole, "input '" + std::string(name) + "'");
+    const std::string what = "input '" + std::string(name) + "'";
+    const int M = pg_.micro_size();
+    const extents& traced = pg_.traced().at(id).shape;
+    if (M == 1 || traced.ndim == 0) return slice(pg_.value_layout(id), traced, whole, what);
+    if (!(shape_of(whole) == step_shape(traced)))
+      throw error("graph executor: " + what + " is " + to_string(traced) + " per micro-batch, so " +
+                  to_string(step_shape(traced)) + " for " + std::to_string(M) + " micro-batches; the value given is " +
+                  to_string(shape_of(whole)));
+    std::vector<xt::xarray<T>> parts;
+    for (int m = 0; m < M; ++m) parts.push_back(slice(pg_.value_layout(id), traced, rows(whole, m, M), what));
+    return join_rows(parts);
   }
   /// slice_input for every input, the whole batch listing the inputs in graph order.
   std::vector<xt::xarray<T>> slice_batch(const std::vector<xt::xarray<T>>& whole) const {
@@ -182,6 +226,10 @@ class executor {
   /// is done with it, unresolved (the hook's owner resolves it: a gradient reducer that
   /// overlaps its reductions with the rest of the pass); the result holds them so.
   result value_and_grad(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
+    if (pg_.pipelined()) {
+      if (hook) throw error("graph executor: a plan with pipeline stages or micro-batches takes no gradient hook");
+      return pipelined_step(batch);
+    }
     const traffic before = ctx_->total_stats();
     tape t(*ctx_);
     const var loss = forward(t, batch);
@@ -244,6 +292,9 @@ class executor {
   /// The loss of a batch, forward only, and the values of nodes `fetch` (ids in the
   /// traced graph: a network's logits, for its accuracy).
   evaluation evaluate(const std::vector<xt::xarray<T>>& batch, const std::vector<int>& fetch) {
+    if (pg_.pipelined())
+      throw error("graph executor: evaluate runs plans without pipeline stages or micro-batches; parallelize the "
+                  "graph again with pipeline_stages 1 and micro_size 1 to evaluate");
     tape t(*ctx_);
     std::vector<var> v;
     const var loss = forward(t, batch, &v);
@@ -262,24 +313,87 @@ class executor {
   }
 
   /// What this rank's communicators moved during the last value_and_grad (equal to
-  /// plan().bytes_for_rank(rank()) in bytes).
+  /// plan().bytes_for_rank(rank()) in bytes; with pipeline stages, rank() of the job).
   traffic last_step_traffic() const { return last_; }
+  /// With pipeline stages or micro-batches: the most values the step's tape held at
+  /// once (operator outputs and the leaves copied in, parameters aside), counted after
+  /// each forward and backward of a micro-batch; a schedule that releases each
+  /// micro-batch's values after its backward keeps it level as micro-batches are added.
+  int last_step_peak_values() const { return peak_values_; }
+  /// With pipeline stages: this rank's stage (0 without).
+  int stage() const { return stage_; }
 
   /// Writes this rank's dumps under `dir` (graph/dump.hpp).
-  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, ctx_->rank()); }
+  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, world_ctx_->rank()); }
 
  private:
   void init() {
     detail::add_runners<T, D>(runners_, ops::builtin_operators{});
+    world_ctx_ = ctx_;
     if (ctx_->size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
                   " devices, the communicator has " + std::to_string(ctx_->size()) + " ranks");
     if (index_t(sizeof(T)) != pg_.config().elem_bytes)
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
                   "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
+    if constexpr (!std::is_same_v<D, cpu_device>)
+      if (pg_.pipelined()) throw error("graph executor: pipeline stages and micro-batches run on host tensors");
+    const int S = pg_.pipeline_stages();
+    if (S > 1) {  // the operators run on the ranks of this rank's stage
+      stage_ = pg_.stage_of_rank(ctx_->rank());
+      stage_group_ = &ctx_->on(mesh{S, pg_.stage_device_num()}).group(axis_list{1});
+      stage_ctx_ = std::make_unique<tessera::context>(*stage_group_);
+      ctx_ = stage_ctx_.get();
+      const index_t tags = index_t(pg_.boundaries().size()) * pg_.micro_size() * 2;
+      if (tags > max_pipeline_tag)
+        throw error("graph executor: " + std::to_string(pg_.boundaries().size()) + " values crossing stages times " +
+                    std::to_string(pg_.micro_size()) + " micro-batches need " + std::to_string(tags) +
+                    " message tags, more than " + std::to_string(max_pipeline_tag));
+    }
     const traced_graph& g = pg_.traced();
-    for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_->rank());
-    for (tensor& p : params_) bound_.push_back(&p);
+    const std::vector<int> ps = g.parameters();
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < ps.size(); ++i) held += pg_.physical_stage(param_stage(i)) == stage_ ? 1 : 0;
+    params_.reserve(held);  // bound_ points into it
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      if (pg_.physical_stage(param_stage(i)) != stage_) {
+        bound_.push_back(nullptr);
+        continue;
+      }
+      params_.emplace_back(pg_.value_layout(ps[i]), g.at(ps[i]).shape, ctx_->rank());
+      bound_.push_back(&params_.back());
+    }
+    for (int v = 0; v < S * pg_.pipeline_chunks(); ++v) stage_ops_.emplace_back();
+    for (int id = 0; id < g.size(); ++id)
+      if (g.at(id).kind == node_kind::op) stage_ops_[std::size_t(pg_.stage(id))].push_back(id);
+  }
+
+  // The virtual stage of parameter i (of the graph's list): its readers'.
+  int param_stage(std::size_t i) const {
+    const int p = pg_.traced().parameters()[i];
+    return pg_.stage(pg_.traced().consumers(p).front().first);
+  }
+  extents step_shape(extents e) const {
+    if (e.ndim > 0) e.v[0] *= pg_.micro_size();
+    return e;
+  }
+  // Micro-batch m of M of a step's data: rows [m d, (m + 1) d) of dim 0.
+  static xt::xarray<T> rows(const xt::xarray<T>& a, int m, int M) {
+    extents e = shape_of(a);
+    if (e.ndim == 0) return a;
+    const std::size_t per = a.size() / std::size_t(M);
+    e.v[0] /= M;
+    xt::xarray<T> out = storage<T, cpu_device>::empty(e);
+    std::copy_n(a.data() + per * std::size_t(m), per, out.data());
+    return out;
+  }
+  static xt::xarray<T> join_rows(const std::vector<xt::xarray<T>>& parts) {
+    extents e = shape_of(parts.front());
+    e.v[0] *= index_t(parts.size());
+    xt::xarray<T> out = storage<T, cpu_device>::empty(e);
+    T* at = out.data();
+    for (const xt::xarray<T>& p : parts) at = std::copy_n(p.data(), p.size(), at);
+    return out;
   }
 
   std::size_t param_index(std::string_view name) const {
@@ -355,6 +469,43 @@ class executor {
     });
   }
 
+  // Data input `id`'s leaf from this rank's data (checked against its shard's shape).
+  var input_leaf(tape& t, int id, const xt::xarray<T>& data) {
+    const node& n = pg_.traced().at(id);
+    const extents want = pg_.local_shape(id);
+    if (!(shape_of(data) == want))
+      throw error("graph executor: input '" + n.name + "': this rank's data is " + to_string(shape_of(data)) +
+                  ", dataset_strategy " + pg_.config().dataset.to_string() + " gives each rank " + to_string(want) +
+                  " of " + to_string(n.shape));
+    return t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_->rank(), storage_type::from_host(data)), false);
+  }
+  var constant_leaf(tape& t, int id) {
+    tensor c(pg_.value_layout(id), pg_.traced().at(id).shape, ctx_->rank());
+    storage_type::fill(c.local(), T(pg_.traced().at(id).constant));
+    return t.leaf(std::move(c), false);
+  }
+  // Runs operator `id` on the values `v` of its inputs (by node id), each moved along
+  // its edge.
+  var run_op(tape& t, int id, const std::vector<var>& v) {
+    const traced_graph& g = pg_.traced();
+    const node& n = g.at(id);
+    std::vector<var> in;
+    for (std::size_t s = 0; s < n.inputs.size(); ++s)
+      in.push_back(along_edge(t, pg_.edge(id, int(s)), v[std::size_t(n.inputs[s])]));
+    const auto it = runners_.find(n.op->definition_type());
+    if (it == runners_.end())
+      throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
+                  n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
+    var out = it->second(*n.op, pg_.op(id), in);
+    // Placed as the rule says (an operator may keep its input's device matrix when
+    // that input arrived under another, placing alike: see along_edge).
+    if (!same_placement(out.value().layout(), pg_.value_layout(id)))
+      throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
+                  ", its rule says " + describe(pg_.value_layout(id)));
+    if (!pg_.needs_grad(id)) out = t.leaf(out.value(), false);
+    return out;
+  }
+
   var forward(tape& t, const std::vector<xt::xarray<T>>& batch, std::vector<var>* values = nullptr) {
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
@@ -364,41 +515,180 @@ class executor {
     for (int id = 0; id < g.size(); ++id) {
       const node& n = g.at(id);
       if (n.kind == node_kind::input) {
-        const xt::xarray<T>& data = batch[next_input++];
-        const extents want = pg_.local_shape(id);
-        if (!(shape_of(data) == want))
-          throw error("graph executor: input '" + n.name + "': this rank's data is " + to_string(shape_of(data)) +
-                      ", dataset_strategy " + pg_.config().dataset.to_string() + " gives each rank " + to_string(want) +
-                      " of " + to_string(n.shape));
-        v[std::size_t(id)] = t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_->rank(), storage_type::from_host(data)), false);
+        v[std::size_t(id)] = input_leaf(t, id, batch[next_input++]);
       } else if (n.kind == node_kind::parameter) {
         v[std::size_t(id)] = t.leaf_view(*bound_[next_param++], true);
         param_vars_.push_back(v[std::size_t(id)]);
       } else if (n.kind == node_kind::constant) {
-        tensor c(pg_.value_layout(id), n.shape, ctx_->rank());
-        storage_type::fill(c.local(), T(n.constant));
-        v[std::size_t(id)] = t.leaf(std::move(c), false);
+        v[std::size_t(id)] = constant_leaf(t, id);
       } else {
-        std::vector<var> in;
-        for (std::size_t s = 0; s < n.inputs.size(); ++s)
-          in.push_back(along_edge(t, pg_.edge(id, int(s)), v[std::size_t(n.inputs[s])]));
-        const auto it = runners_.find(n.op->definition_type());
-        if (it == runners_.end())
-          throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
-                      n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
-        var out = it->second(*n.op, pg_.op(id), in);
-        // Placed as the rule says (an operator may keep its input's device matrix when
-        // that input arrived under another, placing alike: see along_edge).
-        if (!same_placement(out.value().layout(), pg_.value_layout(id)))
-          throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
-                      ", its rule says " + describe(pg_.value_layout(id)));
-        if (!pg_.needs_grad(id)) out = t.leaf(out.value(), false);
-        v[std::size_t(id)] = out;
+        v[std::size_t(id)] = run_op(t, id, v);
       }
     }
     const var loss = v[std::size_t(g.loss())];
     if (values) *values = std::move(v);
     return loss;
+  }
+
+  // ---- pipeline stages ---------------------------------------------------------
+
+  // Sends in flight and the tensors they read (kept until the step ends), and the
+  // values handed from one chunk of this rank to another.
+  struct pipeline_flight {
+    std::deque<tensor> tensors;
+    std::vector<any_request> requests;
+    std::map<std::pair<int, int>, tensor> local;  // (tag, 0) -> the value or gradient
+    void wait() {
+      for (any_request& q : requests) q.wait();
+      requests.clear();
+    }
+  };
+  // One chunk's part of one micro-batch on the tape.
+  struct pipeline_part {
+    int first = -1, last = -1;                 // its nodes on the tape
+    std::vector<std::pair<std::size_t, var>> received, sent;  // (boundary, value)
+    std::optional<var> loss;
+  };
+  static constexpr index_t max_pipeline_tag = 32767;  // the least MPI_TAG_UB the MPI standard allows
+  int pipeline_tag(std::size_t boundary, int micro, int gradient) const {
+    return int((index_t(micro) * index_t(pg_.boundaries().size()) + index_t(boundary)) * 2 + gradient);
+  }
+  int peer(int stage) const { return stage * pg_.stage_device_num() + ctx_->rank(); }
+
+  void pipeline_send(pipeline_flight& f, tensor x, int stage, int tag) {
+    if (stage == stage_) {
+      f.local.insert_or_assign({tag, 0}, std::move(x));
+      return;
+    }
+    f.tensors.push_back(std::move(x));
+    const tensor& b = f.tensors.back();
+    f.requests.push_back(world_ctx_->world().isend(std::span<const T>(b.local().data(), b.local().size()), peer(stage), tag));
+  }
+  tensor pipeline_receive(pipeline_flight& f, const layout& l, const extents& shape, int stage, int tag) {
+    if (stage == stage_) {
+      auto it = f.local.find({tag, 0});
+      tensor x = std::move(it->second);
+      f.local.erase(it);
+      return x;
+    }
+    tensor x(l, shape, ctx_->rank());
+    world_ctx_->world().recv(std::span<T>(x.local().data(), x.local().size()), peer(stage), tag);
+    return x;
+  }
+
+  result pipelined_step(const std::vector<xt::xarray<T>>& batch) {
+    const traced_graph& g = pg_.traced();
+    check_count(batch.size(), g.inputs().size());
+    const std::vector<int> in_ids = g.inputs();
+    for (std::size_t k = 0; k < in_ids.size(); ++k)
+      if (!(shape_of(batch[k]) == step_shape(pg_.local_shape(in_ids[k]))))
+        throw error("graph executor: input '" + g.at(in_ids[k]).name + "': this rank's data is " +
+                    to_string(shape_of(batch[k])) + ", " + std::to_string(pg_.micro_size()) +
+                    " micro-batches of dataset_strategy " + pg_.config().dataset.to_string() + "'s " +
+                    to_string(pg_.local_shape(in_ids[k])) + " make " + to_string(step_shape(pg_.local_shape(in_ids[k]))));
+    const traffic before = ctx_->total_stats(), before_world = world_ctx_->total_stats();
+    const traffic before_group = stage_group_ ? stage_group_->stats() : traffic{};
+    const int S = pg_.pipeline_stages(), V = pg_.pipeline_chunks(), M = pg_.micro_size();
+    const std::vector<pipeline_boundary>& bs = pg_.boundaries();
+    std::vector<int> input_index(std::size_t(g.size()), -1);
+    for (std::size_t k = 0; k < in_ids.size(); ++k) input_index[std::size_t(in_ids[k])] = int(k);
+
+    tape t(*ctx_);
+    std::vector<var> pvar(std::size_t(g.size()));
+    param_vars_.clear();
+    const std::vector<int> ps = g.parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i)
+      if (bound_[i]) param_vars_.push_back(pvar[std::size_t(ps[i])] = t.leaf_view(*bound_[i], true));
+    std::vector<pipeline_part> parts(std::size_t(V * M));
+    pipeline_flight flight;
+    T loss_sum = T(0);
+    peak_values_ = 0;
+
+    auto forward_part = [&](int c, int m) {
+      const int v = c * S + stage_;
+      pipeline_part& part = parts[std::size_t(c * M + m)];
+      part.first = t.size();
+      std::vector<var> val(std::size_t(g.size()));
+      for (std::size_t b = 0; b < bs.size(); ++b)
+        if (bs[b].to_stage == v) {
+          const int p = bs[b].producer;
+          tensor x = pipeline_receive(flight, pg_.value_layout(p), g.at(p).shape, pg_.physical_stage(bs[b].from_stage),
+                                      pipeline_tag(b, m, 0));
+          val[std::size_t(p)] = t.leaf(std::move(x), bs[b].has_backward);
+          part.received.emplace_back(b, val[std::size_t(p)]);
+        }
+      for (int id : stage_ops_[std::size_t(v)]) {
+        for (int p : g.at(id).inputs) {
+          if (val[std::size_t(p)].t) continue;
+          const node& pn = g.at(p);
+          if (pn.kind == node_kind::input)
+            val[std::size_t(p)] = input_leaf(t, p, rows(batch[std::size_t(input_index[std::size_t(p)])], m, M));
+          else if (pn.kind == node_kind::constant)
+            val[std::size_t(p)] = constant_leaf(t, p);
+          else if (pn.kind == node_kind::parameter)
+            val[std::size_t(p)] = pvar[std::size_t(p)];
+        }
+        val[std::size_t(id)] = run_op(t, id, val);
+      }
+      for (std::size_t b = 0; b < bs.size(); ++b)
+        if (bs[b].from_stage == v) {
+          const var y = val[std::size_t(bs[b].producer)];
+          pipeline_send(flight, y.value(), pg_.physical_stage(bs[b].to_stage), pipeline_tag(b, m, 0));
+          part.sent.emplace_back(b, y);
+        }
+      if (pg_.stage(g.loss()) == v) {
+        part.loss = val[std::size_t(g.loss())];
+        loss_sum += fetch_loss(part.loss->value());
+      }
+      part.last = t.size() - 1;
+    };
+    auto backward_part = [&](int c, int m) {
+      pipeline_part& part = parts[std::size_t(c * M + m)];
+      std::vector<std::pair<var, tensor>> seeds;
+      if (part.loss) {  // the step's loss is the mean of the micro-batches'
+        const tensor& l = part.loss->value();
+        tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
+        storage_type::fill(seed.local(), T(1) / T(M));
+        seeds.emplace_back(*part.loss, std::move(seed));
+      }
+      for (const auto& [b, y] : part.sent)
+        if (bs[b].has_backward) {
+          const int p = bs[b].producer;
+          seeds.emplace_back(y, pipeline_receive(flight, pg_.grad_layout(p), g.at(p).shape,
+                                                 pg_.physical_stage(bs[b].to_stage), pipeline_tag(b, m, 1)));
+        }
+      t.backward(std::move(seeds));
+      for (const auto& [b, x] : part.received)
+        if (bs[b].has_backward) {
+          const int p = bs[b].producer;
+          std::optional<tensor> dx = t.take_grad(x.id);
+          tensor d = dx ? std::move(*dx) : tensor(pg_.grad_layout(p), g.at(p).shape, ctx_->rank());
+          if (!same_placement(d.layout(), pg_.grad_layout(p))) d = redistribute(d, pg_.grad_layout(p), *ctx_);
+          pipeline_send(flight, std::move(d), pg_.physical_stage(bs[b].from_stage), pipeline_tag(b, m, 1));
+        }
+      t.release_range(part.first, part.last);
+    };
+    for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
+      if (u.forward) forward_part(u.chunk, u.micro);
+      else backward_part(u.chunk, u.micro);
+      peak_values_ = std::max(peak_values_, t.live_values());
+    }
+    flight.wait();
+
+    result r;
+    for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+    if (S > 1) {  // the loss, from the first rank of the loss's stage to every rank
+      std::vector<double> l{stage_ == pg_.physical_stage(pg_.stage(g.loss())) && ctx_->rank() == 0
+                                ? double(loss_sum) / M : 0.0};
+      world_ctx_->world().all_reduce(std::span<double>(l), reduce_op::sum);
+      r.loss = T(l[0]);
+      last_ = (ctx_->total_stats() - before) + (world_ctx_->total_stats() - before_world) -
+              (stage_group_->stats() - before_group);
+    } else {
+      r.loss = loss_sum / T(M);
+      last_ = ctx_->total_stats() - before;
+    }
+    return r;
   }
 
   T fetch_loss(const tensor& loss) {
@@ -410,7 +700,13 @@ class executor {
 
   const parallel_graph pg_;
   std::unique_ptr<tessera::context> own_ctx_;
-  tessera::context* ctx_;
+  tessera::context* ctx_;  // the operators' ranks: the world's, or this rank's pipeline stage's
+  tessera::context* world_ctx_ = nullptr;
+  std::unique_ptr<tessera::context> stage_ctx_;
+  any_communicator* stage_group_ = nullptr;  // the stage's ranks in the world's context
+  int stage_ = 0;
+  std::vector<std::vector<int>> stage_ops_;  // per virtual stage, its operators in node order
+  int peak_values_ = 0;
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound

@@ -4,6 +4,7 @@
 // operator as MindSpore's `Primitive.shard` does. Standard library only.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <concepts>
 #include <cstdint>
@@ -40,6 +41,12 @@ struct node {
   std::optional<strategy> user_strategy;  ///< given with shard() (operators)
   bool layerwise_parallel = false;        ///< parameters of hybrid_parallel: already sliced
   double constant = 0;                    ///< the value (constants; their shape is ())
+  /// The pipeline stage of an operator (MindSpore's `pipeline_stage` of the cell that
+  /// applies it): set while tracing (graph_builder::set_pipeline_stage), otherwise, once
+  /// the graph is built, the latest stage of its operator inputs (0 for none). -1 for
+  /// the other nodes: an input, a parameter or a constant lives on every stage that
+  /// reads it.
+  int pipeline_stage = -1;
 };
 
 /// A traced graph: its nodes in tracing order and the loss, a scalar every node
@@ -71,6 +78,13 @@ class traced_graph {
   }
   std::vector<int> inputs() const { return ids(node_kind::input); }
   std::vector<int> parameters() const { return ids(node_kind::parameter); }
+  /// The number of pipeline stages the operators are given: one more than the latest
+  /// operator's node::pipeline_stage (1 when none is set).
+  int pipeline_stage_count() const {
+    int k = 0;
+    for (const node& n : nodes_) k = std::max(k, n.pipeline_stage + 1);
+    return std::max(k, 1);
+  }
   /// The (operator id, input slot) pairs that read node `id`, in tracing order.
   const std::vector<std::pair<int, int>>& consumers(int id) const {
     at(id);  // checks the id
@@ -126,6 +140,9 @@ class value {
   value shard(std::string_view st) const { return shard(parse_strategy(st)); }
   /// Renames the node (instance names are unique in a graph).
   value named(std::string name) const;
+  /// Puts the operator that produced this value on pipeline stage `stage` (what
+  /// graph_builder::set_pipeline_stage does for every operator traced after it).
+  value pipeline_stage(int stage) const;
   /// The builder whose graph holds the node (what apply() on values uses).
   graph_builder& builder() const;
 
@@ -159,6 +176,24 @@ class graph_builder {
   /// one is made where another was destroyed (a module's parameter remembers its node
   /// in the builder tracing it).
   std::uint64_t serial() const { return serial_; }
+
+  /// The pipeline stage of the operators traced from now on (MindSpore's
+  /// `cell.pipeline_stage = k`); -1 (the start) lets each operator take the latest
+  /// stage of its inputs. A stage must not be earlier than its inputs' stages
+  /// (parallelize checks).
+  ///
+  ///     b.set_pipeline_stage(0);
+  ///     auto h = b.relu(b.matmul(x, w1));
+  ///     b.set_pipeline_stage(1);
+  ///     auto loss = b.reduce_mean(b.matmul(h, w2));
+  void set_pipeline_stage(int stage) {
+    if (stage < -1)
+      throw error("graph: set_pipeline_stage: a stage is 0 or more (or -1: the inputs' latest), got " +
+                  std::to_string(stage));
+    stage_ = stage;
+  }
+  /// The stage set_pipeline_stage gave last (-1: none).
+  int pipeline_stage() const { return stage_; }
 
   /// A data input of global shape `shape`; a batch lists the inputs in this order.
   value input(std::string name, const extents& shape) {
@@ -211,6 +246,7 @@ class graph_builder {
     n.kind = node_kind::op;
     n.op = op;
     n.name = unique_name(name.empty() ? op->default_name() : name);
+    n.pipeline_stage = stage_;
     shape_list shapes;
     for (const value& v : in) {
       if (v.b_ != this) throw error("graph: " + what + " '" + n.name + "': an input comes from another graph_builder");
@@ -329,6 +365,11 @@ class graph_builder {
         throw error("graph: " + g_.describe(int(i)) + " does not contribute to the loss '" + l.name + "'");
     traced_graph out = g_;
     out.loss_ = loss.id_;
+    for (node& nd : out.nodes_)  // operators traced with no stage follow their inputs
+      if (nd.kind == node_kind::op && nd.pipeline_stage < 0) {
+        nd.pipeline_stage = 0;
+        for (int in : nd.inputs) nd.pipeline_stage = std::max(nd.pipeline_stage, out.nodes_[in].pipeline_stage);
+      }
     return out;
   }
 
@@ -394,6 +435,7 @@ class graph_builder {
   std::unordered_set<std::string> names_;
   std::unordered_map<std::string, int> next_suffix_;  // per base name, the first suffix maybe free
   std::uint64_t serial_;
+  int stage_ = -1;  // set_pipeline_stage
 };
 
 /// op(xs...) traced on the builder of the values (autodiff::apply's counterpart on
@@ -431,6 +473,15 @@ inline value value::named(std::string name) const {
   if (b_->at(id_).name == name) return *this;
   b_->check_unique(name);
   b_->rename(id_, std::move(name));
+  return *this;
+}
+
+inline value value::pipeline_stage(int stage) const {
+  if (!b_) throw error("graph: pipeline_stage on an empty value");
+  if (b_->at(id_).kind != node_kind::op)
+    throw error("graph: pipeline_stage: " + b_->g_.describe(id_) + " is not an operator");
+  if (stage < 0) throw error("graph: pipeline_stage: " + b_->g_.describe(id_) + ": a stage is 0 or more, got " + std::to_string(stage));
+  b_->at(id_).pipeline_stage = stage;
   return *this;
 }
 

@@ -49,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,7 @@
 #include <tessera/core/strategy.hpp>
 #include <tessera/graph/graph.hpp>
 #include <tessera/graph/op_def.hpp>
+#include <tessera/graph/pipeline.hpp>
 #include <tessera/graph/propagate.hpp>
 #include <tessera/graph/recursive.hpp>
 #include <tessera/plan/cost.hpp>
@@ -171,6 +173,23 @@ struct parallel_config {
   /// two, it propagates from the configured operators under the symbolic price instead
   /// (graph/recursive.hpp, symbolic_propagation).
   double exact_pricing_limit = 2e6;
+  /// Pipeline parallel (MindSpore's pipeline_stages): the ranks form this many stages
+  /// of device_num / pipeline_stages ranks each (stage s: ranks [s n, (s + 1) n)), and
+  /// the operators run on the stage their node::pipeline_stage names, sharded over its
+  /// ranks by the mode and search as on device_num / pipeline_stages devices. With
+  /// pipeline_stages V times as many stages on the operators (V > 1), operator stage v
+  /// runs on stage v mod pipeline_stages: V chunks per stage, for the interleaved
+  /// schedule (graph/pipeline.hpp). 1: the operators' stages are ignored.
+  int pipeline_stages = 1;
+  /// The micro-batches of a training step (MindSpore's micro_size): the graph is traced
+  /// for one micro-batch, and a step feeds micro_size of them (dim 0 of every input
+  /// micro_size times the traced one), through the stages in the order `schedule` gives.
+  /// The step's loss is the mean of the micro-batches' losses and its gradients the
+  /// gradients of that mean. With pipeline_stages 1 and micro_size > 1: gradient
+  /// accumulation.
+  int micro_size = 1;
+  /// The order of the micro-batches' forward and backward passes on each stage.
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
 };
 
 /// Where an operator's strategy came from.
@@ -214,6 +233,19 @@ struct edge_plan {
   route backward;                ///< the consumer's input gradient -> the producer's gradient layout
 };
 
+/// A value that one pipeline stage makes and a later one reads: the producer's ranks
+/// send it each micro-batch, rank i of the producing stage to rank i of the reading
+/// stage, in the producer's layout (partial sums included); the gradient comes back the
+/// same way, in the producer's gradient layout. Stages are virtual (node::pipeline_stage).
+struct pipeline_boundary {
+  int producer = -1;          ///< the operator whose value crosses
+  int from_stage = -1;        ///< its virtual stage
+  int to_stage = -1;          ///< the reading virtual stage
+  bool has_backward = false;  ///< the gradient comes back
+  index_t bytes = 0;          ///< a rank's shard of the value, in bytes
+  index_t grad_bytes = 0;     ///< a rank's shard of the gradient
+};
+
 /// A gradient all-reduce of hybrid_parallel: a parameter that is not layer-wise
 /// parallel has its gradient summed over every rank.
 struct gradient_reduction {
@@ -228,7 +260,31 @@ class parallel_graph {
  public:
   const traced_graph& traced() const { return g_; }
   const parallel_config& config() const { return cfg_; }
+  /// The ranks of the job (every pipeline stage's).
   int device_num() const { return cfg_.device_num; }
+
+  // ---- pipeline stages (parallel_config::pipeline_stages) ------------------------
+
+  /// Whether a step runs micro-batches through stages (pipeline_stages or micro_size
+  /// above 1).
+  bool pipelined() const { return cfg_.pipeline_stages > 1 || cfg_.micro_size > 1; }
+  int pipeline_stages() const { return cfg_.pipeline_stages; }
+  /// The chunks (virtual stages) of each stage: 1 unless the operators are on a
+  /// multiple of pipeline_stages stages.
+  int pipeline_chunks() const { return chunks_; }
+  int micro_size() const { return cfg_.micro_size; }
+  /// The ranks of one stage, over which its operators are sharded (every layout of the
+  /// plan is on that many devices): device_num / pipeline_stages.
+  int stage_device_num() const { return cfg_.device_num / cfg_.pipeline_stages; }
+  /// The virtual stage of an operator (0 .. pipeline_stages x chunks - 1; 0 without
+  /// stages); -1 for the other nodes, which every reading stage has.
+  int stage(int id) const { return stage_.at(std::size_t(id)); }
+  /// The stage whose ranks run virtual stage v.
+  int physical_stage(int v) const { return v % cfg_.pipeline_stages; }
+  /// The stage of world rank `rank`, and its rank within the stage.
+  int stage_of_rank(int rank) const { return rank / stage_device_num(); }
+  /// The values crossing from one virtual stage to another, by producer then reading stage.
+  const std::vector<pipeline_boundary>& boundaries() const { return boundaries_; }
 
   /// The layout of a node's value: a data input's import layout, a parameter's layout
   /// (the one its readers want), an operator's output layout.
@@ -260,7 +316,9 @@ class parallel_graph {
 
   /// The price sharding propagation minimises, for the strategies chosen: the bytes
   /// per rank of every edge's forward and backward redistribution, of the operators'
-  /// own collectives and of the loss's fetch (see graph/propagate.hpp).
+  /// own collectives and of the loss's fetch (see graph/propagate.hpp). With pipeline
+  /// stages: of one micro-batch through every stage, the transfers between stages
+  /// aside (bytes_for_rank counts what a rank receives in a whole step).
   index_t priced_bytes() const { return priced_; }
   /// The floating-point operations of a training step on one rank, as
   /// dynamic_programming counts them: each operator's forward_work, three times when
@@ -271,12 +329,18 @@ class parallel_graph {
   double step_cost() const { return double(priced_) + work_ / cfg_.flops_per_byte; }
   /// The bytes each device holds in a training step, as memory_budget counts them: the
   /// data inputs' shards, each operator's output shard (kept for its backward), and
-  /// each parameter's shard with its gradient and optimizer_slots state tensors.
+  /// each parameter's shard with its gradient and optimizer_slots state tensors. With
+  /// pipeline stages, the most any stage holds: its parameters, and the activations
+  /// (outputs, inputs and values received) of the micro-batches its schedule holds at
+  /// once.
   index_t memory_per_device() const {
+    if (!stage_memory_.empty()) return *std::max_element(stage_memory_.begin(), stage_memory_.end());
     index_t m = 0;
     for (index_t b : memory_) m += b;
     return m;
   }
+  /// With pipeline stages, what each stage's devices hold (memory_per_device).
+  const std::vector<index_t>& stage_memory() const { return stage_memory_; }
   /// What memory_per_device holds, per node (an operator's bytes include the
   /// parameters it reads first): (node id, bytes), largest first.
   std::vector<std::pair<int, index_t>> memory_consumers() const {
@@ -291,8 +355,12 @@ class parallel_graph {
   /// chosen layouts' redistributions.
   double search_seconds() const { return search_seconds_; }
   /// The bytes `rank` receives in one training step: the priced redistributions,
-  /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces.
+  /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces. With
+  /// pipeline stages (`rank` a rank of the job): those of its stage's operators once
+  /// per micro-batch, the values and gradients it receives from other stages, and the
+  /// step's loss sent to every rank.
   index_t bytes_for_rank(int rank) const {
+    if (pipelined()) return pipelined_bytes_for_rank(rank);
     index_t b = 0;
     for (const edge_plan& e : edges_) {
       b += e.forward.p.bytes_for_rank(rank);
@@ -322,6 +390,33 @@ class parallel_graph {
   double work_ = 0;
   double search_seconds_ = 0;
   std::vector<index_t> memory_;  // per node
+  std::vector<index_t> stage_memory_;  // per physical stage (pipelined plans)
+  std::vector<int> stage_;             // per node: its virtual stage (operators)
+  int chunks_ = 1;
+  std::vector<pipeline_boundary> boundaries_;
+
+  index_t pipelined_bytes_for_rank(int rank) const {
+    const int s = stage_of_rank(rank), i = rank % stage_device_num();
+    const index_t M = cfg_.micro_size;
+    index_t b = 0;
+    for (const edge_plan& e : edges_)
+      if (physical_stage(stage_[std::size_t(e.consumer)]) == s) {
+        b += M * e.forward.p.bytes_for_rank(i);
+        if (e.has_backward) b += M * e.backward.p.bytes_for_rank(i);
+      }
+    for (std::size_t id = 0; id < ops_.size(); ++id)
+      if (ops_[id] && physical_stage(stage_[id]) == s)
+        for (const internal_collective& c : ops_[id]->collectives)
+          if (!c.backward || needs_grad_[id]) b += M * c.bytes_on(i);
+    if (physical_stage(stage_[std::size_t(g_.loss())]) == s) b += M * loss_fetch_.p.bytes_for_rank(i);
+    for (const pipeline_boundary& x : boundaries_) {
+      if (physical_stage(x.from_stage) == physical_stage(x.to_stage)) continue;  // handed over in memory
+      if (physical_stage(x.to_stage) == s) b += M * x.bytes;
+      if (x.has_backward && physical_stage(x.from_stage) == s) b += M * x.grad_bytes;
+    }
+    if (cfg_.pipeline_stages > 1) b += cost::all_reduce(index_t(sizeof(double)), cfg_.device_num);  // the loss to every rank
+    return b;
+  }
 };
 
 namespace detail {
@@ -372,6 +467,57 @@ inline layout import_layout(const traced_graph& g, int id, const parallel_config
   return l;
 }
 
+// Checks parallel_config's pipeline against the graph and gives each node its virtual
+// stage (operators; -1 for the others).
+inline std::vector<int> pipeline_stages_of(const traced_graph& g, const parallel_config& cfg) {
+  const int S = cfg.pipeline_stages, N = cfg.device_num;
+  if (S < 1) throw error("parallelize: pipeline_stages must be at least 1, got " + std::to_string(S));
+  if (N % S != 0)
+    throw error("parallelize: pipeline_stages " + std::to_string(S) + " does not divide device_num " + std::to_string(N) +
+                " into stages of equal size");
+  if (cfg.micro_size < 1) throw error("parallelize: micro_size must be at least 1, got " + std::to_string(cfg.micro_size));
+  if (cfg.mode == parallel_mode::hybrid_parallel && (S > 1 || cfg.micro_size > 1))
+    throw error("parallelize: hybrid_parallel runs each rank's own graph; it has no pipeline stages or micro-batches "
+                "(pipeline_stages " + std::to_string(S) + ", micro_size " + std::to_string(cfg.micro_size) + ")");
+  std::vector<int> stage(std::size_t(g.size()), -1);
+  const int K = S > 1 ? g.pipeline_stage_count() : 1;
+  for (int id = 0; id < g.size(); ++id)
+    if (g.at(id).kind == node_kind::op) stage[std::size_t(id)] = S > 1 ? g.at(id).pipeline_stage : 0;
+  if (S > 1 && (K < S || K % S != 0))
+    throw error("parallelize: the operators are on " + std::to_string(K) + " pipeline " +
+                (K == 1 ? "stage" : "stages") + " (node pipeline_stage 0 .. " + std::to_string(K - 1) +
+                "); pipeline_stages " + std::to_string(S) + " needs " + std::to_string(S) +
+                " of them, or a multiple of " + std::to_string(S) + " (chunks of the interleaved schedule)");
+  check_schedule(cfg.schedule, S, K / S, cfg.micro_size);
+  if (S == 1) return stage;
+  std::vector<int> first(std::size_t(K), -1);
+  for (int id = 0; id < g.size(); ++id)
+    if (stage[std::size_t(id)] >= 0 && first[std::size_t(stage[std::size_t(id)])] < 0)
+      first[std::size_t(stage[std::size_t(id)])] = id;
+  for (int v = 0; v < K; ++v)
+    if (first[std::size_t(v)] < 0)
+      throw error("parallelize: pipeline stage " + std::to_string(v) + " of " + std::to_string(K) + " has no operator");
+  for (int id = 0; id < g.size(); ++id) {
+    const node& n = g.at(id);
+    if (n.kind != node_kind::op) continue;
+    for (int p : n.inputs)
+      if (g.at(p).kind == node_kind::op && stage[std::size_t(p)] > stage[std::size_t(id)])
+        throw error("parallelize: " + g.describe(id) + " on pipeline stage " + std::to_string(stage[std::size_t(id)]) +
+                    " reads " + g.describe(p) + " of the later stage " + std::to_string(stage[std::size_t(p)]) +
+                    "; values flow to later stages only");
+  }
+  for (int p : g.parameters()) {
+    const auto& readers = g.consumers(p);
+    for (const auto& [c, slot] : readers)
+      if (stage[std::size_t(c)] != stage[std::size_t(readers.front().first)])
+        throw error("parallelize: parameter '" + g.at(p).name + "' is read by " + g.describe(readers.front().first) +
+                    " on pipeline stage " + std::to_string(stage[std::size_t(readers.front().first)]) + " and by " +
+                    g.describe(c) + " on stage " + std::to_string(stage[std::size_t(c)]) +
+                    "; a parameter belongs to one stage");
+  }
+  return stage;
+}
+
 }  // namespace detail
 
 /// Runs the parallel pass (see the top of this header). Throws tessera::error, naming
@@ -379,10 +525,16 @@ inline layout import_layout(const traced_graph& g, int id, const parallel_config
 /// splits a dim unevenly; a parameter two operators want laid out differently; a
 /// dataset strategy that does not fit the inputs (count, rank, divisibility, device
 /// count) or the mode; an AllReduce node or a layer-wise parallel parameter outside
-/// hybrid_parallel.
-inline parallel_graph parallelize(const traced_graph& g, const parallel_config& cfg) {
+/// hybrid_parallel; pipeline stages that do not divide the ranks, that the operators'
+/// stages do not match, that a value would cross backwards, or that share a parameter.
+inline parallel_graph parallelize(const traced_graph& g, const parallel_config& config) {
+  if (config.device_num < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(config.device_num));
+  const std::vector<int> stage_of = detail::pipeline_stages_of(g, config);
+  // The operators are sharded over the ranks of one stage.
+  parallel_config stage_cfg = config;
+  stage_cfg.device_num = config.device_num / config.pipeline_stages;
+  const parallel_config& cfg = stage_cfg;
   const int N = cfg.device_num;
-  if (N < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(N));
   if (cfg.elem_bytes < 1) throw error("parallelize: elem_bytes must be positive, got " + std::to_string(cfg.elem_bytes));
   if (cfg.memory_budget < 0)
     throw error("parallelize: memory_budget must be 0 (no limit) or positive, got " + std::to_string(cfg.memory_budget));
@@ -410,7 +562,9 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
 
   parallel_graph pg;
   pg.g_ = g;
-  pg.cfg_ = cfg;
+  pg.cfg_ = config;
+  pg.stage_ = stage_of;
+  pg.chunks_ = config.pipeline_stages > 1 ? std::max(1, g.pipeline_stage_count() / config.pipeline_stages) : 1;
   const std::size_t n = std::size_t(g.size());
   pg.value_layout_.resize(n);
   pg.grad_layout_.resize(n);
@@ -651,7 +805,45 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     if (g.at(id).kind == node_kind::input) return local_size(pg.value_layout_[id], g.at(id).shape) * cfg.elem_bytes;
     return pg.ops_[id] ? detail::op_memory(g, id, pg.ops_[id]->lay, cfg.elem_bytes, cfg.optimizer_slots) : 0;
   };
+  // With pipeline stages, per stage: its parameters, and the activations of the units
+  // (a chunk's part of a micro-batch: operator outputs, the inputs it reads, the values
+  // it receives) its schedule holds at once.
+  const bool pipelined = config.pipeline_stages > 1 || config.micro_size > 1;
+  auto stage_memory = [&] {
+    const int S = config.pipeline_stages, V = pg.chunks_;
+    std::vector<index_t> per(std::size_t(S), 0), act(std::size_t(S * V), 0);
+    std::set<std::pair<int, int>> held;  // (value, virtual stage) counted
+    for (int id = 0; id < g.size(); ++id) {
+      const node& nd = g.at(id);
+      if (nd.kind != node_kind::op || !pg.ops_[id]) continue;
+      const int v = stage_of[std::size_t(id)];
+      const index_t out = local_size(pg.ops_[id]->lay.out, nd.shape) * cfg.elem_bytes;
+      per[std::size_t(v % S)] += node_memory(id) - out;
+      act[std::size_t(v)] += out;
+      for (int p : nd.inputs) {
+        const node& pn = g.at(p);
+        const bool received = pn.kind == node_kind::op && stage_of[std::size_t(p)] != v;
+        if ((pn.kind == node_kind::input || received) && held.emplace(p, v).second)
+          act[std::size_t(v)] += local_size(pn.kind == node_kind::input ? pg.value_layout_[p] : pg.ops_[p]->lay.out,
+                                            pn.shape) * cfg.elem_bytes;
+      }
+    }
+    for (int st = 0; st < S; ++st) {
+      index_t live = 0, peak = 0;
+      for (const pipeline_unit& u : schedule_order(config.schedule, S, V, config.micro_size, st)) {
+        const index_t a = act[std::size_t(u.chunk * S + st)];
+        live = u.forward ? live + a : live - a;
+        peak = std::max(peak, live);
+      }
+      per[std::size_t(st)] += peak;
+    }
+    return per;
+  };
   auto memory = [&] {
+    if (pipelined) {
+      const std::vector<index_t> per = stage_memory();
+      return *std::max_element(per.begin(), per.end());
+    }
     index_t m = 0;
     for (int id = 0; id < g.size(); ++id) m += node_memory(id);
     return m;
@@ -679,6 +871,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   // Memory: per node, and against the budget.
   pg.memory_.assign(n, 0);
   for (int id = 0; id < g.size(); ++id) pg.memory_[id] = node_memory(id);
+  if (pipelined) pg.stage_memory_ = stage_memory();
   if (cfg.memory_budget > 0 && pg.memory_per_device() > cfg.memory_budget) {
     std::string largest;
     const auto consumers = pg.memory_consumers();
@@ -773,6 +966,24 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   }
   const layout& ll = pg.value_layout_[g.loss()];
   pg.loss_fetch_ = rc.get(ll, layout::replicated(ll.dev, 0), g.at(g.loss()).shape);
+  // Values crossing pipeline stages.
+  if (config.pipeline_stages > 1)
+    for (const edge_plan& e : pg.edges_) {
+      const int u = stage_of[std::size_t(e.producer)], v = stage_of[std::size_t(e.consumer)];
+      if (g.at(e.producer).kind != node_kind::op || u == v) continue;
+      auto it = std::find_if(pg.boundaries_.begin(), pg.boundaries_.end(),
+                             [&](const pipeline_boundary& b) { return b.producer == e.producer && b.to_stage == v; });
+      if (it == pg.boundaries_.end()) {
+        const extents& shape = g.at(e.producer).shape;
+        pg.boundaries_.push_back({e.producer, u, v, false, local_size(pg.value_layout_[e.producer], shape) * cfg.elem_bytes,
+                                  local_size(pg.grad_layout_[e.producer], shape) * cfg.elem_bytes});
+        it = pg.boundaries_.end() - 1;
+      }
+      it->has_backward = it->has_backward || e.has_backward;
+    }
+  std::stable_sort(pg.boundaries_.begin(), pg.boundaries_.end(), [](const pipeline_boundary& a, const pipeline_boundary& b) {
+    return a.producer != b.producer ? a.producer < b.producer : a.to_stage < b.to_stage;
+  });
   pg.priced_ = detail::add_bytes(pg.priced_, pg.loss_fetch_.bytes());
   if (hybrid && N > 1)
     for (int p : g.parameters())
