@@ -74,6 +74,8 @@
 #include <tessera/graph/op_def.hpp>
 #include <tessera/graph/graph.hpp>
 #include <tessera/graph/propagate.hpp>
+#include <tessera/graph/recursive.hpp>
+#include <tessera/graph/pipeline.hpp>
 #include <tessera/graph/parallel.hpp>
 #include <tessera/graph/dump.hpp>
 

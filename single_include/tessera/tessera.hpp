@@ -10277,6 +10277,7 @@ inline std::vector<op_layouts> partial_variants(const op_def& op, const op_layou
 // API whose operators return symbolic values; `.shard(strategy)` configures an
 // operator as MindSpore's `Primitive.shard` does. Standard library only.
 
+#include <algorithm>
 #include <atomic>
 #include <concepts>
 #include <cstdint>
@@ -10307,6 +10308,12 @@ struct node {
   std::optional<strategy> user_strategy;  ///< given with shard() (operators)
   bool layerwise_parallel = false;        ///< parameters of hybrid_parallel: already sliced
   double constant = 0;                    ///< the value (constants; their shape is ())
+  /// The pipeline stage of an operator (MindSpore's `pipeline_stage` of the cell that
+  /// applies it): set while tracing (graph_builder::set_pipeline_stage), otherwise, once
+  /// the graph is built, the latest stage of its operator inputs (0 for none). -1 for
+  /// the other nodes: an input, a parameter or a constant lives on every stage that
+  /// reads it.
+  int pipeline_stage = -1;
 };
 
 /// A traced graph: its nodes in tracing order and the loss, a scalar every node
@@ -10338,6 +10345,13 @@ class traced_graph {
   }
   std::vector<int> inputs() const { return ids(node_kind::input); }
   std::vector<int> parameters() const { return ids(node_kind::parameter); }
+  /// The number of pipeline stages the operators are given: one more than the latest
+  /// operator's node::pipeline_stage (1 when none is set).
+  int pipeline_stage_count() const {
+    int k = 0;
+    for (const node& n : nodes_) k = std::max(k, n.pipeline_stage + 1);
+    return std::max(k, 1);
+  }
   /// The (operator id, input slot) pairs that read node `id`, in tracing order.
   const std::vector<std::pair<int, int>>& consumers(int id) const {
     at(id);  // checks the id
@@ -10393,6 +10407,9 @@ class value {
   value shard(std::string_view st) const { return shard(parse_strategy(st)); }
   /// Renames the node (instance names are unique in a graph).
   value named(std::string name) const;
+  /// Puts the operator that produced this value on pipeline stage `stage` (what
+  /// graph_builder::set_pipeline_stage does for every operator traced after it).
+  value pipeline_stage(int stage) const;
   /// The builder whose graph holds the node (what apply() on values uses).
   graph_builder& builder() const;
 
@@ -10426,6 +10443,24 @@ class graph_builder {
   /// one is made where another was destroyed (a module's parameter remembers its node
   /// in the builder tracing it).
   std::uint64_t serial() const { return serial_; }
+
+  /// The pipeline stage of the operators traced from now on (MindSpore's
+  /// `cell.pipeline_stage = k`); -1 (the start) lets each operator take the latest
+  /// stage of its inputs. A stage must not be earlier than its inputs' stages
+  /// (parallelize checks).
+  ///
+  ///     b.set_pipeline_stage(0);
+  ///     auto h = b.relu(b.matmul(x, w1));
+  ///     b.set_pipeline_stage(1);
+  ///     auto loss = b.reduce_mean(b.matmul(h, w2));
+  void set_pipeline_stage(int stage) {
+    if (stage < -1)
+      throw error("graph: set_pipeline_stage: a stage is 0 or more (or -1: the inputs' latest), got " +
+                  std::to_string(stage));
+    stage_ = stage;
+  }
+  /// The stage set_pipeline_stage gave last (-1: none).
+  int pipeline_stage() const { return stage_; }
 
   /// A data input of global shape `shape`; a batch lists the inputs in this order.
   value input(std::string name, const extents& shape) {
@@ -10478,6 +10513,7 @@ class graph_builder {
     n.kind = node_kind::op;
     n.op = op;
     n.name = unique_name(name.empty() ? op->default_name() : name);
+    n.pipeline_stage = stage_;
     shape_list shapes;
     for (const value& v : in) {
       if (v.b_ != this) throw error("graph: " + what + " '" + n.name + "': an input comes from another graph_builder");
@@ -10596,6 +10632,11 @@ class graph_builder {
         throw error("graph: " + g_.describe(int(i)) + " does not contribute to the loss '" + l.name + "'");
     traced_graph out = g_;
     out.loss_ = loss.id_;
+    for (node& nd : out.nodes_)  // operators traced with no stage follow their inputs
+      if (nd.kind == node_kind::op && nd.pipeline_stage < 0) {
+        nd.pipeline_stage = 0;
+        for (int in : nd.inputs) nd.pipeline_stage = std::max(nd.pipeline_stage, out.nodes_[in].pipeline_stage);
+      }
     return out;
   }
 
@@ -10661,6 +10702,7 @@ class graph_builder {
   std::unordered_set<std::string> names_;
   std::unordered_map<std::string, int> next_suffix_;  // per base name, the first suffix maybe free
   std::uint64_t serial_;
+  int stage_ = -1;  // set_pipeline_stage
 };
 
 /// op(xs...) traced on the builder of the values (autodiff::apply's counterpart on
@@ -10698,6 +10740,15 @@ inline value value::named(std::string name) const {
   if (b_->at(id_).name == name) return *this;
   b_->check_unique(name);
   b_->rename(id_, std::move(name));
+  return *this;
+}
+
+inline value value::pipeline_stage(int stage) const {
+  if (!b_) throw error("graph: pipeline_stage on an empty value");
+  if (b_->at(id_).kind != node_kind::op)
+    throw error("graph: pipeline_stage: " + b_->g_.describe(id_) + " is not an operator");
+  if (stage < 0) throw error("graph: pipeline_stage: " + b_->g_.describe(id_) + ": a stage is 0 or more, got " + std::to_string(stage));
+  b_->at(id_).pipeline_stage = stage;
   return *this;
 }
 
@@ -11301,61 +11352,6 @@ inline graph_problem build_problem(const propagation_input& in, detail::route_ca
 }
 
 }  // namespace tessera::graph
-// ---- tessera/graph/parallel.hpp ----
-// The parallel pass: from a traced graph and a parallel configuration (MindSpore's
-// set_auto_parallel_context: parallel mode, search mode, dataset strategy, device
-// count) to a parallel graph: every operator's strategy and layouts, every data
-// input's and parameter's layout, and every redistribution a training step runs,
-// planned. Standard library only; graph/execute.hpp runs the result.
-//
-// Parallel modes (every one gives the stand-alone results, to float rounding):
-//
-// | mode               | operator strategies                                   | shapes in the graph |
-// |--------------------|-------------------------------------------------------|---------------------|
-// | stand_alone        | all ones: every rank computes everything              | global              |
-// | data_parallel      | op_def::data_parallel: the batch split over all ranks, parameters replicated, gradients all-reduced | global |
-// | semi_auto_parallel | the shard() strategies; data_parallel for the others  | global              |
-// | auto_parallel      | the shard() strategies; for the others, sharding propagation (graph/propagate.hpp) or dynamic programming (below) | global |
-// | hybrid_parallel    | all ones on each rank's own tensors; the user places AllReduce nodes; layer-wise parallel parameters are already sliced | each rank's own |
-//
-// stand_alone, data_parallel and hybrid_parallel ignore shard() strategies (as MindSpore
-// does).
-//
-// auto_parallel's three searches (parallel_config::search), MindSpore's:
-// - sharding_propagation: the unconfigured operators linked to configured ones take the
-//   strategies that move the fewest bytes per rank; the others run data parallel.
-// - dynamic_programming: every unconfigured operator takes the strategy that minimises
-//   a training step's estimated time on one rank, in bytes: the bytes it receives (the
-//   same price) plus its floating-point operations (op_def::forward_work, forward and
-//   backward counted as three forwards) over parallel_config::flops_per_byte, the
-//   machine's balance. Splitting an operator's work over more ranks is then worth the
-//   communication it costs; no configured operator is needed. Solved by the same
-//   solver: exactly by dynamic programming where the operators' links form a tree (a
-//   chain of layers), by enumeration or greedily otherwise.
-// - recursive_programming: every unconfigured operator is cut in two log2(N) times, in
-//   order of weight, each time along the cut with the least symbolic cost given its
-//   neighbours (graph/recursive.hpp): the same price in closed form, for large graphs
-//   and device counts (a power of two). The configured operators keep their strategies.
-//
-// Data import (the dataset strategy; each input's layout on the device matrix (N,)):
-//
-// | dataset strategy      | each rank reads                     | modes                          |
-// |-----------------------|-------------------------------------|--------------------------------|
-// | data_parallel         | its slice of the batch (dim 0 split N ways) | all (stand_alone and hybrid: the whole tensor of the input's shape) |
-// | full_batch            | the whole batch                     | semi_auto_parallel, auto_parallel |
-// | per input, ((1, 8), (1, 8)) | the shard the split tuple gives (strategy_layout) | semi_auto_parallel, auto_parallel |
-
-#include <algorithm>
-#include <bit>
-#include <chrono>
-#include <cmath>
-#include <map>
-#include <memory>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
 // ---- tessera/graph/recursive.hpp ----
 // The recursive_programming search: MindSpore's double-recursive strategy search
 // (SAPP; Wang et al., "Efficient and Systematic Partitioning of Large and Deep Neural
@@ -11940,6 +11936,267 @@ inline recursive_result symbolic_propagation(const recursive_input& in) {
 }
 
 }  // namespace tessera::graph
+// ---- tessera/graph/pipeline.hpp ----
+// Pipeline schedules (MindSpore's pipeline_stages with micro_size; the orders of GPipe,
+// 1F1B and Megatron's interleaved 1F1B): the order in which each stage runs the
+// forward and backward passes of its micro-batches, and a simulation of those orders
+// that gives a step's length, its bubble (the share of time stages wait) and the
+// micro-batches each stage holds at once. The graph executor runs the same orders.
+// Standard library only.
+//
+// The ranks form S stages of equal size. Each stage holds V chunks of the network
+// (virtual stages; V = 1 except in the interleaved schedule): chunk c of physical stage
+// s is virtual stage c S + s, so that micro-batches pass through the physical stages V
+// times. A unit is one chunk's forward or backward pass of one micro-batch. A stage
+// sends its outputs without waiting (non-blocking sends) and waits only for the inputs
+// of the unit it runs next, so an order runs exactly when every unit's inputs were
+// produced by units that can run before it: simulate_schedule checks that.
+//
+// | schedule                | order on stage s                                 | units held at once (M large) | bubble            |
+// |-------------------------|--------------------------------------------------|------------------------------|-------------------|
+// | gpipe                   | every forward, chunk by chunk, then every backward | M V                        | (S-1) / (V M + S - 1) |
+// | one_f_one_b (V = 1)     | S-s-1 forwards, then one forward and one backward in turn, then the backwards left | S - s | (S-1) / (M + S - 1) |
+// | interleaved_one_f_one_b | Megatron's: chunks in turns of S micro-batches, 2 (S-s-1) + (V-1) S forwards before the first backward | 2 (S-s-1) + (V-1) S + 1 | (S-1) / (V M + S - 1) |
+//
+// (The bubble with each chunk's forward taking f / V and backward b / V, as
+// simulate_schedule finds it; tests/graph/test_pipeline.cpp checks these formulas.)
+//
+// Worked example: S = 2 stages, M = 4 micro-batches, one_f_one_b. Stage 0 runs F0 F1 B0
+// F2 B1 F3 B2 B3, stage 1 runs F0 B0 F1 B1 F2 B2 F3 B3. With forward 1 and backward 2
+// time units the step takes (M + S - 1)(f + b) = 15 units, of which each stage works
+// M (f + b) = 12: the bubble is 3 / 15 = 0.2, and stage 0 holds 2 micro-batches at once.
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::graph {
+
+/// The order of a pipeline's units (see the top of this header).
+enum class pipeline_schedule { gpipe, one_f_one_b, interleaved_one_f_one_b };
+
+constexpr std::string_view to_string(pipeline_schedule k) {
+  switch (k) {
+    case pipeline_schedule::gpipe: return "gpipe";
+    case pipeline_schedule::one_f_one_b: return "one_f_one_b";
+    case pipeline_schedule::interleaved_one_f_one_b: return "interleaved_one_f_one_b";
+  }
+  return "?";
+}
+
+/// The schedule named `text` ("gpipe", "one_f_one_b", "interleaved_one_f_one_b");
+/// throws tessera::error naming the three.
+inline pipeline_schedule parse_pipeline_schedule(std::string_view text) {
+  for (pipeline_schedule k :
+       {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b, pipeline_schedule::interleaved_one_f_one_b})
+    if (text == to_string(k)) return k;
+  throw error("pipeline_schedule: '" + std::string(text) + "' is not gpipe, one_f_one_b or interleaved_one_f_one_b");
+}
+
+/// One unit of a stage's order: the forward (or backward) pass of micro-batch `micro`
+/// through the stage's chunk `chunk` (virtual stage chunk S + stage).
+struct pipeline_unit {
+  bool forward = true;
+  int chunk = 0;
+  int micro = 0;
+  bool operator==(const pipeline_unit&) const = default;
+};
+
+/// Throws tessera::error unless the schedule can run `stages` stages of `chunks`
+/// chunks each with `micro` micro-batches: all at least 1; one_f_one_b runs one chunk
+/// per stage; the interleaved schedule with several chunks takes micro-batches in turns
+/// of `stages`, so `stages` must divide `micro`.
+inline void check_schedule(pipeline_schedule k, int stages, int chunks, int micro) {
+  const std::string who = "pipeline " + std::string(to_string(k)) + ": ";
+  if (stages < 1) throw error(who + "pipeline_stages must be at least 1, got " + std::to_string(stages));
+  if (chunks < 1) throw error(who + "the chunks per stage must be at least 1, got " + std::to_string(chunks));
+  if (micro < 1) throw error(who + "micro_size must be at least 1, got " + std::to_string(micro));
+  if (k == pipeline_schedule::one_f_one_b && chunks > 1)
+    throw error(who + "runs one chunk per stage; the operators are on " + std::to_string(stages * chunks) +
+                " virtual stages of " + std::to_string(stages) +
+                " pipeline stages (" + std::to_string(chunks) +
+                " chunks each): use interleaved_one_f_one_b or gpipe");
+  if (k == pipeline_schedule::interleaved_one_f_one_b && chunks > 1 && micro % stages != 0)
+    throw error(who + "takes micro-batches in turns of pipeline_stages: micro_size " + std::to_string(micro) +
+                " is not a multiple of " + std::to_string(stages));
+}
+
+/// The order in which physical stage `stage` (0 .. stages - 1) runs its units.
+inline std::vector<pipeline_unit> schedule_order(pipeline_schedule k, int stages, int chunks, int micro, int stage) {
+  check_schedule(k, stages, chunks, micro);
+  if (stage < 0 || stage >= stages)
+    throw error("pipeline: stage " + std::to_string(stage) + " of " + std::to_string(stages) + " stages");
+  std::vector<pipeline_unit> order;
+  const int S = stages, V = chunks, M = micro, s = stage;
+  switch (k) {
+    case pipeline_schedule::gpipe:
+      for (int c = 0; c < V; ++c)
+        for (int m = 0; m < M; ++m) order.push_back({true, c, m});
+      for (int c = V - 1; c >= 0; --c)
+        for (int m = 0; m < M; ++m) order.push_back({false, c, m});
+      break;
+    case pipeline_schedule::one_f_one_b: {
+      const int warmup = std::min(S - s - 1, M);
+      for (int m = 0; m < warmup; ++m) order.push_back({true, 0, m});
+      for (int m = warmup; m < M; ++m) {
+        order.push_back({true, 0, m});
+        order.push_back({false, 0, m - warmup});
+      }
+      for (int m = M - warmup; m < M; ++m) order.push_back({false, 0, m});
+      break;
+    }
+    case pipeline_schedule::interleaved_one_f_one_b: {
+      // Unit k of M V: turns of S micro-batches through chunk 0, then chunk 1, ...
+      // (the backwards through the chunks in reverse).
+      const int total = M * V;
+      auto unit = [&](int k, bool fwd) {
+        const int group = k / (S * V), in = k % (S * V);
+        const int c = in / S;
+        return pipeline_unit{fwd, fwd ? c : V - 1 - c, V == 1 ? k : group * S + in % S};
+      };
+      const int warmup = std::min((S - s - 1) * 2 + (V - 1) * S, total);
+      for (int i = 0; i < warmup; ++i) order.push_back(unit(i, true));
+      for (int i = 0; i < total - warmup; ++i) {
+        order.push_back(unit(warmup + i, true));
+        order.push_back(unit(i, false));
+      }
+      for (int i = total - warmup; i < total; ++i) order.push_back(unit(i, false));
+      break;
+    }
+  }
+  return order;
+}
+
+/// What simulate_schedule finds.
+struct pipeline_timing {
+  double makespan = 0;         ///< the step's length
+  double bubble_fraction = 0;  ///< 1 - the stages' work / (stages x makespan)
+  std::vector<int> peak_units; ///< per stage, the most units forwarded and not yet backwarded at once
+};
+
+/// Runs the orders of every stage against each other, each unit starting when its stage
+/// is free and its input is ready (forward of virtual stage v after forward of v - 1;
+/// backward of v after backward of v + 1, and after its own forward), a forward of one
+/// chunk taking `forward_time` / chunks and a backward `backward_time` / chunks (the
+/// network cut into S V equal parts; transfers free). Throws tessera::error if the
+/// orders deadlock (a stage waits for a unit that waits for it).
+inline pipeline_timing simulate_schedule(pipeline_schedule k, int stages, int chunks, int micro,
+                                         double forward_time = 1, double backward_time = 2) {
+  const int S = stages, V = chunks, M = micro, VS = stages * chunks;
+  std::vector<std::vector<pipeline_unit>> orders;
+  for (int s = 0; s < S; ++s) orders.push_back(schedule_order(k, S, V, M, s));
+  const double f = forward_time / V, b = backward_time / V;
+  // Finish times of each (virtual stage, micro-batch)'s forward and backward; < 0: not yet.
+  std::vector<double> fdone(std::size_t(VS * M), -1), bdone(std::size_t(VS * M), -1);
+  std::vector<std::size_t> next(std::size_t(S), 0);
+  std::vector<double> free_at(std::size_t(S), 0);
+  pipeline_timing t;
+  t.peak_units.assign(std::size_t(S), 0);
+  std::vector<int> held(std::size_t(S), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < S; ++s) {
+      while (next[std::size_t(s)] < orders[std::size_t(s)].size()) {
+        const pipeline_unit u = orders[std::size_t(s)][next[std::size_t(s)]];
+        const int v = u.chunk * S + s;
+        const std::size_t at = std::size_t(v * M + u.micro);
+        double ready = free_at[std::size_t(s)];
+        if (u.forward) {
+          if (v > 0) {
+            const double in = fdone[std::size_t((v - 1) * M + u.micro)];
+            if (in < 0) break;
+            ready = std::max(ready, in);
+          }
+        } else {
+          if (fdone[at] < 0) break;
+          ready = std::max(ready, fdone[at]);
+          if (v + 1 < VS) {
+            const double in = bdone[std::size_t((v + 1) * M + u.micro)];
+            if (in < 0) break;
+            ready = std::max(ready, in);
+          }
+        }
+        const double end = ready + (u.forward ? f : b);
+        (u.forward ? fdone : bdone)[at] = end;
+        free_at[std::size_t(s)] = end;
+        held[std::size_t(s)] += u.forward ? 1 : -1;
+        t.peak_units[std::size_t(s)] = std::max(t.peak_units[std::size_t(s)], held[std::size_t(s)]);
+        ++next[std::size_t(s)];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s)
+    if (next[std::size_t(s)] < orders[std::size_t(s)].size()) {
+      const pipeline_unit u = orders[std::size_t(s)][next[std::size_t(s)]];
+      throw error("pipeline " + std::string(to_string(k)) + ": the orders deadlock: stage " + std::to_string(s) +
+                  " waits to run the " + (u.forward ? "forward" : "backward") + " of micro-batch " +
+                  std::to_string(u.micro) + " through chunk " + std::to_string(u.chunk));
+    }
+  for (double e : free_at) t.makespan = std::max(t.makespan, e);
+  const double work = double(M) * (forward_time + backward_time) * S;
+  t.bubble_fraction = t.makespan > 0 ? 1 - work / (S * t.makespan) : 0;
+  return t;
+}
+
+}  // namespace tessera::graph
+// ---- tessera/graph/parallel.hpp ----
+// The parallel pass: from a traced graph and a parallel configuration (MindSpore's
+// set_auto_parallel_context: parallel mode, search mode, dataset strategy, device
+// count) to a parallel graph: every operator's strategy and layouts, every data
+// input's and parameter's layout, and every redistribution a training step runs,
+// planned. Standard library only; graph/execute.hpp runs the result.
+//
+// Parallel modes (every one gives the stand-alone results, to float rounding):
+//
+// | mode               | operator strategies                                   | shapes in the graph |
+// |--------------------|-------------------------------------------------------|---------------------|
+// | stand_alone        | all ones: every rank computes everything              | global              |
+// | data_parallel      | op_def::data_parallel: the batch split over all ranks, parameters replicated, gradients all-reduced | global |
+// | semi_auto_parallel | the shard() strategies; data_parallel for the others  | global              |
+// | auto_parallel      | the shard() strategies; for the others, sharding propagation (graph/propagate.hpp) or dynamic programming (below) | global |
+// | hybrid_parallel    | all ones on each rank's own tensors; the user places AllReduce nodes; layer-wise parallel parameters are already sliced | each rank's own |
+//
+// stand_alone, data_parallel and hybrid_parallel ignore shard() strategies (as MindSpore
+// does).
+//
+// auto_parallel's three searches (parallel_config::search), MindSpore's:
+// - sharding_propagation: the unconfigured operators linked to configured ones take the
+//   strategies that move the fewest bytes per rank; the others run data parallel.
+// - dynamic_programming: every unconfigured operator takes the strategy that minimises
+//   a training step's estimated time on one rank, in bytes: the bytes it receives (the
+//   same price) plus its floating-point operations (op_def::forward_work, forward and
+//   backward counted as three forwards) over parallel_config::flops_per_byte, the
+//   machine's balance. Splitting an operator's work over more ranks is then worth the
+//   communication it costs; no configured operator is needed. Solved by the same
+//   solver: exactly by dynamic programming where the operators' links form a tree (a
+//   chain of layers), by enumeration or greedily otherwise.
+// - recursive_programming: every unconfigured operator is cut in two log2(N) times, in
+//   order of weight, each time along the cut with the least symbolic cost given its
+//   neighbours (graph/recursive.hpp): the same price in closed form, for large graphs
+//   and device counts (a power of two). The configured operators keep their strategies.
+//
+// Data import (the dataset strategy; each input's layout on the device matrix (N,)):
+//
+// | dataset strategy      | each rank reads                     | modes                          |
+// |-----------------------|-------------------------------------|--------------------------------|
+// | data_parallel         | its slice of the batch (dim 0 split N ways) | all (stand_alone and hybrid: the whole tensor of the input's shape) |
+// | full_batch            | the whole batch                     | semi_auto_parallel, auto_parallel |
+// | per input, ((1, 8), (1, 8)) | the shard the split tuple gives (strategy_layout) | semi_auto_parallel, auto_parallel |
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tessera::graph {
 
@@ -12046,6 +12303,23 @@ struct parallel_config {
   /// two, it propagates from the configured operators under the symbolic price instead
   /// (graph/recursive.hpp, symbolic_propagation).
   double exact_pricing_limit = 2e6;
+  /// Pipeline parallel (MindSpore's pipeline_stages): the ranks form this many stages
+  /// of device_num / pipeline_stages ranks each (stage s: ranks [s n, (s + 1) n)), and
+  /// the operators run on the stage their node::pipeline_stage names, sharded over its
+  /// ranks by the mode and search as on device_num / pipeline_stages devices. With
+  /// pipeline_stages V times as many stages on the operators (V > 1), operator stage v
+  /// runs on stage v mod pipeline_stages: V chunks per stage, for the interleaved
+  /// schedule (graph/pipeline.hpp). 1: the operators' stages are ignored.
+  int pipeline_stages = 1;
+  /// The micro-batches of a training step (MindSpore's micro_size): the graph is traced
+  /// for one micro-batch, and a step feeds micro_size of them (dim 0 of every input
+  /// micro_size times the traced one), through the stages in the order `schedule` gives.
+  /// The step's loss is the mean of the micro-batches' losses and its gradients the
+  /// gradients of that mean. With pipeline_stages 1 and micro_size > 1: gradient
+  /// accumulation.
+  int micro_size = 1;
+  /// The order of the micro-batches' forward and backward passes on each stage.
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
 };
 
 /// Where an operator's strategy came from.
@@ -12089,6 +12363,19 @@ struct edge_plan {
   route backward;                ///< the consumer's input gradient -> the producer's gradient layout
 };
 
+/// A value that one pipeline stage makes and a later one reads: the producer's ranks
+/// send it each micro-batch, rank i of the producing stage to rank i of the reading
+/// stage, in the producer's layout (partial sums included); the gradient comes back the
+/// same way, in the producer's gradient layout. Stages are virtual (node::pipeline_stage).
+struct pipeline_boundary {
+  int producer = -1;          ///< the operator whose value crosses
+  int from_stage = -1;        ///< its virtual stage
+  int to_stage = -1;          ///< the reading virtual stage
+  bool has_backward = false;  ///< the gradient comes back
+  index_t bytes = 0;          ///< a rank's shard of the value, in bytes
+  index_t grad_bytes = 0;     ///< a rank's shard of the gradient
+};
+
 /// A gradient all-reduce of hybrid_parallel: a parameter that is not layer-wise
 /// parallel has its gradient summed over every rank.
 struct gradient_reduction {
@@ -12103,7 +12390,31 @@ class parallel_graph {
  public:
   const traced_graph& traced() const { return g_; }
   const parallel_config& config() const { return cfg_; }
+  /// The ranks of the job (every pipeline stage's).
   int device_num() const { return cfg_.device_num; }
+
+  // ---- pipeline stages (parallel_config::pipeline_stages) ------------------------
+
+  /// Whether a step runs micro-batches through stages (pipeline_stages or micro_size
+  /// above 1).
+  bool pipelined() const { return cfg_.pipeline_stages > 1 || cfg_.micro_size > 1; }
+  int pipeline_stages() const { return cfg_.pipeline_stages; }
+  /// The chunks (virtual stages) of each stage: 1 unless the operators are on a
+  /// multiple of pipeline_stages stages.
+  int pipeline_chunks() const { return chunks_; }
+  int micro_size() const { return cfg_.micro_size; }
+  /// The ranks of one stage, over which its operators are sharded (every layout of the
+  /// plan is on that many devices): device_num / pipeline_stages.
+  int stage_device_num() const { return cfg_.device_num / cfg_.pipeline_stages; }
+  /// The virtual stage of an operator (0 .. pipeline_stages x chunks - 1; 0 without
+  /// stages); -1 for the other nodes, which every reading stage has.
+  int stage(int id) const { return stage_.at(std::size_t(id)); }
+  /// The stage whose ranks run virtual stage v.
+  int physical_stage(int v) const { return v % cfg_.pipeline_stages; }
+  /// The stage of world rank `rank`, and its rank within the stage.
+  int stage_of_rank(int rank) const { return rank / stage_device_num(); }
+  /// The values crossing from one virtual stage to another, by producer then reading stage.
+  const std::vector<pipeline_boundary>& boundaries() const { return boundaries_; }
 
   /// The layout of a node's value: a data input's import layout, a parameter's layout
   /// (the one its readers want), an operator's output layout.
@@ -12135,7 +12446,9 @@ class parallel_graph {
 
   /// The price sharding propagation minimises, for the strategies chosen: the bytes
   /// per rank of every edge's forward and backward redistribution, of the operators'
-  /// own collectives and of the loss's fetch (see graph/propagate.hpp).
+  /// own collectives and of the loss's fetch (see graph/propagate.hpp). With pipeline
+  /// stages: of one micro-batch through every stage, the transfers between stages
+  /// aside (bytes_for_rank counts what a rank receives in a whole step).
   index_t priced_bytes() const { return priced_; }
   /// The floating-point operations of a training step on one rank, as
   /// dynamic_programming counts them: each operator's forward_work, three times when
@@ -12146,12 +12459,18 @@ class parallel_graph {
   double step_cost() const { return double(priced_) + work_ / cfg_.flops_per_byte; }
   /// The bytes each device holds in a training step, as memory_budget counts them: the
   /// data inputs' shards, each operator's output shard (kept for its backward), and
-  /// each parameter's shard with its gradient and optimizer_slots state tensors.
+  /// each parameter's shard with its gradient and optimizer_slots state tensors. With
+  /// pipeline stages, the most any stage holds: its parameters, and the activations
+  /// (outputs, inputs and values received) of the micro-batches its schedule holds at
+  /// once.
   index_t memory_per_device() const {
+    if (!stage_memory_.empty()) return *std::max_element(stage_memory_.begin(), stage_memory_.end());
     index_t m = 0;
     for (index_t b : memory_) m += b;
     return m;
   }
+  /// With pipeline stages, what each stage's devices hold (memory_per_device).
+  const std::vector<index_t>& stage_memory() const { return stage_memory_; }
   /// What memory_per_device holds, per node (an operator's bytes include the
   /// parameters it reads first): (node id, bytes), largest first.
   std::vector<std::pair<int, index_t>> memory_consumers() const {
@@ -12166,8 +12485,12 @@ class parallel_graph {
   /// chosen layouts' redistributions.
   double search_seconds() const { return search_seconds_; }
   /// The bytes `rank` receives in one training step: the priced redistributions,
-  /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces.
+  /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces. With
+  /// pipeline stages (`rank` a rank of the job): those of its stage's operators once
+  /// per micro-batch, the values and gradients it receives from other stages, and the
+  /// step's loss sent to every rank.
   index_t bytes_for_rank(int rank) const {
+    if (pipelined()) return pipelined_bytes_for_rank(rank);
     index_t b = 0;
     for (const edge_plan& e : edges_) {
       b += e.forward.p.bytes_for_rank(rank);
@@ -12197,6 +12520,33 @@ class parallel_graph {
   double work_ = 0;
   double search_seconds_ = 0;
   std::vector<index_t> memory_;  // per node
+  std::vector<index_t> stage_memory_;  // per physical stage (pipelined plans)
+  std::vector<int> stage_;             // per node: its virtual stage (operators)
+  int chunks_ = 1;
+  std::vector<pipeline_boundary> boundaries_;
+
+  index_t pipelined_bytes_for_rank(int rank) const {
+    const int s = stage_of_rank(rank), i = rank % stage_device_num();
+    const index_t M = cfg_.micro_size;
+    index_t b = 0;
+    for (const edge_plan& e : edges_)
+      if (physical_stage(stage_[std::size_t(e.consumer)]) == s) {
+        b += M * e.forward.p.bytes_for_rank(i);
+        if (e.has_backward) b += M * e.backward.p.bytes_for_rank(i);
+      }
+    for (std::size_t id = 0; id < ops_.size(); ++id)
+      if (ops_[id] && physical_stage(stage_[id]) == s)
+        for (const internal_collective& c : ops_[id]->collectives)
+          if (!c.backward || needs_grad_[id]) b += M * c.bytes_on(i);
+    if (physical_stage(stage_[std::size_t(g_.loss())]) == s) b += M * loss_fetch_.p.bytes_for_rank(i);
+    for (const pipeline_boundary& x : boundaries_) {
+      if (physical_stage(x.from_stage) == physical_stage(x.to_stage)) continue;  // handed over in memory
+      if (physical_stage(x.to_stage) == s) b += M * x.bytes;
+      if (x.has_backward && physical_stage(x.from_stage) == s) b += M * x.grad_bytes;
+    }
+    if (cfg_.pipeline_stages > 1) b += cost::all_reduce(index_t(sizeof(double)), cfg_.device_num);  // the loss to every rank
+    return b;
+  }
 };
 
 namespace detail {
@@ -12247,6 +12597,57 @@ inline layout import_layout(const traced_graph& g, int id, const parallel_config
   return l;
 }
 
+// Checks parallel_config's pipeline against the graph and gives each node its virtual
+// stage (operators; -1 for the others).
+inline std::vector<int> pipeline_stages_of(const traced_graph& g, const parallel_config& cfg) {
+  const int S = cfg.pipeline_stages, N = cfg.device_num;
+  if (S < 1) throw error("parallelize: pipeline_stages must be at least 1, got " + std::to_string(S));
+  if (N % S != 0)
+    throw error("parallelize: pipeline_stages " + std::to_string(S) + " does not divide device_num " + std::to_string(N) +
+                " into stages of equal size");
+  if (cfg.micro_size < 1) throw error("parallelize: micro_size must be at least 1, got " + std::to_string(cfg.micro_size));
+  if (cfg.mode == parallel_mode::hybrid_parallel && (S > 1 || cfg.micro_size > 1))
+    throw error("parallelize: hybrid_parallel runs each rank's own graph; it has no pipeline stages or micro-batches "
+                "(pipeline_stages " + std::to_string(S) + ", micro_size " + std::to_string(cfg.micro_size) + ")");
+  std::vector<int> stage(std::size_t(g.size()), -1);
+  const int K = S > 1 ? g.pipeline_stage_count() : 1;
+  for (int id = 0; id < g.size(); ++id)
+    if (g.at(id).kind == node_kind::op) stage[std::size_t(id)] = S > 1 ? g.at(id).pipeline_stage : 0;
+  if (S > 1 && (K < S || K % S != 0))
+    throw error("parallelize: the operators are on " + std::to_string(K) + " pipeline " +
+                (K == 1 ? "stage" : "stages") + " (node pipeline_stage 0 .. " + std::to_string(K - 1) +
+                "); pipeline_stages " + std::to_string(S) + " needs " + std::to_string(S) +
+                " of them, or a multiple of " + std::to_string(S) + " (chunks of the interleaved schedule)");
+  check_schedule(cfg.schedule, S, K / S, cfg.micro_size);
+  if (S == 1) return stage;
+  std::vector<int> first(std::size_t(K), -1);
+  for (int id = 0; id < g.size(); ++id)
+    if (stage[std::size_t(id)] >= 0 && first[std::size_t(stage[std::size_t(id)])] < 0)
+      first[std::size_t(stage[std::size_t(id)])] = id;
+  for (int v = 0; v < K; ++v)
+    if (first[std::size_t(v)] < 0)
+      throw error("parallelize: pipeline stage " + std::to_string(v) + " of " + std::to_string(K) + " has no operator");
+  for (int id = 0; id < g.size(); ++id) {
+    const node& n = g.at(id);
+    if (n.kind != node_kind::op) continue;
+    for (int p : n.inputs)
+      if (g.at(p).kind == node_kind::op && stage[std::size_t(p)] > stage[std::size_t(id)])
+        throw error("parallelize: " + g.describe(id) + " on pipeline stage " + std::to_string(stage[std::size_t(id)]) +
+                    " reads " + g.describe(p) + " of the later stage " + std::to_string(stage[std::size_t(p)]) +
+                    "; values flow to later stages only");
+  }
+  for (int p : g.parameters()) {
+    const auto& readers = g.consumers(p);
+    for (const auto& [c, slot] : readers)
+      if (stage[std::size_t(c)] != stage[std::size_t(readers.front().first)])
+        throw error("parallelize: parameter '" + g.at(p).name + "' is read by " + g.describe(readers.front().first) +
+                    " on pipeline stage " + std::to_string(stage[std::size_t(readers.front().first)]) + " and by " +
+                    g.describe(c) + " on stage " + std::to_string(stage[std::size_t(c)]) +
+                    "; a parameter belongs to one stage");
+  }
+  return stage;
+}
+
 }  // namespace detail
 
 /// Runs the parallel pass (see the top of this header). Throws tessera::error, naming
@@ -12254,10 +12655,16 @@ inline layout import_layout(const traced_graph& g, int id, const parallel_config
 /// splits a dim unevenly; a parameter two operators want laid out differently; a
 /// dataset strategy that does not fit the inputs (count, rank, divisibility, device
 /// count) or the mode; an AllReduce node or a layer-wise parallel parameter outside
-/// hybrid_parallel.
-inline parallel_graph parallelize(const traced_graph& g, const parallel_config& cfg) {
+/// hybrid_parallel; pipeline stages that do not divide the ranks, that the operators'
+/// stages do not match, that a value would cross backwards, or that share a parameter.
+inline parallel_graph parallelize(const traced_graph& g, const parallel_config& config) {
+  if (config.device_num < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(config.device_num));
+  const std::vector<int> stage_of = detail::pipeline_stages_of(g, config);
+  // The operators are sharded over the ranks of one stage.
+  parallel_config stage_cfg = config;
+  stage_cfg.device_num = config.device_num / config.pipeline_stages;
+  const parallel_config& cfg = stage_cfg;
   const int N = cfg.device_num;
-  if (N < 1) throw error("parallelize: device_num must be positive, got " + std::to_string(N));
   if (cfg.elem_bytes < 1) throw error("parallelize: elem_bytes must be positive, got " + std::to_string(cfg.elem_bytes));
   if (cfg.memory_budget < 0)
     throw error("parallelize: memory_budget must be 0 (no limit) or positive, got " + std::to_string(cfg.memory_budget));
@@ -12285,7 +12692,9 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
 
   parallel_graph pg;
   pg.g_ = g;
-  pg.cfg_ = cfg;
+  pg.cfg_ = config;
+  pg.stage_ = stage_of;
+  pg.chunks_ = config.pipeline_stages > 1 ? std::max(1, g.pipeline_stage_count() / config.pipeline_stages) : 1;
   const std::size_t n = std::size_t(g.size());
   pg.value_layout_.resize(n);
   pg.grad_layout_.resize(n);
@@ -12526,7 +12935,45 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
     if (g.at(id).kind == node_kind::input) return local_size(pg.value_layout_[id], g.at(id).shape) * cfg.elem_bytes;
     return pg.ops_[id] ? detail::op_memory(g, id, pg.ops_[id]->lay, cfg.elem_bytes, cfg.optimizer_slots) : 0;
   };
+  // With pipeline stages, per stage: its parameters, and the activations of the units
+  // (a chunk's part of a micro-batch: operator outputs, the inputs it reads, the values
+  // it receives) its schedule holds at once.
+  const bool pipelined = config.pipeline_stages > 1 || config.micro_size > 1;
+  auto stage_memory = [&] {
+    const int S = config.pipeline_stages, V = pg.chunks_;
+    std::vector<index_t> per(std::size_t(S), 0), act(std::size_t(S * V), 0);
+    std::set<std::pair<int, int>> held;  // (value, virtual stage) counted
+    for (int id = 0; id < g.size(); ++id) {
+      const node& nd = g.at(id);
+      if (nd.kind != node_kind::op || !pg.ops_[id]) continue;
+      const int v = stage_of[std::size_t(id)];
+      const index_t out = local_size(pg.ops_[id]->lay.out, nd.shape) * cfg.elem_bytes;
+      per[std::size_t(v % S)] += node_memory(id) - out;
+      act[std::size_t(v)] += out;
+      for (int p : nd.inputs) {
+        const node& pn = g.at(p);
+        const bool received = pn.kind == node_kind::op && stage_of[std::size_t(p)] != v;
+        if ((pn.kind == node_kind::input || received) && held.emplace(p, v).second)
+          act[std::size_t(v)] += local_size(pn.kind == node_kind::input ? pg.value_layout_[p] : pg.ops_[p]->lay.out,
+                                            pn.shape) * cfg.elem_bytes;
+      }
+    }
+    for (int st = 0; st < S; ++st) {
+      index_t live = 0, peak = 0;
+      for (const pipeline_unit& u : schedule_order(config.schedule, S, V, config.micro_size, st)) {
+        const index_t a = act[std::size_t(u.chunk * S + st)];
+        live = u.forward ? live + a : live - a;
+        peak = std::max(peak, live);
+      }
+      per[std::size_t(st)] += peak;
+    }
+    return per;
+  };
   auto memory = [&] {
+    if (pipelined) {
+      const std::vector<index_t> per = stage_memory();
+      return *std::max_element(per.begin(), per.end());
+    }
     index_t m = 0;
     for (int id = 0; id < g.size(); ++id) m += node_memory(id);
     return m;
@@ -12554,6 +13001,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   // Memory: per node, and against the budget.
   pg.memory_.assign(n, 0);
   for (int id = 0; id < g.size(); ++id) pg.memory_[id] = node_memory(id);
+  if (pipelined) pg.stage_memory_ = stage_memory();
   if (cfg.memory_budget > 0 && pg.memory_per_device() > cfg.memory_budget) {
     std::string largest;
     const auto consumers = pg.memory_consumers();
@@ -12648,6 +13096,24 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   }
   const layout& ll = pg.value_layout_[g.loss()];
   pg.loss_fetch_ = rc.get(ll, layout::replicated(ll.dev, 0), g.at(g.loss()).shape);
+  // Values crossing pipeline stages.
+  if (config.pipeline_stages > 1)
+    for (const edge_plan& e : pg.edges_) {
+      const int u = stage_of[std::size_t(e.producer)], v = stage_of[std::size_t(e.consumer)];
+      if (g.at(e.producer).kind != node_kind::op || u == v) continue;
+      auto it = std::find_if(pg.boundaries_.begin(), pg.boundaries_.end(),
+                             [&](const pipeline_boundary& b) { return b.producer == e.producer && b.to_stage == v; });
+      if (it == pg.boundaries_.end()) {
+        const extents& shape = g.at(e.producer).shape;
+        pg.boundaries_.push_back({e.producer, u, v, false, local_size(pg.value_layout_[e.producer], shape) * cfg.elem_bytes,
+                                  local_size(pg.grad_layout_[e.producer], shape) * cfg.elem_bytes});
+        it = pg.boundaries_.end() - 1;
+      }
+      it->has_backward = it->has_backward || e.has_backward;
+    }
+  std::stable_sort(pg.boundaries_.begin(), pg.boundaries_.end(), [](const pipeline_boundary& a, const pipeline_boundary& b) {
+    return a.producer != b.producer ? a.producer < b.producer : a.to_stage < b.to_stage;
+  });
   pg.priced_ = detail::add_bytes(pg.priced_, pg.loss_fetch_.bytes());
   if (hybrid && N > 1)
     for (int p : g.parameters())
@@ -21445,6 +21911,7 @@ op_grads<T, D> backward(const pool2d_op<Kind>& op, const tensor_on<T, D>& dy, op
 // layout, which resolves what is still partial: for a data-parallel parameter, that
 // is the all-reduce over the data-parallel ranks.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -21576,6 +22043,18 @@ class tape {
   void backward(var<T, D> y, tensor dy) {
     add_grad(y.id, std::move(dy));
     run_backward(y.id, true);
+  }
+
+  /// One consuming pass (as above) from several outputs at once, each with its
+  /// gradient: what a pipeline stage's part of a micro-batch runs when its values went
+  /// to several later stages. Without seeds it does nothing.
+  void backward(std::vector<std::pair<var<T, D>, tensor>> seeds) {
+    int from = -1;
+    for (auto& [y, dy] : seeds) {
+      add_grad(y.id, std::move(dy));
+      from = std::max(from, y.id);
+    }
+    if (from >= 0) run_backward(from, true);
   }
 
   /// Releases the values, gradients and backward functions of nodes [first, last],
@@ -21934,9 +22413,12 @@ var<T, D> softmax_cross_entropy_expand(const softmax_cross_entropy_expand_op& op
 // backward pass, and an optimizer step. Returns the loss and the parameters'
 // gradients in the parameters' layouts.
 
+#include <algorithm>
 #include <cstddef>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <typeindex>
 #include <unordered_map>
@@ -21986,6 +22468,18 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::t
 ///     auto batch = ex.slice_batch({x, label});          // this rank's part of a global batch
 ///     optim::momentum<float> opt(0.2f, 0.1f);
 ///     float loss = ex.train_step(batch, opt);
+///
+/// A plan with pipeline stages (parallel_config::pipeline_stages, micro_size) runs on
+/// the ranks of every stage: each rank holds and runs its stage's part (its operators
+/// and parameters; parameters() lists those), the operators sharded over the stage's
+/// ranks. A step takes micro_size micro-batches (dim 0 of each input micro_size times
+/// the traced one: slice_batch of a whole batch of micro_size traced batches gives it)
+/// and runs their forward and backward passes in the schedule's order
+/// (graph/pipeline.hpp), sending the values that cross stages, rank i of a stage to
+/// rank i of the next, and their gradients back without waiting (the world's isend).
+/// Each micro-batch's values are released once its backward has run. The loss is the
+/// mean of the micro-batches' losses, on every rank; the gradients are those of that
+/// mean, summed over the micro-batches on each stage.
 template <class T, class D = cpu_device>
 class executor {
  public:
@@ -22026,19 +22520,33 @@ class executor {
   }
 
   const parallel_graph& plan() const { return pg_; }
+  /// The context the operators run on: with pipeline stages, the ranks of this rank's
+  /// stage.
   tessera::context& context() { return *ctx_; }
-  int rank() const { return ctx_->rank(); }
+  /// This rank in the job.
+  int rank() const { return world_ctx_->rank(); }
 
   // ---- parameters -------------------------------------------------------------
 
   /// The parameters the executor holds, in the graph's order, each this rank's shard:
-  /// what an optimizer steps (a bound parameter's entry is not used).
+  /// what an optimizer steps (a bound parameter's entry is not used). With pipeline
+  /// stages, the parameters of this rank's stage only.
   std::vector<tensor>& parameters() { return params_; }
-  const tensor& parameter(std::string_view name) const { return *bound_[param_index(name)]; }
+  /// Whether this rank holds parameter `name` (with pipeline stages: it is its stage's).
+  bool holds_parameter(std::string_view name) const { return bound_[param_index(name)] != nullptr; }
+  const tensor& parameter(std::string_view name) const {
+    const std::size_t i = param_index(name);
+    if (!bound_[i])
+      throw error("graph executor: parameter '" + std::string(name) + "' is on pipeline stage " +
+                  std::to_string(pg_.physical_stage(param_stage(i))) + "; this rank runs stage " + std::to_string(stage_));
+    return *bound_[i];
+  }
   /// Sets a parameter from its whole value (the same on every rank); each rank keeps
-  /// its shard. In hybrid_parallel the value is this rank's own (its shape the graph's).
+  /// its shard (with pipeline stages, the ranks of the parameter's stage: the others
+  /// ignore it). In hybrid_parallel the value is this rank's own (its shape the graph's).
   void set_parameter(std::string_view name, const xt::xarray<T>& value) {
     const std::size_t i = param_index(name);
+    if (!bound_[i]) return;
     const int id = pg_.traced().parameters()[i];
     bound_[i]->assign_local(storage_type::from_host(
         slice(pg_.value_layout(id), pg_.traced().at(id).shape, value, "parameter '" + std::string(name) + "'")));
@@ -22049,6 +22557,7 @@ class executor {
   /// ..., the plan gives ...".
   void bind_parameter(std::string_view name, tensor& storage) {
     const std::size_t i = param_index(name);
+    if (!bound_[i]) return;  // another pipeline stage's
     const int id = pg_.traced().parameters()[i];
     if (!(storage.global_shape() == pg_.traced().at(id).shape))
       throw error("graph executor: parameter '" + std::string(name) + "' is " + to_string(storage.global_shape()) +
@@ -22066,12 +22575,25 @@ class executor {
 
   // ---- data ---------------------------------------------------------------------
 
-  /// The shape of the data this rank feeds for input `name`.
-  extents input_local_shape(std::string_view name) const { return pg_.local_shape(input_id(name)); }
-  /// This rank's part of a whole batch of input `name`, as its dataset strategy gives it.
+  /// The shape of the data this rank feeds for input `name` (with micro-batches, dim 0
+  /// holds micro_size of them, one after the other).
+  extents input_local_shape(std::string_view name) const { return step_shape(pg_.local_shape(input_id(name))); }
+  /// This rank's part of a whole batch of input `name`, as its dataset strategy gives it
+  /// (with micro-batches: `whole` is micro_size traced batches along dim 0, and each is
+  /// sliced so).
   xt::xarray<T> slice_input(std::string_view name, const xt::xarray<T>& whole) const {
     const int id = input_id(name);
-    return slice(pg_.value_layout(id), pg_.traced().at(id).shape, whole, "input '" + std::string(name) + "'");
+    const std::string what = "input '" + std::string(name) + "'";
+    const int M = pg_.micro_size();
+    const extents& traced = pg_.traced().at(id).shape;
+    if (M == 1 || traced.ndim == 0) return slice(pg_.value_layout(id), traced, whole, what);
+    if (!(shape_of(whole) == step_shape(traced)))
+      throw error("graph executor: " + what + " is " + to_string(traced) + " per micro-batch, so " +
+                  to_string(step_shape(traced)) + " for " + std::to_string(M) + " micro-batches; the value given is " +
+                  to_string(shape_of(whole)));
+    std::vector<xt::xarray<T>> parts;
+    for (int m = 0; m < M; ++m) parts.push_back(slice(pg_.value_layout(id), traced, rows(whole, m, M), what));
+    return join_rows(parts);
   }
   /// slice_input for every input, the whole batch listing the inputs in graph order.
   std::vector<xt::xarray<T>> slice_batch(const std::vector<xt::xarray<T>>& whole) const {
@@ -22093,6 +22615,10 @@ class executor {
   /// is done with it, unresolved (the hook's owner resolves it: a gradient reducer that
   /// overlaps its reductions with the rest of the pass); the result holds them so.
   result value_and_grad(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
+    if (pg_.pipelined()) {
+      if (hook) throw error("graph executor: a plan with pipeline stages or micro-batches takes no gradient hook");
+      return pipelined_step(batch);
+    }
     const traffic before = ctx_->total_stats();
     tape t(*ctx_);
     const var loss = forward(t, batch);
@@ -22155,6 +22681,9 @@ class executor {
   /// The loss of a batch, forward only, and the values of nodes `fetch` (ids in the
   /// traced graph: a network's logits, for its accuracy).
   evaluation evaluate(const std::vector<xt::xarray<T>>& batch, const std::vector<int>& fetch) {
+    if (pg_.pipelined())
+      throw error("graph executor: evaluate runs plans without pipeline stages or micro-batches; parallelize the "
+                  "graph again with pipeline_stages 1 and micro_size 1 to evaluate");
     tape t(*ctx_);
     std::vector<var> v;
     const var loss = forward(t, batch, &v);
@@ -22173,24 +22702,87 @@ class executor {
   }
 
   /// What this rank's communicators moved during the last value_and_grad (equal to
-  /// plan().bytes_for_rank(rank()) in bytes).
+  /// plan().bytes_for_rank(rank()) in bytes; with pipeline stages, rank() of the job).
   traffic last_step_traffic() const { return last_; }
+  /// With pipeline stages or micro-batches: the most values the step's tape held at
+  /// once (operator outputs and the leaves copied in, parameters aside), counted after
+  /// each forward and backward of a micro-batch; a schedule that releases each
+  /// micro-batch's values after its backward keeps it level as micro-batches are added.
+  int last_step_peak_values() const { return peak_values_; }
+  /// With pipeline stages: this rank's stage (0 without).
+  int stage() const { return stage_; }
 
   /// Writes this rank's dumps under `dir` (graph/dump.hpp).
-  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, ctx_->rank()); }
+  void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, world_ctx_->rank()); }
 
  private:
   void init() {
     detail::add_runners<T, D>(runners_, ops::builtin_operators{});
+    world_ctx_ = ctx_;
     if (ctx_->size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
                   " devices, the communicator has " + std::to_string(ctx_->size()) + " ranks");
     if (index_t(sizeof(T)) != pg_.config().elem_bytes)
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.config().elem_bytes) +
                   "-byte elements, the executor's are " + std::to_string(sizeof(T)) + " bytes");
+    if constexpr (!std::is_same_v<D, cpu_device>)
+      if (pg_.pipelined()) throw error("graph executor: pipeline stages and micro-batches run on host tensors");
+    const int S = pg_.pipeline_stages();
+    if (S > 1) {  // the operators run on the ranks of this rank's stage
+      stage_ = pg_.stage_of_rank(ctx_->rank());
+      stage_group_ = &ctx_->on(mesh{S, pg_.stage_device_num()}).group(axis_list{1});
+      stage_ctx_ = std::make_unique<tessera::context>(*stage_group_);
+      ctx_ = stage_ctx_.get();
+      const index_t tags = index_t(pg_.boundaries().size()) * pg_.micro_size() * 2;
+      if (tags > max_pipeline_tag)
+        throw error("graph executor: " + std::to_string(pg_.boundaries().size()) + " values crossing stages times " +
+                    std::to_string(pg_.micro_size()) + " micro-batches need " + std::to_string(tags) +
+                    " message tags, more than " + std::to_string(max_pipeline_tag));
+    }
     const traced_graph& g = pg_.traced();
-    for (int p : g.parameters()) params_.emplace_back(pg_.value_layout(p), g.at(p).shape, ctx_->rank());
-    for (tensor& p : params_) bound_.push_back(&p);
+    const std::vector<int> ps = g.parameters();
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < ps.size(); ++i) held += pg_.physical_stage(param_stage(i)) == stage_ ? 1 : 0;
+    params_.reserve(held);  // bound_ points into it
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      if (pg_.physical_stage(param_stage(i)) != stage_) {
+        bound_.push_back(nullptr);
+        continue;
+      }
+      params_.emplace_back(pg_.value_layout(ps[i]), g.at(ps[i]).shape, ctx_->rank());
+      bound_.push_back(&params_.back());
+    }
+    for (int v = 0; v < S * pg_.pipeline_chunks(); ++v) stage_ops_.emplace_back();
+    for (int id = 0; id < g.size(); ++id)
+      if (g.at(id).kind == node_kind::op) stage_ops_[std::size_t(pg_.stage(id))].push_back(id);
+  }
+
+  // The virtual stage of parameter i (of the graph's list): its readers'.
+  int param_stage(std::size_t i) const {
+    const int p = pg_.traced().parameters()[i];
+    return pg_.stage(pg_.traced().consumers(p).front().first);
+  }
+  extents step_shape(extents e) const {
+    if (e.ndim > 0) e.v[0] *= pg_.micro_size();
+    return e;
+  }
+  // Micro-batch m of M of a step's data: rows [m d, (m + 1) d) of dim 0.
+  static xt::xarray<T> rows(const xt::xarray<T>& a, int m, int M) {
+    extents e = shape_of(a);
+    if (e.ndim == 0) return a;
+    const std::size_t per = a.size() / std::size_t(M);
+    e.v[0] /= M;
+    xt::xarray<T> out = storage<T, cpu_device>::empty(e);
+    std::copy_n(a.data() + per * std::size_t(m), per, out.data());
+    return out;
+  }
+  static xt::xarray<T> join_rows(const std::vector<xt::xarray<T>>& parts) {
+    extents e = shape_of(parts.front());
+    e.v[0] *= index_t(parts.size());
+    xt::xarray<T> out = storage<T, cpu_device>::empty(e);
+    T* at = out.data();
+    for (const xt::xarray<T>& p : parts) at = std::copy_n(p.data(), p.size(), at);
+    return out;
   }
 
   std::size_t param_index(std::string_view name) const {
@@ -22266,6 +22858,43 @@ class executor {
     });
   }
 
+  // Data input `id`'s leaf from this rank's data (checked against its shard's shape).
+  var input_leaf(tape& t, int id, const xt::xarray<T>& data) {
+    const node& n = pg_.traced().at(id);
+    const extents want = pg_.local_shape(id);
+    if (!(shape_of(data) == want))
+      throw error("graph executor: input '" + n.name + "': this rank's data is " + to_string(shape_of(data)) +
+                  ", dataset_strategy " + pg_.config().dataset.to_string() + " gives each rank " + to_string(want) +
+                  " of " + to_string(n.shape));
+    return t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_->rank(), storage_type::from_host(data)), false);
+  }
+  var constant_leaf(tape& t, int id) {
+    tensor c(pg_.value_layout(id), pg_.traced().at(id).shape, ctx_->rank());
+    storage_type::fill(c.local(), T(pg_.traced().at(id).constant));
+    return t.leaf(std::move(c), false);
+  }
+  // Runs operator `id` on the values `v` of its inputs (by node id), each moved along
+  // its edge.
+  var run_op(tape& t, int id, const std::vector<var>& v) {
+    const traced_graph& g = pg_.traced();
+    const node& n = g.at(id);
+    std::vector<var> in;
+    for (std::size_t s = 0; s < n.inputs.size(); ++s)
+      in.push_back(along_edge(t, pg_.edge(id, int(s)), v[std::size_t(n.inputs[s])]));
+    const auto it = runners_.find(n.op->definition_type());
+    if (it == runners_.end())
+      throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
+                  n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
+    var out = it->second(*n.op, pg_.op(id), in);
+    // Placed as the rule says (an operator may keep its input's device matrix when
+    // that input arrived under another, placing alike: see along_edge).
+    if (!same_placement(out.value().layout(), pg_.value_layout(id)))
+      throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
+                  ", its rule says " + describe(pg_.value_layout(id)));
+    if (!pg_.needs_grad(id)) out = t.leaf(out.value(), false);
+    return out;
+  }
+
   var forward(tape& t, const std::vector<xt::xarray<T>>& batch, std::vector<var>* values = nullptr) {
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
@@ -22275,41 +22904,180 @@ class executor {
     for (int id = 0; id < g.size(); ++id) {
       const node& n = g.at(id);
       if (n.kind == node_kind::input) {
-        const xt::xarray<T>& data = batch[next_input++];
-        const extents want = pg_.local_shape(id);
-        if (!(shape_of(data) == want))
-          throw error("graph executor: input '" + n.name + "': this rank's data is " + to_string(shape_of(data)) +
-                      ", dataset_strategy " + pg_.config().dataset.to_string() + " gives each rank " + to_string(want) +
-                      " of " + to_string(n.shape));
-        v[std::size_t(id)] = t.leaf(tensor(pg_.value_layout(id), n.shape, ctx_->rank(), storage_type::from_host(data)), false);
+        v[std::size_t(id)] = input_leaf(t, id, batch[next_input++]);
       } else if (n.kind == node_kind::parameter) {
         v[std::size_t(id)] = t.leaf_view(*bound_[next_param++], true);
         param_vars_.push_back(v[std::size_t(id)]);
       } else if (n.kind == node_kind::constant) {
-        tensor c(pg_.value_layout(id), n.shape, ctx_->rank());
-        storage_type::fill(c.local(), T(n.constant));
-        v[std::size_t(id)] = t.leaf(std::move(c), false);
+        v[std::size_t(id)] = constant_leaf(t, id);
       } else {
-        std::vector<var> in;
-        for (std::size_t s = 0; s < n.inputs.size(); ++s)
-          in.push_back(along_edge(t, pg_.edge(id, int(s)), v[std::size_t(n.inputs[s])]));
-        const auto it = runners_.find(n.op->definition_type());
-        if (it == runners_.end())
-          throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
-                      n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
-        var out = it->second(*n.op, pg_.op(id), in);
-        // Placed as the rule says (an operator may keep its input's device matrix when
-        // that input arrived under another, placing alike: see along_edge).
-        if (!same_placement(out.value().layout(), pg_.value_layout(id)))
-          throw error("graph executor: " + g.describe(id) + " gave " + describe(out.value().layout()) +
-                      ", its rule says " + describe(pg_.value_layout(id)));
-        if (!pg_.needs_grad(id)) out = t.leaf(out.value(), false);
-        v[std::size_t(id)] = out;
+        v[std::size_t(id)] = run_op(t, id, v);
       }
     }
     const var loss = v[std::size_t(g.loss())];
     if (values) *values = std::move(v);
     return loss;
+  }
+
+  // ---- pipeline stages ---------------------------------------------------------
+
+  // Sends in flight and the tensors they read (kept until the step ends), and the
+  // values handed from one chunk of this rank to another.
+  struct pipeline_flight {
+    std::deque<tensor> tensors;
+    std::vector<any_request> requests;
+    std::map<std::pair<int, int>, tensor> local;  // (tag, 0) -> the value or gradient
+    void wait() {
+      for (any_request& q : requests) q.wait();
+      requests.clear();
+    }
+  };
+  // One chunk's part of one micro-batch on the tape.
+  struct pipeline_part {
+    int first = -1, last = -1;                 // its nodes on the tape
+    std::vector<std::pair<std::size_t, var>> received, sent;  // (boundary, value)
+    std::optional<var> loss;
+  };
+  static constexpr index_t max_pipeline_tag = 32767;  // the least MPI_TAG_UB the MPI standard allows
+  int pipeline_tag(std::size_t boundary, int micro, int gradient) const {
+    return int((index_t(micro) * index_t(pg_.boundaries().size()) + index_t(boundary)) * 2 + gradient);
+  }
+  int peer(int stage) const { return stage * pg_.stage_device_num() + ctx_->rank(); }
+
+  void pipeline_send(pipeline_flight& f, tensor x, int stage, int tag) {
+    if (stage == stage_) {
+      f.local.insert_or_assign({tag, 0}, std::move(x));
+      return;
+    }
+    f.tensors.push_back(std::move(x));
+    const tensor& b = f.tensors.back();
+    f.requests.push_back(world_ctx_->world().isend(std::span<const T>(b.local().data(), b.local().size()), peer(stage), tag));
+  }
+  tensor pipeline_receive(pipeline_flight& f, const layout& l, const extents& shape, int stage, int tag) {
+    if (stage == stage_) {
+      auto it = f.local.find({tag, 0});
+      tensor x = std::move(it->second);
+      f.local.erase(it);
+      return x;
+    }
+    tensor x(l, shape, ctx_->rank());
+    world_ctx_->world().recv(std::span<T>(x.local().data(), x.local().size()), peer(stage), tag);
+    return x;
+  }
+
+  result pipelined_step(const std::vector<xt::xarray<T>>& batch) {
+    const traced_graph& g = pg_.traced();
+    check_count(batch.size(), g.inputs().size());
+    const std::vector<int> in_ids = g.inputs();
+    for (std::size_t k = 0; k < in_ids.size(); ++k)
+      if (!(shape_of(batch[k]) == step_shape(pg_.local_shape(in_ids[k]))))
+        throw error("graph executor: input '" + g.at(in_ids[k]).name + "': this rank's data is " +
+                    to_string(shape_of(batch[k])) + ", " + std::to_string(pg_.micro_size()) +
+                    " micro-batches of dataset_strategy " + pg_.config().dataset.to_string() + "'s " +
+                    to_string(pg_.local_shape(in_ids[k])) + " make " + to_string(step_shape(pg_.local_shape(in_ids[k]))));
+    const traffic before = ctx_->total_stats(), before_world = world_ctx_->total_stats();
+    const traffic before_group = stage_group_ ? stage_group_->stats() : traffic{};
+    const int S = pg_.pipeline_stages(), V = pg_.pipeline_chunks(), M = pg_.micro_size();
+    const std::vector<pipeline_boundary>& bs = pg_.boundaries();
+    std::vector<int> input_index(std::size_t(g.size()), -1);
+    for (std::size_t k = 0; k < in_ids.size(); ++k) input_index[std::size_t(in_ids[k])] = int(k);
+
+    tape t(*ctx_);
+    std::vector<var> pvar(std::size_t(g.size()));
+    param_vars_.clear();
+    const std::vector<int> ps = g.parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i)
+      if (bound_[i]) param_vars_.push_back(pvar[std::size_t(ps[i])] = t.leaf_view(*bound_[i], true));
+    std::vector<pipeline_part> parts(std::size_t(V * M));
+    pipeline_flight flight;
+    T loss_sum = T(0);
+    peak_values_ = 0;
+
+    auto forward_part = [&](int c, int m) {
+      const int v = c * S + stage_;
+      pipeline_part& part = parts[std::size_t(c * M + m)];
+      part.first = t.size();
+      std::vector<var> val(std::size_t(g.size()));
+      for (std::size_t b = 0; b < bs.size(); ++b)
+        if (bs[b].to_stage == v) {
+          const int p = bs[b].producer;
+          tensor x = pipeline_receive(flight, pg_.value_layout(p), g.at(p).shape, pg_.physical_stage(bs[b].from_stage),
+                                      pipeline_tag(b, m, 0));
+          val[std::size_t(p)] = t.leaf(std::move(x), bs[b].has_backward);
+          part.received.emplace_back(b, val[std::size_t(p)]);
+        }
+      for (int id : stage_ops_[std::size_t(v)]) {
+        for (int p : g.at(id).inputs) {
+          if (val[std::size_t(p)].t) continue;
+          const node& pn = g.at(p);
+          if (pn.kind == node_kind::input)
+            val[std::size_t(p)] = input_leaf(t, p, rows(batch[std::size_t(input_index[std::size_t(p)])], m, M));
+          else if (pn.kind == node_kind::constant)
+            val[std::size_t(p)] = constant_leaf(t, p);
+          else if (pn.kind == node_kind::parameter)
+            val[std::size_t(p)] = pvar[std::size_t(p)];
+        }
+        val[std::size_t(id)] = run_op(t, id, val);
+      }
+      for (std::size_t b = 0; b < bs.size(); ++b)
+        if (bs[b].from_stage == v) {
+          const var y = val[std::size_t(bs[b].producer)];
+          pipeline_send(flight, y.value(), pg_.physical_stage(bs[b].to_stage), pipeline_tag(b, m, 0));
+          part.sent.emplace_back(b, y);
+        }
+      if (pg_.stage(g.loss()) == v) {
+        part.loss = val[std::size_t(g.loss())];
+        loss_sum += fetch_loss(part.loss->value());
+      }
+      part.last = t.size() - 1;
+    };
+    auto backward_part = [&](int c, int m) {
+      pipeline_part& part = parts[std::size_t(c * M + m)];
+      std::vector<std::pair<var, tensor>> seeds;
+      if (part.loss) {  // the step's loss is the mean of the micro-batches'
+        const tensor& l = part.loss->value();
+        tensor seed(l.layout().without_partial(), l.global_shape(), l.rank());
+        storage_type::fill(seed.local(), T(1) / T(M));
+        seeds.emplace_back(*part.loss, std::move(seed));
+      }
+      for (const auto& [b, y] : part.sent)
+        if (bs[b].has_backward) {
+          const int p = bs[b].producer;
+          seeds.emplace_back(y, pipeline_receive(flight, pg_.grad_layout(p), g.at(p).shape,
+                                                 pg_.physical_stage(bs[b].to_stage), pipeline_tag(b, m, 1)));
+        }
+      t.backward(std::move(seeds));
+      for (const auto& [b, x] : part.received)
+        if (bs[b].has_backward) {
+          const int p = bs[b].producer;
+          std::optional<tensor> dx = t.take_grad(x.id);
+          tensor d = dx ? std::move(*dx) : tensor(pg_.grad_layout(p), g.at(p).shape, ctx_->rank());
+          if (!same_placement(d.layout(), pg_.grad_layout(p))) d = redistribute(d, pg_.grad_layout(p), *ctx_);
+          pipeline_send(flight, std::move(d), pg_.physical_stage(bs[b].from_stage), pipeline_tag(b, m, 1));
+        }
+      t.release_range(part.first, part.last);
+    };
+    for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
+      if (u.forward) forward_part(u.chunk, u.micro);
+      else backward_part(u.chunk, u.micro);
+      peak_values_ = std::max(peak_values_, t.live_values());
+    }
+    flight.wait();
+
+    result r;
+    for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+    if (S > 1) {  // the loss, from the first rank of the loss's stage to every rank
+      std::vector<double> l{stage_ == pg_.physical_stage(pg_.stage(g.loss())) && ctx_->rank() == 0
+                                ? double(loss_sum) / M : 0.0};
+      world_ctx_->world().all_reduce(std::span<double>(l), reduce_op::sum);
+      r.loss = T(l[0]);
+      last_ = (ctx_->total_stats() - before) + (world_ctx_->total_stats() - before_world) -
+              (stage_group_->stats() - before_group);
+    } else {
+      r.loss = loss_sum / T(M);
+      last_ = ctx_->total_stats() - before;
+    }
+    return r;
   }
 
   T fetch_loss(const tensor& loss) {
@@ -22321,7 +23089,13 @@ class executor {
 
   const parallel_graph pg_;
   std::unique_ptr<tessera::context> own_ctx_;
-  tessera::context* ctx_;
+  tessera::context* ctx_;  // the operators' ranks: the world's, or this rank's pipeline stage's
+  tessera::context* world_ctx_ = nullptr;
+  std::unique_ptr<tessera::context> stage_ctx_;
+  any_communicator* stage_group_ = nullptr;  // the stage's ranks in the world's context
+  int stage_ = 0;
+  std::vector<std::vector<int>> stage_ops_;  // per virtual stage, its operators in node order
+  int peak_values_ = 0;
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound

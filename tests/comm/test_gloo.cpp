@@ -170,6 +170,38 @@ TEST_CASE("gloo: broadcast from every root, send and recv around a ring, barrier
   check_traffic(c, 0, [&] { c.barrier(); });
 }
 
+TEST_CASE("gloo: isend around a ring, both ways at once, several in flight") {
+  gloo_communicator& c = world();
+  const int g = c.size(), r = c.rank();
+  if (g == 1) return;  // a ring of one rank sends nothing
+  const int next = (r + 1) % g, prev = (r + g - 1) % g;
+  std::vector<std::vector<float>> out(3, std::vector<float>(5000)), from_prev = out, from_next = out;
+  for (std::size_t k = 0; k < out.size(); ++k)
+    for (std::size_t i = 0; i < out[k].size(); ++i) out[k][i] = value<float>(r, i + 10 * k);
+  std::vector<gloo_communicator::request> reqs;
+  for (std::size_t k = 0; k < out.size(); ++k) {  // every rank sends first: blocking sends could not
+    reqs.push_back(c.isend(std::span<const float>(out[k]), next, int(2 * k)));
+    reqs.push_back(c.isend(std::span<const float>(out[k]), prev, int(2 * k + 1)));
+  }
+  for (std::size_t k = out.size(); k-- > 0;) {  // received in the other order
+    c.recv(std::span<float>(from_next[k]), next, int(2 * k + 1));
+    c.recv(std::span<float>(from_prev[k]), prev, int(2 * k));
+  }
+  for (auto& q : reqs) q.wait();
+  for (std::size_t k = 0; k < out.size(); ++k)
+    for (std::size_t i = 0; i < out[k].size(); i += 499) {
+      CHECK(from_prev[k][i] == value<float>(prev, i + 10 * k));
+      CHECK(from_next[k][i] == value<float>(next, i + 10 * k));
+    }
+  // Through the run-time handle, as the pipeline's executor sends.
+  any_communicator& w = *testing::gloo_world_slot();
+  std::vector<double> d{double(r)}, got{-1.0};
+  any_request q = w.isend(std::span<const double>(d), next, 99);
+  w.recv(std::span<double>(got), prev, 99);
+  q.wait();
+  CHECK(got[0] == double(prev));
+}
+
 TEST_CASE("gloo: non-blocking calls, several in flight, equal the blocking ones") {
   gloo_communicator& c = world();
   const int g = c.size(), r = c.rank();

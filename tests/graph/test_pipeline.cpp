@@ -6,7 +6,8 @@
 // losses, gradients and parameters of the same network trained on one rank with the
 // whole batch; each rank's communicators move the bytes the plan counts; a micro-batch's
 // values are released after its backward; the schedules' bubbles are those of the
-// formulas; and the errors.
+// formulas; and the errors. Built a second time with TESSERA_TEST_GLOO=1: the same
+// over a Gloo job (the stages' sends are the Gloo communicator's isend).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -16,8 +17,14 @@
 #include <vector>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
+#if TESSERA_TEST_GLOO
+#include <tessera/comm/gloo.hpp>
+#endif
 #include <tessera/graph/execute.hpp>
 #include <tessera/graph/pipeline.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/nn/loss.hpp>
+#include <tessera/nn/trace.hpp>
 #include <tessera/optim/momentum.hpp>
 
 #include "../error_text.hpp"
@@ -145,7 +152,38 @@ void check_error(F&& f, const std::string& text) {
   CHECK(e.find(text) != std::string::npos);
 }
 
-int world_size() { return mpi_communicator::world().size(); }
+// Dense, ReLU, Dense as modules.
+struct two_layers : nn::module<float> {
+  nn::dense<float> fc1{8, 8}, fc2{8, 4};
+  nn::relu<float> act;
+  void visit(nn::visitor<float>& v) override {
+    v.child("fc1", fc1);
+    v.child("act", act);
+    v.child("fc2", fc2);
+  }
+  template <class V>
+  V operator()(V x) {
+    return fc2(act(fc1(x)));
+  }
+};
+
+#if TESSERA_TEST_GLOO
+}  // namespace
+namespace tessera::testing {
+any_communicator*& gloo_world_slot();  // tests/gloo_main.cpp
+}  // namespace tessera::testing
+namespace {
+// The job's ranks: a Gloo job's.
+any_communicator& job() { return *testing::gloo_world_slot(); }
+#else
+// The job's ranks: MPI's world.
+any_communicator& job() {
+  static any_communicator world(mpi_communicator::world());
+  return world;
+}
+#endif
+
+int world_size() { return job().size(); }
 
 }  // namespace
 
@@ -167,7 +205,7 @@ TEST_CASE("schedules: the orders of the worked example, no deadlock, and the bub
   CHECK(ex.bubble_fraction == doctest::Approx(0.2));
   CHECK(ex.peak_units == std::vector<int>{2, 1});
 
-  const bool print = mpi_communicator::world().rank() == 0;
+  const bool print = job().rank() == 0;
   if (print) std::printf("pipeline bubbles (forward 1, backward 2 per micro-batch and stage):\n");
   for (int S : {1, 2, 4, 8})
     for (int M : {1, 2, 4, 8, 16}) {
@@ -259,9 +297,27 @@ TEST_CASE("the parallel pass: stages on rank groups, their memory, and its error
   check_error([&] { (void)graph_builder().set_pipeline_stage(-2); }, "a stage is 0 or more");
 }
 
+TEST_CASE("modules: set_pipeline_stage puts a module's operators on its stage when traced") {
+  two_layers net;
+  nn::mse_loss<float> loss;
+  net.set_pipeline_stage(0);
+  net.fc2.set_pipeline_stage(1);  // the innermost module's stage wins
+  const nn::traced_network t = nn::trace(net, loss, extents{4, 8}, extents{4, 4});
+  const traced_graph& g = t.graph;
+  for (int id : g.ids(node_kind::op)) {
+    CAPTURE(g.describe(id));
+    const std::string& name = g.at(id).name;
+    const bool second = !name.starts_with("fc1.") && !name.starts_with("act.");
+    CHECK(g.at(id).pipeline_stage == (second ? 1 : 0));  // the loss follows fc2
+  }
+  const parallel_graph pg = parallelize(g, pipeline(2, 2, 2, pipeline_schedule::one_f_one_b));
+  CHECK(pg.boundaries().size() == 1);
+  check_error([&] { net.set_pipeline_stage(-3); }, "set_pipeline_stage: a stage is 0 or more");
+}
+
 TEST_CASE("pipelined training on every rank count equals the whole batch on one rank") {
   const int P = world_size();
-  any_communicator world(mpi_communicator::world());
+  any_communicator& world = job();
   using enum pipeline_schedule;
   for (int M : {4, 8}) {
     CAPTURE(M);
@@ -287,7 +343,7 @@ TEST_CASE("pipelined training on every rank count equals the whole batch on one 
 
 TEST_CASE("a micro-batch's values are released by its backward: 1F1B's memory stays level") {
   const int P = world_size();
-  any_communicator world(mpi_communicator::world());
+  any_communicator& world = job();
   const int S = P >= 4 ? 4 : P >= 2 ? 2 : 1;  // on one rank: micro-batches on one stage
   int one4 = 0, one8 = 0, g4 = 0, g8 = 0;
   train(network(micro_rows, S), pipeline(P, S, 4, pipeline_schedule::one_f_one_b), world, 4 * micro_rows, &one4);

@@ -429,6 +429,28 @@ class gloo_communicator {
     });
   }
 
+  /// A non-blocking send: the buffer is handed to Gloo's transport at once (matched by
+  /// the peer's recv of the same tag, as send's); the request completes once it is
+  /// sent. `buf` must stay unchanged until then. The pipeline stages' activations and
+  /// gradients cross so, while each stage waits for its own inputs.
+  template <class T>
+    requires comm_element<std::remove_const_t<T>>
+  [[nodiscard]] request isend(std::span<T> buf, int dest, int tag = 0) {
+    detail::check_rank("isend", "dest", dest, size());
+    detail::check_tag("isend", tag);
+    detail::count(stats_, 0);
+    using U = std::remove_const_t<T>;
+    const auto& ctx = context();
+    std::shared_ptr<::gloo::transport::UnboundBuffer> b;
+    detail::gloo_call("isend", [&] {
+      b = ctx->createUnboundBuffer(const_cast<U*>(buf.data()), buf.size() * sizeof(U));
+      b->send(dest, ::gloo::Slot::build(detail::gloo_send_recv_prefix, std::uint32_t(tag)));
+    });
+    return request(std::async(std::launch::async, [b, timeout = ctx->getTimeout()] {
+      detail::gloo_call("isend", [&] { b->waitSend(timeout); });
+    }));
+  }
+
   template <comm_element T>
   void recv(std::span<T> buf, int source, int tag = 0) {
     detail::check_rank("recv", "source", source, size());

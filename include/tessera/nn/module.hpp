@@ -309,6 +309,19 @@ class module {
   }
   /// Told when set_train changes the mode of this module (dropout tells its operator).
   virtual void training_changed(bool mode) { (void)mode; }
+  /// MindSpore's `cell.pipeline_stage = k`: in a traced graph (nn::trace), the module's
+  /// operators, and its descendants' where they set none, are on pipeline stage k
+  /// (graph/pipeline.hpp; parallel_config::pipeline_stages). -1 (the start): the
+  /// enclosing module's, or, for none, the latest stage of the operator's inputs.
+  auto set_pipeline_stage(int stage) -> module& {
+    if (stage < -1)
+      throw error("module '" + full_name_ + "': set_pipeline_stage: a stage is 0 or more (or -1: none), got " +
+                  std::to_string(stage));
+    pipeline_stage_ = stage;
+    return *this;
+  }
+  int pipeline_stage() const { return pipeline_stage_; }
+
   /// The dotted name from the root module ("dense_relu_sequential.0"; "" for the root):
   /// traced operators are named after it ("dense_relu_sequential.0.matmul").
   const std::string& full_name() const { return full_name_; }
@@ -410,6 +423,7 @@ class module {
 
   bool training_ = true;
   bool built_ = false;
+  int pipeline_stage_ = -1;
   std::uint64_t seed_ = 0;
   std::string full_name_;
 };

@@ -6,11 +6,23 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include <tessera/core/extents.hpp>
 #include <tessera/graph/graph.hpp>
 #include <tessera/nn/module.hpp>
 
 namespace tessera::nn {
+
+namespace detail {
+// Every module of the tree under `m` that sets a pipeline stage, with its dotted name.
+template <class T, class D>
+void staged_modules(module<T, D>& m, std::vector<std::pair<std::string, int>>& out) {
+  if (m.pipeline_stage() >= 0) out.emplace_back(m.full_name(), m.pipeline_stage());
+  visit_with<T, D>(m, [](std::string_view, parameter<T, D>&) {}, [&](std::string_view, module<T, D>& c) { staged_modules(c, out); });
+}
+}  // namespace detail
 
 /// A network and its loss as a graph: the graph (inputs "input" and "label", in that
 /// order), and the node of the network's output (its logits).
@@ -27,6 +39,10 @@ struct traced_network {
 ///
 ///     nn::traced_network t = nn::trace(net, loss_fn, extents{64, 1, 28, 28}, extents{64});
 ///     graph::parallel_graph pg = graph::parallelize(t.graph, cfg);
+///
+/// The modules' pipeline stages (module::set_pipeline_stage) go to their operators: an
+/// operator is on the stage of the innermost module around it that sets one (by the
+/// dotted names); the others, the loss's included, follow their inputs.
 template <class Net, class Loss>
 traced_network trace(Net& net, Loss& loss_fn, const extents& input, const extents& label, std::uint64_t seed = 0) {
   net.name_all(seed);
@@ -34,7 +50,25 @@ traced_network trace(Net& net, Loss& loss_fn, const extents& input, const extent
   graph::graph_builder b;
   const graph::value x = b.input("input", input);
   const graph::value y = b.input("label", label);
+  const int first = b.current().size();
   const graph::value out = net(x);
+  std::vector<std::pair<std::string, int>> staged;  // (module name, stage)
+  detail::staged_modules(static_cast<module<typename Net::value_type, typename Net::device_type>&>(net), staged);
+  if (!staged.empty())
+    for (int id = first; id < b.current().size(); ++id) {
+      const graph::node& n = b.current().at(id);
+      if (n.kind != graph::node_kind::op) continue;
+      std::size_t best = 0;
+      int stage = -1;
+      for (const auto& [name, k] : staged) {
+        const bool inside = name.empty() || n.name.starts_with(name + ".");
+        if (inside && (stage < 0 || name.size() >= best)) {
+          best = name.size();
+          stage = k;
+        }
+      }
+      if (stage >= 0) b.value_of(id).pipeline_stage(stage);
+    }
   traced_network t;
   t.graph = b.build(loss_fn(out, y));
   t.output = out.id();
