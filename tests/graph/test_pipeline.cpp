@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 #include <tessera/comm/local.hpp>
@@ -20,6 +21,7 @@
 #if TESSERA_TEST_GLOO
 #include <tessera/comm/gloo.hpp>
 #endif
+#include <tessera/graph/dump.hpp>
 #include <tessera/graph/execute.hpp>
 #include <tessera/graph/pipeline.hpp>
 #include <tessera/nn/layers.hpp>
@@ -295,6 +297,32 @@ TEST_CASE("the parallel pass: stages on rank groups, their memory, and its error
     check_error([&] { (void)parallelize(b.build(b.reduce_mean(b.relu(x))), pipeline(3, 3, 1, pipeline_schedule::gpipe)); }, "pipeline stage 0 of 3 has no operator");
   }
   check_error([&] { (void)graph_builder().set_pipeline_stage(-2); }, "a stage is 0 or more");
+}
+
+TEST_CASE("save_graphs: each rank's execute graph is its stage's part of a micro-batch, its bytes the plan's") {
+  using enum pipeline_schedule;
+  for (const auto& [S, V, k] : {std::tuple{2, 1, one_f_one_b}, std::tuple{4, 1, gpipe}, std::tuple{2, 2, interleaved_one_f_one_b}}) {
+    CAPTURE(S);
+    CAPTURE(V);
+    for (bool split : {false, true}) {
+      const int P = 8, n = P / S;
+      const parallel_graph pg = parallelize(network(micro_rows, S * V, n, split),
+                                            pipeline(P, S, 4, k, split ? parallel_mode::auto_parallel : parallel_mode::data_parallel));
+      for (int rank = 0; rank < P; ++rank) {
+        CAPTURE(rank);
+        const graph::detail::exec_graph eg = graph::detail::build_exec_graph(pg, rank);
+        const index_t per_micro = eg.bytes[0] + eg.bytes[1] + eg.bytes[2];
+        CHECK(per_micro * 4 + cost::all_reduce(8, P) == pg.bytes_for_rank(rank));
+        const std::string ir = execute_ir(pg, rank);
+        const int stage = pg.stage_of_rank(rank);
+        CHECK(ir.find("Send(") != std::string::npos);
+        CHECK(ir.find("Receive") != std::string::npos);  // values from earlier stages, gradients from later
+        CHECK((ir.find("(mse_loss.reduce_mean) = ReduceMean(") != std::string::npos) == (stage == S - 1));
+        CHECK((ir.find("(matmul) = MatMul(") != std::string::npos) == (stage == 0));
+        CHECK(ir.find("on stage " + std::to_string(stage)) != std::string::npos);
+      }
+    }
+  }
 }
 
 TEST_CASE("modules: set_pipeline_stage puts a module's operators on its stage when traced") {

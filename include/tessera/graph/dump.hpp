@@ -22,6 +22,8 @@
 //         : (<Tensor[Float32], (8, 8)>, <Tensor[Float32], (8, 16)>) -> (<Tensor[Float32], (8, 16)>)
 //
 // (output: the output's layout on the operator's device matrix, axes of size 1 left out.)
+// With pipeline stages: this rank's stage's part of one micro-batch, the values crossing
+// stages as Send and Receive (their gradients too), and the bytes per micro-batch.
 //
 // A communication step (one step of a redistribution plan, or a collective an
 // operator runs inside itself), with its kind (StridedSlice, AllGather, AllReduce,
@@ -119,6 +121,12 @@ inline std::string preamble(const parallel_graph& pg, int rank) {
        ", rank: " + std::to_string(rank) + "\n";
   if (c.mode == parallel_mode::hybrid_parallel)
     s += "# hybrid_parallel: every shape is each rank's own; operators run whole on each rank\n";
+  if (pg.pipelined())
+    s += "# pipeline_stages: " + std::to_string(c.pipeline_stages) + " of " + std::to_string(pg.stage_device_num()) +
+         " ranks (rank " + std::to_string(rank) + " on stage " + std::to_string(pg.stage_of_rank(rank)) +
+         "), chunks: " + std::to_string(pg.pipeline_chunks()) + ", micro_size: " + std::to_string(c.micro_size) +
+         ", schedule: " + std::string(to_string(c.schedule)) +
+         "; shapes are a micro-batch's, rank lists number the stage's ranks from 0\n";
   return s;
 }
 
@@ -226,13 +234,49 @@ inline int add_collectives(exec_graph& eg, const parallel_graph& pg, int id, int
   return result;
 }
 
-inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
+// With pipeline stages the graph a rank runs is its stage's part of one micro-batch:
+// the values from earlier stages arrive by Receive, those for later ones leave by Send,
+// and their gradients come back the same way.
+inline exec_graph build_exec_graph(const parallel_graph& pg, int job_rank) {
   const traced_graph& g = pg.traced();
   const index_t eb = pg.config().elem_bytes;
+  const bool piped = pg.pipeline_stages() > 1;
+  const int my_stage = piped ? pg.stage_of_rank(job_rank) : 0;
+  const int rank = piped ? job_rank % pg.stage_device_num() : job_rank;  // within the stage
+  auto here = [&](int id) { return !piped || g.at(id).kind != node_kind::op || pg.physical_stage(pg.stage(id)) == my_stage; };
+  auto read_here = [&](int id) {
+    for (const auto& [c, slot] : g.consumers(id))
+      if (here(c)) return true;
+    return false;
+  };
   exec_graph eg;
+  // A Send (arg >= 0) or Receive of node `id`'s value (section 0) or gradient (1) in
+  // layout `l`, to or from virtual stage `other`.
+  auto transfer = [&](int arg, const layout& l, int id, int other, int section) {
+    const bool receive = arg < 0;
+    exec_node n;
+    n.type = receive ? "Receive" : "Send";
+    if (!receive) n.args = {arg};
+    n.comm = true;
+    n.leaf = receive;
+    n.section = section;
+    const extents ls = local_shape(l, g.at(id).shape);
+    n.in = n.out = {ls};
+    n.bytes = receive ? ls.size() * eb : 0;
+    const int st = pg.physical_stage(other);
+    n.attrs = std::string("{") + (receive ? "from" : "to") + ": pipeline stage " + std::to_string(st) + " (rank " +
+              std::to_string(st * pg.stage_device_num() + rank) + "), layout: " + describe(l) +
+              ", bytes: " + std::to_string(n.bytes) + "}";
+    n.note = "# " + std::string(section == 0 ? "the value of " : "the gradient of ") + g.describe(id);
+    return eg.add(std::move(n));
+  };
   std::vector<int> key(std::size_t(g.size()), -1);
   for (int id = 0; id < g.size(); ++id) {
     const node& nd = g.at(id);
+    if (!here(id) || (piped && nd.kind != node_kind::op && !read_here(id))) {
+      if (nd.kind == node_kind::op && read_here(id)) key[std::size_t(id)] = transfer(-1, pg.value_layout(id), id, pg.stage(id), 0);
+      continue;
+    }
     exec_node n;
     n.name = nd.name;
     n.out = {pg.local_shape(id)};
@@ -257,11 +301,31 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
               to_string(o.lay.dev) + ", output: " + to_string(refine(o.lay.out, o.lay.dev)) + "}";
     key[std::size_t(id)] = add_collectives(eg, pg, id, rank, eg.add(std::move(n)), false);
   }
+  for (const pipeline_boundary& b : pg.boundaries())
+    if (here(b.producer) && pg.physical_stage(b.to_stage) != my_stage)
+      transfer(key[std::size_t(b.producer)], pg.value_layout(b.producer), b.producer, b.to_stage, 0);
 
   // Backward, in the tape's order: from the loss down.
   const bool any_param = pg.needs_grad(g.loss());
   std::vector<int> grad(std::size_t(g.size()), -1);
-  if (any_param) {
+  for (const pipeline_boundary& b : pg.boundaries())  // gradients from later stages
+    if (any_param && b.has_backward && here(b.producer) && pg.physical_stage(b.to_stage) != my_stage) {
+      const int k = transfer(-1, pg.grad_layout(b.producer), b.producer, b.to_stage, 1);
+      if (grad[std::size_t(b.producer)] < 0) {
+        grad[std::size_t(b.producer)] = k;
+      } else {
+        exec_node sum;
+        sum.name = g.at(b.producer).name + " grad";
+        sum.type = "Add";
+        sum.args = {grad[std::size_t(b.producer)], k};
+        const extents ls = local_shape(pg.grad_layout(b.producer), g.at(b.producer).shape);
+        sum.in = {ls, ls};
+        sum.out = {ls};
+        sum.section = 1;
+        grad[std::size_t(b.producer)] = eg.add(std::move(sum));
+      }
+    }
+  if (any_param && here(g.loss())) {
     exec_node seed;
     seed.name = g.at(g.loss()).name + " grad";
     seed.type = "OnesLike";
@@ -271,11 +335,13 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
     seed.section = 1;
     if (pg.config().mode == parallel_mode::hybrid_parallel && pg.device_num() > 1)
       seed.attrs = "{value: 1/" + std::to_string(pg.device_num()) + ": the objective is the mean of the ranks' losses}";
+    if (pg.micro_size() > 1)
+      seed.attrs = "{value: 1/" + std::to_string(pg.micro_size()) + ": the loss is the mean of the micro-batches'}";
     grad[std::size_t(g.loss())] = eg.add(std::move(seed));
   }
   for (int id = g.size() - 1; any_param && id >= 0; --id) {
     const node& nd = g.at(id);
-    if (nd.kind != node_kind::op || !pg.needs_grad(id) || grad[std::size_t(id)] < 0) continue;
+    if (nd.kind != node_kind::op || !here(id) || !pg.needs_grad(id) || grad[std::size_t(id)] < 0) continue;
     const op_plan& o = pg.op(id);
     exec_node n;
     n.name = nd.name + " grad";
@@ -308,6 +374,9 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
       }
     }
   }
+  for (const pipeline_boundary& b : pg.boundaries())  // gradients to earlier stages
+    if (b.has_backward && !here(b.producer) && pg.physical_stage(b.to_stage) == my_stage && grad[std::size_t(b.producer)] >= 0)
+      transfer(grad[std::size_t(b.producer)], pg.grad_layout(b.producer), b.producer, b.from_stage, 1);
   for (const gradient_reduction& r : pg.gradient_reductions()) {
     exec_node n;
     n.type = "AllReduce";
@@ -321,8 +390,9 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
     n.note = "# gradient of parameter '" + g.at(r.parameter).name + "' (not layer-wise parallel): summed over the ranks";
     grad[std::size_t(r.parameter)] = eg.add(std::move(n));
   }
-  eg.result = add_route(eg, pg.loss_fetch(), g.at(g.loss()).shape, eb, rank, key[std::size_t(g.loss())], 2,
-                        "# the loss, read by every rank");
+  eg.result = here(g.loss()) ? add_route(eg, pg.loss_fetch(), g.at(g.loss()).shape, eb, rank, key[std::size_t(g.loss())], 2,
+                                         "# the loss, read by every rank")
+                              : int(eg.nodes.size()) - 1;
   return eg;
 }
 
@@ -379,7 +449,8 @@ inline std::string step_parallel_begin_ir(const parallel_graph& pg, int rank) {
       }
       const std::string at = nd.op->attributes();
       line += ")" + (at.empty() ? std::string() : " {" + at + "}") + " {in_strategy: " + to_string(o.st) +
-              ", source: " + std::string(to_string(o.source)) + "}";
+              ", source: " + std::string(to_string(o.source)) +
+              (pg.pipeline_stages() > 1 ? ", pipeline_stage: " + std::to_string(pg.stage(id)) : std::string()) + "}";
     }
     s += line + "\n" + sig + ") -> (" + tensor_text(nd.shape, eb) + ")\n";
   }
@@ -404,7 +475,8 @@ inline std::string execute_ir(const parallel_graph& pg, int rank) {
   }
   const index_t total = eg.bytes[0] + eg.bytes[1] + eg.bytes[2];
   s += "return %" + std::to_string(eg.result) + "\n";
-  s += "# bytes received by rank " + std::to_string(rank) + " in one step: forward " + std::to_string(eg.bytes[0]) +
+  s += "# bytes received by rank " + std::to_string(rank) + (pg.pipelined() ? " per micro-batch" : " in one step") +
+       ": forward " + std::to_string(eg.bytes[0]) +
        ", backward " + std::to_string(eg.bytes[1]) + ", loss " + std::to_string(eg.bytes[2]) + ", total " +
        std::to_string(total) + "\n";
   return s;
