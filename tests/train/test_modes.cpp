@@ -4,7 +4,10 @@
 // the parameters equal those of stand-alone training on one rank, every step moves the
 // bytes the plan prices, data parallel reduces the gradients in the reducer's buckets
 // during the backward pass; and on small meshes the searches' choices for a traced
-// module network equal the least price over every assignment of candidates.
+// module network equal the least price over every assignment of candidates. The same
+// network without dropout, its blocks on 1, 2 or 4 pipeline stages (module
+// set_pipeline_stage), trained with 2 and 4 micro-batches in each schedule, equals the
+// whole batch on one rank, its checkpoint included.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -17,8 +20,11 @@
 #include <tessera/nn/loss.hpp>
 #include <tessera/nn/trace.hpp>
 #include <tessera/optim/momentum.hpp>
+#include <tessera/io/checkpoint.hpp>
+#include <tessera/train/checkpoint.hpp>
 #include <tessera/train/model.hpp>
 
+#include "error_text.hpp"
 #include "graph/brute_force.hpp"
 #include "train_test.hpp"
 
@@ -246,4 +252,143 @@ TEST_CASE("the searches' choices for a traced module network: the least price ov
       CHECK(r.of_choice == r.best);
     }
   }
+}
+
+namespace {
+// The network above without dropout (a micro-batch draws its own mask), four blocks
+// to put on pipeline stages: Dense with ReLU, two residual blocks, Dense.
+struct staged_network : nn::module<float> {
+  nn::flatten<float> flatten;
+  nn::dense<float> fc{12, 16, {}, {}, true, nn::activation::relu};
+  residual res, res2;
+  nn::dense<float> out{16, classes};
+
+  void visit(nn::visitor<float>& v) override {
+    v.child("flatten", flatten);
+    v.child("fc", fc);
+    v.child("res", res);
+    v.child("res2", res2);
+    v.child("out", out);
+  }
+  template <class V>
+  V operator()(V x) {
+    return out(res2(res(fc(flatten(x)))));
+  }
+  // Block b on stage b K / 4 (K = 0: none).
+  void stage(int K) {
+    if (K == 0) return;
+    nn::module<float>* blocks[4] = {&fc, &res, &res2, &out};
+    for (int b = 0; b < 4; ++b) blocks[b]->set_pipeline_stage(b * K / 4);
+  }
+};
+
+struct staged_outcome {
+  std::vector<double> losses;
+  std::vector<bool> priced;
+  std::vector<xt::xarray<float>> params;  // from the checkpoint written at the end, whole
+};
+
+// 4 steps of Momentum on `ctx` under `cfg` (the operators on K stages), each rank
+// reading rows `r mod n` of n = ranks / pipeline_stages; the parameters as the
+// checkpoint written at the end holds them.
+staged_outcome train_staged(const graph::parallel_config& cfg, context& ctx, int K) {
+  const int n = ctx.size() / std::max(1, cfg.pipeline_stages), r = ctx.rank() % n;
+  staged_network net;
+  net.stage(K);
+  if (cfg.mode == graph::parallel_mode::auto_parallel && n > 1) net.res.matmul.st = strategy{{1, n}, {n, 1}};
+  nn::cross_entropy_loss<float> ce;
+  optim::momentum<float> opt(net.trainable_params(), 0.1f, 0.9f);
+  train::model<staged_network, nn::cross_entropy_loss<float>>::options o;
+  o.parallel = cfg;
+  o.seed = 7;
+  train::model model(net, ce, opt, ctx, o);
+  std::vector<batch_t> data;
+  for (int s = 0; s < 4; ++s) data.push_back(slice(global_batch(s), r, n));
+  struct staged_recorder : train::callback<float> {
+    staged_outcome* out;
+    train::model<staged_network, nn::cross_entropy_loss<float>>* model;
+    context* ctx;
+    void on_step_end(train::run_context<float>& rc) override {
+      out->losses.push_back(rc.loss);
+      out->priced.push_back(model->last_step_traffic().bytes == model->plan().bytes_for_rank(ctx->rank()));
+    }
+  };
+  staged_outcome out;
+  staged_recorder rec;
+  rec.out = &out;
+  rec.model = &model;
+  rec.ctx = &ctx;
+  train_test::temp_folder tmp(ctx.world());
+  train::model_checkpoint<float> ckpt("net", tmp.path, ctx,
+                                      {.save_checkpoint_steps = 100, .keep_checkpoint_max = 1, .integrated_save = true});
+  model.train(1, data, {&rec, &ckpt});
+  ctx.world().barrier();
+  staged_network fresh;  // read back on one rank
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  fresh.build(solo, 3);
+  std::vector<io::param_ref> refs;
+  for (auto& [name, q] : fresh.named_parameters()) refs.emplace_back(name, q->data());
+  io::load_distributed_checkpoint(tmp.path / "net-1_4.safetensors", refs, false);  // the state aside
+  for (auto* q : fresh.parameters()) out.params.push_back(q->data().local());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("pipeline stages set on the modules: train::model on every rank count equals the whole batch on one rank") {
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  const int p = world.size();
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  const staged_outcome oracle = train_staged(mode(graph::parallel_mode::stand_alone), solo, 0);
+  REQUIRE(oracle.losses.size() == 4);
+  using enum graph::pipeline_schedule;
+  for (int S : {1, 2, 4})
+    for (graph::pipeline_schedule k : {gpipe, one_f_one_b, interleaved_one_f_one_b})
+      for (int M : {2, 4})
+        for (graph::parallel_mode m : {graph::parallel_mode::data_parallel, graph::parallel_mode::auto_parallel}) {
+          const int V = k == interleaved_one_f_one_b && S == 2 ? 2 : 1;  // interleaved: two chunks a stage
+          if (p % S != 0 || (V > 1 && M % S != 0)) continue;
+          CAPTURE(S);
+          CAPTURE(k);
+          CAPTURE(M);
+          CAPTURE(m);
+          graph::parallel_config cfg = mode(m);
+          cfg.pipeline_stages = S;
+          cfg.micro_size = M;
+          cfg.schedule = k;
+          if (rows / M % (p / S) != 0) continue;  // a micro-batch's rows split over a stage's ranks
+          const staged_outcome got = train_staged(cfg, ctx, S * V);
+          REQUIRE(got.losses.size() == oracle.losses.size());
+          for (std::size_t i = 0; i < got.losses.size(); ++i) {
+            CAPTURE(i);
+            CHECK(got.losses[i] == doctest::Approx(oracle.losses[i]).epsilon(1e-5));
+            CHECK(got.priced[i]);
+          }
+          REQUIRE(got.params.size() == oracle.params.size());
+          for (std::size_t i = 0; i < got.params.size(); ++i) {
+            CAPTURE(i);
+            CHECK(close(got.params[i], oracle.params[i]));
+          }
+        }
+}
+
+TEST_CASE("pipeline stages in train::model: what is not supported yet is an error") {
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  staged_network net;
+  net.stage(1);
+  nn::cross_entropy_loss<float> ce;
+  optim::momentum<float> opt(net.trainable_params(), 0.1f, 0.9f);
+  train::model<staged_network, nn::cross_entropy_loss<float>>::options o;
+  o.parallel = mode(graph::parallel_mode::data_parallel);
+  o.parallel.micro_size = 2;
+  train::model model(net, ce, opt, ctx, o);
+  std::vector<batch_t> data{slice(global_batch(0), world.rank(), world.size())};
+  CHECK(tessera::testing::error_of([&] { model.eval(data); }).find("does not evaluate yet") != std::string::npos);
+  o.parallel.micro_size = 3;
+  train::model odd(net, ce, opt, ctx, o);
+  CHECK(tessera::testing::error_of([&] { odd.train(1, data); }).find("micro_size 3 does not divide the global batch") !=
+        std::string::npos);
 }

@@ -309,6 +309,17 @@ inline graph::parallel_config data_parallel_config() {
 ///     o.parallel.search = graph::search_mode::dynamic_programming;
 ///     train::model model(net, loss_fn, opt, ctx, o);
 ///
+/// With pipeline stages (options::parallel's pipeline_stages, micro_size and schedule;
+/// module::set_pipeline_stage on the modules) the network is traced for one
+/// micro-batch (the global batch over micro_size), each rank holds and trains its
+/// stage's parameters (laid out over its stage's ranks), and a step runs the
+/// micro-batches in the schedule's order (graph::executor). The ranks of a stage split
+/// the batch: under dataset_strategy data_parallel, rank r reads block r mod
+/// (ranks / pipeline_stages) of the global batch, every stage the same rows. A
+/// checkpoint holds every parameter whole (each sent from its stage). Not yet with
+/// pipeline stages: eval, batches of more than one shape, optimizer parallel, devices
+/// other than the host.
+///
 /// In data_parallel the gradients go to a distributed_grad_reducer as the backward pass
 /// finishes each (its buckets' all-reduces overlap the rest of the pass), or, with
 /// optimizer parallel, to the optimizer as they are (its step reduce-scatters them); in
@@ -423,7 +434,8 @@ class model {
     rc.optimizer_state = [opt = opt_] { return opt->state_tensors(); };
     rc.training_state = [this, &rc] { return training_state(rc); };
     if constexpr (std::is_same_v<D, cpu_device>) {
-      rc.parameters = net_->named_parameters();
+      if (opt_config_.parallel.pipeline_stages > 1) set_pipeline_checkpoint(rc);
+      else rc.parameters = net_->named_parameters();
     } else {
       rc.host_parameters = [net = net_] {
         std::vector<std::pair<std::string, dist_tensor<T>>> out;
@@ -477,6 +489,9 @@ class model {
   /// sample counted once over the ranks. Collective.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
+    if (opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1)
+      throw error("model.eval: a model trained with pipeline stages or micro-batches does not evaluate yet; load "
+                  "its checkpoint into a model without them");
     return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
       compile(b);
       const int label_id = current_->graph.inputs()[1];
@@ -506,6 +521,24 @@ class model {
   void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
 
  private:
+  // A pipelined model's checkpoints: every parameter and its optimizer state whole,
+  // each from its stage.
+  void set_pipeline_checkpoint(run_context<T>& rc) {
+    rc.host_parameters = [this] {
+      std::vector<std::pair<std::string, dist_tensor<T>>> out;
+      for (auto& [name, p] : net_->named_parameters()) out.emplace_back(name, job_whole(name, p->data()));
+      return out;
+    };
+    rc.optimizer_state = [this] {
+      std::vector<std::pair<std::string, dist_tensor<T>>> out;
+      for (auto& [name, t] : opt_->state_tensors()) {
+        const std::size_t dot = name.find('.');  // "<kind>.<parameter>"
+        out.emplace_back(name, job_whole(dot == std::string::npos ? name : name.substr(dot + 1), t));
+      }
+      return out;
+    };
+  }
+
   // The training state's keys in a checkpoint's metadata (written by training_state,
   // read by resume_from).
   struct state_keys {
@@ -609,7 +642,7 @@ class model {
     if (whole || e.ndim == 0) return e;
     switch (cfg.dataset.which()) {
       case graph::dataset_strategy::kind::full_batch: return e;
-      case graph::dataset_strategy::kind::data_parallel: e.v[0] *= ctx_->size(); return e;
+      case graph::dataset_strategy::kind::data_parallel: e.v[0] *= ctx_->size() / stages(); return e;
       default: {
         const auto& t = cfg.dataset.tuples();
         if (std::size_t(index) >= t.size() || t[std::size_t(index)].n != e.ndim)
@@ -621,6 +654,33 @@ class model {
     }
   }
   index_t global_rows(const local_batch<T>& b) const { return global_shape(b.inputs, 0).v[0]; }
+  int stages() const { return std::max(1, opt_config_.parallel.pipeline_stages); }
+  bool pipelined() const { return opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1; }
+
+  // A tensor of parameter `name` (its value or optimizer state) whole on every rank of
+  // the job, replicated: gathered over the ranks of the parameter's stage, then sent
+  // from that stage's first rank. Collective over the job. A parameter the plan does
+  // not use is whole where it is.
+  dist_tensor<T> job_whole(const std::string& name, const dist_tensor<T>& t) {
+    if (!current_) throw error("model: no plan yet: the network is traced at the first step");
+    const graph::parallel_graph& pg = *current_->plan;
+    const graph::traced_graph& g = current_->graph;
+    const extents shape = t.global_shape();
+    const layout whole = layout::replicated(mesh{ctx_->size()}, shape.ndim);
+    int id = -1;
+    for (int q : g.parameters())
+      if (g.at(q).name == name) id = q;
+    if (id < 0) {
+      xt::xarray<T> v = redistribute(t, layout::replicated(t.layout().dev, shape.ndim), *ctx_).local();
+      return dist_tensor<T>(whole, shape, ctx_->rank(), std::move(v));
+    }
+    const int owner = pg.physical_stage(pg.stage(g.consumers(id).front().first));
+    xt::xarray<T> v = storage<T, cpu_device>::empty(shape);
+    if (owner == pg.stage_of_rank(ctx_->rank()))
+      v = redistribute(t, layout::replicated(t.layout().dev, shape.ndim), current_->exec->context()).local();
+    ctx_->world().broadcast(std::span<T>(v.data(), v.size()), owner * pg.stage_device_num());
+    return dist_tensor<T>(whole, shape, ctx_->rank(), std::move(v));
+  }
 
   // The network traced, parallelized and bound for batches of b's shapes: at the first
   // batch of each shape (a test set's batches may differ from the training's), and
@@ -629,8 +689,18 @@ class model {
     const extents xs = global_shape(b.inputs, 0), ys = global_shape(b.labels, 1);
     const std::string key = to_string(xs) + to_string(ys);
     auto& slot = compiled_[key];
+    if (!slot && pipelined() && compiled_.size() > 1) {
+      compiled_.erase(key);
+      throw error("model.train: with pipeline stages or micro-batches every batch has the first one's shape " +
+                  compiled_.begin()->first + "; got " + to_string(xs) + to_string(ys) +
+                  " (drop the last, smaller batch)");
+    }
     if (!slot) slot = make_compiled(xs, ys);
     current_ = slot.get();
+    if (pipelined()) {
+      if (resume_ && !resume_->loaded) load_resumed();
+      return;
+    }
     // The parameters in this plan's layouts (moved when another plan laid them out).
     for (std::size_t i = 0; i < current_->params.size(); ++i) {
       nn::parameter<T, D>* p = current_->params[i];
@@ -647,7 +717,23 @@ class model {
     cfg.elem_bytes = index_t(sizeof(T));
     cfg.optimizer_slots = opt_->state_kinds();  // for memory_budget
     auto c = std::make_unique<compiled_network>();
-    nn::traced_network t = nn::trace(*net_, *loss_, xs, ys, net_->seed());
+    extents txs = xs, tys = ys;  // traced for one micro-batch
+    if (cfg.micro_size > 1) {
+      for (extents* e : {&txs, &tys})
+        if (e->ndim == 0 || e->v[0] % cfg.micro_size != 0)
+          throw error("model: micro_size " + std::to_string(cfg.micro_size) + " does not divide the global batch " +
+                      to_string(*e) + " into micro-batches of equal rows");
+      txs.v[0] /= cfg.micro_size;
+      tys.v[0] /= cfg.micro_size;
+    }
+    if (pipelined()) {
+      if constexpr (!std::is_same_v<D, cpu_device>)
+        throw error("model: pipeline stages and micro-batches run on host networks");
+      if (opt_->reduces_gradients())
+        throw error("model: optimizer parallel (enable_parallel_optimizer) with pipeline stages or micro-batches: "
+                    "not yet");
+    }
+    nn::traced_network t = nn::trace(*net_, *loss_, txs, tys, net_->seed());
     c->graph = std::move(t.graph);
     c->output = t.output;
     c->plan = std::make_unique<graph::parallel_graph>(graph::parallelize(c->graph, cfg));
@@ -662,14 +748,26 @@ class model {
         if (n == name) p = q;
       if (!p) throw error("model: the traced graph has a parameter '" + name + "' the network does not list");
       const layout& l = c->plan->value_layout(id);
-      if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
-      c->exec->bind_parameter(name, p->data());
+      if (cfg.pipeline_stages > 1) {
+        // Whole on every rank (collective), then this rank's shard of its stage's
+        // layout where the parameter is its stage's; the others keep theirs, unused.
+        const xt::xarray<T> whole = storage<T, D>::to_host(
+            redistribute(p->data(), layout::replicated(p->data().layout().dev, p->shape().ndim), *ctx_).local());
+        if (c->exec->holds_parameter(name)) {
+          p->set_data(tensor_on<T, D>(l, p->shape(), c->exec->context().rank()));
+          c->exec->bind_parameter(name, p->data());
+          c->exec->set_parameter(name, whole);
+        }
+      } else {
+        if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
+        c->exec->bind_parameter(name, p->data());
+      }
       c->params.push_back(p);
       const auto it = std::find(trained.begin(), trained.end(), p);
       c->slot.push_back(it == trained.end() ? -1 : it - trained.begin());
     }
     if (compiled_.size() > 1) return c;  // the reducer is made once
-    const bool dp = cfg.mode == graph::parallel_mode::data_parallel;
+    const bool dp = cfg.mode == graph::parallel_mode::data_parallel && !c->plan->pipelined();
     if (opt_->reduces_gradients()) {
       if (!opt_config_.gradients_mean)
         throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
@@ -694,7 +792,16 @@ class model {
     const bool raw = reducer_ || opt_->reduces_gradients();
     const traffic before = ctx_->total_stats();
     typename graph::executor<T, D>::result r;
-    if (raw) {
+    if (c.plan->pipelined()) {  // the plan resolves the gradients; this rank's stage's only
+      r = c.exec->value_and_grad({b.inputs, b.labels});
+      std::vector<tensor_on<T, D>> held;
+      std::size_t k = 0;
+      for (nn::parameter<T, D>* p : c.params) {
+        if (c.exec->holds_parameter(p->name())) held.push_back(std::move(r.grads[k++]));
+        else held.emplace_back(p->layout(), p->shape(), ctx_->rank());  // another stage's: no update
+      }
+      r.grads = std::move(held);
+    } else if (raw) {
       if (reducer_) reducer_->backward_begin();
       r = c.exec->value_and_grad({b.inputs, b.labels}, [&](std::size_t i, tensor_on<T, D>& g, int nodes_left) {
         if (reducer_ && c.slot[i] >= 0) reducer_->grad_ready(*trained[std::size_t(c.slot[i])], g, nodes_left);
@@ -713,7 +820,7 @@ class model {
       else grads.emplace_back(trained[k]->layout(), trained[k]->shape(), ctx_->rank());
     }
     if (reducer_) grads = (*reducer_)(grads);
-    last_ = ctx_->total_stats() - before;
+    last_ = c.plan->pipelined() ? c.exec->last_step_traffic() : ctx_->total_stats() - before;
     (*opt_)(grads);
     return r.loss;
   }

@@ -5,10 +5,11 @@
 // in the 1F1B order (one forward, one backward), which keeps the activations of at
 // most as many micro-batches as there are stages on a stage (each micro-batch's are
 // released by its backward pass). Inside a stage the ranks run data or model parallel
-// as anywhere else: the stage is their world.
+// as anywhere else: the stage is their world. (The traced graph's pipeline stages,
+// graph/pipeline.hpp and parallel_config::pipeline_stages, run the same orders on a
+// network's graph, each stage sharded by the parallel pass.)
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -23,6 +24,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/format.hpp>
 #include <tessera/exec/redistribute.hpp>
+#include <tessera/graph/pipeline.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 #include <tessera/train/grad.hpp>
@@ -150,14 +152,10 @@ class pipeline {
     };
 
     // 1F1B: stage s runs the forwards of the first (stages - s - 1) micro-batches, then
-    // alternates one forward and one backward, then the backwards left.
-    const int warmup = std::min(stages_ - stage_ - 1, micro);
-    for (int m = 0; m < warmup; ++m) forward(m);
-    for (int m = warmup; m < micro; ++m) {
-      forward(m);
-      backward(m - warmup);
-    }
-    for (int m = micro - warmup; m < micro; ++m) backward(m);
+    // alternates one forward and one backward, then the backwards left (the order the
+    // graph executor runs too, graph/pipeline.hpp).
+    for (const graph::pipeline_unit& u : graph::schedule_order(graph::pipeline_schedule::one_f_one_b, stages_, 1, micro, stage_))
+      u.forward ? forward(u.micro) : backward(u.micro);
     flight.wait();
 
     step_result r;
