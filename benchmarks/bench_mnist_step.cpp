@@ -28,6 +28,9 @@
 // the ranks (data parallel inside), and runs the same global batch as M micro-batches
 // in the 1F1B order (train::pipeline; over MPI only, whose communicator has the
 // non-blocking sends it needs); grad_bytes_per_rank is then the stage's share.
+// `graph_pipeline/2_stages/micro=M` runs the same two stages from the traced graph
+// (graph_builder's set_pipeline_stage, parallel_config::pipeline_stages, the executor's
+// 1F1B): the graph's pipeline against the eager one, in the same run.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -42,6 +45,7 @@
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/launch.hpp>
 #include <tessera/comm/mpi.hpp>
+#include <tessera/graph/execute.hpp>
 #include <tessera/nn/layers.hpp>
 #include <tessera/nn/loss.hpp>
 #include <tessera/optim/adam.hpp>
@@ -220,6 +224,53 @@ run_result run_pipeline_steps(context& ctx, int micro) {
   return out;
 }
 
+// The same two stages as a traced graph, parallelized with pipeline_stages 2 and run by
+// the graph executor (micro-batches in the 1F1B order), from the same data.
+run_result run_graph_pipeline_steps(context& ctx, int micro) {
+  const index_t global = per_rank_batch * ctx.size(), rows = global / micro;  // a micro-batch
+  graph::graph_builder b;
+  const graph::value x = b.input("x", {rows, 1, 28, 28}), y = b.input("y", {rows});
+  const graph::value w1 = b.parameter("w1", {512, 784}), b1 = b.parameter("b1", {512});
+  const graph::value w2 = b.parameter("w2", {512, 512}), b2 = b.parameter("b2", {512});
+  const graph::value w3 = b.parameter("w3", {10, 512}), b3 = b.parameter("b3", {10});
+  b.set_pipeline_stage(0);
+  const graph::value h = b.relu(b.bias_add(b.matmul(b.flatten(x), w1, false, true), b1));
+  b.set_pipeline_stage(1);
+  const graph::value h2 = b.relu(b.bias_add(b.matmul(h, w2, false, true), b2));
+  const graph::value logits = b.bias_add(b.matmul(h2, w3, false, true), b3);
+  const graph::traced_graph g = b.build(b.reduce_mean(b.sparse_softmax_cross_entropy(logits, y)));
+  graph::parallel_config cfg;
+  cfg.mode = graph::parallel_mode::data_parallel;
+  cfg.device_num = ctx.size();
+  cfg.pipeline_stages = 2;
+  cfg.micro_size = micro;
+  graph::executor<float> ex(graph::parallelize(g, cfg), ctx);
+  const nn::random_stream rs(7);
+  for (int p : g.parameters()) {
+    xt::xarray<float> v = storage<float, cpu_device>::empty(g.at(p).shape);
+    for (std::size_t i = 0; i < v.size(); ++i) v.data()[i] = float(0.01 * (rs.uniform01(i + 1000 * std::size_t(p)) - 0.5));
+    ex.set_parameter(g.at(p).name, v);
+  }
+  xt::xarray<float> images = storage<float, cpu_device>::empty(extents{global, 1, 28, 28});
+  xt::xarray<float> labels = storage<float, cpu_device>::empty(extents{global});
+  for (std::size_t i = 0; i < images.size(); ++i) images.data()[i] = float(rs.uniform01(std::uint64_t(i)));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels.data()[i] = float(i * 7 % 10);
+  const std::vector<xt::xarray<float>> batch = ex.slice_batch({images, labels});
+  optim::sgd<float> opt(1e-2f);
+  run_result out;
+  for (const auto& p : ex.parameters()) out.grad_bytes += p.local().size() * sizeof(float);
+  for (int s = 0; s < warmup_steps + timed_steps; ++s) {
+    world_ptr->barrier();
+    const double t0 = seconds_now();
+    auto r = ex.value_and_grad(batch);
+    const double t1 = seconds_now();
+    opt.step(ex.parameters(), r.grads);
+    const double t2 = seconds_now();
+    if (s >= warmup_steps) out.times.push_back({t2 - t0, t1 - t0, 0, t2 - t1});
+  }
+  return out;
+}
+
 void report(benchmark::State& state, std::vector<step_times> mine, std::size_t grad_bytes,
             std::size_t state_bytes = 0) {
   any_communicator& world = *world_ptr;
@@ -281,6 +332,12 @@ void bm_pipeline(benchmark::State& state, int micro) {
   report(state, std::move(r.times), r.grad_bytes);
 }
 
+void bm_graph_pipeline(benchmark::State& state, int micro) {
+  context ctx(*world_ptr);
+  run_result r = run_graph_pipeline_steps(ctx, micro);
+  report(state, std::move(r.times), r.grad_bytes);
+}
+
 void bm_compute_only(benchmark::State& state) {
   any_communicator one{local_communicator{}};
   context ctx(one);
@@ -319,6 +376,10 @@ int main(int argc, char** argv) {
       for (int micro : {1, 2, 4, 8})
         add(("mnist_step/pipeline/2_stages/micro=" + std::to_string(micro)).c_str(),
             [micro](benchmark::State& s) { bm_pipeline(s, micro); });
+    if (world.size() % 2 == 0)  // over MPI or Gloo
+      for (int micro : {1, 2, 4, 8})
+        add(("mnist_step/graph_pipeline/2_stages/micro=" + std::to_string(micro)).c_str(),
+            [micro](benchmark::State& s) { bm_graph_pipeline(s, micro); });
     bench::run_on_every_rank(world.rank());
     benchmark::Shutdown();
   });

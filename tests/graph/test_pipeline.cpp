@@ -311,8 +311,9 @@ TEST_CASE("save_graphs: each rank's execute graph is its stage's part of a micro
       for (int rank = 0; rank < P; ++rank) {
         CAPTURE(rank);
         const graph::detail::exec_graph eg = graph::detail::build_exec_graph(pg, rank);
-        const index_t per_micro = eg.bytes[0] + eg.bytes[1] + eg.bytes[2];
-        CHECK(per_micro * 4 + cost::all_reduce(8, P) == pg.bytes_for_rank(rank));
+        const index_t per_micro = eg.bytes[0] + eg.bytes[1] + eg.bytes[2] - eg.once_bytes;
+        CHECK(per_micro * 4 + eg.once_bytes + cost::all_reduce(8, P) == pg.bytes_for_rank(rank));
+        if (!split && n > 1) CHECK(eg.once_bytes > 0);  // data parallel: the weights' gradients
         const std::string ir = execute_ir(pg, rank);
         const int stage = pg.stage_of_rank(rank);
         CHECK(ir.find("Send(") != std::string::npos);

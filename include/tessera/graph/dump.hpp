@@ -150,6 +150,7 @@ struct exec_graph {
   std::vector<exec_node> nodes;
   int result = -1;  // the loss as every rank reads it
   index_t bytes[3] = {0, 0, 0};
+  index_t once_bytes = 0;  // with micro-batches: the gradients reduced once a step (in bytes[1] too)
 
   int add(exec_node n) {
     n.key = int(nodes.size());
@@ -357,8 +358,14 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int job_rank) {
       const edge_plan& e = pg.edge(id, int(s));
       if (!e.has_backward) continue;
       const int p = nd.inputs[s];
+      // With micro-batches, a parameter read once has its gradient summed over them
+      // first and reduced once a step.
+      const bool once = pg.pipelined() && g.at(p).kind == node_kind::parameter && g.consumers(p).size() == 1;
+      const index_t before = eg.bytes[1];
       const int last = add_route(eg, e.backward, g.at(p).shape, eb, rank, k, 1,
-                                 "# gradient: " + nd.name + " (input " + std::to_string(s) + ") -> " + g.at(p).name);
+                                 "# gradient: " + nd.name + " (input " + std::to_string(s) + ") -> " + g.at(p).name +
+                                     (once ? ", once a step" : ""));
+      if (once) eg.once_bytes += eg.bytes[1] - before;
       if (grad[std::size_t(p)] < 0) {
         grad[std::size_t(p)] = last;
       } else {
@@ -475,6 +482,10 @@ inline std::string execute_ir(const parallel_graph& pg, int rank) {
   }
   const index_t total = eg.bytes[0] + eg.bytes[1] + eg.bytes[2];
   s += "return %" + std::to_string(eg.result) + "\n";
+  if (pg.pipelined())
+    s += "# bytes received by rank " + std::to_string(rank) + " in one step of " + std::to_string(pg.micro_size()) +
+         " micro-batches: the gradients marked once a step " + std::to_string(eg.once_bytes) +
+         ", the rest per micro-batch as below\n";
   s += "# bytes received by rank " + std::to_string(rank) + (pg.pipelined() ? " per micro-batch" : " in one step") +
        ": forward " + std::to_string(eg.bytes[0]) +
        ", backward " + std::to_string(eg.bytes[1]) + ", loss " + std::to_string(eg.bytes[2]) + ", total " +

@@ -90,7 +90,9 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::t
 /// rank i of the next, and their gradients back without waiting (the world's isend).
 /// Each micro-batch's values are released once its backward has run. The loss is the
 /// mean of the micro-batches' losses, on every rank; the gradients are those of that
-/// mean, summed over the micro-batches on each stage.
+/// mean, summed over the micro-batches on each stage as the backward passes make them
+/// (partial sums included) and reduced into the parameters' layouts once a step (a
+/// parameter read by several operators: each micro-batch).
 template <class T, class D = cpu_device>
 class executor {
  public:
@@ -464,6 +466,9 @@ class executor {
       return x;
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
+    if (accumulate_params_ && pg_.traced().at(e.producer).kind == node_kind::parameter &&
+        pg_.traced().consumers(e.producer).size() == 1)  // summed over the micro-batches as made, resolved once
+      return t.record(std::move(y), [ix = x.id](tape& tp, const tensor& g) { tp.add_grad(ix, tensor(g)); });
     return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
       tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
     });
@@ -532,15 +537,17 @@ class executor {
 
   // ---- pipeline stages ---------------------------------------------------------
 
-  // Sends in flight and the tensors they read (kept until the step ends), and the
-  // values handed from one chunk of this rank to another.
+  // Sends in flight, each with the copy it reads (dropped once sent), and the values
+  // handed from one chunk of this rank to another, by tag.
   struct pipeline_flight {
-    std::deque<tensor> tensors;
-    std::vector<any_request> requests;
-    std::map<std::pair<int, int>, tensor> local;  // (tag, 0) -> the value or gradient
+    std::deque<std::pair<any_request, tensor>> sends;
+    std::map<int, tensor> local;
+    void drop_sent() {
+      while (!sends.empty() && sends.front().first.test()) sends.pop_front();
+    }
     void wait() {
-      for (any_request& q : requests) q.wait();
-      requests.clear();
+      for (auto& [q, x] : sends) q.wait();
+      sends.clear();
     }
   };
   // One chunk's part of one micro-batch on the tape.
@@ -557,16 +564,15 @@ class executor {
 
   void pipeline_send(pipeline_flight& f, tensor x, int stage, int tag) {
     if (stage == stage_) {
-      f.local.insert_or_assign({tag, 0}, std::move(x));
+      f.local.insert_or_assign(tag, std::move(x));
       return;
     }
-    f.tensors.push_back(std::move(x));
-    const tensor& b = f.tensors.back();
-    f.requests.push_back(world_ctx_->world().isend(std::span<const T>(b.local().data(), b.local().size()), peer(stage), tag));
+    auto& [q, b] = f.sends.emplace_back(any_request{}, std::move(x));
+    q = world_ctx_->world().isend(std::span<const T>(b.local().data(), b.local().size()), peer(stage), tag);
   }
   tensor pipeline_receive(pipeline_flight& f, const layout& l, const extents& shape, int stage, int tag) {
     if (stage == stage_) {
-      auto it = f.local.find({tag, 0});
+      auto it = f.local.find(tag);
       tensor x = std::move(it->second);
       f.local.erase(it);
       return x;
@@ -594,6 +600,11 @@ class executor {
     for (std::size_t k = 0; k < in_ids.size(); ++k) input_index[std::size_t(in_ids[k])] = int(k);
 
     tape t(*ctx_);
+    accumulate_params_ = true;  // a parameter read once: its gradient reduced once a step
+    struct reset {
+      bool& flag;
+      ~reset() { flag = false; }
+    } reset_flag{accumulate_params_};
     std::vector<var> pvar(std::size_t(g.size()));
     param_vars_.clear();
     const std::vector<int> ps = g.parameters();
@@ -671,6 +682,7 @@ class executor {
     for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
       if (u.forward) forward_part(u.chunk, u.micro);
       else backward_part(u.chunk, u.micro);
+      flight.drop_sent();
       peak_values_ = std::max(peak_values_, t.live_values());
     }
     flight.wait();
@@ -707,6 +719,7 @@ class executor {
   int stage_ = 0;
   std::vector<std::vector<int>> stage_ops_;  // per virtual stage, its operators in node order
   int peak_values_ = 0;
+  bool accumulate_params_ = false;  // pipelined_step: see along_edge
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound

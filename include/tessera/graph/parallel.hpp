@@ -356,8 +356,9 @@ class parallel_graph {
   double search_seconds() const { return search_seconds_; }
   /// The bytes `rank` receives in one training step: the priced redistributions,
   /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces. With
-  /// pipeline stages (`rank` a rank of the job): those of its stage's operators once
-  /// per micro-batch, the values and gradients it receives from other stages, and the
+  /// pipeline stages or micro-batches (`rank` a rank of the job): those of its stage's
+  /// operators once per micro-batch (a parameter read once has its gradient reduced
+  /// once a step), the values and gradients it receives from other stages, and the
   /// step's loss sent to every rank.
   index_t bytes_for_rank(int rank) const {
     if (pipelined()) return pipelined_bytes_for_rank(rank);
@@ -402,7 +403,9 @@ class parallel_graph {
     for (const edge_plan& e : edges_)
       if (physical_stage(stage_[std::size_t(e.consumer)]) == s) {
         b += M * e.forward.p.bytes_for_rank(i);
-        if (e.has_backward) b += M * e.backward.p.bytes_for_rank(i);
+        // A parameter read once has its gradient summed over the micro-batches first.
+        const bool once = g_.at(e.producer).kind == node_kind::parameter && g_.consumers(e.producer).size() == 1;
+        if (e.has_backward) b += (once ? 1 : M) * e.backward.p.bytes_for_rank(i);
       }
     for (std::size_t id = 0; id < ops_.size(); ++id)
       if (ops_[id] && physical_stage(stage_[id]) == s)
