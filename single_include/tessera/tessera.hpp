@@ -12486,8 +12486,9 @@ class parallel_graph {
   double search_seconds() const { return search_seconds_; }
   /// The bytes `rank` receives in one training step: the priced redistributions,
   /// collectives and loss fetch, and hybrid_parallel's gradient all-reduces. With
-  /// pipeline stages (`rank` a rank of the job): those of its stage's operators once
-  /// per micro-batch, the values and gradients it receives from other stages, and the
+  /// pipeline stages or micro-batches (`rank` a rank of the job): those of its stage's
+  /// operators once per micro-batch (a parameter read once has its gradient reduced
+  /// once a step), the values and gradients it receives from other stages, and the
   /// step's loss sent to every rank.
   index_t bytes_for_rank(int rank) const {
     if (pipelined()) return pipelined_bytes_for_rank(rank);
@@ -12532,7 +12533,9 @@ class parallel_graph {
     for (const edge_plan& e : edges_)
       if (physical_stage(stage_[std::size_t(e.consumer)]) == s) {
         b += M * e.forward.p.bytes_for_rank(i);
-        if (e.has_backward) b += M * e.backward.p.bytes_for_rank(i);
+        // A parameter read once has its gradient summed over the micro-batches first.
+        const bool once = g_.at(e.producer).kind == node_kind::parameter && g_.consumers(e.producer).size() == 1;
+        if (e.has_backward) b += (once ? 1 : M) * e.backward.p.bytes_for_rank(i);
       }
     for (std::size_t id = 0; id < ops_.size(); ++id)
       if (ops_[id] && physical_stage(stage_[id]) == s)
@@ -13148,6 +13151,8 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
 //         : (<Tensor[Float32], (8, 8)>, <Tensor[Float32], (8, 16)>) -> (<Tensor[Float32], (8, 16)>)
 //
 // (output: the output's layout on the operator's device matrix, axes of size 1 left out.)
+// With pipeline stages: this rank's stage's part of one micro-batch, the values crossing
+// stages as Send and Receive (their gradients too), and the bytes per micro-batch.
 //
 // A communication step (one step of a redistribution plan, or a collective an
 // operator runs inside itself), with its kind (StridedSlice, AllGather, AllReduce,
@@ -13238,6 +13243,12 @@ inline std::string preamble(const parallel_graph& pg, int rank) {
        ", rank: " + std::to_string(rank) + "\n";
   if (c.mode == parallel_mode::hybrid_parallel)
     s += "# hybrid_parallel: every shape is each rank's own; operators run whole on each rank\n";
+  if (pg.pipelined())
+    s += "# pipeline_stages: " + std::to_string(c.pipeline_stages) + " of " + std::to_string(pg.stage_device_num()) +
+         " ranks (rank " + std::to_string(rank) + " on stage " + std::to_string(pg.stage_of_rank(rank)) +
+         "), chunks: " + std::to_string(pg.pipeline_chunks()) + ", micro_size: " + std::to_string(c.micro_size) +
+         ", schedule: " + std::string(to_string(c.schedule)) +
+         "; shapes are a micro-batch's, rank lists number the stage's ranks from 0\n";
   return s;
 }
 
@@ -13261,6 +13272,7 @@ struct exec_graph {
   std::vector<exec_node> nodes;
   int result = -1;  // the loss as every rank reads it
   index_t bytes[3] = {0, 0, 0};
+  index_t once_bytes = 0;  // with micro-batches: the gradients reduced once a step (in bytes[1] too)
 
   int add(exec_node n) {
     n.key = int(nodes.size());
@@ -13345,13 +13357,49 @@ inline int add_collectives(exec_graph& eg, const parallel_graph& pg, int id, int
   return result;
 }
 
-inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
+// With pipeline stages the graph a rank runs is its stage's part of one micro-batch:
+// the values from earlier stages arrive by Receive, those for later ones leave by Send,
+// and their gradients come back the same way.
+inline exec_graph build_exec_graph(const parallel_graph& pg, int job_rank) {
   const traced_graph& g = pg.traced();
   const index_t eb = pg.config().elem_bytes;
+  const bool piped = pg.pipeline_stages() > 1;
+  const int my_stage = piped ? pg.stage_of_rank(job_rank) : 0;
+  const int rank = piped ? job_rank % pg.stage_device_num() : job_rank;  // within the stage
+  auto here = [&](int id) { return !piped || g.at(id).kind != node_kind::op || pg.physical_stage(pg.stage(id)) == my_stage; };
+  auto read_here = [&](int id) {
+    for (const auto& [c, slot] : g.consumers(id))
+      if (here(c)) return true;
+    return false;
+  };
   exec_graph eg;
+  // A Send (arg >= 0) or Receive of node `id`'s value (section 0) or gradient (1) in
+  // layout `l`, to or from virtual stage `other`.
+  auto transfer = [&](int arg, const layout& l, int id, int other, int section) {
+    const bool receive = arg < 0;
+    exec_node n;
+    n.type = receive ? "Receive" : "Send";
+    if (!receive) n.args = {arg};
+    n.comm = true;
+    n.leaf = receive;
+    n.section = section;
+    const extents ls = local_shape(l, g.at(id).shape);
+    n.in = n.out = {ls};
+    n.bytes = receive ? ls.size() * eb : 0;
+    const int st = pg.physical_stage(other);
+    n.attrs = std::string("{") + (receive ? "from" : "to") + ": pipeline stage " + std::to_string(st) + " (rank " +
+              std::to_string(st * pg.stage_device_num() + rank) + "), layout: " + describe(l) +
+              ", bytes: " + std::to_string(n.bytes) + "}";
+    n.note = "# " + std::string(section == 0 ? "the value of " : "the gradient of ") + g.describe(id);
+    return eg.add(std::move(n));
+  };
   std::vector<int> key(std::size_t(g.size()), -1);
   for (int id = 0; id < g.size(); ++id) {
     const node& nd = g.at(id);
+    if (!here(id) || (piped && nd.kind != node_kind::op && !read_here(id))) {
+      if (nd.kind == node_kind::op && read_here(id)) key[std::size_t(id)] = transfer(-1, pg.value_layout(id), id, pg.stage(id), 0);
+      continue;
+    }
     exec_node n;
     n.name = nd.name;
     n.out = {pg.local_shape(id)};
@@ -13376,11 +13424,31 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
               to_string(o.lay.dev) + ", output: " + to_string(refine(o.lay.out, o.lay.dev)) + "}";
     key[std::size_t(id)] = add_collectives(eg, pg, id, rank, eg.add(std::move(n)), false);
   }
+  for (const pipeline_boundary& b : pg.boundaries())
+    if (here(b.producer) && pg.physical_stage(b.to_stage) != my_stage)
+      transfer(key[std::size_t(b.producer)], pg.value_layout(b.producer), b.producer, b.to_stage, 0);
 
   // Backward, in the tape's order: from the loss down.
   const bool any_param = pg.needs_grad(g.loss());
   std::vector<int> grad(std::size_t(g.size()), -1);
-  if (any_param) {
+  for (const pipeline_boundary& b : pg.boundaries())  // gradients from later stages
+    if (any_param && b.has_backward && here(b.producer) && pg.physical_stage(b.to_stage) != my_stage) {
+      const int k = transfer(-1, pg.grad_layout(b.producer), b.producer, b.to_stage, 1);
+      if (grad[std::size_t(b.producer)] < 0) {
+        grad[std::size_t(b.producer)] = k;
+      } else {
+        exec_node sum;
+        sum.name = g.at(b.producer).name + " grad";
+        sum.type = "Add";
+        sum.args = {grad[std::size_t(b.producer)], k};
+        const extents ls = local_shape(pg.grad_layout(b.producer), g.at(b.producer).shape);
+        sum.in = {ls, ls};
+        sum.out = {ls};
+        sum.section = 1;
+        grad[std::size_t(b.producer)] = eg.add(std::move(sum));
+      }
+    }
+  if (any_param && here(g.loss())) {
     exec_node seed;
     seed.name = g.at(g.loss()).name + " grad";
     seed.type = "OnesLike";
@@ -13390,11 +13458,13 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
     seed.section = 1;
     if (pg.config().mode == parallel_mode::hybrid_parallel && pg.device_num() > 1)
       seed.attrs = "{value: 1/" + std::to_string(pg.device_num()) + ": the objective is the mean of the ranks' losses}";
+    if (pg.micro_size() > 1)
+      seed.attrs = "{value: 1/" + std::to_string(pg.micro_size()) + ": the loss is the mean of the micro-batches'}";
     grad[std::size_t(g.loss())] = eg.add(std::move(seed));
   }
   for (int id = g.size() - 1; any_param && id >= 0; --id) {
     const node& nd = g.at(id);
-    if (nd.kind != node_kind::op || !pg.needs_grad(id) || grad[std::size_t(id)] < 0) continue;
+    if (nd.kind != node_kind::op || !here(id) || !pg.needs_grad(id) || grad[std::size_t(id)] < 0) continue;
     const op_plan& o = pg.op(id);
     exec_node n;
     n.name = nd.name + " grad";
@@ -13410,8 +13480,14 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
       const edge_plan& e = pg.edge(id, int(s));
       if (!e.has_backward) continue;
       const int p = nd.inputs[s];
+      // With micro-batches, a parameter read once has its gradient summed over them
+      // first and reduced once a step.
+      const bool once = pg.pipelined() && g.at(p).kind == node_kind::parameter && g.consumers(p).size() == 1;
+      const index_t before = eg.bytes[1];
       const int last = add_route(eg, e.backward, g.at(p).shape, eb, rank, k, 1,
-                                 "# gradient: " + nd.name + " (input " + std::to_string(s) + ") -> " + g.at(p).name);
+                                 "# gradient: " + nd.name + " (input " + std::to_string(s) + ") -> " + g.at(p).name +
+                                     (once ? ", once a step" : ""));
+      if (once) eg.once_bytes += eg.bytes[1] - before;
       if (grad[std::size_t(p)] < 0) {
         grad[std::size_t(p)] = last;
       } else {
@@ -13427,6 +13503,9 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
       }
     }
   }
+  for (const pipeline_boundary& b : pg.boundaries())  // gradients to earlier stages
+    if (b.has_backward && !here(b.producer) && pg.physical_stage(b.to_stage) == my_stage && grad[std::size_t(b.producer)] >= 0)
+      transfer(grad[std::size_t(b.producer)], pg.grad_layout(b.producer), b.producer, b.from_stage, 1);
   for (const gradient_reduction& r : pg.gradient_reductions()) {
     exec_node n;
     n.type = "AllReduce";
@@ -13440,8 +13519,9 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int rank) {
     n.note = "# gradient of parameter '" + g.at(r.parameter).name + "' (not layer-wise parallel): summed over the ranks";
     grad[std::size_t(r.parameter)] = eg.add(std::move(n));
   }
-  eg.result = add_route(eg, pg.loss_fetch(), g.at(g.loss()).shape, eb, rank, key[std::size_t(g.loss())], 2,
-                        "# the loss, read by every rank");
+  eg.result = here(g.loss()) ? add_route(eg, pg.loss_fetch(), g.at(g.loss()).shape, eb, rank, key[std::size_t(g.loss())], 2,
+                                         "# the loss, read by every rank")
+                              : int(eg.nodes.size()) - 1;
   return eg;
 }
 
@@ -13498,7 +13578,8 @@ inline std::string step_parallel_begin_ir(const parallel_graph& pg, int rank) {
       }
       const std::string at = nd.op->attributes();
       line += ")" + (at.empty() ? std::string() : " {" + at + "}") + " {in_strategy: " + to_string(o.st) +
-              ", source: " + std::string(to_string(o.source)) + "}";
+              ", source: " + std::string(to_string(o.source)) +
+              (pg.pipeline_stages() > 1 ? ", pipeline_stage: " + std::to_string(pg.stage(id)) : std::string()) + "}";
     }
     s += line + "\n" + sig + ") -> (" + tensor_text(nd.shape, eb) + ")\n";
   }
@@ -13523,7 +13604,12 @@ inline std::string execute_ir(const parallel_graph& pg, int rank) {
   }
   const index_t total = eg.bytes[0] + eg.bytes[1] + eg.bytes[2];
   s += "return %" + std::to_string(eg.result) + "\n";
-  s += "# bytes received by rank " + std::to_string(rank) + " in one step: forward " + std::to_string(eg.bytes[0]) +
+  if (pg.pipelined())
+    s += "# bytes received by rank " + std::to_string(rank) + " in one step of " + std::to_string(pg.micro_size()) +
+         " micro-batches: the gradients marked once a step " + std::to_string(eg.once_bytes) +
+         ", the rest per micro-batch as below\n";
+  s += "# bytes received by rank " + std::to_string(rank) + (pg.pipelined() ? " per micro-batch" : " in one step") +
+       ": forward " + std::to_string(eg.bytes[0]) +
        ", backward " + std::to_string(eg.bytes[1]) + ", loss " + std::to_string(eg.bytes[2]) + ", total " +
        std::to_string(total) + "\n";
   return s;
@@ -22479,7 +22565,9 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::t
 /// rank i of the next, and their gradients back without waiting (the world's isend).
 /// Each micro-batch's values are released once its backward has run. The loss is the
 /// mean of the micro-batches' losses, on every rank; the gradients are those of that
-/// mean, summed over the micro-batches on each stage.
+/// mean, summed over the micro-batches on each stage as the backward passes make them
+/// (partial sums included) and reduced into the parameters' layouts once a step (a
+/// parameter read by several operators: each micro-batch).
 template <class T, class D = cpu_device>
 class executor {
  public:
@@ -22853,6 +22941,9 @@ class executor {
       return x;
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
+    if (accumulate_params_ && pg_.traced().at(e.producer).kind == node_kind::parameter &&
+        pg_.traced().consumers(e.producer).size() == 1)  // summed over the micro-batches as made, resolved once
+      return t.record(std::move(y), [ix = x.id](tape& tp, const tensor& g) { tp.add_grad(ix, tensor(g)); });
     return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
       tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
     });
@@ -22921,15 +23012,17 @@ class executor {
 
   // ---- pipeline stages ---------------------------------------------------------
 
-  // Sends in flight and the tensors they read (kept until the step ends), and the
-  // values handed from one chunk of this rank to another.
+  // Sends in flight, each with the copy it reads (dropped once sent), and the values
+  // handed from one chunk of this rank to another, by tag.
   struct pipeline_flight {
-    std::deque<tensor> tensors;
-    std::vector<any_request> requests;
-    std::map<std::pair<int, int>, tensor> local;  // (tag, 0) -> the value or gradient
+    std::deque<std::pair<any_request, tensor>> sends;
+    std::map<int, tensor> local;
+    void drop_sent() {
+      while (!sends.empty() && sends.front().first.test()) sends.pop_front();
+    }
     void wait() {
-      for (any_request& q : requests) q.wait();
-      requests.clear();
+      for (auto& [q, x] : sends) q.wait();
+      sends.clear();
     }
   };
   // One chunk's part of one micro-batch on the tape.
@@ -22946,16 +23039,15 @@ class executor {
 
   void pipeline_send(pipeline_flight& f, tensor x, int stage, int tag) {
     if (stage == stage_) {
-      f.local.insert_or_assign({tag, 0}, std::move(x));
+      f.local.insert_or_assign(tag, std::move(x));
       return;
     }
-    f.tensors.push_back(std::move(x));
-    const tensor& b = f.tensors.back();
-    f.requests.push_back(world_ctx_->world().isend(std::span<const T>(b.local().data(), b.local().size()), peer(stage), tag));
+    auto& [q, b] = f.sends.emplace_back(any_request{}, std::move(x));
+    q = world_ctx_->world().isend(std::span<const T>(b.local().data(), b.local().size()), peer(stage), tag);
   }
   tensor pipeline_receive(pipeline_flight& f, const layout& l, const extents& shape, int stage, int tag) {
     if (stage == stage_) {
-      auto it = f.local.find({tag, 0});
+      auto it = f.local.find(tag);
       tensor x = std::move(it->second);
       f.local.erase(it);
       return x;
@@ -22983,6 +23075,11 @@ class executor {
     for (std::size_t k = 0; k < in_ids.size(); ++k) input_index[std::size_t(in_ids[k])] = int(k);
 
     tape t(*ctx_);
+    accumulate_params_ = true;  // a parameter read once: its gradient reduced once a step
+    struct reset {
+      bool& flag;
+      ~reset() { flag = false; }
+    } reset_flag{accumulate_params_};
     std::vector<var> pvar(std::size_t(g.size()));
     param_vars_.clear();
     const std::vector<int> ps = g.parameters();
@@ -23060,6 +23157,7 @@ class executor {
     for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
       if (u.forward) forward_part(u.chunk, u.micro);
       else backward_part(u.chunk, u.micro);
+      flight.drop_sent();
       peak_values_ = std::max(peak_values_, t.live_values());
     }
     flight.wait();
@@ -23096,6 +23194,7 @@ class executor {
   int stage_ = 0;
   std::vector<std::vector<int>> stage_ops_;  // per virtual stage, its operators in node order
   int peak_values_ = 0;
+  bool accumulate_params_ = false;  // pipelined_step: see along_edge
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound
@@ -23581,6 +23680,19 @@ class module {
   }
   /// Told when set_train changes the mode of this module (dropout tells its operator).
   virtual void training_changed(bool mode) { (void)mode; }
+  /// MindSpore's `cell.pipeline_stage = k`: in a traced graph (nn::trace), the module's
+  /// operators, and its descendants' where they set none, are on pipeline stage k
+  /// (graph/pipeline.hpp; parallel_config::pipeline_stages). -1 (the start): the
+  /// enclosing module's, or, for none, the latest stage of the operator's inputs.
+  auto set_pipeline_stage(int stage) -> module& {
+    if (stage < -1)
+      throw error("module '" + full_name_ + "': set_pipeline_stage: a stage is 0 or more (or -1: none), got " +
+                  std::to_string(stage));
+    pipeline_stage_ = stage;
+    return *this;
+  }
+  int pipeline_stage() const { return pipeline_stage_; }
+
   /// The dotted name from the root module ("dense_relu_sequential.0"; "" for the root):
   /// traced operators are named after it ("dense_relu_sequential.0.matmul").
   const std::string& full_name() const { return full_name_; }
@@ -23682,6 +23794,7 @@ class module {
 
   bool training_ = true;
   bool built_ = false;
+  int pipeline_stage_ = -1;
   std::uint64_t seed_ = 0;
   std::string full_name_;
 };
@@ -26536,8 +26649,20 @@ class progress_bar : public callback<T> {
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tessera::nn {
+
+namespace detail {
+// Every module of the tree under `m` that sets a pipeline stage, with its dotted name.
+template <class T, class D>
+void staged_modules(module<T, D>& m, std::vector<std::pair<std::string, int>>& out) {
+  if (m.pipeline_stage() >= 0) out.emplace_back(m.full_name(), m.pipeline_stage());
+  visit_with<T, D>(m, [](std::string_view, parameter<T, D>&) {}, [&](std::string_view, module<T, D>& c) { staged_modules(c, out); });
+}
+}  // namespace detail
 
 /// A network and its loss as a graph: the graph (inputs "input" and "label", in that
 /// order), and the node of the network's output (its logits).
@@ -26554,6 +26679,10 @@ struct traced_network {
 ///
 ///     nn::traced_network t = nn::trace(net, loss_fn, extents{64, 1, 28, 28}, extents{64});
 ///     graph::parallel_graph pg = graph::parallelize(t.graph, cfg);
+///
+/// The modules' pipeline stages (module::set_pipeline_stage) go to their operators: an
+/// operator is on the stage of the innermost module around it that sets one (by the
+/// dotted names); the others, the loss's included, follow their inputs.
 template <class Net, class Loss>
 traced_network trace(Net& net, Loss& loss_fn, const extents& input, const extents& label, std::uint64_t seed = 0) {
   net.name_all(seed);
@@ -26561,7 +26690,25 @@ traced_network trace(Net& net, Loss& loss_fn, const extents& input, const extent
   graph::graph_builder b;
   const graph::value x = b.input("input", input);
   const graph::value y = b.input("label", label);
+  const int first = b.current().size();
   const graph::value out = net(x);
+  std::vector<std::pair<std::string, int>> staged;  // (module name, stage)
+  detail::staged_modules(static_cast<module<typename Net::value_type, typename Net::device_type>&>(net), staged);
+  if (!staged.empty())
+    for (int id = first; id < b.current().size(); ++id) {
+      const graph::node& n = b.current().at(id);
+      if (n.kind != graph::node_kind::op) continue;
+      std::size_t best = 0;
+      int stage = -1;
+      for (const auto& [name, k] : staged) {
+        const bool inside = name.empty() || n.name.starts_with(name + ".");
+        if (inside && (stage < 0 || name.size() >= best)) {
+          best = name.size();
+          stage = k;
+        }
+      }
+      if (stage >= 0) b.value_of(id).pipeline_stage(stage);
+    }
   traced_network t;
   t.graph = b.build(loss_fn(out, y));
   t.output = out.id();
@@ -26845,6 +26992,17 @@ inline graph::parallel_config data_parallel_config() {
 ///     o.parallel.search = graph::search_mode::dynamic_programming;
 ///     train::model model(net, loss_fn, opt, ctx, o);
 ///
+/// With pipeline stages (options::parallel's pipeline_stages, micro_size and schedule;
+/// module::set_pipeline_stage on the modules) the network is traced for one
+/// micro-batch (the global batch over micro_size), each rank holds and trains its
+/// stage's parameters (laid out over its stage's ranks), and a step runs the
+/// micro-batches in the schedule's order (graph::executor). The ranks of a stage split
+/// the batch: under dataset_strategy data_parallel, rank r reads block r mod
+/// (ranks / pipeline_stages) of the global batch, every stage the same rows. A
+/// checkpoint holds every parameter whole (each sent from its stage). Not yet with
+/// pipeline stages: eval, batches of more than one shape, optimizer parallel, devices
+/// other than the host.
+///
 /// In data_parallel the gradients go to a distributed_grad_reducer as the backward pass
 /// finishes each (its buckets' all-reduces overlap the rest of the pass), or, with
 /// optimizer parallel, to the optimizer as they are (its step reduce-scatters them); in
@@ -26959,7 +27117,8 @@ class model {
     rc.optimizer_state = [opt = opt_] { return opt->state_tensors(); };
     rc.training_state = [this, &rc] { return training_state(rc); };
     if constexpr (std::is_same_v<D, cpu_device>) {
-      rc.parameters = net_->named_parameters();
+      if (opt_config_.parallel.pipeline_stages > 1) set_pipeline_checkpoint(rc);
+      else rc.parameters = net_->named_parameters();
     } else {
       rc.host_parameters = [net = net_] {
         std::vector<std::pair<std::string, dist_tensor<T>>> out;
@@ -27013,6 +27172,9 @@ class model {
   /// sample counted once over the ranks. Collective.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
+    if (opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1)
+      throw error("model.eval: a model trained with pipeline stages or micro-batches does not evaluate yet; load "
+                  "its checkpoint into a model without them");
     return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
       compile(b);
       const int label_id = current_->graph.inputs()[1];
@@ -27042,6 +27204,24 @@ class model {
   void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
 
  private:
+  // A pipelined model's checkpoints: every parameter and its optimizer state whole,
+  // each from its stage.
+  void set_pipeline_checkpoint(run_context<T>& rc) {
+    rc.host_parameters = [this] {
+      std::vector<std::pair<std::string, dist_tensor<T>>> out;
+      for (auto& [name, p] : net_->named_parameters()) out.emplace_back(name, job_whole(name, p->data()));
+      return out;
+    };
+    rc.optimizer_state = [this] {
+      std::vector<std::pair<std::string, dist_tensor<T>>> out;
+      for (auto& [name, t] : opt_->state_tensors()) {
+        const std::size_t dot = name.find('.');  // "<kind>.<parameter>"
+        out.emplace_back(name, job_whole(dot == std::string::npos ? name : name.substr(dot + 1), t));
+      }
+      return out;
+    };
+  }
+
   // The training state's keys in a checkpoint's metadata (written by training_state,
   // read by resume_from).
   struct state_keys {
@@ -27145,7 +27325,7 @@ class model {
     if (whole || e.ndim == 0) return e;
     switch (cfg.dataset.which()) {
       case graph::dataset_strategy::kind::full_batch: return e;
-      case graph::dataset_strategy::kind::data_parallel: e.v[0] *= ctx_->size(); return e;
+      case graph::dataset_strategy::kind::data_parallel: e.v[0] *= ctx_->size() / stages(); return e;
       default: {
         const auto& t = cfg.dataset.tuples();
         if (std::size_t(index) >= t.size() || t[std::size_t(index)].n != e.ndim)
@@ -27157,6 +27337,33 @@ class model {
     }
   }
   index_t global_rows(const local_batch<T>& b) const { return global_shape(b.inputs, 0).v[0]; }
+  int stages() const { return std::max(1, opt_config_.parallel.pipeline_stages); }
+  bool pipelined() const { return opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1; }
+
+  // A tensor of parameter `name` (its value or optimizer state) whole on every rank of
+  // the job, replicated: gathered over the ranks of the parameter's stage, then sent
+  // from that stage's first rank. Collective over the job. A parameter the plan does
+  // not use is whole where it is.
+  dist_tensor<T> job_whole(const std::string& name, const dist_tensor<T>& t) {
+    if (!current_) throw error("model: no plan yet: the network is traced at the first step");
+    const graph::parallel_graph& pg = *current_->plan;
+    const graph::traced_graph& g = current_->graph;
+    const extents shape = t.global_shape();
+    const layout whole = layout::replicated(mesh{ctx_->size()}, shape.ndim);
+    int id = -1;
+    for (int q : g.parameters())
+      if (g.at(q).name == name) id = q;
+    if (id < 0) {
+      xt::xarray<T> v = redistribute(t, layout::replicated(t.layout().dev, shape.ndim), *ctx_).local();
+      return dist_tensor<T>(whole, shape, ctx_->rank(), std::move(v));
+    }
+    const int owner = pg.physical_stage(pg.stage(g.consumers(id).front().first));
+    xt::xarray<T> v = storage<T, cpu_device>::empty(shape);
+    if (owner == pg.stage_of_rank(ctx_->rank()))
+      v = redistribute(t, layout::replicated(t.layout().dev, shape.ndim), current_->exec->context()).local();
+    ctx_->world().broadcast(std::span<T>(v.data(), v.size()), owner * pg.stage_device_num());
+    return dist_tensor<T>(whole, shape, ctx_->rank(), std::move(v));
+  }
 
   // The network traced, parallelized and bound for batches of b's shapes: at the first
   // batch of each shape (a test set's batches may differ from the training's), and
@@ -27165,8 +27372,18 @@ class model {
     const extents xs = global_shape(b.inputs, 0), ys = global_shape(b.labels, 1);
     const std::string key = to_string(xs) + to_string(ys);
     auto& slot = compiled_[key];
+    if (!slot && pipelined() && compiled_.size() > 1) {
+      compiled_.erase(key);
+      throw error("model.train: with pipeline stages or micro-batches every batch has the first one's shape " +
+                  compiled_.begin()->first + "; got " + to_string(xs) + to_string(ys) +
+                  " (drop the last, smaller batch)");
+    }
     if (!slot) slot = make_compiled(xs, ys);
     current_ = slot.get();
+    if (pipelined()) {
+      if (resume_ && !resume_->loaded) load_resumed();
+      return;
+    }
     // The parameters in this plan's layouts (moved when another plan laid them out).
     for (std::size_t i = 0; i < current_->params.size(); ++i) {
       nn::parameter<T, D>* p = current_->params[i];
@@ -27183,7 +27400,23 @@ class model {
     cfg.elem_bytes = index_t(sizeof(T));
     cfg.optimizer_slots = opt_->state_kinds();  // for memory_budget
     auto c = std::make_unique<compiled_network>();
-    nn::traced_network t = nn::trace(*net_, *loss_, xs, ys, net_->seed());
+    extents txs = xs, tys = ys;  // traced for one micro-batch
+    if (cfg.micro_size > 1) {
+      for (extents* e : {&txs, &tys})
+        if (e->ndim == 0 || e->v[0] % cfg.micro_size != 0)
+          throw error("model: micro_size " + std::to_string(cfg.micro_size) + " does not divide the global batch " +
+                      to_string(*e) + " into micro-batches of equal rows");
+      txs.v[0] /= cfg.micro_size;
+      tys.v[0] /= cfg.micro_size;
+    }
+    if (pipelined()) {
+      if constexpr (!std::is_same_v<D, cpu_device>)
+        throw error("model: pipeline stages and micro-batches run on host networks");
+      if (opt_->reduces_gradients())
+        throw error("model: optimizer parallel (enable_parallel_optimizer) with pipeline stages or micro-batches: "
+                    "not yet");
+    }
+    nn::traced_network t = nn::trace(*net_, *loss_, txs, tys, net_->seed());
     c->graph = std::move(t.graph);
     c->output = t.output;
     c->plan = std::make_unique<graph::parallel_graph>(graph::parallelize(c->graph, cfg));
@@ -27198,14 +27431,26 @@ class model {
         if (n == name) p = q;
       if (!p) throw error("model: the traced graph has a parameter '" + name + "' the network does not list");
       const layout& l = c->plan->value_layout(id);
-      if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
-      c->exec->bind_parameter(name, p->data());
+      if (cfg.pipeline_stages > 1) {
+        // Whole on every rank (collective), then this rank's shard of its stage's
+        // layout where the parameter is its stage's; the others keep theirs, unused.
+        const xt::xarray<T> whole = storage<T, D>::to_host(
+            redistribute(p->data(), layout::replicated(p->data().layout().dev, p->shape().ndim), *ctx_).local());
+        if (c->exec->holds_parameter(name)) {
+          p->set_data(tensor_on<T, D>(l, p->shape(), c->exec->context().rank()));
+          c->exec->bind_parameter(name, p->data());
+          c->exec->set_parameter(name, whole);
+        }
+      } else {
+        if (!same_placement(p->data().layout(), l)) p->set_data(redistribute(p->data(), l, *ctx_));
+        c->exec->bind_parameter(name, p->data());
+      }
       c->params.push_back(p);
       const auto it = std::find(trained.begin(), trained.end(), p);
       c->slot.push_back(it == trained.end() ? -1 : it - trained.begin());
     }
     if (compiled_.size() > 1) return c;  // the reducer is made once
-    const bool dp = cfg.mode == graph::parallel_mode::data_parallel;
+    const bool dp = cfg.mode == graph::parallel_mode::data_parallel && !c->plan->pipelined();
     if (opt_->reduces_gradients()) {
       if (!opt_config_.gradients_mean)
         throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
@@ -27230,7 +27475,16 @@ class model {
     const bool raw = reducer_ || opt_->reduces_gradients();
     const traffic before = ctx_->total_stats();
     typename graph::executor<T, D>::result r;
-    if (raw) {
+    if (c.plan->pipelined()) {  // the plan resolves the gradients; this rank's stage's only
+      r = c.exec->value_and_grad({b.inputs, b.labels});
+      std::vector<tensor_on<T, D>> held;
+      std::size_t k = 0;
+      for (nn::parameter<T, D>* p : c.params) {
+        if (c.exec->holds_parameter(p->name())) held.push_back(std::move(r.grads[k++]));
+        else held.emplace_back(p->layout(), p->shape(), ctx_->rank());  // another stage's: no update
+      }
+      r.grads = std::move(held);
+    } else if (raw) {
       if (reducer_) reducer_->backward_begin();
       r = c.exec->value_and_grad({b.inputs, b.labels}, [&](std::size_t i, tensor_on<T, D>& g, int nodes_left) {
         if (reducer_ && c.slot[i] >= 0) reducer_->grad_ready(*trained[std::size_t(c.slot[i])], g, nodes_left);
@@ -27249,7 +27503,7 @@ class model {
       else grads.emplace_back(trained[k]->layout(), trained[k]->shape(), ctx_->rank());
     }
     if (reducer_) grads = (*reducer_)(grads);
-    last_ = ctx_->total_stats() - before;
+    last_ = c.plan->pipelined() ? c.exec->last_step_traffic() : ctx_->total_stats() - before;
     (*opt_)(grads);
     return r.loss;
   }
@@ -27275,9 +27529,10 @@ class model {
 // in the 1F1B order (one forward, one backward), which keeps the activations of at
 // most as many micro-batches as there are stages on a stage (each micro-batch's are
 // released by its backward pass). Inside a stage the ranks run data or model parallel
-// as anywhere else: the stage is their world.
+// as anywhere else: the stage is their world. (The traced graph's pipeline stages,
+// graph/pipeline.hpp and parallel_config::pipeline_stages, run the same orders on a
+// network's graph, each stage sharded by the parallel pass.)
 
-#include <algorithm>
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -27411,14 +27666,10 @@ class pipeline {
     };
 
     // 1F1B: stage s runs the forwards of the first (stages - s - 1) micro-batches, then
-    // alternates one forward and one backward, then the backwards left.
-    const int warmup = std::min(stages_ - stage_ - 1, micro);
-    for (int m = 0; m < warmup; ++m) forward(m);
-    for (int m = warmup; m < micro; ++m) {
-      forward(m);
-      backward(m - warmup);
-    }
-    for (int m = micro - warmup; m < micro; ++m) backward(m);
+    // alternates one forward and one backward, then the backwards left (the order the
+    // graph executor runs too, graph/pipeline.hpp).
+    for (const graph::pipeline_unit& u : graph::schedule_order(graph::pipeline_schedule::one_f_one_b, stages_, 1, micro, stage_))
+      u.forward ? forward(u.micro) : backward(u.micro);
     flight.wait();
 
     step_result r;
@@ -32414,6 +32665,28 @@ class gloo_communicator {
       b->send(dest, ::gloo::Slot::build(detail::gloo_send_recv_prefix, std::uint32_t(tag)));
       b->waitSend(ctx->getTimeout());
     });
+  }
+
+  /// A non-blocking send: the buffer is handed to Gloo's transport at once (matched by
+  /// the peer's recv of the same tag, as send's); the request completes once it is
+  /// sent. `buf` must stay unchanged until then. The pipeline stages' activations and
+  /// gradients cross so, while each stage waits for its own inputs.
+  template <class T>
+    requires comm_element<std::remove_const_t<T>>
+  [[nodiscard]] request isend(std::span<T> buf, int dest, int tag = 0) {
+    detail::check_rank("isend", "dest", dest, size());
+    detail::check_tag("isend", tag);
+    detail::count(stats_, 0);
+    using U = std::remove_const_t<T>;
+    const auto& ctx = context();
+    std::shared_ptr<::gloo::transport::UnboundBuffer> b;
+    detail::gloo_call("isend", [&] {
+      b = ctx->createUnboundBuffer(const_cast<U*>(buf.data()), buf.size() * sizeof(U));
+      b->send(dest, ::gloo::Slot::build(detail::gloo_send_recv_prefix, std::uint32_t(tag)));
+    });
+    return request(std::async(std::launch::async, [b, timeout = ctx->getTimeout()] {
+      detail::gloo_call("isend", [&] { b->waitSend(timeout); });
+    }));
   }
 
   template <comm_element T>
