@@ -12320,6 +12320,10 @@ struct parallel_config {
   int micro_size = 1;
   /// The order of the micro-batches' forward and backward passes on each stage.
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
+
+  /// Whether a step runs micro-batches through stages (pipeline_stages or micro_size
+  /// above 1).
+  bool pipelined() const { return pipeline_stages > 1 || micro_size > 1; }
 };
 
 /// Where an operator's strategy came from.
@@ -12395,9 +12399,15 @@ class parallel_graph {
 
   // ---- pipeline stages (parallel_config::pipeline_stages) ------------------------
 
-  /// Whether a step runs micro-batches through stages (pipeline_stages or micro_size
-  /// above 1).
-  bool pipelined() const { return cfg_.pipeline_stages > 1 || cfg_.micro_size > 1; }
+  /// Whether a step runs micro-batches through stages (parallel_config::pipelined).
+  bool pipelined() const { return cfg_.pipelined(); }
+  /// With micro-batches, whether parameter `id`'s gradient is summed over them as the
+  /// backward passes make it and reduced into its layout once a step: a parameter read
+  /// by one operator (one read by several is reduced each micro-batch, its readers'
+  /// gradient layouts possibly differing).
+  bool reduces_gradient_once(int id) const {
+    return pipelined() && g_.at(id).kind == node_kind::parameter && g_.consumers(id).size() == 1;
+  }
   int pipeline_stages() const { return cfg_.pipeline_stages; }
   /// The chunks (virtual stages) of each stage: 1 unless the operators are on a
   /// multiple of pipeline_stages stages.
@@ -12533,9 +12543,7 @@ class parallel_graph {
     for (const edge_plan& e : edges_)
       if (physical_stage(stage_[std::size_t(e.consumer)]) == s) {
         b += M * e.forward.p.bytes_for_rank(i);
-        // A parameter read once has its gradient summed over the micro-batches first.
-        const bool once = g_.at(e.producer).kind == node_kind::parameter && g_.consumers(e.producer).size() == 1;
-        if (e.has_backward) b += (once ? 1 : M) * e.backward.p.bytes_for_rank(i);
+        if (e.has_backward) b += (reduces_gradient_once(e.producer) ? 1 : M) * e.backward.p.bytes_for_rank(i);
       }
     for (std::size_t id = 0; id < ops_.size(); ++id)
       if (ops_[id] && physical_stage(stage_[id]) == s)
@@ -12941,7 +12949,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   // With pipeline stages, per stage: its parameters, and the activations of the units
   // (a chunk's part of a micro-batch: operator outputs, the inputs it reads, the values
   // it receives) its schedule holds at once.
-  const bool pipelined = config.pipeline_stages > 1 || config.micro_size > 1;
+  const bool pipelined = config.pipelined();
   auto stage_memory = [&] {
     const int S = config.pipeline_stages, V = pg.chunks_;
     std::vector<index_t> per(std::size_t(S), 0), act(std::size_t(S * V), 0);
@@ -13482,7 +13490,7 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int job_rank) {
       const int p = nd.inputs[s];
       // With micro-batches, a parameter read once has its gradient summed over them
       // first and reduced once a step.
-      const bool once = pg.pipelined() && g.at(p).kind == node_kind::parameter && g.consumers(p).size() == 1;
+      const bool once = pg.reduces_gradient_once(p);
       const index_t before = eg.bytes[1];
       const int last = add_route(eg, e.backward, g.at(p).shape, eb, rank, k, 1,
                                  "# gradient: " + nd.name + " (input " + std::to_string(s) + ") -> " + g.at(p).name +
@@ -22941,8 +22949,7 @@ class executor {
       return x;
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
-    if (accumulate_params_ && pg_.traced().at(e.producer).kind == node_kind::parameter &&
-        pg_.traced().consumers(e.producer).size() == 1)  // summed over the micro-batches as made, resolved once
+    if (pg_.reduces_gradient_once(e.producer))  // summed over the micro-batches, resolved once a step
       return t.record(std::move(y), [ix = x.id](tape& tp, const tensor& g) { tp.add_grad(ix, tensor(g)); });
     return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
       tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
@@ -23075,11 +23082,6 @@ class executor {
     for (std::size_t k = 0; k < in_ids.size(); ++k) input_index[std::size_t(in_ids[k])] = int(k);
 
     tape t(*ctx_);
-    accumulate_params_ = true;  // a parameter read once: its gradient reduced once a step
-    struct reset {
-      bool& flag;
-      ~reset() { flag = false; }
-    } reset_flag{accumulate_params_};
     std::vector<var> pvar(std::size_t(g.size()));
     param_vars_.clear();
     const std::vector<int> ps = g.parameters();
@@ -23194,7 +23196,6 @@ class executor {
   int stage_ = 0;
   std::vector<std::vector<int>> stage_ops_;  // per virtual stage, its operators in node order
   int peak_values_ = 0;
-  bool accumulate_params_ = false;  // pipelined_step: see along_edge
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound
@@ -27172,7 +27173,7 @@ class model {
   /// sample counted once over the ranks. Collective.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    if (opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1)
+    if (pipelined())
       throw error("model.eval: a model trained with pipeline stages or micro-batches does not evaluate yet; load "
                   "its checkpoint into a model without them");
     return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
@@ -27338,7 +27339,7 @@ class model {
   }
   index_t global_rows(const local_batch<T>& b) const { return global_shape(b.inputs, 0).v[0]; }
   int stages() const { return std::max(1, opt_config_.parallel.pipeline_stages); }
-  bool pipelined() const { return opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1; }
+  bool pipelined() const { return opt_config_.parallel.pipelined(); }
 
   // A tensor of parameter `name` (its value or optimizer state) whole on every rank of
   // the job, replicated: gathered over the ranks of the parameter's stage, then sent

@@ -360,7 +360,7 @@ inline exec_graph build_exec_graph(const parallel_graph& pg, int job_rank) {
       const int p = nd.inputs[s];
       // With micro-batches, a parameter read once has its gradient summed over them
       // first and reduced once a step.
-      const bool once = pg.pipelined() && g.at(p).kind == node_kind::parameter && g.consumers(p).size() == 1;
+      const bool once = pg.reduces_gradient_once(p);
       const index_t before = eg.bytes[1];
       const int last = add_route(eg, e.backward, g.at(p).shape, eb, rank, k, 1,
                                  "# gradient: " + nd.name + " (input " + std::to_string(s) + ") -> " + g.at(p).name +

@@ -466,8 +466,7 @@ class executor {
       return x;
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
-    if (accumulate_params_ && pg_.traced().at(e.producer).kind == node_kind::parameter &&
-        pg_.traced().consumers(e.producer).size() == 1)  // summed over the micro-batches as made, resolved once
+    if (pg_.reduces_gradient_once(e.producer))  // summed over the micro-batches, resolved once a step
       return t.record(std::move(y), [ix = x.id](tape& tp, const tensor& g) { tp.add_grad(ix, tensor(g)); });
     return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
       tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
@@ -600,11 +599,6 @@ class executor {
     for (std::size_t k = 0; k < in_ids.size(); ++k) input_index[std::size_t(in_ids[k])] = int(k);
 
     tape t(*ctx_);
-    accumulate_params_ = true;  // a parameter read once: its gradient reduced once a step
-    struct reset {
-      bool& flag;
-      ~reset() { flag = false; }
-    } reset_flag{accumulate_params_};
     std::vector<var> pvar(std::size_t(g.size()));
     param_vars_.clear();
     const std::vector<int> ps = g.parameters();
@@ -719,7 +713,6 @@ class executor {
   int stage_ = 0;
   std::vector<std::vector<int>> stage_ops_;  // per virtual stage, its operators in node order
   int peak_values_ = 0;
-  bool accumulate_params_ = false;  // pipelined_step: see along_edge
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound

@@ -190,6 +190,10 @@ struct parallel_config {
   int micro_size = 1;
   /// The order of the micro-batches' forward and backward passes on each stage.
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
+
+  /// Whether a step runs micro-batches through stages (pipeline_stages or micro_size
+  /// above 1).
+  bool pipelined() const { return pipeline_stages > 1 || micro_size > 1; }
 };
 
 /// Where an operator's strategy came from.
@@ -265,9 +269,15 @@ class parallel_graph {
 
   // ---- pipeline stages (parallel_config::pipeline_stages) ------------------------
 
-  /// Whether a step runs micro-batches through stages (pipeline_stages or micro_size
-  /// above 1).
-  bool pipelined() const { return cfg_.pipeline_stages > 1 || cfg_.micro_size > 1; }
+  /// Whether a step runs micro-batches through stages (parallel_config::pipelined).
+  bool pipelined() const { return cfg_.pipelined(); }
+  /// With micro-batches, whether parameter `id`'s gradient is summed over them as the
+  /// backward passes make it and reduced into its layout once a step: a parameter read
+  /// by one operator (one read by several is reduced each micro-batch, its readers'
+  /// gradient layouts possibly differing).
+  bool reduces_gradient_once(int id) const {
+    return pipelined() && g_.at(id).kind == node_kind::parameter && g_.consumers(id).size() == 1;
+  }
   int pipeline_stages() const { return cfg_.pipeline_stages; }
   /// The chunks (virtual stages) of each stage: 1 unless the operators are on a
   /// multiple of pipeline_stages stages.
@@ -403,9 +413,7 @@ class parallel_graph {
     for (const edge_plan& e : edges_)
       if (physical_stage(stage_[std::size_t(e.consumer)]) == s) {
         b += M * e.forward.p.bytes_for_rank(i);
-        // A parameter read once has its gradient summed over the micro-batches first.
-        const bool once = g_.at(e.producer).kind == node_kind::parameter && g_.consumers(e.producer).size() == 1;
-        if (e.has_backward) b += (once ? 1 : M) * e.backward.p.bytes_for_rank(i);
+        if (e.has_backward) b += (reduces_gradient_once(e.producer) ? 1 : M) * e.backward.p.bytes_for_rank(i);
       }
     for (std::size_t id = 0; id < ops_.size(); ++id)
       if (ops_[id] && physical_stage(stage_[id]) == s)
@@ -811,7 +819,7 @@ inline parallel_graph parallelize(const traced_graph& g, const parallel_config& 
   // With pipeline stages, per stage: its parameters, and the activations of the units
   // (a chunk's part of a micro-batch: operator outputs, the inputs it reads, the values
   // it receives) its schedule holds at once.
-  const bool pipelined = config.pipeline_stages > 1 || config.micro_size > 1;
+  const bool pipelined = config.pipelined();
   auto stage_memory = [&] {
     const int S = config.pipeline_stages, V = pg.chunks_;
     std::vector<index_t> per(std::size_t(S), 0), act(std::size_t(S * V), 0);

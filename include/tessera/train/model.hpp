@@ -489,7 +489,7 @@ class model {
   /// sample counted once over the ranks. Collective.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    if (opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1)
+    if (pipelined())
       throw error("model.eval: a model trained with pipeline stages or micro-batches does not evaluate yet; load "
                   "its checkpoint into a model without them");
     return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
@@ -655,7 +655,7 @@ class model {
   }
   index_t global_rows(const local_batch<T>& b) const { return global_shape(b.inputs, 0).v[0]; }
   int stages() const { return std::max(1, opt_config_.parallel.pipeline_stages); }
-  bool pipelined() const { return opt_config_.parallel.pipeline_stages > 1 || opt_config_.parallel.micro_size > 1; }
+  bool pipelined() const { return opt_config_.parallel.pipelined(); }
 
   // A tensor of parameter `name` (its value or optimizer state) whole on every rank of
   // the job, replicated: gathered over the ranks of the parameter's stage, then sent
