@@ -7,7 +7,8 @@
 // module network equal the least price over every assignment of candidates. The same
 // network without dropout, its blocks on 1, 2 or 4 pipeline stages (module
 // set_pipeline_stage), trained with 2 and 4 micro-batches in each schedule, equals the
-// whole batch on one rank, its checkpoint included.
+// whole batch on one rank, its checkpoint (parameters and optimizer state) included,
+// with optimizer parallel splitting each stage's state over its ranks too.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -286,18 +287,22 @@ struct staged_outcome {
   std::vector<double> losses;
   std::vector<bool> priced;
   std::vector<xt::xarray<float>> params;  // from the checkpoint written at the end, whole
+  std::vector<xt::xarray<float>> moments;  // the optimizer's state, from the same checkpoint
+  int split_states = 0;  // with optimizer parallel: this rank's parameters whose state is split further
 };
 
 // 4 steps of Momentum on `ctx` under `cfg` (the operators on K stages), each rank
-// reading rows `r mod n` of n = ranks / pipeline_stages; the parameters as the
-// checkpoint written at the end holds them.
-staged_outcome train_staged(const graph::parallel_config& cfg, context& ctx, int K) {
+// reading rows `r mod n` of n = ranks / pipeline_stages, with optimizer parallel or
+// not; the parameters and the optimizer's state as the checkpoint written at the end
+// holds them.
+staged_outcome train_staged(const graph::parallel_config& cfg, context& ctx, int K, bool parallel_optimizer = false) {
   const int n = ctx.size() / std::max(1, cfg.pipeline_stages), r = ctx.rank() % n;
   staged_network net;
   net.stage(K);
   if (cfg.mode == graph::parallel_mode::auto_parallel && n > 1) net.res.matmul.st = strategy{{1, n}, {n, 1}};
   nn::cross_entropy_loss<float> ce;
   optim::momentum<float> opt(net.trainable_params(), 0.1f, 0.9f);
+  if (parallel_optimizer) opt.enable_parallel_optimizer(ctx, {.threshold_bytes = 0});
   train::model<staged_network, nn::cross_entropy_loss<float>>::options o;
   o.parallel = cfg;
   o.seed = 7;
@@ -310,14 +315,19 @@ staged_outcome train_staged(const graph::parallel_config& cfg, context& ctx, int
     context* ctx;
     void on_step_end(train::run_context<float>& rc) override {
       out->losses.push_back(rc.loss);
-      out->priced.push_back(model->last_step_traffic().bytes == model->plan().bytes_for_rank(ctx->rank()));
+      // Optimizer parallel makes the once-a-step gradient reductions in its step.
+      const graph::parallel_graph& pg = model->plan();
+      const index_t once = parallel_optimizer ? pg.bytes_reduced_once(ctx->rank()) : 0;
+      out->priced.push_back(model->last_step_traffic().bytes == pg.bytes_for_rank(ctx->rank()) - once);
     }
+    bool parallel_optimizer = false;
   };
   staged_outcome out;
   staged_recorder rec;
   rec.out = &out;
   rec.model = &model;
   rec.ctx = &ctx;
+  rec.parallel_optimizer = parallel_optimizer;
   train_test::temp_folder tmp(ctx.world());
   train::model_checkpoint<float> ckpt("net", tmp.path, ctx,
                                       {.save_checkpoint_steps = 100, .keep_checkpoint_max = 1, .integrated_save = true});
@@ -329,8 +339,15 @@ staged_outcome train_staged(const graph::parallel_config& cfg, context& ctx, int
   fresh.build(solo, 3);
   std::vector<io::param_ref> refs;
   for (auto& [name, q] : fresh.named_parameters()) refs.emplace_back(name, q->data());
-  io::load_distributed_checkpoint(tmp.path / "net-1_4.safetensors", refs, false);  // the state aside
+  std::vector<dist_tensor<float>> moments;
+  for (auto& [name, q] : fresh.named_parameters()) moments.emplace_back(q->data().layout(), q->shape(), 0);
+  std::size_t k = 0;
+  for (auto& [name, q] : fresh.named_parameters()) refs.emplace_back("moments." + name, moments[k++]);
+  io::load_distributed_checkpoint(tmp.path / "net-1_4.safetensors", refs);
   for (auto* q : fresh.parameters()) out.params.push_back(q->data().local());
+  for (const dist_tensor<float>& m : moments) out.moments.push_back(m.local());
+  for (std::size_t i = 0; i < opt.parameters().size(); ++i)
+    if (opt.updates_here(i) && !(opt.state_layout(i) == opt.parameters()[i]->layout())) ++out.split_states;
   return out;
 }
 }  // namespace
@@ -370,8 +387,48 @@ TEST_CASE("pipeline stages set on the modules: train::model on every rank count 
           for (std::size_t i = 0; i < got.params.size(); ++i) {
             CAPTURE(i);
             CHECK(close(got.params[i], oracle.params[i]));
+            CHECK(close(got.moments[i], oracle.moments[i]));
           }
         }
+}
+
+TEST_CASE("pipeline stages with optimizer parallel: each stage's state split over its ranks, the same training") {
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  const int p = world.size();
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  const staged_outcome oracle = train_staged(mode(graph::parallel_mode::stand_alone), solo, 0);
+  using enum graph::pipeline_schedule;
+  for (int S : {1, 2, 4})
+    for (graph::pipeline_schedule k : {one_f_one_b, interleaved_one_f_one_b})
+      for (graph::parallel_mode m : {graph::parallel_mode::data_parallel, graph::parallel_mode::auto_parallel}) {
+        const int V = k == interleaved_one_f_one_b && S == 2 ? 2 : 1, M = 4;
+        if (p % S != 0 || rows / M % (p / S) != 0) continue;
+        CAPTURE(S);
+        CAPTURE(k);
+        CAPTURE(m);
+        graph::parallel_config cfg = mode(m);
+        cfg.pipeline_stages = S;
+        cfg.micro_size = M;
+        cfg.schedule = k;
+        const staged_outcome got = train_staged(cfg, ctx, S * V, true);
+        // Data parallel replicates every parameter over its stage's ranks (one rank: none
+        // to split over); the search may leave none replicated.
+        if (m == graph::parallel_mode::data_parallel) CHECK((got.split_states > 0) == (p / S > 1));
+        REQUIRE(got.losses.size() == oracle.losses.size());
+        for (std::size_t i = 0; i < got.losses.size(); ++i) {
+          CAPTURE(i);
+          CHECK(got.losses[i] == doctest::Approx(oracle.losses[i]).epsilon(1e-5));
+          CHECK(got.priced[i]);
+        }
+        REQUIRE(got.params.size() == oracle.params.size());
+        for (std::size_t i = 0; i < got.params.size(); ++i) {
+          CAPTURE(i);
+          CHECK(close(got.params[i], oracle.params[i]));
+          CHECK(close(got.moments[i], oracle.moments[i]));
+        }
+      }
 }
 
 TEST_CASE("pipeline stages in train::model: what is not supported yet is an error") {

@@ -4,12 +4,14 @@
 // parameters, in data parallel with Momentum, with optimizer parallel and Adam on a
 // cosine schedule, in semi-auto and in auto parallel, through a Dropout layer (whose
 // draws the checkpoint carries) and epochs that differ (the position in the data: also
-// a data::dataset pipeline, shuffled every epoch and prefetched). A
+// a data::dataset pipeline, shuffled every epoch and prefetched), and on two pipeline
+// stages with 2 micro-batches and optimizer parallel (stages on 2 and 4 ranks). A
 // checkpoint saved on N ranks resumes on one rank to the numbers of stand-alone
 // training. io::latest_complete_checkpoint skips a step that some rank did not finish
 // saving; bad input is an error.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -42,7 +44,24 @@ struct setup {
   bool adam_parallel = false;  // Adam on a cosine schedule with optimizer parallel; else Momentum
   bool configured = false;     // strategies set on the modules
   bool pipeline = false;       // batches from a data::dataset pipeline
+  bool staged = false;         // fc and out on two pipeline stages (one on one rank), 2 micro-batches
 };
+
+// The whole parameters of the newest checkpoint in `dir`, read on this rank alone.
+std::vector<xt::xarray<float>> checkpointed(const fs::path& dir) {
+  network net;
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  net.build(solo, 3);
+  std::vector<io::param_ref> refs;
+  for (auto& [name, q] : net.named_parameters()) refs.emplace_back(name, q->data());
+  const auto last = io::latest_complete_checkpoint(dir, "net");
+  REQUIRE(last.has_value());
+  io::load_distributed_checkpoint(*last, refs, false);  // the optimizer's state aside
+  std::vector<xt::xarray<float>> out;
+  for (auto* q : net.parameters()) out.push_back(q->data().local());
+  return out;
+}
 
 // 64 samples as train_test::batch makes them, each rank's shard of them reshuffled
 // every epoch, then a buffer shuffle, batches of 16 global rows, prefetched.
@@ -81,6 +100,14 @@ outcome run(const setup& s, context& ctx, const fs::path& dir, std::int64_t stop
   const int p = ctx.size();
   network net;
   if (s.configured && p > 1) net.fc.shard(strategy{{p >= 4 ? 2 : 1, 1}, {p >= 4 ? p / 2 : p, 1}});
+  graph::parallel_config cfg = s.cfg;
+  if (s.staged) {
+    cfg.pipeline_stages = std::min(p, 2);
+    cfg.micro_size = 2;
+    net.fc.set_pipeline_stage(0);
+    net.out.set_pipeline_stage(cfg.pipeline_stages - 1);
+  }
+  const int n = p / std::max(1, cfg.pipeline_stages);  // the ranks of a stage split the batch
   nn::cross_entropy_loss<float> ce;
   std::unique_ptr<optim::optimizer<float>> opt;
   if (s.adam_parallel) {
@@ -90,7 +117,7 @@ outcome run(const setup& s, context& ctx, const fs::path& dir, std::int64_t stop
     opt = std::make_unique<optim::momentum<float>>(net.trainable_params(), 0.1f, 0.9f);
   }
   train::model<network, nn::cross_entropy_loss<float>>::options o;
-  o.parallel = s.cfg;
+  o.parallel = cfg;
   o.seed = seed;
   train::model model(net, ce, *opt, ctx, o);
   if (resume) {
@@ -99,7 +126,7 @@ outcome run(const setup& s, context& ctx, const fs::path& dir, std::int64_t stop
     model.resume_from(*last);
   }
   const bool whole = s.cfg.mode == graph::parallel_mode::stand_alone;
-  epoch_batches data{ctx.rank(), p, whole};
+  epoch_batches data{ctx.rank() % n, n, whole};
   losses rec;
   rec.stop_after = stop_after;
   train::model_checkpoint<float> ckpt("net", dir, ctx, {.save_checkpoint_steps = 1, .keep_checkpoint_max = 2});
@@ -111,6 +138,10 @@ outcome run(const setup& s, context& ctx, const fs::path& dir, std::int64_t stop
   }
   outcome out;
   out.losses = rec.seen;
+  if (s.staged) {  // each stage holds its own: read them from the checkpoint of the last step
+    out.params = checkpointed(dir);
+    return out;
+  }
   for (auto* q : net.parameters())
     out.params.push_back(redistribute(q->data(), layout::replicated(q->layout().dev, q->shape().ndim), ctx).local());
   return out;
@@ -129,6 +160,8 @@ TEST_CASE("a training stopped and resumed from its checkpoint equals the uninter
       {"semi_auto_parallel", mode(graph::parallel_mode::semi_auto_parallel), false, true},
       {"auto_parallel, dynamic programming",
        mode(graph::parallel_mode::auto_parallel, graph::search_mode::dynamic_programming)},
+      {"pipeline stages, optimizer parallel, Adam", mode(graph::parallel_mode::data_parallel), true, false, false,
+       true},
   };
   const std::int64_t total = std::int64_t(steps_per_epoch) * epochs;
   int k = 0;

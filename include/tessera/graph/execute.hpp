@@ -92,7 +92,8 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::t
 /// mean of the micro-batches' losses, on every rank; the gradients are those of that
 /// mean, summed over the micro-batches on each stage as the backward passes make them
 /// (partial sums included) and reduced into the parameters' layouts once a step (a
-/// parameter read by several operators: each micro-batch).
+/// parameter read by several operators: each micro-batch), or handed unreduced to a
+/// gradient hook.
 template <class T, class D = cpu_device>
 class executor {
  public:
@@ -227,11 +228,11 @@ class executor {
   /// As above, handing each parameter's gradient to `hook` as soon as the backward pass
   /// is done with it, unresolved (the hook's owner resolves it: a gradient reducer that
   /// overlaps its reductions with the rest of the pass); the result holds them so.
+  /// With pipeline stages or micro-batches, this rank's parameters' gradients once the
+  /// step's last backward has run, summed over the micro-batches and not reduced once
+  /// a step (an optimizer with optimizer parallel reduce-scatters them).
   result value_and_grad(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
-    if (pg_.pipelined()) {
-      if (hook) throw error("graph executor: a plan with pipeline stages or micro-batches takes no gradient hook");
-      return pipelined_step(batch);
-    }
+    if (pg_.pipelined()) return pipelined_step(batch, hook);
     const traffic before = ctx_->total_stats();
     tape t(*ctx_);
     const var loss = forward(t, batch);
@@ -581,7 +582,7 @@ class executor {
     return x;
   }
 
-  result pipelined_step(const std::vector<xt::xarray<T>>& batch) {
+  result pipelined_step(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
     const std::vector<int> in_ids = g.inputs();
@@ -682,7 +683,18 @@ class executor {
     flight.wait();
 
     result r;
-    for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+    if (hook) {  // as the micro-batches summed them, to the hook's owner
+      std::size_t k = 0;
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (!bound_[i]) continue;
+        std::optional<tensor> grad = t.take_grad(param_vars_[k++].id);
+        if (!grad) grad.emplace(bound_[i]->layout(), bound_[i]->global_shape(), ctx_->rank());  // zeros
+        hook(i, *grad, 0);
+        r.grads.push_back(std::move(*grad));
+      }
+    } else {
+      for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+    }
     if (S > 1) {  // the loss, from the first rank of the loss's stage to every rank
       std::vector<double> l{stage_ == pg_.physical_stage(pg_.stage(g.loss())) && ctx_->rank() == 0
                                 ? double(loss_sum) / M : 0.0};

@@ -278,6 +278,18 @@ class parallel_graph {
   bool reduces_gradient_once(int id) const {
     return pipelined() && g_.at(id).kind == node_kind::parameter && g_.consumers(id).size() == 1;
   }
+  /// Of bytes_for_rank(rank), the once-a-step gradient reductions (reduces_gradient_once),
+  /// which an optimizer with optimizer parallel makes in its step instead; 0 for a plan
+  /// without micro-batches.
+  index_t bytes_reduced_once(int rank) const {
+    if (!pipelined()) return 0;
+    const int s = stage_of_rank(rank), i = rank % stage_device_num();
+    index_t b = 0;
+    for (const edge_plan& e : edges_)
+      if (e.has_backward && reduces_gradient_once(e.producer) && physical_stage(stage_[std::size_t(e.consumer)]) == s)
+        b += e.backward.p.bytes_for_rank(i);
+    return b;
+  }
   int pipeline_stages() const { return cfg_.pipeline_stages; }
   /// The chunks (virtual stages) of each stage: 1 unless the operators are on a
   /// multiple of pipeline_stages stages.

@@ -188,9 +188,11 @@ class optimizer {
       parallel_step(grads);
       return;
     }
-    for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (updates_here(i)) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i) apply(i, params_[i]->data(), grads[i], lr);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (updates_here(i)) apply(i, params_[i]->data(), grads[i], lr);
     ++step_;
   }
 
@@ -205,8 +207,23 @@ class optimizer {
                   " steps: the state is already whole on every rank; enable it before the first step");
     parallel_.emplace();
     parallel_->opt = o;
-    parallel_->move = [&ctx](const tensor& x, const layout& l) { return redistribute(x, l, ctx); };
+    parallel_->ctx = &ctx;
   }
+
+  /// For a network on pipeline stages, where each rank holds its stage's parameters:
+  /// parameter i lives over the ranks of `ctx` (this rank's stage; optimizer parallel
+  /// splits its state over that stage's replicas), or, with nullptr, on another stage
+  /// only: this rank's steps pass it by (its gradient is not read, its state stays
+  /// zero). By default every parameter lives over the ranks of enable_parallel_optimizer's
+  /// context. train::model sets it from the plan. `ctx` must outlive the steps.
+  void place_parameter(std::size_t i, context* ctx) {
+    if (i >= params_.size())
+      throw error(name_ + ": place_parameter: parameter " + std::to_string(i) + " of " + std::to_string(params_.size()));
+    if (placed_.empty()) placed_.assign(params_.size(), placement{});
+    placed_[i] = ctx ? placement{true, ctx} : placement{false, nullptr};
+  }
+  /// Whether this rank's steps update parameter i (place_parameter).
+  bool updates_here(std::size_t i) const { return placed_.empty() || placed_[i].here; }
   /// Whether optimizer parallel is on: the step then takes the gradients as the
   /// backward pass leaves them and reduces them itself (train::model runs no gradient
   /// reducer for it).
@@ -328,10 +345,21 @@ class optimizer {
  private:
   struct parallel_state {
     parallel_options opt;
-    std::function<tensor(const tensor&, const layout&)> move;  // redistribute over the context's ranks
-    std::vector<layout> layouts;                               // each parameter's state layout
+    context* ctx = nullptr;       // the ranks of the parameters not placed elsewhere
+    std::vector<layout> layouts;  // each parameter's state layout
   };
   std::optional<parallel_state> parallel_;
+  struct placement {
+    bool here = true;         // this rank updates the parameter
+    context* ctx = nullptr;   // over these ranks (null: parallel_state's)
+  };
+  std::vector<placement> placed_;  // per parameter, set by place_parameter (empty: all here)
+
+  // Moves parameter i's x into l over the parameter's ranks.
+  tensor move_over_ranks(std::size_t i, const tensor& x, const layout& l) const {
+    context* c = !placed_.empty() && placed_[i].ctx ? placed_[i].ctx : parallel_->ctx;
+    return redistribute(x, l, *c);
+  }
 
   // Parameter i's shard `p` moves by `g` (same layout).
   void apply(std::size_t i, tensor& p, const tensor& g, T lr) {
@@ -349,6 +377,7 @@ class optimizer {
     if (par.layouts.empty())
       for (std::size_t i = 0; i < params_.size(); ++i) par.layouts.push_back(state_layout(i));
     for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!updates_here(i)) continue;
       const tensor& p = params_[i]->data();
       const tensor& g = grads[i];
       if (!(g.global_shape() == p.global_shape()) || g.layout().dev.size() != p.layout().dev.size())
@@ -359,17 +388,18 @@ class optimizer {
     }
     const T lr = lr_(step_);
     for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!updates_here(i)) continue;
       nn::parameter<T, D>& p = *params_[i];
       const layout& sl = par.layouts[i];
       std::optional<tensor> moved;
-      if (!(grads[i].layout() == sl)) moved = par.move(grads[i], sl);
+      if (!(grads[i].layout() == sl)) moved = move_over_ranks(i, grads[i], sl);
       const tensor& g = moved ? *moved : grads[i];
       if (sl == p.layout()) {
         apply(i, p.data(), g, lr);
       } else {
-        tensor piece = par.move(p.data(), sl);  // a local slice: this rank's piece
+        tensor piece = move_over_ranks(i, p.data(), sl);  // a local slice: this rank's piece
         apply(i, piece, g, lr);
-        p.set_data(par.move(piece, p.layout()));  // AllGather over the replicas
+        p.set_data(move_over_ranks(i, piece, p.layout()));  // AllGather over the replicas
       }
     }
     ++step_;

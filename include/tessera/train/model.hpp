@@ -316,9 +316,10 @@ inline graph::parallel_config data_parallel_config() {
 /// micro-batches in the schedule's order (graph::executor). The ranks of a stage split
 /// the batch: under dataset_strategy data_parallel, rank r reads block r mod
 /// (ranks / pipeline_stages) of the global batch, every stage the same rows. A
-/// checkpoint holds every parameter whole (each sent from its stage). Not yet with
-/// pipeline stages: eval, batches of more than one shape, optimizer parallel, devices
-/// other than the host.
+/// checkpoint holds every parameter whole (each sent from its stage). With optimizer
+/// parallel, each stage's optimizer state is split over that stage's replicas and the
+/// step reduce-scatters the gradients the micro-batches summed. Not yet with pipeline
+/// stages: eval, batches of more than one shape, devices other than the host.
 ///
 /// In data_parallel the gradients go to a distributed_grad_reducer as the backward pass
 /// finishes each (its buckets' all-reduces overlap the rest of the pass), or, with
@@ -515,7 +516,8 @@ class model {
   }
   /// What this rank's communicators moved during the last step's forward and backward
   /// passes and gradient reduction (equal to the plan's bytes for this rank; not the
-  /// optimizer's step, whose optimizer parallel moves the reduction there).
+  /// optimizer's step, whose optimizer parallel moves the reduction there: with
+  /// pipeline stages, the plan's bytes less bytes_reduced_once).
   traffic last_step_traffic() const { return last_; }
   /// Writes this rank's dumps of the plan under `dir` (MindSpore's save_graphs).
   void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
@@ -729,9 +731,6 @@ class model {
     if (pipelined()) {
       if constexpr (!std::is_same_v<D, cpu_device>)
         throw error("model: pipeline stages and micro-batches run on host networks");
-      if (opt_->reduces_gradients())
-        throw error("model: optimizer parallel (enable_parallel_optimizer) with pipeline stages or micro-batches: "
-                    "not yet");
     }
     nn::traced_network t = nn::trace(*net_, *loss_, txs, tys, net_->seed());
     c->graph = std::move(t.graph);
@@ -741,6 +740,8 @@ class model {
     // The parameters laid out as the plan says, and run from the network's storage.
     std::vector<std::pair<std::string, nn::parameter<T, D>*>> named = net_->named_parameters();
     const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
+    if (cfg.pipeline_stages > 1 && opt_config_.parameter_broadcast)  // rank 0's values, before the stages split them
+      broadcast_parameters(trained, *ctx_);
     for (int id : c->graph.parameters()) {
       const std::string& name = c->graph.at(id).name;
       nn::parameter<T, D>* p = nullptr;
@@ -765,21 +766,27 @@ class model {
       c->params.push_back(p);
       const auto it = std::find(trained.begin(), trained.end(), p);
       c->slot.push_back(it == trained.end() ? -1 : it - trained.begin());
+      // With stages, the optimizer steps this rank's stage's parameters over the stage's
+      // ranks and passes the others by.
+      if (cfg.pipeline_stages > 1 && it != trained.end())
+        opt_->place_parameter(std::size_t(it - trained.begin()),
+                              c->exec->holds_parameter(name) ? &c->exec->context() : nullptr);
     }
     if (compiled_.size() > 1) return c;  // the reducer is made once
     const bool dp = cfg.mode == graph::parallel_mode::data_parallel && !c->plan->pipelined();
+    const bool broadcast = opt_config_.parameter_broadcast && cfg.pipeline_stages <= 1;  // (staged: above)
     if (opt_->reduces_gradients()) {
       if (!opt_config_.gradients_mean)
         throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
                     "gradients' partial sums (gradients_mean = true) and has no other mode");
-      if (opt_config_.parameter_broadcast) broadcast_parameters(opt_->parameters(), *ctx_);
+      if (broadcast) broadcast_parameters(opt_->parameters(), *ctx_);
     } else if (dp) {
       reducer_ = std::make_unique<distributed_grad_reducer<T, D>>(
           opt_->parameters(), *ctx_,
           typename distributed_grad_reducer<T, D>::options{.mean = opt_config_.gradients_mean,
                                                            .bucket_bytes = opt_config_.bucket_bytes,
                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
-    } else if (opt_config_.parameter_broadcast) {
+    } else if (broadcast) {
       broadcast_parameters(opt_->parameters(), *ctx_);
     }
     return c;
@@ -792,13 +799,16 @@ class model {
     const bool raw = reducer_ || opt_->reduces_gradients();
     const traffic before = ctx_->total_stats();
     typename graph::executor<T, D>::result r;
-    if (c.plan->pipelined()) {  // the plan resolves the gradients; this rank's stage's only
-      r = c.exec->value_and_grad({b.inputs, b.labels});
+    if (c.plan->pipelined()) {  // this rank's stage's gradients: resolved, or for optimizer parallel not
+      if (opt_->reduces_gradients())
+        r = c.exec->value_and_grad({b.inputs, b.labels}, [](std::size_t, tensor_on<T, D>&, int) {});
+      else
+        r = c.exec->value_and_grad({b.inputs, b.labels});
       std::vector<tensor_on<T, D>> held;
       std::size_t k = 0;
       for (nn::parameter<T, D>* p : c.params) {
         if (c.exec->holds_parameter(p->name())) held.push_back(std::move(r.grads[k++]));
-        else held.emplace_back(p->layout(), p->shape(), ctx_->rank());  // another stage's: no update
+        else held.emplace_back(p->layout(), p->shape(), ctx_->rank());  // another stage's: not read
       }
       r.grads = std::move(held);
     } else if (raw) {
