@@ -289,6 +289,7 @@ struct staged_outcome {
   std::vector<xt::xarray<float>> params;  // from the checkpoint written at the end, whole
   std::vector<xt::xarray<float>> moments;  // the optimizer's state, from the same checkpoint
   int split_states = 0;  // with optimizer parallel: this rank's parameters whose state is split further
+  train::eval_result evaluated;  // model.eval over the training batches, after training
 };
 
 // 4 steps of Momentum on `ctx` under `cfg` (the operators on K stages), each rank
@@ -332,6 +333,7 @@ staged_outcome train_staged(const graph::parallel_config& cfg, context& ctx, int
   train::model_checkpoint<float> ckpt("net", tmp.path, ctx,
                                       {.save_checkpoint_steps = 100, .keep_checkpoint_max = 1, .integrated_save = true});
   model.train(1, data, {&rec, &ckpt});
+  out.evaluated = model.eval(data);
   ctx.world().barrier();
   staged_network fresh;  // read back on one rank
   any_communicator one{local_communicator{}};
@@ -383,6 +385,9 @@ TEST_CASE("pipeline stages set on the modules: train::model on every rank count 
             CHECK(got.losses[i] == doctest::Approx(oracle.losses[i]).epsilon(1e-5));
             CHECK(got.priced[i]);
           }
+          CHECK(got.evaluated.accuracy == oracle.evaluated.accuracy);
+          CHECK(got.evaluated.loss == doctest::Approx(oracle.evaluated.loss).epsilon(1e-5));
+          CHECK(got.evaluated.samples == oracle.evaluated.samples);
           REQUIRE(got.params.size() == oracle.params.size());
           for (std::size_t i = 0; i < got.params.size(); ++i) {
             CAPTURE(i);
@@ -431,7 +436,7 @@ TEST_CASE("pipeline stages with optimizer parallel: each stage's state split ove
       }
 }
 
-TEST_CASE("pipeline stages in train::model: what is not supported yet is an error") {
+TEST_CASE("pipeline stages in train::model: batches of another shape and a micro_size that does not divide are errors") {
   any_communicator world(mpi_communicator::world());
   context ctx(world);
   staged_network net;
@@ -443,7 +448,10 @@ TEST_CASE("pipeline stages in train::model: what is not supported yet is an erro
   o.parallel.micro_size = 2;
   train::model model(net, ce, opt, ctx, o);
   std::vector<batch_t> data{slice(global_batch(0), world.rank(), world.size())};
-  CHECK(tessera::testing::error_of([&] { model.eval(data); }).find("does not evaluate yet") != std::string::npos);
+  model.train(1, data);
+  std::vector<batch_t> fewer{slice(global_batch(0), 0, 2 * world.size())};  // half the rows
+  CHECK(tessera::testing::error_of([&] { model.eval(fewer); }).find("every batch has the first one's shape") !=
+        std::string::npos);
   o.parallel.micro_size = 3;
   train::model odd(net, ce, opt, ctx, o);
   CHECK(tessera::testing::error_of([&] { odd.train(1, data); }).find("micro_size 3 does not divide the global batch") !=

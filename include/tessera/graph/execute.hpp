@@ -232,7 +232,7 @@ class executor {
   /// step's last backward has run, summed over the micro-batches and not reduced once
   /// a step (an optimizer with optimizer parallel reduce-scatters them).
   result value_and_grad(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
-    if (pg_.pipelined()) return pipelined_step(batch, hook);
+    if (pg_.pipelined()) return pipelined_run(batch, hook, nullptr, nullptr);
     const traffic before = ctx_->total_stats();
     tape t(*ctx_);
     const var loss = forward(t, batch);
@@ -294,10 +294,18 @@ class executor {
   };
   /// The loss of a batch, forward only, and the values of nodes `fetch` (ids in the
   /// traced graph: a network's logits, for its accuracy).
+  ///
+  /// With pipeline stages or micro-batches: the batch as value_and_grad takes it, the
+  /// micro-batches' forward passes run in order (each released once done), the loss
+  /// their mean on every rank, and `values` holds, micro-batch by micro-batch, the
+  /// fetched nodes this rank's stage computes (in the order of `fetch`; nodes of other
+  /// stages are not there).
   evaluation evaluate(const std::vector<xt::xarray<T>>& batch, const std::vector<int>& fetch) {
-    if (pg_.pipelined())
-      throw error("graph executor: evaluate runs plans without pipeline stages or micro-batches; parallelize the "
-                  "graph again with pipeline_stages 1 and micro_size 1 to evaluate");
+    if (pg_.pipelined()) {
+      evaluation e;
+      pipelined_run(batch, {}, &fetch, &e);
+      return e;
+    }
     tape t(*ctx_);
     std::vector<var> v;
     const var loss = forward(t, batch, &v);
@@ -582,7 +590,12 @@ class executor {
     return x;
   }
 
-  result pipelined_step(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
+  // A step of micro-batches in the schedule's order, or, with `ev`, their forward passes
+  // alone in order (micro-batch by micro-batch, each rank's chunks in turn: every value
+  // a unit waits for comes from a unit earlier in that order), fetching nodes `fetch`.
+  result pipelined_run(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook,
+                       const std::vector<int>* fetch, evaluation* ev) {
+    const bool grads = ev == nullptr;
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
     const std::vector<int> in_ids = g.inputs();
@@ -604,7 +617,7 @@ class executor {
     param_vars_.clear();
     const std::vector<int> ps = g.parameters();
     for (std::size_t i = 0; i < ps.size(); ++i)
-      if (bound_[i]) param_vars_.push_back(pvar[std::size_t(ps[i])] = t.leaf_view(*bound_[i], true));
+      if (bound_[i]) param_vars_.push_back(pvar[std::size_t(ps[i])] = t.leaf_view(*bound_[i], grads));
     std::vector<pipeline_part> parts(std::size_t(V * M));
     pipeline_flight flight;
     T loss_sum = T(0);
@@ -620,7 +633,7 @@ class executor {
           const int p = bs[b].producer;
           tensor x = pipeline_receive(flight, pg_.value_layout(p), g.at(p).shape, pg_.physical_stage(bs[b].from_stage),
                                       pipeline_tag(b, m, 0));
-          val[std::size_t(p)] = t.leaf(std::move(x), bs[b].has_backward);
+          val[std::size_t(p)] = t.leaf(std::move(x), grads && bs[b].has_backward);
           part.received.emplace_back(b, val[std::size_t(p)]);
         }
       for (int id : stage_ops_[std::size_t(v)]) {
@@ -646,6 +659,9 @@ class executor {
         part.loss = val[std::size_t(g.loss())];
         loss_sum += fetch_loss(part.loss->value());
       }
+      if (fetch)
+        for (int id : *fetch)
+          if (pg_.stage(id) == v) ev->values.push_back(val[std::size_t(id)].value());
       part.last = t.size() - 1;
     };
     auto backward_part = [&](int c, int m) {
@@ -674,16 +690,25 @@ class executor {
         }
       t.release_range(part.first, part.last);
     };
-    for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
-      if (u.forward) forward_part(u.chunk, u.micro);
-      else backward_part(u.chunk, u.micro);
-      flight.drop_sent();
-      peak_values_ = std::max(peak_values_, t.live_values());
+    if (grads) {
+      for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
+        if (u.forward) forward_part(u.chunk, u.micro);
+        else backward_part(u.chunk, u.micro);
+        flight.drop_sent();
+        peak_values_ = std::max(peak_values_, t.live_values());
+      }
+    } else {
+      for (int m = 0; m < M; ++m)
+        for (int c = 0; c < V; ++c) {
+          forward_part(c, m);
+          t.release_range(parts[std::size_t(c * M + m)].first, parts[std::size_t(c * M + m)].last);
+          flight.drop_sent();
+        }
     }
     flight.wait();
 
     result r;
-    if (hook) {  // as the micro-batches summed them, to the hook's owner
+    if (grads && hook) {  // as the micro-batches summed them, to the hook's owner
       std::size_t k = 0;
       for (std::size_t i = 0; i < ps.size(); ++i) {
         if (!bound_[i]) continue;
@@ -692,7 +717,7 @@ class executor {
         hook(i, *grad, 0);
         r.grads.push_back(std::move(*grad));
       }
-    } else {
+    } else if (grads) {
       for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
     }
     if (S > 1) {  // the loss, from the first rank of the loss's stage to every rank
@@ -700,12 +725,14 @@ class executor {
                                 ? double(loss_sum) / M : 0.0};
       world_ctx_->world().all_reduce(std::span<double>(l), reduce_op::sum);
       r.loss = T(l[0]);
-      last_ = (ctx_->total_stats() - before) + (world_ctx_->total_stats() - before_world) -
-              (stage_group_->stats() - before_group);
+      if (grads)
+        last_ = (ctx_->total_stats() - before) + (world_ctx_->total_stats() - before_world) -
+                (stage_group_->stats() - before_group);
     } else {
       r.loss = loss_sum / T(M);
-      last_ = ctx_->total_stats() - before;
+      if (grads) last_ = ctx_->total_stats() - before;
     }
+    if (ev) ev->loss = r.loss;
     return r;
   }
 

@@ -318,8 +318,9 @@ inline graph::parallel_config data_parallel_config() {
 /// (ranks / pipeline_stages) of the global batch, every stage the same rows. A
 /// checkpoint holds every parameter whole (each sent from its stage). With optimizer
 /// parallel, each stage's optimizer state is split over that stage's replicas and the
-/// step reduce-scatters the gradients the micro-batches summed. Not yet with pipeline
-/// stages: eval, batches of more than one shape, devices other than the host.
+/// step reduce-scatters the gradients the micro-batches summed. eval runs the
+/// micro-batches' forward passes through the stages. Not yet with pipeline stages:
+/// batches of more than one shape (for eval too), devices other than the host.
 ///
 /// In data_parallel the gradients go to a distributed_grad_reducer as the backward pass
 /// finishes each (its buckets' all-reduces overlap the rest of the pass), or, with
@@ -488,13 +489,15 @@ class model {
   /// The accuracy (the argmax of the network's output against class labels) and the
   /// mean loss over `dataset`, in evaluation mode (no dropout, no gradients), each
   /// sample counted once over the ranks. Collective.
+  ///
+  /// With pipeline stages or micro-batches the batches are read as train() reads them
+  /// and must have the training batches' shape; each runs its micro-batches' forward
+  /// passes through the stages, and the last stage's ranks count the correct rows.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    if (pipelined())
-      throw error("model.eval: a model trained with pipeline stages or micro-batches does not evaluate yet; load "
-                  "its checkpoint into a model without them");
     return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
       compile(b);
+      if (pipelined()) return pipelined_score(b);
       const int label_id = current_->graph.inputs()[1];
       const dist_tensor<std::int32_t> y(current_->plan->value_layout(label_id), current_->graph.at(label_id).shape,
                                         ctx_->rank(), detail::as_array<std::int32_t>(b.labels));
@@ -539,6 +542,30 @@ class model {
       }
       return out;
     };
+  }
+
+  // model.eval's batch with pipeline stages or micro-batches: the loss on every rank, the
+  // correct rows counted by the ranks of the stage that computes the logits.
+  detail::batch_score pipelined_score(const local_batch<T>& b) {
+    compiled_network& c = *current_;
+    const graph::parallel_graph& pg = *c.plan;
+    auto e = c.exec->evaluate({b.inputs, b.labels}, {c.output});
+    double correct = 0;
+    if (pg.physical_stage(pg.stage(c.output)) == c.exec->stage()) {
+      const int label_id = c.graph.inputs()[1], M = pg.micro_size();
+      const xt::xarray<std::int32_t> labels = detail::as_array<std::int32_t>(b.labels);
+      const std::size_t per = labels.size() / std::size_t(M);
+      for (int m = 0; m < M; ++m) {
+        auto shape = labels.shape();
+        shape[0] /= std::size_t(M);
+        xt::xarray<std::int32_t> part = xt::xarray<std::int32_t>::from_shape(shape);
+        std::copy_n(labels.data() + per * std::size_t(m), per, part.data());
+        const dist_tensor<std::int32_t> y(pg.value_layout(label_id), c.graph.at(label_id).shape,
+                                          c.exec->context().rank(), std::move(part));
+        correct += detail::count_correct(e.values.at(std::size_t(m)), y, c.exec->context());
+      }
+    }
+    return detail::batch_score{double(e.loss), correct, global_rows(b)};
   }
 
   // The training state's keys in a checkpoint's metadata (written by training_state,
@@ -693,7 +720,7 @@ class model {
     auto& slot = compiled_[key];
     if (!slot && pipelined() && compiled_.size() > 1) {
       compiled_.erase(key);
-      throw error("model.train: with pipeline stages or micro-batches every batch has the first one's shape " +
+      throw error("model: with pipeline stages or micro-batches every batch has the first one's shape " +
                   compiled_.begin()->first + "; got " + to_string(xs) + to_string(ys) +
                   " (drop the last, smaller batch)");
     }
