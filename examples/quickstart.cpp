@@ -112,7 +112,8 @@ template <class D>
 std::vector<float> train_network(any_communicator& world, graph::parallel_mode mode, index_t global_batch, bool print,
                                  const std::string& save_dir,
                                  graph::search_mode search = graph::search_mode::sharding_propagation) {
-  any_communicator comm = device_communicator(world, D{});
+  // [device]
+  any_communicator comm = device_communicator(world, D{});  // D's buffers over the host world
   context ctx(comm);
   const int p = world.size(), me = world.rank();
   net<D> network;
@@ -131,6 +132,7 @@ std::vector<float> train_network(any_communicator& world, graph::parallel_mode m
   auto data = dataset(global_batch, alone ? 0 : me * per_rank_batch, alone ? global_batch : per_rank_batch);
   loss_lines lines(world, print);
   model.train(epochs, data, {&lines});
+  // [/device]
   if (!save_dir.empty()) model.save_graphs(save_dir);
 
   const graph::parallel_graph& pg = model.plan();
