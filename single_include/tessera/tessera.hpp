@@ -12408,6 +12408,18 @@ class parallel_graph {
   bool reduces_gradient_once(int id) const {
     return pipelined() && g_.at(id).kind == node_kind::parameter && g_.consumers(id).size() == 1;
   }
+  /// Of bytes_for_rank(rank), the once-a-step gradient reductions (reduces_gradient_once),
+  /// which an optimizer with optimizer parallel makes in its step instead; 0 for a plan
+  /// without micro-batches.
+  index_t bytes_reduced_once(int rank) const {
+    if (!pipelined()) return 0;
+    const int s = stage_of_rank(rank), i = rank % stage_device_num();
+    index_t b = 0;
+    for (const edge_plan& e : edges_)
+      if (e.has_backward && reduces_gradient_once(e.producer) && physical_stage(stage_[std::size_t(e.consumer)]) == s)
+        b += e.backward.p.bytes_for_rank(i);
+    return b;
+  }
   int pipeline_stages() const { return cfg_.pipeline_stages; }
   /// The chunks (virtual stages) of each stage: 1 unless the operators are on a
   /// multiple of pipeline_stages stages.
@@ -22575,7 +22587,8 @@ void add_runners(std::unordered_map<std::type_index, op_runner<T, D>>& r, ops::t
 /// mean of the micro-batches' losses, on every rank; the gradients are those of that
 /// mean, summed over the micro-batches on each stage as the backward passes make them
 /// (partial sums included) and reduced into the parameters' layouts once a step (a
-/// parameter read by several operators: each micro-batch).
+/// parameter read by several operators: each micro-batch), or handed unreduced to a
+/// gradient hook.
 template <class T, class D = cpu_device>
 class executor {
  public:
@@ -22710,11 +22723,11 @@ class executor {
   /// As above, handing each parameter's gradient to `hook` as soon as the backward pass
   /// is done with it, unresolved (the hook's owner resolves it: a gradient reducer that
   /// overlaps its reductions with the rest of the pass); the result holds them so.
+  /// With pipeline stages or micro-batches, this rank's parameters' gradients once the
+  /// step's last backward has run, summed over the micro-batches and not reduced once
+  /// a step (an optimizer with optimizer parallel reduce-scatters them).
   result value_and_grad(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook) {
-    if (pg_.pipelined()) {
-      if (hook) throw error("graph executor: a plan with pipeline stages or micro-batches takes no gradient hook");
-      return pipelined_step(batch);
-    }
+    if (pg_.pipelined()) return pipelined_run(batch, hook, nullptr, nullptr);
     const traffic before = ctx_->total_stats();
     tape t(*ctx_);
     const var loss = forward(t, batch);
@@ -22776,10 +22789,18 @@ class executor {
   };
   /// The loss of a batch, forward only, and the values of nodes `fetch` (ids in the
   /// traced graph: a network's logits, for its accuracy).
+  ///
+  /// With pipeline stages or micro-batches: the batch as value_and_grad takes it, the
+  /// micro-batches' forward passes run in order (each released once done), the loss
+  /// their mean on every rank, and `values` holds, micro-batch by micro-batch, the
+  /// fetched nodes this rank's stage computes (in the order of `fetch`; nodes of other
+  /// stages are not there).
   evaluation evaluate(const std::vector<xt::xarray<T>>& batch, const std::vector<int>& fetch) {
-    if (pg_.pipelined())
-      throw error("graph executor: evaluate runs plans without pipeline stages or micro-batches; parallelize the "
-                  "graph again with pipeline_stages 1 and micro_size 1 to evaluate");
+    if (pg_.pipelined()) {
+      evaluation e;
+      pipelined_run(batch, {}, &fetch, &e);
+      return e;
+    }
     tape t(*ctx_);
     std::vector<var> v;
     const var loss = forward(t, batch, &v);
@@ -23064,7 +23085,12 @@ class executor {
     return x;
   }
 
-  result pipelined_step(const std::vector<xt::xarray<T>>& batch) {
+  // A step of micro-batches in the schedule's order, or, with `ev`, their forward passes
+  // alone in order (micro-batch by micro-batch, each rank's chunks in turn: every value
+  // a unit waits for comes from a unit earlier in that order), fetching nodes `fetch`.
+  result pipelined_run(const std::vector<xt::xarray<T>>& batch, const gradient_hook& hook,
+                       const std::vector<int>* fetch, evaluation* ev) {
+    const bool grads = ev == nullptr;
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
     const std::vector<int> in_ids = g.inputs();
@@ -23086,7 +23112,7 @@ class executor {
     param_vars_.clear();
     const std::vector<int> ps = g.parameters();
     for (std::size_t i = 0; i < ps.size(); ++i)
-      if (bound_[i]) param_vars_.push_back(pvar[std::size_t(ps[i])] = t.leaf_view(*bound_[i], true));
+      if (bound_[i]) param_vars_.push_back(pvar[std::size_t(ps[i])] = t.leaf_view(*bound_[i], grads));
     std::vector<pipeline_part> parts(std::size_t(V * M));
     pipeline_flight flight;
     T loss_sum = T(0);
@@ -23102,7 +23128,7 @@ class executor {
           const int p = bs[b].producer;
           tensor x = pipeline_receive(flight, pg_.value_layout(p), g.at(p).shape, pg_.physical_stage(bs[b].from_stage),
                                       pipeline_tag(b, m, 0));
-          val[std::size_t(p)] = t.leaf(std::move(x), bs[b].has_backward);
+          val[std::size_t(p)] = t.leaf(std::move(x), grads && bs[b].has_backward);
           part.received.emplace_back(b, val[std::size_t(p)]);
         }
       for (int id : stage_ops_[std::size_t(v)]) {
@@ -23128,6 +23154,9 @@ class executor {
         part.loss = val[std::size_t(g.loss())];
         loss_sum += fetch_loss(part.loss->value());
       }
+      if (fetch)
+        for (int id : *fetch)
+          if (pg_.stage(id) == v) ev->values.push_back(val[std::size_t(id)].value());
       part.last = t.size() - 1;
     };
     auto backward_part = [&](int c, int m) {
@@ -23156,27 +23185,49 @@ class executor {
         }
       t.release_range(part.first, part.last);
     };
-    for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
-      if (u.forward) forward_part(u.chunk, u.micro);
-      else backward_part(u.chunk, u.micro);
-      flight.drop_sent();
-      peak_values_ = std::max(peak_values_, t.live_values());
+    if (grads) {
+      for (const pipeline_unit& u : schedule_order(pg_.config().schedule, S, V, M, stage_)) {
+        if (u.forward) forward_part(u.chunk, u.micro);
+        else backward_part(u.chunk, u.micro);
+        flight.drop_sent();
+        peak_values_ = std::max(peak_values_, t.live_values());
+      }
+    } else {
+      for (int m = 0; m < M; ++m)
+        for (int c = 0; c < V; ++c) {
+          forward_part(c, m);
+          t.release_range(parts[std::size_t(c * M + m)].first, parts[std::size_t(c * M + m)].last);
+          flight.drop_sent();
+        }
     }
     flight.wait();
 
     result r;
-    for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+    if (grads && hook) {  // as the micro-batches summed them, to the hook's owner
+      std::size_t k = 0;
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (!bound_[i]) continue;
+        std::optional<tensor> grad = t.take_grad(param_vars_[k++].id);
+        if (!grad) grad.emplace(bound_[i]->layout(), bound_[i]->global_shape(), ctx_->rank());  // zeros
+        hook(i, *grad, 0);
+        r.grads.push_back(std::move(*grad));
+      }
+    } else if (grads) {
+      for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+    }
     if (S > 1) {  // the loss, from the first rank of the loss's stage to every rank
       std::vector<double> l{stage_ == pg_.physical_stage(pg_.stage(g.loss())) && ctx_->rank() == 0
                                 ? double(loss_sum) / M : 0.0};
       world_ctx_->world().all_reduce(std::span<double>(l), reduce_op::sum);
       r.loss = T(l[0]);
-      last_ = (ctx_->total_stats() - before) + (world_ctx_->total_stats() - before_world) -
-              (stage_group_->stats() - before_group);
+      if (grads)
+        last_ = (ctx_->total_stats() - before) + (world_ctx_->total_stats() - before_world) -
+                (stage_group_->stats() - before_group);
     } else {
       r.loss = loss_sum / T(M);
-      last_ = ctx_->total_stats() - before;
+      if (grads) last_ = ctx_->total_stats() - before;
     }
+    if (ev) ev->loss = r.loss;
     return r;
   }
 
@@ -25325,9 +25376,11 @@ class optimizer {
       parallel_step(grads);
       return;
     }
-    for (std::size_t i = 0; i < params_.size(); ++i) check(i, params_[i]->data(), grads[i]);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (updates_here(i)) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i) apply(i, params_[i]->data(), grads[i], lr);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (updates_here(i)) apply(i, params_[i]->data(), grads[i], lr);
     ++step_;
   }
 
@@ -25342,8 +25395,23 @@ class optimizer {
                   " steps: the state is already whole on every rank; enable it before the first step");
     parallel_.emplace();
     parallel_->opt = o;
-    parallel_->move = [&ctx](const tensor& x, const layout& l) { return redistribute(x, l, ctx); };
+    parallel_->ctx = &ctx;
   }
+
+  /// For a network on pipeline stages, where each rank holds its stage's parameters:
+  /// parameter i lives over the ranks of `ctx` (this rank's stage; optimizer parallel
+  /// splits its state over that stage's replicas), or, with nullptr, on another stage
+  /// only: this rank's steps pass it by (its gradient is not read, its state stays
+  /// zero). By default every parameter lives over the ranks of enable_parallel_optimizer's
+  /// context. train::model sets it from the plan. `ctx` must outlive the steps.
+  void place_parameter(std::size_t i, context* ctx) {
+    if (i >= params_.size())
+      throw error(name_ + ": place_parameter: parameter " + std::to_string(i) + " of " + std::to_string(params_.size()));
+    if (placed_.empty()) placed_.assign(params_.size(), placement{});
+    placed_[i] = ctx ? placement{true, ctx} : placement{false, nullptr};
+  }
+  /// Whether this rank's steps update parameter i (place_parameter).
+  bool updates_here(std::size_t i) const { return placed_.empty() || placed_[i].here; }
   /// Whether optimizer parallel is on: the step then takes the gradients as the
   /// backward pass leaves them and reduces them itself (train::model runs no gradient
   /// reducer for it).
@@ -25465,10 +25533,21 @@ class optimizer {
  private:
   struct parallel_state {
     parallel_options opt;
-    std::function<tensor(const tensor&, const layout&)> move;  // redistribute over the context's ranks
-    std::vector<layout> layouts;                               // each parameter's state layout
+    context* ctx = nullptr;       // the ranks of the parameters not placed elsewhere
+    std::vector<layout> layouts;  // each parameter's state layout
   };
   std::optional<parallel_state> parallel_;
+  struct placement {
+    bool here = true;         // this rank updates the parameter
+    context* ctx = nullptr;   // over these ranks (null: parallel_state's)
+  };
+  std::vector<placement> placed_;  // per parameter, set by place_parameter (empty: all here)
+
+  // Moves parameter i's x into l over the parameter's ranks.
+  tensor move_over_ranks(std::size_t i, const tensor& x, const layout& l) const {
+    context* c = !placed_.empty() && placed_[i].ctx ? placed_[i].ctx : parallel_->ctx;
+    return redistribute(x, l, *c);
+  }
 
   // Parameter i's shard `p` moves by `g` (same layout).
   void apply(std::size_t i, tensor& p, const tensor& g, T lr) {
@@ -25486,6 +25565,7 @@ class optimizer {
     if (par.layouts.empty())
       for (std::size_t i = 0; i < params_.size(); ++i) par.layouts.push_back(state_layout(i));
     for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!updates_here(i)) continue;
       const tensor& p = params_[i]->data();
       const tensor& g = grads[i];
       if (!(g.global_shape() == p.global_shape()) || g.layout().dev.size() != p.layout().dev.size())
@@ -25496,17 +25576,18 @@ class optimizer {
     }
     const T lr = lr_(step_);
     for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!updates_here(i)) continue;
       nn::parameter<T, D>& p = *params_[i];
       const layout& sl = par.layouts[i];
       std::optional<tensor> moved;
-      if (!(grads[i].layout() == sl)) moved = par.move(grads[i], sl);
+      if (!(grads[i].layout() == sl)) moved = move_over_ranks(i, grads[i], sl);
       const tensor& g = moved ? *moved : grads[i];
       if (sl == p.layout()) {
         apply(i, p.data(), g, lr);
       } else {
-        tensor piece = par.move(p.data(), sl);  // a local slice: this rank's piece
+        tensor piece = move_over_ranks(i, p.data(), sl);  // a local slice: this rank's piece
         apply(i, piece, g, lr);
-        p.set_data(par.move(piece, p.layout()));  // AllGather over the replicas
+        p.set_data(move_over_ranks(i, piece, p.layout()));  // AllGather over the replicas
       }
     }
     ++step_;
@@ -27000,9 +27081,11 @@ inline graph::parallel_config data_parallel_config() {
 /// micro-batches in the schedule's order (graph::executor). The ranks of a stage split
 /// the batch: under dataset_strategy data_parallel, rank r reads block r mod
 /// (ranks / pipeline_stages) of the global batch, every stage the same rows. A
-/// checkpoint holds every parameter whole (each sent from its stage). Not yet with
-/// pipeline stages: eval, batches of more than one shape, optimizer parallel, devices
-/// other than the host.
+/// checkpoint holds every parameter whole (each sent from its stage). With optimizer
+/// parallel, each stage's optimizer state is split over that stage's replicas and the
+/// step reduce-scatters the gradients the micro-batches summed. eval runs the
+/// micro-batches' forward passes through the stages. Not yet with pipeline stages:
+/// batches of more than one shape (for eval too), devices other than the host.
 ///
 /// In data_parallel the gradients go to a distributed_grad_reducer as the backward pass
 /// finishes each (its buckets' all-reduces overlap the rest of the pass), or, with
@@ -27171,13 +27254,15 @@ class model {
   /// The accuracy (the argmax of the network's output against class labels) and the
   /// mean loss over `dataset`, in evaluation mode (no dropout, no gradients), each
   /// sample counted once over the ranks. Collective.
+  ///
+  /// With pipeline stages or micro-batches the batches are read as train() reads them
+  /// and must have the training batches' shape; each runs its micro-batches' forward
+  /// passes through the stages, and the last stage's ranks count the correct rows.
   template <class Dataset>
   eval_result eval(Dataset& dataset) {
-    if (pipelined())
-      throw error("model.eval: a model trained with pipeline stages or micro-batches does not evaluate yet; load "
-                  "its checkpoint into a model without them");
     return detail::eval_pass<T, D>(*net_, dataset, *ctx_, "model.eval", [&](local_batch<T>& b) {
       compile(b);
+      if (pipelined()) return pipelined_score(b);
       const int label_id = current_->graph.inputs()[1];
       const dist_tensor<std::int32_t> y(current_->plan->value_layout(label_id), current_->graph.at(label_id).shape,
                                         ctx_->rank(), detail::as_array<std::int32_t>(b.labels));
@@ -27199,7 +27284,8 @@ class model {
   }
   /// What this rank's communicators moved during the last step's forward and backward
   /// passes and gradient reduction (equal to the plan's bytes for this rank; not the
-  /// optimizer's step, whose optimizer parallel moves the reduction there).
+  /// optimizer's step, whose optimizer parallel moves the reduction there: with
+  /// pipeline stages, the plan's bytes less bytes_reduced_once).
   traffic last_step_traffic() const { return last_; }
   /// Writes this rank's dumps of the plan under `dir` (MindSpore's save_graphs).
   void save_graphs(const std::filesystem::path& dir) const { graph::save_graphs(plan(), dir, ctx_->rank()); }
@@ -27221,6 +27307,30 @@ class model {
       }
       return out;
     };
+  }
+
+  // model.eval's batch with pipeline stages or micro-batches: the loss on every rank, the
+  // correct rows counted by the ranks of the stage that computes the logits.
+  detail::batch_score pipelined_score(const local_batch<T>& b) {
+    compiled_network& c = *current_;
+    const graph::parallel_graph& pg = *c.plan;
+    auto e = c.exec->evaluate({b.inputs, b.labels}, {c.output});
+    double correct = 0;
+    if (pg.physical_stage(pg.stage(c.output)) == c.exec->stage()) {
+      const int label_id = c.graph.inputs()[1], M = pg.micro_size();
+      const xt::xarray<std::int32_t> labels = detail::as_array<std::int32_t>(b.labels);
+      const std::size_t per = labels.size() / std::size_t(M);
+      for (int m = 0; m < M; ++m) {
+        auto shape = labels.shape();
+        shape[0] /= std::size_t(M);
+        xt::xarray<std::int32_t> part = xt::xarray<std::int32_t>::from_shape(shape);
+        std::copy_n(labels.data() + per * std::size_t(m), per, part.data());
+        const dist_tensor<std::int32_t> y(pg.value_layout(label_id), c.graph.at(label_id).shape,
+                                          c.exec->context().rank(), std::move(part));
+        correct += detail::count_correct(e.values.at(std::size_t(m)), y, c.exec->context());
+      }
+    }
+    return detail::batch_score{double(e.loss), correct, global_rows(b)};
   }
 
   // The training state's keys in a checkpoint's metadata (written by training_state,
@@ -27375,7 +27485,7 @@ class model {
     auto& slot = compiled_[key];
     if (!slot && pipelined() && compiled_.size() > 1) {
       compiled_.erase(key);
-      throw error("model.train: with pipeline stages or micro-batches every batch has the first one's shape " +
+      throw error("model: with pipeline stages or micro-batches every batch has the first one's shape " +
                   compiled_.begin()->first + "; got " + to_string(xs) + to_string(ys) +
                   " (drop the last, smaller batch)");
     }
@@ -27413,9 +27523,6 @@ class model {
     if (pipelined()) {
       if constexpr (!std::is_same_v<D, cpu_device>)
         throw error("model: pipeline stages and micro-batches run on host networks");
-      if (opt_->reduces_gradients())
-        throw error("model: optimizer parallel (enable_parallel_optimizer) with pipeline stages or micro-batches: "
-                    "not yet");
     }
     nn::traced_network t = nn::trace(*net_, *loss_, txs, tys, net_->seed());
     c->graph = std::move(t.graph);
@@ -27425,6 +27532,8 @@ class model {
     // The parameters laid out as the plan says, and run from the network's storage.
     std::vector<std::pair<std::string, nn::parameter<T, D>*>> named = net_->named_parameters();
     const std::vector<nn::parameter<T, D>*>& trained = opt_->parameters();
+    if (cfg.pipeline_stages > 1 && opt_config_.parameter_broadcast)  // rank 0's values, before the stages split them
+      broadcast_parameters(trained, *ctx_);
     for (int id : c->graph.parameters()) {
       const std::string& name = c->graph.at(id).name;
       nn::parameter<T, D>* p = nullptr;
@@ -27449,21 +27558,27 @@ class model {
       c->params.push_back(p);
       const auto it = std::find(trained.begin(), trained.end(), p);
       c->slot.push_back(it == trained.end() ? -1 : it - trained.begin());
+      // With stages, the optimizer steps this rank's stage's parameters over the stage's
+      // ranks and passes the others by.
+      if (cfg.pipeline_stages > 1 && it != trained.end())
+        opt_->place_parameter(std::size_t(it - trained.begin()),
+                              c->exec->holds_parameter(name) ? &c->exec->context() : nullptr);
     }
     if (compiled_.size() > 1) return c;  // the reducer is made once
     const bool dp = cfg.mode == graph::parallel_mode::data_parallel && !c->plan->pipelined();
+    const bool broadcast = opt_config_.parameter_broadcast && cfg.pipeline_stages <= 1;  // (staged: above)
     if (opt_->reduces_gradients()) {
       if (!opt_config_.gradients_mean)
         throw error("model.train: gradients_mean = false with optimizer parallel: its step sums the "
                     "gradients' partial sums (gradients_mean = true) and has no other mode");
-      if (opt_config_.parameter_broadcast) broadcast_parameters(opt_->parameters(), *ctx_);
+      if (broadcast) broadcast_parameters(opt_->parameters(), *ctx_);
     } else if (dp) {
       reducer_ = std::make_unique<distributed_grad_reducer<T, D>>(
           opt_->parameters(), *ctx_,
           typename distributed_grad_reducer<T, D>::options{.mean = opt_config_.gradients_mean,
                                                            .bucket_bytes = opt_config_.bucket_bytes,
                                                            .parameter_broadcast = opt_config_.parameter_broadcast});
-    } else if (opt_config_.parameter_broadcast) {
+    } else if (broadcast) {
       broadcast_parameters(opt_->parameters(), *ctx_);
     }
     return c;
@@ -27476,13 +27591,16 @@ class model {
     const bool raw = reducer_ || opt_->reduces_gradients();
     const traffic before = ctx_->total_stats();
     typename graph::executor<T, D>::result r;
-    if (c.plan->pipelined()) {  // the plan resolves the gradients; this rank's stage's only
-      r = c.exec->value_and_grad({b.inputs, b.labels});
+    if (c.plan->pipelined()) {  // this rank's stage's gradients: resolved, or for optimizer parallel not
+      if (opt_->reduces_gradients())
+        r = c.exec->value_and_grad({b.inputs, b.labels}, [](std::size_t, tensor_on<T, D>&, int) {});
+      else
+        r = c.exec->value_and_grad({b.inputs, b.labels});
       std::vector<tensor_on<T, D>> held;
       std::size_t k = 0;
       for (nn::parameter<T, D>* p : c.params) {
         if (c.exec->holds_parameter(p->name())) held.push_back(std::move(r.grads[k++]));
-        else held.emplace_back(p->layout(), p->shape(), ctx_->rank());  // another stage's: no update
+        else held.emplace_back(p->layout(), p->shape(), ctx_->rank());  // another stage's: not read
       }
       r.grads = std::move(held);
     } else if (raw) {
