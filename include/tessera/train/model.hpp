@@ -555,9 +555,9 @@ class model {
       const int label_id = c.graph.inputs()[1], M = pg.micro_size();
       const xt::xarray<std::int32_t> labels = detail::as_array<std::int32_t>(b.labels);
       const std::size_t per = labels.size() / std::size_t(M);
+      std::vector<std::size_t> shape(labels.shape().begin(), labels.shape().end());  // a micro-batch's
+      if (!shape.empty()) shape[0] /= std::size_t(M);
       for (int m = 0; m < M; ++m) {
-        auto shape = labels.shape();
-        shape[0] /= std::size_t(M);
         xt::xarray<std::int32_t> part = xt::xarray<std::int32_t>::from_shape(shape);
         std::copy_n(labels.data() + per * std::size_t(m), per, part.data());
         const dist_tensor<std::int32_t> y(pg.value_layout(label_id), c.graph.at(label_id).shape,
