@@ -1,7 +1,6 @@
 // docs/checkpoints.md's example: a layer's tensors saved whole and per rank, loaded into
 // other layouts and into one process; then the page's other statements, checked: the
 // file format, the metadata, the error texts, the file names and a strategy file.
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -15,6 +14,8 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/strategy.hpp>
 #include <tessera/io/checkpoint.hpp>
+
+#include "shared_folder.hpp"
 #include <tessera/io/json.hpp>
 #include <tessera/io/layout_text.hpp>
 #include <tessera/io/rotation.hpp>
@@ -27,28 +28,6 @@ namespace {
 void require(bool ok, const std::string& what) {
   if (!ok) throw tessera::error("checkpoints: " + what);
 }
-
-// A fresh folder the ranks of this host share, named after rank 0's process id; rank 0
-// creates it and removes it at the end.
-struct shared_folder {
-  tessera::any_communicator& world;
-  fs::path path;
-  explicit shared_folder(tessera::any_communicator& w) : world(w) {
-    std::int64_t pid[1] = {w.rank() == 0 ? std::int64_t(::getpid()) : 0};
-    w.broadcast(std::span<std::int64_t>(pid), 0);
-    path = fs::temp_directory_path() / ("tessera_docs_checkpoints_" + std::to_string(pid[0]));
-    if (w.rank() == 0) {
-      fs::remove_all(path);
-      fs::create_directories(path);
-    }
-    w.barrier();
-  }
-  ~shared_folder() {
-    world.barrier();
-    std::error_code ec;
-    if (world.rank() == 0) fs::remove_all(path, ec);
-  }
-};
 
 float weight_at(const std::array<tessera::index_t, tessera::max_tensor_ndim>& i) { return float(i[0] * 32 + i[1]); }
 float bias_at(const std::array<tessera::index_t, tessera::max_tensor_ndim>& i) { return float(i[0]) / 2; }
@@ -76,7 +55,7 @@ std::string error_of(F f) {
 
 int main(int argc, char** argv) {
   return tessera::run(argc, argv, [](tessera::any_communicator& world) {
-    shared_folder tmp(world);
+    shared_folder tmp(world, "checkpoints");
     const fs::path ckpt = tmp.path / "ckpt";
     // [save_load]
     namespace io = tessera::io;

@@ -1,7 +1,6 @@
 // docs/data.md's example: seed 001's CIFAR-10 input pipeline on every rank of the job, over
 // synthetic CIFAR-10 files; then the page's other statements, checked: the sharding rule,
 // the source shuffle, the formats, slice, the random transforms and a truncated file's error.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,6 +20,8 @@
 #include <tessera/data/transforms.hpp>
 #include <xtensor/xview.hpp>
 
+#include "shared_folder.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -28,28 +29,6 @@ namespace {
 void require(bool ok, const std::string& what) {
   if (!ok) throw tessera::error("data: " + what);
 }
-
-// A fresh folder the ranks of this host share, named after rank 0's process id; rank 0
-// creates it and removes it at the end.
-struct shared_folder {
-  tessera::any_communicator& world;
-  fs::path path;
-  explicit shared_folder(tessera::any_communicator& w) : world(w) {
-    std::int64_t pid[1] = {w.rank() == 0 ? std::int64_t(::getpid()) : 0};
-    w.broadcast(std::span<std::int64_t>(pid), 0);
-    path = fs::temp_directory_path() / ("tessera_docs_data_" + std::to_string(pid[0]));
-    if (w.rank() == 0) {
-      fs::remove_all(path);
-      fs::create_directories(path);
-    }
-    w.barrier();
-  }
-  ~shared_folder() {
-    world.barrier();
-    std::error_code ec;
-    if (world.rank() == 0) fs::remove_all(path, ec);
-  }
-};
 
 // The "x" values of one pass, as one flat list.
 std::vector<float> values(const tessera::data::dataset& ds, std::int64_t pass = 0) {
@@ -65,7 +44,7 @@ std::vector<float> values(const tessera::data::dataset& ds, std::int64_t pass = 
 
 int main(int argc, char** argv) {
   return tessera::run(argc, argv, [](tessera::any_communicator& world) {
-    shared_folder tmp(world);
+    shared_folder tmp(world, "data");
     const fs::path dir = tmp.path / "cifar-10-batches-bin";
     // [pipeline]
     namespace data = tessera::data;

@@ -12,22 +12,14 @@
 #include <tessera/ops/elementwise.hpp>
 #include <tessera/ops/matmul.hpp>
 #include <tessera/ops/shape.hpp>
+
+#include "error_text.hpp"
 using namespace tessera;
 
 namespace {
 
 void expect(bool ok, const std::string& what) {
   if (!ok) throw error("operators: " + what);
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // The rule's compile-time form and the common refinement of two device matrices.
@@ -80,12 +72,12 @@ int main(int argc, char** argv) {
              "ReLU(Neg(MatMul)) is not the whole computation's rows");
 
     // The errors the page quotes.
-    const std::string bad = error_of([] { (void)ops::matmul_op{strategy{{2, 4}, {2, 1}}}.rule(8); });
+    const std::string bad = tessera::testing::error_of([] { (void)ops::matmul_op{strategy{{2, 4}, {2, 1}}}.rule(8); });
     expect(bad == "matmul: both inputs must split the contraction dim into the same number of pieces: input 0 "
                   "splits it 4 ways, input 1 2 ways; strategy ((2, 4), (2, 1))",
            "a bad MatMul strategy gives: " + bad);
     const std::string reshape =
-        error_of([] { (void)ops::reshape_op{strategy{{2, 1}}, extents{12, 8}}.rule(2, extents{16, 8}); });
+        tessera::testing::error_of([] { (void)ops::reshape_op{strategy{{2, 1}}, extents{12, 8}}.rule(2, extents{16, 8}); });
     expect(reshape == "reshape: the target shape must have the input's number of elements: the input has 128 "
                       "elements, the target 96; strategy ((2, 1),)",
            "a bad Reshape gives: " + reshape);

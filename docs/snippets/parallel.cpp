@@ -14,22 +14,13 @@
 #include <tessera/comm/local.hpp>
 #include <tessera/graph/execute.hpp>
 #include <tessera/optim/momentum.hpp>
+
+#include "error_text.hpp"
 using namespace tessera;
 
 namespace {
 
 using values = std::vector<xt::xarray<float>>;
-
-// The text of the tessera::error f throws.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 void expect(bool ok, const std::string& what) {
   if (!ok) throw error("parallel: " + what);
@@ -133,7 +124,7 @@ void traced_graph_example(any_communicator& world) {
   }
 
   // A rank that feeds the whole batch.
-  const std::string wrong = error_of([&] { ex.value_and_grad({inputs, labels}); });
+  const std::string wrong = tessera::testing::error_of([&] { ex.value_and_grad({inputs, labels}); });
   expect(wrong == "graph executor: input 'x': this rank's data is (16, 32), dataset_strategy data_parallel gives each "
                   "rank (2, 32) of (16, 32)",
          "the error for data of another shape is: " + wrong);
@@ -179,7 +170,7 @@ void traced_graph_example(any_communicator& world) {
   graph::parallel_config semi;
   semi.mode = parallel_mode::semi_auto_parallel;
   semi.device_num = 8;
-  const std::string shared = error_of([&] { graph::parallelize(s.build(s.reduce_mean(second)), semi); });
+  const std::string shared = tessera::testing::error_of([&] { graph::parallelize(s.build(s.reduce_mean(second)), semi); });
   expect(shared == "parallelize: parameter 'w' (16, 16) is read by MatMul 'matmul' with strategy ((2, 4), (4, 1)) "
                    "(user) as [1, -] on device matrix (2, 4, 1) and by MatMul 'matmul2' with strategy ((8, 1), (1, "
                    "1)) (user) as [-, -] on device matrix (8, 1, 1); the operators sharing a parameter must lay it "
@@ -250,7 +241,7 @@ void pipeline_example(any_communicator& world) {
   e.set_pipeline_stage(0);
   graph::parallel_config two = cfg;
   two.micro_size = 1;
-  const std::string back = error_of([&] { graph::parallelize(e.build(e.reduce_mean(e.relu(late))), two); });
+  const std::string back = tessera::testing::error_of([&] { graph::parallelize(e.build(e.reduce_mean(e.relu(late))), two); });
   expect(back == "parallelize: ReLU 'relu' on pipeline stage 0 reads MatMul 'matmul' of the later stage 1; values "
                  "flow to later stages only",
          "the error for a value flowing back is: " + back);
