@@ -352,6 +352,25 @@ staged_outcome train_staged(const graph::parallel_config& cfg, context& ctx, int
     if (opt.updates_here(i) && !(opt.state_layout(i) == opt.parameters()[i]->layout())) ++out.split_states;
   return out;
 }
+// A pipelined training against the one-rank one: the losses, each step's bytes as
+// priced, the eval, and the parameters and Momentum's state from the checkpoint.
+void check_same_training(const staged_outcome& got, const staged_outcome& oracle) {
+  REQUIRE(got.losses.size() == oracle.losses.size());
+  for (std::size_t i = 0; i < got.losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got.losses[i] == doctest::Approx(oracle.losses[i]).epsilon(1e-5));
+    CHECK(got.priced[i]);
+  }
+  CHECK(got.evaluated.accuracy == oracle.evaluated.accuracy);
+  CHECK(got.evaluated.loss == doctest::Approx(oracle.evaluated.loss).epsilon(1e-5));
+  CHECK(got.evaluated.samples == oracle.evaluated.samples);
+  REQUIRE(got.params.size() == oracle.params.size());
+  for (std::size_t i = 0; i < got.params.size(); ++i) {
+    CAPTURE(i);
+    CHECK(close(got.params[i], oracle.params[i]));
+    CHECK(close(got.moments[i], oracle.moments[i]));
+  }
+}
 }  // namespace
 
 TEST_CASE("pipeline stages set on the modules: train::model on every rank count equals the whole batch on one rank") {
@@ -379,21 +398,7 @@ TEST_CASE("pipeline stages set on the modules: train::model on every rank count 
           cfg.schedule = k;
           if (rows / M % (p / S) != 0) continue;  // a micro-batch's rows split over a stage's ranks
           const staged_outcome got = train_staged(cfg, ctx, S * V);
-          REQUIRE(got.losses.size() == oracle.losses.size());
-          for (std::size_t i = 0; i < got.losses.size(); ++i) {
-            CAPTURE(i);
-            CHECK(got.losses[i] == doctest::Approx(oracle.losses[i]).epsilon(1e-5));
-            CHECK(got.priced[i]);
-          }
-          CHECK(got.evaluated.accuracy == oracle.evaluated.accuracy);
-          CHECK(got.evaluated.loss == doctest::Approx(oracle.evaluated.loss).epsilon(1e-5));
-          CHECK(got.evaluated.samples == oracle.evaluated.samples);
-          REQUIRE(got.params.size() == oracle.params.size());
-          for (std::size_t i = 0; i < got.params.size(); ++i) {
-            CAPTURE(i);
-            CHECK(close(got.params[i], oracle.params[i]));
-            CHECK(close(got.moments[i], oracle.moments[i]));
-          }
+          check_same_training(got, oracle);
         }
 }
 
@@ -421,18 +426,7 @@ TEST_CASE("pipeline stages with optimizer parallel: each stage's state split ove
         // Data parallel replicates every parameter over its stage's ranks (one rank: none
         // to split over); the search may leave none replicated.
         if (m == graph::parallel_mode::data_parallel) CHECK((got.split_states > 0) == (p / S > 1));
-        REQUIRE(got.losses.size() == oracle.losses.size());
-        for (std::size_t i = 0; i < got.losses.size(); ++i) {
-          CAPTURE(i);
-          CHECK(got.losses[i] == doctest::Approx(oracle.losses[i]).epsilon(1e-5));
-          CHECK(got.priced[i]);
-        }
-        REQUIRE(got.params.size() == oracle.params.size());
-        for (std::size_t i = 0; i < got.params.size(); ++i) {
-          CAPTURE(i);
-          CHECK(close(got.params[i], oracle.params[i]));
-          CHECK(close(got.moments[i], oracle.moments[i]));
-        }
+        check_same_training(got, oracle);
       }
 }
 
