@@ -1,6 +1,7 @@
 # Helpers shared by tessera's tests, benchmarks and examples.
 #
 #   tessera_set_warnings(<target>)
+#   tessera_test_optimization(<target>)
 #   tessera_add_test(NAME <name> SOURCES <files...> [MPI_RANKS <n...>] [LIBS <targets...>]
 #                    [TIMEOUT <seconds>] [LABELS <labels...>] [GPU])
 #   tessera_add_mpi_run(NAME <test name> TARGET <executable target> RANKS <n>
@@ -34,6 +35,18 @@ function(tessera_set_warnings target)
                                              $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
   elseif(MSVC)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:/W4>)
+  endif()
+endfunction()
+
+# Every target built for the tests (their executables, workers and mains, the docs'
+# snippets) is compiled at -O1 in optimised builds (a later -O wins): their inputs are
+# small, and -O3 doubles the suite's compile time. Examples, benchmarks and users' code keep
+# the build type's flags; TESSERA_TESTS_FULL_OPTIMIZATION=ON gives the tests them too.
+# nvcc's host pass of the GPU tests: tests/cuda/CMakeLists.txt.
+function(tessera_test_optimization target)
+  if(NOT TESSERA_TESTS_FULL_OPTIMIZATION)
+    target_compile_options(${target} PRIVATE
+                           $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Debug>>>:-O1>)
   endif()
 endfunction()
 
@@ -83,14 +96,7 @@ function(tessera_add_test)
 
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   tessera_set_warnings(${ARG_NAME})
-  # The host test sources are compiled at -O1 in optimised builds (a later -O wins): their
-  # inputs are small, and -O3 doubles the suite's compile time. Examples, benchmarks and
-  # users' code keep the build type's flags; TESSERA_TESTS_FULL_OPTIMIZATION=ON gives the
-  # tests them too.
-  if(NOT TESSERA_TESTS_FULL_OPTIMIZATION)
-    target_compile_options(${ARG_NAME} PRIVATE
-                           $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Debug>>>:-O1>)
-  endif()
+  tessera_test_optimization(${ARG_NAME})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS})
   # tests/: the helpers the test files share (device_under_test.hpp).
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
