@@ -47,6 +47,7 @@ constexpr index_t per_rank_batch = 2, in_dim = 32, hidden_dim = 16, out_dim = 16
 constexpr int epochs = 5, steps_per_epoch = 4;
 constexpr float learning_rate = 0.2f, momentum_factor = 0.1f;
 
+// [net]
 // The seed's Net: ops.MatMul().shard(((2, 4), (4, 1))), ReLU, MatMul, over the
 // parameters "w" and "w2". `matmul`'s strategy is set for the run (none: the search's).
 template <class D>
@@ -66,6 +67,7 @@ struct net : nn::module<float, D> {
     return nn::apply_named("matmul2", matmul2, out, w2.on(x));
   }
 };
+// [/net]
 
 // The seed's random dataset: one batch of uniform [0, 1) inputs and labels from a fixed
 // seed, yielded at every step: rows [first, first + count) of the global batch.

@@ -257,6 +257,7 @@ TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {
         const layout l = in_rule_layout ? r.in[0] : flat;
         const testing::test_tensor x = shard_of(gx, l, me), pos = shard_of(gpos, l, me);
         const testing::test_tensor dy = shard_of(gdy, flat, me);
+        // [relu]
         {
           const ops::relu_op op{st};
           const testing::test_tensor y = ops::relu(op, x, ctx);
@@ -266,6 +267,7 @@ TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {
           CHECK(dx.layout() == r.grad[0]);
           CHECK(gather(dx, ctx) == k::relu_grad(gdy, gx));
         }
+        // [/relu]
         {
           const ops::neg_op op{st};
           CHECK(gather(ops::neg(op, x, ctx), ctx) == k::neg(gx));
