@@ -32479,13 +32479,143 @@ void gloo_call(const char* fn, F&& f) {
 inline constexpr std::uint8_t gloo_send_recv_prefix = 0x40;
 inline constexpr std::uint8_t gloo_exchange_prefix = 0x41;
 
+/// tessera's ring all-reduce and reduce-scatter over a Gloo context whose pairs are in
+/// synchronous mode: the calling thread writes and reads the sockets itself, where Gloo's
+/// asynchronous pairs hand every message through the device's event-loop thread (about
+/// twice the time of a 2.7 MB all-reduce on two ranks, and more on oversubscribed cores),
+/// and Gloo has no reduce-scatter of its own. A ring pass sends a chunk to the right and
+/// reads the left's, in pieces of at most piece_bytes: each piece is written, then the
+/// left's read, so a write never waits on a peer that is itself writing (every socket's
+/// send buffer holds a piece: Gloo sizes it to the message, which Linux's default limit
+/// doubled, 416 KiB, exceeds). Reduce-scatter: P - 1 steps, each rank's chunk summed on
+/// its way round; all-reduce: that, then P - 1 steps passing the reduced chunks on.
+/// One ring per thread: a pair in synchronous mode is read by whoever waits on it.
+class gloo_ring {
+ public:
+  static constexpr std::size_t piece_bytes = std::size_t(192) << 10;
+
+  explicit gloo_ring(std::shared_ptr<::gloo::Context> ctx) : ctx_(std::move(ctx)) {
+    gloo_call("synchronous pairs", [&] {
+      for (int i = 0; i < ctx_->size; ++i)
+        if (i != ctx_->rank) ctx_->getPair(i)->setSync(true, false);
+    });
+  }
+
+  /// data reduced over the ranks in place.
+  template <class T>
+  void all_reduce(T* data, std::size_t n, reduce_op op) {
+    const int P = ctx_->size;
+    if (n == 0 || P == 1) {
+      if (op == reduce_op::mean) divide_by(std::span<T>(data, n), P);
+      return;
+    }
+    const std::size_t bytes = n * sizeof(T);
+    T* piece = scratch<T>();
+    gloo_call("all_reduce", [&] {
+      const int reduce = ctx_->nextSlot(), gather = ctx_->nextSlot();
+      auto& right = ctx_->getPair((ctx_->rank + 1) % P);
+      auto& left = ctx_->getPair((ctx_->rank + P - 1) % P);
+      auto send = right->createSendBuffer(reduce, data, bytes);
+      auto recv = left->createRecvBuffer(reduce, piece, piece_bytes);
+      auto send_reduced = right->createSendBuffer(gather, data, bytes);
+      auto recv_reduced = left->createRecvBuffer(gather, data, bytes);
+      const auto lo = [&](int c) { return n * std::size_t(c) / std::size_t(P); };
+      for (int s = 0; s < P - 1; ++s) {  // reduce-scatter: rank r ends with chunk r summed
+        const int out = chunk(-s - 1), in = chunk(-s - 2);
+        pass<T>(*send, lo(out), lo(out + 1) - lo(out), *recv, lo(in + 1) - lo(in), false,
+                [&](std::size_t off, std::size_t k) { combine(data + lo(in) + off, data + lo(in) + off, piece, k, op); });
+      }
+      for (int s = 0; s < P - 1; ++s) {  // all-gather of the reduced chunks, into data
+        const int out = chunk(-s), in = chunk(-s - 1);
+        pass<T>(*send_reduced, lo(out), lo(out + 1) - lo(out), *recv_reduced, lo(in + 1) - lo(in), true,
+                [](std::size_t, std::size_t) {});
+      }
+    });
+    if (op == reduce_op::mean) divide_by(std::span<T>(data, n), P);
+  }
+
+  /// out (block elements) = block `rank` of in (block x size elements) reduced over
+  /// the ranks.
+  template <class T>
+  void reduce_scatter(const T* in, T* out, std::size_t block, reduce_op op) {
+    const int P = ctx_->size;
+    if (P == 1 || block == 0) {
+      std::copy_n(in, block, out);
+      if (op == reduce_op::mean) divide_by(std::span<T>(out, block), P);
+      return;
+    }
+    const std::size_t bytes = block * sizeof(T);
+    if (acc_.size() < bytes) acc_.resize(bytes);
+    T* acc = reinterpret_cast<T*>(acc_.data());
+    T* piece = scratch<T>();
+    gloo_call("reduce_scatter", [&] {
+      const int slot = ctx_->nextSlot();
+      auto& right = ctx_->getPair((ctx_->rank + 1) % P);
+      auto& left = ctx_->getPair((ctx_->rank + P - 1) % P);
+      auto send_in = right->createSendBuffer(slot, const_cast<T*>(in), bytes * std::size_t(P));
+      auto send_acc = right->createSendBuffer(slot, acc, bytes);
+      auto recv = left->createRecvBuffer(slot, piece, piece_bytes);
+      // Step s sends the sum so far of block r - s - 1 (at s = 0 this rank's own) and adds
+      // this rank's part of block r - s - 2 to the left's sum of it: block r at the end.
+      for (int s = 0; s < P - 1; ++s) {
+        const int next = chunk(-s - 2);
+        const T* mine = in + std::size_t(next) * block;
+        const auto add = [&](std::size_t off, std::size_t k) { combine(acc + off, mine + off, piece, k, op); };
+        if (s == 0)
+          pass<T>(*send_in, std::size_t(chunk(-1)) * block, block, *recv, block, false, add);
+        else
+          pass<T>(*send_acc, 0, block, *recv, block, false, add);
+      }
+    });
+    std::copy_n(acc, block, out);
+    if (op == reduce_op::mean) divide_by(std::span<T>(out, block), P);
+  }
+
+ private:
+  int chunk(int shift) const { return ((ctx_->rank + shift) % ctx_->size + ctx_->size) % ctx_->size; }
+
+  template <class T>
+  T* scratch() {
+    if (piece_.size() < piece_bytes) piece_.resize(piece_bytes);
+    return reinterpret_cast<T*>(piece_.data());
+  }
+
+  /// One step of the ring: elements [first, first + count) of `send`'s memory go right,
+  /// `recv_count` elements come from the left, piece by piece; `arrived(off, k)` is
+  /// called on each piece received (elements off .. off + k of the left's chunk). With
+  /// `in_place`, the left writes at the same element offsets (into `recv`'s memory,
+  /// which is the whole buffer); else each piece lands at the start of `recv`'s.
+  template <class T, class F>
+  void pass(::gloo::transport::Buffer& send, std::size_t first, std::size_t count, ::gloo::transport::Buffer& recv,
+            std::size_t recv_count, bool in_place, F&& arrived) {
+    const std::size_t per = piece_bytes / sizeof(T);
+    for (std::size_t off = 0; off < std::max(count, recv_count); off += per) {
+      if (off < count) {
+        const std::size_t k = std::min(per, count - off), at = (first + off) * sizeof(T);
+        send.send(at, k * sizeof(T), in_place ? at : 0);
+        send.waitSend();
+      }
+      if (off < recv_count) {
+        recv.waitRecv();
+        arrived(off, std::min(per, recv_count - off));
+      }
+    }
+  }
+
+  std::shared_ptr<::gloo::Context> ctx_;
+  std::vector<std::byte> piece_;  // one piece from the left
+  std::vector<std::byte> acc_;    // reduce_scatter's running sum
+};
+
 /// One thread that runs a communicator's non-blocking operations in the order they
 /// were started, on a Gloo context of its own (so that they never share a slot with
-/// the blocking calls made meanwhile).
+/// the blocking calls made meanwhile), and a ring of its own for the reductions. Both
+/// contexts are connected by the thread that makes the worker: the store's client is
+/// not shared between threads.
 class gloo_worker {
  public:
-  explicit gloo_worker(std::shared_ptr<::gloo::Context> ctx)
-      : ctx_(std::move(ctx)), thread_([this] { loop(); }) {}
+  gloo_worker(std::shared_ptr<::gloo::Context> ctx, std::shared_ptr<::gloo::Context> ring_ctx)
+      : ctx_(std::move(ctx)), ring_(std::move(ring_ctx)), thread_([this] { loop(); }) {}
   gloo_worker(const gloo_worker&) = delete;
   gloo_worker& operator=(const gloo_worker&) = delete;
   ~gloo_worker() {
@@ -32498,8 +32628,8 @@ class gloo_worker {
   }
 
   const std::shared_ptr<::gloo::Context>& context() const { return ctx_; }
-  /// The worker thread's scratch memory (reduce_scatter's whole buffer).
-  std::vector<std::byte>& scratch() { return scratch_; }
+  /// The worker thread's ring (its operations only).
+  gloo_ring& ring() { return ring_; }
 
   std::future<void> post(std::function<void()> job) {
     std::packaged_task<void()> task(std::move(job));
@@ -32528,32 +32658,13 @@ class gloo_worker {
   }
 
   std::shared_ptr<::gloo::Context> ctx_;
-  std::vector<std::byte> scratch_;
+  gloo_ring ring_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::packaged_task<void()>> queue_;
   bool stop_ = false;
   std::thread thread_;
 };
-
-/// out = in reduced over the ranks (in == out runs in place; Gloo reads in and writes
-/// out itself, so an out-of-place call costs no copy).
-template <class T>
-void gloo_allreduce(const std::shared_ptr<::gloo::Context>& ctx, const T* in, T* out, std::size_t n, reduce_op op) {
-  if (n == 0 || ctx->size == 1) {
-    if (in != out) std::copy_n(in, n, out);
-    if (op == reduce_op::mean) divide_by(std::span<T>(out, n), ctx->size);
-    return;
-  }
-  ::gloo::AllreduceOptions o(ctx);
-  if (in != out) o.setInput(const_cast<T*>(in), n);
-  o.setOutput(out, n);
-  o.setReduceFunction([op](void* c, const void* a, const void* b, std::size_t k) {
-    combine(static_cast<T*>(c), static_cast<const T*>(a), static_cast<const T*>(b), k, op);
-  });
-  gloo_call("all_reduce", [&] { ::gloo::allreduce(o); });
-  if (op == reduce_op::mean) divide_by(std::span<T>(out, n), ctx->size);
-}
 
 template <class T>
 void gloo_broadcast(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::size_t n, int root) {
@@ -32562,19 +32673,6 @@ void gloo_broadcast(const std::shared_ptr<::gloo::Context>& ctx, T* data, std::s
   o.setOutput(data, n);
   o.setRoot(root);
   gloo_call("broadcast", [&] { ::gloo::broadcast(o); });
-}
-
-/// reduce_scatter as Gloo offers it: the whole input all-reduced into `scratch` (kept
-/// by the caller between calls, so that its pages are touched once), of which each rank
-/// keeps its block.
-template <class T>
-void gloo_reduce_scatter(const std::shared_ptr<::gloo::Context>& ctx, const T* in, T* out, std::size_t block,
-                         reduce_op op, std::vector<std::byte>& scratch) {
-  const std::size_t n = block * std::size_t(ctx->size);
-  if (scratch.size() < n * sizeof(T)) scratch.resize(n * sizeof(T));
-  T* whole = reinterpret_cast<T*>(scratch.data());
-  gloo_allreduce(ctx, in, whole, n, op);
-  std::copy_n(whole + block * std::size_t(ctx->rank), block, out);
 }
 
 }  // namespace detail
@@ -32588,10 +32686,10 @@ void gloo_reduce_scatter(const std::shared_ptr<::gloo::Context>& ctx, const T* i
 /// Made by gloo_communicator::connect (one call per process, every rank of the job) or
 /// by split(); comm/rendezvous.hpp makes the world of a process from its environment.
 ///
-/// Gloo has no reduce-scatter of its own: reduce_scatter all-reduces its whole input
-/// into scratch memory the communicator keeps and copies out this rank's block (about
-/// twice the bytes on the wire that the counters, which price a ring reduce-scatter,
-/// record).
+/// The reductions (all_reduce, reduce_scatter and their non-blocking forms) run
+/// tessera's ring over contexts of their own whose pairs are synchronous (detail::
+/// gloo_ring), one for the blocking calls and one for the worker thread, each connected
+/// at its first call; the other collectives are Gloo's.
 class gloo_communicator {
  public:
   /// A pending non-blocking operation. Move-only; wait() completes it and rethrows its
@@ -32680,13 +32778,14 @@ class gloo_communicator {
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_all_reduce<T>(in, out);
     detail::count(stats_, cost::all_reduce(detail::byte_size(in), size()));
-    detail::gloo_allreduce(context(), in.data(), out.data(), out.size(), op);
+    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+    reduce_in_place(out, op);
   }
 
   template <comm_element T>
   void all_reduce(std::span<T> inout, reduce_op op) {
     detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
-    detail::gloo_allreduce<T>(context(), inout.data(), inout.data(), inout.size(), op);
+    reduce_in_place(inout, op);
   }
 
   template <comm_element T>
@@ -32708,7 +32807,11 @@ class gloo_communicator {
   void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op) {
     detail::check_reduce_scatter<T>(in, out, size());
     detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
-    detail::gloo_reduce_scatter(context(), in.data(), out.data(), out.size(), op, scratch_);
+    if (size() == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    ring().reduce_scatter(in.data(), out.data(), out.size(), op);
   }
 
   template <comm_element T>
@@ -32832,9 +32935,7 @@ class gloo_communicator {
   [[nodiscard]] request iall_reduce(std::span<T> inout, reduce_op op) {
     detail::count(stats_, cost::all_reduce(detail::byte_size(inout), size()));
     auto& w = worker();
-    return request(w.post([ctx = w.context(), p = inout.data(), n = inout.size(), op] {
-      detail::gloo_allreduce<T>(ctx, p, p, n, op);
-    }));
+    return request(w.post([&w, p = inout.data(), n = inout.size(), op] { w.ring().all_reduce<T>(p, n, op); }));
   }
 
   template <comm_element T>
@@ -32843,9 +32944,8 @@ class gloo_communicator {
     detail::check_reduce_scatter<T>(in, out, size(), "ireduce_scatter");
     detail::count(stats_, cost::reduce_scatter(detail::byte_size(in), size()));
     auto& w = worker();
-    return request(w.post([&w, i = in.data(), o = out.data(), n = out.size(), op] {
-      detail::gloo_reduce_scatter<T>(w.context(), i, o, n, op, w.scratch());
-    }));
+    return request(
+        w.post([&w, i = in.data(), o = out.data(), n = out.size(), op] { w.ring().reduce_scatter<T>(i, o, n, op); }));
   }
 
   template <comm_element T>
@@ -32906,15 +33006,28 @@ class gloo_communicator {
 
   detail::gloo_worker& worker() {
     if (!worker_)
-      worker_ = std::make_unique<detail::gloo_worker>(detail::gloo_connect(*job_, name_ + "/async", rank(), size()));
+      worker_ = std::make_unique<detail::gloo_worker>(detail::gloo_connect(*job_, name_ + "/async", rank(), size()),
+                                                      detail::gloo_connect(*job_, name_ + "/async/ring", rank(), size()));
     return *worker_;
+  }
+
+  template <comm_element T>
+  void reduce_in_place(std::span<T> data, reduce_op op) {
+    if (size() == 1) return;  // mean over one rank is the value
+    ring().all_reduce(data.data(), data.size(), op);
+  }
+
+  /// The ring of the blocking reductions, connected at the first (a collective call).
+  detail::gloo_ring& ring() {
+    if (!ring_) ring_ = std::make_unique<detail::gloo_ring>(detail::gloo_connect(*job_, name_ + "/ring", rank(), size()));
+    return *ring_;
   }
 
   std::shared_ptr<detail::gloo_job> job_;
   std::string name_;
   std::shared_ptr<::gloo::Context> ctx_;
+  std::unique_ptr<detail::gloo_ring> ring_;
   std::unique_ptr<detail::gloo_worker> worker_;
-  std::vector<std::byte> scratch_;  // reduce_scatter's whole buffer, kept between calls
   std::uint32_t exchange_seq_ = 0;
   int split_seq_ = 0;
   traffic stats_;

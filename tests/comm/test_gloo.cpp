@@ -232,6 +232,51 @@ TEST_CASE("gloo: non-blocking calls, several in flight, equal the blocking ones"
   CHECK(bc[b - 1] == float(b - 1));
 }
 
+TEST_CASE_TEMPLATE("gloo: reductions of many ring pieces, uneven chunks, blocking and not", T, float, double,
+                   std::int8_t) {
+  // Larger than a piece of the ring (detail::gloo_ring::piece_bytes) several times over,
+  // in sizes no rank count divides: every piece and chunk boundary is crossed.
+  gloo_communicator& c = world();
+  const int g = c.size(), r = c.rank();
+  const std::size_t per_piece = detail::gloo_ring::piece_bytes / sizeof(T), n = 3 * per_piece + 11;
+  const auto at = [](int p, std::size_t i) { return T(int((i * 7 + std::size_t(p) * 3) % 5)); };
+  for (reduce_op op : {reduce_op::sum, reduce_op::max, reduce_op::min, reduce_op::mean}) {
+    CAPTURE(to_string(op));
+    std::vector<T> in(n), out(n), expect(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      in[i] = at(r, i);
+      std::vector<T> v{at(0, i)};
+      for (int p = 1; p < g; ++p) {
+        const T x = at(p, i);
+        v[0] = op == reduce_op::max ? std::max(v[0], x) : op == reduce_op::min ? std::min(v[0], x) : T(v[0] + x);
+      }
+      if (op == reduce_op::mean) detail::divide_by(std::span<T>(v), g);
+      expect[i] = v[0];
+    }
+    c.all_reduce(std::span<const T>(in), std::span<T>(out), op);
+    CHECK(out == expect);
+    std::vector<T> inout = in;
+    auto q = c.iall_reduce(std::span<T>(inout), op);
+    q.wait();
+    CHECK(inout == expect);
+  }
+  // reduce_scatter with blocks of two pieces and a bit: rank r gets block r summed.
+  const std::size_t b = 2 * per_piece + 3;
+  std::vector<T> in(b * std::size_t(g)), out(b), out2(b), expect(b);
+  for (std::size_t k = 0; k < in.size(); ++k) in[k] = at(r, k);
+  for (std::size_t i = 0; i < b; ++i) {
+    T sum = 0;
+    for (int p = 0; p < g; ++p) sum = T(sum + at(p, std::size_t(r) * b + i));
+    expect[i] = sum;
+  }
+  check_traffic(c, cost::reduce_scatter(index_t(in.size() * sizeof(T)), g),
+                [&] { c.reduce_scatter(std::span<const T>(in), std::span<T>(out), reduce_op::sum); });
+  CHECK(out == expect);
+  auto q = c.ireduce_scatter(std::span<const T>(in), std::span<T>(out2), reduce_op::sum);
+  q.wait();
+  CHECK(out2 == expect);
+}
+
 TEST_CASE("gloo: split orders members by key; node_local is the whole job on one host") {
   gloo_communicator& c = world();
   const int g = c.size(), r = c.rank();
