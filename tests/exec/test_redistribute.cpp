@@ -141,7 +141,7 @@ void exhaustive(bool with_partial, reduce_op op, int max_ndim) {
     // On the GPU every collective is staged through host memory and waits for the
     // device, and ranks sharing one GPU take turns on it; over Gloo every collective is a
     // round of loopback TCP messages, 8 processes on the build machine's 2 cores taking
-    // about 8 ms a redistribution. On 8 ranks: tensors of rank 0 and 1 only (every pair
+    // about 3 ms a redistribution. On 8 ranks: tensors of rank 0 and 1 only (every pair
     // of their layouts still, on every mesh of 8).
     if (m.size() > 4) top = std::min(top, 1);
 #endif
