@@ -21,6 +21,7 @@ Usage:
   A C++ block (```cpp) outside such markers is an error: the documentation's C++ is
   code the suite compiles.
 """
+import functools
 import json
 import pathlib
 import re
@@ -221,6 +222,17 @@ TEMPLATE_FUNCTIONS = {"per": per, "rng": rng, "lo": lambda x: min(_values(x)), "
                       "median": median}
 
 
+@functools.lru_cache(maxsize=None)
+def result_text(name):
+    """A file under benchmarks/results/, read once however many figures use it."""
+    return (ROOT / "benchmarks/results" / name).read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=None)
+def result_json(name):
+    return json.loads(result_text(name))
+
+
 def figure_value(spec):
     """A value from the JSON a benchmark wrote (benchmarks/results/):
     - {"file", "field"}: a number of a flat file, at a dotted path (a list's index a number);
@@ -232,12 +244,11 @@ def figure_value(spec):
       regex (a Series keyed by the regex's groups);
     - {"file", "lines"}: from a text file a benchmark printed (a ratio table), group `v` of
       every line the regex matches whole (a Series keyed by its other named groups)."""
-    path = ROOT / "benchmarks/results" / spec["file"]
-    where = path.relative_to(ROOT)
+    where = f"benchmarks/results/{spec['file']}"
     if "lines" in spec:
         pattern = re.compile(spec["lines"])
         found = Series()
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in result_text(spec["file"]).splitlines():
             m = pattern.fullmatch(line)
             if m:
                 key = tuple(g for name, g in sorted(m.groupdict().items()) if name != "v") or line
@@ -245,7 +256,7 @@ def figure_value(spec):
         if not found:
             raise SystemExit(f"gen_docs: {where} has no line matching {spec['lines']}")
         return found
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = result_json(spec["file"])
 
     def at(entry, dotted, what):
         for key in dotted.split("."):
@@ -298,10 +309,9 @@ def figures_block():
     return "\n".join(out)
 
 
-def with_figures(text, where):
-    """Fills every `<!-- fig: ID -->...<!-- /fig -->` from docs/figures.json's "inline"
-    figure ID."""
-    inline = json.loads((ROOT / "docs/figures.json").read_text(encoding="utf-8"))["inline"]
+def with_figures(text, where, inline):
+    """Fills every `<!-- fig: ID -->...<!-- /fig -->` from `inline` (docs/figures.json's
+    "inline" figures) figure ID."""
 
     def fill(m):
         if m.group(1) not in inline:
@@ -315,7 +325,7 @@ def results_that_do_not_parse():
     out = []
     for path in sorted((ROOT / "benchmarks/results").glob("*.json")):
         try:
-            json.loads(path.read_text(encoding="utf-8"))
+            result_json(path.name)
         except (ValueError, UnicodeDecodeError) as e:
             out.append(f"{path.relative_to(ROOT)} is not JSON ({e})")
     return out
@@ -345,9 +355,10 @@ def main():
         ROOT / "docs/errors.md": with_snippets(errors_page()),
         ROOT / "README.md": with_snippets(readme_with_features((ROOT / "README.md").read_text(encoding="utf-8"))),
     }
+    inline = json.loads((ROOT / "docs/figures.json").read_text(encoding="utf-8"))["inline"]
     for page in sorted((ROOT / "docs").glob("*.md")):
         if page.name != "errors.md":
-            wanted[page] = with_figures(with_snippets(page.read_text(encoding="utf-8")), page.relative_to(ROOT))
+            wanted[page] = with_figures(with_snippets(page.read_text(encoding="utf-8")), page.relative_to(ROOT), inline)
     stale = []
     loose = [p for path, text in wanted.items() for p in loose_cpp_blocks(path, text)]
     for path, text in wanted.items():
