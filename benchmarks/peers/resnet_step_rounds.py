@@ -23,6 +23,25 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+
+
+def host_cpu():
+    """The CPU's model and widest vector extension (oneDNN's kernels and blocked layouts
+    differ between AVX2 and AVX-512 hosts, and so do the ratios), from /proc/cpuinfo."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    return {"model": model, "isa": isa, "cores": os.cpu_count()}
 
 
 def main():
@@ -78,6 +97,7 @@ def main():
     if args.out:
         doc = {"context": {"image_size": args.image_size, "ranks": args.ranks, "threads_per_rank": args.threads,
                            "batch_per_rank": 32, "steps": args.steps, "warmup": args.warmup,
+                           "date": time.strftime("%Y-%m-%d"), "cpu": host_cpu(),
                            "tessera": "bench_resnet_step (nn::resnet50, train::model, Momentum(0.01, 0.9))",
                            "pytorch": "torch_resnet_step.py (torchvision resnet50, SGD(0.01, momentum 0.9)" +
                                       (", DDP over gloo)" if args.ranks > 1 else ")")},

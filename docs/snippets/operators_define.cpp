@@ -27,6 +27,9 @@ struct square_op {
   op_layouts layouts(const strategy& s, int n, const shape_list& in) const { return ops::relu_op{}.layouts(s, n, in); }
   std::vector<strategy> candidates(int n, const shape_list& in) const { return ops::relu_op{}.candidates(n, in); }
   strategy data_parallel(int n, const shape_list& in) const { return ops::relu_op{}.data_parallel(n, in); }
+  // Optional: the backward reads x, not y, so the graph executor frees y once the
+  // forward pass is done with it (the default says every value is read).
+  static constexpr bool backward_reads_output() { return false; }
 
   ops::mul_op mul() const { return ops::mul_op{strategy{st.in[0], st.in[0]}}; }
 };

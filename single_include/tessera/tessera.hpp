@@ -4059,7 +4059,8 @@ namespace ops {
 ///     strategy data_parallel(int device_num, const shape_list& in) const;
 ///
 /// and optionally (defaults below): linear(), differentiable(i), attributes(),
-/// check_form(st, in), collectives(st, device_num, in), forward_work(l, in, out).
+/// check_form(st, in), collectives(st, device_num, in), forward_work(l, in, out),
+/// backward_reads(i), backward_reads_output().
 /// `layouts` is called only for strategies `check` accepts; `candidates` lists every
 /// strategy the searches consider, all passing `check`, in order of preference for ties.
 template <class Op>
@@ -4087,6 +4088,24 @@ linearity linear_of(const Op& op) {
 template <class Op>
 bool differentiable_in(const Op& op, int i) {
   if constexpr (requires { { op.differentiable(i) } -> std::convertible_to<bool>; }) return op.differentiable(i);
+  else return true;
+}
+
+/// Whether `op`'s backward reads the values of input `i`, not only its shape and layout:
+/// every input unless it says (Add reads none, ReLU reads its output instead). The
+/// graph executor frees a value that no backward reads as soon as the forward pass is
+/// done with it (a residual block's batch-norm output once the Add has read it).
+template <class Op>
+bool backward_reads_input(const Op& op, int i) {
+  if constexpr (requires { { op.backward_reads(i) } -> std::convertible_to<bool>; }) return op.backward_reads(i);
+  else return true;
+}
+
+/// Whether `op`'s backward reads its output's values: yes unless it says.
+template <class Op>
+bool backward_reads_output_of(const Op& op) {
+  if constexpr (requires { { op.backward_reads_output() } -> std::convertible_to<bool>; })
+    return op.backward_reads_output();
   else return true;
 }
 
@@ -4373,6 +4392,8 @@ struct matmul_op {
   static constexpr std::string_view type() { return "MatMul"; }
   static constexpr std::string_view name() { return "matmul"; }
   static constexpr int arity = 2;
+  /// The backward reads A and B, not C (ops/definition.hpp).
+  static constexpr bool backward_reads_output() { return false; }
 
   std::string attributes() const {
     return "transpose_a: " + bool_text(trans_a) + ", transpose_b: " + bool_text(trans_b);
@@ -4695,6 +4716,15 @@ struct elementwise_op {
 
   linearity linear() const { return kind_linearity(K); }
 
+  /// What the backward reads (ops/definition.hpp): the inputs' values for Mul, Div, Exp,
+  /// Log, Sigmoid and Tanh; for ReLU its output (y > 0 exactly where x > 0); nothing for
+  /// Add, Sub, Neg and BiasAdd, whose gradients are dy's alone.
+  static constexpr bool backward_reads(int) {
+    using enum elementwise_kind;
+    return K == mul || K == div || K == exp || K == log || K == sigmoid || K == tanh;
+  }
+  static constexpr bool backward_reads_output() { return K == elementwise_kind::relu; }
+
   /// The output's shape; throws when the shapes do not broadcast, or for BiasAdd when
   /// the bias is not (c,) for x (..., c): "bias is (3,), expected (32,) for x (16, 32)".
   extents output_shape(const shape_list& in) const {
@@ -4947,6 +4977,11 @@ struct reduction_op {
     }
   }
   static constexpr int arity = 1;
+
+  /// The backward of ReduceMax and ReduceMin compares x with y; ReduceSum's and
+  /// ReduceMean's spread dy and read neither (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return How == reduce_op::max || How == reduce_op::min; }
+  static constexpr bool backward_reads_output() { return backward_reads(0); }
 
   linearity linear() const { return reduction_linearity(How); }
   std::string attributes() const { return "axis: " + tuple_text(dims) + ", keep_dims: " + bool_text(keep_dims); }
@@ -5344,6 +5379,8 @@ struct batch_matmul_op {
   static constexpr std::string_view type() { return "BatchMatMul"; }
   static constexpr std::string_view name() { return "batch_matmul"; }
   static constexpr int arity = 2;
+  /// The backward reads A and B, not C (ops/definition.hpp).
+  static constexpr bool backward_reads_output() { return false; }
 
   std::string attributes() const {
     return "transpose_a: " + bool_text(trans_a) + ", transpose_b: " + bool_text(trans_b);
@@ -6112,6 +6149,9 @@ struct transpose_op {
   static constexpr std::string_view type() { return "Transpose"; }
   static constexpr std::string_view name() { return "transpose"; }
   static constexpr int arity = 1;
+  /// The backward transposes dy back: it reads neither x nor y (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return false; }
+  static constexpr bool backward_reads_output() { return false; }
 
   linearity linear() const { return linearity::jointly(1u); }
   std::string attributes() const { return "perm: " + tuple_text(perm); }
@@ -6151,6 +6191,9 @@ namespace detail {
 template <class Op>
 struct reshape_definition {
   static constexpr int arity = 1;
+  /// The backward reshapes dy back: it reads neither x nor y (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return false; }
+  static constexpr bool backward_reads_output() { return false; }
   linearity linear() const { return linearity::jointly(1u); }
   extents output_shape(const shape_list& in) const {
     require_shapes(check_reshape(all_ones(in), 1, in[0], self().target_of(in[0])));
@@ -6897,6 +6940,11 @@ struct batch_norm_op {
   static constexpr std::string_view name() { return "batch_norm"; }
   static constexpr int arity = 3;
 
+  /// The backward reads x and gamma, and y only for the fused ReLU's mask
+  /// (ops/definition.hpp).
+  bool backward_reads(int i) const { return i != 2; }
+  bool backward_reads_output() const { return relu; }
+
   std::string attributes() const {
     std::ostringstream s;
     s << "eps: " << eps << ", momentum: " << momentum << ", sync: " << bool_text(sync);
@@ -7527,6 +7575,8 @@ struct conv2d_op {
            std::to_string(p.dilation_w) + "), group: " + std::to_string(p.groups);
   }
   linearity linear() const { return linearity::each(2); }
+  /// The backward reads x and w, not y (ops/definition.hpp).
+  static constexpr bool backward_reads_output() { return false; }
 
   /// y's shape; throws "conv2d_forward: w (64, 3, 3, 3) needs x with 3 * groups 1 = 3
   /// channels, x is (32, 4, 32, 32)" and the like (kernels::conv2d_output_shape).
@@ -7669,6 +7719,11 @@ struct pool2d_op {
   static constexpr std::string_view type() { return Kind == pool_kind::max ? "MaxPool" : "AvgPool"; }
   static constexpr std::string_view name() { return Kind == pool_kind::max ? "max_pool2d" : "avg_pool2d"; }
   static constexpr int arity = 1;
+
+  /// The backward of a max pooling reads x (it finds the maxima again), an average
+  /// pooling's only x's shape; neither reads y (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return Kind == pool_kind::max; }
+  static constexpr bool backward_reads_output() { return false; }
 
   std::string attributes() const {
     std::string a = "kernel_size: (" + std::to_string(p.kernel_h) + ", " + std::to_string(p.kernel_w) +
@@ -10140,6 +10195,10 @@ class op_def {
   virtual linearity linear() const = 0;
   /// Whether input `i` gets a gradient (labels do not).
   virtual bool differentiable(int i) const = 0;
+  /// Whether the backward reads input `i`'s values (not only its shape and layout).
+  virtual bool backward_reads(int i) const = 0;
+  /// Whether the backward reads the output's values.
+  virtual bool backward_reads_output() const = 0;
   /// The collectives the operator runs inside its computation for a strategy, priced.
   virtual std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
                                                        index_t elem_bytes) const = 0;
@@ -10194,6 +10253,8 @@ class op_model final : public op_def {
   std::string attributes() const override { return ops::attributes_of(op_); }
   linearity linear() const override { return ops::linear_of(op_); }
   bool differentiable(int i) const override { return ops::differentiable_in(op_, i); }
+  bool backward_reads(int i) const override { return ops::backward_reads_input(op_, i); }
+  bool backward_reads_output() const override { return ops::backward_reads_output_of(op_); }
   std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
                                                index_t elem_bytes) const override {
     return ops::collectives_of(op_, st, device_num, in, elem_bytes);
@@ -20259,10 +20320,16 @@ tensor_on<T, D> forward(const elementwise_op<K>& op, op_inputs<T, D> x, device_c
 }
 template <elementwise_kind K, class T, class D, class C>
 op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
-                        const tensor_on<T, D>&, device_context<C>& ctx) {
+                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
   if constexpr (kind_arity(K) == 2) {
     auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0], *x[1]);
     return grads_of(std::move(g[0]), std::move(g[1]));
+  } else if constexpr (K == elementwise_kind::relu) {
+    // The mask from the output, which is what a graph keeps (backward_reads_output):
+    // y > 0 exactly where x > 0. x is read for its shape only.
+    (void)x;
+    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, y);
+    return grads_of(std::move(g[0]));
   } else {
     auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
     return grads_of(std::move(g[0]));
@@ -22179,11 +22246,23 @@ class tape {
     }
   }
 
+  /// Frees the elements of node `id`'s value and keeps its layout and shape: for a
+  /// value that nothing reads again, forward or backward, but whose node stays on the
+  /// tape (its gradient and backward still run). The graph executor frees so what no
+  /// operator's backward reads (ops::backward_reads_input). A leaf that refers to a
+  /// value outside the tape is left alone.
+  void drop_elements(int id) {
+    node& n = at(id);
+    if (n.view || !n.value || n.dropped) return;
+    n.value->local() = typename tensor::array_type();
+    n.dropped = true;
+  }
+
   /// The values the tape still holds (operator outputs and copied leaves; not the
-  /// leaves that refer to values outside it).
+  /// leaves that refer to values outside it, nor values whose elements were dropped).
   int live_values() const {
     int k = 0;
-    for (const node& n : nodes_) k += n.value ? 1 : 0;
+    for (const node& n : nodes_) k += n.value && !n.dropped ? 1 : 0;
     return k;
   }
 
@@ -22208,6 +22287,7 @@ class tape {
     bool requires_grad = true;
     const tensor* view = nullptr;  // leaf_view: the value lives there
     bool released = false;         // used up by a consuming pass, or release()
+    bool dropped = false;          // drop_elements: the layout and shape only
     const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {
@@ -22826,6 +22906,15 @@ class executor {
   /// each forward and backward of a micro-batch; a schedule that releases each
   /// micro-batch's values after its backward keeps it level as micro-batches are added.
   int last_step_peak_values() const { return peak_values_; }
+
+  /// Whether a step frees, as soon as the forward pass is done with it, each value that
+  /// no operator's backward reads (ops::backward_reads_input): in ResNet-50, each
+  /// block's last batch-norm output and its Add's output, about a third of the
+  /// activations. On by default; off keeps every value until its backward has run
+  /// (the results are the same to the bit).
+  void drop_unread_values(bool on) { drop_unread_ = on; }
+  /// The values the last step's forward pass freed so (without pipeline stages).
+  int last_step_dropped_values() const { return dropped_; }
   /// With pipeline stages: this rank's stage (0 without).
   int stage() const { return stage_; }
 
@@ -22833,8 +22922,28 @@ class executor {
   void save_graphs(const std::filesystem::path& dir) const { tessera::graph::save_graphs(pg_, dir, world_ctx_->rank()); }
 
  private:
+  // drop_after_[k]: the operator outputs no backward reads whose last reader in the
+  // forward pass is node k (k itself for a value nothing reads). A reader that needs no
+  // gradient runs no backward; an output that needs none has no backward either.
+  void plan_drops() {
+    const traced_graph& g = pg_.traced();
+    drop_after_.assign(std::size_t(g.size()), {});
+    for (int u = 0; u < g.size(); ++u) {
+      const node& n = g.at(u);
+      if (n.kind != node_kind::op || u == g.loss()) continue;
+      bool read = pg_.needs_grad(u) && n.op->backward_reads_output();
+      int last = u;
+      for (const auto& [c, s] : g.consumers(u)) {
+        read = read || (pg_.needs_grad(c) && g.at(c).op->backward_reads(s));
+        last = std::max(last, c);
+      }
+      if (!read) drop_after_[std::size_t(last)].push_back(u);
+    }
+  }
+
   void init() {
     detail::add_runners<T, D>(runners_, ops::builtin_operators{});
+    plan_drops();
     world_ctx_ = ctx_;
     if (ctx_->size() != pg_.device_num())
       throw error("graph executor: the graph was parallelized for " + std::to_string(pg_.device_num()) +
@@ -22993,8 +23102,9 @@ class executor {
     return t.leaf(std::move(c), false);
   }
   // Runs operator `id` on the values `v` of its inputs (by node id), each moved along
-  // its edge.
-  var run_op(tape& t, int id, const std::vector<var>& v) {
+  // its edge. With `drop`, an input moved into a copy of its own that the operator's
+  // backward does not read is freed once the operator has run.
+  var run_op(tape& t, int id, const std::vector<var>& v, bool drop = false) {
     const traced_graph& g = pg_.traced();
     const node& n = g.at(id);
     std::vector<var> in;
@@ -23005,6 +23115,12 @@ class executor {
       throw error("graph executor: " + g.describe(id) + " is an operator defined outside the library (" +
                   n.op->definition_type().name() + "); let the executor run it with add_operator<Op>()");
     var out = it->second(*n.op, pg_.op(id), in);
+    if (drop)
+      for (std::size_t s = 0; s < in.size(); ++s)
+        if (in[s].id != v[std::size_t(n.inputs[s])].id && !n.op->backward_reads(int(s))) {
+          t.drop_elements(in[s].id);
+          ++dropped_;
+        }
     // Placed as the rule says (an operator may keep its input's device matrix when
     // that input arrived under another, placing alike: see along_edge).
     if (!same_placement(out.value().layout(), pg_.value_layout(id)))
@@ -23014,10 +23130,15 @@ class executor {
     return out;
   }
 
+  // The forward pass on this rank's batch. Unless `values` asks for every value, or
+  // drop_unread_values(false) was called, each value no backward reads is freed once
+  // its last reader has run (drop_after_).
   var forward(tape& t, const std::vector<xt::xarray<T>>& batch, std::vector<var>* values = nullptr) {
     const traced_graph& g = pg_.traced();
     check_count(batch.size(), g.inputs().size());
     std::vector<var> v(std::size_t(g.size()));
+    const bool drop = drop_unread_ && !values;
+    dropped_ = 0;
     param_vars_.clear();
     std::size_t next_input = 0, next_param = 0;
     for (int id = 0; id < g.size(); ++id) {
@@ -23030,7 +23151,12 @@ class executor {
       } else if (n.kind == node_kind::constant) {
         v[std::size_t(id)] = constant_leaf(t, id);
       } else {
-        v[std::size_t(id)] = run_op(t, id, v);
+        v[std::size_t(id)] = run_op(t, id, v, drop);
+        if (drop)
+          for (int u : drop_after_[std::size_t(id)]) {
+            t.drop_elements(v[std::size_t(u)].id);
+            ++dropped_;
+          }
       }
     }
     const var loss = v[std::size_t(g.loss())];
@@ -23247,6 +23373,9 @@ class executor {
   int stage_ = 0;
   std::vector<std::vector<int>> stage_ops_;  // per virtual stage, its operators in node order
   int peak_values_ = 0;
+  bool drop_unread_ = true;
+  std::vector<std::vector<int>> drop_after_;
+  int dropped_ = 0;
   std::unordered_map<std::type_index, op_runner<T, D>> runners_;
   std::vector<tensor> params_;
   std::vector<tensor*> bound_;  // each parameter's storage: params_'s, or bound

@@ -175,11 +175,23 @@ class tape {
     }
   }
 
+  /// Frees the elements of node `id`'s value and keeps its layout and shape: for a
+  /// value that nothing reads again, forward or backward, but whose node stays on the
+  /// tape (its gradient and backward still run). The graph executor frees so what no
+  /// operator's backward reads (ops::backward_reads_input). A leaf that refers to a
+  /// value outside the tape is left alone.
+  void drop_elements(int id) {
+    node& n = at(id);
+    if (n.view || !n.value || n.dropped) return;
+    n.value->local() = typename tensor::array_type();
+    n.dropped = true;
+  }
+
   /// The values the tape still holds (operator outputs and copied leaves; not the
-  /// leaves that refer to values outside it).
+  /// leaves that refer to values outside it, nor values whose elements were dropped).
   int live_values() const {
     int k = 0;
-    for (const node& n : nodes_) k += n.value ? 1 : 0;
+    for (const node& n : nodes_) k += n.value && !n.dropped ? 1 : 0;
     return k;
   }
 
@@ -204,6 +216,7 @@ class tape {
     bool requires_grad = true;
     const tensor* view = nullptr;  // leaf_view: the value lives there
     bool released = false;         // used up by a consuming pass, or release()
+    bool dropped = false;          // drop_elements: the layout and shape only
     const tensor& val() const { return view ? *view : *value; }
   };
   node& at(int id) {

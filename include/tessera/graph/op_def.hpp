@@ -54,6 +54,10 @@ class op_def {
   virtual linearity linear() const = 0;
   /// Whether input `i` gets a gradient (labels do not).
   virtual bool differentiable(int i) const = 0;
+  /// Whether the backward reads input `i`'s values (not only its shape and layout).
+  virtual bool backward_reads(int i) const = 0;
+  /// Whether the backward reads the output's values.
+  virtual bool backward_reads_output() const = 0;
   /// The collectives the operator runs inside its computation for a strategy, priced.
   virtual std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
                                                        index_t elem_bytes) const = 0;
@@ -108,6 +112,8 @@ class op_model final : public op_def {
   std::string attributes() const override { return ops::attributes_of(op_); }
   linearity linear() const override { return ops::linear_of(op_); }
   bool differentiable(int i) const override { return ops::differentiable_in(op_, i); }
+  bool backward_reads(int i) const override { return ops::backward_reads_input(op_, i); }
+  bool backward_reads_output() const override { return ops::backward_reads_output_of(op_); }
   std::vector<internal_collective> collectives(const strategy& st, int device_num, const shape_list& in,
                                                index_t elem_bytes) const override {
     return ops::collectives_of(op_, st, device_num, in, elem_bytes);

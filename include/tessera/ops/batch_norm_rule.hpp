@@ -163,6 +163,11 @@ struct batch_norm_op {
   static constexpr std::string_view name() { return "batch_norm"; }
   static constexpr int arity = 3;
 
+  /// The backward reads x and gamma, and y only for the fused ReLU's mask
+  /// (ops/definition.hpp).
+  bool backward_reads(int i) const { return i != 2; }
+  bool backward_reads_output() const { return relu; }
+
   std::string attributes() const {
     std::ostringstream s;
     s << "eps: " << eps << ", momentum: " << momentum << ", sync: " << bool_text(sync);

@@ -124,6 +124,8 @@ struct conv2d_op {
            std::to_string(p.dilation_w) + "), group: " + std::to_string(p.groups);
   }
   linearity linear() const { return linearity::each(2); }
+  /// The backward reads x and w, not y (ops/definition.hpp).
+  static constexpr bool backward_reads_output() { return false; }
 
   /// y's shape; throws "conv2d_forward: w (64, 3, 3, 3) needs x with 3 * groups 1 = 3
   /// channels, x is (32, 4, 32, 32)" and the like (kernels::conv2d_output_shape).

@@ -144,7 +144,8 @@ namespace ops {
 ///     strategy data_parallel(int device_num, const shape_list& in) const;
 ///
 /// and optionally (defaults below): linear(), differentiable(i), attributes(),
-/// check_form(st, in), collectives(st, device_num, in), forward_work(l, in, out).
+/// check_form(st, in), collectives(st, device_num, in), forward_work(l, in, out),
+/// backward_reads(i), backward_reads_output().
 /// `layouts` is called only for strategies `check` accepts; `candidates` lists every
 /// strategy the searches consider, all passing `check`, in order of preference for ties.
 template <class Op>
@@ -172,6 +173,24 @@ linearity linear_of(const Op& op) {
 template <class Op>
 bool differentiable_in(const Op& op, int i) {
   if constexpr (requires { { op.differentiable(i) } -> std::convertible_to<bool>; }) return op.differentiable(i);
+  else return true;
+}
+
+/// Whether `op`'s backward reads the values of input `i`, not only its shape and layout:
+/// every input unless it says (Add reads none, ReLU reads its output instead). The
+/// graph executor frees a value that no backward reads as soon as the forward pass is
+/// done with it (a residual block's batch-norm output once the Add has read it).
+template <class Op>
+bool backward_reads_input(const Op& op, int i) {
+  if constexpr (requires { { op.backward_reads(i) } -> std::convertible_to<bool>; }) return op.backward_reads(i);
+  else return true;
+}
+
+/// Whether `op`'s backward reads its output's values: yes unless it says.
+template <class Op>
+bool backward_reads_output_of(const Op& op) {
+  if constexpr (requires { { op.backward_reads_output() } -> std::convertible_to<bool>; })
+    return op.backward_reads_output();
   else return true;
 }
 

@@ -279,10 +279,16 @@ tensor_on<T, D> forward(const elementwise_op<K>& op, op_inputs<T, D> x, device_c
 }
 template <elementwise_kind K, class T, class D, class C>
 op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
-                        const tensor_on<T, D>&, device_context<C>& ctx) {
+                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
   if constexpr (kind_arity(K) == 2) {
     auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0], *x[1]);
     return grads_of(std::move(g[0]), std::move(g[1]));
+  } else if constexpr (K == elementwise_kind::relu) {
+    // The mask from the output, which is what a graph keeps (backward_reads_output):
+    // y > 0 exactly where x > 0. x is read for its shape only.
+    (void)x;
+    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, y);
+    return grads_of(std::move(g[0]));
   } else {
     auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
     return grads_of(std::move(g[0]));

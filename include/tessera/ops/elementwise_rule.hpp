@@ -272,6 +272,15 @@ struct elementwise_op {
 
   linearity linear() const { return kind_linearity(K); }
 
+  /// What the backward reads (ops/definition.hpp): the inputs' values for Mul, Div, Exp,
+  /// Log, Sigmoid and Tanh; for ReLU its output (y > 0 exactly where x > 0); nothing for
+  /// Add, Sub, Neg and BiasAdd, whose gradients are dy's alone.
+  static constexpr bool backward_reads(int) {
+    using enum elementwise_kind;
+    return K == mul || K == div || K == exp || K == log || K == sigmoid || K == tanh;
+  }
+  static constexpr bool backward_reads_output() { return K == elementwise_kind::relu; }
+
   /// The output's shape; throws when the shapes do not broadcast, or for BiasAdd when
   /// the bias is not (c,) for x (..., c): "bias is (3,), expected (32,) for x (16, 32)".
   extents output_shape(const shape_list& in) const {

@@ -95,6 +95,8 @@ struct matmul_op {
   static constexpr std::string_view type() { return "MatMul"; }
   static constexpr std::string_view name() { return "matmul"; }
   static constexpr int arity = 2;
+  /// The backward reads A and B, not C (ops/definition.hpp).
+  static constexpr bool backward_reads_output() { return false; }
 
   std::string attributes() const {
     return "transpose_a: " + bool_text(trans_a) + ", transpose_b: " + bool_text(trans_b);

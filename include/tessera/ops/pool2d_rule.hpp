@@ -79,6 +79,11 @@ struct pool2d_op {
   static constexpr std::string_view name() { return Kind == pool_kind::max ? "max_pool2d" : "avg_pool2d"; }
   static constexpr int arity = 1;
 
+  /// The backward of a max pooling reads x (it finds the maxima again), an average
+  /// pooling's only x's shape; neither reads y (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return Kind == pool_kind::max; }
+  static constexpr bool backward_reads_output() { return false; }
+
   std::string attributes() const {
     std::string a = "kernel_size: (" + std::to_string(p.kernel_h) + ", " + std::to_string(p.kernel_w) +
                     "), strides: (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), pad: (" +

@@ -160,6 +160,11 @@ struct reduction_op {
   }
   static constexpr int arity = 1;
 
+  /// The backward of ReduceMax and ReduceMin compares x with y; ReduceSum's and
+  /// ReduceMean's spread dy and read neither (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return How == reduce_op::max || How == reduce_op::min; }
+  static constexpr bool backward_reads_output() { return backward_reads(0); }
+
   linearity linear() const { return reduction_linearity(How); }
   std::string attributes() const { return "axis: " + tuple_text(dims) + ", keep_dims: " + bool_text(keep_dims); }
   extents output_shape(const shape_list& in) const {

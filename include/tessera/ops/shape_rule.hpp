@@ -427,6 +427,9 @@ struct transpose_op {
   static constexpr std::string_view type() { return "Transpose"; }
   static constexpr std::string_view name() { return "transpose"; }
   static constexpr int arity = 1;
+  /// The backward transposes dy back: it reads neither x nor y (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return false; }
+  static constexpr bool backward_reads_output() { return false; }
 
   linearity linear() const { return linearity::jointly(1u); }
   std::string attributes() const { return "perm: " + tuple_text(perm); }
@@ -466,6 +469,9 @@ namespace detail {
 template <class Op>
 struct reshape_definition {
   static constexpr int arity = 1;
+  /// The backward reshapes dy back: it reads neither x nor y (ops/definition.hpp).
+  static constexpr bool backward_reads(int) { return false; }
+  static constexpr bool backward_reads_output() { return false; }
   linearity linear() const { return linearity::jointly(1u); }
   extents output_shape(const shape_list& in) const {
     require_shapes(check_reshape(all_ones(in), 1, in[0], self().target_of(in[0])));
