@@ -20326,7 +20326,7 @@ op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, 
     return grads_of(std::move(g[0]), std::move(g[1]));
   } else if constexpr (K == elementwise_kind::relu) {
     // The mask from the output, which is what a graph keeps (backward_reads_output):
-    // y > 0 exactly where x > 0. x is read for its shape only.
+    // y > 0 exactly where x > 0. y has x's shape and layout, so x is not read.
     (void)x;
     auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, y);
     return grads_of(std::move(g[0]));
