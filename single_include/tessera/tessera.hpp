@@ -563,6 +563,16 @@ struct extents {
   friend constexpr bool operator==(const extents&, const extents&) = default;
 };
 
+/// The extents of an array's shape (any sequence of sizes: an xarray's, a device
+/// array's); dims past max_tensor_ndim count in ndim only, as in the list constructor.
+template <class Shape>
+constexpr extents extents_of(const Shape& s) {
+  extents e;
+  e.ndim = int(s.size());
+  for (int d = 0; d < e.ndim && d < max_tensor_ndim; ++d) e.v[d] = index_t(s[std::size_t(d)]);
+  return e;
+}
+
 }  // namespace tessera
 // ---- tessera/core/layout.hpp ----
 // A tensor's distribution over a mesh: which mesh axes split each tensor dim
@@ -17010,54 +17020,23 @@ inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
 
 // ---- scratch memory ------------------------------------------------------------------
 
-/// The calling thread's free scratch buffers, by descriptor: the reordered copies and
-/// blocked intermediates a kernel needs only during its call. Reusing them saves the
-/// page faults of fresh large allocations (a 32 MiB reorder into fresh memory costs
-/// about 4 times one into memory already touched).
-inline std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash>& scratch_pool() {
-  thread_local std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash> pool;
-  return pool;
-}
-
-/// Free buffers kept per descriptor and thread.
-inline constexpr std::size_t scratch_per_desc = 4;
-
-/// A memory a kernel uses during its call: either an operand's own memory (not owned
-/// here) or a scratch buffer, handed back to the thread's pool when this is destroyed.
+/// A memory a kernel uses during its call: either an operand's own memory or a buffer
+/// of its own (a reordered copy, a blocked intermediate), freed with it. Freed buffers
+/// go back to the heap, which hands them to the next call without fresh page faults
+/// in a process set up by train::retain_freed_memory(); keeping buffers per layout
+/// and shape instead held about half a gigabyte in ResNet-50's 224x224 step.
 class scratch_memory {
  public:
-  explicit scratch_memory(dnnl::memory m, bool pooled = false) : mem_(std::move(m)), pooled_(pooled) {}
-  scratch_memory(scratch_memory&& o) noexcept : mem_(std::move(o.mem_)), pooled_(std::exchange(o.pooled_, false)) {}
-  scratch_memory(const scratch_memory&) = delete;
-  scratch_memory& operator=(const scratch_memory&) = delete;
-  scratch_memory& operator=(scratch_memory&&) = delete;
-  ~scratch_memory() {
-    if (!pooled_) return;
-    primitive_key k;
-    k.add(mem_.get_desc());
-    auto& free = scratch_pool()[k];
-    if (free.size() < scratch_per_desc) free.push_back(std::move(mem_));
-  }
+  explicit scratch_memory(dnnl::memory m) : mem_(std::move(m)) {}
   const dnnl::memory& get() const { return mem_; }
   operator const dnnl::memory&() const { return mem_; }
 
  private:
   dnnl::memory mem_;
-  bool pooled_ = false;
 };
 
-/// A scratch buffer of descriptor `md` (from the pool, else new).
-inline scratch_memory scratch(const dnnl_md& md) {
-  primitive_key k;
-  k.add(md);
-  auto& free = scratch_pool()[k];
-  if (!free.empty()) {
-    dnnl::memory m = std::move(free.back());
-    free.pop_back();
-    return scratch_memory(std::move(m), true);
-  }
-  return scratch_memory(dnnl::memory(md, dnnl_engine()), true);
-}
+/// A new buffer of descriptor `md`.
+inline scratch_memory scratch(const dnnl_md& md) { return scratch_memory(dnnl::memory(md, dnnl_engine())); }
 
 /// `m` as a memory of descriptor `want`: itself when the layouts agree, else a reordered
 /// copy in scratch memory (keep the result alive while the primitive runs).
@@ -17136,10 +17115,6 @@ inline void require_dims(const char* fn, const char* name, std::span<const std::
 }
 
 }  // namespace detail
-
-/// Frees the calling thread's scratch buffers (the kernels keep up to four per layout
-/// and shape for reuse; a program done with a network's shapes can give them back).
-inline void dnnl_release_scratch() { detail::scratch_pool().clear(); }
 
 inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
   tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
@@ -17376,8 +17351,9 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
 // Batch normalisation over (N, H, W) per channel of NCHW tensors: training forward
 // (batch statistics) and backward through oneDNN, with ReLU fused where asked;
 // normalising with statistics given from outside (inference, and the second half of a
-// batch norm over several ranks) through oneDNN; and the split form, whose per-channel
-// sums a sharded operator adds up across ranks between two kernel calls:
+// batch norm over several ranks), plane by plane on plain arrays and through oneDNN on
+// blocked ones; and the split form, whose per-channel sums a sharded operator adds up
+// across ranks between two kernel calls:
 //
 //   forward:   s = batch_norm_sums(x)                 per channel sum x, sum x^2 (local)
 //              all-reduce s; m = batch_norm_moments(s, count)        (global count)
@@ -17393,11 +17369,13 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
@@ -17438,7 +17416,7 @@ inline primitive_key bn_key(std::int64_t kind, const dnnl_md& data, float eps, b
   return k;
 }
 
-/// The layout a batch norm of plain NCHW arrays computes in: oneDNN's channel-blocked
+/// The layout oneDNN's batch norm of plain NCHW arrays computes in: its channel-blocked
 /// one for this CPU (nChw16c with AVX-512, else nChw8c). Its blocked kernels are several
 /// times faster than its plain-NCHW one (at batch 32, 64 x 32 x 32: 1.7 ms against 12.8
 /// ms for forward and backward), more than the reorders to and from it cost.
@@ -17458,6 +17436,51 @@ scratch_memory bn_data(const X& x) {
   } else {
     return scratch_memory(memory_of(x));
   }
+}
+
+/// Calls f(c, p, n) for each contiguous run of channel c's values in an NCHW array: p
+/// its first element, n = H * W; a channel's runs in batch order, on one thread, and
+/// different channels on different threads at once (parallel_ranges): f touches only
+/// channel c's results.
+template <class T, class F>
+void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
+  const std::span<const std::size_t> s(x.shape().data(), x.shape().size());
+  tessera::detail::require_nchw(fn, "x", s);
+  const std::size_t plane = s[2] * s[3];
+  // Channels on the threads (each channel's planes on one, in batch order).
+  const std::size_t per_channel = std::max<std::size_t>(s[0] * plane, 1);
+  parallel_ranges(s[1], std::max<std::size_t>(parallel_grain / per_channel, 1), [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t c = c0; c < c1; ++c)
+      for (std::size_t n = 0; n < s[0]; ++n) f(c, (n * s[1] + c) * plane, plane);
+  });
+}
+
+/// The two sums over i < n of f(i) = {u, v}, in double, in `lanes` running sums each
+/// (lane j takes the i with i % lanes == j) added up at the end: independent lanes
+/// vectorise and pipeline, where one running sum is a chain of dependent additions (a
+/// plane's sums took about 4 times as long).
+template <class F>
+std::pair<double, double> lane_sums(std::size_t n, F&& f) {
+  constexpr std::size_t lanes = 8;
+  std::array<double, lanes> u{}, v{};
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    for (std::size_t j = 0; j < lanes; ++j) {
+      const auto [a, b] = f(i + j);
+      u[j] += a;
+      v[j] += b;
+    }
+  double su = 0, sv = 0;
+  for (std::size_t j = 0; j < lanes; ++j) {
+    su += u[j];
+    sv += v[j];
+  }
+  for (; i < n; ++i) {
+    const auto [a, b] = f(i);
+    su += a;
+    sv += b;
+  }
+  return {su, sv};
 }
 
 /// The channel count of an NCHW operand, checking its rank.
@@ -17512,7 +17535,9 @@ batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_tra
 /// y = gamma[c] * (x - mean[c]) / sqrt(variance[c] + eps) + beta[c], then max(y, 0)
 /// when `relu`, with the statistics given: inference with the running statistics, and
 /// the normalisation of a batch norm whose statistics were gathered across ranks
-/// (batch_norm_moments).
+/// (batch_norm_moments). A plain array is normalised in place of its layout, plane by
+/// plane (one pass, where oneDNN's blocked kernel needs a reorder in and one out: a
+/// third of the memory traffic); a dnnl_tensor by oneDNN in its own layout.
 template <dnnl_operand X>
 X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta,
                                const xt::xarray<float>& mean, const xt::xarray<float>& variance, float eps,
@@ -17524,6 +17549,20 @@ X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const
   detail::require_vector(fn, "beta", beta, c);
   detail::require_vector(fn, "mean", mean, c);
   detail::require_vector(fn, "variance", variance, c);
+  if constexpr (std::same_as<X, xt::xarray<float>>) {
+    xt::xarray<float> y = xt::xarray<float>::from_shape(x.shape());
+    detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
+      const float* p = x.data() + off;
+      float* o = y.data() + off;
+      const float m = mean(ch), b = beta(ch);
+      const float a = float(double(gamma(ch)) / std::sqrt(double(variance(ch)) + double(eps)));
+      if (relu)
+        for (std::size_t i = 0; i < len; ++i) o[i] = std::max((p[i] - m) * a + b, 0.f);
+      else
+        for (std::size_t i = 0; i < len; ++i) o[i] = (p[i] - m) * a + b;
+    });
+    return y;
+  }
   return detail::dnnl_call(fn, [&] {
     const detail::scratch_memory src = detail::bn_data(x);
     const auto& e = detail::cached<detail::bn_forward_entry>(detail::bn_key(12, src.get().get_desc(), eps, relu), [&] {
@@ -17601,23 +17640,6 @@ batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X&
 
 namespace detail {
 
-/// Calls f(c, p, n) for each contiguous run of channel c's values in an NCHW array: p
-/// its first element, n = H * W; a channel's runs in batch order, on one thread, and
-/// different channels on different threads at once (parallel_ranges): f touches only
-/// channel c's results.
-template <class T, class F>
-void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
-  const std::span<const std::size_t> s(x.shape().data(), x.shape().size());
-  tessera::detail::require_nchw(fn, "x", s);
-  const std::size_t plane = s[2] * s[3];
-  // Channels on the threads (each channel's planes on one, in batch order).
-  const std::size_t per_channel = std::max<std::size_t>(s[0] * plane, 1);
-  parallel_ranges(s[1], std::max<std::size_t>(parallel_grain / per_channel, 1), [&](std::size_t c0, std::size_t c1) {
-    for (std::size_t c = c0; c < c1; ++c)
-      for (std::size_t n = 0; n < s[0]; ++n) f(c, (n * s[1] + c) * plane, plane);
-  });
-}
-
 template <class T>
 void require_channels(const char* fn, const char* name, const xt::xarray<T>& v, std::size_t c) {
   if (v.dimension() != 1 || v.shape()[0] != c)
@@ -17647,11 +17669,10 @@ channel_sums<xt::xarray<T>> batch_norm_sums(const xt::xarray<T>& x) {
   std::vector<double> s(c, 0.0), q(c, 0.0);
   detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
     const T* p = x.data() + off;
-    double a = 0, b = 0;
-    for (std::size_t i = 0; i < len; ++i) {
-      a += double(p[i]);
-      b += double(p[i]) * double(p[i]);
-    }
+    const auto [a, b] = detail::lane_sums(len, [p](std::size_t i) {
+      const double v = double(p[i]);
+      return std::pair{v, v * v};
+    });
     s[ch] += a;
     q[ch] += b;
   });
@@ -17704,12 +17725,13 @@ channel_sums<xt::xarray<T>> batch_norm_backward_sums(const xt::xarray<T>& dy, co
     const T* r = relu_y ? relu_y->data() + off : nullptr;
     const double m = double(mean(ch));
     const double inv = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
-    double a = 0, b = 0;
-    for (std::size_t i = 0; i < len; ++i) {
-      const double d = r && !(r[i] > T(0)) ? 0.0 : double(g[i]);
-      a += d;
-      b += d * (double(p[i]) - m);
-    }
+    auto terms = [&](auto masked) {
+      return detail::lane_sums(len, [&](std::size_t i) {
+        const double d = double(masked && !(r[i] > T(0)) ? T(0) : g[i]);
+        return std::pair{d, d * (double(p[i]) - m)};
+      });
+    };
+    const auto [a, b] = r ? terms(std::true_type{}) : terms(std::false_type{});
     sd[ch] += a;
     sdx[ch] += b * inv;
   });
@@ -20174,9 +20196,12 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
   const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
+    auto local = elementwise_local_grad<K, T, D>(ldy->local(), in.x, i);
+    // Summed back where the input broadcasts; as it is (not copied) where it does not.
+    const bool broadcast = !(extents_of(local.shape()) == in.x[i]->local_shape());
     tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
-                      kernels::backend<D>::reduce_to_shape(elementwise_local_grad<K, T, D>(ldy->local(), in.x, i),
-                                                           in.x[i]->local_shape()));
+                      broadcast ? kernels::backend<D>::reduce_to_shape(local, in.x[i]->local_shape())
+                                : std::move(local));
     ++i;
     return g;
   };
@@ -21725,15 +21750,6 @@ namespace tessera::ops {
 
 namespace detail {
 
-// The extents of an array's shape.
-template <class Shape>
-extents extents_of(const Shape& s) {
-  extents e;
-  e.ndim = int(s.size());
-  for (int d = 0; d < e.ndim; ++d) e.v[d] = index_t(s[std::size_t(d)]);
-  return e;
-}
-
 // `s` with dim `dim` set to `n`.
 inline extents with_dim(extents s, int dim, index_t n) {
   s.v[dim] = n;
@@ -21801,7 +21817,7 @@ typename storage<T, D>::array halo_extend(const typename storage<T, D>::array& x
                                           G& group, const internal_collective& ic, int rank, std::string_view op) {
   using S = storage<T, D>;
   const int c = group.rank();
-  const extents xs = detail::extents_of(x.shape());
+  const extents xs = extents_of(x.shape());
   index_t row = 1;
   for (int d = 0; d < xs.ndim; ++d)
     if (d != dim) row *= xs[d];
@@ -21834,7 +21850,7 @@ typename storage<T, D>::array halo_fold(const typename storage<T, D>::array& dx_
   using S = storage<T, D>;
   using K = kernels::backend<D>;
   const int c = group.rank();
-  const extents es = detail::extents_of(dx_ext.shape());
+  const extents es = extents_of(dx_ext.shape());
   index_t row = 1;
   for (int d = 0; d < es.ndim; ++d)
     if (d != dim) row *= es[d];
@@ -21873,7 +21889,9 @@ typename storage<T, D>::array halo_fold(const typename storage<T, D>::array& dx_
 // redistributed first, by the cheapest plan.
 
 #include <array>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -21927,6 +21945,18 @@ typename storage<T, D>::array halo_hw(typename storage<T, D>::array x, const win
   return x;
 }
 
+// The rank's input extended by its neighbours' halo where H or W is split (halo_hw's
+// extend pass), else nothing: the convolution reads the input as it is, uncopied.
+template <class T, class D, class C>
+std::optional<typename storage<T, D>::array> extended_input(const typename storage<T, D>::array& x,
+                                                            const window_split& s,
+                                                            const std::vector<internal_collective>& cs,
+                                                            std::size_t& next, device_context<C>& ctx,
+                                                            std::string_view op) {
+  if (s.h.parts <= 1 && s.w.parts <= 1) return std::nullopt;
+  return halo_hw<halo_pass::extend, T, D>(x, s, cs, next, ctx, op);
+}
+
 // The padding of the rank's local window: the image's on the edges of a split axis
 // (the first and last ranks), none inside it (the halo holds real rows).
 inline kernels::pad2d local_padding(const window_split& s, int rank) {
@@ -21959,10 +21989,11 @@ tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<
     const window_split s = op.split(op.st, ctx.size(), shapes);
     const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
     std::size_t next = 0;
-    const auto xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
+    using A = typename storage<T, D>::array;
+    const std::optional<A> extended = detail::extended_input<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    using A = typename storage<T, D>::array;
     const A* no_bias = nullptr;
     return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
   } else {
@@ -21989,10 +22020,11 @@ op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_input
     const window_split s = op.split(op.st, ctx.size(), shapes);
     const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
     std::size_t next = detail::forward_exchanges(s);
-    const A xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const std::optional<A> extended = detail::extended_input<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    const extents xes = detail::extents_of(xe.shape());
+    const extents xes = extents_of(xe.shape());
     const extents wls = local_shape(r.w, shapes[1]);
     dw = std::move(K::conv2d_backward_weights(ldy->local(), xe, detail::dims_of(wls), false, p).dw);
     A dxe = K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p);

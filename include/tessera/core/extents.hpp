@@ -49,4 +49,14 @@ struct extents {
   friend constexpr bool operator==(const extents&, const extents&) = default;
 };
 
+/// The extents of an array's shape (any sequence of sizes: an xarray's, a device
+/// array's); dims past max_tensor_ndim count in ndim only, as in the list constructor.
+template <class Shape>
+constexpr extents extents_of(const Shape& s) {
+  extents e;
+  e.ndim = int(s.size());
+  for (int d = 0; d < e.ndim && d < max_tensor_ndim; ++d) e.v[d] = index_t(s[std::size_t(d)]);
+  return e;
+}
+
 }  // namespace tessera

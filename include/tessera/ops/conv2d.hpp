@@ -5,7 +5,9 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -67,6 +69,18 @@ typename storage<T, D>::array halo_hw(typename storage<T, D>::array x, const win
   return x;
 }
 
+// The rank's input extended by its neighbours' halo where H or W is split (halo_hw's
+// extend pass), else nothing: the convolution reads the input as it is, uncopied.
+template <class T, class D, class C>
+std::optional<typename storage<T, D>::array> extended_input(const typename storage<T, D>::array& x,
+                                                            const window_split& s,
+                                                            const std::vector<internal_collective>& cs,
+                                                            std::size_t& next, device_context<C>& ctx,
+                                                            std::string_view op) {
+  if (s.h.parts <= 1 && s.w.parts <= 1) return std::nullopt;
+  return halo_hw<halo_pass::extend, T, D>(x, s, cs, next, ctx, op);
+}
+
 // The padding of the rank's local window: the image's on the edges of a split axis
 // (the first and last ranks), none inside it (the halo holds real rows).
 inline kernels::pad2d local_padding(const window_split& s, int rank) {
@@ -99,10 +113,11 @@ tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<
     const window_split s = op.split(op.st, ctx.size(), shapes);
     const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
     std::size_t next = 0;
-    const auto xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
+    using A = typename storage<T, D>::array;
+    const std::optional<A> extended = detail::extended_input<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    using A = typename storage<T, D>::array;
     const A* no_bias = nullptr;
     return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
   } else {
@@ -129,10 +144,11 @@ op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_input
     const window_split s = op.split(op.st, ctx.size(), shapes);
     const std::vector<internal_collective> cs = op.collectives(op.st, ctx.size(), shapes);
     std::size_t next = detail::forward_exchanges(s);
-    const A xe = detail::halo_hw<detail::halo_pass::extend, T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const std::optional<A> extended = detail::extended_input<T, D>(lx->local(), s, cs, next, ctx, op.name());
+    const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    const extents xes = detail::extents_of(xe.shape());
+    const extents xes = extents_of(xe.shape());
     const extents wls = local_shape(r.w, shapes[1]);
     dw = std::move(K::conv2d_backward_weights(ldy->local(), xe, detail::dims_of(wls), false, p).dw);
     A dxe = K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p);

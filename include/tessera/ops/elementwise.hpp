@@ -133,9 +133,12 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
   const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
+    auto local = elementwise_local_grad<K, T, D>(ldy->local(), in.x, i);
+    // Summed back where the input broadcasts; as it is (not copied) where it does not.
+    const bool broadcast = !(extents_of(local.shape()) == in.x[i]->local_shape());
     tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
-                      kernels::backend<D>::reduce_to_shape(elementwise_local_grad<K, T, D>(ldy->local(), in.x, i),
-                                                           in.x[i]->local_shape()));
+                      broadcast ? kernels::backend<D>::reduce_to_shape(local, in.x[i]->local_shape())
+                                : std::move(local));
     ++i;
     return g;
   };

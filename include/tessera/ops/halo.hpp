@@ -21,15 +21,6 @@ namespace tessera::ops {
 
 namespace detail {
 
-// The extents of an array's shape.
-template <class Shape>
-extents extents_of(const Shape& s) {
-  extents e;
-  e.ndim = int(s.size());
-  for (int d = 0; d < e.ndim; ++d) e.v[d] = index_t(s[std::size_t(d)]);
-  return e;
-}
-
 // `s` with dim `dim` set to `n`.
 inline extents with_dim(extents s, int dim, index_t n) {
   s.v[dim] = n;
@@ -97,7 +88,7 @@ typename storage<T, D>::array halo_extend(const typename storage<T, D>::array& x
                                           G& group, const internal_collective& ic, int rank, std::string_view op) {
   using S = storage<T, D>;
   const int c = group.rank();
-  const extents xs = detail::extents_of(x.shape());
+  const extents xs = extents_of(x.shape());
   index_t row = 1;
   for (int d = 0; d < xs.ndim; ++d)
     if (d != dim) row *= xs[d];
@@ -130,7 +121,7 @@ typename storage<T, D>::array halo_fold(const typename storage<T, D>::array& dx_
   using S = storage<T, D>;
   using K = kernels::backend<D>;
   const int c = group.rank();
-  const extents es = detail::extents_of(dx_ext.shape());
+  const extents es = extents_of(dx_ext.shape());
   index_t row = 1;
   for (int d = 0; d < es.ndim; ++d)
     if (d != dim) row *= es[d];

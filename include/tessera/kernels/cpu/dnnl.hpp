@@ -217,54 +217,23 @@ inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
 
 // ---- scratch memory ------------------------------------------------------------------
 
-/// The calling thread's free scratch buffers, by descriptor: the reordered copies and
-/// blocked intermediates a kernel needs only during its call. Reusing them saves the
-/// page faults of fresh large allocations (a 32 MiB reorder into fresh memory costs
-/// about 4 times one into memory already touched).
-inline std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash>& scratch_pool() {
-  thread_local std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash> pool;
-  return pool;
-}
-
-/// Free buffers kept per descriptor and thread.
-inline constexpr std::size_t scratch_per_desc = 4;
-
-/// A memory a kernel uses during its call: either an operand's own memory (not owned
-/// here) or a scratch buffer, handed back to the thread's pool when this is destroyed.
+/// A memory a kernel uses during its call: either an operand's own memory or a buffer
+/// of its own (a reordered copy, a blocked intermediate), freed with it. Freed buffers
+/// go back to the heap, which hands them to the next call without fresh page faults
+/// in a process set up by train::retain_freed_memory(); keeping buffers per layout
+/// and shape instead held about half a gigabyte in ResNet-50's 224x224 step.
 class scratch_memory {
  public:
-  explicit scratch_memory(dnnl::memory m, bool pooled = false) : mem_(std::move(m)), pooled_(pooled) {}
-  scratch_memory(scratch_memory&& o) noexcept : mem_(std::move(o.mem_)), pooled_(std::exchange(o.pooled_, false)) {}
-  scratch_memory(const scratch_memory&) = delete;
-  scratch_memory& operator=(const scratch_memory&) = delete;
-  scratch_memory& operator=(scratch_memory&&) = delete;
-  ~scratch_memory() {
-    if (!pooled_) return;
-    primitive_key k;
-    k.add(mem_.get_desc());
-    auto& free = scratch_pool()[k];
-    if (free.size() < scratch_per_desc) free.push_back(std::move(mem_));
-  }
+  explicit scratch_memory(dnnl::memory m) : mem_(std::move(m)) {}
   const dnnl::memory& get() const { return mem_; }
   operator const dnnl::memory&() const { return mem_; }
 
  private:
   dnnl::memory mem_;
-  bool pooled_ = false;
 };
 
-/// A scratch buffer of descriptor `md` (from the pool, else new).
-inline scratch_memory scratch(const dnnl_md& md) {
-  primitive_key k;
-  k.add(md);
-  auto& free = scratch_pool()[k];
-  if (!free.empty()) {
-    dnnl::memory m = std::move(free.back());
-    free.pop_back();
-    return scratch_memory(std::move(m), true);
-  }
-  return scratch_memory(dnnl::memory(md, dnnl_engine()), true);
-}
+/// A new buffer of descriptor `md`.
+inline scratch_memory scratch(const dnnl_md& md) { return scratch_memory(dnnl::memory(md, dnnl_engine())); }
 
 /// `m` as a memory of descriptor `want`: itself when the layouts agree, else a reordered
 /// copy in scratch memory (keep the result alive while the primitive runs).
@@ -343,10 +312,6 @@ inline void require_dims(const char* fn, const char* name, std::span<const std::
 }
 
 }  // namespace detail
-
-/// Frees the calling thread's scratch buffers (the kernels keep up to four per layout
-/// and shape for reuse; a program done with a network's shapes can give them back).
-inline void dnnl_release_scratch() { detail::scratch_pool().clear(); }
 
 inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
   tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
