@@ -16814,6 +16814,7 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <concepts>
 #include <cstddef>
@@ -17020,23 +17021,68 @@ inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
 
 // ---- scratch memory ------------------------------------------------------------------
 
-/// A memory a kernel uses during its call: either an operand's own memory or a buffer
-/// of its own (a reordered copy, a blocked intermediate), freed with it. Freed buffers
-/// go back to the heap, which hands them to the next call without fresh page faults
-/// in a process set up by train::retain_freed_memory(); keeping buffers per layout
-/// and shape instead held about half a gigabyte in ResNet-50's 224x224 step.
+/// Bytes of freed scratch buffers each thread keeps for reuse (set_dnnl_scratch_budget).
+inline std::atomic<std::size_t>& scratch_budget() {
+  static std::atomic<std::size_t> bytes{std::size_t(64) << 20};
+  return bytes;
+}
+
+/// The calling thread's free scratch buffers, by descriptor, and their bytes: the
+/// reordered copies and blocked intermediates a kernel needs only during its call.
+/// Reusing them saves the page faults of fresh allocations (a reorder into fresh memory
+/// costs several times one into memory already touched); the budget keeps the large
+/// ones of large shapes from being held between calls (unbounded, they held 0.55 GB in
+/// ResNet-50's 224x224 step).
+struct scratch_pool_state {
+  std::unordered_map<primitive_key, std::vector<dnnl::memory>, primitive_key_hash> free;
+  std::size_t bytes = 0;
+};
+inline scratch_pool_state& scratch_pool() {
+  thread_local scratch_pool_state pool;
+  return pool;
+}
+
+/// A memory a kernel uses during its call: either an operand's own memory (not owned
+/// here) or a scratch buffer, handed back to the thread's pool when this is destroyed
+/// if the pool stays within the budget, else freed.
 class scratch_memory {
  public:
-  explicit scratch_memory(dnnl::memory m) : mem_(std::move(m)) {}
+  explicit scratch_memory(dnnl::memory m, bool pooled = false) : mem_(std::move(m)), pooled_(pooled) {}
+  scratch_memory(scratch_memory&& o) noexcept : mem_(std::move(o.mem_)), pooled_(std::exchange(o.pooled_, false)) {}
+  scratch_memory(const scratch_memory&) = delete;
+  scratch_memory& operator=(const scratch_memory&) = delete;
+  scratch_memory& operator=(scratch_memory&&) = delete;
+  ~scratch_memory() {
+    if (!pooled_) return;
+    scratch_pool_state& pool = scratch_pool();
+    const std::size_t bytes = mem_.get_desc().get_size();
+    if (pool.bytes + bytes > scratch_budget().load(std::memory_order_relaxed)) return;
+    primitive_key k;
+    k.add(mem_.get_desc());
+    pool.free[k].push_back(std::move(mem_));
+    pool.bytes += bytes;
+  }
   const dnnl::memory& get() const { return mem_; }
   operator const dnnl::memory&() const { return mem_; }
 
  private:
   dnnl::memory mem_;
+  bool pooled_ = false;
 };
 
-/// A new buffer of descriptor `md`.
-inline scratch_memory scratch(const dnnl_md& md) { return scratch_memory(dnnl::memory(md, dnnl_engine())); }
+/// A scratch buffer of descriptor `md` (from the pool, else new).
+inline scratch_memory scratch(const dnnl_md& md) {
+  scratch_pool_state& pool = scratch_pool();
+  primitive_key k;
+  k.add(md);
+  if (const auto it = pool.free.find(k); it != pool.free.end() && !it->second.empty()) {
+    dnnl::memory m = std::move(it->second.back());
+    it->second.pop_back();
+    pool.bytes -= md.get_size();
+    return scratch_memory(std::move(m), true);
+  }
+  return scratch_memory(dnnl::memory(md, dnnl_engine()), true);
+}
 
 /// `m` as a memory of descriptor `want`: itself when the layouts agree, else a reordered
 /// copy in scratch memory (keep the result alive while the primitive runs).
@@ -17115,6 +17161,14 @@ inline void require_dims(const char* fn, const char* name, std::span<const std::
 }
 
 }  // namespace detail
+
+/// Sets how many bytes of freed scratch buffers (the reordered copies and blocked
+/// intermediates of the kernels' calls) each thread keeps for the next calls: 64 MiB
+/// unless set, 0 keeps none. The calling thread's kept buffers are freed now.
+inline void set_dnnl_scratch_budget(std::size_t bytes) {
+  detail::scratch_budget().store(bytes, std::memory_order_relaxed);
+  detail::scratch_pool() = {};
+}
 
 inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
   tessera::detail::require_nchw("dnnl_tensor::from_xarray", "x",
