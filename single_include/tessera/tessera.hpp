@@ -17511,8 +17511,8 @@ void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
 
 /// The two sums over i < n of f(i) = {u, v}, in double, in `lanes` running sums each
 /// (lane j takes the i with i % lanes == j) added up at the end: independent lanes
-/// vectorise and pipeline, where one running sum is a chain of dependent additions (a
-/// plane's sums took about 4 times as long).
+/// vectorise and pipeline, where one running sum is a chain of dependent additions
+/// (batch_norm_sums of a 32 x 256 x 56 x 56 array on 2 threads: about 11 ms against 15).
 template <class F>
 std::pair<double, double> lane_sums(std::size_t n, F&& f) {
   constexpr std::size_t lanes = 8;
