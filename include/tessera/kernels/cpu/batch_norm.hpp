@@ -190,9 +190,9 @@ batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_tra
 /// y = gamma[c] * (x - mean[c]) / sqrt(variance[c] + eps) + beta[c], then max(y, 0)
 /// when `relu`, with the statistics given: inference with the running statistics, and
 /// the normalisation of a batch norm whose statistics were gathered across ranks
-/// (batch_norm_moments). A plain array is normalised in place of its layout, plane by
-/// plane (one pass, where oneDNN's blocked kernel needs a reorder in and one out: a
-/// third of the memory traffic); a dnnl_tensor by oneDNN in its own layout.
+/// (batch_norm_moments). A plain array is normalised in its own layout, plane by plane
+/// (one pass, where oneDNN's blocked kernel needs a reorder in and one out: a third of
+/// the memory traffic); a dnnl_tensor by oneDNN in its own layout.
 template <dnnl_operand X>
 X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta,
                                const xt::xarray<float>& mean, const xt::xarray<float>& variance, float eps,
