@@ -15007,11 +15007,12 @@ inline std::optional<std::filesystem::path> latest_complete_checkpoint(const std
 
 // ---- tessera/kernels/cpu/common.hpp ----
 // What the CPU kernels share: the shape argument type, shape text for errors, axis
-// normalisation, and the one strided loop that every broadcasting, reducing,
-// transposing and slicing kernel runs on.
+// normalisation, the one strided loop that every broadcasting, reducing, transposing and
+// slicing kernel runs on, and the branch-free mask of the ReLU gradients.
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -15020,6 +15021,7 @@ inline std::optional<std::filesystem::path> latest_complete_checkpoint(const std
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 #include <xtensor/xarray.hpp>
 
@@ -15211,6 +15213,16 @@ xt::xarray<T> filled_array(const S& shape, T value) {
   xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
   std::fill(out.data(), out.data() + out.size(), value);
   return out;
+}
+
+/// v where keep, else +0, by a mask rather than a branch: GCC vectorises `kept(g[i], x[i]
+/// > 0)` in a loop, where it leaves `x[i] > 0 ? g[i] : 0` a branch when the result is
+/// multiplied or widened to double after (a ReLU's mask on a gradient).
+template <class T>
+  requires std::same_as<T, float> || std::same_as<T, double>
+T kept(T v, bool keep) {
+  using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  return std::bit_cast<T>(std::bit_cast<bits>(v) & (bits(0) - bits(keep)));
 }
 
 }  // namespace detail
@@ -15758,8 +15770,13 @@ xt::xarray<T> relu_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x) {
   const T* g = dy.data();
   const T* v = x.data();
   T* o = dx.data();
-  detail::parallel_ranges(dx.size(), detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) o[i] = v[i] > T(0) ? g[i] : T(0);
+  detail::parallel_ranges(dx.size(), detail::parallel_grain, [g, v, o](std::size_t i0, std::size_t i1) {
+    // dy loaded whatever the mask: a select, which vectorises, where a load under the
+    // condition stays a branch.
+    for (std::size_t i = i0; i < i1; ++i) {
+      const T d = g[i];
+      o[i] = v[i] > T(0) ? d : T(0);
+    }
   });
   return dx;
 }
@@ -17405,7 +17422,7 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
 // Batch normalisation over (N, H, W) per channel of NCHW tensors: training forward
 // (batch statistics) and backward through oneDNN, with ReLU fused where asked;
 // normalising with statistics given from outside (inference, and the second half of a
-// batch norm over several ranks), plane by plane on plain arrays and through oneDNN on
+// batch norm over several ranks), in one pass on plain arrays and through oneDNN on
 // blocked ones; and the split form, whose per-channel sums a sharded operator adds up
 // across ranks between two kernel calls:
 //
@@ -17492,20 +17509,72 @@ scratch_memory bn_data(const X& x) {
   }
 }
 
-/// Calls f(c, p, n) for each contiguous run of channel c's values in an NCHW array: p
-/// its first element, n = H * W; a channel's runs in batch order, on one thread, and
-/// different channels on different threads at once (parallel_ranges): f touches only
-/// channel c's results.
-template <class T, class F>
-void for_each_plane(const char* fn, const xt::xarray<T>& x, F&& f) {
-  const std::span<const std::size_t> s(x.shape().data(), x.shape().size());
+/// Planes (H * W) of fewer elements than this are walked a batch row at a time by the
+/// split-form kernels (for_each_run, channel_sums_of) rather than plane by plane.
+inline constexpr std::size_t small_plane = 64;
+
+/// A channel's coefficient for every element of one of its planes.
+template <class T>
+struct plane_value {
+  T v;
+  T operator[](std::size_t) const { return v; }
+};
+
+/// Channel c's K coefficients (coef[k][c]) for every element of its planes.
+template <class T, std::size_t K>
+std::array<plane_value<T>, K> plane_values(const std::array<std::vector<T>, K>& coef, std::size_t c) {
+  std::array<plane_value<T>, K> co;
+  for (std::size_t k = 0; k < K; ++k) co[k].v = coef[k][c];
+  return co;
+}
+
+/// The K per-channel coefficients (coef[k][c]) of channels [c0, c1) spread to one per
+/// element of a batch row of those channels: co[k][(c - c0) * plane + i].
+template <class T, std::size_t K>
+struct spread_coefficients {
+  std::array<std::vector<T>, K> values;
+  std::array<const T*, K> co;
+  spread_coefficients(const std::array<std::vector<T>, K>& coef, std::size_t c0, std::size_t c1, std::size_t plane) {
+    for (std::size_t k = 0; k < K; ++k) {
+      values[k].resize((c1 - c0) * plane);
+      for (std::size_t c = c0; c < c1; ++c) std::fill_n(values[k].data() + (c - c0) * plane, plane, coef[k][c]);
+      co[k] = values[k].data();
+    }
+  }
+};
+
+/// f(c0, c1) over ranges of the channels of an NCHW array of shape s, on several threads
+/// when there are enough elements (parallel_ranges): each channel on one thread.
+template <class F>
+void for_channel_ranges(const char* fn, std::span<const std::size_t> s, F&& f) {
   tessera::detail::require_nchw(fn, "x", s);
-  const std::size_t plane = s[2] * s[3];
-  // Channels on the threads (each channel's planes on one, in batch order).
-  const std::size_t per_channel = std::max<std::size_t>(s[0] * plane, 1);
-  parallel_ranges(s[1], std::max<std::size_t>(parallel_grain / per_channel, 1), [&](std::size_t c0, std::size_t c1) {
-    for (std::size_t c = c0; c < c1; ++c)
-      for (std::size_t n = 0; n < s[0]; ++n) f(c, (n * s[1] + c) * plane, plane);
+  const std::size_t per_channel = std::max<std::size_t>(s[0] * s[2] * s[3], 1);
+  parallel_ranges(s[1], std::max<std::size_t>(parallel_grain / per_channel, 1), f);
+}
+
+/// The element-wise pass of a split-form kernel over an NCHW array of shape s, with K
+/// coefficients per channel (coef[k][c]): f(co, off, len) for runs [off, off + len) of
+/// the array's elements, where co[k][i] is the k-th coefficient of element off + i's
+/// channel; different channels on different threads at once.
+/// - Planes of small_plane elements or more are runs of their own, co[k] a plane_value.
+/// - Smaller planes (ResNet-50's last stages at 32 x 32: 4 x 4 down to 1 x 1) would make
+///   runs of a few elements, each costing many times its arithmetic (on one thread, 1 x 1
+///   planes took 6 to 15 ns an element against 0.5 for 16 x 16). A thread's channels of
+///   one image are one run instead, with the coefficients spread to one per element
+///   (co[k] a pointer): 1 x 1 planes then take 0.6 to 1.5 ns an element.
+template <class T, std::size_t K, class F>
+void for_each_run(const char* fn, std::span<const std::size_t> s, const std::array<std::vector<T>, K>& coef, F&& f) {
+  for_channel_ranges(fn, s, [&](std::size_t c0, std::size_t c1) {
+    const std::size_t images = s[0], channels = s[1], plane = s[2] * s[3];
+    if (plane >= small_plane) {
+      for (std::size_t c = c0; c < c1; ++c) {
+        const auto co = plane_values(coef, c);
+        for (std::size_t n = 0; n < images; ++n) f(co, (n * channels + c) * plane, plane);
+      }
+    } else {
+      const spread_coefficients<T, K> spread(coef, c0, c1, plane);
+      for (std::size_t n = 0; n < images; ++n) f(spread.co, (n * channels + c0) * plane, (c1 - c0) * plane);
+    }
   });
 }
 
@@ -17535,6 +17604,50 @@ std::pair<double, double> lane_sums(std::size_t n, F&& f) {
     sv += b;
   }
   return {su, sv};
+}
+
+/// Per channel c of an NCHW array of shape s, the two sums over c's elements of term(co,
+/// off, i) = {u, v} (element off + i, co as for_each_run gives it), in double.
+/// - A plane of small_plane elements or more is summed by lane_sums.
+/// - Smaller planes: one running sum per element of a thread's batch row, over the
+///   images, added up per channel after the last.
+template <class T, std::size_t K, class F>
+std::pair<std::vector<double>, std::vector<double>> channel_sums_of(const char* fn, std::span<const std::size_t> s,
+                                                                   const std::array<std::vector<T>, K>& coef,
+                                                                   F&& term) {
+  std::vector<double> su(s.size() == 4 ? s[1] : 0, 0.0), sv(su.size(), 0.0);
+  for_channel_ranges(fn, s, [&](std::size_t c0, std::size_t c1) {
+    const std::size_t images = s[0], channels = s[1], plane = s[2] * s[3];
+    if (plane >= small_plane) {
+      for (std::size_t c = c0; c < c1; ++c) {
+        const auto co = plane_values(coef, c);
+        for (std::size_t n = 0; n < images; ++n) {
+          const std::size_t off = (n * channels + c) * plane;
+          const auto [a, b] = lane_sums(plane, [&](std::size_t i) { return term(co, off, i); });
+          su[c] += a;
+          sv[c] += b;
+        }
+      }
+    } else {
+      const spread_coefficients<T, K> spread(coef, c0, c1, plane);
+      const std::size_t len = (c1 - c0) * plane;
+      std::vector<double> u(len, 0.0), v(len, 0.0);
+      for (std::size_t n = 0; n < images; ++n) {
+        const std::size_t off = (n * channels + c0) * plane;
+        for (std::size_t i = 0; i < len; ++i) {
+          const auto [a, b] = term(spread.co, off, i);
+          u[i] += a;
+          v[i] += b;
+        }
+      }
+      for (std::size_t c = c0; c < c1; ++c)
+        for (std::size_t i = (c - c0) * plane; i < (c - c0 + 1) * plane; ++i) {
+          su[c] += u[i];
+          sv[c] += v[i];
+        }
+    }
+  });
+  return {std::move(su), std::move(sv)};
 }
 
 /// The channel count of an NCHW operand, checking its rank.
@@ -17589,9 +17702,9 @@ batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_tra
 /// y = gamma[c] * (x - mean[c]) / sqrt(variance[c] + eps) + beta[c], then max(y, 0)
 /// when `relu`, with the statistics given: inference with the running statistics, and
 /// the normalisation of a batch norm whose statistics were gathered across ranks
-/// (batch_norm_moments). A plain array is normalised in its own layout, plane by plane
-/// (one pass, where oneDNN's blocked kernel needs a reorder in and one out: a third of
-/// the memory traffic); a dnnl_tensor by oneDNN in its own layout.
+/// (batch_norm_moments). A plain array is normalised in its own layout (for_each_run: one
+/// pass, where oneDNN's blocked kernel needs a reorder in and one out: a third of the
+/// memory traffic); a dnnl_tensor by oneDNN in its own layout.
 template <dnnl_operand X>
 X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const xt::xarray<float>& beta,
                                const xt::xarray<float>& mean, const xt::xarray<float>& variance, float eps,
@@ -17605,15 +17718,23 @@ X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const
   detail::require_vector(fn, "variance", variance, c);
   if constexpr (std::same_as<X, xt::xarray<float>>) {
     xt::xarray<float> y = xt::xarray<float>::from_shape(x.shape());
-    detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
-      const float* p = x.data() + off;
-      float* o = y.data() + off;
-      const float m = mean(ch), b = beta(ch);
-      const float a = float(double(gamma(ch)) / std::sqrt(double(variance(ch)) + double(eps)));
+    // y = (x - m) * a + b per channel, a = gamma / sqrt(variance + eps).
+    std::array<std::vector<float>, 3> coef{std::vector<float>(c), std::vector<float>(c), std::vector<float>(c)};
+    for (std::size_t ch = 0; ch < c; ++ch) {
+      coef[0][ch] = mean(ch);
+      coef[1][ch] = float(double(gamma(ch)) / std::sqrt(double(variance(ch)) + double(eps)));
+      coef[2][ch] = beta(ch);
+    }
+    const float* px = x.data();
+    float* py = y.data();
+    detail::for_each_run(fn, xs, coef, [px, py, relu](const auto& co, std::size_t off, std::size_t len) {
+      const float* p = px + off;
+      float* o = py + off;
+      const auto m = co[0], a = co[1], b = co[2];
       if (relu)
-        for (std::size_t i = 0; i < len; ++i) o[i] = std::max((p[i] - m) * a + b, 0.f);
+        for (std::size_t i = 0; i < len; ++i) o[i] = std::max((p[i] - m[i]) * a[i] + b[i], 0.f);
       else
-        for (std::size_t i = 0; i < len; ++i) o[i] = (p[i] - m) * a + b;
+        for (std::size_t i = 0; i < len; ++i) o[i] = (p[i] - m[i]) * a[i] + b[i];
     });
     return y;
   }
@@ -17718,18 +17839,14 @@ concept bn_scalar = std::same_as<T, float> || std::same_as<T, double>;
 template <bn_scalar T>
 channel_sums<xt::xarray<T>> batch_norm_sums(const xt::xarray<T>& x) {
   constexpr const char* fn = "batch_norm_sums";
-  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
-  const std::size_t c = x.shape()[1];
-  std::vector<double> s(c, 0.0), q(c, 0.0);
-  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
-    const T* p = x.data() + off;
-    const auto [a, b] = detail::lane_sums(len, [p](std::size_t i) {
-      const double v = double(p[i]);
-      return std::pair{v, v * v};
-    });
-    s[ch] += a;
-    q[ch] += b;
-  });
+  const std::span<const std::size_t> xs(x.shape().data(), x.shape().size());
+  const std::size_t c = detail::channels_of(fn, xs);
+  const T* px = x.data();
+  const auto [s, q] = detail::channel_sums_of(fn, xs, std::array<std::vector<T>, 0>{},
+                                              [px](const auto&, std::size_t off, std::size_t i) {
+                                                const double v = double(px[off + i]);
+                                                return std::pair{v, v * v};
+                                              });
   channel_sums<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
   for (std::size_t i = 0; i < c; ++i) {
     out.sum(i) = T(s[i]);
@@ -17766,29 +17883,33 @@ channel_sums<xt::xarray<T>> batch_norm_backward_sums(const xt::xarray<T>& dy, co
                                                      const xt::xarray<T>& mean, const xt::xarray<T>& variance,
                                                      T eps, const xt::xarray<T>* relu_y = nullptr) {
   constexpr const char* fn = "batch_norm_backward_sums";
-  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
-  const std::size_t c = x.shape()[1];
+  const std::span<const std::size_t> xs(x.shape().data(), x.shape().size());
+  const std::size_t c = detail::channels_of(fn, xs);
   detail::require_same_nchw(fn, "dy", dy, x);
   if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);
   detail::require_channels(fn, "mean", mean, c);
   detail::require_channels(fn, "variance", variance, c);
-  std::vector<double> sd(c, 0.0), sdx(c, 0.0);
-  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
-    const T* g = dy.data() + off;
-    const T* p = x.data() + off;
-    const T* r = relu_y ? relu_y->data() + off : nullptr;
-    const double m = double(mean(ch));
-    const double inv = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
-    auto terms = [&](auto masked) {
-      return detail::lane_sums(len, [&](std::size_t i) {
-        const double d = double(masked && !(r[i] > T(0)) ? T(0) : g[i]);
-        return std::pair{d, d * (double(p[i]) - m)};
-      });
-    };
-    const auto [a, b] = r ? terms(std::true_type{}) : terms(std::false_type{});
-    sd[ch] += a;
-    sdx[ch] += b * inv;
-  });
+  // Per channel: the mean, then 1 / sqrt(variance + eps) for the sum of dy * x_hat.
+  std::array<std::vector<T>, 1> coef{std::vector<T>(c)};
+  std::vector<double> inv(c);
+  for (std::size_t ch = 0; ch < c; ++ch) {
+    coef[0][ch] = mean(ch);
+    inv[ch] = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
+  }
+  const T* pg = dy.data();
+  const T* px = x.data();
+  const T* pr = relu_y ? relu_y->data() : nullptr;
+  // sum dy and sum dy * (x - mean); dy masked by relu_y > 0 when given.
+  auto sums = [&](auto masked) {
+    return detail::channel_sums_of(fn, xs, coef, [pg, px, pr](const auto& co, std::size_t off, std::size_t i) {
+      T g = pg[off + i];
+      if constexpr (decltype(masked)::value) g = detail::kept(g, pr[off + i] > T(0));
+      const double d = double(g);
+      return std::pair{d, d * (double(px[off + i]) - double(co[0][i]))};
+    });
+  };
+  auto [sd, sdx] = pr ? sums(std::true_type{}) : sums(std::false_type{});
+  for (std::size_t ch = 0; ch < c; ++ch) sdx[ch] *= inv[ch];
   channel_sums<xt::xarray<T>> out{xt::xarray<T>::from_shape({c}), xt::xarray<T>::from_shape({c})};
   for (std::size_t i = 0; i < c; ++i) {
     out.sum(i) = T(sd[i]);
@@ -17807,8 +17928,8 @@ xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray
                                        const channel_sums<xt::xarray<T>>& sums, std::size_t count, T eps,
                                        const xt::xarray<T>* relu_y = nullptr) {
   constexpr const char* fn = "batch_norm_backward_data";
-  tessera::detail::require_nchw(fn, "x", std::span<const std::size_t>(x.shape().data(), x.shape().size()));
-  const std::size_t c = x.shape()[1];
+  const std::span<const std::size_t> xs(x.shape().data(), x.shape().size());
+  const std::size_t c = detail::channels_of(fn, xs);
   detail::require_same_nchw(fn, "dy", dy, x);
   if (relu_y) detail::require_same_nchw(fn, "relu_y", *relu_y, x);
   using named = std::pair<const char*, const xt::xarray<T>*>;
@@ -17817,23 +17938,33 @@ xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray
     detail::require_channels(fn, v.first, *v.second, c);
   if (count == 0) throw error(std::string(fn) + ": count must be positive");
   xt::xarray<T> dx = xt::xarray<T>::from_shape(x.shape());
-  detail::for_each_plane(fn, x, [&](std::size_t ch, std::size_t off, std::size_t len) {
-    const T* g = dy.data() + off;
-    const T* p = x.data() + off;
-    const T* r = relu_y ? relu_y->data() + off : nullptr;
-    T* o = dx.data() + off;
+  // dx = a * dy + b * x + k, folded per channel.
+  std::array<std::vector<T>, 3> coef{std::vector<T>(c), std::vector<T>(c), std::vector<T>(c)};
+  for (std::size_t ch = 0; ch < c; ++ch) {
     const double inv = 1.0 / std::sqrt(double(variance(ch)) + double(eps));
-    // dx = a * dy + b * x + k, folded per channel.
     const double scale = double(gamma(ch)) * inv;
     const double mdy = double(sums.sum(ch)) / double(count);
     const double mdyx = double(sums.sum_sq(ch)) / double(count);
-    const T a = T(scale);
-    const T b = T(-scale * mdyx * inv);
-    const T k = T(scale * (-mdy + mdyx * inv * double(mean(ch))));
-    if (r)
-      for (std::size_t i = 0; i < len; ++i) o[i] = (r[i] > T(0) ? a * g[i] : T(0)) + b * p[i] + k;
-    else
-      for (std::size_t i = 0; i < len; ++i) o[i] = a * g[i] + b * p[i] + k;
+    coef[0][ch] = T(scale);
+    coef[1][ch] = T(-scale * mdyx * inv);
+    coef[2][ch] = T(scale * (-mdy + mdyx * inv * double(mean(ch))));
+  }
+  const T* pg = dy.data();
+  const T* px = x.data();
+  const T* pr = relu_y ? relu_y->data() : nullptr;
+  T* pd = dx.data();
+  detail::for_each_run(fn, xs, coef, [pg, px, pr, pd](const auto& co, std::size_t off, std::size_t len) {
+    const T* g = pg + off;
+    const T* p = px + off;
+    T* o = pd + off;
+    const auto a = co[0], b = co[1], k = co[2];
+    if (pr) {
+      // dy masked by relu_y > 0.
+      const T* r = pr + off;
+      for (std::size_t i = 0; i < len; ++i) o[i] = a[i] * detail::kept(g[i], r[i] > T(0)) + b[i] * p[i] + k[i];
+    } else {
+      for (std::size_t i = 0; i < len; ++i) o[i] = a[i] * g[i] + b[i] * p[i] + k[i];
+    }
   });
   return dx;
 }
@@ -22276,7 +22407,9 @@ class tape {
       n.grad = std::move(g);
       return;
     }
-    if (!(g.layout() == n.grad->layout())) g = redistribute(g, n.grad->layout(), *ctx_);
+    // A layout that places the same shards (another operator's device matrix) adds as it
+    // is: redistributing would copy it for an empty plan.
+    if (!same_placement(g.layout(), n.grad->layout())) g = redistribute(g, n.grad->layout(), *ctx_);
     kernels::backend<D>::add_to(n.grad->local(), g.local());
   }
 
@@ -22363,6 +22496,17 @@ class tape {
     }
     if (n.grad->layout() == value.layout()) return *n.grad;
     return redistribute(*n.grad, value.layout(), *ctx_);
+  }
+
+  /// grad(v), moving the gradient out of the tape where it is laid out as v already (no
+  /// copy): v has no gradient on the tape after.
+  tensor release_grad(var<T, D> v) {
+    node& n = at(v.id);
+    const tensor& value = this->value(v.id);
+    if (!n.grad || !same_placement(n.grad->layout(), value.layout())) return grad(v);
+    tensor g(value.layout(), value.global_shape(), value.rank(), std::move(n.grad->local()));
+    n.grad.reset();
+    return g;
   }
 
  private:
@@ -22912,7 +23056,7 @@ class executor {
     const std::vector<int> ps = pg_.traced().parameters();
     if (!hook) {
       backward_releasing(t, seed_from);
-      for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
+      for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.release_grad(param_vars_[i]));
     } else {
       // Each parameter's gradient as its leaf is reached: every node that could add to
       // it has run.
@@ -23425,7 +23569,7 @@ class executor {
         r.grads.push_back(std::move(*grad));
       }
     } else if (grads) {
-      for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+      for (const var& pv : param_vars_) r.grads.push_back(t.release_grad(pv));
     }
     if (S > 1) {  // the loss, from the first rank of the loss's stage to every rank
       std::vector<double> l{stage_ == pg_.physical_stage(pg_.stage(g.loss())) && ctx_->rank() == 0

@@ -177,9 +177,14 @@ TEST_CASE("batch norm inference normalises with the statistics given") {
 
 TEST_CASE("the split form over two halves of the batch equals the whole batch") {
   std::uint64_t seed = 40;
-  for (const shape_t& s : {shape_t{4, 3, 5, 5}, shape_t{2, 16, 4, 4}, shape_t{6, 5, 3, 7}})
+  // Planes below the kernels' small_plane (64), walked a batch row at a time, and at or
+  // above it, plane by plane; the last two are large enough for two threads where there
+  // are two (channels split between them).
+  for (const shape_t& s : {shape_t{4, 3, 5, 5}, shape_t{2, 16, 4, 4}, shape_t{6, 5, 3, 7}, shape_t{3, 8, 8, 8},
+                           shape_t{4, 64, 16, 16}, shape_t{32, 2048, 1, 1}})
     for (bool relu : {false, true}) {
       CAPTURE(s[0]);
+      CAPTURE(s[1]);
       CAPTURE(relu);
       const farray x = to_float(random_array(s, seed++, -2.0, 3.0)), dy = to_float(random_array(s, seed++));
       const farray gamma = to_float(random_array({s[1]}, seed++, 0.5, 1.5));
@@ -219,21 +224,24 @@ TEST_CASE("the split form over two halves of the batch equals the whole batch") 
 }
 
 TEST_CASE("the split form in double equals the loops") {
-  // Planes of 20: two blocks of the sums' eight lanes and four values after them.
-  const shape_t s{4, 3, 5, 4};
-  const darray x = random_array(s, 1), dy = random_array(s, 2);
-  const darray gamma = random_array({3}, 3, 0.5, 1.5), beta = random_array({3}, 4);
-  const std::size_t count = 4 * 5 * 4;
-  const auto m = cpu::batch_norm_moments(cpu::batch_norm_sums(x), count);
-  const naive_bn f = naive_forward(x, gamma, beta, 1e-5, false);
-  CHECK(relative_error(m.mean, f.mean) < 1e-13);
-  CHECK(relative_error(m.variance, f.var) < 1e-12);
-  const auto r = cpu::batch_norm_backward_sums(dy, x, m.mean, m.variance, 1e-5);
-  const naive_grads g = naive_backward(dy, x, gamma, 1e-5, false, beta);
-  CHECK(relative_error(r.sum, g.dbeta) < 1e-13);
-  CHECK(relative_error(r.sum_sq, g.dgamma) < 1e-12);
-  CHECK(relative_error(cpu::batch_norm_backward_data(dy, x, gamma, m.mean, m.variance, r, count, 1e-5), g.dx) <
-        1e-12);
+  // Planes of 20 (below small_plane: summed a batch row at a time) and of 81 (ten blocks
+  // of the sums' eight lanes and one value after them).
+  for (const shape_t& s : {shape_t{4, 3, 5, 4}, shape_t{2, 3, 9, 9}}) {
+    CAPTURE(s[2]);
+    const darray x = random_array(s, 1), dy = random_array(s, 2);
+    const darray gamma = random_array({3}, 3, 0.5, 1.5), beta = random_array({3}, 4);
+    const std::size_t count = s[0] * s[2] * s[3];
+    const auto m = cpu::batch_norm_moments(cpu::batch_norm_sums(x), count);
+    const naive_bn f = naive_forward(x, gamma, beta, 1e-5, false);
+    CHECK(relative_error(m.mean, f.mean) < 1e-13);
+    CHECK(relative_error(m.variance, f.var) < 1e-12);
+    const auto r = cpu::batch_norm_backward_sums(dy, x, m.mean, m.variance, 1e-5);
+    const naive_grads g = naive_backward(dy, x, gamma, 1e-5, false, beta);
+    CHECK(relative_error(r.sum, g.dbeta) < 1e-13);
+    CHECK(relative_error(r.sum_sq, g.dgamma) < 1e-12);
+    CHECK(relative_error(cpu::batch_norm_backward_data(dy, x, gamma, m.mean, m.variance, r, count, 1e-5), g.dx) <
+          1e-12);
+  }
 }
 
 TEST_CASE("batch norm on dnnl_tensors equals the xarray path") {

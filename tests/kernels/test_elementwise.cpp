@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <tessera/kernels/cpu/elementwise.hpp>
 #include <tessera/kernels/fused.hpp>
@@ -199,6 +200,10 @@ TEST_CASE("relu, exp, log and neg act elementwise; relu_grad matches finite diff
                        [](const array& dy, const array& v) { return cpu::mul(dy, cpu::exp(v)); },
                        x) < 1e-6);
   CHECK(cpu::relu_grad(array{1.0, 1.0, 1.0}, array{-1.0, 0.0, 2.0}) == array{0.0, 0.0, 1.0});
+  // The mask drops whatever dy holds where x <= 0, infinities and NaN included.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(cpu::relu_grad(array{inf, nan, -inf, 2.0}, array{-1.0, 0.0, -3.0, 1.0}) == array{0.0, 0.0, 0.0, 2.0});
+  CHECK(cpu::relu_grad(xt::xarray<float>{1e30f, 3.0f}, xt::xarray<float>{-1.0f, 5.0f}) == xt::xarray<float>{0.0f, 3.0f});
   CHECK(thrown([] { cpu::relu_grad(random_array({3}, 1), random_array({4}, 2)); }) ==
         "relu_grad: shapes differ: dy is (3,), x is (4,)");
 }

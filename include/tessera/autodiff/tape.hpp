@@ -119,7 +119,9 @@ class tape {
       n.grad = std::move(g);
       return;
     }
-    if (!(g.layout() == n.grad->layout())) g = redistribute(g, n.grad->layout(), *ctx_);
+    // A layout that places the same shards (another operator's device matrix) adds as it
+    // is: redistributing would copy it for an empty plan.
+    if (!same_placement(g.layout(), n.grad->layout())) g = redistribute(g, n.grad->layout(), *ctx_);
     kernels::backend<D>::add_to(n.grad->local(), g.local());
   }
 
@@ -206,6 +208,17 @@ class tape {
     }
     if (n.grad->layout() == value.layout()) return *n.grad;
     return redistribute(*n.grad, value.layout(), *ctx_);
+  }
+
+  /// grad(v), moving the gradient out of the tape where it is laid out as v already (no
+  /// copy): v has no gradient on the tape after.
+  tensor release_grad(var<T, D> v) {
+    node& n = at(v.id);
+    const tensor& value = this->value(v.id);
+    if (!n.grad || !same_placement(n.grad->layout(), value.layout())) return grad(v);
+    tensor g(value.layout(), value.global_shape(), value.rank(), std::move(n.grad->local()));
+    n.grad.reset();
+    return g;
   }
 
  private:

@@ -251,7 +251,7 @@ class executor {
     const std::vector<int> ps = pg_.traced().parameters();
     if (!hook) {
       backward_releasing(t, seed_from);
-      for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.grad(param_vars_[i]));
+      for (std::size_t i = 0; i < ps.size(); ++i) r.grads.push_back(t.release_grad(param_vars_[i]));
     } else {
       // Each parameter's gradient as its leaf is reached: every node that could add to
       // it has run.
@@ -764,7 +764,7 @@ class executor {
         r.grads.push_back(std::move(*grad));
       }
     } else if (grads) {
-      for (const var& pv : param_vars_) r.grads.push_back(t.grad(pv));
+      for (const var& pv : param_vars_) r.grads.push_back(t.release_grad(pv));
     }
     if (S > 1) {  // the loss, from the first rank of the loss's stage to every rank
       std::vector<double> l{stage_ == pg_.physical_stage(pg_.stage(g.loss())) && ctx_->rank() == 0
