@@ -8,12 +8,14 @@
 // which also prints the ratios from both files). One iteration:
 //   conv/<shape>/<form>     conv2d_forward, conv2d_backward_data, conv2d_backward_weights
 //                           (no bias, as ResNet's convolutions);
-//   bn_relu/<C>/<form>      batch_norm_forward_training with the ReLU fused, and its
-//                           backward;
+//   bn_relu/<C>[_<S>x<S>]/<form>  batch_norm_forward_training with the ReLU fused, and
+//                           its backward (32 x 32, or S x S: the small planes of
+//                           ResNet-50's last stages on 32 x 32 images);
 //   conv/<shape>/onednn     the peer: the same three primitives through oneDNN's API
 //                           directly (conv_step_onednn says how);
-//   bn_relu_split/<C>/plain the split form a sharded batch norm runs (sums, moments,
-//                           normalise + ReLU, backward sums, backward data) on one rank.
+//   bn_relu_split/<C>[_<S>x<S>]/plain  the split form a sharded batch norm runs (sums,
+//                           moments, normalise + ReLU, backward sums, backward data) on
+//                           one rank: the form ResNet-50's batch norms run.
 // Forms: plain   xt::xarray<float> in plain NCHW in and out (each primitive reorders to
 //                and from the blocked layout it computes in);
 //        blocked dnnl_tensor operands already in oneDNN's blocked layout (nChw16c, as a
@@ -53,7 +55,19 @@ constexpr conv_case conv_cases[] = {
     {"1x1_256to64", 256, 64, 1, 1, 32},   {"1x1_64to256", 64, 256, 1, 1, 32},
     {"3x3_128to128_s2", 128, 128, 3, 2, 32},
 };
-constexpr std::size_t bn_channels[] = {64, 256};
+// Batch norms: two at 32 x 32, and the small planes of torchvision's ResNet-50 on 32 x 32
+// images (stages 2 to 4 end at 4 x 4, 2 x 2 and 1 x 1), which the split form walks a
+// batch row at a time.
+struct bn_case {
+  std::size_t channels, size;
+};
+constexpr bn_case bn_cases[] = {{64, 32}, {256, 32}, {512, 4}, {1024, 2}, {2048, 1}};
+
+// "64" at 32 x 32 (the cases' first names), "512_4x4" at smaller sizes.
+std::string bn_name(const bn_case& b) {
+  const std::string c = std::to_string(b.channels), s = std::to_string(b.size);
+  return b.size == 32 ? c : c + "_" + s + "x" + s;
+}
 
 farray values(const std::vector<std::size_t>& shape, unsigned seed) {
   farray x = farray::from_shape(shape);
@@ -163,8 +177,9 @@ void conv_step_onednn(benchmark::State& state, const conv_case& c) {
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void bn_step(benchmark::State& state, std::size_t c, bool keep_blocked) {
-  const std::vector<std::size_t> xs{batch, c, 32, 32};
+void bn_step(benchmark::State& state, bn_case b, bool keep_blocked) {
+  const std::size_t c = b.channels;
+  const std::vector<std::size_t> xs{batch, c, b.size, b.size};
   const farray x = values(xs, 4), dy = values(xs, 5);
   const farray gamma = values({c}, 6) + 1.5f, beta = values({c}, 7);
   const float eps = 1e-5f;
@@ -186,12 +201,13 @@ void bn_step(benchmark::State& state, std::size_t c, bool keep_blocked) {
   }
 }
 
-void bn_split_step(benchmark::State& state, std::size_t c) {
-  const std::vector<std::size_t> xs{batch, c, 32, 32};
+void bn_split_step(benchmark::State& state, bn_case b) {
+  const std::size_t c = b.channels;
+  const std::vector<std::size_t> xs{batch, c, b.size, b.size};
   const farray x = values(xs, 4), dy = values(xs, 5);
   const farray gamma = values({c}, 6) + 1.5f, beta = values({c}, 7);
   const float eps = 1e-5f;
-  const std::size_t count = batch * 32 * 32;
+  const std::size_t count = batch * b.size * b.size;
   for (auto _ : state) {
     const auto m = cpu::batch_norm_moments(cpu::batch_norm_sums(x), count);
     const farray y = cpu::batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps, true);
@@ -218,15 +234,15 @@ const int registered = [] {
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()
         ->MinTime(1.0);
-  for (std::size_t c : bn_channels) {
+  for (const bn_case& b : bn_cases) {
     for (bool keep : {false, true})
-      benchmark::RegisterBenchmark(("bn_relu/" + std::to_string(c) + (keep ? "/blocked" : "/plain")).c_str(),
-                                   [c, keep](benchmark::State& s) { bn_step(s, c, keep); })
+      benchmark::RegisterBenchmark(("bn_relu/" + bn_name(b) + (keep ? "/blocked" : "/plain")).c_str(),
+                                   [b, keep](benchmark::State& s) { bn_step(s, b, keep); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->MinTime(1.0);
-    benchmark::RegisterBenchmark(("bn_relu_split/" + std::to_string(c) + "/plain").c_str(),
-                                 [c](benchmark::State& s) { bn_split_step(s, c); })
+    benchmark::RegisterBenchmark(("bn_relu_split/" + bn_name(b) + "/plain").c_str(),
+                                 [b](benchmark::State& s) { bn_split_step(s, b); })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()
         ->MinTime(1.0);

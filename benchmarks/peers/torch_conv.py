@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peer of bench_conv: torch.nn.functional.conv2d forward and backward (dx and
 dw, no bias) and batch_norm (training) + relu forward and backward, on ResNet-50's
-CIFAR-10 shapes (batch 32, 32 x 32), float32 NCHW tensors on the CPU, with
+CIFAR-10 shapes (batch 32, 32 x 32; the batch norms also at the 4 x 4 to 1 x 1 planes of
+torchvision's ResNet-50 on 32 x 32 images), float32 NCHW tensors on the CPU, with
 torch.set_num_threads(--threads) to match bench_conv's OMP_NUM_THREADS:
 
     OMP_NUM_THREADS=1 build/benchmarks/bench_conv --benchmark_repetitions=5 \\
@@ -15,7 +16,9 @@ Each case runs --rounds rounds of --iters iterations after a warm-up; a round's 
 its mean iteration, and the case's time the median round (milliseconds), as bench_conv's
 median of repetitions. --compare reads bench_conv's JSON and prints, per case, PyTorch's
 time over tessera's (above 1: tessera is faster) for each of tessera's forms, and
-tessera's time over bench_conv's direct oneDNN peer (conv/<shape>/onednn); with
+tessera's time over bench_conv's direct oneDNN peer (conv/<shape>/onednn), and for the
+batch norms the split form's time too (bn_relu_split: what ResNet-50's batch norms run);
+--filter REGEX times only the cases whose names it finds; with
 --load, PyTorch's times come from an earlier --out file instead of being measured. Needs
 Debian's python3-torch (apt-get install python3-torch); it is not a dependency of
 tessera or of its tests.
@@ -34,8 +37,12 @@ CONV_CASES = [  # name, in, out, kernel, stride, size: as bench_conv.cpp
     ("1x1_64to256", 64, 256, 1, 1, 32),
     ("3x3_128to128_s2", 128, 128, 3, 2, 32),
 ]
-BN_CHANNELS = [64, 256]
+BN_CASES = [(64, 32), (256, 32), (512, 4), (1024, 2), (2048, 1)]  # channels, size: as bench_conv.cpp
 BATCH = 32
+
+
+def bn_name(c, size):
+    return "bn_relu/%d" % c if size == 32 else "bn_relu/%d_%dx%d" % (c, size, size)
 
 
 def time_case(step, iters, rounds, warmup):
@@ -59,6 +66,7 @@ def main():
     ap.add_argument("--out", help="write the times here (JSON)")
     ap.add_argument("--compare", help="bench_conv's JSON output: print the ratios")
     ap.add_argument("--load", help="PyTorch's times from this earlier --out file (no timing)")
+    ap.add_argument("--filter", default="", help="only the cases whose names this regular expression finds")
     args = ap.parse_args()
     if args.load:
         with open(args.load) as f:
@@ -73,7 +81,10 @@ def main():
     torch.manual_seed(1)
     results = []
 
+    wanted = re.compile(args.filter)
     for name, cin, cout, k, s, size in CONV_CASES:
+        if not wanted.search("conv/" + name):
+            continue
         x = torch.randn(BATCH, cin, size, size, requires_grad=True)
         w = torch.randn(cout, cin, k, k, requires_grad=True)
         with torch.no_grad():
@@ -86,19 +97,21 @@ def main():
         med, best = time_case(step, args.iters, args.rounds, args.warmup)
         results.append({"name": "conv/" + name, "median_ms": med, "min_ms": best})
 
-    for c in BN_CHANNELS:
-        x = torch.randn(BATCH, c, 32, 32, requires_grad=True)
+    for c, size in BN_CASES:
+        if not wanted.search(bn_name(c, size)):
+            continue
+        x = torch.randn(BATCH, c, size, size, requires_grad=True)
         gamma = (torch.rand(c) + 1.0).requires_grad_()
         beta = torch.randn(c, requires_grad=True)
         rm, rv = torch.zeros(c), torch.ones(c)
-        dy = torch.randn(BATCH, c, 32, 32)
+        dy = torch.randn(BATCH, c, size, size)
 
         def step(x=x, gamma=gamma, beta=beta, rm=rm, rv=rv, dy=dy):
             y = F.relu(F.batch_norm(x, rm, rv, gamma, beta, training=True, momentum=0.1, eps=1e-5))
             torch.autograd.grad(y, (x, gamma, beta), dy)
 
         med, best = time_case(step, args.iters, args.rounds, args.warmup)
-        results.append({"name": "bn_relu/%d" % c, "median_ms": med, "min_ms": best})
+        results.append({"name": bn_name(c, size), "median_ms": med, "min_ms": best})
 
     doc = {
         "context": {"torch": torch.__version__, "threads": torch.get_num_threads(), "batch": BATCH,
@@ -131,8 +144,14 @@ def print_ratios(results, compare):
     print("%-22s %9s  %s" % ("case", "PyTorch", "tessera ms (PyTorch / tessera)"))
     for r in results:
         cells = []
-        for form in ("plain", "blocked"):
-            t = tessera.get(r["name"] + "/" + form)
+        for form in ("plain", "blocked", "split"):
+            if form == "split":  # the batch norms' split form
+                if not r["name"].startswith("bn_relu/"):
+                    continue
+                key = r["name"].replace("bn_relu/", "bn_relu_split/", 1) + "/plain"
+            else:
+                key = r["name"] + "/" + form
+            t = tessera.get(key)
             if t:
                 cells.append("%-7s %7.2f (%.2fx)" % (form, t, r["median_ms"] / t))
         direct = tessera.get(r["name"] + "/onednn")
