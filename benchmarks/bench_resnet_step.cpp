@@ -6,7 +6,9 @@
 //   OMP_NUM_THREADS=1 mpiexec -n 2 --bind-to none bench_resnet_step --image-size 32 ...
 //
 // Options (before Google Benchmark's): --image-size S (32; 224 is seed 001's Resize),
-// --steps N timed steps (20), --warmup N untimed steps first (3). The PyTorch peer
+// --steps N timed steps (20), --warmup N untimed steps first (3), --scratch-mib M the
+// MiB of freed scratch buffers oneDNN's kernels keep per thread (64 unless given; 0
+// keeps none: set_dnnl_scratch_budget). The PyTorch peer
 // (torchvision's resnet50, SGD with the same momentum, DDP over gloo on several ranks)
 // is peers/torch_resnet_step.py, which prints the ratios from both files;
 // peers/resnet_step_rounds.py runs the two in alternating rounds and takes the median
@@ -20,6 +22,7 @@ int main(int argc, char** argv) {
   namespace rs = bench::resnet_step;
   train::retain_freed_memory();  // a training process: keep freed step memory for the next step
   const rs::options o = rs::parse(argc, argv);
+  if (o.scratch_mib >= 0) kernels::cpu::set_dnnl_scratch_budget(std::size_t(o.scratch_mib) << 20);
   return tessera::run(argc, argv, [&](any_communicator& world) {
     bench::keep_output_on_rank0(argc, argv, world.rank());
     benchmark::Initialize(&argc, argv);

@@ -39,6 +39,7 @@ struct options {
   std::int64_t image_size = 32;
   std::int64_t steps = 20;
   std::int64_t warmup = 3;
+  std::int64_t scratch_mib = -1;  // --scratch-mib: the host kernels' scratch pool per thread (-1: the default)
 };
 
 // Records the step times after the warm-up.
@@ -121,8 +122,9 @@ inline options parse(int& argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     std::int64_t* target = a == "--image-size" ? &o.image_size : a == "--steps" ? &o.steps
-                           : a == "--warmup"   ? &o.warmup
-                                               : nullptr;
+                           : a == "--warmup"      ? &o.warmup
+                           : a == "--scratch-mib" ? &o.scratch_mib
+                                                  : nullptr;
     if (!target) {
       argv[out++] = argv[i];
       continue;
