@@ -3374,6 +3374,17 @@ inline conv2d_weight_grads<device_array<float>> conv2d_backward_weights(const de
   return conv2d_backward_weights(dy, x, std::span<const std::size_t>(w_shape), bias, p);
 }
 
+/// The whole backward of conv2d_forward(x, w, bias or none): dw and db as
+/// conv2d_backward_weights gives them, and dx as conv2d_backward_data does when `need_dx`
+/// (else dx is empty, of shape (0,)).
+inline conv2d_grads<device_array<float>> conv2d_backward(const device_array<float>& dy, const device_array<float>& x,
+                                                         const device_array<float>& w, bool need_dx, bool bias,
+                                                         const conv2d_params& p) {
+  conv2d_weight_grads<device_array<float>> wg = conv2d_backward_weights(dy, x, detail::dims(w), bias, p);
+  return {need_dx ? conv2d_backward_data(dy, w, detail::dims(x), p) : device_array<float>({0}), std::move(wg.dw),
+          std::move(wg.db)};
+}
+
 }  // namespace tessera::kernels::cuda
 // ---- tessera/kernels/cuda/pool.cuh ----
 // 2-D max, average and global average pooling on NCHW float device arrays, the GPU
@@ -3844,6 +3855,11 @@ struct backend<cuda_device> {
                                                                const std::vector<std::size_t>& w_shape, bool bias,
                                                                const conv2d_params& p) {
     return cuda::conv2d_backward_weights(dy, x, w_shape, bias, p);
+  }
+  template <class T>
+  static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
+                                                bool need_dx, bool bias, const conv2d_params& p) {
+    return cuda::conv2d_backward(dy, x, w, need_dx, bias, p);
   }
 
   template <class T>

@@ -3777,6 +3777,10 @@ inline any_communicator device_communicator(any_communicator& host, cpu_device) 
 //     op_grads<T, D> backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
 //                             const tensor_on<T, D>& y, device_context<C>& ctx);
 //
+// A backward that can skip the work of gradients nobody reads (a convolution's dx where
+// x is data) takes one more argument, the inputs whose gradients are wanted
+// (ops/run.hpp's grads_wanted), and may return nullopt for the others.
+//
 // ops/ runs it eagerly, autodiff::apply records it on a tape, graph/ traces, prices and
 // runs it, all through that type (ops/operators.hpp lists the library's own).
 
@@ -7291,6 +7295,16 @@ template <class Array>
 struct conv2d_weight_grads {
   Array dw;
   Array db;
+};
+
+/// A convolution's whole backward: dx of x's shape (empty where it was not asked for),
+/// dw and db as conv2d_weight_grads. Weights is the weights' array type where it differs
+/// from the activations' (the host's oneDNN-format tensors).
+template <class Array, class Weights = Array>
+struct conv2d_grads {
+  Array dx;
+  Weights dw;
+  Weights db;
 };
 
 /// Per-channel sums of a local batch, the pieces a batch norm over several ranks adds up
@@ -15584,8 +15598,9 @@ xt::xarray<T> batch_matmul_grad_b(const xt::xarray<T>& dc, const xt::xarray<T>& 
 }  // namespace tessera::kernels::cpu
 // ---- tessera/kernels/cpu/elementwise.hpp ----
 // Elementwise kernels: binary arithmetic with NumPy broadcasting, unary maps, their
-// gradients, reduce_to_shape (the backward of a broadcast), bias_add, and the fused
-// maps (fused_map, fused_bias_map) that run a chain of element-wise steps in one pass.
+// gradients, add_to and scale in place, reduce_to_shape (the backward of a broadcast),
+// bias_add, and the fused maps (fused_map, fused_bias_map) that run a chain of
+// element-wise steps in one pass.
 //
 // Broadcasting (NumPy): shapes align on the right; a missing dim or a dim of 1
 // stretches to the other operand's extent. (3, 1) and (1, 4) give (3, 4); a 0-D
@@ -15779,6 +15794,28 @@ xt::xarray<T> relu_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x) {
     }
   });
   return dx;
+}
+
+/// dst += src in place, element by element (a gradient accumulated): the two must have
+/// the same number of elements.
+template <class T>
+void add_to(xt::xarray<T>& dst, const xt::xarray<T>& src) {
+  if (dst.size() != src.size())
+    throw error("add_to: dst has " + std::to_string(dst.size()) + " elements, src " + std::to_string(src.size()));
+  T* d = dst.data();
+  const T* v = src.data();
+  detail::parallel_ranges(dst.size(), detail::parallel_grain, [d, v](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) d[i] += v[i];
+  });
+}
+
+/// x *= s in place.
+template <class T>
+void scale(xt::xarray<T>& x, T s) {
+  T* d = x.data();
+  detail::parallel_ranges(x.size(), detail::parallel_grain, [d, s](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) d[i] *= s;
+  });
 }
 
 /// Sums `grad` (the gradient of a broadcast result) back to `shape`, the shape of the
@@ -17214,10 +17251,11 @@ inline xt::xarray<float> dnnl_tensor::to_xarray() const {
 }  // namespace tessera::kernels::cpu
 // ---- tessera/kernels/cpu/conv.hpp ----
 // 2-D convolution on NCHW float tensors through oneDNN: forward (with its bias and an
-// optional fused ReLU), backward data (dx) and backward weights (dw, and db when there
-// is a bias), with stride, explicit padding per side, dilation and groups
-// (kernels/conv_params.hpp). Each takes plain xt::xarray<float> or dnnl_tensor
-// operands (kernels/cpu/dnnl.hpp); weights are always plain (O, C / groups, KH, KW).
+// optional fused ReLU), backward data (dx), backward weights (dw, and db when there is a
+// bias) and both in one call (conv2d_backward), with stride, explicit padding per side,
+// dilation and groups (kernels/conv_params.hpp). Each takes plain xt::xarray<float> or
+// dnnl_tensor operands (kernels/cpu/dnnl.hpp); weights are always plain (O, C / groups,
+// KH, KW).
 // Primitives are cached per shape and parameters. Link tessera::dnnl.
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -17333,6 +17371,72 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
   });
 }
 
+namespace detail {
+
+inline const conv_backward_data_entry& backward_data_entry(const conv_geometry& g, const conv2d_params& p) {
+  return cached<conv_backward_data_entry>(conv_key(2, g, p, false, false), [&] {
+    ++primitives_created();
+    auto hint = conv_forward_pd(g, false, false);
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_desc(g.src),
+                                            any_desc(g.weights), any_desc(g.dst), g.strides, g.dilates, g.pad_l,
+                                            g.pad_r);
+    dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_engine(), hint);
+    return conv_backward_data_entry{pd, dnnl::convolution_backward_data(pd)};
+  });
+}
+
+inline const conv_backward_weights_entry& backward_weights_entry(const conv_geometry& g, const conv2d_params& p,
+                                                                 bool bias) {
+  return cached<conv_backward_weights_entry>(conv_key(3, g, p, bias, false), [&] {
+    ++primitives_created();
+    auto hint = conv_forward_pd(g, bias, false);
+    const dnnl::convolution_backward_weights::desc d =
+        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_desc(g.src),
+                                                        any_desc(g.weights), plain_desc(g.bias), any_desc(g.dst),
+                                                        g.strides, g.dilates, g.pad_l, g.pad_r)
+             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_desc(g.src),
+                                                        any_desc(g.weights), any_desc(g.dst), g.strides, g.dilates,
+                                                        g.pad_l, g.pad_r);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_engine(), hint);
+    return conv_backward_weights_entry{pd, dnnl::convolution_backward_weights(pd)};
+  });
+}
+
+/// dx of shape x_shape from dy's memory `dy` (any layout; reordered to the primitive's).
+template <dnnl_operand X>
+X run_backward_data(const dnnl::memory& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
+                    const conv_geometry& g, const conv2d_params& p) {
+  const auto& e = backward_data_entry(g, p);
+  const auto ddst = as_desc(dy, e.pd.diff_dst_desc());
+  const auto wei = as_desc(wrap(w, g.weights), e.pd.weights_desc());
+  output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
+  e.prim.execute(dnnl_stream(),
+                 {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
+  return dsrc.take();
+}
+
+/// dw (and db when `bias`) from dy's memory in the primitive's layout (`ddst`) and x.
+template <dnnl_operand X>
+conv2d_weight_grads<xt::xarray<float>> run_backward_weights(const conv_backward_weights_entry& e,
+                                                            const dnnl::memory& ddst, const X& x,
+                                                            std::span<const std::size_t> w_shape, bool bias,
+                                                            const conv_geometry& g) {
+  const auto src = input_as(x, e.pd.src_desc());
+  output_slot<xt::xarray<float>> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
+  conv2d_weight_grads<xt::xarray<float>> out{xt::xarray<float>(), vector_of(0)};
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
+  if (bias) {
+    out.db = vector_of(g.dst_shape[1]);
+    args.emplace(DNNL_ARG_DIFF_BIAS, wrap(out.db));
+  }
+  e.prim.execute(dnnl_stream(), args);
+  out.dw = dw.take();
+  return out;
+}
+
+}  // namespace detail
+
 /// dx = the gradient of sum(dy * conv2d_forward(x, w, no bias)) with respect to x, of
 /// shape x_shape (N, C, H, W); dy (N, O, OH, OW). The transposed convolution.
 template <dnnl_operand X>
@@ -17341,25 +17445,7 @@ X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const 
   constexpr const char* fn = "conv2d_backward_data";
   const auto g = detail::conv_geom(fn, x_shape, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
-  return detail::dnnl_call(fn, [&] {
-    const auto& e = detail::cached<detail::conv_backward_data_entry>(detail::conv_key(2, g, p, false, false), [&] {
-      ++detail::primitives_created();
-      auto hint = detail::conv_forward_pd(g, false, false);
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
-                                              detail::any_desc(g.weights), detail::any_desc(g.dst), g.strides,
-                                              g.dilates, g.pad_l, g.pad_r);
-      dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_engine(), hint);
-      return detail::conv_backward_data_entry{pd, dnnl::convolution_backward_data(pd)};
-    });
-    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
-    detail::output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
-    e.prim.execute(dnnl_stream(),
-                   {{DNNL_ARG_DIFF_DST, ddst.get()},
-                    {DNNL_ARG_WEIGHTS, wei.get()},
-                    {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
-    return dsrc.take();
-  });
+  return detail::dnnl_call(fn, [&] { return detail::run_backward_data<X>(detail::memory_of(dy), w, x_shape, g, p); });
 }
 /// The same with x's shape as a braced list or vector.
 template <dnnl_operand X>
@@ -17376,37 +17462,12 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
                                                                std::span<const std::size_t> w_shape, bool bias,
                                                                const conv2d_params& p) {
   constexpr const char* fn = "conv2d_backward_weights";
-  const auto xs = detail::shape_of(x);
-  const auto g = detail::conv_geom(fn, xs, w_shape, p);
+  const auto g = detail::conv_geom(fn, detail::shape_of(x), w_shape, p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
-    const auto& e = detail::cached<detail::conv_backward_weights_entry>(detail::conv_key(3, g, p, bias, false), [&] {
-      ++detail::primitives_created();
-      auto hint = detail::conv_forward_pd(g, bias, false);
-      const dnnl::convolution_backward_weights::desc d =
-          bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
-                                                          detail::any_desc(g.weights), detail::plain_desc(g.bias),
-                                                          detail::any_desc(g.dst), g.strides, g.dilates, g.pad_l,
-                                                          g.pad_r)
-               : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, detail::any_desc(g.src),
-                                                          detail::any_desc(g.weights), detail::any_desc(g.dst),
-                                                          g.strides, g.dilates, g.pad_l, g.pad_r);
-      dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_engine(), hint);
-      return detail::conv_backward_weights_entry{pd, dnnl::convolution_backward_weights(pd)};
-    });
-    const auto src = detail::input_as(x, e.pd.src_desc());
+    const auto& e = detail::backward_weights_entry(g, p, bias);
     const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-    detail::output_slot<xt::xarray<float>> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
-    conv2d_weight_grads<xt::xarray<float>> out{xt::xarray<float>(), detail::vector_of(0)};
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
-    if (bias) {
-      out.db = detail::vector_of(g.dst_shape[1]);
-      args.emplace(DNNL_ARG_DIFF_BIAS, detail::wrap(out.db));
-    }
-    e.prim.execute(dnnl_stream(), args);
-    out.dw = dw.take();
-    return out;
+    return detail::run_backward_weights(e, ddst.get(), x, w_shape, bias, g);
   });
 }
 /// The same with w's shape as a braced list or vector.
@@ -17415,6 +17476,29 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
                                                                const std::vector<std::size_t>& w_shape, bool bias,
                                                                const conv2d_params& p) {
   return conv2d_backward_weights(dy, x, std::span<const std::size_t>(w_shape), bias, p);
+}
+
+/// The whole backward of conv2d_forward(x, w, bias or none): dw (and db when `bias`) as
+/// conv2d_backward_weights gives them, and dx as conv2d_backward_data does when
+/// `need_dx` (else dx is empty, of shape (0,)). dy is brought to the primitives' layout
+/// once for both, where conv2d_backward_data and conv2d_backward_weights each reorder it.
+template <dnnl_operand X>
+conv2d_grads<X, xt::xarray<float>> conv2d_backward(const X& dy, const X& x, const xt::xarray<float>& w,
+                                                   bool need_dx, bool bias, const conv2d_params& p) {
+  constexpr const char* fn = "conv2d_backward";
+  const auto xs = detail::shape_of(x);
+  const auto ws = std::span<const std::size_t>(w.shape().data(), w.shape().size());
+  const auto g = detail::conv_geom(fn, xs, ws, p);
+  detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
+  return detail::dnnl_call(fn, [&] {
+    const auto& e = detail::backward_weights_entry(g, p, bias);
+    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+    conv2d_weight_grads<xt::xarray<float>> wg = detail::run_backward_weights(e, ddst.get(), x, ws, bias, g);
+    conv2d_grads<X, xt::xarray<float>> out{X(), std::move(wg.dw), std::move(wg.db)};
+    if (need_dx) out.dx = detail::run_backward_data<X>(ddst.get(), w, xs, g, p);
+    else if constexpr (std::same_as<X, xt::xarray<float>>) out.dx = detail::vector_of(0);
+    return out;
+  });
 }
 
 }  // namespace tessera::kernels::cpu
@@ -18434,10 +18518,12 @@ namespace tessera::kernels {
 ///     result types; the host's through oneDNN where it is installed, the GPU's through
 ///     cuDNN; float): conv2d_forward(x, w, bias or null, params, relu),
 ///     conv2d_backward_data(dy, w, x_shape, params), conv2d_backward_weights(dy, x,
-///     w_shape, bias, params) ({dw, db}); batch_norm_forward_training(x, gamma, beta, eps,
-///     relu) ({y, mean, variance, workspace}), batch_norm_forward_inference(x, gamma, beta,
-///     mean, variance, eps, relu), batch_norm_backward(dy, x, gamma, mean, variance,
-///     workspace, eps, relu) ({dx, dgamma, dbeta}); the split batch norm whose sums are
+///     w_shape, bias, params) ({dw, db}), conv2d_backward(dy, x, w, need_dx, bias,
+///     params) ({dx, dw, db}: both at once, dx empty unless asked);
+///     batch_norm_forward_training(x, gamma, beta, eps, relu) ({y, mean, variance,
+///     workspace}), batch_norm_forward_inference(x, gamma, beta, mean, variance, eps,
+///     relu), batch_norm_backward(dy, x, gamma, mean, variance, workspace, eps, relu)
+///     ({dx, dgamma, dbeta}); the split batch norm whose sums are
 ///     added across ranks: batch_norm_sums(x), batch_norm_moments(sums, count),
 ///     batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y),
 ///     batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
@@ -18987,14 +19073,8 @@ struct backend<cpu_device> {
   static array<T> reduce_to_shape(array<T>&& g, const extents& shape) {
     return cpu::reduce_to_shape(std::move(g), detail::shape_vector(shape));
   }
-  template <class T>
-  static void scale(array<T>& x, T s) {
-    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] *= s;
-  }
-  template <class T>
-  static void add_to(array<T>& dst, const array<T>& src) {
-    for (std::size_t i = 0; i < dst.size(); ++i) dst.data()[i] += src.data()[i];
-  }
+  template <class T> static void scale(array<T>& x, T s) { cpu::scale(x, s); }
+  template <class T> static void add_to(array<T>& dst, const array<T>& src) { cpu::add_to(dst, src); }
 
   // ---- matrix products ----
   template <class T>
@@ -19209,6 +19289,11 @@ struct backend<cpu_device> {
                                                                const conv2d_params& p) {
     return cpu::conv2d_backward_weights(dy, x, w_shape, bias, p);
   }
+  template <class T>
+  static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
+                                                bool need_dx, bool bias, const conv2d_params& p) {
+    return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
+  }
 
   template <class T>
   static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
@@ -19301,6 +19386,8 @@ struct backend<cpu_device> {
 // run_internal, through which an operator runs the collectives its definition lists
 // (so that the elements it moves are the ones the graph prices).
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -19336,15 +19423,32 @@ tensor_on<T, D> run_forward(const Op& op, op_inputs<T, D> x, device_context<C>& 
   return forward(op, x, ctx);
 }
 
+/// The inputs whose gradients a backward is asked for: all of them unless the caller
+/// says (autodiff::apply asks for those of inputs that require a gradient).
+struct grads_wanted {
+  std::uint64_t bits = ~std::uint64_t(0);
+  /// Whether input i's gradient is wanted.
+  bool operator[](std::size_t i) const { return i >= 64 || ((bits >> i) & 1u); }
+  /// Marks input i's gradient as not wanted.
+  void skip(std::size_t i) {
+    if (i < 64) bits &= ~(std::uint64_t(1) << i);
+  }
+};
+
 /// Runs `op` backward: its backward(op, dy, x, y, ctx), found as run_forward finds its
-/// forward; one gradient per input (nullopt where an input gets none).
+/// forward, or backward(op, dy, x, y, ctx, want) where the operator takes `want`; one
+/// gradient per input (nullopt where an input gets none; the inputs `want` skips may
+/// get one or not).
 template <class Op, class T, class D, class C>
 op_grads<T, D> run_backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
-                            device_context<C>& ctx) {
-  if constexpr (!requires { backward(op, dy, x, y, ctx); }) {
+                            device_context<C>& ctx, grads_wanted want = {}) {
+  constexpr bool takes_want = requires { backward(op, dy, x, y, ctx, want); };
+  if constexpr (!takes_want && !requires { backward(op, dy, x, y, ctx); }) {
     throw error(std::string(Op::name()) + ": has no backward (none of its inputs is differentiable)");
   } else {
-    op_grads<T, D> g = backward(op, dy, x, y, ctx);
+    op_grads<T, D> g;
+    if constexpr (takes_want) g = backward(op, dy, x, y, ctx, want);
+    else g = backward(op, dy, x, y, ctx);
     if (g.size() != x.size())
       throw error(std::string(Op::name()) + ": the backward gave " + std::to_string(g.size()) + " gradients for " +
                   std::to_string(x.size()) + " inputs");
@@ -22189,17 +22293,18 @@ tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<
 /// dx (x's layout, partial over the output-channel axis when it is split) and dw (w's
 /// layout, partial over the batch, height and width axes) given dy, brought to y's layout
 /// without partial sums. x's halo is fetched again for dw; dx's halo rows go back to
-/// the ranks that own them.
+/// the ranks that own them. dx is not computed where `want` skips it (x is data), unless
+/// H or W is split: the exchange that returns its halo rows is part of the backward the
+/// graph prices.
 template <class T, class D, class C>
 op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> in, const tensor_on<T, D>&,
-                        device_context<C>& ctx) {
+                        device_context<C>& ctx, grads_wanted want = {}) {
   const shape_list shapes{in[0]->global_shape(), in[1]->global_shape()};
   const conv2d_layouts r = op.rule(ctx.size(), shapes);
   detail::require_window_kernels<T, D>(op.name());
   using A = typename storage<T, D>::array;
-  A dx, dw;
+  op_grads<T, D> g(2);
   if constexpr (detail::has_window_kernels<T, D>()) {
-    using K = kernels::backend<D>;
     const auto ldy = in_layout(dy, r.y.without_partial(), ctx);
     const auto lx = in_layout(*in[0], r.x, ctx), lw = in_layout(*in[1], r.w, ctx);
     const window_split s = op.split(op.st, ctx.size(), shapes);
@@ -22209,14 +22314,17 @@ op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_input
     const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    const extents xes = extents_of(xe.shape());
-    const extents wls = local_shape(r.w, shapes[1]);
-    dw = std::move(K::conv2d_backward_weights(ldy->local(), xe, detail::dims_of(wls), false, p).dw);
-    A dxe = K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p);
-    dx = detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(dxe), s, cs, next, ctx, op.name());
+    const bool need_dx = want[0] || extended;
+    auto k = kernels::backend<D>::conv2d_backward(ldy->local(), xe, lw->local(), need_dx, false, p);
+    if (need_dx)
+      g[0].emplace(r.grad_x, shapes[0], ctx.rank(),
+                   detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(k.dx), s, cs, next, ctx, op.name()));
+    g[1].emplace(r.grad_w, shapes[1], ctx.rank(), std::move(k.dw));
+  } else {
+    g[0].emplace(r.grad_x, shapes[0], ctx.rank(), A());
+    g[1].emplace(r.grad_w, shapes[1], ctx.rank(), A());
   }
-  return grads_of(tensor_on<T, D>(r.grad_x, shapes[0], ctx.rank(), std::move(dx)),
-                  tensor_on<T, D>(r.grad_w, shapes[1], ctx.rank(), std::move(dw)));
+  return g;
 }
 
 }  // namespace tessera::ops
@@ -22632,9 +22740,13 @@ var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
   return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
     std::vector<const tensor_on<T, D>*> values;
     values.reserve(ids.size());
-    for (int id : ids) values.push_back(&tp.value(id));
-    ops::op_grads<T, D> dx =
-        ops::run_backward(op, g, ops::op_inputs<T, D>(values.data(), values.size()), tp.value(self), tp.ctx());
+    ops::grads_wanted want;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      values.push_back(&tp.value(ids[i]));
+      if (!tp.requires_grad(ids[i])) want.skip(i);
+    }
+    ops::op_grads<T, D> dx = ops::run_backward(op, g, ops::op_inputs<T, D>(values.data(), values.size()),
+                                               tp.value(self), tp.ctx(), want);
     for (std::size_t i = 0; i < ids.size(); ++i)
       if (dx[i] && ops::differentiable_in(op, int(i))) tp.add_grad(ids[i], std::move(*dx[i]));
   });

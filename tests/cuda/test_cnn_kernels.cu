@@ -105,6 +105,12 @@ TEST_CASE("conv2d on the GPU equals the host's") {
     const auto hg = kh::conv_backward_weights(dy, x, c.w, true, c.p);
     CHECK(near(host(g.dw), hg[0], 1e-4f));
     CHECK(near(host(g.db), hg[1], 1e-4f));
+    // Both at once: the same numbers; no dx unless asked.
+    const auto both = kc::conv2d_backward(ddy, dx_, dw_, true, true, c.p);
+    CHECK(near(host(both.dx), kh::conv_backward_data(dy, w, c.x, c.p)));
+    CHECK(near(host(both.dw), hg[0], 1e-4f));
+    CHECK(near(host(both.db), hg[1], 1e-4f));
+    CHECK(kc::conv2d_backward(ddy, dx_, dw_, false, false, c.p).dx.size() == 0);
   }
 }
 

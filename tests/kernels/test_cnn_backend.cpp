@@ -34,6 +34,9 @@ TEST_CASE("backend<cpu_device> runs a conv, batch norm, pooling step as kernels/
   const auto wg = be::conv2d_backward_weights(bg.dx, x, {8, 3, 3, 3}, false, cp);
   CHECK(dx == cpu::conv2d_backward_data(bg.dx, w, {2, 3, 8, 8}, cp));
   CHECK(wg.dw == cpu::conv2d_backward_weights(bg.dx, x, {8, 3, 3, 3}, false, cp).dw);
+  const auto both = be::conv2d_backward(bg.dx, x, w, true, false, cp);
+  CHECK(both.dx == dx);
+  CHECK(both.dw == wg.dw);
 
   // The split batch norm through the backend equals the whole-batch one on one rank.
   const auto m = be::batch_norm_moments(be::batch_norm_sums(c), 2 * 8 * 8);

@@ -1,5 +1,5 @@
-// Tests of kernels/cpu/conv.hpp: conv2d_forward, conv2d_backward_data and
-// conv2d_backward_weights against direct loops in double, over a grid of shapes,
+// Tests of kernels/cpu/conv.hpp: conv2d_forward, conv2d_backward_data,
+// conv2d_backward_weights and conv2d_backward against direct loops in double, over a grid of shapes,
 // strides (also larger than the kernel), asymmetric paddings, dilations and groups;
 // the loops' own gradients against central finite differences; the fused bias and
 // ReLU; dnnl_tensor operands; the primitive cache; and the error texts.
@@ -150,7 +150,7 @@ TEST_CASE("the loops' gradients equal central finite differences") {
   }
 }
 
-TEST_CASE("conv2d forward, backward data and backward weights equal the loops") {
+TEST_CASE("conv2d forward, backward data, backward weights and both at once equal the loops") {
   std::uint64_t seed = 10;
   for (const conv_case& c : conv_grid()) {
     CAPTURE(case_text(c));
@@ -168,6 +168,16 @@ TEST_CASE("conv2d forward, backward data and backward weights equal the loops") 
     CHECK(relative_error(to_double(g.dw), naive_conv_dw(dy, x, c.w, c.p)) < tol);
     CHECK(relative_error(to_double(g.db), naive_conv_db(dy)) < tol);
     CHECK(cpu::conv2d_backward_weights(dyf, xf, c.w, false, c.p).db.size() == 0);
+
+    // Both at once: dy reordered once, the same numbers; no dx unless asked.
+    const auto all = cpu::conv2d_backward(dyf, xf, wf, true, true, c.p);
+    CHECK(relative_error(to_double(all.dx), naive_conv_dx(dy, w, c.x, c.p)) < tol);
+    CHECK(relative_error(to_double(all.dw), naive_conv_dw(dy, x, c.w, c.p)) < tol);
+    CHECK(relative_error(to_double(all.db), naive_conv_db(dy)) < tol);
+    const auto weights_only = cpu::conv2d_backward(dyf, xf, wf, false, false, c.p);
+    CHECK(weights_only.dx.size() == 0);
+    CHECK(weights_only.db.size() == 0);
+    CHECK(weights_only.dw == all.dw);
   }
 }
 
@@ -200,6 +210,10 @@ TEST_CASE("conv2d on dnnl_tensor operands equals the xarray path, in the format 
                          cpu::conv2d_backward_data(dy, w, c.x, c.p)) < 1e-6);
     CHECK(relative_error(cpu::conv2d_backward_weights(tdy, tx, c.w, true, c.p).dw,
                          cpu::conv2d_backward_weights(dy, x, c.w, true, c.p).dw) < 1e-6);
+    const auto both = cpu::conv2d_backward(tdy, tx, w, true, true, c.p);
+    CHECK(relative_error(both.dx.to_xarray(), cpu::conv2d_backward_data(dy, w, c.x, c.p)) < 1e-6);
+    CHECK(relative_error(both.dw, cpu::conv2d_backward_weights(dy, x, c.w, true, c.p).dw) < 1e-6);
+    CHECK(!cpu::conv2d_backward(tdy, tx, w, false, false, c.p).dx);
     // dnnl_tensor's memory in oneDNN's own format goes in as it is.
     const cpu::dnnl_tensor ty2 = cpu::conv2d_forward(ty, to_float(random_array({8, c.w[0], 1, 1}, 10)), nullptr,
                                                      conv2d_params{});
@@ -215,6 +229,7 @@ TEST_CASE("a repeated conv2d call creates no primitive") {
     (void)cpu::conv2d_forward(x, w, nullptr, c.p);
     (void)cpu::conv2d_backward_data(dy, w, c.x, c.p);
     (void)cpu::conv2d_backward_weights(dy, x, c.w, false, c.p);
+    (void)cpu::conv2d_backward(dy, x, w, true, false, c.p);
   };
   step();
   const std::size_t made = cpu::detail::primitives_created();

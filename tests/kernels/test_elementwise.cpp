@@ -139,6 +139,19 @@ TEST_CASE("shapes that do not broadcast are an error naming both") {
         }) == "div: shapes do not broadcast: a is (2, 3, 4), b is (2, 1, 3)");
 }
 
+TEST_CASE("add_to and scale act in place, on several threads for large arrays") {
+  // 2^17 + 3 elements: past the threads' grain, in pieces that do not divide evenly.
+  const array a = random_array({(std::size_t(1) << 17) + 3}, 3), b = random_array({(std::size_t(1) << 17) + 3}, 4);
+  array sum = a;
+  cpu::add_to(sum, b);
+  CHECK(sum == array(a + b));
+  array scaled = a;
+  cpu::scale(scaled, 0.5);
+  CHECK(scaled == array(a * 0.5));
+  array small = random_array({3}, 5);
+  CHECK(thrown([&] { cpu::add_to(small, b); }) == "add_to: dst has 3 elements, src 131075");
+}
+
 TEST_CASE("reduce_to_shape sums a broadcast gradient back to the operand's shape") {
   const array g = random_array({2, 3, 4}, 3);
   const shape_t targets[] = {{2, 3, 4}, {3, 4}, {1, 3, 1}, {4}, {}, {2, 1, 4}, {1, 1, 1}, {1, 4}};

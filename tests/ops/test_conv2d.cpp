@@ -3,14 +3,15 @@
 // groups, ceil_mode, count_include_pad) and its backward against finite differences. On
 // N ranks: every candidate strategy (batch, channel, height and width splits with the
 // halo exchange) gives the 1-rank output and gradients to float rounding, and moves
-// exactly the bytes its definition lists. Bad shapes and strategies raise errors naming
-// the operator, the dim and the numbers.
+// exactly the bytes its definition lists, also where Conv2D's dx is not wanted. Bad
+// shapes and strategies raise errors naming the operator, the dim and the numbers.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include <xtensor/xmath.hpp>
 #include <tessera/autodiff/ops.hpp>
@@ -98,7 +99,8 @@ struct result {
 // The operator's output and input gradients for dy, run on the ranks of `ctx` with its
 // inputs given replicated (so each is laid out by the operator), gathered whole.
 template <class Op, class C>
-result run(const Op& op, const std::vector<xt::xarray<float>>& xs, const xt::xarray<float>& dy, device_context<C>& ctx) {
+result run(const Op& op, const std::vector<xt::xarray<float>>& xs, const xt::xarray<float>& dy, device_context<C>& ctx,
+           ops::grads_wanted want = {}) {
   const int p = ctx.size(), me = ctx.rank();
   std::vector<tensor_on<float, test_device>> in;
   std::vector<const tensor_on<float, test_device>*> ptrs;
@@ -117,11 +119,12 @@ result run(const Op& op, const std::vector<xt::xarray<float>>& xs, const xt::xar
   ctx.reset_stats();
   const ops::op_inputs<float, test_device> span(ptrs.data(), ptrs.size());
   const auto y = ops::run_forward(op, span, ctx);
-  const auto g = ops::run_backward(op, dyt, span, y, ctx);
+  const auto g = ops::run_backward(op, dyt, span, y, ctx, want);
   result r;
   r.bytes = ctx.total_stats().bytes;
   r.y = gather(y, ctx);
-  for (const auto& gi : g) r.grads.push_back(gather(*gi, ctx));
+  // An input whose gradient the backward skipped gets an empty array.
+  for (const auto& gi : g) r.grads.push_back(gi ? gather(*gi, ctx) : xt::xarray<float>::from_shape({0}));
   return r;
 }
 
@@ -276,6 +279,17 @@ TEST_CASE("conv2d and pooling: every candidate strategy equals one rank and move
       for (std::size_t k = 0; k < xs.size(); ++k) CHECK(close(got.grads[k], want.grads[k], 1e-4));
       CHECK(got.bytes == priced(op, p, shapes, me));
       ++runs;
+      if constexpr (std::is_same_v<std::decay_t<decltype(proto)>, ops::conv2d_op>) {
+        // x as data: the same dw and the same priced bytes; dx skipped unless H or W is
+        // split (the exchange returning its halo rows is part of the priced backward).
+        ops::grads_wanted only_w;
+        only_w.skip(0);
+        const result w_only = run(op, xs, dy, ctx, only_w);
+        CHECK(close(w_only.grads[1], want.grads[1], 1e-4));
+        CHECK(w_only.bytes == got.bytes);
+        const ops::window_split s = op.split(op.st, p, shapes);
+        CHECK(w_only.grads[0].size() == (s.h.parts > 1 || s.w.parts > 1 ? xs[0].size() : 0));
+      }
     }
   };
   SUBCASE("3x3 convolution, padding 1") {

@@ -73,9 +73,13 @@ var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
   return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
     std::vector<const tensor_on<T, D>*> values;
     values.reserve(ids.size());
-    for (int id : ids) values.push_back(&tp.value(id));
-    ops::op_grads<T, D> dx =
-        ops::run_backward(op, g, ops::op_inputs<T, D>(values.data(), values.size()), tp.value(self), tp.ctx());
+    ops::grads_wanted want;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      values.push_back(&tp.value(ids[i]));
+      if (!tp.requires_grad(ids[i])) want.skip(i);
+    }
+    ops::op_grads<T, D> dx = ops::run_backward(op, g, ops::op_inputs<T, D>(values.data(), values.size()),
+                                               tp.value(self), tp.ctx(), want);
     for (std::size_t i = 0; i < ids.size(); ++i)
       if (dx[i] && ops::differentiable_in(op, int(i))) tp.add_grad(ids[i], std::move(*dx[i]));
   });

@@ -54,10 +54,12 @@ namespace tessera::kernels {
 ///     result types; the host's through oneDNN where it is installed, the GPU's through
 ///     cuDNN; float): conv2d_forward(x, w, bias or null, params, relu),
 ///     conv2d_backward_data(dy, w, x_shape, params), conv2d_backward_weights(dy, x,
-///     w_shape, bias, params) ({dw, db}); batch_norm_forward_training(x, gamma, beta, eps,
-///     relu) ({y, mean, variance, workspace}), batch_norm_forward_inference(x, gamma, beta,
-///     mean, variance, eps, relu), batch_norm_backward(dy, x, gamma, mean, variance,
-///     workspace, eps, relu) ({dx, dgamma, dbeta}); the split batch norm whose sums are
+///     w_shape, bias, params) ({dw, db}), conv2d_backward(dy, x, w, need_dx, bias,
+///     params) ({dx, dw, db}: both at once, dx empty unless asked);
+///     batch_norm_forward_training(x, gamma, beta, eps, relu) ({y, mean, variance,
+///     workspace}), batch_norm_forward_inference(x, gamma, beta, mean, variance, eps,
+///     relu), batch_norm_backward(dy, x, gamma, mean, variance, workspace, eps, relu)
+///     ({dx, dgamma, dbeta}); the split batch norm whose sums are
 ///     added across ranks: batch_norm_sums(x), batch_norm_moments(sums, count),
 ///     batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y),
 ///     batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);

@@ -256,6 +256,16 @@ struct conv2d_weight_grads {
   Array db;
 };
 
+/// A convolution's whole backward: dx of x's shape (empty where it was not asked for),
+/// dw and db as conv2d_weight_grads. Weights is the weights' array type where it differs
+/// from the activations' (the host's oneDNN-format tensors).
+template <class Array, class Weights = Array>
+struct conv2d_grads {
+  Array dx;
+  Weights dw;
+  Weights db;
+};
+
 /// Per-channel sums of a local batch, the pieces a batch norm over several ranks adds up
 /// (all-reduces) before it normalises: forward, sum of x and of x^2 over (N, H, W);
 /// backward, sum of dy and of dy * x_hat.

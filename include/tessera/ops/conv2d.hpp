@@ -128,17 +128,18 @@ tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<
 /// dx (x's layout, partial over the output-channel axis when it is split) and dw (w's
 /// layout, partial over the batch, height and width axes) given dy, brought to y's layout
 /// without partial sums. x's halo is fetched again for dw; dx's halo rows go back to
-/// the ranks that own them.
+/// the ranks that own them. dx is not computed where `want` skips it (x is data), unless
+/// H or W is split: the exchange that returns its halo rows is part of the backward the
+/// graph prices.
 template <class T, class D, class C>
 op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_inputs<T, D> in, const tensor_on<T, D>&,
-                        device_context<C>& ctx) {
+                        device_context<C>& ctx, grads_wanted want = {}) {
   const shape_list shapes{in[0]->global_shape(), in[1]->global_shape()};
   const conv2d_layouts r = op.rule(ctx.size(), shapes);
   detail::require_window_kernels<T, D>(op.name());
   using A = typename storage<T, D>::array;
-  A dx, dw;
+  op_grads<T, D> g(2);
   if constexpr (detail::has_window_kernels<T, D>()) {
-    using K = kernels::backend<D>;
     const auto ldy = in_layout(dy, r.y.without_partial(), ctx);
     const auto lx = in_layout(*in[0], r.x, ctx), lw = in_layout(*in[1], r.w, ctx);
     const window_split s = op.split(op.st, ctx.size(), shapes);
@@ -148,14 +149,17 @@ op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_input
     const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    const extents xes = extents_of(xe.shape());
-    const extents wls = local_shape(r.w, shapes[1]);
-    dw = std::move(K::conv2d_backward_weights(ldy->local(), xe, detail::dims_of(wls), false, p).dw);
-    A dxe = K::conv2d_backward_data(ldy->local(), lw->local(), detail::dims_of(xes), p);
-    dx = detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(dxe), s, cs, next, ctx, op.name());
+    const bool need_dx = want[0] || extended;
+    auto k = kernels::backend<D>::conv2d_backward(ldy->local(), xe, lw->local(), need_dx, false, p);
+    if (need_dx)
+      g[0].emplace(r.grad_x, shapes[0], ctx.rank(),
+                   detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(k.dx), s, cs, next, ctx, op.name()));
+    g[1].emplace(r.grad_w, shapes[1], ctx.rank(), std::move(k.dw));
+  } else {
+    g[0].emplace(r.grad_x, shapes[0], ctx.rank(), A());
+    g[1].emplace(r.grad_w, shapes[1], ctx.rank(), A());
   }
-  return grads_of(tensor_on<T, D>(r.grad_x, shapes[0], ctx.rank(), std::move(dx)),
-                  tensor_on<T, D>(r.grad_w, shapes[1], ctx.rank(), std::move(dw)));
+  return g;
 }
 
 }  // namespace tessera::ops

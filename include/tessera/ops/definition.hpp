@@ -13,6 +13,10 @@
 //     op_grads<T, D> backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
 //                             const tensor_on<T, D>& y, device_context<C>& ctx);
 //
+// A backward that can skip the work of gradients nobody reads (a convolution's dx where
+// x is data) takes one more argument, the inputs whose gradients are wanted
+// (ops/run.hpp's grads_wanted), and may return nullopt for the others.
+//
 // ops/ runs it eagerly, autodiff::apply records it on a tape, graph/ traces, prices and
 // runs it, all through that type (ops/operators.hpp lists the library's own).
 #pragma once

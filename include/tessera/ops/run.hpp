@@ -4,6 +4,8 @@
 // (so that the elements it moves are the ones the graph prices).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,15 +45,32 @@ tensor_on<T, D> run_forward(const Op& op, op_inputs<T, D> x, device_context<C>& 
   return forward(op, x, ctx);
 }
 
+/// The inputs whose gradients a backward is asked for: all of them unless the caller
+/// says (autodiff::apply asks for those of inputs that require a gradient).
+struct grads_wanted {
+  std::uint64_t bits = ~std::uint64_t(0);
+  /// Whether input i's gradient is wanted.
+  bool operator[](std::size_t i) const { return i >= 64 || ((bits >> i) & 1u); }
+  /// Marks input i's gradient as not wanted.
+  void skip(std::size_t i) {
+    if (i < 64) bits &= ~(std::uint64_t(1) << i);
+  }
+};
+
 /// Runs `op` backward: its backward(op, dy, x, y, ctx), found as run_forward finds its
-/// forward; one gradient per input (nullopt where an input gets none).
+/// forward, or backward(op, dy, x, y, ctx, want) where the operator takes `want`; one
+/// gradient per input (nullopt where an input gets none; the inputs `want` skips may
+/// get one or not).
 template <class Op, class T, class D, class C>
 op_grads<T, D> run_backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
-                            device_context<C>& ctx) {
-  if constexpr (!requires { backward(op, dy, x, y, ctx); }) {
+                            device_context<C>& ctx, grads_wanted want = {}) {
+  constexpr bool takes_want = requires { backward(op, dy, x, y, ctx, want); };
+  if constexpr (!takes_want && !requires { backward(op, dy, x, y, ctx); }) {
     throw error(std::string(Op::name()) + ": has no backward (none of its inputs is differentiable)");
   } else {
-    op_grads<T, D> g = backward(op, dy, x, y, ctx);
+    op_grads<T, D> g;
+    if constexpr (takes_want) g = backward(op, dy, x, y, ctx, want);
+    else g = backward(op, dy, x, y, ctx);
     if (g.size() != x.size())
       throw error(std::string(Op::name()) + ": the backward gave " + std::to_string(g.size()) + " gradients for " +
                   std::to_string(x.size()) + " inputs");

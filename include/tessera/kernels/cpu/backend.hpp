@@ -65,14 +65,8 @@ struct backend<cpu_device> {
   static array<T> reduce_to_shape(array<T>&& g, const extents& shape) {
     return cpu::reduce_to_shape(std::move(g), detail::shape_vector(shape));
   }
-  template <class T>
-  static void scale(array<T>& x, T s) {
-    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] *= s;
-  }
-  template <class T>
-  static void add_to(array<T>& dst, const array<T>& src) {
-    for (std::size_t i = 0; i < dst.size(); ++i) dst.data()[i] += src.data()[i];
-  }
+  template <class T> static void scale(array<T>& x, T s) { cpu::scale(x, s); }
+  template <class T> static void add_to(array<T>& dst, const array<T>& src) { cpu::add_to(dst, src); }
 
   // ---- matrix products ----
   template <class T>
@@ -286,6 +280,11 @@ struct backend<cpu_device> {
                                                                const std::vector<std::size_t>& w_shape, bool bias,
                                                                const conv2d_params& p) {
     return cpu::conv2d_backward_weights(dy, x, w_shape, bias, p);
+  }
+  template <class T>
+  static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
+                                                bool need_dx, bool bias, const conv2d_params& p) {
+    return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
   }
 
   template <class T>

@@ -1,6 +1,7 @@
 // Elementwise kernels: binary arithmetic with NumPy broadcasting, unary maps, their
-// gradients, reduce_to_shape (the backward of a broadcast), bias_add, and the fused
-// maps (fused_map, fused_bias_map) that run a chain of element-wise steps in one pass.
+// gradients, add_to and scale in place, reduce_to_shape (the backward of a broadcast),
+// bias_add, and the fused maps (fused_map, fused_bias_map) that run a chain of
+// element-wise steps in one pass.
 //
 // Broadcasting (NumPy): shapes align on the right; a missing dim or a dim of 1
 // stretches to the other operand's extent. (3, 1) and (1, 4) give (3, 4); a 0-D
@@ -159,6 +160,28 @@ xt::xarray<T> relu_grad(const xt::xarray<T>& dy, const xt::xarray<T>& x) {
     }
   });
   return dx;
+}
+
+/// dst += src in place, element by element (a gradient accumulated): the two must have
+/// the same number of elements.
+template <class T>
+void add_to(xt::xarray<T>& dst, const xt::xarray<T>& src) {
+  if (dst.size() != src.size())
+    throw error("add_to: dst has " + std::to_string(dst.size()) + " elements, src " + std::to_string(src.size()));
+  T* d = dst.data();
+  const T* v = src.data();
+  detail::parallel_ranges(dst.size(), detail::parallel_grain, [d, v](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) d[i] += v[i];
+  });
+}
+
+/// x *= s in place.
+template <class T>
+void scale(xt::xarray<T>& x, T s) {
+  T* d = x.data();
+  detail::parallel_ranges(x.size(), detail::parallel_grain, [d, s](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) d[i] *= s;
+  });
 }
 
 /// Sums `grad` (the gradient of a broadcast result) back to `shape`, the shape of the

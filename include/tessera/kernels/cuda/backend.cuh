@@ -262,6 +262,11 @@ struct backend<cuda_device> {
                                                                const conv2d_params& p) {
     return cuda::conv2d_backward_weights(dy, x, w_shape, bias, p);
   }
+  template <class T>
+  static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
+                                                bool need_dx, bool bias, const conv2d_params& p) {
+    return cuda::conv2d_backward(dy, x, w, need_dx, bias, p);
+  }
 
   template <class T>
   static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(

@@ -214,4 +214,15 @@ inline conv2d_weight_grads<device_array<float>> conv2d_backward_weights(const de
   return conv2d_backward_weights(dy, x, std::span<const std::size_t>(w_shape), bias, p);
 }
 
+/// The whole backward of conv2d_forward(x, w, bias or none): dw and db as
+/// conv2d_backward_weights gives them, and dx as conv2d_backward_data does when `need_dx`
+/// (else dx is empty, of shape (0,)).
+inline conv2d_grads<device_array<float>> conv2d_backward(const device_array<float>& dy, const device_array<float>& x,
+                                                         const device_array<float>& w, bool need_dx, bool bias,
+                                                         const conv2d_params& p) {
+  conv2d_weight_grads<device_array<float>> wg = conv2d_backward_weights(dy, x, detail::dims(w), bias, p);
+  return {need_dx ? conv2d_backward_data(dy, w, detail::dims(x), p) : device_array<float>({0}), std::move(wg.dw),
+          std::move(wg.db)};
+}
+
 }  // namespace tessera::kernels::cuda
