@@ -15,7 +15,10 @@
 //                           directly (conv_step_onednn says how);
 //   bn_relu_split/<C>[_<S>x<S>]/plain  the split form a sharded batch norm runs (sums,
 //                           moments, normalise + ReLU, backward sums, backward data) on
-//                           one rank: the form ResNet-50's batch norms run.
+//                           one rank: the form ResNet-50's batch norms run;
+//   weights_to_plain/<O>x<I>x<KH>x<KW>/tessera  weights from OIhw16i16o (the layout of
+//                           the backward's dW) to plain OIHW by the kernels' reorder, and
+//                           /onednn, its peer: oneDNN's reorder primitive.
 // Forms: plain   xt::xarray<float> in plain NCHW in and out (each primitive reorders to
 //                and from the blocked layout it computes in);
 //        blocked dnnl_tensor operands already in oneDNN's blocked layout (nChw16c, as a
@@ -27,6 +30,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -177,6 +181,36 @@ void conv_step_onednn(benchmark::State& state, const conv_case& c) {
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ResNet-50's convolution weights (O, I, KH, KW) whose gradient comes back from oneDNN's
+// blocked layout to plain every step: the bottlenecks' 1 x 1 reduce and expand, the
+// downsample of stage 4, and its 3 x 3.
+struct weights_case {
+  const char* name;
+  dnnl::memory::dims dims;
+};
+const weights_case weights_cases[] = {
+    {"64x256x1x1", {64, 256, 1, 1}},     {"256x1024x1x1", {256, 1024, 1, 1}}, {"512x2048x1x1", {512, 2048, 1, 1}},
+    {"2048x512x1x1", {2048, 512, 1, 1}}, {"2048x1024x1x1", {2048, 1024, 1, 1}}, {"512x512x3x3", {512, 512, 3, 3}},
+};
+
+// Weights in the layout oneDNN's backward-weights primitive writes them (OIhw16i16o on
+// AVX-512) brought to plain OIHW: by the kernels' reorder_into (`tessera`: its own loop,
+// kernels/cpu/dnnl.hpp) or by oneDNN's reorder primitive (`onednn`, the peer).
+void weights_to_plain(benchmark::State& state, const weights_case& c, bool own) {
+  using dnnl::memory;
+  const memory::desc blocked_desc(c.dims, memory::data_type::f32, memory::format_tag::ABcd16b16a);
+  memory plain(cpu::detail::plain_desc(c.dims), cpu::dnnl_engine()), blocked(blocked_desc, cpu::dnnl_engine());
+  const farray v = values({std::size_t(blocked_desc.get_size() / sizeof(float))}, 8);
+  std::copy(v.begin(), v.end(), static_cast<float*>(blocked.get_data_handle()));
+  const dnnl::reorder peer(blocked, plain);
+  for (auto _ : state) {
+    if (own) cpu::detail::reorder_into(blocked, plain);
+    else peer.execute(cpu::dnnl_stream(), blocked, plain);
+    benchmark::DoNotOptimize(plain.get_data_handle());
+  }
+  state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(blocked_desc.get_size()) * 2);
+}
+
 void bn_step(benchmark::State& state, bn_case b, bool keep_blocked) {
   const std::size_t c = b.channels;
   const std::vector<std::size_t> xs{batch, c, b.size, b.size};
@@ -247,6 +281,13 @@ const int registered = [] {
         ->UseRealTime()
         ->MinTime(1.0);
   }
+  for (const weights_case& c : weights_cases)
+    for (bool own : {true, false})
+      benchmark::RegisterBenchmark((std::string("weights_to_plain/") + c.name + (own ? "/tessera" : "/onednn")).c_str(),
+                                   [&c, own](benchmark::State& s) { weights_to_plain(s, c, own); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(0.5);
   return 0;
 }();
 

@@ -16861,8 +16861,10 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 // What the oneDNN kernels share: the engine (one per process) and stream (one per
 // thread), the primitive cache (one per thread, keyed by shapes and attributes, so a
 // repeated call creates nothing), dnnl_tensor (a 4-D tensor kept in the memory format
-// oneDNN chose, to pass between layers without reordering), the workspace handle, and
-// oneDNN's errors as tessera::error. Link tessera::dnnl.
+// oneDNN chose, to pass between layers without reordering), the reorders between
+// layouts (cached primitives; weights from a two-block layout back to plain by a loop of
+// their own), the workspace handle, and oneDNN's errors as tessera::error. Link
+// tessera::dnnl.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -16875,6 +16877,7 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -17057,13 +17060,89 @@ decltype(auto) dnnl_call(const char* fn, F&& f) {
 
 // ---- reorders, inputs and outputs -----------------------------------------------------
 
+/// A blocked layout of the kind oneDNN gives convolution weights (OIhw16i16o, IOhw16o16i,
+/// gOIhw8i8o, ...): 4-D (O, I, KH, KW), or 5-D with the groups first, whose output- and
+/// input-channel dims are both blocked by `block`; every other dim, and the blocks
+/// themselves, at the outer `strides` (in elements).
+struct two_block_weights {
+  int ndims = 0;
+  dnnl::memory::dim block = 0;
+  bool o_innermost = true;  // O's block is the innermost (ABcd16b16a), else I's (ABcd16a16b)
+  std::array<dnnl::memory::dim, 5> dims{}, strides{};
+};
+
+/// `md` as a two_block_weights, or nothing for any other layout.
+inline std::optional<two_block_weights> as_two_block_weights(const dnnl_md& md) {
+  const dnnl_memory_desc_t& c = md.data;
+  if (c.format_kind != dnnl_blocked || c.data_type != dnnl_f32 || c.offset0 != 0 || c.extra.flags != 0 ||
+      (c.ndims != 4 && c.ndims != 5))
+    return std::nullopt;
+  const auto& b = c.format_desc.blocking;
+  const int o = c.ndims - 4, i = o + 1;  // the channel dims
+  if (b.inner_nblks != 2 || b.inner_blks[0] != b.inner_blks[1]) return std::nullopt;
+  const bool o_innermost = b.inner_idxs[0] == i && b.inner_idxs[1] == o;
+  if (!o_innermost && !(b.inner_idxs[0] == o && b.inner_idxs[1] == i)) return std::nullopt;
+  two_block_weights w;
+  w.ndims = c.ndims;
+  w.block = b.inner_blks[0];
+  w.o_innermost = o_innermost;
+  for (int d = 0; d < c.ndims; ++d) {
+    if (c.padded_offsets[d] != 0) return std::nullopt;
+    w.dims[std::size_t(d)] = c.dims[d];
+    w.strides[std::size_t(d)] = b.strides[d];
+  }
+  return w;
+}
+
+/// dst (plain row-major, w's dims) = src laid out as w: each block x block tile of
+/// (O, I) read across and written in place, on the kernels' threads. oneDNN 2.6's
+/// reorder of these layouts to plain runs 6 to 7 times slower than this loop where I is
+/// 1024 or more (the 1 x 1 weights of ResNet-50's last two stages), and within 15% of it
+/// on the other shapes (benchmarks/bench_conv.cpp, weights_to_plain).
+inline void two_block_weights_to_plain(const two_block_weights& w, const float* src, float* dst) {
+  using dim = dnnl::memory::dim;
+  const int o = w.ndims - 4;
+  const dim groups = o ? w.dims[0] : 1, gstride = o ? w.strides[0] : 0;
+  const dim oc = w.dims[std::size_t(o)], ic = w.dims[std::size_t(o) + 1], kw = w.dims[std::size_t(o) + 3];
+  const dim k = w.dims[std::size_t(o) + 2] * kw;
+  const dim so = w.strides[std::size_t(o)], si = w.strides[std::size_t(o) + 1];
+  const dim sh = w.strides[std::size_t(o) + 2], sw = w.strides[std::size_t(o) + 3];
+  const dim bs = w.block, ob_n = (oc + bs - 1) / bs, ib_n = (ic + bs - 1) / bs;
+  // Element (a, b) of a tile (a in O's block, b in I's) is at a + b * bs where O's block
+  // is the innermost, else at a * bs + b.
+  const dim step_a = w.o_innermost ? 1 : bs, step_b = w.o_innermost ? bs : 1;
+  const std::size_t tiles = std::size_t(groups * ob_n * ib_n);
+  const std::size_t grain = std::max<std::size_t>(1, parallel_grain / std::size_t(bs * bs * k));
+  parallel_ranges(tiles, grain, [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) {
+      const dim g = dim(t) / (ob_n * ib_n), ob = dim(t) / ib_n % ob_n, ib = dim(t) % ib_n;
+      const dim na = std::min(bs, oc - ob * bs), nb = std::min(bs, ic - ib * bs);
+      for (dim kk = 0; kk < k; ++kk) {
+        const float* tile = src + g * gstride + ob * so + ib * si + kk / kw * sh + kk % kw * sw;
+        for (dim a = 0; a < na; ++a) {
+          float* out = dst + ((g * oc + ob * bs + a) * ic + ib * bs) * k + kk;
+          const float* in = tile + a * step_a;
+          for (dim bi = 0; bi < nb; ++bi) out[bi * k] = in[bi * step_b];
+        }
+      }
+    }
+  });
+}
+
 struct reorder_entry {
   dnnl::reorder prim;
 };
 
-/// dst = src with the layout of dst (a cached reorder primitive).
+/// dst = src with the layout of dst (a cached reorder primitive; convolution weights
+/// from a two-block layout to plain by two_block_weights_to_plain).
 inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
   const dnnl_md s = src.get_desc(), d = dst.get_desc();
+  if (s.dims() == d.dims() && d == plain_desc(d.dims()))
+    if (const auto w = as_two_block_weights(s)) {
+      two_block_weights_to_plain(*w, static_cast<const float*>(src.get_data_handle()),
+                                 static_cast<float*>(dst.get_data_handle()));
+      return;
+    }
   primitive_key key;
   key.add(std::int64_t(0x5245)).add(s).add(d);
   const auto& e = cached<reorder_entry>(key, [&] {
@@ -18517,9 +18596,8 @@ namespace tessera::kernels {
 ///   convolutional networks on NCHW tensors (kernels/conv_params.hpp's parameters and
 ///     result types; the host's through oneDNN where it is installed, the GPU's through
 ///     cuDNN; float): conv2d_forward(x, w, bias or null, params, relu),
-///     conv2d_backward_data(dy, w, x_shape, params), conv2d_backward_weights(dy, x,
-///     w_shape, bias, params) ({dw, db}), conv2d_backward(dy, x, w, need_dx, bias,
-///     params) ({dx, dw, db}: both at once, dx empty unless asked);
+///     conv2d_backward(dy, x, w, need_dx, bias, params) ({dx, dw, db}: dw and db, and
+///     dx when need_dx, else empty);
 ///     batch_norm_forward_training(x, gamma, beta, eps, relu) ({y, mean, variance,
 ///     workspace}), batch_norm_forward_inference(x, gamma, beta, mean, variance, eps,
 ///     relu), batch_norm_backward(dy, x, gamma, mean, variance, workspace, eps, relu)
@@ -19277,17 +19355,6 @@ struct backend<cpu_device> {
   static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
                                  const conv2d_params& p, bool relu = false) {
     return cpu::conv2d_forward(x, w, bias, p, relu);
-  }
-  template <class T>
-  static array<T> conv2d_backward_data(const array<T>& dy, const array<T>& w, const std::vector<std::size_t>& x_shape,
-                                       const conv2d_params& p) {
-    return cpu::conv2d_backward_data(dy, w, x_shape, p);
-  }
-  template <class T>
-  static conv2d_weight_grads<array<T>> conv2d_backward_weights(const array<T>& dy, const array<T>& x,
-                                                               const std::vector<std::size_t>& w_shape, bool bias,
-                                                               const conv2d_params& p) {
-    return cpu::conv2d_backward_weights(dy, x, w_shape, bias, p);
   }
   template <class T>
   static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,

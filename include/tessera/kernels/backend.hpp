@@ -53,9 +53,8 @@ namespace tessera::kernels {
 ///   convolutional networks on NCHW tensors (kernels/conv_params.hpp's parameters and
 ///     result types; the host's through oneDNN where it is installed, the GPU's through
 ///     cuDNN; float): conv2d_forward(x, w, bias or null, params, relu),
-///     conv2d_backward_data(dy, w, x_shape, params), conv2d_backward_weights(dy, x,
-///     w_shape, bias, params) ({dw, db}), conv2d_backward(dy, x, w, need_dx, bias,
-///     params) ({dx, dw, db}: both at once, dx empty unless asked);
+///     conv2d_backward(dy, x, w, need_dx, bias, params) ({dx, dw, db}: dw and db, and
+///     dx when need_dx, else empty);
 ///     batch_norm_forward_training(x, gamma, beta, eps, relu) ({y, mean, variance,
 ///     workspace}), batch_norm_forward_inference(x, gamma, beta, mean, variance, eps,
 ///     relu), batch_norm_backward(dy, x, gamma, mean, variance, workspace, eps, relu)

@@ -271,17 +271,6 @@ struct backend<cpu_device> {
     return cpu::conv2d_forward(x, w, bias, p, relu);
   }
   template <class T>
-  static array<T> conv2d_backward_data(const array<T>& dy, const array<T>& w, const std::vector<std::size_t>& x_shape,
-                                       const conv2d_params& p) {
-    return cpu::conv2d_backward_data(dy, w, x_shape, p);
-  }
-  template <class T>
-  static conv2d_weight_grads<array<T>> conv2d_backward_weights(const array<T>& dy, const array<T>& x,
-                                                               const std::vector<std::size_t>& w_shape, bool bias,
-                                                               const conv2d_params& p) {
-    return cpu::conv2d_backward_weights(dy, x, w_shape, bias, p);
-  }
-  template <class T>
   static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
                                                 bool need_dx, bool bias, const conv2d_params& p) {
     return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
