@@ -17137,12 +17137,13 @@ struct reorder_entry {
 /// from a two-block layout to plain by two_block_weights_to_plain).
 inline void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
   const dnnl_md s = src.get_desc(), d = dst.get_desc();
-  if (s.dims() == d.dims() && d == plain_desc(d.dims()))
-    if (const auto w = as_two_block_weights(s)) {
-      two_block_weights_to_plain(*w, static_cast<const float*>(src.get_data_handle()),
-                                 static_cast<float*>(dst.get_data_handle()));
-      return;
-    }
+  // The layout test first: it reads the descriptor's fields, and fails at once for
+  // activations' layouts, the most reorders.
+  if (const auto w = as_two_block_weights(s); w && s.dims() == d.dims() && d == plain_desc(d.dims())) {
+    two_block_weights_to_plain(*w, static_cast<const float*>(src.get_data_handle()),
+                               static_cast<float*>(dst.get_data_handle()));
+    return;
+  }
   primitive_key key;
   key.add(std::int64_t(0x5245)).add(s).add(d);
   const auto& e = cached<reorder_entry>(key, [&] {
