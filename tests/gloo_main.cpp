@@ -5,7 +5,7 @@
 // worker failed. Rank 0 prints doctest's usual report; the others print only their
 // failures, then one line naming the rank.
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include "ran_none.hpp"
 
 #include <cstdio>
 #include <span>
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     context.setOption("no-colors", true);
     if (world.rank() != 0) context.setOption("minimal", true);
     context.applyCommandLine(argc, argv);
-    const int failed = context.run() != 0 ? 1 : 0;
+    const int failed = tessera_test::fail_if_ran_none(context.run()) != 0 ? 1 : 0;
     if (failed && world.rank() != 0) std::fprintf(stderr, "[rank %d] test cases failed on this rank\n", world.rank());
     int any_failed = failed;
     world.all_reduce(std::span<int>(&any_failed, 1), tessera::reduce_op::max);

@@ -19,6 +19,8 @@
 #include <tessera/comm/mpi.hpp>
 #include <tessera/core/format.hpp>
 
+namespace autodiff_test_losses {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 namespace k = tessera::kernels::cpu;
@@ -139,3 +141,4 @@ TEST_CASE("softmax_cross_entropy_expand: shards like any composition, dense and 
   if (world.rank() == 0) MESSAGE(p << " ranks: " << cases << " softmax_cross_entropy_expand strategies checked");
   CHECK(cases > 0);
 }
+}  // namespace autodiff_test_losses

@@ -13,6 +13,8 @@
 #include <tessera/comm/mpi.hpp>
 #include <tessera/core/format.hpp>
 
+namespace autodiff_test_value_and_grad {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using ctx_t = context;
 
@@ -117,3 +119,4 @@ TEST_CASE("backward needs a scalar loss") {
   const auto v = tp.leaf(testing::test_tensor(layout::replicated(mesh{world.size()}, 2), extents{2, 2}, world.rank()));
   CHECK_THROWS_WITH_AS(tp.backward(v), "autodiff: backward starts from a scalar loss, got shape (2, 2)", error);
 }
+}  // namespace autodiff_test_value_and_grad

@@ -22,6 +22,8 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/plan/cost.hpp>
 
+namespace comm_test_any_mpi {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 static_assert(communicator<any_communicator>);
@@ -435,3 +437,4 @@ TEST_CASE("tessera::run under mpiexec: the MPI world in the handle") {
   MPI_Finalized(&fin);
   CHECK(fin == 0);
 }
+}  // namespace comm_test_any_mpi

@@ -12,6 +12,8 @@
 #include <tessera/comm/mpi.hpp>
 #include <tessera/plan/cost.hpp>
 
+namespace comm_test_mpi {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 namespace {
@@ -543,3 +545,4 @@ TEST_CASE("mpi: an MPI failure becomes a tessera::error naming the call") {
   }
   c.barrier();
 }
+}  // namespace comm_test_mpi

@@ -14,6 +14,8 @@
 #include <tessera/core/geometry.hpp>
 #include <tessera/core/layout.hpp>
 
+namespace core_test_geometry {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 namespace {
@@ -495,3 +497,4 @@ TEST_CASE("layout and geometry: constexpr") {
   static_assert(local_shape(l, extents{16, 32}) == extents{8, 8});
   static_assert(check(l, extents{16, 30}) == fail(errc::dim_not_divisible, 1, 1, 30, 4));
 }
+}  // namespace core_test_geometry

@@ -8,6 +8,8 @@
 #include <tessera/core/format.hpp>
 #include <tessera/core/mesh.hpp>
 
+namespace core_test_mesh {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 namespace {
@@ -256,3 +258,4 @@ TEST_CASE("mesh: constexpr") {
   static_assert(check(m).ok());
   static_assert(check(mesh{}).code == errc::mesh_ndim);
 }
+}  // namespace core_test_mesh

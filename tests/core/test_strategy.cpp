@@ -13,6 +13,8 @@
 #include <tessera/core/geometry.hpp>
 #include <tessera/core/strategy.hpp>
 
+namespace core_test_strategy {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 namespace {
@@ -379,3 +381,4 @@ TEST_CASE("strategy: constexpr") {
   static_assert(shard_layout<split_tuple{2, 4}, 8> == layout(mesh{2, 4}, {{0}, {1}}));
   static_assert(from_tensor_map(mesh{2, 4, 1}, tensor_map{2, 1}) == layout(mesh{2, 4, 1}, {{0}, {1}}));
 }
+}  // namespace core_test_strategy

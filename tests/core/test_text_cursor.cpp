@@ -9,6 +9,8 @@
 #include <vector>
 #include <tessera/core/text_cursor.hpp>
 
+namespace core_test_text_cursor {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 namespace {
@@ -119,3 +121,4 @@ TEST_CASE("text_cursor: whole words, positions and fail_at") {
   CHECK(d.accept('a'));
   CHECK(d.here() == "the end");
 }
+}  // namespace core_test_text_cursor

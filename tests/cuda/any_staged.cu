@@ -16,6 +16,8 @@
 #include <tessera/comm/staged.hpp>
 #include <tessera/cuda.hpp>
 
+namespace cuda_any_staged {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 using staged_mpi = staged_communicator<mpi_communicator>;
@@ -123,3 +125,4 @@ TEST_CASE("mesh_comm groups of a handle over staged MPI move device buffers") {
   CHECK(a.to_vector() == std::vector<float>{float(g * (g - 1) / 2), float(g)});
   CHECK(ctx.total_stats() == traffic{1, cost::all_reduce(8, g)});
 }
+}  // namespace cuda_any_staged

@@ -19,6 +19,8 @@
 
 #include "cnn_host.hpp"
 
+namespace cuda_test_cnn_kernels {  // the file's own scope in its test group's translation unit
+
 namespace kc = tessera::kernels::cuda;
 namespace kh = cnn_host;
 using tessera::kernels::conv2d_params;
@@ -216,3 +218,4 @@ TEST_CASE("backend<cuda_device> holds the kernels, and the errors are the host's
   CHECK(thrown([&] { (void)kc::max_pool2d_forward(dev(x), pool2d_params::square(2, 2, 2)); }) ==
         kh::max_pool_forward_error(x, pool2d_params::square(2, 2, 2)));
 }
+}  // namespace cuda_test_cnn_kernels

@@ -13,6 +13,8 @@
 #include <vector>
 #include <tessera/cuda.hpp>
 
+namespace cuda_test_kernels {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 namespace kc = tessera::kernels::cuda;
 namespace kh = tessera::kernels::cpu;
@@ -593,3 +595,4 @@ TEST_CASE("optim::sgd, adam and adamw over bare device tensors take the host ten
     run(h, d);
   }
 }
+}  // namespace cuda_test_kernels

@@ -14,6 +14,8 @@
 #include <tessera/comm/staged.hpp>
 #include <tessera/cuda/device_array.hpp>
 
+namespace cuda_test_staged {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 static_assert(nonblocking_communicator<staged_communicator<mpi_communicator>>);
@@ -164,3 +166,4 @@ TEST_CASE("staged_communicator: host memory handed to it is an error that says s
   comm.all_gather(std::span<const float>(d.data(), 8), std::span<float>(g.data(), g.size()));
   CHECK(g.to_vector() == std::vector<float>(out.size(), 1.0f));
 }
+}  // namespace cuda_test_staged

@@ -14,6 +14,8 @@
 #include <tessera/data/source.hpp>
 #include <tessera/data/transforms.hpp>
 
+namespace data_test_dataset {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using data::array;
 
@@ -297,3 +299,4 @@ TEST_CASE("pipeline operations: errors") {
       "batch: column 'x': every value of a batch must have the same shape: value 1 has shape (2,), value 0 has (1,)",
       error);
 }
+}  // namespace data_test_dataset

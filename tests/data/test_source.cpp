@@ -9,6 +9,8 @@
 #include <vector>
 #include <tessera/data/source.hpp>
 
+namespace data_test_source {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using data::array;
 
@@ -120,3 +122,4 @@ TEST_CASE("generator_dataset: errors") {
                        "columns (a, b) at index 0",
                        error);
 }
+}  // namespace data_test_source

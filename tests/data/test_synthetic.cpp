@@ -7,6 +7,8 @@
 #include <vector>
 #include <tessera/data/synthetic.hpp>
 
+namespace data_test_synthetic {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 TEST_CASE("synthetic_images: shapes, label range, reproducibility") {
@@ -52,3 +54,4 @@ TEST_CASE("synthetic_images: every image is nearest to its own class's mean") {
   }
   CHECK(right == n);
 }
+}  // namespace data_test_synthetic

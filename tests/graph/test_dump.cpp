@@ -13,6 +13,8 @@
 #include <vector>
 #include <tessera/graph/dump.hpp>
 
+namespace graph_test_dump {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::graph;
 
@@ -201,3 +203,4 @@ TEST_CASE("save_graphs: three files per rank") {
   }
   std::filesystem::remove_all(dir);
 }
+}  // namespace graph_test_dump

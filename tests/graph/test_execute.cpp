@@ -16,6 +16,8 @@
 #include <tessera/graph/execute.hpp>
 #include <tessera/optim/momentum.hpp>
 
+namespace graph_test_execute {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::graph;
 
@@ -524,3 +526,4 @@ TEST_CASE("run-time errors name the input, parameter or operator and the shapes"
                        "graph executor: the graph was parallelized for 4-byte elements, the executor's are 8 bytes",
                        error);
 }
+}  // namespace graph_test_execute

@@ -9,6 +9,8 @@
 #include <vector>
 #include <tessera/graph/parallel.hpp>
 
+namespace graph_test_parallel {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::graph;
 
@@ -348,3 +350,4 @@ TEST_CASE("memory_budget: every search fits a plan under it, or says what is too
   dp.memory_budget = -1;
   CHECK_THROWS_WITH_AS(parallelize(g, dp), "parallelize: memory_budget must be 0 (no limit) or positive, got -1", error);
 }
+}  // namespace graph_test_parallel

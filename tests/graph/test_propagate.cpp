@@ -15,6 +15,8 @@
 #include <tessera/graph/parallel.hpp>
 #include "brute_force.hpp"
 
+namespace graph_test_propagate {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::graph;
 using namespace tessera::graph::testing;
@@ -412,3 +414,4 @@ TEST_CASE("partial variants: the layouts an operator's rule gives for inputs arr
       if (g.at(id).kind == node_kind::op && g.at(id).op->type() == "ReLU") CHECK(!pg.value_layout(id).has_partial());
   }
 }
+}  // namespace graph_test_propagate

@@ -14,6 +14,8 @@
 #include <tessera/graph/parallel.hpp>
 #include "error_text.hpp"
 
+namespace graph_test_recursive {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::graph;
 using tessera::testing::error_of;
@@ -375,3 +377,4 @@ TEST_CASE("recursive_programming: errors") {
   CHECK(error_of([] { parse_search_mode("rec"); }) ==
         "search_mode: 'rec' is not sharding_propagation, dynamic_programming or recursive_programming");
 }
+}  // namespace graph_test_recursive

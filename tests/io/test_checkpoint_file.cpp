@@ -14,6 +14,8 @@
 #include <tessera/io/checkpoint_file.hpp>
 #include "error_text.hpp"
 
+namespace io_test_checkpoint_file {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::io;
 namespace fs = std::filesystem;
@@ -197,3 +199,4 @@ TEST_CASE("check_params: every mismatch with the network in one message") {
         "x: 1 mismatch with the network:\n  'fc1.bias': dtype F32 in the checkpoint, F64 expected");
   CHECK_NOTHROW(check_params(found, std::vector<param_spec>{found[0]}, false, "x"));
 }
+}  // namespace io_test_checkpoint_file

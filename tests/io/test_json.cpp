@@ -12,6 +12,8 @@
 #include <vector>
 #include <tessera/io/json.hpp>
 
+namespace io_test_json {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 namespace json = tessera::io::json;
 
@@ -248,3 +250,4 @@ TEST_CASE("json: seeded random corruptions either parse or throw tessera::error"
   CHECK(rejected > 1000);
   CHECK(parsed > 20);
 }
+}  // namespace io_test_json

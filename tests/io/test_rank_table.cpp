@@ -15,6 +15,8 @@
 #include <tessera/io/rank_table.hpp>
 #include "error_text.hpp"
 
+namespace io_test_rank_table {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::io;
 namespace fs = std::filesystem;
@@ -315,3 +317,4 @@ TEST_CASE("rank_table: every truncation and random corruptions throw tessera::er
   }
   MESSAGE(parsed << " of 2000 corrupted tables still parsed");
 }
+}  // namespace io_test_rank_table

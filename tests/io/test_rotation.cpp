@@ -14,6 +14,8 @@
 #include <tessera/io/rotation.hpp>
 #include "error_text.hpp"
 
+namespace io_test_rotation {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::io;
 namespace fs = std::filesystem;
@@ -110,3 +112,4 @@ TEST_CASE("list_checkpoints: numeric order; rotation limits") {
   CHECK(list_checkpoints(dir.path / "missing", "m").empty());
   CHECK(!latest_checkpoint(dir.path / "missing", "m"));
 }
+}  // namespace io_test_rotation

@@ -25,6 +25,8 @@
 #include <tessera/io/safetensors.hpp>
 #include "error_text.hpp"
 
+namespace io_test_safetensors {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::io;
 namespace fs = std::filesystem;
@@ -540,3 +542,4 @@ TEST_CASE("safetensors: a hand-written Python reader and writer agree with tesse
   e.check(r);
   CHECK(r.tensors().front().name == "empty");  // Python wrote them in reverse order
 }
+}  // namespace io_test_safetensors

@@ -16,6 +16,8 @@
 #include <tessera/io/strategy_file.hpp>
 #include "error_text.hpp"
 
+namespace io_test_strategy_file {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::io;
 namespace fs = std::filesystem;
@@ -221,3 +223,4 @@ TEST_CASE("strategy files: random corruptions parse or throw tessera::error") {
   CHECK(ok + rejected == 400);
   CHECK(rejected > 200);
 }
+}  // namespace io_test_strategy_file

@@ -12,6 +12,8 @@
 
 #include "finite_difference.hpp"
 
+namespace kernels_test_batch_norm {  // the file's own scope in its test group's translation unit
+
 namespace cpu = tessera::kernels::cpu;
 using namespace kernel_test;
 
@@ -293,3 +295,4 @@ TEST_CASE("batch norm errors name the kernel and the numbers") {
   CHECK(thrown([&] { (void)cpu::batch_norm_moments(cpu::batch_norm_sums(x), 0); }) ==
         "batch_norm_moments: count must be positive");
 }
+}  // namespace kernels_test_batch_norm

@@ -13,6 +13,8 @@
 
 #include "finite_difference.hpp"
 
+namespace kernels_test_conv {  // the file's own scope in its test group's translation unit
+
 namespace cpu = tessera::kernels::cpu;
 using tessera::index_t;
 using tessera::kernels::conv2d_params;
@@ -306,3 +308,4 @@ TEST_CASE("conv2d errors name the kernel and the numbers") {
   CHECK(thrown([&] { (void)cpu::conv2d_backward_data(farray(xt::zeros<float>({2, 4, 5, 6})), w, {2, 3, 8, 8}, {}); }) ==
         "conv2d_backward_data: dy must be (2, 4, 6, 6), dy is (2, 4, 5, 6)");
 }
+}  // namespace kernels_test_conv

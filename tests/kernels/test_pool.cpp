@@ -15,6 +15,8 @@
 
 #include "finite_difference.hpp"
 
+namespace kernels_test_pool {  // the file's own scope in its test group's translation unit
+
 namespace cpu = tessera::kernels::cpu;
 namespace k = tessera::kernels;
 using tessera::index_t;
@@ -273,3 +275,4 @@ TEST_CASE("pooling errors name the kernel and the numbers") {
   CHECK(thrown([&] { (void)cpu::max_pool2d_backward(x, x, x, cpu::dnnl_workspace{}, window(1, 1, 1, 1)); }) ==
         "max_pool2d_backward: the workspace is empty (max_pool2d_forward's)");
 }
+}  // namespace kernels_test_pool

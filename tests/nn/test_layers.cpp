@@ -21,6 +21,8 @@
 
 #include "nn_test.hpp"
 
+namespace nn_test_layers {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace nn_test;
 using ctx_t = context;
@@ -386,3 +388,4 @@ TEST_CASE("layers: bad input is an error naming the layer") {
   const auto ok = tp.leaf(dist_tensor<double>(layout::replicated(mesh{world.size()}, 2), extents{4, 6}, world.rank()), false);
   CHECK_THROWS_WITH(fc(ok), "dense: not placed yet: call build(ctx) on the network first");
 }
+}  // namespace nn_test_layers

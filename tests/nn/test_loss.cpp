@@ -15,6 +15,8 @@
 
 #include "nn_test.hpp"
 
+namespace nn_test_loss {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace nn_test;
 using ctx_t = context;
@@ -188,3 +190,4 @@ TEST_CASE("mse_loss: mean and sum of squared differences, gradient 2 (x - t) / n
   CHECK_THROWS_WITH(mse(xv, dist_tensor<double>(layout::replicated(mesh{p}, 2), extents{8, 3}, world.rank())),
                     "mse_loss: the target is (8, 3), the input (8, 4)");
 }
+}  // namespace nn_test_loss

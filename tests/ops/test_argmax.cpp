@@ -12,6 +12,8 @@
 #include <tessera/ops/argmax.hpp>
 #include "sharded_testing.hpp"
 
+namespace ops_test_argmax {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 
@@ -91,3 +93,4 @@ TEST_CASE("argmax: bad axes and strategies name the operator, the rule and the n
                        "entries, the input has rank 2; strategy ((2, 4, 1),)",
                        error);
 }
+}  // namespace ops_test_argmax

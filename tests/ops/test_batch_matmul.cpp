@@ -12,6 +12,8 @@
 #include <tessera/ops/batch_matmul.hpp>
 #include "sharded_testing.hpp"
 
+namespace ops_test_batch_matmul {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 namespace k = tessera::kernels::cpu;
@@ -202,3 +204,4 @@ TEST_CASE("batch_matmul: bad strategies and shapes name the rule, the numbers an
   static_assert(check_batch_matmul(strategy{{2, 2, 2}, {1, 2, 1}}, 8, a, b) ==
                 fail(errc::batch_matmul_batch_split, 0, -1, 1, 2));
 }
+}  // namespace ops_test_batch_matmul

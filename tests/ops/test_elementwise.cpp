@@ -16,6 +16,8 @@
 #include <tessera/core/format.hpp>
 #include <tessera/ops/elementwise.hpp>
 
+namespace ops_test_elementwise {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 namespace k = tessera::kernels::cpu;
 
@@ -361,3 +363,4 @@ TEST_CASE("elementwise: a bad strategy names the operator, the rule, the numbers
   static_assert(check_elementwise(strategy{{2, 4}, {2}}, 8, shape_list{extents{16, 32}, extents{32}}) ==
                 fail(errc::elementwise_split_mismatch, 1, 1, 2, 4));
 }
+}  // namespace ops_test_elementwise

@@ -21,6 +21,8 @@
 #include <tessera/ops/reduce.hpp>
 #include <tessera/ops/shape.hpp>
 
+namespace ops_test_linear_rule {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 
@@ -265,3 +267,4 @@ TEST_CASE("partial sums of a contraction-split MatMul through Neg, Transpose and
   CHECK(moved.bytes == rs + ag);
   CHECK(close(got, net(strategy{{1, 1}, {1, 1}}, false)));
 }
+}  // namespace ops_test_linear_rule

@@ -13,6 +13,8 @@
 #include <tessera/core/format.hpp>
 #include <tessera/ops/matmul.hpp>
 
+namespace ops_test_matmul {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 namespace {
@@ -119,3 +121,4 @@ TEST_CASE("matmul: a bad strategy names the rule, the numbers and the strategy")
                        "for 2 inputs; strategy ((2, 4),)",
                        error);
 }
+}  // namespace ops_test_matmul

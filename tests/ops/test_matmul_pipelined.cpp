@@ -16,6 +16,8 @@
 
 #include "sharded_testing.hpp"
 
+namespace ops_test_matmul_pipelined {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using testing::integer_tensor;
 using testing::shard_of;
@@ -243,3 +245,4 @@ TEST_CASE("matmul_overlapped and matmul_summa: bad options, strategies and shape
                            .c_str(),
                        error);
 }
+}  // namespace ops_test_matmul_pipelined

@@ -13,6 +13,8 @@
 #include <tessera/ops/one_hot.hpp>
 #include "sharded_testing.hpp"
 
+namespace ops_test_one_hot {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 namespace k = tessera::kernels::cpu;
@@ -114,3 +116,4 @@ TEST_CASE("one_hot: bad strategies, depths and indices give the rule and the num
   CHECK_THROWS_WITH_AS(ops::one_hot(ops::one_hot_op{strategy{{1, 1}}, 4}, half, 1.0f, 0.0f, ctx),
                        "one_hot: index 1.5 at local position 1 is not an integer", error);
 }
+}  // namespace ops_test_one_hot

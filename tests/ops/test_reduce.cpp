@@ -14,6 +14,8 @@
 #include <tessera/core/format.hpp>
 #include <tessera/ops/reduce.hpp>
 
+namespace ops_test_reduce {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 namespace k = tessera::kernels::cpu;
 
@@ -226,3 +228,4 @@ TEST_CASE("reduce: every strategy, dims and keep_dims of reduce_min; ties split 
   if (me == 0) MESSAGE(p << " ranks: " << cases << " reduce_min strategy cases checked");
   CHECK(cases > 0);
 }
+}  // namespace ops_test_reduce

@@ -15,6 +15,8 @@
 #include <tessera/ops/shape.hpp>
 #include "sharded_testing.hpp"
 
+namespace ops_test_shape {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 namespace k = tessera::kernels::cpu;
@@ -360,3 +362,4 @@ TEST_CASE("shape operators: bad strategies and shapes name the rule, the numbers
                        "inputs; strategy ((2, 1),)",
                        error);
 }
+}  // namespace ops_test_shape

@@ -16,6 +16,8 @@
 #include <tessera/core/format.hpp>
 #include <tessera/ops/softmax.hpp>
 
+namespace ops_test_softmax {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 namespace k = tessera::kernels::cpu;
 
@@ -199,3 +201,4 @@ TEST_CASE("softmax_cross_entropy: value_and_grad of the mean loss equals the sin
     CHECK(shard_matches(grads[0], dx_ref));
   }
 }
+}  // namespace ops_test_softmax

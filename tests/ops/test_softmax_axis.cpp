@@ -13,6 +13,8 @@
 #include <tessera/ops/softmax_axis.hpp>
 #include "sharded_testing.hpp"
 
+namespace ops_test_softmax_axis {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 namespace k = tessera::kernels::cpu;
@@ -109,3 +111,4 @@ TEST_CASE("softmax: bad strategies and axes name the operator, the rule and the 
                        error);
   static_assert(check_softmax(strategy{{2, 4}}, 8, extents{16, 8}, -3) == fail(errc::softmax_axis, -1, -1, -3, 2));
 }
+}  // namespace ops_test_softmax_axis

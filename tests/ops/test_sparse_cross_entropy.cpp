@@ -18,6 +18,8 @@
 #include <tessera/ops/sparse_cross_entropy.hpp>
 #include "sharded_testing.hpp"
 
+namespace ops_test_sparse_cross_entropy {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace tessera::testing;
 namespace k = tessera::kernels::cpu;
@@ -157,3 +159,4 @@ TEST_CASE("sparse_softmax_cross_entropy: value_and_grad of the mean loss equals 
     CHECK(close(gather(grads[0], ctx), dx_ref));
   }
 }
+}  // namespace ops_test_sparse_cross_entropy

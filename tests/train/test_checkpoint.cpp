@@ -16,6 +16,8 @@
 
 #include "train_test.hpp"
 
+namespace train_test_checkpoint {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace train_test;
 namespace fs = std::filesystem;
@@ -143,3 +145,4 @@ TEST_CASE("model_checkpoint: a device network is written from its parameters' ho
   for (std::size_t i = 0; i < a.size(); ++i)
     CHECK(std::equal(a[i]->data().data().begin(), a[i]->data().data().end(), b[i]->data().data().begin()));
 }
+}  // namespace train_test_checkpoint

@@ -18,6 +18,8 @@
 #include <tessera/optim/sgd.hpp>
 #include <tessera/train/data.hpp>
 
+namespace train_test_data {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 namespace fs = std::filesystem;
 
@@ -101,3 +103,4 @@ TEST_CASE("model: trains and evaluates on data::dataset batches") {
   world.barrier();
   if (r == 0) fs::remove_all(dir);
 }
+}  // namespace train_test_data

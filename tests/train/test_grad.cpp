@@ -16,6 +16,8 @@
 
 #include "train_test.hpp"
 
+namespace train_test_grad {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace train_test;
 
@@ -132,3 +134,4 @@ TEST_CASE("value_and_grad: after the optimizer's step, the next step's gradients
     CHECK(grads.empty());  // the storage went back to the parameters
   }
 }
+}  // namespace train_test_grad

@@ -17,6 +17,8 @@
 
 #include "train_test.hpp"
 
+namespace train_test_grad_reducer {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace train_test;
 using reducer_t = train::distributed_grad_reducer<float>;
@@ -244,3 +246,4 @@ TEST_CASE("distributed_grad_reducer: errors") {
   std::vector<dist_tensor<float>> few(grads.begin(), grads.begin() + 2);
   CHECK_THROWS_WITH(reducer(few), "distributed_grad_reducer: 2 gradients for 6 parameters");
 }
+}  // namespace train_test_grad_reducer

@@ -18,6 +18,8 @@
 
 #include "train_test.hpp"
 
+namespace train_test_model {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace train_test;
 
@@ -195,3 +197,4 @@ TEST_CASE("model.train: batches that differ across ranks are an error on every r
   else sizes.push_back(batch_t{block(batch(9, 8).first, 0, p), block(batch(9, 8).second, 0, p)});
   CHECK_THROWS_WITH(model.train(1, sizes), doctest::Contains("model.train: the ranks' batches differ in size"));
 }
+}  // namespace train_test_model

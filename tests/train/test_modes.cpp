@@ -29,6 +29,8 @@
 #include "graph/brute_force.hpp"
 #include "train_test.hpp"
 
+namespace train_test_modes {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using train_test::mode;
 
@@ -451,3 +453,4 @@ TEST_CASE("pipeline stages in train::model: batches of another shape and a micro
   CHECK(tessera::testing::error_of([&] { odd.train(1, data); }).find("micro_size 3 does not divide the global batch") !=
         std::string::npos);
 }
+}  // namespace train_test_modes

@@ -19,6 +19,8 @@
 
 #include "train_test.hpp"
 
+namespace train_test_pipeline {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace train_test;
 
@@ -244,3 +246,4 @@ TEST_CASE("pipeline: errors") {
                             }),
                     "pipeline: the last stage must return micro-batch 0's loss, a scalar; it returned shape (2,)");
 }
+}  // namespace train_test_pipeline

@@ -27,6 +27,8 @@
 #include "resnet_test.hpp"
 #include "train_test.hpp"
 
+namespace train_test_resnet {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 
 namespace {
@@ -101,3 +103,4 @@ TEST_CASE("a small ResNet trains in data parallel, semi-auto and auto parallel t
     }
   }
 }
+}  // namespace train_test_resnet

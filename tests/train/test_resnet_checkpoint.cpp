@@ -29,6 +29,8 @@
 
 #include "train_test.hpp"
 
+namespace train_test_resnet_checkpoint {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 namespace fs = std::filesystem;
 
@@ -215,3 +217,4 @@ TEST_CASE("a checkpoint without a batch norm's running mean is an error naming i
                            .c_str(),
                        error);
 }
+}  // namespace train_test_resnet_checkpoint

@@ -31,6 +31,8 @@
 #include "resume_test.hpp"
 #include "train_test.hpp"
 
+namespace train_test_resume {  // the file's own scope in its test group's translation unit
+
 using namespace tessera;
 using namespace train_test;
 using namespace resume_test;
@@ -301,3 +303,4 @@ TEST_CASE("resume_from: an eval before training evaluates the saved network") {
   CHECK(resumed.loss == saved.loss);
   CHECK(resumed.accuracy == saved.accuracy);
 }
+}  // namespace train_test_resume
