@@ -87,9 +87,9 @@ option(TESSERA_TESTS_UNITY "Compile each group of test files (tessera_add_test's
 # instantiations of tessera's templates that the files share are then compiled once:
 # with TESSERA_TESTS_UNITY (the default) the group's files of each language are compiled
 # as one translation unit (tests/train/'s eight MPI files: a quarter of the time of
-# compiling them apart), so each file keeps its code in a namespace named after it. The
-# tests of a group agree on MPI and GPU; the executable links every library any of them
-# names.
+# compiling them apart), so files that reuse a name keep their code in a namespace named
+# after the file. The tests of a group agree on MPI and GPU; the executable links every
+# library any of them names.
 function(tessera_add_test)
   cmake_parse_arguments(PARSE_ARGV 0 ARG "GPU" "NAME;TIMEOUT;GROUP" "SOURCES;MPI_RANKS;LIBS;LABELS")
   if(NOT ARG_NAME OR NOT ARG_SOURCES)
