@@ -24,6 +24,6 @@ echo "test.sh: building"
 cmake --build "$build_dir" -j2
 echo "test.sh: running the tests"
 # Two tests at a time: the suite's MPI jobs spend much of their time starting up and
-# waiting for each other (on a fresh 2-core machine the suite took 6.6 min this way,
+# waiting for each other (on a fresh 2-core machine the suite took 6.6-6.8 min this way,
 # against 9.6 min one test at a time). `scripts/test.sh -j1` runs one at a time.
 ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
