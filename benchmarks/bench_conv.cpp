@@ -20,10 +20,15 @@
 //                           the backward's dW) to plain OIHW by the kernels' reorder, and
 //                           /onednn, its peer: oneDNN's reorder primitive.
 // Forms: plain   xt::xarray<float> in plain NCHW in and out (each primitive reorders to
-//                and from the blocked layout it computes in);
+//                and from the blocked layout it computes in: conv_layouts::blocked);
+//        gemm    the same arrays through oneDNN's GEMM-based convolutions, which take
+//                them as they are (conv_layouts::plain);
 //        blocked dnnl_tensor operands already in oneDNN's blocked layout (nChw16c, as a
 //                network that keeps its activations in oneDNN's formats between layers
 //                hands them over), outputs left in the primitive's layout.
+// conv/1x1_<in>to<out>_<S>x<S>/{plain,gemm}: torchvision ResNet-50's stride-1 1 x 1
+// convolutions at 224 x 224 (56 x 56 to 7 x 7 planes) and some at 32 x 32 (8 x 8 to
+// 1 x 1), the two layouts conv_layouts::measured chooses between.
 // Times are wall-clock (oneDNN runs OpenMP threads), in milliseconds.
 #include <benchmark/benchmark.h>
 
@@ -32,6 +37,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 #include <tessera/kernels/cpu/batch_norm.hpp>
@@ -65,6 +71,16 @@ constexpr conv_case conv_cases[] = {
 struct bn_case {
   std::size_t channels, size;
 };
+// torchvision's ResNet-50: 1 x 1 stride-1 convolutions of each stage at 224 x 224, and
+// of the first and last stages at 32 x 32.
+constexpr conv_case layout_cases[] = {
+    {"1x1_64to64_56x56", 64, 64, 1, 1, 56},      {"1x1_64to256_56x56", 64, 256, 1, 1, 56},
+    {"1x1_256to64_56x56", 256, 64, 1, 1, 56},    {"1x1_128to512_28x28", 128, 512, 1, 1, 28},
+    {"1x1_512to128_28x28", 512, 128, 1, 1, 28},  {"1x1_256to1024_14x14", 256, 1024, 1, 1, 14},
+    {"1x1_1024to256_14x14", 1024, 256, 1, 1, 14}, {"1x1_512to2048_7x7", 512, 2048, 1, 1, 7},
+    {"1x1_2048to512_7x7", 2048, 512, 1, 1, 7},   {"1x1_64to256_8x8", 64, 256, 1, 1, 8},
+    {"1x1_256to64_8x8", 256, 64, 1, 1, 8},       {"1x1_2048to512_1x1", 2048, 512, 1, 1, 1},
+};
 constexpr bn_case bn_cases[] = {{64, 32}, {256, 32}, {512, 4}, {1024, 2}, {2048, 1}};
 
 // "64" at 32 x 32 (the cases' first names), "512_4x4" at smaller sizes.
@@ -85,7 +101,14 @@ cpu::dnnl_tensor blocked(const farray& x) {
   return cpu::dnnl_tensor::from_xarray(x).in_format(tag);
 }
 
-void conv_step(benchmark::State& state, const conv_case& c, bool keep_blocked) {
+enum class conv_form { plain, gemm, blocked };
+const char* form_name(conv_form f) {
+  return f == conv_form::plain ? "/plain" : f == conv_form::gemm ? "/gemm" : "/blocked";
+}
+
+void conv_step(benchmark::State& state, const conv_case& c, conv_form form) {
+  const bool keep_blocked = form == conv_form::blocked;
+  cpu::set_dnnl_conv_layouts(form == conv_form::gemm ? cpu::conv_layouts::plain : cpu::conv_layouts::blocked);
   const conv2d_params p{index_t(c.stride), index_t(c.stride), pad2d::uniform(index_t(c.kernel / 2))};
   const std::vector<std::size_t> xs{batch, c.in, c.size, c.size}, ws{c.out, c.in, c.kernel, c.kernel};
   const auto ys = tessera::kernels::conv2d_output_shape("bench", xs, ws, p);
@@ -110,6 +133,7 @@ void conv_step(benchmark::State& state, const conv_case& c, bool keep_blocked) {
       benchmark::DoNotOptimize(g.dw.data());
     }
   }
+  cpu::set_dnnl_conv_layouts(cpu::conv_layouts::measured);
   const double flops = 2.0 * double(batch * c.out * ys[2] * ys[3]) * double(c.in * c.kernel * c.kernel) * 3;
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -255,13 +279,16 @@ const int registered = [] {
   const char* threads = std::getenv("OMP_NUM_THREADS");
   benchmark::AddCustomContext("omp_num_threads", threads ? threads : "(unset)");
   benchmark::AddCustomContext("batch", std::to_string(batch));
-  for (const conv_case& c : conv_cases)
-    for (bool keep : {false, true})
-      benchmark::RegisterBenchmark((std::string("conv/") + c.name + (keep ? "/blocked" : "/plain")).c_str(),
-                                   [c, keep](benchmark::State& s) { conv_step(s, c, keep); })
+  auto register_conv = [](const conv_case& c, std::initializer_list<conv_form> forms) {
+    for (conv_form f : forms)
+      benchmark::RegisterBenchmark((std::string("conv/") + c.name + form_name(f)).c_str(),
+                                   [c, f](benchmark::State& s) { conv_step(s, c, f); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->MinTime(1.0);
+  };
+  for (const conv_case& c : conv_cases) register_conv(c, {conv_form::plain, conv_form::gemm, conv_form::blocked});
+  for (const conv_case& c : layout_cases) register_conv(c, {conv_form::plain, conv_form::gemm});
   for (const conv_case& c : conv_cases)
     benchmark::RegisterBenchmark((std::string("conv/") + c.name + "/onednn").c_str(),
                                  [c](benchmark::State& s) { conv_step_onednn(s, c); })

@@ -8,7 +8,9 @@
 // Options (before Google Benchmark's): --image-size S (32; 224 is seed 001's Resize),
 // --steps N timed steps (20), --warmup N untimed steps first (3), --scratch-mib M the
 // MiB of freed scratch buffers oneDNN's kernels keep per thread (64 unless given; 0
-// keeps none: set_dnnl_scratch_budget). The PyTorch peer
+// keeps none: set_dnnl_scratch_budget), --conv-layouts measured|blocked|plain how the
+// convolutions lay out their plain arrays (measured unless given: set_dnnl_conv_layouts).
+// The PyTorch peer
 // (torchvision's resnet50, SGD with the same momentum, DDP over gloo on several ranks)
 // is peers/torch_resnet_step.py, which prints the ratios from both files;
 // peers/resnet_step_rounds.py runs the two in alternating rounds and takes the median
@@ -23,6 +25,10 @@ int main(int argc, char** argv) {
   train::retain_freed_memory();  // a training process: keep freed step memory for the next step
   const rs::options o = rs::parse(argc, argv);
   if (o.scratch_mib >= 0) kernels::cpu::set_dnnl_scratch_budget(std::size_t(o.scratch_mib) << 20);
+  if (!o.conv_layouts.empty())
+    kernels::cpu::set_dnnl_conv_layouts(o.conv_layouts == "plain"     ? kernels::cpu::conv_layouts::plain
+                                        : o.conv_layouts == "blocked" ? kernels::cpu::conv_layouts::blocked
+                                                                      : kernels::cpu::conv_layouts::measured);
   return tessera::run(argc, argv, [&](any_communicator& world) {
     bench::keep_output_on_rank0(argc, argv, world.rank());
     benchmark::Initialize(&argc, argv);

@@ -40,6 +40,7 @@ struct options {
   std::int64_t steps = 20;
   std::int64_t warmup = 3;
   std::int64_t scratch_mib = -1;  // --scratch-mib: the host kernels' scratch pool per thread (-1: the default)
+  std::string conv_layouts;       // --conv-layouts: measured, blocked or plain (empty: the default)
 };
 
 // Records the step times after the warm-up.
@@ -115,12 +116,20 @@ void bm_resnet50_step(benchmark::State& state, any_communicator& world, const op
 
 /// Takes the benchmark's options out of argv (Google Benchmark rejects unknown flags):
 /// --image-size S (32; 224 is seed 001's Resize), --steps N timed steps (20), --warmup N
-/// untimed steps first (3).
+/// untimed steps first (3), --scratch-mib M, --conv-layouts measured|blocked|plain.
 inline options parse(int& argc, char** argv) {
   options o;
   int out = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--conv-layouts") {
+      if (i + 1 >= argc) throw error("bench_resnet_step: --conv-layouts needs a value");
+      o.conv_layouts = argv[++i];
+      if (o.conv_layouts != "measured" && o.conv_layouts != "blocked" && o.conv_layouts != "plain")
+        throw error("bench_resnet_step: --conv-layouts must be measured, blocked or plain, got '" + o.conv_layouts +
+                    "'");
+      continue;
+    }
     std::int64_t* target = a == "--image-size" ? &o.image_size : a == "--steps" ? &o.steps
                            : a == "--warmup"      ? &o.warmup
                            : a == "--scratch-mib" ? &o.scratch_mib

@@ -17336,17 +17336,75 @@ inline xt::xarray<float> dnnl_tensor::to_xarray() const {
 // dilation and groups (kernels/conv_params.hpp). Each takes plain xt::xarray<float> or
 // dnnl_tensor operands (kernels/cpu/dnnl.hpp); weights are always plain (O, C / groups,
 // KH, KW).
+// Plain arrays meet oneDNN's blocked-layout convolutions through reorders (in and out),
+// or its GEMM-based ones in their own layout: 1 x 1 stride-1 convolutions over large
+// planes time both at their first call and keep the faster (set_dnnl_conv_layouts).
 // Primitives are cached per shape and parameters. Link tessera::dnnl.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <limits>
+#include <mutex>
+#include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 #include <xtensor/xarray.hpp>
 
 namespace tessera::kernels::cpu {
+
+/// How the convolutions lay out plain NCHW arrays for oneDNN.
+/// - `blocked`: in the layout oneDNN chooses for its fastest kernels (nChw16c on
+///   AVX-512), reordered to it and back around each primitive.
+/// - `plain`: as they are, by oneDNN's GEMM-based convolutions (no reorders; an
+///   im2col copy where the kernel is larger than 1 x 1).
+/// - `measured` (the default): blocked, except the 1 x 1 stride-1 convolutions without
+///   groups or padding whose planes have 28 x 28 elements or more, which run each pass
+///   both ways at their first call (twice each, alternately) and keep the faster for the
+///   process. On the 2-core AVX-512 build machine (bench_conv's conv/1x1_* cases, forward
+///   and both backward passes, batch 32; docs/benchmarks.md) the GEMM took about 0.7 of
+///   the blocked kernels' time with their reorders at ResNet-50's 56 x 56 and 28 x 28
+///   planes, about the same at 14 x 14, 1.2-1.3 times it at 7 x 7 and 2.5 at 1 x 1, and 2.2
+///   with a 3 x 3 kernel. At 8 x 8 it took 0.7 alone, yet ResNet-50's 32 x 32 step ran
+///   1-5% slower with it: repeated calls measure it with its operands in cache, which a
+///   network's layers do not give it. Hence the smallest plane measured.
+/// The layouts give the same values to float rounding. dnnl_tensor operands keep their
+/// own layout either way.
+enum class conv_layouts { measured, blocked, plain };
+
+namespace detail {
+
+inline std::atomic<conv_layouts>& conv_layouts_setting() {
+  static std::atomic<conv_layouts> s{conv_layouts::measured};
+  return s;
+}
+
+/// The layouts measured so far, process-wide (threads agree once one has measured):
+/// true where the plain GEMM-based convolution was the faster.
+struct conv_layout_choices {
+  std::mutex m;
+  std::unordered_map<primitive_key, bool, primitive_key_hash> plain;
+};
+inline conv_layout_choices& conv_choices() {
+  static conv_layout_choices c;
+  return c;
+}
+
+}  // namespace detail
+
+/// Sets how the convolutions lay out plain arrays (conv_layouts) from the next call on;
+/// forgets the layouts measured so far.
+inline void set_dnnl_conv_layouts(conv_layouts l) {
+  detail::conv_layouts_setting().store(l, std::memory_order_relaxed);
+  detail::conv_layout_choices& c = detail::conv_choices();
+  const std::lock_guard<std::mutex> lock(c.m);
+  c.plain.clear();
+}
+inline conv_layouts dnnl_conv_layouts() { return detail::conv_layouts_setting().load(std::memory_order_relaxed); }
 
 namespace detail {
 
@@ -17388,16 +17446,68 @@ inline dnnl_md any_desc(const dnnl_dims& d) {
   return dnnl_md(d, dnnl::memory::data_type::f32, dnnl_tag::any);
 }
 
-/// The forward primitive descriptor with every layout left to oneDNN (`any`), as the
-/// backward ones are hinted with.
-inline dnnl::convolution_forward::primitive_desc conv_forward_pd(const conv_geometry& g, bool bias, bool relu) {
+/// An activation's descriptor (src, dst and their gradients): plain NCHW for the
+/// GEMM-based convolution, else left to oneDNN.
+inline dnnl_md activation_desc(const dnnl_dims& d, bool plain) { return plain ? plain_desc(d) : any_desc(d); }
+
+/// The smallest plane (H * W) whose 1 x 1 convolutions conv_layouts::measured times.
+inline constexpr dnnl::memory::dim measured_min_plane = 28 * 28;
+
+/// Whether conv_layouts::measured times both layouts for g: 1 x 1, stride 1, no
+/// dilation, groups or padding, a plane of measured_min_plane elements or more.
+inline bool conv_layout_measured(const conv_geometry& g) {
+  return g.weights.size() == 4 && g.weights[2] == 1 && g.weights[3] == 1 && g.strides == dnnl_dims{1, 1} &&
+         g.dilates == dnnl_dims{0, 0} && g.pad_l == dnnl_dims{0, 0} && g.pad_r == dnnl_dims{0, 0} &&
+         g.src[2] * g.src[3] >= measured_min_plane;
+}
+
+/// run(plain) in the layout conv_layouts says for pass `kind` (1 forward, 2 backward data,
+/// 3 backward weights, 4 both backward passes) of the convolution g, p. Measuring: each
+/// layout twice, alternately, the faster (by the smaller of its two times) kept for the
+/// process, for the pass and geometry whatever the bias, ReLU and dx asked (so the
+/// weights' gradient is the same with and without dx), and its last result returned.
+template <class Run>
+auto in_conv_layout(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, Run&& run)
+    -> decltype(run(false)) {
+  const conv_layouts setting = conv_layouts_setting().load(std::memory_order_relaxed);
+  if (setting != conv_layouts::measured) return run(setting == conv_layouts::plain);
+  if (!conv_layout_measured(g)) return run(false);
+  const primitive_key key = conv_key(kind, g, p, false, false);
+  conv_layout_choices& c = conv_choices();
+  {
+    const std::lock_guard<std::mutex> lock(c.m);
+    if (const auto it = c.plain.find(key); it != c.plain.end()) return run(it->second);
+  }
+  using clock = std::chrono::steady_clock;
+  std::array<double, 2> best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  std::array<std::optional<decltype(run(false))>, 2> last;
+  for (int round = 0; round < 2; ++round)
+    for (int plain = 0; plain < 2; ++plain) {
+      last[std::size_t(plain)].reset();
+      const auto t0 = clock::now();
+      last[std::size_t(plain)].emplace(run(plain == 1));
+      best[std::size_t(plain)] =
+          std::min(best[std::size_t(plain)], std::chrono::duration<double>(clock::now() - t0).count());
+    }
+  bool plain = best[1] < best[0];
+  {
+    const std::lock_guard<std::mutex> lock(c.m);
+    plain = c.plain.emplace(key, plain).first->second;  // a thread that measured first wins
+  }
+  return std::move(*last[std::size_t(plain)]);
+}
+
+/// The forward primitive descriptor with the weights' layout left to oneDNN (`any`) and
+/// the activations' too unless `plain`, as the backward ones are hinted with.
+inline dnnl::convolution_forward::primitive_desc conv_forward_pd(const conv_geometry& g, bool bias, bool relu,
+                                                                 bool plain) {
+  const dnnl_md src = activation_desc(g.src, plain), dst = activation_desc(g.dst, plain);
   const dnnl::convolution_forward::desc d =
       bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                             any_desc(g.src), any_desc(g.weights), plain_desc(g.bias),
-                                             any_desc(g.dst), g.strides, g.dilates, g.pad_l, g.pad_r)
+                                             src, any_desc(g.weights), plain_desc(g.bias), dst, g.strides,
+                                             g.dilates, g.pad_l, g.pad_r)
            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                             any_desc(g.src), any_desc(g.weights), any_desc(g.dst), g.strides,
-                                             g.dilates, g.pad_l, g.pad_r);
+                                             src, any_desc(g.weights), dst, g.strides, g.dilates, g.pad_l, g.pad_r);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops ops;
@@ -17435,48 +17545,54 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
   const auto g = detail::conv_geom(fn, xs, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
   if (bias) detail::require_vector(fn, "bias", *bias, g.dst_shape[1]);
   return detail::dnnl_call(fn, [&] {
-    const auto& e = detail::cached<detail::conv_forward_entry>(detail::conv_key(1, g, p, bias, relu), [&] {
-      ++detail::primitives_created();
-      auto pd = detail::conv_forward_pd(g, bias, relu);
-      return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
-    });
-    const auto src = detail::input_as(x, e.pd.src_desc());
-    const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
-    detail::output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, dst.memory()}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, detail::wrap(*bias));
-    e.prim.execute(dnnl_stream(), args);
-    return dst.take();
+    auto run = [&](bool plain) {
+      const auto& e = detail::cached<detail::conv_forward_entry>(detail::conv_key(1, g, p, bias, relu).add(plain), [&] {
+        ++detail::primitives_created();
+        auto pd = detail::conv_forward_pd(g, bias, relu, plain);
+        return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
+      });
+      const auto src = detail::input_as(x, e.pd.src_desc());
+      const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+      detail::output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, dst.memory()}};
+      if (bias) args.emplace(DNNL_ARG_BIAS, detail::wrap(*bias));
+      e.prim.execute(dnnl_stream(), args);
+      return dst.take();
+    };
+    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
+    else return detail::in_conv_layout(1, g, p, run);
   });
 }
 
 namespace detail {
 
-inline const conv_backward_data_entry& backward_data_entry(const conv_geometry& g, const conv2d_params& p) {
-  return cached<conv_backward_data_entry>(conv_key(2, g, p, false, false), [&] {
+inline const conv_backward_data_entry& backward_data_entry(const conv_geometry& g, const conv2d_params& p,
+                                                           bool plain) {
+  return cached<conv_backward_data_entry>(conv_key(2, g, p, false, false).add(plain), [&] {
     ++primitives_created();
-    auto hint = conv_forward_pd(g, false, false);
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_desc(g.src),
-                                            any_desc(g.weights), any_desc(g.dst), g.strides, g.dilates, g.pad_l,
-                                            g.pad_r);
+    auto hint = conv_forward_pd(g, false, false, plain);
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, activation_desc(g.src, plain),
+                                            any_desc(g.weights), activation_desc(g.dst, plain), g.strides,
+                                            g.dilates, g.pad_l, g.pad_r);
     dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_engine(), hint);
     return conv_backward_data_entry{pd, dnnl::convolution_backward_data(pd)};
   });
 }
 
 inline const conv_backward_weights_entry& backward_weights_entry(const conv_geometry& g, const conv2d_params& p,
-                                                                 bool bias) {
-  return cached<conv_backward_weights_entry>(conv_key(3, g, p, bias, false), [&] {
+                                                                 bool bias, bool plain) {
+  return cached<conv_backward_weights_entry>(conv_key(3, g, p, bias, false).add(plain), [&] {
     ++primitives_created();
-    auto hint = conv_forward_pd(g, bias, false);
+    auto hint = conv_forward_pd(g, bias, false, plain);
+    const dnnl_md src = activation_desc(g.src, plain), dst = activation_desc(g.dst, plain);
     const dnnl::convolution_backward_weights::desc d =
-        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_desc(g.src),
-                                                        any_desc(g.weights), plain_desc(g.bias), any_desc(g.dst),
-                                                        g.strides, g.dilates, g.pad_l, g.pad_r)
-             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_desc(g.src),
-                                                        any_desc(g.weights), any_desc(g.dst), g.strides, g.dilates,
-                                                        g.pad_l, g.pad_r);
+        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src,
+                                                        any_desc(g.weights), plain_desc(g.bias), dst, g.strides,
+                                                        g.dilates, g.pad_l, g.pad_r)
+             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src,
+                                                        any_desc(g.weights), dst, g.strides, g.dilates, g.pad_l,
+                                                        g.pad_r);
     dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_engine(), hint);
     return conv_backward_weights_entry{pd, dnnl::convolution_backward_weights(pd)};
   });
@@ -17485,8 +17601,8 @@ inline const conv_backward_weights_entry& backward_weights_entry(const conv_geom
 /// dx of shape x_shape from dy's memory `dy` (any layout; reordered to the primitive's).
 template <dnnl_operand X>
 X run_backward_data(const dnnl::memory& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
-                    const conv_geometry& g, const conv2d_params& p) {
-  const auto& e = backward_data_entry(g, p);
+                    const conv_geometry& g, const conv2d_params& p, bool plain) {
+  const auto& e = backward_data_entry(g, p, plain);
   const auto ddst = as_desc(dy, e.pd.diff_dst_desc());
   const auto wei = as_desc(wrap(w, g.weights), e.pd.weights_desc());
   output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
@@ -17525,7 +17641,11 @@ X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const 
   constexpr const char* fn = "conv2d_backward_data";
   const auto g = detail::conv_geom(fn, x_shape, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
-  return detail::dnnl_call(fn, [&] { return detail::run_backward_data<X>(detail::memory_of(dy), w, x_shape, g, p); });
+  return detail::dnnl_call(fn, [&] {
+    auto run = [&](bool plain) { return detail::run_backward_data<X>(detail::memory_of(dy), w, x_shape, g, p, plain); };
+    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
+    else return detail::in_conv_layout(2, g, p, run);
+  });
 }
 /// The same with x's shape as a braced list or vector.
 template <dnnl_operand X>
@@ -17545,9 +17665,13 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
   const auto g = detail::conv_geom(fn, detail::shape_of(x), w_shape, p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
-    const auto& e = detail::backward_weights_entry(g, p, bias);
-    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-    return detail::run_backward_weights(e, ddst.get(), x, w_shape, bias, g);
+    auto run = [&](bool plain) {
+      const auto& e = detail::backward_weights_entry(g, p, bias, plain);
+      const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+      return detail::run_backward_weights(e, ddst.get(), x, w_shape, bias, g);
+    };
+    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
+    else return detail::in_conv_layout(3, g, p, run);
   });
 }
 /// The same with w's shape as a braced list or vector.
@@ -17571,13 +17695,17 @@ conv2d_grads<X, xt::xarray<float>> conv2d_backward(const X& dy, const X& x, cons
   const auto g = detail::conv_geom(fn, xs, ws, p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
-    const auto& e = detail::backward_weights_entry(g, p, bias);
-    const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-    conv2d_weight_grads<xt::xarray<float>> wg = detail::run_backward_weights(e, ddst.get(), x, ws, bias, g);
-    conv2d_grads<X, xt::xarray<float>> out{X(), std::move(wg.dw), std::move(wg.db)};
-    if (need_dx) out.dx = detail::run_backward_data<X>(ddst.get(), w, xs, g, p);
-    else if constexpr (std::same_as<X, xt::xarray<float>>) out.dx = detail::vector_of(0);
-    return out;
+    auto run = [&](bool plain) {
+      const auto& e = detail::backward_weights_entry(g, p, bias, plain);
+      const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
+      conv2d_weight_grads<xt::xarray<float>> wg = detail::run_backward_weights(e, ddst.get(), x, ws, bias, g);
+      conv2d_grads<X, xt::xarray<float>> out{X(), std::move(wg.dw), std::move(wg.db)};
+      if (need_dx) out.dx = detail::run_backward_data<X>(ddst.get(), w, xs, g, p, plain);
+      else if constexpr (std::same_as<X, xt::xarray<float>>) out.dx = detail::vector_of(0);
+      return out;
+    };
+    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
+    else return detail::in_conv_layout(4, g, p, run);
   });
 }
 

@@ -2,7 +2,8 @@
 // conv2d_backward_weights and conv2d_backward against direct loops in double, over a grid of shapes,
 // strides (also larger than the kernel), asymmetric paddings, dilations and groups;
 // the loops' own gradients against central finite differences; the fused bias and
-// ReLU; dnnl_tensor operands; the primitive cache; and the error texts.
+// ReLU; each way of laying out plain arrays (conv_layouts); dnnl_tensor operands; the
+// primitive cache; and the error texts.
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -138,6 +139,14 @@ std::string case_text(const conv_case& c) {
 
 constexpr double tol = 2e-5;  // float kernels against double loops
 
+// The convolutions' layouts set for a scope, measured again after it.
+struct layouts_scope {
+  explicit layouts_scope(cpu::conv_layouts l) { cpu::set_dnnl_conv_layouts(l); }
+  ~layouts_scope() { cpu::set_dnnl_conv_layouts(cpu::conv_layouts::measured); }
+  layouts_scope(const layouts_scope&) = delete;
+  layouts_scope& operator=(const layouts_scope&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("the loops' gradients equal central finite differences") {
@@ -152,35 +161,69 @@ TEST_CASE("the loops' gradients equal central finite differences") {
   }
 }
 
-TEST_CASE("conv2d forward, backward data, backward weights and both at once equal the loops") {
-  std::uint64_t seed = 10;
-  for (const conv_case& c : conv_grid()) {
-    CAPTURE(case_text(c));
-    const darray x = random_array(c.x, seed++), w = random_array(c.w, seed++);
-    const darray b = random_array({c.w[0]}, seed++);
-    const shape_t ys = out_shape(c.x, c.w, c.p);
-    const darray dy = random_array(ys, seed++);
-    const farray xf = to_float(x), wf = to_float(w), bf = to_float(b), dyf = to_float(dy);
+TEST_CASE("conv2d forward, backward data, backward weights and both at once equal the loops, in each layout") {
+  for (const cpu::conv_layouts layouts : {cpu::conv_layouts::measured, cpu::conv_layouts::blocked,
+                                          cpu::conv_layouts::plain}) {
+    const layouts_scope scope(layouts);
+    CHECK(cpu::dnnl_conv_layouts() == layouts);
+    std::uint64_t seed = 10;
+    for (const conv_case& c : conv_grid()) {
+      CAPTURE(int(layouts));
+      CAPTURE(case_text(c));
+      const darray x = random_array(c.x, seed++), w = random_array(c.w, seed++);
+      const darray b = random_array({c.w[0]}, seed++);
+      const shape_t ys = out_shape(c.x, c.w, c.p);
+      const darray dy = random_array(ys, seed++);
+      const farray xf = to_float(x), wf = to_float(w), bf = to_float(b), dyf = to_float(dy);
 
-    CHECK(relative_error(to_double(cpu::conv2d_forward(xf, wf, nullptr, c.p)), naive_conv(x, w, nullptr, c.p)) < tol);
-    CHECK(relative_error(to_double(cpu::conv2d_forward(xf, wf, &bf, c.p)), naive_conv(x, w, &b, c.p)) < tol);
-    CHECK(relative_error(to_double(cpu::conv2d_backward_data(dyf, wf, c.x, c.p)), naive_conv_dx(dy, w, c.x, c.p)) <
-          tol);
-    const auto g = cpu::conv2d_backward_weights(dyf, xf, c.w, true, c.p);
-    CHECK(relative_error(to_double(g.dw), naive_conv_dw(dy, x, c.w, c.p)) < tol);
-    CHECK(relative_error(to_double(g.db), naive_conv_db(dy)) < tol);
-    CHECK(cpu::conv2d_backward_weights(dyf, xf, c.w, false, c.p).db.size() == 0);
+      CHECK(relative_error(to_double(cpu::conv2d_forward(xf, wf, nullptr, c.p)), naive_conv(x, w, nullptr, c.p)) <
+            tol);
+      CHECK(relative_error(to_double(cpu::conv2d_forward(xf, wf, &bf, c.p)), naive_conv(x, w, &b, c.p)) < tol);
+      CHECK(relative_error(to_double(cpu::conv2d_backward_data(dyf, wf, c.x, c.p)), naive_conv_dx(dy, w, c.x, c.p)) <
+            tol);
+      const auto g = cpu::conv2d_backward_weights(dyf, xf, c.w, true, c.p);
+      CHECK(relative_error(to_double(g.dw), naive_conv_dw(dy, x, c.w, c.p)) < tol);
+      CHECK(relative_error(to_double(g.db), naive_conv_db(dy)) < tol);
+      CHECK(cpu::conv2d_backward_weights(dyf, xf, c.w, false, c.p).db.size() == 0);
 
-    // Both at once: dy reordered once, the same numbers; no dx unless asked.
-    const auto all = cpu::conv2d_backward(dyf, xf, wf, true, true, c.p);
-    CHECK(relative_error(to_double(all.dx), naive_conv_dx(dy, w, c.x, c.p)) < tol);
-    CHECK(relative_error(to_double(all.dw), naive_conv_dw(dy, x, c.w, c.p)) < tol);
-    CHECK(relative_error(to_double(all.db), naive_conv_db(dy)) < tol);
-    const auto weights_only = cpu::conv2d_backward(dyf, xf, wf, false, false, c.p);
-    CHECK(weights_only.dx.size() == 0);
-    CHECK(weights_only.db.size() == 0);
-    CHECK(weights_only.dw == all.dw);
+      // Both at once: dy reordered once, the same numbers; no dx unless asked.
+      const auto all = cpu::conv2d_backward(dyf, xf, wf, true, true, c.p);
+      CHECK(relative_error(to_double(all.dx), naive_conv_dx(dy, w, c.x, c.p)) < tol);
+      CHECK(relative_error(to_double(all.dw), naive_conv_dw(dy, x, c.w, c.p)) < tol);
+      CHECK(relative_error(to_double(all.db), naive_conv_db(dy)) < tol);
+      const auto weights_only = cpu::conv2d_backward(dyf, xf, wf, false, false, c.p);
+      CHECK(weights_only.dx.size() == 0);
+      CHECK(weights_only.db.size() == 0);
+      CHECK(weights_only.dw == all.dw);
+    }
   }
+}
+
+TEST_CASE("a measured 1x1 convolution keeps one layout: later calls create no primitive and repeat its numbers") {
+  const layouts_scope scope(cpu::conv_layouts::measured);
+  const conv_case c{{2, 16, 28, 28}, {24, 16, 1, 1}, {1, 1}};  // a plane of 28 x 28: measured
+  const farray x = to_float(random_array(c.x, 21)), w = to_float(random_array(c.w, 22));
+  const farray dy = to_float(random_array(out_shape(c.x, c.w, c.p), 23));
+  const farray y = cpu::conv2d_forward(x, w, nullptr, c.p);
+  const auto g = cpu::conv2d_backward(dy, x, w, true, false, c.p);
+  const farray dx = cpu::conv2d_backward_data(dy, w, c.x, c.p);
+  const farray dw = cpu::conv2d_backward_weights(dy, x, c.w, false, c.p).dw;
+  CHECK(relative_error(to_double(y), naive_conv(to_double(x), to_double(w), nullptr, c.p)) < tol);
+  CHECK(relative_error(to_double(g.dx), naive_conv_dx(to_double(dy), to_double(w), c.x, c.p)) < tol);
+  const std::size_t made = cpu::detail::primitives_created();
+  for (int i = 0; i < 3; ++i) {
+    CHECK(cpu::conv2d_forward(x, w, nullptr, c.p) == y);
+    const auto again = cpu::conv2d_backward(dy, x, w, true, false, c.p);
+    CHECK(again.dx == g.dx);
+    CHECK(again.dw == g.dw);
+    CHECK(cpu::conv2d_backward_data(dy, w, c.x, c.p) == dx);
+    CHECK(cpu::conv2d_backward_weights(dy, x, c.w, false, c.p).dw == dw);
+  }
+  CHECK(cpu::detail::primitives_created() == made);
+  // Other threads take the layout measured here: the same numbers.
+  farray y_thread;
+  std::thread([&] { y_thread = cpu::conv2d_forward(x, w, nullptr, c.p); }).join();
+  CHECK(y_thread == y);
 }
 
 TEST_CASE("conv2d with a fused ReLU equals max(conv + bias, 0)") {
