@@ -17346,6 +17346,7 @@ inline xt::xarray<float> dnnl_tensor::to_xarray() const {
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <mutex>
@@ -17462,39 +17463,44 @@ inline bool conv_layout_measured(const conv_geometry& g) {
 }
 
 /// run(plain) in the layout conv_layouts says for pass `kind` (1 forward, 2 backward data,
-/// 3 backward weights, 4 both backward passes) of the convolution g, p. Measuring: each
-/// layout twice, alternately, the faster (by the smaller of its two times) kept for the
-/// process, for the pass and geometry whatever the bias, ReLU and dx asked (so the
-/// weights' gradient is the same with and without dx), and its last result returned.
-template <class Run>
+/// 3 backward weights, 4 both backward passes) of the convolution g, p on operands of
+/// type X: dnnl_tensors in their own layout (run(false)). Measuring: each layout twice,
+/// alternately, the faster (by the smaller of its two times) kept for the process, for
+/// the pass and geometry whatever the bias, ReLU and dx asked (so the weights' gradient
+/// is the same with and without dx), and its last result returned.
+template <dnnl_operand X, class Run>
 auto in_conv_layout(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, Run&& run)
     -> decltype(run(false)) {
-  const conv_layouts setting = conv_layouts_setting().load(std::memory_order_relaxed);
-  if (setting != conv_layouts::measured) return run(setting == conv_layouts::plain);
-  if (!conv_layout_measured(g)) return run(false);
-  const primitive_key key = conv_key(kind, g, p, false, false);
-  conv_layout_choices& c = conv_choices();
-  {
-    const std::lock_guard<std::mutex> lock(c.m);
-    if (const auto it = c.plain.find(key); it != c.plain.end()) return run(it->second);
-  }
-  using clock = std::chrono::steady_clock;
-  std::array<double, 2> best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-  std::array<std::optional<decltype(run(false))>, 2> last;
-  for (int round = 0; round < 2; ++round)
-    for (int plain = 0; plain < 2; ++plain) {
-      last[std::size_t(plain)].reset();
-      const auto t0 = clock::now();
-      last[std::size_t(plain)].emplace(run(plain == 1));
-      best[std::size_t(plain)] =
-          std::min(best[std::size_t(plain)], std::chrono::duration<double>(clock::now() - t0).count());
+  if constexpr (std::same_as<X, dnnl_tensor>) {
+    return run(false);
+  } else {
+    const conv_layouts setting = conv_layouts_setting().load(std::memory_order_relaxed);
+    if (setting != conv_layouts::measured) return run(setting == conv_layouts::plain);
+    if (!conv_layout_measured(g)) return run(false);
+    const primitive_key key = conv_key(kind, g, p, false, false);
+    conv_layout_choices& c = conv_choices();
+    {
+      const std::lock_guard<std::mutex> lock(c.m);
+      if (const auto it = c.plain.find(key); it != c.plain.end()) return run(it->second);
     }
-  bool plain = best[1] < best[0];
-  {
-    const std::lock_guard<std::mutex> lock(c.m);
-    plain = c.plain.emplace(key, plain).first->second;  // a thread that measured first wins
+    using clock = std::chrono::steady_clock;
+    std::array<double, 2> best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+    std::array<std::optional<decltype(run(false))>, 2> last;
+    for (int round = 0; round < 2; ++round)
+      for (int plain = 0; plain < 2; ++plain) {
+        last[std::size_t(plain)].reset();
+        const auto t0 = clock::now();
+        last[std::size_t(plain)].emplace(run(plain == 1));
+        best[std::size_t(plain)] =
+            std::min(best[std::size_t(plain)], std::chrono::duration<double>(clock::now() - t0).count());
+      }
+    bool plain = best[1] < best[0];
+    {
+      const std::lock_guard<std::mutex> lock(c.m);
+      plain = c.plain.emplace(key, plain).first->second;  // a thread that measured first wins
+    }
+    return std::move(*last[std::size_t(plain)]);
   }
-  return std::move(*last[std::size_t(plain)]);
 }
 
 /// The forward primitive descriptor with the weights' layout left to oneDNN (`any`) and
@@ -17560,8 +17566,7 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
       e.prim.execute(dnnl_stream(), args);
       return dst.take();
     };
-    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
-    else return detail::in_conv_layout(1, g, p, run);
+    return detail::in_conv_layout<X>(1, g, p, run);
   });
 }
 
@@ -17643,8 +17648,7 @@ X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const 
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
     auto run = [&](bool plain) { return detail::run_backward_data<X>(detail::memory_of(dy), w, x_shape, g, p, plain); };
-    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
-    else return detail::in_conv_layout(2, g, p, run);
+    return detail::in_conv_layout<X>(2, g, p, run);
   });
 }
 /// The same with x's shape as a braced list or vector.
@@ -17670,8 +17674,7 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
       const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
       return detail::run_backward_weights(e, ddst.get(), x, w_shape, bias, g);
     };
-    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
-    else return detail::in_conv_layout(3, g, p, run);
+    return detail::in_conv_layout<X>(3, g, p, run);
   });
 }
 /// The same with w's shape as a braced list or vector.
@@ -17704,8 +17707,7 @@ conv2d_grads<X, xt::xarray<float>> conv2d_backward(const X& dy, const X& x, cons
       else if constexpr (std::same_as<X, xt::xarray<float>>) out.dx = detail::vector_of(0);
       return out;
     };
-    if constexpr (std::same_as<X, dnnl_tensor>) return run(false);
-    else return detail::in_conv_layout(4, g, p, run);
+    return detail::in_conv_layout<X>(4, g, p, run);
   });
 }
 
