@@ -19633,6 +19633,27 @@ struct grads_wanted {
   }
 };
 
+namespace detail {
+
+template <class Op, class T, class D, class C, class Dy>
+op_grads<T, D> run_backward(const Op& op, Dy&& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
+                            device_context<C>& ctx, grads_wanted want) {
+  constexpr bool takes_want = requires { backward(op, dy, x, y, ctx, want); };
+  if constexpr (!takes_want && !requires { backward(op, dy, x, y, ctx); }) {
+    throw error(std::string(Op::name()) + ": has no backward (none of its inputs is differentiable)");
+  } else {
+    op_grads<T, D> g;
+    if constexpr (takes_want) g = backward(op, std::forward<Dy>(dy), x, y, ctx, want);
+    else g = backward(op, std::forward<Dy>(dy), x, y, ctx);
+    if (g.size() != x.size())
+      throw error(std::string(Op::name()) + ": the backward gave " + std::to_string(g.size()) + " gradients for " +
+                  std::to_string(x.size()) + " inputs");
+    return g;
+  }
+}
+
+}  // namespace detail
+
 /// Runs `op` backward: its backward(op, dy, x, y, ctx), found as run_forward finds its
 /// forward, or backward(op, dy, x, y, ctx, want) where the operator takes `want`; one
 /// gradient per input (nullopt where an input gets none; the inputs `want` skips may
@@ -19640,18 +19661,14 @@ struct grads_wanted {
 template <class Op, class T, class D, class C>
 op_grads<T, D> run_backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
                             device_context<C>& ctx, grads_wanted want = {}) {
-  constexpr bool takes_want = requires { backward(op, dy, x, y, ctx, want); };
-  if constexpr (!takes_want && !requires { backward(op, dy, x, y, ctx); }) {
-    throw error(std::string(Op::name()) + ": has no backward (none of its inputs is differentiable)");
-  } else {
-    op_grads<T, D> g;
-    if constexpr (takes_want) g = backward(op, dy, x, y, ctx, want);
-    else g = backward(op, dy, x, y, ctx);
-    if (g.size() != x.size())
-      throw error(std::string(Op::name()) + ": the backward gave " + std::to_string(g.size()) + " gradients for " +
-                  std::to_string(x.size()) + " inputs");
-    return g;
-  }
+  return detail::run_backward(op, dy, x, y, ctx, want);
+}
+/// As above with dy given away: an operator whose backward takes dy as an rvalue (Add)
+/// may hand its elements on as an input's gradient instead of copying them.
+template <class Op, class T, class D, class C>
+op_grads<T, D> run_backward(const Op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
+                            device_context<C>& ctx, grads_wanted want = {}) {
+  return detail::run_backward(op, std::move(dy), x, y, ctx, want);
 }
 
 /// Runs the internal collective `c` of an operator's definition on `buf`, this rank's
@@ -20672,10 +20689,13 @@ tensor_on<T, D> elementwise_forward(const elementwise_op<K>& op, device_context<
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
 // every term); input i's gradient is the local gradient summed over the dims the input
 // broadcasts, in the rule's grad layout (partial where the output is split along them).
+// `given`: dy itself when the caller gave it away (an rvalue), else null. Add's last
+// input then takes dy's elements as its gradient instead of a copy, where dy is laid out
+// as the output already and that input does not broadcast (ResNet's residual Adds).
 template <elementwise_kind K, class T, class D, class C, class... X>
-std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
-                                                               const tensor_on<T, D>& dy,
-                                                               device_context<C>& ctx, const X&... x) {
+std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward_of(const elementwise_op<K>& op,
+                                                                  const tensor_on<T, D>& dy, tensor_on<T, D>* given,
+                                                                  device_context<C>& ctx, const X&... x) {
   const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(kind_name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
@@ -20683,6 +20703,14 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
   const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
+    if constexpr (K == elementwise_kind::add) {
+      if (given && &*ldy == given && i + 1 == int(sizeof...(X)) &&
+          extents_of(given->local().shape()) == in.x[i]->local_shape()) {
+        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(), std::move(given->local()));
+        ++i;
+        return g;
+      }
+    }
     auto local = elementwise_local_grad<K, T, D>(ldy->local(), in.x, i);
     // Summed back where the input broadcasts; as it is (not copied) where it does not.
     const bool broadcast = !(extents_of(local.shape()) == in.x[i]->local_shape());
@@ -20693,6 +20721,13 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
     return g;
   };
   return {grad(x)...};
+}
+
+template <elementwise_kind K, class T, class D, class C, class... X>
+std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
+                                                               const tensor_on<T, D>& dy,
+                                                               device_context<C>& ctx, const X&... x) {
+  return elementwise_backward_of<K, T, D>(op, dy, nullptr, ctx, x...);
 }
 
 }  // namespace detail
@@ -20846,6 +20881,15 @@ op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, 
     auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
     return grads_of(std::move(g[0]));
   }
+}
+/// Add's backward with dy given away (ops::run_backward's rvalue form, as the tape runs
+/// it): b's gradient takes dy's elements where it can (elementwise_backward_of), a's is
+/// a copy.
+template <class T, class D, class C>
+op_grads<T, D> backward(const add_op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x,
+                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
+  auto g = detail::elementwise_backward_of<elementwise_kind::add, T, D>(op, dy, &dy, ctx, *x[0], *x[1]);
+  return grads_of(std::move(g[0]), std::move(g[1]));
 }
 
 }  // namespace tessera::ops
@@ -22635,7 +22679,9 @@ class tape {
  public:
   using tensor = tensor_on<T, D>;
   /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
-  using backward_fn = std::function<void(tape&, const tensor& grad)>;
+  /// The gradient is the function's to keep: one that hands an input dy as it is (Add)
+  /// moves it rather than copying it (a function taking `const tensor&` also fits).
+  using backward_fn = std::function<void(tape&, tensor&& grad)>;
 
   /// Called during backward() once for each leaf that requires a gradient, with its id,
   /// when the pass reaches it: every node that could still add to its gradient has run.
@@ -22841,9 +22887,9 @@ class tape {
       node& n = nodes_[std::size_t(id)];
       if (n.released) continue;
       if (n.grad && n.backward) {
-        const tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
+        tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
         if (consume) n.grad.reset();
-        n.backward(*this, g);
+        n.backward(*this, std::move(g));
         if (consume) {  // nodes above `id` have run: none reads it again
           n.value.reset();
           n.backward = nullptr;
@@ -22935,7 +22981,7 @@ var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
   tensor_on<T, D> y = ops::run_forward(run, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
   if (!needs_grad) return t.leaf(std::move(y), false);
   const int self = t.size();  // y's id once recorded: the backward may read it
-  return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
+  return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, tensor_on<T, D>&& g) {
     std::vector<const tensor_on<T, D>*> values;
     values.reserve(ids.size());
     ops::grads_wanted want;
@@ -22943,7 +22989,7 @@ var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
       values.push_back(&tp.value(ids[i]));
       if (!tp.requires_grad(ids[i])) want.skip(i);
     }
-    ops::op_grads<T, D> dx = ops::run_backward(op, g, ops::op_inputs<T, D>(values.data(), values.size()),
+    ops::op_grads<T, D> dx = ops::run_backward(op, std::move(g), ops::op_inputs<T, D>(values.data(), values.size()),
                                                tp.value(self), tp.ctx(), want);
     for (std::size_t i = 0; i < ids.size(); ++i)
       if (dx[i] && ops::differentiable_in(op, int(i))) tp.add_grad(ids[i], std::move(*dx[i]));
@@ -23620,7 +23666,7 @@ class executor {
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
     if (pg_.reduces_gradient_once(e.producer))  // summed over the micro-batches, resolved once a step
-      return t.record(std::move(y), [ix = x.id](tape& tp, const tensor& g) { tp.add_grad(ix, tensor(g)); });
+      return t.record(std::move(y), [ix = x.id](tape& tp, tensor&& g) { tp.add_grad(ix, std::move(g)); });
     return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
       tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
     });

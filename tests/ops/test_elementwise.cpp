@@ -15,6 +15,7 @@
 #include <tessera/comm/mpi.hpp>
 #include <tessera/core/format.hpp>
 #include <tessera/ops/elementwise.hpp>
+#include <tessera/ops/run.hpp>
 
 namespace ops_test_elementwise {  // the file's own scope in its test group's translation unit
 
@@ -239,6 +240,60 @@ TEST_CASE("elementwise: every strategy of add, sub, mul, div with broadcasting")
   }
   if (me == 0) MESSAGE(p << " ranks: " << cases << " binary strategy cases checked");
   CHECK(cases > 0);
+}
+
+TEST_CASE("elementwise: Add's backward given dy hands b dy's own elements where it can, a copy to a") {
+  // As the tape runs it (ops::run_backward with dy as an rvalue): where dy is laid out as
+  // the output and b's shard does not broadcast, b's gradient is dy's buffer; the
+  // gradients equal those of the form that copies, whatever the strategy.
+  testing::test_comm world = testing::test_world();
+  ctx_t ctx(world);
+  const int p = world.size(), me = world.rank();
+  int cases = 0, handed = 0;
+  for (const shape_case& sc : binary_shapes()) {
+    const xt::xarray<float> ga = global_tensor(sc.a, 1), gb = global_tensor(sc.b, 2);
+    const xt::xarray<float> gdy = global_tensor(sc.out, 3);
+    const auto [da_ref, db_ref] = ref_backward(bin::add, gdy, ga, gb);
+    for (const split_tuple& s : split_tuples(sc.out, p)) {
+      const strategy st{input_split(s, sc.out, sc.a), input_split(s, sc.out, sc.b)};
+      const ops::add_op o{st};
+      const elementwise_layouts r = o.rule(p, shape_list{sc.a, sc.b});
+      CAPTURE(to_string(st));
+      CAPTURE(to_string(sc.a));
+      CAPTURE(to_string(sc.b));
+      for (bool dy_in_output_layout : {true, false}) {
+        CAPTURE(dy_in_output_layout);
+        const testing::test_tensor a = shard_of(ga, r.in[0], me), b = shard_of(gb, r.in[1], me);
+        const layout ldy = dy_in_output_layout ? r.out : layout::replicated(mesh{p}, sc.out.ndim);
+        testing::test_tensor dy = shard_of(gdy, ldy, me);
+        const testing::test_tensor y = ops::add(o, a, b, ctx);
+        // b's local gradient needs no sum where b's shard has dy's shape (b the shape of the
+        // output, or broadcast only along dims split so finely that each shard is 1 wide).
+        const bool hands_on = same_placement(ldy, r.out) && b.local_shape() == y.local_shape();
+        const float* dy_elements = dy.local().data();
+        const testing::test_tensor* in[] = {&a, &b};
+        ops::op_grads<float, testing::test_device> g =
+            ops::run_backward(o, std::move(dy), ops::op_inputs<float, testing::test_device>(in, 2), y, ctx);
+        REQUIRE(g.size() == 2);
+        REQUIRE(g[0].has_value());
+        REQUIRE(g[1].has_value());
+        CHECK(g[0]->layout() == r.grad[0]);
+        CHECK(g[1]->layout() == r.grad[1]);
+        if (g[1]->local().size() > 0) {  // an empty shard has no elements to tell apart
+          CAPTURE(hands_on);
+          CHECK(g[0]->local().data() != dy_elements);
+          CHECK((g[1]->local().data() == dy_elements) == hands_on);
+        }
+        CHECK(gather(*g[0], ctx) == da_ref);
+        CHECK(gather(*g[1], ctx) == db_ref);
+        ++cases;
+        handed += hands_on && g[1]->local().size() > 0 ? 1 : 0;
+      }
+    }
+  }
+  if (me == 0) MESSAGE(p << " ranks: " << cases << " cases, " << handed << " with dy's elements handed on");
+  CHECK(handed > 0);
+  CHECK(handed < cases);
 }
 
 TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {

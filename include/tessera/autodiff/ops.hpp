@@ -70,7 +70,7 @@ var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
   tensor_on<T, D> y = ops::run_forward(run, ops::op_inputs<T, D>(in.data(), in.size()), t.ctx());
   if (!needs_grad) return t.leaf(std::move(y), false);
   const int self = t.size();  // y's id once recorded: the backward may read it
-  return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, const tensor_on<T, D>& g) {
+  return t.record(std::move(y), [op = run, ids = std::move(ids), self](tape<T, D>& tp, tensor_on<T, D>&& g) {
     std::vector<const tensor_on<T, D>*> values;
     values.reserve(ids.size());
     ops::grads_wanted want;
@@ -78,7 +78,7 @@ var<T, D> apply(const Op& op, const std::vector<var<T, D>>& xs) {
       values.push_back(&tp.value(ids[i]));
       if (!tp.requires_grad(ids[i])) want.skip(i);
     }
-    ops::op_grads<T, D> dx = ops::run_backward(op, g, ops::op_inputs<T, D>(values.data(), values.size()),
+    ops::op_grads<T, D> dx = ops::run_backward(op, std::move(g), ops::op_inputs<T, D>(values.data(), values.size()),
                                                tp.value(self), tp.ctx(), want);
     for (std::size_t i = 0; i < ids.size(); ++i)
       if (dx[i] && ops::differentiable_in(op, int(i))) tp.add_grad(ids[i], std::move(*dx[i]));

@@ -41,7 +41,9 @@ class tape {
  public:
   using tensor = tensor_on<T, D>;
   /// Gets the gradient of the node's output and adds its inputs' gradients (add_grad).
-  using backward_fn = std::function<void(tape&, const tensor& grad)>;
+  /// The gradient is the function's to keep: one that hands an input dy as it is (Add)
+  /// moves it rather than copying it (a function taking `const tensor&` also fits).
+  using backward_fn = std::function<void(tape&, tensor&& grad)>;
 
   /// Called during backward() once for each leaf that requires a gradient, with its id,
   /// when the pass reaches it: every node that could still add to its gradient has run.
@@ -247,9 +249,9 @@ class tape {
       node& n = nodes_[std::size_t(id)];
       if (n.released) continue;
       if (n.grad && n.backward) {
-        const tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
+        tensor g = consume ? std::move(*n.grad) : *n.grad;  // the backward may add to earlier nodes only
         if (consume) n.grad.reset();
-        n.backward(*this, g);
+        n.backward(*this, std::move(g));
         if (consume) {  // nodes above `id` have run: none reads it again
           n.value.reset();
           n.backward = nullptr;

@@ -505,7 +505,7 @@ class executor {
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
     if (pg_.reduces_gradient_once(e.producer))  // summed over the micro-batches, resolved once a step
-      return t.record(std::move(y), [ix = x.id](tape& tp, const tensor& g) { tp.add_grad(ix, tensor(g)); });
+      return t.record(std::move(y), [ix = x.id](tape& tp, tensor&& g) { tp.add_grad(ix, std::move(g)); });
     return t.record(std::move(y), [this, &e, ix = x.id](tape& tp, const tensor& g) {
       tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
     });

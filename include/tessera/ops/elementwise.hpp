@@ -122,10 +122,13 @@ tensor_on<T, D> elementwise_forward(const elementwise_op<K>& op, device_context<
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
 // every term); input i's gradient is the local gradient summed over the dims the input
 // broadcasts, in the rule's grad layout (partial where the output is split along them).
+// `given`: dy itself when the caller gave it away (an rvalue), else null. Add's last
+// input then takes dy's elements as its gradient instead of a copy, where dy is laid out
+// as the output already and that input does not broadcast (ResNet's residual Adds).
 template <elementwise_kind K, class T, class D, class C, class... X>
-std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
-                                                               const tensor_on<T, D>& dy,
-                                                               device_context<C>& ctx, const X&... x) {
+std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward_of(const elementwise_op<K>& op,
+                                                                  const tensor_on<T, D>& dy, tensor_on<T, D>* given,
+                                                                  device_context<C>& ctx, const X&... x) {
   const auto in = elementwise_prepare<K, T, D>(op, ctx, x...);
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(kind_name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
@@ -133,6 +136,14 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
   const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
+    if constexpr (K == elementwise_kind::add) {
+      if (given && &*ldy == given && i + 1 == int(sizeof...(X)) &&
+          extents_of(given->local().shape()) == in.x[i]->local_shape()) {
+        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(), std::move(given->local()));
+        ++i;
+        return g;
+      }
+    }
     auto local = elementwise_local_grad<K, T, D>(ldy->local(), in.x, i);
     // Summed back where the input broadcasts; as it is (not copied) where it does not.
     const bool broadcast = !(extents_of(local.shape()) == in.x[i]->local_shape());
@@ -143,6 +154,13 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise
     return g;
   };
   return {grad(x)...};
+}
+
+template <elementwise_kind K, class T, class D, class C, class... X>
+std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward(const elementwise_op<K>& op,
+                                                               const tensor_on<T, D>& dy,
+                                                               device_context<C>& ctx, const X&... x) {
+  return elementwise_backward_of<K, T, D>(op, dy, nullptr, ctx, x...);
 }
 
 }  // namespace detail
@@ -296,6 +314,15 @@ op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, 
     auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
     return grads_of(std::move(g[0]));
   }
+}
+/// Add's backward with dy given away (ops::run_backward's rvalue form, as the tape runs
+/// it): b's gradient takes dy's elements where it can (elementwise_backward_of), a's is
+/// a copy.
+template <class T, class D, class C>
+op_grads<T, D> backward(const add_op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x,
+                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
+  auto g = detail::elementwise_backward_of<elementwise_kind::add, T, D>(op, dy, &dy, ctx, *x[0], *x[1]);
+  return grads_of(std::move(g[0]), std::move(g[1]));
 }
 
 }  // namespace tessera::ops

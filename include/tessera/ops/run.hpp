@@ -57,6 +57,27 @@ struct grads_wanted {
   }
 };
 
+namespace detail {
+
+template <class Op, class T, class D, class C, class Dy>
+op_grads<T, D> run_backward(const Op& op, Dy&& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
+                            device_context<C>& ctx, grads_wanted want) {
+  constexpr bool takes_want = requires { backward(op, dy, x, y, ctx, want); };
+  if constexpr (!takes_want && !requires { backward(op, dy, x, y, ctx); }) {
+    throw error(std::string(Op::name()) + ": has no backward (none of its inputs is differentiable)");
+  } else {
+    op_grads<T, D> g;
+    if constexpr (takes_want) g = backward(op, std::forward<Dy>(dy), x, y, ctx, want);
+    else g = backward(op, std::forward<Dy>(dy), x, y, ctx);
+    if (g.size() != x.size())
+      throw error(std::string(Op::name()) + ": the backward gave " + std::to_string(g.size()) + " gradients for " +
+                  std::to_string(x.size()) + " inputs");
+    return g;
+  }
+}
+
+}  // namespace detail
+
 /// Runs `op` backward: its backward(op, dy, x, y, ctx), found as run_forward finds its
 /// forward, or backward(op, dy, x, y, ctx, want) where the operator takes `want`; one
 /// gradient per input (nullopt where an input gets none; the inputs `want` skips may
@@ -64,18 +85,14 @@ struct grads_wanted {
 template <class Op, class T, class D, class C>
 op_grads<T, D> run_backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
                             device_context<C>& ctx, grads_wanted want = {}) {
-  constexpr bool takes_want = requires { backward(op, dy, x, y, ctx, want); };
-  if constexpr (!takes_want && !requires { backward(op, dy, x, y, ctx); }) {
-    throw error(std::string(Op::name()) + ": has no backward (none of its inputs is differentiable)");
-  } else {
-    op_grads<T, D> g;
-    if constexpr (takes_want) g = backward(op, dy, x, y, ctx, want);
-    else g = backward(op, dy, x, y, ctx);
-    if (g.size() != x.size())
-      throw error(std::string(Op::name()) + ": the backward gave " + std::to_string(g.size()) + " gradients for " +
-                  std::to_string(x.size()) + " inputs");
-    return g;
-  }
+  return detail::run_backward(op, dy, x, y, ctx, want);
+}
+/// As above with dy given away: an operator whose backward takes dy as an rvalue (Add)
+/// may hand its elements on as an input's gradient instead of copying them.
+template <class Op, class T, class D, class C>
+op_grads<T, D> run_backward(const Op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
+                            device_context<C>& ctx, grads_wanted want = {}) {
+  return detail::run_backward(op, std::move(dy), x, y, ctx, want);
 }
 
 /// Runs the internal collective `c` of an operator's definition on `buf`, this rank's
