@@ -45,12 +45,14 @@ def parse(lines):
 def is_weights(tags):
     """A reorder of weights: one of its layouts blocks dim 0 (the output channels), which
     activations' layouts (abcd, aBcd16b, acdb) never do."""
-    return any(any(c == "A" for c in t if c.isalpha()) for t in tags)
+    return any("A" in t for t in tags)
 
 
 def breakdown(execs, warmup):
     """Mean milliseconds per timed step by category, and the number of timed steps."""
-    first = next(i for i, e in enumerate(execs) if e[0] == "convolution")
+    first = next((i for i, e in enumerate(execs) if e[0] == "convolution"), None)
+    if first is None:
+        raise SystemExit("dnnl_breakdown: the log holds no convolution (is the benchmark built with oneDNN?)")
     marker = (execs[first][0], execs[first][1], execs[first][3])
     starts = [i for i, e in enumerate(execs) if (e[0], e[1], e[3]) == marker]
     timed = starts[warmup:]
