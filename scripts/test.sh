@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: installs the dependencies, builds tessera with its tests,
-# benchmarks and examples into build/, and runs the whole test suite with ctest.
+# The test command: installs the dependencies, builds tessera with its tests and
+# examples into build/ (the default build, which also checks that the benchmarks
+# compile; `cmake --build build --target tessera_benchmarks` builds them), and runs the
+# whole test suite with ctest.
 # Extra arguments go to ctest (e.g. `scripts/test.sh -R core -L mpi`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
