@@ -749,6 +749,7 @@ void map_strided(const char* name, T* out, const shape_vec& shape, const tessera
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace tessera::kernels::cuda {
 
@@ -921,6 +922,15 @@ device_array<T> fused_map(const char* fn, F f, const device_array<T>& x0, const 
   device_array<T> out(x0.shape());
   detail::map_contiguous(fn, out.data(), std::int64_t(out.size()), f, x0.data(), xs.data()...);
   return out;
+}
+/// The same written over x0's own storage, given away (an rvalue), as the host's: each
+/// thread reads its elements before it writes them, so an xs may be x0 itself.
+template <class T, class F, class... X>
+device_array<T> fused_map(const char* fn, F f, device_array<T>&& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (detail::require_same_size(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  detail::map_contiguous(fn, x0.data(), std::int64_t(x0.size()), f, x0.data(), xs.data()...);
+  return std::move(x0);
 }
 
 namespace detail {
@@ -3645,6 +3655,10 @@ struct backend<cuda_device> {
   template <class T, class F, class... X>
   static array<T> fused_map(const char* fn, F f, const array<T>& x0, const X&... xs) {
     return cuda::fused_map(fn, f, x0, xs...);
+  }
+  template <class T, class F, class... X>
+  static array<T> fused_map(const char* fn, F f, array<T>&& x0, const X&... xs) {
+    return cuda::fused_map(fn, f, std::move(x0), xs...);
   }
   template <class T, class F>
   static array<T> fused_bias_map(const char* fn, array<T> x, const array<T>& bias, F f) {

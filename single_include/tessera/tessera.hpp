@@ -14415,6 +14415,9 @@ class laid_out {
   explicit laid_out(tensor_on<T, D>&& owned) : owned_(std::move(owned)) {}
   const tensor_on<T, D>& operator*() const { return owned_ ? *owned_ : *borrowed_; }
   const tensor_on<T, D>* operator->() const { return &**this; }
+  /// The redistributed copy this holds, for the caller to write over or move from (it is
+  /// nobody else's); null when this borrows.
+  tensor_on<T, D>* owned() { return owned_ ? &*owned_ : nullptr; }
 
  private:
   const tensor_on<T, D>* borrowed_ = nullptr;
@@ -15868,25 +15871,41 @@ std::size_t bias_width(std::string_view fn, const xt::xarray<T>& x, const xt::xa
 
 }  // namespace detail
 
+namespace detail {
+
+// out[i] = f(x0[i], xs[i]...) after the shape checks; out may be x0's own storage.
+template <class T, class F, class... X>
+void fused_map_to(std::string_view fn, F f, T* out, const xt::xarray<T>& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (require_same_shape(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  (void)fn;  // named only by the checks, which a map of x0 alone has none of
+  const T* p0 = x0.data();
+  const std::size_t n = x0.size();
+  [&](const auto*... p) {
+    parallel_ranges(n, parallel_grain, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) out[i] = f(p0[i], p[i]...);
+    });
+  }(xs.data()...);
+}
+
+}  // namespace detail
+
 /// out[i] = f(x0[i], xs[i]...) over arrays of one shape, in one pass: a fused chain of
 /// element-wise steps (kernels/fused.hpp's functors, or any callable). `fn` names the
 /// caller in the error: "div_backward: shapes differ: operand 0 is (2, 3), operand 1
 /// is (3,)".
 template <class T, class F, class... X>
 xt::xarray<T> fused_map(std::string_view fn, F f, const xt::xarray<T>& x0, const X&... xs) {
-  [[maybe_unused]] int k = 0;
-  (detail::require_same_shape(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
-  (void)fn;
   auto out = detail::empty_array<T>(x0.shape());
-  T* o = out.data();
-  const T* p0 = x0.data();
-  const std::size_t n = out.size();
-  [&](const auto*... p) {
-    detail::parallel_ranges(n, detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
-      for (std::size_t i = i0; i < i1; ++i) o[i] = f(p0[i], p[i]...);
-    });
-  }(xs.data()...);
+  detail::fused_map_to(fn, f, out.data(), x0, xs...);
   return out;
+}
+/// The same written over x0's own storage, given away (an rvalue): no new array. Each
+/// element is read before it is written, so an xs may be x0 itself.
+template <class T, class F, class... X>
+xt::xarray<T> fused_map(std::string_view fn, F f, xt::xarray<T>&& x0, const X&... xs) {
+  detail::fused_map_to(fn, f, x0.data(), x0, xs...);
+  return std::move(x0);
 }
 
 namespace detail {
@@ -18678,6 +18697,14 @@ struct div_grad_divisor {
 struct exp_grad {
   template <class T> TESSERA_HD T operator()(T dy, T x) const { return dy * exp_of(x); }
 };
+/// Log's gradient from its input: dy / x.
+struct log_grad {
+  template <class T> TESSERA_HD T operator()(T dy, T x) const { return dy / x; }
+};
+/// Neg's gradient: -dy.
+struct neg_grad {
+  template <class T> TESSERA_HD T operator()(T dy) const { return -dy; }
+};
 
 }  // namespace tessera::kernels::fused
 
@@ -18691,7 +18718,8 @@ namespace tessera::kernels {
 ///     relu_grad(dy, x); bias_add(x, bias); reduce_to_shape(g, shape) (a broadcast's
 ///     backward); scale(x, s) and add_to(dst, src) in place
 ///   fused chains (kernels/fused.hpp's functors, callable on every device):
-///     fused_map(fn, f, x0, xs...) (one pass over arrays of one shape),
+///     fused_map(fn, f, x0, xs...) (one pass over arrays of one shape, in x0's storage
+///     when x0 is an rvalue),
 ///     fused_bias_map(fn, x, bias, f) (f(x, bias) with the bias repeated along the rows,
 ///     in x's storage when x is an rvalue)
 ///   matrix products: matmul(a, b, ta, tb), matmul_grad_a(dc, a, b, ta, tb),
@@ -19270,6 +19298,10 @@ struct backend<cpu_device> {
   static array<T> fused_map(const char* fn, F f, const array<T>& x0, const X&... xs) {
     return cpu::fused_map(fn, f, x0, xs...);
   }
+  template <class T, class F, class... X>
+  static array<T> fused_map(const char* fn, F f, array<T>&& x0, const X&... xs) {
+    return cpu::fused_map(fn, f, std::move(x0), xs...);
+  }
   template <class T, class F>
   static array<T> fused_bias_map(const char* fn, array<T> x, const array<T>& bias, F f) {
     return cpu::fused_bias_map(fn, std::move(x), bias, f);
@@ -19663,8 +19695,9 @@ op_grads<T, D> run_backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T
                             device_context<C>& ctx, grads_wanted want = {}) {
   return detail::run_backward(op, dy, x, y, ctx, want);
 }
-/// As above with dy given away: an operator whose backward takes dy as an rvalue (Add)
-/// may hand its elements on as an input's gradient instead of copying them.
+/// As above with dy given away: an operator whose backward takes dy as an rvalue (the
+/// element-wise ones) may hand its elements on as an input's gradient, or write that
+/// gradient over them, instead of a new array.
 template <class Op, class T, class D, class C>
 op_grads<T, D> run_backward(const Op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
                             device_context<C>& ctx, grads_wanted want = {}) {
@@ -20648,13 +20681,15 @@ auto elementwise_local(const std::array<laid_out<T, D>, N>& x) {
 }
 
 // The local gradient of input `i` before it is summed back to the input's shard shape
-// (the output's shard shape where the input broadcasts).
-template <elementwise_kind K, class T, class D, std::size_t N>
-auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
-                            const std::array<laid_out<T, D>, N>& x, int i) {
+// (the output's shard shape where the input broadcasts). A unary operator's is one
+// fused pass over dy, written over dy's own elements when dy is an rvalue (the shards'
+// shapes are dy's: nothing broadcasts).
+template <elementwise_kind K, class T, class D, std::size_t N, class Dy>
+auto elementwise_local_grad(Dy&& dy, const std::array<laid_out<T, D>, N>& x, int i) {
   using k = kernels::backend<D>;
   using A = typename tensor_on<T, D>::array_type;
   using enum elementwise_kind;
+  namespace fused = kernels::fused;
   if constexpr (K == add || K == bias_add) return A(dy);
   else if constexpr (K == sub) return i == 0 ? A(dy) : k::neg(dy);
   else if constexpr (K == mul) return k::mul(dy, x[1 - i]->local());
@@ -20665,19 +20700,24 @@ auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
     // -dy a / b^2: one fused pass where nothing broadcasts (the shards' shapes are
     // equal, so dy's is theirs), else the broadcasting steps.
     if (x[0]->local_shape() == x[1]->local_shape())
-      return k::template fused_map<T>("div_backward", kernels::fused::div_grad_divisor{}, dy, a, b);
+      return k::template fused_map<T>("div_backward", fused::div_grad_divisor{}, dy, a, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));
-  } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
-  else if constexpr (K == sigmoid || K == tanh) {
+  } else if constexpr (K == relu) {
+    // From the output, or the input: either is positive exactly where the input is.
+    return k::template fused_map<T>("relu_backward", fused::act_grad<fused::activation::relu>{},
+                                    std::forward<Dy>(dy), x[0]->local());
+  } else if constexpr (K == sigmoid || K == tanh) {
     // The derivative from the output (one pass each for the output and the gradient).
     constexpr auto a = activation_of(K);
-    const A y = k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_value<a>{}, x[0]->local());
-    return k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_grad<a>{}, dy, y);
+    const A y = k::template fused_map<T>(kind_name(K).data(), fused::act_value<a>{}, x[0]->local());
+    return k::template fused_map<T>(kind_name(K).data(), fused::act_grad<a>{}, std::forward<Dy>(dy), y);
+  } else if constexpr (K == exp) {
+    return k::template fused_map<T>("exp_backward", fused::exp_grad{}, std::forward<Dy>(dy), x[0]->local());
+  } else if constexpr (K == log) {
+    return k::template fused_map<T>("log_backward", fused::log_grad{}, std::forward<Dy>(dy), x[0]->local());
+  } else {
+    return k::template fused_map<T>("neg_backward", fused::neg_grad{}, std::forward<Dy>(dy));
   }
-  else if constexpr (K == exp)
-    return k::template fused_map<T>("exp_backward", kernels::fused::exp_grad{}, dy, x[0]->local());
-  else if constexpr (K == log) return k::div(dy, x[0]->local());
-  else return k::neg(dy);
 }
 
 template <elementwise_kind K, class T, class D, class C, class... X>
@@ -20689,9 +20729,11 @@ tensor_on<T, D> elementwise_forward(const elementwise_op<K>& op, device_context<
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
 // every term); input i's gradient is the local gradient summed over the dims the input
 // broadcasts, in the rule's grad layout (partial where the output is split along them).
-// `given`: dy itself when the caller gave it away (an rvalue), else null. Add's last
-// input then takes dy's elements as its gradient instead of a copy, where dy is laid out
-// as the output already and that input does not broadcast (ResNet's residual Adds).
+// `given`: dy itself when the caller gave it away (an rvalue), else null. dy in the
+// output's layout is then this call's to write over, as is its redistributed copy when
+// it had to be moved there: a unary operator's gradient is computed over its elements,
+// and Add's last input takes them as its gradient where that input does not broadcast
+// (ResNet's residual Adds), instead of a new array each.
 template <elementwise_kind K, class T, class D, class C, class... X>
 std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward_of(const elementwise_op<K>& op,
                                                                   const tensor_on<T, D>& dy, tensor_on<T, D>* given,
@@ -20700,13 +20742,22 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward_of(const elementw
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(kind_name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
-  const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
+  auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
+  tensor_on<T, D>* mine = ldy.owned();  // dy's elements in the output's layout, ours to write over
+  if (!mine && given && &*ldy == given) mine = given;
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
     if constexpr (K == elementwise_kind::add) {
-      if (given && &*ldy == given && i + 1 == int(sizeof...(X)) &&
-          extents_of(given->local().shape()) == in.x[i]->local_shape()) {
-        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(), std::move(given->local()));
+      if (mine && i + 1 == int(sizeof...(X)) && extents_of(mine->local().shape()) == in.x[i]->local_shape()) {
+        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(), std::move(mine->local()));
+        ++i;
+        return g;
+      }
+    }
+    if constexpr (kind_arity(K) == 1) {
+      if (mine && extents_of(mine->local().shape()) == in.x[i]->local_shape()) {
+        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
+                          elementwise_local_grad<K, T, D>(std::move(mine->local()), in.x, i));
         ++i;
         return g;
       }
@@ -20865,31 +20916,43 @@ tensor_on<T, D> forward(const elementwise_op<K>& op, op_inputs<T, D> x, device_c
   if constexpr (kind_arity(K) == 2) return detail::elementwise_forward<K, T, D>(op, ctx, *x[0], *x[1]);
   else return detail::elementwise_forward<K, T, D>(op, ctx, *x[0]);
 }
+namespace detail {
+
+// Both forms of backward below; `given` as elementwise_backward_of's.
 template <elementwise_kind K, class T, class D, class C>
-op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
-                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
+op_grads<T, D> elementwise_op_backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, tensor_on<T, D>* given,
+                                       op_inputs<T, D> x, const tensor_on<T, D>& y, device_context<C>& ctx) {
   if constexpr (kind_arity(K) == 2) {
-    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0], *x[1]);
+    auto g = elementwise_backward_of<K, T, D>(op, dy, given, ctx, *x[0], *x[1]);
     return grads_of(std::move(g[0]), std::move(g[1]));
   } else if constexpr (K == elementwise_kind::relu) {
     // The mask from the output, which is what a graph keeps (backward_reads_output):
     // y > 0 exactly where x > 0. y has x's shape and layout, so x is not read.
     (void)x;
-    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, y);
+    auto g = elementwise_backward_of<K, T, D>(op, dy, given, ctx, y);
     return grads_of(std::move(g[0]));
   } else {
-    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
+    (void)y;
+    auto g = elementwise_backward_of<K, T, D>(op, dy, given, ctx, *x[0]);
     return grads_of(std::move(g[0]));
   }
 }
-/// Add's backward with dy given away (ops::run_backward's rvalue form, as the tape runs
-/// it): b's gradient takes dy's elements where it can (elementwise_backward_of), a's is
-/// a copy.
-template <class T, class D, class C>
-op_grads<T, D> backward(const add_op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x,
-                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
-  auto g = detail::elementwise_backward_of<elementwise_kind::add, T, D>(op, dy, &dy, ctx, *x[0], *x[1]);
-  return grads_of(std::move(g[0]), std::move(g[1]));
+
+}  // namespace detail
+
+template <elementwise_kind K, class T, class D, class C>
+op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  return detail::elementwise_op_backward<K, T, D>(op, dy, nullptr, x, y, ctx);
+}
+/// The backward with dy given away (ops::run_backward's rvalue form, as the tape runs
+/// it): a unary operator's gradient is written over dy's elements, and Add's second
+/// input takes them as its gradient where it can (elementwise_backward_of); Add's first
+/// input's is a copy.
+template <elementwise_kind K, class T, class D, class C>
+op_grads<T, D> backward(const elementwise_op<K>& op, tensor_on<T, D>&& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  return detail::elementwise_op_backward<K, T, D>(op, dy, &dy, x, y, ctx);
 }
 
 }  // namespace tessera::ops
@@ -24663,7 +24726,7 @@ autodiff::var<T, D> resolved(autodiff::var<T, D> x) {
   autodiff::tape<T, D>& t = *x.t;
   tensor_on<T, D> r = redistribute(v, v.layout().without_partial(), t.ctx());
   return t.record(std::move(r),
-                  [ix = x.id](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
+                  [ix = x.id](autodiff::tape<T, D>& tp, tensor_on<T, D>&& g) { tp.add_grad(ix, std::move(g)); },
                   t.requires_grad(x.id));
 }
 
@@ -24698,11 +24761,15 @@ autodiff::var<T, D> activate(autodiff::var<T, D> x, kernels::fused::activation a
   auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
   const autodiff::var<T, D> out = t.record(
       tensor_on<T, D>(xv.layout(), xv.global_shape(), xv.rank(), std::move(y)),
-      [ix = x.id, self, a, fn](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
+      [ix = x.id, self, a, fn](autodiff::tape<T, D>& tp, tensor_on<T, D>&& g) {
         const tensor_on<T, D>& yv = tp.value(*self);
-        const laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
+        laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
+        // dy's elements in y's layout (g itself, or its redistributed copy): dx is written
+        // over them.
+        tensor_on<T, D>& mine = dy.owned() ? *dy.owned() : g;
         auto dx = with_activation(a, [&](auto A) {
-          return K::template fused_map<T>(fn, kernels::fused::act_grad<A.value>{}, dy->local(), yv.local());
+          return K::template fused_map<T>(fn, kernels::fused::act_grad<A.value>{}, std::move(mine.local()),
+                                          yv.local());
         });
         tp.add_grad(ix, tensor_on<T, D>(yv.layout(), yv.global_shape(), yv.rank(), std::move(dx)));
       },
@@ -25043,12 +25110,13 @@ class flatten : public module<T, D> {
     typename storage<T, D>::array y = lx->local();
     tensor_on<T, D> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
     return t.record(std::move(out),
-                    [ix = x.id, in, out_l](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id, in, out_l](autodiff::tape<T, D>& tp, tensor_on<T, D>&& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
-                      const laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
-                      typename storage<T, D>::array d = dy->local();
+                      laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
+                      // dy's elements (g's own, or its redistributed copy's) become dx's.
+                      tensor_on<T, D>& mine = dy.owned() ? *dy.owned() : g;
                       tp.add_grad(ix, tensor_on<T, D>(in.without_partial(), xv2.global_shape(), xv2.rank(),
-                                                      std::move(d)));
+                                                      std::move(mine.local())));
                     },
                     t.requires_grad(x.id));
   }

@@ -289,6 +289,12 @@ TEST_CASE("fused maps: one kernel with the host's functors, values as the host's
                KH::fused_map<float>("t", fz::act_grad<fz::activation::sigmoid>{}, dy, b), 1e-6f));
     CHECK(near(host(KD::fused_map<float>("t", fz::act_value<fz::activation::tanh>{}, dev(a))),
                KH::fused_map<float>("t", fz::act_value<fz::activation::tanh>{}, a), 1e-6f));
+    // Over an rvalue: written over its own storage, as the host's; an operand may be it.
+    darray d = dev(dy);
+    const float* storage = d.data();
+    const darray r = KD::fused_map<float>("t", fz::act_grad<fz::activation::relu>{}, std::move(d), d);
+    CHECK(r.data() == storage);
+    CHECK(same_values(host(r), KH::fused_map<float>("t", fz::act_grad<fz::activation::relu>{}, dy, dy)));
     const xt::xarray<float> bias = host_array(shape_of({shape.back()}), 63, false);
     CHECK(near(host(KD::fused_bias_map<float>("t", dev(a), dev(bias), fz::bias_act<fz::activation::relu>{})),
                KH::fused_bias_map<float>("t", a, bias, fz::bias_act<fz::activation::relu>{}), 1e-6f));

@@ -262,6 +262,27 @@ TEST_CASE("fused_map runs a chain in one pass with the chain's values; shapes mu
         "div_backward: shapes differ: operand 0 is (3, 5), operand 2 is (5,)");
 }
 
+TEST_CASE("fused_map over an rvalue writes over its storage, with the same values; an operand may be it") {
+  namespace fz = tessera::kernels::fused;
+  const array dy = random_array({3, 5}, 33), a = random_array({3, 5}, 34);
+  array d = dy;
+  const double* storage = d.data();
+  const array r = cpu::fused_map("t", fz::exp_grad{}, std::move(d), a);
+  CHECK(r.data() == storage);
+  CHECK(r == cpu::fused_map("t", fz::exp_grad{}, dy, a));
+  // ReLU's gradient of a over a itself: a where a > 0, in a's own storage.
+  array s = a;
+  const double* own = s.data();
+  const array g = cpu::fused_map("t", fz::act_grad<fz::activation::relu>{}, std::move(s), s);
+  CHECK(g.data() == own);
+  CHECK(g == cpu::relu(a));
+  CHECK(cpu::fused_map("t", fz::neg_grad{}, array(dy)) == cpu::neg(dy));
+  CHECK(cpu::fused_map("t", fz::log_grad{}, array(dy), a) == cpu::div(dy, a));
+  array wrong = dy;
+  CHECK(thrown([&] { cpu::fused_map("log_backward", fz::log_grad{}, std::move(wrong), random_array({5}, 1)); }) ==
+        "log_backward: shapes differ: operand 0 is (3, 5), operand 1 is (5,)");
+}
+
 TEST_CASE("the activations: values, gradients from the output against finite differences") {
   namespace fz = tessera::kernels::fused;
   const array x = random_array({4, 6}, 40, -3.0, 3.0);

@@ -51,6 +51,12 @@ xt::xarray<float> global_tensor(const extents& shape, int seed, bool divisor = f
   return x;
 }
 
+// |x| + 1, element by element: inputs that log takes.
+xt::xarray<float> positive(xt::xarray<float> x) {
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = std::fabs(x.data()[i]) + 1;
+  return x;
+}
+
 testing::test_tensor shard_of(const xt::xarray<float>& g, const layout& l, int rank) {
   extents shape;
   shape.ndim = int(g.dimension());
@@ -303,8 +309,7 @@ TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {
   int cases = 0;
   for (const extents& shape : {extents{8, 16}, extents{4, 8, 16}}) {
     const xt::xarray<float> gx = global_tensor(shape, 5), gdy = global_tensor(shape, 6);
-    xt::xarray<float> gpos = gx;  // positive inputs for log
-    for (std::size_t i = 0; i < gpos.size(); ++i) gpos.data()[i] = std::fabs(gpos.data()[i]) + 1;
+    const xt::xarray<float> gpos = positive(gx);  // inputs for log
     const layout flat = layout::replicated(mesh{p}, shape.ndim);
     for (const split_tuple& s : split_tuples(shape, p)) {
       const strategy st{s};
@@ -346,6 +351,65 @@ TEST_CASE("elementwise: every strategy of relu, neg, exp, log") {
   }
   if (me == 0) MESSAGE(p << " ranks: " << cases << " unary strategy cases checked");
   CHECK(cases > 0);
+}
+
+TEST_CASE("elementwise: a unary operator's backward given dy writes the gradient over dy's elements") {
+  // As the tape runs it (ops::run_backward with dy as an rvalue): the gradient equals the
+  // copying form's, in the same layout, whatever the strategy; its buffer is dy's own
+  // where dy is laid out as the output, and dy's redistributed copy's elsewhere.
+  testing::test_comm world = testing::test_world();
+  ctx_t ctx(world);
+  const int p = world.size(), me = world.rank();
+  int cases = 0, in_place = 0;
+  for (const extents& shape : {extents{8, 16}, extents{4, 8, 16}}) {
+    const xt::xarray<float> gx = global_tensor(shape, 5), gdy = global_tensor(shape, 6);
+    const xt::xarray<float> gpos = positive(gx);  // inputs for log
+    const layout flat = layout::replicated(mesh{p}, shape.ndim);
+    for (const split_tuple& s : split_tuples(shape, p)) {
+      const strategy st{s};
+      CAPTURE(to_string(st));
+      auto check = [&](const auto& op, const xt::xarray<float>& ginput) {
+        CAPTURE(std::string(op.name()));
+        const elementwise_layouts r = op.rule(p, shape_list{shape});
+        const testing::test_tensor x = shard_of(ginput, r.in[0], me);
+        const testing::test_tensor* in[] = {&x};
+        const ops::op_inputs<float, testing::test_device> xs(in, 1);
+        const testing::test_tensor y = ops::run_forward(op, xs, ctx);
+        for (bool dy_in_output_layout : {true, false}) {
+          CAPTURE(dy_in_output_layout);
+          const layout ldy = dy_in_output_layout ? r.out : flat;
+          const testing::test_tensor kept = shard_of(gdy, ldy, me);
+          testing::test_tensor dy = shard_of(gdy, ldy, me);
+          const float* dy_elements = dy.local().data();
+          const ops::op_grads<float, testing::test_device> copied = ops::run_backward(op, kept, xs, y, ctx);
+          const ops::op_grads<float, testing::test_device> given = ops::run_backward(op, std::move(dy), xs, y, ctx);
+          REQUIRE(copied.size() == 1);
+          REQUIRE(given.size() == 1);
+          REQUIRE(copied[0].has_value());
+          REQUIRE(given[0].has_value());
+          CHECK(given[0]->layout() == copied[0]->layout());
+          CHECK(gather(*given[0], ctx) == gather(*copied[0], ctx));
+          const bool expected = same_placement(ldy, r.out);
+          if (given[0]->local().size() > 0) {  // an empty shard has no elements to tell apart
+            CAPTURE(expected);
+            CHECK((given[0]->local().data() == dy_elements) == expected);
+            CHECK(copied[0]->local().data() != kept.local().data());
+            in_place += expected ? 1 : 0;
+          }
+          ++cases;
+        }
+      };
+      check(ops::relu_op{st}, gx);
+      check(ops::neg_op{st}, gx);
+      check(ops::exp_op{st}, gx);
+      check(ops::log_op{st}, gpos);
+      check(ops::sigmoid_op{st}, gx);
+      check(ops::tanh_op{st}, gx);
+    }
+  }
+  if (me == 0) MESSAGE(p << " ranks: " << cases << " cases, " << in_place << " written over dy's elements");
+  CHECK(in_place > 0);
+  if (p > 1) CHECK(in_place < cases);  // on 1 rank every layout is the output's
 }
 
 TEST_CASE("elementwise: every strategy of bias_add; dbias is partial over the rows' axes") {

@@ -308,6 +308,9 @@ class laid_out {
   explicit laid_out(tensor_on<T, D>&& owned) : owned_(std::move(owned)) {}
   const tensor_on<T, D>& operator*() const { return owned_ ? *owned_ : *borrowed_; }
   const tensor_on<T, D>* operator->() const { return &**this; }
+  /// The redistributed copy this holds, for the caller to write over or move from (it is
+  /// nobody else's); null when this borrows.
+  tensor_on<T, D>* owned() { return owned_ ? &*owned_ : nullptr; }
 
  private:
   const tensor_on<T, D>* borrowed_ = nullptr;

@@ -17,7 +17,8 @@ namespace tessera::kernels {
 ///     relu_grad(dy, x); bias_add(x, bias); reduce_to_shape(g, shape) (a broadcast's
 ///     backward); scale(x, s) and add_to(dst, src) in place
 ///   fused chains (kernels/fused.hpp's functors, callable on every device):
-///     fused_map(fn, f, x0, xs...) (one pass over arrays of one shape),
+///     fused_map(fn, f, x0, xs...) (one pass over arrays of one shape, in x0's storage
+///     when x0 is an rvalue),
 ///     fused_bias_map(fn, x, bias, f) (f(x, bias) with the bias repeated along the rows,
 ///     in x's storage when x is an rvalue)
 ///   matrix products: matmul(a, b, ta, tb), matmul_grad_a(dc, a, b, ta, tb),

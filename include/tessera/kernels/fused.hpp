@@ -117,5 +117,13 @@ struct div_grad_divisor {
 struct exp_grad {
   template <class T> TESSERA_HD T operator()(T dy, T x) const { return dy * exp_of(x); }
 };
+/// Log's gradient from its input: dy / x.
+struct log_grad {
+  template <class T> TESSERA_HD T operator()(T dy, T x) const { return dy / x; }
+};
+/// Neg's gradient: -dy.
+struct neg_grad {
+  template <class T> TESSERA_HD T operator()(T dy) const { return -dy; }
+};
 
 }  // namespace tessera::kernels::fused

@@ -52,7 +52,7 @@ autodiff::var<T, D> resolved(autodiff::var<T, D> x) {
   autodiff::tape<T, D>& t = *x.t;
   tensor_on<T, D> r = redistribute(v, v.layout().without_partial(), t.ctx());
   return t.record(std::move(r),
-                  [ix = x.id](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) { tp.add_grad(ix, g); },
+                  [ix = x.id](autodiff::tape<T, D>& tp, tensor_on<T, D>&& g) { tp.add_grad(ix, std::move(g)); },
                   t.requires_grad(x.id));
 }
 
@@ -87,11 +87,15 @@ autodiff::var<T, D> activate(autodiff::var<T, D> x, kernels::fused::activation a
   auto self = std::make_shared<int>(-1);  // y's id, known once it is recorded
   const autodiff::var<T, D> out = t.record(
       tensor_on<T, D>(xv.layout(), xv.global_shape(), xv.rank(), std::move(y)),
-      [ix = x.id, self, a, fn](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
+      [ix = x.id, self, a, fn](autodiff::tape<T, D>& tp, tensor_on<T, D>&& g) {
         const tensor_on<T, D>& yv = tp.value(*self);
-        const laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
+        laid_out<T, D> dy = placed_as(g, yv.layout(), tp.ctx());
+        // dy's elements in y's layout (g itself, or its redistributed copy): dx is written
+        // over them.
+        tensor_on<T, D>& mine = dy.owned() ? *dy.owned() : g;
         auto dx = with_activation(a, [&](auto A) {
-          return K::template fused_map<T>(fn, kernels::fused::act_grad<A.value>{}, dy->local(), yv.local());
+          return K::template fused_map<T>(fn, kernels::fused::act_grad<A.value>{}, std::move(mine.local()),
+                                          yv.local());
         });
         tp.add_grad(ix, tensor_on<T, D>(yv.layout(), yv.global_shape(), yv.rank(), std::move(dx)));
       },
@@ -432,12 +436,13 @@ class flatten : public module<T, D> {
     typename storage<T, D>::array y = lx->local();
     tensor_on<T, D> out(out_l, extents{gs[0], features}, xv.rank(), std::move(y));
     return t.record(std::move(out),
-                    [ix = x.id, in, out_l](autodiff::tape<T, D>& tp, const tensor_on<T, D>& g) {
+                    [ix = x.id, in, out_l](autodiff::tape<T, D>& tp, tensor_on<T, D>&& g) {
                       const tensor_on<T, D>& xv2 = tp.value(ix);
-                      const laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
-                      typename storage<T, D>::array d = dy->local();
+                      laid_out<T, D> dy = detail::placed_as(g, out_l.without_partial(), tp.ctx());
+                      // dy's elements (g's own, or its redistributed copy's) become dx's.
+                      tensor_on<T, D>& mine = dy.owned() ? *dy.owned() : g;
                       tp.add_grad(ix, tensor_on<T, D>(in.without_partial(), xv2.global_shape(), xv2.rank(),
-                                                      std::move(d)));
+                                                      std::move(mine.local())));
                     },
                     t.requires_grad(x.id));
   }

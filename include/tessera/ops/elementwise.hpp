@@ -81,13 +81,15 @@ auto elementwise_local(const std::array<laid_out<T, D>, N>& x) {
 }
 
 // The local gradient of input `i` before it is summed back to the input's shard shape
-// (the output's shard shape where the input broadcasts).
-template <elementwise_kind K, class T, class D, std::size_t N>
-auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
-                            const std::array<laid_out<T, D>, N>& x, int i) {
+// (the output's shard shape where the input broadcasts). A unary operator's is one
+// fused pass over dy, written over dy's own elements when dy is an rvalue (the shards'
+// shapes are dy's: nothing broadcasts).
+template <elementwise_kind K, class T, class D, std::size_t N, class Dy>
+auto elementwise_local_grad(Dy&& dy, const std::array<laid_out<T, D>, N>& x, int i) {
   using k = kernels::backend<D>;
   using A = typename tensor_on<T, D>::array_type;
   using enum elementwise_kind;
+  namespace fused = kernels::fused;
   if constexpr (K == add || K == bias_add) return A(dy);
   else if constexpr (K == sub) return i == 0 ? A(dy) : k::neg(dy);
   else if constexpr (K == mul) return k::mul(dy, x[1 - i]->local());
@@ -98,19 +100,24 @@ auto elementwise_local_grad(const typename tensor_on<T, D>::array_type& dy,
     // -dy a / b^2: one fused pass where nothing broadcasts (the shards' shapes are
     // equal, so dy's is theirs), else the broadcasting steps.
     if (x[0]->local_shape() == x[1]->local_shape())
-      return k::template fused_map<T>("div_backward", kernels::fused::div_grad_divisor{}, dy, a, b);
+      return k::template fused_map<T>("div_backward", fused::div_grad_divisor{}, dy, a, b);
     return k::neg(k::div(k::mul(dy, a), k::mul(b, b)));
-  } else if constexpr (K == relu) return k::relu_grad(dy, x[0]->local());
-  else if constexpr (K == sigmoid || K == tanh) {
+  } else if constexpr (K == relu) {
+    // From the output, or the input: either is positive exactly where the input is.
+    return k::template fused_map<T>("relu_backward", fused::act_grad<fused::activation::relu>{},
+                                    std::forward<Dy>(dy), x[0]->local());
+  } else if constexpr (K == sigmoid || K == tanh) {
     // The derivative from the output (one pass each for the output and the gradient).
     constexpr auto a = activation_of(K);
-    const A y = k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_value<a>{}, x[0]->local());
-    return k::template fused_map<T>(kind_name(K).data(), kernels::fused::act_grad<a>{}, dy, y);
+    const A y = k::template fused_map<T>(kind_name(K).data(), fused::act_value<a>{}, x[0]->local());
+    return k::template fused_map<T>(kind_name(K).data(), fused::act_grad<a>{}, std::forward<Dy>(dy), y);
+  } else if constexpr (K == exp) {
+    return k::template fused_map<T>("exp_backward", fused::exp_grad{}, std::forward<Dy>(dy), x[0]->local());
+  } else if constexpr (K == log) {
+    return k::template fused_map<T>("log_backward", fused::log_grad{}, std::forward<Dy>(dy), x[0]->local());
+  } else {
+    return k::template fused_map<T>("neg_backward", fused::neg_grad{}, std::forward<Dy>(dy));
   }
-  else if constexpr (K == exp)
-    return k::template fused_map<T>("exp_backward", kernels::fused::exp_grad{}, dy, x[0]->local());
-  else if constexpr (K == log) return k::div(dy, x[0]->local());
-  else return k::neg(dy);
 }
 
 template <elementwise_kind K, class T, class D, class C, class... X>
@@ -122,9 +129,11 @@ tensor_on<T, D> elementwise_forward(const elementwise_op<K>& op, device_context<
 // dy is brought to the output's layout (its partial sums resolved: the gradient reaches
 // every term); input i's gradient is the local gradient summed over the dims the input
 // broadcasts, in the rule's grad layout (partial where the output is split along them).
-// `given`: dy itself when the caller gave it away (an rvalue), else null. Add's last
-// input then takes dy's elements as its gradient instead of a copy, where dy is laid out
-// as the output already and that input does not broadcast (ResNet's residual Adds).
+// `given`: dy itself when the caller gave it away (an rvalue), else null. dy in the
+// output's layout is then this call's to write over, as is its redistributed copy when
+// it had to be moved there: a unary operator's gradient is computed over its elements,
+// and Add's last input takes them as its gradient where that input does not broadcast
+// (ResNet's residual Adds), instead of a new array each.
 template <elementwise_kind K, class T, class D, class C, class... X>
 std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward_of(const elementwise_op<K>& op,
                                                                   const tensor_on<T, D>& dy, tensor_on<T, D>* given,
@@ -133,13 +142,22 @@ std::array<tensor_on<T, D>, sizeof...(X)> elementwise_backward_of(const elementw
   if (!(dy.global_shape() == in.r.shape))
     throw error(std::string(kind_name(K)) + "_backward: dy is " + to_string(dy.global_shape()) +
                 ", expected " + to_string(in.r.shape));
-  const auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
+  auto ldy = in_layout(dy, in.r.out.without_partial(), ctx);
+  tensor_on<T, D>* mine = ldy.owned();  // dy's elements in the output's layout, ours to write over
+  if (!mine && given && &*ldy == given) mine = given;
   int i = 0;
   auto grad = [&](const tensor_on<T, D>& xi) {
     if constexpr (K == elementwise_kind::add) {
-      if (given && &*ldy == given && i + 1 == int(sizeof...(X)) &&
-          extents_of(given->local().shape()) == in.x[i]->local_shape()) {
-        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(), std::move(given->local()));
+      if (mine && i + 1 == int(sizeof...(X)) && extents_of(mine->local().shape()) == in.x[i]->local_shape()) {
+        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(), std::move(mine->local()));
+        ++i;
+        return g;
+      }
+    }
+    if constexpr (kind_arity(K) == 1) {
+      if (mine && extents_of(mine->local().shape()) == in.x[i]->local_shape()) {
+        tensor_on<T, D> g(in.r.grad[i], xi.global_shape(), ctx.rank(),
+                          elementwise_local_grad<K, T, D>(std::move(mine->local()), in.x, i));
         ++i;
         return g;
       }
@@ -298,31 +316,43 @@ tensor_on<T, D> forward(const elementwise_op<K>& op, op_inputs<T, D> x, device_c
   if constexpr (kind_arity(K) == 2) return detail::elementwise_forward<K, T, D>(op, ctx, *x[0], *x[1]);
   else return detail::elementwise_forward<K, T, D>(op, ctx, *x[0]);
 }
+namespace detail {
+
+// Both forms of backward below; `given` as elementwise_backward_of's.
 template <elementwise_kind K, class T, class D, class C>
-op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
-                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
+op_grads<T, D> elementwise_op_backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, tensor_on<T, D>* given,
+                                       op_inputs<T, D> x, const tensor_on<T, D>& y, device_context<C>& ctx) {
   if constexpr (kind_arity(K) == 2) {
-    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0], *x[1]);
+    auto g = elementwise_backward_of<K, T, D>(op, dy, given, ctx, *x[0], *x[1]);
     return grads_of(std::move(g[0]), std::move(g[1]));
   } else if constexpr (K == elementwise_kind::relu) {
     // The mask from the output, which is what a graph keeps (backward_reads_output):
     // y > 0 exactly where x > 0. y has x's shape and layout, so x is not read.
     (void)x;
-    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, y);
+    auto g = elementwise_backward_of<K, T, D>(op, dy, given, ctx, y);
     return grads_of(std::move(g[0]));
   } else {
-    auto g = detail::elementwise_backward<K, T, D>(op, dy, ctx, *x[0]);
+    (void)y;
+    auto g = elementwise_backward_of<K, T, D>(op, dy, given, ctx, *x[0]);
     return grads_of(std::move(g[0]));
   }
 }
-/// Add's backward with dy given away (ops::run_backward's rvalue form, as the tape runs
-/// it): b's gradient takes dy's elements where it can (elementwise_backward_of), a's is
-/// a copy.
-template <class T, class D, class C>
-op_grads<T, D> backward(const add_op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x,
-                        [[maybe_unused]] const tensor_on<T, D>& y, device_context<C>& ctx) {
-  auto g = detail::elementwise_backward_of<elementwise_kind::add, T, D>(op, dy, &dy, ctx, *x[0], *x[1]);
-  return grads_of(std::move(g[0]), std::move(g[1]));
+
+}  // namespace detail
+
+template <elementwise_kind K, class T, class D, class C>
+op_grads<T, D> backward(const elementwise_op<K>& op, const tensor_on<T, D>& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  return detail::elementwise_op_backward<K, T, D>(op, dy, nullptr, x, y, ctx);
+}
+/// The backward with dy given away (ops::run_backward's rvalue form, as the tape runs
+/// it): a unary operator's gradient is written over dy's elements, and Add's second
+/// input takes them as its gradient where it can (elementwise_backward_of); Add's first
+/// input's is a copy.
+template <elementwise_kind K, class T, class D, class C>
+op_grads<T, D> backward(const elementwise_op<K>& op, tensor_on<T, D>&& dy, op_inputs<T, D> x,
+                        const tensor_on<T, D>& y, device_context<C>& ctx) {
+  return detail::elementwise_op_backward<K, T, D>(op, dy, &dy, x, y, ctx);
 }
 
 }  // namespace tessera::ops

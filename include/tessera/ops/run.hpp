@@ -87,8 +87,9 @@ op_grads<T, D> run_backward(const Op& op, const tensor_on<T, D>& dy, op_inputs<T
                             device_context<C>& ctx, grads_wanted want = {}) {
   return detail::run_backward(op, dy, x, y, ctx, want);
 }
-/// As above with dy given away: an operator whose backward takes dy as an rvalue (Add)
-/// may hand its elements on as an input's gradient instead of copying them.
+/// As above with dy given away: an operator whose backward takes dy as an rvalue (the
+/// element-wise ones) may hand its elements on as an input's gradient, or write that
+/// gradient over them, instead of a new array.
 template <class Op, class T, class D, class C>
 op_grads<T, D> run_backward(const Op& op, tensor_on<T, D>&& dy, op_inputs<T, D> x, const tensor_on<T, D>& y,
                             device_context<C>& ctx, grads_wanted want = {}) {

@@ -234,25 +234,41 @@ std::size_t bias_width(std::string_view fn, const xt::xarray<T>& x, const xt::xa
 
 }  // namespace detail
 
+namespace detail {
+
+// out[i] = f(x0[i], xs[i]...) after the shape checks; out may be x0's own storage.
+template <class T, class F, class... X>
+void fused_map_to(std::string_view fn, F f, T* out, const xt::xarray<T>& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (require_same_shape(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  (void)fn;  // named only by the checks, which a map of x0 alone has none of
+  const T* p0 = x0.data();
+  const std::size_t n = x0.size();
+  [&](const auto*... p) {
+    parallel_ranges(n, parallel_grain, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) out[i] = f(p0[i], p[i]...);
+    });
+  }(xs.data()...);
+}
+
+}  // namespace detail
+
 /// out[i] = f(x0[i], xs[i]...) over arrays of one shape, in one pass: a fused chain of
 /// element-wise steps (kernels/fused.hpp's functors, or any callable). `fn` names the
 /// caller in the error: "div_backward: shapes differ: operand 0 is (2, 3), operand 1
 /// is (3,)".
 template <class T, class F, class... X>
 xt::xarray<T> fused_map(std::string_view fn, F f, const xt::xarray<T>& x0, const X&... xs) {
-  [[maybe_unused]] int k = 0;
-  (detail::require_same_shape(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
-  (void)fn;
   auto out = detail::empty_array<T>(x0.shape());
-  T* o = out.data();
-  const T* p0 = x0.data();
-  const std::size_t n = out.size();
-  [&](const auto*... p) {
-    detail::parallel_ranges(n, detail::parallel_grain, [&](std::size_t i0, std::size_t i1) {
-      for (std::size_t i = i0; i < i1; ++i) o[i] = f(p0[i], p[i]...);
-    });
-  }(xs.data()...);
+  detail::fused_map_to(fn, f, out.data(), x0, xs...);
   return out;
+}
+/// The same written over x0's own storage, given away (an rvalue): no new array. Each
+/// element is read before it is written, so an xs may be x0 itself.
+template <class T, class F, class... X>
+xt::xarray<T> fused_map(std::string_view fn, F f, xt::xarray<T>&& x0, const X&... xs) {
+  detail::fused_map_to(fn, f, x0.data(), x0, xs...);
+  return std::move(x0);
 }
 
 namespace detail {

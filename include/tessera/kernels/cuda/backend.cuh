@@ -52,6 +52,10 @@ struct backend<cuda_device> {
   static array<T> fused_map(const char* fn, F f, const array<T>& x0, const X&... xs) {
     return cuda::fused_map(fn, f, x0, xs...);
   }
+  template <class T, class F, class... X>
+  static array<T> fused_map(const char* fn, F f, array<T>&& x0, const X&... xs) {
+    return cuda::fused_map(fn, f, std::move(x0), xs...);
+  }
   template <class T, class F>
   static array<T> fused_bias_map(const char* fn, array<T> x, const array<T>& bias, F f) {
     return cuda::fused_bias_map(fn, std::move(x), bias, f);
