@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 
-from resnet_step_rounds import host_cpu
+from resnet_step_rounds import host_cpu, require_program
 
 
 def parse(lines):
@@ -82,6 +82,7 @@ def main():
     ap.add_argument("--out", help="write the table here (JSON)")
     args = ap.parse_args()
 
+    require_program(args.bench)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), DNNL_VERBOSE="2", ONEDNN_VERBOSE="2")
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "tessera.json")

@@ -26,6 +26,15 @@ import tempfile
 import time
 
 
+def require_program(path):
+    """Stops with the command that builds benchmark program `path` when it is missing:
+    the default build only checks that the benchmarks compile."""
+    if not os.path.isfile(path):
+        name = os.path.basename(path)
+        raise SystemExit("%s: no program %s; build it with `cmake --build build --target %s`"
+                         % (os.path.basename(sys.argv[0]), path, name))
+
+
 def host_cpu():
     """The CPU's model and widest vector extension (oneDNN's kernels and blocked layouts
     differ between AVX2 and AVX-512 hosts, and so do the ratios), from /proc/cpuinfo."""
@@ -56,6 +65,7 @@ def main():
     ap.add_argument("--out", help="write every round and the medians here (JSON)")
     args = ap.parse_args()
 
+    require_program(args.bench)
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     common = ["--image-size", str(args.image_size), "--steps", str(args.steps), "--warmup", str(args.warmup)]
