@@ -912,24 +912,34 @@ device_array<T> relu_grad(const device_array<T>& dy, const device_array<T>& x) {
   return dx;
 }
 
+namespace detail {
+
+// out[i] = f(x0[i], xs[i]...) after checking that the operands share x0's shape; out
+// holds x0.size() elements and may be x0's own storage (each thread reads its elements
+// before it writes them).
+template <class T, class F, class... X>
+void fused_map_to(const char* fn, F f, T* out, const device_array<T>& x0, const X&... xs) {
+  [[maybe_unused]] int k = 0;
+  (require_same_size(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
+  map_contiguous(fn, out, std::int64_t(x0.size()), f, x0.data(), xs.data()...);
+}
+
+}  // namespace detail
+
 /// out[i] = f(x0[i], xs[i]...) over device arrays of one shape, in one kernel (16-byte
 /// vector loads when aligned): kernels/cpu/elementwise.hpp's fused_map with a functor
 /// callable in device code (kernels/fused.hpp's). Same error text as the host's.
 template <class T, class F, class... X>
 device_array<T> fused_map(const char* fn, F f, const device_array<T>& x0, const X&... xs) {
-  [[maybe_unused]] int k = 0;
-  (detail::require_same_size(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
   device_array<T> out(x0.shape());
-  detail::map_contiguous(fn, out.data(), std::int64_t(out.size()), f, x0.data(), xs.data()...);
+  detail::fused_map_to(fn, f, out.data(), x0, xs...);
   return out;
 }
-/// The same written over x0's own storage, given away (an rvalue), as the host's: each
-/// thread reads its elements before it writes them, so an xs may be x0 itself.
+/// The same written over x0's own storage, given away (an rvalue), as the host's: an xs
+/// may be x0 itself.
 template <class T, class F, class... X>
 device_array<T> fused_map(const char* fn, F f, device_array<T>&& x0, const X&... xs) {
-  [[maybe_unused]] int k = 0;
-  (detail::require_same_size(fn, "operand 0", x0, ("operand " + std::to_string(++k)).c_str(), xs), ...);
-  detail::map_contiguous(fn, x0.data(), std::int64_t(x0.size()), f, x0.data(), xs.data()...);
+  detail::fused_map_to(fn, f, x0.data(), x0, xs...);
   return std::move(x0);
 }
 
