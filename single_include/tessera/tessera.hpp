@@ -15041,6 +15041,148 @@ inline std::optional<std::filesystem::path> latest_complete_checkpoint(const std
 #include <type_traits>
 #include <vector>
 #include <xtensor/xarray.hpp>
+// ---- tessera/kernels/cpu/isa.hpp ----
+// The vector instruction sets of tessera's hottest host loops (the batch norms' passes
+// over memory). A program built for the compiler's default target (SSE2 on x86-64)
+// still runs them with AVX2 and FMA, or AVX-512, where the CPU has them: each is compiled
+// once per instruction set (GCC's and Clang's `target` attribute) and the widest that the
+// CPU and the setting allow is chosen at run time, as oneDNN and BLAS choose theirs.
+//
+//     kernels::cpu::cpu_isa_in_use();                                // avx512 on such CPUs
+//     kernels::cpu::set_cpu_isa(kernels::cpu::cpu_isa::baseline);   // the build's own only
+//
+// The environment variable TESSERA_CPU_ISA (baseline, avx2, avx512) caps the choice at the
+// first use. The wider loops contract a * b + c into fused multiply-adds, so their results
+// may differ from the baseline's in the last bits; the ranks of a job on CPUs of one kind
+// take the same loops. Elsewhere (other architectures or compilers, CUDA translation
+// units, a build that already targets AVX-512, TESSERA_NO_CPU_DISPATCH defined) each loop
+// has one version.
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(__AVX512F__) && !defined(TESSERA_NO_CPU_DISPATCH)
+#define TESSERA_CPU_DISPATCH 1
+#else
+#define TESSERA_CPU_DISPATCH 0
+#endif
+
+// On a lambda (after its parameters) or a function: inlined wherever it is called, so the
+// loops of a lambda given to on_cpu_isa take each version's instructions.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define TESSERA_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define TESSERA_ALWAYS_INLINE
+#endif
+
+namespace tessera::kernels::cpu {
+
+/// The instruction sets the dispatched host loops are compiled for, narrowest first.
+/// - `baseline`: the build's own target (SSE2 on x86-64 unless the build asks for more).
+/// - `avx2`: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE (x86-64-v3).
+/// - `avx512`: those and AVX-512 F, VL, BW, DQ, CD (x86-64-v4).
+enum class cpu_isa { baseline, avx2, avx512 };
+
+inline constexpr std::string_view to_string(cpu_isa i) {
+  switch (i) {
+    case cpu_isa::avx2: return "avx2";
+    case cpu_isa::avx512: return "avx512";
+    default: return "baseline";
+  }
+}
+
+namespace detail {
+
+/// The widest cpu_isa this CPU (with its operating system's support for the registers)
+/// offers and this build can dispatch to; baseline where it cannot dispatch.
+inline cpu_isa detect_cpu_isa() {
+#if TESSERA_CPU_DISPATCH
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+    return cpu_isa::avx512;
+  return avx2 ? cpu_isa::avx2 : cpu_isa::baseline;
+#else
+  return cpu_isa::baseline;
+#endif
+}
+
+/// The cpu_isa named `text`; throws naming `where` and the choices.
+inline cpu_isa parse_cpu_isa(std::string_view text, std::string_view where) {
+  for (cpu_isa i : {cpu_isa::baseline, cpu_isa::avx2, cpu_isa::avx512})
+    if (text == to_string(i)) return i;
+  throw error(std::string(where) + ": unknown instruction set '" + std::string(text) +
+              "': expected baseline, avx2 or avx512");
+}
+
+/// The setting: detect_cpu_isa() capped by TESSERA_CPU_ISA, read at the first use.
+inline std::atomic<cpu_isa>& cpu_isa_setting() {
+  static std::atomic<cpu_isa> s{[] {
+    const cpu_isa detected = detect_cpu_isa();
+    const char* env = std::getenv("TESSERA_CPU_ISA");
+    if (!env || !*env) return detected;
+    const cpu_isa cap = parse_cpu_isa(env, "TESSERA_CPU_ISA");
+    return cap < detected ? cap : detected;
+  }()};
+  return s;
+}
+
+#if TESSERA_CPU_DISPATCH
+// f(args...) compiled with each instruction set: f, marked TESSERA_ALWAYS_INLINE, is
+// inlined here and its loops vectorised with this function's registers.
+template <class F, class... A>
+__attribute__((target("avx2,fma,bmi,bmi2,f16c,lzcnt,movbe"))) void run_avx2(F& f, A... args) {
+  f(args...);
+}
+template <class F, class... A>
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512cd,avx2,fma,bmi,bmi2,f16c,lzcnt,movbe"))) void
+run_avx512(F& f, A... args) {
+  f(args...);
+}
+#endif
+
+/// f(args...) with the instructions of the set in use (cpu_isa_in_use()). f must be
+/// marked TESSERA_ALWAYS_INLINE, and so must whatever it calls in its loops; args are
+/// plain values (offsets, counts, coefficients), f captures the rest.
+template <class F, class... A>
+void on_cpu_isa(F&& f, A... args) {
+#if TESSERA_CPU_DISPATCH
+  switch (cpu_isa_setting().load(std::memory_order_relaxed)) {
+    case cpu_isa::avx512: return run_avx512(f, args...);
+    case cpu_isa::avx2: return run_avx2(f, args...);
+    default: break;
+  }
+#endif
+  f(args...);
+}
+
+}  // namespace detail
+
+/// The widest instruction set this CPU supports that this build can dispatch to.
+inline cpu_isa detected_cpu_isa() {
+  static const cpu_isa d = detail::detect_cpu_isa();
+  return d;
+}
+
+/// The instruction set the dispatched host loops use now.
+inline cpu_isa cpu_isa_in_use() { return detail::cpu_isa_setting().load(std::memory_order_relaxed); }
+
+/// Makes the dispatched host loops use `isa` from the next call on (every thread). Throws
+/// unless the CPU and the build support it: "set_cpu_isa: avx512 asked, this CPU (or
+/// build) supports up to avx2".
+inline void set_cpu_isa(cpu_isa isa) {
+  if (isa > detected_cpu_isa())
+    throw error("set_cpu_isa: " + std::string(to_string(isa)) + " asked, this CPU (or build) supports up to " +
+                std::string(to_string(detected_cpu_isa())));
+  detail::cpu_isa_setting().store(isa, std::memory_order_relaxed);
+}
+
+}  // namespace tessera::kernels::cpu
 
 namespace tessera::kernels::cpu {
 
@@ -15237,7 +15379,7 @@ xt::xarray<T> filled_array(const S& shape, T value) {
 /// multiplied or widened to double after (a ReLU's mask on a gradient).
 template <class T>
   requires std::same_as<T, float> || std::same_as<T, double>
-T kept(T v, bool keep) {
+TESSERA_ALWAYS_INLINE inline T kept(T v, bool keep) {
   using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   return std::bit_cast<T>(std::bit_cast<bits>(v) & (bits(0) - bits(keep)));
 }
@@ -17835,7 +17977,8 @@ struct plane_value {
 
 /// Channel c's K coefficients (coef[k][c]) for every element of its planes.
 template <class T, std::size_t K>
-std::array<plane_value<T>, K> plane_values(const std::array<std::vector<T>, K>& coef, std::size_t c) {
+TESSERA_ALWAYS_INLINE inline std::array<plane_value<T>, K> plane_values(const std::array<std::vector<T>, K>& coef,
+                                                                       std::size_t c) {
   std::array<plane_value<T>, K> co;
   for (std::size_t k = 0; k < K; ++k) co[k].v = coef[k][c];
   return co;
@@ -17875,18 +18018,28 @@ void for_channel_ranges(const char* fn, std::span<const std::size_t> s, F&& f) {
 ///   planes took 6 to 15 ns an element against 0.5 for 16 x 16). A thread's channels of
 ///   one image are one run instead, with the coefficients spread to one per element
 ///   (co[k] a pointer): 1 x 1 planes then take 0.6 to 1.5 ns an element.
+/// f is marked TESSERA_ALWAYS_INLINE: the runs take the widest vectors the CPU has
+/// (on_cpu_isa, kernels/cpu/isa.hpp).
 template <class T, std::size_t K, class F>
 void for_each_run(const char* fn, std::span<const std::size_t> s, const std::array<std::vector<T>, K>& coef, F&& f) {
   for_channel_ranges(fn, s, [&](std::size_t c0, std::size_t c1) {
     const std::size_t images = s[0], channels = s[1], plane = s[2] * s[3];
     if (plane >= small_plane) {
-      for (std::size_t c = c0; c < c1; ++c) {
-        const auto co = plane_values(coef, c);
-        for (std::size_t n = 0; n < images; ++n) f(co, (n * channels + c) * plane, plane);
-      }
+      on_cpu_isa(
+          [&](std::size_t b, std::size_t e) TESSERA_ALWAYS_INLINE {
+            for (std::size_t c = b; c < e; ++c) {
+              const auto co = plane_values(coef, c);
+              for (std::size_t n = 0; n < images; ++n) f(co, (n * channels + c) * plane, plane);
+            }
+          },
+          c0, c1);
     } else {
       const spread_coefficients<T, K> spread(coef, c0, c1, plane);
-      for (std::size_t n = 0; n < images; ++n) f(spread.co, (n * channels + c0) * plane, (c1 - c0) * plane);
+      on_cpu_isa(
+          [&](std::size_t len) TESSERA_ALWAYS_INLINE {
+            for (std::size_t n = 0; n < images; ++n) f(spread.co, (n * channels + c0) * plane, len);
+          },
+          (c1 - c0) * plane);
     }
   });
 }
@@ -17895,28 +18048,37 @@ void for_each_run(const char* fn, std::span<const std::size_t> s, const std::arr
 /// (lane j takes the i with i % lanes == j) added up at the end: independent lanes
 /// vectorise and pipeline, where one running sum is a chain of dependent additions
 /// (batch_norm_sums of a 32 x 256 x 56 x 56 array on 2 threads: about 11 ms against 15).
+/// Compiled for each instruction set (on_cpu_isa) with f inlined (f is marked
+/// TESSERA_ALWAYS_INLINE), a plane at a time: GCC vectorises the lanes in a function of
+/// their own, and leaves them scalar when they are inlined into the loops around them.
 template <class F>
 std::pair<double, double> lane_sums(std::size_t n, F&& f) {
-  constexpr std::size_t lanes = 8;
-  std::array<double, lanes> u{}, v{};
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes)
-    for (std::size_t j = 0; j < lanes; ++j) {
-      const auto [a, b] = f(i + j);
-      u[j] += a;
-      v[j] += b;
-    }
-  double su = 0, sv = 0;
-  for (std::size_t j = 0; j < lanes; ++j) {
-    su += u[j];
-    sv += v[j];
-  }
-  for (; i < n; ++i) {
-    const auto [a, b] = f(i);
-    su += a;
-    sv += b;
-  }
-  return {su, sv};
+  std::pair<double, double> out;
+  on_cpu_isa(
+      [&](std::size_t count) TESSERA_ALWAYS_INLINE {
+        constexpr std::size_t lanes = 8;
+        std::array<double, lanes> u{}, v{};
+        std::size_t i = 0;
+        for (; i + lanes <= count; i += lanes)
+          for (std::size_t j = 0; j < lanes; ++j) {
+            const auto [a, b] = f(i + j);
+            u[j] += a;
+            v[j] += b;
+          }
+        double su = 0, sv = 0;
+        for (std::size_t j = 0; j < lanes; ++j) {
+          su += u[j];
+          sv += v[j];
+        }
+        for (; i < count; ++i) {
+          const auto [a, b] = f(i);
+          su += a;
+          sv += b;
+        }
+        out = {su, sv};
+      },
+      n);
+  return out;
 }
 
 /// Per channel c of an NCHW array of shape s, the two sums over c's elements of term(co,
@@ -17924,6 +18086,7 @@ std::pair<double, double> lane_sums(std::size_t n, F&& f) {
 /// - A plane of small_plane elements or more is summed by lane_sums.
 /// - Smaller planes: one running sum per element of a thread's batch row, over the
 ///   images, added up per channel after the last.
+/// term is marked TESSERA_ALWAYS_INLINE, as for_each_run's f.
 template <class T, std::size_t K, class F>
 std::pair<std::vector<double>, std::vector<double>> channel_sums_of(const char* fn, std::span<const std::size_t> s,
                                                                    const std::array<std::vector<T>, K>& coef,
@@ -17936,7 +18099,7 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums_of(const char* 
         const auto co = plane_values(coef, c);
         for (std::size_t n = 0; n < images; ++n) {
           const std::size_t off = (n * channels + c) * plane;
-          const auto [a, b] = lane_sums(plane, [&](std::size_t i) { return term(co, off, i); });
+          const auto [a, b] = lane_sums(plane, [&](std::size_t i) TESSERA_ALWAYS_INLINE { return term(co, off, i); });
           su[c] += a;
           sv[c] += b;
         }
@@ -17945,14 +18108,20 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums_of(const char* 
       const spread_coefficients<T, K> spread(coef, c0, c1, plane);
       const std::size_t len = (c1 - c0) * plane;
       std::vector<double> u(len, 0.0), v(len, 0.0);
-      for (std::size_t n = 0; n < images; ++n) {
-        const std::size_t off = (n * channels + c0) * plane;
-        for (std::size_t i = 0; i < len; ++i) {
-          const auto [a, b] = term(spread.co, off, i);
-          u[i] += a;
-          v[i] += b;
-        }
-      }
+      double* pu = u.data();
+      double* pv = v.data();
+      on_cpu_isa(
+          [&](std::size_t m) TESSERA_ALWAYS_INLINE {
+            for (std::size_t n = 0; n < images; ++n) {
+              const std::size_t off = (n * channels + c0) * plane;
+              for (std::size_t i = 0; i < m; ++i) {
+                const auto [x, y] = term(spread.co, off, i);
+                pu[i] += x;
+                pv[i] += y;
+              }
+            }
+          },
+          len);
       for (std::size_t c = c0; c < c1; ++c)
         for (std::size_t i = (c - c0) * plane; i < (c - c0 + 1) * plane; ++i) {
           su[c] += u[i];
@@ -18040,7 +18209,8 @@ X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const
     }
     const float* px = x.data();
     float* py = y.data();
-    detail::for_each_run(fn, xs, coef, [px, py, relu](const auto& co, std::size_t off, std::size_t len) {
+    detail::for_each_run(fn, xs, coef,
+                         [px, py, relu](const auto& co, std::size_t off, std::size_t len) TESSERA_ALWAYS_INLINE {
       const float* p = px + off;
       float* o = py + off;
       const auto m = co[0], a = co[1], b = co[2];
@@ -18156,7 +18326,7 @@ channel_sums<xt::xarray<T>> batch_norm_sums(const xt::xarray<T>& x) {
   const std::size_t c = detail::channels_of(fn, xs);
   const T* px = x.data();
   const auto [s, q] = detail::channel_sums_of(fn, xs, std::array<std::vector<T>, 0>{},
-                                              [px](const auto&, std::size_t off, std::size_t i) {
+                                              [px](const auto&, std::size_t off, std::size_t i) TESSERA_ALWAYS_INLINE {
                                                 const double v = double(px[off + i]);
                                                 return std::pair{v, v * v};
                                               });
@@ -18214,7 +18384,8 @@ channel_sums<xt::xarray<T>> batch_norm_backward_sums(const xt::xarray<T>& dy, co
   const T* pr = relu_y ? relu_y->data() : nullptr;
   // sum dy and sum dy * (x - mean); dy masked by relu_y > 0 when given.
   auto sums = [&](auto masked) {
-    return detail::channel_sums_of(fn, xs, coef, [pg, px, pr](const auto& co, std::size_t off, std::size_t i) {
+    return detail::channel_sums_of(fn, xs, coef,
+                                   [pg, px, pr](const auto& co, std::size_t off, std::size_t i) TESSERA_ALWAYS_INLINE {
       T g = pg[off + i];
       if constexpr (decltype(masked)::value) g = detail::kept(g, pr[off + i] > T(0));
       const double d = double(g);
@@ -18266,7 +18437,8 @@ xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray
   const T* px = x.data();
   const T* pr = relu_y ? relu_y->data() : nullptr;
   T* pd = dx.data();
-  detail::for_each_run(fn, xs, coef, [pg, px, pr, pd](const auto& co, std::size_t off, std::size_t len) {
+  detail::for_each_run(fn, xs, coef,
+                       [pg, px, pr, pd](const auto& co, std::size_t off, std::size_t len) TESSERA_ALWAYS_INLINE {
     const T* g = pg + off;
     const T* p = px + off;
     T* o = pd + off;

@@ -35,6 +35,7 @@
 #include <tessera/kernels/conv_params.hpp>
 #include <tessera/kernels/cpu/common.hpp>
 #include <tessera/kernels/cpu/dnnl.hpp>
+#include <tessera/kernels/cpu/isa.hpp>
 #include <tessera/kernels/cpu/parallel.hpp>
 
 namespace tessera::kernels::cpu {
@@ -107,7 +108,8 @@ struct plane_value {
 
 /// Channel c's K coefficients (coef[k][c]) for every element of its planes.
 template <class T, std::size_t K>
-std::array<plane_value<T>, K> plane_values(const std::array<std::vector<T>, K>& coef, std::size_t c) {
+TESSERA_ALWAYS_INLINE inline std::array<plane_value<T>, K> plane_values(const std::array<std::vector<T>, K>& coef,
+                                                                       std::size_t c) {
   std::array<plane_value<T>, K> co;
   for (std::size_t k = 0; k < K; ++k) co[k].v = coef[k][c];
   return co;
@@ -147,18 +149,28 @@ void for_channel_ranges(const char* fn, std::span<const std::size_t> s, F&& f) {
 ///   planes took 6 to 15 ns an element against 0.5 for 16 x 16). A thread's channels of
 ///   one image are one run instead, with the coefficients spread to one per element
 ///   (co[k] a pointer): 1 x 1 planes then take 0.6 to 1.5 ns an element.
+/// f is marked TESSERA_ALWAYS_INLINE: the runs take the widest vectors the CPU has
+/// (on_cpu_isa, kernels/cpu/isa.hpp).
 template <class T, std::size_t K, class F>
 void for_each_run(const char* fn, std::span<const std::size_t> s, const std::array<std::vector<T>, K>& coef, F&& f) {
   for_channel_ranges(fn, s, [&](std::size_t c0, std::size_t c1) {
     const std::size_t images = s[0], channels = s[1], plane = s[2] * s[3];
     if (plane >= small_plane) {
-      for (std::size_t c = c0; c < c1; ++c) {
-        const auto co = plane_values(coef, c);
-        for (std::size_t n = 0; n < images; ++n) f(co, (n * channels + c) * plane, plane);
-      }
+      on_cpu_isa(
+          [&](std::size_t b, std::size_t e) TESSERA_ALWAYS_INLINE {
+            for (std::size_t c = b; c < e; ++c) {
+              const auto co = plane_values(coef, c);
+              for (std::size_t n = 0; n < images; ++n) f(co, (n * channels + c) * plane, plane);
+            }
+          },
+          c0, c1);
     } else {
       const spread_coefficients<T, K> spread(coef, c0, c1, plane);
-      for (std::size_t n = 0; n < images; ++n) f(spread.co, (n * channels + c0) * plane, (c1 - c0) * plane);
+      on_cpu_isa(
+          [&](std::size_t len) TESSERA_ALWAYS_INLINE {
+            for (std::size_t n = 0; n < images; ++n) f(spread.co, (n * channels + c0) * plane, len);
+          },
+          (c1 - c0) * plane);
     }
   });
 }
@@ -167,28 +179,37 @@ void for_each_run(const char* fn, std::span<const std::size_t> s, const std::arr
 /// (lane j takes the i with i % lanes == j) added up at the end: independent lanes
 /// vectorise and pipeline, where one running sum is a chain of dependent additions
 /// (batch_norm_sums of a 32 x 256 x 56 x 56 array on 2 threads: about 11 ms against 15).
+/// Compiled for each instruction set (on_cpu_isa) with f inlined (f is marked
+/// TESSERA_ALWAYS_INLINE), a plane at a time: GCC vectorises the lanes in a function of
+/// their own, and leaves them scalar when they are inlined into the loops around them.
 template <class F>
 std::pair<double, double> lane_sums(std::size_t n, F&& f) {
-  constexpr std::size_t lanes = 8;
-  std::array<double, lanes> u{}, v{};
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes)
-    for (std::size_t j = 0; j < lanes; ++j) {
-      const auto [a, b] = f(i + j);
-      u[j] += a;
-      v[j] += b;
-    }
-  double su = 0, sv = 0;
-  for (std::size_t j = 0; j < lanes; ++j) {
-    su += u[j];
-    sv += v[j];
-  }
-  for (; i < n; ++i) {
-    const auto [a, b] = f(i);
-    su += a;
-    sv += b;
-  }
-  return {su, sv};
+  std::pair<double, double> out;
+  on_cpu_isa(
+      [&](std::size_t count) TESSERA_ALWAYS_INLINE {
+        constexpr std::size_t lanes = 8;
+        std::array<double, lanes> u{}, v{};
+        std::size_t i = 0;
+        for (; i + lanes <= count; i += lanes)
+          for (std::size_t j = 0; j < lanes; ++j) {
+            const auto [a, b] = f(i + j);
+            u[j] += a;
+            v[j] += b;
+          }
+        double su = 0, sv = 0;
+        for (std::size_t j = 0; j < lanes; ++j) {
+          su += u[j];
+          sv += v[j];
+        }
+        for (; i < count; ++i) {
+          const auto [a, b] = f(i);
+          su += a;
+          sv += b;
+        }
+        out = {su, sv};
+      },
+      n);
+  return out;
 }
 
 /// Per channel c of an NCHW array of shape s, the two sums over c's elements of term(co,
@@ -196,6 +217,7 @@ std::pair<double, double> lane_sums(std::size_t n, F&& f) {
 /// - A plane of small_plane elements or more is summed by lane_sums.
 /// - Smaller planes: one running sum per element of a thread's batch row, over the
 ///   images, added up per channel after the last.
+/// term is marked TESSERA_ALWAYS_INLINE, as for_each_run's f.
 template <class T, std::size_t K, class F>
 std::pair<std::vector<double>, std::vector<double>> channel_sums_of(const char* fn, std::span<const std::size_t> s,
                                                                    const std::array<std::vector<T>, K>& coef,
@@ -208,7 +230,7 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums_of(const char* 
         const auto co = plane_values(coef, c);
         for (std::size_t n = 0; n < images; ++n) {
           const std::size_t off = (n * channels + c) * plane;
-          const auto [a, b] = lane_sums(plane, [&](std::size_t i) { return term(co, off, i); });
+          const auto [a, b] = lane_sums(plane, [&](std::size_t i) TESSERA_ALWAYS_INLINE { return term(co, off, i); });
           su[c] += a;
           sv[c] += b;
         }
@@ -217,14 +239,20 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums_of(const char* 
       const spread_coefficients<T, K> spread(coef, c0, c1, plane);
       const std::size_t len = (c1 - c0) * plane;
       std::vector<double> u(len, 0.0), v(len, 0.0);
-      for (std::size_t n = 0; n < images; ++n) {
-        const std::size_t off = (n * channels + c0) * plane;
-        for (std::size_t i = 0; i < len; ++i) {
-          const auto [a, b] = term(spread.co, off, i);
-          u[i] += a;
-          v[i] += b;
-        }
-      }
+      double* pu = u.data();
+      double* pv = v.data();
+      on_cpu_isa(
+          [&](std::size_t m) TESSERA_ALWAYS_INLINE {
+            for (std::size_t n = 0; n < images; ++n) {
+              const std::size_t off = (n * channels + c0) * plane;
+              for (std::size_t i = 0; i < m; ++i) {
+                const auto [x, y] = term(spread.co, off, i);
+                pu[i] += x;
+                pv[i] += y;
+              }
+            }
+          },
+          len);
       for (std::size_t c = c0; c < c1; ++c)
         for (std::size_t i = (c - c0) * plane; i < (c - c0 + 1) * plane; ++i) {
           su[c] += u[i];
@@ -312,7 +340,8 @@ X batch_norm_forward_inference(const X& x, const xt::xarray<float>& gamma, const
     }
     const float* px = x.data();
     float* py = y.data();
-    detail::for_each_run(fn, xs, coef, [px, py, relu](const auto& co, std::size_t off, std::size_t len) {
+    detail::for_each_run(fn, xs, coef,
+                         [px, py, relu](const auto& co, std::size_t off, std::size_t len) TESSERA_ALWAYS_INLINE {
       const float* p = px + off;
       float* o = py + off;
       const auto m = co[0], a = co[1], b = co[2];
@@ -428,7 +457,7 @@ channel_sums<xt::xarray<T>> batch_norm_sums(const xt::xarray<T>& x) {
   const std::size_t c = detail::channels_of(fn, xs);
   const T* px = x.data();
   const auto [s, q] = detail::channel_sums_of(fn, xs, std::array<std::vector<T>, 0>{},
-                                              [px](const auto&, std::size_t off, std::size_t i) {
+                                              [px](const auto&, std::size_t off, std::size_t i) TESSERA_ALWAYS_INLINE {
                                                 const double v = double(px[off + i]);
                                                 return std::pair{v, v * v};
                                               });
@@ -486,7 +515,8 @@ channel_sums<xt::xarray<T>> batch_norm_backward_sums(const xt::xarray<T>& dy, co
   const T* pr = relu_y ? relu_y->data() : nullptr;
   // sum dy and sum dy * (x - mean); dy masked by relu_y > 0 when given.
   auto sums = [&](auto masked) {
-    return detail::channel_sums_of(fn, xs, coef, [pg, px, pr](const auto& co, std::size_t off, std::size_t i) {
+    return detail::channel_sums_of(fn, xs, coef,
+                                   [pg, px, pr](const auto& co, std::size_t off, std::size_t i) TESSERA_ALWAYS_INLINE {
       T g = pg[off + i];
       if constexpr (decltype(masked)::value) g = detail::kept(g, pr[off + i] > T(0));
       const double d = double(g);
@@ -538,7 +568,8 @@ xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray
   const T* px = x.data();
   const T* pr = relu_y ? relu_y->data() : nullptr;
   T* pd = dx.data();
-  detail::for_each_run(fn, xs, coef, [pg, px, pr, pd](const auto& co, std::size_t off, std::size_t len) {
+  detail::for_each_run(fn, xs, coef,
+                       [pg, px, pr, pd](const auto& co, std::size_t off, std::size_t len) TESSERA_ALWAYS_INLINE {
     const T* g = pg + off;
     const T* p = px + off;
     T* o = pd + off;

@@ -19,6 +19,7 @@
 #include <xtensor/xarray.hpp>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/kernels/cpu/isa.hpp>
 
 namespace tessera::kernels::cpu {
 
@@ -215,7 +216,7 @@ xt::xarray<T> filled_array(const S& shape, T value) {
 /// multiplied or widened to double after (a ReLU's mask on a gradient).
 template <class T>
   requires std::same_as<T, float> || std::same_as<T, double>
-T kept(T v, bool keep) {
+TESSERA_ALWAYS_INLINE inline T kept(T v, bool keep) {
   using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   return std::bit_cast<T>(std::bit_cast<bits>(v) & (bits(0) - bits(keep)));
 }
