@@ -15120,10 +15120,20 @@ inline cpu_isa parse_cpu_isa(std::string_view text, std::string_view where) {
               "': expected baseline, avx2 or avx512");
 }
 
-/// The setting: detect_cpu_isa() capped by TESSERA_CPU_ISA, read at the first use.
+}  // namespace detail
+
+/// The widest instruction set this CPU supports that this build can dispatch to.
+inline cpu_isa detected_cpu_isa() {
+  static const cpu_isa d = detail::detect_cpu_isa();
+  return d;
+}
+
+namespace detail {
+
+/// The setting: detected_cpu_isa() capped by TESSERA_CPU_ISA, read at the first use.
 inline std::atomic<cpu_isa>& cpu_isa_setting() {
   static std::atomic<cpu_isa> s{[] {
-    const cpu_isa detected = detect_cpu_isa();
+    const cpu_isa detected = detected_cpu_isa();
     const char* env = std::getenv("TESSERA_CPU_ISA");
     if (!env || !*env) return detected;
     const cpu_isa cap = parse_cpu_isa(env, "TESSERA_CPU_ISA");
@@ -15162,12 +15172,6 @@ void on_cpu_isa(F&& f, A... args) {
 }
 
 }  // namespace detail
-
-/// The widest instruction set this CPU supports that this build can dispatch to.
-inline cpu_isa detected_cpu_isa() {
-  static const cpu_isa d = detail::detect_cpu_isa();
-  return d;
-}
 
 /// The instruction set the dispatched host loops use now.
 inline cpu_isa cpu_isa_in_use() { return detail::cpu_isa_setting().load(std::memory_order_relaxed); }
