@@ -9,7 +9,9 @@
 // --steps N timed steps (20), --warmup N untimed steps first (3), --scratch-mib M the
 // MiB of freed scratch buffers oneDNN's kernels keep per thread (64 unless given; 0
 // keeps none: set_dnnl_scratch_budget), --conv-layouts measured|blocked|plain how the
-// convolutions lay out their plain arrays (measured unless given: set_dnnl_conv_layouts).
+// convolutions lay out their plain arrays (measured unless given: set_dnnl_conv_layouts),
+// --kept-weights 0|1 whether the convolutions keep their weights in oneDNN's layout
+// between steps (1 unless given: set_dnnl_conv_weights_kept).
 // The PyTorch peer
 // (torchvision's resnet50, SGD with the same momentum, DDP over gloo on several ranks)
 // is peers/torch_resnet_step.py, which prints the ratios from both files;
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
     kernels::cpu::set_dnnl_conv_layouts(o.conv_layouts == "plain"     ? kernels::cpu::conv_layouts::plain
                                         : o.conv_layouts == "blocked" ? kernels::cpu::conv_layouts::blocked
                                                                       : kernels::cpu::conv_layouts::measured);
+  if (o.kept_weights >= 0) kernels::cpu::set_dnnl_conv_weights_kept(o.kept_weights != 0);
   return tessera::run(argc, argv, [&](any_communicator& world) {
     bench::keep_output_on_rank0(argc, argv, world.rank());
     benchmark::Initialize(&argc, argv);

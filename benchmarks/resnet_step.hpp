@@ -41,6 +41,7 @@ struct options {
   std::int64_t warmup = 3;
   std::int64_t scratch_mib = -1;  // --scratch-mib: the host kernels' scratch pool per thread (-1: the default)
   std::string conv_layouts;       // --conv-layouts: measured, blocked or plain (empty: the default)
+  std::int64_t kept_weights = -1;  // --kept-weights 0|1: the host's convolution weights kept in oneDNN's layout
 };
 
 // Records the step times after the warm-up.
@@ -116,7 +117,8 @@ void bm_resnet50_step(benchmark::State& state, any_communicator& world, const op
 
 /// Takes the benchmark's options out of argv (Google Benchmark rejects unknown flags):
 /// --image-size S (32; 224 is seed 001's Resize), --steps N timed steps (20), --warmup N
-/// untimed steps first (3), --scratch-mib M, --conv-layouts measured|blocked|plain.
+/// untimed steps first (3), --scratch-mib M, --conv-layouts measured|blocked|plain,
+/// --kept-weights 0|1.
 inline options parse(int& argc, char** argv) {
   options o;
   int out = 1;
@@ -132,8 +134,9 @@ inline options parse(int& argc, char** argv) {
     }
     std::int64_t* target = a == "--image-size" ? &o.image_size : a == "--steps" ? &o.steps
                            : a == "--warmup"      ? &o.warmup
-                           : a == "--scratch-mib" ? &o.scratch_mib
-                                                  : nullptr;
+                           : a == "--scratch-mib"  ? &o.scratch_mib
+                           : a == "--kept-weights" ? &o.kept_weights
+                                                   : nullptr;
     if (!target) {
       argv[out++] = argv[i];
       continue;

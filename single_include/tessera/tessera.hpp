@@ -13895,16 +13895,66 @@ struct device_of<xt::xarray<T>> {
 // dist_tensor: a global shape, a layout over a mesh, and this rank's shard on a
 // device (an xtensor container on the host, a device array on a GPU). The layout (and
 // optionally the shape) can be template arguments, checked by the compiler, or
-// run-time values, checked on construction.
+// run-time values, checked on construction. A host shard may also be held in a kernel's
+// own layout (tensor/host_form.hpp).
 
 #include <array>
+#include <atomic>
 #include <concepts>
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
+// ---- tessera/tensor/host_form.hpp ----
+// host_form: a host shard's values laid out otherwise than row-major, as a kernel reads
+// and writes them (oneDNN's blocked layouts of convolution weights: kernels/cpu/dnnl.hpp).
+// A host dist_tensor can hold one beside its row-major shard or instead of it, so that
+// the weights a convolution reordered stay reordered between steps: the kernels that
+// understand the form read and update it in place, and the row-major shard is made
+// again from it when anything else reads the tensor.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace tessera {
+
+/// The values of a host shard in a layout of a kernel's own. Implementations say what
+/// they are (kind()), how to bring the values to and from row-major order, and whether
+/// two forms lay the values out alike.
+template <class T>
+class host_form {
+ public:
+  virtual ~host_form() = default;
+
+  /// Which implementation this is (each kernel family has its own tag), so that a kernel
+  /// can tell its own forms from others.
+  virtual std::uint32_t kind() const = 0;
+  /// The form's buffer, in its own order.
+  virtual std::span<T> values() = 0;
+  virtual std::span<const T> values() const = 0;
+  /// Whether the buffer holds exactly the shard's elements, reordered (no padding): an
+  /// element-wise update of several tensors can then run on their buffers directly when
+  /// their forms lay the values out alike (same_layout).
+  virtual bool is_permutation() const = 0;
+  /// Whether `other` lays out the same shape the same way.
+  virtual bool same_layout(const host_form& other) const = 0;
+  /// Writes the values to `dst` in row-major order (the shard's element count).
+  virtual void to_plain(T* dst) const = 0;
+  /// Sets the values from `src` in row-major order.
+  virtual void from_plain(const T* src) = 0;
+  /// A form of the same layout, its values unspecified.
+  virtual std::unique_ptr<host_form> empty_like() const = 0;
+  /// A form of the same layout without a buffer, to remember the layout by: only its
+  /// kind(), same_layout() and empty_like() may be called.
+  virtual std::unique_ptr<host_form> layout_only() const = 0;
+};
+
+}  // namespace tessera
 
 namespace tessera {
 
@@ -13970,6 +14020,14 @@ void for_each_index(const extents& shape, F&& f) {
 ///
 /// The local shard (`storage<T, D>::array`) has shape local_shape(layout, global),
 /// row-major. For a partial layout it holds this rank's partial values.
+///
+/// A host shard may also be held in a kernel's layout (a host_form: the convolutions
+/// keep their weights in oneDNN's), beside the row-major array or instead of it: form()
+/// gives it to the kernels that understand it, and local() and data() make the
+/// row-major array from it when it is not current. The non-const local() and data()
+/// drop the form, since the caller may write the array. A copy holds the row-major
+/// values only. A tensor read from several threads at once must not be given a form
+/// (keep_form) at the same time.
 template <class T, auto L = dynamic, auto Global = dynamic, class D = cpu_device>
 class dist_tensor {
   static_assert(detail::check_static_arguments<L, Global>());
@@ -14026,6 +14084,35 @@ class dist_tensor {
     assign_local(std::move(local));
   }
 
+  /// A tensor whose values are held in the form `f` only (host shards; the row-major
+  /// shard is made from it when read).
+  dist_tensor(const tessera::layout& l, const extents& global, int rank, std::unique_ptr<host_form<T>> f)
+    requires(!static_layout && std::same_as<D, cpu_device>)
+      : layout_(store_layout(l)), global_(global), rank_(rank) {
+    require(check(l, global), "dist_tensor");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
+    set_form(std::move(f));
+  }
+
+  /// Copies hold the row-major values (made from the form first where it is not current)
+  /// and no form.
+  dist_tensor(const dist_tensor& o)
+      : layout_(o.layout_), global_(o.global_), rank_(o.rank_), local_(o.local()) {}
+  dist_tensor& operator=(const dist_tensor& o) {
+    if (this != &o) {
+      local_ = o.local();
+      layout_ = o.layout_;
+      global_ = o.global_;
+      rank_ = o.rank_;
+      form_.reset();
+    }
+    return *this;
+  }
+  dist_tensor(dist_tensor&&) noexcept = default;
+  dist_tensor& operator=(dist_tensor&&) noexcept = default;
+  ~dist_tensor() = default;
+
   /// A run-time tensor from any tensor of the same element type: the static layout and
   /// shape become values (the shard is copied).
   template <auto L2, auto G2>
@@ -14052,10 +14139,79 @@ class dist_tensor {
   extents local_shape() const { return tessera::local_shape(layout(), global_); }
   extents local_offset() const { return tessera::local_offset(layout(), global_, rank_); }
 
-  array_type& local() { return local_; }
-  const array_type& local() const { return local_; }
-  std::span<T> data() { return {local_.data(), local_.size()}; }
-  std::span<const T> data() const { return {local_.data(), local_.size()}; }
+  /// The row-major shard, for writing: made from the form first where it is not
+  /// current, and the form dropped.
+  array_type& local() {
+    drop_form();
+    return local_;
+  }
+  /// The row-major shard, made from the form first where it is not current.
+  const array_type& local() const {
+    make_plain();
+    return local_;
+  }
+  std::span<T> data() {
+    drop_form();
+    return {local_.data(), local_.size()};
+  }
+  std::span<const T> data() const {
+    make_plain();
+    return {local_.data(), local_.size()};
+  }
+
+  /// The kernel's layout the values are also (or only) held in, or null.
+  const host_form<T>* form() const { return form_ ? form_->form.get() : nullptr; }
+  /// Whether the row-major shard is current (no form, or a form kept beside it).
+  bool plain_current() const { return !form_ || form_->plain.load(std::memory_order_acquire); }
+  /// Keeps `f`, which holds the same values as the row-major shard, beside it (a kernel's
+  /// copy of its operand, kept for its next call; the values do not change, hence const).
+  void keep_form(std::unique_ptr<host_form<T>> f) const
+    requires std::same_as<D, cpu_device>
+  {
+    make_plain();
+    form_ = std::make_unique<form_slot>(std::move(f), true);
+  }
+  /// Holds the values in `f` only: the row-major shard is released, and made from `f`
+  /// when read.
+  void set_form(std::unique_ptr<host_form<T>> f)
+    requires std::same_as<D, cpu_device>
+  {
+    local_ = array_type();
+    form_ = std::make_unique<form_slot>(std::move(f), false);
+  }
+  /// The form, for the caller to write the values in place there: the row-major shard
+  /// is released (made from the form when read). Null without a form.
+  host_form<T>* form_for_update()
+    requires std::same_as<D, cpu_device>
+  {
+    if (!form_) return nullptr;
+    if (form_->plain.load(std::memory_order_relaxed)) {
+      local_ = array_type();
+      form_->plain.store(false, std::memory_order_release);
+    }
+    return form_->form.get();
+  }
+  /// The same values under layout `l`, which gives this rank a shard of the same shape
+  /// (a layout placing the same elements, on another device matrix of the same ranks):
+  /// the shard, and its form, move over as they are.
+  dist_tensor relabeled(const tessera::layout& l) &&
+    requires(!static_layout)
+  {
+    require(check(l, global_), "dist_tensor");
+    if (!(tessera::local_shape(l, global_) == local_shape()))
+      throw error("dist_tensor: relabeled to " + to_string(l) + ": this rank's shard would be " +
+                  to_string(tessera::local_shape(l, global_)) + ", it is " + to_string(local_shape()));
+    dist_tensor out(std::move(*this));
+    out.layout_ = l;
+    return out;
+  }
+  /// The row-major shard's buffer for reuse, its values unspecified (not made from the
+  /// form); the tensor is left without values (for a gradient whose storage goes back
+  /// to its parameter).
+  array_type release_storage() {
+    form_.reset();
+    return std::move(local_);
+  }
 
   /// Sets every local element to f(global index), index an array of max_tensor_ndim
   /// entries of which the first ndim() are used. For a partial layout the caller
@@ -14063,6 +14219,7 @@ class dist_tensor {
   template <class F>
     requires std::same_as<D, cpu_device>
   void fill_global(F&& f) {
+    drop_form();
     const extents off = local_offset();
     detail::for_each_index(local_shape(), [&](const auto& idx, index_t lin) {
       std::array<index_t, max_tensor_ndim> g{};
@@ -14079,6 +14236,7 @@ class dist_tensor {
       throw error(fail(errc::buffer_size, -1, -1, index_t(local.size()), need), "dist_tensor");
     local_ = std::move(local);
     local_.reshape(detail::shape_vector(local_shape()));
+    form_.reset();
   }
 
  private:
@@ -14103,10 +14261,36 @@ class dist_tensor {
     else return l;
   }
 
+  // A form and whether the row-major shard is current beside it (made from the form
+  // under the mutex, once, when it is not and a reader asks).
+  struct form_slot {
+    form_slot(std::unique_ptr<host_form<T>> f, bool plain_current) : form(std::move(f)), plain(plain_current) {}
+    std::unique_ptr<host_form<T>> form;
+    std::atomic<bool> plain;
+    std::mutex m;
+  };
+
+  void make_plain() const {
+    if (!form_ || form_->plain.load(std::memory_order_acquire)) return;
+    const std::lock_guard<std::mutex> lock(form_->m);
+    if (form_->plain.load(std::memory_order_relaxed)) return;
+    if constexpr (std::same_as<D, cpu_device>) {
+      const extents s = local_shape();
+      if (index_t(local_.size()) != s.size()) local_ = storage_type::empty(s);
+      form_->form->to_plain(local_.data());
+    }
+    form_->plain.store(true, std::memory_order_release);
+  }
+  void drop_form() {
+    make_plain();
+    form_.reset();
+  }
+
   [[no_unique_address]] layout_storage layout_{};
   extents global_;
   int rank_ = 0;
-  array_type local_;
+  mutable array_type local_;  // made from form_ by a reader when not current
+  mutable std::unique_ptr<form_slot> form_;
 };
 
 /// A distributed tensor whose layout and shape are run-time values, on device D: the
@@ -17028,7 +17212,8 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 // repeated call creates nothing), dnnl_tensor (a 4-D tensor kept in the memory format
 // oneDNN chose, to pass between layers without reordering), the reorders between
 // layouts (cached primitives; weights from a two-block layout back to plain by a loop of
-// their own), the workspace handle, and oneDNN's errors as tessera::error. Link
+// their own), dnnl_form (convolution weights kept in oneDNN's layout as a dist_tensor's
+// host form), the workspace handle, and oneDNN's errors as tessera::error. Link
 // tessera::dnnl.
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -17042,7 +17227,9 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -17107,6 +17294,49 @@ class dnnl_tensor {
 
  private:
   dnnl::memory mem_;
+};
+
+/// Convolution weights (O, C / groups, KH, KW) in a layout oneDNN chose (OIhw16i16o on
+/// AVX-512; 5-D, groups first, for grouped convolutions), as a dist_tensor's host form:
+/// the convolutions keep the weights they reordered in it, read it as it is at their
+/// next call, and write the weights' gradient in the layout their primitive chose; the
+/// optimizers update weights, gradient and state in it when all are alike
+/// (optim/optimizer.hpp). Copies share the buffer.
+class dnnl_form final : public host_form<float> {
+ public:
+  /// The kind() of these forms.
+  static constexpr std::uint32_t tag = 0x4c4e4e44;  // "DNNL"
+
+  dnnl_form() = default;
+  /// Takes `m` (any layout) holding weights of shape `shape` (4-D).
+  dnnl_form(dnnl::memory m, std::vector<std::size_t> shape) : mem_(std::move(m)), shape_(std::move(shape)) {}
+
+  const dnnl::memory& memory() const { return mem_; }
+  /// The weights' shape (O, C / groups, KH, KW).
+  const std::vector<std::size_t>& shape() const { return shape_; }
+  explicit operator bool() const { return bool(mem_); }
+
+  std::uint32_t kind() const override { return tag; }
+  std::span<float> values() override { return {static_cast<float*>(mem_.get_data_handle()), buffer_elements()}; }
+  std::span<const float> values() const override {
+    return {static_cast<const float*>(mem_.get_data_handle()), buffer_elements()};
+  }
+  bool is_permutation() const override;
+  bool same_layout(const host_form<float>& other) const override {
+    return other.kind() == tag && static_cast<const dnnl_form&>(other).mem_.get_desc() == mem_.get_desc();
+  }
+  void to_plain(float* dst) const override;
+  void from_plain(const float* src) override;
+  std::unique_ptr<host_form<float>> empty_like() const override;
+  std::unique_ptr<host_form<float>> layout_only() const override {
+    return std::make_unique<dnnl_form>(dnnl::memory(mem_.get_desc(), dnnl_engine(), DNNL_MEMORY_NONE), shape_);
+  }
+
+ private:
+  std::size_t buffer_elements() const { return mem_.get_desc().get_size() / sizeof(float); }
+
+  dnnl::memory mem_;
+  std::vector<std::size_t> shape_;
 };
 
 /// The operand types of the oneDNN kernels: plain NCHW xarrays, and dnnl_tensor.
@@ -17439,6 +17669,19 @@ class output_slot<dnnl_tensor> {
   dnnl::memory mem_;
 };
 
+template <>
+class output_slot<dnnl_form> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims&, std::span<const std::size_t> shape)
+      : mem_(chosen, dnnl_engine()), shape_(shape.begin(), shape.end()) {}
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl_form take() { return dnnl_form(mem_, std::move(shape_)); }
+
+ private:
+  dnnl::memory mem_;
+  std::vector<std::size_t> shape_;
+};
+
 /// A 1-D float array of n elements.
 inline xt::xarray<float> vector_of(std::size_t n) { return xt::xarray<float>::from_shape({n}); }
 
@@ -17478,6 +17721,30 @@ inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
   return dnnl_tensor(std::move(m));
 }
 
+inline bool dnnl_form::is_permutation() const {
+  const dnnl_memory_desc_t& c = mem_.get_desc().data;
+  if (c.offset0 != 0) return false;
+  std::size_t n = 1;
+  for (int d = 0; d < c.ndims; ++d) {
+    if (c.padded_dims[d] != c.dims[d]) return false;
+    n *= std::size_t(c.dims[d]);
+  }
+  return buffer_elements() == n;
+}
+
+inline void dnnl_form::to_plain(float* dst) const {
+  detail::reorder_into(mem_, dnnl::memory(detail::plain_desc(mem_.get_desc().dims()), dnnl_engine(), dst));
+}
+
+inline void dnnl_form::from_plain(const float* src) {
+  detail::reorder_into(
+      dnnl::memory(detail::plain_desc(mem_.get_desc().dims()), dnnl_engine(), const_cast<float*>(src)), mem_);
+}
+
+inline std::unique_ptr<host_form<float>> dnnl_form::empty_like() const {
+  return std::make_unique<dnnl_form>(dnnl::memory(mem_.get_desc(), dnnl_engine()), shape_);
+}
+
 inline bool dnnl_tensor::is_plain() const { return desc() == detail::plain_desc(desc().dims()); }
 
 inline dnnl_tensor dnnl_tensor::in_format(dnnl::memory::format_tag tag) const {
@@ -17499,8 +17766,9 @@ inline xt::xarray<float> dnnl_tensor::to_xarray() const {
 // optional fused ReLU), backward data (dx), backward weights (dw, and db when there is a
 // bias) and both in one call (conv2d_backward), with stride, explicit padding per side,
 // dilation and groups (kernels/conv_params.hpp). Each takes plain xt::xarray<float> or
-// dnnl_tensor operands (kernels/cpu/dnnl.hpp); weights are always plain (O, C / groups,
-// KH, KW).
+// dnnl_tensor operands (kernels/cpu/dnnl.hpp); weights (O, C / groups, KH, KW) plain, or
+// in the forward's layout (dnnl_form, made by conv2d_forward_weights), which the
+// forward reads as it is and in which the backward writes dw.
 // Plain arrays meet oneDNN's blocked-layout convolutions through reorders (in and out),
 // or its GEMM-based ones in their own layout: 1 x 1 stride-1 convolutions over large
 // planes time both at their first call and keep the faster (set_dnnl_conv_layouts).
@@ -17573,6 +17841,23 @@ inline void set_dnnl_conv_layouts(conv_layouts l) {
 inline conv_layouts dnnl_conv_layouts() { return detail::conv_layouts_setting().load(std::memory_order_relaxed); }
 
 namespace detail {
+inline std::atomic<bool>& conv_weights_kept_setting() {
+  static std::atomic<bool> s{true};
+  return s;
+}
+}  // namespace detail
+
+/// Whether the convolution operators keep their weights in the layout the forward reads
+/// them in, between calls and between steps (backend<cpu_device>'s conv2d_forward taking
+/// the weights' tensor; on by default): the weights are then reordered once, not at
+/// every forward, the gradient stays in that layout, and the optimizers update both
+/// there. Off, every call reorders the plain weights (the values are the same).
+inline void set_dnnl_conv_weights_kept(bool kept) {
+  detail::conv_weights_kept_setting().store(kept, std::memory_order_relaxed);
+}
+inline bool dnnl_conv_weights_kept() { return detail::conv_weights_kept_setting().load(std::memory_order_relaxed); }
+
+namespace detail {
 
 /// A convolution in oneDNN's terms: the dims of its operands (5-D grouped weights when
 /// groups > 1), strides, dilations (oneDNN counts dilation - 1) and padding.
@@ -17633,21 +17918,33 @@ inline bool conv_layout_measured(const conv_geometry& g) {
 /// alternately, the faster (by the smaller of its two times) kept for the process, for
 /// the pass and geometry whatever the bias, ReLU and dx asked (so the weights' gradient
 /// is the same with and without dx), and its last result returned.
+/// Whether pass `kind` of the convolution g, p on operands of type X runs on plain
+/// arrays (the GEMM-based convolution): nothing where conv_layouts::measured has still to
+/// time it.
+template <dnnl_operand X>
+std::optional<bool> conv_layout_of(std::int64_t kind, const conv_geometry& g, const conv2d_params& p) {
+  if constexpr (std::same_as<X, dnnl_tensor>) {
+    return false;
+  } else {
+    const conv_layouts setting = conv_layouts_setting().load(std::memory_order_relaxed);
+    if (setting != conv_layouts::measured) return setting == conv_layouts::plain;
+    if (!conv_layout_measured(g)) return false;
+    conv_layout_choices& c = conv_choices();
+    const std::lock_guard<std::mutex> lock(c.m);
+    if (const auto it = c.plain.find(conv_key(kind, g, p, false, false)); it != c.plain.end()) return it->second;
+    return std::nullopt;
+  }
+}
+
 template <dnnl_operand X, class Run>
 auto in_conv_layout(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, Run&& run)
     -> decltype(run(false)) {
+  if (const std::optional<bool> plain = conv_layout_of<X>(kind, g, p)) return run(*plain);
   if constexpr (std::same_as<X, dnnl_tensor>) {
-    return run(false);
+    return run(false);  // never reached: dnnl_tensors keep their layout
   } else {
-    const conv_layouts setting = conv_layouts_setting().load(std::memory_order_relaxed);
-    if (setting != conv_layouts::measured) return run(setting == conv_layouts::plain);
-    if (!conv_layout_measured(g)) return run(false);
     const primitive_key key = conv_key(kind, g, p, false, false);
     conv_layout_choices& c = conv_choices();
-    {
-      const std::lock_guard<std::mutex> lock(c.m);
-      if (const auto it = c.plain.find(key); it != c.plain.end()) return run(it->second);
-    }
     using clock = std::chrono::steady_clock;
     std::array<double, 2> best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
     std::array<std::optional<decltype(run(false))>, 2> last;
@@ -17703,17 +18000,34 @@ struct conv_backward_weights_entry {
 
 }  // namespace detail
 
+/// The convolutions' weight operands: plain (O, C / groups, KH, KW) xarrays, and the same
+/// weights in a layout of oneDNN's (dnnl_form).
+template <class W>
+concept conv_weights = std::same_as<W, xt::xarray<float>> || std::same_as<W, dnnl_form>;
+
+namespace detail {
+
+inline std::span<const std::size_t> weights_shape(const xt::xarray<float>& w) {
+  return std::span<const std::size_t>(w.shape().data(), w.shape().size());
+}
+inline std::span<const std::size_t> weights_shape(const dnnl_form& w) { return w.shape(); }
+/// The weights' memory: a plain xarray wrapped as g's (grouped: 5-D) weights, a form's own.
+inline dnnl::memory weights_memory(const xt::xarray<float>& w, const conv_geometry& g) { return wrap(w, g.weights); }
+inline dnnl::memory weights_memory(const dnnl_form& w, const conv_geometry&) { return w.memory(); }
+
+}  // namespace detail
+
 /// y = conv(x, w) + bias, then max(y, 0) when `relu` (oneDNN's post-op): x (N, C, H, W),
 /// w (O, C / groups, KH, KW), bias (O,) or null; y (N, O, OH, OW) with OH = floor((H +
 /// top + bottom - dilation_h * (KH - 1) - 1) / stride_h) + 1 (kernels/conv_params.hpp).
 /// Takes and returns xarrays (plain NCHW) or dnnl_tensors (y in the format the primitive
-/// chose). Throws tessera::error naming conv2d_forward on shapes that do not fit.
-template <dnnl_operand X>
-X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>* bias, const conv2d_params& p,
-                 bool relu = false) {
+/// chose); w plain or a dnnl_form (reordered only if its layout is not the primitive's).
+/// Throws tessera::error naming conv2d_forward on shapes that do not fit.
+template <dnnl_operand X, conv_weights W>
+X conv2d_forward(const X& x, const W& w, const xt::xarray<float>* bias, const conv2d_params& p, bool relu = false) {
   constexpr const char* fn = "conv2d_forward";
   const auto xs = detail::shape_of(x);
-  const auto g = detail::conv_geom(fn, xs, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  const auto g = detail::conv_geom(fn, xs, detail::weights_shape(w), p);
   if (bias) detail::require_vector(fn, "bias", *bias, g.dst_shape[1]);
   return detail::dnnl_call(fn, [&] {
     auto run = [&](bool plain) {
@@ -17723,7 +18037,7 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
         return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
       });
       const auto src = detail::input_as(x, e.pd.src_desc());
-      const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+      const auto wei = detail::as_desc(detail::weights_memory(w, g), e.pd.weights_desc());
       detail::output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
       std::unordered_map<int, dnnl::memory> args{
           {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, dst.memory()}};
@@ -17732,6 +18046,31 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
       return dst.take();
     };
     return detail::in_conv_layout<X>(1, g, p, run);
+  });
+}
+
+/// The plain weights `w` in the layout conv2d_forward(x, w, bias or none, p, relu) reads
+/// them in, for x of shape x_shape (plain NCHW): a copy to pass as the weights while they
+/// do not change. Nothing where the forward reads them plain, or where its layout is
+/// still to be measured (conv_layouts::measured, before its first call).
+template <dnnl_operand X>
+std::optional<dnnl_form> conv2d_forward_weights(std::span<const std::size_t> x_shape, const xt::xarray<float>& w,
+                                                bool bias, const conv2d_params& p, bool relu = false) {
+  constexpr const char* fn = "conv2d_forward_weights";
+  const auto g = detail::conv_geom(fn, x_shape, detail::weights_shape(w), p);
+  return detail::dnnl_call(fn, [&]() -> std::optional<dnnl_form> {
+    const std::optional<bool> plain = detail::conv_layout_of<X>(1, g, p);
+    if (!plain) return std::nullopt;
+    const auto& e = detail::cached<detail::conv_forward_entry>(detail::conv_key(1, g, p, bias, relu).add(*plain), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::conv_forward_pd(g, bias, relu, *plain);
+      return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
+    });
+    const detail::dnnl_md want = e.pd.weights_desc();
+    if (want == detail::plain_desc(g.weights)) return std::nullopt;
+    dnnl::memory m(want, dnnl_engine());
+    detail::reorder_into(detail::weights_memory(w, g), m);
+    return dnnl_form(std::move(m), std::vector<std::size_t>(w.shape().begin(), w.shape().end()));
   });
 }
 
@@ -17769,32 +18108,35 @@ inline const conv_backward_weights_entry& backward_weights_entry(const conv_geom
 }
 
 /// dx of shape x_shape from dy's memory `dy` (any layout; reordered to the primitive's).
-template <dnnl_operand X>
-X run_backward_data(const dnnl::memory& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
+template <dnnl_operand X, conv_weights W>
+X run_backward_data(const dnnl::memory& dy, const W& w, std::span<const std::size_t> x_shape,
                     const conv_geometry& g, const conv2d_params& p, bool plain) {
   const auto& e = backward_data_entry(g, p, plain);
   const auto ddst = as_desc(dy, e.pd.diff_dst_desc());
-  const auto wei = as_desc(wrap(w, g.weights), e.pd.weights_desc());
+  const auto wei = as_desc(weights_memory(w, g), e.pd.weights_desc());
   output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
   e.prim.execute(dnnl_stream(),
                  {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
   return dsrc.take();
 }
 
-/// dw (and db when `bias`) from dy's memory in the primitive's layout (`ddst`) and x.
-template <dnnl_operand X>
-conv2d_weight_grads<xt::xarray<float>> run_backward_weights(const conv_backward_weights_entry& e,
-                                                            const dnnl::memory& ddst, const X& x,
-                                                            std::span<const std::size_t> w_shape, bool bias,
-                                                            const conv_geometry& g) {
+/// dw (and db when `bias`) from dy's memory in the primitive's layout (`ddst`) and x: dw
+/// plain, or in the primitive's layout for W = dnnl_form (no bias).
+template <conv_weights W, dnnl_operand X>
+conv2d_weight_grads<W> run_backward_weights(const conv_backward_weights_entry& e, const dnnl::memory& ddst,
+                                            const X& x, std::span<const std::size_t> w_shape, bool bias,
+                                            const conv_geometry& g) {
   const auto src = input_as(x, e.pd.src_desc());
-  output_slot<xt::xarray<float>> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
-  conv2d_weight_grads<xt::xarray<float>> out{xt::xarray<float>(), vector_of(0)};
+  output_slot<W> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
+  conv2d_weight_grads<W> out{};
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
-  if (bias) {
-    out.db = vector_of(g.dst_shape[1]);
-    args.emplace(DNNL_ARG_DIFF_BIAS, wrap(out.db));
+  if constexpr (std::same_as<W, xt::xarray<float>>) {
+    out.db = vector_of(0);
+    if (bias) {
+      out.db = vector_of(g.dst_shape[1]);
+      args.emplace(DNNL_ARG_DIFF_BIAS, wrap(out.db));
+    }
   }
   e.prim.execute(dnnl_stream(), args);
   out.dw = dw.take();
@@ -17805,11 +18147,10 @@ conv2d_weight_grads<xt::xarray<float>> run_backward_weights(const conv_backward_
 
 /// dx = the gradient of sum(dy * conv2d_forward(x, w, no bias)) with respect to x, of
 /// shape x_shape (N, C, H, W); dy (N, O, OH, OW). The transposed convolution.
-template <dnnl_operand X>
-X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
-                       const conv2d_params& p) {
+template <dnnl_operand X, conv_weights W>
+X conv2d_backward_data(const X& dy, const W& w, std::span<const std::size_t> x_shape, const conv2d_params& p) {
   constexpr const char* fn = "conv2d_backward_data";
-  const auto g = detail::conv_geom(fn, x_shape, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  const auto g = detail::conv_geom(fn, x_shape, detail::weights_shape(w), p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
     auto run = [&](bool plain) { return detail::run_backward_data<X>(detail::memory_of(dy), w, x_shape, g, p, plain); };
@@ -17817,9 +18158,8 @@ X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const 
   });
 }
 /// The same with x's shape as a braced list or vector.
-template <dnnl_operand X>
-X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, const std::vector<std::size_t>& x_shape,
-                       const conv2d_params& p) {
+template <dnnl_operand X, conv_weights W>
+X conv2d_backward_data(const X& dy, const W& w, const std::vector<std::size_t>& x_shape, const conv2d_params& p) {
   return conv2d_backward_data(dy, w, std::span<const std::size_t>(x_shape), p);
 }
 
@@ -17837,7 +18177,7 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
     auto run = [&](bool plain) {
       const auto& e = detail::backward_weights_entry(g, p, bias, plain);
       const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-      return detail::run_backward_weights(e, ddst.get(), x, w_shape, bias, g);
+      return detail::run_backward_weights<xt::xarray<float>>(e, ddst.get(), x, w_shape, bias, g);
     };
     return detail::in_conv_layout<X>(3, g, p, run);
   });
@@ -17854,20 +18194,22 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
 /// conv2d_backward_weights gives them, and dx as conv2d_backward_data does when
 /// `need_dx` (else dx is empty, of shape (0,)). dy is brought to the primitives' layout
 /// once for both, where conv2d_backward_data and conv2d_backward_weights each reorder it.
-template <dnnl_operand X>
-conv2d_grads<X, xt::xarray<float>> conv2d_backward(const X& dy, const X& x, const xt::xarray<float>& w,
-                                                   bool need_dx, bool bias, const conv2d_params& p) {
+/// With w a dnnl_form (no bias), dw is one too, in the layout the primitive writes it.
+template <dnnl_operand X, conv_weights W>
+conv2d_grads<X, W> conv2d_backward(const X& dy, const X& x, const W& w, bool need_dx, bool bias,
+                                   const conv2d_params& p) {
   constexpr const char* fn = "conv2d_backward";
+  if (std::same_as<W, dnnl_form> && bias) throw error(std::string(fn) + ": weights in a dnnl_form take no bias");
   const auto xs = detail::shape_of(x);
-  const auto ws = std::span<const std::size_t>(w.shape().data(), w.shape().size());
+  const auto ws = detail::weights_shape(w);
   const auto g = detail::conv_geom(fn, xs, ws, p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
     auto run = [&](bool plain) {
       const auto& e = detail::backward_weights_entry(g, p, bias, plain);
       const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-      conv2d_weight_grads<xt::xarray<float>> wg = detail::run_backward_weights(e, ddst.get(), x, ws, bias, g);
-      conv2d_grads<X, xt::xarray<float>> out{X(), std::move(wg.dw), std::move(wg.db)};
+      conv2d_weight_grads<W> wg = detail::run_backward_weights<W>(e, ddst.get(), x, ws, bias, g);
+      conv2d_grads<X, W> out{X(), std::move(wg.dw), std::move(wg.db)};
       if (need_dx) out.dx = detail::run_backward_data<X>(ddst.get(), w, xs, g, p, plain);
       else if constexpr (std::same_as<X, xt::xarray<float>>) out.dx = detail::vector_of(0);
       return out;
@@ -18959,6 +19301,8 @@ struct backend;
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -19699,6 +20043,44 @@ struct backend<cpu_device> {
   static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
                                                 bool need_dx, bool bias, const conv2d_params& p) {
     return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
+  }
+  /// The same without bias, the weights given as their tensor, which keeps them in the
+  /// layout the forward reads them in (a cpu::dnnl_form: made from the plain shard at the
+  /// first call and kept beside it; updated in place by the optimizers) unless
+  /// cpu::set_dnnl_conv_weights_kept(false).
+  template <class T>
+  static array<T> conv2d_forward(const array<T>& x, const tensor_on<T>& w, const conv2d_params& p) {
+    if (const cpu::dnnl_form* f = kept_weights(w)) return cpu::conv2d_forward(x, *f, nullptr, p);
+    if (cpu::dnnl_conv_weights_kept() && w.plain_current())
+      if (std::optional<cpu::dnnl_form> f = cpu::conv2d_forward_weights<array<T>>(cpu::detail::shape_of(x),
+                                                                                  w.local(), false, p)) {
+        w.keep_form(std::make_unique<cpu::dnnl_form>(*f));
+        return cpu::conv2d_forward(x, *f, nullptr, p);
+      }
+    return cpu::conv2d_forward(x, w.local(), nullptr, p);
+  }
+  /// Its backward: dx (empty unless `need_dx`), and dw as a tensor of layout `grad_w`,
+  /// held in the layout the primitive wrote it in (a cpu::dnnl_form) where the weights
+  /// are kept in one, else plain.
+  template <class T>
+  static std::pair<array<T>, tensor_on<T>> conv2d_backward(const array<T>& dy, const array<T>& x,
+                                                           const tensor_on<T>& w, bool need_dx,
+                                                           const conv2d_params& p, const layout& grad_w) {
+    if (const cpu::dnnl_form* f = kept_weights(w)) {
+      auto k = cpu::conv2d_backward(dy, x, *f, need_dx, false, p);
+      return {std::move(k.dx),
+              tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::make_unique<cpu::dnnl_form>(std::move(k.dw)))};
+    }
+    auto k = cpu::conv2d_backward(dy, x, w.local(), need_dx, false, p);
+    return {std::move(k.dx), tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::move(k.dw))};
+  }
+
+  /// The weights' kept form, or null (none, another kind, or keeping turned off).
+  template <class T>
+  static const cpu::dnnl_form* kept_weights(const tensor_on<T>& w) {
+    const host_form<T>* f = w.form();
+    if (!f || f->kind() != cpu::dnnl_form::tag || !cpu::dnnl_conv_weights_kept()) return nullptr;
+    return static_cast<const cpu::dnnl_form*>(f);
   }
 
   template <class T>
@@ -22738,6 +23120,18 @@ inline std::vector<std::size_t> dims_of(const extents& e) {
   return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
 }
 
+// Whether backend<D> takes a convolution's weights as their tensor (the host's keeps
+// them in its kernels' layout between calls, kernels/cpu/backend.hpp), rather than the
+// shard's array.
+template <class T, class D>
+constexpr bool takes_weight_tensor() {
+  using A = typename storage<T, D>::array;
+  return requires(const A& a, const tensor_on<T, D>& w, const kernels::conv2d_params& p, const layout& l) {
+    kernels::backend<D>::conv2d_forward(a, w, p);
+    kernels::backend<D>::conv2d_backward(a, a, w, true, p, l);
+  };
+}
+
 // The number of exchanges the forward runs.
 inline std::size_t forward_exchanges(const window_split& s) {
   return std::size_t(s.h.parts > 1) + std::size_t(s.w.parts > 1);
@@ -22764,8 +23158,13 @@ tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<
     const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    const A* no_bias = nullptr;
-    return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
+    if constexpr (detail::takes_weight_tensor<T, D>()) {
+      return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, *lw, p));
+    } else {
+      const A* no_bias = nullptr;
+      return tensor_on<T, D>(r.y, ys, ctx.rank(),
+                             kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
+    }
   } else {
     return tensor_on<T, D>(r.y, ys, ctx.rank(), storage<T, D>::empty(local_shape(r.y, ys)));
   }
@@ -22796,11 +23195,20 @@ op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_input
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
     const bool need_dx = want[0] || extended;
-    auto k = kernels::backend<D>::conv2d_backward(ldy->local(), xe, lw->local(), need_dx, false, p);
-    if (need_dx)
-      g[0].emplace(r.grad_x, shapes[0], ctx.rank(),
-                   detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(k.dx), s, cs, next, ctx, op.name()));
-    g[1].emplace(r.grad_w, shapes[1], ctx.rank(), std::move(k.dw));
+    auto dx_of = [&](A&& dx) {
+      if (need_dx)
+        g[0].emplace(r.grad_x, shapes[0], ctx.rank(),
+                     detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(dx), s, cs, next, ctx, op.name()));
+    };
+    if constexpr (detail::takes_weight_tensor<T, D>()) {
+      auto [dx, dw] = kernels::backend<D>::conv2d_backward(ldy->local(), xe, *lw, need_dx, p, r.grad_w);
+      dx_of(std::move(dx));
+      g[1].emplace(std::move(dw));
+    } else {
+      auto k = kernels::backend<D>::conv2d_backward(ldy->local(), xe, lw->local(), need_dx, false, p);
+      dx_of(std::move(k.dx));
+      g[1].emplace(r.grad_w, shapes[1], ctx.rank(), std::move(k.dw));
+    }
   } else {
     g[0].emplace(r.grad_x, shapes[0], ctx.rank(), A());
     g[1].emplace(r.grad_w, shapes[1], ctx.rank(), A());
@@ -22946,6 +23354,12 @@ class tape {
   /// outlive the tape and stay unchanged while the tape is used.
   var<T, D> leaf_view(const tensor& value, bool requires_grad = true) {
     nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
+    return {this, int(nodes_.size()) - 1};
+  }
+  /// A value outside the tape (as leaf_view) with a backward function: a parameter read
+  /// where it is under another label, whose gradient the function hands on.
+  var<T, D> record_view(const tensor& value, backward_fn backward) {
+    nodes_.push_back(node{std::nullopt, std::move(backward), {}, true, &value});
     return {this, int(nodes_.size()) - 1};
   }
   /// An operator's output and its backward function.
@@ -23095,7 +23509,7 @@ class tape {
     node& n = at(v.id);
     const tensor& value = this->value(v.id);
     if (!n.grad || !same_placement(n.grad->layout(), value.layout())) return grad(v);
-    tensor g(value.layout(), value.global_shape(), value.rank(), std::move(n.grad->local()));
+    tensor g = std::move(*n.grad).relabeled(value.layout());  // a kept form moves with it
     n.grad.reset();
     return g;
   }
@@ -23902,6 +24316,19 @@ class executor {
         same_placement(x.value().layout(), to) &&
         (!e.has_backward || (e.backward.empty() && same_placement(e.backward.from, e.backward.to))))
       return x;
+    // A parameter placed as its consumer wants it: read where it is (no copy, and a
+    // kernel's form of it kept there stays). Its gradient goes back along the route,
+    // or, where that moves nothing, is relabeled with the parameter's own layout.
+    if (pg_.traced().at(e.producer).kind == node_kind::parameter && e.forward.empty() &&
+        same_placement(x.value().layout(), to) && e.has_backward && !pg_.reduces_gradient_once(e.producer)) {
+      if (e.backward.empty() && same_placement(e.backward.from, e.backward.to))
+        return t.record_view(x.value(), [ix = x.id, back = e.backward.to](tape& tp, tensor&& g) {
+          tp.add_grad(ix, std::move(g).relabeled(back));
+        });
+      return t.record_view(x.value(), [this, &e, ix = x.id](tape& tp, const tensor& g) {
+        tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
+      });
+    }
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
     if (pg_.reduces_gradient_once(e.producer))  // summed over the micro-batches, resolved once a step
@@ -24576,7 +25003,7 @@ class parameter {
   /// arrays, and its caching allocator reuses the block once the caller frees it.
   void recycle_grad_storage(array&& a) {
     if constexpr (std::is_same_v<D, cpu_device>) {
-      if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+      if (data_ && index_t(a.size()) == data_->local_shape().size()) spare_ = std::move(a);
     } else {
       (void)a;
     }
@@ -26165,6 +26592,7 @@ class softmax_cross_entropy_expand : public module<T, D> {
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <numbers>
 #include <optional>
 #include <span>
@@ -26323,7 +26751,7 @@ class optimizer {
   /// next step's gradient is written (no fresh memory each step): `grads` is left empty.
   void operator()(std::vector<tensor>& grads) {
     step(grads);
-    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(std::move(grads[i].local()));
+    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(grads[i].release_storage());
     grads.clear();
   }
   void operator()(std::vector<tensor>&& grads) { (*this)(grads); }
@@ -26398,6 +26826,7 @@ class optimizer {
   /// Take it when the parameters have their training layouts (train::model calls it
   /// from its checkpoints, after its steps).
   std::vector<std::pair<std::string, dist_tensor<T>>> state_tensors() {
+    for (std::size_t i = 0; i < state_order_.size(); ++i) state_in_order(i, nullptr);
     std::vector<std::pair<std::string, dist_tensor<T>>> out;
     for (auto& [kind, arrays] : state_slots())
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -26418,6 +26847,7 @@ class optimizer {
   void load_state(const std::vector<std::pair<std::string, dist_tensor<T>>>& tensors, std::int64_t global_step) {
     if (global_step < 0)
       throw error(name_ + ": load_state: the step count must not be negative, got " + std::to_string(global_step));
+    for (std::size_t i = 0; i < state_order_.size(); ++i) state_in_order(i, nullptr);
     for (auto& [kind, arrays] : state_slots()) {
       ensure_state(*arrays);
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -26508,10 +26938,56 @@ class optimizer {
     return redistribute(x, l, *c);
   }
 
-  // Parameter i's shard `p` moves by `g` (same layout).
+  // Per parameter, the order its state arrays hold their values in: a host form's
+  // layout (the layout_only() of its weights' and gradient's form), or row-major (null).
+  std::vector<std::unique_ptr<host_form<T>>> state_order_;
+
+  // Brings parameter i's state arrays (each kind's) to the order of `order`, a form of
+  // the parameter's shard, or to row-major order (null).
+  void state_in_order(std::size_t i, const host_form<T>* order) {
+    if (state_order_.size() < params_.size()) state_order_.resize(params_.size());
+    std::unique_ptr<host_form<T>>& now = state_order_[i];
+    if (order ? now && now->same_layout(*order) : !now) return;
+    for (auto& slot : state_slots()) {
+      if (i >= slot.second->size()) continue;  // made at the first update, zeros in any order
+      T* a = (*slot.second)[i].data();
+      if (now) {
+        const std::unique_ptr<host_form<T>> f = now->empty_like();
+        std::copy(a, a + f->values().size(), f->values().data());
+        f->to_plain(a);
+      }
+      if (order) {
+        const std::unique_ptr<host_form<T>> f = order->empty_like();
+        f->from_plain(a);
+        std::copy(f->values().begin(), f->values().end(), a);
+      }
+    }
+    now = order ? order->layout_only() : nullptr;
+  }
+
+  // Parameter i's shard `p` moves by `g` (same layout). On the host, where the gradient
+  // is held in a form that only reorders the shard's elements (the convolutions' weights,
+  // kernels/cpu/dnnl.hpp), the parameter is brought to that form (once: it stays there
+  // between steps) and the update runs on the forms' buffers, the state in their order.
   void apply(std::size_t i, tensor& p, const tensor& g, T lr) {
-    if constexpr (std::is_same_v<D, cpu_device>) update(i, p.data(), g.data(), lr);
-    else update_on_device(i, p.local(), g.local(), lr);
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      if (const host_form<T>* gf = g.form(); gf && gf->is_permutation()) {
+        if (!p.form() || !p.form()->same_layout(*gf)) {
+          std::unique_ptr<host_form<T>> f = gf->empty_like();
+          f->from_plain(std::as_const(p).local().data());
+          p.keep_form(std::move(f));
+        }
+        state_in_order(i, gf);
+        host_form<T>& pf = *p.form_for_update();
+        const std::span<const T> gv = std::as_const(*gf).values();
+        update(i, pf.values(), gv, lr);
+        return;
+      }
+      state_in_order(i, nullptr);
+      update(i, p.data(), g.data(), lr);
+    } else {
+      update_on_device(i, p.local(), g.local(), lr);
+    }
   }
 
   extents state_shape(std::size_t i) const { return local_shape(state_layout(i), params_[i]->shape()); }
@@ -27122,7 +27598,11 @@ void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, conte
 /// reduced in place; the step's last bucket, with nothing left to overlap, by a
 /// blocking all_reduce). operator() waits for the buckets and returns the gradients.
 /// Gradients that come without a step (computed otherwise) are reduced when
-/// operator() is called.
+/// operator() is called. A host gradient held in a kernel's layout only (the
+/// convolutions' dw in oneDNN's, tensor/host_form.hpp) is brought to row-major order
+/// into its bucket (or a buffer of its own, when alone), which every rank shares
+/// whatever layout its kernels chose, and written back into its layout once reduced:
+/// the optimizer then updates weights kept in that layout in place.
 ///
 ///     train::distributed_grad_reducer grad_reducer(optimizer.parameters(), ctx);
 ///     auto [loss, grads] = grad_fn(images, labels);   // buckets start during the backward pass
@@ -27268,7 +27748,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
                   "(call the reducer with them)");
     in_step_ = true;
     events_.clear();
-    for (auto& s : state_) s = param_state{s.bucket, s.offset, false, false, nullptr};
+    for (auto& s : state_) s = param_state{s.bucket, s.offset, false, false, nullptr, false, {}};
     for (bucket& b : buckets_) b.ready = 0;
     started_ = 0;
   }
@@ -27291,6 +27771,11 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     bool delivered = false;
     bool on_plan = false;  // partial exactly over its replica axes: reduced in its bucket
     T* data = nullptr;     // the gradient's buffer (reduced in place in a bucket of one)
+    // A gradient held in a kernel's layout only (a host form: the convolutions' dw) is
+    // reduced in row-major order, which every rank shares whatever layout its kernels
+    // chose, and written back into its form: `plain` holds it in a bucket of one.
+    bool form = false;
+    typename storage<T, D>::array plain;
   };
 
   void make_plan() {
@@ -27305,7 +27790,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
         throw error("distributed_grad_reducer: parameter '" + p.name() + "' has a partial layout " + to_string(l));
       const axis_list axes = detail::replica_axis_list(l);
       std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
-      const std::size_t n = std::size_t(p.data().local().size());
+      const std::size_t n = std::size_t(p.data().local_shape().size());
       auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
       const bool alone = n * sizeof(T) >= opt_.alone_bytes;
       if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
@@ -27361,14 +27846,24 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
                   to_string(g.global_shape()) + ", the parameter " + to_string(params_[i]->shape()));
     s.delivered = true;
     s.on_plan = on_plan(*params_[i], g);
-    s.data = g.local().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
-      T* dst = b.buffer.data() + s.offset;
-      const std::size_t n = std::size_t(g.local().size());
-      if (s.on_plan) storage<T, D>::copy_n(g.local().data(), dst, n);
-      else storage<T, D>::fill_n(dst, n, T(0));
+    const bool packed = b.members.size() > 1;
+    if constexpr (on_host) s.form = s.on_plan && b.comm && g.form() && !g.plain_current();
+    if (s.form) {
+      if constexpr (on_host) {
+        if (!packed) s.plain = storage<T, D>::empty(g.local_shape());
+        g.form()->to_plain(packed ? b.buffer.data() + s.offset : s.plain.data());
+        s.data = packed ? nullptr : s.plain.data();
+      }
+    } else if (b.comm) {  // a group of one rank has nothing to reduce
+      s.data = g.local().data();
+      if (packed) {
+        T* dst = b.buffer.data() + s.offset;
+        const std::size_t n = std::size_t(g.local().size());
+        if (s.on_plan) storage<T, D>::copy_n(g.local().data(), dst, n);
+        else storage<T, D>::fill_n(dst, n, T(0));
+      }
     }
     if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
     progress();
@@ -27413,7 +27908,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
 
   tensor finish(std::size_t i, tensor& g) {
     nn::parameter<T, D>& p = *params_[i];
-    const param_state& s = state_[i];
+    param_state& s = state_[i];
     const bucket& b = buckets_[s.bucket];
     const layout& pl = p.layout();
     T factor = T(1);
@@ -27423,6 +27918,17 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
       if (factor != T(1)) scale(r.local(), factor);
       return r;
     }
+    if (s.form) {  // back into the gradient's form, in place
+      if constexpr (on_host) {
+        host_form<T>& f = *g.form_for_update();
+        f.from_plain(b.members.size() > 1 ? b.buffer.data() + s.offset : s.plain.data());
+        if (factor != T(1))
+          for (T& v : f.values()) v *= factor;
+        s.plain = typename storage<T, D>::array();
+      }
+      return std::move(g).relabeled(pl);
+    }
+    if (!b.comm) return std::move(g).relabeled(pl);  // a group of one rank: nothing reduced, factor 1
     T* dst = g.local().data();
     if (b.members.size() > 1 && b.comm) {
       const T* src = b.buffer.data() + s.offset;

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -264,6 +266,54 @@ TEST_CASE("conv2d on dnnl_tensor operands equals the xarray path, in the format 
                                                      conv2d_params{});
     CHECK(ty2.shape()[1] == 8);
   }
+}
+
+TEST_CASE("weights kept in the forward's layout give the plain weights' numbers; dw comes in the primitive's") {
+  // A 3x3 and a strided 1x1 convolution (blocked weights), grouped (5-D weights), a stem
+  // of 3 input channels (one-block weights), and weights whose channels leave partial
+  // blocks (padded: not a permutation of the plain ones).
+  for (const conv_case& c : {conv_case{{2, 16, 8, 8}, {32, 16, 3, 3}, {1, 1, pad2d::uniform(1)}},
+                             conv_case{{2, 32, 8, 8}, {16, 32, 1, 1}, {2, 2}},
+                             conv_case{{2, 32, 6, 6}, {64, 16, 3, 3}, {1, 1, pad2d::uniform(1), 1, 1, 2}},
+                             conv_case{{2, 3, 9, 9}, {16, 3, 3, 3}, {1, 1, pad2d::uniform(1)}},
+                             conv_case{{2, 20, 6, 6}, {24, 20, 3, 3}, {1, 1, pad2d::uniform(1)}}}) {
+    CAPTURE(case_text(c));
+    const layouts_scope blocked(cpu::conv_layouts::blocked);
+    const farray x = to_float(random_array(c.x, 31)), w = to_float(random_array(c.w, 32));
+    const farray dy = to_float(random_array(out_shape(c.x, c.w, c.p), 33));
+    const std::optional<cpu::dnnl_form> f = cpu::conv2d_forward_weights<farray>(c.x, w, false, c.p);
+    REQUIRE(f.has_value());
+    CHECK(f->shape() == c.w);
+    CHECK(!(f->memory().get_desc() == cpu::detail::plain_desc(cpu::detail::to_dims(c.w))));
+    farray back = farray::from_shape(c.w);
+    f->to_plain(back.data());
+    CHECK(back == w);
+    // The same primitives on the same values: equal, not merely close.
+    CHECK(cpu::conv2d_forward(x, *f, nullptr, c.p) == cpu::conv2d_forward(x, w, nullptr, c.p));
+    const auto kept = cpu::conv2d_backward(dy, x, *f, true, false, c.p);
+    const auto plain = cpu::conv2d_backward(dy, x, w, true, false, c.p);
+    CHECK(kept.dx == plain.dx);
+    farray dw = farray::from_shape(c.w);
+    kept.dw.to_plain(dw.data());
+    CHECK(dw == plain.dw);
+    CHECK(kept.dw.same_layout(*f));  // what the optimizers need to update weights and dw in place
+    CHECK(cpu::conv2d_backward_data(dy, *f, c.x, c.p) == plain.dx);
+    // A permutation where no channel block is partial; the copy's values are its own.
+    CHECK(f->is_permutation() == (c.w[0] % 16 == 0 && (c.w[1] % 16 == 0 || c.w[1] == 3)));
+    std::unique_ptr<tessera::host_form<float>> copy = f->empty_like();
+    copy->from_plain(w.data());
+    CHECK(copy->same_layout(*f));
+    CHECK(std::vector<float>(copy->values().begin(), copy->values().end()) ==
+          std::vector<float>(f->values().begin(), f->values().end()));
+    CHECK(copy->values().data() != f->values().data());
+    CHECK(f->layout_only()->same_layout(*f));
+    CHECK_THROWS_WITH_AS(cpu::conv2d_backward(dy, x, *f, true, true, c.p),
+                         "conv2d_backward: weights in a dnnl_form take no bias", tessera::error);
+  }
+  // Nothing where the forward reads the weights plain.
+  const layouts_scope gemm(cpu::conv_layouts::plain);
+  const conv_case c{{2, 16, 8, 8}, {32, 16, 1, 1}, {1, 1}};
+  CHECK(!cpu::conv2d_forward_weights<farray>(c.x, to_float(random_array(c.w, 34)), false, c.p).has_value());
 }
 
 TEST_CASE("a repeated conv2d call creates no primitive") {

@@ -56,20 +56,24 @@ struct loss_recorder : train::callback<float> {
   void on_step_end(train::run_context<float>& rc) override { losses.push_back(rc.loss); }
 };
 
-/// A run's step losses and its parameters' global values on the host, by name.
+/// A run's step losses, its parameters' global values on the host, by name, this rank's
+/// shards of the optimizer's state (as checkpoints hold them), and how many parameters it
+/// left held in a kernel's layout (kept_forms: the convolutions' weights on the host,
+/// kernels/cpu/dnnl.hpp).
 struct outcome {
   std::vector<double> losses;
   std::vector<std::string> names;
   std::vector<xt::xarray<float>> params;
+  std::vector<xt::xarray<float>> state;
+  int kept_forms = 0;
 };
 
-/// The small ResNet on device D trained by train::model under `cfg` on the ranks of
-/// `ctx`, Momentum(0.05, 0.9), seed 3, one step per batch of `data` (this rank's rows,
-/// or whole batches stand-alone); `configured` sets set_strategies first.
+/// `net` (the small ResNet unless given) on device D trained by train::model under `cfg`
+/// on the ranks of `ctx`, Momentum(0.05, 0.9), seed 3, one step per batch of `data` (this
+/// rank's rows, or whole batches stand-alone); `configured` sets set_strategies first.
 template <class D>
 outcome train(const graph::parallel_config& cfg, context& ctx, std::vector<train_test::batch_t> data,
-              bool configured) {
-  nn::resnet<float, D> net = small_resnet<D>();
+              bool configured, nn::resnet<float, D> net = small_resnet<D>()) {
   if (configured) set_strategies(net, ctx.size());
   nn::cross_entropy_loss<float, D> ce;
   optim::momentum<float, D> opt(net.trainable_params(), 0.05f, 0.9f);
@@ -83,9 +87,11 @@ outcome train(const graph::parallel_config& cfg, context& ctx, std::vector<train
   out.losses = rec.losses;
   for (auto& [name, q] : net.named_parameters()) {
     out.names.push_back(name);
+    out.kept_forms += q->data().form() != nullptr;
     const auto whole = redistribute(q->data(), layout::replicated(q->layout().dev, q->shape().ndim), ctx);
     out.params.push_back(storage<float, D>::to_host(whole.local()));
   }
+  for (auto& [name, t] : opt.state_tensors()) out.state.push_back(t.local());
   return out;
 }
 

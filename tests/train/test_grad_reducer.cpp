@@ -1,13 +1,18 @@
 // Tests of train/grad_reducer.hpp under mpiexec (1, 2, 4 and 8 ranks): buckets by
 // size in reverse parameter order; reductions started during the backward pass, before
 // the first layer's gradient is computed (without overlap, all when it is called); mean
-// (the one-rank gradient of the global batch) and sum (times the ranks); gradients reduced without a step; parameter
+// (the one-rank gradient of the global batch) and sum (times the ranks); gradients reduced without a step;
+// gradients held in a form (a kernel's layout, which may differ by rank); parameter
 // broadcast from rank 0; data-parallel training equal to one-rank training over 50
 // steps; and the errors.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 #include <tessera/comm/local.hpp>
 #include <tessera/comm/mpi.hpp>
@@ -163,6 +168,74 @@ TEST_CASE("distributed_grad_reducer: gradients computed before it existed are re
   grads = reducer(grads);
   const auto ref = one_rank_grads(2, 4);
   for (std::size_t i = 0; i < grads.size(); ++i) CHECK(max_rel_diff(grads[i].local(), ref[i]) < 1e-4);
+}
+
+namespace {
+
+// A form of the test's own: the shard's elements in reverse order, or, where `reversed`
+// is false, as they are (the ranks' kernels may choose different layouts).
+class test_form final : public host_form<float> {
+ public:
+  test_form(std::size_t n, bool reversed) : v_(n), reversed_(reversed) {}
+  std::uint32_t kind() const override { return 0x54455354; }
+  std::span<float> values() override { return v_; }
+  std::span<const float> values() const override { return v_; }
+  bool is_permutation() const override { return true; }
+  bool same_layout(const host_form<float>& o) const override {
+    return o.kind() == kind() && static_cast<const test_form&>(o).reversed_ == reversed_ &&
+           o.values().size() == v_.size();
+  }
+  void to_plain(float* dst) const override {
+    if (reversed_) std::reverse_copy(v_.begin(), v_.end(), dst);
+    else std::copy(v_.begin(), v_.end(), dst);
+  }
+  void from_plain(const float* src) override {
+    if (reversed_) std::reverse_copy(src, src + v_.size(), v_.begin());
+    else std::copy(src, src + v_.size(), v_.begin());
+  }
+  std::unique_ptr<host_form<float>> empty_like() const override {
+    return std::make_unique<test_form>(v_.size(), reversed_);
+  }
+  std::unique_ptr<host_form<float>> layout_only() const override { return empty_like(); }
+
+ private:
+  std::vector<float> v_;
+  bool reversed_;
+};
+
+}  // namespace
+
+TEST_CASE("distributed_grad_reducer: gradients held in a form are reduced in row-major order and stay in it") {
+  any_communicator world(mpi_communicator::world());
+  context ctx(world);
+  const auto ref = one_rank_grads(2, 4);
+  for (const std::size_t cap : {std::size_t(1), std::size_t(1) << 20}) {  // each alone; packed
+    CAPTURE(cap);
+    mlp net;
+    net.build(ctx, 4);
+    nn::cross_entropy_loss<float> ce;
+    auto grad_fn = train::value_and_grad([&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); },
+                                         net.trainable_params(), ctx);
+    const auto [x, y] = split_batch(batch(2, global_rows), ctx);
+    auto [loss, grads] = grad_fn(x, y);
+    // Each rank's gradients held only in a form: reversed on even ranks, as they are on
+    // odd ones.
+    for (auto& g : grads) {
+      auto f = std::make_unique<test_form>(g.local().size(), ctx.rank() % 2 == 0);
+      f->from_plain(std::as_const(g).local().data());
+      g = tensor_on<float>(g.layout(), g.global_shape(), g.rank(), std::move(f));
+    }
+    reducer_t reducer(net.trainable_params(), ctx, {.mean = true, .bucket_bytes = cap});
+    grads = reducer(grads);
+    const auto params = net.trainable_params();
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      CAPTURE(i);
+      CHECK(grads[i].layout() == params[i]->layout());
+      REQUIRE(grads[i].form() != nullptr);
+      CHECK(!grads[i].plain_current());
+      CHECK(max_rel_diff(std::as_const(grads[i]).local(), ref[i]) < 1e-4);
+    }
+  }
 }
 
 TEST_CASE("broadcast_parameters and parameter_broadcast: every replica gets rank 0's values") {

@@ -3,7 +3,9 @@
 // max pooling, the residual Add, global average pooling, Dense) trained by train::model
 // for a few steps on 1, 2 and 4 ranks in data parallel (synchronised batch norm),
 // semi_auto_parallel (height, batch and output-channel splits of convolutions, with
-// their halo exchanges) and auto_parallel gives the stand-alone losses and parameters.
+// their halo exchanges) and auto_parallel gives the stand-alone losses and parameters;
+// the convolutions' weights kept in oneDNN's layout between steps give the numbers of
+// plain weights exactly.
 //
 // Tolerance: 1e-4 relative. The ranks add a convolution's and a batch norm's sums in
 // another order than one rank does (per-rank partial sums of the weight gradients and
@@ -91,6 +93,10 @@ TEST_CASE("a small ResNet trains in data parallel, semi-auto and auto parallel t
   for (const mode_case& c : cases) {
     CAPTURE(std::string(c.what));
     const outcome got = train_in(c.cfg, ctx, c.whole_batch, c.configured);
+    // On one rank the convolutions' weights stay in oneDNN's layout between steps; on
+    // more, the route that sums their gradients over the ranks gives them back plain,
+    // and the next forward reorders the weights again.
+    if (ctx.size() == 1) CHECK(got.kept_forms > 0);
     REQUIRE(got.losses.size() == oracle.losses.size());
     for (std::size_t i = 0; i < got.losses.size(); ++i) {
       CAPTURE(i);
@@ -103,4 +109,38 @@ TEST_CASE("a small ResNet trains in data parallel, semi-auto and auto parallel t
     }
   }
 }
+
+TEST_CASE("convolution weights kept in oneDNN's layout between steps train as plain weights do") {
+  // The same kernels read the same values either way, and the update of the kept weights
+  // is the same arithmetic on each element, in another order: equal, not merely close.
+  any_communicator one{local_communicator{}};
+  context solo(one);
+  // Wide enough that the weights' channel blocks are whole (a form that only reorders
+  // the plain weights, which the optimizer updates as it is).
+  auto run = [&](bool kept) {
+    kernels::cpu::set_dnnl_conv_weights_kept(kept);
+    std::vector<batch_t> data;
+    for (int s = 0; s < 3; ++s) data.push_back(global_batch(s));
+    outcome out = resnet_test::train<cpu_device>(mode(graph::parallel_mode::stand_alone), solo, data, false,
+                                                 nn::resnet<float>(std::vector<int>{1, 1}, resnet_test::classes, 16));
+    kernels::cpu::set_dnnl_conv_weights_kept(true);
+    return out;
+  };
+  const outcome plain = run(false), kept = run(true);
+  CHECK(plain.kept_forms == 0);
+  CHECK(kept.kept_forms > 0);
+  CHECK(kept.losses == plain.losses);
+  REQUIRE(kept.params.size() == plain.params.size());
+  for (std::size_t i = 0; i < kept.params.size(); ++i) {
+    CAPTURE(kept.names[i]);
+    CHECK(kept.params[i] == plain.params[i]);
+  }
+  // The momentum, as a checkpoint holds it: in the plain weights' order.
+  REQUIRE(kept.state.size() == plain.state.size());
+  for (std::size_t i = 0; i < kept.state.size(); ++i) {
+    CAPTURE(i);
+    CHECK(kept.state[i] == plain.state[i]);
+  }
+}
+
 }  // namespace train_test_resnet

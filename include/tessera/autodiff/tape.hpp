@@ -71,6 +71,12 @@ class tape {
     nodes_.push_back(node{std::nullopt, {}, {}, requires_grad, &value});
     return {this, int(nodes_.size()) - 1};
   }
+  /// A value outside the tape (as leaf_view) with a backward function: a parameter read
+  /// where it is under another label, whose gradient the function hands on.
+  var<T, D> record_view(const tensor& value, backward_fn backward) {
+    nodes_.push_back(node{std::nullopt, std::move(backward), {}, true, &value});
+    return {this, int(nodes_.size()) - 1};
+  }
   /// An operator's output and its backward function.
   var<T, D> record(tensor value, backward_fn backward) {
     nodes_.push_back(node{std::move(value), std::move(backward), {}, true});
@@ -218,7 +224,7 @@ class tape {
     node& n = at(v.id);
     const tensor& value = this->value(v.id);
     if (!n.grad || !same_placement(n.grad->layout(), value.layout())) return grad(v);
-    tensor g(value.layout(), value.global_shape(), value.rank(), std::move(n.grad->local()));
+    tensor g = std::move(*n.grad).relabeled(value.layout());  // a kept form moves with it
     n.grad.reset();
     return g;
   }

@@ -502,6 +502,19 @@ class executor {
         same_placement(x.value().layout(), to) &&
         (!e.has_backward || (e.backward.empty() && same_placement(e.backward.from, e.backward.to))))
       return x;
+    // A parameter placed as its consumer wants it: read where it is (no copy, and a
+    // kernel's form of it kept there stays). Its gradient goes back along the route,
+    // or, where that moves nothing, is relabeled with the parameter's own layout.
+    if (pg_.traced().at(e.producer).kind == node_kind::parameter && e.forward.empty() &&
+        same_placement(x.value().layout(), to) && e.has_backward && !pg_.reduces_gradient_once(e.producer)) {
+      if (e.backward.empty() && same_placement(e.backward.from, e.backward.to))
+        return t.record_view(x.value(), [ix = x.id, back = e.backward.to](tape& tp, tensor&& g) {
+          tp.add_grad(ix, std::move(g).relabeled(back));
+        });
+      return t.record_view(x.value(), [this, &e, ix = x.id](tape& tp, const tensor& g) {
+        tp.add_grad(ix, move_along(e.backward, g, e.backward.to, "a gradient"));
+      });
+    }
     tensor y = move_along(e.forward, x.value(), to, "a value");
     if (!e.has_backward) return t.leaf(std::move(y), false);
     if (pg_.reduces_gradient_once(e.producer))  // summed over the micro-batches, resolved once a step

@@ -199,7 +199,7 @@ class parameter {
   /// arrays, and its caching allocator reuses the block once the caller frees it.
   void recycle_grad_storage(array&& a) {
     if constexpr (std::is_same_v<D, cpu_device>) {
-      if (data_ && a.size() == data_->local().size()) spare_ = std::move(a);
+      if (data_ && index_t(a.size()) == data_->local_shape().size()) spare_ = std::move(a);
     } else {
       (void)a;
     }

@@ -92,6 +92,18 @@ inline std::vector<std::size_t> dims_of(const extents& e) {
   return std::vector<std::size_t>(e.v.begin(), e.v.begin() + e.ndim);
 }
 
+// Whether backend<D> takes a convolution's weights as their tensor (the host's keeps
+// them in its kernels' layout between calls, kernels/cpu/backend.hpp), rather than the
+// shard's array.
+template <class T, class D>
+constexpr bool takes_weight_tensor() {
+  using A = typename storage<T, D>::array;
+  return requires(const A& a, const tensor_on<T, D>& w, const kernels::conv2d_params& p, const layout& l) {
+    kernels::backend<D>::conv2d_forward(a, w, p);
+    kernels::backend<D>::conv2d_backward(a, a, w, true, p, l);
+  };
+}
+
 // The number of exchanges the forward runs.
 inline std::size_t forward_exchanges(const window_split& s) {
   return std::size_t(s.h.parts > 1) + std::size_t(s.w.parts > 1);
@@ -118,8 +130,13 @@ tensor_on<T, D> forward(const conv2d_op& op, op_inputs<T, D> in, device_context<
     const A& xe = extended ? *extended : lx->local();
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
-    const A* no_bias = nullptr;
-    return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
+    if constexpr (detail::takes_weight_tensor<T, D>()) {
+      return tensor_on<T, D>(r.y, ys, ctx.rank(), kernels::backend<D>::conv2d_forward(xe, *lw, p));
+    } else {
+      const A* no_bias = nullptr;
+      return tensor_on<T, D>(r.y, ys, ctx.rank(),
+                             kernels::backend<D>::conv2d_forward(xe, lw->local(), no_bias, p, false));
+    }
   } else {
     return tensor_on<T, D>(r.y, ys, ctx.rank(), storage<T, D>::empty(local_shape(r.y, ys)));
   }
@@ -150,11 +167,20 @@ op_grads<T, D> backward(const conv2d_op& op, const tensor_on<T, D>& dy, op_input
     kernels::conv2d_params p = op.p;
     p.pad = detail::local_padding(s, ctx.rank());
     const bool need_dx = want[0] || extended;
-    auto k = kernels::backend<D>::conv2d_backward(ldy->local(), xe, lw->local(), need_dx, false, p);
-    if (need_dx)
-      g[0].emplace(r.grad_x, shapes[0], ctx.rank(),
-                   detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(k.dx), s, cs, next, ctx, op.name()));
-    g[1].emplace(r.grad_w, shapes[1], ctx.rank(), std::move(k.dw));
+    auto dx_of = [&](A&& dx) {
+      if (need_dx)
+        g[0].emplace(r.grad_x, shapes[0], ctx.rank(),
+                     detail::halo_hw<detail::halo_pass::fold, T, D>(std::move(dx), s, cs, next, ctx, op.name()));
+    };
+    if constexpr (detail::takes_weight_tensor<T, D>()) {
+      auto [dx, dw] = kernels::backend<D>::conv2d_backward(ldy->local(), xe, *lw, need_dx, p, r.grad_w);
+      dx_of(std::move(dx));
+      g[1].emplace(std::move(dw));
+    } else {
+      auto k = kernels::backend<D>::conv2d_backward(ldy->local(), xe, lw->local(), need_dx, false, p);
+      dx_of(std::move(k.dx));
+      g[1].emplace(r.grad_w, shapes[1], ctx.rank(), std::move(k.dw));
+    }
   } else {
     g[0].emplace(r.grad_x, shapes[0], ctx.rank(), A());
     g[1].emplace(r.grad_w, shapes[1], ctx.rank(), A());

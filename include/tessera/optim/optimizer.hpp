@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <numbers>
 #include <optional>
 #include <span>
@@ -25,6 +26,7 @@
 #include <tessera/exec/redistribute.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
+#include <tessera/tensor/host_form.hpp>
 
 namespace tessera::optim {
 
@@ -176,7 +178,7 @@ class optimizer {
   /// next step's gradient is written (no fresh memory each step): `grads` is left empty.
   void operator()(std::vector<tensor>& grads) {
     step(grads);
-    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(std::move(grads[i].local()));
+    for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->recycle_grad_storage(grads[i].release_storage());
     grads.clear();
   }
   void operator()(std::vector<tensor>&& grads) { (*this)(grads); }
@@ -251,6 +253,7 @@ class optimizer {
   /// Take it when the parameters have their training layouts (train::model calls it
   /// from its checkpoints, after its steps).
   std::vector<std::pair<std::string, dist_tensor<T>>> state_tensors() {
+    for (std::size_t i = 0; i < state_order_.size(); ++i) state_in_order(i, nullptr);
     std::vector<std::pair<std::string, dist_tensor<T>>> out;
     for (auto& [kind, arrays] : state_slots())
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -271,6 +274,7 @@ class optimizer {
   void load_state(const std::vector<std::pair<std::string, dist_tensor<T>>>& tensors, std::int64_t global_step) {
     if (global_step < 0)
       throw error(name_ + ": load_state: the step count must not be negative, got " + std::to_string(global_step));
+    for (std::size_t i = 0; i < state_order_.size(); ++i) state_in_order(i, nullptr);
     for (auto& [kind, arrays] : state_slots()) {
       ensure_state(*arrays);
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -361,10 +365,56 @@ class optimizer {
     return redistribute(x, l, *c);
   }
 
-  // Parameter i's shard `p` moves by `g` (same layout).
+  // Per parameter, the order its state arrays hold their values in: a host form's
+  // layout (the layout_only() of its weights' and gradient's form), or row-major (null).
+  std::vector<std::unique_ptr<host_form<T>>> state_order_;
+
+  // Brings parameter i's state arrays (each kind's) to the order of `order`, a form of
+  // the parameter's shard, or to row-major order (null).
+  void state_in_order(std::size_t i, const host_form<T>* order) {
+    if (state_order_.size() < params_.size()) state_order_.resize(params_.size());
+    std::unique_ptr<host_form<T>>& now = state_order_[i];
+    if (order ? now && now->same_layout(*order) : !now) return;
+    for (auto& slot : state_slots()) {
+      if (i >= slot.second->size()) continue;  // made at the first update, zeros in any order
+      T* a = (*slot.second)[i].data();
+      if (now) {
+        const std::unique_ptr<host_form<T>> f = now->empty_like();
+        std::copy(a, a + f->values().size(), f->values().data());
+        f->to_plain(a);
+      }
+      if (order) {
+        const std::unique_ptr<host_form<T>> f = order->empty_like();
+        f->from_plain(a);
+        std::copy(f->values().begin(), f->values().end(), a);
+      }
+    }
+    now = order ? order->layout_only() : nullptr;
+  }
+
+  // Parameter i's shard `p` moves by `g` (same layout). On the host, where the gradient
+  // is held in a form that only reorders the shard's elements (the convolutions' weights,
+  // kernels/cpu/dnnl.hpp), the parameter is brought to that form (once: it stays there
+  // between steps) and the update runs on the forms' buffers, the state in their order.
   void apply(std::size_t i, tensor& p, const tensor& g, T lr) {
-    if constexpr (std::is_same_v<D, cpu_device>) update(i, p.data(), g.data(), lr);
-    else update_on_device(i, p.local(), g.local(), lr);
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      if (const host_form<T>* gf = g.form(); gf && gf->is_permutation()) {
+        if (!p.form() || !p.form()->same_layout(*gf)) {
+          std::unique_ptr<host_form<T>> f = gf->empty_like();
+          f->from_plain(std::as_const(p).local().data());
+          p.keep_form(std::move(f));
+        }
+        state_in_order(i, gf);
+        host_form<T>& pf = *p.form_for_update();
+        const std::span<const T> gv = std::as_const(*gf).values();
+        update(i, pf.values(), gv, lr);
+        return;
+      }
+      state_in_order(i, nullptr);
+      update(i, p.data(), g.data(), lr);
+    } else {
+      update_on_device(i, p.local(), g.local(), lr);
+    }
   }
 
   extents state_shape(std::size_t i) const { return local_shape(state_layout(i), params_[i]->shape()); }

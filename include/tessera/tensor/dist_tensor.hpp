@@ -1,12 +1,16 @@
 // dist_tensor: a global shape, a layout over a mesh, and this rank's shard on a
 // device (an xtensor container on the host, a device array on a GPU). The layout (and
 // optionally the shape) can be template arguments, checked by the compiler, or
-// run-time values, checked on construction.
+// run-time values, checked on construction. A host shard may also be held in a kernel's
+// own layout (tensor/host_form.hpp).
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <concepts>
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -18,6 +22,7 @@
 #include <tessera/core/geometry.hpp>
 #include <tessera/core/layout.hpp>
 #include <tessera/tensor/device.hpp>
+#include <tessera/tensor/host_form.hpp>
 #include <tessera/tensor/host_storage.hpp>
 
 namespace tessera {
@@ -84,6 +89,14 @@ void for_each_index(const extents& shape, F&& f) {
 ///
 /// The local shard (`storage<T, D>::array`) has shape local_shape(layout, global),
 /// row-major. For a partial layout it holds this rank's partial values.
+///
+/// A host shard may also be held in a kernel's layout (a host_form: the convolutions
+/// keep their weights in oneDNN's), beside the row-major array or instead of it: form()
+/// gives it to the kernels that understand it, and local() and data() make the
+/// row-major array from it when it is not current. The non-const local() and data()
+/// drop the form, since the caller may write the array. A copy holds the row-major
+/// values only. A tensor read from several threads at once must not be given a form
+/// (keep_form) at the same time.
 template <class T, auto L = dynamic, auto Global = dynamic, class D = cpu_device>
 class dist_tensor {
   static_assert(detail::check_static_arguments<L, Global>());
@@ -140,6 +153,35 @@ class dist_tensor {
     assign_local(std::move(local));
   }
 
+  /// A tensor whose values are held in the form `f` only (host shards; the row-major
+  /// shard is made from it when read).
+  dist_tensor(const tessera::layout& l, const extents& global, int rank, std::unique_ptr<host_form<T>> f)
+    requires(!static_layout && std::same_as<D, cpu_device>)
+      : layout_(store_layout(l)), global_(global), rank_(rank) {
+    require(check(l, global), "dist_tensor");
+    if (rank < 0 || rank >= l.dev.size())
+      throw error(fail(errc::rank_out_of_range, -1, -1, rank, l.dev.size()), "dist_tensor");
+    set_form(std::move(f));
+  }
+
+  /// Copies hold the row-major values (made from the form first where it is not current)
+  /// and no form.
+  dist_tensor(const dist_tensor& o)
+      : layout_(o.layout_), global_(o.global_), rank_(o.rank_), local_(o.local()) {}
+  dist_tensor& operator=(const dist_tensor& o) {
+    if (this != &o) {
+      local_ = o.local();
+      layout_ = o.layout_;
+      global_ = o.global_;
+      rank_ = o.rank_;
+      form_.reset();
+    }
+    return *this;
+  }
+  dist_tensor(dist_tensor&&) noexcept = default;
+  dist_tensor& operator=(dist_tensor&&) noexcept = default;
+  ~dist_tensor() = default;
+
   /// A run-time tensor from any tensor of the same element type: the static layout and
   /// shape become values (the shard is copied).
   template <auto L2, auto G2>
@@ -166,10 +208,79 @@ class dist_tensor {
   extents local_shape() const { return tessera::local_shape(layout(), global_); }
   extents local_offset() const { return tessera::local_offset(layout(), global_, rank_); }
 
-  array_type& local() { return local_; }
-  const array_type& local() const { return local_; }
-  std::span<T> data() { return {local_.data(), local_.size()}; }
-  std::span<const T> data() const { return {local_.data(), local_.size()}; }
+  /// The row-major shard, for writing: made from the form first where it is not
+  /// current, and the form dropped.
+  array_type& local() {
+    drop_form();
+    return local_;
+  }
+  /// The row-major shard, made from the form first where it is not current.
+  const array_type& local() const {
+    make_plain();
+    return local_;
+  }
+  std::span<T> data() {
+    drop_form();
+    return {local_.data(), local_.size()};
+  }
+  std::span<const T> data() const {
+    make_plain();
+    return {local_.data(), local_.size()};
+  }
+
+  /// The kernel's layout the values are also (or only) held in, or null.
+  const host_form<T>* form() const { return form_ ? form_->form.get() : nullptr; }
+  /// Whether the row-major shard is current (no form, or a form kept beside it).
+  bool plain_current() const { return !form_ || form_->plain.load(std::memory_order_acquire); }
+  /// Keeps `f`, which holds the same values as the row-major shard, beside it (a kernel's
+  /// copy of its operand, kept for its next call; the values do not change, hence const).
+  void keep_form(std::unique_ptr<host_form<T>> f) const
+    requires std::same_as<D, cpu_device>
+  {
+    make_plain();
+    form_ = std::make_unique<form_slot>(std::move(f), true);
+  }
+  /// Holds the values in `f` only: the row-major shard is released, and made from `f`
+  /// when read.
+  void set_form(std::unique_ptr<host_form<T>> f)
+    requires std::same_as<D, cpu_device>
+  {
+    local_ = array_type();
+    form_ = std::make_unique<form_slot>(std::move(f), false);
+  }
+  /// The form, for the caller to write the values in place there: the row-major shard
+  /// is released (made from the form when read). Null without a form.
+  host_form<T>* form_for_update()
+    requires std::same_as<D, cpu_device>
+  {
+    if (!form_) return nullptr;
+    if (form_->plain.load(std::memory_order_relaxed)) {
+      local_ = array_type();
+      form_->plain.store(false, std::memory_order_release);
+    }
+    return form_->form.get();
+  }
+  /// The same values under layout `l`, which gives this rank a shard of the same shape
+  /// (a layout placing the same elements, on another device matrix of the same ranks):
+  /// the shard, and its form, move over as they are.
+  dist_tensor relabeled(const tessera::layout& l) &&
+    requires(!static_layout)
+  {
+    require(check(l, global_), "dist_tensor");
+    if (!(tessera::local_shape(l, global_) == local_shape()))
+      throw error("dist_tensor: relabeled to " + to_string(l) + ": this rank's shard would be " +
+                  to_string(tessera::local_shape(l, global_)) + ", it is " + to_string(local_shape()));
+    dist_tensor out(std::move(*this));
+    out.layout_ = l;
+    return out;
+  }
+  /// The row-major shard's buffer for reuse, its values unspecified (not made from the
+  /// form); the tensor is left without values (for a gradient whose storage goes back
+  /// to its parameter).
+  array_type release_storage() {
+    form_.reset();
+    return std::move(local_);
+  }
 
   /// Sets every local element to f(global index), index an array of max_tensor_ndim
   /// entries of which the first ndim() are used. For a partial layout the caller
@@ -177,6 +288,7 @@ class dist_tensor {
   template <class F>
     requires std::same_as<D, cpu_device>
   void fill_global(F&& f) {
+    drop_form();
     const extents off = local_offset();
     detail::for_each_index(local_shape(), [&](const auto& idx, index_t lin) {
       std::array<index_t, max_tensor_ndim> g{};
@@ -193,6 +305,7 @@ class dist_tensor {
       throw error(fail(errc::buffer_size, -1, -1, index_t(local.size()), need), "dist_tensor");
     local_ = std::move(local);
     local_.reshape(detail::shape_vector(local_shape()));
+    form_.reset();
   }
 
  private:
@@ -217,10 +330,36 @@ class dist_tensor {
     else return l;
   }
 
+  // A form and whether the row-major shard is current beside it (made from the form
+  // under the mutex, once, when it is not and a reader asks).
+  struct form_slot {
+    form_slot(std::unique_ptr<host_form<T>> f, bool plain_current) : form(std::move(f)), plain(plain_current) {}
+    std::unique_ptr<host_form<T>> form;
+    std::atomic<bool> plain;
+    std::mutex m;
+  };
+
+  void make_plain() const {
+    if (!form_ || form_->plain.load(std::memory_order_acquire)) return;
+    const std::lock_guard<std::mutex> lock(form_->m);
+    if (form_->plain.load(std::memory_order_relaxed)) return;
+    if constexpr (std::same_as<D, cpu_device>) {
+      const extents s = local_shape();
+      if (index_t(local_.size()) != s.size()) local_ = storage_type::empty(s);
+      form_->form->to_plain(local_.data());
+    }
+    form_->plain.store(true, std::memory_order_release);
+  }
+  void drop_form() {
+    make_plain();
+    form_.reset();
+  }
+
   [[no_unique_address]] layout_storage layout_{};
   extents global_;
   int rank_ = 0;
-  array_type local_;
+  mutable array_type local_;  // made from form_ by a reader when not current
+  mutable std::unique_ptr<form_slot> form_;
 };
 
 /// A distributed tensor whose layout and shape are run-time values, on device D: the

@@ -22,6 +22,7 @@
 #include <tessera/kernels/backend.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
+#include <tessera/tensor/host_form.hpp>
 
 namespace tessera::train {
 
@@ -83,7 +84,11 @@ void broadcast_parameters(const std::vector<nn::parameter<T, D>*>& params, conte
 /// reduced in place; the step's last bucket, with nothing left to overlap, by a
 /// blocking all_reduce). operator() waits for the buckets and returns the gradients.
 /// Gradients that come without a step (computed otherwise) are reduced when
-/// operator() is called.
+/// operator() is called. A host gradient held in a kernel's layout only (the
+/// convolutions' dw in oneDNN's, tensor/host_form.hpp) is brought to row-major order
+/// into its bucket (or a buffer of its own, when alone), which every rank shares
+/// whatever layout its kernels chose, and written back into its layout once reduced:
+/// the optimizer then updates weights kept in that layout in place.
 ///
 ///     train::distributed_grad_reducer grad_reducer(optimizer.parameters(), ctx);
 ///     auto [loss, grads] = grad_fn(images, labels);   // buckets start during the backward pass
@@ -229,7 +234,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
                   "(call the reducer with them)");
     in_step_ = true;
     events_.clear();
-    for (auto& s : state_) s = param_state{s.bucket, s.offset, false, false, nullptr};
+    for (auto& s : state_) s = param_state{s.bucket, s.offset, false, false, nullptr, false, {}};
     for (bucket& b : buckets_) b.ready = 0;
     started_ = 0;
   }
@@ -252,6 +257,11 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
     bool delivered = false;
     bool on_plan = false;  // partial exactly over its replica axes: reduced in its bucket
     T* data = nullptr;     // the gradient's buffer (reduced in place in a bucket of one)
+    // A gradient held in a kernel's layout only (a host form: the convolutions' dw) is
+    // reduced in row-major order, which every rank shares whatever layout its kernels
+    // chose, and written back into its form: `plain` holds it in a bucket of one.
+    bool form = false;
+    typename storage<T, D>::array plain;
   };
 
   void make_plan() {
@@ -266,7 +276,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
         throw error("distributed_grad_reducer: parameter '" + p.name() + "' has a partial layout " + to_string(l));
       const axis_list axes = detail::replica_axis_list(l);
       std::vector<int> ranks = detail::group_ranks(l.dev, axes, ctx_->rank());
-      const std::size_t n = std::size_t(p.data().local().size());
+      const std::size_t n = std::size_t(p.data().local_shape().size());
       auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == ranks; });
       const bool alone = n * sizeof(T) >= opt_.alone_bytes;
       if (alone && it != open.end()) {  // a large gradient closes the group's open bucket
@@ -322,14 +332,24 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
                   to_string(g.global_shape()) + ", the parameter " + to_string(params_[i]->shape()));
     s.delivered = true;
     s.on_plan = on_plan(*params_[i], g);
-    s.data = g.local().data();
     events_.push_back({event::kind::grad_ready, i, nodes_left});
     bucket& b = buckets_[s.bucket];
-    if (b.members.size() > 1 && b.comm) {  // a group of one rank has nothing to reduce
-      T* dst = b.buffer.data() + s.offset;
-      const std::size_t n = std::size_t(g.local().size());
-      if (s.on_plan) storage<T, D>::copy_n(g.local().data(), dst, n);
-      else storage<T, D>::fill_n(dst, n, T(0));
+    const bool packed = b.members.size() > 1;
+    if constexpr (on_host) s.form = s.on_plan && b.comm && g.form() && !g.plain_current();
+    if (s.form) {
+      if constexpr (on_host) {
+        if (!packed) s.plain = storage<T, D>::empty(g.local_shape());
+        g.form()->to_plain(packed ? b.buffer.data() + s.offset : s.plain.data());
+        s.data = packed ? nullptr : s.plain.data();
+      }
+    } else if (b.comm) {  // a group of one rank has nothing to reduce
+      s.data = g.local().data();
+      if (packed) {
+        T* dst = b.buffer.data() + s.offset;
+        const std::size_t n = std::size_t(g.local().size());
+        if (s.on_plan) storage<T, D>::copy_n(g.local().data(), dst, n);
+        else storage<T, D>::fill_n(dst, n, T(0));
+      }
     }
     if (++b.ready == b.members.size()) start(s.bucket, nodes_left);
     progress();
@@ -374,7 +394,7 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
 
   tensor finish(std::size_t i, tensor& g) {
     nn::parameter<T, D>& p = *params_[i];
-    const param_state& s = state_[i];
+    param_state& s = state_[i];
     const bucket& b = buckets_[s.bucket];
     const layout& pl = p.layout();
     T factor = T(1);
@@ -384,6 +404,17 @@ class distributed_grad_reducer final : public nn::grad_listener<T, D> {
       if (factor != T(1)) scale(r.local(), factor);
       return r;
     }
+    if (s.form) {  // back into the gradient's form, in place
+      if constexpr (on_host) {
+        host_form<T>& f = *g.form_for_update();
+        f.from_plain(b.members.size() > 1 ? b.buffer.data() + s.offset : s.plain.data());
+        if (factor != T(1))
+          for (T& v : f.values()) v *= factor;
+        s.plain = typename storage<T, D>::array();
+      }
+      return std::move(g).relabeled(pl);
+    }
+    if (!b.comm) return std::move(g).relabeled(pl);  // a group of one rank: nothing reduced, factor 1
     T* dst = g.local().data();
     if (b.members.size() > 1 && b.comm) {
       const T* src = b.buffer.data() + s.offset;

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -19,6 +21,7 @@
 #include <tessera/kernels/cpu/sharded.hpp>
 #include <tessera/kernels/cpu/softmax.hpp>
 #include <tessera/kernels/conv_params.hpp>
+#include <tessera/tensor/dist_tensor.hpp>
 #include <tessera/tensor/host_storage.hpp>
 // The convolutional network kernels where the program asks for oneDNN (TESSERA_WITH_DNNL,
 // defined by linking tessera::dnnl), in translation units of the host compiler: nvcc's
@@ -278,6 +281,44 @@ struct backend<cpu_device> {
   static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
                                                 bool need_dx, bool bias, const conv2d_params& p) {
     return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
+  }
+  /// The same without bias, the weights given as their tensor, which keeps them in the
+  /// layout the forward reads them in (a cpu::dnnl_form: made from the plain shard at the
+  /// first call and kept beside it; updated in place by the optimizers) unless
+  /// cpu::set_dnnl_conv_weights_kept(false).
+  template <class T>
+  static array<T> conv2d_forward(const array<T>& x, const tensor_on<T>& w, const conv2d_params& p) {
+    if (const cpu::dnnl_form* f = kept_weights(w)) return cpu::conv2d_forward(x, *f, nullptr, p);
+    if (cpu::dnnl_conv_weights_kept() && w.plain_current())
+      if (std::optional<cpu::dnnl_form> f = cpu::conv2d_forward_weights<array<T>>(cpu::detail::shape_of(x),
+                                                                                  w.local(), false, p)) {
+        w.keep_form(std::make_unique<cpu::dnnl_form>(*f));
+        return cpu::conv2d_forward(x, *f, nullptr, p);
+      }
+    return cpu::conv2d_forward(x, w.local(), nullptr, p);
+  }
+  /// Its backward: dx (empty unless `need_dx`), and dw as a tensor of layout `grad_w`,
+  /// held in the layout the primitive wrote it in (a cpu::dnnl_form) where the weights
+  /// are kept in one, else plain.
+  template <class T>
+  static std::pair<array<T>, tensor_on<T>> conv2d_backward(const array<T>& dy, const array<T>& x,
+                                                           const tensor_on<T>& w, bool need_dx,
+                                                           const conv2d_params& p, const layout& grad_w) {
+    if (const cpu::dnnl_form* f = kept_weights(w)) {
+      auto k = cpu::conv2d_backward(dy, x, *f, need_dx, false, p);
+      return {std::move(k.dx),
+              tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::make_unique<cpu::dnnl_form>(std::move(k.dw)))};
+    }
+    auto k = cpu::conv2d_backward(dy, x, w.local(), need_dx, false, p);
+    return {std::move(k.dx), tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::move(k.dw))};
+  }
+
+  /// The weights' kept form, or null (none, another kind, or keeping turned off).
+  template <class T>
+  static const cpu::dnnl_form* kept_weights(const tensor_on<T>& w) {
+    const host_form<T>* f = w.form();
+    if (!f || f->kind() != cpu::dnnl_form::tag || !cpu::dnnl_conv_weights_kept()) return nullptr;
+    return static_cast<const cpu::dnnl_form*>(f);
   }
 
   template <class T>

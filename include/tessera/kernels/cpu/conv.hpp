@@ -2,8 +2,9 @@
 // optional fused ReLU), backward data (dx), backward weights (dw, and db when there is a
 // bias) and both in one call (conv2d_backward), with stride, explicit padding per side,
 // dilation and groups (kernels/conv_params.hpp). Each takes plain xt::xarray<float> or
-// dnnl_tensor operands (kernels/cpu/dnnl.hpp); weights are always plain (O, C / groups,
-// KH, KW).
+// dnnl_tensor operands (kernels/cpu/dnnl.hpp); weights (O, C / groups, KH, KW) plain, or
+// in the forward's layout (dnnl_form, made by conv2d_forward_weights), which the
+// forward reads as it is and in which the backward writes dw.
 // Plain arrays meet oneDNN's blocked-layout convolutions through reorders (in and out),
 // or its GEMM-based ones in their own layout: 1 x 1 stride-1 convolutions over large
 // planes time both at their first call and keep the faster (set_dnnl_conv_layouts).
@@ -79,6 +80,23 @@ inline void set_dnnl_conv_layouts(conv_layouts l) {
 inline conv_layouts dnnl_conv_layouts() { return detail::conv_layouts_setting().load(std::memory_order_relaxed); }
 
 namespace detail {
+inline std::atomic<bool>& conv_weights_kept_setting() {
+  static std::atomic<bool> s{true};
+  return s;
+}
+}  // namespace detail
+
+/// Whether the convolution operators keep their weights in the layout the forward reads
+/// them in, between calls and between steps (backend<cpu_device>'s conv2d_forward taking
+/// the weights' tensor; on by default): the weights are then reordered once, not at
+/// every forward, the gradient stays in that layout, and the optimizers update both
+/// there. Off, every call reorders the plain weights (the values are the same).
+inline void set_dnnl_conv_weights_kept(bool kept) {
+  detail::conv_weights_kept_setting().store(kept, std::memory_order_relaxed);
+}
+inline bool dnnl_conv_weights_kept() { return detail::conv_weights_kept_setting().load(std::memory_order_relaxed); }
+
+namespace detail {
 
 /// A convolution in oneDNN's terms: the dims of its operands (5-D grouped weights when
 /// groups > 1), strides, dilations (oneDNN counts dilation - 1) and padding.
@@ -139,21 +157,33 @@ inline bool conv_layout_measured(const conv_geometry& g) {
 /// alternately, the faster (by the smaller of its two times) kept for the process, for
 /// the pass and geometry whatever the bias, ReLU and dx asked (so the weights' gradient
 /// is the same with and without dx), and its last result returned.
+/// Whether pass `kind` of the convolution g, p on operands of type X runs on plain
+/// arrays (the GEMM-based convolution): nothing where conv_layouts::measured has still to
+/// time it.
+template <dnnl_operand X>
+std::optional<bool> conv_layout_of(std::int64_t kind, const conv_geometry& g, const conv2d_params& p) {
+  if constexpr (std::same_as<X, dnnl_tensor>) {
+    return false;
+  } else {
+    const conv_layouts setting = conv_layouts_setting().load(std::memory_order_relaxed);
+    if (setting != conv_layouts::measured) return setting == conv_layouts::plain;
+    if (!conv_layout_measured(g)) return false;
+    conv_layout_choices& c = conv_choices();
+    const std::lock_guard<std::mutex> lock(c.m);
+    if (const auto it = c.plain.find(conv_key(kind, g, p, false, false)); it != c.plain.end()) return it->second;
+    return std::nullopt;
+  }
+}
+
 template <dnnl_operand X, class Run>
 auto in_conv_layout(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, Run&& run)
     -> decltype(run(false)) {
+  if (const std::optional<bool> plain = conv_layout_of<X>(kind, g, p)) return run(*plain);
   if constexpr (std::same_as<X, dnnl_tensor>) {
-    return run(false);
+    return run(false);  // never reached: dnnl_tensors keep their layout
   } else {
-    const conv_layouts setting = conv_layouts_setting().load(std::memory_order_relaxed);
-    if (setting != conv_layouts::measured) return run(setting == conv_layouts::plain);
-    if (!conv_layout_measured(g)) return run(false);
     const primitive_key key = conv_key(kind, g, p, false, false);
     conv_layout_choices& c = conv_choices();
-    {
-      const std::lock_guard<std::mutex> lock(c.m);
-      if (const auto it = c.plain.find(key); it != c.plain.end()) return run(it->second);
-    }
     using clock = std::chrono::steady_clock;
     std::array<double, 2> best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
     std::array<std::optional<decltype(run(false))>, 2> last;
@@ -209,17 +239,34 @@ struct conv_backward_weights_entry {
 
 }  // namespace detail
 
+/// The convolutions' weight operands: plain (O, C / groups, KH, KW) xarrays, and the same
+/// weights in a layout of oneDNN's (dnnl_form).
+template <class W>
+concept conv_weights = std::same_as<W, xt::xarray<float>> || std::same_as<W, dnnl_form>;
+
+namespace detail {
+
+inline std::span<const std::size_t> weights_shape(const xt::xarray<float>& w) {
+  return std::span<const std::size_t>(w.shape().data(), w.shape().size());
+}
+inline std::span<const std::size_t> weights_shape(const dnnl_form& w) { return w.shape(); }
+/// The weights' memory: a plain xarray wrapped as g's (grouped: 5-D) weights, a form's own.
+inline dnnl::memory weights_memory(const xt::xarray<float>& w, const conv_geometry& g) { return wrap(w, g.weights); }
+inline dnnl::memory weights_memory(const dnnl_form& w, const conv_geometry&) { return w.memory(); }
+
+}  // namespace detail
+
 /// y = conv(x, w) + bias, then max(y, 0) when `relu` (oneDNN's post-op): x (N, C, H, W),
 /// w (O, C / groups, KH, KW), bias (O,) or null; y (N, O, OH, OW) with OH = floor((H +
 /// top + bottom - dilation_h * (KH - 1) - 1) / stride_h) + 1 (kernels/conv_params.hpp).
 /// Takes and returns xarrays (plain NCHW) or dnnl_tensors (y in the format the primitive
-/// chose). Throws tessera::error naming conv2d_forward on shapes that do not fit.
-template <dnnl_operand X>
-X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>* bias, const conv2d_params& p,
-                 bool relu = false) {
+/// chose); w plain or a dnnl_form (reordered only if its layout is not the primitive's).
+/// Throws tessera::error naming conv2d_forward on shapes that do not fit.
+template <dnnl_operand X, conv_weights W>
+X conv2d_forward(const X& x, const W& w, const xt::xarray<float>* bias, const conv2d_params& p, bool relu = false) {
   constexpr const char* fn = "conv2d_forward";
   const auto xs = detail::shape_of(x);
-  const auto g = detail::conv_geom(fn, xs, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  const auto g = detail::conv_geom(fn, xs, detail::weights_shape(w), p);
   if (bias) detail::require_vector(fn, "bias", *bias, g.dst_shape[1]);
   return detail::dnnl_call(fn, [&] {
     auto run = [&](bool plain) {
@@ -229,7 +276,7 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
         return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
       });
       const auto src = detail::input_as(x, e.pd.src_desc());
-      const auto wei = detail::as_desc(detail::wrap(w, g.weights), e.pd.weights_desc());
+      const auto wei = detail::as_desc(detail::weights_memory(w, g), e.pd.weights_desc());
       detail::output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
       std::unordered_map<int, dnnl::memory> args{
           {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, dst.memory()}};
@@ -238,6 +285,31 @@ X conv2d_forward(const X& x, const xt::xarray<float>& w, const xt::xarray<float>
       return dst.take();
     };
     return detail::in_conv_layout<X>(1, g, p, run);
+  });
+}
+
+/// The plain weights `w` in the layout conv2d_forward(x, w, bias or none, p, relu) reads
+/// them in, for x of shape x_shape (plain NCHW): a copy to pass as the weights while they
+/// do not change. Nothing where the forward reads them plain, or where its layout is
+/// still to be measured (conv_layouts::measured, before its first call).
+template <dnnl_operand X>
+std::optional<dnnl_form> conv2d_forward_weights(std::span<const std::size_t> x_shape, const xt::xarray<float>& w,
+                                                bool bias, const conv2d_params& p, bool relu = false) {
+  constexpr const char* fn = "conv2d_forward_weights";
+  const auto g = detail::conv_geom(fn, x_shape, detail::weights_shape(w), p);
+  return detail::dnnl_call(fn, [&]() -> std::optional<dnnl_form> {
+    const std::optional<bool> plain = detail::conv_layout_of<X>(1, g, p);
+    if (!plain) return std::nullopt;
+    const auto& e = detail::cached<detail::conv_forward_entry>(detail::conv_key(1, g, p, bias, relu).add(*plain), [&] {
+      ++detail::primitives_created();
+      auto pd = detail::conv_forward_pd(g, bias, relu, *plain);
+      return detail::conv_forward_entry{pd, dnnl::convolution_forward(pd)};
+    });
+    const detail::dnnl_md want = e.pd.weights_desc();
+    if (want == detail::plain_desc(g.weights)) return std::nullopt;
+    dnnl::memory m(want, dnnl_engine());
+    detail::reorder_into(detail::weights_memory(w, g), m);
+    return dnnl_form(std::move(m), std::vector<std::size_t>(w.shape().begin(), w.shape().end()));
   });
 }
 
@@ -275,32 +347,35 @@ inline const conv_backward_weights_entry& backward_weights_entry(const conv_geom
 }
 
 /// dx of shape x_shape from dy's memory `dy` (any layout; reordered to the primitive's).
-template <dnnl_operand X>
-X run_backward_data(const dnnl::memory& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
+template <dnnl_operand X, conv_weights W>
+X run_backward_data(const dnnl::memory& dy, const W& w, std::span<const std::size_t> x_shape,
                     const conv_geometry& g, const conv2d_params& p, bool plain) {
   const auto& e = backward_data_entry(g, p, plain);
   const auto ddst = as_desc(dy, e.pd.diff_dst_desc());
-  const auto wei = as_desc(wrap(w, g.weights), e.pd.weights_desc());
+  const auto wei = as_desc(weights_memory(w, g), e.pd.weights_desc());
   output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
   e.prim.execute(dnnl_stream(),
                  {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}});
   return dsrc.take();
 }
 
-/// dw (and db when `bias`) from dy's memory in the primitive's layout (`ddst`) and x.
-template <dnnl_operand X>
-conv2d_weight_grads<xt::xarray<float>> run_backward_weights(const conv_backward_weights_entry& e,
-                                                            const dnnl::memory& ddst, const X& x,
-                                                            std::span<const std::size_t> w_shape, bool bias,
-                                                            const conv_geometry& g) {
+/// dw (and db when `bias`) from dy's memory in the primitive's layout (`ddst`) and x: dw
+/// plain, or in the primitive's layout for W = dnnl_form (no bias).
+template <conv_weights W, dnnl_operand X>
+conv2d_weight_grads<W> run_backward_weights(const conv_backward_weights_entry& e, const dnnl::memory& ddst,
+                                            const X& x, std::span<const std::size_t> w_shape, bool bias,
+                                            const conv_geometry& g) {
   const auto src = input_as(x, e.pd.src_desc());
-  output_slot<xt::xarray<float>> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
-  conv2d_weight_grads<xt::xarray<float>> out{xt::xarray<float>(), vector_of(0)};
+  output_slot<W> dw(e.pd.diff_weights_desc(), g.weights, w_shape);
+  conv2d_weight_grads<W> out{};
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dw.memory()}};
-  if (bias) {
-    out.db = vector_of(g.dst_shape[1]);
-    args.emplace(DNNL_ARG_DIFF_BIAS, wrap(out.db));
+  if constexpr (std::same_as<W, xt::xarray<float>>) {
+    out.db = vector_of(0);
+    if (bias) {
+      out.db = vector_of(g.dst_shape[1]);
+      args.emplace(DNNL_ARG_DIFF_BIAS, wrap(out.db));
+    }
   }
   e.prim.execute(dnnl_stream(), args);
   out.dw = dw.take();
@@ -311,11 +386,10 @@ conv2d_weight_grads<xt::xarray<float>> run_backward_weights(const conv_backward_
 
 /// dx = the gradient of sum(dy * conv2d_forward(x, w, no bias)) with respect to x, of
 /// shape x_shape (N, C, H, W); dy (N, O, OH, OW). The transposed convolution.
-template <dnnl_operand X>
-X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const std::size_t> x_shape,
-                       const conv2d_params& p) {
+template <dnnl_operand X, conv_weights W>
+X conv2d_backward_data(const X& dy, const W& w, std::span<const std::size_t> x_shape, const conv2d_params& p) {
   constexpr const char* fn = "conv2d_backward_data";
-  const auto g = detail::conv_geom(fn, x_shape, std::span<const std::size_t>(w.shape().data(), w.shape().size()), p);
+  const auto g = detail::conv_geom(fn, x_shape, detail::weights_shape(w), p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
     auto run = [&](bool plain) { return detail::run_backward_data<X>(detail::memory_of(dy), w, x_shape, g, p, plain); };
@@ -323,9 +397,8 @@ X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, std::span<const 
   });
 }
 /// The same with x's shape as a braced list or vector.
-template <dnnl_operand X>
-X conv2d_backward_data(const X& dy, const xt::xarray<float>& w, const std::vector<std::size_t>& x_shape,
-                       const conv2d_params& p) {
+template <dnnl_operand X, conv_weights W>
+X conv2d_backward_data(const X& dy, const W& w, const std::vector<std::size_t>& x_shape, const conv2d_params& p) {
   return conv2d_backward_data(dy, w, std::span<const std::size_t>(x_shape), p);
 }
 
@@ -343,7 +416,7 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
     auto run = [&](bool plain) {
       const auto& e = detail::backward_weights_entry(g, p, bias, plain);
       const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-      return detail::run_backward_weights(e, ddst.get(), x, w_shape, bias, g);
+      return detail::run_backward_weights<xt::xarray<float>>(e, ddst.get(), x, w_shape, bias, g);
     };
     return detail::in_conv_layout<X>(3, g, p, run);
   });
@@ -360,20 +433,22 @@ conv2d_weight_grads<xt::xarray<float>> conv2d_backward_weights(const X& dy, cons
 /// conv2d_backward_weights gives them, and dx as conv2d_backward_data does when
 /// `need_dx` (else dx is empty, of shape (0,)). dy is brought to the primitives' layout
 /// once for both, where conv2d_backward_data and conv2d_backward_weights each reorder it.
-template <dnnl_operand X>
-conv2d_grads<X, xt::xarray<float>> conv2d_backward(const X& dy, const X& x, const xt::xarray<float>& w,
-                                                   bool need_dx, bool bias, const conv2d_params& p) {
+/// With w a dnnl_form (no bias), dw is one too, in the layout the primitive writes it.
+template <dnnl_operand X, conv_weights W>
+conv2d_grads<X, W> conv2d_backward(const X& dy, const X& x, const W& w, bool need_dx, bool bias,
+                                   const conv2d_params& p) {
   constexpr const char* fn = "conv2d_backward";
+  if (std::same_as<W, dnnl_form> && bias) throw error(std::string(fn) + ": weights in a dnnl_form take no bias");
   const auto xs = detail::shape_of(x);
-  const auto ws = std::span<const std::size_t>(w.shape().data(), w.shape().size());
+  const auto ws = detail::weights_shape(w);
   const auto g = detail::conv_geom(fn, xs, ws, p);
   detail::require_dims(fn, "dy", detail::shape_of(dy), g.dst_shape);
   return detail::dnnl_call(fn, [&] {
     auto run = [&](bool plain) {
       const auto& e = detail::backward_weights_entry(g, p, bias, plain);
       const auto ddst = detail::input_as(dy, e.pd.diff_dst_desc());
-      conv2d_weight_grads<xt::xarray<float>> wg = detail::run_backward_weights(e, ddst.get(), x, ws, bias, g);
-      conv2d_grads<X, xt::xarray<float>> out{X(), std::move(wg.dw), std::move(wg.db)};
+      conv2d_weight_grads<W> wg = detail::run_backward_weights<W>(e, ddst.get(), x, ws, bias, g);
+      conv2d_grads<X, W> out{X(), std::move(wg.dw), std::move(wg.db)};
       if (need_dx) out.dx = detail::run_backward_data<X>(ddst.get(), w, xs, g, p, plain);
       else if constexpr (std::same_as<X, xt::xarray<float>>) out.dx = detail::vector_of(0);
       return out;

@@ -3,7 +3,8 @@
 // repeated call creates nothing), dnnl_tensor (a 4-D tensor kept in the memory format
 // oneDNN chose, to pass between layers without reordering), the reorders between
 // layouts (cached primitives; weights from a two-block layout back to plain by a loop of
-// their own), the workspace handle, and oneDNN's errors as tessera::error. Link
+// their own), dnnl_form (convolution weights kept in oneDNN's layout as a dist_tensor's
+// host form), the workspace handle, and oneDNN's errors as tessera::error. Link
 // tessera::dnnl.
 #pragma once
 
@@ -18,7 +19,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -27,6 +30,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/kernels/conv_params.hpp>
 #include <tessera/kernels/cpu/parallel.hpp>
+#include <tessera/tensor/host_form.hpp>
 
 namespace tessera::kernels::cpu {
 
@@ -86,6 +90,49 @@ class dnnl_tensor {
 
  private:
   dnnl::memory mem_;
+};
+
+/// Convolution weights (O, C / groups, KH, KW) in a layout oneDNN chose (OIhw16i16o on
+/// AVX-512; 5-D, groups first, for grouped convolutions), as a dist_tensor's host form:
+/// the convolutions keep the weights they reordered in it, read it as it is at their
+/// next call, and write the weights' gradient in the layout their primitive chose; the
+/// optimizers update weights, gradient and state in it when all are alike
+/// (optim/optimizer.hpp). Copies share the buffer.
+class dnnl_form final : public host_form<float> {
+ public:
+  /// The kind() of these forms.
+  static constexpr std::uint32_t tag = 0x4c4e4e44;  // "DNNL"
+
+  dnnl_form() = default;
+  /// Takes `m` (any layout) holding weights of shape `shape` (4-D).
+  dnnl_form(dnnl::memory m, std::vector<std::size_t> shape) : mem_(std::move(m)), shape_(std::move(shape)) {}
+
+  const dnnl::memory& memory() const { return mem_; }
+  /// The weights' shape (O, C / groups, KH, KW).
+  const std::vector<std::size_t>& shape() const { return shape_; }
+  explicit operator bool() const { return bool(mem_); }
+
+  std::uint32_t kind() const override { return tag; }
+  std::span<float> values() override { return {static_cast<float*>(mem_.get_data_handle()), buffer_elements()}; }
+  std::span<const float> values() const override {
+    return {static_cast<const float*>(mem_.get_data_handle()), buffer_elements()};
+  }
+  bool is_permutation() const override;
+  bool same_layout(const host_form<float>& other) const override {
+    return other.kind() == tag && static_cast<const dnnl_form&>(other).mem_.get_desc() == mem_.get_desc();
+  }
+  void to_plain(float* dst) const override;
+  void from_plain(const float* src) override;
+  std::unique_ptr<host_form<float>> empty_like() const override;
+  std::unique_ptr<host_form<float>> layout_only() const override {
+    return std::make_unique<dnnl_form>(dnnl::memory(mem_.get_desc(), dnnl_engine(), DNNL_MEMORY_NONE), shape_);
+  }
+
+ private:
+  std::size_t buffer_elements() const { return mem_.get_desc().get_size() / sizeof(float); }
+
+  dnnl::memory mem_;
+  std::vector<std::size_t> shape_;
 };
 
 /// The operand types of the oneDNN kernels: plain NCHW xarrays, and dnnl_tensor.
@@ -418,6 +465,19 @@ class output_slot<dnnl_tensor> {
   dnnl::memory mem_;
 };
 
+template <>
+class output_slot<dnnl_form> {
+ public:
+  output_slot(const dnnl_md& chosen, const dnnl_dims&, std::span<const std::size_t> shape)
+      : mem_(chosen, dnnl_engine()), shape_(shape.begin(), shape.end()) {}
+  const dnnl::memory& memory() const { return mem_; }
+  dnnl_form take() { return dnnl_form(mem_, std::move(shape_)); }
+
+ private:
+  dnnl::memory mem_;
+  std::vector<std::size_t> shape_;
+};
+
 /// A 1-D float array of n elements.
 inline xt::xarray<float> vector_of(std::size_t n) { return xt::xarray<float>::from_shape({n}); }
 
@@ -455,6 +515,30 @@ inline dnnl_tensor dnnl_tensor::from_xarray(const xt::xarray<float>& x) {
                  dnnl_engine());
   std::memcpy(m.get_data_handle(), x.data(), x.size() * sizeof(float));
   return dnnl_tensor(std::move(m));
+}
+
+inline bool dnnl_form::is_permutation() const {
+  const dnnl_memory_desc_t& c = mem_.get_desc().data;
+  if (c.offset0 != 0) return false;
+  std::size_t n = 1;
+  for (int d = 0; d < c.ndims; ++d) {
+    if (c.padded_dims[d] != c.dims[d]) return false;
+    n *= std::size_t(c.dims[d]);
+  }
+  return buffer_elements() == n;
+}
+
+inline void dnnl_form::to_plain(float* dst) const {
+  detail::reorder_into(mem_, dnnl::memory(detail::plain_desc(mem_.get_desc().dims()), dnnl_engine(), dst));
+}
+
+inline void dnnl_form::from_plain(const float* src) {
+  detail::reorder_into(
+      dnnl::memory(detail::plain_desc(mem_.get_desc().dims()), dnnl_engine(), const_cast<float*>(src)), mem_);
+}
+
+inline std::unique_ptr<host_form<float>> dnnl_form::empty_like() const {
+  return std::make_unique<dnnl_form>(dnnl::memory(mem_.get_desc(), dnnl_engine()), shape_);
 }
 
 inline bool dnnl_tensor::is_plain() const { return desc() == detail::plain_desc(desc().dims()); }
