@@ -26966,9 +26966,11 @@ class optimizer {
   }
 
   // Parameter i's shard `p` moves by `g` (same layout). On the host, where the gradient
-  // is held in a form that only reorders the shard's elements (the convolutions' weights,
-  // kernels/cpu/dnnl.hpp), the parameter is brought to that form (once: it stays there
-  // between steps) and the update runs on the forms' buffers, the state in their order.
+  // or the parameter is held in a form that only reorders the shard's elements (the
+  // convolutions' weights, kernels/cpu/dnnl.hpp), the update runs on the forms' buffers,
+  // the state in their order, and the parameter stays in that form for the next step:
+  // the gradient's form, the parameter brought to it; else the parameter's, a plain
+  // gradient (summed over the ranks in row-major order) brought to it.
   void apply(std::size_t i, tensor& p, const tensor& g, T lr) {
     if constexpr (std::is_same_v<D, cpu_device>) {
       if (const host_form<T>* gf = g.form(); gf && gf->is_permutation()) {
@@ -26981,6 +26983,15 @@ class optimizer {
         host_form<T>& pf = *p.form_for_update();
         const std::span<const T> gv = std::as_const(*gf).values();
         update(i, pf.values(), gv, lr);
+        return;
+      }
+      if (const host_form<T>* pf = p.form(); pf && pf->is_permutation()) {
+        const std::unique_ptr<host_form<T>> gf = pf->empty_like();
+        gf->from_plain(g.data().data());
+        state_in_order(i, pf);
+        host_form<T>& w = *p.form_for_update();
+        const std::span<const T> gv = std::as_const(*gf).values();
+        update(i, w.values(), gv, lr);
         return;
       }
       state_in_order(i, nullptr);
