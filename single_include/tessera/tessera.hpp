@@ -17939,10 +17939,10 @@ std::optional<bool> conv_layout_of(std::int64_t kind, const conv_geometry& g, co
 template <dnnl_operand X, class Run>
 auto in_conv_layout(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, Run&& run)
     -> decltype(run(false)) {
-  if (const std::optional<bool> plain = conv_layout_of<X>(kind, g, p)) return run(*plain);
   if constexpr (std::same_as<X, dnnl_tensor>) {
-    return run(false);  // never reached: dnnl_tensors keep their layout
+    return run(false);  // dnnl_tensors keep their layout
   } else {
+    if (const std::optional<bool> plain = conv_layout_of<X>(kind, g, p)) return run(*plain);
     const primitive_key key = conv_key(kind, g, p, false, false);
     conv_layout_choices& c = conv_choices();
     using clock = std::chrono::steady_clock;
@@ -26979,19 +26979,13 @@ class optimizer {
           f->from_plain(std::as_const(p).local().data());
           p.keep_form(std::move(f));
         }
-        state_in_order(i, gf);
-        host_form<T>& pf = *p.form_for_update();
-        const std::span<const T> gv = std::as_const(*gf).values();
-        update(i, pf.values(), gv, lr);
+        update_in_form(i, p, *gf, lr);
         return;
       }
       if (const host_form<T>* pf = p.form(); pf && pf->is_permutation()) {
         const std::unique_ptr<host_form<T>> gf = pf->empty_like();
         gf->from_plain(g.data().data());
-        state_in_order(i, pf);
-        host_form<T>& w = *p.form_for_update();
-        const std::span<const T> gv = std::as_const(*gf).values();
-        update(i, w.values(), gv, lr);
+        update_in_form(i, p, *gf, lr);
         return;
       }
       state_in_order(i, nullptr);
@@ -26999,6 +26993,14 @@ class optimizer {
     } else {
       update_on_device(i, p.local(), g.local(), lr);
     }
+  }
+
+  // The update of parameter i where p holds a form laid out as gf (the gradient's
+  // values in it): on the forms' buffers, the state brought to their order.
+  void update_in_form(std::size_t i, tensor& p, const host_form<T>& gf, T lr) {
+    state_in_order(i, &gf);
+    host_form<T>& w = *p.form_for_update();
+    update(i, w.values(), gf.values(), lr);
   }
 
   extents state_shape(std::size_t i) const { return local_shape(state_layout(i), params_[i]->shape()); }

@@ -48,6 +48,16 @@ std::vector<xt::xarray<float>> one_rank_grads(std::int64_t step, std::uint64_t s
   return out;
 }
 
+// The gradients of `net` on this rank's rows of batch 2, before any reduction.
+auto unreduced_grads(mlp& net, context& ctx) {
+  nn::cross_entropy_loss<float> ce;
+  auto grad_fn = train::value_and_grad([&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); },
+                                       net.trainable_params(), ctx);
+  const auto [x, y] = split_batch(batch(2, global_rows), ctx);
+  auto [loss, grads] = grad_fn(x, y);
+  return std::move(grads);
+}
+
 }  // namespace
 
 TEST_CASE("distributed_grad_reducer: buckets in reverse order, by size and replica group") {
@@ -159,11 +169,7 @@ TEST_CASE("distributed_grad_reducer: gradients computed before it existed are re
   context ctx(world);
   mlp net;
   net.build(ctx, 4);
-  nn::cross_entropy_loss<float> ce;
-  auto grad_fn = train::value_and_grad([&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); },
-                                       net.trainable_params(), ctx);
-  const auto [x, y] = split_batch(batch(2, global_rows), ctx);
-  auto [loss, grads] = grad_fn(x, y);
+  auto grads = unreduced_grads(net, ctx);
   reducer_t reducer(net.trainable_params(), ctx, {.mean = true, .bucket_bytes = 1000});
   grads = reducer(grads);
   const auto ref = one_rank_grads(2, 4);
@@ -213,11 +219,7 @@ TEST_CASE("distributed_grad_reducer: gradients held in a form are reduced in row
     CAPTURE(cap);
     mlp net;
     net.build(ctx, 4);
-    nn::cross_entropy_loss<float> ce;
-    auto grad_fn = train::value_and_grad([&](auto x, const dist_tensor<std::int32_t>& y) { return ce(net(x), y); },
-                                         net.trainable_params(), ctx);
-    const auto [x, y] = split_batch(batch(2, global_rows), ctx);
-    auto [loss, grads] = grad_fn(x, y);
+    auto grads = unreduced_grads(net, ctx);
     // Each rank's gradients held only in a form: reversed on even ranks, as they are on
     // odd ones.
     for (auto& g : grads) {

@@ -406,19 +406,13 @@ class optimizer {
           f->from_plain(std::as_const(p).local().data());
           p.keep_form(std::move(f));
         }
-        state_in_order(i, gf);
-        host_form<T>& pf = *p.form_for_update();
-        const std::span<const T> gv = std::as_const(*gf).values();
-        update(i, pf.values(), gv, lr);
+        update_in_form(i, p, *gf, lr);
         return;
       }
       if (const host_form<T>* pf = p.form(); pf && pf->is_permutation()) {
         const std::unique_ptr<host_form<T>> gf = pf->empty_like();
         gf->from_plain(g.data().data());
-        state_in_order(i, pf);
-        host_form<T>& w = *p.form_for_update();
-        const std::span<const T> gv = std::as_const(*gf).values();
-        update(i, w.values(), gv, lr);
+        update_in_form(i, p, *gf, lr);
         return;
       }
       state_in_order(i, nullptr);
@@ -426,6 +420,14 @@ class optimizer {
     } else {
       update_on_device(i, p.local(), g.local(), lr);
     }
+  }
+
+  // The update of parameter i where p holds a form laid out as gf (the gradient's
+  // values in it): on the forms' buffers, the state brought to their order.
+  void update_in_form(std::size_t i, tensor& p, const host_form<T>& gf, T lr) {
+    state_in_order(i, &gf);
+    host_form<T>& w = *p.form_for_update();
+    update(i, w.values(), gf.values(), lr);
   }
 
   extents state_shape(std::size_t i) const { return local_shape(state_layout(i), params_[i]->shape()); }

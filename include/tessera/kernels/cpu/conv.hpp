@@ -178,10 +178,10 @@ std::optional<bool> conv_layout_of(std::int64_t kind, const conv_geometry& g, co
 template <dnnl_operand X, class Run>
 auto in_conv_layout(std::int64_t kind, const conv_geometry& g, const conv2d_params& p, Run&& run)
     -> decltype(run(false)) {
-  if (const std::optional<bool> plain = conv_layout_of<X>(kind, g, p)) return run(*plain);
   if constexpr (std::same_as<X, dnnl_tensor>) {
-    return run(false);  // never reached: dnnl_tensors keep their layout
+    return run(false);  // dnnl_tensors keep their layout
   } else {
+    if (const std::optional<bool> plain = conv_layout_of<X>(kind, g, p)) return run(*plain);
     const primitive_key key = conv_key(kind, g, p, false, false);
     conv_layout_choices& c = conv_choices();
     using clock = std::chrono::steady_clock;
