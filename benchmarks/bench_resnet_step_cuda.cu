@@ -12,7 +12,11 @@
 // ReLUs, poolings, the residual adds, the classifier, the update, the framework). The
 // PyTorch peer on the same GPU is peers/torch_resnet_step.py --device cuda.
 //
-// Options as bench_resnet_step's: --image-size S (32), --steps N (20), --warmup N (3).
+// Options as bench_resnet_step's: --image-size S (32), --steps N (20), --warmup N (3);
+// --profile-step K brackets step K with cudaProfilerStart/Stop, so that a profiler started
+// with its collection off (`ncu --profile-from-start off ...`) records that step's kernels
+// alone, and the counter device_mib_between_steps says what the step starts with in use.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -118,8 +122,14 @@ int main(int argc, char** argv) {
     const std::string step = rs::name(o, world.size(), "/device=cuda");
     benchmark::RegisterBenchmark(step.c_str(), [&](benchmark::State& s) {
       cuda::allocator().reset_peak();
-      rs::bm_resnet50_step<cuda_device>(s, world, o);
+      double between_steps = 0;  // device memory in use before the profiled step
+      rs::bm_resnet50_step<cuda_device>(s, world, o, [&](bool start) {
+        cuda::synchronize();
+        if (start) between_steps = double(cuda::allocator().stats().in_use) / (1 << 20);
+        TESSERA_CUDA_CHECK(start ? cudaProfilerStart() : cudaProfilerStop());
+      });
       s.counters["peak_device_mib"] = double(cuda::allocator().stats().peak_in_use) / (1 << 20);
+      if (o.profile_step > 0) s.counters["device_mib_between_steps"] = between_steps;
     })
         ->UseManualTime()
         ->Iterations(o.steps)

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,25 +43,35 @@ struct options {
   std::int64_t scratch_mib = -1;  // --scratch-mib: the host kernels' scratch pool per thread (-1: the default)
   std::string conv_layouts;       // --conv-layouts: measured, blocked or plain (empty: the default)
   std::int64_t kept_weights = -1;  // --kept-weights 0|1: the host's convolution weights kept in oneDNN's layout
+  std::int64_t profile_step = 0;   // --profile-step K: the profiler's range is step K (1-based; 0: none)
 };
 
-// Records the step times after the warm-up.
+// Records the step times after the warm-up, and marks step `profile_step` for a
+// profiler (`mark(true)` before it, `mark(false)` after it).
 class step_timer : public train::callback<float> {
  public:
-  explicit step_timer(std::int64_t warmup) : warmup_(warmup) {}
+  step_timer(std::int64_t warmup, std::int64_t profile_step, std::function<void(bool)> mark)
+      : warmup_(warmup), profile_step_(profile_step), mark_(std::move(mark)) {}
+  void on_step_begin(train::run_context<float>& rc) override {
+    if (mark_ && rc.step + 1 == profile_step_) mark_(true);
+  }
   void on_step_end(train::run_context<float>& rc) override {
+    if (mark_ && rc.step == profile_step_) mark_(false);
     if (rc.step > warmup_) seconds.push_back(rc.step_seconds);
   }
   std::vector<double> seconds;
 
  private:
-  std::int64_t warmup_;
+  std::int64_t warmup_, profile_step_;
+  std::function<void(bool)> mark_;
 };
 
 /// One benchmark run of `o.warmup + o.steps` steps on device D over `world` (the host
-/// world; D's shards move through device_communicator(world, D{})).
+/// world; D's shards move through device_communicator(world, D{})). `profile_mark`, when
+/// given, is called before and after step `o.profile_step`.
 template <class D>
-void bm_resnet50_step(benchmark::State& state, any_communicator& world, const options& o) {
+void bm_resnet50_step(benchmark::State& state, any_communicator& world, const options& o,
+                      std::function<void(bool)> profile_mark = {}) {
   const int p = world.size(), me = world.rank();
   const std::int64_t s = o.image_size, steps = o.warmup + o.steps;
   any_communicator comm = device_communicator(world, D{});
@@ -86,7 +97,7 @@ void bm_resnet50_step(benchmark::State& state, any_communicator& world, const op
                              },
                              {"image", "label"}, steps * per_rank_batch * p, {.num_shards = p, .shard_id = me})
                              .batch(per_rank_batch, true);
-  step_timer timer(o.warmup);
+  step_timer timer(o.warmup, o.profile_step, std::move(profile_mark));
   model.train(1, images, {&timer});
   if (timer.seconds.empty()) throw error("bench_resnet_step: no timed steps (--steps 0?)");
   std::vector<double> slowest(timer.seconds.size());
@@ -118,7 +129,7 @@ void bm_resnet50_step(benchmark::State& state, any_communicator& world, const op
 /// Takes the benchmark's options out of argv (Google Benchmark rejects unknown flags):
 /// --image-size S (32; 224 is seed 001's Resize), --steps N timed steps (20), --warmup N
 /// untimed steps first (3), --scratch-mib M, --conv-layouts measured|blocked|plain,
-/// --kept-weights 0|1.
+/// --kept-weights 0|1, --profile-step K.
 inline options parse(int& argc, char** argv) {
   options o;
   int out = 1;
@@ -136,6 +147,7 @@ inline options parse(int& argc, char** argv) {
                            : a == "--warmup"      ? &o.warmup
                            : a == "--scratch-mib"  ? &o.scratch_mib
                            : a == "--kept-weights" ? &o.kept_weights
+                           : a == "--profile-step" ? &o.profile_step
                                                    : nullptr;
     if (!target) {
       argv[out++] = argv[i];

@@ -11,8 +11,8 @@ Writes, under --out:
   bench_resnet_step_vs_pytorch.png
                                ResNet-50's training step, images per second of tessera and
                                of PyTorch in the same session, on CPUs (resnet_step_*_np*.json)
-                               and on one H100 (resnet_step_cuda_*_h100.json and
-                               torch_resnet_step_cuda_*_h100.json).
+                               and on one H200 (resnet_step_cuda_*_h200.json and
+                               torch_resnet_step_cuda_*_h200.json).
 
 Uses matplotlib (Debian: python3-matplotlib), which building and testing tessera do not
 need; tools/plot_matmul.py draws bench_matmul's charts.
@@ -105,10 +105,10 @@ def resnet_step(results, out):
             if os.path.exists(os.path.join(results, name)):
                 m = load(results, name)["median"]
                 rows.append((f"CPU {size}x{size}, {ranks} proc.", m["tessera_images_per_s"], m["pytorch_images_per_s"]))
-        t_name, p_name = f"resnet_step_cuda_{size}_h100.json", f"torch_resnet_step_cuda_{size}_h100.json"
+        t_name, p_name = f"resnet_step_cuda_{size}_h200.json", f"torch_resnet_step_cuda_{size}_h200.json"
         if os.path.exists(os.path.join(results, t_name)) and os.path.exists(os.path.join(results, p_name)):
             t = next(b for b in load(results, t_name)["benchmarks"] if b["name"].startswith("resnet50_step/"))
-            rows.append((f"H100 {size}x{size}", t["images_per_s"], load(results, p_name)["images_per_s"]))
+            rows.append((f"H200 {size}x{size}", t["images_per_s"], load(results, p_name)["images_per_s"]))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ratios = [t / p for _, t, p in rows]
     ax.barh([r[0] for r in rows], ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios])

@@ -56,11 +56,16 @@ def worker(rank, world, args, queue):
     x, y = x.to(device), y.to(device)
 
     times = []
+    between_steps_mib = 0.0
     for step in range(args.warmup + args.steps):
         if distributed:
             dist.barrier()
         if cuda:
             torch.cuda.synchronize()
+        profiled = cuda and step + 1 == args.profile_step
+        if profiled:
+            between_steps_mib = torch.cuda.memory_allocated() / 2**20
+            torch.cuda.cudart().cudaProfilerStart()
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = loss_fn(model(x), y)
@@ -69,6 +74,8 @@ def worker(rank, world, args, queue):
         if cuda:
             torch.cuda.synchronize()
         t = time.perf_counter() - t0
+        if profiled:
+            torch.cuda.cudart().cudaProfilerStop()
         if step >= args.warmup:
             times.append(t)
     slowest = torch.tensor(times, dtype=torch.float64)
@@ -80,7 +87,7 @@ def worker(rank, world, args, queue):
     if rank == 0:
         params = sum(p.numel() for p in net.parameters())
         device_mib = torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0
-        queue.put((slowest.tolist(), peak.tolist(), params, torch.__version__, device_mib))
+        queue.put((slowest.tolist(), peak.tolist(), params, torch.__version__, device_mib, between_steps_mib))
     if distributed:
         dist.destroy_process_group()
 
@@ -95,6 +102,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--port", type=int, default=29519)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one process on the GPU")
+    ap.add_argument("--profile-step", type=int, default=0,
+                    help="cuda: bracket step K (1-based) with cudaProfilerStart/Stop, for ncu --profile-from-start off")
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--compare", help="bench_resnet_step's JSON output: print the ratios")
     ap.add_argument("--load", help="PyTorch's results from this earlier --out file (no timing)")
@@ -115,7 +124,7 @@ def main():
         ctx = mp.get_context("spawn")
         queue = ctx.SimpleQueue()
         mp.spawn(worker, args=(args.ranks, args, queue), nprocs=args.ranks, join=True)
-        times, peak, params, version, device_mib = queue.get()
+        times, peak, params, version, device_mib, between_steps_mib = queue.get()
         ms = [1e3 * t for t in times]
         result = {
             "peer": "pytorch_ddp_gloo" if args.ranks > 1 else "pytorch",
@@ -135,6 +144,8 @@ def main():
         }
         if args.device == "cuda":
             result["peak_device_mib"] = device_mib
+            if args.profile_step > 0:
+                result["device_mib_between_steps"] = between_steps_mib
     print(json.dumps(result, indent=2))
     if args.out and not args.load:
         with open(args.out, "w") as f:

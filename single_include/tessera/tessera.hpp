@@ -17205,6 +17205,94 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 }
 
 }  // namespace tessera::kernels::cpu
+// ---- tessera/kernels/cpu/cnn_table.hpp ----
+// The host's convolutional-network kernels (convolution, batch norm, pooling) as a
+// table of functions, which kernels/cpu/cnn_kernels.hpp fills with oneDNN's kernels
+// when a translation unit of the host compiler includes it (backend<cpu_device> does
+// wherever tessera::dnnl is linked). backend<cpu_device> calls through the table.
+//
+// Why a table: nvcc's front end cannot parse oneDNN 2.6's dnnl.hpp in C++20 (an
+// internal error), so a program's CUDA files see no oneDNN. Were the kernels inline
+// functions, a host operator instantiated in both a CUDA and a host file would have two
+// definitions, with and without the kernels, and the linker would keep either one. Through
+// the table, every file compiles the same operator, and the kernels are found at run time
+// wherever one host file of the program brought them in.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+#include <xtensor/xarray.hpp>
+
+namespace dnnl {
+struct memory;
+}
+
+namespace tessera::kernels::cpu {
+
+/// What a kernel's backward needs from its forward besides the arrays (the positions of
+/// the maxima of a max pooling, the ReLU mask of a fused batch norm): opaque, empty
+/// where the forward keeps nothing. Copies share the buffer.
+struct dnnl_workspace {
+  std::shared_ptr<dnnl::memory> memory;
+  bool empty() const { return !memory; }
+};
+
+/// The kernels, on float NCHW shards (each as kernels/cpu/conv.hpp, batch_norm.hpp and
+/// pool.hpp define it; the convolutions given the weights' tensor keep them in oneDNN's
+/// layout, as backend<cpu_device> documents).
+struct cnn_kernels {
+  using array = xt::xarray<float>;
+  using tensor = tensor_on<float>;
+  using workspace = dnnl_workspace;
+
+  array (*conv2d_forward)(const array& x, const array& w, const array* bias, const conv2d_params& p, bool relu);
+  conv2d_grads<array> (*conv2d_backward)(const array& dy, const array& x, const array& w, bool need_dx, bool bias,
+                                         const conv2d_params& p);
+  array (*conv2d_forward_tensor)(const array& x, const tensor& w, const conv2d_params& p);
+  std::pair<array, tensor> (*conv2d_backward_tensor)(const array& dy, const array& x, const tensor& w, bool need_dx,
+                                                     const conv2d_params& p, const layout& grad_w);
+  batch_norm_training<array, array, workspace> (*batch_norm_forward_training)(const array& x, const array& gamma,
+                                                                              const array& beta, float eps, bool relu);
+  array (*batch_norm_forward_inference)(const array& x, const array& gamma, const array& beta, const array& mean,
+                                        const array& variance, float eps, bool relu);
+  batch_norm_grads<array, array> (*batch_norm_backward)(const array& dy, const array& x, const array& gamma,
+                                                        const array& mean, const array& variance, const workspace& ws,
+                                                        float eps, bool relu);
+  channel_sums<array> (*batch_norm_sums)(const array& x);
+  batch_norm_stats<array> (*batch_norm_moments)(const channel_sums<array>& sums, std::size_t count);
+  channel_sums<array> (*batch_norm_backward_sums)(const array& dy, const array& x, const array& mean,
+                                                  const array& variance, float eps, const array* relu_y);
+  array (*batch_norm_backward_data)(const array& dy, const array& x, const array& gamma, const array& mean,
+                                    const array& variance, const channel_sums<array>& sums, std::size_t count,
+                                    float eps, const array* relu_y);
+  void (*batch_norm_update_running)(array& running_mean, array& running_var, const array& mean, const array& variance,
+                                    std::size_t count, float momentum, bool unbiased);
+  max_pool2d_result<array, workspace> (*max_pool2d_forward)(const array& x, const pool2d_params& p);
+  array (*max_pool2d_backward)(const array& dy, const array& x, const array& y, const workspace& ws,
+                               const pool2d_params& p);
+  array (*avg_pool2d_forward)(const array& x, const pool2d_params& p);
+  array (*avg_pool2d_backward)(const array& dy, const std::vector<std::size_t>& x_shape, const pool2d_params& p);
+  array (*global_avg_pool2d_forward)(const array& x);
+  array (*global_avg_pool2d_backward)(const array& dy, const std::vector<std::size_t>& x_shape);
+};
+
+/// The program's table: null until a host translation unit with oneDNN registers its
+/// kernels (at static initialisation).
+inline const cnn_kernels*& cnn_kernel_table() {
+  static const cnn_kernels* table = nullptr;
+  return table;
+}
+
+/// The table, for kernel `fn`; throws when no file of the program brought oneDNN in.
+inline const cnn_kernels& cnn(const char* fn) {
+  if (const cnn_kernels* t = cnn_kernel_table()) return *t;
+  throw error(std::string(fn) +
+              ": the host's convolution kernels are missing: link tessera::dnnl (oneDNN) and include tessera from "
+              "at least one file the host compiler builds (nvcc cannot parse oneDNN's headers)");
+}
+
+}  // namespace tessera::kernels::cpu
 #if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 // ---- tessera/kernels/cpu/dnnl.hpp ----
 // What the oneDNN kernels share: the engine (one per process) and stream (one per
@@ -17213,7 +17301,7 @@ xt::xarray<T> reshape(xt::xarray<T>&& x, const std::vector<index_t>& shape) {
 // oneDNN chose, to pass between layers without reordering), the reorders between
 // layouts (cached primitives; weights from a two-block layout back to plain by a loop of
 // their own), dnnl_form (convolution weights kept in oneDNN's layout as a dist_tensor's
-// host form), the workspace handle, and oneDNN's errors as tessera::error. Link
+// host form), and oneDNN's errors as tessera::error. Link
 // tessera::dnnl.
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -17250,14 +17338,6 @@ inline dnnl::stream& dnnl_stream() {
   thread_local dnnl::stream s(dnnl_engine());
   return s;
 }
-
-/// What a kernel's backward needs from its forward besides the arrays (the positions of
-/// the maxima of a max pooling, the ReLU mask of a fused batch norm): opaque, empty
-/// where the forward keeps nothing. Copies share the buffer.
-struct dnnl_workspace {
-  dnnl::memory memory;
-  bool empty() const { return !memory; }
-};
 
 /// A 4-D float tensor (N, C, H, W) in a memory format oneDNN chose (a blocked one such
 /// as nChw16c on AVX-512, or plain NCHW). Every kernel of kernels/cpu/conv.hpp,
@@ -18518,8 +18598,8 @@ batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_tra
                                                {DNNL_ARG_SCALE, detail::wrap(gamma)},
                                                {DNNL_ARG_SHIFT, detail::wrap(beta)}};
     if (relu) {
-      out.workspace.memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
-      args.emplace(DNNL_ARG_WORKSPACE, out.workspace.memory);
+      out.workspace.memory = std::make_shared<dnnl::memory>(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, *out.workspace.memory);
     }
     e.prim.execute(dnnl_stream(), args);
     out.y = dst.take();
@@ -18633,7 +18713,7 @@ batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X&
                                                {DNNL_ARG_DIFF_SRC, dsrc.memory()},
                                                {DNNL_ARG_DIFF_SCALE, detail::wrap(out.dgamma)},
                                                {DNNL_ARG_DIFF_SHIFT, detail::wrap(out.dbeta)}};
-    if (relu) args.emplace(DNNL_ARG_WORKSPACE, workspace.memory);
+    if (relu) args.emplace(DNNL_ARG_WORKSPACE, *workspace.memory);
     e.prim.execute(dnnl_stream(), args);
     out.dx = dsrc.take();
     return out;
@@ -18963,8 +19043,8 @@ X pool_forward(const char* fn, const X& x, const pool2d_params& p, bool max, dnn
     output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst.memory()}};
     if (ws && e.pd.workspace_desc().get_size() > 0) {
-      ws->memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
-      args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+      ws->memory = std::make_shared<dnnl::memory>(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, *ws->memory);
     }
     e.prim.execute(dnnl_stream(), args);
     X y = dst.take();
@@ -19014,7 +19094,7 @@ X pool_backward(const char* fn, const X& dy, std::span<const std::size_t> x_shap
     const scratch_memory ddst = as_desc(ddst_in, e.pd.diff_dst_desc());
     output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}};
-    if (max) args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+    if (max) args.emplace(DNNL_ARG_WORKSPACE, *ws->memory);
     e.prim.execute(dnnl_stream(), args);
     return dsrc.take();
   });
@@ -19299,6 +19379,7 @@ struct backend;
 // forwards to kernels/cpu/, which does the math on xt::xarray shards (the convolution,
 // batch-norm and pooling kernels through oneDNN, where it is installed).
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19788,12 +19869,120 @@ xt::xarray<To> convert(const xt::xarray<From>& x) {
 }
 
 }  // namespace tessera::kernels::cpu
-// The convolutional network kernels where the program asks for oneDNN (TESSERA_WITH_DNNL,
-// defined by linking tessera::dnnl), in translation units of the host compiler: nvcc's
-// front end cannot parse oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see
-// backend<cpu_device> without them. Operators that need them throw where they are absent.
+// The convolutional network kernels through the program's table
+// (kernels/cpu/cnn_table.hpp), which oneDNN's fill where the program asks for them
+// (TESSERA_WITH_DNNL, defined by linking tessera::dnnl) in a translation unit of the host
+// compiler: nvcc's front end cannot parse oneDNN 2.6's dnnl.hpp (an internal error), so
+// a CUDA file compiles the same calls and finds the kernels a host file entered.
 #if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
-#define TESSERA_KERNELS_CPU_CNN 1
+// ---- tessera/kernels/cpu/cnn_kernels.hpp ----
+// oneDNN's convolution, batch-norm and pooling kernels entered in the program's table
+// (kernels/cpu/cnn_table.hpp) when this header is first included by a translation unit
+// of the host compiler; backend<cpu_device> includes it wherever tessera::dnnl is
+// linked. Also where the convolutions keep their weights in oneDNN's layout, on the
+// weights' tensor (a dnnl_form made from the plain shard at the first call and kept
+// beside it, updated in place by the optimizers) unless set_dnnl_conv_weights_kept(false).
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace tessera::kernels::cpu {
+
+namespace detail {
+
+/// The weights' kept form, or null (none, another kind, or keeping turned off).
+inline const dnnl_form* kept_weights(const tensor_on<float>& w) {
+  const host_form<float>* f = w.form();
+  if (!f || f->kind() != dnnl_form::tag || !dnnl_conv_weights_kept()) return nullptr;
+  return static_cast<const dnnl_form*>(f);
+}
+
+/// The forward without bias given the weights' tensor: on their kept form, or on a form
+/// made now and kept on the tensor (none while a measured layout is still undecided).
+inline xt::xarray<float> conv2d_forward_tensor(const xt::xarray<float>& x, const tensor_on<float>& w,
+                                               const conv2d_params& p) {
+  if (const dnnl_form* f = kept_weights(w)) return cpu::conv2d_forward(x, *f, nullptr, p);
+  if (dnnl_conv_weights_kept() && w.plain_current())
+    if (std::optional<dnnl_form> f = cpu::conv2d_forward_weights<xt::xarray<float>>(shape_of(x), w.local(), false, p)) {
+      w.keep_form(std::make_unique<dnnl_form>(*f));
+      return cpu::conv2d_forward(x, *f, nullptr, p);
+    }
+  return cpu::conv2d_forward(x, w.local(), nullptr, p);
+}
+
+/// Its backward: dx (empty unless `need_dx`), and dw as a tensor of layout `grad_w`, held
+/// in the layout the primitive wrote it in (a dnnl_form) where the weights are kept in
+/// one, else plain.
+inline std::pair<xt::xarray<float>, tensor_on<float>> conv2d_backward_tensor(const xt::xarray<float>& dy,
+                                                                             const xt::xarray<float>& x,
+                                                                             const tensor_on<float>& w, bool need_dx,
+                                                                             const conv2d_params& p,
+                                                                             const tessera::layout& grad_w) {
+  if (const dnnl_form* f = kept_weights(w)) {
+    auto k = cpu::conv2d_backward(dy, x, *f, need_dx, false, p);
+    return {std::move(k.dx),
+            tensor_on<float>(grad_w, w.global_shape(), w.rank(), std::make_unique<dnnl_form>(std::move(k.dw)))};
+  }
+  auto k = cpu::conv2d_backward(dy, x, w.local(), need_dx, false, p);
+  return {std::move(k.dx), tensor_on<float>(grad_w, w.global_shape(), w.rank(), std::move(k.dw))};
+}
+
+using cnn_array = xt::xarray<float>;
+
+/// The table of oneDNN's kernels.
+inline constexpr cnn_kernels onednn_cnn_kernels{
+    [](const cnn_array& x, const cnn_array& w, const cnn_array* bias, const conv2d_params& p, bool relu) {
+      return cpu::conv2d_forward(x, w, bias, p, relu);
+    },
+    [](const cnn_array& dy, const cnn_array& x, const cnn_array& w, bool need_dx, bool bias, const conv2d_params& p) {
+      return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
+    },
+    conv2d_forward_tensor,
+    conv2d_backward_tensor,
+    [](const cnn_array& x, const cnn_array& gamma, const cnn_array& beta, float eps, bool relu) {
+      return cpu::batch_norm_forward_training(x, gamma, beta, eps, relu);
+    },
+    [](const cnn_array& x, const cnn_array& gamma, const cnn_array& beta, const cnn_array& mean,
+       const cnn_array& variance, float eps,
+       bool relu) { return cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu); },
+    [](const cnn_array& dy, const cnn_array& x, const cnn_array& gamma, const cnn_array& mean,
+       const cnn_array& variance, const dnnl_workspace& ws, float eps,
+       bool relu) { return cpu::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu); },
+    [](const cnn_array& x) { return cpu::batch_norm_sums(x); },
+    [](const channel_sums<cnn_array>& sums, std::size_t count) { return cpu::batch_norm_moments(sums, count); },
+    [](const cnn_array& dy, const cnn_array& x, const cnn_array& mean, const cnn_array& variance, float eps,
+       const cnn_array* relu_y) { return cpu::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y); },
+    [](const cnn_array& dy, const cnn_array& x, const cnn_array& gamma, const cnn_array& mean,
+       const cnn_array& variance, const channel_sums<cnn_array>& sums, std::size_t count, float eps,
+       const cnn_array* relu_y) {
+      return cpu::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+    },
+    [](cnn_array& running_mean, cnn_array& running_var, const cnn_array& mean, const cnn_array& variance,
+       std::size_t count, float momentum, bool unbiased) {
+      cpu::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+    },
+    [](const cnn_array& x, const pool2d_params& p) { return cpu::max_pool2d_forward(x, p); },
+    [](const cnn_array& dy, const cnn_array& x, const cnn_array& y, const dnnl_workspace& ws, const pool2d_params& p) {
+      return cpu::max_pool2d_backward(dy, x, y, ws, p);
+    },
+    [](const cnn_array& x, const pool2d_params& p) { return cpu::avg_pool2d_forward(x, p); },
+    [](const cnn_array& dy, const std::vector<std::size_t>& x_shape, const pool2d_params& p) {
+      return cpu::avg_pool2d_backward(dy, x_shape, p);
+    },
+    [](const cnn_array& x) { return cpu::global_avg_pool2d_forward(x); },
+    [](const cnn_array& dy, const std::vector<std::size_t>& x_shape) {
+      return cpu::global_avg_pool2d_backward(dy, x_shape);
+    },
+};
+
+/// Enters the kernels at static initialisation (once, whichever file does it first).
+inline const bool onednn_cnn_kernels_entered = (cnn_kernel_table() = &onednn_cnn_kernels, true);
+
+}  // namespace detail
+
+}  // namespace tessera::kernels::cpu
 #endif
 
 namespace tessera::kernels {
@@ -20028,139 +20217,136 @@ struct backend<cpu_device> {
                      weight_decay, decoupled, t);
   }
 
-#if defined(TESSERA_KERNELS_CPU_CNN)
-  // ---- convolutional networks (kernels/cpu/conv.hpp, batch_norm.hpp, pool.hpp; float) ----
+  // ---- convolutional networks (float; kernels/cpu/cnn_table.hpp: oneDNN's) ----
   /// What a backward needs from its forward besides the arrays (max pooling's maxima, a
   /// fused batch norm's ReLU mask).
   using workspace = cpu::dnnl_workspace;
 
   template <class T>
+    requires std::same_as<T, float>
   static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
                                  const conv2d_params& p, bool relu = false) {
-    return cpu::conv2d_forward(x, w, bias, p, relu);
+    return cpu::cnn("conv2d_forward").conv2d_forward(x, w, bias, p, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
                                                 bool need_dx, bool bias, const conv2d_params& p) {
-    return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
+    return cpu::cnn("conv2d_backward").conv2d_backward(dy, x, w, need_dx, bias, p);
   }
   /// The same without bias, the weights given as their tensor, which keeps them in the
   /// layout the forward reads them in (a cpu::dnnl_form: made from the plain shard at the
   /// first call and kept beside it; updated in place by the optimizers) unless
   /// cpu::set_dnnl_conv_weights_kept(false).
   template <class T>
+    requires std::same_as<T, float>
   static array<T> conv2d_forward(const array<T>& x, const tensor_on<T>& w, const conv2d_params& p) {
-    if (const cpu::dnnl_form* f = kept_weights(w)) return cpu::conv2d_forward(x, *f, nullptr, p);
-    if (cpu::dnnl_conv_weights_kept() && w.plain_current())
-      if (std::optional<cpu::dnnl_form> f = cpu::conv2d_forward_weights<array<T>>(cpu::detail::shape_of(x),
-                                                                                  w.local(), false, p)) {
-        w.keep_form(std::make_unique<cpu::dnnl_form>(*f));
-        return cpu::conv2d_forward(x, *f, nullptr, p);
-      }
-    return cpu::conv2d_forward(x, w.local(), nullptr, p);
+    return cpu::cnn("conv2d_forward").conv2d_forward_tensor(x, w, p);
   }
   /// Its backward: dx (empty unless `need_dx`), and dw as a tensor of layout `grad_w`,
   /// held in the layout the primitive wrote it in (a cpu::dnnl_form) where the weights
   /// are kept in one, else plain.
   template <class T>
+    requires std::same_as<T, float>
   static std::pair<array<T>, tensor_on<T>> conv2d_backward(const array<T>& dy, const array<T>& x,
                                                            const tensor_on<T>& w, bool need_dx,
                                                            const conv2d_params& p, const layout& grad_w) {
-    if (const cpu::dnnl_form* f = kept_weights(w)) {
-      auto k = cpu::conv2d_backward(dy, x, *f, need_dx, false, p);
-      return {std::move(k.dx),
-              tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::make_unique<cpu::dnnl_form>(std::move(k.dw)))};
-    }
-    auto k = cpu::conv2d_backward(dy, x, w.local(), need_dx, false, p);
-    return {std::move(k.dx), tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::move(k.dw))};
-  }
-
-  /// The weights' kept form, or null (none, another kind, or keeping turned off).
-  template <class T>
-  static const cpu::dnnl_form* kept_weights(const tensor_on<T>& w) {
-    const host_form<T>* f = w.form();
-    if (!f || f->kind() != cpu::dnnl_form::tag || !cpu::dnnl_conv_weights_kept()) return nullptr;
-    return static_cast<const cpu::dnnl_form*>(f);
+    return cpu::cnn("conv2d_backward").conv2d_backward_tensor(dy, x, w, need_dx, p, grad_w);
   }
 
   template <class T>
+    requires std::same_as<T, float>
   static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
       const array<T>& x, const array<T>& gamma, const array<T>& beta, T eps, bool relu = false) {
-    return cpu::batch_norm_forward_training(x, gamma, beta, eps, relu);
+    return cpu::cnn("batch_norm_forward_training").batch_norm_forward_training(x, gamma, beta, eps, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> batch_norm_forward_inference(const array<T>& x, const array<T>& gamma, const array<T>& beta,
                                                const array<T>& mean, const array<T>& variance, T eps,
                                                bool relu = false) {
-    return cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
+    return cpu::cnn("batch_norm_forward_inference")
+        .batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static batch_norm_grads<array<T>, array<T>> batch_norm_backward(const array<T>& dy, const array<T>& x,
                                                                   const array<T>& gamma, const array<T>& mean,
                                                                   const array<T>& variance, const workspace& ws,
                                                                   T eps, bool relu = false) {
-    return cpu::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
+    return cpu::cnn("batch_norm_backward").batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static channel_sums<array<T>> batch_norm_sums(const array<T>& x) {
-    return cpu::batch_norm_sums(x);
+    return cpu::cnn("batch_norm_sums").batch_norm_sums(x);
   }
   template <class T>
+    requires std::same_as<T, float>
   static batch_norm_stats<array<T>> batch_norm_moments(const channel_sums<array<T>>& sums, std::size_t count) {
-    return cpu::batch_norm_moments(sums, count);
+    return cpu::cnn("batch_norm_moments").batch_norm_moments(sums, count);
   }
   template <class T>
+    requires std::same_as<T, float>
   static channel_sums<array<T>> batch_norm_backward_sums(const array<T>& dy, const array<T>& x, const array<T>& mean,
                                                          const array<T>& variance, T eps,
                                                          const array<T>* relu_y = nullptr) {
-    return cpu::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
+    return cpu::cnn("batch_norm_backward_sums").batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> batch_norm_backward_data(const array<T>& dy, const array<T>& x, const array<T>& gamma,
                                            const array<T>& mean, const array<T>& variance,
                                            const channel_sums<array<T>>& sums, std::size_t count, T eps,
                                            const array<T>* relu_y = nullptr) {
-    return cpu::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+    return cpu::cnn("batch_norm_backward_data")
+        .batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
   }
   template <class T>
+    requires std::same_as<T, float>
   static void batch_norm_update_running(array<T>& running_mean, array<T>& running_var, const array<T>& mean,
                                         const array<T>& variance, std::size_t count, T momentum,
                                         bool unbiased = true) {
-    cpu::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+    cpu::cnn("batch_norm_update_running")
+        .batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
   }
 
   template <class T>
+    requires std::same_as<T, float>
   static max_pool2d_result<array<T>, workspace> max_pool2d_forward(const array<T>& x, const pool2d_params& p) {
-    return cpu::max_pool2d_forward(x, p);
+    return cpu::cnn("max_pool2d_forward").max_pool2d_forward(x, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> max_pool2d_backward(const array<T>& dy, const array<T>& x, const array<T>& y, const workspace& ws,
                                       const pool2d_params& p) {
-    return cpu::max_pool2d_backward(dy, x, y, ws, p);
+    return cpu::cnn("max_pool2d_backward").max_pool2d_backward(dy, x, y, ws, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> avg_pool2d_forward(const array<T>& x, const pool2d_params& p) {
-    return cpu::avg_pool2d_forward(x, p);
+    return cpu::cnn("avg_pool2d_forward").avg_pool2d_forward(x, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape,
                                       const pool2d_params& p) {
-    return cpu::avg_pool2d_backward(dy, x_shape, p);
+    return cpu::cnn("avg_pool2d_backward").avg_pool2d_backward(dy, x_shape, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> global_avg_pool2d_forward(const array<T>& x) {
-    return cpu::global_avg_pool2d_forward(x);
+    return cpu::cnn("global_avg_pool2d_forward").global_avg_pool2d_forward(x);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> global_avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape) {
-    return cpu::global_avg_pool2d_backward(dy, x_shape);
+    return cpu::cnn("global_avg_pool2d_backward").global_avg_pool2d_backward(dy, x_shape);
   }
-#endif
 };
 
 }  // namespace tessera::kernels
 
-#undef TESSERA_KERNELS_CPU_CNN
 // ---- tessera/ops/matmul.hpp ----
 // Sharded MatMul: the sharding rule (ops/matmul_rule.hpp), the local product (the
 // tensors' device's backend: BLAS on the host, cuBLAS on a GPU) and its backward.

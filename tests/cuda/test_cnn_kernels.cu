@@ -118,7 +118,11 @@ TEST_CASE("conv2d on the GPU equals the host's") {
 
 TEST_CASE("batch norm on the GPU equals the host's, whole and split") {
   unsigned seed = 30;
-  for (const shape_t& s : {shape_t{4, 3, 5, 5}, shape_t{8, 64, 16, 16}, shape_t{6, 5, 3, 7}})
+  // The last two split each channel's samples over several blocks (10 parts of 2
+  // samples; 3 uneven parts of 10), their halves over fewer. Batches are even: the
+  // second half below is as large as the first.
+  for (const shape_t& s : {shape_t{4, 3, 5, 5}, shape_t{8, 64, 16, 16}, shape_t{6, 5, 3, 7}, shape_t{20, 4, 64, 64},
+                           shape_t{10, 2, 56, 56}})
     for (bool relu : {false, true}) {
       CAPTURE(s[1]);
       CAPTURE(relu);

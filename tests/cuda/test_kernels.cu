@@ -105,6 +105,27 @@ TEST_CASE("storage: host round trip, fill, and box copies of every kind") {
   CHECK(same_values(host(b), host(a)));
 }
 
+TEST_CASE("device_array copies: values, shape, and empty arrays stay empty") {
+  const darray a = dev(host_array(shape_of({3, 4}), 5));
+  const darray b = a;
+  CHECK(b.data() != a.data());
+  CHECK(b.shape() == a.shape());
+  CHECK(same_values(host(b), host(a)));
+  // A default array (a struct's member before its use, as the reducer's) and one with a
+  // zero extent copy as empty, with their shapes, and allocate nothing.
+  const darray none;
+  const darray none_copy = none;
+  CHECK(none_copy.size() == 0);
+  CHECK(none_copy.data() == nullptr);
+  CHECK(none_copy.shape().empty());
+  const darray zero(shape_of({2, 0, 3}));
+  darray zero_copy(shape_of({1}));
+  zero_copy = zero;
+  CHECK(zero_copy.size() == 0);
+  CHECK(zero_copy.data() == nullptr);
+  CHECK(zero_copy.shape() == zero.shape());
+}
+
 TEST_CASE("element-wise kernels equal the host's, with broadcasting") {
   struct pair_case { std::vector<std::size_t> a, b; };
   const std::vector<pair_case> shapes = {{{3, 4}, {3, 4}},       {{3, 1}, {1, 4}},   {{4}, {2, 3, 4}},

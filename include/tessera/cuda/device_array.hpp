@@ -47,9 +47,12 @@ class device_array {
     return a;
   }
 
-  device_array(const device_array& o) : device_array(o.shape_) {
-    if (size_ > 0)
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(data_, o.data_, size_ * sizeof(T), cudaMemcpyDeviceToDevice, stream()));
+  /// A copy of o's elements and shape; an empty array (default-constructed, or of a
+  /// shape with a zero extent) copies as empty, with no allocation.
+  device_array(const device_array& o) : size_(o.size_), shape_(o.shape_) {
+    if (size_ == 0) return;
+    data_ = static_cast<T*>(allocator().allocate(size_ * sizeof(T)));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(data_, o.data_, size_ * sizeof(T), cudaMemcpyDeviceToDevice, stream()));
   }
   device_array& operator=(const device_array& o) {
     if (this != &o) *this = device_array(o);

@@ -13,6 +13,7 @@
 #include <tessera/kernels/cpu/softmax.hpp>
 #include <tessera/kernels/cpu/shape.hpp>
 #include <tessera/kernels/conv_params.hpp>
+#include <tessera/kernels/cpu/cnn_table.hpp>
 #if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
 #include <tessera/kernels/cpu/dnnl.hpp>
 #include <tessera/kernels/cpu/conv.hpp>

@@ -3,6 +3,7 @@
 // batch-norm and pooling kernels through oneDNN, where it is installed).
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,15 +24,14 @@
 #include <tessera/kernels/conv_params.hpp>
 #include <tessera/tensor/dist_tensor.hpp>
 #include <tessera/tensor/host_storage.hpp>
-// The convolutional network kernels where the program asks for oneDNN (TESSERA_WITH_DNNL,
-// defined by linking tessera::dnnl), in translation units of the host compiler: nvcc's
-// front end cannot parse oneDNN 2.6's dnnl.hpp (an internal error), so nvcc's see
-// backend<cpu_device> without them. Operators that need them throw where they are absent.
+// The convolutional network kernels through the program's table
+// (kernels/cpu/cnn_table.hpp), which oneDNN's fill where the program asks for them
+// (TESSERA_WITH_DNNL, defined by linking tessera::dnnl) in a translation unit of the host
+// compiler: nvcc's front end cannot parse oneDNN 2.6's dnnl.hpp (an internal error), so
+// a CUDA file compiles the same calls and finds the kernels a host file entered.
+#include <tessera/kernels/cpu/cnn_table.hpp>
 #if defined(TESSERA_WITH_DNNL) && __has_include(<oneapi/dnnl/dnnl.hpp>) && !defined(__CUDACC__)
-#include <tessera/kernels/cpu/batch_norm.hpp>
-#include <tessera/kernels/cpu/conv.hpp>
-#include <tessera/kernels/cpu/pool.hpp>
-#define TESSERA_KERNELS_CPU_CNN 1
+#include <tessera/kernels/cpu/cnn_kernels.hpp>
 #endif
 
 namespace tessera::kernels {
@@ -266,136 +266,133 @@ struct backend<cpu_device> {
                      weight_decay, decoupled, t);
   }
 
-#if defined(TESSERA_KERNELS_CPU_CNN)
-  // ---- convolutional networks (kernels/cpu/conv.hpp, batch_norm.hpp, pool.hpp; float) ----
+  // ---- convolutional networks (float; kernels/cpu/cnn_table.hpp: oneDNN's) ----
   /// What a backward needs from its forward besides the arrays (max pooling's maxima, a
   /// fused batch norm's ReLU mask).
   using workspace = cpu::dnnl_workspace;
 
   template <class T>
+    requires std::same_as<T, float>
   static array<T> conv2d_forward(const array<T>& x, const array<T>& w, const array<T>* bias,
                                  const conv2d_params& p, bool relu = false) {
-    return cpu::conv2d_forward(x, w, bias, p, relu);
+    return cpu::cnn("conv2d_forward").conv2d_forward(x, w, bias, p, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static conv2d_grads<array<T>> conv2d_backward(const array<T>& dy, const array<T>& x, const array<T>& w,
                                                 bool need_dx, bool bias, const conv2d_params& p) {
-    return cpu::conv2d_backward(dy, x, w, need_dx, bias, p);
+    return cpu::cnn("conv2d_backward").conv2d_backward(dy, x, w, need_dx, bias, p);
   }
   /// The same without bias, the weights given as their tensor, which keeps them in the
   /// layout the forward reads them in (a cpu::dnnl_form: made from the plain shard at the
   /// first call and kept beside it; updated in place by the optimizers) unless
   /// cpu::set_dnnl_conv_weights_kept(false).
   template <class T>
+    requires std::same_as<T, float>
   static array<T> conv2d_forward(const array<T>& x, const tensor_on<T>& w, const conv2d_params& p) {
-    if (const cpu::dnnl_form* f = kept_weights(w)) return cpu::conv2d_forward(x, *f, nullptr, p);
-    if (cpu::dnnl_conv_weights_kept() && w.plain_current())
-      if (std::optional<cpu::dnnl_form> f = cpu::conv2d_forward_weights<array<T>>(cpu::detail::shape_of(x),
-                                                                                  w.local(), false, p)) {
-        w.keep_form(std::make_unique<cpu::dnnl_form>(*f));
-        return cpu::conv2d_forward(x, *f, nullptr, p);
-      }
-    return cpu::conv2d_forward(x, w.local(), nullptr, p);
+    return cpu::cnn("conv2d_forward").conv2d_forward_tensor(x, w, p);
   }
   /// Its backward: dx (empty unless `need_dx`), and dw as a tensor of layout `grad_w`,
   /// held in the layout the primitive wrote it in (a cpu::dnnl_form) where the weights
   /// are kept in one, else plain.
   template <class T>
+    requires std::same_as<T, float>
   static std::pair<array<T>, tensor_on<T>> conv2d_backward(const array<T>& dy, const array<T>& x,
                                                            const tensor_on<T>& w, bool need_dx,
                                                            const conv2d_params& p, const layout& grad_w) {
-    if (const cpu::dnnl_form* f = kept_weights(w)) {
-      auto k = cpu::conv2d_backward(dy, x, *f, need_dx, false, p);
-      return {std::move(k.dx),
-              tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::make_unique<cpu::dnnl_form>(std::move(k.dw)))};
-    }
-    auto k = cpu::conv2d_backward(dy, x, w.local(), need_dx, false, p);
-    return {std::move(k.dx), tensor_on<T>(grad_w, w.global_shape(), w.rank(), std::move(k.dw))};
-  }
-
-  /// The weights' kept form, or null (none, another kind, or keeping turned off).
-  template <class T>
-  static const cpu::dnnl_form* kept_weights(const tensor_on<T>& w) {
-    const host_form<T>* f = w.form();
-    if (!f || f->kind() != cpu::dnnl_form::tag || !cpu::dnnl_conv_weights_kept()) return nullptr;
-    return static_cast<const cpu::dnnl_form*>(f);
+    return cpu::cnn("conv2d_backward").conv2d_backward_tensor(dy, x, w, need_dx, p, grad_w);
   }
 
   template <class T>
+    requires std::same_as<T, float>
   static batch_norm_training<array<T>, array<T>, workspace> batch_norm_forward_training(
       const array<T>& x, const array<T>& gamma, const array<T>& beta, T eps, bool relu = false) {
-    return cpu::batch_norm_forward_training(x, gamma, beta, eps, relu);
+    return cpu::cnn("batch_norm_forward_training").batch_norm_forward_training(x, gamma, beta, eps, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> batch_norm_forward_inference(const array<T>& x, const array<T>& gamma, const array<T>& beta,
                                                const array<T>& mean, const array<T>& variance, T eps,
                                                bool relu = false) {
-    return cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
+    return cpu::cnn("batch_norm_forward_inference")
+        .batch_norm_forward_inference(x, gamma, beta, mean, variance, eps, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static batch_norm_grads<array<T>, array<T>> batch_norm_backward(const array<T>& dy, const array<T>& x,
                                                                   const array<T>& gamma, const array<T>& mean,
                                                                   const array<T>& variance, const workspace& ws,
                                                                   T eps, bool relu = false) {
-    return cpu::batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
+    return cpu::cnn("batch_norm_backward").batch_norm_backward(dy, x, gamma, mean, variance, ws, eps, relu);
   }
   template <class T>
+    requires std::same_as<T, float>
   static channel_sums<array<T>> batch_norm_sums(const array<T>& x) {
-    return cpu::batch_norm_sums(x);
+    return cpu::cnn("batch_norm_sums").batch_norm_sums(x);
   }
   template <class T>
+    requires std::same_as<T, float>
   static batch_norm_stats<array<T>> batch_norm_moments(const channel_sums<array<T>>& sums, std::size_t count) {
-    return cpu::batch_norm_moments(sums, count);
+    return cpu::cnn("batch_norm_moments").batch_norm_moments(sums, count);
   }
   template <class T>
+    requires std::same_as<T, float>
   static channel_sums<array<T>> batch_norm_backward_sums(const array<T>& dy, const array<T>& x, const array<T>& mean,
                                                          const array<T>& variance, T eps,
                                                          const array<T>* relu_y = nullptr) {
-    return cpu::batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
+    return cpu::cnn("batch_norm_backward_sums").batch_norm_backward_sums(dy, x, mean, variance, eps, relu_y);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> batch_norm_backward_data(const array<T>& dy, const array<T>& x, const array<T>& gamma,
                                            const array<T>& mean, const array<T>& variance,
                                            const channel_sums<array<T>>& sums, std::size_t count, T eps,
                                            const array<T>* relu_y = nullptr) {
-    return cpu::batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
+    return cpu::cnn("batch_norm_backward_data")
+        .batch_norm_backward_data(dy, x, gamma, mean, variance, sums, count, eps, relu_y);
   }
   template <class T>
+    requires std::same_as<T, float>
   static void batch_norm_update_running(array<T>& running_mean, array<T>& running_var, const array<T>& mean,
                                         const array<T>& variance, std::size_t count, T momentum,
                                         bool unbiased = true) {
-    cpu::batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
+    cpu::cnn("batch_norm_update_running")
+        .batch_norm_update_running(running_mean, running_var, mean, variance, count, momentum, unbiased);
   }
 
   template <class T>
+    requires std::same_as<T, float>
   static max_pool2d_result<array<T>, workspace> max_pool2d_forward(const array<T>& x, const pool2d_params& p) {
-    return cpu::max_pool2d_forward(x, p);
+    return cpu::cnn("max_pool2d_forward").max_pool2d_forward(x, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> max_pool2d_backward(const array<T>& dy, const array<T>& x, const array<T>& y, const workspace& ws,
                                       const pool2d_params& p) {
-    return cpu::max_pool2d_backward(dy, x, y, ws, p);
+    return cpu::cnn("max_pool2d_backward").max_pool2d_backward(dy, x, y, ws, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> avg_pool2d_forward(const array<T>& x, const pool2d_params& p) {
-    return cpu::avg_pool2d_forward(x, p);
+    return cpu::cnn("avg_pool2d_forward").avg_pool2d_forward(x, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape,
                                       const pool2d_params& p) {
-    return cpu::avg_pool2d_backward(dy, x_shape, p);
+    return cpu::cnn("avg_pool2d_backward").avg_pool2d_backward(dy, x_shape, p);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> global_avg_pool2d_forward(const array<T>& x) {
-    return cpu::global_avg_pool2d_forward(x);
+    return cpu::cnn("global_avg_pool2d_forward").global_avg_pool2d_forward(x);
   }
   template <class T>
+    requires std::same_as<T, float>
   static array<T> global_avg_pool2d_backward(const array<T>& dy, const std::vector<std::size_t>& x_shape) {
-    return cpu::global_avg_pool2d_backward(dy, x_shape);
+    return cpu::cnn("global_avg_pool2d_backward").global_avg_pool2d_backward(dy, x_shape);
   }
-#endif
 };
 
 }  // namespace tessera::kernels
 
-#undef TESSERA_KERNELS_CPU_CNN

@@ -303,8 +303,8 @@ batch_norm_training<X, xt::xarray<float>, dnnl_workspace> batch_norm_forward_tra
                                                {DNNL_ARG_SCALE, detail::wrap(gamma)},
                                                {DNNL_ARG_SHIFT, detail::wrap(beta)}};
     if (relu) {
-      out.workspace.memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
-      args.emplace(DNNL_ARG_WORKSPACE, out.workspace.memory);
+      out.workspace.memory = std::make_shared<dnnl::memory>(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, *out.workspace.memory);
     }
     e.prim.execute(dnnl_stream(), args);
     out.y = dst.take();
@@ -418,7 +418,7 @@ batch_norm_grads<X, xt::xarray<float>> batch_norm_backward(const X& dy, const X&
                                                {DNNL_ARG_DIFF_SRC, dsrc.memory()},
                                                {DNNL_ARG_DIFF_SCALE, detail::wrap(out.dgamma)},
                                                {DNNL_ARG_DIFF_SHIFT, detail::wrap(out.dbeta)}};
-    if (relu) args.emplace(DNNL_ARG_WORKSPACE, workspace.memory);
+    if (relu) args.emplace(DNNL_ARG_WORKSPACE, *workspace.memory);
     e.prim.execute(dnnl_stream(), args);
     out.dx = dsrc.take();
     return out;

@@ -4,7 +4,7 @@
 // oneDNN chose, to pass between layers without reordering), the reorders between
 // layouts (cached primitives; weights from a two-block layout back to plain by a loop of
 // their own), dnnl_form (convolution weights kept in oneDNN's layout as a dist_tensor's
-// host form), the workspace handle, and oneDNN's errors as tessera::error. Link
+// host form), and oneDNN's errors as tessera::error. Link
 // tessera::dnnl.
 #pragma once
 
@@ -29,6 +29,7 @@
 #include <xtensor/xarray.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/kernels/conv_params.hpp>
+#include <tessera/kernels/cpu/cnn_table.hpp>
 #include <tessera/kernels/cpu/parallel.hpp>
 #include <tessera/tensor/host_form.hpp>
 
@@ -46,14 +47,6 @@ inline dnnl::stream& dnnl_stream() {
   thread_local dnnl::stream s(dnnl_engine());
   return s;
 }
-
-/// What a kernel's backward needs from its forward besides the arrays (the positions of
-/// the maxima of a max pooling, the ReLU mask of a fused batch norm): opaque, empty
-/// where the forward keeps nothing. Copies share the buffer.
-struct dnnl_workspace {
-  dnnl::memory memory;
-  bool empty() const { return !memory; }
-};
 
 /// A 4-D float tensor (N, C, H, W) in a memory format oneDNN chose (a blocked one such
 /// as nChw16c on AVX-512, or plain NCHW). Every kernel of kernels/cpu/conv.hpp,

@@ -142,8 +142,8 @@ X pool_forward(const char* fn, const X& x, const pool2d_params& p, bool max, dnn
     output_slot<X> dst(e.pd.dst_desc(), g.dst, g.dst_shape);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst.memory()}};
     if (ws && e.pd.workspace_desc().get_size() > 0) {
-      ws->memory = dnnl::memory(e.pd.workspace_desc(), dnnl_engine());
-      args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+      ws->memory = std::make_shared<dnnl::memory>(e.pd.workspace_desc(), dnnl_engine());
+      args.emplace(DNNL_ARG_WORKSPACE, *ws->memory);
     }
     e.prim.execute(dnnl_stream(), args);
     X y = dst.take();
@@ -193,7 +193,7 @@ X pool_backward(const char* fn, const X& dy, std::span<const std::size_t> x_shap
     const scratch_memory ddst = as_desc(ddst_in, e.pd.diff_dst_desc());
     output_slot<X> dsrc(e.pd.diff_src_desc(), g.src, x_shape);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_SRC, dsrc.memory()}};
-    if (max) args.emplace(DNNL_ARG_WORKSPACE, ws->memory);
+    if (max) args.emplace(DNNL_ARG_WORKSPACE, *ws->memory);
     e.prim.execute(dnnl_stream(), args);
     return dsrc.take();
   });

@@ -1,7 +1,8 @@
 // Batch normalisation over (N, H, W) per channel of NCHW float device arrays, the GPU
 // twin of kernels/cpu/batch_norm.hpp: the same functions, formulas and error texts.
 // Every form is built from the split kernels (per-channel sums accumulated in double,
-// one block per channel; normalisation and the backward's dx, element-wise), so the
+// each channel's samples split over blocks where the batch is large, their parts added
+// by a second kernel; normalisation and the backward's dx, element-wise), so the
 // whole-batch kernels and the form whose sums are added across ranks compute the same
 // way. The fused ReLU keeps its mask (one byte per element) in the workspace. nvcc only;
 // link tessera::cudnn (the plans of kernels/cuda/cudnn.cuh).
@@ -9,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -45,20 +47,72 @@ __device__ inline void block_sum2(double& a, double& b) {
   b = sb[0];
 }
 
-/// One block per channel: sum x and sum x^2 over (N, H, W).
+/// Walks block (ch, s) of a (C, S) grid over its part of channel ch's elements in NCHW:
+/// the runs of hw contiguous elements of samples [s n / S, (s + 1) n / S), each thread
+/// taking every bn_threads-th element in order, and calls f(index). The position moves on
+/// by additions (a 32-bit division only where a step crosses into the next sample:
+/// hw + bn_threads fits in 32 bits, bn_splits checks).
+template <class F>
+__device__ inline void channel_walk(std::int64_t n, std::int64_t c, std::int64_t hw, F&& f) {
+  if (hw == 0) return;
+  const std::int64_t ch = blockIdx.x, s = blockIdx.y, parts = gridDim.y;
+  const std::int64_t end = (s + 1) * n / parts;
+  std::int64_t b = s * n / parts, j = threadIdx.x;
+  const auto wrap = [&] {
+    if (j >= hw) {
+      const std::uint32_t q = std::uint32_t(j) / std::uint32_t(hw);
+      b += q;
+      j -= std::int64_t(q) * hw;
+    }
+  };
+  for (wrap(); b < end; j += bn_threads, wrap()) f((b * c + ch) * hw + j);
+}
+
+/// The block's two totals: the channel's (one part: gridDim.y == 1), written as T with
+/// the second scaled by `scale2`; else the part's, in double, to part[(s c + ch) 2 + k]
+/// for bn_combine_kernel to add up.
 template <class T>
-__global__ void bn_sums_kernel(const T* x, std::int64_t n, std::int64_t c, std::int64_t hw, T* sum, T* sum_sq) {
+__device__ inline void channel_totals(double a, double b, double scale2, std::int64_t c, T* out1, T* out2,
+                                      double* part) {
+  block_sum2(a, b);
+  if (threadIdx.x != 0) return;
   const std::int64_t ch = blockIdx.x;
+  if (gridDim.y == 1) {
+    out1[ch] = T(a);
+    out2[ch] = T(b * scale2);
+  } else {
+    double* p = part + (std::int64_t(blockIdx.y) * c + ch) * 2;
+    p[0] = a;
+    p[1] = b;
+  }
+}
+
+/// Sum x and sum x^2 over (N, H, W) per channel, grid (C, parts).
+template <class T>
+__global__ void bn_sums_kernel(const T* x, std::int64_t n, std::int64_t c, std::int64_t hw, T* sum, T* sum_sq,
+                               double* part) {
   double a = 0, b = 0;
-  for (std::int64_t i = threadIdx.x; i < n * hw; i += bn_threads) {
-    const double v = double(x[((i / hw) * c + ch) * hw + i % hw]);
+  channel_walk(n, c, hw, [&](std::int64_t at) {
+    const double v = double(x[at]);
     a += v;
     b += v * v;
-  }
-  block_sum2(a, b);
-  if (threadIdx.x == 0) {
-    sum[ch] = T(a);
-    sum_sq[ch] = T(b);
+  });
+  channel_totals(a, b, 1.0, c, sum, sum_sq, part);
+}
+
+/// The parts' totals added up per channel, the second scaled by 1 / sqrt(var + eps)
+/// where var is given.
+template <class T>
+__global__ void bn_combine_kernel(const double* part, int parts, std::int64_t c, const T* var, T eps, T* out1,
+                                  T* out2) {
+  TESSERA_GRID_STRIDE(ch, c) {
+    double a = 0, b = 0;
+    for (int s = 0; s < parts; ++s) {
+      a += part[(s * c + ch) * 2];
+      b += part[(s * c + ch) * 2 + 1];
+    }
+    out1[ch] = T(a);
+    out2[ch] = T(var ? b / sqrt(double(var[ch]) + double(eps)) : b);
   }
 }
 
@@ -70,25 +124,27 @@ __device__ inline T masked(const T* dy, const std::uint8_t* mask, const T* relu_
   return dy[i];
 }
 
-/// One block per channel: sum dy and sum dy * x_hat over (N, H, W).
+/// Sum dy and sum dy * x_hat over (N, H, W) per channel, grid (C, parts).
 template <class T>
 __global__ void bn_backward_sums_kernel(const T* dy, const T* x, const std::uint8_t* mask, const T* relu_y,
                                         const T* mean, const T* var, T eps, std::int64_t n, std::int64_t c,
-                                        std::int64_t hw, T* sum_dy, T* sum_dy_xhat) {
+                                        std::int64_t hw, T* sum_dy, T* sum_dy_xhat, double* part) {
   const std::int64_t ch = blockIdx.x;
   const double m = double(mean[ch]);
   double a = 0, b = 0;
-  for (std::int64_t i = threadIdx.x; i < n * hw; i += bn_threads) {
-    const std::int64_t at = ((i / hw) * c + ch) * hw + i % hw;
+  channel_walk(n, c, hw, [&](std::int64_t at) {
     const double d = double(masked(dy, mask, relu_y, at));
     a += d;
     b += d * (double(x[at]) - m);
-  }
-  block_sum2(a, b);
-  if (threadIdx.x == 0) {
-    sum_dy[ch] = T(a);
-    sum_dy_xhat[ch] = T(b / sqrt(double(var[ch]) + double(eps)));
-  }
+  });
+  channel_totals(a, b, 1.0 / sqrt(double(var[ch]) + double(eps)), c, sum_dy, sum_dy_xhat, part);
+}
+
+/// The channel of element i of an NCHW array: 32-bit division where the array's indices
+/// fit (`narrow`, the same for every thread), else 64-bit.
+__device__ inline std::int64_t channel_of(std::int64_t i, std::int64_t c, std::int64_t hw, bool narrow) {
+  if (narrow) return std::int64_t(std::uint32_t(i) / std::uint32_t(hw) % std::uint32_t(c));
+  return (i / hw) % c;
 }
 
 /// y = gamma (x - mean) / sqrt(var + eps) + beta, ReLU'd when relu (its mask written
@@ -96,9 +152,9 @@ __global__ void bn_backward_sums_kernel(const T* dy, const T* x, const std::uint
 template <class T>
 __global__ void bn_normalize_kernel(const T* x, T* y, std::uint8_t* mask, const T* gamma, const T* beta,
                                     const T* mean, const T* var, T eps, bool relu, std::int64_t total,
-                                    std::int64_t c, std::int64_t hw) {
+                                    std::int64_t c, std::int64_t hw, bool narrow) {
   TESSERA_GRID_STRIDE(i, total) {
-    const std::int64_t ch = (i / hw) % c;
+    const std::int64_t ch = channel_of(i, c, hw, narrow);
     const T scale = gamma[ch] * T(1.0 / sqrt(double(var[ch]) + double(eps)));
     T v = scale * (x[i] - mean[ch]) + beta[ch];
     if (relu) {
@@ -115,9 +171,9 @@ template <class T>
 __global__ void bn_backward_data_kernel(const T* dy, const T* x, const std::uint8_t* mask, const T* relu_y,
                                         const T* gamma, const T* mean, const T* var, const T* sum_dy,
                                         const T* sum_dy_xhat, double count, T eps, std::int64_t total,
-                                        std::int64_t c, std::int64_t hw, T* dx) {
+                                        std::int64_t c, std::int64_t hw, bool narrow, T* dx) {
   TESSERA_GRID_STRIDE(i, total) {
-    const std::int64_t ch = (i / hw) % c;
+    const std::int64_t ch = channel_of(i, c, hw, narrow);
     const double inv = 1.0 / sqrt(double(var[ch]) + double(eps));
     const double xhat = (double(x[i]) - double(mean[ch])) * inv;
     dx[i] = T(double(gamma[ch]) * inv *
@@ -158,6 +214,30 @@ inline device_array<float> channel_vector(std::int64_t c) { return device_array<
 
 inline void launch_check(const char* fn) { tessera::cuda::check_launch(fn); }
 
+/// Whether every index of the array fits in 32 bits (channel_of's narrow division).
+inline bool narrow(const bn_geometry& g) { return g.total <= std::int64_t(UINT32_MAX); }
+
+/// How many parts the channel sums split each channel's samples into: enough blocks to
+/// keep the GPU busy (about bn_target_blocks over all channels), each part over at least
+/// bn_min_part elements, at most one part per sample; one part (no second kernel) for
+/// small batches and wide layers.
+constexpr std::int64_t bn_target_blocks = 1024, bn_min_part = 8192;
+inline unsigned bn_splits(const char* fn, const bn_geometry& g) {
+  if (g.hw > std::int64_t(UINT32_MAX) - bn_threads)
+    throw error(std::string(fn) + ": a channel's plane of " + std::to_string(g.hw) + " elements is too large");
+  const std::int64_t want = (bn_target_blocks + g.c - 1) / g.c, most = g.n * g.hw / bn_min_part;
+  return unsigned(std::max<std::int64_t>(1, std::min({want, most, g.n})));
+}
+
+/// The channel totals from the parts (nothing to do for one part: the kernel wrote them).
+inline void bn_combine(const char* fn, const device_array<double>& part, unsigned parts, std::int64_t c,
+                       const float* var, float eps, channel_sums<device_array<float>>& out) {
+  if (parts <= 1) return;
+  bn_combine_kernel<<<tessera::cuda::grid_for(c), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
+      part.data(), int(parts), c, var, eps, out.sum.data(), out.sum_sq.data());
+  launch_check(fn);
+}
+
 }  // namespace detail
 
 /// Per channel: sum of x and of x^2 over (N, H, W), accumulated in double.
@@ -166,9 +246,12 @@ inline channel_sums<device_array<float>> batch_norm_sums(const device_array<floa
   const auto g = detail::bn_geom(fn, x);
   channel_sums<device_array<float>> out{detail::channel_vector(g.c), detail::channel_vector(g.c)};
   if (g.c == 0) return out;
-  detail::bn_sums_kernel<<<unsigned(g.c), detail::bn_threads, 0, tessera::cuda::stream()>>>(
-      x.data(), g.n, g.c, g.hw, out.sum.data(), out.sum_sq.data());
+  const unsigned parts = detail::bn_splits(fn, g);
+  device_array<double> part({parts > 1 ? std::size_t(parts) * std::size_t(g.c) * 2 : 0});
+  detail::bn_sums_kernel<<<dim3(unsigned(g.c), parts), detail::bn_threads, 0, tessera::cuda::stream()>>>(
+      x.data(), g.n, g.c, g.hw, out.sum.data(), out.sum_sq.data(), part.data());
   detail::launch_check(fn);
+  detail::bn_combine(fn, part, parts, g.c, nullptr, 0.f, out);
   return out;
 }
 
@@ -205,7 +288,7 @@ inline device_array<float> bn_normalize(const char* fn, const device_array<float
   if (g.total == 0) return y;
   bn_normalize_kernel<<<tessera::cuda::grid_for(g.total), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
       x.data(), y.data(), mask, gamma.data(), beta.data(), mean.data(), variance.data(), eps, relu, g.total, g.c,
-      g.hw);
+      g.hw, narrow(g));
   launch_check(fn);
   return y;
 }
@@ -222,10 +305,13 @@ inline channel_sums<device_array<float>> bn_backward_sums(const char* fn, const 
   require_vector(fn, "variance", variance, std::size_t(g.c));
   channel_sums<device_array<float>> out{channel_vector(g.c), channel_vector(g.c)};
   if (g.c == 0) return out;
-  bn_backward_sums_kernel<<<unsigned(g.c), bn_threads, 0, tessera::cuda::stream()>>>(
+  const unsigned parts = bn_splits(fn, g);
+  device_array<double> part({parts > 1 ? std::size_t(parts) * std::size_t(g.c) * 2 : 0});
+  bn_backward_sums_kernel<<<dim3(unsigned(g.c), parts), bn_threads, 0, tessera::cuda::stream()>>>(
       dy.data(), x.data(), mask, relu_y ? relu_y->data() : nullptr, mean.data(), variance.data(), eps, g.n, g.c,
-      g.hw, out.sum.data(), out.sum_sq.data());
+      g.hw, out.sum.data(), out.sum_sq.data(), part.data());
   launch_check(fn);
+  bn_combine(fn, part, parts, g.c, variance.data(), eps, out);
   return out;
 }
 
@@ -249,7 +335,7 @@ inline device_array<float> bn_backward_data(const char* fn, const device_array<f
   bn_backward_data_kernel<<<tessera::cuda::grid_for(g.total), tessera::cuda::block_threads, 0,
                             tessera::cuda::stream()>>>(
       dy.data(), x.data(), mask, relu_y ? relu_y->data() : nullptr, gamma.data(), mean.data(), variance.data(),
-      sums.sum.data(), sums.sum_sq.data(), double(count), eps, g.total, g.c, g.hw, dx.data());
+      sums.sum.data(), sums.sum_sq.data(), double(count), eps, g.total, g.c, g.hw, narrow(g), dx.data());
   launch_check(fn);
   return dx;
 }
