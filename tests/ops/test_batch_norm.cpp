@@ -196,7 +196,7 @@ TEST_CASE("batch_norm rule: (n, c) device matrix, parameters split by channel, t
 TEST_CASE("batch_norm collectives: 2 C_local over the batch axis with sync in training, none otherwise") {
   const ops::batch_norm_op op;
   const std::vector<internal_collective> c = op.collectives(strategy{{2, 2, 1, 1}, {2}, {2}}, 8, shapes);
-  REQUIRE(c.size() == 3);
+  REQUIRE(c.size() == 2);  // the batch statistics forward, the gradient sums backward
   for (const internal_collective& k : c) {
     CHECK(k.kind == "AllReduce");
     CHECK(k.dev == mesh{2, 2, 2});
@@ -205,7 +205,6 @@ TEST_CASE("batch_norm collectives: 2 C_local over the batch axis with sync in tr
   }
   CHECK(!c[0].backward);
   CHECK(c[1].backward);
-  CHECK(c[2].backward);
   CHECK(ops::collectives_of(op, strategy{{2, 2, 1, 1}, {2}, {2}}, 8, shapes, 4)[0].bytes ==
         cost::all_reduce(2 * (C / 2) * 4, 2));
   CHECK(op.collectives(strategy{{1, 4, 1, 1}, {4}, {4}}, 8, shapes).empty());
@@ -284,6 +283,36 @@ TEST_CASE("batch_norm backward: finite differences of sum(w * y), in training an
     CHECK(close(got.dgamma.local(), numeric(gd), 2e-4));
     CHECK(close(got.dbeta.local(), numeric(bd), 2e-4));
   }
+}
+
+TEST_CASE("batch_norm backward: the forward's statistics of the same x, computed again for another x") {
+  any_communicator comm{local_communicator{}};
+  context ctx{comm};
+  const auto on = [](const xt::xarray<float>& a) {
+    return testing::host_shard_of(a, layout::replicated(mesh{1}, int(a.dimension())), 0);
+  };
+  const tensor_on<float> x = on(x_values(7)), g = on(channel_values(0.9, 0.1)), b = on(channel_values(0.2, -0.1)),
+                         dy = on(loss_weights());
+  const ops::batch_norm_op op = make_op(whole);
+  const std::vector<const tensor_on<float>*> in{&x, &g, &b};
+  const ops::op_inputs<float> ins(in.data(), in.size());
+  const tensor_on<float> y = ops::run_forward(op, ins, ctx);
+  CHECK(op.state->saved.size() == 1);  // kept by x's shard
+  // A copy of x (another shard address): the statistics computed again, the same numbers.
+  const tensor_on<float> x_copy = x;
+  const std::vector<const tensor_on<float>*> in_copy{&x_copy, &g, &b};
+  const ops::op_grads<float, cpu_device> again =
+      ops::run_backward(op, dy, ops::op_inputs<float>(in_copy.data(), in_copy.size()), y, ctx);
+  CHECK(op.state->saved.size() == 1);
+  const ops::op_grads<float, cpu_device> kept = ops::run_backward(op, dy, ins, y, ctx);
+  CHECK(op.state->saved.empty());  // taken by the backward of x
+  for (int i = 0; i < 3; ++i) CHECK(kept[std::size_t(i)]->local() == again[std::size_t(i)]->local());
+  // A forward in evaluation forgets what a training forward of the same shard kept.
+  (void)ops::run_forward(op, ins, ctx);
+  CHECK(op.state->saved.size() == 1);
+  op.state->training.store(false);
+  (void)ops::run_forward(op, ins, ctx);
+  CHECK(op.state->saved.empty());
 }
 
 TEST_CASE("batch_norm: every candidate strategy equals the one-rank run; without sync each rank's own shard") {

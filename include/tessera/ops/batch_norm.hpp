@@ -6,8 +6,9 @@
 //                      y = batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps);
 //                      running statistics updated (batch_norm_update_running)
 //   inference forward: y = batch_norm_forward_inference(...) with the running statistics
-//   backward:          m recomputed from x as above (one all-reduce); r =
-//                      batch_norm_backward_sums(dy, x, m) (sum dy, sum dy * x_hat);
+//   backward:          m, the forward's (kept on the operator's state by the address
+//                      of x's shard; computed again as above where the backward is given
+//                      another x); r = batch_norm_backward_sums(dy, x, m) (sum dy, sum dy * x_hat);
 //                      all-reduce r; dx = batch_norm_backward_data(dy, x, gamma, m, r, count);
 //                      dgamma = sum dy * x_hat and dbeta = sum dy of this rank's batch shard
 //                      (partial sums over the batch axis, as the rule says)
@@ -17,16 +18,17 @@
 //
 // Everything runs through kernels::backend<D>. The running statistics are two tensors of
 // device D (batch_norm_statistics: a module's parameters moving_mean and moving_variance,
-// or the operator's own), laid out as gamma and updated in place. Where the device has
-// no batch-norm kernels (the host of a program that does not link tessera::dnnl, or
-// nvcc's view of the host) or for another element type than float, the operator
-// compiles and throws tessera::error when run ("batch_norm: ...").
+// or the operator's own), laid out as gamma and updated in place. For another element
+// type than float, or a device without batch-norm kernels, the operator compiles and
+// throws tessera::error when run ("batch_norm: ..."); on the host of a program that does
+// not link tessera::dnnl the kernels throw (kernels/cpu/cnn_table.hpp).
 #pragma once
 
 #include <any>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -149,6 +151,43 @@ std::pair<tensor_on<T, D>*, tensor_on<T, D>*> batch_norm_running(const batch_nor
   return {out[0], out[1]};
 }
 
+// The batch statistics a training forward computed from an x shard, kept on the
+// operator's state (batch_norm_state::saved) until the backward of that shard. At most
+// max_saved_statistics per operator (pipeline stages keep one per micro-batch in
+// flight); the oldest goes first, its backward then computing them again.
+template <class T, class D>
+struct saved_statistics {
+  extents shape;  // the shard's
+  kernels::batch_norm_stats<typename storage<T, D>::array> m;
+  std::size_t count = 0;
+};
+inline constexpr std::size_t max_saved_statistics = 64;
+
+// Keeps `v` for the shard at `key`, or (no v) forgets what a forward kept there: every
+// forward does one or the other, so what a backward finds is its own forward's.
+template <class T, class D>
+void save_statistics(batch_norm_state& s, const void* key, std::optional<saved_statistics<T, D>> v) {
+  const std::lock_guard lock(s.saved_mutex);
+  std::erase_if(s.saved, [&](const auto& e) { return e.first == key; });
+  if (!v) return;
+  if (s.saved.size() >= max_saved_statistics) s.saved.erase(s.saved.begin());
+  s.saved.emplace_back(key, std::move(*v));
+}
+
+// What the forward kept for the shard at `key` of shape `shape`, taken off the state.
+template <class T, class D>
+std::optional<saved_statistics<T, D>> take_statistics(batch_norm_state& s, const void* key, const extents& shape) {
+  const std::lock_guard lock(s.saved_mutex);
+  for (auto it = s.saved.begin(); it != s.saved.end(); ++it) {
+    if (it->first != key) continue;
+    std::optional<saved_statistics<T, D>> out;
+    if (auto* v = std::any_cast<saved_statistics<T, D>>(&it->second); v && v->shape == shape) out = std::move(*v);
+    s.saved.erase(it);
+    return out;
+  }
+  return std::nullopt;
+}
+
 // running = momentum * running + (1 - momentum) * batch (MindSpore's momentum), the
 // batch variance unbiased over `count` elements per channel, in place.
 template <class T, class D, class C>
@@ -205,15 +244,23 @@ tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_conte
     const auto lb = in_layout(*x[2], r.param, ctx);
     using K = kernels::backend<D>;
     typename storage<T, D>::array y;
+    // The statistics are kept for the backward by the address of x's own shard (not of a
+    // redistributed copy, which is gone by then).
+    const void* key = x[0]->local().data();
+    const bool own = &*lx == &*x[0];
+    std::optional<detail::saved_statistics<T, D>> kept;
     if (op.training()) {
       const std::vector<internal_collective> cs = op.statistics_collectives(r, shapes[0], false);
       std::size_t count = detail::batch_norm_count(lx->local_shape());
-      const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
-                                                          r.batch_split, count, ctx);
+      auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0], r.batch_split, count,
+                                                    ctx);
       y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), m.mean, m.variance,
                                                       T(op.eps), op.relu);
       detail::batch_norm_update<T, D>(op, r, shapes[0][1], m, count, ctx);
+      if (own) kept = detail::saved_statistics<T, D>{lx->local_shape(), std::move(m), count};
+      detail::save_statistics<T, D>(*op.state, key, std::move(kept));
     } else {
+      detail::save_statistics<T, D>(*op.state, key, std::nullopt);
       const auto [mean, variance] = detail::batch_norm_running<T, D>(op, r, shapes[0][1], ctx);
       y = K::template batch_norm_forward_inference<T>(lx->local(), lg->local(), lb->local(), mean->local(),
                                                       variance->local(), T(op.eps), op.relu);
@@ -223,8 +270,9 @@ tensor_on<T, D> forward(const batch_norm_op& op, op_inputs<T, D> x, device_conte
 }
 
 /// dx, dgamma, dbeta given dy (in any layout; partial sums resolved first). Training:
-/// the batch statistics recomputed from x (one AllReduce with sync), the sums of dy and
-/// dy * x_hat added up over the batch group (another), dx in x's rule layout. Evaluation
+/// the batch statistics the forward computed from this x (or computed again, with their
+/// AllReduce under sync, for another x), the sums of dy and dy * x_hat added up over the
+/// batch group (one AllReduce with sync), dx in x's rule layout. Evaluation
 /// (the running statistics are constants): dx = dy * gamma / sqrt(running_var + eps).
 /// dgamma = sum dy * x_hat and dbeta = sum dy over this rank's batch shard, partial sums
 /// over the batch axis when the batch is split.
@@ -253,8 +301,17 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
     if (op.training()) {
       const std::vector<internal_collective> cs = op.statistics_collectives(r, shapes[0], true);
       std::size_t count = detail::batch_norm_count(lx->local_shape());
-      const auto m = detail::batch_norm_batch_stats<T, D>(lx->local(), cs.empty() ? nullptr : &cs[0],
-                                                          r.batch_split, count, ctx);
+      std::optional<detail::saved_statistics<T, D>> kept;
+      if (&*lx == &*x[0]) kept = detail::take_statistics<T, D>(*op.state, lx->local().data(), lx->local_shape());
+      kernels::batch_norm_stats<A> m;
+      if (kept) {
+        m = std::move(kept->m);
+        count = kept->count;
+      } else {
+        const std::vector<internal_collective> fs = op.statistics_collectives(r, shapes[0], false);
+        m = detail::batch_norm_batch_stats<T, D>(lx->local(), fs.empty() ? nullptr : &fs[0], r.batch_split, count,
+                                                 ctx);
+      }
       local = K::template batch_norm_backward_sums<T>(ldy->local(), lx->local(), m.mean, m.variance, eps, relu_y);
       if (cs.empty()) {
         dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,
@@ -262,7 +319,7 @@ op_grads<T, D> backward(const batch_norm_op& op, const tensor_on<T, D>& dy, op_i
       } else {
         // The group's sums, in a buffer of their own: `local` stays this rank's.
         A both = K::template concat<T>(std::vector<const A*>{&local.sum, &local.sum_sq}, 0);
-        run_internal(cs[1], std::span<T>(both.data(), both.size()), ctx, op.name());
+        run_internal(cs[0], std::span<T>(both.data(), both.size()), ctx, op.name());
         std::vector<A> parts = K::template split<T>(both, {local.sum.size(), local.sum.size()}, 0);
         const kernels::channel_sums<A> group{std::move(parts[0]), std::move(parts[1])};
         dx = K::template batch_norm_backward_data<T>(ldy->local(), lx->local(), lg->local(), m.mean, m.variance,

@@ -19,9 +19,11 @@
 #include <any>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 #include <tessera/core/config.hpp>
 #include <tessera/core/error.hpp>
@@ -126,6 +128,11 @@ struct batch_norm_state {
   std::atomic<bool> training{true};
   std::any statistics;           ///< an ops::batch_norm_statistics<T, D>, or empty until bound or first run
   std::atomic<long> updates{0};  ///< training forwards so far (running statistics updates)
+  /// The batch statistics of training forwards whose backward has not run yet, each by
+  /// the address of the x shard they came from (ops/batch_norm.hpp: the backward of that
+  /// shard reads them instead of computing them again).
+  std::mutex saved_mutex;
+  std::vector<std::pair<const void*, std::any>> saved;
 };
 
 /// BatchNorm with a shard strategy, as `BatchNorm().shard(((2, 4, 1, 1), (4,), (4,)))`:
@@ -144,8 +151,10 @@ struct batch_norm_state {
 ///
 /// Internal collectives, with sync and n > 1 in training: forward one AllReduce (sum) of
 /// 2 * C_local over the batch axis (the per-channel sums and sums of squares); backward
-/// one of 2 * C_local recomputing the batch statistics from x (the backward is given x,
-/// not the forward's statistics) and one of 2 * C_local for the sums of dy and dy * x_hat.
+/// one of 2 * C_local for the sums of dy and dy * x_hat. The backward reads the batch
+/// statistics its forward computed from the same x shard (kept on the state); given
+/// another x (a copy, or a forward that ran again since) it computes them again, with the
+/// forward's AllReduce, which the price does not count.
 /// The price (collectives()) cannot read the state: it assumes training mode, where the
 /// graph's training step runs the operator; an evaluation pass moves none of these.
 /// Nor does it price laying the running statistics out as the rule's `param` when they
@@ -203,18 +212,15 @@ struct batch_norm_op {
     return c;
   }
 
-  /// The AllReduces over the batch axis of a training pass with sync and n > 1 (none
-  /// otherwise), each of 2 * C_local elements: forward [0] the batch statistics' sums;
-  /// backward [0] the same sums again, [1] the sums of dy and dy * x_hat.
+  /// The AllReduce over the batch axis of a training pass with sync and n > 1 (none
+  /// otherwise), of 2 * C_local elements: forward the batch statistics' sums, backward the
+  /// sums of dy and dy * x_hat.
   std::vector<internal_collective> statistics_collectives(const batch_norm_layouts& r, const extents& x,
                                                           bool backward) const {
     if (!sync || r.batch_split <= 1) return {};
     const index_t elements = 2 * (x[1] / r.channel_split);
-    const axis_list axes{r.batch_axis};
-    std::vector<internal_collective> c{
-        all_reduce_of(reduce_op::sum, r.dev, axes, elements, "batch statistics", backward)};
-    if (backward) c.push_back(all_reduce_of(reduce_op::sum, r.dev, axes, elements, "gradient sums", true));
-    return c;
+    return {all_reduce_of(reduce_op::sum, r.dev, axis_list{r.batch_axis}, elements,
+                          backward ? "gradient sums" : "batch statistics", backward)};
   }
 
   /// Whether the layer normalises with the batch's statistics (training) rather than

@@ -24,8 +24,8 @@ namespace tessera::ops {
 
 namespace detail {
 
-// Whether device D's backend has the convolutional kernels for T (float, and on the
-// host a build with oneDNN: kernels/cpu/backend.hpp).
+// Whether device D's backend has the convolutional kernels for T (float; on the host
+// they throw where no file of the program brought oneDNN in: kernels/cpu/cnn_table.hpp).
 template <class T, class D>
 constexpr bool has_window_kernels() {
   using A = typename storage<T, D>::array;
