@@ -616,7 +616,8 @@ tensor_on<T, cpu_device> to_host(const tensor_on<T, cuda_device>& x) {
 // ---- tessera/kernels/cuda/common.cuh ----
 // What the CUDA kernels share: the grid-stride element kernels every element-wise,
 // broadcast and spread operation is an instance of (contiguous, with 16-byte vector
-// loads where the data allows, or through a strided index map), and shape helpers
+// loads where the data allows, or through a strided index map), one kernel over many
+// arrays at once (multi_map: an optimizer's step over a network), and shape helpers
 // that reuse the CPU kernels' shape rules and error texts. nvcc only.
 
 #include <cuda_runtime.h>
@@ -624,6 +625,7 @@ tensor_on<T, cpu_device> to_host(const tensor_on<T, cuda_device>& x) {
 #include <cstddef>
 #include <cstdint>
 #include <array>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -694,6 +696,76 @@ void map_contiguous(const char* name, T* out, std::int64_t n, F f, const In*... 
         out + done, n - done, f, (in + done)...);
     tessera::cuda::check_launch(name);
   }
+}
+
+// ---- element kernels over many arrays at once: f(a0[i], a1[i], ...) ----------------------
+
+/// What one launch of multi_map_kernel covers: `groups` groups of K arrays (group j: K
+/// arrays at ptr[0..K)[j]), the launch's elements numbered group after group (group j's
+/// are [start[j], start[j + 1])). Passed by value as the kernel's parameter, under the
+/// 4 KB every CUDA version takes.
+template <class T, int K>
+struct multi_batch {
+  static constexpr int max_groups = 3600 / int(sizeof(void*) * (K + 1));
+  T* ptr[K][max_groups];
+  std::int64_t start[max_groups + 1];
+  int groups;
+};
+
+template <class T, int K, class F, std::size_t... I>
+__device__ __forceinline__ void call_at(const F& f, T* const (&q)[K], std::int64_t e, std::index_sequence<I...>) {
+  f(q[I][e]...);
+}
+
+// The batch is read where it lies, in the kernel's parameter space (no reference to it
+// is taken, which would copy it to each thread's local memory); a thread keeps its
+// current group's K pointers in registers.
+template <class T, int K, class F>
+__global__ void multi_map_kernel(multi_batch<T, K> b, F f) {
+  int j = -1;
+  std::int64_t first = 0, next = 0;  // group j's elements are [first, next)
+  T* q[K];
+  TESSERA_GRID_STRIDE(i, b.start[b.groups]) {
+    if (i >= next) {  // a thread's i only grows: its group only moves on
+      do ++j;
+      while (i >= b.start[j + 1]);
+      first = b.start[j];
+      next = b.start[j + 1];
+#pragma unroll
+      for (int k = 0; k < K; ++k) q[k] = b.ptr[k][j];
+    }
+    call_at<T, K>(f, q, i - first, std::make_index_sequence<std::size_t(K)>{});
+  }
+}
+
+/// f(arrays[j][0][i], ..., arrays[j][K-1][i]) (references to the elements) for every
+/// group j and every i < sizes[j], a grid-stride loop over all the groups' elements in
+/// as few launches as multi_batch holds groups (K = 3: 112 a launch): the per-array
+/// kernels of many small arrays (a network's parameters in an optimizer's step) become
+/// one or two. f may write any operand; the groups' arrays must not overlap.
+template <class T, int K, class F>
+void multi_map(const char* name, std::span<const std::array<T*, K>> arrays, std::span<const std::int64_t> sizes, F f) {
+  using batch = multi_batch<T, K>;
+  static_assert(sizeof(batch) + sizeof(F) <= 4000, "multi_map: the batch must fit the 4 KB of a kernel's parameters");
+  batch b;
+  b.groups = 0;
+  b.start[0] = 0;
+  const auto launch = [&] {
+    if (b.groups > 0) {
+      multi_map_kernel<T, K><<<tessera::cuda::grid_for(b.start[b.groups]), tessera::cuda::block_threads, 0,
+                               tessera::cuda::stream()>>>(b, f);
+      tessera::cuda::check_launch(name);
+    }
+    b.groups = 0;
+  };
+  for (std::size_t j = 0; j < arrays.size(); ++j) {
+    if (sizes[j] <= 0) continue;
+    if (b.groups == batch::max_groups) launch();
+    for (int k = 0; k < K; ++k) b.ptr[k][b.groups] = arrays[j][std::size_t(k)];
+    b.start[b.groups + 1] = b.start[b.groups] + sizes[j];
+    ++b.groups;
+  }
+  launch();
 }
 
 // ---- strided element kernels: out[i] = f(in_k[offset_k(i)]...) --------------------------
@@ -1855,13 +1927,19 @@ device_array<T> batch_matmul_grad_b(const device_array<T>& dc, const device_arra
 // Fused optimizer updates on device arrays: one pass over a parameter shard, its
 // gradient and its state, the GPU twins of kernels/cpu/optim.hpp's (Momentum, SGD with
 // or without momentum, Adam and AdamW), with the same per-element arithmetic; the
-// step's scalars (Adam's bias corrections) are computed on the host as there. nvcc only.
+// step's scalars (Adam's bias corrections) are computed on the host as there. Each
+// also runs over many parameters in a few launches (*_update_many: an optimizer's step
+// over a network). nvcc only.
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::kernels::cuda {
 
@@ -1899,38 +1977,50 @@ __global__ void momentum_vec_kernel(vec16<T>* p, vec16<T>* a, const vec16<T>* g,
 __device__ inline float sqrt_of(float v) { return sqrtf(v); }
 __device__ inline double sqrt_of(double v) { return ::sqrt(v); }
 
+// The optimizers' element updates, as functors over the elements' references for
+// multi_map (kernels/cuda/common.cuh), which runs one over an array or over many.
 template <class T>
-__global__ void sgd_kernel(T* p, const T* g, std::int64_t n, T lr, T wd, bool decay) {
-  TESSERA_GRID_STRIDE(i, n) {
-    if (decay) p[i] -= lr * (g[i] + wd * p[i]);
-    else p[i] -= lr * g[i];
-  }
-}
+struct momentum_f {
+  T lr, mu, wd;
+  bool nesterov;
+  __device__ void operator()(T& p, T& a, const T& g) const { momentum_step(p, a, g, lr, mu, wd, nesterov); }
+};
 
 template <class T>
-__global__ void sgd_momentum_kernel(T* p, const T* g, T* buf, std::int64_t n, T lr, T mu, T keep, T take, T wd,
-                                    bool nesterov) {
-  TESSERA_GRID_STRIDE(i, n) {
-    const T d = g[i] + wd * p[i];
-    const T b = keep * buf[i] + take * d;
-    buf[i] = b;
-    p[i] -= lr * (nesterov ? d + mu * b : b);
+struct sgd_f {
+  T lr, wd;
+  bool decay;
+  __device__ void operator()(T& p, const T& g) const {
+    if (decay) p -= lr * (g + wd * p);
+    else p -= lr * g;
   }
-}
+};
 
 template <class T>
-__global__ void adam_kernel(T* p, const T* g, T* m, T* v, std::int64_t n, T beta1, T beta2, T eps, T step, T inv_bc2,
-                            T shrink, T l2) {
-  TESSERA_GRID_STRIDE(i, n) {
-    const T x = p[i] * shrink;
-    const T d = g[i] + l2 * x;
-    const T mi = beta1 * m[i] + (T(1) - beta1) * d;
-    const T vi = beta2 * v[i] + (T(1) - beta2) * d * d;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = x - step * mi / (sqrt_of(vi) * inv_bc2 + eps);
+struct sgd_momentum_f {
+  T lr, mu, keep, take, wd;
+  bool nesterov;
+  __device__ void operator()(T& p, const T& g, T& buf) const {
+    const T d = g + wd * p;
+    const T b = keep * buf + take * d;
+    buf = b;
+    p -= lr * (nesterov ? d + mu * b : b);
   }
-}
+};
+
+template <class T>
+struct adam_f {
+  T beta1, beta2, eps, step, inv_bc2, shrink, l2;
+  __device__ void operator()(T& p, const T& g, T& m, T& v) const {
+    const T x = p * shrink;
+    const T d = g + l2 * x;
+    const T mi = beta1 * m + (T(1) - beta1) * d;
+    const T vi = beta2 * v + (T(1) - beta2) * d * d;
+    m = mi;
+    v = vi;
+    p = x - step * mi / (sqrt_of(vi) * inv_bc2 + eps);
+  }
+};
 
 template <class T>
 void require_size(const char* fn, const char* name, const device_array<T>& a, std::size_t want) {
@@ -1939,7 +2029,97 @@ void require_size(const char* fn, const char* name, const device_array<T>& a, st
                 std::to_string(want));
 }
 
+/// The operands of an update over many parameters: group j holds the j-th entry of
+/// each list, every array of parameter j's size ("momentum_update: the gradient of
+/// parameter 3 has 10 elements, the parameter 12").
+template <class T, int K>
+struct update_groups {
+  std::vector<std::array<T*, K>> arrays;
+  std::vector<std::int64_t> sizes;
+};
+
+template <class T, int K>
+update_groups<T, K> group_arrays(const char* fn, std::span<device_array<T>* const> params,
+                                 const std::array<std::pair<const char*, std::span<const device_array<T>* const>>,
+                                                  std::size_t(K - 1)>& others) {
+  update_groups<T, K> out;
+  for (const auto& [name, list] : others) check_update_lists(fn, params.size(), {{name, list.size()}});
+  out.arrays.reserve(params.size());
+  out.sizes.reserve(params.size());
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    std::array<T*, K> a{};
+    a[0] = params[j]->data();
+    for (std::size_t k = 0; k + 1 < std::size_t(K); ++k) {
+      const device_array<T>& o = *others[k].second[j];
+      if (o.size() != params[j]->size())
+        throw error(std::string(fn) + ": the " + others[k].first + " of parameter " + std::to_string(j) + " has " +
+                    std::to_string(o.size()) + " elements, the parameter " + std::to_string(params[j]->size()));
+      a[k + 1] = const_cast<T*>(o.data());  // read-only operands: the update's functor takes them by const&
+    }
+    out.arrays.push_back(a);
+    out.sizes.push_back(std::int64_t(params[j]->size()));
+  }
+  return out;
+}
+
+template <class T, int K, class F>
+void update_all(const char* fn, const update_groups<T, K>& g, F f) {
+  multi_map<T, K>(fn, std::span<const std::array<T*, K>>(g.arrays), std::span<const std::int64_t>(g.sizes), f);
+}
+
+template <class T>
+std::span<const device_array<T>* const> read_only(std::span<device_array<T>* const> s) {
+  return {const_cast<const device_array<T>* const*>(s.data()), s.size()};
+}
+
 }  // namespace detail
+
+/// Momentum over many parameters at once: params[j] with accums[j] and grads[j], as
+/// momentum_update does each, in a few kernel launches (detail::multi_map) rather than
+/// one or two per parameter: a network's step on a GPU launches few kernels for its
+/// update. Throws, naming the parameter, for arrays of unequal sizes.
+template <class T>
+void momentum_update_many(std::span<device_array<T>* const> params, std::span<device_array<T>* const> accums,
+                          std::span<const device_array<T>* const> grads, T lr, T momentum, T weight_decay = T(0),
+                          bool nesterov = false) {
+  constexpr const char* fn = "momentum_update";
+  const auto g = detail::group_arrays<T, 3>(fn, params, {{{"accumulator", detail::read_only(accums)}, {"gradient", grads}}});
+  detail::update_all(fn, g, detail::momentum_f<T>{lr, momentum, weight_decay, nesterov});
+}
+
+/// Plain SGD over many parameters (sgd_update's, in a few launches).
+template <class T>
+void sgd_update_many(std::span<device_array<T>* const> params, std::span<const device_array<T>* const> grads, T lr,
+                     T weight_decay = T(0)) {
+  constexpr const char* fn = "sgd_update";
+  const auto g = detail::group_arrays<T, 2>(fn, params, {{{"gradient", grads}}});
+  detail::update_all(fn, g, detail::sgd_f<T>{lr, weight_decay, weight_decay != T(0)});
+}
+
+/// SGD with momentum over many parameters (sgd_momentum_update's, in a few launches).
+template <class T>
+void sgd_momentum_update_many(std::span<device_array<T>* const> params, std::span<const device_array<T>* const> grads,
+                              std::span<device_array<T>* const> bufs, T lr, T momentum, T dampening, T weight_decay,
+                              bool nesterov, bool first_step) {
+  constexpr const char* fn = "sgd_momentum_update";
+  const auto g =
+      detail::group_arrays<T, 3>(fn, params, {{{"gradient", grads}, {"momentum buffer", detail::read_only(bufs)}}});
+  const auto [keep, take] = sgd_momentum_step_for(momentum, dampening, first_step);
+  detail::update_all(fn, g, detail::sgd_momentum_f<T>{lr, momentum, keep, take, weight_decay, nesterov});
+}
+
+/// Adam or AdamW at step t >= 1 over many parameters (adam_update's, in a few launches).
+template <class T>
+void adam_update_many(std::span<device_array<T>* const> params, std::span<const device_array<T>* const> grads,
+                      std::span<device_array<T>* const> ms, std::span<device_array<T>* const> vs, T lr, T beta1,
+                      T beta2, T eps, T weight_decay, bool decoupled, std::int64_t t) {
+  constexpr const char* fn = "adam_update";
+  const auto [step, inv_bc2, shrink, l2] = adam_step_for(lr, beta1, beta2, weight_decay, decoupled, t);
+  const auto g = detail::group_arrays<T, 4>(
+      fn, params,
+      {{{"gradient", grads}, {"first moment", detail::read_only(ms)}, {"second moment", detail::read_only(vs)}}});
+  detail::update_all(fn, g, detail::adam_f<T>{beta1, beta2, eps, step, inv_bc2, shrink, l2});
+}
 
 /// MindSpore's Momentum in place (kernels/cpu/optim.hpp's momentum_update):
 ///   d = g + weight_decay * p;  accum = momentum * accum + d
@@ -1979,11 +2159,9 @@ void momentum_update(device_array<T>& param, device_array<T>& accum, const devic
 template <class T>
 void sgd_update(device_array<T>& param, const device_array<T>& grad, T lr, T weight_decay = T(0)) {
   detail::require_size("sgd_update", "the gradient", grad, param.size());
-  const std::int64_t n = std::int64_t(param.size());
-  if (n == 0) return;
-  detail::sgd_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
-      param.data(), grad.data(), n, lr, weight_decay, weight_decay != T(0));
-  tessera::cuda::check_launch("sgd_update");
+  device_array<T>* p = &param;
+  const device_array<T>* g = &grad;
+  sgd_update_many<T>({&p, 1}, {&g, 1}, lr, weight_decay);
 }
 
 /// SGD with momentum, in place (kernels/cpu/optim.hpp's sgd_momentum_update):
@@ -1994,13 +2172,10 @@ void sgd_momentum_update(device_array<T>& param, const device_array<T>& grad, de
                          T dampening, T weight_decay, bool nesterov, bool first_step) {
   detail::require_size("sgd_momentum_update", "the gradient", grad, param.size());
   detail::require_size("sgd_momentum_update", "the momentum buffer", buf, param.size());
-  const std::int64_t n = std::int64_t(param.size());
-  if (n == 0) return;
-  const auto [keep, take] = sgd_momentum_step_for(momentum, dampening, first_step);
-  detail::sgd_momentum_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0,
-                                tessera::cuda::stream()>>>(param.data(), grad.data(), buf.data(), n, lr, momentum,
-                                                           keep, take, weight_decay, nesterov);
-  tessera::cuda::check_launch("sgd_momentum_update");
+  device_array<T>* p = &param;
+  device_array<T>* b = &buf;
+  const device_array<T>* g = &grad;
+  sgd_momentum_update_many<T>({&p, 1}, {&g, 1}, {&b, 1}, lr, momentum, dampening, weight_decay, nesterov, first_step);
 }
 
 /// Adam, or AdamW with `decoupled`, at step t >= 1, in place (kernels/cpu/optim.hpp's
@@ -2011,12 +2186,11 @@ void adam_update(device_array<T>& param, const device_array<T>& grad, device_arr
   detail::require_size("adam_update", "the gradient", grad, param.size());
   detail::require_size("adam_update", "the first moment", m, param.size());
   detail::require_size("adam_update", "the second moment", v, param.size());
-  const auto [step, inv_bc2, shrink, l2] = adam_step_for(lr, beta1, beta2, weight_decay, decoupled, t);
-  const std::int64_t n = std::int64_t(param.size());
-  if (n == 0) return;
-  detail::adam_kernel<<<tessera::cuda::grid_for(n), tessera::cuda::block_threads, 0, tessera::cuda::stream()>>>(
-      param.data(), grad.data(), m.data(), v.data(), n, beta1, beta2, eps, step, inv_bc2, shrink, l2);
-  tessera::cuda::check_launch("adam_update");
+  device_array<T>* p = &param;
+  device_array<T>* mp = &m;
+  device_array<T>* vp = &v;
+  const device_array<T>* g = &grad;
+  adam_update_many<T>({&p, 1}, {&g, 1}, {&mp, 1}, {&vp, 1}, lr, beta1, beta2, eps, weight_decay, decoupled, t);
 }
 
 }  // namespace tessera::kernels::cuda
@@ -3947,6 +4121,31 @@ struct backend<cuda_device> {
   static void adam_update(array<T>& param, const array<T>& grad, array<T>& m, array<T>& v, T lr, T beta1, T beta2,
                           T eps, T weight_decay, bool decoupled, std::int64_t t) {
     cuda::adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t);
+  }
+
+  // Over many parameters at once, in a few launches (kernels/cuda/optim.cuh).
+  template <class T>
+  static void momentum_update_many(std::span<array<T>* const> params, std::span<array<T>* const> accums,
+                                   std::span<const array<T>* const> grads, T lr, T momentum, T weight_decay,
+                                   bool nesterov) {
+    cuda::momentum_update_many(params, accums, grads, lr, momentum, weight_decay, nesterov);
+  }
+  template <class T>
+  static void sgd_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads, T lr,
+                              T weight_decay) {
+    cuda::sgd_update_many(params, grads, lr, weight_decay);
+  }
+  template <class T>
+  static void sgd_momentum_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                                       std::span<array<T>* const> bufs, T lr, T momentum, T dampening,
+                                       T weight_decay, bool nesterov, bool first_step) {
+    cuda::sgd_momentum_update_many(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov, first_step);
+  }
+  template <class T>
+  static void adam_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                               std::span<array<T>* const> ms, std::span<array<T>* const> vs, T lr, T beta1, T beta2,
+                               T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    cuda::adam_update_many(params, grads, ms, vs, lr, beta1, beta2, eps, weight_decay, decoupled, t);
   }
 
 #if defined(TESSERA_KERNELS_CUDA_CNN)

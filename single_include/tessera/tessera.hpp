@@ -19408,11 +19408,15 @@ struct backend;
 // ---- tessera/kernels/optim_step.hpp ----
 // The scalars of one optimizer step, computed on the host once per step and shared by
 // every device's update kernel (kernels/cpu/optim.hpp, kernels/cuda/optim.cuh), so the
-// host and the GPU apply the same coefficients. Standard library only.
+// host and the GPU apply the same coefficients, and the check of an update over many
+// parameters. Standard library only.
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace tessera::kernels {
 
@@ -19443,6 +19447,17 @@ adam_step<T> adam_step_for(T lr, T beta1, T beta2, T weight_decay, bool decouple
   const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
   const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
   return {lr / bc1, T(1) / bc2_sqrt, decoupled ? T(1) - lr * weight_decay : T(1), decoupled ? T(0) : weight_decay};
+}
+
+/// The check of an update over many parameters (the backends' *_update_many): one array
+/// of each operand per parameter.
+/// "momentum_update: 3 gradient arrays for 4 parameters".
+inline void check_update_lists(const char* fn, std::size_t params,
+                               std::initializer_list<std::pair<const char*, std::size_t>> operands) {
+  for (const auto& [name, n] : operands)
+    if (n != params)
+      throw error(std::string(fn) + ": " + std::to_string(n) + " " + name + " arrays for " + std::to_string(params) +
+                  " parameters");
 }
 
 }  // namespace tessera::kernels
@@ -20221,6 +20236,41 @@ struct backend<cpu_device> {
     cpu::adam_update(std::span<T>(param.data(), param.size()), std::span<const T>(grad.data(), grad.size()),
                      std::span<T>(m.data(), m.size()), std::span<T>(v.data(), v.size()), lr, beta1, beta2, eps,
                      weight_decay, decoupled, t);
+  }
+
+  // Over many parameters (the device backends' batched updates; here one call each).
+  template <class T>
+  static void momentum_update_many(std::span<array<T>* const> params, std::span<array<T>* const> accums,
+                                   std::span<const array<T>* const> grads, T lr, T momentum, T weight_decay,
+                                   bool nesterov) {
+    check_update_lists("momentum_update", params.size(), {{"accumulator", accums.size()}, {"gradient", grads.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j)
+      momentum_update(*params[j], *accums[j], *grads[j], lr, momentum, weight_decay, nesterov);
+  }
+  template <class T>
+  static void sgd_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads, T lr,
+                              T weight_decay) {
+    check_update_lists("sgd_update", params.size(), {{"gradient", grads.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j) sgd_update(*params[j], *grads[j], lr, weight_decay);
+  }
+  template <class T>
+  static void sgd_momentum_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                                       std::span<array<T>* const> bufs, T lr, T momentum, T dampening,
+                                       T weight_decay, bool nesterov, bool first_step) {
+    check_update_lists("sgd_momentum_update", params.size(),
+                       {{"gradient", grads.size()}, {"momentum buffer", bufs.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j)
+      sgd_momentum_update(*params[j], *grads[j], *bufs[j], lr, momentum, dampening, weight_decay, nesterov,
+                          first_step);
+  }
+  template <class T>
+  static void adam_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                               std::span<array<T>* const> ms, std::span<array<T>* const> vs, T lr, T beta1, T beta2,
+                               T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    check_update_lists("adam_update", params.size(),
+                       {{"gradient", grads.size()}, {"first moment", ms.size()}, {"second moment", vs.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j)
+      adam_update(*params[j], *grads[j], *ms[j], *vs[j], lr, beta1, beta2, eps, weight_decay, decoupled, t);
   }
 
   // ---- convolutional networks (float; kernels/cpu/cnn_table.hpp: oneDNN's) ----
@@ -26915,6 +26965,25 @@ void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const 
   }
 }
 
+/// The arrays of a step over bare tensors, for a device's batched update.
+template <class Tensor>
+std::pair<std::vector<typename Tensor::array_type*>, std::vector<const typename Tensor::array_type*>> tensor_arrays(
+    std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+  std::pair<std::vector<typename Tensor::array_type*>, std::vector<const typename Tensor::array_type*>> out;
+  for (Tensor& p : params) out.first.push_back(&p.local());
+  for (const Tensor& g : grads) out.second.push_back(&g.local());
+  return out;
+}
+
+/// The state arrays of the parameters `which`, for a device's batched update.
+template <class Array>
+std::vector<Array*> state_of(std::vector<Array>& state, std::span<const std::size_t> which) {
+  std::vector<Array*> out;
+  out.reserve(which.size());
+  for (std::size_t i : which) out.push_back(&state[i]);
+  return out;
+}
+
 }  // namespace detail
 
 /// Where optimizer parallel (MindSpore's enable_parallel_optimizer) puts the state and
@@ -26948,8 +27017,8 @@ constexpr layout state_layout(const layout& l, const extents& shape) {
 
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
 /// in the order of parameters(), to update the parameters. D is the device of the
-/// parameters and gradients (the host by default; on a GPU each update is the
-/// backend's fused kernel over the shard).
+/// parameters and gradients (the host by default; on a GPU a step updates every shard
+/// in a few launches of the backend's fused kernels).
 ///
 /// Optimizer parallel (MindSpore's enable_parallel_optimizer): after
 /// `opt.enable_parallel_optimizer(ctx)` each parameter's state (momentum, Adam's
@@ -27015,8 +27084,22 @@ class optimizer {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (updates_here(i)) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (updates_here(i)) apply(i, params_[i]->data(), grads[i], lr);
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (updates_here(i)) apply(i, params_[i]->data(), grads[i], lr);
+    } else {
+      // On a device, one batched update of every parameter: a few kernel launches.
+      std::vector<std::size_t> which;
+      std::vector<array*> ps;
+      std::vector<const array*> gs;
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (updates_here(i)) {
+          which.push_back(i);
+          ps.push_back(&params_[i]->data().local());
+          gs.push_back(&grads[i].local());
+        }
+      update_on_device(which, ps, gs, lr);
+    }
     ++step_;
   }
 
@@ -27123,9 +27206,12 @@ class optimizer {
 
   /// Updates parameter i's shard `p` with its gradient `g` at learning rate `lr`.
   virtual void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) = 0;
-  /// The same on a device other than the host: `p` and `g` are the shards' arrays.
-  virtual void update_on_device(std::size_t i, array& p, const array& g, T lr) {
-    (void)i;
+  /// The same on a device other than the host, for the parameters `which` at once (their
+  /// shards' arrays `p` and gradients' `g`, entry by entry): the backend's batched
+  /// kernels, a few launches for a whole network.
+  virtual void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                                std::span<const array* const> g, T lr) {
+    (void)which;
     (void)p;
     (void)g;
     (void)lr;
@@ -27240,7 +27326,9 @@ class optimizer {
       state_in_order(i, nullptr);
       update(i, p.data(), g.data(), lr);
     } else {
-      update_on_device(i, p.local(), g.local(), lr);
+      array* pa = &p.local();
+      const array* ga = &g.local();
+      update_on_device({&i, 1}, {&pa, 1}, {&ga, 1}, lr);
     }
   }
 
@@ -27295,8 +27383,9 @@ class optimizer {
 // ---- tessera/optim/sgd.hpp ----
 // SGD over sharded parameters, MindSpore's nn.SGD and PyTorch's torch.optim.SGD:
 // plain gradient descent, or with momentum (optionally Nesterov), dampening and L2
-// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update (over bare
-// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
+// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update on the
+// host; on a device, the backend's *_update_many (on a GPU, a few fused kernels over all
+// the shards of a step).
 
 #include <cstddef>
 #include <span>
@@ -27322,6 +27411,7 @@ template <class T, class D = cpu_device>
 class sgd : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
+  using array = typename tensor::array_type;
 
   sgd(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
       T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
@@ -27346,15 +27436,12 @@ class sgd : public optimizer<T, D> {
   /// with the update of the parameter objects' steps.
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
     detail::check_tensor_step(this->name_, params, grads);
-    using K = kernels::backend<D>;
     const T lr = this->lr_(this->step_);
     if (momentum_ != T(0)) detail::ensure_tensor_state(tensor_buf_, params);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (momentum_ == T(0)) K::sgd_update(params[i].local(), grads[i].local(), lr, this->weight_decay_);
-      else
-        K::sgd_momentum_update(params[i].local(), grads[i].local(), tensor_buf_[i], lr, momentum_, dampening_,
-                               this->weight_decay_, nesterov_, this->step_ == 0);
-    }
+    const auto [p, g] = detail::tensor_arrays(params, grads);
+    std::vector<array*> b;
+    for (array& s : tensor_buf_) b.push_back(&s);
+    update_many(p, g, b, lr);
     ++this->step_;
   }
 
@@ -27365,13 +27452,10 @@ class sgd : public optimizer<T, D> {
     kernels::cpu::sgd_momentum_update(p, g, this->span_of(buf_[i]), lr, momentum_, dampening_,
                                       this->weight_decay_, nesterov_, this->step_ == 0);
   }
-  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
-                        T lr) override {
-    using K = kernels::backend<D>;
-    if (momentum_ == T(0)) return K::sgd_update(p, g, lr, this->weight_decay_);
-    this->ensure_state(buf_);
-    K::sgd_momentum_update(p, g, buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
-                           this->step_ == 0);
+  void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                        std::span<const array* const> g, T lr) override {
+    if (momentum_ != T(0)) this->ensure_state(buf_);
+    update_many(p, g, momentum_ != T(0) ? detail::state_of(buf_, which) : std::vector<array*>{}, lr);
   }
 
   std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
@@ -27380,6 +27464,15 @@ class sgd : public optimizer<T, D> {
   }
 
  private:
+  // The backend's batched update of parameters p with gradients g (and momentum buffers
+  // bufs, with momentum).
+  void update_many(std::span<array* const> p, std::span<const array* const> g, std::span<array* const> bufs, T lr) {
+    using K = kernels::backend<D>;
+    if (momentum_ == T(0)) return K::template sgd_update_many<T>(p, g, lr, this->weight_decay_);
+    K::template sgd_momentum_update_many<T>(p, g, bufs, lr, momentum_, dampening_, this->weight_decay_, nesterov_,
+                                            this->step_ == 0);
+  }
+
   T momentum_, dampening_;
   bool nesterov_;
   std::vector<typename tensor::array_type> buf_;  // per parameter (the steps of parameter objects)
@@ -27392,8 +27485,8 @@ class sgd : public optimizer<T, D> {
 // accum = momentum * accum + grad; param -= learning_rate * accum (or, with Nesterov,
 // param -= learning_rate * (grad + momentum * accum)), grad including L2 weight decay.
 // Each rank updates its own shard: gradients arrive in the parameters' layouts, so the
-// update needs no communication. The update is one fused kernel of the shards' device
-// (kernels::cpu::momentum_update on the host).
+// update needs no communication. The update is kernels::cpu::momentum_update on the
+// host; on a GPU, a few fused kernels over all the shards of a step (momentum_update_many).
 
 #include <concepts>
 #include <cstddef>
@@ -27412,12 +27505,14 @@ namespace tessera::optim {
 ///     opt(grads);
 ///
 /// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
-/// opt.step(params, grads)`. On a device (D = cuda_device) the update is one fused
-/// kernel with the same arithmetic, weight decay and Nesterov included.
+/// opt.step(params, grads)`. On a device (D = cuda_device) a step is a few fused
+/// kernels over all the shards, with the same arithmetic, weight decay and Nesterov
+/// included.
 template <class T, class D = cpu_device>
 class momentum : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
+  using array = typename tensor::array_type;
 
   momentum(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
            bool nesterov = false)
@@ -27449,15 +27544,16 @@ class momentum : public optimizer<T, D> {
                     to_string(grads[i].global_shape()) + " " + to_string(grads[i].layout()) + ", the parameter " +
                     to_string(params[i].global_shape()) + " " + to_string(params[i].layout()));
     const T lr = this->lr_(this->step_);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if constexpr (std::same_as<D, cpu_device>) {
+    if constexpr (std::same_as<D, cpu_device>) {
+      for (std::size_t i = 0; i < params.size(); ++i)
         kernels::cpu::momentum_update(params[i].data(), grads[i].data(),
                                       std::span<T>(tensor_accum_[i].data(), tensor_accum_[i].size()), lr, mu_,
                                       this->weight_decay_, nesterov_);
-      } else {
-        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_,
-                                             this->weight_decay_, nesterov_);
-      }
+    } else {
+      const auto [p, g] = detail::tensor_arrays(params, grads);
+      std::vector<array*> a;
+      for (array& s : tensor_accum_) a.push_back(&s);
+      kernels::backend<D>::template momentum_update_many<T>(p, a, g, lr, mu_, this->weight_decay_, nesterov_);
     }
     ++this->step_;
   }
@@ -27467,10 +27563,11 @@ class momentum : public optimizer<T, D> {
     this->ensure_state(accum_);
     kernels::cpu::momentum_update(p, g, this->span_of(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
-  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
-                        T lr) override {
+  void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                        std::span<const array* const> g, T lr) override {
     this->ensure_state(accum_);
-    kernels::backend<D>::momentum_update(p, accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
+    kernels::backend<D>::template momentum_update_many<T>(p, detail::state_of(accum_, which), g, lr, mu_,
+                                                          this->weight_decay_, nesterov_);
   }
   std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
     return {{"moments", &accum_}};
@@ -27486,8 +27583,9 @@ class momentum : public optimizer<T, D> {
 }  // namespace tessera::optim
 // ---- tessera/optim/adam.hpp ----
 // Adam and AdamW over sharded parameters, with PyTorch's update (torch.optim.Adam and
-// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update (over bare
-// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
+// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update on the
+// host; on a device, the backend's adam_update_many (on a GPU, a few fused kernels over
+// all the shards of a step).
 
 #include <cstddef>
 #include <span>
@@ -27508,6 +27606,7 @@ template <class T, class D = cpu_device>
 class adam : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
+  using array = typename tensor::array_type;
 
   adam(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
        T eps = T(1e-8), T weight_decay = T(0))
@@ -27524,9 +27623,14 @@ class adam : public optimizer<T, D> {
     detail::ensure_tensor_state(tensor_m_, params);
     detail::ensure_tensor_state(tensor_v_, params);
     const T lr = this->lr_(this->step_);
-    for (std::size_t i = 0; i < params.size(); ++i)
-      kernels::backend<D>::adam_update(params[i].local(), grads[i].local(), tensor_m_[i], tensor_v_[i], lr, beta1_,
-                                       beta2_, eps_, this->weight_decay_, decoupled_, this->step_ + 1);
+    const auto [p, g] = detail::tensor_arrays(params, grads);
+    std::vector<array*> m, v;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      m.push_back(&tensor_m_[i]);
+      v.push_back(&tensor_v_[i]);
+    }
+    kernels::backend<D>::template adam_update_many<T>(p, g, m, v, lr, beta1_, beta2_, eps_, this->weight_decay_,
+                                                      decoupled_, this->step_ + 1);
     ++this->step_;
   }
 
@@ -27550,12 +27654,13 @@ class adam : public optimizer<T, D> {
     kernels::cpu::adam_update(p, g, this->span_of(m_[i]), this->span_of(v_[i]), lr, beta1_, beta2_, eps_,
                               this->weight_decay_, decoupled_, this->step_ + 1);
   }
-  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
-                        T lr) override {
+  void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                        std::span<const array* const> g, T lr) override {
     this->ensure_state(m_);
     this->ensure_state(v_);
-    kernels::backend<D>::adam_update(p, g, m_[i], v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_, decoupled_,
-                                     this->step_ + 1);
+    kernels::backend<D>::template adam_update_many<T>(p, g, detail::state_of(m_, which), detail::state_of(v_, which),
+                                                      lr, beta1_, beta2_, eps_, this->weight_decay_, decoupled_,
+                                                      this->step_ + 1);
   }
   std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
     return {{"moment1", &m_}, {"moment2", &v_}};

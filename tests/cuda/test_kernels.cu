@@ -586,6 +586,107 @@ TEST_CASE("SGD (plain, momentum, Nesterov, dampening, weight decay) and Adam/Ada
                        "sgd_update: the gradient has 3 elements, the parameter 1001", error);
 }
 
+struct add_one {
+  __device__ void operator()(float& v) const { v += 1.0f; }
+};
+
+TEST_CASE("batched updates over many arrays (*_update_many) equal the host's, array by array") {
+  using KH = kernels::backend<cpu_device>;
+  using KD = kernels::backend<cuda_device>;
+  // 130 arrays (two launches: one holds 112 groups of three arrays, 90 of four), sizes
+  // 0, 1, odd ones, and one larger than a launch's grid-stride.
+  std::vector<std::size_t> sizes;
+  for (std::size_t j = 0; j < 129; ++j) sizes.push_back(j == 0 ? 0 : j == 1 ? 1 : 37 * j + j % 5);
+  sizes.push_back(std::size_t(1) << 22 | 17);
+  struct arrays {
+    std::vector<xt::xarray<float>> h;
+    std::vector<darray> d;
+    std::vector<xt::xarray<float>*> hp;
+    std::vector<darray*> dp;
+    std::vector<const xt::xarray<float>*> hc;
+    std::vector<const darray*> dc;
+    arrays(const std::vector<std::size_t>& n, int seed) {
+      for (std::size_t j = 0; j < n.size(); ++j) {
+        h.push_back(host_array(shape_of({n[j]}), seed + int(j), false));
+        d.push_back(dev(h.back()));
+      }
+      for (std::size_t j = 0; j < n.size(); ++j) {
+        hp.push_back(&h[j]);
+        dp.push_back(&d[j]);
+        hc.push_back(&h[j]);
+        dc.push_back(&d[j]);
+      }
+    }
+    bool agree(float tol) const {
+      for (std::size_t j = 0; j < h.size(); ++j)
+        if (!near(host(d[j]), h[j], tol)) return false;
+      return true;
+    }
+  };
+  const arrays g(sizes, 100);
+  for (const bool nesterov : {false, true}) {
+    arrays p(sizes, 200), a(sizes, 300);
+    for (int t = 0; t < 2; ++t) {
+      KH::momentum_update_many<float>(p.hp, a.hp, g.hc, 0.2f, 0.9f, 0.01f, nesterov);
+      KD::momentum_update_many<float>(p.dp, a.dp, g.dc, 0.2f, 0.9f, 0.01f, nesterov);
+    }
+    CHECK(p.agree(1e-5f));
+    CHECK(a.agree(1e-5f));
+  }
+  for (const float wd : {0.0f, 0.01f}) {
+    arrays p(sizes, 400);
+    KH::sgd_update_many<float>(p.hp, g.hc, 0.1f, wd);
+    KD::sgd_update_many<float>(p.dp, g.dc, 0.1f, wd);
+    CHECK(p.agree(1e-6f));
+  }
+  {
+    arrays p(sizes, 500), b(sizes, 600);
+    for (int t = 0; t < 3; ++t) {
+      KH::sgd_momentum_update_many<float>(p.hp, g.hc, b.hp, 0.05f, 0.8f, 0.1f, 0.01f, false, t == 0);
+      KD::sgd_momentum_update_many<float>(p.dp, g.dc, b.dp, 0.05f, 0.8f, 0.1f, 0.01f, false, t == 0);
+    }
+    CHECK(p.agree(1e-5f));
+    CHECK(b.agree(1e-5f));
+  }
+  for (const bool decoupled : {false, true}) {
+    arrays p(sizes, 700), m(sizes, 800), v(sizes, 900);
+    for (auto& x : v.h) x = xt::abs(x);
+    for (std::size_t j = 0; j < sizes.size(); ++j) v.d[j] = dev(v.h[j]);
+    for (std::int64_t t = 1; t <= 3; ++t) {
+      KH::adam_update_many<float>(p.hp, g.hc, m.hp, v.hp, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+      KD::adam_update_many<float>(p.dp, g.dc, m.dp, v.dp, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+    }
+    CHECK(p.agree(1e-5f));
+    CHECK(m.agree(1e-5f));
+    CHECK(v.agree(1e-5f));
+  }
+  // The launcher alone over one array a group: 500 groups, three launches.
+  {
+    std::vector<darray> x;
+    std::vector<std::array<float*, 1>> ptrs;
+    std::vector<std::int64_t> n;
+    x.reserve(500);
+    for (std::size_t j = 0; j < 500; ++j) {
+      x.push_back(dev(xt::xarray<float>(xt::zeros<float>({10 * j + 3}))));
+      ptrs.push_back({x.back().data()});
+      n.push_back(std::int64_t(10 * j + 3));
+    }
+    kc::detail::multi_map<float, 1>("test", std::span<const std::array<float*, 1>>(ptrs),
+                                    std::span<const std::int64_t>(n), add_one{});
+    bool all_one = true;
+    for (const darray& d : x) all_one = all_one && same_values(host(d), xt::xarray<float>(xt::ones<float>({d.size()})));
+    CHECK(all_one);
+  }
+  arrays p(sizes, 1000), a(sizes, 1100);
+  std::vector<const darray*> short_list(g.dc.begin(), g.dc.end() - 1);
+  CHECK_THROWS_WITH_AS(KD::momentum_update_many<float>(p.dp, a.dp, short_list, 0.2f, 0.9f, 0.0f, false),
+                       "momentum_update: 129 gradient arrays for 130 parameters", error);
+  std::vector<const darray*> swapped = g.dc;
+  std::swap(swapped[2], swapped[3]);
+  CHECK_THROWS_WITH_AS(KD::momentum_update_many<float>(p.dp, a.dp, swapped, 0.2f, 0.9f, 0.0f, false),
+                       "momentum_update: the gradient of parameter 2 has 114 elements, the parameter 76", error);
+}
+
 TEST_CASE("optim::sgd, adam and adamw over bare device tensors take the host tensors' steps") {
   const layout l = layout::replicated(mesh{1}, 1);
   const xt::xarray<float> p0 = host_array(shape_of({300}), 57, false), g0 = host_array(shape_of({300}), 58, false);

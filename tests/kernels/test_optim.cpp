@@ -1,12 +1,15 @@
 // Tests of kernels/cpu/optim.hpp: each fused update against numbers worked out by hand
 // from the documented formulas (PyTorch's torch.optim and MindSpore's ApplyMomentum),
 // step by step, and against a plain per-element transcription of those formulas over
-// many elements and steps; wrong span sizes are errors naming the kernel.
+// many elements and steps; wrong span sizes are errors naming the kernel. The
+// backend's updates over many parameters against the per-parameter ones.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <span>
 #include <vector>
+#include <xtensor/xadapt.hpp>
+#include <tessera/kernels/cpu/backend.hpp>
 #include <tessera/kernels/cpu/optim.hpp>
 
 #include "finite_difference.hpp"
@@ -135,4 +138,38 @@ TEST_CASE("optimizer kernels: spans of different sizes are errors naming the ker
                     "adam_update: the second moment has 3 elements, the parameter 4");
   CHECK_THROWS_WITH(cpu::adam_update(sp(p), csp(s), sp(s), sp(s), 0.1, 0.9, 0.999, 1e-8, 0.0, false, 0),
                     "adam_update: the step t counts from 1, got 0");
+}
+
+TEST_CASE("backend<cpu_device>'s updates over many parameters: each parameter's own update; lists of unequal length are errors") {
+  using K = tessera::kernels::backend<tessera::cpu_device>;
+  using arr = xt::xarray<double>;
+  std::vector<arr> p, a, g, p1, a1;
+  for (std::size_t j = 0; j < 5; ++j) {
+    const std::vector<double> pv = values(3 * j + 1, 10 + j), gv = values(3 * j + 1, 20 + j);
+    p.push_back(xt::adapt(pv, {pv.size()}));
+    a.push_back(xt::zeros<double>({pv.size()}));
+    g.push_back(xt::adapt(gv, {gv.size()}));
+  }
+  p1 = p;
+  a1 = a;
+  std::vector<arr*> pp, ap;
+  std::vector<const arr*> gp;
+  for (std::size_t j = 0; j < p.size(); ++j) {
+    pp.push_back(&p[j]);
+    ap.push_back(&a[j]);
+    gp.push_back(&g[j]);
+  }
+  for (int t = 0; t < 2; ++t) {
+    K::momentum_update_many<double>(pp, ap, gp, 0.1, 0.9, 0.01, true);
+    for (std::size_t j = 0; j < p.size(); ++j) K::momentum_update(p1[j], a1[j], g[j], 0.1, 0.9, 0.01, true);
+  }
+  for (std::size_t j = 0; j < p.size(); ++j) {
+    CHECK(p[j] == p1[j]);
+    CHECK(a[j] == a1[j]);
+  }
+  gp.pop_back();
+  CHECK_THROWS_WITH(K::momentum_update_many<double>(pp, ap, gp, 0.1, 0.9, 0.0, false),
+                    "momentum_update: 4 gradient arrays for 5 parameters");
+  CHECK_THROWS_WITH(K::adam_update_many<double>(pp, gp, ap, ap, 0.1, 0.9, 0.999, 1e-8, 0.0, false, 1),
+                    "adam_update: 4 gradient arrays for 5 parameters");
 }

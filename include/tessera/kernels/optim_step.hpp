@@ -1,11 +1,15 @@
 // The scalars of one optimizer step, computed on the host once per step and shared by
 // every device's update kernel (kernels/cpu/optim.hpp, kernels/cuda/optim.cuh), so the
-// host and the GPU apply the same coefficients. Standard library only.
+// host and the GPU apply the same coefficients, and the check of an update over many
+// parameters. Standard library only.
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <tessera/core/error.hpp>
 
 namespace tessera::kernels {
@@ -37,6 +41,17 @@ adam_step<T> adam_step_for(T lr, T beta1, T beta2, T weight_decay, bool decouple
   const T bc1 = T(1) - T(std::pow(double(beta1), double(t)));
   const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
   return {lr / bc1, T(1) / bc2_sqrt, decoupled ? T(1) - lr * weight_decay : T(1), decoupled ? T(0) : weight_decay};
+}
+
+/// The check of an update over many parameters (the backends' *_update_many): one array
+/// of each operand per parameter.
+/// "momentum_update: 3 gradient arrays for 4 parameters".
+inline void check_update_lists(const char* fn, std::size_t params,
+                               std::initializer_list<std::pair<const char*, std::size_t>> operands) {
+  for (const auto& [name, n] : operands)
+    if (n != params)
+      throw error(std::string(fn) + ": " + std::to_string(n) + " " + name + " arrays for " + std::to_string(params) +
+                  " parameters");
 }
 
 }  // namespace tessera::kernels

@@ -1,6 +1,7 @@
 // Adam and AdamW over sharded parameters, with PyTorch's update (torch.optim.Adam and
-// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update (over bare
-// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
+// torch.optim.AdamW, bias-corrected). The update is kernels::cpu::adam_update on the
+// host; on a device, the backend's adam_update_many (on a GPU, a few fused kernels over
+// all the shards of a step).
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,7 @@ template <class T, class D = cpu_device>
 class adam : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
+  using array = typename tensor::array_type;
 
   adam(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(1e-3), T beta1 = T(0.9), T beta2 = T(0.999),
        T eps = T(1e-8), T weight_decay = T(0))
@@ -43,9 +45,14 @@ class adam : public optimizer<T, D> {
     detail::ensure_tensor_state(tensor_m_, params);
     detail::ensure_tensor_state(tensor_v_, params);
     const T lr = this->lr_(this->step_);
-    for (std::size_t i = 0; i < params.size(); ++i)
-      kernels::backend<D>::adam_update(params[i].local(), grads[i].local(), tensor_m_[i], tensor_v_[i], lr, beta1_,
-                                       beta2_, eps_, this->weight_decay_, decoupled_, this->step_ + 1);
+    const auto [p, g] = detail::tensor_arrays(params, grads);
+    std::vector<array*> m, v;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      m.push_back(&tensor_m_[i]);
+      v.push_back(&tensor_v_[i]);
+    }
+    kernels::backend<D>::template adam_update_many<T>(p, g, m, v, lr, beta1_, beta2_, eps_, this->weight_decay_,
+                                                      decoupled_, this->step_ + 1);
     ++this->step_;
   }
 
@@ -69,12 +76,13 @@ class adam : public optimizer<T, D> {
     kernels::cpu::adam_update(p, g, this->span_of(m_[i]), this->span_of(v_[i]), lr, beta1_, beta2_, eps_,
                               this->weight_decay_, decoupled_, this->step_ + 1);
   }
-  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
-                        T lr) override {
+  void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                        std::span<const array* const> g, T lr) override {
     this->ensure_state(m_);
     this->ensure_state(v_);
-    kernels::backend<D>::adam_update(p, g, m_[i], v_[i], lr, beta1_, beta2_, eps_, this->weight_decay_, decoupled_,
-                                     this->step_ + 1);
+    kernels::backend<D>::template adam_update_many<T>(p, g, detail::state_of(m_, which), detail::state_of(v_, which),
+                                                      lr, beta1_, beta2_, eps_, this->weight_decay_, decoupled_,
+                                                      this->step_ + 1);
   }
   std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
     return {{"moment1", &m_}, {"moment2", &v_}};

@@ -2,8 +2,8 @@
 // accum = momentum * accum + grad; param -= learning_rate * accum (or, with Nesterov,
 // param -= learning_rate * (grad + momentum * accum)), grad including L2 weight decay.
 // Each rank updates its own shard: gradients arrive in the parameters' layouts, so the
-// update needs no communication. The update is one fused kernel of the shards' device
-// (kernels::cpu::momentum_update on the host).
+// update needs no communication. The update is kernels::cpu::momentum_update on the
+// host; on a GPU, a few fused kernels over all the shards of a step (momentum_update_many).
 #pragma once
 
 #include <concepts>
@@ -29,12 +29,14 @@ namespace tessera::optim {
 ///     opt(grads);
 ///
 /// It also runs over bare tensors of device D: `momentum<float> opt(lr, mu);
-/// opt.step(params, grads)`. On a device (D = cuda_device) the update is one fused
-/// kernel with the same arithmetic, weight decay and Nesterov included.
+/// opt.step(params, grads)`. On a device (D = cuda_device) a step is a few fused
+/// kernels over all the shards, with the same arithmetic, weight decay and Nesterov
+/// included.
 template <class T, class D = cpu_device>
 class momentum : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
+  using array = typename tensor::array_type;
 
   momentum(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr, T momentum_factor, T weight_decay = T(0),
            bool nesterov = false)
@@ -66,15 +68,16 @@ class momentum : public optimizer<T, D> {
                     to_string(grads[i].global_shape()) + " " + to_string(grads[i].layout()) + ", the parameter " +
                     to_string(params[i].global_shape()) + " " + to_string(params[i].layout()));
     const T lr = this->lr_(this->step_);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if constexpr (std::same_as<D, cpu_device>) {
+    if constexpr (std::same_as<D, cpu_device>) {
+      for (std::size_t i = 0; i < params.size(); ++i)
         kernels::cpu::momentum_update(params[i].data(), grads[i].data(),
                                       std::span<T>(tensor_accum_[i].data(), tensor_accum_[i].size()), lr, mu_,
                                       this->weight_decay_, nesterov_);
-      } else {
-        kernels::backend<D>::momentum_update(params[i].local(), tensor_accum_[i], grads[i].local(), lr, mu_,
-                                             this->weight_decay_, nesterov_);
-      }
+    } else {
+      const auto [p, g] = detail::tensor_arrays(params, grads);
+      std::vector<array*> a;
+      for (array& s : tensor_accum_) a.push_back(&s);
+      kernels::backend<D>::template momentum_update_many<T>(p, a, g, lr, mu_, this->weight_decay_, nesterov_);
     }
     ++this->step_;
   }
@@ -84,10 +87,11 @@ class momentum : public optimizer<T, D> {
     this->ensure_state(accum_);
     kernels::cpu::momentum_update(p, g, this->span_of(accum_[i]), lr, mu_, this->weight_decay_, nesterov_);
   }
-  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
-                        T lr) override {
+  void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                        std::span<const array* const> g, T lr) override {
     this->ensure_state(accum_);
-    kernels::backend<D>::momentum_update(p, accum_[i], g, lr, mu_, this->weight_decay_, nesterov_);
+    kernels::backend<D>::template momentum_update_many<T>(p, detail::state_of(accum_, which), g, lr, mu_,
+                                                          this->weight_decay_, nesterov_);
   }
   std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
     return {{"moments", &accum_}};

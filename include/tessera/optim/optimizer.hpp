@@ -93,6 +93,25 @@ void ensure_tensor_state(std::vector<typename Tensor::array_type>& state, const 
   }
 }
 
+/// The arrays of a step over bare tensors, for a device's batched update.
+template <class Tensor>
+std::pair<std::vector<typename Tensor::array_type*>, std::vector<const typename Tensor::array_type*>> tensor_arrays(
+    std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+  std::pair<std::vector<typename Tensor::array_type*>, std::vector<const typename Tensor::array_type*>> out;
+  for (Tensor& p : params) out.first.push_back(&p.local());
+  for (const Tensor& g : grads) out.second.push_back(&g.local());
+  return out;
+}
+
+/// The state arrays of the parameters `which`, for a device's batched update.
+template <class Array>
+std::vector<Array*> state_of(std::vector<Array>& state, std::span<const std::size_t> which) {
+  std::vector<Array*> out;
+  out.reserve(which.size());
+  for (std::size_t i : which) out.push_back(&state[i]);
+  return out;
+}
+
 }  // namespace detail
 
 /// Where optimizer parallel (MindSpore's enable_parallel_optimizer) puts the state and
@@ -126,8 +145,8 @@ constexpr layout state_layout(const layout& l, const extents& shape) {
 
 /// The base of the optimizers (MindSpore's nn.Optimizer): call it with the gradients,
 /// in the order of parameters(), to update the parameters. D is the device of the
-/// parameters and gradients (the host by default; on a GPU each update is the
-/// backend's fused kernel over the shard).
+/// parameters and gradients (the host by default; on a GPU a step updates every shard
+/// in a few launches of the backend's fused kernels).
 ///
 /// Optimizer parallel (MindSpore's enable_parallel_optimizer): after
 /// `opt.enable_parallel_optimizer(ctx)` each parameter's state (momentum, Adam's
@@ -193,8 +212,22 @@ class optimizer {
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (updates_here(i)) check(i, params_[i]->data(), grads[i]);
     const T lr = lr_(step_);
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (updates_here(i)) apply(i, params_[i]->data(), grads[i], lr);
+    if constexpr (std::is_same_v<D, cpu_device>) {
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (updates_here(i)) apply(i, params_[i]->data(), grads[i], lr);
+    } else {
+      // On a device, one batched update of every parameter: a few kernel launches.
+      std::vector<std::size_t> which;
+      std::vector<array*> ps;
+      std::vector<const array*> gs;
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (updates_here(i)) {
+          which.push_back(i);
+          ps.push_back(&params_[i]->data().local());
+          gs.push_back(&grads[i].local());
+        }
+      update_on_device(which, ps, gs, lr);
+    }
     ++step_;
   }
 
@@ -301,9 +334,12 @@ class optimizer {
 
   /// Updates parameter i's shard `p` with its gradient `g` at learning rate `lr`.
   virtual void update(std::size_t i, std::span<T> p, std::span<const T> g, T lr) = 0;
-  /// The same on a device other than the host: `p` and `g` are the shards' arrays.
-  virtual void update_on_device(std::size_t i, array& p, const array& g, T lr) {
-    (void)i;
+  /// The same on a device other than the host, for the parameters `which` at once (their
+  /// shards' arrays `p` and gradients' `g`, entry by entry): the backend's batched
+  /// kernels, a few launches for a whole network.
+  virtual void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                                std::span<const array* const> g, T lr) {
+    (void)which;
     (void)p;
     (void)g;
     (void)lr;
@@ -418,7 +454,9 @@ class optimizer {
       state_in_order(i, nullptr);
       update(i, p.data(), g.data(), lr);
     } else {
-      update_on_device(i, p.local(), g.local(), lr);
+      array* pa = &p.local();
+      const array* ga = &g.local();
+      update_on_device({&i, 1}, {&pa, 1}, {&ga, 1}, lr);
     }
   }
 

@@ -1,7 +1,8 @@
 // SGD over sharded parameters, MindSpore's nn.SGD and PyTorch's torch.optim.SGD:
 // plain gradient descent, or with momentum (optionally Nesterov), dampening and L2
-// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update (over bare
-// tensors of device D, the device's backend: a fused kernel per shard on a GPU).
+// weight decay. The update is kernels::cpu::sgd_update / sgd_momentum_update on the
+// host; on a device, the backend's *_update_many (on a GPU, a few fused kernels over all
+// the shards of a step).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,7 @@ template <class T, class D = cpu_device>
 class sgd : public optimizer<T, D> {
  public:
   using tensor = tensor_on<T, D>;
+  using array = typename tensor::array_type;
 
   sgd(std::vector<nn::parameter<T, D>*> params, learning_rate<T> lr = T(0.1), T momentum = T(0),
       T dampening = T(0), T weight_decay = T(0), bool nesterov = false)
@@ -57,15 +59,12 @@ class sgd : public optimizer<T, D> {
   /// with the update of the parameter objects' steps.
   void step(std::vector<tensor>& params, const std::vector<tensor>& grads) {
     detail::check_tensor_step(this->name_, params, grads);
-    using K = kernels::backend<D>;
     const T lr = this->lr_(this->step_);
     if (momentum_ != T(0)) detail::ensure_tensor_state(tensor_buf_, params);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (momentum_ == T(0)) K::sgd_update(params[i].local(), grads[i].local(), lr, this->weight_decay_);
-      else
-        K::sgd_momentum_update(params[i].local(), grads[i].local(), tensor_buf_[i], lr, momentum_, dampening_,
-                               this->weight_decay_, nesterov_, this->step_ == 0);
-    }
+    const auto [p, g] = detail::tensor_arrays(params, grads);
+    std::vector<array*> b;
+    for (array& s : tensor_buf_) b.push_back(&s);
+    update_many(p, g, b, lr);
     ++this->step_;
   }
 
@@ -76,13 +75,10 @@ class sgd : public optimizer<T, D> {
     kernels::cpu::sgd_momentum_update(p, g, this->span_of(buf_[i]), lr, momentum_, dampening_,
                                       this->weight_decay_, nesterov_, this->step_ == 0);
   }
-  void update_on_device(std::size_t i, typename tensor::array_type& p, const typename tensor::array_type& g,
-                        T lr) override {
-    using K = kernels::backend<D>;
-    if (momentum_ == T(0)) return K::sgd_update(p, g, lr, this->weight_decay_);
-    this->ensure_state(buf_);
-    K::sgd_momentum_update(p, g, buf_[i], lr, momentum_, dampening_, this->weight_decay_, nesterov_,
-                           this->step_ == 0);
+  void update_on_device(std::span<const std::size_t> which, std::span<array* const> p,
+                        std::span<const array* const> g, T lr) override {
+    if (momentum_ != T(0)) this->ensure_state(buf_);
+    update_many(p, g, momentum_ != T(0) ? detail::state_of(buf_, which) : std::vector<array*>{}, lr);
   }
 
   std::vector<std::pair<std::string, std::vector<typename tensor::array_type>*>> state_slots() override {
@@ -91,6 +87,15 @@ class sgd : public optimizer<T, D> {
   }
 
  private:
+  // The backend's batched update of parameters p with gradients g (and momentum buffers
+  // bufs, with momentum).
+  void update_many(std::span<array* const> p, std::span<const array* const> g, std::span<array* const> bufs, T lr) {
+    using K = kernels::backend<D>;
+    if (momentum_ == T(0)) return K::template sgd_update_many<T>(p, g, lr, this->weight_decay_);
+    K::template sgd_momentum_update_many<T>(p, g, bufs, lr, momentum_, dampening_, this->weight_decay_, nesterov_,
+                                            this->step_ == 0);
+  }
+
   T momentum_, dampening_;
   bool nesterov_;
   std::vector<typename tensor::array_type> buf_;  // per parameter (the steps of parameter objects)

@@ -266,6 +266,41 @@ struct backend<cpu_device> {
                      weight_decay, decoupled, t);
   }
 
+  // Over many parameters (the device backends' batched updates; here one call each).
+  template <class T>
+  static void momentum_update_many(std::span<array<T>* const> params, std::span<array<T>* const> accums,
+                                   std::span<const array<T>* const> grads, T lr, T momentum, T weight_decay,
+                                   bool nesterov) {
+    check_update_lists("momentum_update", params.size(), {{"accumulator", accums.size()}, {"gradient", grads.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j)
+      momentum_update(*params[j], *accums[j], *grads[j], lr, momentum, weight_decay, nesterov);
+  }
+  template <class T>
+  static void sgd_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads, T lr,
+                              T weight_decay) {
+    check_update_lists("sgd_update", params.size(), {{"gradient", grads.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j) sgd_update(*params[j], *grads[j], lr, weight_decay);
+  }
+  template <class T>
+  static void sgd_momentum_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                                       std::span<array<T>* const> bufs, T lr, T momentum, T dampening,
+                                       T weight_decay, bool nesterov, bool first_step) {
+    check_update_lists("sgd_momentum_update", params.size(),
+                       {{"gradient", grads.size()}, {"momentum buffer", bufs.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j)
+      sgd_momentum_update(*params[j], *grads[j], *bufs[j], lr, momentum, dampening, weight_decay, nesterov,
+                          first_step);
+  }
+  template <class T>
+  static void adam_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                               std::span<array<T>* const> ms, std::span<array<T>* const> vs, T lr, T beta1, T beta2,
+                               T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    check_update_lists("adam_update", params.size(),
+                       {{"gradient", grads.size()}, {"first moment", ms.size()}, {"second moment", vs.size()}});
+    for (std::size_t j = 0; j < params.size(); ++j)
+      adam_update(*params[j], *grads[j], *ms[j], *vs[j], lr, beta1, beta2, eps, weight_decay, decoupled, t);
+  }
+
   // ---- convolutional networks (float; kernels/cpu/cnn_table.hpp: oneDNN's) ----
   /// What a backward needs from its forward besides the arrays (max pooling's maxima, a
   /// fused batch norm's ReLU mask).

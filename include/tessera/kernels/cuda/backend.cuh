@@ -246,6 +246,31 @@ struct backend<cuda_device> {
     cuda::adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, t);
   }
 
+  // Over many parameters at once, in a few launches (kernels/cuda/optim.cuh).
+  template <class T>
+  static void momentum_update_many(std::span<array<T>* const> params, std::span<array<T>* const> accums,
+                                   std::span<const array<T>* const> grads, T lr, T momentum, T weight_decay,
+                                   bool nesterov) {
+    cuda::momentum_update_many(params, accums, grads, lr, momentum, weight_decay, nesterov);
+  }
+  template <class T>
+  static void sgd_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads, T lr,
+                              T weight_decay) {
+    cuda::sgd_update_many(params, grads, lr, weight_decay);
+  }
+  template <class T>
+  static void sgd_momentum_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                                       std::span<array<T>* const> bufs, T lr, T momentum, T dampening,
+                                       T weight_decay, bool nesterov, bool first_step) {
+    cuda::sgd_momentum_update_many(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov, first_step);
+  }
+  template <class T>
+  static void adam_update_many(std::span<array<T>* const> params, std::span<const array<T>* const> grads,
+                               std::span<array<T>* const> ms, std::span<array<T>* const> vs, T lr, T beta1, T beta2,
+                               T eps, T weight_decay, bool decoupled, std::int64_t t) {
+    cuda::adam_update_many(params, grads, ms, vs, lr, beta1, beta2, eps, weight_decay, decoupled, t);
+  }
+
 #if defined(TESSERA_KERNELS_CUDA_CNN)
   // ---- convolutional networks (kernels/cuda/conv.cuh, batch_norm.cuh, pool.cuh; float) ----
   using workspace = cuda::device_workspace;

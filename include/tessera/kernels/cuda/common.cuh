@@ -1,6 +1,7 @@
 // What the CUDA kernels share: the grid-stride element kernels every element-wise,
 // broadcast and spread operation is an instance of (contiguous, with 16-byte vector
-// loads where the data allows, or through a strided index map), and shape helpers
+// loads where the data allows, or through a strided index map), one kernel over many
+// arrays at once (multi_map: an optimizer's step over a network), and shape helpers
 // that reuse the CPU kernels' shape rules and error texts. nvcc only.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <array>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -85,6 +87,76 @@ void map_contiguous(const char* name, T* out, std::int64_t n, F f, const In*... 
         out + done, n - done, f, (in + done)...);
     tessera::cuda::check_launch(name);
   }
+}
+
+// ---- element kernels over many arrays at once: f(a0[i], a1[i], ...) ----------------------
+
+/// What one launch of multi_map_kernel covers: `groups` groups of K arrays (group j: K
+/// arrays at ptr[0..K)[j]), the launch's elements numbered group after group (group j's
+/// are [start[j], start[j + 1])). Passed by value as the kernel's parameter, under the
+/// 4 KB every CUDA version takes.
+template <class T, int K>
+struct multi_batch {
+  static constexpr int max_groups = 3600 / int(sizeof(void*) * (K + 1));
+  T* ptr[K][max_groups];
+  std::int64_t start[max_groups + 1];
+  int groups;
+};
+
+template <class T, int K, class F, std::size_t... I>
+__device__ __forceinline__ void call_at(const F& f, T* const (&q)[K], std::int64_t e, std::index_sequence<I...>) {
+  f(q[I][e]...);
+}
+
+// The batch is read where it lies, in the kernel's parameter space (no reference to it
+// is taken, which would copy it to each thread's local memory); a thread keeps its
+// current group's K pointers in registers.
+template <class T, int K, class F>
+__global__ void multi_map_kernel(multi_batch<T, K> b, F f) {
+  int j = -1;
+  std::int64_t first = 0, next = 0;  // group j's elements are [first, next)
+  T* q[K];
+  TESSERA_GRID_STRIDE(i, b.start[b.groups]) {
+    if (i >= next) {  // a thread's i only grows: its group only moves on
+      do ++j;
+      while (i >= b.start[j + 1]);
+      first = b.start[j];
+      next = b.start[j + 1];
+#pragma unroll
+      for (int k = 0; k < K; ++k) q[k] = b.ptr[k][j];
+    }
+    call_at<T, K>(f, q, i - first, std::make_index_sequence<std::size_t(K)>{});
+  }
+}
+
+/// f(arrays[j][0][i], ..., arrays[j][K-1][i]) (references to the elements) for every
+/// group j and every i < sizes[j], a grid-stride loop over all the groups' elements in
+/// as few launches as multi_batch holds groups (K = 3: 112 a launch): the per-array
+/// kernels of many small arrays (a network's parameters in an optimizer's step) become
+/// one or two. f may write any operand; the groups' arrays must not overlap.
+template <class T, int K, class F>
+void multi_map(const char* name, std::span<const std::array<T*, K>> arrays, std::span<const std::int64_t> sizes, F f) {
+  using batch = multi_batch<T, K>;
+  static_assert(sizeof(batch) + sizeof(F) <= 4000, "multi_map: the batch must fit the 4 KB of a kernel's parameters");
+  batch b;
+  b.groups = 0;
+  b.start[0] = 0;
+  const auto launch = [&] {
+    if (b.groups > 0) {
+      multi_map_kernel<T, K><<<tessera::cuda::grid_for(b.start[b.groups]), tessera::cuda::block_threads, 0,
+                               tessera::cuda::stream()>>>(b, f);
+      tessera::cuda::check_launch(name);
+    }
+    b.groups = 0;
+  };
+  for (std::size_t j = 0; j < arrays.size(); ++j) {
+    if (sizes[j] <= 0) continue;
+    if (b.groups == batch::max_groups) launch();
+    for (int k = 0; k < K; ++k) b.ptr[k][b.groups] = arrays[j][std::size_t(k)];
+    b.start[b.groups + 1] = b.start[b.groups] + sizes[j];
+    ++b.groups;
+  }
+  launch();
 }
 
 // ---- strided element kernels: out[i] = f(in_k[offset_k(i)]...) --------------------------
