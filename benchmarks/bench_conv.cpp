@@ -13,9 +13,10 @@
 //                           ResNet-50's last stages on 32 x 32 images);
 //   conv/<shape>/onednn     the peer: the same three primitives through oneDNN's API
 //                           directly (conv_step_onednn says how);
-//   bn_relu_split/<C>[_<S>x<S>]/plain  the split form a sharded batch norm runs (sums,
+//   bn_relu_split/<C>[_<S>x<S>]/<form>  the split form a sharded batch norm runs (sums,
 //                           moments, normalise + ReLU, backward sums, backward data) on
-//                           one rank: the form ResNet-50's batch norms run;
+//                           one rank: the form ResNet-50's batch norms run (plain), and
+//                           on activations kept blocked (the normalisation oneDNN's);
 //   weights_to_plain/<O>x<I>x<KH>x<KW>/tessera  weights from OIhw16i16o (the layout of
 //                           the backward's dW) to plain OIHW by the kernels' reorder, and
 //                           /onednn, its peer: oneDNN's reorder primitive.
@@ -23,9 +24,10 @@
 //                and from the blocked layout it computes in: conv_layouts::blocked);
 //        gemm    the same arrays through oneDNN's GEMM-based convolutions, which take
 //                them as they are (conv_layouts::plain);
-//        blocked dnnl_tensor operands already in oneDNN's blocked layout (nChw16c, as a
-//                network that keeps its activations in oneDNN's formats between layers
-//                hands them over), outputs left in the primitive's layout.
+//        blocked dnnl_tensor operands already in oneDNN's blocked layout (nChw16c with
+//                AVX-512, else nChw8c, as a network that keeps its activations in
+//                oneDNN's formats between layers hands them over), outputs left in the
+//                primitive's layout.
 // conv/1x1_<in>to<out>_<S>x<S>/{plain,gemm}: torchvision ResNet-50's stride-1 1 x 1
 // convolutions at 224 x 224 (56 x 56 to 7 x 7 planes) and some at 32 x 32 (8 x 8 to
 // 1 x 1), the two layouts conv_layouts::measured chooses between.
@@ -96,8 +98,13 @@ farray values(const std::vector<std::size_t>& shape, unsigned seed) {
   return x;
 }
 
+// x in the channel-blocked layout oneDNN computes in on this CPU (nChw16c with AVX-512,
+// else nChw8c), or plain for fewer channels than a block.
 cpu::dnnl_tensor blocked(const farray& x) {
-  const auto tag = x.shape()[1] >= 16 ? dnnl::memory::format_tag::nChw16c : dnnl::memory::format_tag::nchw;
+  const bool wide = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+  const auto tag = x.shape()[1] < (wide ? 16u : 8u) ? dnnl::memory::format_tag::nchw
+                   : wide                         ? dnnl::memory::format_tag::nChw16c
+                                                  : dnnl::memory::format_tag::nChw8c;
   return cpu::dnnl_tensor::from_xarray(x).in_format(tag);
 }
 
@@ -259,13 +266,24 @@ void bn_step(benchmark::State& state, bn_case b, bool keep_blocked) {
   }
 }
 
-void bn_split_step(benchmark::State& state, bn_case b) {
+void bn_split_step(benchmark::State& state, bn_case b, bool keep_blocked) {
   const std::size_t c = b.channels;
   const std::vector<std::size_t> xs{batch, c, b.size, b.size};
   const farray x = values(xs, 4), dy = values(xs, 5);
   const farray gamma = values({c}, 6) + 1.5f, beta = values({c}, 7);
   const float eps = 1e-5f;
   const std::size_t count = batch * b.size * b.size;
+  if (keep_blocked) {
+    const cpu::dnnl_tensor tx = blocked(x), tdy = blocked(dy);
+    for (auto _ : state) {
+      const auto m = cpu::batch_norm_moments(cpu::batch_norm_sums(tx), count);
+      const cpu::dnnl_tensor y = cpu::batch_norm_forward_inference(tx, gamma, beta, m.mean, m.variance, eps, true);
+      const auto r = cpu::batch_norm_backward_sums(tdy, tx, m.mean, m.variance, eps, &y);
+      const cpu::dnnl_tensor dx = cpu::batch_norm_backward_data(tdy, tx, gamma, m.mean, m.variance, r, count, eps, &y);
+      benchmark::DoNotOptimize(dx.memory().get_data_handle());
+    }
+    return;
+  }
   for (auto _ : state) {
     const auto m = cpu::batch_norm_moments(cpu::batch_norm_sums(x), count);
     const farray y = cpu::batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps, true);
@@ -302,11 +320,12 @@ const int registered = [] {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->MinTime(1.0);
-    benchmark::RegisterBenchmark(("bn_relu_split/" + bn_name(b) + "/plain").c_str(),
-                                 [b](benchmark::State& s) { bn_split_step(s, b); })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->MinTime(1.0);
+    for (bool keep : {false, true})
+      benchmark::RegisterBenchmark(("bn_relu_split/" + bn_name(b) + (keep ? "/blocked" : "/plain")).c_str(),
+                                   [b, keep](benchmark::State& s) { bn_split_step(s, b, keep); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(1.0);
   }
   for (const weights_case& c : weights_cases)
     for (bool own : {true, false})

@@ -18321,7 +18321,9 @@ conv2d_grads<X, W> conv2d_backward(const X& dy, const X& x, const W& w, bool nee
 //              dx = batch_norm_backward_data(dy, x, gamma, m.mean, m.variance, r, count, eps, ...)
 //
 // On one rank the split form equals the whole-batch kernels to float rounding (tests
-// check it with the batch split in halves). Running statistics: batch_norm_update_running.
+// check it with the batch split in halves). The split form's sums and backward also take
+// dnnl_tensors in oneDNN's channel-blocked layouts (nChw16c, nChw8c), a vector of
+// channels at a time. Running statistics: batch_norm_update_running.
 // Link tessera::dnnl.
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -18882,6 +18884,249 @@ xt::xarray<T> batch_norm_backward_data(const xt::xarray<T>& dy, const xt::xarray
     } else {
       for (std::size_t i = 0; i < len; ++i) o[i] = a[i] * g[i] + b[i] * p[i] + k[i];
     }
+  });
+  return dx;
+}
+
+// ---- the split form on channel-blocked dnnl_tensors ----------------------------------
+//
+// The same four kernels on activations kept in oneDNN's channel-blocked layouts (nChw16c,
+// nChw8c), where a plane of B channels lies element after element, B floats each: every
+// inner loop runs over one vector of channels, each lane with its own channel's
+// coefficients, with no per-channel runs to cut (the planes of 1 x 1 included).
+
+namespace detail {
+
+/// A float (N, C, H, W) tensor in one of oneDNN's channel-blocked layouts: [N][C / B][H][W][B],
+/// B = 16 (nChw16c) or 8 (nChw8c), the channels padded up to a multiple of B.
+struct blocked_nchw {
+  std::size_t images, channels, blocks, plane, block;
+};
+
+/// x's blocked geometry; anything else is an error naming the kernel:
+/// "batch_norm_sums: x must be in oneDNN's nChw16c or nChw8c layout".
+inline blocked_nchw blocked_geometry(const char* fn, const char* name, const dnnl_tensor& x) {
+  const dnnl_md d = x.desc();
+  const dnnl_dims dims = d.dims();
+  for (const auto& [tag, b] : {std::pair{dnnl_tag::nChw16c, 16}, std::pair{dnnl_tag::nChw8c, 8}})
+    if (d == dnnl_md(dims, dnnl::memory::data_type::f32, tag)) {
+      const std::size_t c = std::size_t(dims[1]), block = std::size_t(b);
+      return {std::size_t(dims[0]), c, (c + block - 1) / block, std::size_t(dims[2] * dims[3]), block};
+    }
+  throw error(std::string(fn) + ": " + name + " must be in oneDNN's nChw16c or nChw8c layout");
+}
+
+/// Operand `name` laid out as x (same shape and layout).
+inline void require_layout_of(const char* fn, const char* name, const dnnl_tensor& a, const dnnl_tensor& x) {
+  require_dims(fn, name, shape_of(a), shape_of(x));
+  if (!(a.desc() == x.desc())) throw error(std::string(fn) + ": " + name + " must be laid out as x");
+}
+
+/// Per-channel coefficients spread over the padded channels (zero past the last).
+inline std::vector<float> padded(const blocked_nchw& g, const std::vector<double>& v) {
+  std::vector<float> out(g.blocks * g.block, 0.f);
+  for (std::size_t c = 0; c < g.channels; ++c) out[c] = float(v[c]);
+  return out;
+}
+
+/// f(b0, b1) over ranges of channel blocks, on several threads where there are enough
+/// elements; each block on one thread.
+template <class F>
+void for_block_ranges(const blocked_nchw& g, F&& f) {
+  const std::size_t per_block = std::max<std::size_t>(g.images * g.plane * g.block, 1);
+  parallel_ranges(g.blocks, std::max<std::size_t>(parallel_grain / per_block, 1), f);
+}
+
+/// Per channel, the two sums over its elements that block(cb, u, v) adds into u and v (B
+/// running sums each, one a lane) for channel block cb over every image; in double.
+/// block is marked TESSERA_ALWAYS_INLINE: its loops over a block's lanes take the widest
+/// vectors the CPU has (on_cpu_isa).
+template <std::size_t B, class F>
+std::pair<std::vector<double>, std::vector<double>> blocked_channel_sums(const blocked_nchw& g, F&& block) {
+  std::vector<double> su(g.blocks * B, 0.0), sv(g.blocks * B, 0.0);
+  for_block_ranges(g, [&](std::size_t b0, std::size_t b1) {
+    on_cpu_isa(
+        [&](std::size_t first, std::size_t last) TESSERA_ALWAYS_INLINE {
+          for (std::size_t cb = first; cb < last; ++cb) {
+            alignas(64) double u[B] = {}, v[B] = {};
+            block(cb, u, v);
+            std::copy_n(u, B, su.data() + cb * B);
+            std::copy_n(v, B, sv.data() + cb * B);
+          }
+        },
+        b0, b1);
+  });
+  su.resize(g.channels);
+  sv.resize(g.channels);
+  return {std::move(su), std::move(sv)};
+}
+
+/// block(cb) for every channel block cb, blocks on several threads; block is marked
+/// TESSERA_ALWAYS_INLINE, as above.
+template <class F>
+void blocked_blocks(const blocked_nchw& g, F&& block) {
+  for_block_ranges(g, [&](std::size_t b0, std::size_t b1) {
+    on_cpu_isa(
+        [&](std::size_t first, std::size_t last) TESSERA_ALWAYS_INLINE {
+          for (std::size_t cb = first; cb < last; ++cb) block(cb);
+        },
+        b0, b1);
+  });
+}
+
+/// The float offset of image n's plane of channel block cb.
+inline std::size_t block_plane(const blocked_nchw& g, std::size_t n, std::size_t cb) {
+  return (n * g.blocks + cb) * g.plane * g.block;
+}
+
+/// f.template operator()<B>() with the block of g as a constant.
+template <class F>
+decltype(auto) with_block(const blocked_nchw& g, F&& f) {
+  return g.block == 16 ? f.template operator()<16>() : f.template operator()<8>();
+}
+
+/// Per-channel sums in double as the split form returns them (float arrays of C).
+inline channel_sums<xt::xarray<float>> as_channel_sums(const std::vector<double>& a, const std::vector<double>& b) {
+  channel_sums<xt::xarray<float>> out{xt::xarray<float>::from_shape({a.size()}),
+                                      xt::xarray<float>::from_shape({a.size()})};
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    out.sum(i) = float(a[i]);
+    out.sum_sq(i) = float(b[i]);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// batch_norm_sums of x in nChw16c or nChw8c (the padding left out).
+inline channel_sums<xt::xarray<float>> batch_norm_sums(const dnnl_tensor& x) {
+  const detail::blocked_nchw g = detail::blocked_geometry("batch_norm_sums", "x", x);
+  const float* px = static_cast<const float*>(x.memory().get_data_handle());
+  return detail::with_block(g, [&]<std::size_t B>() {
+    const auto [s, q] = detail::blocked_channel_sums<B>(
+        g, [px, &g](std::size_t cb, double* __restrict u, double* __restrict v) TESSERA_ALWAYS_INLINE {
+          for (std::size_t n = 0; n < g.images; ++n) {
+            const float* __restrict p = px + detail::block_plane(g, n, cb);
+            for (std::size_t i = 0; i < g.plane * B; i += B)
+              for (std::size_t l = 0; l < B; ++l) {
+                const double e = double(p[i + l]);
+                u[l] += e;
+                v[l] += e * e;
+              }
+          }
+        });
+    return detail::as_channel_sums(s, q);
+  });
+}
+
+/// batch_norm_backward_sums of dy, x and relu_y laid out alike in nChw16c or nChw8c.
+inline channel_sums<xt::xarray<float>> batch_norm_backward_sums(const dnnl_tensor& dy, const dnnl_tensor& x,
+                                                               const xt::xarray<float>& mean,
+                                                               const xt::xarray<float>& variance, float eps,
+                                                               const dnnl_tensor* relu_y = nullptr) {
+  constexpr const char* fn = "batch_norm_backward_sums";
+  const detail::blocked_nchw g = detail::blocked_geometry(fn, "x", x);
+  detail::require_layout_of(fn, "dy", dy, x);
+  if (relu_y) detail::require_layout_of(fn, "relu_y", *relu_y, x);
+  detail::require_channels(fn, "mean", mean, g.channels);
+  detail::require_channels(fn, "variance", variance, g.channels);
+  std::vector<double> m(g.channels), inv(g.channels);
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    m[c] = double(mean(c));
+    inv[c] = 1.0 / std::sqrt(double(variance(c)) + double(eps));
+  }
+  const std::vector<float> pm = detail::padded(g, m);
+  const float* pg = static_cast<const float*>(dy.memory().get_data_handle());
+  const float* px = static_cast<const float*>(x.memory().get_data_handle());
+  const float* pr = relu_y ? static_cast<const float*>(relu_y->memory().get_data_handle()) : nullptr;
+  const float* mp = pm.data();
+  return detail::with_block(g, [&]<std::size_t B>() {
+    // sum dy and sum dy * (x - mean); dy masked by relu_y > 0 when given.
+    auto sums = [&](auto masked) {
+      return detail::blocked_channel_sums<B>(
+          g, [pg, px, pr, mp, &g](std::size_t cb, double* __restrict u, double* __restrict v) TESSERA_ALWAYS_INLINE {
+            float mean[B];
+            std::copy_n(mp + cb * B, B, mean);
+            for (std::size_t n = 0; n < g.images; ++n) {
+              const std::size_t base = detail::block_plane(g, n, cb);
+              const float* __restrict d = pg + base;
+              const float* __restrict p = px + base;
+              const float* __restrict r = pr ? pr + base : nullptr;
+              for (std::size_t i = 0; i < g.plane * B; i += B)
+                for (std::size_t l = 0; l < B; ++l) {
+                  float e = d[i + l];
+                  if constexpr (decltype(masked)::value) e = detail::kept(e, r[i + l] > 0.f);
+                  u[l] += double(e);
+                  v[l] += double(e) * (double(p[i + l]) - double(mean[l]));
+                }
+            }
+          });
+    };
+    auto [sd, sdx] = pr ? sums(std::true_type{}) : sums(std::false_type{});
+    for (std::size_t c = 0; c < g.channels; ++c) sdx[c] *= inv[c];
+    return detail::as_channel_sums(sd, sdx);
+  });
+}
+
+/// batch_norm_backward_data of dy, x and relu_y laid out alike in nChw16c or nChw8c; dx
+/// in their layout, its padding zero.
+inline dnnl_tensor batch_norm_backward_data(const dnnl_tensor& dy, const dnnl_tensor& x,
+                                            const xt::xarray<float>& gamma, const xt::xarray<float>& mean,
+                                            const xt::xarray<float>& variance,
+                                            const channel_sums<xt::xarray<float>>& sums, std::size_t count,
+                                            float eps, const dnnl_tensor* relu_y = nullptr) {
+  constexpr const char* fn = "batch_norm_backward_data";
+  const detail::blocked_nchw g = detail::blocked_geometry(fn, "x", x);
+  detail::require_layout_of(fn, "dy", dy, x);
+  if (relu_y) detail::require_layout_of(fn, "relu_y", *relu_y, x);
+  using named = std::pair<const char*, const xt::xarray<float>*>;
+  for (const named& v : {named{"gamma", &gamma}, named{"mean", &mean}, named{"variance", &variance},
+                         named{"sum", &sums.sum}, named{"sum_sq", &sums.sum_sq}})
+    detail::require_channels(fn, v.first, *v.second, g.channels);
+  if (count == 0) throw error(std::string(fn) + ": count must be positive");
+  // dx = a * dy + b * x + k per channel, as the plain kernel folds it; zero coefficients
+  // on the padding.
+  std::vector<double> a(g.channels), b(g.channels), k(g.channels);
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    const double inv = 1.0 / std::sqrt(double(variance(c)) + double(eps));
+    const double scale = double(gamma(c)) * inv;
+    const double mdy = double(sums.sum(c)) / double(count);
+    const double mdyx = double(sums.sum_sq(c)) / double(count);
+    a[c] = scale;
+    b[c] = -scale * mdyx * inv;
+    k[c] = scale * (-mdy + mdyx * inv * double(mean(c)));
+  }
+  const std::vector<float> pa = detail::padded(g, a), pb = detail::padded(g, b), pk = detail::padded(g, k);
+  dnnl_tensor dx(dnnl::memory(x.desc(), dnnl_engine()));
+  const float* pg = static_cast<const float*>(dy.memory().get_data_handle());
+  const float* px = static_cast<const float*>(x.memory().get_data_handle());
+  const float* pr = relu_y ? static_cast<const float*>(relu_y->memory().get_data_handle()) : nullptr;
+  float* pd = static_cast<float*>(dx.memory().get_data_handle());
+  const float *ca = pa.data(), *cb = pb.data(), *ck = pk.data();
+  detail::with_block(g, [&]<std::size_t B>() {
+    auto run = [&](auto masked) {
+      detail::blocked_blocks(g, [=, &g](std::size_t blk) TESSERA_ALWAYS_INLINE {
+        float a[B], b[B], k[B];  // the block's coefficients, a vector each
+        std::copy_n(ca + blk * B, B, a);
+        std::copy_n(cb + blk * B, B, b);
+        std::copy_n(ck + blk * B, B, k);
+        for (std::size_t n = 0; n < g.images; ++n) {
+          const std::size_t base = detail::block_plane(g, n, blk);
+          const float* __restrict d = pg + base;
+          const float* __restrict p = px + base;
+          const float* __restrict r = pr ? pr + base : nullptr;
+          float* __restrict o = pd + base;
+          for (std::size_t i = 0; i < g.plane * B; i += B)
+            for (std::size_t l = 0; l < B; ++l) {
+              float e = d[i + l];
+              if constexpr (decltype(masked)::value) e = detail::kept(e, r[i + l] > 0.f);
+              o[i + l] = a[l] * e + b[l] * p[i + l] + k[l];
+            }
+        }
+      });
+    };
+    if (pr) run(std::true_type{});
+    else run(std::false_type{});
   });
   return dx;
 }

@@ -2,7 +2,8 @@
 // against loops in double (the loops' gradient against central finite differences),
 // with and without the fused ReLU, on xarrays and dnnl_tensors; the split form equal to
 // the whole batch when the batch is cut in two halves and their sums added, as a
-// sharded batch norm adds them across ranks; the running statistics; the error texts.
+// sharded batch norm adds them across ranks; the split form on channel-blocked
+// dnnl_tensors equal to it on plain arrays; the running statistics; the error texts.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -264,6 +265,53 @@ TEST_CASE("batch norm on dnnl_tensors equals the xarray path") {
                              .to_xarray(),
                          cpu::batch_norm_forward_inference(x, gamma, beta, a.mean, a.variance, 1e-5f, relu)) < 1e-6);
   }
+}
+
+TEST_CASE("the split form on channel-blocked dnnl_tensors equals the plain arrays'") {
+  using tag = dnnl::memory::format_tag;
+  std::uint64_t seed = 90;
+  // Whole blocks, channels padded up to the block (20 of 24 or 32), and 1 x 1 planes.
+  for (const shape_t& s : {shape_t{2, 16, 4, 4}, shape_t{3, 20, 5, 7}, shape_t{4, 64, 1, 1}, shape_t{2, 8, 9, 9}})
+    for (const tag t : {tag::nChw16c, tag::nChw8c})
+      for (const bool relu : {false, true}) {
+        CAPTURE(s[1]);
+        CAPTURE(s[2]);
+        CAPTURE(int(t == tag::nChw16c));
+        CAPTURE(relu);
+        const farray x = to_float(random_array(s, seed++, -2.0, 3.0)), dy = to_float(random_array(s, seed++));
+        const farray gamma = to_float(random_array({s[1]}, seed++, 0.5, 1.5));
+        const farray beta = to_float(random_array({s[1]}, seed++));
+        const auto blocked = [t](const farray& a) { return cpu::dnnl_tensor::from_xarray(a).in_format(t); };
+        const cpu::dnnl_tensor xb = blocked(x), dyb = blocked(dy);
+        const std::size_t count = s[0] * s[2] * s[3];
+        const float eps = 1e-5f;
+
+        const auto sums = cpu::batch_norm_sums(x), sums_b = cpu::batch_norm_sums(xb);
+        CHECK(relative_error(sums_b.sum, sums.sum) < 1e-6);
+        CHECK(relative_error(sums_b.sum_sq, sums.sum_sq) < 1e-6);
+        const auto m = cpu::batch_norm_moments(sums, count);
+        const farray y = cpu::batch_norm_forward_inference(x, gamma, beta, m.mean, m.variance, eps, relu);
+        const cpu::dnnl_tensor yb = blocked(y);
+
+        const auto r = cpu::batch_norm_backward_sums(dy, x, m.mean, m.variance, eps, relu ? &y : nullptr);
+        const auto rb = cpu::batch_norm_backward_sums(dyb, xb, m.mean, m.variance, eps, relu ? &yb : nullptr);
+        CHECK(relative_error(rb.sum, r.sum) < 1e-6);
+        CHECK(relative_error(rb.sum_sq, r.sum_sq) < 1e-5);
+        const farray dx =
+            cpu::batch_norm_backward_data(dy, x, gamma, m.mean, m.variance, r, count, eps, relu ? &y : nullptr);
+        const cpu::dnnl_tensor dxb =
+            cpu::batch_norm_backward_data(dyb, xb, gamma, m.mean, m.variance, r, count, eps, relu ? &yb : nullptr);
+        CHECK(dxb.desc() == xb.desc());
+        CHECK(relative_error(dxb.to_xarray(), dx) < 1e-5);
+      }
+  const shape_t s{2, 16, 3, 3};
+  const farray x = to_float(random_array(s, 1)), mean = xt::zeros<float>({16}), var = xt::ones<float>({16});
+  CHECK_THROWS_WITH(cpu::batch_norm_sums(cpu::dnnl_tensor::from_xarray(x)),
+                    "batch_norm_sums: x must be in oneDNN's nChw16c or nChw8c layout");
+  const cpu::dnnl_tensor x16 = cpu::dnnl_tensor::from_xarray(x).in_format(tag::nChw16c);
+  const cpu::dnnl_tensor x8 = cpu::dnnl_tensor::from_xarray(x).in_format(tag::nChw8c);
+  CHECK_THROWS_WITH(cpu::batch_norm_backward_sums(x8, x16, mean, var, 1e-5f),
+                    "batch_norm_backward_sums: dy must be laid out as x");
 }
 
 TEST_CASE("running statistics follow PyTorch's update") {

@@ -1,7 +1,8 @@
 // Tests of kernels/cpu/isa.hpp through the loops it compiles once per instruction set
 // (the split-form batch norm's, kernels/cpu/batch_norm.hpp): under each set this CPU
 // has, the same values as under the baseline, in float and in double, on planes walked a
-// batch row at a time and plane by plane; and the setting's errors. Compiled with the
+// batch row at a time and plane by plane, and on channel-blocked dnnl_tensors; and the
+// setting's errors. Compiled with the
 // build type's optimisation (the other kernel tests use -O1, where GCC does not
 // vectorise), so the wide copies run vectorised as in the benchmarks and examples.
 #include <doctest/doctest.h>
@@ -101,6 +102,40 @@ TEST_CASE("the split-form batch norm gives the baseline's values under every ins
   // multiply-adds, a rounding apart.
   SUBCASE("float") { check_against_baseline<float>(1e-6); }
   SUBCASE("double") { check_against_baseline<double>(1e-13); }
+}
+
+TEST_CASE("the split form on channel-blocked dnnl_tensors gives the baseline's values under every instruction set") {
+  const isa_restorer restore;
+  const shape_t s{4, 40, 9, 9};  // channels padded up to the block (48 or 40)
+  const auto x = random_array<float>(s, 80, -2.0, 3.0), dy = random_array<float>(s, 81);
+  const auto gamma = random_array<float>({s[1]}, 82, 0.5, 1.5);
+  const std::size_t count = s[0] * s[2] * s[3];
+  for (const auto t : {dnnl::memory::format_tag::nChw16c, dnnl::memory::format_tag::nChw8c})
+    for (const bool relu : {false, true}) {
+      CAPTURE(relu);
+      const auto blocked = [t](const xt::xarray<float>& a) { return cpu::dnnl_tensor::from_xarray(a).in_format(t); };
+      const cpu::dnnl_tensor xb = blocked(x), dyb = blocked(dy), yb = blocked(xt::xarray<float>(xt::maximum(x, 0.f)));
+      const auto run = [&] {
+        const auto sums = cpu::batch_norm_sums(xb);
+        const auto m = cpu::batch_norm_moments(sums, count);
+        const auto r = cpu::batch_norm_backward_sums(dyb, xb, m.mean, m.variance, 1e-5f, relu ? &yb : nullptr);
+        const cpu::dnnl_tensor dx =
+            cpu::batch_norm_backward_data(dyb, xb, gamma, m.mean, m.variance, r, count, 1e-5f, relu ? &yb : nullptr);
+        return split_results<float>{sums.sum, sums.sum_sq, xt::zeros<float>({1}), r.sum, r.sum_sq, dx.to_xarray()};
+      };
+      cpu::set_cpu_isa(cpu::cpu_isa::baseline);
+      const split_results<float> base = run();
+      for (cpu::cpu_isa isa : available_isas()) {
+        CAPTURE(cpu::to_string(isa));
+        cpu::set_cpu_isa(isa);
+        const split_results<float> r = run();
+        CHECK(relative_error(r.sum, base.sum) < 1e-6);
+        CHECK(relative_error(r.sum_sq, base.sum_sq) < 1e-6);
+        CHECK(relative_error(r.dsum, base.dsum) < 1e-6);
+        CHECK(relative_error(r.dsum_x, base.dsum_x) < 1e-5);
+        CHECK(relative_error(r.dx, base.dx) < 1e-5);
+      }
+    }
 }
 
 TEST_CASE("the instruction-set setting names what it refuses") {
