@@ -98,13 +98,12 @@ farray values(const std::vector<std::size_t>& shape, unsigned seed) {
   return x;
 }
 
-// x in the channel-blocked layout oneDNN computes in on this CPU (nChw16c with AVX-512,
-// else nChw8c), or plain for fewer channels than a block.
+// x in the channel-blocked layout oneDNN computes in on this CPU (cpu::channel_blocked_tag),
+// or plain for fewer channels than a block.
 cpu::dnnl_tensor blocked(const farray& x) {
-  const bool wide = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
-  const auto tag = x.shape()[1] < (wide ? 16u : 8u) ? dnnl::memory::format_tag::nchw
-                   : wide                         ? dnnl::memory::format_tag::nChw16c
-                                                  : dnnl::memory::format_tag::nChw8c;
+  const auto block = cpu::channel_blocked_tag();
+  const std::size_t width = block == dnnl::memory::format_tag::nChw16c ? 16 : 8;
+  const auto tag = x.shape()[1] < width ? dnnl::memory::format_tag::nchw : block;
   return cpu::dnnl_tensor::from_xarray(x).in_format(tag);
 }
 

@@ -85,6 +85,15 @@ class dnnl_tensor {
   dnnl::memory mem_;
 };
 
+/// The channel-blocked layout oneDNN computes activations in on this CPU: nChw16c with
+/// AVX-512, else nChw8c (oneDNN runs nChw16c by its reference code without AVX-512).
+inline dnnl::memory::format_tag channel_blocked_tag() {
+  static const dnnl::memory::format_tag tag = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core
+                                                  ? dnnl::memory::format_tag::nChw16c
+                                                  : dnnl::memory::format_tag::nChw8c;
+  return tag;
+}
+
 /// Convolution weights (O, C / groups, KH, KW) in a layout oneDNN chose (OIhw16i16o on
 /// AVX-512; 5-D, groups first, for grouped convolutions), as a dist_tensor's host form:
 /// the convolutions keep the weights they reordered in it, read it as it is at their
