@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 #include <tessera/cuda.hpp>
+#include <tessera/nn/resnet.hpp>
 #include <tessera/optim/momentum.hpp>
 #include "random_device.hpp"
 
@@ -179,22 +180,7 @@ void bm_momentum_nesterov(benchmark::State& state) {
 // of them costs. The time runs from the first launch to the last kernel's end.
 std::vector<std::size_t> resnet50_parameter_sizes() {
   std::vector<std::size_t> sizes;
-  const auto conv_bn = [&](std::size_t weights, std::size_t channels) {
-    for (const std::size_t n : {weights, channels, channels}) sizes.push_back(n);  // the conv, gamma, beta
-  };
-  conv_bn(64 * 3 * 7 * 7, 64);  // the stem
-  std::size_t in = 64;
-  for (const auto& [width, blocks] : {std::pair<std::size_t, int>{64, 3}, {128, 4}, {256, 6}, {512, 3}})
-    for (int b = 0; b < blocks; ++b) {
-      const std::size_t out = 4 * width;
-      conv_bn(in * width, width);
-      conv_bn(width * width * 9, width);
-      conv_bn(width * out, out);
-      if (b == 0) conv_bn(in * out, out);  // the projection shortcut
-      in = out;
-    }
-  sizes.push_back(2048 * 10);  // the dense layer
-  sizes.push_back(10);
+  for (const auto* p : nn::resnet50<float>(10)->trainable_params()) sizes.push_back(std::size_t(p->shape().size()));
   return sizes;
 }
 
